@@ -1,0 +1,1 @@
+"""ranktop demo job."""

@@ -1,0 +1,90 @@
+"""Who this process is in the job: rank numbers, host, and the job's name.
+
+Read once at ``init`` from what the launcher put in the environment, in order of
+trust: torchrun (RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE), then SLURM's
+srun (SLURM_PROCID, SLURM_LOCALID, SLURM_NTASKS), then an already initialised
+``torch.distributed`` (never imported by us: only consulted if the script did),
+else a single process.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import sys
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Identity:
+    job: str
+    rank: int
+    local_rank: int
+    world: int
+    local_world: int | None  # unknown under some launchers
+    host: str
+    pid: int
+    launcher: str  # "torchrun" | "slurm" | "torch.distributed" | "single"
+
+    @property
+    def hosts_relay(self) -> bool:
+        """Local rank 0 hosts the node's relay; every other local rank connects to it."""
+        return self.local_rank == 0
+
+
+def _int_env(env, name: str) -> int | None:
+    value = env.get(name)
+    if value is None or value == "":
+        return None
+    try:
+        return int(value)
+    except ValueError:
+        return None
+
+
+def _ranks_from_env(env) -> tuple[int, int, int, int | None, str]:
+    rank, world = _int_env(env, "RANK"), _int_env(env, "WORLD_SIZE")
+    if rank is not None and world is not None:
+        local = _int_env(env, "LOCAL_RANK")
+        return rank, rank if local is None else local, world, _int_env(env, "LOCAL_WORLD_SIZE"), "torchrun"
+    rank, world = _int_env(env, "SLURM_PROCID"), _int_env(env, "SLURM_NTASKS")
+    if rank is not None and world is not None:
+        local = _int_env(env, "SLURM_LOCALID")
+        return rank, 0 if local is None else local, world, _int_env(env, "SLURM_NTASKS_PER_NODE"), "slurm"
+    dist = sys.modules.get("torch.distributed")
+    try:
+        if dist is not None and dist.is_available() and dist.is_initialized():
+            return dist.get_rank(), 0, dist.get_world_size(), None, "torch.distributed"
+    except Exception:
+        pass
+    return 0, 0, 1, 1, "single"
+
+
+def _job_from_env(env, host: str, pid: int) -> str:
+    for name in ("RANKTOP_JOB", "SLURM_JOB_ID"):
+        if env.get(name):
+            return env[name]
+    run_id = env.get("TORCHELASTIC_RUN_ID")
+    if run_id and run_id != "none":  # torchrun's placeholder when no --rdzv-id was given
+        return run_id
+    if env.get("MASTER_PORT") and env.get("MASTER_ADDR"):
+        # Every rank of one torchrun job, on every node, agrees on these.
+        return f"torchrun-{env['MASTER_ADDR']}-{env['MASTER_PORT']}"
+    return f"{host}-{pid}"
+
+
+def detect(job: str | None = None, env=None) -> Identity:
+    env = os.environ if env is None else env
+    host = socket.gethostname()
+    pid = os.getpid()
+    rank, local_rank, world, local_world, launcher = _ranks_from_env(env)
+    return Identity(
+        job=job or _job_from_env(env, host, pid),
+        rank=rank,
+        local_rank=local_rank,
+        world=world,
+        local_world=local_world,
+        host=host,
+        pid=pid,
+        launcher=launcher,
+    )

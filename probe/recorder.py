@@ -1,0 +1,206 @@
+"""The training thread's side of the probe: step and phase timing into a bounded buffer.
+
+This is the hot path, so it holds no lock and makes no system call beyond reading
+clocks. Completed steps are appended to a ``collections.deque`` with a ``maxlen``:
+CPython's deque append and popleft are atomic, so the sender thread can drain it
+while training appends, and when the sender falls behind the oldest records fall
+off the end instead of growing memory or blocking. Drops are counted without a
+lock: the training thread alone increments ``produced``, the sender alone counts
+what it took, and the difference is what fell off.
+
+Phases record *self* time: a phase nested in another is subtracted from its
+parent, so the phases of a step never add up to more than the step. Phases
+timed outside any step (``with phase("data")`` before ``with step()``) are
+carried into the next step, whose wall time is extended back to cover them.
+"""
+
+from __future__ import annotations
+
+import collections
+import functools
+import time
+from typing import Any, Callable
+
+_perf = time.perf_counter
+_wall = time.time
+
+
+class Recorder:
+    def __init__(self, capacity: int = 4096, on_fault: Callable[[BaseException], None] | None = None):
+        self.buffer: collections.deque[dict[str, Any]] = collections.deque(maxlen=capacity)
+        self.produced = 0  # step records appended (written by the training thread only)
+        self.last_step = -1  # the last completed step number
+        self.current_step = -1  # the step in progress, or the last one when between steps
+        self.step_started = 0.0  # perf_counter at the start of the step in progress; 0 between steps
+        self._on_fault = on_fault
+        self._phases: dict[str, float] = {}
+        self._pending: dict[str, float] = {}
+        self._pending_start = 0.0
+        self._pending_wall = 0.0
+        self._stack: list[list[Any]] = []  # open phases: [name, start, time spent in children]
+
+    # -- what the sender thread reads (plain attribute reads, no lock) --------
+
+    @property
+    def current_phase(self) -> str | None:
+        stack = self._stack
+        try:
+            return stack[-1][0]
+        except IndexError:
+            return None
+
+    # -- the hot path ---------------------------------------------------------
+
+    def begin_step(self, number: int | None = None) -> None:
+        try:
+            if self.step_started:
+                self.end_step()  # a step never ended (an exception skipped it): close it first
+            now = _perf()
+            self.current_step = self.last_step + 1 if number is None else number
+            if self._pending:
+                # Phases timed just before the step belong to it (the data fetch of
+                # a `for batch in loader:` loop, typically).
+                self._phases = self._pending
+                self._pending = {}
+                self.step_started = self._pending_start
+                self._step_wall = self._pending_wall
+            else:
+                self._phases = {}
+                self.step_started = now
+                self._step_wall = _wall()
+        except Exception as exc:
+            self._fault(exc)
+
+    def end_step(self) -> None:
+        try:
+            if not self.step_started:
+                return
+            while self._stack:  # phases left open inside the step end with it
+                self.end_phase()
+            now = _perf()
+            self.buffer.append(
+                {"n": self.current_step, "t": self._step_wall, "w": now - self.step_started, "p": self._phases}
+            )
+            self.produced += 1
+            self.last_step = self.current_step
+            self.step_started = 0.0
+        except Exception as exc:
+            self._fault(exc)
+
+    def begin_phase(self, name: str) -> None:
+        try:
+            now = _perf()
+            if not self.step_started and not self._stack and not self._pending:
+                self._pending_start = now
+                self._pending_wall = _wall()
+            self._stack.append([name, now, 0.0])
+        except Exception as exc:
+            self._fault(exc)
+
+    def end_phase(self) -> None:
+        try:
+            name, start, children = self._stack.pop()
+            elapsed = _perf() - start
+            target = self._phases if self.step_started else self._pending
+            target[name] = target.get(name, 0.0) + (elapsed - children)
+            if self._stack:
+                self._stack[-1][2] += elapsed
+        except IndexError:
+            pass  # an end without a begin (a phase closed by end_step already)
+        except Exception as exc:
+            self._fault(exc)
+
+    def _fault(self, exc: BaseException) -> None:
+        if self._on_fault is not None:
+            self._on_fault(exc)
+
+    def disable(self) -> None:
+        """Turn every hot-path method into a no-op, for scopes already handed out."""
+        for name in ("begin_step", "end_step", "begin_phase", "end_phase"):
+            setattr(self, name, _noop)
+
+    # -- the sender thread's side ---------------------------------------------
+
+    def drain(self, limit: int = 100_000) -> list[dict[str, Any]]:
+        out = []
+        popleft = self.buffer.popleft
+        for _ in range(limit):
+            try:
+                out.append(popleft())
+            except IndexError:
+                break
+        return out
+
+
+def _noop(*args, **kwargs) -> None:
+    return None
+
+
+class StepScope:
+    """``with probe.step():`` or ``@probe.step()``; re-entrant state lives in the recorder."""
+
+    __slots__ = ("_recorder", "_number")
+
+    def __init__(self, recorder: Recorder, number: int | None = None):
+        self._recorder = recorder
+        self._number = number
+
+    def __enter__(self):
+        self._recorder.begin_step(self._number)
+        return self
+
+    def __exit__(self, *exc):
+        self._recorder.end_step()
+        return False
+
+    def __call__(self, func):
+        @functools.wraps(func)
+        def wrapper(*args, **kwargs):
+            with self:
+                return func(*args, **kwargs)
+
+        return wrapper
+
+
+class PhaseScope:
+    """``with probe.phase("forward"):`` or ``@probe.phase("forward")``."""
+
+    __slots__ = ("_recorder", "name")
+
+    def __init__(self, recorder: Recorder, name: str):
+        self._recorder = recorder
+        self.name = name
+
+    def __enter__(self):
+        self._recorder.begin_phase(self.name)
+        return self
+
+    def __exit__(self, *exc):
+        self._recorder.end_phase()
+        return False
+
+    def __call__(self, func):
+        @functools.wraps(func)
+        def wrapper(*args, **kwargs):
+            with self:
+                return func(*args, **kwargs)
+
+        return wrapper
+
+
+class NoopScope:
+    """What ``step()``/``phase()`` return while the probe is off: costs one call."""
+
+    __slots__ = ()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+    def __call__(self, func):
+        return func
+
+
+NOOP = NoopScope()

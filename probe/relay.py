@@ -1,0 +1,142 @@
+"""One endpoint per node: ZeroMQ proxies in local rank 0 that join the node's ranks to any TUI.
+
+Two of ZeroMQ's own proxy devices, each in a thread of its own (``zmq.proxy``
+runs in C and releases the GIL, so it costs the training thread nothing):
+
+- telemetry: ranks PUB over IPC -> XSUB ... XPUB on TCP -> any number of TUIs (SUB).
+  Subscriptions flow back through the proxy, so while no TUI is attached the
+  ranks' PUB sockets have no subscriber and drop messages at the source.
+- control: TUIs PUSH signed commands over TCP -> PULL ... PUB over IPC -> ranks (SUB).
+  The relay never checks signatures; every rank verifies each command itself.
+
+The IPC socket files live in a per-user folder of mode 0700, so other users of
+the node cannot connect to them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import zmq
+
+from ranktop.wire import rendezvous
+
+from .identity import Identity
+
+#: Command frames are small; anything bigger arriving on the TCP control port is refused.
+MAX_CONTROL_BYTES = 64 * 1024
+
+
+def ipc_folder() -> Path:
+    folder = Path(tempfile.gettempdir()) / f"ranktop-{os.getuid()}"
+    folder.mkdir(mode=0o700, exist_ok=True)
+    return folder
+
+
+def ipc_endpoints(job: str) -> tuple[str, str]:
+    """The node-local (telemetry, control) IPC addresses of a job; every local rank derives the same."""
+    digest = hashlib.sha1(job.encode()).hexdigest()[:16]  # keeps the path under the 107-byte limit
+    base = ipc_folder() / digest
+    return f"ipc://{base}.tele", f"ipc://{base}.ctl"
+
+
+def bind_address() -> str:
+    """The interface the relay listens on: ``RANKTOP_BIND``, default every interface."""
+    return os.environ.get("RANKTOP_BIND", "0.0.0.0")
+
+
+class Relay:
+    def __init__(self, identity: Identity, context: zmq.Context, directory: str | None = None):
+        self._identity = identity
+        self._context = context
+        self._directory = directory
+        self._threads: list[threading.Thread] = []
+        self._controls: list[zmq.Socket] = []
+        self.record_path: Path | None = None
+        self.telemetry_url = ""
+        self.control_url = ""
+
+    def start(self) -> None:
+        ctx = self._context
+        tele_ipc, ctl_ipc = ipc_endpoints(self._identity.job)
+        addr = bind_address()
+        advertised = self._identity.host if addr in ("0.0.0.0", "*") else addr
+
+        tele_in = ctx.socket(zmq.XSUB)
+        tele_in.bind(tele_ipc)
+        tele_out = ctx.socket(zmq.XPUB)
+        tele_out.setsockopt(zmq.SNDHWM, 10_000)
+        tele_out.setsockopt(zmq.MAXMSGSIZE, MAX_CONTROL_BYTES)  # subscribers only send subscriptions
+        tele_port = tele_out.bind_to_random_port(f"tcp://{addr}")
+
+        ctl_in = ctx.socket(zmq.PULL)
+        ctl_in.setsockopt(zmq.MAXMSGSIZE, MAX_CONTROL_BYTES)
+        ctl_in.setsockopt(zmq.RCVHWM, 1000)
+        ctl_port = ctl_in.bind_to_random_port(f"tcp://{addr}")
+        ctl_out = ctx.socket(zmq.PUB)
+        ctl_out.bind(ctl_ipc)
+
+        self.telemetry_url = f"tcp://{advertised}:{tele_port}"
+        self.control_url = f"tcp://{advertised}:{ctl_port}"
+        self._spawn("telemetry", tele_in, tele_out)
+        self._spawn("control", ctl_in, ctl_out)
+        self.record_path = rendezvous.write_node(
+            rendezvous.NodeRecord(
+                job=self._identity.job,
+                host=self._identity.host,
+                telemetry=self.telemetry_url,
+                control=self.control_url,
+                pid=self._identity.pid,
+                started=time.time(),
+            ),
+            self._directory,
+        )
+
+    def _spawn(self, name: str, frontend: zmq.Socket, backend: zmq.Socket) -> None:
+        # proxy_steerable lets stop() end the proxy cleanly with a TERMINATE message.
+        inproc = f"inproc://ranktop-relay-{name}-{id(self)}"
+        steer_server = self._context.socket(zmq.PAIR)
+        steer_server.bind(inproc)
+        steer_client = self._context.socket(zmq.PAIR)
+        steer_client.connect(inproc)
+        self._controls.append(steer_client)
+
+        def run() -> None:
+            try:
+                zmq.proxy_steerable(frontend, backend, None, steer_server)
+            except zmq.ContextTerminated:
+                pass
+            except zmq.ZMQError:
+                pass
+            finally:
+                for sock in (frontend, backend, steer_server):
+                    sock.close(linger=0)
+
+        thread = threading.Thread(target=run, name=f"ranktop-relay-{name}", daemon=True)
+        thread.start()
+        self._threads.append(thread)
+
+    def stop(self, timeout: float = 1.0) -> bool:
+        """End both proxies; True when their threads have closed every socket."""
+        if self.record_path is not None:
+            rendezvous.remove_node(self.record_path)
+            self.record_path = None
+        for ctl in self._controls:
+            try:
+                ctl.send(b"TERMINATE", flags=zmq.NOBLOCK)
+            except zmq.ZMQError:
+                pass
+        for thread in self._threads:
+            thread.join(timeout)
+        closed = not any(thread.is_alive() for thread in self._threads)
+        for ctl in self._controls:
+            ctl.close(linger=0)
+        self._controls.clear()
+        self._threads.clear()
+        return closed
+

@@ -1,0 +1,118 @@
+"""The probe of this process: one per process, started by ``init``, stopped by ``shutdown``.
+
+The module-level ``step``/``phase`` of :mod:`ranktop.probe` go through the
+``active`` object here, which is either a running :class:`Probe` or
+:data:`DISABLED`. Switching the probe off swaps that object (and turns the
+recorder's methods into no-ops), so the hot path never tests a flag.
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import sys
+import threading
+
+from .identity import Identity, detect
+from .recorder import NOOP, PhaseScope, Recorder, StepScope
+from .sender import Sender
+
+DEFAULT_RATE_HZ = 4.0
+DEFAULT_CAPACITY = 4096
+
+
+class Probe:
+    def __init__(self, identity: Identity, *, rate_hz: float, capacity: int, directory: str | None):
+        self.identity = identity
+        self.recorder = Recorder(capacity, on_fault=self._fault)
+        self.sender = Sender(identity, self.recorder, rate_hz=rate_hz, directory=directory, on_fault=self._fault)
+        self._step = StepScope(self.recorder)
+        self._phases: dict[str, PhaseScope] = {}
+        self._disabled = False
+
+    def step(self, number: int | None = None):
+        return self._step if number is None else StepScope(self.recorder, number)
+
+    def phase(self, name: str):
+        scope = self._phases.get(name)
+        if scope is None:
+            scope = self._phases[name] = PhaseScope(self.recorder, str(name))
+        return scope
+
+    def _fault(self, exc: BaseException) -> None:
+        if not self._disabled:
+            print(
+                f"ranktop: probe disabled on rank {self.identity.rank} after an internal error "
+                f"({exc.__class__.__name__}: {exc}); training continues",
+                file=sys.stderr,
+            )
+            _deactivate(self)
+
+
+class _Disabled:
+    """The probe while off: every call returns the shared no-op scope."""
+
+    identity = None
+
+    def step(self, number: int | None = None):
+        return NOOP
+
+    def phase(self, name: str):
+        return NOOP
+
+
+DISABLED = _Disabled()
+active: Probe | _Disabled = DISABLED
+_lock = threading.Lock()  # guards init/shutdown only, never the hot path
+
+
+def init(
+    job: str | None = None,
+    *,
+    rate_hz: float = DEFAULT_RATE_HZ,
+    capacity: int = DEFAULT_CAPACITY,
+    rendezvous_dir: str | None = None,
+) -> Probe | _Disabled:
+    """Start the probe in this process (idempotent). ``RANKTOP_DISABLE=1`` keeps it off."""
+    global active
+    with _lock:
+        if isinstance(active, Probe):
+            return active
+        if os.environ.get("RANKTOP_DISABLE", "") not in ("", "0"):
+            return DISABLED
+        if not 0.1 <= rate_hz <= 50:
+            raise ValueError(f"rate_hz must be between 0.1 and 50, got {rate_hz}")
+        probe = Probe(detect(job), rate_hz=rate_hz, capacity=capacity, directory=rendezvous_dir)
+        active = probe
+        probe.sender.start()
+        return probe
+
+
+def _deactivate(probe: Probe) -> None:
+    global active
+    probe._disabled = True
+    probe.recorder.disable()
+    if active is probe:
+        active = DISABLED
+    probe.sender.stop(timeout=0 if threading.current_thread() is probe.sender else 2.0)
+
+
+def shutdown() -> None:
+    """Flush what is left, remove this node's rendezvous record, stop the thread."""
+    with _lock:
+        if isinstance(active, Probe):
+            _deactivate(active)
+
+
+def _after_fork_in_child() -> None:
+    # A forked child (a DataLoader worker) has the parent's probe but none of its
+    # threads or sockets: it must stay silent, and never touch the zmq context.
+    global active
+    if isinstance(active, Probe):
+        active._disabled = True
+        active.recorder.disable()
+    active = DISABLED
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
+atexit.register(shutdown)

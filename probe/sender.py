@@ -1,0 +1,229 @@
+"""The probe's background thread: drains the recorder, streams telemetry, obeys commands.
+
+Everything that may be slow lives here rather than on the training thread:
+binding the node's relay, writing rendezvous files, reading the job secret,
+encoding msgpack, socket I/O and command handling. Sends are non-blocking on a
+PUB socket with a high-water mark, so a slow or absent listener costs dropped
+messages, never a stall.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import sys
+import threading
+import time
+from typing import Any, Callable
+
+import zmq
+
+from ranktop.wire import __version__ as PROBE_VERSION
+from ranktop.wire import auth, rendezvous, schema
+
+from . import commands
+from .identity import Identity
+from .recorder import Recorder
+from .relay import Relay, ipc_endpoints
+
+#: Most step records in one message; a rank that fell far behind sends several.
+MAX_RECORDS_PER_MESSAGE = 512
+#: With nothing else to send, a heartbeat this often says the rank is alive.
+HEARTBEAT_EVERY_S = 1.0
+#: Hello (metadata) is repeated so that a TUI attaching late learns it.
+HELLO_EVERY_S = 2.0
+#: Commands handled per wake-up at most, so a flood cannot starve telemetry.
+MAX_COMMANDS_PER_WAKE = 32
+
+
+class Sender(threading.Thread):
+    def __init__(
+        self,
+        identity: Identity,
+        recorder: Recorder,
+        *,
+        rate_hz: float,
+        directory: str | None,
+        on_fault: Callable[[BaseException], None],
+    ):
+        super().__init__(name="ranktop-probe", daemon=True)
+        self.identity = identity
+        self.recorder = recorder
+        self.rate_hz = rate_hz
+        self.ready = threading.Event()  # set once sockets are up (tests and shutdown wait on it)
+        self._directory = directory
+        self._on_fault = on_fault
+        self._stop_event = threading.Event()
+        self._relay: Relay | None = None
+        self._taken = 0
+        self._dropped = 0
+        self._rejected: dict[str, int] = {}
+        self._meta: dict[str, Any] | None = None
+
+    # -- lifecycle ------------------------------------------------------------
+
+    def stop(self, timeout: float = 2.0) -> None:
+        self._stop_event.set()
+        if self.is_alive() and threading.current_thread() is not self:
+            self.join(timeout)
+
+    def run(self) -> None:
+        try:
+            self._run()
+        except Exception as exc:  # a fault in the probe disables the probe, never the training
+            self._on_fault(exc)
+        finally:
+            self.ready.set()
+
+    def _run(self) -> None:
+        ctx = zmq.Context()
+        pub = sub = None
+        try:
+            if self.identity.hosts_relay:
+                self._relay = Relay(self.identity, ctx, self._directory)
+                self._relay.start()
+            try:
+                secret = rendezvous.load_or_create_secret(self.identity.job, self._directory)
+                verifier = auth.CommandVerifier(secret, self.identity.job)
+            except OSError as exc:
+                print(f"ranktop: commands disabled on rank {self.identity.rank}: cannot read job secret: {exc}", file=sys.stderr)
+                verifier = None
+            tele_ipc, ctl_ipc = ipc_endpoints(self.identity.job)
+            pub = ctx.socket(zmq.PUB)
+            pub.setsockopt(zmq.SNDHWM, 1000)
+            pub.setsockopt(zmq.LINGER, 200)
+            pub.connect(tele_ipc)
+            sub = ctx.socket(zmq.SUB)
+            sub.setsockopt(zmq.RCVHWM, 100)
+            sub.setsockopt(zmq.LINGER, 0)
+            sub.setsockopt(zmq.SUBSCRIBE, schema.COMMAND.encode())
+            sub.connect(ctl_ipc)
+            self.ready.set()
+            self._loop(pub, sub, verifier)
+            self._flush(pub, final=True)
+        finally:
+            for sock in (pub, sub):
+                if sock is not None:
+                    sock.close()
+            relay_closed = self._relay.stop() if self._relay is not None else True
+            if relay_closed:  # term() would wait forever on a socket a stuck thread still holds
+                ctx.term()
+
+    def _loop(self, pub: zmq.Socket, sub: zmq.Socket, verifier: auth.CommandVerifier | None) -> None:
+        poller = zmq.Poller()
+        poller.register(sub, zmq.POLLIN)
+        next_flush = time.monotonic()
+        next_hello = next_flush
+        last_sent = 0.0
+        while not self._stop_event.is_set():
+            now = time.monotonic()
+            if now >= next_hello:
+                self._send(pub, schema.HELLO, self.hello())
+                next_hello = now + HELLO_EVERY_S
+            if now >= next_flush:
+                if self._flush(pub):
+                    last_sent = now
+                elif now - last_sent >= HEARTBEAT_EVERY_S:
+                    self._send(pub, schema.HEARTBEAT, {"state": self.state()})
+                    last_sent = now
+                next_flush = max(next_flush + 1.0 / self.rate_hz, now)  # never a burst to catch up
+            timeout_ms = max(0, int((min(next_flush, next_hello) - time.monotonic()) * 1000))
+            if poller.poll(min(timeout_ms, 250)):
+                self._handle_commands(pub, sub, verifier)
+
+    # -- telemetry ------------------------------------------------------------
+
+    def _origin(self) -> dict[str, Any]:
+        return {"job": self.identity.job, "rank": self.identity.rank, "ts": time.time()}
+
+    def _send(self, pub: zmq.Socket, kind: str, body: dict[str, Any]) -> None:
+        payload = self._origin()
+        payload.update(body)
+        try:
+            pub.send_multipart(schema.encode(kind, payload), flags=zmq.NOBLOCK)
+        except zmq.Again:
+            pass  # PUB drops at its high-water mark; nothing to do but move on
+
+    def _flush(self, pub: zmq.Socket, final: bool = False) -> bool:
+        """Send every completed step record; True if anything was sent."""
+        records = self.recorder.drain()
+        self._taken += len(records)
+        # What the training thread produced but neither we took nor the buffer holds fell off.
+        self._dropped = max(self._dropped, self.recorder.produced - self._taken - len(self.recorder.buffer))
+        for i in range(0, len(records), MAX_RECORDS_PER_MESSAGE):
+            self._send(pub, schema.STEPS, {"steps": records[i : i + MAX_RECORDS_PER_MESSAGE], "state": self.state()})
+        return bool(records)
+
+    def state(self) -> dict[str, Any]:
+        rec = self.recorder
+        started = rec.step_started
+        return {
+            "step": rec.current_step,
+            "last": rec.last_step,
+            "in_step": bool(started),
+            "phase": rec.current_phase,
+            "step_age": time.perf_counter() - started if started else 0.0,
+            "dropped": self._dropped,
+            "rejected": dict(self._rejected),
+            "rate_hz": self.rate_hz,
+        }
+
+    def hello(self) -> dict[str, Any]:
+        if self._meta is None:
+            ident = self.identity
+            torch = sys.modules.get("torch")  # reported if the script imported it; never imported here
+            device = "cpu"
+            if torch is not None:
+                try:
+                    if torch.cuda.is_available():
+                        device = f"cuda:{torch.cuda.current_device()} {torch.cuda.get_device_name()}"
+                except Exception:
+                    pass
+            self._meta = {
+                "host": ident.host,
+                "pid": ident.pid,
+                "world": ident.world,
+                "local_rank": ident.local_rank,
+                "local_world": ident.local_world,
+                "launcher": ident.launcher,
+                "device": device,
+                "torch": getattr(torch, "__version__", None),
+                "probe": PROBE_VERSION,
+                "python": platform.python_version(),
+                "argv": sys.argv[:8],
+                "cwd": os.getcwd(),
+            }
+            if self._relay is not None:
+                self._meta["relay"] = {"telemetry": self._relay.telemetry_url, "control": self._relay.control_url}
+        return dict(self._meta, rate_hz=self.rate_hz)
+
+    # -- control --------------------------------------------------------------
+
+    def _handle_commands(self, pub: zmq.Socket, sub: zmq.Socket, verifier: auth.CommandVerifier | None) -> None:
+        for _ in range(MAX_COMMANDS_PER_WAKE):
+            try:
+                frames = sub.recv_multipart(flags=zmq.NOBLOCK)
+            except zmq.Again:
+                return
+            if verifier is None:
+                self._reject("no-secret")
+                continue
+            try:
+                msg = verifier.verify(frames)
+            except auth.AuthError as exc:
+                self._reject(exc.reason)
+                continue
+            except schema.WireError:
+                self._reject("malformed")
+                continue
+            ranks = msg.get("ranks")
+            if ranks is not None and self.identity.rank not in ranks:
+                continue
+            try:
+                ok, result = commands.run(self, msg["cmd"], msg["args"])
+            except Exception as exc:  # a broken handler answers with its error, the probe lives on
+                ok, result = False, {"error": f"{exc.__class__.__name__}: {exc}"}
+            self._send(pub, schema.REPLY, {"id": msg["id"], "cmd": msg["cmd"], "ok": ok, "result": result})
+
+    def _reject(self, reason: str) -> None:
+        self._rejected[reason] = self._rejected.get(reason, 0) + 1

@@ -1,0 +1,30 @@
+"""A torch-free rank for tests: the real probe, phases made of sleeps.
+
+Run several with RANK/LOCAL_RANK/WORLD_SIZE/LOCAL_WORLD_SIZE/RANKTOP_JOB set, as a
+launcher would. ``--slow-rank R --slow-ms MS --slow-phase P`` makes one rank slow.
+"""
+
+import argparse
+import os
+import time
+
+from ranktop import probe
+
+PHASES = {"data": 0.002, "forward": 0.004, "backward": 0.006, "optimizer": 0.002}
+
+parser = argparse.ArgumentParser()
+parser.add_argument("--steps", type=int, default=10_000)
+parser.add_argument("--slow-rank", type=int, default=-1)
+parser.add_argument("--slow-ms", type=float, default=0.0)
+parser.add_argument("--slow-phase", default="forward")
+args = parser.parse_args()
+
+rank = int(os.environ.get("RANK", "0"))
+probe.init()
+for n in range(args.steps):
+    with probe.step():
+        for name, seconds in PHASES.items():
+            with probe.phase(name):
+                extra = args.slow_ms / 1000 if rank == args.slow_rank and name == args.slow_phase else 0.0
+                time.sleep(seconds + extra)
+probe.shutdown()

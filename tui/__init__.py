@@ -1,0 +1,1 @@
+"""ranktop TUI: receive, aggregate, render. Never imports torch."""

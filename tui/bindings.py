@@ -1,0 +1,49 @@
+"""Every key ranktop answers to, in one table.
+
+The App's ``BINDINGS`` and the help screen both read :data:`KEYS`, so the
+footer, the help screen and the behaviour cannot drift apart. The ``tooltip``
+of each binding is the longer text the help screen shows.
+"""
+
+from __future__ import annotations
+
+from textual.binding import Binding
+
+KEYS: tuple[Binding, ...] = (
+    Binding("q", "quit", "Quit", id="quit", tooltip="Leave ranktop. The job is not touched."),
+    Binding(
+        "s",
+        "cycle_sort",
+        "Sort",
+        id="sort",
+        tooltip="Sort the bars by rank, by straggler score (most suspicious first), or by step time.",
+    ),
+    Binding(
+        "p",
+        "ping",
+        "Ping",
+        id="ping",
+        tooltip="Ping every rank: who answers, and the round trip time. Needs the job secret.",
+    ),
+    Binding(
+        "space",
+        "toggle_pause",
+        "Pause",
+        id="pause",
+        tooltip="Freeze the screen to read it. Telemetry keeps arriving and shows when you resume.",
+    ),
+    Binding(
+        "tab",
+        "app.focus_next",
+        "Next pane",
+        id="focus",
+        show=False,
+        tooltip="Move between the bars and the straggler table; arrows, PgUp/PgDn, Home/End scroll it.",
+    ),
+    Binding("question_mark,f1", "help", "Help", key_display="?", id="help", tooltip="Show this screen."),
+)
+
+#: Keys of the help screen itself (listed there too).
+HELP_KEYS: tuple[Binding, ...] = (
+    Binding("escape,question_mark,f1", "close", "Close", key_display="esc", id="help.close", tooltip="Close this screen."),
+)

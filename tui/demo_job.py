@@ -1,0 +1,97 @@
+"""``ranktop demo``: start the demo training job under torchrun and watch it.
+
+The job runs in its own process group with its output in a log file, so it
+never scribbles over the TUI; quitting the TUI stops the job. The TUI opens at
+once and shows "waiting" until the ranks' relays appear, and if the job dies
+before that, the user gets the tail of its log instead of an empty screen.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from .session import WatchSession, resolve
+
+
+def _train_script() -> Path:
+    spec = importlib.util.find_spec("ranktop.demo.train")
+    if spec is None or spec.origin is None:
+        raise RuntimeError("ranktop.demo is not installed")
+    return Path(spec.origin)
+
+
+def demo_command(nproc: int, extra: list[str]) -> list[str]:
+    # A script path rather than `-m`: the job then never picks modules up from the cwd.
+    return [
+        sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}",
+        str(_train_script()), *extra,
+    ]  # fmt: skip
+
+
+def start(job: str, nproc: int, extra: list[str], directory: str | None, log_path: Path | None) -> subprocess.Popen:
+    env = dict(os.environ, RANKTOP_JOB=job)
+    if directory:
+        env["RANKTOP_DIR"] = directory
+    env.setdefault("OMP_NUM_THREADS", "1")
+    out = open(log_path, "wb") if log_path else None
+    return subprocess.Popen(
+        demo_command(nproc, extra), env=env, stdout=out, stderr=subprocess.STDOUT if out else None, start_new_session=True
+    )
+
+
+def stop(proc: subprocess.Popen, grace_s: float = 10.0) -> None:
+    if proc.poll() is not None:
+        return
+    try:
+        os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait(grace_s)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+    except ProcessLookupError:
+        pass
+
+
+def _log_tail(path: Path, lines: int = 15) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return ""
+
+
+def run_demo(args, extra: list[str]) -> int:
+    from .cli import UserError, run_tui
+
+    if importlib.util.find_spec("torch") is None:
+        raise UserError("the demo needs PyTorch in this environment: pip install torch")
+    job = args.job or f"demo-{os.getpid()}"
+    if args.no_tui:
+        print(f"ranktop: demo job {job}; watch it from another terminal with: ranktop watch {job}", file=sys.stderr)
+        proc = start(job, args.nproc, extra, args.dir, None)
+        try:
+            return proc.wait()
+        except KeyboardInterrupt:
+            stop(proc)
+            return 130
+    log_path = Path(tempfile.gettempdir()) / f"ranktop-{job}.log"
+    proc = start(job, args.nproc, extra, args.dir, log_path)
+    try:
+        # Fail fast (no TUI) when the job dies at start-up: a bad switch, a missing package.
+        deadline = time.monotonic() + 3.0
+        while time.monotonic() < deadline and proc.poll() is None:
+            time.sleep(0.1)
+        if proc.poll() is not None and proc.returncode != 0:
+            raise UserError(f"the demo job exited with code {proc.returncode}; its log ({log_path}):\n{_log_tail(log_path)}")
+        session = WatchSession(resolve([job], args.dir, allow_pending=True), window=args.window, silent_after_s=args.silent_after)
+        run_tui(session, args.refresh, title=f"ranktop demo ({args.nproc} ranks)")
+    finally:
+        stop(proc)
+    print(f"ranktop: demo stopped; its log is {log_path}", file=sys.stderr)
+    return 0

@@ -1,0 +1,133 @@
+"""The receiver thread: one SUB socket per relay, everything it hears goes to the aggregator.
+
+A socket per endpoint (rather than one socket connected everywhere) lets the
+TUI say *which* endpoint has not answered. New endpoints come from a discovery
+callable polled once a second, so nodes that start after the TUI, or relays
+that restart on a new port, are picked up without a restart.
+"""
+
+from __future__ import annotations
+
+import socket
+import sys
+import threading
+import time
+from typing import Callable, Iterable
+from urllib.parse import urlsplit
+
+import zmq
+
+from ranktop.wire import rendezvous, schema
+
+from .aggregator import Aggregator
+
+DISCOVERY_EVERY_S = 1.0
+
+
+def connect_url(url: str, host: str | None = None) -> str:
+    """The URL to dial from here: a relay on this very host is reached over loopback.
+
+    A relay that bound every interface advertises its host name, which may not
+    resolve (containers, laptops); loopback always works from the same host.
+    """
+    parts = urlsplit(url)
+    if host is not None and parts.hostname == host == socket.gethostname():
+        return f"tcp://127.0.0.1:{parts.port}"
+    return url
+
+
+def parse_endpoint(text: str) -> str:
+    """Check a user-given endpoint (``tcp://host:port`` or ``host:port``); raise ValueError if bad."""
+    url = text if "://" in text else f"tcp://{text}"
+    parts = urlsplit(url)
+    try:
+        port = parts.port
+    except ValueError:
+        port = None
+    if parts.scheme != "tcp" or not parts.hostname or port is None:
+        raise ValueError(f"not an endpoint: {text!r} (expected tcp://HOST:PORT)")
+    return f"tcp://{parts.hostname}:{port}"
+
+
+class Receiver(threading.Thread):
+    def __init__(
+        self,
+        aggregator: Aggregator,
+        endpoints: Iterable[str] = (),
+        discover: Callable[[], Iterable[rendezvous.NodeRecord]] | None = None,
+        on_control: Callable[[str], None] | None = None,
+    ):
+        super().__init__(name="ranktop-receiver", daemon=True)
+        self._aggregator = aggregator
+        self._static = list(endpoints)
+        self._discover = discover
+        self._on_control = on_control
+        self._stop_event = threading.Event()
+        self._sockets: dict[str, zmq.Socket] = {}  # advertised URL -> socket
+        self._urls: dict[zmq.Socket, str] = {}  # and back
+        self._context = zmq.Context()
+        for url in self._static:
+            aggregator.add_endpoint(url)
+
+    def stop(self, timeout: float = 2.0) -> None:
+        self._stop_event.set()
+        if self.is_alive():
+            self.join(timeout)
+
+    def run(self) -> None:
+        poller = zmq.Poller()
+        try:
+            for url in self._static:
+                self._connect(poller, url, url)
+            next_discovery = 0.0
+            while not self._stop_event.is_set():
+                if self._discover is not None and time.monotonic() >= next_discovery:
+                    self._run_discovery(poller)
+                    next_discovery = time.monotonic() + DISCOVERY_EVERY_S
+                for sock, _ in poller.poll(200):
+                    self._drain(sock)
+        except Exception as exc:  # never die silently: the UI shows why the data stopped
+            self._aggregator.note_error(f"receiver stopped: {exc.__class__.__name__}: {exc}")
+            print(f"ranktop: receiver stopped: {exc}", file=sys.stderr)
+        finally:
+            for sock in self._sockets.values():
+                sock.close(linger=0)
+            self._context.term()
+
+    def _run_discovery(self, poller: zmq.Poller) -> None:
+        try:
+            records = list(self._discover())
+        except OSError as exc:
+            self._aggregator.note_error(f"cannot read rendezvous directory: {exc}")
+            return
+        for rec in records:
+            if rec.telemetry not in self._sockets:
+                self._aggregator.add_endpoint(rec.telemetry, rec.host)
+                self._connect(poller, rec.telemetry, connect_url(rec.telemetry, rec.host))
+            if self._on_control is not None:
+                self._on_control(connect_url(rec.control, rec.host))
+
+    def _connect(self, poller: zmq.Poller, url: str, dial: str) -> None:
+        sock = self._context.socket(zmq.SUB)
+        sock.setsockopt(zmq.RCVHWM, 10_000)
+        sock.setsockopt(zmq.MAXMSGSIZE, schema.MAX_BODY_BYTES + 4096)
+        sock.setsockopt(zmq.LINGER, 0)
+        for kind in schema.TELEMETRY_KINDS:
+            sock.setsockopt(zmq.SUBSCRIBE, kind.encode())
+        sock.connect(dial)
+        self._sockets[url] = sock
+        self._urls[sock] = url  # the aggregator knows an endpoint by its advertised URL
+        poller.register(sock, zmq.POLLIN)
+
+    def _drain(self, sock: zmq.Socket, limit: int = 10_000) -> None:
+        url = self._urls[sock]
+        for _ in range(limit):
+            try:
+                frames = sock.recv_multipart(flags=zmq.NOBLOCK)
+            except zmq.Again:
+                return
+            msg = self._aggregator.ingest_frames(frames, url)
+            if msg is not None and self._on_control is not None and msg["k"] == schema.HELLO:
+                relay = msg.get("relay")
+                if isinstance(relay, dict) and isinstance(relay.get("control"), str):
+                    self._on_control(connect_url(relay["control"], msg.get("host")))

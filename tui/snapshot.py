@@ -1,0 +1,96 @@
+"""The aggregator's picture of a job at one instant: what every widget renders.
+
+Widgets never read the aggregator's windows; they render one immutable
+:class:`Snapshot`, taken at the UI's refresh rate. ``--json`` prints the same
+object through :meth:`Snapshot.to_json`, so the documented JSON schema and the
+TUI can never disagree.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+# Rank statuses, worst first (the order used when sorting by status).
+SILENT = "silent"  # no message for a while: dead, hung hard, or cut off
+SLOW = "slow"  # persistently slower than the median rank
+OK = "ok"
+STATUSES = (SILENT, SLOW, OK)
+
+
+@dataclass(frozen=True)
+class RankRow:
+    rank: int
+    host: str
+    local_rank: int
+    pid: int
+    step: int  # the last completed step number, -1 before the first
+    steps_seen: int  # step records received in total
+    step_s: float | None  # median wall time of a step over the window (seconds)
+    phases: dict[str, float]  # median self time per phase (seconds), "other" included
+    score: float  # slowdown vs the median rank, as a fraction of the median step (0.25 = 25% slower)
+    excess_s: float  # the same slowdown in seconds
+    culprit_phase: str | None  # the phase that explains most of the slowdown
+    status: str  # one of STATUSES
+    last_seen_s: float  # seconds since this rank's last message
+    dropped: int  # records the probe dropped (buffer full or nobody listening)
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    url: str
+    host: str | None
+    state: str  # "waiting" (nothing heard yet) | "connected" | "lost" (quiet after talking)
+    quiet_s: float  # seconds since the last message (or since we started waiting)
+
+
+@dataclass(frozen=True)
+class Reply:
+    id: str
+    cmd: str
+    rank: int
+    ok: bool
+    result: dict
+    rtt_s: float | None  # seconds from sending the command, when this TUI sent it
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    job: str | None
+    world_size: int | None  # as the ranks report it; None before any hello
+    elapsed_s: float  # since this TUI started watching
+    global_step: int  # the furthest step any rank completed (-1 before any)
+    steps_per_s: float | None  # median over ranks of steps per second (recent)
+    phase_names: list[str]  # column order: standard phases, user phases, then "other"
+    ranks: list[RankRow]  # sorted by rank
+    stragglers: list[int]  # rank numbers, most suspicious first; only ranks with data
+    endpoints: list[Endpoint] = field(default_factory=list)
+    replies: list[Reply] = field(default_factory=list)  # most recent last
+    dropped_messages: int = 0  # malformed or foreign frames this TUI threw away
+    errors: list[str] = field(default_factory=list)  # one-line problems to show the user
+
+    @property
+    def connected(self) -> int:
+        return sum(1 for r in self.ranks if r.status != SILENT)
+
+    @property
+    def silent(self) -> int:
+        return sum(1 for r in self.ranks if r.status == SILENT)
+
+    def to_json(self) -> dict:
+        """The ``--json`` document (schema in docs/json-schema.md)."""
+        out = asdict(self)
+        out["connected"] = self.connected
+        out["silent"] = self.silent
+        return out
+
+
+EMPTY = Snapshot(
+    job=None,
+    world_size=None,
+    elapsed_s=0.0,
+    global_step=-1,
+    steps_per_s=None,
+    phase_names=[],
+    ranks=[],
+    stragglers=[],
+)

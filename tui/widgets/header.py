@@ -1,0 +1,42 @@
+"""The two header lines: which job, how many ranks are heard, how fast it steps."""
+
+from __future__ import annotations
+
+from rich.text import Text
+from textual.widgets import Static
+
+from ranktop.tui.snapshot import Snapshot
+
+from . import palette, units
+
+#: What the bars measure; said on screen so nobody reads them as GPU time.
+CLOCK = "CPU wall time"
+
+
+def header_text(snapshot: Snapshot, *, title: str, paused: bool) -> Text:
+    sep = (" │ ", palette.MUTED)
+    world = snapshot.world_size
+    reported = len(snapshot.ranks)
+    line1: list = [(title, "bold"), sep, ("job ", palette.MUTED), (snapshot.job or "?", "bold")]
+    line1 += [sep, ("world ", palette.MUTED), (str(world) if world is not None else "?", "bold")]
+    if snapshot.ranks:
+        line1 += [sep, (f"{snapshot.connected} connected", palette.STATUS_STYLES["ok"])]
+        silent_style = palette.STATUS_STYLES["silent"] if snapshot.silent else palette.MUTED
+        line1 += [sep, (f"{snapshot.silent} silent", silent_style)]
+        if world is not None and reported < world:
+            line1 += [sep, (f"{world - reported} never reported", palette.WARNING)]
+    step = str(snapshot.global_step) if snapshot.global_step >= 0 else "–"
+    rate = f"{snapshot.steps_per_s:.2f}" if snapshot.steps_per_s is not None else "–"
+    line2: list = [("step ", palette.MUTED), (step, "bold"), sep, (rate, "bold"), (" steps/s", palette.MUTED)]
+    line2 += [sep, ("elapsed ", palette.MUTED), (units.clock(snapshot.elapsed_s), "bold")]
+    line2 += [sep, ("bars: ", palette.MUTED), (CLOCK, "")]
+    if paused:
+        line2 += [sep, (" PAUSED ", "bold reverse yellow"), (" space resumes", palette.MUTED)]
+    return Text.assemble(*line1, "\n", *line2, no_wrap=True, overflow="ellipsis")
+
+
+class JobHeader(Static):
+    """Job, world size, connected and silent ranks, global step, steps/s, elapsed."""
+
+    def show(self, snapshot: Snapshot, *, title: str, paused: bool) -> None:
+        self.update(header_text(snapshot, title=title, paused=paused))

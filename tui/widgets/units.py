@@ -1,0 +1,37 @@
+"""How times and ratios are written on screen, so every widget writes them alike."""
+
+from __future__ import annotations
+
+
+def ms(seconds: float | None) -> str:
+    """A duration in milliseconds with three significant-ish digits: 0.42, 12.3, 1234."""
+    if seconds is None:
+        return "–"
+    value = seconds * 1000.0
+    if value < 10:
+        return f"{value:.2f}"
+    if value < 100:
+        return f"{value:.1f}"
+    return f"{value:.0f}"
+
+
+def score(fraction: float) -> str:
+    """A slowdown against the median rank: +42%, or ±0% when there is none."""
+    pct = round(fraction * 100)
+    return "±0%" if pct == 0 else f"{pct:+d}%"
+
+
+def clock(seconds: float) -> str:
+    """Elapsed time as hh:mm:ss (hours grow past 99 rather than wrap)."""
+    total = max(0, int(seconds))
+    return f"{total // 3600:02d}:{total % 3600 // 60:02d}:{total % 60:02d}"
+
+
+def ago(seconds: float) -> str:
+    """A short age: 12s, 4m, 3h."""
+    s = max(0, int(seconds))
+    if s < 120:
+        return f"{s}s"
+    if s < 7200:
+        return f"{s // 60}m"
+    return f"{s // 3600}h"

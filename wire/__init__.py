@@ -1,0 +1,11 @@
+"""What both ends of the wire agree on: message schema, command signing, rendezvous.
+
+``ranktop.probe`` (inside training) and ``ranktop.tui`` (the viewer) both import
+this package and nothing of each other.
+"""
+
+from .schema import PROTOCOL_VERSION, STANDARD_PHASES, OTHER_PHASE, WireError, VersionMismatch
+
+__version__ = "0.1.0"
+
+__all__ = ["PROTOCOL_VERSION", "STANDARD_PHASES", "OTHER_PHASE", "WireError", "VersionMismatch", "__version__"]

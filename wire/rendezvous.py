@@ -1,0 +1,172 @@
+"""Where a job's relays publish their endpoints, and where a TUI finds them.
+
+Layout, under the rendezvous directory (``$RANKTOP_DIR``, default ``~/.ranktop``)::
+
+    jobs/<job>/secret          the job's command key, mode 0600
+    jobs/<job>/node-<host>.json one per node: that node's relay endpoints
+
+A file per node (written atomically: temporary name, then rename) means nodes
+never contend for one file, and a home directory shared across a cluster gives
+``ranktop watch JOB`` every node of the job with no other service.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import socket
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from .auth import new_secret, read_secret_env
+
+_SAFE = re.compile(r"[^A-Za-z0-9_.-]")
+
+
+def root(directory: str | os.PathLike | None = None) -> Path:
+    if directory is not None:
+        return Path(directory).expanduser()
+    return Path(os.environ.get("RANKTOP_DIR") or Path.home() / ".ranktop").expanduser()
+
+
+def safe_name(name: str) -> str:
+    """A job or host name made safe to use as one path component."""
+    cleaned = _SAFE.sub("_", name).strip(".") or "_"
+    return cleaned[:120]
+
+
+def job_dir(job: str, directory: str | os.PathLike | None = None) -> Path:
+    return root(directory) / "jobs" / safe_name(job)
+
+
+def _ensure_private_dir(path: Path) -> None:
+    path.mkdir(parents=True, exist_ok=True, mode=0o700)
+
+
+def load_or_create_secret(job: str, directory: str | os.PathLike | None = None) -> bytes:
+    """The job's command key: from ``RANKTOP_SECRET``, else the job folder (created once, race-free)."""
+    env = read_secret_env()
+    if env:
+        return env
+    folder = job_dir(job, directory)
+    _ensure_private_dir(folder)
+    path = folder / "secret"
+    try:
+        return _read_secret(path)
+    except FileNotFoundError:
+        pass
+    tmp = folder / f".secret.{os.getpid()}.{time.monotonic_ns()}"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "wb") as f:
+        f.write(new_secret())
+    try:
+        os.link(tmp, path)  # fails if another rank won the race: then use theirs
+    except FileExistsError:
+        pass
+    finally:
+        os.unlink(tmp)
+    return _read_secret(path)
+
+
+def _read_secret(path: Path) -> bytes:
+    data = path.read_bytes().strip()
+    if not data:
+        raise FileNotFoundError(path)
+    return data
+
+
+def read_secret(job: str, directory: str | os.PathLike | None = None) -> bytes | None:
+    """The job's key for a TUI that wants to send commands; None if it cannot be read."""
+    env = read_secret_env()
+    if env:
+        return env
+    try:
+        return _read_secret(job_dir(job, directory) / "secret")
+    except (FileNotFoundError, PermissionError):
+        return None
+
+
+@dataclass(frozen=True)
+class NodeRecord:
+    job: str
+    host: str
+    telemetry: str  # tcp://addr:port a TUI subscribes to
+    control: str  # tcp://addr:port a TUI pushes signed commands to
+    pid: int
+    started: float
+    path: Path | None = None
+
+    def is_stale(self) -> bool:
+        """A record of a relay on this host whose process is gone is stale (the job died)."""
+        if self.host != socket.gethostname():
+            return False  # cannot tell from here; the TUI marks the node silent instead
+        try:
+            os.kill(self.pid, 0)
+        except ProcessLookupError:
+            return True
+        except PermissionError:
+            return False
+        return False
+
+
+def write_node(record: NodeRecord, directory: str | os.PathLike | None = None) -> Path:
+    folder = job_dir(record.job, directory)
+    _ensure_private_dir(folder)
+    path = folder / f"node-{safe_name(record.host)}.json"
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    data = {
+        "job": record.job,
+        "host": record.host,
+        "telemetry": record.telemetry,
+        "control": record.control,
+        "pid": record.pid,
+        "started": record.started,
+    }
+    tmp.write_text(json.dumps(data))
+    os.replace(tmp, path)
+    return path
+
+
+def remove_node(path: Path) -> None:
+    try:
+        path.unlink()
+    except FileNotFoundError:
+        pass
+
+
+def read_nodes(job: str, directory: str | os.PathLike | None = None) -> list[NodeRecord]:
+    """Every node record of a job, stale ones included (callers decide)."""
+    records = []
+    for path in sorted(job_dir(job, directory).glob("node-*.json")):
+        try:
+            data = json.loads(path.read_text())
+            records.append(
+                NodeRecord(
+                    job=str(data["job"]),
+                    host=str(data["host"]),
+                    telemetry=str(data["telemetry"]),
+                    control=str(data["control"]),
+                    pid=int(data["pid"]),
+                    started=float(data["started"]),
+                    path=path,
+                )
+            )
+        except (OSError, ValueError, KeyError, TypeError):
+            continue  # half-written or foreign file: not a node we can reach
+    return records
+
+
+def list_jobs(directory: str | os.PathLike | None = None) -> dict[str, list[NodeRecord]]:
+    """Jobs with at least one node record, live or stale, by job name."""
+    jobs_root = root(directory) / "jobs"
+    if not jobs_root.is_dir():
+        return {}
+    found = {}
+    for folder in sorted(jobs_root.iterdir()):
+        if folder.is_dir():
+            nodes = read_nodes(folder.name, directory)
+            if nodes:
+                found[nodes[0].job] = nodes
+    return found

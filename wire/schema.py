@@ -1,0 +1,179 @@
+"""The messages that cross the wire, and the only code that encodes or decodes them.
+
+Both ends import this module: the probe inside each rank and the TUI. A message is
+a ZeroMQ multipart frame list ``[topic, body]``: the topic (the message kind, as
+bytes) lets a subscriber filter without decoding, and the body is one msgpack map.
+Every body carries ``v`` (the protocol version as ``[major, minor]``), so a peer
+of another major version is recognised before anything else is read.
+
+Nothing here unpickles or evaluates what arrives: msgpack yields plain maps,
+lists, strings and numbers, and :func:`decode` checks the shape of each kind
+before handing it on.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgpack
+
+#: Bump the major version on any incompatible change; minor versions only add fields.
+PROTOCOL_VERSION = (1, 0)
+
+#: The standard phases, in the order bars are drawn. Users may add phases of their own.
+STANDARD_PHASES = ("data", "forward", "backward", "optimizer")
+#: The name of the time a step spent outside every named phase.
+OTHER_PHASE = "other"
+
+# Message kinds (the topic frame). Telemetry flows rank -> relay -> TUIs.
+HELLO = "hello"  # a rank's metadata; re-sent periodically so late TUIs learn it
+STEPS = "steps"  # a batch of completed step records
+HEARTBEAT = "heartbeat"  # sent when a rank has nothing else to say: it is alive
+REPLY = "reply"  # a rank's answer to a control command
+# Control flows TUI -> relay -> ranks, always signed (see ranktop.wire.auth).
+COMMAND = "command"
+
+TELEMETRY_KINDS = (HELLO, STEPS, HEARTBEAT, REPLY)
+KINDS = TELEMETRY_KINDS + (COMMAND,)
+
+# A step record is a map with these keys: compact, since a rank sends one per step.
+#   n: step number, t: wall-clock start (unix seconds), w: wall duration (s),
+#   p: {phase: seconds of self time}; "other" is w minus the sum of p.
+STEP_KEYS = ("n", "t", "w", "p")
+
+#: The largest body we accept. Bigger frames are foreign or malicious; dropped unread.
+MAX_BODY_BYTES = 4 << 20
+
+
+class WireError(ValueError):
+    """A frame that is not a ranktop message of a known shape (dropped and counted)."""
+
+
+class VersionMismatch(WireError):
+    """A ranktop peer speaking another major protocol version."""
+
+    def __init__(self, theirs: Any):
+        self.theirs = theirs
+        super().__init__(
+            f"peer speaks ranktop protocol {_fmt_version(theirs)}, this side speaks "
+            f"{_fmt_version(PROTOCOL_VERSION)}: upgrade ranktop on both sides to the same major version"
+        )
+
+
+def _fmt_version(v: Any) -> str:
+    try:
+        return ".".join(str(int(x)) for x in v)
+    except Exception:
+        return repr(v)
+
+
+def encode(kind: str, body: dict[str, Any]) -> list[bytes]:
+    """Frames for one message: ``[topic, msgpack(body + version + kind)]``."""
+    payload = dict(body)
+    payload["v"] = list(PROTOCOL_VERSION)
+    payload["k"] = kind
+    return [kind.encode(), msgpack.packb(payload, use_bin_type=True)]
+
+
+def decode(frames: list[bytes]) -> dict[str, Any]:
+    """Parse and check one telemetry or command message.
+
+    Raises :class:`VersionMismatch` for a ranktop peer of another major version and
+    :class:`WireError` for anything else that is not a well-formed message.
+    """
+    if len(frames) < 2:
+        raise WireError(f"expected at least 2 frames, got {len(frames)}")
+    topic, body = frames[0], frames[1]
+    if len(body) > MAX_BODY_BYTES:
+        raise WireError(f"message body of {len(body)} bytes exceeds {MAX_BODY_BYTES}")
+    try:
+        msg = msgpack.unpackb(body, raw=False, strict_map_key=True)
+    except Exception as exc:  # msgpack raises several unrelated types
+        raise WireError(f"body is not msgpack: {exc.__class__.__name__}") from None
+    if not isinstance(msg, dict):
+        raise WireError("body is not a map")
+    version = msg.get("v")
+    if not (isinstance(version, list) and len(version) == 2 and all(isinstance(x, int) for x in version)):
+        raise WireError("missing or malformed protocol version")
+    if version[0] != PROTOCOL_VERSION[0]:
+        raise VersionMismatch(version)
+    kind = msg.get("k")
+    if kind not in KINDS or topic != kind.encode():
+        raise WireError(f"unknown message kind {kind!r}")
+    _CHECKS[kind](msg)
+    return msg
+
+
+def _need(msg: dict, key: str, types: type | tuple[type, ...]) -> Any:
+    value = msg.get(key)
+    # bool is an int subclass; a rank number of True is nonsense.
+    if not isinstance(value, types) or isinstance(value, bool) and bool not in _as_tuple(types):
+        raise WireError(f"{msg.get('k')}: field {key!r} missing or of the wrong type")
+    return value
+
+
+def _as_tuple(types: type | tuple[type, ...]) -> tuple[type, ...]:
+    return types if isinstance(types, tuple) else (types,)
+
+
+def _check_origin(msg: dict) -> None:
+    _need(msg, "job", str)
+    rank = _need(msg, "rank", int)
+    if rank < 0:
+        raise WireError("negative rank")
+    _need(msg, "ts", (int, float))
+
+
+def _check_hello(msg: dict) -> None:
+    _check_origin(msg)
+    _need(msg, "host", str)
+    _need(msg, "world", int)
+    _need(msg, "local_rank", int)
+    _need(msg, "pid", int)
+
+
+def _check_steps(msg: dict) -> None:
+    _check_origin(msg)
+    steps = _need(msg, "steps", list)
+    for rec in steps:
+        if not isinstance(rec, dict):
+            raise WireError("steps: record is not a map")
+        n, t, w, p = (rec.get(k) for k in STEP_KEYS)
+        if not isinstance(n, int) or not isinstance(t, (int, float)) or not isinstance(w, (int, float)):
+            raise WireError("steps: record lacks n/t/w")
+        if w < 0 or not isinstance(p, dict):
+            raise WireError("steps: bad wall time or phases")
+        for name, sec in p.items():
+            if not isinstance(name, str) or not isinstance(sec, (int, float)) or sec < 0:
+                raise WireError("steps: bad phase entry")
+
+
+def _check_heartbeat(msg: dict) -> None:
+    _check_origin(msg)
+
+
+def _check_reply(msg: dict) -> None:
+    _check_origin(msg)
+    _need(msg, "id", str)
+    _need(msg, "cmd", str)
+    _need(msg, "ok", bool)
+
+
+def _check_command(msg: dict) -> None:
+    _need(msg, "job", str)
+    _need(msg, "id", str)
+    _need(msg, "cmd", str)
+    _need(msg, "ts", (int, float))
+    _need(msg, "args", dict)
+    targets = msg.get("ranks")
+    if targets is not None and not (isinstance(targets, list) and all(isinstance(r, int) for r in targets)):
+        raise WireError("command: ranks must be null or a list of ints")
+
+
+_CHECKS = {
+    HELLO: _check_hello,
+    STEPS: _check_steps,
+    HEARTBEAT: _check_heartbeat,
+    REPLY: _check_reply,
+    COMMAND: _check_command,
+}
