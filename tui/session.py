@@ -54,7 +54,7 @@ def resolve(targets: list[str], directory=None, *, allow_pending: bool = False) 
         if len(jobs) > 1:
             raise TargetError(f"{len(jobs)} jobs are running, name one: {', '.join(sorted(jobs))}")
         return Target(job=next(iter(jobs)), directory=root)
-    if all(_ENDPOINT.match(t) for t in targets):
+    if all("://" in t or _ENDPOINT.match(t) for t in targets):
         try:
             return Target(job=None, endpoints=[parse_endpoint(t) for t in targets])
         except ValueError as exc:

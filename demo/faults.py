@@ -1,0 +1,86 @@
+"""The misbehaviour the demo can inject on one rank: what ranktop exists to reveal.
+
+* **slow** – sleep a fixed time inside one phase, every step. The sleep sits
+  inside the phase being blamed, so ranktop should name that rank and that
+  phase, while every other rank shows the same time as waiting in ``backward``
+  (the gradient all-reduce, where DDP makes fast ranks wait for the slow one).
+  For ``data`` the sleep happens in the training process right after the batch
+  arrives from the DataLoader, i.e. as if fetching were slow; putting it in a
+  worker would be hidden by prefetching until the workers fall behind.
+  For the other phases it comes first in the phase, before the real work.
+* **hang** – from a given step on, sleep forever inside ``forward``. The other
+  ranks then block in ``backward``'s all-reduce: the classic "whole job frozen,
+  one rank to blame" picture.
+* **leak** – keep a few MB of freshly allocated tensors per step alive, on the
+  training device, the way a forgotten reference to activations does.
+
+A rank with no fault gets the same object with nothing to do, so the training
+loop calls these unconditionally.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Callable
+
+import torch
+
+PHASES = ("data", "forward", "backward", "optimizer")
+
+
+class Stopped(BaseException):
+    """Raised out of an injected sleep once a stop was requested (a BaseException so no
+    ``except Exception`` in between, the probe's included, mistakes it for a fault)."""
+
+
+class Faults:
+    def __init__(
+        self,
+        rank: int,
+        *,
+        device: torch.device,
+        stop_requested: Callable[[], bool] = lambda: False,
+        slow_rank: int | None = None,
+        slow_ms: float = 0.0,
+        slow_phase: str = "data",
+        hang_rank: int | None = None,
+        hang_at_step: int = 0,
+        leak_rank: int = 0,
+        leak_mb_per_step: float = 0.0,
+    ):
+        if slow_phase not in PHASES:
+            raise ValueError(f"slow_phase must be one of {PHASES}, got {slow_phase!r}")
+        self._delay_s = slow_ms / 1000.0 if rank == slow_rank else 0.0
+        self._slow_phase = slow_phase
+        self._hang_at = hang_at_step if rank == hang_rank else None
+        self._leak_elements = int(leak_mb_per_step * 2**20) // 4 if rank == leak_rank else 0  # float32
+        self._device = device
+        self._stop_requested = stop_requested
+        self.leaked: list[torch.Tensor] = []
+
+    def delay(self, phase: str) -> None:
+        """Called at the start of every phase; sleeps only in the slow rank's slow phase."""
+        if self._delay_s and phase == self._slow_phase:
+            time.sleep(self._delay_s)
+
+    def hang(self, step: int) -> None:
+        """Called in ``forward``: never returns on the hanging rank once ``step`` is reached.
+
+        It sleeps in short naps rather than forever so a SIGTERM or Ctrl+C still
+        ends the process cleanly (see :class:`Stopped`).
+        """
+        if self._hang_at is None or step < self._hang_at:
+            return
+        while not self._stop_requested():
+            time.sleep(0.1)
+        raise Stopped
+
+    def leak(self) -> None:
+        """Called once per step: allocate and keep this rank's share of leaked memory."""
+        if self._leak_elements:
+            # ones, not empty: the pages must be touched to count in the process's RSS.
+            self.leaked.append(torch.ones(self._leak_elements, device=self._device))
+
+    @property
+    def leaked_mb(self) -> float:
+        return sum(t.numel() * t.element_size() for t in self.leaked) / 2**20

@@ -1,0 +1,349 @@
+"""The demo job: a real DDP training run, instrumented with ranktop's probe, with faults on demand.
+
+Run it under torchrun (this is what ``ranktop demo`` does)::
+
+    torchrun --standalone --nproc_per_node 4 demo/train.py --slow-rank 2 --slow-ms 40
+
+or as a single process, without torchrun and without a process group::
+
+    python demo/train.py --steps 5
+
+It trains :class:`~ranktop.demo.model.TinyLM` on :class:`~ranktop.demo.data.MarkovTokens`
+with AdamW; gloo on CPU, NCCL on GPU (``cuda:LOCAL_RANK``). Each step is
+wrapped in ``probe.step()`` and its four standard phases in ``probe.phase()``;
+``--no-probe`` replaces both with a no-op so the job runs, and can be timed,
+without ranktop. The fault switches (slow, hang, leak) are described in
+:mod:`ranktop.demo.faults`.
+
+This file is run as a script path, so ``sys.path[0]`` is the demo folder:
+every import below is absolute, through the installed ``ranktop`` package.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import signal
+import socket
+import sys
+import threading
+import time
+import warnings
+
+# A torch wheel without NumPy beside it warns once per process at import; with
+# four ranks that is four copies of a warning the demo never cares about.
+warnings.filterwarnings("ignore", message="Failed to initialize NumPy")
+
+import torch  # noqa: E402
+import torch.distributed as dist  # noqa: E402
+from torch.nn.parallel import DistributedDataParallel  # noqa: E402
+from torch.utils.data import DataLoader  # noqa: E402
+
+from ranktop import probe  # noqa: E402
+from ranktop.demo.data import MarkovTokens  # noqa: E402
+from ranktop.demo.faults import PHASES, Faults, Stopped  # noqa: E402
+from ranktop.demo.model import ModelConfig, TinyLM, lm_loss  # noqa: E402
+
+#: Run "forever" by default: the live demo is ended by Ctrl+C or by ranktop.
+DEFAULT_STEPS = 1_000_000
+DEFAULT_SLOW_MS = 50.0
+DEFAULT_HANG_AT_STEP = 100
+#: How long a rank may stay stuck (in a collective whose peer is gone) after
+#: SIGTERM/SIGINT before it exits without finishing its cleanup.
+STOP_GRACE_S = 3.0
+
+
+# -- command line -------------------------------------------------------------
+
+
+def _count(minimum: int):
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"must be at least {minimum}, got {value}")
+        return value
+
+    return parse
+
+
+def _non_negative(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not value >= 0:  # also rejects nan
+        raise argparse.ArgumentTypeError(f"must not be negative, got {text}")
+    return value
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="train.py",
+        description="ranktop's demo: a small transformer LM trained with DDP, with faults to inject.",
+    )
+    run = p.add_argument_group("training")
+    run.add_argument("--steps", type=_count(0), default=DEFAULT_STEPS,
+                     help=f"training steps to run (default {DEFAULT_STEPS:,}: until interrupted)")
+    run.add_argument("--batch-size", type=_count(1), default=8, help="sequences per rank per step (default 8)")
+    run.add_argument("--seq-len", type=_count(2), default=64, help="tokens per sequence (default 64)")
+    run.add_argument("--workers", type=_count(0), default=1,
+                     help="DataLoader worker processes per rank; 0 loads in the training process (default 1)")
+    run.add_argument("--lr", type=_non_negative, default=3e-3, help="AdamW learning rate (default 3e-3)")
+    run.add_argument("--log-every", type=_count(1), default=50,
+                     help="print loss and step time on rank 0 every K steps (default 50)")
+    run.add_argument("--no-probe", action="store_true",
+                     help="run without ranktop's probe (every probe call becomes a no-op)")
+
+    slow = p.add_argument_group("straggler: one rank slow in one phase, every step")
+    slow.add_argument("--slow-rank", type=int, metavar="R", help="the rank to slow down")
+    slow.add_argument("--slow-ms", type=_non_negative, metavar="MS",
+                      help=f"milliseconds to sleep per step on the slow rank (default {DEFAULT_SLOW_MS:g})")
+    slow.add_argument("--slow-phase", choices=PHASES, default="data",
+                      help="the phase the sleep happens in (default data)")
+
+    hang = p.add_argument_group("hang: one rank stops making progress")
+    hang.add_argument("--hang-rank", type=int, metavar="R",
+                      help="the rank that hangs (inside forward; the others then wait in the all-reduce)")
+    hang.add_argument("--hang-at-step", type=_count(0), metavar="S",
+                      help=f"the step at which it hangs (default {DEFAULT_HANG_AT_STEP})")
+
+    leak = p.add_argument_group("leak: one rank's memory grows every step")
+    leak.add_argument("--leak-mb-per-step", type=_non_negative, default=0.0, metavar="X",
+                      help="MB of new tensors kept alive per step on the leaking rank (default 0: no leak)")
+    leak.add_argument("--leak-rank", type=int, default=0, metavar="R", help="the leaking rank (default 0)")
+    return p
+
+
+def parse_args(argv: list[str] | None, world: int) -> argparse.Namespace:
+    """Parse and check against the job's size, so every rank rejects a bad switch alike."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    for flag, rank in (("--slow-rank", args.slow_rank), ("--hang-rank", args.hang_rank), ("--leak-rank", args.leak_rank)):
+        if rank is not None and not 0 <= rank < world:
+            parser.error(f"{flag} {rank} is out of range: this job has {world} rank(s), 0 to {world - 1}")
+    if args.slow_ms is not None and args.slow_rank is None:
+        parser.error("--slow-ms needs --slow-rank")
+    if args.hang_at_step is not None and args.hang_rank is None:
+        parser.error("--hang-at-step needs --hang-rank")
+    if args.slow_ms is None:
+        args.slow_ms = DEFAULT_SLOW_MS
+    if args.hang_at_step is None:
+        args.hang_at_step = DEFAULT_HANG_AT_STEP
+    return args
+
+
+# -- stopping -----------------------------------------------------------------
+
+
+class GracefulStop:
+    """SIGTERM or SIGINT ends the run at the next step boundary, quietly, with exit status 0.
+
+    Python runs signal handlers only when the main thread executes Python code,
+    and a rank whose peer hangs (or has already left) is blocked inside a C++
+    all-reduce: it would never notice, and torchrun would SIGKILL it 30 s later.
+    So the signal also wakes a watchdog thread, through ``signal.set_wakeup_fd``
+    (written by the C-level handler the moment the signal lands). If the main
+    thread has not finished cleaning up ``grace_s`` later, the watchdog calls
+    ``last_words`` (releasing the probe) and exits the process; a second signal
+    exits at once.
+    """
+
+    SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+    def __init__(self, grace_s: float, last_words):
+        self.grace_s = grace_s
+        self.signum: int | None = None
+        self.done = threading.Event()
+        self._last_words = last_words
+
+    @property
+    def requested(self) -> bool:
+        return self.signum is not None
+
+    def install(self) -> None:
+        for signum in self.SIGNALS:
+            signal.signal(signum, self._on_signal)
+        reader, writer = socket.socketpair()
+        writer.setblocking(False)
+        signal.set_wakeup_fd(writer.fileno(), warn_on_full_buffer=False)
+        self._pair = (reader, writer)  # kept referenced: closing them would break the wakeup
+        threading.Thread(target=self._watch, args=(reader,), name="demo-stop-watchdog", daemon=True).start()
+        # DataLoader workers are forked from here: they must not wake our watchdog.
+        os.register_at_fork(after_in_child=self._forget)
+
+    def _on_signal(self, signum, frame) -> None:
+        if self.signum is None:
+            self.signum = signum
+
+    def _watch(self, reader: socket.socket) -> None:
+        seen, deadline = 0, None
+        while not self.done.is_set():
+            reader.settimeout(None if deadline is None else 0.1)
+            try:
+                data = reader.recv(64)
+            except socket.timeout:  # TimeoutError from 3.10 on
+                data = b""
+            except OSError:
+                return
+            seen += sum(byte in self.SIGNALS for byte in data)  # other bytes: SIGCHLD from DataLoader workers
+            if seen and deadline is None:
+                deadline = time.monotonic() + self.grace_s
+            if seen >= 2 or (deadline is not None and time.monotonic() >= deadline and not self.done.is_set()):
+                self._exit_now(seen)
+
+    def _exit_now(self, seen: int) -> None:
+        why = "a second signal" if seen >= 2 else f"still blocked {self.grace_s:g} s after the signal (a peer is gone?)"
+        print(f"[rank {os.environ.get('RANK', '0')}] {why}: exiting without cleanup", file=sys.stderr, flush=True)
+        with contextlib.suppress(BaseException):
+            self._last_words()
+        os._exit(0)
+
+    @staticmethod
+    def _forget() -> None:
+        with contextlib.suppress(ValueError):
+            signal.set_wakeup_fd(-1)
+            signal.signal(signal.SIGINT, signal.default_int_handler)
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
+# -- the job ------------------------------------------------------------------
+
+
+def _env_int(name: str, default: int) -> int:
+    text = os.environ.get(name, "")
+    try:
+        return int(text) if text else default
+    except ValueError:
+        sys.exit(f"train.py: {name}={text!r} is not a whole number")
+
+
+_NOOP = contextlib.nullcontext()
+
+
+def _noop_scope(*_args):
+    return _NOOP
+
+
+def main(argv: list[str] | None = None) -> int:
+    distributed = "WORLD_SIZE" in os.environ  # set by torchrun; absent: a plain single process
+    world = _env_int("WORLD_SIZE", 1)
+    rank = _env_int("RANK", 0)
+    local_rank = _env_int("LOCAL_RANK", 0)
+    args = parse_args(argv, world)
+
+    torch.set_num_threads(1)  # several ranks share a few cores: oversubscription would swamp the timings
+    torch.manual_seed(0)  # the same initial weights everywhere (DDP would broadcast rank 0's anyway)
+
+    if args.no_probe:
+        step_scope, phase = _noop_scope, _noop_scope
+    else:
+        probe.init()  # before the rendezvous, so ranktop sees a rank that is stuck in it
+        step_scope, phase = probe.step, probe.phase
+
+    stop = GracefulStop(STOP_GRACE_S, last_words=probe.shutdown)
+    stop.install()
+
+    if torch.cuda.is_available():
+        device = torch.device("cuda", local_rank)
+        torch.cuda.set_device(device)
+        backend = "nccl"
+
+        def sync() -> None:
+            # The probe reads the host clock: without this, asynchronous kernels would make
+            # every phase look instant and the wait for a slow rank land wherever the queue
+            # first blocks. A demo wants honest phases more than peak throughput.
+            torch.cuda.synchronize(device)
+    else:
+        device, backend = torch.device("cpu"), "gloo"
+
+        def sync() -> None:
+            pass
+
+    if distributed:
+        dist.init_process_group(backend, device_id=device if device.type == "cuda" else None)
+
+    cfg = ModelConfig(seq_len=args.seq_len)
+    model = TinyLM(cfg).to(device)
+    if distributed:
+        model = DistributedDataParallel(model, device_ids=[local_rank] if device.type == "cuda" else None)
+    try:  # the fused kernel halves the optimizer phase on CPU; torch < 2.4 has it for CUDA only
+        optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, fused=True)
+    except RuntimeError:
+        optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr)
+    dataset = MarkovTokens(cfg.vocab, args.seq_len, rank=rank, world=world)
+    loader = DataLoader(dataset, batch_size=args.batch_size, num_workers=args.workers,
+                        pin_memory=device.type == "cuda")
+    faults = Faults(
+        rank,
+        device=device,
+        stop_requested=lambda: stop.requested,
+        slow_rank=args.slow_rank,
+        slow_ms=args.slow_ms,
+        slow_phase=args.slow_phase,
+        hang_rank=args.hang_rank,
+        hang_at_step=args.hang_at_step,
+        leak_rank=args.leak_rank,
+        leak_mb_per_step=args.leak_mb_per_step,
+    )
+
+    if rank == 0:
+        params = sum(p.numel() for p in model.parameters())
+        print(f"[rank 0] {world} rank(s), {backend} on {device.type}, {params:,} parameters, "
+              f"loss floor {dataset.entropy():.3f} nats, probe {'off' if args.no_probe else 'on'}", flush=True)
+
+    step = 0
+    batches = iter(loader)
+    try:
+        last_log_step, last_log_time = 0, time.perf_counter()
+        for step in range(args.steps):
+            if stop.requested:
+                break
+            with step_scope():
+                with phase("data"):
+                    inputs, targets = next(batches)
+                    inputs = inputs.to(device, non_blocking=True)
+                    targets = targets.to(device, non_blocking=True)
+                    faults.delay("data")
+                with phase("forward"):
+                    faults.delay("forward")
+                    faults.hang(step)
+                    loss = lm_loss(model, inputs, targets)
+                    faults.leak()
+                with phase("backward"):
+                    faults.delay("backward")
+                    loss.backward()  # DDP all-reduces the gradients here
+                    sync()
+                with phase("optimizer"):
+                    faults.delay("optimizer")
+                    optimizer.step()
+                    optimizer.zero_grad(set_to_none=True)
+                    sync()
+            if rank == 0 and (step == 0 or (step + 1) % args.log_every == 0):
+                now = time.perf_counter()
+                ms = (now - last_log_time) * 1000 / (step + 1 - last_log_step)
+                leaked = f"  leaked {faults.leaked_mb:,.0f} MB" if faults.leaked else ""
+                print(f"[rank 0] step {step + 1:>7}  loss {loss.item():.3f}  {ms:6.1f} ms/step{leaked}", flush=True)
+                last_log_step, last_log_time = step + 1, time.perf_counter()
+    except Stopped:
+        pass
+    except Exception:
+        if not stop.requested:
+            raise
+        # A peer left first and tore its end of the collective down: expected while stopping.
+    finally:
+        if stop.requested and rank == 0:
+            print(f"[rank 0] stopped by {signal.Signals(stop.signum).name} at step {step}", flush=True)
+        del batches  # joins the DataLoader workers
+        probe.shutdown()  # a no-op when the probe is off
+        if distributed and dist.is_initialized():
+            dist.destroy_process_group()
+        stop.done.set()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,143 @@
+"""The aggregator, fed synthetic streams: straggler ranking, silence, drops. No sockets, no terminal."""
+
+import random
+
+import msgpack
+
+from ranktop.tui.aggregator import Aggregator
+from ranktop.wire import schema
+
+
+class Clock:
+    def __init__(self):
+        self.now = 1000.0
+
+    def __call__(self):
+        return self.now
+
+
+def hello(rank, world=4, host="node0"):
+    return {"k": "hello", "job": "j", "rank": rank, "ts": 0.0, "host": host, "world": world, "local_rank": rank, "pid": 100 + rank}
+
+
+def steps(rank, records):
+    return {"k": "steps", "job": "j", "rank": rank, "ts": 0.0, "steps": records}
+
+
+def ddp_step(n, slow_rank, rank, slow_s, phase, noise=0.0):
+    """One step of synchronous training: the slow rank computes longer, every other rank waits in backward."""
+    base = {"data": 0.002, "forward": 0.010, "backward": 0.015, "optimizer": 0.003}
+    p = {k: v + random.uniform(0, noise) for k, v in base.items()}
+    if rank == slow_rank:
+        p[phase] += slow_s
+    else:
+        p["backward"] += slow_s  # waiting in the gradient all-reduce for the slow rank
+    return {"n": n, "t": 100.0 + n * 0.05, "w": sum(p.values()) + 0.001, "p": p}
+
+
+def feed(agg, world, n_steps, slow_rank=-1, slow_s=0.0, phase="forward", noise=0.0005):
+    for r in range(world):
+        agg.ingest(hello(r, world))
+    for n in range(n_steps):
+        for r in range(world):
+            agg.ingest(steps(r, [ddp_step(n, slow_rank, r, slow_s, phase, noise)]))
+
+
+def test_every_rank_appears_with_its_phase_medians():
+    agg = Aggregator("j", clock=Clock())
+    feed(agg, 4, 20)
+    snap = agg.snapshot()
+    assert [r.rank for r in snap.ranks] == [0, 1, 2, 3]
+    assert snap.world_size == 4 and snap.global_step == 19
+    assert snap.phase_names == ["data", "forward", "backward", "optimizer", "other"]
+    row = snap.ranks[0]
+    assert row.host == "node0" and abs(row.phases["forward"] - 0.010) < 0.001 and row.steps_seen == 20
+
+
+def test_a_slow_rank_ranks_first_in_whichever_phase_it_is_slow():
+    # Backward is left out on purpose: under DDP a slow backward and the others' wait
+    # in the gradient all-reduce land in the same phase, and phase timings alone
+    # cannot tell them apart; that needs the collective wait time of each rank.
+    for phase in ("data", "forward", "optimizer"):
+        agg = Aggregator("j", clock=Clock())
+        feed(agg, 8, 30, slow_rank=5, slow_s=0.040, phase=phase)
+        snap = agg.snapshot()
+        top = snap.ranks[snap.stragglers[0]]
+        assert top.rank == 5, phase
+        assert top.status == "slow" and top.culprit_phase == phase
+        assert 0.035 < top.excess_s < 0.045
+        assert [r.rank for r in snap.ranks if r.status == "slow"] == [5]
+
+
+def test_a_healthy_noisy_job_flags_nobody():
+    random.seed(1)
+    agg = Aggregator("j", clock=Clock())
+    feed(agg, 16, 64, noise=0.002)
+    assert all(r.status == "ok" for r in agg.snapshot().ranks)
+
+
+def test_one_slow_step_is_not_a_straggler():
+    agg = Aggregator("j", clock=Clock())
+    feed(agg, 4, 30)
+    agg.ingest(steps(2, [ddp_step(30, 2, 2, 0.5, "forward")]))
+    assert agg.snapshot().ranks[2].status == "ok"
+
+
+def test_a_rank_that_stops_talking_is_marked_silent_not_removed():
+    clock = Clock()
+    agg = Aggregator("j", clock=clock, silent_after_s=3.0)
+    feed(agg, 4, 10)
+    clock.now += 5
+    for r in (0, 1, 3):
+        agg.ingest({"k": "heartbeat", "job": "j", "rank": r, "ts": 0.0})
+    snap = agg.snapshot()
+    assert [r.status for r in snap.ranks] == ["ok", "ok", "silent", "ok"]
+    assert snap.stragglers[0] == 2 and snap.silent == 1 and snap.connected == 3
+
+
+def test_malformed_foreign_and_other_version_frames_are_dropped_and_counted():
+    agg = Aggregator("j", clock=Clock())
+    agg.ingest_frames([b"hello", b"garbage"])
+    agg.ingest_frames(schema.encode("hello", dict(hello(0), job="another-job")))
+    agg.ingest_frames([b"hello", msgpack.packb(dict(hello(0), v=[9, 0]))], "tcp://node7:5555")
+    snap = agg.snapshot()
+    assert snap.dropped_messages == 3 and snap.ranks == []
+    assert len(snap.errors) == 1 and "tcp://node7:5555" in snap.errors[0] and "protocol 9.0" in snap.errors[0]
+
+
+def test_an_endpoint_that_never_answers_is_shown_waiting():
+    clock = Clock()
+    agg = Aggregator("j", clock=clock, silent_after_s=3.0)
+    agg.add_endpoint("tcp://a:1", "a")
+    agg.add_endpoint("tcp://b:2", "b")
+    clock.now += 4
+    agg.ingest(hello(0), "tcp://a:1")
+    states = {e.url: (e.state, round(e.quiet_s)) for e in agg.snapshot().endpoints}
+    assert states == {"tcp://a:1": ("connected", 0), "tcp://b:2": ("waiting", 4)}
+    clock.now += 10
+    assert {e.url: e.state for e in agg.snapshot().endpoints}["tcp://a:1"] == "lost"
+
+
+def test_replies_carry_the_round_trip_of_commands_this_tui_sent():
+    clock = Clock()
+    agg = Aggregator("j", clock=clock)
+    agg.note_sent("c1")
+    clock.now += 0.004
+    agg.ingest({"k": "reply", "job": "j", "rank": 1, "ts": 0.0, "id": "c1", "cmd": "ping", "ok": True, "result": {}})
+    (reply,) = agg.snapshot().replies
+    assert (reply.rank, reply.ok) == (1, True) and abs(reply.rtt_s - 0.004) < 1e-9
+
+
+def test_512_ranks_make_a_snapshot():
+    agg = Aggregator("j", clock=Clock(), window=16)
+    feed(agg, 512, 16, slow_rank=300, slow_s=0.030, phase="data")
+    snap = agg.snapshot()
+    assert len(snap.ranks) == 512 and snap.stragglers[0] == 300
+
+
+def test_the_json_document_has_the_documented_keys():
+    agg = Aggregator("j", clock=Clock())
+    feed(agg, 2, 5)
+    doc = agg.snapshot().to_json()
+    assert {"job", "world_size", "global_step", "steps_per_s", "ranks", "stragglers", "connected", "silent"} <= set(doc)
+    assert {"rank", "host", "step", "step_s", "phases", "status", "score", "culprit_phase"} <= set(doc["ranks"][0])

@@ -1,0 +1,57 @@
+"""Bad input gets one clear line and a non-zero exit, never a traceback."""
+
+import json
+import os
+
+from support import run_cli
+
+from ranktop.wire import rendezvous
+
+
+def assert_one_line_error(out, code, *fragments):
+    assert out.returncode == code, (out.returncode, out.stderr)
+    assert "Traceback" not in out.stderr
+    for fragment in fragments:
+        assert fragment in out.stderr, out.stderr
+
+
+def test_an_unknown_job_is_named_in_the_error(rdv):
+    out = run_cli("watch", "no-such-job", "--json", "--duration", "1")
+    assert_one_line_error(out, 1, "unknown job 'no-such-job'", "no job is running")
+
+
+def test_watch_with_nothing_running_says_how_to_start(rdv):
+    assert_one_line_error(run_cli("watch", "--json"), 1, "no running job found", "ranktop demo")
+
+
+def test_an_ended_job_is_recognised_by_its_stale_record(rdv):
+    rendezvous.write_node(
+        rendezvous.NodeRecord("dead-job", os.uname().nodename, "tcp://x:1", "tcp://x:2", pid=2**22 + 7, started=0.0)
+    )
+    assert_one_line_error(run_cli("watch", "dead-job", "--json"), 1, "job 'dead-job' has ended")
+    assert run_cli("jobs").stdout.startswith("no running jobs")
+    assert "dead-job\tended" in run_cli("jobs", "--all").stdout
+
+
+def test_an_endpoint_nobody_answers_is_reported_while_waiting(rdv):
+    out = run_cli("watch", "tcp://127.0.0.1:9", "--json", "--duration", "4")
+    assert_one_line_error(out, 1, "no answer from tcp://127.0.0.1:9 after 3s; still waiting", "no rank reported within 4s")
+    doc = json.loads(out.stdout)
+    assert doc["endpoints"][0]["state"] == "waiting"
+
+
+def test_a_malformed_endpoint_is_refused(rdv):
+    assert_one_line_error(run_cli("watch", "tcp://host:notaport", "--json"), 1, "not an endpoint")
+
+
+def test_a_bad_flag_is_a_usage_error():
+    assert_one_line_error(run_cli("watch", "--duration", "-3"), 2, "must be positive")
+    assert_one_line_error(run_cli("watch", "--frobnicate"), 2, "unrecognized arguments: --frobnicate")
+    assert_one_line_error(run_cli("ping", "--ranks", "a,b"), 2, "comma-separated rank numbers")
+
+
+def test_help_lists_every_command():
+    out = run_cli("--help")
+    assert out.returncode == 0
+    for command in ("watch", "jobs", "ping", "demo"):
+        assert command in out.stdout

@@ -1,0 +1,68 @@
+"""The wire schema: what is accepted, what is dropped, and what a version mismatch says."""
+
+import msgpack
+import pytest
+
+from ranktop.wire import schema
+
+
+def hello(**over):
+    body = {"job": "j", "rank": 3, "ts": 1.0, "host": "h", "world": 8, "local_rank": 3, "pid": 42}
+    body.update(over)
+    return body
+
+
+def test_a_message_round_trips_with_its_kind_as_topic():
+    frames = schema.encode(schema.HELLO, hello())
+    assert frames[0] == b"hello"
+    msg = schema.decode(frames)
+    assert msg["rank"] == 3 and msg["k"] == "hello" and msg["v"] == list(schema.PROTOCOL_VERSION)
+
+
+def test_step_records_round_trip():
+    steps = [{"n": 7, "t": 100.0, "w": 0.02, "p": {"forward": 0.01, "mine": 0.001}}]
+    msg = schema.decode(schema.encode(schema.STEPS, {"job": "j", "rank": 0, "ts": 1.0, "steps": steps}))
+    assert msg["steps"] == steps
+
+
+def test_another_major_version_gets_a_clear_error():
+    body = dict(hello(), v=[2, 0], k="hello")
+    with pytest.raises(schema.VersionMismatch) as err:
+        schema.decode([b"hello", msgpack.packb(body)])
+    assert "protocol 2.0" in str(err.value) and "1.0" in str(err.value) and "upgrade" in str(err.value)
+
+
+def test_a_newer_minor_version_is_accepted():
+    body = dict(hello(), v=[1, 9], k="hello", new_field="ignored")
+    assert schema.decode([b"hello", msgpack.packb(body)])["new_field"] == "ignored"
+
+
+@pytest.mark.parametrize(
+    "frames",
+    [
+        [b"hello"],
+        [b"hello", b"\xc1not msgpack"],
+        [b"hello", msgpack.packb([1, 2, 3])],
+        [b"hello", msgpack.packb({"k": "hello"})],  # no version
+        [b"steps", msgpack.packb(dict(hello(), v=[1, 0], k="hello"))],  # topic disagrees with kind
+        [b"evil", msgpack.packb({"v": [1, 0], "k": "evil", "job": "j", "rank": 0, "ts": 1})],
+        [b"hello", msgpack.packb(dict(hello(rank=-1), v=[1, 0], k="hello"))],
+        [b"hello", msgpack.packb(dict(hello(rank=True), v=[1, 0], k="hello"))],
+        [b"steps", msgpack.packb({"v": [1, 0], "k": "steps", "job": "j", "rank": 0, "ts": 1, "steps": [{"n": 1}]})],
+        [b"steps", msgpack.packb({"v": [1, 0], "k": "steps", "job": "j", "rank": 0, "ts": 1,
+                                  "steps": [{"n": 1, "t": 1, "w": 1, "p": {"x": -1}}]})],
+        [b"hello", b"\x00" * (schema.MAX_BODY_BYTES + 1)],
+    ],
+    ids=["one-frame", "garbage", "not-a-map", "no-version", "topic-mismatch", "unknown-kind", "negative-rank",
+         "bool-rank", "step-without-times", "negative-phase", "oversized"],
+)
+def test_malformed_frames_raise_wire_error(frames):
+    with pytest.raises(schema.WireError):
+        schema.decode(frames)
+
+
+def test_msgpack_extension_types_are_not_objects():
+    # ext types (msgpack's escape hatch) must never turn into live objects
+    body = msgpack.packb({"v": [1, 0], "k": "hello", "x": msgpack.ExtType(1, b"payload")})
+    with pytest.raises(schema.WireError):
+        schema.decode([b"hello", body])

@@ -1,0 +1,170 @@
+"""The ranktop terminal UI: renders Snapshots at a fixed rate and sends commands on request.
+
+The App never sees telemetry. ``source.snapshot()`` is called on a timer at
+``refresh_hz`` and the result is pushed into the widgets, so a burst of
+messages from the job costs the UI nothing: it always draws at the same rate,
+whatever arrives in between.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from rich.text import Text
+from textual.app import App, ComposeResult
+from textual.containers import Container
+from textual.reactive import reactive
+from textual.widgets import Footer
+
+from ranktop.tui import bindings
+from ranktop.tui.snapshot import EMPTY, Snapshot
+from ranktop.tui.widgets import (
+    SORTS,
+    Breakdown,
+    HelpScreen,
+    JobHeader,
+    SentCommand,
+    StatusLine,
+    StragglerTable,
+    Waiting,
+)
+from ranktop.tui.widgets import palette
+
+READ_ONLY = "read-only: no job secret, commands disabled"
+
+
+class SnapshotSource(Protocol):
+    def snapshot(self) -> Snapshot: ...
+
+
+class Controller(Protocol):
+    available: bool
+
+    def send(self, cmd: str, args: dict | None = None, ranks: list[int] | None = None) -> str: ...
+
+
+class RanktopApp(App[None]):
+    """``top`` for the ranks of a training job."""
+
+    CSS_PATH = "ranktop.tcss"
+    BINDINGS = list(bindings.KEYS)
+    # Wide terminals put the straggler table beside the bars instead of under them.
+    HORIZONTAL_BREAKPOINTS = [(0, "-narrow"), (140, "-wide")]
+
+    sort: reactive[str] = reactive(SORTS[0])
+    """How the bars are ordered: one of ``widgets.SORTS`` (rank, score, step)."""
+
+    paused: reactive[bool] = reactive(False)
+    """While True the screen keeps showing the last snapshot; the job is not affected."""
+
+    def __init__(
+        self,
+        source: SnapshotSource,
+        controller: Controller | None = None,
+        *,
+        refresh_hz: float = 2.0,
+        title: str = "ranktop",
+    ):
+        super().__init__()
+        if not refresh_hz > 0:
+            raise ValueError(f"refresh_hz must be positive, not {refresh_hz!r}")
+        self.source = source
+        self.controller = controller
+        self.refresh_hz = refresh_hz
+        self.title = title
+        self.snapshot: Snapshot = EMPTY
+        """The snapshot on screen."""
+        self._notice: Text | None = None  # the answer to the user's last key, e.g. read-only
+        self._source_error: str | None = None  # cleared by the next snapshot that works
+        self._last_command: SentCommand | None = None
+
+    def compose(self) -> ComposeResult:
+        yield JobHeader(id="header")
+        yield Waiting(id="waiting")
+        with Container(id="panes"):
+            yield Breakdown(id="breakdown")
+            yield StragglerTable(id="stragglers")
+        yield StatusLine(id="status")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.query_one("#stragglers").border_title = "Stragglers · most suspicious first"
+        self.poll()
+        self.set_interval(1.0 / self.refresh_hz, self.poll)
+
+    def poll(self) -> None:
+        """Take one snapshot from the source and draw it (the refresh timer calls this)."""
+        if self.paused:
+            return
+        try:
+            self.snapshot = self.source.snapshot()
+        except Exception as exc:  # the UI stays up, shows the last good snapshot and says what broke
+            self._source_error = f"cannot read telemetry: {_one_line(exc)}"
+        else:
+            self._source_error = None
+        self._draw()
+
+    def _draw(self) -> None:
+        snapshot = self.snapshot
+        self.query_one(JobHeader).show(snapshot, title=self.title, paused=self.paused)
+        empty = not snapshot.ranks
+        self.query_one(Waiting).display = empty
+        self.query_one("#panes").display = not empty
+        if empty:
+            self.query_one(Waiting).show(snapshot)
+        else:
+            self.query_one(Breakdown).show(snapshot, self.sort)
+            self.query_one(StragglerTable).show(snapshot)
+        self._draw_status()
+
+    def _draw_status(self) -> None:
+        notice = Text(self._source_error, style=palette.ERROR) if self._source_error else self._notice
+        self.query_one(StatusLine).show(self.snapshot, notice=notice, last_command=self._last_command)
+
+    def watch_sort(self) -> None:
+        if self.is_mounted and self.snapshot.ranks:
+            self.query_one(Breakdown).show(self.snapshot, self.sort)
+
+    def watch_paused(self, paused: bool) -> None:
+        if not self.is_mounted:
+            return
+        if paused:
+            self.query_one(JobHeader).show(self.snapshot, title=self.title, paused=True)
+        else:
+            self.poll()
+
+    # -- actions (keys are in ranktop.tui.bindings) ----------------------------
+
+    def action_cycle_sort(self) -> None:
+        self.sort = SORTS[(SORTS.index(self.sort) + 1) % len(SORTS)]
+
+    def action_toggle_pause(self) -> None:
+        self.paused = not self.paused
+
+    def action_help(self) -> None:
+        if not isinstance(self.screen, HelpScreen):
+            self.push_screen(HelpScreen())
+
+    def action_ping(self) -> None:
+        self.send_command("ping")
+
+    def send_command(self, cmd: str, args: dict | None = None) -> None:
+        """Send a command to every rank; its replies show in the status line as they arrive."""
+        controller = self.controller
+        if controller is None or not getattr(controller, "available", False):
+            self._notice = Text(READ_ONLY, style=palette.WARNING)
+        else:
+            ranks = tuple(r.rank for r in self.snapshot.ranks)
+            try:
+                command_id = controller.send(cmd, args)
+            except Exception as exc:  # a transport error must not take the UI down
+                self._notice = Text(f"{cmd} failed: {_one_line(exc)}", style=palette.ERROR)
+            else:
+                self._notice = None
+                self._last_command = SentCommand(command_id, cmd, ranks, self.snapshot.elapsed_s)
+        self._draw_status()
+
+
+def _one_line(exc: BaseException) -> str:
+    lines = str(exc).strip().splitlines()
+    return lines[0] if lines else type(exc).__name__

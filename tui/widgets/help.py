@@ -1,0 +1,57 @@
+"""The help screen: every key from ranktop.tui.bindings, and how to read the screen."""
+
+from __future__ import annotations
+
+from rich.table import Table
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import VerticalScroll
+from textual.keys import format_key
+from textual.screen import ModalScreen
+from textual.widgets import Static
+
+from ranktop.tui import bindings
+
+from . import palette
+
+READING = (
+    "Bars stack each rank's median phase times (CPU wall time around each phase, "
+    "not GPU kernel time); the slowest step shown fills the width.\n"
+    "score: time a rank spends beyond the median rank, summed over phases, as a share "
+    "of the median step. culprit: the phase holding most of it. In synchronous "
+    "training the fast ranks wait for the slow one inside a collective, so step times "
+    "match; the phases tell them apart."
+)
+
+
+def key_names(binding: Binding) -> str:
+    """All keys of a binding as the user types them: "? f1"."""
+    return " ".join(format_key(key.strip()) for key in binding.key.split(","))
+
+
+def keys_table(keys: tuple[Binding, ...]) -> Table:
+    table = Table.grid(padding=(0, 2))
+    table.add_column(style="bold", no_wrap=True)
+    table.add_column(no_wrap=True)
+    table.add_column(style=palette.MUTED)
+    for binding in keys:
+        table.add_row(key_names(binding), binding.description, binding.tooltip)
+    return table
+
+
+class HelpScreen(ModalScreen[None]):
+    """A modal over the live screen; the screen beneath keeps updating."""
+
+    BINDINGS = list(bindings.HELP_KEYS)
+
+    def compose(self) -> ComposeResult:
+        with VerticalScroll(id="help-body") as body:
+            body.border_title = "ranktop keys"
+            body.border_subtitle = "esc or ? closes"
+            yield Static(keys_table(bindings.KEYS), id="help-keys")
+            yield Static(keys_table(bindings.HELP_KEYS), id="help-close-keys")
+            yield Static(Text(READING, style=palette.MUTED), id="help-reading")
+
+    def action_close(self) -> None:
+        self.dismiss()

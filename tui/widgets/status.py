@@ -1,0 +1,114 @@
+"""The status line: what ranktop hears, what went wrong, and how the last command went."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from rich.text import Text
+from textual.widgets import Static
+
+from ranktop.tui.snapshot import Endpoint, Snapshot
+
+from . import palette, units
+
+MAX_ERRORS_SHOWN = 3
+#: After this long, ranks that have not answered a command are named.
+ANSWER_GRACE_S = 5.0
+MAX_RANKS_NAMED = 6
+
+
+@dataclass(frozen=True)
+class SentCommand:
+    """A command this TUI sent: replies are matched to it by id."""
+
+    id: str
+    cmd: str
+    ranks: tuple[int, ...]  # the ranks expected to answer (those known when it was sent)
+    sent_at_s: float  # snapshot.elapsed_s when it was sent
+
+
+def endpoints_text(endpoints: list[Endpoint]) -> Text:
+    """Endpoints grouped by state: waiting in yellow, lost in red, connected quietly."""
+    text = Text()
+    groups = {state: [e for e in endpoints if e.state == state] for state in ("lost", "waiting", "connected")}
+    lost, waiting, connected = groups["lost"], groups["waiting"], groups["connected"]
+    if lost:
+        quiet = units.ago(max(e.quiet_s for e in lost))
+        what = lost[0].url if len(lost) == 1 else f"{len(lost)} endpoints: {', '.join(e.url for e in lost)}"
+        text.append(f"lost {what} (quiet {quiet})  ", style=palette.ERROR)
+    if waiting:
+        wait = units.ago(max(e.quiet_s for e in waiting))
+        if len(waiting) == 1:
+            text.append(f"waiting for {waiting[0].url} ({wait})  ", style=palette.WARNING)
+        else:
+            urls = ", ".join(e.url for e in waiting)
+            text.append(f"waiting for {len(waiting)} endpoints ({wait}): {urls}  ", style=palette.WARNING)
+    if connected:
+        what = connected[0].url if len(connected) == 1 else f"{len(connected)} endpoints"
+        text.append(f"connected to {what}  ", style=palette.MUTED)
+    text.rstrip()
+    return text
+
+
+def command_text(sent: SentCommand, snapshot: Snapshot) -> Text:
+    """e.g. "ping: 4/4 ranks answered, max rtt 3.1 ms"."""
+    replies = {r.rank: r for r in snapshot.replies if r.id == sent.id}
+    expected = len(sent.ranks) or len(replies)
+    waited = snapshot.elapsed_s - sent.sent_at_s
+    text = Text(f"{sent.cmd}: ", style="bold")
+    if not replies:
+        if waited < ANSWER_GRACE_S:
+            text.append(f"sent to {expected} ranks, waiting for answers…", style=palette.MUTED)
+        else:
+            text.append(f"no answer from any of {expected} ranks after {units.ago(waited)}", style=palette.ERROR)
+        return text
+    complete = len(replies) >= expected
+    text.append(f"{len(replies)}/{expected} ranks answered", style="" if complete else palette.WARNING)
+    rtts = [r.rtt_s for r in replies.values() if r.rtt_s is not None]
+    if rtts:
+        text.append(f", max rtt {max(rtts) * 1000:.1f} ms")
+    failed = [r for r in replies.values() if not r.ok]
+    if failed:
+        first = failed[0]
+        reason = str(first.result.get("error", "failed")).splitlines()[0] if first.result else "failed"
+        text.append(f", {len(failed)} failed (rank {first.rank}: {reason})", style=palette.ERROR)
+    missing = [n for n in sent.ranks if n not in replies]
+    if missing and waited >= ANSWER_GRACE_S:
+        named = ", ".join(str(n) for n in missing[:MAX_RANKS_NAMED])
+        more = f" +{len(missing) - MAX_RANKS_NAMED}" if len(missing) > MAX_RANKS_NAMED else ""
+        text.append(f", no answer from rank{'s' if len(missing) > 1 else ''} {named}{more}", style=palette.WARNING)
+    return text
+
+
+def status_text(snapshot: Snapshot, *, notice: Text | None = None, last_command: SentCommand | None = None) -> Text:
+    """Errors (newest last), then endpoints and dropped messages, then the notice or last command."""
+    lines: list[Text] = []
+    errors = snapshot.errors[-MAX_ERRORS_SHOWN:]
+    for i, error in enumerate(errors):
+        line = Text(error.splitlines()[0] if error else "", style=palette.ERROR)
+        hidden = len(snapshot.errors) - len(errors)
+        if i == 0 and hidden:
+            line.append(f"  (+{hidden} earlier)", style=palette.MUTED)
+        lines.append(line)
+    heard = endpoints_text(snapshot.endpoints)
+    if snapshot.dropped_messages:
+        if heard:
+            heard.append("  ")
+        heard.append(f"dropped {snapshot.dropped_messages} malformed or foreign messages", style=palette.WARNING)
+    if heard:
+        lines.append(heard)
+    if notice is not None:
+        lines.append(notice)
+    elif last_command is not None:
+        lines.append(command_text(last_command, snapshot))
+    text = Text("\n").join(lines)
+    text.no_wrap = True
+    text.overflow = "ellipsis"
+    return text
+
+
+class StatusLine(Static):
+    """Endpoints, errors, dropped messages and the last command's replies, one line each."""
+
+    def show(self, snapshot: Snapshot, *, notice: Text | None, last_command: SentCommand | None) -> None:
+        self.update(status_text(snapshot, notice=notice, last_command=last_command))

@@ -1,0 +1,97 @@
+"""The straggler table: every rank, the most suspicious first.
+
+Rows are keyed by rank and updated cell by cell, and reordered only when the
+order changed, so a refresh neither flickers nor loses the scroll position.
+While the table has focus the highlighted rank stays highlighted as it moves;
+otherwise the highlight keeps its place in the order (the top row is always
+the worst straggler).
+"""
+
+from __future__ import annotations
+
+from rich.text import Text
+from textual.widgets import DataTable
+
+from ranktop.tui.snapshot import SILENT, SLOW, RankRow, Snapshot
+
+from . import palette, units
+
+#: (key, heading, width) of each column; widths are fixed so values never make the table jump.
+COLUMNS = (
+    ("rank", "rank", 5),
+    ("host", "host", 16),
+    ("step", "step", 8),
+    ("step_ms", "step ms", 8),
+    ("score", "score", 6),
+    ("culprit", "culprit", 10),
+    ("status", "status", 10),
+)
+HOST_WIDTH = dict((k, w) for k, _, w in COLUMNS)["host"]
+
+
+def straggler_order(snapshot: Snapshot) -> list[int]:
+    """``snapshot.stragglers`` first, then every other rank by number."""
+    listed = [n for n in snapshot.stragglers if any(r.rank == n for r in snapshot.ranks)]
+    seen = set(listed)
+    return listed + [r.rank for r in snapshot.ranks if r.rank not in seen]
+
+
+def cells(row: RankRow) -> tuple[Text, ...]:
+    muted = palette.MUTED if row.status == SILENT else ""
+    host = row.host if len(row.host) <= HOST_WIDTH else row.host[: HOST_WIDTH - 1] + "…"
+    has_data = row.step_s is not None and row.status != SILENT
+    score_style = palette.STATUS_STYLES[SLOW] if row.status == SLOW else muted
+    status = row.status if row.status != SILENT else f"silent {units.ago(row.last_seen_s)}"
+    return (
+        Text(str(row.rank), justify="right", style="bold" if row.status == SLOW else muted),
+        Text(host, style=muted),
+        Text(str(row.step) if row.step >= 0 else "–", justify="right", style=muted),
+        Text(units.ms(row.step_s), justify="right", style=muted),
+        Text(units.score(row.score) if has_data else "", justify="right", style=score_style),
+        Text(row.culprit_phase or "", style=palette.STATUS_STYLES[SLOW] if row.culprit_phase else ""),
+        Text(status, style=palette.STATUS_STYLES[row.status]),
+    )
+
+
+class StragglerTable(DataTable):
+    """rank, host, step, step ms, score, culprit phase, status."""
+
+    def __init__(self, **kwargs) -> None:
+        super().__init__(cursor_type="row", zebra_stripes=True, **kwargs)
+        self._shown: dict[int, tuple[Text, ...]] = {}
+
+    def on_mount(self) -> None:
+        for key, heading, width in COLUMNS:
+            self.add_column(heading, key=key, width=width)
+
+    def show(self, snapshot: Snapshot) -> None:
+        present = {r.rank: r for r in snapshot.ranks}
+        for rank in [n for n in self._shown if n not in present]:
+            self.remove_row(str(rank))
+            del self._shown[rank]
+        for rank, row in present.items():
+            new = cells(row)
+            old = self._shown.get(rank)
+            if old is None:
+                self.add_row(*new, key=str(rank))
+            elif old != new:
+                for (column, _, _), value, before in zip(COLUMNS, new, old):
+                    if value != before:
+                        self.update_cell(str(rank), column, value)
+            self._shown[rank] = new
+        self._reorder(straggler_order(snapshot))
+
+    def _reorder(self, order: list[int]) -> None:
+        if [int(row.key.value) for row in self.ordered_rows] == order:
+            return
+        selected = self.selected_rank() if self.has_focus else None
+        position = {rank: i for i, rank in enumerate(order)}
+        self.sort("rank", key=lambda cell: position[int(cell.plain)])
+        if selected is not None:
+            self.move_cursor(row=self.get_row_index(str(selected)))
+
+    def selected_rank(self) -> int | None:
+        """The rank under the cursor, if any."""
+        if not self.row_count:
+            return None
+        return int(self.coordinate_to_cell_key(self.cursor_coordinate).row_key.value)

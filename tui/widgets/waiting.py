@@ -1,0 +1,27 @@
+"""The empty state: shown instead of empty tables until the first rank reports."""
+
+from __future__ import annotations
+
+from rich.text import Text
+from textual.widgets import Static
+
+from ranktop.tui.snapshot import Snapshot
+
+from . import palette
+
+
+def waiting_text(snapshot: Snapshot) -> Text:
+    job = f"ranks of job {snapshot.job}" if snapshot.job else "ranks"
+    text = Text(justify="center")
+    text.append(f"waiting for {job}…\n\n", style="bold")
+    text.append("Ranks appear here as soon as their probe sends its first message.", style=palette.MUTED)
+    if snapshot.endpoints:
+        text.append("\nListening to: " + ", ".join(e.url for e in snapshot.endpoints), style=palette.MUTED)
+    return text
+
+
+class Waiting(Static):
+    """"waiting for ranks of job X…", centred."""
+
+    def show(self, snapshot: Snapshot) -> None:
+        self.update(waiting_text(snapshot))
