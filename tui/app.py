@@ -48,6 +48,8 @@ class RanktopApp(App[None]):
 
     CSS_PATH = "ranktop.tcss"
     BINDINGS = list(bindings.KEYS)
+    # Every action has a key in the one table, listed by the help screen; a palette would be a second list.
+    ENABLE_COMMAND_PALETTE = False
     # Wide terminals put the straggler table beside the bars instead of under them.
     HORIZONTAL_BREAKPOINTS = [(0, "-narrow"), (140, "-wide")]
 

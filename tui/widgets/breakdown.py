@@ -223,10 +223,14 @@ class Breakdown(Vertical):
         width = bars.content_width or self.size.width
         cols = Columns.fit(width, rows)
         self.query_one("#legend", Static).update(legend_text(snapshot.phase_names, colours, cols))
+        # Stacked under the table, the pane hugs its rows (up to its max-height) and leaves
+        # the rest to the table; side by side, both panes take the full height.
+        # The summary only when rows scroll: then it is the one line that speaks for all ranks.
+        scrolls = len(rows) > bars.size.height
+        self.styles.height = "1fr" if self.screen.has_class("-wide") else len(rows) + 2 + scrolls
         summary = self.query_one("#summary", Static)
-        # Only when rows scroll: then the summary is the one line that speaks for all ranks.
-        summary.display = len(rows) > max(1, bars.size.height)
-        if summary.display:
+        summary.display = scrolls
+        if scrolls:
             summary.update(summary_text(rows))
         scale = bar_scale(rows)
         full = f" · full bar {units.ms(scale)} ms" if scale else ""

@@ -30,13 +30,17 @@ def key_names(binding: Binding) -> str:
     return " ".join(format_key(key.strip()) for key in binding.key.split(","))
 
 
-def keys_table(keys: tuple[Binding, ...]) -> Table:
+def keys_table(*groups: tuple[Binding, ...]) -> Table:
+    """One aligned table of keys, a blank row between groups."""
     table = Table.grid(padding=(0, 2))
     table.add_column(style="bold", no_wrap=True)
     table.add_column(no_wrap=True)
     table.add_column(style=palette.MUTED)
-    for binding in keys:
-        table.add_row(key_names(binding), binding.description, binding.tooltip)
+    for i, group in enumerate(groups):
+        if i:
+            table.add_row()
+        for binding in group:
+            table.add_row(key_names(binding), binding.description, binding.tooltip)
     return table
 
 
@@ -49,8 +53,7 @@ class HelpScreen(ModalScreen[None]):
         with VerticalScroll(id="help-body") as body:
             body.border_title = "ranktop keys"
             body.border_subtitle = "esc or ? closes"
-            yield Static(keys_table(bindings.KEYS), id="help-keys")
-            yield Static(keys_table(bindings.HELP_KEYS), id="help-close-keys")
+            yield Static(keys_table(bindings.KEYS, bindings.HELP_KEYS), id="help-keys")
             yield Static(Text(READING, style=palette.MUTED), id="help-reading")
 
     def action_close(self) -> None:
