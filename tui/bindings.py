@@ -38,7 +38,7 @@ KEYS: tuple[Binding, ...] = (
         "Next pane",
         id="focus",
         show=False,
-        tooltip="Move between the bars and the straggler table; arrows, PgUp/PgDn, Home/End scroll it.",
+        tooltip="Move between the bars and the straggler table; arrows and PgUp/PgDn scroll it.",
     ),
     Binding("question_mark,f1", "help", "Help", key_display="?", id="help", tooltip="Show this screen."),
 )

@@ -148,13 +148,17 @@ def cmd_watch(args) -> int:
     return run_tui(session, args.refresh)
 
 
-def run_tui(session: WatchSession, refresh_hz: float, title: str = "ranktop") -> int:
+def run_tui(session: WatchSession, refresh_hz: float, title: str = "ranktop", on_app=None) -> int:
+    """Run the TUI until the user quits; ``on_app(app)`` runs first (the demo watches its job with it)."""
     try:
         from .app import RanktopApp
     except ImportError as exc:
         raise UserError(f"the TUI needs textual ({exc}): pip install 'ranktop[tui]', or use --json") from None
     with session:
-        RanktopApp(session, session.controller, refresh_hz=refresh_hz, title=title).run()
+        app = RanktopApp(session, session.controller, refresh_hz=refresh_hz, title=title)
+        if on_app is not None:
+            on_app(app)
+        app.run()
     return 0
 
 

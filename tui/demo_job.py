@@ -14,7 +14,7 @@ import signal
 import subprocess
 import sys
 import tempfile
-import time
+import threading
 from pathlib import Path
 
 from .session import WatchSession, resolve
@@ -60,10 +60,13 @@ def stop(proc: subprocess.Popen, grace_s: float = 10.0) -> None:
 
 
 def _log_tail(path: Path, lines: int = 15) -> str:
+    """What the user needs from a dead job's log: its error lines, else its last lines."""
     try:
-        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+        text = path.read_text(errors="replace").splitlines()
     except OSError:
         return ""
+    errors = list(dict.fromkeys(line.strip() for line in text if "error:" in line or "Error:" in line))
+    return "\n".join(errors[:4] if errors else text[-lines:])
 
 
 def run_demo(args, extra: list[str]) -> int:
@@ -83,15 +86,25 @@ def run_demo(args, extra: list[str]) -> int:
     log_path = Path(tempfile.gettempdir()) / f"ranktop-{job}.log"
     proc = start(job, args.nproc, extra, args.dir, log_path)
     try:
-        # Fail fast (no TUI) when the job dies at start-up: a bad switch, a missing package.
-        deadline = time.monotonic() + 3.0
-        while time.monotonic() < deadline and proc.poll() is None:
-            time.sleep(0.1)
-        if proc.poll() is not None and proc.returncode != 0:
-            raise UserError(f"the demo job exited with code {proc.returncode}; its log ({log_path}):\n{_log_tail(log_path)}")
         session = WatchSession(resolve([job], args.dir, allow_pending=True), window=args.window, silent_after_s=args.silent_after)
-        run_tui(session, args.refresh, title=f"ranktop demo ({args.nproc} ranks)")
+        run_tui(session, args.refresh, title=f"ranktop demo ({args.nproc} ranks)", on_app=lambda app: _close_with(app, proc))
     finally:
         stop(proc)
+    if proc.returncode not in (0, -signal.SIGTERM):
+        # It died on its own (a bad switch, a crash): the user needs its last words, not a blank screen.
+        raise UserError(f"the demo job exited with code {proc.returncode}; the end of its log ({log_path}):\n{_log_tail(log_path)}")
     print(f"ranktop: demo stopped; its log is {log_path}", file=sys.stderr)
     return 0
+
+
+def _close_with(app, proc: subprocess.Popen) -> None:
+    """Close the TUI when the job ends by itself, so its exit is reported."""
+
+    def wait() -> None:
+        proc.wait()
+        try:
+            app.call_from_thread(app.exit)
+        except RuntimeError:
+            pass  # the app has already gone
+
+    threading.Thread(target=wait, name="ranktop-demo-wait", daemon=True).start()

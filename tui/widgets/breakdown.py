@@ -45,9 +45,9 @@ class Columns:
     @classmethod
     def fit(cls, width: int, rows: list[RankRow]) -> Columns:
         rank = max(4, max((len(str(r.rank)) for r in rows), default=1))
-        longest_host = max((len(r.host) for r in rows), default=4)
         # Hosts are trimmed harder on narrow screens: the bar matters more than the domain name.
-        host = max(4, min(longest_host, 16 if width >= 100 else 10))
+        limit = 16 if width >= 100 else 10
+        host = max(4, max((len(units.host(r.host, limit)) for r in rows), default=4))
         fixed = rank + host + cls.step + cls.score + 4  # four separating spaces
         return cls(rank=rank, host=host, bar=max(MIN_BAR, width - fixed))
 
@@ -100,7 +100,7 @@ def rank_text(row: RankRow, phase_names: list[str], colours: dict[str, str], sca
     silent = row.status == SILENT
     muted = palette.MUTED if silent else ""
     rank_style = palette.STATUS_STYLES[SLOW] if row.status == SLOW else ("" if not silent else muted)
-    host = row.host if len(row.host) <= cols.host else row.host[: cols.host - 1] + "…"
+    host = units.host(row.host, cols.host)
     text = Text(no_wrap=True, overflow="crop")
     text.append(f"{row.rank:>{cols.rank}} ", style=rank_style or "bold")
     text.append(f"{host:<{cols.host}} ", style=muted)
@@ -222,16 +222,19 @@ class Breakdown(Vertical):
         colours = palette.phase_colours(snapshot.phase_names)
         width = bars.content_width or self.size.width
         cols = Columns.fit(width, rows)
-        self.query_one("#legend", Static).update(legend_text(snapshot.phase_names, colours, cols))
+        self.query_one("#legend", Static).update(legend_text(snapshot.phase_names, colours, cols), layout=False)
         # Stacked under the table, the pane hugs its rows (up to its max-height) and leaves
         # the rest to the table; side by side, both panes take the full height.
         # The summary only when rows scroll: then it is the one line that speaks for all ranks.
         scrolls = len(rows) > bars.size.height
-        self.styles.height = "1fr" if self.screen.has_class("-wide") else len(rows) + 2 + scrolls
+        height = "1fr" if self.screen.has_class("-wide") else str(len(rows) + 2 + scrolls)
+        if str(self.styles.height) != height:
+            self.styles.height = height
         summary = self.query_one("#summary", Static)
-        summary.display = scrolls
+        if summary.display != scrolls:
+            summary.display = scrolls
         if scrolls:
-            summary.update(summary_text(rows))
+            summary.update(summary_text(rows), layout=False)
         scale = bar_scale(rows)
         full = f" · full bar {units.ms(scale)} ms" if scale else ""
         self.border_title = f"Step breakdown per rank · sort: {SORT_LABELS[sort]}{full}"

@@ -39,4 +39,5 @@ class JobHeader(Static):
     """Job, world size, connected and silent ranks, global step, steps/s, elapsed."""
 
     def show(self, snapshot: Snapshot, *, title: str, paused: bool) -> None:
-        self.update(header_text(snapshot, title=title, paused=paused))
+        # Fixed height (ranktop.tcss): repaint without a layout pass over the whole screen.
+        self.update(header_text(snapshot, title=title, paused=paused), layout=False)

@@ -110,5 +110,11 @@ def status_text(snapshot: Snapshot, *, notice: Text | None = None, last_command:
 class StatusLine(Static):
     """Endpoints, errors, dropped messages and the last command's replies, one line each."""
 
+    _lines = 0
+
     def show(self, snapshot: Snapshot, *, notice: Text | None, last_command: SentCommand | None) -> None:
-        self.update(status_text(snapshot, notice=notice, last_command=last_command))
+        text = status_text(snapshot, notice=notice, last_command=last_command)
+        # Its height follows its lines; only a change in their number needs a layout pass.
+        lines = len(text.plain.splitlines())
+        self.update(text, layout=lines != self._lines)
+        self._lines = lines

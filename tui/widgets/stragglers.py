@@ -31,14 +31,21 @@ HOST_WIDTH = dict((k, w) for k, _, w in COLUMNS)["host"]
 
 def straggler_order(snapshot: Snapshot) -> list[int]:
     """``snapshot.stragglers`` first, then every other rank by number."""
-    listed = [n for n in snapshot.stragglers if any(r.rank == n for r in snapshot.ranks)]
+    present = {r.rank for r in snapshot.ranks}
+    listed = [n for n in dict.fromkeys(snapshot.stragglers) if n in present]
     seen = set(listed)
     return listed + [r.rank for r in snapshot.ranks if r.rank not in seen]
 
 
+def shown_values(row: RankRow) -> tuple:
+    """What the cells of a row depend on: cheap to compare, so unchanged rows cost nothing."""
+    silent_for = units.ago(row.last_seen_s) if row.status == SILENT else None
+    return (row.host, row.step, units.ms(row.step_s), units.score(row.score), row.culprit_phase, row.status, silent_for)
+
+
 def cells(row: RankRow) -> tuple[Text, ...]:
     muted = palette.MUTED if row.status == SILENT else ""
-    host = row.host if len(row.host) <= HOST_WIDTH else row.host[: HOST_WIDTH - 1] + "…"
+    host = units.host(row.host, HOST_WIDTH)
     has_data = row.step_s is not None and row.status != SILENT
     score_style = palette.STATUS_STYLES[SLOW] if row.status == SLOW else muted
     status = row.status if row.status != SILENT else f"silent {units.ago(row.last_seen_s)}"
@@ -59,6 +66,7 @@ class StragglerTable(DataTable):
     def __init__(self, **kwargs) -> None:
         super().__init__(cursor_type="row", zebra_stripes=True, **kwargs)
         self._shown: dict[int, tuple[Text, ...]] = {}
+        self._values: dict[int, tuple] = {}
 
     def on_mount(self) -> None:
         for key, heading, width in COLUMNS:
@@ -68,8 +76,12 @@ class StragglerTable(DataTable):
         present = {r.rank: r for r in snapshot.ranks}
         for rank in [n for n in self._shown if n not in present]:
             self.remove_row(str(rank))
-            del self._shown[rank]
+            del self._shown[rank], self._values[rank]
         for rank, row in present.items():
+            values = shown_values(row)
+            if self._values.get(rank) == values:
+                continue
+            self._values[rank] = values
             new = cells(row)
             old = self._shown.get(rank)
             if old is None:

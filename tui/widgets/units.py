@@ -1,6 +1,8 @@
-"""How times and ratios are written on screen, so every widget writes them alike."""
+"""How times, ratios and host names are written on screen, so every widget writes them alike."""
 
 from __future__ import annotations
+
+import ipaddress
 
 
 def ms(seconds: float | None) -> str:
@@ -35,3 +37,20 @@ def ago(seconds: float) -> str:
     if s < 7200:
         return f"{s // 60}m"
     return f"{s // 3600}h"
+
+
+def host(name: str, width: int) -> str:
+    """A host name in at most ``width`` cells, keeping the part that tells nodes apart.
+
+    The domain goes first (``gpu-node-a.cluster.example.com`` -> ``gpu-node-a``);
+    if that is still too long the end is kept, where node numbers usually are.
+    """
+    if len(name) <= width:
+        return name
+    try:
+        ipaddress.ip_address(name)
+    except ValueError:
+        name = name.split(".", 1)[0]
+    if len(name) <= width:
+        return name
+    return "…" + name[len(name) - width + 1 :] if width > 1 else name[:width]

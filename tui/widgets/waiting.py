@@ -12,11 +12,10 @@ from . import palette
 
 def waiting_text(snapshot: Snapshot) -> Text:
     job = f"ranks of job {snapshot.job}" if snapshot.job else "ranks"
-    text = Text(justify="center")
+    text = Text()
     text.append(f"waiting for {job}…\n\n", style="bold")
+    # Where ranktop listens is on the status line, with how long it has waited.
     text.append("Ranks appear here as soon as their probe sends its first message.", style=palette.MUTED)
-    if snapshot.endpoints:
-        text.append("\nListening to: " + ", ".join(e.url for e in snapshot.endpoints), style=palette.MUTED)
     return text
 
 
@@ -24,4 +23,4 @@ class Waiting(Static):
     """"waiting for ranks of job X…", centred."""
 
     def show(self, snapshot: Snapshot) -> None:
-        self.update(waiting_text(snapshot))
+        self.update(waiting_text(snapshot), layout=False)
