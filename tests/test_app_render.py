@@ -195,8 +195,12 @@ def test_sorting_by_step_time_puts_silent_and_warming_up_ranks_last():
 # -- the straggler table -----------------------------------------------------------
 
 
-def test_straggler_table_lists_the_snapshot_stragglers_first_then_the_rest():
-    snap = job_snapshot([rank_row(n) for n in range(6)], stragglers=[4, 1])
+def test_straggler_table_lists_flagged_stragglers_first_in_snapshot_order_then_the_rest_by_rank():
+    rows = [rank_row(n) for n in range(6)]
+    rows[4] = rank_row(4, step_ms=150.0, status=SLOW, score=0.5, culprit="data")
+    rows[1] = rank_row(1, status=SILENT, last_seen_s=9.0)
+    # The aggregator ranks healthy ranks too (by noise); they stay in rank order so rows do not shuffle.
+    snap = job_snapshot(rows, stragglers=[4, 1, 5, 0, 3, 2])
 
     async def scenario(app, pilot):
         assert table_ranks(app) == [4, 1, 0, 2, 3, 5]
@@ -230,6 +234,7 @@ def test_straggler_table_reorders_in_place_and_keeps_its_scroll_position():
             rows[:63] + [rank_row(63, step_ms=140.0, status=SLOW, score=0.4, culprit="data")],
             stragglers=[63] + list(range(63)),
         )
+        assert selected not in (0, 63)
         app.poll()
         await pilot.pause()
         assert table_ranks(app)[0] == 63
@@ -436,6 +441,14 @@ def test_a_wide_terminal_puts_the_table_beside_the_bars():
         bars, table = app.query_one("#breakdown").region, app.query_one("#stragglers").region
         assert table.x >= bars.right and table.y == bars.y
 
+    drive(eight_ranks(), scenario, size=(200, 50))
+
+
+def test_at_160_columns_the_bars_get_the_full_width_above_the_table():
+    async def scenario(app, pilot):
+        bars, table = app.query_one("#breakdown").region, app.query_one("#stragglers").region
+        assert bars.width == table.width == 160 and table.y >= bars.bottom
+
     drive(eight_ranks(), scenario, size=(160, 45))
 
 
@@ -449,3 +462,11 @@ def test_status_styles_cover_every_status():
 
     assert set(palette.STATUS_STYLES) == set(STATUSES)
     assert isinstance(status_text(eight_ranks()), Text)
+
+
+def test_q_quits():
+    async def scenario(app, pilot):
+        await pilot.press("q")
+        assert app.return_code == 0
+
+    drive(eight_ranks(), scenario)

@@ -50,8 +50,9 @@ class RanktopApp(App[None]):
     BINDINGS = list(bindings.KEYS)
     # Every action has a key in the one table, listed by the help screen; a palette would be a second list.
     ENABLE_COMMAND_PALETTE = False
-    # Wide terminals put the straggler table beside the bars instead of under them.
-    HORIZONTAL_BREAKPOINTS = [(0, "-narrow"), (140, "-wide")]
+    # Very wide terminals put the straggler table beside the bars instead of under them;
+    # below that the bars are better off with the full width.
+    HORIZONTAL_BREAKPOINTS = [(0, "-narrow"), (200, "-wide")]
 
     sort: reactive[str] = reactive(SORTS[0])
     """How the bars are ordered: one of ``widgets.SORTS`` (rank, score, step)."""

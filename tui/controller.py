@@ -9,6 +9,7 @@ thread): ZeroMQ sockets must stay on one thread.
 from __future__ import annotations
 
 import threading
+from typing import Callable
 
 import zmq
 
@@ -18,9 +19,17 @@ from .aggregator import Aggregator
 
 
 class Controller:
-    def __init__(self, job: str | None, secret: bytes | None, aggregator: Aggregator):
+    def __init__(
+        self,
+        job: str | None,
+        secret: bytes | None,
+        aggregator: Aggregator,
+        load_secret: Callable[[], bytes | None] | None = None,
+    ):
         self._job = job
         self._secret = secret
+        # A job that is still starting may not have written its secret yet: look again when needed.
+        self._load_secret = load_secret
         self._aggregator = aggregator
         self._context = zmq.Context()
         self._lock = threading.Lock()
@@ -29,6 +38,8 @@ class Controller:
 
     @property
     def available(self) -> bool:
+        if self._secret is None and self._load_secret is not None:
+            self._secret = self._load_secret()
         return self._secret is not None
 
     @property
@@ -43,7 +54,7 @@ class Controller:
 
     def send(self, cmd: str, args: dict | None = None, ranks: list[int] | None = None) -> str:
         """Sign and send a command to every known relay; returns its id (replies quote it)."""
-        if self._secret is None:
+        if not self.available:
             raise PermissionError(self.unavailable_reason)
         job = self._job or self._aggregator.snapshot().job
         if job is None:

@@ -85,9 +85,13 @@ class WatchSession:
     ):
         self.target = target
         self.aggregator = Aggregator(target.job, window=window, silent_after_s=silent_after_s)
-        if secret is None:
-            secret = rendezvous.read_secret(target.job, target.directory) if target.job else auth.read_secret_env()
-        self.controller = Controller(target.job, secret, self.aggregator)
+        load_secret = None
+        if secret is None and target.job is not None:
+            job, directory = target.job, target.directory
+            load_secret = lambda: rendezvous.read_secret(job, directory)  # noqa: E731
+        elif secret is None:
+            secret = auth.read_secret_env()
+        self.controller = Controller(target.job, secret, self.aggregator, load_secret)
         discover = None
         if target.job is not None:
             job, directory = target.job, target.directory

@@ -126,13 +126,19 @@ def legend_text(phase_names: list[str], colours: dict[str, str], cols: Columns) 
     return text
 
 
+SHORT_NAMES = {"forward": "fwd", "backward": "bwd", "optimizer": "optim"}
+
+
 def _legend_key(phase_names: list[str], colours: dict[str, str], width: int) -> Text:
-    # Full names when they fit, then tighter spacing, then names cut to four letters.
-    for sep, cut in ((" ", None), ("", None), ("", 4)):
+    # Full names when they fit, then tighter spacing, then short names (user phases cut to 6).
+    def short(name: str) -> str:
+        return SHORT_NAMES.get(name, name[:6])
+
+    for sep, label in ((" ", str), ("", str), ("", short)):
         key = Text(no_wrap=True, overflow="ellipsis")
         for name in phase_names:
             key.append("■", style=colours[name])
-            key.append(f"{sep}{name[:cut] if cut else name} ", style="not bold")
+            key.append(f"{sep}{label(name)} ", style="not bold")
         if key.cell_len - 1 <= width:
             break
     key.rstrip()

@@ -1,4 +1,9 @@
-"""The straggler table: every rank, the most suspicious first.
+"""The straggler table: every rank, the flagged ones first.
+
+Slow and silent ranks come first, in the order of ``snapshot.stragglers``
+(most suspicious first); every other rank follows by rank number. The
+aggregator ranks healthy ranks too, by scores that differ only by noise, and
+following that order would reshuffle the table on every refresh.
 
 Rows are keyed by rank and updated cell by cell, and reordered only when the
 order changed, so a refresh neither flickers nor loses the scroll position.
@@ -12,7 +17,7 @@ from __future__ import annotations
 from rich.text import Text
 from textual.widgets import DataTable
 
-from ranktop.tui.snapshot import SILENT, SLOW, RankRow, Snapshot
+from ranktop.tui.snapshot import OK, SILENT, SLOW, RankRow, Snapshot
 
 from . import palette, units
 
@@ -30,11 +35,13 @@ HOST_WIDTH = dict((k, w) for k, _, w in COLUMNS)["host"]
 
 
 def straggler_order(snapshot: Snapshot) -> list[int]:
-    """``snapshot.stragglers`` first, then every other rank by number."""
-    present = {r.rank for r in snapshot.ranks}
-    listed = [n for n in dict.fromkeys(snapshot.stragglers) if n in present]
-    seen = set(listed)
-    return listed + [r.rank for r in snapshot.ranks if r.rank not in seen]
+    """Flagged ranks in ``snapshot.stragglers`` order, then the rest by rank number."""
+    flagged = {r.rank for r in snapshot.ranks if r.status != OK}
+    first = [n for n in dict.fromkeys(snapshot.stragglers) if n in flagged]
+    # A flagged rank the aggregator did not list still belongs at the top.
+    first += sorted(flagged - set(first))
+    listed = set(first)
+    return first + sorted(r.rank for r in snapshot.ranks if r.rank not in listed)
 
 
 def shown_values(row: RankRow) -> tuple:
