@@ -415,7 +415,8 @@ def test_512_ranks_render_quickly_with_a_summary_row_and_scroll():
         for _ in range(10):
             app.poll()
             await pilot.pause()
-        assert (time.perf_counter() - started) / 10 < 0.25  # well inside one frame at 2 Hz
+        per_refresh = (time.perf_counter() - started) / 10
+        assert per_refresh < 0.5, f"{per_refresh:.3f}s per refresh cannot keep up with the default 2 Hz"
         bars = app.query_one(RankBars)
         bars.focus()
         await pilot.press("end")

@@ -18,7 +18,7 @@ def test_a_step_records_each_phase_and_its_wall_time():
     (record,) = rec.drain()
     assert record["n"] == 0
     assert set(record["p"]) == {"data", "forward"}
-    assert record["p"]["forward"] > record["p"]["data"] >= 0.002
+    assert record["p"]["data"] >= 0.002 and record["p"]["forward"] >= 0.004
     assert record["w"] >= sum(record["p"].values())
 
 

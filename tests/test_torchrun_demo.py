@@ -10,6 +10,7 @@ import sys
 import pytest
 from support import run_cli, wait_for
 
+from ranktop.tui.session import WatchSession, resolve
 from ranktop.wire import rendezvous
 
 pytestmark = pytest.mark.slow
@@ -29,6 +30,13 @@ def torchrun(rdv, tmp_path):
         procs.append(proc)
         wait_for(lambda: rendezvous.read_nodes(job) or proc.poll() is not None, 90, "the job never started its relay")
         assert proc.poll() is None, (tmp_path / f"{job}.log").read_text()[-3000:]
+        # The relay is up before torch has built the model: wait until every rank trains.
+        with WatchSession(resolve([job])) as session:
+            wait_for(
+                lambda: (ranks := session.snapshot().ranks) and len(ranks) == nproc and all(r.steps_seen >= 5 for r in ranks),
+                120,
+                "the ranks never started training",
+            )
         return proc
 
     yield launch

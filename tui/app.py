@@ -80,18 +80,24 @@ class RanktopApp(App[None]):
         self._notice: Text | None = None  # the answer to the user's last key, e.g. read-only
         self._source_error: str | None = None  # cleared by the next snapshot that works
         self._last_command: SentCommand | None = None
+        self._header = JobHeader(id="header")
+        self._waiting = Waiting(id="waiting")
+        self._panes = Container(id="panes")
+        self._breakdown = Breakdown(id="breakdown")
+        self._stragglers = StragglerTable(id="stragglers")
+        self._status = StatusLine(id="status")
 
     def compose(self) -> ComposeResult:
-        yield JobHeader(id="header")
-        yield Waiting(id="waiting")
-        with Container(id="panes"):
-            yield Breakdown(id="breakdown")
-            yield StragglerTable(id="stragglers")
-        yield StatusLine(id="status")
+        yield self._header
+        yield self._waiting
+        with self._panes:
+            yield self._breakdown
+            yield self._stragglers
+        yield self._status
         yield Footer()
 
     def on_mount(self) -> None:
-        self.query_one("#stragglers").border_title = "Stragglers · most suspicious first"
+        self._stragglers.border_title = "Stragglers · flagged first"
         self.poll()
         self.set_interval(1.0 / self.refresh_hz, self.poll)
 
@@ -108,31 +114,33 @@ class RanktopApp(App[None]):
         self._draw()
 
     def _draw(self) -> None:
+        if not self._header.is_attached:
+            return  # the timer may fire once more while the app shuts down
         snapshot = self.snapshot
-        self.query_one(JobHeader).show(snapshot, title=self.title, paused=self.paused)
+        self._header.show(snapshot, title=self.title, paused=self.paused)
         empty = not snapshot.ranks
-        self.query_one(Waiting).display = empty
-        self.query_one("#panes").display = not empty
+        self._waiting.display = empty
+        self._panes.display = not empty
         if empty:
-            self.query_one(Waiting).show(snapshot)
+            self._waiting.show(snapshot)
         else:
-            self.query_one(Breakdown).show(snapshot, self.sort)
-            self.query_one(StragglerTable).show(snapshot)
+            self._breakdown.show(snapshot, self.sort)
+            self._stragglers.show(snapshot)
         self._draw_status()
 
     def _draw_status(self) -> None:
         notice = Text(self._source_error, style=palette.ERROR) if self._source_error else self._notice
-        self.query_one(StatusLine).show(self.snapshot, notice=notice, last_command=self._last_command)
+        self._status.show(self.snapshot, notice=notice, last_command=self._last_command)
 
     def watch_sort(self) -> None:
-        if self.is_mounted and self.snapshot.ranks:
-            self.query_one(Breakdown).show(self.snapshot, self.sort)
+        if self._breakdown.is_attached and self.snapshot.ranks:
+            self._breakdown.show(self.snapshot, self.sort)
 
     def watch_paused(self, paused: bool) -> None:
-        if not self.is_mounted:
+        if not self._header.is_attached:
             return
         if paused:
-            self.query_one(JobHeader).show(self.snapshot, title=self.title, paused=True)
+            self._header.show(self.snapshot, title=self.title, paused=True)
         else:
             self.poll()
 

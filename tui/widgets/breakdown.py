@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 from rich.segment import Segment
 from rich.text import Text
+from textual.app import ComposeResult
 from textual.containers import Vertical
 from textual.geometry import Size
 from textual.scroll_view import ScrollView
@@ -99,10 +100,10 @@ def rank_text(row: RankRow, phase_names: list[str], colours: dict[str, str], sca
     """One row: ``rank host step-ms score bar`` (silent ranks greyed, slow ones marked)."""
     silent = row.status == SILENT
     muted = palette.MUTED if silent else ""
-    rank_style = palette.STATUS_STYLES[SLOW] if row.status == SLOW else ("" if not silent else muted)
+    rank_style = palette.STATUS_STYLES[SLOW] if row.status == SLOW else (muted or "bold")
     host = units.host(row.host, cols.host)
     text = Text(no_wrap=True, overflow="crop")
-    text.append(f"{row.rank:>{cols.rank}} ", style=rank_style or "bold")
+    text.append(f"{row.rank:>{cols.rank}} ", style=rank_style)
     text.append(f"{host:<{cols.host}} ", style=muted)
     text.append(f"{units.ms(row.step_s):>{cols.step}} ", style=muted)
     if silent:
@@ -180,7 +181,7 @@ class RankBars(ScrollView, can_focus=True):
         self._colours: dict[str, str] = {}
         self._scale = 0.0
         self._cols = Columns.fit(80, [])
-        self._strips: dict[int, Strip] = {}
+        self._strips: dict[tuple[int, int], Strip] = {}  # (row index, width) -> line, until the next show
 
     def show(self, rows: list[RankRow], phase_names: list[str], colours: dict[str, str], cols: Columns) -> None:
         self._rows = rows
@@ -202,24 +203,25 @@ class RankBars(ScrollView, can_focus=True):
         style = self.rich_style
         if index >= len(self._rows):
             return Strip.blank(width, style)
-        strip = self._strips.get(index)
+        strip = self._strips.get((index, width))
         if strip is None:
             text = rank_text(self._rows[index], self._phase_names, self._colours, self._scale, self._cols)
             segments = list(Segment.apply_style(text.render(self.app.console), style))
-            strip = self._strips[index] = Strip(segments).crop_extend(0, width, style)
+            strip = self._strips[index, width] = Strip(segments).crop_extend(0, width, style)
         return strip
 
 
 class Breakdown(Vertical):
     """Legend, an optional summary row (when the ranks do not fit), and the rank rows."""
 
-    def compose(self):
+    def __init__(self, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self._last: tuple[Snapshot, str] | None = None
+
+    def compose(self) -> ComposeResult:
         yield Static(id="legend")
         yield Static(id="summary")
         yield RankBars(id="bars")
-
-    def on_mount(self) -> None:
-        self._last: tuple[Snapshot, str] | None = None
 
     def show(self, snapshot: Snapshot, sort: str) -> None:
         self._last = (snapshot, sort)
@@ -247,5 +249,6 @@ class Breakdown(Vertical):
         bars.show(rows, snapshot.phase_names, colours, cols)
 
     def on_resize(self) -> None:
+        # Column widths depend on the width: lay the rows out again at the new size.
         if self._last is not None:
             self.call_after_refresh(self.show, *self._last)

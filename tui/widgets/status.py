@@ -92,9 +92,14 @@ def status_text(snapshot: Snapshot, *, notice: Text | None = None, last_command:
         lines.append(line)
     heard = endpoints_text(snapshot.endpoints)
     if snapshot.dropped_messages:
-        if heard:
-            heard.append("  ")
+        heard.append("  " if heard else "")
         heard.append(f"dropped {snapshot.dropped_messages} malformed or foreign messages", style=palette.WARNING)
+    # Records a probe could not send (its buffer was full, or nobody listened): the bars miss those steps.
+    lossy = [r for r in snapshot.ranks if r.dropped]
+    if lossy:
+        heard.append("  " if heard else "")
+        records = sum(r.dropped for r in lossy)
+        heard.append(f"{records} step records lost by {len(lossy)} probe{'s' if len(lossy) > 1 else ''}", style=palette.WARNING)
     if heard:
         lines.append(heard)
     if notice is not None:

@@ -75,11 +75,10 @@ class StragglerTable(DataTable):
         self._shown: dict[int, tuple[Text, ...]] = {}
         self._values: dict[int, tuple] = {}
 
-    def on_mount(self) -> None:
-        for key, heading, width in COLUMNS:
-            self.add_column(heading, key=key, width=width)
-
     def show(self, snapshot: Snapshot) -> None:
+        if not self.columns:  # here rather than on_mount, which may run after the first snapshot
+            for key, heading, width in COLUMNS:
+                self.add_column(heading, key=key, width=width)
         present = {r.rank: r for r in snapshot.ranks}
         for rank in [n for n in self._shown if n not in present]:
             self.remove_row(str(rank))
