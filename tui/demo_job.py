@@ -46,17 +46,24 @@ def start(job: str, nproc: int, extra: list[str], directory: str | None, log_pat
     )
 
 
-def stop(proc: subprocess.Popen, grace_s: float = 10.0) -> None:
+def stop(proc: subprocess.Popen, grace_s: float = 15.0) -> None:
+    """Ask torchrun to stop (it forwards SIGTERM to its ranks), then force the whole group.
+
+    Only torchrun gets the first SIGTERM: signalling the whole group would also
+    kill the ranks' DataLoader workers under them, and the ranks would die of that.
+    """
     if proc.poll() is not None:
         return
     try:
-        os.killpg(proc.pid, signal.SIGTERM)
+        proc.terminate()
         proc.wait(grace_s)
     except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
+        pass
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)  # whatever is left of the group: stuck ranks, workers
     except ProcessLookupError:
         pass
+    proc.wait()
 
 
 def _log_tail(path: Path, lines: int = 15) -> str:
@@ -85,16 +92,24 @@ def run_demo(args, extra: list[str]) -> int:
             return 130
     log_path = Path(tempfile.gettempdir()) / f"ranktop-{job}.log"
     proc = start(job, args.nproc, extra, args.dir, log_path)
+    # A closed terminal (SIGHUP) or a kill (SIGTERM) must still stop the job, not orphan it.
+    for sig in (signal.SIGHUP, signal.SIGTERM):
+        signal.signal(sig, _raise_interrupt)
     try:
         session = WatchSession(resolve([job], args.dir, allow_pending=True), window=args.window, silent_after_s=args.silent_after)
         run_tui(session, args.refresh, title=f"ranktop demo ({args.nproc} ranks)", on_app=lambda app: _close_with(app, proc))
+        ended_by_itself = proc.poll() is not None
     finally:
         stop(proc)
-    if proc.returncode not in (0, -signal.SIGTERM):
+    if ended_by_itself and proc.returncode != 0:
         # It died on its own (a bad switch, a crash): the user needs its last words, not a blank screen.
         raise UserError(f"the demo job exited with code {proc.returncode}; the end of its log ({log_path}):\n{_log_tail(log_path)}")
     print(f"ranktop: demo stopped; its log is {log_path}", file=sys.stderr)
     return 0
+
+
+def _raise_interrupt(signum, frame) -> None:
+    raise KeyboardInterrupt
 
 
 def _close_with(app, proc: subprocess.Popen) -> None:
