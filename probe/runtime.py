@@ -13,6 +13,8 @@ import os
 import sys
 import threading
 
+from . import collectives
+from .collectives import CollectiveTracker
 from .identity import Identity, detect
 from .recorder import NOOP, PhaseScope, Recorder, StepScope
 from .sender import Sender
@@ -25,7 +27,10 @@ class Probe:
     def __init__(self, identity: Identity, *, rate_hz: float, capacity: int, directory: str | None):
         self.identity = identity
         self.recorder = Recorder(capacity, on_fault=self._fault)
-        self.sender = Sender(identity, self.recorder, rate_hz=rate_hz, directory=directory, on_fault=self._fault)
+        self.collectives = CollectiveTracker(self.recorder)
+        self.sender = Sender(
+            identity, self.recorder, rate_hz=rate_hz, directory=directory, on_fault=self._fault, collectives=self.collectives
+        )
         self._step = StepScope(self.recorder)
         self._phases: dict[str, PhaseScope] = {}
         self._disabled = False
@@ -84,6 +89,7 @@ def init(
             raise ValueError(f"rate_hz must be between 0.1 and 50, got {rate_hz}")
         probe = Probe(detect(job), rate_hz=rate_hz, capacity=capacity, directory=rendezvous_dir)
         active = probe
+        collectives.install(probe.collectives)  # only if the script has imported torch.distributed
         probe.sender.start()
         return probe
 
@@ -92,6 +98,7 @@ def _deactivate(probe: Probe) -> None:
     global active
     probe._disabled = True
     probe.recorder.disable()
+    collectives.detach(probe.collectives)
     if active is probe:
         active = DISABLED
     probe.sender.stop(timeout=0 if threading.current_thread() is probe.sender else 2.0)
@@ -111,6 +118,7 @@ def _after_fork_in_child() -> None:
     if isinstance(active, Probe):
         active._disabled = True
         active.recorder.disable()
+        collectives.detach(active.collectives)
     active = DISABLED
 
 

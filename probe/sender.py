@@ -22,6 +22,7 @@ from ranktop.wire import __version__ as PROBE_VERSION
 from ranktop.wire import auth, rendezvous, schema
 
 from . import commands
+from .collectives import CollectiveTracker
 from .identity import Identity
 from .recorder import Recorder
 from .relay import Relay, ipc_endpoints
@@ -45,10 +46,12 @@ class Sender(threading.Thread):
         rate_hz: float,
         directory: str | None,
         on_fault: Callable[[BaseException], None],
+        collectives: CollectiveTracker | None = None,
     ):
         super().__init__(name="ranktop-probe", daemon=True)
         self.identity = identity
         self.recorder = recorder
+        self.collectives = collectives
         self.rate_hz = rate_hz
         self.ready = threading.Event()  # set once sockets are up (tests and shutdown wait on it)
         self._directory = directory
@@ -150,9 +153,14 @@ class Sender(threading.Thread):
         self._taken += len(records)
         # What the training thread produced but neither we took nor the buffer holds fell off.
         self._dropped = max(self._dropped, self.recorder.produced - self._taken - len(self.recorder.buffer))
-        for i in range(0, len(records), MAX_RECORDS_PER_MESSAGE):
-            self._send(pub, schema.STEPS, {"steps": records[i : i + MAX_RECORDS_PER_MESSAGE], "state": self.state()})
-        return bool(records)
+        calls = self.collectives.drain() if self.collectives is not None else []
+        chunks = max(len(records), len(calls))
+        for i in range(0, chunks, MAX_RECORDS_PER_MESSAGE):
+            body = {"steps": records[i : i + MAX_RECORDS_PER_MESSAGE], "state": self.state()}
+            if calls:
+                body["coll"] = calls[i : i + MAX_RECORDS_PER_MESSAGE]
+            self._send(pub, schema.STEPS, body)
+        return bool(chunks)
 
     def state(self) -> dict[str, Any]:
         rec = self.recorder
@@ -166,6 +174,7 @@ class Sender(threading.Thread):
             "dropped": self._dropped,
             "rejected": dict(self._rejected),
             "rate_hz": self.rate_hz,
+            "collective": self.collectives.state() if self.collectives is not None else None,
         }
 
     def hello(self) -> dict[str, Any]:

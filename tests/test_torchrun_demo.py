@@ -49,10 +49,10 @@ def torchrun(rdv, tmp_path):
                 os.killpg(proc.pid, signal.SIGKILL)
 
 
-@pytest.mark.parametrize("phase", ["data", "forward", "optimizer"])
+@pytest.mark.parametrize("phase", ["data", "forward", "backward", "optimizer"])
 def test_a_slow_rank_in_a_4_rank_ddp_job_tops_the_straggler_ranking(torchrun, phase):
     torchrun(f"ddp-{phase}", 4, "--slow-rank", "2", "--slow-ms", "40", "--slow-phase", phase)
-    out = run_cli("watch", f"ddp-{phase}", "--json", "--duration", "10", timeout=60)
+    out = run_cli("watch", f"ddp-{phase}", "--json", "--duration", "6", timeout=60)
     assert out.returncode == 0, out.stderr
     doc = json.loads(out.stdout)
     assert doc["world_size"] == 4 and [r["rank"] for r in doc["ranks"]] == [0, 1, 2, 3]

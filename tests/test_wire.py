@@ -29,7 +29,7 @@ def test_another_major_version_gets_a_clear_error():
     body = dict(hello(), v=[2, 0], k="hello")
     with pytest.raises(schema.VersionMismatch) as err:
         schema.decode([b"hello", msgpack.packb(body)])
-    assert "protocol 2.0" in str(err.value) and "1.0" in str(err.value) and "upgrade" in str(err.value)
+    assert "protocol 2.0" in str(err.value) and "1.1" in str(err.value) and "upgrade" in str(err.value)
 
 
 def test_a_newer_minor_version_is_accepted():
@@ -66,3 +66,15 @@ def test_msgpack_extension_types_are_not_objects():
     body = msgpack.packb({"v": [1, 0], "k": "hello", "x": msgpack.ExtType(1, b"payload")})
     with pytest.raises(schema.WireError):
         schema.decode([b"hello", body])
+
+
+def test_collective_records_ride_in_a_steps_message():
+    coll = [{"op": "all_reduce", "seq": 1, "b": 4000, "dt": "float32", "g": 4, "d": 0.002, "n": 7, "ph": "backward", "t0": 5.0}]
+    body = {"job": "j", "rank": 0, "ts": 1.0, "steps": [], "coll": coll}
+    assert schema.decode(schema.encode(schema.STEPS, body))["coll"] == coll
+
+
+def test_a_malformed_collective_record_is_refused():
+    coll = [{"op": "all_reduce", "seq": 1, "b": -5, "dt": "float32", "g": 4, "d": 0.002, "n": 7, "ph": None, "t0": 5.0}]
+    with pytest.raises(schema.WireError):
+        schema.decode(schema.encode(schema.STEPS, {"job": "j", "rank": 0, "ts": 1.0, "steps": [], "coll": coll}))

@@ -31,7 +31,8 @@ from typing import Any, Callable
 
 from ranktop.wire import schema
 
-from .snapshot import OK, SILENT, SLOW, Endpoint, RankRow, Reply, Snapshot
+from .collective_stats import bus_factor, fit_alpha_beta, percentile
+from .snapshot import OK, SILENT, SLOW, CollectiveStat, Endpoint, RankRow, Reply, Snapshot
 
 DEFAULT_WINDOW = 64
 DEFAULT_SILENT_AFTER_S = 3.0
@@ -39,6 +40,7 @@ MIN_STEPS_TO_SCORE = 3
 SLOW_FLOOR_FRACTION = 0.05
 SLOW_FLOOR_S = 0.001
 MAX_REPLIES = 256
+CALL_WINDOW = 512  # collective calls per rank kept for latency and bandwidth statistics
 MAX_ERRORS = 8
 
 
@@ -51,6 +53,11 @@ class _Rank:
     last_seen: float = 0.0
     steps_seen: int = 0
     last_step: int = -1
+    # collectives: recent calls (arrival, record), exact totals per op, and per step the
+    # (start, end) intervals of waiting, by phase
+    calls: collections.deque = field(default_factory=lambda: collections.deque(maxlen=CALL_WINDOW))
+    call_totals: dict[str, list[int]] = field(default_factory=dict)
+    waits: collections.OrderedDict = field(default_factory=collections.OrderedDict)
 
 
 @dataclass
@@ -126,6 +133,8 @@ class Aggregator:
             if kind == schema.HELLO:
                 rank.meta = {k: v for k, v in msg.items() if k not in ("v", "k", "job", "rank", "ts")}
             elif kind == schema.STEPS:
+                for call in msg.get("coll", ()):
+                    _add_call(rank, call, now, self._window)
                 for rec in msg["steps"]:
                     rank.steps.append((rec["n"], rec["t"], rec["w"], rec["p"]))
                     rank.steps_seen += 1
@@ -172,6 +181,8 @@ class Aggregator:
 
     def _snapshot_locked(self, now: float) -> Snapshot:
         names = _phase_names(self._ranks.values())
+        if any(r.waits for r in self._ranks.values()):
+            names.insert(len(names) - 1, schema.COMM_PHASE)
         stats = {r.rank: _rank_stats(r, names) for r in self._ranks.values()}
         scored = {k: v for k, v in stats.items() if v is not None}
         silent = {r.rank for r in self._ranks.values() if now - r.last_seen > self._silent_after}
@@ -207,6 +218,8 @@ class Aggregator:
                     status=status,
                     last_seen_s=now - r.last_seen,
                     dropped=int(r.state.get("dropped", 0) or 0),
+                    collective_s=st["comm"] if st else None,
+                    compute_s=st["step"] - st["comm"] if st and st["comm"] is not None else None,
                 )
             )
         order = {SILENT: 0, SLOW: 1, OK: 2}
@@ -230,6 +243,7 @@ class Aggregator:
             replies=list(self._replies),
             dropped_messages=self._dropped,
             errors=list(self._errors),
+            collectives=collective_rows(self._ranks.values(), now),
         )
 
     def _endpoint_view(self, e: _Endpoint, now: float) -> Endpoint:
@@ -250,25 +264,114 @@ def _phase_names(ranks) -> list[str]:
 
 
 def _rank_stats(r: _Rank, names: list[str]) -> dict[str, Any] | None:
+    """Medians over the window. With collectives seen, each phase counts only this rank's
+    own time: the wait in collectives is taken out of the phase it happened in and shown
+    as the ``comm`` phase."""
     if len(r.steps) < MIN_STEPS_TO_SCORE:
         return None
     steps = list(r.steps)
-    phases = {}
-    for name in names:
-        if name == schema.OTHER_PHASE:
-            phases[name] = statistics.median(max(0.0, w - sum(p.values())) for _, _, w, p in steps)
-        else:
-            phases[name] = statistics.median(p.get(name, 0.0) for _, _, _, p in steps)
+    per_step = [_own_times(n, w, p, r.waits.get(n)) for n, _, w, p in steps]
+    phases = {name: statistics.median(times.get(name, 0.0) for times in per_step) for name in names}
     first, last = steps[0], steps[-1]
     span = last[1] - first[1]
     rate = (last[0] - first[0]) / span if span > 0 else None
-    return {"step": statistics.median(w for _, _, w, _ in steps), "phases": phases, "rate": rate}
+    comm = statistics.median(times.get(schema.COMM_PHASE, 0.0) for times in per_step) if r.waits else None
+    return {"step": statistics.median(w for _, _, w, _ in steps), "phases": phases, "rate": rate, "comm": comm}
+
+
+def _own_times(n: int, wall: float, phases: dict[str, float], waits: dict | None) -> dict[str, float]:
+    out = dict(phases)
+    out[schema.OTHER_PHASE] = max(0.0, wall - sum(phases.values()))
+    if waits:
+        total = 0.0
+        for phase, intervals in waits.items():
+            waited = _union(intervals)
+            name = phase if phase in out else schema.OTHER_PHASE
+            out[name] = max(0.0, out[name] - waited)
+            total += waited
+        out[schema.COMM_PHASE] = min(total, wall)
+    return out
+
+
+def _union(intervals: list[tuple[float, float]]) -> float:
+    """Seconds covered by possibly overlapping intervals (DDP's buckets overlap each other)."""
+    total, end = 0.0, float("-inf")
+    for start, stop in sorted(intervals):
+        if stop <= end:
+            continue
+        total += stop - max(start, end)
+        end = stop
+    return total
+
+
+def _add_call(rank: _Rank, call: dict[str, Any], now: float, window: int) -> None:
+    rank.calls.append((now, call))
+    totals = rank.call_totals.setdefault(call["op"], [0, 0])
+    totals[0] += 1
+    totals[1] += call["b"]
+    step_waits = rank.waits.get(call["n"])
+    if step_waits is None:
+        step_waits = rank.waits[call["n"]] = {}
+        while len(rank.waits) > 2 * window:
+            rank.waits.popitem(last=False)
+    step_waits.setdefault(call["ph"], []).append((call["t0"], call["t0"] + call["d"]))
+
+
+def collective_rows(ranks, now: float) -> list[CollectiveStat]:
+    """Per op for the whole job (rank -1), then per rank and op."""
+    by_key: dict[tuple[int, str], list] = {}
+    totals: dict[tuple[int, str], list[int]] = {}
+    for r in ranks:
+        for arrived, call in r.calls:
+            for key in ((-1, call["op"]), (r.rank, call["op"])):
+                by_key.setdefault(key, []).append((arrived, call))
+        for op, (calls, nbytes) in r.call_totals.items():
+            for key in ((-1, op), (r.rank, op)):
+                t = totals.setdefault(key, [0, 0])
+                t[0] += calls
+                t[1] += nbytes
+    rows = []
+    for (rank, op), calls in sorted(by_key.items()):
+        durations = [c["d"] for _, c in calls]
+        sizes = [c["b"] for _, c in calls]
+        busy = sum(durations)
+        span = now - min(a for a, _ in calls)
+        group = calls[-1][1]["g"]
+        algbw = sum(sizes) / busy if busy > 0 and sum(sizes) else None
+        fit = fit_alpha_beta([float(b) for b in sizes], durations)
+        dev = None
+        if fit is not None:
+            recent = calls[-5:]
+            predicted = statistics.fmean(fit.predict(c["b"]) for _, c in recent)
+            if predicted > 0:
+                dev = statistics.fmean(c["d"] for _, c in recent) / predicted - 1
+        rows.append(
+            CollectiveStat(
+                rank=rank,
+                op=op,
+                group_size=group,
+                dtype=calls[-1][1]["dt"],
+                calls=totals[(rank, op)][0],
+                bytes=totals[(rank, op)][1],
+                calls_per_s=len(calls) / span if span >= 1.0 else None,
+                bytes_per_s=sum(sizes) / span if span >= 1.0 else None,
+                mean_s=statistics.fmean(durations),
+                p95_s=percentile(durations, 95),
+                algbw_bps=algbw,
+                busbw_bps=algbw * bus_factor(op, group) if algbw else None,
+                alpha_s=fit.alpha_s if fit else None,
+                beta_bps=fit.beta_bps if fit else None,
+                fit_dev=dev,
+            )
+        )
+    return rows
 
 
 def _excess(stats: dict[int, dict[str, Any]], names: list[str]) -> dict[int, tuple[float, str | None]]:
     """Per rank: seconds spent beyond the cross-rank median, summed over phases, and the worst phase."""
     if len(stats) < 2:
         return {rank: (0.0, None) for rank in stats}
+    names = [name for name in names if name != schema.COMM_PHASE]  # waiting is not this rank's own work
     medians = {name: statistics.median(s["phases"].get(name, 0.0) for s in stats.values()) for name in names}
     out = {}
     for rank, s in stats.items():

@@ -33,6 +33,29 @@ class RankRow:
     status: str  # one of STATUSES
     last_seen_s: float  # seconds since this rank's last message
     dropped: int  # records the probe dropped (buffer full or nobody listening)
+    collective_s: float | None = None  # median per step of the time this rank waited in collectives
+    compute_s: float | None = None  # median per step of the rest: its own work (step - collective wait)
+
+
+@dataclass(frozen=True)
+class CollectiveStat:
+    """One op on one rank (rank -1: the whole job), over the calls in the window."""
+
+    rank: int
+    op: str
+    group_size: int
+    dtype: str
+    calls: int  # every call seen since the TUI started (exact)
+    bytes: int  # every byte of those calls (exact)
+    calls_per_s: float | None
+    bytes_per_s: float | None
+    mean_s: float  # mean duration (this rank's wait, launch to completion)
+    p95_s: float
+    algbw_bps: float | None  # bytes / time, nccl-tests convention
+    busbw_bps: float | None  # algbw scaled by the op's bus factor
+    alpha_s: float | None = None  # alpha-beta fit T = alpha + n/beta, once 3+ sizes are seen
+    beta_bps: float | None = None
+    fit_dev: float | None = None  # how far the latest calls sit from the fit: (observed - fit) / fit
 
 
 @dataclass(frozen=True)
@@ -67,6 +90,7 @@ class Snapshot:
     replies: list[Reply] = field(default_factory=list)  # most recent last
     dropped_messages: int = 0  # malformed or foreign frames this TUI threw away
     errors: list[str] = field(default_factory=list)  # one-line problems to show the user
+    collectives: list[CollectiveStat] = field(default_factory=list)  # job-wide rows (rank -1) first
 
     @property
     def connected(self) -> int:

@@ -18,12 +18,14 @@ from typing import Any
 import msgpack
 
 #: Bump the major version on any incompatible change; minor versions only add fields.
-PROTOCOL_VERSION = (1, 0)
+PROTOCOL_VERSION = (1, 1)
 
 #: The standard phases, in the order bars are drawn. Users may add phases of their own.
 STANDARD_PHASES = ("data", "forward", "backward", "optimizer")
 #: The name of the time a step spent outside every named phase.
 OTHER_PHASE = "other"
+#: The name of the time a step spent waiting in collectives (taken out of the phases it happened in).
+COMM_PHASE = "comm"
 
 # Message kinds (the topic frame). Telemetry flows rank -> relay -> TUIs.
 HELLO = "hello"  # a rank's metadata; re-sent periodically so late TUIs learn it
@@ -40,6 +42,11 @@ KINDS = TELEMETRY_KINDS + (COMMAND,)
 #   n: step number, t: wall-clock start (unix seconds), w: wall duration (s),
 #   p: {phase: seconds of self time}; "other" is w minus the sum of p.
 STEP_KEYS = ("n", "t", "w", "p")
+# Since 1.1 a steps message may carry "coll": one record per collective call,
+#   op: name, seq: the rank's call counter, b: bytes, dt: dtype, g: group size,
+#   d: seconds this rank waited for it (launch to completion), n: step, ph: phase (or None),
+#   t0: its start on the rank's own monotonic clock (only differences within one rank mean anything).
+COLLECTIVE_KEYS = ("op", "seq", "b", "dt", "g", "d", "n", "ph", "t0")
 
 #: The largest body we accept. Bigger frames are foreign or malicious; dropped unread.
 MAX_BODY_BYTES = 4 << 20
@@ -146,6 +153,21 @@ def _check_steps(msg: dict) -> None:
         for name, sec in p.items():
             if not isinstance(name, str) or not isinstance(sec, (int, float)) or sec < 0:
                 raise WireError("steps: bad phase entry")
+    calls = msg.get("coll", [])
+    if not isinstance(calls, list):
+        raise WireError("steps: coll is not a list")
+    for call in calls:
+        if not isinstance(call, dict):
+            raise WireError("steps: collective record is not a map")
+        op, seq, nbytes, dtype, group, dur, step, phase, start = (call.get(k) for k in COLLECTIVE_KEYS)
+        if not (isinstance(op, str) and isinstance(seq, int) and isinstance(nbytes, int) and nbytes >= 0):
+            raise WireError("steps: collective record lacks op/seq/bytes")
+        if not (isinstance(dtype, str) and isinstance(group, int) and isinstance(step, int)):
+            raise WireError("steps: collective record lacks dtype/group/step")
+        if not isinstance(start, (int, float)) or not isinstance(dur, (int, float)) or dur < 0:
+            raise WireError("steps: collective record has a bad start or duration")
+        if not (phase is None or isinstance(phase, str)):
+            raise WireError("steps: collective record has a bad phase")
 
 
 def _check_heartbeat(msg: dict) -> None:

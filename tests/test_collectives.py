@@ -1,0 +1,110 @@
+"""Collective stats: the arithmetic, the straggler it reveals, and exact counts from a real gloo job."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+
+import pytest
+from support import JOBS, run_cli, wait_for
+
+from ranktop.tui.aggregator import Aggregator
+from ranktop.tui.collective_stats import bus_factor, fit_alpha_beta, percentile
+from ranktop.tui.session import WatchSession, resolve
+from ranktop.wire import rendezvous
+
+
+def test_bus_bandwidth_factors_follow_nccl_tests():
+    assert bus_factor("all_reduce", 8) == 2 * 7 / 8
+    assert bus_factor("ddp_allreduce", 2) == 1.0
+    assert bus_factor("all_gather_into_tensor", 4) == 3 / 4
+    assert bus_factor("broadcast", 64) == 1.0
+
+
+def test_percentile_interpolates_like_numpy():
+    assert percentile([1.0, 2.0, 3.0, 4.0, 5.0], 95) == pytest.approx(4.8)
+    assert percentile([7.0], 95) == 7.0
+
+
+def test_alpha_beta_recovers_latency_and_bandwidth():
+    alpha, beta = 20e-6, 10e9
+    sizes = [1e3, 1e5, 1e6, 1e7]
+    fit = fit_alpha_beta(sizes, [alpha + n / beta for n in sizes])
+    assert fit.alpha_s == pytest.approx(alpha) and fit.beta_bps == pytest.approx(beta)
+    assert fit_alpha_beta([1e3, 1e3, 1e6], [1.0, 1.0, 2.0]) is None  # two sizes cannot separate the terms
+
+
+def ddp_stream(agg, world, slow_rank, slow_s, steps=20):
+    """Synthetic DDP: backward computes 15 ms, then waits in the bucket all-reduce for the slowest rank."""
+    for r in range(world):
+        agg.ingest({"k": "hello", "job": "j", "rank": r, "ts": 0.0, "host": "h", "world": world, "local_rank": r, "pid": r})
+    seq = 0
+    for n in range(steps):
+        t = n * 1.0
+        for r in range(world):
+            compute = 0.015 + (slow_s if r == slow_rank else 0.0)
+            done = t + 0.010 + 0.015 + slow_s + 0.001  # everyone leaves the all-reduce together
+            start = t + 0.010 + compute  # and enters it when its own backward is done
+            seq += 1
+            call = {"op": "ddp_allreduce", "seq": seq, "b": 4 << 20, "dt": "float32", "g": world,
+                    "d": done - start, "n": n, "ph": "backward", "t0": start}
+            p = {"forward": 0.010, "backward": done - (t + 0.010), "optimizer": 0.003}
+            agg.ingest({"k": "steps", "job": "j", "rank": r, "ts": 0.0, "coll": [call],
+                        "steps": [{"n": n, "t": 100.0 + n, "w": sum(p.values()), "p": p}]})
+
+
+def test_a_slow_backward_under_ddp_is_found_through_collective_wait():
+    agg = Aggregator("j")
+    ddp_stream(agg, 4, slow_rank=1, slow_s=0.030)
+    snap = agg.snapshot()
+    assert "comm" in snap.phase_names
+    top = snap.ranks[snap.stragglers[0]]
+    assert (top.rank, top.status, top.culprit_phase) == (1, "slow", "backward")
+    assert top.excess_s == pytest.approx(0.030, abs=0.002)
+    # the slow rank waits least; the others wait for it
+    assert top.collective_s < 0.005 and all(r.collective_s > 0.030 for r in snap.ranks if r.rank != 1)
+    assert all(r.status == "ok" for r in snap.ranks if r.rank != 1)
+
+
+def test_overlapping_buckets_count_once():
+    agg = Aggregator("j")
+    agg.ingest({"k": "hello", "job": "j", "rank": 0, "ts": 0.0, "host": "h", "world": 1, "local_rank": 0, "pid": 1})
+    for n in range(3):
+        calls = [{"op": "ddp_allreduce", "seq": 2 * n + i, "b": 100, "dt": "float32", "g": 1, "d": 0.010,
+                  "n": n, "ph": "backward", "t0": 5.0 + i * 0.005} for i in range(2)]
+        agg.ingest({"k": "steps", "job": "j", "rank": 0, "ts": 0.0, "coll": calls,
+                    "steps": [{"n": n, "t": 1.0 + n, "w": 0.05, "p": {"backward": 0.03}}]})
+    row = agg.snapshot().ranks[0]
+    assert row.collective_s == pytest.approx(0.015)  # [5.000, 5.010] and [5.005, 5.015]: 15 ms, not 20
+    assert row.phases["backward"] == pytest.approx(0.015)
+
+
+@pytest.mark.slow
+def test_counts_and_bytes_of_a_known_sequence_of_collectives_match_exactly(rdv, tmp_path):
+    go = tmp_path / "go"
+    env = dict(os.environ, RANKTOP_JOB="coll-job", GO_FILE=str(go), OMP_NUM_THREADS="1")
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", str(JOBS / "known_collectives.py")]
+    proc = subprocess.Popen(cmd, env=env, cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        wait_for(lambda: rendezvous.read_nodes("coll-job"), 90, "no relay")
+        with WatchSession(resolve(["coll-job"])) as session:
+            wait_for(lambda: len(session.snapshot().ranks) == 2, 60, "the ranks never reported")
+            go.touch()
+
+            def totals():
+                rows = {(c.rank, c.op): (c.calls, c.bytes) for c in session.snapshot().collectives}
+                return rows if rows.get((1, "barrier"), (0,))[0] >= 5 and rows.get((0, "barrier"), (0,))[0] >= 5 else None
+
+            rows = wait_for(totals, 60, "the collectives never arrived")
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait(30)
+    for rank in (0, 1):
+        assert rows[(rank, "all_reduce")] == (10, 5 * 4000 + 5 * 512)  # sync float32 + async float16
+        assert rows[(rank, "broadcast")] == (5, 5 * 80)
+        assert rows[(rank, "all_gather_into_tensor")] == (5, 5 * 800)  # the gathered buffer, as nccl-tests counts
+        assert rows[(rank, "barrier")] == (5, 0)
+        assert rows[(rank, "ddp_allreduce")] == (5, 5 * 220)  # one bucket of 55 float32, not counted twice
+    assert rows[(-1, "all_reduce")] == (20, 2 * (5 * 4000 + 5 * 512))
+    assert {op for rank, op in rows if rank == 0} == {"all_reduce", "broadcast", "all_gather_into_tensor", "barrier", "ddp_allreduce"}
