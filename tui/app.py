@@ -21,6 +21,7 @@ from ranktop.tui.snapshot import EMPTY, Snapshot
 from ranktop.tui.widgets import (
     SORTS,
     Breakdown,
+    CollectiveTable,
     HelpScreen,
     JobHeader,
     SentCommand,
@@ -57,6 +58,9 @@ class RanktopApp(App[None]):
     sort: reactive[str] = reactive(SORTS[0])
     """How the bars are ordered: one of ``widgets.SORTS`` (rank, score, step)."""
 
+    show_collectives: reactive[bool] = reactive(True)
+    """Whether the collectives panel is shown (when the job reports collectives)."""
+
     paused: reactive[bool] = reactive(False)
     """While True the screen keeps showing the last snapshot; the job is not affected."""
 
@@ -85,6 +89,7 @@ class RanktopApp(App[None]):
         self._panes = Container(id="panes")
         self._breakdown = Breakdown(id="breakdown")
         self._stragglers = StragglerTable(id="stragglers")
+        self._collectives = CollectiveTable(id="collectives")
         self._status = StatusLine(id="status")
 
     def compose(self) -> ComposeResult:
@@ -93,11 +98,13 @@ class RanktopApp(App[None]):
         with self._panes:
             yield self._breakdown
             yield self._stragglers
+            yield self._collectives
         yield self._status
         yield Footer()
 
     def on_mount(self) -> None:
         self._stragglers.border_title = "Stragglers · flagged first"
+        self._collectives.border_title = "Collectives · wait per call, launch to completion"
         self.poll()
         self.set_interval(1.0 / self.refresh_hz, self.poll)
 
@@ -126,6 +133,9 @@ class RanktopApp(App[None]):
         else:
             self._breakdown.show(snapshot, self.sort)
             self._stragglers.show(snapshot)
+            self._collectives.display = self.show_collectives and bool(snapshot.collectives)
+            if self._collectives.display:
+                self._collectives.show(snapshot)
         self._draw_status()
 
     def _draw_status(self) -> None:
@@ -148,6 +158,10 @@ class RanktopApp(App[None]):
 
     def action_cycle_sort(self) -> None:
         self.sort = SORTS[(SORTS.index(self.sort) + 1) % len(SORTS)]
+
+    def action_toggle_collectives(self) -> None:
+        self.show_collectives = not self.show_collectives
+        self._draw()
 
     def action_toggle_pause(self) -> None:
         self.paused = not self.paused

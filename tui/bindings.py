@@ -26,6 +26,13 @@ KEYS: tuple[Binding, ...] = (
         tooltip="Ping every rank: who answers, and the round trip time. Needs the job secret.",
     ),
     Binding(
+        "c",
+        "toggle_collectives",
+        "Collectives",
+        id="collectives",
+        tooltip="Show or hide the collectives panel: calls/s, bytes/s, latency, bandwidths and the alpha-beta fit per op.",
+    ),
+    Binding(
         "space",
         "toggle_pause",
         "Pause",

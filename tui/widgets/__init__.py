@@ -7,10 +7,11 @@ without a terminal.
 """
 
 from .breakdown import SORTS, Breakdown
+from .collectives import CollectiveTable
 from .header import JobHeader
 from .help import HelpScreen
 from .status import SentCommand, StatusLine
 from .stragglers import StragglerTable
 from .waiting import Waiting
 
-__all__ = ["SORTS", "Breakdown", "HelpScreen", "JobHeader", "SentCommand", "StatusLine", "StragglerTable", "Waiting"]
+__all__ = ["SORTS", "Breakdown", "CollectiveTable", "HelpScreen", "JobHeader", "SentCommand", "StatusLine", "StragglerTable", "Waiting"]

@@ -27,6 +27,8 @@ COLUMNS = (
     ("host", "host", 16),
     ("step", "step", 8),
     ("step_ms", "step ms", 8),
+    ("compute_ms", "own ms", 7),
+    ("comm_ms", "comm ms", 7),
     ("score", "score", 6),
     ("culprit", "culprit", 10),
     ("status", "status", 10),
@@ -47,7 +49,10 @@ def straggler_order(snapshot: Snapshot) -> list[int]:
 def shown_values(row: RankRow) -> tuple:
     """What the cells of a row depend on: cheap to compare, so unchanged rows cost nothing."""
     silent_for = units.ago(row.last_seen_s) if row.status == SILENT else None
-    return (row.host, row.step, units.ms(row.step_s), units.score(row.score), row.culprit_phase, row.status, silent_for)
+    return (
+        row.host, row.step, units.ms(row.step_s), units.ms(row.compute_s), units.ms(row.collective_s),
+        units.score(row.score), row.culprit_phase, row.status, silent_for,
+    )  # fmt: skip
 
 
 def cells(row: RankRow) -> tuple[Text, ...]:
@@ -61,6 +66,8 @@ def cells(row: RankRow) -> tuple[Text, ...]:
         Text(host, style=muted),
         Text(str(row.step) if row.step >= 0 else "–", justify="right", style=muted),
         Text(units.ms(row.step_s), justify="right", style=muted),
+        Text(units.ms(row.compute_s), justify="right", style=muted),
+        Text(units.ms(row.collective_s), justify="right", style=muted),
         Text(units.score(row.score) if has_data else "", justify="right", style=score_style),
         Text(row.culprit_phase or "", style=palette.STATUS_STYLES[SLOW] if row.culprit_phase else ""),
         Text(status, style=palette.STATUS_STYLES[row.status]),
@@ -68,7 +75,7 @@ def cells(row: RankRow) -> tuple[Text, ...]:
 
 
 class StragglerTable(DataTable):
-    """rank, host, step, step ms, score, culprit phase, status."""
+    """rank, host, step, step ms, own (compute) ms, comm (collective wait) ms, score, culprit phase, status."""
 
     def __init__(self, **kwargs) -> None:
         super().__init__(cursor_type="row", zebra_stripes=True, **kwargs)
