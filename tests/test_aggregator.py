@@ -35,9 +35,9 @@ def ddp_step(n, slow_rank, rank, slow_s, phase, noise=0.0):
     return {"n": n, "t": 100.0 + n * 0.05, "w": sum(p.values()) + 0.001, "p": p}
 
 
-def feed(agg, world, n_steps, slow_rank=-1, slow_s=0.0, phase="forward", noise=0.0005):
+def feed(agg, world, n_steps, slow_rank=-1, slow_s=0.0, phase="forward", noise=0.0005, hosts=None):
     for r in range(world):
-        agg.ingest(hello(r, world))
+        agg.ingest(hello(r, world, host=hosts[r] if hosts else "node0"))
     for n in range(n_steps):
         for r in range(world):
             agg.ingest(steps(r, [ddp_step(n, slow_rank, r, slow_s, phase, noise)]))
@@ -141,3 +141,25 @@ def test_the_json_document_has_the_documented_keys():
     doc = agg.snapshot().to_json()
     assert {"job", "world_size", "global_step", "steps_per_s", "ranks", "stragglers", "connected", "silent"} <= set(doc)
     assert {"rank", "host", "step", "step_s", "phases", "status", "score", "culprit_phase"} <= set(doc["ranks"][0])
+
+
+def test_when_every_rank_of_one_node_is_slow_the_node_is_named():
+    agg = Aggregator("j", clock=Clock())
+    hosts = ["a", "a", "b", "b", "c", "c"]
+    for r, host in enumerate(hosts):
+        agg.ingest(hello(r, 6, host=host))
+    for n in range(20):
+        for r, host in enumerate(hosts):
+            slow = 0.030 if host == "b" else 0.0
+            agg.ingest(steps(r, [{"n": n, "t": 100.0 + n, "w": 0.05, "p": {"forward": 0.01 + slow, "backward": 0.03 - slow}}]))
+    snap = agg.snapshot()
+    assert snap.slow_hosts == ["b"]
+    assert sorted(snap.stragglers[:2]) == [2, 3]
+
+
+def test_one_slow_rank_does_not_make_its_node_slow():
+    agg = Aggregator("j", clock=Clock())
+    feed(agg, 4, 20, slow_rank=2, slow_s=0.030, phase="forward", hosts=["a", "a", "b", "b"])
+    snap = agg.snapshot()
+    assert snap.ranks[2].status == "slow" and snap.ranks[2].host == "b"
+    assert snap.slow_hosts == []

@@ -244,6 +244,7 @@ class Aggregator:
             dropped_messages=self._dropped,
             errors=list(self._errors),
             collectives=collective_rows(self._ranks.values(), now),
+            slow_hosts=slow_hosts(rows),
         )
 
     def _endpoint_view(self, e: _Endpoint, now: float) -> Endpoint:
@@ -251,6 +252,17 @@ class Aggregator:
             return Endpoint(e.url, e.host, "waiting", now - e.added)
         quiet = now - e.last_heard
         return Endpoint(e.url, e.host, "lost" if quiet > self._silent_after else "connected", quiet)
+
+
+def slow_hosts(rows: list[RankRow]) -> list[str]:
+    """Hosts whose every rank is slow, when the job spans several hosts: then the node is the suspect."""
+    by_host: dict[str, list[RankRow]] = {}
+    for row in rows:
+        if row.status != SILENT and row.step_s is not None:
+            by_host.setdefault(row.host, []).append(row)
+    if len(by_host) < 2:
+        return []
+    return sorted(host for host, members in by_host.items() if all(r.status == SLOW for r in members))
 
 
 def _phase_names(ranks) -> list[str]:

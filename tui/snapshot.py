@@ -91,6 +91,7 @@ class Snapshot:
     dropped_messages: int = 0  # malformed or foreign frames this TUI threw away
     errors: list[str] = field(default_factory=list)  # one-line problems to show the user
     collectives: list[CollectiveStat] = field(default_factory=list)  # job-wide rows (rank -1) first
+    slow_hosts: list[str] = field(default_factory=list)  # hosts all of whose ranks are slow: the node, not a rank
 
     @property
     def connected(self) -> int:

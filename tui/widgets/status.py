@@ -90,6 +90,9 @@ def status_text(snapshot: Snapshot, *, notice: Text | None = None, last_command:
         if i == 0 and hidden:
             line.append(f"  (+{hidden} earlier)", style=palette.MUTED)
         lines.append(line)
+    for host in snapshot.slow_hosts:
+        count = sum(1 for r in snapshot.ranks if r.host == host)
+        lines.append(Text(f"node {host} is slow: all {count} of its ranks are stragglers", style=palette.ERROR))
     heard = endpoints_text(snapshot.endpoints)
     if snapshot.dropped_messages:
         heard.append("  " if heard else "")
