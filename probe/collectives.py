@@ -46,6 +46,8 @@ OPS: dict[str, str] = {
     "scatter": "tensor",
     "reduce_scatter": "input_list",
     "reduce_scatter_tensor": "input",
+    "all_gather_single": "output_tensor",  # newer names, used by FSDP2 (fully_shard)
+    "reduce_scatter_single": "input",
     "all_to_all": "input_tensor_list",
     "all_to_all_single": "input",
     "barrier": "",
@@ -121,7 +123,7 @@ class CollectiveTracker:
 # -- installation ---------------------------------------------------------------
 
 _installed: dict[str, Any] = {}  # name -> original function, for uninstall
-_inside_hook = threading.local()  # set while a DDP comm hook runs on this thread
+_inside_hook = threading.local()  # set while a counted call (or a DDP comm hook) runs on this thread
 _tracker: CollectiveTracker | None = None
 
 
@@ -137,11 +139,16 @@ def install(tracker: CollectiveTracker) -> bool:
         return False
     if _installed:
         return True
+    c10d = getattr(dist, "distributed_c10d", None)
     for name, arg in OPS.items():
         original = getattr(dist, name, None)
         if original is not None and not getattr(original, "_ranktop", False):
             _installed[name] = original
-            setattr(dist, name, _wrap(name, arg, original, dist))
+            wrapped = _wrap(name, arg, original, dist)
+            setattr(dist, name, wrapped)
+            # Library code (FSDP among it) also calls through distributed_c10d.
+            if c10d is not None and getattr(c10d, name, None) is original:
+                setattr(c10d, name, wrapped)
     _install_ddp()
     return True
 
@@ -155,9 +162,12 @@ def detach(tracker: CollectiveTracker) -> None:
 
 def uninstall() -> None:
     dist = sys.modules.get("torch.distributed")
+    c10d = getattr(dist, "distributed_c10d", None)
     for name, original in _installed.items():
         if name.startswith("ddp."):
             continue
+        if c10d is not None and getattr(c10d, name, None) is getattr(dist, name, None):
+            setattr(c10d, name, original)
         setattr(dist, name, original)
     ddp = _installed.get("ddp.class")
     if ddp is not None:
@@ -197,16 +207,20 @@ def _wrap(name: str, arg: str, original, dist):
             token = tracker.begin(name, _nbytes(payload), _dtype(payload), _group_size(dist, group))
         except Exception:
             return original(*args, **kwargs)  # never let bookkeeping break a collective
-        if is_async:
-            work = original(*args, **kwargs)
-            _on_complete(work, tracker, token)
-            return work
-        tracker.blocked_since = token[1]
+        _inside_hook.active = True  # one torch function may call another (all_gather_into_tensor does): count one
         try:
-            return original(*args, **kwargs)
+            if is_async:
+                work = original(*args, **kwargs)
+                _on_complete(work, tracker, token)
+                return work
+            tracker.blocked_since = token[1]
+            try:
+                return original(*args, **kwargs)
+            finally:
+                tracker.blocked_since = 0.0
+                tracker.end(token)
         finally:
-            tracker.blocked_since = 0.0
-            tracker.end(token)
+            _inside_hook.active = False
 
     wrapper._ranktop = True
     return wrapper

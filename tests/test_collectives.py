@@ -80,26 +80,35 @@ def test_overlapping_buckets_count_once():
     assert row.phases["backward"] == pytest.approx(0.015)
 
 
-@pytest.mark.slow
-def test_counts_and_bytes_of_a_known_sequence_of_collectives_match_exactly(rdv, tmp_path):
+def collective_totals(script, job, tmp_path, done):
+    """Run a 2-rank job that starts its collectives on a signal, and collect (rank, op) -> (calls, bytes)."""
     go = tmp_path / "go"
-    env = dict(os.environ, RANKTOP_JOB="coll-job", GO_FILE=str(go), OMP_NUM_THREADS="1")
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", str(JOBS / "known_collectives.py")]
+    env = dict(os.environ, RANKTOP_JOB=job, GO_FILE=str(go), OMP_NUM_THREADS="1")
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", str(JOBS / script)]
     proc = subprocess.Popen(cmd, env=env, cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     try:
-        wait_for(lambda: rendezvous.read_nodes("coll-job"), 90, "no relay")
-        with WatchSession(resolve(["coll-job"])) as session:
+        wait_for(lambda: rendezvous.read_nodes(job), 90, "no relay")
+        with WatchSession(resolve([job])) as session:
+            # telemetry sent before anyone subscribes is dropped by design: attach, then start
             wait_for(lambda: len(session.snapshot().ranks) == 2, 60, "the ranks never reported")
             go.touch()
 
             def totals():
                 rows = {(c.rank, c.op): (c.calls, c.bytes) for c in session.snapshot().collectives}
-                return rows if rows.get((1, "barrier"), (0,))[0] >= 5 and rows.get((0, "barrier"), (0,))[0] >= 5 else None
+                return rows if done(rows) else None
 
-            rows = wait_for(totals, 60, "the collectives never arrived")
+            return wait_for(totals, 60, "the collectives never arrived")
     finally:
         os.killpg(proc.pid, signal.SIGTERM)
         proc.wait(30)
+
+
+@pytest.mark.slow
+def test_counts_and_bytes_of_a_known_sequence_of_collectives_match_exactly(rdv, tmp_path):
+    rows = collective_totals(
+        "known_collectives.py", "coll-job", tmp_path,
+        lambda rows: all(rows.get((r, "barrier"), (0,))[0] >= 5 for r in (0, 1)),
+    )
     for rank in (0, 1):
         assert rows[(rank, "all_reduce")] == (10, 5 * 4000 + 5 * 512)  # sync float32 + async float16
         assert rows[(rank, "broadcast")] == (5, 5 * 80)
@@ -108,3 +117,16 @@ def test_counts_and_bytes_of_a_known_sequence_of_collectives_match_exactly(rdv, 
         assert rows[(rank, "ddp_allreduce")] == (5, 5 * 220)  # one bucket of 55 float32, not counted twice
     assert rows[(-1, "all_reduce")] == (20, 2 * (5 * 4000 + 5 * 512))
     assert {op for rank, op in rows if rank == 0} == {"all_reduce", "broadcast", "all_gather_into_tensor", "barrier", "ddp_allreduce"}
+
+
+@pytest.mark.slow
+def test_fsdp2_all_gathers_and_reduce_scatters_are_counted(rdv, tmp_path):
+    rows = collective_totals(
+        "fsdp2_collectives.py", "fsdp-job", tmp_path,
+        lambda rows: all(rows.get((r, "reduce_scatter_single"), (0,))[0] >= 2 for r in (0, 1)),
+    )
+    for rank in (0, 1):
+        # the flat parameter (340 float32) is gathered for forward (and backward) and its gradient reduce-scattered
+        calls, nbytes = rows[(rank, "all_gather_single")]
+        assert calls >= 2 and nbytes == calls * 1360
+        assert rows[(rank, "reduce_scatter_single")] == (2, 2 * 1360)

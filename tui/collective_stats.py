@@ -22,7 +22,11 @@ from dataclasses import dataclass
 MIN_DISTINCT_SIZES = 3
 
 _ALL_REDUCE = {"all_reduce", "ddp_allreduce"}
-_GATHER_LIKE = {"all_gather", "all_gather_into_tensor", "reduce_scatter", "reduce_scatter_tensor", "all_to_all", "all_to_all_single"}
+_GATHER_LIKE = {
+    "all_gather", "all_gather_into_tensor", "all_gather_single",
+    "reduce_scatter", "reduce_scatter_tensor", "reduce_scatter_single",
+    "all_to_all", "all_to_all_single",
+}  # fmt: skip
 
 
 def bus_factor(op: str, group_size: int) -> float:
