@@ -146,3 +146,14 @@ def test_a_job_that_ends_removes_its_rendezvous_record(launch_ranks, rdv):
     ranks = launch_ranks("job-end", 1, "--steps", "20")
     ranks.procs[0].wait(30)
     assert rendezvous.read_nodes("job-end") == []
+
+
+def test_two_watchers_see_the_same_job_at_once(launch_ranks):
+    launch_ranks("job-two", 2)
+    procs = [
+        subprocess.Popen([sys.executable, "-m", "ranktop.tui.cli", "watch", "job-two", "--json", "--duration", "3"],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        for _ in range(2)
+    ]
+    docs = [json.loads(p.communicate(timeout=60)[0]) for p in procs]
+    assert all(len(doc["ranks"]) == 2 and all(r["steps_seen"] > 10 for r in doc["ranks"]) for doc in docs)
