@@ -135,6 +135,11 @@ def install(tracker: CollectiveTracker) -> bool:
     global _tracker
     _tracker = tracker
     dist = sys.modules.get("torch.distributed")
+    if dist is None and "torch" in sys.modules:  # torch is loaded: its distributed package costs little more
+        try:
+            import torch.distributed as dist
+        except Exception:
+            return False
     if dist is None or not getattr(dist, "is_available", lambda: False)():
         return False
     if _installed:
