@@ -4,10 +4,14 @@
   inside the phase being blamed, so ranktop should name that rank and that
   phase, while every other rank shows the same time as waiting in ``backward``
   (the gradient all-reduce, where DDP makes fast ranks wait for the slow one).
-  For ``data`` the sleep happens in the training process right after the batch
-  arrives from the DataLoader, i.e. as if fetching were slow; putting it in a
-  worker would be hidden by prefetching until the workers fall behind.
-  For the other phases it comes first in the phase, before the real work.
+  For ``data`` the sleep happens in the training process as if fetching were
+  slow: inside the DataLoader's fetch with ``--workers 0`` (in ``collate``),
+  else right after the batch arrives (in a worker, prefetching would hide it
+  until the workers fall behind). For forward and optimizer it runs in a hook
+  of the model / optimizer (:meth:`Faults.attach`), and for backward in a hook
+  on the loss's gradient, so it lies inside the real call: inside the phase
+  both for the script's ``probe.phase()`` blocks and for automatic mode
+  (``ranktop launch``), which times those calls themselves.
 * **hang** – from a given step on, sleep forever inside ``forward``. The other
   ranks then block in ``backward``'s all-reduce: the classic "whole job frozen,
   one rank to blame" picture.
@@ -24,6 +28,7 @@ import time
 from typing import Callable
 
 import torch
+from torch.utils.data import default_collate
 
 PHASES = ("data", "forward", "backward", "optimizer")
 
@@ -59,9 +64,26 @@ class Faults:
         self.leaked: list[torch.Tensor] = []
 
     def delay(self, phase: str) -> None:
-        """Called at the start of every phase; sleeps only in the slow rank's slow phase."""
+        """Sleeps only in the slow rank's slow phase."""
         if self._delay_s and phase == self._slow_phase:
             time.sleep(self._delay_s)
+
+    def attach(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> None:
+        """Put the forward and optimizer sleeps inside the model's and the optimizer's own calls."""
+        if self._delay_s and self._slow_phase == "forward":
+            model.register_forward_pre_hook(lambda module, args: self.delay("forward"))
+        if self._delay_s and self._slow_phase == "optimizer":
+            optimizer.register_step_pre_hook(lambda opt, args, kwargs: self.delay("optimizer"))
+
+    def collate(self, batch):
+        """The DataLoader's collate with the data sleep in it (used with ``--workers 0``)."""
+        self.delay("data")
+        return default_collate(batch)
+
+    def in_backward(self, loss: torch.Tensor) -> None:
+        """Put the backward sleep inside autograd: a hook on the loss's gradient, the first thing backward runs."""
+        if self._delay_s and self._slow_phase == "backward" and loss.requires_grad:
+            loss.register_hook(lambda grad: self.delay("backward"))
 
     def hang(self, step: int) -> None:
         """Called in ``forward``: never returns on the hanging rank once ``step`` is reached.

@@ -43,6 +43,7 @@ from torch.utils.data import DataLoader  # noqa: E402
 from ranktop import probe  # noqa: E402
 from ranktop.demo.data import MarkovTokens  # noqa: E402
 from ranktop.demo.faults import PHASES, Faults, Stopped  # noqa: E402
+from ranktop.demo.flops import step_flops  # noqa: E402
 from ranktop.demo.model import ModelConfig, TinyLM, lm_loss  # noqa: E402
 
 #: Run "forever" by default: the live demo is ended by Ctrl+C or by ranktop.
@@ -241,7 +242,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.no_probe:
         step_scope, phase = _noop_scope, _noop_scope
     else:
-        probe.init()  # before the rendezvous, so ranktop sees a rank that is stuck in it
+        probe.init(batch_size=args.batch_size, tokens_per_step=args.batch_size * args.seq_len)  # before the rendezvous, so ranktop sees a rank that is stuck in it
         step_scope, phase = probe.step, probe.phase
 
     stop = GracefulStop(STOP_GRACE_S, last_words=probe.shutdown)
@@ -267,6 +268,8 @@ def main(argv: list[str] | None = None) -> int:
         dist.init_process_group(backend, device_id=device if device.type == "cuda" else None)
 
     cfg = ModelConfig(seq_len=args.seq_len)
+    if not args.no_probe:  # FLOPs of one step by PyTorch's counter, for TFLOP/s and MFU (demo/flops.py)
+        probe.set_work(flops_per_step=step_flops(cfg, args.batch_size))
     model = TinyLM(cfg).to(device)
     if distributed:
         model = DistributedDataParallel(model, device_ids=[local_rank] if device.type == "cuda" else None)
@@ -275,8 +278,6 @@ def main(argv: list[str] | None = None) -> int:
     except RuntimeError:
         optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr)
     dataset = MarkovTokens(cfg.vocab, args.seq_len, rank=rank, world=world)
-    loader = DataLoader(dataset, batch_size=args.batch_size, num_workers=args.workers,
-                        pin_memory=device.type == "cuda")
     faults = Faults(
         rank,
         device=device,
@@ -289,6 +290,10 @@ def main(argv: list[str] | None = None) -> int:
         leak_rank=args.leak_rank,
         leak_mb_per_step=args.leak_mb_per_step,
     )
+    faults.attach(model, optimizer)
+    # With workers the data sleep comes after the fetch (a worker's would hide behind prefetching).
+    loader = DataLoader(dataset, batch_size=args.batch_size, num_workers=args.workers,
+                        pin_memory=device.type == "cuda", collate_fn=None if args.workers else faults.collate)
 
     if rank == 0:
         params = sum(p.numel() for p in model.parameters())
@@ -307,18 +312,17 @@ def main(argv: list[str] | None = None) -> int:
                     inputs, targets = next(batches)
                     inputs = inputs.to(device, non_blocking=True)
                     targets = targets.to(device, non_blocking=True)
-                    faults.delay("data")
+                    if args.workers:
+                        faults.delay("data")
                 with phase("forward"):
-                    faults.delay("forward")
                     faults.hang(step)
                     loss = lm_loss(model, inputs, targets)
                     faults.leak()
                 with phase("backward"):
-                    faults.delay("backward")
+                    faults.in_backward(loss)
                     loss.backward()  # DDP all-reduces the gradients here
                     sync()
                 with phase("optimizer"):
-                    faults.delay("optimizer")
                     optimizer.step()
                     optimizer.zero_grad(set_to_none=True)
                     sync()

@@ -37,10 +37,45 @@ def phase(name: str):
     return runtime.active.phase(name)
 
 
+def set_work(*, batch_size: int | None = None, tokens_per_step: int | None = None, flops_per_step: float | None = None):
+    """Say (or correct) what one step of this rank processes, for samples/s, tokens/s and MFU."""
+    active = runtime.active
+    if isinstance(active, runtime.Probe):
+        active.resources.set_work(batch=batch_size, tokens=tokens_per_step, flops=flops_per_step)
+
+
+def count_flops(fn, *args, **kwargs) -> int:
+    """Run ``fn(*args, **kwargs)`` once (a forward and backward) under PyTorch's FLOP counter,
+    report the count as this rank's FLOPs per step, and return it. See probe/flops.py."""
+    from . import flops
+
+    total = flops.count_flops(fn, *args, **kwargs)
+    active = runtime.active
+    if isinstance(active, runtime.Probe) and total > 0:
+        active.resources.set_work(flops=total)
+    return total
+
+
+def watch(model=None, optimizer=None):
+    """Automatic mode, opted into: steps and phases found from torch's own hooks (see docs/auto-mode.md).
+
+    Starts the probe if needed (``init()``); the step ends at the optimizer step,
+    forward is the outermost module call, backward ``Tensor.backward``, data the
+    DataLoader's fetch. ``model``/``optimizer`` narrow the hooks to those objects.
+    Returns the probe, or None when it is off. ``ranktop launch`` does the same with no code.
+    """
+    from . import auto
+
+    active = runtime.active if isinstance(runtime.active, runtime.Probe) else init()
+    if isinstance(active, runtime.Probe):
+        auto.start(active, model, optimizer)
+    return get()
+
+
 def get():
     """The running :class:`~ranktop.probe.runtime.Probe`, or None when the probe is off."""
     active = runtime.active
     return active if isinstance(active, runtime.Probe) else None
 
 
-__all__ = ["init", "shutdown", "step", "phase", "get", "STANDARD_PHASES", "__version__"]
+__all__ = ["init", "shutdown", "step", "phase", "watch", "get", "set_work", "count_flops", "STANDARD_PHASES", "__version__"]

@@ -11,6 +11,8 @@ from __future__ import annotations
 import time
 from typing import Any, Callable, Protocol
 
+from . import stacks as _stacks
+
 #: Sampling rates a command may set, in Hz.
 MIN_RATE_HZ, MAX_RATE_HZ = 0.1, 50.0
 
@@ -35,9 +37,18 @@ def set_rate(target: CommandTarget, args: dict[str, Any]) -> tuple[bool, dict[st
     return True, {"rate_hz": target.rate_hz}
 
 
+def stacks(target: CommandTarget, args: dict[str, Any]) -> tuple[bool, dict[str, Any]]:
+    """Every thread's Python stack, read from this (the sender's) thread: answers while training is blocked."""
+    depth = args.get("max_frames", _stacks.MAX_FRAMES)
+    if isinstance(depth, bool) or not isinstance(depth, int) or not 1 <= depth <= _stacks.MAX_FRAMES:
+        return False, {"error": f"max_frames must be a whole number from 1 to {_stacks.MAX_FRAMES}"}
+    return True, dict(_stacks.collect(max_frames=depth), state=target.state())
+
+
 HANDLERS: dict[str, Callable[[CommandTarget, dict[str, Any]], tuple[bool, dict[str, Any]]]] = {
     "ping": ping,
     "set_rate": set_rate,
+    "stacks": stacks,
 }
 
 

@@ -110,13 +110,28 @@ class Recorder:
         except Exception as exc:
             self._fault(exc)
 
+    def discard(self) -> None:
+        """Drop the step in progress and the phases timed outside a step, unrecorded.
+
+        Automatic mode (``probe/auto.py``) calls this when what it was timing turns
+        out to be an evaluation loop rather than a training step. The step number
+        is not consumed: the next step gets it. Phases still open stay open; what
+        they time from now on is carried into the next step.
+        """
+        self.step_started = 0.0
+        self.current_step = self.last_step
+        self._phases = {}
+        self._pending = {}
+        self._pending_start = _perf()
+        self._pending_wall = _wall()
+
     def _fault(self, exc: BaseException) -> None:
         if self._on_fault is not None:
             self._on_fault(exc)
 
     def disable(self) -> None:
         """Turn every hot-path method into a no-op, for scopes already handed out."""
-        for name in ("begin_step", "end_step", "begin_phase", "end_phase"):
+        for name in ("begin_step", "end_step", "begin_phase", "end_phase", "discard"):
             setattr(self, name, _noop)
 
     # -- the sender thread's side ---------------------------------------------

@@ -13,10 +13,11 @@ import os
 import sys
 import threading
 
-from . import collectives
+from . import auto, collectives, flops
 from .collectives import CollectiveTracker
 from .identity import Identity, detect
 from .recorder import NOOP, PhaseScope, Recorder, StepScope
+from .resources import RankResources
 from .sender import Sender
 
 DEFAULT_RATE_HZ = 4.0
@@ -24,13 +25,16 @@ DEFAULT_CAPACITY = 4096
 
 
 class Probe:
-    def __init__(self, identity: Identity, *, rate_hz: float, capacity: int, directory: str | None):
+    def __init__(
+        self, identity: Identity, *, rate_hz: float, capacity: int, directory: str | None, work: dict | None = None
+    ):
         self.identity = identity
         self.recorder = Recorder(capacity, on_fault=self._fault)
         self.collectives = CollectiveTracker(self.recorder)
         self.sender = Sender(
             identity, self.recorder, rate_hz=rate_hz, directory=directory, on_fault=self._fault, collectives=self.collectives
         )
+        self.resources = RankResources(identity, self.sender, work or {})  # memory, GPU gauges, work per step
         self._step = StepScope(self.recorder)
         self._phases: dict[str, PhaseScope] = {}
         self._disabled = False
@@ -77,8 +81,17 @@ def init(
     rate_hz: float = DEFAULT_RATE_HZ,
     capacity: int = DEFAULT_CAPACITY,
     rendezvous_dir: str | None = None,
+    batch_size: int | None = None,
+    tokens_per_step: int | None = None,
+    flops_per_step: float | str | None = None,
+    flops_dtype: str = "bf16",
 ) -> Probe | _Disabled:
-    """Start the probe in this process (idempotent). ``RANKTOP_DISABLE=1`` keeps it off."""
+    """Start the probe in this process (idempotent). ``RANKTOP_DISABLE=1`` keeps it off.
+
+    ``batch_size``, ``tokens_per_step`` and ``flops_per_step`` (per rank, per step; else
+    ``RANKTOP_BATCH_SIZE``, ``RANKTOP_TOKENS_PER_STEP``, ``RANKTOP_FLOPS_PER_STEP``) give
+    samples/s, tokens/s and MFU against the peak of ``flops_dtype`` (see probe/flops.py).
+    """
     global active
     with _lock:
         if isinstance(active, Probe):
@@ -87,10 +100,12 @@ def init(
             return DISABLED
         if not 0.1 <= rate_hz <= 50:
             raise ValueError(f"rate_hz must be between 0.1 and 50, got {rate_hz}")
-        probe = Probe(detect(job), rate_hz=rate_hz, capacity=capacity, directory=rendezvous_dir)
+        work = flops.work_from(batch_size, tokens_per_step, flops_per_step, flops_dtype)
+        probe = Probe(detect(job), rate_hz=rate_hz, capacity=capacity, directory=rendezvous_dir, work=work)
         active = probe
         collectives.install(probe.collectives)  # only if the script has imported torch.distributed
         probe.sender.start()
+        probe.resources.start()
         return probe
 
 
@@ -99,8 +114,10 @@ def _deactivate(probe: Probe) -> None:
     probe._disabled = True
     probe.recorder.disable()
     collectives.detach(probe.collectives)
+    auto.stop(remove=threading.current_thread() is not probe.sender)  # never mutate torch's hooks under training
     if active is probe:
         active = DISABLED
+    probe.resources.stop()
     probe.sender.stop(timeout=0 if threading.current_thread() is probe.sender else 2.0)
 
 
@@ -119,6 +136,7 @@ def _after_fork_in_child() -> None:
         active._disabled = True
         active.recorder.disable()
         collectives.detach(active.collectives)
+    auto.stop(remove=True)
     active = DISABLED
 
 

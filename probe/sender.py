@@ -9,8 +9,10 @@ messages, never a stall.
 
 from __future__ import annotations
 
+import collections
 import os
 import platform
+import statistics
 import sys
 import threading
 import time
@@ -62,6 +64,14 @@ class Sender(threading.Thread):
         self._dropped = 0
         self._rejected: dict[str, int] = {}
         self._meta: dict[str, Any] | None = None
+        # Recent step wall times: the state carries their median, so a TUI that attaches to a
+        # job already hung still knows how long a step usually takes on this rank.
+        self._recent_walls: collections.deque[float] = collections.deque(maxlen=32)
+        # Set by the Probe (probe/memory.py, probe/gpu_sampler.py, probe/flops.py): memory and GPU
+        # gauges ride in every state, the work per step (for throughput and MFU) in the hello.
+        self.memory: Any = None
+        self.gpu: Any = None
+        self.work: dict[str, Any] = {}
 
     # -- lifecycle ------------------------------------------------------------
 
@@ -150,9 +160,13 @@ class Sender(threading.Thread):
     def _flush(self, pub: zmq.Socket, final: bool = False) -> bool:
         """Send every completed step record; True if anything was sent."""
         records = self.recorder.drain()
+        self._recent_walls.extend(rec["w"] for rec in records[-32:])
         self._taken += len(records)
         # What the training thread produced but neither we took nor the buffer holds fell off.
         self._dropped = max(self._dropped, self.recorder.produced - self._taken - len(self.recorder.buffer))
+        timeline = getattr(self.recorder, "timeline", None)  # device-side timing (probe/gpu_timing.py)
+        if timeline is not None:
+            records = timeline.resolve(records, final=final)
         calls = self.collectives.drain() if self.collectives is not None else []
         chunks = max(len(records), len(calls))
         for i in range(0, chunks, MAX_RECORDS_PER_MESSAGE):
@@ -174,7 +188,10 @@ class Sender(threading.Thread):
             "dropped": self._dropped,
             "rejected": dict(self._rejected),
             "rate_hz": self.rate_hz,
+            "median_step_s": statistics.median(self._recent_walls) if self._recent_walls else None,
             "collective": self.collectives.state() if self.collectives is not None else None,
+            "mem": self.memory.sample() if self.memory is not None else None,
+            "gpu": self.gpu.latest if self.gpu is not None else None,
         }
 
     def hello(self) -> dict[str, Any]:
@@ -204,7 +221,10 @@ class Sender(threading.Thread):
             }
             if self._relay is not None:
                 self._meta["relay"] = {"telemetry": self._relay.telemetry_url, "control": self._relay.control_url}
-        return dict(self._meta, rate_hz=self.rate_hz)
+        hello = dict(self._meta, rate_hz=self.rate_hz)
+        if self.work:  # may be completed after init (probe.set_work, a FLOP count): read on every hello
+            hello["work"] = dict(self.work)
+        return hello
 
     # -- control --------------------------------------------------------------
 

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -12,6 +14,13 @@ from pathlib import Path
 import pytest
 
 from support import JOBS, wait_for
+
+from ranktop.tui.session import WatchSession, resolve
+from ranktop.wire import rendezvous
+
+#: The demo's training script, as torchrun runs it.
+TRAIN = importlib.util.find_spec("ranktop.demo.train").origin
+
 
 @pytest.fixture
 def rdv(tmp_path, monkeypatch):
@@ -69,3 +78,33 @@ def launch_ranks(rdv, tmp_path):
         ranks.stop()
 
 
+@pytest.fixture
+def torchrun(rdv, tmp_path):
+    """torchrun(job, nproc, *demo_args): the demo under torchrun (DDP, gloo), returned once every rank trains."""
+    procs = []
+
+    def launch(job, nproc, *args):
+        env = dict(os.environ, RANKTOP_JOB=job, OMP_NUM_THREADS="1")
+        cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}", TRAIN, *args]
+        log = open(tmp_path / f"{job}.log", "wb")
+        proc = subprocess.Popen(cmd, env=env, cwd=tmp_path, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        procs.append(proc)
+        wait_for(lambda: rendezvous.read_nodes(job) or proc.poll() is not None, 90, "the job never started its relay")
+        assert proc.poll() is None, (tmp_path / f"{job}.log").read_text()[-3000:]
+        # The relay is up before torch has built the model: wait until every rank trains.
+        with WatchSession(resolve([job])) as session:
+            wait_for(
+                lambda: (ranks := session.snapshot().ranks) and len(ranks) == nproc and all(r.steps_seen >= 5 for r in ranks),
+                120,
+                "the ranks never started training",
+            )
+        return proc
+
+    yield launch
+    for proc in procs:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGTERM)
+            try:
+                proc.wait(20)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)

@@ -1,52 +1,15 @@
 """The demo as a real multi-rank job: torchrun, DDP over gloo, the probe in every rank."""
 
-import importlib.util
 import json
-import os
-import signal
-import subprocess
-import sys
 
 import pytest
-from support import run_cli, wait_for
+from support import run_cli
 
-from ranktop.tui.session import WatchSession, resolve
 from ranktop.wire import rendezvous
 
 pytestmark = pytest.mark.slow
 
-TRAIN = importlib.util.find_spec("ranktop.demo.train").origin
-
-
-@pytest.fixture
-def torchrun(rdv, tmp_path):
-    procs = []
-
-    def launch(job, nproc, *args):
-        env = dict(os.environ, RANKTOP_JOB=job, OMP_NUM_THREADS="1")
-        cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}", TRAIN, *args]
-        log = open(tmp_path / f"{job}.log", "wb")
-        proc = subprocess.Popen(cmd, env=env, cwd=tmp_path, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-        procs.append(proc)
-        wait_for(lambda: rendezvous.read_nodes(job) or proc.poll() is not None, 90, "the job never started its relay")
-        assert proc.poll() is None, (tmp_path / f"{job}.log").read_text()[-3000:]
-        # The relay is up before torch has built the model: wait until every rank trains.
-        with WatchSession(resolve([job])) as session:
-            wait_for(
-                lambda: (ranks := session.snapshot().ranks) and len(ranks) == nproc and all(r.steps_seen >= 5 for r in ranks),
-                120,
-                "the ranks never started training",
-            )
-        return proc
-
-    yield launch
-    for proc in procs:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGTERM)
-            try:
-                proc.wait(20)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
+# The `torchrun` fixture (a real multi-rank demo job) is in conftest.py.
 
 
 @pytest.mark.parametrize("phase", ["data", "forward", "backward", "optimizer"])

@@ -29,7 +29,7 @@ def test_another_major_version_gets_a_clear_error():
     body = dict(hello(), v=[2, 0], k="hello")
     with pytest.raises(schema.VersionMismatch) as err:
         schema.decode([b"hello", msgpack.packb(body)])
-    assert "protocol 2.0" in str(err.value) and "1.1" in str(err.value) and "upgrade" in str(err.value)
+    assert "protocol 2.0" in str(err.value) and "%d.%d" % schema.PROTOCOL_VERSION in str(err.value) and "upgrade" in str(err.value)
 
 
 def test_a_newer_minor_version_is_accepted():
@@ -78,3 +78,12 @@ def test_a_malformed_collective_record_is_refused():
     coll = [{"op": "all_reduce", "seq": 1, "b": -5, "dt": "float32", "g": 4, "d": 0.002, "n": 7, "ph": None, "t0": 5.0}]
     with pytest.raises(schema.WireError):
         schema.decode(schema.encode(schema.STEPS, {"job": "j", "rank": 0, "ts": 1.0, "steps": [], "coll": coll}))
+
+
+def test_device_times_ride_in_a_step_record_and_bad_ones_are_refused():
+    step = {"n": 1, "t": 1.0, "w": 0.02, "p": {"forward": 0.005}, "g": {"w": 0.019, "p": {"forward": 0.012}}}
+    body = {"job": "j", "rank": 0, "ts": 1.0, "steps": [step]}
+    assert schema.decode(schema.encode(schema.STEPS, body))["steps"][0]["g"] == step["g"]
+    for bad in ({"w": -1, "p": {}}, {"w": 0.1}, {"w": 0.1, "p": {"forward": "x"}}, [0.1]):
+        with pytest.raises(schema.WireError):
+            schema.decode(schema.encode(schema.STEPS, dict(body, steps=[dict(step, g=bad)])))

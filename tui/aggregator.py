@@ -32,7 +32,9 @@ from typing import Any, Callable
 from ranktop.wire import schema
 
 from .collective_stats import bus_factor, fit_alpha_beta, percentile
-from .snapshot import OK, SILENT, SLOW, CollectiveStat, Endpoint, RankRow, Reply, Snapshot
+from . import stalls
+from .rank_resources import ResourceTracker, job_throughput
+from .snapshot import OK, SILENT, SLOW, STALLED, CollectiveStat, Endpoint, RankRow, Reply, Snapshot
 
 DEFAULT_WINDOW = 64
 DEFAULT_SILENT_AFTER_S = 3.0
@@ -40,6 +42,7 @@ MIN_STEPS_TO_SCORE = 3
 SLOW_FLOOR_FRACTION = 0.05
 SLOW_FLOOR_S = 0.001
 MAX_REPLIES = 256
+MAX_COMMANDS_KEPT = 8  # our own commands whose replies are all kept (stacks replies of a big job exceed MAX_REPLIES)
 CALL_WINDOW = 512  # collective calls per rank kept for latency and bandwidth statistics
 MAX_ERRORS = 8
 
@@ -58,6 +61,8 @@ class _Rank:
     calls: collections.deque = field(default_factory=lambda: collections.deque(maxlen=CALL_WINDOW))
     call_totals: dict[str, list[int]] = field(default_factory=dict)
     waits: collections.OrderedDict = field(default_factory=collections.OrderedDict)
+    state_at: float = 0.0  # when its last state arrived, and when that state's last step changed (tui/stalls.py)
+    progress_at: float = 0.0
 
 
 @dataclass
@@ -75,11 +80,15 @@ class Aggregator:
         *,
         window: int = DEFAULT_WINDOW,
         silent_after_s: float = DEFAULT_SILENT_AFTER_S,
+        stall_factor: float = stalls.DEFAULT_STALL_FACTOR,
+        stall_floor_s: float = stalls.DEFAULT_STALL_FLOOR_S,
         clock: Callable[[], float] = time.monotonic,
     ):
         self._job = job
         self._window = window
         self._silent_after = silent_after_s
+        self._stall = stalls.StallPolicy(stall_factor, stall_floor_s)
+        self._by_command: collections.OrderedDict[str, dict[int, Reply]] = collections.OrderedDict()
         self._clock = clock
         self._started = clock()
         self._lock = threading.Lock()
@@ -89,6 +98,7 @@ class Aggregator:
         self._sent: dict[str, float] = {}
         self._errors: list[str] = []
         self._dropped = 0
+        self._resources = ResourceTracker()  # memory history and creep, GPU gauges, throughput (tui/rank_resources.py)
 
     # -- input (receiver thread) ----------------------------------------------
 
@@ -129,7 +139,9 @@ class Aggregator:
             rank.last_seen = now
             kind = msg["k"]
             if "state" in msg and isinstance(msg["state"], dict):
+                stalls.note_state(rank, msg["state"], now)
                 rank.state = msg["state"]
+                self._resources.note(msg["rank"], msg["state"], now)
             if kind == schema.HELLO:
                 rank.meta = {k: v for k, v in msg.items() if k not in ("v", "k", "job", "rank", "ts")}
             elif kind == schema.STEPS:
@@ -142,9 +154,18 @@ class Aggregator:
             elif kind == schema.REPLY:
                 sent = self._sent.get(msg["id"])
                 result = msg.get("result") if isinstance(msg.get("result"), dict) else {}
-                self._replies.append(
-                    Reply(msg["id"], msg["cmd"], msg["rank"], msg["ok"], result, None if sent is None else now - sent)
-                )
+                reply = Reply(msg["id"], msg["cmd"], msg["rank"], msg["ok"], result, None if sent is None else now - sent)
+                self._replies.append(reply)
+                if sent is not None:  # every rank's answer to our own commands, however many ranks answer
+                    self._by_command.setdefault(reply.id, {})[reply.rank] = reply
+                    self._by_command.move_to_end(reply.id)
+                    while len(self._by_command) > MAX_COMMANDS_KEPT:
+                        self._by_command.popitem(last=False)
+
+    def replies_to(self, command_id: str) -> list[Reply]:
+        """Every rank's answer to one of our last commands, by rank (``snapshot.replies`` keeps only the latest)."""
+        with self._lock:
+            return sorted(self._by_command.get(command_id, {}).values(), key=lambda r: r.rank)
 
     def note_sent(self, command_id: str) -> None:
         with self._lock:
@@ -186,6 +207,7 @@ class Aggregator:
         stats = {r.rank: _rank_stats(r, names) for r in self._ranks.values()}
         scored = {k: v for k, v in stats.items() if v is not None}
         silent = {r.rank for r in self._ranks.values() if now - r.last_seen > self._silent_after}
+        verdict = stalls.assess(stalls.positions_of(self._ranks.values(), now, silent), self._stall)
         live = {k: v for k, v in scored.items() if k not in silent}
         excess = _excess(live, names)
         spread = _mad([e for e, _ in excess.values()]) if len(excess) >= 3 else 0.0
@@ -196,8 +218,11 @@ class Aggregator:
             st = scored.get(r.rank)
             ex, culprit = excess.get(r.rank, (0.0, None))
             score = ex / median_step if median_step else 0.0
+            stuck = verdict.stalled.get(r.rank)
             if r.rank in silent:
                 status = SILENT
+            elif stuck is not None:
+                status = STALLED
             elif median_step and ex > max(SLOW_FLOOR_S, SLOW_FLOOR_FRACTION * median_step, 3 * spread):
                 status = SLOW
             else:
@@ -220,13 +245,19 @@ class Aggregator:
                     dropped=int(r.state.get("dropped", 0) or 0),
                     collective_s=st["comm"] if st else None,
                     compute_s=st["step"] - st["comm"] if st and st["comm"] is not None else None,
+                    stalled_s=stuck.stuck_s if stuck else None,
+                    stalled_phase=stuck.phase if stuck else None,
+                    stalled_step=stuck.step if stuck else None,
+                    collective=r.state.get("collective") if isinstance(r.state.get("collective"), dict) else None,
+                    **self._resources.row_fields(r.rank, r.meta, st["rate"] if st else None, time.time()),
                 )
             )
-        order = {SILENT: 0, SLOW: 1, OK: 2}
+        order = {SILENT: 0, STALLED: 1, SLOW: 2, OK: 3}
+        waited_for = set(verdict.waiting_for)
         stragglers = [
             row.rank
-            for row in sorted(rows, key=lambda row: (order[row.status], -row.score, row.rank))
-            if row.step_s is not None or row.status == SILENT
+            for row in sorted(rows, key=lambda row: (row.rank not in waited_for, order[row.status], -row.score, row.rank))
+            if row.step_s is not None or row.status in (SILENT, STALLED)
         ]
         rates = [v["rate"] for v in live.values() if v["rate"]]
         worlds = [r.meta.get("world") for r in self._ranks.values() if isinstance(r.meta.get("world"), int)]
@@ -244,7 +275,10 @@ class Aggregator:
             dropped_messages=self._dropped,
             errors=list(self._errors),
             collectives=collective_rows(self._ranks.values(), now),
+            waiting_for=verdict.waiting_for,
+            diagnosis=verdict.diagnosis,
             slow_hosts=slow_hosts(rows),
+            throughput=job_throughput([row.throughput for row in rows if row.status != SILENT]),
         )
 
     def _endpoint_view(self, e: _Endpoint, now: float) -> Endpoint:

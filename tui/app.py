@@ -30,6 +30,8 @@ from ranktop.tui.widgets import (
     Waiting,
 )
 from ranktop.tui.widgets import palette
+from ranktop.tui.widgets.resources import ResourcePanes
+from ranktop.tui.widgets.stacks import StacksScreen
 
 READ_ONLY = "read-only: no job secret, commands disabled"
 
@@ -64,6 +66,12 @@ class RanktopApp(App[None]):
     paused: reactive[bool] = reactive(False)
     """While True the screen keeps showing the last snapshot; the job is not affected."""
 
+    show_memory: reactive[bool] = reactive(True)
+    """Whether the memory and throughput pane is shown (when the ranks report memory)."""
+
+    show_gpus: reactive[bool] = reactive(True)
+    """Whether the GPU gauges pane is shown (when the ranks report GPU gauges, or that they have none)."""
+
     def __init__(
         self,
         source: SnapshotSource,
@@ -91,6 +99,7 @@ class RanktopApp(App[None]):
         self._stragglers = StragglerTable(id="stragglers")
         self._collectives = CollectiveTable(id="collectives")
         self._status = StatusLine(id="status")
+        self._resources = ResourcePanes(id="resources")
 
     def compose(self) -> ComposeResult:
         yield self._header
@@ -99,6 +108,7 @@ class RanktopApp(App[None]):
             yield self._breakdown
             yield self._stragglers
             yield self._collectives
+        yield self._resources
         yield self._status
         yield Footer()
 
@@ -136,6 +146,9 @@ class RanktopApp(App[None]):
             self._collectives.display = self.show_collectives and bool(snapshot.collectives)
             if self._collectives.display:
                 self._collectives.show(snapshot)
+        selected = self._stragglers.selected_rank() if self._stragglers.has_focus else None
+        self._resources.show(snapshot, show_memory=self.show_memory and not empty, show_gpus=self.show_gpus and not empty,
+                             selected=selected)
         self._draw_status()
 
     def _draw_status(self) -> None:
@@ -163,12 +176,38 @@ class RanktopApp(App[None]):
         self.show_collectives = not self.show_collectives
         self._draw()
 
+    def action_toggle_memory(self) -> None:
+        self.show_memory = not self.show_memory
+        self._draw()
+
+    def action_toggle_gpus(self) -> None:
+        self.show_gpus = not self.show_gpus
+        self._draw()
+
     def action_toggle_pause(self) -> None:
         self.paused = not self.paused
 
     def action_help(self) -> None:
         if not isinstance(self.screen, HelpScreen):
             self.push_screen(HelpScreen())
+
+    def action_stacks(self) -> None:
+        """Ask every rank for its stacks and show them grouped as the answers arrive."""
+        if isinstance(self.screen, StacksScreen):
+            return
+        before = self._last_command
+        self.send_command("stacks")
+        sent = self._last_command
+        if sent is not None and sent is not before:
+            expected = tuple(range(self.snapshot.world_size)) if self.snapshot.world_size else sent.ranks
+            self.push_screen(StacksScreen(sent.id, expected, self.replies_to))
+
+    def replies_to(self, command_id: str) -> list:
+        """Every rank's answer to one command: from the source when it keeps them all, else the snapshot's."""
+        get = getattr(self.source, "replies_to", None)
+        if get is not None:
+            return get(command_id)
+        return [r for r in self.source.snapshot().replies if r.id == command_id]
 
     def action_ping(self) -> None:
         self.send_command("ping")

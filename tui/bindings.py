@@ -26,11 +26,35 @@ KEYS: tuple[Binding, ...] = (
         tooltip="Ping every rank: who answers, and the round trip time. Needs the job secret.",
     ),
     Binding(
+        "t",
+        "stacks",
+        "Stacks",
+        id="stacks",
+        tooltip="Ask every rank for its Python stacks (all threads), grouped by identical main-thread stack; "
+        "answers even while the job hangs. Enter on a group shows a rank's full stacks. Needs the job secret.",
+    ),
+    Binding(
         "c",
         "toggle_collectives",
         "Collectives",
         id="collectives",
         tooltip="Show or hide the collectives panel: calls/s, bytes/s, latency, bandwidths and the alpha-beta fit per op.",
+    ),
+    Binding(
+        "m",
+        "toggle_memory",
+        "Memory",
+        id="memory",
+        tooltip="Show or hide the memory and throughput pane: per rank RSS or CUDA memory against capacity, its "
+        "history, memory creep (a steady climb: a leak), samples/s, tokens/s, TFLOP/s and MFU.",
+    ),
+    Binding(
+        "g",
+        "toggle_gpus",
+        "GPUs",
+        id="gpus",
+        tooltip="Show or hide the GPU gauges (NVML): utilisation, memory, power, temperature, clocks, PCIe and "
+        "throttling, per rank's GPU grouped by host; the rank selected in the straggler table is highlighted.",
     ),
     Binding(
         "space",
@@ -48,6 +72,13 @@ KEYS: tuple[Binding, ...] = (
         tooltip="Move between the bars and the straggler table; arrows and PgUp/PgDn scroll it.",
     ),
     Binding("question_mark,f1", "help", "Help", key_display="?", id="help", tooltip="Show this screen."),
+)
+
+#: Keys of the stack dump screens (listed on the help screen too).
+STACKS_KEYS: tuple[Binding, ...] = (
+    Binding("escape,t", "close", "Close", key_display="esc", id="stacks.close", tooltip="Close the stack dump (a rank's stacks: back to the groups)."),
+    Binding("left,left_square_bracket", "other_rank(-1)", "Previous rank", key_display="← [", id="stacks.previous", tooltip="In a rank's stacks: the previous rank of the group."),
+    Binding("right,right_square_bracket", "other_rank(1)", "Next rank", key_display="→ ]", id="stacks.next", tooltip="In a rank's stacks: the next rank of the group."),
 )
 
 #: Keys of the help screen itself (listed there too).

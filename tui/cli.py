@@ -14,7 +14,9 @@ import time
 
 from ranktop.wire import __version__, rendezvous
 
+from . import launch, stacks_cli
 from .aggregator import DEFAULT_SILENT_AFTER_S, DEFAULT_WINDOW
+from .stalls import DEFAULT_STALL_FACTOR, DEFAULT_STALL_FLOOR_S
 from .session import Target, TargetError, WatchSession, live_jobs, resolve
 
 #: How long an endpoint may stay silent before the user is told (then we keep waiting).
@@ -67,6 +69,9 @@ def build_parser() -> argparse.ArgumentParser:
     ping.add_argument("--timeout", type=_positive(float), default=5.0, help="seconds to wait for answers (default 5)")
     ping.add_argument("--ranks", type=_rank_list, default=None, help="comma-separated ranks (default: all)")
 
+    stacks_cli.add_parser(sub, _positive(float))
+    launch.add_parser(sub, _positive(float))
+
     demo = sub.add_parser(
         "demo",
         help="run the demo training job (torchrun, gloo on CPU) and watch it",
@@ -107,6 +112,18 @@ def _add_view_options(p: argparse.ArgumentParser, json_mode: bool = True) -> Non
         default=DEFAULT_SILENT_AFTER_S,
         help=f"seconds without a message before a rank is marked silent (default {DEFAULT_SILENT_AFTER_S:g})",
     )
+    p.add_argument(
+        "--stall-factor",
+        type=_positive(float),
+        default=DEFAULT_STALL_FACTOR,
+        help=f"a rank that finished no step for this many times its median step is stalled (default {DEFAULT_STALL_FACTOR:g})",
+    )
+    p.add_argument(
+        "--stall-floor",
+        type=_positive(float),
+        default=DEFAULT_STALL_FLOOR_S,
+        help=f"... and for at least this many seconds (default {DEFAULT_STALL_FLOOR_S:g})",
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -122,13 +139,17 @@ def main(argv: list[str] | None = None) -> int:
             return cmd_watch(args)
         if args.command == "jobs":
             return cmd_jobs(args)
+        if args.command == "stacks":
+            return stacks_cli.cmd_stacks(args)
+        if args.command == "launch":
+            return launch.cmd_launch(args)
         if args.command == "ping":
             return cmd_ping(args)
         if args.command == "demo":
             from .demo_job import run_demo
 
             return run_demo(args, extra)
-    except (TargetError, UserError) as exc:
+    except (TargetError, UserError, stacks_cli.StacksError, launch.LaunchError) as exc:
         print(f"ranktop: error: {exc}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
@@ -138,7 +159,9 @@ def main(argv: list[str] | None = None) -> int:
 
 def _session(args, targets: list[str] | None = None, allow_pending: bool = False) -> WatchSession:
     target = resolve(args.targets if targets is None else targets, args.dir, allow_pending=allow_pending)
-    return WatchSession(target, window=args.window, silent_after_s=args.silent_after)
+    return WatchSession(
+        target, window=args.window, silent_after_s=args.silent_after, stall_factor=args.stall_factor, stall_floor_s=args.stall_floor
+    )
 
 
 def cmd_watch(args) -> int:

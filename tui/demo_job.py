@@ -96,7 +96,13 @@ def run_demo(args, extra: list[str]) -> int:
     for sig in (signal.SIGHUP, signal.SIGTERM):
         signal.signal(sig, _raise_interrupt)
     try:
-        session = WatchSession(resolve([job], args.dir, allow_pending=True), window=args.window, silent_after_s=args.silent_after)
+        session = WatchSession(
+            resolve([job], args.dir, allow_pending=True),
+            window=args.window,
+            silent_after_s=args.silent_after,
+            stall_factor=args.stall_factor,
+            stall_floor_s=args.stall_floor,
+        )
         run_tui(session, args.refresh, title=f"ranktop demo ({args.nproc} ranks)", on_app=lambda app: _close_with(app, proc))
         ended_by_itself = proc.poll() is not None
     finally:
@@ -113,7 +119,13 @@ def _raise_interrupt(signum, frame) -> None:
 
 
 def _close_with(app, proc: subprocess.Popen) -> None:
-    """Close the TUI when the job ends by itself, so its exit is reported."""
+    """Close the TUI when the job ends by itself, so its exit is reported; and on SIGHUP/SIGTERM.
+
+    A signal must end the app through ``app.exit()``: an exception out of the
+    event loop would skip Textual's shutdown and leave its threads (and us) alive.
+    """
+    for sig in (signal.SIGHUP, signal.SIGTERM):
+        signal.signal(sig, lambda signum, frame: app.exit())
 
     def wait() -> None:
         proc.wait()

@@ -17,7 +17,8 @@ from ranktop.wire import auth, rendezvous
 from .aggregator import DEFAULT_SILENT_AFTER_S, DEFAULT_WINDOW, Aggregator
 from .controller import Controller
 from .receiver import Receiver, parse_endpoint
-from .snapshot import Snapshot
+from .snapshot import Reply, Snapshot
+from .stalls import DEFAULT_STALL_FACTOR, DEFAULT_STALL_FLOOR_S
 
 _ENDPOINT = re.compile(r"^(tcp://)?[A-Za-z0-9_.\-\[\]:]+:\d+$")
 
@@ -82,9 +83,13 @@ class WatchSession:
         secret: bytes | None = None,
         window: int = DEFAULT_WINDOW,
         silent_after_s: float = DEFAULT_SILENT_AFTER_S,
+        stall_factor: float = DEFAULT_STALL_FACTOR,
+        stall_floor_s: float = DEFAULT_STALL_FLOOR_S,
     ):
         self.target = target
-        self.aggregator = Aggregator(target.job, window=window, silent_after_s=silent_after_s)
+        self.aggregator = Aggregator(
+            target.job, window=window, silent_after_s=silent_after_s, stall_factor=stall_factor, stall_floor_s=stall_floor_s
+        )
         load_secret = None
         if secret is None and target.job is not None:
             job, directory = target.job, target.directory
@@ -107,6 +112,10 @@ class WatchSession:
 
     def snapshot(self) -> Snapshot:
         return self.aggregator.snapshot()
+
+    def replies_to(self, command_id: str) -> list[Reply]:
+        """Every rank's answer to a command this session sent (the stacks screen reads them all)."""
+        return self.aggregator.replies_to(command_id)
 
     def close(self) -> None:
         self.receiver.stop()

@@ -12,9 +12,10 @@ from dataclasses import asdict, dataclass, field
 
 # Rank statuses, worst first (the order used when sorting by status).
 SILENT = "silent"  # no message for a while: dead, hung hard, or cut off
+STALLED = "stalled"  # talking, but no step finished for much longer than usual: hung
 SLOW = "slow"  # persistently slower than the median rank
 OK = "ok"
-STATUSES = (SILENT, SLOW, OK)
+STATUSES = (SILENT, STALLED, SLOW, OK)
 
 
 @dataclass(frozen=True)
@@ -35,6 +36,13 @@ class RankRow:
     dropped: int  # records the probe dropped (buffer full or nobody listening)
     collective_s: float | None = None  # median per step of the time this rank waited in collectives
     compute_s: float | None = None  # median per step of the rest: its own work (step - collective wait)
+    stalled_s: float | None = None  # when stalled: seconds since it last finished a step
+    stalled_phase: str | None = None  # when stalled: the phase it is in (None: between phases or steps)
+    stalled_step: int | None = None  # when stalled: the step it is in (or the next one, between steps)
+    collective: dict | None = None  # the last collective it entered, as its probe reports it (op, seq, b, inside, ...)
+    memory: MemoryStat | None = None  # RSS, CUDA allocator, history and creep (tui/memory_stats.py); None before any
+    throughput: Throughput | None = None  # samples/s, tokens/s, TFLOP/s, MFU, when the probe knows its work per step
+    gpu: GpuStat | None = None  # NVML gauges of its GPU, or why there are none (probe/gpu_sampler.py)
 
 
 @dataclass(frozen=True)
@@ -56,6 +64,60 @@ class CollectiveStat:
     alpha_s: float | None = None  # alpha-beta fit T = alpha + n/beta, once 3+ sizes are seen
     beta_bps: float | None = None
     fit_dev: float | None = None  # how far the latest calls sit from the fit: (observed - fit) / fit
+
+
+@dataclass(frozen=True)
+class MemoryStat:
+    """One rank's memory as its probe last reported it, with its recent history (tui/memory_stats.py)."""
+
+    rss_bytes: int | None  # process resident set size
+    cuda_device: int | None = None  # the CUDA device index (None: the rank uses no CUDA)
+    allocated: int | None = None  # CUDA caching allocator: bytes in tensors
+    reserved: int | None = None  # ... bytes held from the device
+    peak: int | None = None  # peak allocated since the process started (never reset by the probe)
+    capacity: int | None = None  # the device's total memory
+    fragmentation: float | None = None  # 1 - allocated/reserved
+    alloc_retries: int | None = None  # cudaMalloc retries after freeing the cache (memory pressure)
+    ooms: int | None = None  # out-of-memory errors the allocator raised
+    tracked: str = "rss"  # the series of history and creep: "cuda" (allocated) or "rss"
+    history_mb: list[float] = field(default_factory=list)  # recent samples of it, oldest first
+    creep: bool = False  # a steady upward slope over many steps: a leak
+    creep_mb_per_min: float | None = None  # the slope over the creep window
+
+
+@dataclass(frozen=True)
+class Throughput:
+    """Work per second from the step rate and the work per step the probe reports (per rank, or summed for the job)."""
+
+    samples_per_s: float | None = None
+    tokens_per_s: float | None = None
+    tflops: float | None = None  # achieved TFLOP/s (model FLOPs per step x steps/s)
+    mfu: float | None = None  # tflops / peak (None: no known peak, e.g. a CPU)
+    peak_tflops: float | None = None
+    device: str | None = None
+
+
+@dataclass(frozen=True)
+class GpuStat:
+    """NVML gauges of one rank's GPU; a gauge NVML cannot read is None (shown "N/A")."""
+
+    na: str | None = None  # why there are no gauges (no NVML binding, no driver, no GPU, rank on CPU)
+    name: str | None = None
+    bus: str | None = None
+    util: float | None = None  # SM utilisation, %
+    mem_util: float | None = None  # memory controller utilisation, %
+    mem_used: int | None = None
+    mem_total: int | None = None
+    power_w: float | None = None
+    power_limit_w: float | None = None
+    temp_c: float | None = None
+    sm_mhz: float | None = None
+    sm_max_mhz: float | None = None
+    throttle: list[str] | None = None  # active slowdown reasons (power, thermal, hw, ...); None: unknown
+    pcie_tx: float | None = None  # bytes/s
+    pcie_rx: float | None = None
+    util_history: list[float] = field(default_factory=list)  # recent SM utilisation, oldest first
+    age_s: float | None = None  # how old the latest sample is, by the rank's clock
 
 
 @dataclass(frozen=True)
@@ -91,7 +153,11 @@ class Snapshot:
     dropped_messages: int = 0  # malformed or foreign frames this TUI threw away
     errors: list[str] = field(default_factory=list)  # one-line problems to show the user
     collectives: list[CollectiveStat] = field(default_factory=list)  # job-wide rows (rank -1) first
+    waiting_for: list[int] = field(default_factory=list)  # ranks the stalled ones wait for (see tui/stalls.py)
+    diagnosis: str | None = None  # one line on a hang: who is stalled where, waiting for whom
     slow_hosts: list[str] = field(default_factory=list)  # hosts all of whose ranks are slow: the node, not a rank
+    throughput: Throughput | None = None  # the job's: sums over live ranks (MFU: their TFLOP/s over their peaks)
+    device_time_ranks: list[int] = field(default_factory=list)  # ranks whose step records carry device (GPU) times ("g", wire 1.2)
 
     @property
     def connected(self) -> int:

@@ -18,7 +18,7 @@ from typing import Any
 import msgpack
 
 #: Bump the major version on any incompatible change; minor versions only add fields.
-PROTOCOL_VERSION = (1, 1)
+PROTOCOL_VERSION = (1, 2)
 
 #: The standard phases, in the order bars are drawn. Users may add phases of their own.
 STANDARD_PHASES = ("data", "forward", "backward", "optimizer")
@@ -42,6 +42,8 @@ KINDS = TELEMETRY_KINDS + (COMMAND,)
 #   n: step number, t: wall-clock start (unix seconds), w: wall duration (s),
 #   p: {phase: seconds of self time}; "other" is w minus the sum of p.
 STEP_KEYS = ("n", "t", "w", "p")
+# Since 1.2 a step record may carry "g": the step's device-side times, where the rank
+#   measured them (CUDA events, probe/gpu_timing.py): {"w": seconds, "p": {phase: seconds of self time}}.
 # Since 1.1 a steps message may carry "coll": one record per collective call,
 #   op: name, seq: the rank's call counter, b: bytes, dt: dtype, g: group size,
 #   d: seconds this rank waited for it (launch to completion), n: step, ph: phase (or None),
@@ -129,6 +131,36 @@ def _check_origin(msg: dict) -> None:
     if rank < 0:
         raise WireError("negative rank")
     _need(msg, "ts", (int, float))
+    _check_gauges(msg)
+
+
+# Optional since 1.2 (older peers just lack them): state["mem"] = {"rss": bytes or None, "cuda": {"dev",
+#   "alloc", "resv", "peak", "retries", "ooms", "cap"}} (probe/memory.py); state["gpu"] = NVML gauges,
+#   {"seq", "t", ...} or {"na": why} (probe/gpu_sampler.py); hello["work"] = {"dtype", "batch", "tokens",
+#   "flops", "device", "peak_tflops"} per rank and step (probe/flops.py).
+_NUMBER = (int, float)
+
+
+def _check_gauges(msg: dict) -> None:
+    state = msg.get("state")
+    if isinstance(state, dict):
+        mem = state.get("mem")
+        if mem is not None:
+            if not isinstance(mem, dict) or not (mem.get("rss") is None or isinstance(mem["rss"], _NUMBER)):
+                raise WireError("state: bad mem")
+            cuda = mem.get("cuda")
+            if cuda is not None and not (
+                isinstance(cuda, dict) and all(isinstance(v, _NUMBER) for v in cuda.values())
+            ):
+                raise WireError("state: bad mem.cuda")
+        gpu = state.get("gpu")
+        if gpu is not None and not (isinstance(gpu, dict) and all(isinstance(k, str) for k in gpu)):
+            raise WireError("state: bad gpu")
+    work = msg.get("work")
+    if work is not None and not (
+        isinstance(work, dict) and all(isinstance(v, (str,) + _NUMBER) for v in work.values())
+    ):
+        raise WireError("hello: bad work")
 
 
 def _check_hello(msg: dict) -> None:
@@ -153,6 +185,8 @@ def _check_steps(msg: dict) -> None:
         for name, sec in p.items():
             if not isinstance(name, str) or not isinstance(sec, (int, float)) or sec < 0:
                 raise WireError("steps: bad phase entry")
+        if "g" in rec:
+            _check_device_times(rec["g"])
     calls = msg.get("coll", [])
     if not isinstance(calls, list):
         raise WireError("steps: coll is not a list")
@@ -168,6 +202,17 @@ def _check_steps(msg: dict) -> None:
             raise WireError("steps: collective record has a bad start or duration")
         if not (phase is None or isinstance(phase, str)):
             raise WireError("steps: collective record has a bad phase")
+
+
+def _check_device_times(g: Any) -> None:
+    if not isinstance(g, dict) or not isinstance(g.get("w"), (int, float)) or g["w"] < 0:
+        raise WireError("steps: bad device times")
+    phases = g.get("p")
+    if not isinstance(phases, dict):
+        raise WireError("steps: bad device times")
+    for name, sec in phases.items():
+        if not isinstance(name, str) or not isinstance(sec, (int, float)) or sec < 0:
+            raise WireError("steps: bad device phase entry")
 
 
 def _check_heartbeat(msg: dict) -> None:

@@ -21,7 +21,7 @@ from textual.scroll_view import ScrollView
 from textual.strip import Strip
 from textual.widgets import Static
 
-from ranktop.tui.snapshot import SILENT, SLOW, RankRow, Snapshot
+from ranktop.tui.snapshot import SILENT, SLOW, STALLED, RankRow, Snapshot
 
 from . import palette, units
 
@@ -168,6 +168,9 @@ def summary_text(rows: list[RankRow]) -> Text:
         text.append(f"  {slow} slow", style=palette.STATUS_STYLES[SLOW])
     if silent:
         text.append(f"  {silent} silent", style=palette.STATUS_STYLES[SILENT])
+    stalled = sum(1 for r in rows if r.status == STALLED)
+    if stalled:
+        text.append(f"  {stalled} stalled", style=palette.STATUS_STYLES[STALLED])
     return text
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from rich.text import Text
 from textual.widgets import Static
 
-from ranktop.tui.snapshot import Snapshot
+from ranktop.tui.snapshot import STALLED, Snapshot
 
 from . import palette, units
 
@@ -23,6 +23,9 @@ def header_text(snapshot: Snapshot, *, title: str, paused: bool) -> Text:
         line1 += [sep, (f"{snapshot.connected} connected", palette.STATUS_STYLES["ok"])]
         silent_style = palette.STATUS_STYLES["silent"] if snapshot.silent else palette.MUTED
         line1 += [sep, (f"{snapshot.silent} silent", silent_style)]
+        stalled = sum(1 for r in snapshot.ranks if r.status == STALLED)
+        if stalled:
+            line1 += [sep, (f"{stalled} stalled", palette.STATUS_STYLES[STALLED])]
         if world is not None and reported < world:
             line1 += [sep, (f"{world - reported} never reported", palette.WARNING)]
     step = str(snapshot.global_step) if snapshot.global_step >= 0 else "–"

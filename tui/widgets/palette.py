@@ -8,7 +8,7 @@ compute in green and magenta, the optimizer in yellow, unaccounted time in grey.
 
 from __future__ import annotations
 
-from ranktop.tui.snapshot import OK, SILENT, SLOW
+from ranktop.tui.snapshot import OK, SILENT, SLOW, STALLED
 
 #: Colours of the standard phases and of "other".
 PHASE_COLOURS = {
@@ -21,7 +21,7 @@ PHASE_COLOURS = {
 #: User phases take these in phase_names order, cycling when there are more.
 USER_PHASE_COLOURS = ("dark_orange", "cyan", "orchid", "chartreuse3", "light_pink3", "steel_blue1")
 
-STATUS_STYLES = {OK: "green3", SLOW: "bold dark_orange", SILENT: "bold red"}
+STATUS_STYLES = {OK: "green3", SLOW: "bold dark_orange", STALLED: "bold magenta", SILENT: "bold red"}
 #: Ranks that cannot be measured (silent, or no steps yet) are drawn in this.
 MUTED = "grey42"
 WARNING = "yellow"

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from rich.text import Text
 from textual.widgets import Static
 
-from ranktop.tui.snapshot import Endpoint, Snapshot
+from ranktop.tui.snapshot import STALLED, Endpoint, Snapshot
 
 from . import palette, units
 
@@ -93,6 +93,8 @@ def status_text(snapshot: Snapshot, *, notice: Text | None = None, last_command:
     for host in snapshot.slow_hosts:
         count = sum(1 for r in snapshot.ranks if r.host == host)
         lines.append(Text(f"node {host} is slow: all {count} of its ranks are stragglers", style=palette.ERROR))
+    if snapshot.diagnosis:  # a hang: who is stuck where, and whom they wait for
+        lines.append(Text(snapshot.diagnosis, style=palette.STATUS_STYLES[STALLED]))
     heard = endpoints_text(snapshot.endpoints)
     if snapshot.dropped_messages:
         heard.append("  " if heard else "")

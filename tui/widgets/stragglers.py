@@ -17,7 +17,7 @@ from __future__ import annotations
 from rich.text import Text
 from textual.widgets import DataTable
 
-from ranktop.tui.snapshot import OK, SILENT, SLOW, RankRow, Snapshot
+from ranktop.tui.snapshot import OK, SILENT, SLOW, STALLED, RankRow, Snapshot
 
 from . import palette, units
 
@@ -31,7 +31,7 @@ COLUMNS = (
     ("comm_ms", "comm ms", 7),
     ("score", "score", 6),
     ("culprit", "culprit", 10),
-    ("status", "status", 10),
+    ("status", "status", 11),  # "stalled 28s"
 )
 HOST_WIDTH = dict((k, w) for k, _, w in COLUMNS)["host"]
 
@@ -52,6 +52,7 @@ def shown_values(row: RankRow) -> tuple:
     return (
         row.host, row.step, units.ms(row.step_s), units.ms(row.compute_s), units.ms(row.collective_s),
         units.score(row.score), row.culprit_phase, row.status, silent_for,
+        units.ago(row.stalled_s) if row.stalled_s is not None else None, row.stalled_phase,
     )  # fmt: skip
 
 
@@ -61,6 +62,10 @@ def cells(row: RankRow) -> tuple[Text, ...]:
     has_data = row.step_s is not None and row.status != SILENT
     score_style = palette.STATUS_STYLES[SLOW] if row.status == SLOW else muted
     status = row.status if row.status != SILENT else f"silent {units.ago(row.last_seen_s)}"
+    culprit = row.culprit_phase
+    if row.status == STALLED:  # how long, and the phase it is stuck in (– outside every phase)
+        status = f"stalled {units.ago(row.stalled_s or 0.0)}"
+        culprit = row.stalled_phase or "–"
     return (
         Text(str(row.rank), justify="right", style="bold" if row.status == SLOW else muted),
         Text(host, style=muted),
@@ -69,7 +74,7 @@ def cells(row: RankRow) -> tuple[Text, ...]:
         Text(units.ms(row.compute_s), justify="right", style=muted),
         Text(units.ms(row.collective_s), justify="right", style=muted),
         Text(units.score(row.score) if has_data else "", justify="right", style=score_style),
-        Text(row.culprit_phase or "", style=palette.STATUS_STYLES[SLOW] if row.culprit_phase else ""),
+        Text(culprit or "", style=palette.STATUS_STYLES[row.status] if culprit else ""),
         Text(status, style=palette.STATUS_STYLES[row.status]),
     )
 

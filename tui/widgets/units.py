@@ -54,3 +54,19 @@ def host(name: str, width: int) -> str:
     if len(name) <= width:
         return name
     return "…" + name[len(name) - width + 1 :] if width > 1 else name[:width]
+
+
+#: What a gauge NVML (or the probe) could not read shows as.
+NA = "N/A"
+
+
+def size(nbytes: float | None) -> str:
+    """Bytes in binary units, three significant-ish digits: 412 MB, 12.3 GB; N/A when unknown."""
+    if nbytes is None:
+        return NA
+    value = float(nbytes)
+    for unit in ("B", "KB", "MB", "GB", "TB"):
+        if abs(value) < 1000 or unit == "TB":
+            return f"{value:.0f} {unit}" if unit == "B" or abs(value) >= 100 else f"{value:.1f} {unit}"
+        value /= 1024
+    return NA

@@ -1,0 +1,173 @@
+"""The work in one training step, for throughput and MFU: samples, tokens and FLOPs per step, and the device's peak.
+
+The user says what a step is (``probe.init(batch_size=..., tokens_per_step=...,
+flops_per_step=...)`` or the ``RANKTOP_BATCH_SIZE`` / ``RANKTOP_TOKENS_PER_STEP``
+/ ``RANKTOP_FLOPS_PER_STEP`` environment variables, which ``ranktop launch``
+sets); all three are *per rank*. FLOPs can instead be counted once by PyTorch's
+own counter: :func:`count_flops` runs a function (one forward and backward)
+under ``torch.utils.flop_counter.FlopCounterMode``. The TUI multiplies each by
+the rank's step rate.
+
+Peak FLOP/s comes from :data:`PEAK_TFLOPS` (dense, no sparsity, from the
+vendors' data sheets) by device name and the dtype the user names (bf16 by
+default, the usual basis of MFU); ``RANKTOP_PEAK_TFLOPS`` overrides it. Where
+none is known (a CPU) the TUI shows the achieved TFLOP/s and says MFU is
+unknown. Everything here is computed on the sender thread or at ``init``;
+torch is only used if the script imported it.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import Any, Callable
+
+#: Dense peak TFLOP/s per device and dtype. Keys are matched against the lower-cased CUDA
+#: device name, most specific first (so "h100 pcie" wins over "h100").
+PEAK_TFLOPS: tuple[tuple[tuple[str, ...], dict[str, float]], ...] = (
+    (("gh200",), {"fp64": 67.0, "fp32": 66.9, "tf32": 494.7, "bf16": 989.4, "fp16": 989.4, "fp8": 1978.9}),
+    (("h200",), {"fp64": 67.0, "fp32": 66.9, "tf32": 494.7, "bf16": 989.4, "fp16": 989.4, "fp8": 1978.9}),
+    (("h100", "nvl"), {"fp64": 60.0, "fp32": 60.0, "tf32": 417.5, "bf16": 835.0, "fp16": 835.0, "fp8": 1670.0}),
+    (("h100", "pcie"), {"fp64": 51.0, "fp32": 51.2, "tf32": 378.0, "bf16": 756.0, "fp16": 756.0, "fp8": 1513.0}),
+    (("h100",), {"fp64": 67.0, "fp32": 66.9, "tf32": 494.7, "bf16": 989.4, "fp16": 989.4, "fp8": 1978.9}),  # SXM
+    (("h800",), {"fp64": 1.0, "fp32": 66.9, "tf32": 494.7, "bf16": 989.4, "fp16": 989.4, "fp8": 1978.9}),
+    (("b200",), {"fp64": 40.0, "fp32": 80.0, "tf32": 1100.0, "bf16": 2250.0, "fp16": 2250.0, "fp8": 4500.0}),
+    (("a100",), {"fp64": 19.5, "fp32": 19.5, "tf32": 156.0, "bf16": 312.0, "fp16": 312.0}),  # 40 and 80 GB, SXM and PCIe
+    (("a800",), {"fp64": 19.5, "fp32": 19.5, "tf32": 156.0, "bf16": 312.0, "fp16": 312.0}),
+    (("l40s",), {"fp32": 91.6, "tf32": 183.0, "bf16": 362.1, "fp16": 362.1, "fp8": 733.0}),
+    (("l40",), {"fp32": 90.5, "tf32": 90.5, "bf16": 181.0, "fp16": 181.0, "fp8": 362.0}),
+    (("l4",), {"fp32": 30.3, "tf32": 60.0, "bf16": 121.0, "fp16": 121.0, "fp8": 242.5}),
+    (("a10g",), {"fp32": 31.2, "tf32": 35.0, "bf16": 70.0, "fp16": 70.0}),
+    (("a10",), {"fp32": 31.2, "tf32": 62.5, "bf16": 125.0, "fp16": 125.0}),
+    (("a6000",), {"fp32": 38.7, "tf32": 77.4, "bf16": 154.8, "fp16": 154.8}),
+    (("v100", "pcie"), {"fp64": 7.0, "fp32": 14.0, "fp16": 112.0}),
+    (("v100",), {"fp64": 7.8, "fp32": 15.7, "fp16": 125.0}),  # SXM2
+    (("t4",), {"fp32": 8.1, "fp16": 65.0}),
+    (("mi300x",), {"fp64": 81.7, "fp32": 163.4, "tf32": 653.7, "bf16": 1307.4, "fp16": 1307.4, "fp8": 2614.9}),
+    (("mi250x",), {"fp64": 95.7, "fp32": 95.7, "bf16": 383.0, "fp16": 383.0}),
+)
+DTYPES = ("fp64", "fp32", "tf32", "bf16", "fp16", "fp8")
+_DTYPE_ALIASES = {
+    "float64": "fp64", "double": "fp64", "float32": "fp32", "float": "fp32", "tfloat32": "tf32",
+    "bfloat16": "bf16", "float16": "fp16", "half": "fp16", "float8": "fp8", "float8_e4m3fn": "fp8",
+}  # fmt: skip
+
+ENV_BATCH = "RANKTOP_BATCH_SIZE"
+ENV_TOKENS = "RANKTOP_TOKENS_PER_STEP"
+ENV_FLOPS = "RANKTOP_FLOPS_PER_STEP"
+ENV_PEAK = "RANKTOP_PEAK_TFLOPS"
+
+
+def normalise_dtype(dtype: Any) -> str:
+    """"bf16", torch.bfloat16 or "bfloat16" -> "bf16"."""
+    name = str(dtype).replace("torch.", "").lower()
+    name = _DTYPE_ALIASES.get(name, name)
+    if name not in DTYPES:
+        raise ValueError(f"unknown dtype {dtype!r} for peak FLOPs; one of {', '.join(DTYPES)}")
+    return name
+
+
+def peak_tflops(device_name: str, dtype: str = "bf16") -> float | None:
+    """Dense peak TFLOP/s of a device by its name (e.g. ``NVIDIA H100 80GB HBM3``), or None if unknown."""
+    name = device_name.lower()
+    for words, peaks in PEAK_TFLOPS:
+        if all(word in name for word in words):
+            return peaks.get(dtype)
+    return None
+
+
+def positive(name: str, value: Any, kind=float) -> Any:
+    if value is None:
+        return None
+    try:
+        number = kind(value)
+    except (TypeError, ValueError):
+        raise ValueError(f"{name} must be a positive number, got {value!r}") from None
+    if not number > 0:
+        raise ValueError(f"{name} must be positive, got {value!r}")
+    return number
+
+
+def work_from(
+    batch_size: Any = None,
+    tokens_per_step: Any = None,
+    flops_per_step: Any = None,
+    flops_dtype: Any = "bf16",
+    env=os.environ,
+) -> dict[str, Any]:
+    """The ``work`` map of a rank's hello: arguments first, then the environment variables.
+
+    ``flops_per_step="auto"`` is accepted here and means "counted later" (see :func:`count_flops`).
+    """
+    if flops_per_step == "auto":
+        flops_per_step = None
+    batch = positive("batch_size", batch_size, int) if batch_size is not None else _from_env(env, ENV_BATCH, int)
+    tokens = positive("tokens_per_step", tokens_per_step, int) if tokens_per_step is not None else _from_env(env, ENV_TOKENS, int)
+    flops = positive("flops_per_step", flops_per_step) if flops_per_step is not None else _from_env(env, ENV_FLOPS, float)
+    peak = _from_env(env, ENV_PEAK, float)
+    work: dict[str, Any] = {"dtype": normalise_dtype(flops_dtype or "bf16")}
+    for key, value in (("batch", batch), ("tokens", tokens), ("flops", flops), ("peak_tflops", peak)):
+        if value is not None:
+            work[key] = value
+    return work
+
+
+def _from_env(env, name: str, kind) -> Any:
+    """A positive number from the environment; a bad value is reported and ignored (``ranktop launch``
+    starts the probe from a start-up hook, where raising would break the user's script)."""
+    text = env.get(name, "")
+    if not text:
+        return None
+    try:
+        return positive(name, float(text) if kind is int and "e" in text.lower() else text, kind)
+    except ValueError as exc:
+        print(f"ranktop: ignoring {name}: {exc}", file=sys.stderr)
+        return None
+
+
+def count_flops(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> int:
+    """FLOPs of one call of ``fn`` (typically one forward and backward), by PyTorch's own counter.
+
+    ``fn`` really runs: call it on a batch before training (and zero the gradients
+    after), or on the first real step. Returns the total PyTorch's
+    ``FlopCounterMode`` counts (matrix multiplies, convolutions, attention).
+    """
+    from torch.utils.flop_counter import FlopCounterMode  # the script's torch; the probe never needs it otherwise
+
+    counter = FlopCounterMode(display=False)
+    with counter:
+        fn(*args, **kwargs)
+    return int(counter.get_total_flops())
+
+
+def device_peak(work: dict[str, Any], device_name: str | None) -> float | None:
+    """The peak TFLOP/s to divide by: the override, else the table's, else None."""
+    if "peak_tflops" in work:
+        return float(work["peak_tflops"])
+    if not device_name:
+        return None
+    return peak_tflops(device_name, work.get("dtype", "bf16"))
+
+
+def cuda_device_name(device: int | None) -> str | None:
+    """The name of a CUDA device, if the script's torch has CUDA initialised."""
+    torch = sys.modules.get("torch")
+    if torch is None or device is None:
+        return None
+    try:
+        if torch.cuda.is_initialized():
+            return str(torch.cuda.get_device_name(device))
+    except Exception:
+        pass
+    return None
+
+
+def with_device(work: dict[str, Any], device_name: str | None) -> dict[str, Any]:
+    """``work`` plus the device's name and its peak TFLOP/s (when the table or the override knows it)."""
+    out = dict(work)
+    if device_name:
+        out["device"] = device_name
+    peak = device_peak(work, device_name)
+    if peak is not None:
+        out["peak_tflops"] = peak
+    return out

@@ -1,0 +1,250 @@
+"""NVML gauges of this rank's GPU, sampled about once a second on a thread of their own.
+
+Who samples: each rank samples its *own* device, not the node's relay host all
+of the node's GPUs. Reasons:
+
+- the mapping is exact by construction: the rank knows its CUDA device, and
+  finds the same GPU in NVML by PCI bus id (or UUID), whatever
+  ``CUDA_VISIBLE_DEVICES`` or the container shows each process. The relay host
+  would need every rank's bus id first, and may not even see the other ranks'
+  GPUs when each process is given only its own;
+- the gauges travel in the rank's own telemetry (``state["gpu"]``), so no new
+  message, no cross-process state, and a TUI attaching late has them at once;
+- the cost is an NVML round of ~15 calls per second per rank (about a
+  millisecond), on a daemon thread, which is nothing next to a training step.
+
+The price: a GPU that no rank uses is not shown. NVML calls are slow and
+jittery (milliseconds, sometimes far more under a busy driver), so they never
+run on the training thread nor on the sender thread: this thread stores its
+latest sample and the sender picks it up.
+
+Every NVML call is guarded: a function missing from the installed binding or
+driver, or an ``NVMLError``, gives None (shown as "N/A"), never a fault. No
+binding (``pip install 'ranktop[gpu]'``), no driver, no GPU, or a rank that uses
+no GPU: the sample is ``{"na": "<why>"}`` and the thread ends.
+
+Sample keys (all optional but ``seq`` and ``t``): ``name``, ``bus``, ``util``
+(SM %), ``mem_util`` (memory controller %), ``mem_used`` / ``mem_total``
+(bytes), ``power_w`` / ``power_limit_w``, ``temp_c``, ``sm_mhz`` /
+``sm_max_mhz``, ``throttle`` (active reasons: ``power``, ``thermal``, ``hw``,
+``sync_boost``, ``app_clocks``; [] when none, None when unknown), ``pcie_tx`` /
+``pcie_rx`` (bytes/s).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+import time
+from typing import Any, Callable
+
+INTERVAL_S = 1.0
+
+#: NVML's clock event (throttle) reason bits, by the short name shown. "Idle" is not a slowdown.
+THROTTLE_BITS = (
+    (0x4, "power"),  # SW power cap
+    (0x80, "power"),  # HW power brake
+    (0x20, "thermal"),  # SW thermal slowdown
+    (0x40, "thermal"),  # HW thermal slowdown
+    (0x8, "hw"),  # HW slowdown (thermal or power, from the board)
+    (0x10, "sync_boost"),
+    (0x2, "app_clocks"),
+)
+
+
+def throttle_names(mask: int) -> list[str]:
+    names: list[str] = []
+    for bit, name in THROTTLE_BITS:
+        if mask & bit and name not in names:
+            names.append(name)
+    return names
+
+
+def _text(value: Any) -> Any:
+    return value.decode(errors="replace") if isinstance(value, bytes) else value
+
+
+class GpuSampler(threading.Thread):
+    """Samples one GPU at ``interval_s``; ``latest`` is what the sender sends.
+
+    ``locate`` returns how to find the rank's GPU in NVML: ``{"bus": "0000:3b:00.0"}``,
+    ``{"uuid": "GPU-..."}`` or ``{"index": n}``, or ``{"na": why}`` / None when the rank uses
+    no GPU (yet: it is asked again until it names one). ``nvml`` is the pynvml module
+    (imported on this thread when not given; tests hand in a fake).
+    """
+
+    def __init__(
+        self,
+        locate: Callable[[], dict[str, Any] | None],
+        *,
+        nvml: Any = None,
+        interval_s: float = INTERVAL_S,
+        clock: Callable[[], float] = time.time,
+    ):
+        super().__init__(name="ranktop-gpu", daemon=True)
+        self.latest: dict[str, Any] | None = None
+        self._locate = locate
+        self._nvml = nvml
+        self._interval = interval_s
+        self._clock = clock
+        self._stop_event = threading.Event()
+        self._handle: Any = None
+        self._seq = 0
+
+    def stop(self) -> None:
+        self._stop_event.set()
+
+    def run(self) -> None:
+        try:
+            if not self.open():
+                return
+            while not self._stop_event.is_set():
+                self.sample()
+                self._stop_event.wait(self._interval)
+        except Exception as exc:  # never a fault of the probe: the panel says what happened
+            self.latest = {"na": f"GPU sampling stopped: {exc.__class__.__name__}: {exc}"}
+        finally:
+            self.close()
+
+    # -- one step at a time (the tests drive these directly) -------------------
+
+    def open(self) -> bool:
+        """Load NVML and find the rank's GPU; False (with ``latest`` saying why) if there is none."""
+        if self._nvml is None:
+            try:
+                import pynvml  # nvidia-ml-py, the 'gpu' extra
+            except Exception:
+                self.latest = {"na": "no NVML binding (pip install 'ranktop[gpu]')"}
+                return False
+            self._nvml = pynvml
+        nvml = self._nvml
+        try:
+            nvml.nvmlInit()
+        except Exception as exc:
+            self.latest = {"na": f"no NVIDIA driver ({_reason(exc)})"}
+            self._nvml = None  # nothing to shut down
+            return False
+        try:
+            count = nvml.nvmlDeviceGetCount()
+        except Exception:
+            count = None
+        if count == 0:
+            self.latest = {"na": "no NVIDIA GPU"}
+            return False
+        while not self._stop_event.is_set():
+            where = self._locate() or {"na": "rank uses no GPU"}
+            if "na" not in where:
+                break
+            self.latest = {"na": where["na"]}
+            self._stop_event.wait(self._interval)  # CUDA may not be initialised yet
+        else:
+            return False
+        self._handle = self._find(where)
+        if self._handle is None:
+            self.latest = {"na": f"GPU {where} not found by NVML"}
+            return False
+        return True
+
+    def _find(self, where: dict[str, Any]) -> Any:
+        nvml = self._nvml
+        if "bus" in where:
+            handle = self._call("nvmlDeviceGetHandleByPciBusId", where["bus"])
+            if handle is not None:
+                return handle
+        if "uuid" in where:
+            handle = self._call("nvmlDeviceGetHandleByUUID", where["uuid"])
+            if handle is not None:
+                return handle
+        if "index" in where:
+            return self._call("nvmlDeviceGetHandleByIndex", where["index"])
+        return None if nvml is None else None
+
+    def close(self) -> None:
+        if self._nvml is not None and self._handle is not None:
+            self._call("nvmlShutdown")
+        self._handle = None
+
+    def sample(self) -> dict[str, Any]:
+        """One round of NVML reads; a missing function or an NVMLError leaves that gauge None."""
+        h = self._handle
+        call = self._call
+        self._seq += 1
+        out: dict[str, Any] = {"seq": self._seq, "t": self._clock()}
+        out["name"] = _text(call("nvmlDeviceGetName", h))
+        pci = call("nvmlDeviceGetPciInfo", h)
+        out["bus"] = _text(getattr(pci, "busId", None)) if pci is not None else None
+        util = call("nvmlDeviceGetUtilizationRates", h)
+        out["util"] = getattr(util, "gpu", None)
+        out["mem_util"] = getattr(util, "memory", None)
+        mem = call("nvmlDeviceGetMemoryInfo", h)
+        out["mem_used"] = getattr(mem, "used", None)
+        out["mem_total"] = getattr(mem, "total", None)
+        power = call("nvmlDeviceGetPowerUsage", h)  # milliwatts
+        out["power_w"] = power / 1000.0 if power is not None else None
+        limit = call("nvmlDeviceGetEnforcedPowerLimit", h)
+        if limit is None:
+            limit = call("nvmlDeviceGetPowerManagementLimit", h)
+        out["power_limit_w"] = limit / 1000.0 if limit is not None else None
+        out["temp_c"] = call("nvmlDeviceGetTemperature", h, getattr(self._nvml, "NVML_TEMPERATURE_GPU", 0))
+        sm = getattr(self._nvml, "NVML_CLOCK_SM", 1)
+        out["sm_mhz"] = call("nvmlDeviceGetClockInfo", h, sm)
+        out["sm_max_mhz"] = call("nvmlDeviceGetMaxClockInfo", h, sm)
+        reasons = call("nvmlDeviceGetCurrentClocksEventReasons", h)  # the newer name
+        if reasons is None:
+            reasons = call("nvmlDeviceGetCurrentClocksThrottleReasons", h)
+        out["throttle"] = throttle_names(int(reasons)) if reasons is not None else None
+        for key, counter in (("pcie_tx", "NVML_PCIE_UTIL_TX_BYTES"), ("pcie_rx", "NVML_PCIE_UTIL_RX_BYTES")):
+            kbps = call("nvmlDeviceGetPcieThroughput", h, getattr(self._nvml, counter, 0 if key == "pcie_tx" else 1))
+            out[key] = kbps * 1024 if kbps is not None else None
+        self.latest = out
+        return out
+
+    def _call(self, name: str, *args: Any) -> Any:
+        """One guarded NVML call: None if the binding lacks the function or NVML says no."""
+        func = getattr(self._nvml, name, None)
+        if func is None:
+            return None
+        try:
+            return func(*args)
+        except Exception:  # pynvml.NVMLError and its many subclasses, or a ctypes surprise
+            return None
+
+
+def _reason(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return text[0] if text and text[0] else exc.__class__.__name__
+
+
+def locate_rank_gpu(local_rank: int, memory_device: Callable[[], int | None]) -> dict[str, Any] | None:
+    """How NVML finds this rank's GPU: PCI bus id (or UUID) of the CUDA device the training uses.
+
+    ``memory_device`` gives the device index the memory sampler settled on. None
+    until the script has initialised CUDA; ``{"na": ...}`` for a rank that runs on CPU.
+    """
+    torch = sys.modules.get("torch")
+    if torch is None:
+        return None
+    try:
+        if not torch.cuda.is_initialized():
+            return {"na": "rank uses no GPU"} if not torch.cuda.is_available() else None
+        device = memory_device()
+        if device is None:
+            return None
+        props = torch.cuda.get_device_properties(device)
+        where: dict[str, Any] = {}
+        if hasattr(props, "pci_bus_id"):
+            where["bus"] = f"{getattr(props, 'pci_domain_id', 0):08X}:{props.pci_bus_id:02X}:{getattr(props, 'pci_device_id', 0):02X}.0"
+        uuid = getattr(props, "uuid", None)
+        if uuid is not None:
+            text = str(uuid)
+            where["uuid"] = text if text.startswith(("GPU-", "MIG-")) else f"GPU-{text}"
+        visible = os.environ.get("CUDA_VISIBLE_DEVICES", "")
+        ids = [v.strip() for v in visible.split(",")] if visible else []
+        if not ids:
+            where["index"] = device
+        elif device < len(ids) and ids[device].isdigit():
+            where["index"] = int(ids[device])
+        return where
+    except Exception as exc:
+        return {"na": f"cannot identify the rank's GPU ({exc.__class__.__name__})"}

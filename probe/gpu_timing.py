@@ -1,0 +1,259 @@
+"""Device-side phase times: an event at every step and phase boundary, read later by the sender thread.
+
+On a GPU the host clock lies: kernels are queued and the CPU moves on, so a
+phase's CPU wall time is the time to *launch* its work, and the wait for it
+lands wherever the queue first blocks. So, on CUDA, each boundary also records
+an event, taken from a pool allocated once, on the training stream. The
+sender thread later asks each event ``query()`` (has the GPU reached it?) and,
+once a step's events have all completed, turns their elapsed times into the
+step's device times (the ``g`` field of a step record: ``{"w": s, "p": {phase: s}}``,
+self time like ``p``). Nothing here ever synchronizes the device; a step whose
+events do not complete within :data:`HOLD_S` is sent without ``g``, and an
+empty pool (a GPU far behind) means steps without ``g``, never an allocation on
+the hot path.
+
+The timeline wraps the recorder's four boundary methods (as ``Recorder.disable``
+swaps them for no-ops), so explicit ``probe.phase()`` blocks get device times
+too. Where there is no GPU the same code runs on :class:`CpuEvent` (host
+clock), which is what the tests and ``RANKTOP_DEVICE_TIMING=cpu`` use.
+
+This module never imports torch itself; :func:`starter` uses the torch the
+script has imported.
+"""
+
+from __future__ import annotations
+
+import collections
+import os
+import sys
+import time
+from typing import Any, Callable
+
+from .recorder import Recorder
+
+_perf = time.perf_counter
+
+#: Events allocated up front: about 10 per step, so a few hundred steps in flight.
+POOL_SIZE = 4096
+#: Seconds a step record may wait for its events before it is sent without device times.
+HOLD_S = 2.0
+
+
+class CpuEvent:
+    """``torch.cuda.Event``'s interface on the host clock."""
+
+    __slots__ = ("t",)
+
+    def __init__(self) -> None:
+        self.t = 0.0
+
+    def record(self, stream: Any = None) -> None:
+        self.t = _perf()
+
+    def query(self) -> bool:
+        return True
+
+    def elapsed_time(self, end: "CpuEvent") -> float:
+        return (end.t - self.t) * 1000.0  # milliseconds, like CUDA's
+
+
+class EventPool:
+    """Events made once; the training thread takes, the sender thread gives back (deque ops are atomic)."""
+
+    def __init__(self, factory: Callable[[], Any], size: int = POOL_SIZE):
+        self.size = size
+        self._free = collections.deque(factory() for _ in range(size))
+
+    def take(self) -> Any:
+        try:
+            return self._free.popleft()
+        except IndexError:
+            return None
+
+    def give(self, events) -> None:
+        self._free.extend(e for e in events if e is not None)
+
+    @property
+    def available(self) -> int:
+        return len(self._free)
+
+
+class Timeline:
+    """Marks the recorder's boundaries with events, and resolves finished steps into device times.
+
+    Marks are ``(kind, name, event)``: ``s``/``S`` the step's start and end,
+    ``b``/``e`` a phase's begin and end.
+    """
+
+    def __init__(self, recorder: Recorder, pool: EventPool, stream: Any = None, *, hold_s: float = HOLD_S, label: str = "cuda"):
+        self.rec = recorder
+        self.pool = pool
+        self.stream = stream
+        self.hold_s = hold_s
+        self.label = label  # what the device times are measured with; shown by the TUI
+        self._marks: list[tuple[str, Any, Any]] = []
+        self._skip_step = True  # the step in progress when we attached has no start mark
+        self._ready: collections.deque = collections.deque(maxlen=4096)  # (step number, marks), training -> sender
+        self._by_step: dict[int, list] = {}
+        self._held: list[tuple[dict, float]] = []  # sender side: records waiting for their events
+        self._limbo: list[list] = []  # marks given up on, their events back to the pool once complete
+
+    # -- the training thread ------------------------------------------------------
+
+    def _mark(self, kind: str, name: Any = None) -> None:
+        event = self.pool.take()
+        if event is not None:
+            event.record(self.stream)
+        self._marks.append((kind, name, event))
+
+    def _release(self) -> None:
+        if self._marks:
+            self.pool.give(m[2] for m in self._marks)
+            self._marks = []
+
+    def attach(self) -> None:
+        """Wrap the recorder's boundary methods (call from the training thread)."""
+        rec = self.rec
+        begin_step, end_step, begin_phase, end_phase, discard = (
+            rec.begin_step, rec.end_step, rec.begin_phase, rec.end_phase, rec.discard
+        )
+        mark, release = self._mark, self._release
+
+        def begin_step_timed(number: int | None = None) -> None:
+            if rec.step_started:
+                rec.end_step()
+            if not rec._pending:
+                release()  # marks of phases the recorder will not carry into this step
+            begin_step(number)
+            self._skip_step = False
+            if not self._marks:
+                mark("s")
+
+        def end_step_timed() -> None:
+            if not rec.step_started:
+                return end_step()
+            number = rec.current_step
+            end_step()  # closes open phases through end_phase_timed
+            mark("S")
+            if self._skip_step:
+                release()
+            else:
+                self._ready.append((number, self._marks))
+                self._marks = []
+
+        def begin_phase_timed(name: str) -> None:
+            begin_phase(name)
+            mark("b", name)
+
+        def end_phase_timed() -> None:
+            if rec._stack:
+                mark("e")
+            end_phase()
+
+        def discard_timed() -> None:
+            discard()
+            release()
+
+        rec.begin_step, rec.end_step, rec.begin_phase, rec.end_phase, rec.discard = (
+            begin_step_timed, end_step_timed, begin_phase_timed, end_phase_timed, discard_timed
+        )
+        rec.timeline = self
+
+    # -- the sender thread ----------------------------------------------------------
+
+    def resolve(self, records: list[dict], final: bool = False) -> list[dict]:
+        """The records ready to send, in order, with ``g`` where their device times are known."""
+        while True:
+            try:
+                number, marks = self._ready.popleft()
+            except IndexError:
+                break
+            stale = self._by_step.pop(number, None)
+            if stale is not None:
+                self._limbo.append(stale)
+            self._by_step[number] = marks
+        now = _perf()
+        self._held.extend((r, now) for r in records)
+        out = []
+        while self._held:
+            record, since = self._held[0]
+            marks = self._by_step.get(record["n"])
+            if marks is not None:
+                if all(e is None or e.query() for _, _, e in marks):
+                    del self._by_step[record["n"]]
+                    g = device_times(marks)
+                    if g is not None:
+                        record["g"] = g
+                    self.pool.give(m[2] for m in marks)
+                elif final or now - since >= self.hold_s:
+                    del self._by_step[record["n"]]
+                    self._limbo.append(marks)  # the GPU is far behind or stuck: send without g
+                else:
+                    break  # events complete in order: the later steps are not ready either
+            self._held.pop(0)
+            out.append(record)
+        if self._limbo:
+            done = [m for m in self._limbo if all(e is None or e.query() for _, _, e in m)]
+            for marks in done:
+                self.pool.give(m[2] for m in marks)
+            self._limbo = [m for m in self._limbo if m not in done]
+        if len(self._by_step) > 4096:  # marks whose records fell off the recorder's buffer
+            for number in sorted(self._by_step)[:-1024]:
+                self._limbo.append(self._by_step.pop(number))
+        return out
+
+
+def device_times(marks: list[tuple[str, Any, Any]]) -> dict[str, Any] | None:
+    """``{"w": step seconds, "p": {phase: self seconds}}`` from one step's completed marks, or None."""
+    if len(marks) < 2 or marks[0][2] is None or marks[-1][2] is None:
+        return None
+    first = marks[0][2]
+    phases: dict[str, float] = {}
+    stack: list[list] = []  # [name, begin event, seconds in children]
+    for kind, name, event in marks[:-1]:
+        if event is None:
+            return None  # the pool ran dry inside this step
+        if kind == "b":
+            stack.append([name, event, 0.0])
+        elif kind == "e" and stack:
+            pname, begin, children = stack.pop()
+            elapsed = max(0.0, begin.elapsed_time(event) / 1000.0)
+            phases[pname] = phases.get(pname, 0.0) + max(0.0, elapsed - children)
+            if stack:
+                stack[-1][2] += elapsed
+    return {"w": max(0.0, first.elapsed_time(marks[-1][2]) / 1000.0), "p": phases}
+
+
+def starter(probe: Any) -> Callable[[Any], None] | None:
+    """The callback automatic mode runs at the first optimizer step: device timing on the parameters' device.
+
+    ``RANKTOP_DEVICE_TIMING``: ``off`` never, ``cpu`` host-clock events (tests), default CUDA when present.
+    """
+    mode = os.environ.get("RANKTOP_DEVICE_TIMING", "auto").lower()
+    if mode in ("off", "0", "no"):
+        return None
+
+    def start(optimizer: Any) -> None:
+        try:
+            if mode == "cpu":
+                Timeline(probe.recorder, EventPool(CpuEvent), label="cpu").attach()
+                return
+            torch = sys.modules.get("torch")
+            device = _param_device(optimizer)
+            if torch is None or device is None or device.type != "cuda":
+                return
+            with torch.cuda.device(device):
+                pool = EventPool(lambda: torch.cuda.Event(enable_timing=True))
+                stream = torch.cuda.current_stream(device)
+            Timeline(probe.recorder, pool, stream).attach()
+        except Exception as exc:  # device timing is a bonus: its failure must not stop the rest
+            print(f"ranktop: device timing off: {exc.__class__.__name__}: {exc}", file=sys.stderr)
+
+    return start
+
+
+def _param_device(optimizer: Any):
+    for group in getattr(optimizer, "param_groups", ()):
+        for param in group.get("params", ()):
+            return getattr(param, "device", None)
+    return None

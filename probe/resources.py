@@ -1,0 +1,57 @@
+"""What a rank's hardware is doing next to its steps: memory, GPU gauges, and the work per step.
+
+Ties :mod:`.memory`, :mod:`.gpu_sampler` and :mod:`.flops` to the sender: the
+memory sampler runs on the sender thread with every state, the GPU sampler on
+a thread of its own, and the work per step (batch, tokens, FLOPs, the device's
+peak) rides in the hello. Nothing here runs on the training thread but
+:meth:`set_work`, which only swaps a dictionary.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from . import flops
+from .gpu_sampler import GpuSampler, locate_rank_gpu
+from .identity import Identity
+from .memory import MemorySampler
+from .sender import Sender
+
+
+class RankResources:
+    def __init__(self, identity: Identity, sender: Sender, work: dict[str, Any]):
+        self._sender = sender
+        self._device_name: str | None = None
+        self._base = dict(work)
+        self.memory = MemorySampler(identity.local_rank, on_device=self._on_device)
+        self.gpu = GpuSampler(lambda: locate_rank_gpu(identity.local_rank, lambda: self.memory.device))
+        sender.memory = self.memory
+        sender.gpu = self.gpu
+        self._publish()
+
+    def start(self) -> None:
+        self.gpu.start()
+
+    def stop(self) -> None:
+        self.gpu.stop()
+
+    def set_work(self, **changes: Any) -> None:
+        """Update the work per step (``batch``, ``tokens``, ``flops``); None leaves an entry as it is."""
+        base = dict(self._base)
+        names = {"batch": "batch_size", "tokens": "tokens_per_step", "flops": "flops_per_step"}
+        for key, value in changes.items():
+            if value is not None:
+                base[key] = flops.positive(names.get(key, key), value, float if key == "flops" else int)
+        self._base = base
+        self._publish()
+
+    @property
+    def work(self) -> dict[str, Any]:
+        return dict(self._sender.work)
+
+    def _on_device(self, index: int) -> None:  # the sender thread, once the rank's CUDA device is known
+        self._device_name = flops.cuda_device_name(index)
+        self._publish()
+
+    def _publish(self) -> None:
+        self._sender.work = flops.with_device(self._base, self._device_name)  # one rebinding: atomic

@@ -1,0 +1,283 @@
+"""Automatic mode's state machine (probe/auto.py), driven by events on a fake clock, then by real torch hooks."""
+
+import threading
+
+import pytest
+
+from ranktop.probe import auto, recorder
+from ranktop.probe.auto import AutoTimer
+from ranktop.probe.recorder import Recorder
+
+
+class Clock:
+    def __init__(self):
+        self.now = 100.0
+
+    def __call__(self):
+        return self.now
+
+
+@pytest.fixture
+def clock(monkeypatch):
+    c = Clock()
+    monkeypatch.setattr(recorder, "_perf", c)
+    return c
+
+
+class Script:
+    """A training loop as automatic mode sees it: outermost events, each taking fake milliseconds."""
+
+    def __init__(self, clock):
+        self.clock = clock
+        self.rec = Recorder()
+        self.timer = AutoTimer(self.rec)
+
+    def wait(self, ms):
+        self.clock.now += ms / 1000
+
+    def data(self, ms=1):
+        self.timer.data_begin()
+        self.wait(ms)
+        self.timer.data_end()
+
+    def forward(self, ms=2, training=True):
+        if self.timer.forward_begin(training):
+            self.wait(ms)
+            self.timer.forward_end()
+        else:
+            self.wait(ms)
+
+    def backward(self, ms=4):
+        self.timer.backward_begin()
+        self.wait(ms)
+        self.timer.backward_end()
+
+    def optimizer(self, ms=3):
+        self.timer.optimizer_begin()
+        self.wait(ms)
+        self.timer.optimizer_end()
+
+    def steps(self):
+        return [
+            {"n": r["n"], "w": round(r["w"] * 1000, 3), **{k: round(v * 1000, 3) for k, v in r["p"].items()}}
+            for r in self.rec.drain()
+        ]
+
+
+def test_a_plain_loop_is_one_step_per_optimizer_step_with_contiguous_steps(clock):
+    s = Script(clock)
+    for _ in range(3):
+        s.data(1)
+        s.forward(2)
+        s.wait(0.5)  # the loss function, outside any module: other
+        s.backward(4)
+        s.optimizer(3)
+        s.wait(1)  # zero_grad and logging: other, in the step that just ended
+    s.data(1)
+    steps = s.steps()
+    assert [x["n"] for x in steps] == [0, 1, 2]
+    assert all(x == {"n": x["n"], "w": 11.5, "data": 1, "forward": 2, "backward": 4, "optimizer": 3} for x in steps), steps
+
+
+def test_gradient_accumulation_is_one_step(clock):
+    s = Script(clock)
+    for _ in range(2):
+        for _ in range(4):
+            s.data(1)
+            s.forward(2)
+            s.backward(4)
+        s.optimizer(3)
+    s.data(1)
+    steps = s.steps()
+    assert len(steps) == 2
+    assert steps[0] == {"n": 0, "w": 31, "data": 4, "forward": 8, "backward": 16, "optimizer": 3}
+
+
+def test_two_optimizers_in_one_iteration_are_one_step(clock):
+    s = Script(clock)
+    for _ in range(3):
+        s.data(1)
+        s.forward(2)
+        s.backward(4)
+        s.optimizer(3)  # e.g. the encoder's optimizer
+        s.optimizer(1)  # and the head's
+    s.data(1)
+    steps = s.steps()
+    assert len(steps) == 3 and all(x["optimizer"] == 4 and x["w"] == 11 for x in steps)
+
+
+def test_a_gan_iteration_with_a_dataloader_is_one_step(clock):
+    s = Script(clock)
+    for _ in range(2):
+        s.data(1)
+        s.forward(2)  # discriminator
+        s.backward(4)
+        s.optimizer(3)
+        s.forward(2)  # generator, after the first optimizer step: same iteration (it began with a fetch)
+        s.backward(4)
+        s.optimizer(3)
+    s.data(1)
+    steps = s.steps()
+    assert len(steps) == 2 and steps[0]["forward"] == 4 and steps[0]["optimizer"] == 6
+
+
+def test_without_a_dataloader_the_next_training_forward_ends_the_step(clock):
+    s = Script(clock)
+    for _ in range(3):
+        s.forward(2)
+        s.backward(4)
+        s.optimizer(3)
+        s.wait(1)
+    s.forward(2)
+    steps = s.steps()
+    assert [x["w"] for x in steps] == [10, 10, 10] and "data" not in steps[0]
+
+
+def test_an_evaluation_loop_is_not_a_step_and_does_not_swell_the_next(clock):
+    s = Script(clock)
+    for _ in range(3):
+        s.data(1)
+        s.forward(2)
+        s.backward(4)
+        s.optimizer(3)
+    for _ in range(50):  # validation: fetch and forward under no_grad, 50 batches
+        s.data(5)
+        s.forward(20, training=False)
+    for _ in range(3):
+        s.data(1)
+        s.forward(2)
+        s.backward(4)
+        s.optimizer(3)
+    s.data(1)
+    steps = s.steps()
+    assert [x["n"] for x in steps] == [0, 1, 2, 3, 4, 5]
+    assert max(x["w"] for x in steps) == 10, steps
+    assert steps[3] == {"n": 3, "w": 10, "data": 1, "forward": 2, "backward": 4, "optimizer": 3}  # its fetch is kept
+    assert s.timer.discarded >= 1
+
+
+def test_an_evaluation_loop_without_a_dataloader_is_not_a_step(clock):
+    s = Script(clock)
+    for _ in range(2):
+        s.forward(2)
+        s.backward(4)
+        s.optimizer(3)
+    for _ in range(30):
+        s.forward(20, training=False)
+    s.forward(2)
+    s.backward(4)
+    s.optimizer(3)
+    s.forward(2)
+    steps = s.steps()
+    assert [x["w"] for x in steps] == [9, 9, 9], steps
+
+
+def test_a_no_grad_teacher_forward_inside_a_step_counts_as_forward(clock):
+    s = Script(clock)
+    for _ in range(3):
+        s.data(1)
+        s.forward(5, training=False)  # the teacher, under no_grad
+        s.forward(2)  # the student
+        s.backward(4)
+        s.optimizer(3)
+    s.data(1)
+    steps = s.steps()
+    assert len(steps) == 3 and all(x["forward"] == 7 and x["w"] == 15 for x in steps)
+
+
+def test_explicit_phases_nest_inside_and_around_automatic_ones(clock):
+    s = Script(clock)
+    for _ in range(2):
+        s.rec.begin_phase("fetch+augment")  # the script's own phase around the DataLoader fetch
+        s.data(1)
+        s.wait(2)  # augmentation, in the script's phase only
+        s.rec.end_phase()
+        s.timer.forward_begin(True)
+        s.wait(1)
+        s.rec.begin_phase("attention")  # the script's phase inside the model
+        s.wait(3)
+        s.rec.end_phase()
+        s.timer.forward_end()
+        s.backward(4)
+        s.optimizer(3)
+    s.data(1)
+    steps = s.steps()
+    assert steps[0] == {"n": 0, "w": 14, "fetch+augment": 2, "data": 1, "forward": 1, "attention": 3, "backward": 4, "optimizer": 3}
+
+
+def test_a_script_that_marks_its_own_steps_gets_phases_only(clock):
+    s = Script(clock)
+    for _ in range(3):
+        s.rec.begin_step()
+        s.data(1)
+        s.forward(2)
+        s.backward(4)
+        s.optimizer(3)
+        s.rec.end_step()
+    steps = s.steps()
+    assert [x["n"] for x in steps] == [0, 1, 2] and all(x["w"] == 10 and x["data"] == 1 for x in steps)
+    assert s.timer.user_steps
+
+
+# -- the real hooks, in this process ------------------------------------------------------
+
+torch = pytest.importorskip("torch")
+
+
+@pytest.fixture
+def hooks():
+    rec = Recorder()
+    h = auto.TorchHooks(AutoTimer(rec)).install()
+    yield h, rec
+    h.remove()
+
+
+def _loop(model, opt, loader, accumulate=1):
+    for i, (x, y) in enumerate(loader):
+        loss = torch.nn.functional.mse_loss(model(x), y) / accumulate
+        loss.backward()
+        if (i + 1) % accumulate == 0:
+            opt.step()
+            opt.zero_grad()
+
+
+def _data(n=16):
+    ds = torch.utils.data.TensorDataset(torch.randn(n * 4, 8), torch.randn(n * 4, 1))
+    return torch.utils.data.DataLoader(ds, batch_size=4)
+
+
+def test_torch_hooks_time_a_real_loop_and_keep_hooks_off_submodules(hooks):
+    h, rec = hooks
+    from torch.nn.modules import module as nn_module
+
+    model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 1))
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    _loop(model, opt, _data(), accumulate=2)
+    steps = rec.drain()
+    assert len(steps) == 8  # 8 optimizer steps; the fetch that ends the epoch ends the last
+    assert all(set(r["p"]) == {"data", "forward", "backward", "optimizer"} for r in steps)
+    assert all(r["p"]["data"] > 0 and r["w"] >= sum(r["p"].values()) for r in steps)
+    # discovery is over: only the root module carries hooks, the global hook dicts are ours no more
+    assert h._discovery == [] and list(h._roots) == [id(model)]
+    assert not any(hook.__self__ is h for hook in nn_module._global_forward_pre_hooks.values() if hasattr(hook, "__self__"))
+    assert model[0]._forward_pre_hooks == {} and len(model._forward_pre_hooks) == 1
+
+
+def test_torch_hooks_ignore_other_threads(hooks):
+    h, rec = hooks
+    model = torch.nn.Linear(8, 1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    worker = threading.Thread(target=_loop, args=(model, opt, _data(4)))
+    worker.start()
+    worker.join()
+    assert rec.drain() == [] and rec.produced == 0
+
+
+def test_removed_hooks_leave_torch_as_it_was():
+    import torch.utils.data.dataloader as dl
+
+    before = (torch.autograd.backward, dl._BaseDataLoaderIter.__next__)
+    h = auto.TorchHooks(AutoTimer(Recorder())).install()
+    assert torch.autograd.backward is not before[0]
+    h.remove()
+    assert (torch.autograd.backward, dl._BaseDataLoaderIter.__next__) == before

@@ -1,0 +1,141 @@
+"""The NVML sampler's logic against a fake pynvml module (there is no GPU here): gauges, N/A, no GPU."""
+
+import types
+
+from ranktop.probe.gpu_sampler import GpuSampler, throttle_names
+
+
+class NVMLError(Exception):
+    pass
+
+
+def fake_nvml(*, count=1, missing=(), failing=(), init_error=None):
+    """A stand-in for pynvml: one H100 at bus 0000:3B:00.0, functions removable or raising NVMLError."""
+    calls = []
+
+    def f(name, result):
+        def call(*args):
+            calls.append(name)
+            if name in failing:
+                raise NVMLError(f"{name}: Not Supported")
+            return result(*args) if callable(result) else result
+
+        return call
+
+    def init():
+        if init_error:
+            raise NVMLError(init_error)
+
+    handle = object()
+    funcs = {
+        "nvmlInit": f("nvmlInit", lambda: init()),
+        "nvmlShutdown": f("nvmlShutdown", None),
+        "nvmlDeviceGetCount": f("nvmlDeviceGetCount", count),
+        "nvmlDeviceGetHandleByPciBusId": f("nvmlDeviceGetHandleByPciBusId", lambda bus: handle if bus == "00000000:3B:00.0" else (_ for _ in ()).throw(NVMLError("Not Found"))),
+        "nvmlDeviceGetHandleByIndex": f("nvmlDeviceGetHandleByIndex", lambda i: handle),
+        "nvmlDeviceGetName": f("nvmlDeviceGetName", b"NVIDIA H100 80GB HBM3"),
+        "nvmlDeviceGetPciInfo": f("nvmlDeviceGetPciInfo", types.SimpleNamespace(busId=b"00000000:3B:00.0")),
+        "nvmlDeviceGetUtilizationRates": f("nvmlDeviceGetUtilizationRates", types.SimpleNamespace(gpu=97, memory=41)),
+        "nvmlDeviceGetMemoryInfo": f("nvmlDeviceGetMemoryInfo", types.SimpleNamespace(used=70 << 30, total=80 << 30, free=10 << 30)),
+        "nvmlDeviceGetPowerUsage": f("nvmlDeviceGetPowerUsage", 650_000),
+        "nvmlDeviceGetEnforcedPowerLimit": f("nvmlDeviceGetEnforcedPowerLimit", 700_000),
+        "nvmlDeviceGetPowerManagementLimit": f("nvmlDeviceGetPowerManagementLimit", 690_000),
+        "nvmlDeviceGetTemperature": f("nvmlDeviceGetTemperature", 84),
+        "nvmlDeviceGetClockInfo": f("nvmlDeviceGetClockInfo", 1500),
+        "nvmlDeviceGetMaxClockInfo": f("nvmlDeviceGetMaxClockInfo", 1980),
+        "nvmlDeviceGetCurrentClocksEventReasons": f("nvmlDeviceGetCurrentClocksEventReasons", 0x20 | 0x1),
+        "nvmlDeviceGetCurrentClocksThrottleReasons": f("nvmlDeviceGetCurrentClocksThrottleReasons", 0x4),
+        "nvmlDeviceGetPcieThroughput": f("nvmlDeviceGetPcieThroughput", lambda h, counter: 1000 if counter == 0 else 2000),
+    }
+    for name in missing:
+        funcs.pop(name)
+    module = types.SimpleNamespace(
+        NVMLError=NVMLError, NVML_TEMPERATURE_GPU=0, NVML_CLOCK_SM=1,
+        NVML_PCIE_UTIL_TX_BYTES=0, NVML_PCIE_UTIL_RX_BYTES=1, **funcs,
+    )  # fmt: skip
+    module.calls = calls
+    return module
+
+
+def sampler(nvml, where=None):
+    return GpuSampler(lambda: where or {"bus": "00000000:3B:00.0", "index": 0}, nvml=nvml, clock=lambda: 123.0)
+
+
+def test_every_gauge_is_read_and_the_gpu_is_found_by_its_bus_id():
+    s = sampler(fake_nvml())
+    assert s.open()
+    out = s.sample()
+    assert out == {
+        "seq": 1, "t": 123.0, "name": "NVIDIA H100 80GB HBM3", "bus": "00000000:3B:00.0", "util": 97, "mem_util": 41,
+        "mem_used": 70 << 30, "mem_total": 80 << 30, "power_w": 650.0, "power_limit_w": 700.0, "temp_c": 84,
+        "sm_mhz": 1500, "sm_max_mhz": 1980, "throttle": ["thermal"], "pcie_tx": 1000 * 1024, "pcie_rx": 2000 * 1024,
+    }  # fmt: skip
+    assert s.latest is out and s.sample()["seq"] == 2
+
+
+def test_missing_functions_and_nvml_errors_give_none_never_a_crash():
+    nvml = fake_nvml(
+        missing=("nvmlDeviceGetCurrentClocksEventReasons", "nvmlDeviceGetPcieThroughput", "nvmlDeviceGetEnforcedPowerLimit"),
+        failing=("nvmlDeviceGetTemperature", "nvmlDeviceGetUtilizationRates", "nvmlDeviceGetName"),
+    )
+    s = sampler(nvml)
+    assert s.open()
+    out = s.sample()
+    assert out["temp_c"] is None and out["util"] is None and out["mem_util"] is None and out["name"] is None
+    assert out["pcie_tx"] is None and out["pcie_rx"] is None
+    assert out["throttle"] == ["power"]  # the older function name, still there
+    assert out["power_limit_w"] == 690.0  # fell back to the management limit
+    assert out["mem_used"] == 70 << 30
+
+
+def test_every_gauge_failing_still_samples():
+    names = [n for n in vars(fake_nvml()) if n.startswith("nvmlDeviceGet") and "Handle" not in n and n != "nvmlDeviceGetCount"]
+    s = sampler(fake_nvml(failing=names))
+    assert s.open()
+    out = s.sample()
+    assert out["seq"] == 1 and all(out[k] is None for k in out if k not in ("seq", "t"))
+
+
+def test_no_driver_no_gpu_no_binding_and_a_cpu_rank_say_why_in_one_line():
+    s = sampler(fake_nvml(init_error="NVML Shared Library Not Found"))
+    assert not s.open() and s.latest == {"na": "no NVIDIA driver (NVML Shared Library Not Found)"}
+    s = sampler(fake_nvml(count=0))
+    assert not s.open() and s.latest == {"na": "no NVIDIA GPU"}
+    asked = []
+
+    def cpu_rank():  # asked again each interval (CUDA may come up later), until the sampler stops
+        asked.append(1)
+        if len(asked) == 3:
+            s.stop()
+        return {"na": "rank uses no GPU"}
+
+    s = GpuSampler(cpu_rank, nvml=fake_nvml(), interval_s=0.01)
+    assert not s.open() and s.latest == {"na": "rank uses no GPU"} and len(asked) == 3
+    s = sampler(fake_nvml(), where={"bus": "00000000:AA:00.0"})
+    assert not s.open() and "not found by NVML" in s.latest["na"]
+
+
+def test_without_pynvml_installed_the_thread_reports_it_and_ends():
+    s = GpuSampler(lambda: {"index": 0}, interval_s=0.01)  # pynvml is not installed in the test environment
+    s.start()
+    s.join(5)
+    assert not s.is_alive() and "no NVML binding" in s.latest["na"]
+
+
+def test_the_thread_samples_until_stopped_and_shuts_nvml_down():
+    nvml = fake_nvml()
+    s = GpuSampler(lambda: {"index": 0}, nvml=nvml, interval_s=0.01)
+    s.start()
+    for _ in range(200):
+        if s.latest and s.latest.get("seq", 0) >= 3:
+            break
+        s.join(0.01)
+    s.stop()
+    s.join(5)
+    assert s.latest["seq"] >= 3 and nvml.calls[-1] == "nvmlShutdown"
+
+
+def test_throttle_reasons_by_name_idle_is_not_one():
+    assert throttle_names(0x1) == []
+    assert throttle_names(0x4 | 0x80 | 0x40) == ["power", "thermal"]
+    assert throttle_names(0x8 | 0x10) == ["hw", "sync_boost"]

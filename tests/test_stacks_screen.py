@@ -1,0 +1,121 @@
+"""The stacks key and screens, and the stalled status on screen: hand-built snapshots and replies, the pilot at the keys."""
+
+import asyncio
+
+from test_app_render import FakeController, job_snapshot, rank_row, text_of
+from test_stacks import ddp_rank, hung_rank, reply
+
+from ranktop.tui.app import READ_ONLY, RanktopApp
+from ranktop.tui.snapshot import STALLED, Reply
+from ranktop.tui.widgets.stacks import RankStackScreen, StacksScreen
+from ranktop.tui.widgets.status import StatusLine
+from ranktop.tui.widgets.stragglers import StragglerTable, cells
+
+
+def hung_snapshot():
+    rows = [rank_row(n) for n in range(4)]
+    for n in range(4):
+        phase = "forward" if n == 2 else "backward"
+        rows[n] = rank_row(n, status=STALLED)
+        rows[n] = type(rows[n])(**{**vars(rows[n]), "stalled_s": 14.0, "stalled_phase": phase, "stalled_step": 30})
+    diagnosis = "ranks 0-1,3 stalled in backward at step 30 for 14s, waiting for rank 2: in forward at step 30"
+    return job_snapshot(rows, stragglers=[2, 0, 1, 3], waiting_for=[2], diagnosis=diagnosis)
+
+
+class RepliesSource:
+    """A snapshot, and every rank's answer to each command (what WatchSession.replies_to gives)."""
+
+    def __init__(self, snapshot, answering=(0, 1, 2, 3)):
+        self.current = snapshot
+        self.answering = answering
+
+    def snapshot(self):
+        return self.current
+
+    def replies_to(self, command_id):
+        return [
+            Reply(command_id, "stacks", r, True, reply(hung_rank() if r == 2 else ddp_rank(), "forward" if r == 2 else "backward"), 0.01)
+            for r in self.answering
+        ]
+
+
+def stacks_text(screen):
+    return text_of(screen.query_one("#stacks-summary")) + "\n" + text_of(screen.query_one("#stacks-groups"))
+
+
+def run(source, scenario, controller=None, size=(120, 36)):
+    async def main():
+        app = RanktopApp(source, controller if controller is not None else FakeController(), refresh_hz=4.0)
+        async with app.run_test(size=size) as pilot:
+            await pilot.pause()
+            await scenario(app, pilot)
+
+    asyncio.run(main())
+
+
+def test_a_stalled_rank_shows_how_long_and_where_and_the_diagnosis_is_on_the_status_line():
+    snap = hung_snapshot()
+    status, culprit = cells(snap.ranks[2])[-1].plain, cells(snap.ranks[2])[-2].plain
+    assert status == "stalled 14s" and culprit == "forward"
+
+    async def scenario(app, pilot):
+        assert "waiting for rank 2" in text_of(app.query_one(StatusLine))
+        table = app.query_one(StragglerTable)
+        assert int(table.ordered_rows[0].key.value) == 2
+
+    run(RepliesSource(snap), scenario)
+
+
+def test_the_stacks_key_groups_the_ranks_and_opens_a_rank_s_full_stacks():
+    controller = FakeController()
+
+    async def scenario(app, pilot):
+        await pilot.press("t")
+        await pilot.pause(0.3)
+        assert controller.sent == [("stacks", None, None)]
+        screen = app.screen
+        assert isinstance(screen, StacksScreen)
+        shown = stacks_text(screen)
+        assert "4/4 ranks answered" in shown
+        assert "ranks 0-1,3: loss.backward at train.py:318" in shown
+        assert "rank 2: time.sleep at faults.py:80" in shown
+        await pilot.press("down", "enter")  # the second group: rank 2 alone
+        await pilot.pause()
+        assert isinstance(app.screen, RankStackScreen) and app.screen.ranks == (2,)
+        body = str(app.screen.query_one("#rank-stack-text").render())
+        assert "main thread 'MainThread'" in body and 'File "/job/faults.py", line 80, in hang' in body
+        await pilot.press("escape")
+        await pilot.press("up", "enter", "right")
+        assert isinstance(app.screen, RankStackScreen) and app.screen.ranks == (0, 1, 3)
+        assert app.screen.index == 1
+        await pilot.press("escape", "escape")
+        assert not isinstance(app.screen, (StacksScreen, RankStackScreen))
+
+    run(RepliesSource(hung_snapshot()), scenario, controller)
+
+
+def test_ranks_that_do_not_answer_are_named_unresponsive():
+    async def scenario(app, pilot):
+        await pilot.press("t")
+        screen = app.screen
+        shown = stacks_text(screen)
+        assert "3/4 ranks answered" in shown and "waiting for rank 2" in shown
+        screen.timeout_s = 0.5  # instead of waiting the full ANSWER_TIMEOUT_S
+        await pilot.pause(0.8)
+        shown = stacks_text(screen)
+        assert "3/4 ranks answered" in shown and "rank 2: no answer within 0.5s (unresponsive)" in shown
+
+    run(RepliesSource(hung_snapshot(), answering=(0, 1, 3)), scenario)
+
+
+def test_without_the_secret_the_stacks_key_says_read_only():
+    class ReadOnly:
+        available = False
+
+    async def scenario(app, pilot):
+        await pilot.press("t")
+        await pilot.pause()
+        assert not isinstance(app.screen, StacksScreen)
+        assert READ_ONLY in text_of(app.query_one(StatusLine))
+
+    run(RepliesSource(hung_snapshot()), scenario, ReadOnly())

@@ -1,0 +1,128 @@
+"""Per-rank memory history and memory creep: pure Python, fed by the aggregator, no sockets.
+
+Memory creep is a leak seen from outside: a steady upward slope of a rank's
+memory (CUDA allocated where the rank uses CUDA, process RSS always) over many
+steps. A rank is flagged when, over the last :data:`CREEP_WINDOW_S` seconds of
+samples (at least :data:`CREEP_MIN_SAMPLES`, spanning at least
+:data:`CREEP_MIN_SPAN_S`):
+
+- the least-squares slope exceeds a floor (:data:`CREEP_FLOOR_MB_PER_MIN`) and
+  is significant: :data:`CREEP_T` times its standard error, so allocator noise
+  (RSS moving by a few MB either way) is not a trend;
+- the memory grew by at least :data:`CREEP_MIN_GROWTH_MB` over the window;
+- and the growth is *sustained*: the slope of each third of the window is at
+  least :data:`CREEP_SUSTAIN` of the whole. A job warming up (caches filling,
+  the allocator reserving its pools) jumps and then levels off: one third
+  rises, the others are flat, and it is not flagged; a leak rises in all three.
+
+Samples are kept at most every :data:`SAMPLE_EVERY_S` (the probes send a state
+four times a second), on the watcher's clock.
+"""
+
+from __future__ import annotations
+
+import collections
+import math
+from dataclasses import dataclass
+
+MB = 2**20
+SAMPLE_EVERY_S = 0.5
+HISTORY_S = 120.0
+CREEP_WINDOW_S = 40.0
+CREEP_MIN_SAMPLES = 20
+CREEP_MIN_SPAN_S = 15.0
+CREEP_FLOOR_MB_PER_MIN = 6.0
+CREEP_MIN_GROWTH_MB = 8.0
+CREEP_T = 4.0
+CREEP_SUSTAIN = 0.3
+#: Points in the sparkline of a rank's memory.
+SPARK_POINTS = 60
+
+
+@dataclass(frozen=True)
+class Creep:
+    flagged: bool
+    mb_per_min: float | None  # the slope over the window (None: too few samples)
+
+
+def slope(points: list[tuple[float, float]]) -> tuple[float, float] | None:
+    """Least-squares slope of (t, y) points and its standard error; None below 3 points or no time spread."""
+    n = len(points)
+    if n < 3:
+        return None
+    mt = math.fsum(t for t, _ in points) / n
+    my = math.fsum(y for _, y in points) / n
+    stt = math.fsum((t - mt) ** 2 for t, _ in points)
+    if stt <= 0:
+        return None
+    b = math.fsum((t - mt) * (y - my) for t, y in points) / stt
+    a = my - b * mt
+    residual = math.fsum((y - (a + b * t)) ** 2 for t, y in points)
+    se = math.sqrt(residual / (n - 2) / stt)
+    return b, se
+
+
+def creep(points: list[tuple[float, float]]) -> Creep:
+    """Whether (seconds, bytes) samples show memory creep; see the module docstring."""
+    if not points:
+        return Creep(False, None)
+    end = points[-1][0]
+    window = [p for p in points if p[0] >= end - CREEP_WINDOW_S]
+    fit = slope(window)
+    if fit is None:
+        return Creep(False, None)
+    b, se = fit
+    rate = b * 60 / MB
+    span = window[-1][0] - window[0][0]
+    if len(window) < CREEP_MIN_SAMPLES or span < CREEP_MIN_SPAN_S:
+        return Creep(False, rate)
+    if rate < CREEP_FLOOR_MB_PER_MIN or b < CREEP_T * se or b * span < CREEP_MIN_GROWTH_MB * MB:
+        return Creep(False, rate)
+    third = span / 3
+    start = window[0][0]
+    for k in range(3):
+        part = [p for p in window if start + k * third <= p[0] <= start + (k + 1) * third]
+        fit_part = slope(part)
+        if fit_part is None or fit_part[0] < CREEP_SUSTAIN * b:
+            return Creep(False, rate)
+    return Creep(True, rate)
+
+
+class MemoryHistory:
+    """One rank's recent memory samples: (t, rss bytes or None, CUDA allocated bytes or None)."""
+
+    def __init__(self) -> None:
+        self.samples: collections.deque[tuple[float, float | None, float | None]] = collections.deque()
+        self.latest: dict | None = None
+
+    def note(self, mem: dict, now: float) -> None:
+        self.latest = mem
+        if self.samples and now - self.samples[-1][0] < SAMPLE_EVERY_S:
+            return
+        cuda = mem.get("cuda") if isinstance(mem.get("cuda"), dict) else None
+        rss = mem.get("rss")
+        alloc = cuda.get("alloc") if cuda else None
+        self.samples.append((now, float(rss) if rss is not None else None, float(alloc) if alloc is not None else None))
+        while self.samples and self.samples[0][0] < now - HISTORY_S:
+            self.samples.popleft()
+
+    def series(self, which: str) -> list[tuple[float, float]]:
+        index = 1 if which == "rss" else 2
+        return [(s[0], s[index]) for s in self.samples if s[index] is not None]
+
+    def assess(self) -> tuple[str, Creep, list[float]]:
+        """What is tracked ("cuda" if the rank uses CUDA, else "rss"), its creep verdict, and its sparkline (MB).
+
+        Both series are tested; a creep in either flags the rank (a host-side leak on a GPU rank shows in RSS only).
+        """
+        cuda_points = self.series("cuda")
+        rss_points = self.series("rss")
+        tracked = "cuda" if cuda_points else "rss"
+        main = cuda_points if cuda_points else rss_points
+        verdict = creep(main)
+        if not verdict.flagged and cuda_points:
+            host = creep(rss_points)
+            if host.flagged:
+                tracked, main, verdict = "rss", rss_points, host
+        spark = [y / MB for _, y in main[-SPARK_POINTS:]]
+        return tracked, verdict, spark

@@ -1,0 +1,86 @@
+"""``ranktop stacks``: every rank's Python stacks, grouped, without the TUI.
+
+Sends the signed ``stacks`` command, waits up to ``--timeout`` seconds for every
+rank of the job to answer (each rank answers from its probe's thread, so a
+hung training thread does not stop it), then prints one line per group of
+ranks with identical main-thread stacks, the ranks that did not answer, and
+each group's stack. The grouping is :mod:`ranktop.tui.stacks`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+
+from .session import WatchSession, resolve
+from .stacks import build_report, report_json, report_lines
+
+
+class StacksError(Exception):
+    """A one-line reason ``ranktop stacks`` could not do its job (exit 1)."""
+
+
+def add_parser(sub, positive_float) -> argparse.ArgumentParser:
+    p = sub.add_parser(
+        "stacks",
+        help="dump every rank's Python stacks (all threads), grouped by identical main-thread stack",
+        description="Ask every rank of a job for the Python stacks of all its threads and print the ranks "
+        "grouped by identical main-thread stack, biggest group first. Works while the job hangs: each "
+        "rank answers from its probe's own thread. Ranks that do not answer within --timeout are listed "
+        "as unresponsive. Needs the job secret.",
+    )
+    p.add_argument("targets", nargs="*", metavar="TARGET", help="job name (default: the only running job)")
+    p.add_argument("--timeout", type=positive_float, default=5.0, help="seconds to wait for the answers (default 5)")
+    p.add_argument("--json", action="store_true", help="print the groups and every rank's stacks as JSON")
+    p.add_argument("--all-threads", action="store_true", help="print every thread of every rank, not just the main one")
+    return p
+
+
+def collect(session: WatchSession, timeout: float):
+    """Send ``stacks`` and wait for the answers; returns (report, seconds waited for answers)."""
+    if not session.controller.available:
+        raise StacksError(session.controller.unavailable_reason)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and session.snapshot().world_size is None:
+        time.sleep(0.05)
+    world = session.snapshot().world_size
+    if world is None:
+        raise StacksError(f"no rank reported within {timeout:g}s")
+    expected = range(world)
+    while True:  # the relay's control endpoint may be learnt a moment after the first hello
+        try:
+            command_id = session.controller.send("stacks")
+            break
+        except RuntimeError as exc:
+            if time.monotonic() >= deadline:
+                raise StacksError(str(exc)) from None
+            time.sleep(0.05)
+    sent = time.monotonic()
+    deadline = sent + timeout
+    replies = []
+    while time.monotonic() < deadline:
+        replies = session.aggregator.replies_to(command_id)
+        if len({r.rank for r in replies}) >= world:
+            break
+        time.sleep(0.05)
+    waited = time.monotonic() - sent
+    return build_report(expected, [(r.rank, r.ok, r.result) for r in replies]), waited
+
+
+def cmd_stacks(args) -> int:
+    session = WatchSession(resolve(args.targets, args.dir))
+    with session:
+        report, waited = collect(session, args.timeout)
+        job = session.snapshot().job
+    answered = len(report.ranks) + len(report.failed)
+    if args.json:
+        print(json.dumps(dict(report_json(report, waited_s=args.timeout), job=job), indent=2))
+    else:
+        took = f"in {waited:.1f}s" if report.complete else f"within {args.timeout:g}s"
+        print(f"job {job}: {answered} of {len(report.expected)} ranks answered {took}")
+        for line in report_lines(report, waited_s=args.timeout, all_threads=args.all_threads):
+            print(line)
+    if report.unresponsive:
+        raise StacksError(f"{len(report.unresponsive)} of {len(report.expected)} rank(s) did not answer within {args.timeout:g}s")
+    return 0

@@ -1,0 +1,239 @@
+"""Stalled ranks, and which rank the others wait for: pure logic, no sockets, no terminal.
+
+A rank's probe sends a heartbeat at least every second from its own thread,
+even while training is blocked, carrying where the training thread is: the
+step in progress, the last one finished, the open phase, how long the step
+has been running, and (when collectives are instrumented) the last collective
+it entered. A rank is *stalled* when it has not finished a step for much
+longer than usual: more than ``factor`` times its median step time, and never
+less than ``floor_s``. Without any step time to compare with (a TUI that
+attached after the job froze, to a probe too old to report its median) the
+bar is ``factor * floor_s``; a rank that has never finished a step is judged
+only once other ranks have a median.
+
+In synchronous training a hang freezes every rank: the ranks that arrived at a
+collective wait in it for the one that never comes. The one they wait for is,
+in order of evidence: a rank that went silent (dead or frozen hard); a rank
+still in an earlier step; at the same step, a rank that is not inside a
+collective while the stalled ones are, or whose last collective is older than
+theirs (it never arrived at their latest); a rank in another phase than most
+of the stalled ones (an earlier phase breaks a tie: forward comes before the
+backward all-reduce).
+"""
+
+from __future__ import annotations
+
+import collections
+import statistics
+from dataclasses import dataclass
+from typing import Any, Iterable
+
+from ranktop.wire import schema
+
+from .stacks import collective_text, ranks_text
+
+DEFAULT_STALL_FACTOR = 5.0
+DEFAULT_STALL_FLOOR_S = 2.0
+
+
+@dataclass(frozen=True)
+class StallPolicy:
+    factor: float = DEFAULT_STALL_FACTOR
+    floor_s: float = DEFAULT_STALL_FLOOR_S
+
+    def limit(self, median_step_s: float | None) -> float:
+        """Seconds without finishing a step after which a rank is stalled."""
+        if median_step_s is None:
+            return self.factor * self.floor_s
+        return max(self.factor * median_step_s, self.floor_s)
+
+
+@dataclass(frozen=True)
+class Position:
+    """Where one rank's training thread is, as its last state said, brought up to now."""
+
+    rank: int
+    silent: bool
+    step: int  # the step in progress, or the next one when between steps
+    last: int  # the last step finished (-1: none yet)
+    in_step: bool
+    phase: str | None
+    stuck_s: float  # seconds since it last finished a step (or since its step began)
+    median_step_s: float | None
+    collective: dict | None = None
+
+    @property
+    def inside_collective(self) -> bool:
+        return bool(self.collective and self.collective.get("inside"))
+
+
+@dataclass(frozen=True)
+class Verdict:
+    stalled: dict[int, Position]  # rank -> where it is stuck
+    waiting_for: list[int]  # the ranks the stalled ones wait for (empty if none stands out)
+    diagnosis: str | None  # one line for the user; None when nothing is stalled
+
+
+# -- bookkeeping the aggregator does on every state it receives ----------------------
+
+
+def note_state(rank: Any, state: dict, now: float) -> None:
+    """Record when a rank's state arrived and when it last finished a step (the TUI's clock).
+
+    ``rank`` is the aggregator's per-rank record; it gains ``state_at`` and ``progress_at``.
+    """
+    previous = rank.state.get("last") if isinstance(rank.state, dict) else None
+    if previous != state.get("last") or not getattr(rank, "progress_at", 0.0):
+        rank.progress_at = now
+    rank.state_at = now
+
+
+def _num(value: Any) -> float | None:
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
+def position(
+    rank: int, state: dict, *, now: float, state_at: float, progress_at: float, silent: bool, window_median_s: float | None
+) -> Position | None:
+    """A rank's position from its last state; None if it never sent one."""
+    if not state or not isinstance(state.get("last"), int):
+        return None
+    last = state["last"]
+    in_step = bool(state.get("in_step"))
+    step = state.get("step") if in_step and isinstance(state.get("step"), int) else last + 1
+    since_state = max(0.0, now - state_at)
+    step_age = _num(state.get("step_age"))
+    if in_step and step_age is not None:
+        stuck = step_age + since_state
+    else:
+        stuck = max(0.0, now - progress_at)
+    median = window_median_s if window_median_s is not None else _num(state.get("median_step_s"))
+    phase = state.get("phase") if isinstance(state.get("phase"), str) else None
+    collective = state.get("collective") if isinstance(state.get("collective"), dict) else None
+    return Position(rank, silent, step, last, in_step, phase, stuck, median, collective)
+
+
+def window_median(steps: Iterable[tuple]) -> float | None:
+    walls = [w for _, _, w, _ in steps]
+    return statistics.median(walls) if walls else None
+
+
+# -- the verdict ------------------------------------------------------------------------
+
+
+def assess(positions: Iterable[Position], policy: StallPolicy = StallPolicy()) -> Verdict:
+    positions = sorted(positions, key=lambda p: p.rank)
+    medians = [p.median_step_s for p in positions if p.median_step_s is not None]
+    job_median = statistics.median(medians) if medians else None
+    stalled = {}
+    for p in positions:
+        if p.silent:
+            continue
+        median = p.median_step_s if p.median_step_s is not None else job_median
+        if p.last < 0 and median is None:
+            continue  # never finished a step and nobody has: still starting up, not stalled
+        if p.stuck_s > policy.limit(median):
+            stalled[p.rank] = p
+    if not stalled:
+        return Verdict({}, [], None)
+    culprits, how = _culprits(positions, stalled)
+    everyone = len(stalled) == sum(1 for p in positions if not p.silent)
+    return Verdict(stalled, [p.rank for p in culprits], _diagnosis(stalled, culprits, how, everyone))
+
+
+def _culprits(positions: list[Position], stalled: dict[int, Position]) -> tuple[list[Position], str]:
+    silent = [p for p in positions if p.silent]
+    if silent:
+        return silent, "silent"
+    live = [p for p in positions if not p.silent]
+    front = max(p.step for p in stalled.values())
+    behind = [p for p in live if p.step < front]
+    if behind:
+        return behind, "behind"
+    at_front = [p for p in live if p.step == front]
+    inside = [p for p in at_front if p.inside_collective]
+    outside = [p for p in at_front if not p.inside_collective]
+    if inside and outside and any(p.rank in stalled for p in inside):
+        return outside, "outside"
+    # The last collective each rank entered: one that has not reached the others' latest never arrived.
+    seqs = {p.rank: p.collective.get("seq") for p in at_front if p.collective and isinstance(p.collective.get("seq"), int)}
+    if seqs and len(seqs) == len(at_front):
+        latest = max(seq for rank, seq in seqs.items() if rank in stalled) if set(seqs) & set(stalled) else None
+        missing = [p for p in at_front if latest is not None and seqs[p.rank] < latest]
+        if missing and len(missing) < len(at_front):
+            return missing, "collective"
+    phases = collections.Counter(p.phase for p in at_front if p.rank in stalled)
+    if len({p.phase for p in at_front}) > 1 and phases:
+        (top, count), *rest = phases.most_common()
+        odd = [p for p in at_front if p.phase != top]
+        if count > len(odd):
+            return odd, "phase"
+        order = {name: i for i, name in enumerate(schema.STANDARD_PHASES)}
+        if all(p.phase in order for p in at_front):
+            first = min(order[p.phase] for p in at_front)
+            earliest = [p for p in at_front if order[p.phase] == first]
+            if len(earliest) < len(at_front):
+                return earliest, "phase"
+    return [], ""
+
+
+def where_text(positions: list[Position]) -> str:
+    """``"in backward at step 30"`` when they agree; what they share otherwise."""
+    phases = {p.phase for p in positions}
+    steps = {p.step for p in positions}
+    parts = []
+    if len(phases) == 1:
+        phase = phases.pop()
+        parts.append(f"in {phase}" if phase else "between phases")
+    if len(steps) == 1:
+        parts.append(f"at step {steps.pop()}")
+    else:
+        parts.append(f"at steps {min(steps)}-{max(steps)}")
+    colls = {collective_text(p.collective) for p in positions}
+    if len(colls) == 1 and (coll := colls.pop()):
+        parts.append(f"({coll})")
+    return " ".join(parts)
+
+
+def _ago(seconds: float) -> str:
+    s = int(seconds)
+    return f"{s}s" if s < 120 else f"{s // 60}m"
+
+
+def _diagnosis(stalled: dict[int, Position], culprits: list[Position], how: str, everyone: bool) -> str:
+    culprit_ranks = {p.rank for p in culprits}
+    waiting = [p for p in stalled.values() if p.rank not in culprit_ranks]
+    if not culprits:
+        group = list(stalled.values())
+        text = f"{ranks_text(stalled)} stalled {where_text(group)} for {_ago(max(p.stuck_s for p in group))}"
+        return text + ("; no rank stands out (all at the same place)" if everyone else "")
+    if how == "silent":
+        what = f"silent, last seen {where_text(culprits)}"
+    else:
+        what = where_text(culprits)
+        if how == "outside":
+            what += ", not in a collective"
+        elif how == "collective":
+            what += ", never entered the others' last collective"
+    if not waiting:
+        return f"{ranks_text(culprit_ranks)} stalled {what}"
+    longest = max(p.stuck_s for p in waiting)
+    return f"{ranks_text(p.rank for p in waiting)} stalled {where_text(waiting)} for {_ago(longest)}, waiting for {ranks_text(culprit_ranks)}: {what}"
+
+
+def positions_of(ranks: Iterable[Any], now: float, silent: set[int]) -> list[Position]:
+    """Positions of the aggregator's per-rank records (those that sent a state)."""
+    out = []
+    for r in ranks:
+        p = position(
+            r.rank,
+            r.state,
+            now=now,
+            state_at=getattr(r, "state_at", 0.0),
+            progress_at=getattr(r, "progress_at", 0.0),
+            silent=r.rank in silent,
+            window_median_s=window_median(r.steps),
+        )
+        if p is not None:
+            out.append(p)
+    return out

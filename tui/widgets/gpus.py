@@ -1,0 +1,128 @@
+"""The GPU panel: one gauge line per rank's GPU, grouped by host, throttling flagged.
+
+Each line: ``rank  GPU name  SM [bar] %  mem [bar] used/total  power/limit  temp  clock/max  PCIe  history  flags``.
+A gauge NVML could not read shows "N/A". Hosts whose ranks report no GPU
+gauges get one line each: ``no NVIDIA GPU on host X (why)``. The rank selected
+in the straggler table is highlighted. Thresholds: bars turn orange past 75%
+and red past 90%; temperature past 80 °C is orange, 87 °C red; a clock below
+90% of its maximum with a power or thermal reason active is flagged
+``THROTTLED``, a classic cause of one slow rank.
+"""
+
+from __future__ import annotations
+
+from rich.text import Text
+from textual.widgets import Static
+
+from ranktop.tui.snapshot import GpuStat, RankRow, Snapshot
+
+from . import palette, units
+from .memory import gauge, sparkline
+
+THROTTLE_STYLE = "bold red"
+BAR = 8
+SPARK = 12
+#: Reasons that slow a GPU down against its will (others, like sync_boost, are informational).
+SLOWDOWNS = ("power", "thermal", "hw")
+
+
+def _num(value: float | None, fmt: str, suffix: str = "") -> str:
+    return units.NA if value is None else f"{value:{fmt}}{suffix}"
+
+
+def temp_style(temp: float | None) -> str:
+    if temp is None:
+        return palette.MUTED
+    return "red" if temp >= 87 else "dark_orange" if temp >= 80 else ""
+
+
+def throttled(gpu: GpuStat) -> list[str]:
+    """The slowdown reasons active on a GPU (power, thermal, hw)."""
+    return [r for r in gpu.throttle or () if r in SLOWDOWNS]
+
+
+def gpu_line(row: RankRow, *, selected: bool, wide: bool) -> Text:
+    gpu = row.gpu
+    assert gpu is not None and gpu.na is None
+    text = Text(no_wrap=True, overflow="ellipsis", style="reverse" if selected else "")
+    text.append(f"  r{row.rank:<4}", style="bold")
+    name = (gpu.name or units.NA).replace("NVIDIA ", "")
+    text.append(f"{name[:14]:<14} ", style=palette.MUTED)
+    reasons = throttled(gpu)  # first, so that no terminal is too narrow to show it
+    flag = f"⚠ {'+'.join(reasons)}" if reasons else ""
+    text.append(f"{flag:<10} ", style=THROTTLE_STYLE)
+    text.append("SM ", style=palette.MUTED)
+    text.append_text(gauge(gpu.util or 0, 100, BAR) if gpu.util is not None else Text(units.NA.ljust(BAR), style=palette.MUTED))
+    text.append(f" {_num(gpu.util, '3.0f', '%'):>4}  ")
+    text.append("mem ", style=palette.MUTED)
+    if gpu.mem_used is not None and gpu.mem_total:
+        text.append_text(gauge(gpu.mem_used, gpu.mem_total, BAR))
+        text.append(f" {gpu.mem_used / 2**30:.0f}/{gpu.mem_total / 2**30:.0f} GB  ")
+    else:
+        text.append(f"{units.NA}  ", style=palette.MUTED)
+    if gpu.power_w is None and gpu.power_limit_w is None:
+        text.append(f"{units.NA} W  ", style=palette.MUTED)
+    else:
+        text.append(f"{_num(gpu.power_w, '.0f')}/{_num(gpu.power_limit_w, '.0f', ' W')}  ")
+    text.append(f"{_num(gpu.temp_c, '.0f', '°C')}  ", style=temp_style(gpu.temp_c))
+    if gpu.sm_mhz is None and gpu.sm_max_mhz is None:
+        text.append(f"{units.NA} MHz  ", style=palette.MUTED)
+    else:
+        text.append(f"{_num(gpu.sm_mhz, '.0f')}/{_num(gpu.sm_max_mhz, '.0f', ' MHz')}  ")
+    if wide:
+        tx = "–" if gpu.pcie_tx is None else units.size(gpu.pcie_tx)
+        rx = "–" if gpu.pcie_rx is None else units.size(gpu.pcie_rx)
+        text.append(f"PCIe ↑{tx}/s ↓{rx}/s  ", style=palette.MUTED)
+        text.append(f"{sparkline(gpu.util_history, SPARK):<{SPARK}} ", style="cyan")
+    if gpu.throttle is None:
+        text.append("throttle N/A", style=palette.MUTED)
+    elif set(gpu.throttle) - set(SLOWDOWNS):  # the informational ones (sync boost, application clocks)
+        text.append(f"clocks: {', '.join(r for r in gpu.throttle if r not in SLOWDOWNS)}", style=palette.MUTED)
+    return text
+
+
+def panel_text(snapshot: Snapshot, *, selected: int | None = None, width: int = 120) -> Text:
+    by_host: dict[str, list[RankRow]] = {}
+    for row in sorted(snapshot.ranks, key=lambda r: r.rank):
+        if row.gpu is not None:
+            by_host.setdefault(row.host, []).append(row)
+    lines: list[Text] = []
+    wide = width >= 140
+    for host, rows in by_host.items():
+        gauges = [r for r in rows if r.gpu.na is None]
+        missing = [r for r in rows if r.gpu.na is not None]
+        if gauges:
+            head = Text(host, style="bold")
+            hot = [r for r in gauges if throttled(r.gpu)]
+            if hot:
+                head.append(f"  {len(hot)} throttled", style=THROTTLE_STYLE)
+            lines.append(head)
+            lines += [gpu_line(r, selected=r.rank == selected, wide=wide) for r in gauges]
+        if missing:
+            reasons = sorted({r.gpu.na for r in missing})
+            ranks = "" if not gauges else f" for rank{'s' if len(missing) > 1 else ''} {', '.join(str(r.rank) for r in missing)}"
+            lines.append(Text(f"no NVIDIA GPU on host {host}{ranks} ({'; '.join(reasons)})", style=palette.MUTED))
+    text = Text("\n").join(lines)
+    text.no_wrap = True
+    return text
+
+
+def has_data(snapshot: Snapshot) -> bool:
+    return any(r.gpu is not None for r in snapshot.ranks)
+
+
+class GpuPanel(Static):
+    """Gauges per GPU grouped by host, or one line per host without one."""
+
+    _last: tuple[Snapshot, int | None] | None = None
+
+    def show(self, snapshot: Snapshot, selected: int | None = None) -> None:
+        self._last = (snapshot, selected)
+        width = self.content_region.width or self.size.width or 120
+        self.update(panel_text(snapshot, selected=selected, width=width))
+        count = sum(1 for r in snapshot.ranks if r.gpu is not None and r.gpu.na is None)
+        self.border_title = f"GPUs · {count} sampled by NVML" if count else "GPUs"
+
+    def on_resize(self) -> None:
+        if self._last is not None:
+            self.call_after_refresh(self.show, *self._last)
