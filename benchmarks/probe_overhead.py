@@ -1,12 +1,19 @@
 """What the probe costs the training thread, measured side by side in one run.
 
-Two workloads, each run without the probe and with the explicit probe
-(``probe.step()`` around the step, four ``probe.phase()`` blocks inside):
+Three workloads, each run without the probe, with the explicit probe
+(``probe.step()`` around the step, four ``probe.phase()`` blocks inside) and,
+for the two torch ones, in automatic mode (``probe/auto.py``: the hooks of
+``ranktop launch``, installed for the "auto" blocks only, as they are after
+the first step: on the root module, the optimizer, ``backward`` and the
+DataLoader):
 
 - a *tiny* step of a few microseconds of Python, so the probe's absolute cost
   per step (in µs) stands out of the noise;
+- a *tiny torch* step (a DataLoader fetch, a 4-to-1 linear layer, backward,
+  SGD): every event automatic mode hooks, around almost no work;
 - the demo model's training step (TinyLM, forward + backward + AdamW, single
-  process), the realistic case, sized to take roughly 20 ms.
+  process), the realistic case, sized to take roughly 20 ms (its data is a
+  tensor slice, not a DataLoader: automatic mode has no data phase there).
 
 Configurations are interleaved in short blocks (A B A B ...) so that drift of a
 noisy 2-core machine hits all of them alike; each figure is the median over
@@ -53,7 +60,42 @@ def make_tiny(probe) -> dict[str, Callable[[], None]]:
                 with probe.phase(name):
                     tiny_work()
 
-    return {"none": bare, "explicit": explicit}
+    configs = {"none": bare, "explicit": explicit}
+    try:
+        configs["auto"] = tiny_automatic(probe)
+    except ImportError:  # no torch here: automatic mode has nothing to hook
+        pass
+    return configs
+
+
+def tiny_automatic(probe) -> Callable[[], None]:
+    """The tiny step with automatic mode's hook functions called where torch would call them.
+
+    The real backward and DataLoader wrappers, the module and optimizer hook
+    methods, the state machine and the recorder, around the same Python work;
+    not included: torch's slower module-call path once a module has hooks
+    (about 2.5 µs per step here, for the one root module).
+    """
+    import torch
+
+    from ranktop.probe import auto
+
+    hooks = auto.TorchHooks(auto.AutoTimer(probe.get().recorder))  # never installed: we call it ourselves
+    module = torch.nn.Identity()
+    fetch = hooks._wrap_next(lambda _it: tiny_work())
+    backward = hooks._wrap_backward(tiny_work)
+
+    def step() -> None:
+        fetch(None)
+        hooks._fwd_pre(module, ())
+        tiny_work()
+        hooks._fwd_post(module, (), None)
+        backward()
+        hooks._opt_pre(None, (), {})
+        tiny_work()
+        hooks._opt_post(None, (), {})
+
+    return step
 
 
 def make_model_step(probe, batch: int, seq: int) -> dict[str, Callable[[], None]]:
@@ -83,24 +125,82 @@ def make_model_step(probe, batch: int, seq: int) -> dict[str, Callable[[], None]
     return {
         "none": lambda: run(lambda _name: null(), null),
         "explicit": lambda: run(probe.phase, probe.step),
+        "auto": automatic(probe, model, lambda: run(lambda _name: null(), null)),
     }
+
+
+def make_tiny_torch(probe) -> dict[str, Callable[[], None]]:
+    import torch
+
+    torch.manual_seed(0)
+    model = torch.nn.Linear(4, 1)
+    opt = torch.optim.SGD(model.parameters(), lr=1e-3)
+    loader = torch.utils.data.DataLoader([torch.ones(4)] * 1024, batch_size=None)
+    state = {"it": iter(loader)}
+
+    def fetch():
+        try:
+            return next(state["it"])
+        except StopIteration:
+            state["it"] = iter(loader)
+            return next(state["it"])
+
+    def run(scope, step_scope) -> None:
+        with step_scope():
+            with scope("data"):
+                x = fetch()
+            with scope("forward"):
+                loss = model(x).sum()
+            with scope("backward"):
+                loss.backward()
+            with scope("optimizer"):
+                opt.step()
+                opt.zero_grad(set_to_none=True)
+
+    null = contextlib.nullcontext
+    return {
+        "none": lambda: run(lambda _name: null(), null),
+        "explicit": lambda: run(probe.phase, probe.step),
+        "auto": automatic(probe, model, lambda: run(lambda _name: null(), null)),
+    }
+
+
+def automatic(probe, model, bare: Callable[[], None]) -> Callable[[], None]:
+    """The bare step, with automatic mode's hooks installed around each block of it (``fn.block``)."""
+    from ranktop.probe import auto
+
+    @contextlib.contextmanager
+    def hooked():
+        hooks = auto.TorchHooks(auto.AutoTimer(probe.get().recorder), model=model).install()
+        try:
+            yield
+        finally:
+            hooks.remove()
+
+    def step() -> None:
+        bare()
+
+    step.block = hooked
+    return step
 
 
 def interleaved(configs: dict[str, Callable[[], None]], blocks: int, steps: int, warmup: int) -> dict[str, float]:
     """Median over blocks of the mean step time (seconds), configurations alternating block by block."""
     for fn in configs.values():
-        for _ in range(warmup):
-            fn()
+        with getattr(fn, "block", contextlib.nullcontext)():
+            for _ in range(warmup):
+                fn()
     per_block: dict[str, list[float]] = {name: [] for name in configs}
     perf = time.perf_counter
     for b in range(blocks):
         order = list(configs) if b % 2 == 0 else list(reversed(configs))
         for name in order:
             fn = configs[name]
-            start = perf()
-            for _ in range(steps):
-                fn()
-            per_block[name].append((perf() - start) / steps)
+            with getattr(fn, "block", contextlib.nullcontext)():  # automatic mode's hooks, for its blocks only
+                start = perf()
+                for _ in range(steps):
+                    fn()
+                per_block[name].append((perf() - start) / steps)
     return {name: statistics.median(times) for name, times in per_block.items()}
 
 
@@ -146,6 +246,7 @@ def main(argv: list[str] | None = None) -> int:
     cpu0, wall0 = thread_cpu_seconds(sender_id), time.monotonic()
 
     tiny = interleaved(make_tiny(probe), blocks=6 if args.quick else 40, steps=2000, warmup=2000)
+    tiny_torch = interleaved(make_tiny_torch(probe), blocks=6 if args.quick else 40, steps=200, warmup=200)
     model = interleaved(
         make_model_step(probe, args.batch_size, args.seq_len),
         blocks=2 if args.quick else 12,
@@ -157,6 +258,7 @@ def main(argv: list[str] | None = None) -> int:
     probe.shutdown()
 
     ok = report("tiny step (isolates the probe's own cost)", tiny, None)
+    ok &= report("tiny torch step (every event automatic mode hooks, around almost no work)", tiny_torch, None)
     ok &= report(f"demo model step (TinyLM, batch {args.batch_size} x seq {args.seq_len}, 1 thread)", model, 1.01)
     print(f"\nsender thread: {sender_cpu * 100:.2f}% of one core at {p.sender.rate_hz:g} Hz (target < 2%)")
     print(f"step records dropped: {dropped}")

@@ -163,3 +163,10 @@ def test_one_slow_rank_does_not_make_its_node_slow():
     snap = agg.snapshot()
     assert snap.ranks[2].status == "slow" and snap.ranks[2].host == "b"
     assert snap.slow_hosts == []
+
+
+def test_ranks_that_send_gpu_times_are_listed():
+    agg = Aggregator("j", clock=Clock())
+    feed(agg, 2, 3)
+    agg.ingest(steps(1, [{"n": 9, "t": 1.0, "w": 0.05, "p": {"forward": 0.01}, "g": {"w": 0.04, "p": {"forward": 0.02}}}]))
+    assert agg.snapshot().device_time_ranks == [1]

@@ -281,3 +281,42 @@ def test_removed_hooks_leave_torch_as_it_was():
     assert torch.autograd.backward is not before[0]
     h.remove()
     assert (torch.autograd.backward, dl._BaseDataLoaderIter.__next__) == before
+
+
+def test_hooks_narrowed_to_one_model_and_one_optimizer_ignore_the_others():
+    from torch.nn.modules import module as nn_module
+
+    rec = Recorder()
+    model, other = torch.nn.Linear(8, 1), torch.nn.Linear(8, 1)
+    opt, other_opt = torch.optim.SGD(model.parameters(), lr=0.01), torch.optim.SGD(other.parameters(), lr=0.01)
+    global_hooks = dict(nn_module._global_forward_pre_hooks)
+    h = auto.TorchHooks(AutoTimer(rec), model=model, optimizer=opt).install()
+    try:
+        assert dict(nn_module._global_forward_pre_hooks) == global_hooks  # no global module hook, ever
+        for x, y in _data(4):
+            other(x)  # not the watched model: not timed
+            torch.nn.functional.mse_loss(model(x), y).backward()
+            other_opt.step()  # not the watched optimizer: ends no step
+            opt.step()
+            opt.zero_grad()
+        steps = rec.drain()
+        assert len(steps) == 4 and all(set(r["p"]) == {"data", "forward", "backward", "optimizer"} for r in steps)
+    finally:
+        h.remove()
+
+
+def test_probe_watch_starts_the_probe_in_automatic_mode_and_shutdown_removes_the_hooks(rdv):
+    from ranktop import probe
+    from ranktop.probe import runtime
+
+    model = torch.nn.Linear(8, 1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    before = torch.autograd.backward
+    p = probe.watch(model, opt)
+    try:
+        assert p is probe.get() and p.auto is not None and probe.watch() is p  # idempotent
+        _loop(model, opt, _data(4))
+        assert p.recorder.produced == 4
+    finally:
+        probe.shutdown()
+    assert runtime.active is runtime.DISABLED and torch.autograd.backward is before and auto._hooks is None

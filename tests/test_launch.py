@@ -106,6 +106,18 @@ def _parent(pid: int) -> int:
     return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
 
 
+def _children(pid: int) -> list[int]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if _parent(int(entry.name)) == pid:
+                    found.append(int(entry.name))
+            except (OSError, ValueError, IndexError):
+                pass  # gone meanwhile
+    return found
+
+
 @pytest.mark.slow
 def test_an_unmodified_ddp_script_shows_every_rank_and_no_other_process(launched):
     # spawn-started DataLoader workers: fresh interpreters that inherit the rank's environment
@@ -123,6 +135,10 @@ def test_an_unmodified_ddp_script_shows_every_rank_and_no_other_process(launched
         assert "torch.distributed.run" in _cmdline(_parent(row["pid"]))
     assert len({r["pid"] for r in doc["ranks"]}) == 2
     assert len(rendezvous.read_nodes("plain-ddp")) == 1  # one relay: no other process claimed a rank
+    # each rank took RANKTOP_AUTO out of its environment before starting its workers
+    workers = [pid for rank in doc["ranks"] for pid in _children(rank["pid"]) if "multiprocessing" in _cmdline(pid)]
+    assert len(workers) >= 4
+    assert not any(b"RANKTOP_AUTO=" in Path(f"/proc/{pid}/environ").read_bytes() for pid in workers)
 
 
 @pytest.mark.slow
@@ -152,3 +168,27 @@ def test_a_slow_backward_lands_in_the_slow_ranks_backward(launched):
     slow = json.loads(out.stdout)["ranks"][1]
     assert slow["phases"]["backward"] > 0.040, slow
     assert slow["phases"]["other"] < 0.010, slow
+
+
+def test_device_timing_runs_through_the_real_sender_on_host_clock_events(rdv, tmp_path):
+    """RANKTOP_DEVICE_TIMING=cpu: the CUDA code path (pool, marks, the sender's resolution) on CpuEvent."""
+    script = tmp_path / "timed.py"
+    script.write_text(
+        "import time, torch\n"
+        "from ranktop import probe\n"
+        "m = torch.nn.Linear(4, 1); opt = torch.optim.SGD(m.parameters(), lr=0.1)\n"
+        "for _ in range(50):\n"
+        "    m(torch.ones(2, 4)).sum().backward(); opt.step(); opt.zero_grad()\n"
+        "time.sleep(1.0)  # four flushes of the sender thread\n"
+        "tl = probe.get().recorder.timeline\n"
+        "print(tl.label, tl.pool.size - tl.pool.available, len(tl._held), len(tl._by_step))\n"
+    )
+    env = dict(os.environ, RANKTOP_DEVICE_TIMING="cpu")
+    out = subprocess.run(
+        [RANKTOP, "launch", "--job", "j4", "--", sys.executable, str(script)], env=env, cwd=tmp_path,
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    label, in_use, held, waiting = out.stdout.split()
+    # every finished step was resolved and its events came back; only the open step's marks are out
+    assert label == "cpu" and int(in_use) <= 8 and held == "0" and waiting == "0"

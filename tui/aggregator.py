@@ -56,6 +56,7 @@ class _Rank:
     last_seen: float = 0.0
     steps_seen: int = 0
     last_step: int = -1
+    device_times: bool = False  # some of its step records carry GPU (device) times
     # collectives: recent calls (arrival, record), exact totals per op, and per step the
     # (start, end) intervals of waiting, by phase
     calls: collections.deque = field(default_factory=lambda: collections.deque(maxlen=CALL_WINDOW))
@@ -148,6 +149,8 @@ class Aggregator:
                 for call in msg.get("coll", ()):
                     _add_call(rank, call, now, self._window)
                 for rec in msg["steps"]:
+                    if "g" in rec:
+                        rank.device_times = True
                     rank.steps.append((rec["n"], rec["t"], rec["w"], rec["p"]))
                     rank.steps_seen += 1
                     rank.last_step = max(rank.last_step, rec["n"])
@@ -278,6 +281,7 @@ class Aggregator:
             waiting_for=verdict.waiting_for,
             diagnosis=verdict.diagnosis,
             slow_hosts=slow_hosts(rows),
+            device_time_ranks=sorted(r.rank for r in self._ranks.values() if r.device_times),
             throughput=job_throughput([row.throughput for row in rows if row.status != SILENT]),
         )
 

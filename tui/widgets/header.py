@@ -33,6 +33,9 @@ def header_text(snapshot: Snapshot, *, title: str, paused: bool) -> Text:
     line2: list = [("step ", palette.MUTED), (step, "bold"), sep, (rate, "bold"), (" steps/s", palette.MUTED)]
     line2 += [sep, ("elapsed ", palette.MUTED), (units.clock(snapshot.elapsed_s), "bold")]
     line2 += [sep, ("bars: ", palette.MUTED), (CLOCK, "")]
+    if snapshot.device_time_ranks:
+        # Device times arrive (wire 1.2 "g") but are not drawn yet: say so rather than let bars pass for GPU time.
+        line2 += [(f" (GPU times sent by {len(snapshot.device_time_ranks)} ranks, not drawn)", palette.MUTED)]
     if paused:
         line2 += [sep, (" PAUSED ", "bold reverse yellow"), (" space resumes", palette.MUTED)]
     return Text.assemble(*line1, "\n", *line2, no_wrap=True, overflow="ellipsis")
