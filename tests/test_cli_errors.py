@@ -55,3 +55,8 @@ def test_help_lists_every_command():
     assert out.returncode == 0
     for command in ("watch", "jobs", "ping", "demo"):
         assert command in out.stdout
+
+
+def test_the_rendezvous_folder_can_be_given_after_the_command(tmp_path):
+    out = run_cli("jobs", "--dir", str(tmp_path / "elsewhere"))
+    assert out.returncode == 0 and str(tmp_path / "elsewhere") in out.stdout

@@ -83,6 +83,9 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--no-tui", action="store_true", help="run the job in the foreground without the TUI")
     demo.add_argument("--job", default=None, help="job name (default: demo-<pid>)")
     _add_view_options(demo, json_mode=False)
+    # `ranktop watch JOB --dir X` must work as well as `ranktop --dir X watch JOB`.
+    for command in sub.choices.values():
+        command.add_argument("--dir", metavar="DIR", default=argparse.SUPPRESS, help="rendezvous directory")
     return parser
 
 
