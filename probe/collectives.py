@@ -29,7 +29,7 @@ import threading
 import time
 from typing import Any
 
-from .recorder import Recorder
+from .recorder import Recorder, drain
 
 _perf = time.perf_counter
 
@@ -104,14 +104,7 @@ class CollectiveTracker:
         self.produced += 1
 
     def drain(self, limit: int = 100_000) -> list[dict[str, Any]]:
-        out = []
-        popleft = self.buffer.popleft
-        for _ in range(limit):
-            try:
-                out.append(popleft())
-            except IndexError:
-                break
-        return out
+        return drain(self.buffer, limit)
 
     def state(self) -> dict[str, Any] | None:
         if self.last is None:

@@ -137,21 +137,40 @@ class Recorder:
     # -- the sender thread's side ---------------------------------------------
 
     def drain(self, limit: int = 100_000) -> list[dict[str, Any]]:
-        out = []
-        popleft = self.buffer.popleft
-        for _ in range(limit):
-            try:
-                out.append(popleft())
-            except IndexError:
-                break
-        return out
+        return drain(self.buffer, limit)
+
+
+def drain(buffer: collections.deque, limit: int = 100_000) -> list:
+    """Take up to ``limit`` items off the left of a deque another thread appends to (no lock needed)."""
+    out = []
+    popleft = buffer.popleft
+    for _ in range(limit):
+        try:
+            out.append(popleft())
+        except IndexError:
+            break
+    return out
 
 
 def _noop(*args, **kwargs) -> None:
     return None
 
 
-class StepScope:
+class _Scope:
+    """A context manager that also decorates: each call of the function runs inside it."""
+
+    __slots__ = ()
+
+    def __call__(self, func):
+        @functools.wraps(func)
+        def wrapper(*args, **kwargs):
+            with self:
+                return func(*args, **kwargs)
+
+        return wrapper
+
+
+class StepScope(_Scope):
     """``with probe.step():`` or ``@probe.step()``; re-entrant state lives in the recorder."""
 
     __slots__ = ("_recorder", "_number")
@@ -168,16 +187,8 @@ class StepScope:
         self._recorder.end_step()
         return False
 
-    def __call__(self, func):
-        @functools.wraps(func)
-        def wrapper(*args, **kwargs):
-            with self:
-                return func(*args, **kwargs)
 
-        return wrapper
-
-
-class PhaseScope:
+class PhaseScope(_Scope):
     """``with probe.phase("forward"):`` or ``@probe.phase("forward")``."""
 
     __slots__ = ("_recorder", "name")
@@ -193,14 +204,6 @@ class PhaseScope:
     def __exit__(self, *exc):
         self._recorder.end_phase()
         return False
-
-    def __call__(self, func):
-        @functools.wraps(func)
-        def wrapper(*args, **kwargs):
-            with self:
-                return func(*args, **kwargs)
-
-        return wrapper
 
 
 class NoopScope:
