@@ -4,19 +4,15 @@ from __future__ import annotations
 
 import importlib.util
 import os
-import shutil
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
-from support import JOBS, wait_for
+from support import JOBS, start_job, wait_for
 
-from ranktop.tui.session import WatchSession, resolve
-from ranktop.wire import rendezvous
 
 #: The demo's training script, as torchrun runs it.
 TRAIN = importlib.util.find_spec("ranktop.demo.train").origin
@@ -86,18 +82,8 @@ def torchrun(rdv, tmp_path):
     def launch(job, nproc, *args):
         env = dict(os.environ, RANKTOP_JOB=job, OMP_NUM_THREADS="1")
         cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}", TRAIN, *args]
-        log = open(tmp_path / f"{job}.log", "wb")
-        proc = subprocess.Popen(cmd, env=env, cwd=tmp_path, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        proc = start_job(cmd, job, nproc, tmp_path, env)
         procs.append(proc)
-        wait_for(lambda: rendezvous.read_nodes(job) or proc.poll() is not None, 90, "the job never started its relay")
-        assert proc.poll() is None, (tmp_path / f"{job}.log").read_text()[-3000:]
-        # The relay is up before torch has built the model: wait until every rank trains.
-        with WatchSession(resolve([job])) as session:
-            wait_for(
-                lambda: (ranks := session.snapshot().ranks) and len(ranks) == nproc and all(r.steps_seen >= 5 for r in ranks),
-                120,
-                "the ranks never started training",
-            )
         return proc
 
     yield launch

@@ -1,13 +1,12 @@
 """Collective stats: the arithmetic, the straggler it reveals, and exact counts from a real gloo job."""
 
-import json
 import os
 import signal
 import subprocess
 import sys
 
 import pytest
-from support import JOBS, run_cli, wait_for
+from support import JOBS, wait_for
 
 from ranktop.tui.aggregator import Aggregator
 from ranktop.tui.collective_stats import bus_factor, fit_alpha_beta, percentile

@@ -15,9 +15,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from support import JOBS, RANKTOP, run_cli, wait_for
+from support import JOBS, RANKTOP, run_cli, start_job
 
-from ranktop.tui.session import WatchSession, resolve
 from ranktop.wire import rendezvous
 
 TRAIN = importlib.util.find_spec("ranktop.demo.train").origin
@@ -71,20 +70,8 @@ def launched(rdv, tmp_path):
 
     def launch(job, *command, ranks=2):
         env = dict(os.environ, OMP_NUM_THREADS="1")
-        log = open(tmp_path / f"{job}.log", "wb")
-        proc = subprocess.Popen(
-            [RANKTOP, "launch", "--job", job, "--", *command],
-            env=env, cwd=tmp_path, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-        )  # fmt: skip
+        proc = start_job([RANKTOP, "launch", "--job", job, "--", *command], job, ranks, tmp_path, env)
         procs.append(proc)
-        wait_for(lambda: rendezvous.read_nodes(job) or proc.poll() is not None, 90, "the job never started its relay")
-        assert proc.poll() is None, (tmp_path / f"{job}.log").read_text()[-3000:]
-        with WatchSession(resolve([job])) as session:
-            wait_for(
-                lambda: (rs := session.snapshot().ranks) and len(rs) == ranks and all(r.steps_seen >= 5 for r in rs),
-                120,
-                "the ranks never started training",
-            )
         return proc
 
     yield launch

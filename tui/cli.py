@@ -17,7 +17,7 @@ from ranktop.wire import __version__, rendezvous
 from . import launch, stacks_cli
 from .aggregator import DEFAULT_SILENT_AFTER_S, DEFAULT_WINDOW
 from .stalls import DEFAULT_STALL_FACTOR, DEFAULT_STALL_FLOOR_S
-from .session import Target, TargetError, WatchSession, live_jobs, resolve
+from .session import TargetError, WatchSession, live_jobs, resolve
 
 #: How long an endpoint may stay silent before the user is told (then we keep waiting).
 WAITING_NOTICE_S = 3.0

@@ -97,14 +97,12 @@ class WatchSession:
         elif secret is None:
             secret = auth.read_secret_env()
         self.controller = Controller(target.job, secret, self.aggregator, load_secret)
-        discover = None
-        if target.job is not None:
-            job, directory = target.job, target.directory
-
-            def discover():
-                return [n for n in rendezvous.read_nodes(job, directory) if not n.is_stale()]
-
+        discover = self._live_nodes if target.job is not None else None
         self.receiver = Receiver(self.aggregator, target.endpoints, discover, on_control=self.controller.add_endpoint)
+
+    def _live_nodes(self) -> list[rendezvous.NodeRecord]:
+        """The job's relays as the rendezvous folder lists them now, stale ones (dead jobs) left out."""
+        return [n for n in rendezvous.read_nodes(self.target.job, self.target.directory) if not n.is_stale()]
 
     def start(self) -> "WatchSession":
         self.receiver.start()
