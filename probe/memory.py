@@ -30,6 +30,13 @@ from typing import Any
 
 #: Samples are reused for this long: the sender may ask several times per flush.
 MIN_INTERVAL_S = 0.2
+#: Failures in a row of the CUDA counters after which only RSS is sampled.
+MAX_CUDA_ERRORS = 5
+
+
+def _imported(module: Any) -> bool:
+    """False while the training thread is still executing ``import torch`` (a half-built module)."""
+    return not getattr(getattr(module, "__spec__", None), "_initializing", False)
 
 try:
     _PAGE = os.sysconf("SC_PAGE_SIZE")
@@ -107,7 +114,7 @@ class MemorySampler:
         self._at = float("-inf")
         self._device: int | None = None
         self._device_sure = False
-        self._cuda_broken = False
+        self._cuda_errors = 0
 
     def sample(self) -> dict[str, Any]:
         now = self._clock()
@@ -115,7 +122,7 @@ class MemorySampler:
             return self._last
         out: dict[str, Any] = {"rss": read_rss()}
         torch = sys.modules.get("torch")  # only if the script imported it; never imported here
-        if torch is not None and not self._cuda_broken:
+        if torch is not None and self._cuda_errors < MAX_CUDA_ERRORS and _imported(torch):
             try:
                 if not self._device_sure:  # until the training has put memory on a device
                     self._device, self._device_sure = rank_device(torch, self.local_rank)
@@ -123,8 +130,9 @@ class MemorySampler:
                         self._on_device(self._device)
                 if self._device is not None:
                     out["cuda"] = cuda_sample(torch, self._device)
+                self._cuda_errors = 0
             except Exception:
-                self._cuda_broken = True  # an odd torch build: RSS alone from now on, never a fault
+                self._cuda_errors += 1  # an odd torch build: after a few in a row, RSS alone, never a fault
         self._last, self._at = out, now
         return out
 

@@ -67,3 +67,12 @@ def test_work_comes_from_arguments_then_the_environment_and_the_peak_can_be_over
         flops.work_from(batch_size=0, env={})  # a bad argument is the caller's error
     with pytest.raises(ValueError):
         flops.normalise_dtype("int4")
+
+
+def test_ranktop_launch_passes_the_work_per_step_in_the_environment_probe_init_reads():
+    from ranktop.tui.launch import work_env
+
+    env = work_env(8.0, 16384.0, 1.2e15)
+    assert env == {"RANKTOP_BATCH_SIZE": "8", "RANKTOP_TOKENS_PER_STEP": "16384", "RANKTOP_FLOPS_PER_STEP": "1200000000000000"}
+    assert flops.work_from(env=env) == {"dtype": "bf16", "batch": 8, "tokens": 16384, "flops": 1.2e15}
+    assert work_env(None, None, None) == {}

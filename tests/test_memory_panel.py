@@ -111,17 +111,17 @@ def test_selecting_a_rank_in_the_straggler_table_highlights_its_gpu():
     async def scenario(app, pilot):
         table = app.query_one(StragglerTable)
         table.focus()
+        await pilot.pause()
         table.move_cursor(row=table.get_row_index("4"))
         app.poll()
         await pilot.pause()
         panel = app.query_one(GpuPanel)
-        # The rank's segment of each GPU line, and its background: the highlighted one stands out.
-        backgrounds = {}
+        reversed_ = {}  # the rank's segment of each GPU line: is it drawn reversed?
         for strip in panel.render_lines(panel.region.reset_offset):
             seg = next((seg for seg in strip if seg.text.strip().startswith("r")), None)
             if seg is not None:
-                backgrounds[seg.text.split()[0]] = seg.style.bgcolor
-        assert len(backgrounds) == 8 and [r for r, bg in backgrounds.items() if bg != backgrounds["r0"]] == ["r4"]
+                reversed_[seg.text.split()[0]] = bool(seg.style.reverse)
+        assert len(reversed_) == 8 and [r for r, rev in reversed_.items() if rev] == ["r4"]
 
     drive(gpu_job(), scenario, size=(160, 60))
 

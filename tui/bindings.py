@@ -69,7 +69,7 @@ KEYS: tuple[Binding, ...] = (
         "Next pane",
         id="focus",
         show=False,
-        tooltip="Move between the bars and the straggler table; arrows and PgUp/PgDn scroll it.",
+        tooltip="Move between the bars, the straggler table and the memory and GPU panes; arrows and PgUp/PgDn scroll them.",
     ),
     Binding("question_mark,f1", "help", "Help", key_display="?", id="help", tooltip="Show this screen."),
 )

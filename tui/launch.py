@@ -70,6 +70,10 @@ def add_parser(sub, positive_float) -> None:
     )
     launch.add_argument("--job", default=None, help="job name to watch it under (default: $SLURM_JOB_ID, else COMMAND-PID)")
     launch.add_argument("--rate", type=positive_float, default=None, help="telemetry messages per second per rank (default 4)")
+    work = launch.add_argument_group("work per step, per rank (samples/s, tokens/s, MFU; see probe/flops.py)")
+    work.add_argument("--batch-size", type=positive_float, default=None, help="samples per rank per step")
+    work.add_argument("--tokens-per-step", type=positive_float, default=None, help="tokens per rank per step")
+    work.add_argument("--flops-per-step", type=positive_float, default=None, help="model FLOPs per rank per step")
     launch.add_argument("argv", nargs=argparse.REMAINDER, metavar="COMMAND", help="the command to run, after --")
 
 
@@ -91,6 +95,12 @@ def launch_env(job: str, rate: float | None, directory: str | None, base: dict |
     return env
 
 
+def work_env(batch_size: float | None, tokens_per_step: float | None, flops_per_step: float | None) -> dict[str, str]:
+    """The environment variables ``probe.init`` reads the work per step from (probe/flops.py)."""
+    names = (("RANKTOP_BATCH_SIZE", batch_size), ("RANKTOP_TOKENS_PER_STEP", tokens_per_step), ("RANKTOP_FLOPS_PER_STEP", flops_per_step))
+    return {name: f"{value:.17g}" for name, value in names if value is not None}
+
+
 def _default_job(command: list[str]) -> str:
     if os.environ.get("RANKTOP_JOB"):
         return os.environ["RANKTOP_JOB"]
@@ -110,6 +120,7 @@ def cmd_launch(args) -> int:
         raise LaunchError(f"--rate must be between 0.1 and 50, got {args.rate:g}")
     job = args.job or _default_job(command)
     env = launch_env(job, args.rate, args.dir)
+    env.update(work_env(getattr(args, "batch_size", None), getattr(args, "tokens_per_step", None), getattr(args, "flops_per_step", None)))
     fallback = None
     if not hook_installed():
         fallback = tempfile.TemporaryDirectory(prefix="ranktop-launch-")

@@ -12,11 +12,11 @@ and red past 90%; temperature past 80 °C is orange, 87 °C red; a clock below
 from __future__ import annotations
 
 from rich.text import Text
-from textual.widgets import Static
 
 from ranktop.tui.snapshot import GpuStat, RankRow, Snapshot
 
 from . import palette, units
+from .lines import LazyLines
 from .memory import gauge, sparkline
 
 THROTTLE_STYLE = "bold red"
@@ -81,48 +81,60 @@ def gpu_line(row: RankRow, *, selected: bool, wide: bool) -> Text:
     return text
 
 
-def panel_text(snapshot: Snapshot, *, selected: int | None = None, width: int = 120) -> Text:
-    by_host: dict[str, list[RankRow]] = {}
-    for row in sorted(snapshot.ranks, key=lambda r: r.rank):
-        if row.gpu is not None:
-            by_host.setdefault(row.host, []).append(row)
-    lines: list[Text] = []
-    wide = width >= 140
-    for host, rows in by_host.items():
-        gauges = [r for r in rows if r.gpu.na is None]
-        missing = [r for r in rows if r.gpu.na is not None]
-        if gauges:
+class PanelLines:
+    """The pane's lines for one snapshot: per host a heading and a gauge line per GPU, or one "no GPU" line."""
+
+    def __init__(self, snapshot: Snapshot, selected: int | None = None):
+        self.selected = selected
+        by_host: dict[str, list[RankRow]] = {}
+        for row in sorted(snapshot.ranks, key=lambda r: r.rank):
+            if row.gpu is not None:
+                by_host.setdefault(row.host, []).append(row)
+        self.items: list[tuple[str, object]] = []  # ("host", (host, rows)), ("gpu", row), ("none", (host, rows, named))
+        for host, rows in by_host.items():
+            gauges = [r for r in rows if r.gpu.na is None]
+            missing = [r for r in rows if r.gpu.na is not None]
+            if gauges:
+                self.items.append(("host", (host, gauges)))
+                self.items += [("gpu", r) for r in gauges]
+            if missing:
+                self.items.append(("none", (host, missing, bool(gauges))))
+
+    def __len__(self) -> int:
+        return len(self.items)
+
+    def line(self, index: int, width: int) -> Text:
+        kind, item = self.items[index]
+        if kind == "gpu":
+            return gpu_line(item, selected=item.rank == self.selected, wide=width >= 140)
+        if kind == "host":
+            host, gauges = item
             head = Text(host, style="bold")
             hot = [r for r in gauges if throttled(r.gpu)]
             if hot:
                 head.append(f"  {len(hot)} throttled", style=THROTTLE_STYLE)
-            lines.append(head)
-            lines += [gpu_line(r, selected=r.rank == selected, wide=wide) for r in gauges]
-        if missing:
-            reasons = sorted({r.gpu.na for r in missing})
-            ranks = "" if not gauges else f" for rank{'s' if len(missing) > 1 else ''} {', '.join(str(r.rank) for r in missing)}"
-            lines.append(Text(f"no NVIDIA GPU on host {host}{ranks} ({'; '.join(reasons)})", style=palette.MUTED))
-    text = Text("\n").join(lines)
-    text.no_wrap = True
-    return text
+            return head
+        host, missing, named = item
+        reasons = sorted({r.gpu.na for r in missing})
+        ranks = f" for rank{'s' if len(missing) > 1 else ''} {', '.join(str(r.rank) for r in missing)}" if named else ""
+        return Text(f"no NVIDIA GPU on host {host}{ranks} ({'; '.join(reasons)})", style=palette.MUTED)
+
+
+def panel_text(snapshot: Snapshot, *, selected: int | None = None, width: int = 120) -> Text:
+    """Every line at once (tests, and anything that wants the whole pane as text)."""
+    lines = PanelLines(snapshot, selected)
+    return Text("\n").join(lines.line(i, width) for i in range(len(lines)))
 
 
 def has_data(snapshot: Snapshot) -> bool:
     return any(r.gpu is not None for r in snapshot.ranks)
 
 
-class GpuPanel(Static):
+class GpuPanel(LazyLines):
     """Gauges per GPU grouped by host, or one line per host without one."""
 
-    _last: tuple[Snapshot, int | None] | None = None
-
     def show(self, snapshot: Snapshot, selected: int | None = None) -> None:
-        self._last = (snapshot, selected)
-        width = self.content_region.width or self.size.width or 120
-        self.update(panel_text(snapshot, selected=selected, width=width))
+        lines = PanelLines(snapshot, selected)
+        self.show_lines(len(lines), lines.line)
         count = sum(1 for r in snapshot.ranks if r.gpu is not None and r.gpu.na is None)
         self.border_title = f"GPUs · {count} sampled by NVML" if count else "GPUs"
-
-    def on_resize(self) -> None:
-        if self._last is not None:
-            self.call_after_refresh(self.show, *self._last)

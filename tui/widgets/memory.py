@@ -14,11 +14,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from rich.text import Text
-from textual.widgets import Static
-
 from ranktop.tui.snapshot import SILENT, RankRow, Snapshot, Throughput
 
 from . import palette, units
+from .lines import LazyLines
 
 SPARKS = "▁▂▃▄▅▆▇█"
 BLOCK, SHADE, EMPTY = "█", "▓", "░"
@@ -77,7 +76,7 @@ def tflops_text(value: float | None) -> str:
         return "–"
     if value >= 1000:
         return f"{value:,.0f}"
-    return f"{value:.3g}" if value >= 0.01 else f"{value:.2e}"
+    return f"{value:.3g}" if value >= 0.01 else f"{value:.4f}"
 
 
 def mfu_text(t: Throughput | None) -> str:
@@ -204,33 +203,46 @@ def job_text(snapshot: Snapshot) -> Text:
     return text
 
 
+class PanelLines:
+    """The pane's lines for one snapshot, built one at a time: job, legend, then a row per rank."""
+
+    def __init__(self, snapshot: Snapshot):
+        self.snapshot = snapshot
+        self.rows = sorted(snapshot.ranks, key=lambda r: r.rank)
+        rss = [r.memory.rss_bytes for r in self.rows if r.memory is not None and r.memory.rss_bytes]
+        self.rss_scale = max(rss) if rss else 0.0
+        self._cols: dict[int, Columns] = {}
+
+    def __len__(self) -> int:
+        return 2 + len(self.rows)
+
+    def line(self, index: int, width: int) -> Text:
+        if index == 0:
+            return job_text(self.snapshot)
+        cols = self._cols.get(width)
+        if cols is None:
+            cols = self._cols[width] = Columns.fit(width, self.rows)
+        if index == 1:
+            return legend_text(cols)
+        return row_text(self.rows[index - 2], cols, self.rss_scale)
+
+
 def panel_text(snapshot: Snapshot, width: int) -> Text:
-    rows = sorted(snapshot.ranks, key=lambda r: r.rank)
-    cols = Columns.fit(width, rows)
-    rss = [r.memory.rss_bytes for r in rows if r.memory is not None and r.memory.rss_bytes]
-    rss_scale = max(rss) if rss else 0.0
-    lines = [job_text(snapshot), legend_text(cols)] + [row_text(r, cols, rss_scale) for r in rows]
-    return Text("\n").join(lines)
+    """Every line at once (tests, and anything that wants the whole pane as text)."""
+    lines = PanelLines(snapshot)
+    return Text("\n").join(lines.line(i, width) for i in range(len(lines)))
 
 
 def has_data(snapshot: Snapshot) -> bool:
     return any(r.memory is not None or r.throughput is not None for r in snapshot.ranks) or snapshot.throughput is not None
 
 
-class MemoryPanel(Static):
+class MemoryPanel(LazyLines):
     """The job's throughput, then one row per rank: memory, history, creep, work per second."""
 
-    _last: Snapshot | None = None
-
     def show(self, snapshot: Snapshot) -> None:
-        self._last = snapshot
-        width = self.content_region.width or self.size.width or 100
-        self.update(panel_text(snapshot, width))
+        lines = PanelLines(snapshot)
+        self.show_lines(len(lines), lines.line)
         rows = [r for r in snapshot.ranks if r.memory is not None]
         tracked = "CUDA allocated vs device memory" if any(r.memory.tracked == "cuda" for r in rows) else "process RSS"
         self.border_title = f"Memory · {tracked} · throughput"
-
-    def on_resize(self) -> None:
-        # Column widths depend on the width: lay the rows out again at the new size.
-        if self._last is not None:
-            self.call_after_refresh(self.show, self._last)
