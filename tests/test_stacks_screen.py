@@ -9,7 +9,7 @@ from ranktop.tui.app import READ_ONLY, RanktopApp
 from ranktop.tui.snapshot import STALLED, Reply
 from ranktop.tui.widgets.stacks import RankStackScreen, StacksScreen
 from ranktop.tui.widgets.status import StatusLine
-from ranktop.tui.widgets.stragglers import StragglerTable, cells
+from ranktop.tui.widgets.stragglers import COLUMNS, StragglerTable, cells
 
 
 def hung_snapshot():
@@ -55,7 +55,8 @@ def run(source, scenario, controller=None, size=(120, 36)):
 
 def test_a_stalled_rank_shows_how_long_and_where_and_the_diagnosis_is_on_the_status_line():
     snap = hung_snapshot()
-    status, culprit = cells(snap.ranks[2])[-1].plain, cells(snap.ranks[2])[-2].plain
+    shown = dict(zip((key for key, _, _ in COLUMNS), cells(snap.ranks[2])))
+    status, culprit = shown["status"].plain, shown["culprit"].plain
     assert status == "stalled 14s" and culprit == "forward"
 
     async def scenario(app, pilot):

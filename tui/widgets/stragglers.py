@@ -27,11 +27,12 @@ COLUMNS = (
     ("host", "host", 16),
     ("step", "step", 8),
     ("step_ms", "step ms", 8),
-    ("compute_ms", "own ms", 7),
-    ("comm_ms", "comm ms", 7),
     ("score", "score", 6),
     ("culprit", "culprit", 10),
     ("status", "status", 11),  # "stalled 28s"
+    # Last, so that an 80-column terminal still shows the status: own work and collective wait.
+    ("compute_ms", "own ms", 7),
+    ("comm_ms", "comm ms", 7),
 )
 HOST_WIDTH = dict((k, w) for k, _, w in COLUMNS)["host"]
 
@@ -71,16 +72,16 @@ def cells(row: RankRow) -> tuple[Text, ...]:
         Text(host, style=muted),
         Text(str(row.step) if row.step >= 0 else "–", justify="right", style=muted),
         Text(units.ms(row.step_s), justify="right", style=muted),
-        Text(units.ms(row.compute_s), justify="right", style=muted),
-        Text(units.ms(row.collective_s), justify="right", style=muted),
         Text(units.score(row.score) if has_data else "", justify="right", style=score_style),
         Text(culprit or "", style=palette.STATUS_STYLES[row.status] if culprit else ""),
         Text(status, style=palette.STATUS_STYLES[row.status]),
+        Text(units.ms(row.compute_s), justify="right", style=muted),
+        Text(units.ms(row.collective_s), justify="right", style=muted),
     )
 
 
 class StragglerTable(DataTable):
-    """rank, host, step, step ms, own (compute) ms, comm (collective wait) ms, score, culprit phase, status."""
+    """rank, host, step, step ms, score, culprit phase, status, own (compute) ms, comm (collective wait) ms."""
 
     def __init__(self, **kwargs) -> None:
         super().__init__(cursor_type="row", zebra_stripes=True, **kwargs)
