@@ -98,23 +98,15 @@ def tiny_automatic(probe) -> Callable[[], None]:
     return step
 
 
-def make_model_step(probe, batch: int, seq: int) -> dict[str, Callable[[], None]]:
-    import torch
-
-    from ranktop.demo.model import ModelConfig, TinyLM, lm_loss
-
-    torch.manual_seed(0)
-    torch.set_num_threads(1)
-    model = TinyLM(ModelConfig(seq_len=seq))
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
-    data = torch.randint(0, model.cfg.vocab, (batch, seq + 1))
+def torch_configs(probe, model, opt, fetch: Callable[[], object], loss_of: Callable[[object], object]) -> dict[str, Callable[[], None]]:
+    """One training step (fetch, forward, backward, optimizer) bare, with the explicit probe, and automatic."""
 
     def run(scope: Callable[[str], contextlib.AbstractContextManager], step_scope) -> None:
         with step_scope():
             with scope("data"):
-                x, y = data[:, :-1], data[:, 1:]
+                batch = fetch()
             with scope("forward"):
-                loss = lm_loss(model, x, y)
+                loss = loss_of(batch)
             with scope("backward"):
                 loss.backward()
             with scope("optimizer"):
@@ -127,6 +119,19 @@ def make_model_step(probe, batch: int, seq: int) -> dict[str, Callable[[], None]
         "explicit": lambda: run(probe.phase, probe.step),
         "auto": automatic(probe, model, lambda: run(lambda _name: null(), null)),
     }
+
+
+def make_model_step(probe, batch: int, seq: int) -> dict[str, Callable[[], None]]:
+    import torch
+
+    from ranktop.demo.model import ModelConfig, TinyLM, lm_loss
+
+    torch.manual_seed(0)
+    torch.set_num_threads(1)
+    model = TinyLM(ModelConfig(seq_len=seq))
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    data = torch.randint(0, model.cfg.vocab, (batch, seq + 1))
+    return torch_configs(probe, model, opt, lambda: (data[:, :-1], data[:, 1:]), lambda xy: lm_loss(model, *xy))
 
 
 def make_tiny_torch(probe) -> dict[str, Callable[[], None]]:
@@ -145,24 +150,7 @@ def make_tiny_torch(probe) -> dict[str, Callable[[], None]]:
             state["it"] = iter(loader)
             return next(state["it"])
 
-    def run(scope, step_scope) -> None:
-        with step_scope():
-            with scope("data"):
-                x = fetch()
-            with scope("forward"):
-                loss = model(x).sum()
-            with scope("backward"):
-                loss.backward()
-            with scope("optimizer"):
-                opt.step()
-                opt.zero_grad(set_to_none=True)
-
-    null = contextlib.nullcontext
-    return {
-        "none": lambda: run(lambda _name: null(), null),
-        "explicit": lambda: run(probe.phase, probe.step),
-        "auto": automatic(probe, model, lambda: run(lambda _name: null(), null)),
-    }
+    return torch_configs(probe, model, opt, fetch, lambda x: model(x).sum())
 
 
 def automatic(probe, model, bare: Callable[[], None]) -> Callable[[], None]:
