@@ -107,7 +107,7 @@ class RanktopApp(App[None]):
         with self._panes:
             yield self._breakdown
             yield self._stragglers
-            yield self._collectives
+        yield self._collectives  # full width under the panes, also when they sit side by side
         yield self._resources
         yield self._status
         yield Footer()
@@ -138,12 +138,12 @@ class RanktopApp(App[None]):
         empty = not snapshot.ranks
         self._waiting.display = empty
         self._panes.display = not empty
+        self._collectives.display = not empty and self.show_collectives and bool(snapshot.collectives)
         if empty:
             self._waiting.show(snapshot)
         else:
             self._breakdown.show(snapshot, self.sort)
             self._stragglers.show(snapshot)
-            self._collectives.display = self.show_collectives and bool(snapshot.collectives)
             if self._collectives.display:
                 self._collectives.show(snapshot)
         selected = self._stragglers.selected_rank() if self._stragglers.has_focus else None
