@@ -8,10 +8,16 @@ arguments are still data from the network.
 
 from __future__ import annotations
 
+import sys
 import time
+from pathlib import Path
 from typing import Any, Callable, Protocol
 
+from ranktop.wire import capture as _capture
+from ranktop.wire import rendezvous
+
 from . import stacks as _stacks
+from .capture import Capture
 
 #: Sampling rates a command may set, in Hz.
 MIN_RATE_HZ, MAX_RATE_HZ = 0.1, 50.0
@@ -21,8 +27,13 @@ class CommandTarget(Protocol):
     """What handlers may touch: the sender's settings and the recorder's state."""
 
     rate_hz: float
+    recorder: Any  # probe/recorder.py: current_step, and the capture slot the training thread reads
+    identity: Any  # probe/identity.py: rank, host
+    capture: Capture | None  # this rank's latest capture, running or finished
 
     def state(self) -> dict[str, Any]: ...
+
+    def capture_folder(self, capture_id: str) -> Path: ...
 
 
 def ping(target: CommandTarget, args: dict[str, Any]) -> tuple[bool, dict[str, Any]]:
@@ -45,10 +56,57 @@ def stacks(target: CommandTarget, args: dict[str, Any]) -> tuple[bool, dict[str,
     return True, dict(_stacks.collect(max_frames=depth), state=target.state())
 
 
+def capture(target: CommandTarget, args: dict[str, Any]) -> tuple[bool, dict[str, Any]]:
+    """Arm a trace or memory capture of ``steps`` steps from step ``start`` (see probe/capture.py).
+
+    The folder is this job's capture folder (wire/capture.py); from the network
+    only the id is taken, made safe as one path component.
+    """
+    capture_id, kind = args.get("id"), args.get("kind", _capture.TRACE)
+    if not isinstance(capture_id, str) or not 1 <= len(capture_id) <= 120:
+        return False, {"error": "id must be a string of 1 to 120 characters"}
+    if kind not in _capture.KINDS:
+        return False, {"error": f"kind must be one of {', '.join(_capture.KINDS)}, got {kind!r}"}
+    steps = args.get("steps", _capture.DEFAULT_STEPS)
+    problem = _capture.check_steps(steps)
+    if problem:
+        return False, {"error": problem}
+    start = args.get("start")
+    if isinstance(start, bool) or not isinstance(start, int) or start < 0:
+        return False, {"error": f"start must be a step number (a whole number >= 0), got {start!r}"}
+    options = {}
+    for name in ("shapes", "memory", "stacks"):
+        value = args.get(name, False)
+        if not isinstance(value, bool):
+            return False, {"error": f"{name} must be true or false, got {value!r}"}
+        options[name] = value
+    running = target.capture
+    if running is not None and running.running:
+        return False, {"error": f"a capture is already running (id {running.id}, {running.state})"}
+    torch = sys.modules.get("torch")  # never imported here: a rank that has not imported torch has nothing to profile
+    if torch is None:
+        return False, {"error": "this rank has not imported torch: nothing to capture"}
+    if kind == _capture.MEMORY and not torch.cuda.is_available():
+        return False, {"error": "memory snapshots need a GPU (no CUDA on this rank)"}
+    now = target.recorder.current_step
+    if start <= now:
+        return False, {"error": f"missed the start step {start}: this rank is already at step {now}"}
+    if start > now + _capture.MAX_LEAD_STEPS:
+        return False, {"error": f"start step {start} is more than {_capture.MAX_LEAD_STEPS} steps ahead of this rank (step {now})"}
+    safe_id = rendezvous.safe_name(capture_id)
+    folder = target.capture_folder(safe_id)
+    ident = target.identity
+    cap = Capture(safe_id, kind, start, steps, folder, rank=ident.rank, host=ident.host, torch=torch, **options)
+    target.capture = cap
+    cap.attach(target.recorder)
+    return True, {"capture": safe_id, "kind": kind, "start": start, "steps": steps, "dir": str(folder)}
+
+
 HANDLERS: dict[str, Callable[[CommandTarget, dict[str, Any]], tuple[bool, dict[str, Any]]]] = {
     "ping": ping,
     "set_rate": set_rate,
     "stacks": stacks,
+    "capture": capture,
 }
 
 

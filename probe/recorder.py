@@ -38,6 +38,9 @@ class Recorder:
         self._pending_start = 0.0
         self._pending_wall = 0.0
         self._stack: list[list[Any]] = []  # open phases: [name, start, time spent in children]
+        # A pending or running capture (probe/capture.py), set by the sender thread: the step
+        # boundaries hand it the step number; with none, they pay one attribute read.
+        self.capture: Any = None
 
     # -- what the sender thread reads (plain attribute reads, no lock) --------
 
@@ -68,6 +71,9 @@ class Recorder:
                 self._phases = {}
                 self.step_started = now
                 self._step_wall = _wall()
+            capture = self.capture
+            if capture is not None:
+                capture.step_begins(self.current_step)
         except Exception as exc:
             self._fault(exc)
 
@@ -84,6 +90,9 @@ class Recorder:
             self.produced += 1
             self.last_step = self.current_step
             self.step_started = 0.0
+            capture = self.capture
+            if capture is not None:  # after the record: stopping a profiler is not the step's time
+                capture.step_ends(self.last_step)
         except Exception as exc:
             self._fault(exc)
 

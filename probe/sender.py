@@ -22,6 +22,7 @@ import zmq
 
 from ranktop.wire import __version__ as PROBE_VERSION
 from ranktop.wire import auth, rendezvous, schema
+from ranktop.wire.capture import capture_folder
 
 from . import commands
 from .collectives import CollectiveTracker
@@ -72,6 +73,11 @@ class Sender(threading.Thread):
         self.memory: Any = None
         self.gpu: Any = None
         self.work: dict[str, Any] = {}
+        self.capture: Any = None  # the latest capture (probe/capture.py), set by the capture command
+
+    def capture_folder(self, capture_id: str):
+        """Where this rank writes a capture's file: fixed by the job's side, never by the network."""
+        return capture_folder(self.identity.job, capture_id, self._directory)
 
     # -- lifecycle ------------------------------------------------------------
 
@@ -192,6 +198,7 @@ class Sender(threading.Thread):
             "collective": self.collectives.state() if self.collectives is not None else None,
             "mem": self.memory.sample() if self.memory is not None else None,
             "gpu": self.gpu.latest if self.gpu is not None else None,
+            "cap": self.capture.progress() if self.capture is not None else None,
         }
 
     def hello(self) -> dict[str, Any]:

@@ -18,7 +18,7 @@ from typing import Any
 import msgpack
 
 #: Bump the major version on any incompatible change; minor versions only add fields.
-PROTOCOL_VERSION = (1, 2)
+PROTOCOL_VERSION = (1, 3)
 
 #: The standard phases, in the order bars are drawn. Users may add phases of their own.
 STANDARD_PHASES = ("data", "forward", "backward", "optimizer")
@@ -138,7 +138,13 @@ def _check_origin(msg: dict) -> None:
 #   "alloc", "resv", "peak", "retries", "ooms", "cap"}} (probe/memory.py); state["gpu"] = NVML gauges,
 #   {"seq", "t", ...} or {"na": why} (probe/gpu_sampler.py); hello["work"] = {"dtype", "batch", "tokens",
 #   "flops", "device", "peak_tflops"} per rank and step (probe/flops.py).
+# Optional since 1.3: state["cap"] = the rank's latest capture (wire/capture.py, probe/capture.py), or None:
+#   {"id": str, "kind": "trace"|"memory", "st": waiting|recording|writing|done|failed, "start": first step,
+#   "steps": how many, "dir": the capture folder on the rank's host, "at": the step being recorded (optional),
+#   "path": the rank's file once written, "err": why it failed, "sum": a small summary once done
+#   (probe/trace_summary.py: {"steps", "ops", "kernels", "basis", "wall_us", "compute", "comm", "idle"})}.
 _NUMBER = (int, float)
+_CAPTURE_STATES = ("waiting", "recording", "writing", "done", "failed")  # wire/capture.py STATES
 
 
 def _check_gauges(msg: dict) -> None:
@@ -156,11 +162,28 @@ def _check_gauges(msg: dict) -> None:
         gpu = state.get("gpu")
         if gpu is not None and not (isinstance(gpu, dict) and all(isinstance(k, str) for k in gpu)):
             raise WireError("state: bad gpu")
+        cap = state.get("cap")
+        if cap is not None:
+            _check_capture(cap)
     work = msg.get("work")
     if work is not None and not (
         isinstance(work, dict) and all(isinstance(v, (str,) + _NUMBER) for v in work.values())
     ):
         raise WireError("hello: bad work")
+
+
+def _check_capture(cap: Any) -> None:
+    if not (isinstance(cap, dict) and isinstance(cap.get("id"), str) and cap.get("st") in _CAPTURE_STATES):
+        raise WireError("state: bad cap")
+    if not (isinstance(cap.get("start"), int) and isinstance(cap.get("steps"), int) and isinstance(cap.get("kind"), str)):
+        raise WireError("state: bad cap")
+    for key in ("dir", "path", "err"):
+        if cap.get(key) is not None and not isinstance(cap[key], str):
+            raise WireError("state: bad cap")
+    if cap.get("at") is not None and not isinstance(cap["at"], int):
+        raise WireError("state: bad cap")
+    if cap.get("sum") is not None and not isinstance(cap["sum"], dict):
+        raise WireError("state: bad cap")
 
 
 def _check_hello(msg: dict) -> None:

@@ -1,0 +1,228 @@
+"""One capture inside one rank: a torch.profiler trace or the CUDA allocator's history over a few steps.
+
+Who does what, so that the training thread only ever pays at step boundaries:
+
+- the **sender thread** builds a :class:`Capture` once ``probe/commands.py`` has
+  checked the command's arguments, and hangs it on ``recorder.capture``: the
+  recorder's step boundaries (the one place explicit ``probe.step()`` and
+  automatic mode both go through) read that attribute, one read and a ``None``
+  test per boundary while no capture is pending;
+- the **training thread** starts the profiler when the start step begins, marks
+  each following step (``prof.step()``, so the trace's ``ProfilerStep#N`` spans
+  carry the job's own step numbers, the same on every rank) and stops it when
+  the last step ends, then takes the capture off the recorder;
+- a short-lived **writer thread** does everything slow: exports the trace under
+  a temporary name and renames it (a file that exists is complete), summarises
+  it (``probe/trace_summary.py``), and marks the capture done, or failed with
+  the reason.
+
+The sender puts :meth:`Capture.progress` in every state it sends. Any error
+fails the capture and is reported; the probe and the training go on.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import pickle
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from ranktop.wire import rendezvous
+from ranktop.wire.capture import DONE, FAILED, MEMORY, RECORDING, RUNNING, TRACE, WAITING, WRITING
+
+from . import trace_summary
+
+#: Allocation events the CUDA allocator keeps while recording (its ring buffer; older ones fall off).
+MEMORY_MAX_ENTRIES = 100_000
+#: A trace bigger than this is written but not summarised (the writer would hold it all in memory).
+MAX_SUMMARY_BYTES = 256 << 20
+#: How long a finished capture's summary rides in the state (the path and state stay for good).
+SUMMARY_LINGER_S = 120.0
+
+
+class Capture:
+    def __init__(
+        self,
+        capture_id: str,
+        kind: str,
+        start: int,
+        steps: int,
+        folder: Path,
+        *,
+        rank: int,
+        host: str,
+        torch: Any,
+        shapes: bool = False,
+        memory: bool = False,
+        stacks: bool = False,
+    ):
+        self.id = capture_id
+        self.kind = kind
+        self.start = start
+        self.steps = steps
+        self.last = start + steps - 1
+        self.folder = folder
+        self.rank = rank
+        self.host = host
+        self.options = {"record_shapes": shapes, "profile_memory": memory, "with_stack": stacks}
+        self.state = WAITING
+        self.step: int | None = None  # the step being recorded
+        self.path: str | None = None
+        self.error: str | None = None
+        self.summary: dict[str, Any] | None = None
+        self.finished_at: float | None = None
+        self._torch = torch
+        self._recorder: Any = None
+        self._profiler: Any = None
+        self._snapshot: Any = None
+
+    @property
+    def running(self) -> bool:
+        return self.state in RUNNING
+
+    def attach(self, recorder: Any) -> None:
+        """Hand the capture to the training thread (an attribute write: atomic, no lock)."""
+        self._recorder = recorder
+        recorder.capture = self
+
+    # -- the training thread, at step boundaries --------------------------------
+
+    def step_begins(self, step: int) -> None:
+        try:
+            if self.state == WAITING:
+                if step == self.start:
+                    self._begin()
+                elif step > self.start:
+                    self._fail(f"missed the start step {self.start}: this rank began step {step} first")
+            elif self.state == RECORDING and self.step is not None and step > self.step:
+                self.step = step
+                if self._profiler is not None:
+                    self._profiler.step()
+        except Exception as exc:
+            self._fail(f"{exc.__class__.__name__}: {exc}")
+
+    def step_ends(self, step: int) -> None:
+        try:
+            if self.state == RECORDING and step >= self.last:
+                self._end()
+        except Exception as exc:
+            self._fail(f"{exc.__class__.__name__}: {exc}")
+
+    def _begin(self) -> None:
+        torch = self._torch
+        if self.kind == MEMORY:
+            torch.cuda.memory._record_memory_history(max_entries=MEMORY_MAX_ENTRIES)
+        else:
+            profiler = importlib.import_module("torch.profiler")
+            activities = [profiler.ProfilerActivity.CPU]
+            if torch.cuda.is_available() and torch.cuda.is_initialized():
+                activities.append(profiler.ProfilerActivity.CUDA)
+            prof = profiler.profile(activities=activities, **self.options)
+            prof.step_num = self.start  # ProfilerStep#<the job's step number>, on every rank alike
+            prof.start()
+            self._profiler = prof
+            prof.add_metadata_json(
+                "ranktop",
+                json.dumps({"capture": self.id, "start_step": self.start, "steps": self.steps, "rank": self.rank, "host": self.host}),
+            )
+        self.step = self.start
+        self.state = RECORDING
+
+    def _end(self) -> None:
+        if self.kind == MEMORY:
+            memory = self._torch.cuda.memory
+            self._snapshot = memory._snapshot()
+            memory._record_memory_history(enabled=None)
+        else:
+            self._profiler.stop()
+        self._detach()
+        self.state = WRITING
+        threading.Thread(target=self._write, name="ranktop-capture-writer", daemon=True).start()
+
+    # -- the writer thread ------------------------------------------------------
+
+    def _write(self) -> None:
+        try:
+            self.folder.mkdir(parents=True, exist_ok=True)
+            stem = f"rank{self.rank}.{rendezvous.safe_name(self.host)}_{os.getpid()}.{int(time.time() * 1000)}"
+            if self.kind == MEMORY:
+                path = self.folder / f"{stem}.memory.pickle"
+                tmp = self.folder / f".{path.name}.tmp"
+                with open(tmp, "wb") as f:
+                    pickle.dump(self._snapshot, f)
+                os.replace(tmp, path)
+                summary = memory_summary(self._snapshot)
+                self._snapshot = None
+            else:
+                path = self.folder / f"{stem}.pt.trace.json"  # TensorBoard's trace handler's naming
+                tmp = self.folder / f".{path.name}.tmp"  # not *.json: HTA reads every *.json of the folder
+                self._profiler.export_chrome_trace(str(tmp))
+                os.replace(tmp, path)
+                self._profiler = None
+                summary = summarize_file(path)
+            self.path = str(path)
+            self.summary = summary
+            self.finished_at = time.monotonic()
+            self.state = DONE
+        except Exception as exc:
+            self._fail(f"writing failed: {exc.__class__.__name__}: {exc}")
+
+    # -- any thread ---------------------------------------------------------------
+
+    def _fail(self, reason: str) -> None:
+        if self.state == RECORDING:
+            try:
+                if self._profiler is not None:
+                    self._profiler.stop()
+                elif self.kind == MEMORY:
+                    self._torch.cuda.memory._record_memory_history(enabled=None)
+            except Exception:
+                pass
+        self._detach()
+        self._profiler = self._snapshot = None
+        self.error = reason
+        self.finished_at = time.monotonic()
+        self.state = FAILED
+
+    def _detach(self) -> None:
+        recorder = self._recorder
+        if recorder is not None and getattr(recorder, "capture", None) is self:
+            recorder.capture = None
+
+    def progress(self, now: float | None = None) -> dict[str, Any]:
+        """What the state's ``cap`` field carries (``wire/schema.py``): read on the sender thread."""
+        out: dict[str, Any] = {"id": self.id, "kind": self.kind, "st": self.state, "start": self.start,
+                               "steps": self.steps, "dir": str(self.folder)}
+        if self.step is not None:
+            out["at"] = self.step
+        if self.path is not None:
+            out["path"] = self.path
+        if self.error is not None:
+            out["err"] = self.error
+        summary, finished = self.summary, self.finished_at
+        if summary is not None and finished is not None and (now or time.monotonic()) - finished < SUMMARY_LINGER_S:
+            out["sum"] = summary
+        return out
+
+
+def summarize_file(path: Path) -> dict[str, Any]:
+    if path.stat().st_size > MAX_SUMMARY_BYTES:
+        return {"note": f"trace of {path.stat().st_size >> 20} MB not summarised"}
+    with open(path, "rb") as f:
+        return trace_summary.summarize(json.load(f))
+
+
+def memory_summary(snapshot: Any) -> dict[str, Any]:
+    """Reserved and allocated bytes at the end, and allocator events recorded (memory_viz shows the rest)."""
+    segments = snapshot.get("segments", []) if isinstance(snapshot, dict) else []
+    traces = snapshot.get("device_traces", []) if isinstance(snapshot, dict) else []
+    return {
+        "segments": len(segments),
+        "reserved": int(sum(s.get("total_size", 0) for s in segments)),
+        "allocated": int(sum(s.get("allocated_size", 0) for s in segments)),
+        "events": int(sum(len(t) for t in traces)),
+    }
