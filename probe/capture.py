@@ -121,7 +121,8 @@ class Capture:
             activities = [profiler.ProfilerActivity.CPU]
             if torch.cuda.is_available() and torch.cuda.is_initialized():
                 activities.append(profiler.ProfilerActivity.CUDA)
-            prof = profiler.profile(activities=activities, **self.options)
+            # A schedule (always record) is what makes torch.profiler mark ProfilerStep#N spans.
+            prof = profiler.profile(activities=activities, schedule=_always_record, **self.options)
             prof.step_num = self.start  # ProfilerStep#<the job's step number>, on every rank alike
             prof.start()
             self._profiler = prof
@@ -207,6 +208,10 @@ class Capture:
         if summary is not None and finished is not None and (now or time.monotonic()) - finished < SUMMARY_LINGER_S:
             out["sum"] = summary
         return out
+
+
+def _always_record(step: int) -> Any:
+    return importlib.import_module("torch.profiler").ProfilerAction.RECORD
 
 
 def summarize_file(path: Path) -> dict[str, Any]:

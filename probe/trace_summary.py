@@ -12,8 +12,9 @@ the file the user will open. Pure Python over the trace's events: no torch.
   ``record_param_comms``, c10d), *compute* the rest of the busy time, *idle*
   the time inside the steps in none of them. With device kernels in the trace
   the shares are of the device's timeline (what HTA's temporal breakdown
-  shows); without, of the training thread's: there *idle* is time outside every
-  PyTorch op (Python, data loading, sleeping).
+  shows); without, of the training thread's ops and annotations plus the
+  collectives on any thread (gloo runs them on threads of its own): there
+  *idle* is time outside all of those (Python between ops, sleeping, waiting).
 """
 
 from __future__ import annotations
@@ -55,8 +56,13 @@ def summarize(trace: dict[str, Any], top: int = TOP) -> dict[str, Any]:
     if kernels:
         basis, busy_events = "device", kernels
     else:
+        # The training thread's ops and annotations, and collectives on any thread (gloo runs
+        # them on threads of its own, so the training thread's wait for them shows as no op).
         main = {(e.get("pid"), e.get("tid")) for e in steps}
-        basis, busy_events = "cpu", [e for e in ops if (e.get("pid"), e.get("tid")) in main]
+        annotated = [e for e in events if e.get("cat") in ("cpu_op", "user_annotation") and not _STEP.match(str(e.get("name", "")))]
+        basis, busy_events = "cpu", [
+            e for e in annotated if (e.get("pid"), e.get("tid")) in main or is_communication(str(e.get("name", "")))
+        ]
     out.update(basis=basis, wall_us=round(wall, 1), **shares(busy_events, window, wall))
     return out
 
