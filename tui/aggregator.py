@@ -34,7 +34,7 @@ from ranktop.wire import schema
 from .collective_stats import bus_factor, fit_alpha_beta, percentile
 from . import stalls
 from .rank_resources import ResourceTracker, job_throughput
-from .snapshot import OK, SILENT, SLOW, STALLED, CollectiveStat, Endpoint, RankRow, Reply, Snapshot
+from .snapshot import OK, SILENT, SLOW, STALLED, CaptureStatus, CollectiveStat, Endpoint, RankRow, Reply, Snapshot
 
 DEFAULT_WINDOW = 64
 DEFAULT_SILENT_AFTER_S = 3.0
@@ -64,6 +64,7 @@ class _Rank:
     waits: collections.OrderedDict = field(default_factory=collections.OrderedDict)
     state_at: float = 0.0  # when its last state arrived, and when that state's last step changed (tui/stalls.py)
     progress_at: float = 0.0
+    capture_summary: tuple[str, dict] | None = None  # (capture id, summary): kept after the rank stops sending it
 
 
 @dataclass
@@ -142,6 +143,9 @@ class Aggregator:
             if "state" in msg and isinstance(msg["state"], dict):
                 stalls.note_state(rank, msg["state"], now)
                 rank.state = msg["state"]
+                cap = rank.state.get("cap")
+                if isinstance(cap, dict) and isinstance(cap.get("sum"), dict):
+                    rank.capture_summary = (cap["id"], cap["sum"])
                 self._resources.note(msg["rank"], msg["state"], now)
             if kind == schema.HELLO:
                 rank.meta = {k: v for k, v in msg.items() if k not in ("v", "k", "job", "rank", "ts")}
@@ -252,6 +256,7 @@ class Aggregator:
                     stalled_phase=stuck.phase if stuck else None,
                     stalled_step=stuck.step if stuck else None,
                     collective=r.state.get("collective") if isinstance(r.state.get("collective"), dict) else None,
+                    capture=_capture_status(r),
                     **self._resources.row_fields(r.rank, r.meta, st["rate"] if st else None, time.time()),
                 )
             )
@@ -290,6 +295,19 @@ class Aggregator:
             return Endpoint(e.url, e.host, "waiting", now - e.added)
         quiet = now - e.last_heard
         return Endpoint(e.url, e.host, "lost" if quiet > self._silent_after else "connected", quiet)
+
+
+def _capture_status(r: _Rank) -> CaptureStatus | None:
+    cap = r.state.get("cap")
+    if not isinstance(cap, dict):
+        return None
+    summary = cap.get("sum")
+    if summary is None and r.capture_summary is not None and r.capture_summary[0] == cap["id"]:
+        summary = r.capture_summary[1]
+    return CaptureStatus(
+        id=cap["id"], kind=cap["kind"], state=cap["st"], start=cap["start"], steps=cap["steps"], folder=cap.get("dir"),
+        at=cap.get("at"), path=cap.get("path"), error=cap.get("err"), summary=summary,
+    )
 
 
 def slow_hosts(rows: list[RankRow]) -> list[str]:

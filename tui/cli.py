@@ -1,4 +1,4 @@
-"""The ``ranktop`` command line: watch, jobs, ping, demo.
+"""The ``ranktop`` command line: watch, jobs, ping, stacks, capture, memsnap, launch, demo.
 
 Every user error ends in one line on stderr (``ranktop: error: ...``) and a
 non-zero exit, never a traceback: exit 2 for a bad command line, 1 for a job or
@@ -14,7 +14,7 @@ import time
 
 from ranktop.wire import __version__, rendezvous
 
-from . import launch, stacks_cli
+from . import capture_cli, launch, stacks_cli
 from .aggregator import DEFAULT_SILENT_AFTER_S, DEFAULT_WINDOW
 from .stalls import DEFAULT_STALL_FACTOR, DEFAULT_STALL_FLOOR_S
 from .session import TargetError, WatchSession, live_jobs, resolve
@@ -70,6 +70,7 @@ def build_parser() -> argparse.ArgumentParser:
     ping.add_argument("--ranks", type=_rank_list, default=None, help="comma-separated ranks (default: all)")
 
     stacks_cli.add_parser(sub, _positive(float))
+    capture_cli.add_parsers(sub, _positive(float), _rank_list)
     launch.add_parser(sub, _positive(float))
 
     demo = sub.add_parser(
@@ -144,6 +145,8 @@ def main(argv: list[str] | None = None) -> int:
             return cmd_jobs(args)
         if args.command == "stacks":
             return stacks_cli.cmd_stacks(args)
+        if args.command in ("capture", "memsnap"):
+            return capture_cli.cmd_capture(args)
         if args.command == "launch":
             return launch.cmd_launch(args)
         if args.command == "ping":
@@ -152,7 +155,7 @@ def main(argv: list[str] | None = None) -> int:
             from .demo_job import run_demo
 
             return run_demo(args, extra)
-    except (TargetError, UserError, stacks_cli.StacksError, launch.LaunchError) as exc:
+    except (TargetError, UserError, stacks_cli.StacksError, capture_cli.CaptureError, launch.LaunchError) as exc:
         print(f"ranktop: error: {exc}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:

@@ -43,6 +43,23 @@ class RankRow:
     memory: MemoryStat | None = None  # RSS, CUDA allocator, history and creep (tui/memory_stats.py); None before any
     throughput: Throughput | None = None  # samples/s, tokens/s, TFLOP/s, MFU, when the probe knows its work per step
     gpu: GpuStat | None = None  # NVML gauges of its GPU, or why there are none (probe/gpu_sampler.py)
+    capture: CaptureStatus | None = None  # its latest trace or memory capture (wire/capture.py), running or finished
+
+
+@dataclass(frozen=True)
+class CaptureStatus:
+    """A rank's latest capture, as its probe reports it (the state's ``cap``, wire/schema.py)."""
+
+    id: str
+    kind: str  # "trace" | "memory"
+    state: str  # waiting | recording | writing | done | failed (wire/capture.py STATES)
+    start: int  # the first step captured, the same on every rank
+    steps: int
+    folder: str | None  # the capture folder, on the rank's host
+    at: int | None = None  # the step being recorded
+    path: str | None = None  # the rank's file, once written
+    error: str | None = None  # why it failed
+    summary: dict | None = None  # top ops and kernels, compute/comm/idle shares (probe/trace_summary.py)
 
 
 @dataclass(frozen=True)
@@ -166,6 +183,14 @@ class Snapshot:
     @property
     def silent(self) -> int:
         return sum(1 for r in self.ranks if r.status == SILENT)
+
+    def captures_running(self) -> dict[str, list[int]]:
+        """Captures not yet done or failed on some rank: id -> those ranks (one capture at a time per job)."""
+        running: dict[str, list[int]] = {}
+        for r in self.ranks:
+            if r.capture is not None and r.capture.state in ("waiting", "recording", "writing"):
+                running.setdefault(r.capture.id, []).append(r.rank)
+        return running
 
     def to_json(self) -> dict:
         """The ``--json`` document (schema in docs/json-schema.md)."""

@@ -1,0 +1,130 @@
+"""The requester's side of a capture: plan the request, then read every rank's progress and summary.
+
+Shared by ``ranktop capture`` / ``ranktop memsnap`` (tui/capture_cli.py) and the
+capture screen of the TUI (tui/widgets/capture.py); pure functions of a
+:class:`~ranktop.tui.snapshot.Snapshot` and the ranks' replies, so they are
+tested without sockets or a terminal.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ranktop.wire import capture as wire_capture
+
+from .snapshot import CaptureStatus, Reply, Snapshot
+from .stacks import ranks_text
+
+
+class CaptureRefused(Exception):
+    """Why a capture cannot be requested now, in one line."""
+
+
+@dataclass(frozen=True)
+class CapturePlan:
+    id: str
+    kind: str
+    start: int
+    steps: int
+    ranks: tuple[int, ...]  # the ranks asked
+    all_ranks: bool  # every rank of the job (the command then names none)
+
+    def args(self, **options: bool) -> dict:
+        return dict({"id": self.id, "kind": self.kind, "start": self.start, "steps": self.steps}, **options)
+
+
+def plan(snapshot: Snapshot, kind: str, steps: int, ranks: list[int] | None = None) -> CapturePlan:
+    """The request to send, or :class:`CaptureRefused`: bad steps, unknown ranks, a capture already running."""
+    problem = wire_capture.check_steps(steps)
+    if problem:
+        raise CaptureRefused(problem)
+    if snapshot.world_size is None or not snapshot.ranks:
+        raise CaptureRefused("no rank has reported yet")
+    world = snapshot.world_size
+    unknown = sorted(set(ranks or ()) - set(range(world)))
+    if unknown:
+        raise CaptureRefused(f"no such {ranks_text(unknown)} in a job of {world} (ranks 0-{world - 1})")
+    running = snapshot.captures_running()
+    if running:
+        capture_id, on = next(iter(running.items()))
+        raise CaptureRefused(f"a capture is already running (id {capture_id}, {ranks_text(on)}); one at a time per job")
+    asked = tuple(sorted(set(ranks))) if ranks else tuple(range(world))
+    start = wire_capture.start_step([r.step for r in snapshot.ranks], snapshot.steps_per_s)
+    return CapturePlan(wire_capture.new_capture_id(kind), kind, start, steps, asked, not ranks)
+
+
+@dataclass(frozen=True)
+class RankProgress:
+    rank: int
+    state: str  # a wire state (waiting ... failed), or "asked" (no news yet) or "refused"
+    text: str  # what to show after "rank N: "
+    status: CaptureStatus | None = None
+
+    @property
+    def final(self) -> bool:
+        return self.state in (wire_capture.DONE, wire_capture.FAILED, "refused")
+
+
+def progress(snapshot: Snapshot, request: CapturePlan, replies: list[Reply]) -> list[RankProgress]:
+    """Where each asked rank stands: its refusal, else its state's capture entry for this id."""
+    refused = {r.rank: r.result.get("error", "refused") for r in replies if not r.ok}
+    by_rank = {row.rank: row.capture for row in snapshot.ranks}
+    out = []
+    for rank in request.ranks:
+        if rank in refused:
+            out.append(RankProgress(rank, "refused", f"refused: {refused[rank]}"))
+            continue
+        cap = by_rank.get(rank)
+        if cap is None or cap.id != request.id:
+            out.append(RankProgress(rank, "asked", "asked, no answer yet"))
+        else:
+            out.append(RankProgress(rank, cap.state, state_text(cap), cap))
+    return out
+
+
+def state_text(cap: CaptureStatus) -> str:
+    if cap.state == wire_capture.WAITING:
+        return f"waiting for step {cap.start}"
+    if cap.state == wire_capture.RECORDING:
+        at = cap.at if cap.at is not None else cap.start
+        return f"recording step {at} ({at - cap.start + 1}/{cap.steps})"
+    if cap.state == wire_capture.WRITING:
+        return "writing"
+    if cap.state == wire_capture.DONE:
+        return f"done: {cap.path}"
+    return f"failed: {cap.error or 'no reason given'}"
+
+
+def finished(rows: list[RankProgress]) -> bool:
+    return bool(rows) and all(row.final for row in rows)
+
+
+def summary_lines(status: CaptureStatus, top: int = 5) -> list[str]:
+    """A rank's summary: one line of shares, then its top ops (and kernels), indented."""
+    s = status.summary or {}
+    if status.kind == wire_capture.MEMORY:
+        if not s:
+            return []
+        return [f"{_mb(s.get('allocated'))} allocated of {_mb(s.get('reserved'))} reserved in {s.get('segments', 0)} "
+                f"segment(s), {s.get('events', 0)} allocator events recorded"]
+    if s.get("note"):
+        return [s["note"]]
+    if not s:
+        return []
+    lines = []
+    if s.get("compute") is not None:
+        steps = s.get("steps") or [status.start, status.start + status.steps - 1]
+        basis = "device timeline" if s.get("basis") == "device" else "training thread + collectives"
+        lines.append(
+            f"compute {s['compute']:.0%} · comm {s['comm']:.0%} · idle {s['idle']:.0%} of {s.get('wall_us', 0) / 1000:.1f} ms "
+            f"(steps {steps[0]}-{steps[1]}, {basis})"
+        )
+    for title, key in (("ops", "ops"), ("kernels", "kernels")):
+        entries = s.get(key) or []
+        if entries:
+            lines.append(f"top {title} by self time: " + ", ".join(f"{name} {us / 1000:.1f} ms ×{calls}" for name, us, calls in entries[:top]))
+    return lines
+
+
+def _mb(value) -> str:
+    return f"{(value or 0) / 2**20:,.1f} MB"
