@@ -17,6 +17,7 @@ from textual.reactive import reactive
 from textual.widgets import Footer
 
 from ranktop.tui import bindings
+from ranktop.tui.capture import CaptureRefused, plan
 from ranktop.tui.snapshot import EMPTY, Snapshot
 from ranktop.tui.widgets import (
     SORTS,
@@ -31,7 +32,9 @@ from ranktop.tui.widgets import (
 )
 from ranktop.tui.widgets import palette
 from ranktop.tui.widgets.resources import ResourcePanes
+from ranktop.tui.widgets.capture import CaptureScreen
 from ranktop.tui.widgets.stacks import StacksScreen
+from ranktop.wire import capture as wire_capture
 
 READ_ONLY = "read-only: no job secret, commands disabled"
 
@@ -208,6 +211,28 @@ class RanktopApp(App[None]):
         if get is not None:
             return get(command_id)
         return [r for r in self.source.snapshot().replies if r.id == command_id]
+
+    def action_capture(self, kind: str) -> None:
+        """Ask every rank for a step-aligned capture (trace or memory) and follow it on the capture screen."""
+        if isinstance(self.screen, CaptureScreen):
+            return
+        what = "trace" if kind == wire_capture.TRACE else "memory snapshot"
+        controller = self.controller
+        if controller is None or not getattr(controller, "available", False):
+            self._notice = Text(READ_ONLY, style=palette.WARNING)
+            self._draw_status()
+            return
+        try:
+            request = plan(self.source.snapshot(), kind, wire_capture.DEFAULT_STEPS)
+            command_id = controller.send("capture", request.args())
+        except CaptureRefused as exc:
+            self._notice = Text(f"{what} refused: {exc}", style=palette.WARNING)
+        except Exception as exc:  # a transport error must not take the UI down
+            self._notice = Text(f"{what} failed: {_one_line(exc)}", style=palette.ERROR)
+        else:
+            self._notice = None
+            self.push_screen(CaptureScreen(request, command_id, self.source.snapshot, self.replies_to))
+        self._draw_status()
 
     def action_ping(self) -> None:
         self.send_command("ping")

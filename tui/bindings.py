@@ -34,6 +34,24 @@ KEYS: tuple[Binding, ...] = (
         "answers even while the job hangs. Enter on a group shows a rank's full stacks. Needs the job secret.",
     ),
     Binding(
+        "P",
+        "capture('trace')",
+        "Profile",
+        id="capture",
+        tooltip="Take a torch.profiler trace of every rank over 3 steps, all starting at the same step: per-rank "
+        "progress, then where the files are (Perfetto, TensorBoard, HTA) and each rank's top ops and compute / comm / "
+        "idle shares. One capture at a time per job (ranktop capture JOB headless). Needs the job secret.",
+    ),
+    Binding(
+        "M",
+        "capture('memory')",
+        "Mem snapshot",
+        id="memsnap",
+        show=False,
+        tooltip="Record the CUDA allocator's history over 3 steps on every rank and dump a snapshot per rank for "
+        "pytorch.org/memory_viz (ranktop memsnap JOB headless). Needs CUDA on the ranks and the job secret.",
+    ),
+    Binding(
         "c",
         "toggle_collectives",
         "Collectives",
@@ -79,6 +97,12 @@ STACKS_KEYS: tuple[Binding, ...] = (
     Binding("escape,t", "close", "Close", key_display="esc", id="stacks.close", tooltip="Close the stack dump (a rank's stacks: back to the groups)."),
     Binding("left,left_square_bracket", "other_rank(-1)", "Previous rank", key_display="← [", id="stacks.previous", tooltip="In a rank's stacks: the previous rank of the group."),
     Binding("right,right_square_bracket", "other_rank(1)", "Next rank", key_display="→ ]", id="stacks.next", tooltip="In a rank's stacks: the next rank of the group."),
+)
+
+#: Keys of the capture screen (listed on the help screen too).
+CAPTURE_KEYS: tuple[Binding, ...] = (
+    Binding("escape,P,M", "close", "Close", key_display="esc", id="capture.close",
+            tooltip="Close the capture screen; a capture in progress goes on (the status shows in ranktop capture too)."),
 )
 
 #: Keys of the help screen itself (listed there too).

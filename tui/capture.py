@@ -119,10 +119,11 @@ def summary_lines(status: CaptureStatus, top: int = 5) -> list[str]:
             f"compute {s['compute']:.0%} · comm {s['comm']:.0%} · idle {s['idle']:.0%} of {s.get('wall_us', 0) / 1000:.1f} ms "
             f"(steps {steps[0]}-{steps[1]}, {basis})"
         )
-    for title, key in (("ops", "ops"), ("kernels", "kernels")):
-        entries = s.get(key) or []
+    for title, key in (("operators", "ops"), ("kernels", "kernels")):
+        entries = (s.get(key) or [])[:top]
         if entries:
-            lines.append(f"top {title} by self time: " + ", ".join(f"{name} {us / 1000:.1f} ms ×{calls}" for name, us, calls in entries[:top]))
+            lines.append(f"top {title} by self time:")
+            lines.extend(f"  {us / 1000:8.2f} ms  ×{calls:<5} {name}" for name, us, calls in entries)
     return lines
 
 
