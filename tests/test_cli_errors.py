@@ -60,3 +60,11 @@ def test_help_lists_every_command():
 def test_the_rendezvous_folder_can_be_given_after_the_command(tmp_path):
     out = run_cli("jobs", "--dir", str(tmp_path / "elsewhere"))
     assert out.returncode == 0 and str(tmp_path / "elsewhere") in out.stdout
+
+
+def test_capture_with_no_job_running_or_a_bad_step_count_is_a_one_line_error(rdv):
+    assert_one_line_error(run_cli("capture"), 1, "ranktop: error: no running job found")
+    assert_one_line_error(run_cli("memsnap", "no-such-job"), 1, "ranktop: error: unknown job 'no-such-job'")
+    assert_one_line_error(run_cli("capture", "job", "--steps", "51"), 2, "steps must be a whole number from 1 to 50, got 51")
+    assert_one_line_error(run_cli("capture", "job", "--steps", "-1"), 2, "steps must be a whole number from 1 to 50, got -1")
+    assert_one_line_error(run_cli("capture", "job", "--ranks", "a"), 2, "expected comma-separated rank numbers")
