@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 
+from ranktop.wire import capture as wire_capture
+
 # Rank statuses, worst first (the order used when sorting by status).
 SILENT = "silent"  # no message for a while: dead, hung hard, or cut off
 STALLED = "stalled"  # talking, but no step finished for much longer than usual: hung
@@ -188,7 +190,7 @@ class Snapshot:
         """Captures not yet done or failed on some rank: id -> those ranks (one capture at a time per job)."""
         running: dict[str, list[int]] = {}
         for r in self.ranks:
-            if r.capture is not None and r.capture.state in ("waiting", "recording", "writing"):
+            if r.capture is not None and r.capture.state in wire_capture.RUNNING:
                 running.setdefault(r.capture.id, []).append(r.rank)
         return running
 

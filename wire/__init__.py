@@ -1,4 +1,4 @@
-"""What both ends of the wire agree on: message schema, command signing, rendezvous.
+"""What both ends of the wire agree on: message schema, command signing, rendezvous, captures.
 
 ``ranktop.probe`` (inside training) and ``ranktop.tui`` (the viewer) both import
 this package and nothing of each other.

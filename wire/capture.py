@@ -18,8 +18,6 @@ import secrets
 import time
 from pathlib import Path
 
-from . import rendezvous
-
 TRACE = "trace"  # torch.profiler: a Chrome/Perfetto JSON per rank, for Perfetto, TensorBoard and HTA
 MEMORY = "memory"  # torch.cuda.memory: an allocator snapshot pickle per rank, for pytorch.org/memory_viz
 KINDS = (TRACE, MEMORY)
@@ -48,6 +46,8 @@ CAPTURE_DIR_ENV = "RANKTOP_CAPTURE_DIR"
 
 def capture_root(job: str, directory: str | os.PathLike | None = None) -> Path:
     """Where a job's captures go: ``$RANKTOP_CAPTURE_DIR``, else ``<rendezvous>/jobs/<job>/captures``."""
+    from . import rendezvous  # here, not at the top: schema imports this module, and rendezvous imports schema
+
     configured = os.environ.get(CAPTURE_DIR_ENV)
     if configured:
         return Path(configured).expanduser()
@@ -56,6 +56,8 @@ def capture_root(job: str, directory: str | os.PathLike | None = None) -> Path:
 
 def capture_folder(job: str, capture_id: str, directory: str | os.PathLike | None = None) -> Path:
     """The one folder of a capture, shared by every rank of the job (one file per rank inside)."""
+    from . import rendezvous
+
     return capture_root(job, directory) / rendezvous.safe_name(capture_id)
 
 

@@ -17,6 +17,8 @@ from typing import Any
 
 import msgpack
 
+from .capture import STATES as _CAPTURE_STATES
+
 #: Bump the major version on any incompatible change; minor versions only add fields.
 PROTOCOL_VERSION = (1, 3)
 
@@ -144,7 +146,6 @@ def _check_origin(msg: dict) -> None:
 #   "path": the rank's file once written, "err": why it failed, "sum": a small summary once done
 #   (probe/trace_summary.py: {"steps", "ops", "kernels", "basis", "wall_us", "compute", "comm", "idle"})}.
 _NUMBER = (int, float)
-_CAPTURE_STATES = ("waiting", "recording", "writing", "done", "failed")  # wire/capture.py STATES
 
 
 def _check_gauges(msg: dict) -> None:
