@@ -148,7 +148,7 @@ def test_a_trace_covers_the_requested_steps_with_their_own_numbers_and_is_summar
     assert steps == ["ProfilerStep#5", "ProfilerStep#6", "ProfilerStep#7"]
     assert trace["ranktop"] == {"capture": "c1", "start_step": 5, "steps": 3, "rank": 0, "host": "vm"}
     summary = cap.progress()["sum"]
-    assert summary["steps"] == [5, 7] and summary["basis"] == "cpu"
+    assert summary["steps"] == [5, 7] and summary["basis"] == "cpu" and len(summary["train_ms"]) == 2
     assert any(name == "aten::mm" for name, _, _ in summary["ops"])
     assert abs(summary["compute"] + summary["comm"] + summary["idle"] - 1) < 0.01
 
@@ -192,7 +192,7 @@ def test_a_memory_capture_records_the_allocator_history_over_the_steps_and_dumps
     assert cap.path.endswith(".memory.pickle") and "rank1.gpu-node_" in cap.path
     with open(cap.path, "rb") as f:
         assert pickle.load(f)["segments"][0]["total_size"] == 4 << 20
-    assert cap.summary == {"segments": 1, "reserved": 4 << 20, "allocated": 1 << 20, "events": 7}
+    assert {k: v for k, v in cap.summary.items() if k != "train_ms"} == {"segments": 1, "reserved": 4 << 20, "allocated": 1 << 20, "events": 7}
 
 
 # -- the summary (probe/trace_summary.py) ----------------------------------------------
@@ -250,7 +250,7 @@ def feed(agg, rank, **cap):
 
 
 SUMMARY = {"steps": [20, 22], "ops": [["aten::mm", 1500.0, 9]], "kernels": [], "basis": "cpu", "wall_us": 3000.0,
-           "compute": 0.5, "comm": 0.25, "idle": 0.25}
+           "compute": 0.5, "comm": 0.25, "idle": 0.25, "train_ms": [2.0, 40.0]}
 
 
 def test_the_tui_follows_each_rank_and_keeps_its_summary_after_the_rank_stops_sending_it():
@@ -260,10 +260,11 @@ def test_the_tui_follows_each_rank_and_keeps_its_summary_after_the_rank_stops_se
     feed(agg, 1, st="recording", at=21)
     request = plan_for(agg)
     rows = progress(agg.snapshot(), request, [])
-    assert [(r.rank, r.state, r.text) for r in rows] == [(0, "done", "done: /d/rank0.json"), (1, "recording", "recording step 21 (2/3)")]
+    assert [(r.rank, r.state, r.text) for r in rows] == [(0, "done", "done: rank0.json"), (1, "recording", "recording step 21 (2/3)")]
     assert rows[0].status.summary == SUMMARY
     assert summary_lines(rows[0].status) == [
         "compute 50% · comm 25% · idle 25% of 3.0 ms (steps 20-22, training thread + collectives)",
+        "cost to the training thread: profiler start 2 ms, stop 40 ms",
         "top operators by self time:",
         "      1.50 ms  ×9     aten::mm",
     ]

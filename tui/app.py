@@ -95,6 +95,7 @@ class RanktopApp(App[None]):
         self._notice: Text | None = None  # the answer to the user's last key, e.g. read-only
         self._source_error: str | None = None  # cleared by the next snapshot that works
         self._last_command: SentCommand | None = None
+        self._capture: tuple | None = None  # (CapturePlan, command id) of the last capture this TUI asked for
         self._header = JobHeader(id="header")
         self._waiting = Waiting(id="waiting")
         self._panes = Container(id="panes")
@@ -222,6 +223,10 @@ class RanktopApp(App[None]):
             self._notice = Text(READ_ONLY, style=palette.WARNING)
             self._draw_status()
             return
+        ours = self._capture
+        if ours is not None and ours[0].id in self.source.snapshot().captures_running():
+            self.push_screen(CaptureScreen(ours[0], ours[1], self.source.snapshot, self.replies_to))  # ours still runs: show it again
+            return
         try:
             request = plan(self.source.snapshot(), kind, wire_capture.DEFAULT_STEPS)
             command_id = controller.send("capture", request.args())
@@ -231,6 +236,7 @@ class RanktopApp(App[None]):
             self._notice = Text(f"{what} failed: {_one_line(exc)}", style=palette.ERROR)
         else:
             self._notice = None
+            self._capture = (request, command_id)
             self.push_screen(CaptureScreen(request, command_id, self.source.snapshot, self.replies_to))
         self._draw_status()
 

@@ -102,7 +102,7 @@ STACKS_KEYS: tuple[Binding, ...] = (
 #: Keys of the capture screen (listed on the help screen too).
 CAPTURE_KEYS: tuple[Binding, ...] = (
     Binding("escape,P,M", "close", "Close", key_display="esc", id="capture.close",
-            tooltip="Close the capture screen; a capture in progress goes on (the status shows in ranktop capture too)."),
+            tooltip="Close the capture screen; a capture in progress goes on (P shows it again)."),
 )
 
 #: Keys of the help screen itself (listed there too).

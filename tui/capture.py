@@ -9,6 +9,7 @@ tested without sockets or a terminal.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import PurePath as Path
 
 from ranktop.wire import capture as wire_capture
 
@@ -91,7 +92,7 @@ def state_text(cap: CaptureStatus) -> str:
     if cap.state == wire_capture.WRITING:
         return "writing"
     if cap.state == wire_capture.DONE:
-        return f"done: {cap.path}"
+        return f"done: {Path(cap.path).name if cap.path else '?'}"
     return f"failed: {cap.error or 'no reason given'}"
 
 
@@ -119,6 +120,9 @@ def summary_lines(status: CaptureStatus, top: int = 5) -> list[str]:
             f"compute {s['compute']:.0%} · comm {s['comm']:.0%} · idle {s['idle']:.0%} of {s.get('wall_us', 0) / 1000:.1f} ms "
             f"(steps {steps[0]}-{steps[1]}, {basis})"
         )
+    cost = s.get("train_ms")
+    if cost:
+        lines.append(f"cost to the training thread: profiler start {cost[0]:.0f} ms, stop {cost[1]:.0f} ms")
     for title, key in (("operators", "ops"), ("kernels", "kernels")):
         entries = (s.get(key) or [])[:top]
         if entries:

@@ -48,8 +48,12 @@ def capture_text(request: CapturePlan, rows: list[RankProgress]) -> Text:
         text.append(row.text + "\n", style=_STYLES.get(row.state, ""))
     done = [row for row in rows if row.state == wire_capture.DONE and row.status is not None]
     if finished(rows):
-        failed = len(rows) - len(done)
-        text.append(f"\n{len(done)} of {len(rows)} rank(s) done" + (f", {failed} failed" if failed else "") + "\n", style="bold")
+        outcome = [f"{len(done)} of {len(rows)} rank(s) done"]
+        for state in (wire_capture.FAILED, "refused"):
+            count = sum(1 for row in rows if row.state == state)
+            if count:
+                outcome.append(f"{count} {state}")
+        text.append("\n" + ", ".join(outcome) + "\n", style="bold")
     if done:
         text.append(f"files: {done[0].status.folder}\n", style="bold")
         hint = ("open in ui.perfetto.dev, TensorBoard, or HTA: TraceAnalysis(trace_dir=...)" if request.kind == wire_capture.TRACE
