@@ -26,6 +26,8 @@ import importlib
 import json
 import os
 import pickle
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -40,6 +42,8 @@ from . import trace_summary
 MEMORY_MAX_ENTRIES = 100_000
 #: A trace bigger than this is written but not summarised (the writer would hold it all in memory).
 MAX_SUMMARY_BYTES = 256 << 20
+#: How long the summary's child process may take.
+SUMMARY_TIMEOUT_S = 120.0
 #: How long a finished capture's summary rides in the state (the path and state stay for good).
 SUMMARY_LINGER_S = 120.0
 
@@ -230,10 +234,24 @@ def _always_record(step: int) -> Any:
 
 
 def summarize_file(path: Path) -> dict[str, Any]:
-    if path.stat().st_size > MAX_SUMMARY_BYTES:
-        return {"note": f"trace of {path.stat().st_size >> 20} MB not summarised"}
-    with open(path, "rb") as f:
-        return trace_summary.summarize(json.load(f))
+    """The trace's summary, computed in a child process: json.load of a trace holds the GIL for
+    hundreds of milliseconds, which from any thread of this process would stall training."""
+    size = path.stat().st_size
+    if size > MAX_SUMMARY_BYTES:
+        return {"note": f"trace of {size >> 20} MB not summarised"}
+    if not sys.executable:
+        return {"note": "not summarised: no Python interpreter to run the summary in"}
+    try:
+        done = subprocess.run(
+            [sys.executable, "-I", "-S", trace_summary.__file__, str(path)],
+            stdin=subprocess.DEVNULL, capture_output=True, timeout=SUMMARY_TIMEOUT_S, check=False,
+        )
+        if done.returncode != 0:
+            lines = done.stderr.decode(errors="replace").strip().splitlines()
+            return {"note": f"not summarised: {lines[-1] if lines else f'exit status {done.returncode}'}"}
+        return json.loads(done.stdout)
+    except (OSError, ValueError, subprocess.TimeoutExpired) as exc:
+        return {"note": f"not summarised: {exc.__class__.__name__}: {exc}"}
 
 
 def memory_summary(snapshot: Any) -> dict[str, Any]:

@@ -1,8 +1,11 @@
 """What a rank's trace says in a few lines: its top operators and kernels, and where its time went.
 
-Computed by the capture's writer thread (never the training thread) from the
-Chrome trace JSON the rank has just written, so the summary describes exactly
-the file the user will open. Pure Python over the trace's events: no torch.
+Computed from the Chrome trace JSON the rank has just written, so the summary
+describes exactly the file the user will open. Pure Python over the trace's
+events, no torch, and run as a script in a child process of the rank
+(``python trace_summary.py TRACE`` prints the summary as JSON): parsing a trace
+holds the GIL for hundreds of milliseconds, which would stall the training
+thread even from another thread of the rank.
 
 - **top operators**: PyTorch ops (``cpu_op`` events) by *self* time, their own
   duration minus that of the ops nested in them on the same thread.
@@ -19,7 +22,10 @@ the file the user will open. Pure Python over the trace's events: no torch.
 
 from __future__ import annotations
 
+import json
+import os
 import re
+import sys
 from typing import Any, Iterable
 
 #: Entries in each top list: enough to see the answer, small enough for one telemetry message.
@@ -150,3 +156,18 @@ def _top(totals: dict[str, list[float]], top: int) -> list[list]:
     """``[[name, self µs, calls], ...]``, biggest first."""
     ranked = sorted(totals.items(), key=lambda kv: -kv[1][0])[:top]
     return [[name[:NAME_CHARS], round(us, 1), int(calls)] for name, (us, calls) in ranked]
+
+
+def main(argv: list[str]) -> int:
+    """``python trace_summary.py TRACE.json``: the summary as one JSON line, at a low priority."""
+    try:
+        os.nice(10)  # after the training processes
+    except (AttributeError, OSError):
+        pass
+    with open(argv[1], "rb") as f:
+        print(json.dumps(summarize(json.load(f))))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
