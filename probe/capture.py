@@ -83,7 +83,7 @@ class Capture:
         self._recorder: Any = None
         self._profiler: Any = None
         self._snapshot: Any = None
-        self._cost_ms = [0.0, 0.0]  # what starting and stopping cost the training thread
+        self._cost_ms = [0.0, 0.0]  # what starting and stopping (then exporting) cost the training thread
 
     @property
     def running(self) -> bool:
@@ -171,7 +171,9 @@ class Capture:
             else:
                 path = self.folder / f"{stem}.pt.trace.json"  # TensorBoard's trace handler's naming
                 tmp = self.folder / f".{path.name}.tmp"  # not *.json: HTA reads every *.json of the folder
-                self._profiler.export_chrome_trace(str(tmp))
+                began = time.perf_counter()
+                self._profiler.export_chrome_trace(str(tmp))  # C++, holding the GIL: training waits this long too
+                self._cost_ms.append((time.perf_counter() - began) * 1000)
                 os.replace(tmp, path)
                 self._profiler = None
                 summary = summarize_file(path)

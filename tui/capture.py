@@ -122,7 +122,8 @@ def summary_lines(status: CaptureStatus, top: int = 5) -> list[str]:
         )
     cost = s.get("train_ms")
     if cost:
-        lines.append(f"cost to the training thread: profiler start {cost[0]:.0f} ms, stop {cost[1]:.0f} ms")
+        export = f", export {cost[2]:.0f} ms (holds the GIL)" if len(cost) > 2 else ""
+        lines.append(f"cost to the training thread: profiler start {cost[0]:.0f} ms, stop {cost[1]:.0f} ms{export}")
     for title, key in (("operators", "ops"), ("kernels", "kernels")):
         entries = (s.get(key) or [])[:top]
         if entries:
