@@ -123,6 +123,8 @@ class Capture:
         if self.kind == MEMORY:
             torch.cuda.memory._record_memory_history(max_entries=MEMORY_MAX_ENTRIES)
         else:
+            if _profiler_running(torch):  # starting ours would end the script's own profiling session
+                raise RuntimeError("torch.profiler is already running in this process (the script's own?)")
             profiler = importlib.import_module("torch.profiler")
             activities = [profiler.ProfilerActivity.CPU]
             if torch.cuda.is_available() and torch.cuda.is_initialized():
@@ -229,6 +231,13 @@ def _lower_priority() -> None:
         os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 10)
     except (AttributeError, OSError):
         pass
+
+
+def _profiler_running(torch: Any) -> bool:
+    try:
+        return bool(torch._C._autograd._profiler_enabled())
+    except AttributeError:
+        return bool(getattr(torch.autograd.profiler, "_is_profiler_enabled", False))
 
 
 def _always_record(step: int) -> Any:

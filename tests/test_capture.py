@@ -303,3 +303,13 @@ def test_a_refusal_shows_as_the_ranks_answer():
     refusal = Reply("cmd", "capture", 1, False, {"error": "memory snapshots need a GPU (no CUDA on this rank)"}, 0.01)
     rows = progress(agg.snapshot(), request, [refusal])
     assert [r.text for r in rows] == ["asked, no answer yet", "refused: memory snapshots need a GPU (no CUDA on this rank)"]
+
+
+def test_a_capture_leaves_the_scripts_own_profiler_alone(tmp_path):
+    recorder = Recorder()
+    cap = Capture("c1", wire_capture.TRACE, 2, 2, tmp_path, rank=0, host="vm", torch=torch)
+    cap.attach(recorder)
+    with torch.profiler.profile() as own:
+        train(recorder, range(0, 6))
+    assert cap.state == wire_capture.FAILED and cap.error == "RuntimeError: torch.profiler is already running in this process (the script's own?)"
+    assert any(e.name == "aten::mm" for e in own.events())  # the script's trace is whole
