@@ -93,6 +93,8 @@ class Capture:
         """Hand the capture to the training thread (an attribute write: atomic, no lock)."""
         self._recorder = recorder
         recorder.capture = self
+        if self.kind == TRACE:
+            threading.Thread(target=_warm_up, name="ranktop-capture-warmup", daemon=True).start()
 
     # -- the training thread, at step boundaries --------------------------------
 
@@ -231,6 +233,17 @@ def _lower_priority() -> None:
         os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 10)
     except (AttributeError, OSError):
         pass
+
+
+def _warm_up() -> None:
+    """Import what torch.profiler imports on its first start, before the start step: its
+    ``prepare_trace`` touches ``torch._inductor``, whose lazy import takes a second or more,
+    which would otherwise stall the training thread at the start step."""
+    try:
+        importlib.import_module("torch.profiler")
+        importlib.import_module("torch._inductor.config")
+    except Exception:
+        pass  # the start step will import (or fail) on its own
 
 
 def _profiler_running(torch: Any) -> bool:
