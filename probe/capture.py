@@ -189,6 +189,11 @@ class Capture:
         except Exception as exc:
             self._fail(f"writing failed: {exc.__class__.__name__}: {exc}")
 
+    def abandon(self, reason: str) -> None:
+        """Give up a capture that has not reached its writer (the probe shuts down): from the training thread."""
+        if self.state in (WAITING, RECORDING):
+            self._fail(reason)
+
     # -- any thread ---------------------------------------------------------------
 
     def _fail(self, reason: str) -> None:

@@ -125,6 +125,9 @@ def shutdown() -> None:
     """Flush what is left, remove this node's rendezvous record, stop the thread."""
     with _lock:
         if isinstance(active, Probe):
+            capture = active.sender.capture
+            if capture is not None and threading.current_thread() is not active.sender:
+                capture.abandon("the probe shut down during the capture")  # stops a running profiler
             _deactivate(active)
 
 

@@ -313,3 +313,14 @@ def test_a_capture_leaves_the_scripts_own_profiler_alone(tmp_path):
         train(recorder, range(0, 6))
     assert cap.state == wire_capture.FAILED and cap.error == "RuntimeError: torch.profiler is already running in this process (the script's own?)"
     assert any(e.name == "aten::mm" for e in own.events())  # the script's trace is whole
+
+
+def test_a_capture_cut_short_by_shutdown_stops_the_profiler_and_says_so(tmp_path):
+    recorder = Recorder()
+    cap = Capture("c1", wire_capture.TRACE, 1, 10, tmp_path, rank=0, host="vm", torch=torch)
+    cap.attach(recorder)
+    train(recorder, range(0, 3))
+    assert cap.state == wire_capture.RECORDING and torch.autograd.profiler._is_profiler_enabled
+    cap.abandon("the probe shut down during the capture")
+    assert cap.state == wire_capture.FAILED and cap.error == "the probe shut down during the capture"
+    assert not torch.autograd.profiler._is_profiler_enabled and recorder.capture is None
