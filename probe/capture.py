@@ -22,6 +22,7 @@ fails the capture and is reported; the probe and the training go on.
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import json
 import os
@@ -160,6 +161,7 @@ class Capture:
     # -- the writer thread ------------------------------------------------------
 
     def _write(self) -> None:
+        tmp = None
         try:
             _lower_priority()
             self.folder.mkdir(parents=True, exist_ok=True)
@@ -187,6 +189,9 @@ class Capture:
             self.finished_at = time.monotonic()
             self.state = DONE
         except Exception as exc:
+            if tmp is not None:
+                with contextlib.suppress(OSError):
+                    os.unlink(tmp)  # a half-written file never lies in the capture folder
             self._fail(f"writing failed: {exc.__class__.__name__}: {exc}")
 
     def abandon(self, reason: str) -> None:

@@ -324,3 +324,13 @@ def test_a_capture_cut_short_by_shutdown_stops_the_profiler_and_says_so(tmp_path
     cap.abandon("the probe shut down during the capture")
     assert cap.state == wire_capture.FAILED and cap.error == "the probe shut down during the capture"
     assert not torch.autograd.profiler._is_profiler_enabled and recorder.capture is None
+
+
+def test_a_capture_that_cannot_be_written_fails_with_the_reason(tmp_path):
+    (tmp_path / "taken").write_text("a file where the capture folder should be")
+    recorder = Recorder()
+    cap = Capture("c1", wire_capture.TRACE, 0, 1, tmp_path / "taken", rank=0, host="vm", torch=torch)
+    cap.attach(recorder)
+    train(recorder, range(0, 2))
+    assert wait_final(cap).state == wire_capture.FAILED and cap.error.startswith("writing failed: FileExistsError")
+    assert cap.progress()["err"] == cap.error and "path" not in cap.progress()

@@ -81,7 +81,7 @@ def test_ranktop_capture_gives_every_rank_of_a_4_rank_job_a_trace_from_the_same_
             assert numbers == list(range(numbers[0], numbers[-1] + 1)) and numbers[0] < start
         assert all(r.dropped == 0 for r in session.snapshot().ranks)
 
-    from hta.trace_analysis import TraceAnalysis  # the copied folder loads as one 4-rank trace
+    from hta.trace_analysis import TraceAnalysis  # HolisticTraceAnalysis: the copied folder is one 4-rank trace
 
     analysis = TraceAnalysis(trace_dir=str(tmp_path / "out"))
     assert sorted(analysis.t.traces) == [0, 1, 2, 3]
@@ -89,13 +89,17 @@ def test_ranktop_capture_gives_every_rank_of_a_4_rank_job_a_trace_from_the_same_
 
 @pytest.mark.slow
 def test_pressing_P_in_the_tui_shows_each_ranks_progress_then_the_files_and_summaries(torchrun):
-    torchrun("cap-tui", 2)
+    torchrun("cap-tui", 4)
     session = WatchSession(resolve(["cap-tui"])).start()
 
     async def scenario():
         app = RanktopApp(session, session.controller, refresh_hz=5)
         async with app.run_test(size=(150, 45)) as pilot:
-            await pilot.pause(1.0)  # a step rate to aim with
+            ready = lambda: (snap := session.snapshot()).world_size == 4 and len(snap.ranks) == 4 and snap.steps_per_s  # noqa: E731
+            for _ in range(200):  # the ranks' hellos and a step rate to aim with
+                if ready():
+                    break
+                await pilot.pause(0.1)
             await pilot.press("P")
             assert isinstance(app.screen, CaptureScreen)
             screen = app.screen
@@ -103,12 +107,19 @@ def test_pressing_P_in_the_tui_shows_each_ranks_progress_then_the_files_and_summ
             for _ in range(600):
                 seen.update(row.state for row in screen.rows)
                 text = str(screen.query_one("#capture-text").render())
-                if "2 of 2 rank(s) done" in text and text.count("top operators by self time:") == 2:
+                if "4 of 4 rank(s) done" in text and text.count("top operators by self time:") == 4:
                     break
                 await pilot.pause(0.1)
             print(text)
-            assert "2 of 2 rank(s) done" in text and "files: " in text and "compute " in text, text
+            assert "4 of 4 rank(s) done" in text and "compute " in text, text
             assert seen & {"waiting", "recording", "writing"}  # progress was shown before the outcome
+            folder = re.search(r"^files: (\S+)$", text, re.M).group(1)
+            traces = sorted(Path(folder).glob("*.pt.trace.json"))
+            assert len(traces) == 4 and len({profiler_steps(p)[0] for p in traces}) == 1  # one start step for all
+            from hta.trace_analysis import TraceAnalysis
+
+            analysis = TraceAnalysis(trace_dir=folder)
+            assert sorted(analysis.t.traces) == [0, 1, 2, 3]
             await pilot.press("escape")
             await pilot.press("P")  # a new capture once the first is done: allowed
             assert isinstance(app.screen, CaptureScreen) and app.screen.request.id != screen.request.id
