@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from textual.binding import Binding
 
+from ranktop.wire.capture import DEFAULT_STEPS
+
 KEYS: tuple[Binding, ...] = (
     Binding("q", "quit", "Quit", id="quit", tooltip="Leave ranktop. The job is not touched."),
     Binding(
@@ -38,7 +40,7 @@ KEYS: tuple[Binding, ...] = (
         "capture('trace')",
         "Profile",
         id="capture",
-        tooltip="Take a torch.profiler trace of every rank over 3 steps, all starting at the same step: per-rank "
+        tooltip=f"Take a torch.profiler trace of every rank over {DEFAULT_STEPS} steps, all starting at the same step: per-rank "
         "progress, then where the files are (Perfetto, TensorBoard, HTA) and each rank's top ops and compute / comm / "
         "idle shares. One capture at a time per job (ranktop capture JOB headless). Needs the job secret.",
     ),
@@ -48,7 +50,7 @@ KEYS: tuple[Binding, ...] = (
         "Mem snapshot",
         id="memsnap",
         show=False,
-        tooltip="Record the CUDA allocator's history over 3 steps on every rank and dump a snapshot per rank for "
+        tooltip=f"Record the CUDA allocator's history over {DEFAULT_STEPS} steps on every rank and dump a snapshot per rank for "
         "pytorch.org/memory_viz (ranktop memsnap JOB headless). Needs CUDA on the ranks and the job secret.",
     ),
     Binding(
