@@ -334,3 +334,28 @@ def test_a_capture_that_cannot_be_written_fails_with_the_reason(tmp_path):
     train(recorder, range(0, 2))
     assert wait_final(cap).state == wire_capture.FAILED and cap.error.startswith("writing failed: FileExistsError")
     assert cap.progress()["err"] == cap.error and "path" not in cap.progress()
+
+
+def test_automatic_mode_captures_the_same_steps_as_explicit_steps(tmp_path):
+    """ranktop launch: the optimizer step ends a step (probe/auto.py), through the same recorder boundaries."""
+    from ranktop.probe.auto import AutoTimer
+
+    recorder = Recorder()
+    timer = AutoTimer(recorder)
+    cap = Capture("auto", wire_capture.TRACE, 2, 2, tmp_path, rank=0, host="vm", torch=torch)
+    cap.attach(recorder)
+    x = torch.randn(32, 32)
+    for _ in range(6):
+        timer.data_begin(), timer.data_end()
+        assert timer.forward_begin(True)
+        (x @ x).sum()
+        timer.forward_end()
+        timer.backward_begin(), timer.backward_end()
+        timer.optimizer_begin(), timer.optimizer_end()
+    assert wait_final(cap).state == wire_capture.DONE, cap.error
+    assert profiler_steps(Path(cap.path)) == [2, 3]
+
+
+def profiler_steps(path: Path) -> list[int]:
+    events = json.loads(path.read_text())["traceEvents"]
+    return sorted(int(e["name"].split("#")[1]) for e in events if e.get("name", "").startswith("ProfilerStep#"))
