@@ -17,7 +17,7 @@ from ranktop.probe import commands, trace_summary
 from ranktop.probe.capture import Capture
 from ranktop.probe.recorder import Recorder
 from ranktop.tui.aggregator import Aggregator
-from ranktop.tui.capture import CaptureRefused, plan, progress, summary_lines
+from ranktop.tui.capture import CaptureRefused, plan, progress, summary_lines, table_lines
 from ranktop.tui.snapshot import CaptureStatus, Reply
 from ranktop.tui.widgets.capture import capture_text
 from ranktop.wire import capture as wire_capture
@@ -267,6 +267,10 @@ def test_the_tui_follows_each_rank_and_keeps_its_summary_after_the_rank_stops_se
         "cost to the training thread: profiler start 2 ms, stop 40 ms",
         "top operators by self time:",
         "      1.50 ms  ×9     aten::mm",
+    ]
+    assert table_lines(rows) == [
+        "rank  compute   comm   idle    wall ms  top operator (self)",
+        "   0      50%    25%    25%        3.0  aten::mm 1.5 ms",
     ]
     text = capture_text(request, rows).plain
     assert "rank 1: recording step 21 (2/3)" in text and "files: /d" in text and "aten::mm" in text

@@ -100,6 +100,21 @@ def finished(rows: list[RankProgress]) -> bool:
     return bool(rows) and all(row.final for row in rows)
 
 
+def table_lines(rows: list[RankProgress]) -> list[str]:
+    """One line per finished trace: the shares side by side, so the odd rank out shows at a glance."""
+    traced = [row for row in rows if row.status is not None and row.status.kind == wire_capture.TRACE
+              and (row.status.summary or {}).get("compute") is not None]
+    if not traced:
+        return []
+    lines = ["rank  compute   comm   idle    wall ms  top operator (self)"]
+    for row in traced:
+        s = row.status.summary
+        ops = s.get("ops") or []
+        top = f"{ops[0][0]} {ops[0][1] / 1000:.1f} ms" if ops else ""
+        lines.append(f"{row.rank:>4}  {s['compute']:>7.0%} {s['comm']:>6.0%} {s['idle']:>6.0%} {s.get('wall_us', 0) / 1000:>10.1f}  {top}")
+    return lines
+
+
 def summary_lines(status: CaptureStatus, top: int = 5) -> list[str]:
     """A rank's summary: one line of shares, then its top ops (and kernels), indented."""
     s = status.summary or {}

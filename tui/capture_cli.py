@@ -19,7 +19,7 @@ from pathlib import Path
 
 from ranktop.wire import capture as wire_capture
 
-from .capture import CapturePlan, CaptureRefused, finished, plan, progress, summary_lines
+from .capture import CapturePlan, CaptureRefused, finished, plan, progress, summary_lines, table_lines
 from .session import WatchSession, resolve
 from .stacks import ranks_text
 
@@ -92,6 +92,8 @@ def cmd_capture(args) -> int:
     else:
         if done:
             print(f"files: {folder}" + (f" (copied to {args.out})" if copied else ""))
+        for line in table_lines(rows):
+            print(line)
         for row in done:
             for i, line in enumerate(summary_lines(row.status)):
                 print(f"rank {row.rank}: {line}" if i == 0 else f"  {line}")

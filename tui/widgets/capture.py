@@ -19,7 +19,7 @@ from textual.screen import ModalScreen
 from textual.widgets import Static
 
 from ranktop.tui import bindings
-from ranktop.tui.capture import CapturePlan, RankProgress, finished, progress, summary_lines
+from ranktop.tui.capture import CapturePlan, RankProgress, finished, progress, summary_lines, table_lines
 from ranktop.tui.snapshot import Reply, Snapshot
 from ranktop.tui.stacks import ranks_text
 from ranktop.wire import capture as wire_capture
@@ -59,6 +59,10 @@ def capture_text(request: CapturePlan, rows: list[RankProgress]) -> Text:
         hint = ("open in ui.perfetto.dev, TensorBoard, or HTA: TraceAnalysis(trace_dir=...)" if request.kind == wire_capture.TRACE
                 else "open at pytorch.org/memory_viz")
         text.append(hint + "\n\n", style=palette.MUTED)
+        table = table_lines(rows)
+        if table:
+            text.append(table[0] + "\n", style="bold")
+            text.append("\n".join(table[1:]) + "\n\n")
         for row in done:
             lines = summary_lines(row.status)
             if not lines:
