@@ -357,13 +357,13 @@ def test_before_any_rank_reports_the_screen_says_it_is_waiting_for_the_job():
 def test_status_line_shows_lost_endpoints_errors_and_dropped_messages():
     snap = job_snapshot(
         [rank_row(0)],
-        endpoints=[Endpoint("tcp://a:1", "a", "lost", 7.0), Endpoint("tcp://b:1", "b", "connected", 0.1)],
+        endpoints=[Endpoint("tcp://a:1", "a", "lost", 7.0, (0, 1, 3)), Endpoint("tcp://b:1", "b", "connected", 0.1)],
         errors=["peer speaks ranktop protocol 2.0\nmore detail"],
         dropped_messages=3,
     )
     lines = status_text(snap).plain.splitlines()
     assert lines[0] == "peer speaks ranktop protocol 2.0"
-    assert "lost tcp://a:1 (quiet 7s)" in lines[1] and "dropped 3" in lines[1]
+    assert "lost a (ranks 0-1,3) tcp://a:1, quiet 7s" in lines[1] and "dropped 3" in lines[1]
     assert [span.style for span in status_text(snap).spans][0] == palette.ERROR
 
 

@@ -14,7 +14,7 @@ import time
 
 from ranktop.wire import __version__, rendezvous
 
-from . import launch, stacks_cli
+from . import attach, launch, slurm, stacks_cli
 from .aggregator import DEFAULT_SILENT_AFTER_S, DEFAULT_WINDOW
 from .stalls import DEFAULT_STALL_FACTOR, DEFAULT_STALL_FLOOR_S
 from .session import TargetError, WatchSession, live_jobs, resolve
@@ -63,12 +63,14 @@ def build_parser() -> argparse.ArgumentParser:
 
     jobs = sub.add_parser("jobs", help="list the jobs in the rendezvous directory")
     jobs.add_argument("--all", action="store_true", help="include ended jobs (stale records)")
+    jobs.add_argument("--prune", action="store_true", help="remove the records of ended jobs (dead relays; SLURM jobs SLURM says ended)")
 
     ping = sub.add_parser("ping", help="send a signed ping to every rank and report who answers")
     ping.add_argument("targets", nargs="*", metavar="TARGET", help="job name (default: the only running job)")
     ping.add_argument("--timeout", type=_positive(float), default=5.0, help="seconds to wait for answers (default 5)")
     ping.add_argument("--ranks", type=_rank_list, default=None, help="comma-separated ranks (default: all)")
 
+    attach.add_parser(sub, _positive(float), _add_view_options)
     stacks_cli.add_parser(sub, _positive(float))
     launch.add_parser(sub, _positive(float))
 
@@ -89,6 +91,13 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _rate(text: str) -> float:
+    value = _positive(float)(text)
+    if not 0.1 <= value <= 50:
+        raise argparse.ArgumentTypeError(f"must be between 0.1 and 50, got {text!r}")
+    return value
+
+
 def _rank_list(text: str) -> list[int]:
     try:
         ranks = [int(x) for x in text.split(",") if x.strip()]
@@ -105,7 +114,16 @@ def _add_view_options(p: argparse.ArgumentParser, json_mode: bool = True) -> Non
         p.add_argument(
             "--duration", type=_positive(float), default=5.0, help="with --json: seconds to listen first (default 5)"
         )
-    p.add_argument("--refresh", type=_positive(float), default=2.0, help="screen refreshes per second (default 2)")
+    p.add_argument("--refresh", type=_positive(float), default=2.0, help="screen refreshes per second (default 2; 0.5 on a slow link)")
+    if json_mode:
+        p.add_argument(
+            "--rate",
+            type=_rate,
+            default=None,
+            metavar="HZ",
+            help="ask every rank to send HZ messages a second (signed set_rate, for every watcher; default: theirs, 4). "
+            "On a slow link: --refresh 0.5 --rate 1",
+        )
     p.add_argument(
         "--window", type=_positive(int), default=DEFAULT_WINDOW, help=f"steps per rank in the statistics window (default {DEFAULT_WINDOW})"
     )
@@ -140,6 +158,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.command == "watch":
             return cmd_watch(args)
+        if args.command == "attach":
+            if args.print_ssh:
+                return attach.cmd_print_ssh(args)
+            return cmd_watch(args, attach.target_of(args))
         if args.command == "jobs":
             return cmd_jobs(args)
         if args.command == "stacks":
@@ -152,7 +174,7 @@ def main(argv: list[str] | None = None) -> int:
             from .demo_job import run_demo
 
             return run_demo(args, extra)
-    except (TargetError, UserError, stacks_cli.StacksError, launch.LaunchError) as exc:
+    except (TargetError, UserError, stacks_cli.StacksError, launch.LaunchError, slurm.SlurmError) as exc:
         print(f"ranktop: error: {exc}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
@@ -167,8 +189,14 @@ def _session(args, targets: list[str] | None = None, allow_pending: bool = False
     )
 
 
-def cmd_watch(args) -> int:
-    session = _session(args)
+def cmd_watch(args, target=None) -> int:
+    if target is None:
+        session = _session(args)
+    else:
+        session = WatchSession(
+            target, window=args.window, silent_after_s=args.silent_after, stall_factor=args.stall_factor, stall_floor_s=args.stall_floor
+        )
+    session.rate_hz = args.rate
     if args.json:
         return _watch_json(session, args.duration)
     return run_tui(session, args.refresh)
@@ -181,6 +209,8 @@ def run_tui(session: WatchSession, refresh_hz: float, title: str = "ranktop", on
     except ImportError as exc:
         raise UserError(f"the TUI needs textual ({exc}): pip install 'ranktop[tui]', or use --json") from None
     with session:
+        if session.rate_hz is not None:
+            attach.request_rate(session, session.rate_hz)
         app = RanktopApp(session, session.controller, refresh_hz=refresh_hz, title=title)
         if on_app is not None:
             on_app(app)
@@ -191,6 +221,8 @@ def run_tui(session: WatchSession, refresh_hz: float, title: str = "ranktop", on
 def _watch_json(session: WatchSession, duration: float) -> int:
     told: set[str] = set()
     with session:
+        if session.rate_hz is not None:
+            attach.request_rate(session, session.rate_hz)
         deadline = time.monotonic() + duration
         while time.monotonic() < deadline:
             time.sleep(min(0.25, max(0.0, deadline - time.monotonic())))
@@ -208,12 +240,18 @@ def _watch_json(session: WatchSession, duration: float) -> int:
 
 
 def cmd_jobs(args) -> int:
-    jobs = rendezvous.list_jobs(args.dir) if args.all else live_jobs(args.dir)
+    if args.prune:
+        ended = slurm.EndedJobs()
+        removed = rendezvous.prune(args.dir, is_dead=lambda record: ended(record.slurm_job))
+        for path in removed:
+            print(f"removed {path}")
+    live = live_jobs(args.dir)
+    jobs = rendezvous.list_jobs(args.dir) if args.all else live
     if not jobs:
         print(f"no {'' if args.all else 'running '}jobs under {rendezvous.root(args.dir)}")
         return 0
     for job, nodes in jobs.items():
-        state = "ended" if all(n.is_stale() for n in nodes) else "running"
+        state = "running" if job in live else "ended"
         hosts = ", ".join(sorted({n.host for n in nodes}))
         print(f"{job}\t{state}\t{len(nodes)} node(s): {hosts}")
     return 0
