@@ -55,8 +55,12 @@ class SlurmCluster:
         self.node = socket.gethostname()
         self.conf = folder / "slurm.conf"
         self.munge_socket = folder / "munge" / "munge.socket"
-        self.env = dict(os.environ, SLURM_CONF=str(self.conf))
         self._pids: dict[str, Path] = {}
+
+    @property
+    def env(self) -> dict:
+        """The environment of now (a test's RANKTOP_DIR included), pointed at this cluster."""
+        return dict(os.environ, SLURM_CONF=str(self.conf))
 
     def start(self, timeout: float = 30.0) -> "SlurmCluster":
         for sub in ("munge", "state", "spool", "log"):

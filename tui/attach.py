@@ -75,10 +75,17 @@ def ssh_command(nodes: list[rendezvous.NodeRecord], via: str, jump: str | None, 
         tele, ctl = urlsplit(node.telemetry), urlsplit(node.control)
         local = first_local + 2 * i
         offset = (ctl.port or 0) - (tele.port or 0)
-        forwards += ["-L", f"{local}:{tele.hostname}:{tele.port}", "-L", f"{local + offset}:{ctl.hostname}:{ctl.port}"]
+        forwards += ["-L", f"{local}:{_remote(tele.hostname, node)}:{tele.port}", "-L", f"{local + offset}:{_remote(ctl.hostname, node)}:{ctl.port}"]
         local_urls.append(f"tcp://localhost:{local}")
     argv = ["ssh", "-N"] + (["-J", jump] if jump else []) + forwards + [via]
     return shlex.join(argv), local_urls
+
+
+def _remote(address: str | None, node: rendezvous.NodeRecord) -> str:
+    """The address ssh dials from the far end: a relay that bound loopback is reached through its node."""
+    if address is None or address in ("127.0.0.1", "localhost", "::1"):
+        return node.host
+    return address
 
 
 def cmd_print_ssh(args) -> int:

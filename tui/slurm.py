@@ -23,7 +23,8 @@ import subprocess
 from dataclasses import dataclass, field
 
 #: States in which a job's steps may be running (SUSPENDED: stopped, but its relays are alive).
-ACTIVE_STATES = ("RUNNING", "SUSPENDED", "COMPLETING", "CONFIGURING", "STAGE_OUT", "SIGNALING")
+#: COMPLETING is not one: the job is over and SLURM is cleaning up after it.
+ACTIVE_STATES = ("RUNNING", "SUSPENDED", "CONFIGURING", "SIGNALING")
 WAITING_STATES = ("PENDING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "RESV_DEL_HOLD", "SPECIAL_EXIT", "RESIZING")
 COMMAND_TIMEOUT_S = 15.0
 #: ``123``, ``123_4`` (an array task), ``123+1`` (a component of a heterogeneous job).
