@@ -147,6 +147,13 @@ PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP OverSubscrib
         return self.run("squeue", "-h", "-j", job_id, "-o", "%T", check=False).stdout.strip()
 
     def stop(self) -> None:
+        """Cancel what still runs, then end the daemons."""
+        jobs = self.run("squeue", "-h", "-o", "%A", check=False).stdout.split()
+        if jobs:
+            self.run("scancel", *jobs, check=False)
+            deadline = time.monotonic() + 15
+            while time.monotonic() < deadline and self.run("squeue", "-h", check=False).stdout.strip():
+                time.sleep(0.2)
         for daemon in ("slurmd", "slurmctld", "munged"):
             pid_file = self._pids.pop(daemon, None)
             try:
