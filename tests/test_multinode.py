@@ -119,3 +119,12 @@ def test_records_of_dead_relays_are_pruned_and_the_live_ones_kept(nodes):
     a.kill()
     run_cli("jobs", "--prune")
     assert rendezvous.read_nodes(JOB) == []
+
+
+def test_a_low_rate_for_a_slow_link_is_asked_of_every_rank_on_every_node(nodes):
+    nodes("node-a", 0)
+    nodes("node-b", 2)
+    out = run_cli("watch", JOB, "--rate", "1", "--refresh", "0.2", "--json", "--duration", "4")
+    assert out.returncode == 0, out.stderr
+    answers = {r["rank"]: r["result"] for r in json.loads(out.stdout)["replies"] if r["cmd"] == "set_rate"}
+    assert answers == {rank: {"rate_hz": 1.0} for rank in range(4)}
