@@ -178,3 +178,18 @@ PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP OverSubscrib
                     os.kill(pid, signal.SIGKILL)
                 except ProcessLookupError:
                     pass
+
+
+if __name__ == "__main__":  # try it by hand: python tests/slurm_cluster.py start|stop FOLDER
+    import sys
+
+    action, folder = sys.argv[1], Path(sys.argv[2]).resolve()
+    cluster = SlurmCluster(folder)
+    if action == "start":
+        cluster.start()
+        print(f"export SLURM_CONF={cluster.conf}    # then sbatch, squeue, ranktop attach --slurm JOBID")
+    else:
+        for daemon in DAEMONS:
+            pid_file = folder / "munge" / "munged.pid" if daemon == "munged" else folder / f"{daemon}.pid"
+            cluster._pids[daemon] = pid_file
+        cluster.stop()

@@ -264,7 +264,8 @@ def cmd_ping(args) -> int:
             raise UserError(session.controller.unavailable_reason)
         # Learn the world size and give the relays' subscriptions time to settle.
         deadline = time.monotonic() + args.timeout
-        while time.monotonic() < deadline and session.snapshot().world_size is None:
+        # Endpoints given by URL learn their relay's control port from a hello of its local rank 0.
+        while time.monotonic() < deadline and (session.snapshot().world_size is None or not session.controller.endpoints()):
             time.sleep(0.1)
         snap = session.snapshot()
         if snap.world_size is None:
@@ -273,7 +274,10 @@ def cmd_ping(args) -> int:
         unknown = expected - set(range(snap.world_size))
         if unknown:
             raise UserError(f"no such rank(s) {sorted(unknown)} in a job of {snap.world_size}")
-        command_id = session.controller.send("ping", ranks=args.ranks)
+        try:
+            command_id = session.controller.send("ping", ranks=args.ranks)
+        except RuntimeError as exc:
+            raise UserError(str(exc)) from None
         answered: dict[int, float | None] = {}
         while time.monotonic() < deadline and set(answered) < expected:
             time.sleep(0.05)
