@@ -131,3 +131,17 @@ def test_the_ssh_command_forwards_every_nodes_telemetry_and_control_port_side_by
 def test_behind_a_tunnel_the_control_port_is_found_at_the_relays_offset():
     assert tunnelled_control("tcp://localhost:7002", "tcp://n2:24018", "tcp://n2:24019") == "tcp://localhost:7003"
     assert tunnelled_control("tcp://n2:24018", "tcp://n2:24018", "tcp://n2:24019") == "tcp://n2:24019"
+
+
+def test_a_job_with_a_numeric_name_outside_slurm_is_still_watched_by_name(rdv, tmp_path, monkeypatch):
+    """scontrol installed but no cluster configured (SLURM_CONF pointing nowhere): the rendezvous job is meant."""
+    import os
+    import shutil
+
+    from ranktop.tui.session import resolve
+
+    if shutil.which("scontrol") is None:
+        pytest.skip("scontrol is not installed")
+    monkeypatch.setenv("SLURM_CONF", str(tmp_path / "no-such-slurm.conf"))
+    rendezvous.write_node(rendezvous.NodeRecord("4242", os.uname().nodename, "tcp://127.0.0.1:1", "tcp://127.0.0.1:2", os.getpid(), 0.0))
+    assert resolve(["4242"]).job == "4242"

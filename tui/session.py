@@ -29,6 +29,12 @@ class TargetError(Exception):
     """The user named something we cannot watch; the message is the whole story."""
 
 
+class SlurmTargetError(TargetError):
+    def __init__(self, message: str, answered: bool):
+        super().__init__(message)
+        self.answered = answered  # SLURM knows the job and said why not (see slurm.SlurmError)
+
+
 @dataclass
 class Target:
     job: str | None  # None when watching raw endpoints until the first message names it
@@ -72,7 +78,9 @@ def resolve_slurm(job_id: str, directory=None) -> Target:
     try:
         job = slurm.find_job(job_id)
         ports.slurm_ports(job.job_id)  # a bad RANKTOP_PORT_BASE is said now, not in the receiver thread
-    except (slurm.SlurmError, ports.PortConfigError) as exc:
+    except slurm.SlurmError as exc:
+        raise SlurmTargetError(str(exc), exc.answered) from None
+    except ports.PortConfigError as exc:
         raise TargetError(str(exc)) from None
     name, _ = slurm_records(job, directory)
     return Target(job=name, directory=rendezvous.root(directory), slurm=job)
@@ -113,8 +121,8 @@ def resolve(targets: list[str], directory=None, *, allow_pending: bool = False) 
         # `ranktop watch 123456` on a cluster: SLURM's word on the job comes first (pending, ended, its nodes).
         try:
             return resolve_slurm(job, directory)
-        except TargetError as exc:
-            if "is unknown" not in str(exc) or not rendezvous.read_nodes(job, directory):
+        except SlurmTargetError as exc:
+            if exc.answered or not rendezvous.read_nodes(job, directory):
                 raise  # else: a job that merely has a numeric name, outside SLURM
     if allow_pending:
         return Target(job=job, directory=root)

@@ -33,7 +33,16 @@ _KEY = re.compile(r"^[A-Za-z][A-Za-z0-9_:/]*=")
 
 
 class SlurmError(Exception):
-    """A job that cannot be watched, or SLURM that cannot be asked; the message is the whole story."""
+    """A job that cannot be watched, or SLURM that cannot be asked; the message is the whole story.
+
+    ``answered``: SLURM knows the job and said why not (pending, ended, another
+    user's, an ambiguous array), as opposed to an unknown job or a SLURM that
+    could not be asked, where a rendezvous job of that name may still be meant.
+    """
+
+    def __init__(self, message: str, answered: bool = False):
+        super().__init__(message)
+        self.answered = answered
 
 
 @dataclass(frozen=True)
@@ -100,7 +109,7 @@ def job_from_records(requested: str, records: list[dict[str, str]], expand=None)
             records = active
         else:
             tasks = ", ".join(f"{r['ArrayJobId']}_{r.get('ArrayTaskId', '?')} ({r.get('JobState', '?').lower()})" for r in records)
-            raise SlurmError(f"SLURM job {requested} is an array of {len(records)} tasks, name one: {tasks}")
+            raise SlurmError(f"SLURM job {requested} is an array of {len(records)} tasks, name one: {tasks}", answered=True)
     first = records[0]
     user, uid = _uid(first.get("UserId", "?"))
     job_id = first.get("HetJobId") or first["JobId"]
@@ -136,15 +145,16 @@ def check_watchable(job: SlurmJob, requested: str, uid: int | None = None) -> No
     if job.uid is not None and uid not in (0, job.uid):
         raise SlurmError(
             f"SLURM job {requested} belongs to {job.user}, not to you ({_user_name(uid)}): its relays' ranktop folder "
-            "and job secret are theirs; watch it as them, or name its relays' endpoints (tcp://HOST:PORT)"
+            "and job secret are theirs; watch it as them, or name its relays' endpoints (tcp://HOST:PORT)",
+            answered=True,
         )
     if job.state in WAITING_STATES:
         why = f" ({job.reason})" if job.reason and job.reason != "None" else ""
-        raise SlurmError(f"SLURM job {requested} is {job.state.lower()}{why}: nothing to watch until it starts")
+        raise SlurmError(f"SLURM job {requested} is {job.state.lower()}{why}: nothing to watch until it starts", answered=True)
     if job.state not in ACTIVE_STATES:
-        raise SlurmError(f"SLURM job {requested} has ended ({job.state.lower()})")
+        raise SlurmError(f"SLURM job {requested} has ended ({job.state.lower()})", answered=True)
     if not job.nodes:
-        raise SlurmError(f"SLURM job {requested} is {job.state.lower()} but has no nodes yet")
+        raise SlurmError(f"SLURM job {requested} is {job.state.lower()} but has no nodes yet", answered=True)
 
 
 def _user_name(uid: int) -> str:
@@ -182,7 +192,8 @@ def expand_hostnames(node_list: str) -> list[str]:
 
 
 def _first_line(text: str) -> str:
-    return (text.strip().splitlines() or ["failed"])[0]
+    """The line that says why: scontrol's last (its fatal error comes after the details)."""
+    return (text.strip().splitlines() or ["failed"])[-1]
 
 
 def show_job(job_id: str) -> SlurmJob:
@@ -194,7 +205,7 @@ def show_job(job_id: str) -> SlurmJob:
         message = _first_line(out.stderr)
         if "Invalid job id" in message:
             raise SlurmError(f"SLURM job {job_id} is unknown (or ended long enough ago that SLURM forgot it)")
-        raise SlurmError(f"scontrol show job {job_id}: {message}")
+        raise SlurmError(f"cannot ask SLURM about job {job_id}: {message}")
     return job_from_records(job_id, parse_show_job(out.stdout), expand_hostnames)
 
 
@@ -210,6 +221,8 @@ def has_ended(job_id: str) -> bool | None:
     try:
         return show_job(job_id).state not in ACTIVE_STATES + WAITING_STATES
     except SlurmError as exc:
+        if exc.answered:
+            return False  # an array with several tasks: alive
         return True if "is unknown" in str(exc) else None
 
 
