@@ -88,7 +88,9 @@ def test_a_pending_an_unknown_and_a_malformed_job_id_each_get_one_line(cluster, 
     pending = cluster.sbatch("#!/bin/bash\nsleep 600\n", "--begin=now+1hour", "-o", "/dev/null")
     try:
         out = run_cli("attach", "--slurm", pending)
-        assert out.returncode == 1 and out.stderr.startswith(f"ranktop: error: SLURM job {pending} is pending (BeginTime)")
+        # The reason is BeginTime once the scheduler has looked at the job, None before.
+        assert out.returncode == 1 and out.stderr.startswith(f"ranktop: error: SLURM job {pending} is pending")
+        assert out.stderr.endswith("nothing to watch until it starts\n") and len(out.stderr.splitlines()) == 1
     finally:
         cluster.run("scancel", pending)
     out = run_cli("attach", "--slurm", "999999", "--json")

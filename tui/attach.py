@@ -20,7 +20,7 @@ from urllib.parse import urlsplit
 from ranktop.wire import rendezvous
 
 from .controller import Controller
-from .session import Target, TargetError, WatchSession, resolve, resolve_slurm
+from .session import Target, TargetError, WatchSession, live_nodes, resolve, resolve_slurm
 
 #: Seconds the --rate request waits for the first rank before giving up.
 RATE_REQUEST_WAIT_S = 30.0
@@ -53,16 +53,6 @@ def target_of(args) -> Target:
     return resolve(args.targets, args.dir)
 
 
-def relays_of(target: Target, directory=None) -> list[rendezvous.NodeRecord]:
-    """Every node's relay as this command sees it now (the same discovery the TUI runs)."""
-    session = WatchSession(target)
-    nodes = session._live_nodes() if session.receiver._discover is not None else []
-    session.controller.close()
-    if not nodes and target.endpoints:
-        raise TargetError("--print-ssh needs a job (a SLURM id or a rendezvous job), not bare endpoints")
-    return nodes
-
-
 def ssh_command(nodes: list[rendezvous.NodeRecord], via: str, jump: str | None, first_local: int) -> tuple[str, list[str]]:
     """The ssh command forwarding every node's telemetry and control ports, and the local telemetry URLs.
 
@@ -90,7 +80,9 @@ def _remote(address: str | None, node: rendezvous.NodeRecord) -> str:
 
 def cmd_print_ssh(args) -> int:
     target = target_of(args)
-    nodes = relays_of(target, args.dir)
+    if target.job is None and target.slurm is None:
+        raise TargetError("--print-ssh needs a job (a SLURM id or a rendezvous job), not bare endpoints")
+    nodes = live_nodes(target)
     if not nodes:
         raise TargetError("no relay of this job is known yet: is it running ranktop's probe?")
     job = target.job or (target.slurm.job_id if target.slurm else "?")

@@ -136,6 +136,20 @@ def resolve(targets: list[str], directory=None, *, allow_pending: bool = False) 
     return Target(job=job, directory=root)
 
 
+def live_nodes(target: Target) -> list[rendezvous.NodeRecord]:
+    """The job's relays as the rendezvous folder lists them now, stale ones (dead jobs) left out.
+
+    For a SLURM job, every node of the job: its record if it has one, else
+    where the port convention puts its relay. The receiver polls this every second.
+    """
+    job = target.slurm
+    if job is None:
+        return [n for n in rendezvous.read_nodes(target.job, target.directory) if not n.is_stale()]
+    _, records = slurm_records(job, target.directory)
+    named = {_short(r.host) for r in records}
+    return records + [convention_record(job, node) for node in job.nodes if _short(node) not in named]
+
+
 class WatchSession:
     def __init__(
         self,
@@ -160,21 +174,8 @@ class WatchSession:
         elif secret is None:
             secret = auth.read_secret_env()
         self.controller = Controller(target.job, secret, self.aggregator, load_secret)
-        discover = self._live_nodes if target.job is not None or target.slurm is not None else None
+        discover = (lambda: live_nodes(target)) if target.job is not None or target.slurm is not None else None
         self.receiver = Receiver(self.aggregator, target.endpoints, discover, on_control=self.controller.add_endpoint)
-
-    def _live_nodes(self) -> list[rendezvous.NodeRecord]:
-        """The job's relays as the rendezvous folder lists them now, stale ones (dead jobs) left out.
-
-        For a SLURM job, every node of the job: its record if it has one, else
-        where the port convention puts its relay.
-        """
-        job = self.target.slurm
-        if job is None:
-            return [n for n in rendezvous.read_nodes(self.target.job, self.target.directory) if not n.is_stale()]
-        _, records = slurm_records(job, self.target.directory)
-        named = {_short(r.host) for r in records}
-        return records + [convention_record(job, node) for node in job.nodes if _short(node) not in named]
 
     def start(self) -> "WatchSession":
         self.receiver.start()
