@@ -32,7 +32,7 @@ def add_parser(sub, positive_float, add_view_options) -> None:
         help="watch a SLURM job by id (--slurm), or any job; --print-ssh for the tunnel from a laptop",
         description="Attach to a running job: --slurm JOBID finds a SLURM job's nodes with scontrol and "
         "connects to every node's relay (through the rendezvous folder when the home directory is shared, "
-        "else the port convention: RANKTOP_PORT_BASE + 2 * (JOBID %% 1000)). Without --slurm, TARGET is "
+        "else the port convention: RANKTOP_PORT_BASE + 2 * (JOBID % 1000)). Without --slurm, TARGET is "
         "what `ranktop watch` takes; a numeric TARGET is tried as a SLURM job first.",
     )
     attach.add_argument("targets", nargs="*", metavar="TARGET", help="job name, SLURM job id or tcp://HOST:PORT endpoints")
