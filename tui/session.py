@@ -47,17 +47,19 @@ def _short(host: str) -> str:
     return host.split(".", 1)[0]
 
 
-def slurm_records(job: slurm.SlurmJob, directory=None) -> tuple[str | None, list[rendezvous.NodeRecord]]:
+def slurm_records(job: slurm.SlurmJob, directory=None, name: str | None = None) -> tuple[str | None, list[rendezvous.NodeRecord]]:
     """The rendezvous name of a SLURM job and its live records on the job's nodes.
 
     Its relays' records sit under the job's name, which is the SLURM id unless
     the job chose another (RANKTOP_JOB, ``ranktop launch --job``): those are found
-    by the SLURM id each record carries. Records of hosts outside the job's node
-    list are an earlier job's, and ignored.
+    by the SLURM id each record carries (``name``, once known, spares reading
+    every job's folder). Records of hosts outside the job's node list are an
+    earlier job's, and ignored.
     """
     nodes = {_short(n) for n in job.nodes}
     found: dict[str, list[rendezvous.NodeRecord]] = {}
-    for name, records in rendezvous.list_jobs(directory).items():
+    candidates = {name: rendezvous.read_nodes(name, directory)} if name else rendezvous.list_jobs(directory)
+    for name, records in candidates.items():
         for r in records:
             if (r.slurm_job == job.job_id or (name == job.job_id and r.slurm_job is None)) and _short(r.host) in nodes and not r.is_stale():
                 found.setdefault(name, []).append(r)
@@ -145,7 +147,7 @@ def live_nodes(target: Target) -> list[rendezvous.NodeRecord]:
     job = target.slurm
     if job is None:
         return [n for n in rendezvous.read_nodes(target.job, target.directory) if not n.is_stale()]
-    _, records = slurm_records(job, target.directory)
+    _, records = slurm_records(job, target.directory, target.job)
     named = {_short(r.host) for r in records}
     return records + [convention_record(job, node) for node in job.nodes if _short(node) not in named]
 
