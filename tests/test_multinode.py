@@ -7,6 +7,7 @@ relay bound to loopback on a port of its own; nothing leaves the machine.
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 
@@ -26,7 +27,7 @@ JOB = "two-nodes"
 class Node:
     """The ranks of one node: local rank 0 hosts the node's relay."""
 
-    def __init__(self, host: str, first_rank: int, tmp_path, per_node: int = 2, world: int = 4):
+    def __init__(self, host: str, first_rank: int, tmp_path, per_node: int = 2, world: int = 4, **extra_env: str):
         self.host = host
         self.procs = []
         for local in range(per_node):
@@ -39,8 +40,11 @@ class Node:
                 RANKTOP_JOB=JOB,
                 RANKTOP_HOST=host,
                 RANKTOP_BIND="127.0.0.1",
+                **extra_env,
             )
-            self.procs.append(subprocess.Popen([sys.executable, str(JOBS / "sleepy_rank.py")], env=env, cwd=tmp_path))
+            self.procs.append(
+                subprocess.Popen([sys.executable, str(JOBS / "sleepy_rank.py")], env=env, cwd=tmp_path, stderr=subprocess.PIPE, text=True)
+            )
 
     def record(self):
         return next((n for n in rendezvous.read_nodes(JOB) if n.host == self.host and not n.is_stale()), None)
@@ -62,8 +66,8 @@ class Node:
 def nodes(rdv, tmp_path):
     started = []
 
-    def start(host, first_rank):
-        node = Node(host, first_rank, tmp_path)
+    def start(host, first_rank, **env):
+        node = Node(host, first_rank, tmp_path, **env)
         started.append(node)
         wait_for(node.record, 20, f"{host} never wrote its record")
         return node
@@ -128,3 +132,14 @@ def test_a_low_rate_for_a_slow_link_is_asked_of_every_rank_on_every_node(nodes):
     assert out.returncode == 0, out.stderr
     answers = {r["rank"]: r["result"] for r in json.loads(out.stdout)["replies"] if r["cmd"] == "set_rate"}
     assert answers == {rank: {"rate_hz": 1.0} for rank in range(4)}
+
+
+def test_a_taken_port_makes_the_relay_fall_back_to_a_random_one_and_say_so(nodes):
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        node = nodes("node-a", 0, RANKTOP_PORT=str(port))
+        assert not node.record().telemetry.endswith(f":{port}")
+        node.stop()
+        assert f"relay port 127.0.0.1:{port} is not free" in node.procs[0].stderr.read()

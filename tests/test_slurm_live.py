@@ -66,6 +66,12 @@ def test_srun_python_one_task_per_rank_is_watched_by_slurm_job_id_with_and_witho
     assert elsewhere["job"] == job and [r["rank"] for r in elsewhere["ranks"]] == [0, 1]
     assert elsewhere["endpoints"][0]["url"] == f"tcp://{cluster.node}:{ports.slurm_ports(job)[0]}"
 
+    # From a laptop: the ssh command that forwards the node's two ports, side by side.
+    out = run_cli("attach", "--slurm", job, "--print-ssh", "--via", "login.example.org", "--local-port", "7000")
+    tele, ctl = ports.slurm_ports(job)
+    assert out.returncode == 0 and f"ssh -N -L 7000:{cluster.node}:{tele} -L 7001:{cluster.node}:{ctl} login.example.org &" in out.stdout
+    assert out.stdout.splitlines()[-1].endswith("ranktop watch tcp://localhost:7000")
+
     # `ranktop watch JOBID` is the same thing when the id is a SLURM job's.
     assert [r["rank"] for r in json.loads(run_cli("watch", job, "--json", "--duration", "3").stdout)["ranks"]] == [0, 1]
 
