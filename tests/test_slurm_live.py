@@ -90,7 +90,7 @@ def test_srun_torchrun_under_ranktop_launch_one_task_per_node(cluster, rdv, tmp_
     cluster.run("scancel", job)
 
 
-def test_a_pending_an_unknown_and_a_malformed_job_id_each_get_one_line(cluster, tmp_path):
+def test_a_pending_an_unknown_and_a_malformed_job_id_each_get_one_line(cluster, rdv, tmp_path):
     pending = cluster.sbatch("#!/bin/bash\nsleep 600\n", "--begin=now+1hour", "-o", "/dev/null")
     try:
         out = run_cli("attach", "--slurm", pending)
@@ -99,6 +99,13 @@ def test_a_pending_an_unknown_and_a_malformed_job_id_each_get_one_line(cluster, 
         assert out.stderr.endswith("nothing to watch until it starts\n") and len(out.stderr.splitlines()) == 1
     finally:
         cluster.run("scancel", pending)
+
+    # A record another node left behind for this (now ended) job is recognised by SLURM's word, and pruned.
+    rendezvous.write_node(rendezvous.NodeRecord(pending, "node-elsewhere", "tcp://node-elsewhere:1", "tcp://node-elsewhere:2", 1, 0.0, slurm_job=pending))
+    assert run_cli("jobs").stdout.startswith("no running jobs")
+    assert f"{pending}\tended" in run_cli("jobs", "--all").stdout
+    assert run_cli("jobs", "--prune").stdout.startswith(f"removed {rendezvous.job_dir(pending)}/node-node-elsewhere.json")
+    assert rendezvous.read_nodes(pending) == []
     out = run_cli("attach", "--slurm", "999999", "--json")
     assert out.returncode == 1 and "SLURM job 999999 is unknown" in out.stderr and len(out.stderr.splitlines()) == 1
     out = run_cli("attach", "--slurm", "nope")
