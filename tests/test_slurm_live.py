@@ -117,3 +117,17 @@ def test_without_slurm_installed_attach_says_so(rdv, tmp_path):
     out = subprocess.run([RANKTOP, "attach", "--slurm", "12"], capture_output=True, text=True, env=env, timeout=60)
     assert out.returncode == 1 and "SLURM's commands are not installed here" in out.stderr
     assert "Traceback" not in out.stderr
+
+
+def test_a_running_job_without_ranktop_is_waited_for_then_named(cluster, rdv, tmp_path):
+    job = cluster.sbatch("#!/bin/bash\nsleep 60\n", "-o", "/dev/null")
+    try:
+        wait_for(lambda: cluster.state(job) == "RUNNING", 30, "the job never started")
+        out = run_cli("attach", "--slurm", job, "--json", "--duration", "2")
+        assert out.returncode == 1 and out.stderr.splitlines()[-1] == (
+            f"ranktop: error: no rank reported within 2s from the 1 node(s) of SLURM job {job}: does it run ranktop "
+            "(probe.init() or ranktop launch), with the same RANKTOP_PORT_BASE?"
+        )
+        assert json.loads(out.stdout)["endpoints"][0]["state"] == "waiting"
+    finally:
+        cluster.run("scancel", job)

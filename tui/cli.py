@@ -235,7 +235,14 @@ def _watch_json(session: WatchSession, duration: float) -> int:
     for error in snap.errors:
         print(f"ranktop: {error}", file=sys.stderr)
     if not snap.ranks:
-        raise UserError(f"no rank reported within {duration:g}s")
+        job = session.target.slurm
+        hint = ""
+        if job is not None:  # the commonest cause: a job that does not run ranktop, or another port base
+            hint = (
+                f" from the {len(job.nodes)} node(s) of SLURM job {job.label}: does it run ranktop "
+                "(probe.init() or ranktop launch), with the same RANKTOP_PORT_BASE?"
+            )
+        raise UserError(f"no rank reported within {duration:g}s{hint}")
     return 0
 
 
