@@ -125,11 +125,14 @@ class Receiver(threading.Thread):
                 sock.close(linger=0)
                 self._aggregator.replace_endpoint(old, rec.telemetry, rec.host)
             self._by_host[rec.host] = rec.telemetry
-            if rec.telemetry not in self._sockets:
-                self._aggregator.add_endpoint(rec.telemetry, rec.host)
-                self._connect(poller, rec.telemetry, connect_url(rec.telemetry, rec.host))
-            if self._on_control is not None:
-                self._on_control(connect_url(rec.control, rec.host))
+            try:
+                if rec.telemetry not in self._sockets:
+                    self._aggregator.add_endpoint(rec.telemetry, rec.host)
+                    self._connect(poller, rec.telemetry, connect_url(rec.telemetry, rec.host))
+                if self._on_control is not None:
+                    self._on_control(connect_url(rec.control, rec.host))
+            except ValueError as exc:  # a record whose URL is no URL (a bad port): skip it, say why
+                self._aggregator.note_error(f"node record of {rec.host}: {exc}")
 
     def _connect(self, poller: zmq.Poller, url: str, dial: str) -> None:
         sock = self._context.socket(zmq.SUB)
@@ -138,7 +141,12 @@ class Receiver(threading.Thread):
         sock.setsockopt(zmq.LINGER, 0)
         for kind in schema.TELEMETRY_KINDS:
             sock.setsockopt(zmq.SUBSCRIBE, kind.encode())
-        sock.connect(dial)
+        try:
+            sock.connect(dial)
+        except zmq.ZMQError as exc:  # a record or host name that is no address: say so, keep the others
+            sock.close(linger=0)
+            self._aggregator.note_error(f"cannot dial {dial}: {exc}")
+            return
         self._sockets[url] = sock
         self._urls[sock] = url  # the aggregator knows an endpoint by its advertised URL
         poller.register(sock, zmq.POLLIN)
