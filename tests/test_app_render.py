@@ -471,3 +471,16 @@ def test_q_quits():
         assert app.return_code == 0
 
     drive(eight_ranks(), scenario)
+
+
+def test_a_long_status_line_ends_in_an_ellipsis_instead_of_wrapping():
+    snap = job_snapshot(
+        [rank_row(0)],
+        endpoints=[Endpoint("tcp://127.0.0.1:36689", "node-1", "lost", 4.0, (2, 3)), Endpoint("tcp://127.0.0.1:40045", "node-0", "connected", 0.1)],
+    )
+
+    async def scenario(app, pilot):
+        assert app.query_one("#status").region.height == 1
+        assert "lost node-1 (ranks 2-3)" in text_of(app.query_one("#status"))
+
+    drive(snap, scenario, size=(60, 24))
