@@ -90,6 +90,13 @@ def test_srun_torchrun_under_ranktop_launch_one_task_per_node(cluster, rdv, tmp_
     cluster.run("scancel", job)
 
 
+def test_srun_tasks_of_an_unmodified_script_under_ranktop_launch_are_ranks_by_slurms_variables(cluster, rdv, tmp_path):
+    job = submit(cluster, tmp_path, f"srun {RANKTOP} launch -- {PYTHON} {os.path.dirname(__file__)}/jobs/plain_torch_task.py", 2)
+    doc = wait_training(job, 2, tmp_path)
+    assert [(r["rank"], r["local_rank"]) for r in doc["ranks"]] == [(0, 0), (1, 1)]
+    cluster.run("scancel", job)
+
+
 def test_a_pending_an_unknown_and_a_malformed_job_id_each_get_one_line(cluster, rdv, tmp_path):
     pending = cluster.sbatch("#!/bin/bash\nsleep 600\n", "--begin=now+1hour", "-o", "/dev/null")
     try:
