@@ -145,3 +145,31 @@ def test_a_job_with_a_numeric_name_outside_slurm_is_still_watched_by_name(rdv, t
     monkeypatch.setenv("SLURM_CONF", str(tmp_path / "no-such-slurm.conf"))
     rendezvous.write_node(rendezvous.NodeRecord("4242", os.uname().nodename, "tcp://127.0.0.1:1", "tcp://127.0.0.1:2", os.getpid(), 0.0))
     assert resolve(["4242"]).job == "4242"
+
+
+def test_a_hello_with_a_malformed_relay_address_is_dropped_not_fatal():
+    from ranktop.tui.aggregator import Aggregator
+    from ranktop.tui.receiver import Receiver
+    from ranktop.wire import schema
+
+    agg, controls = Aggregator(), []
+    receiver = Receiver(agg, ["tcp://localhost:7000"], on_control=controls.append)
+
+    class OneHello:
+        sent = False
+
+        def recv_multipart(self, flags=0):
+            import zmq
+
+            if self.sent:
+                raise zmq.Again()
+            self.sent = True
+            hello = {"job": "j", "rank": 0, "ts": 0.0, "host": "n1", "world": 1, "local_rank": 0, "pid": 1,
+                     "relay": {"telemetry": "tcp://n1:24018", "control": "tcp://n1:notaport"}}
+            return schema.encode(schema.HELLO, hello)
+
+    sock = OneHello()
+    receiver._urls = {sock: "tcp://localhost:7000"}
+    receiver._drain(sock)
+    assert controls == [] and agg.snapshot().dropped_messages == 1 and agg.snapshot().world_size == 1
+    receiver._context.term()

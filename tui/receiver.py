@@ -51,6 +51,14 @@ def parse_endpoint(text: str) -> str:
     return f"tcp://{parts.hostname}:{port}"
 
 
+def _checked(url: str) -> str:
+    """``url`` itself if it is a tcp://HOST:PORT address (IPv6 in brackets included); else ValueError."""
+    parts = urlsplit(url)
+    if parts.scheme != "tcp" or not parts.hostname or parts.port is None:
+        raise ValueError(f"not an endpoint: {url!r}")
+    return url
+
+
 def tunnelled_control(dialled: str, telemetry: str, control: str) -> str:
     """Where to send commands to a relay reached at ``dialled`` rather than at its own ``telemetry`` URL.
 
@@ -162,7 +170,10 @@ class Receiver(threading.Thread):
             if msg is not None and self._on_control is not None and msg["k"] == schema.HELLO:
                 relay = msg.get("relay")
                 if isinstance(relay, dict) and isinstance(relay.get("control"), str):
-                    control = relay["control"]
-                    if url in self._static and isinstance(relay.get("telemetry"), str):
-                        control = tunnelled_control(url, relay["telemetry"], control)
-                    self._on_control(connect_url(control, msg.get("host")))
+                    try:  # addresses from the network: a malformed one is dropped, never fatal
+                        control = relay["control"]
+                        if url in self._static and isinstance(relay.get("telemetry"), str):
+                            control = tunnelled_control(url, relay["telemetry"], control)
+                        self._on_control(_checked(connect_url(control, msg.get("host"))))
+                    except ValueError:
+                        self._aggregator.note_dropped(f"{url}: a hello with a malformed relay address")
