@@ -143,3 +143,8 @@ def test_a_taken_port_makes_the_relay_fall_back_to_a_random_one_and_say_so(nodes
         assert not node.record().telemetry.endswith(f":{port}")
         node.stop()
         assert f"relay port 127.0.0.1:{port} is not free" in node.procs[0].stderr.read()
+
+
+def test_jobs_names_the_slurm_job_a_job_of_another_name_runs_in(nodes):
+    nodes("node-a", 0, SLURM_JOB_ID="4711", RANKTOP_PORT="0")
+    assert run_cli("jobs").stdout == f"{JOB}\trunning\t1 node(s): node-a\tSLURM job 4711\n"

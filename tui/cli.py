@@ -249,7 +249,7 @@ def _watch_json(session: WatchSession, duration: float) -> int:
 def cmd_jobs(args) -> int:
     if args.prune:
         ended = slurm.EndedJobs()
-        removed = rendezvous.prune(args.dir, is_dead=lambda record: ended(record.slurm_job))
+        removed = rendezvous.prune(args.dir, is_dead=lambda record: not record.on_this_machine and ended(record.slurm_job))
         for path in removed:
             print(f"removed {path}")
     live = live_jobs(args.dir)
@@ -260,7 +260,9 @@ def cmd_jobs(args) -> int:
     for job, nodes in jobs.items():
         state = "running" if job in live else "ended"
         hosts = ", ".join(sorted({n.host for n in nodes}))
-        print(f"{job}\t{state}\t{len(nodes)} node(s): {hosts}")
+        slurm_ids = sorted({n.slurm_job for n in nodes if n.slurm_job and n.slurm_job != job})
+        under = f"\tSLURM job {', '.join(slurm_ids)}" if slurm_ids else ""  # a SLURM job under a name of its own
+        print(f"{job}\t{state}\t{len(nodes)} node(s): {hosts}{under}")
     return 0
 
 

@@ -93,7 +93,7 @@ def live_jobs(directory=None) -> dict[str, list[rendezvous.NodeRecord]]:
     ended = slurm.EndedJobs()
     jobs = {}
     for job, nodes in rendezvous.list_jobs(directory).items():
-        live = [n for n in nodes if not n.is_stale() and not ended(n.slurm_job)]
+        live = [n for n in nodes if not n.is_stale() and (n.on_this_machine or not ended(n.slurm_job))]
         if live:
             jobs[job] = live
     return jobs

@@ -101,6 +101,10 @@ class NodeRecord:
     machine: str = ""  # the real host name of the relay's process, when ``host`` is an advertised name
     slurm_job: str | None = None  # the SLURM job id the relay ran in: `ranktop attach --slurm` finds it by that
 
+    @property
+    def on_this_machine(self) -> bool:
+        return (self.machine or self.host) == socket.gethostname()
+
     def is_stale(self) -> bool:
         """A record of a relay on this machine whose process is gone is stale (the job died).
 
@@ -108,7 +112,7 @@ class NodeRecord:
         job's state tells (``ranktop.tui.slurm``); otherwise the TUI shows the
         node as waiting or lost.
         """
-        if (self.machine or self.host) != socket.gethostname():
+        if not self.on_this_machine:
             return False
         try:
             os.kill(self.pid, 0)
