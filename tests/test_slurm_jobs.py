@@ -173,3 +173,9 @@ def test_a_hello_with_a_malformed_relay_address_is_dropped_not_fatal():
     receiver._drain(sock)
     assert controls == [] and agg.snapshot().dropped_messages == 1 and agg.snapshot().world_size == 1
     receiver._context.term()
+
+
+def test_an_array_whose_tasks_have_all_ended_has_ended():
+    done = [dict(r, JobState="COMPLETED") for r in records("array")]
+    with pytest.raises(slurm.SlurmError, match=r"SLURM job 2 has ended \(completed\)"):
+        slurm.check_watchable(slurm.job_from_records("2", done), "2", uid=0)

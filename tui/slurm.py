@@ -105,8 +105,11 @@ def job_from_records(requested: str, records: list[dict[str, str]], expand=None)
         raise SlurmError(f"SLURM job {requested} is unknown (or ended long enough ago that SLURM forgot it)")
     if len(records) > 1 and "ArrayJobId" in records[0] and "HetJobId" not in records[0]:
         active = [r for r in records if r.get("JobState") in ACTIVE_STATES]
+        waiting = [r for r in records if r.get("JobState") in WAITING_STATES]
         if len(active) == 1:
             records = active
+        elif not active and not waiting:
+            records = records[:1]  # every task has ended: say so, as for one job
         else:
             tasks = ", ".join(f"{r['ArrayJobId']}_{r.get('ArrayTaskId', '?')} ({r.get('JobState', '?').lower()})" for r in records)
             raise SlurmError(f"SLURM job {requested} is an array of {len(records)} tasks, name one: {tasks}", answered=True)
