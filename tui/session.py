@@ -9,7 +9,6 @@ App (and ``--json``) takes snapshots from.
 from __future__ import annotations
 
 import re
-import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -119,7 +118,7 @@ def resolve(targets: list[str], directory=None, *, allow_pending: bool = False) 
     if len(targets) > 1:
         raise TargetError("name one job, or one or more endpoints (tcp://HOST:PORT), not a mix")
     job = targets[0]
-    if slurm.is_job_id(job) and not allow_pending and shutil.which("scontrol"):
+    if slurm.is_job_id(job) and not allow_pending and slurm.configured():
         # `ranktop watch 123456` on a cluster: SLURM's word on the job comes first (pending, ended, its nodes).
         try:
             return resolve_slurm(job, directory)

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 #: COMPLETING is not one: the job is over and SLURM is cleaning up after it.
 ACTIVE_STATES = ("RUNNING", "SUSPENDED", "CONFIGURING", "SIGNALING")
 WAITING_STATES = ("PENDING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "RESV_DEL_HOLD", "SPECIAL_EXIT", "RESIZING")
-COMMAND_TIMEOUT_S = 15.0
+COMMAND_TIMEOUT_S = 10.0
 #: ``123``, ``123_4`` (an array task), ``123+1`` (a component of a heterogeneous job).
 JOB_ID = re.compile(r"^\d+([_+]\d+)?$")
 _KEY = re.compile(r"^[A-Za-z][A-Za-z0-9_:/]*=")
@@ -167,6 +167,23 @@ def _user_name(uid: int) -> str:
         return str(uid)
 
 
+#: Where SLURM's commands find their configuration when SLURM_CONF does not say (the last: a configless node's cache).
+CONF_PATHS = ("/etc/slurm/slurm.conf", "/etc/slurm-llnl/slurm.conf", "/run/slurm/conf/slurm.conf", "/var/spool/slurmd/conf-cache/slurm.conf")
+
+
+def configured() -> bool:
+    """Whether SLURM's commands are here and have a configuration to read.
+
+    Asked before consulting SLURM on a guess (a numeric job name, the records of
+    ``ranktop jobs``): scontrol without a configuration looks for a controller
+    through DNS, which can take a minute to fail. ``--slurm`` asks regardless.
+    """
+    if shutil.which("scontrol") is None:
+        return False
+    conf = os.environ.get("SLURM_CONF")
+    return os.path.isfile(conf) if conf else any(os.path.isfile(p) for p in CONF_PATHS)
+
+
 def _scontrol() -> str:
     path = shutil.which("scontrol")
     if path is None:
@@ -181,7 +198,8 @@ def _run(*argv: str) -> subprocess.CompletedProcess:
     try:
         return subprocess.run([_scontrol(), *argv], capture_output=True, text=True, timeout=COMMAND_TIMEOUT_S)
     except subprocess.TimeoutExpired:
-        raise SlurmError(f"scontrol {' '.join(argv)} did not answer within {COMMAND_TIMEOUT_S:g}s") from None
+        hint = "" if configured() else " (SLURM has no configuration here: set SLURM_CONF, or run this on a login node)"
+        raise SlurmError(f"scontrol {' '.join(argv)} did not answer within {COMMAND_TIMEOUT_S:g}s{hint}") from None
     except OSError as exc:
         raise SlurmError(f"cannot run scontrol: {exc.strerror or exc}") from None
 
@@ -236,7 +254,7 @@ class EndedJobs:
     answers: dict[str, bool | None] = field(default_factory=dict)
 
     def __call__(self, slurm_job: str | None) -> bool:
-        if not slurm_job or shutil.which("scontrol") is None:
+        if not slurm_job or not configured():
             return False
         if slurm_job not in self.answers:
             self.answers[slurm_job] = has_ended(slurm_job)
