@@ -33,7 +33,7 @@ def add_parser(sub, positive_float, add_view_options) -> None:
         description="Attach to a running job: --slurm JOBID finds a SLURM job's nodes with scontrol and "
         "connects to every node's relay (through the rendezvous folder when the home directory is shared, "
         "else the port convention: RANKTOP_PORT_BASE + 2 * (JOBID % 1000)). Without --slurm, TARGET is "
-        "what `ranktop watch` takes; a numeric TARGET is tried as a SLURM job first.",
+        "what `ranktop watch` takes; a numeric TARGET is tried as a SLURM job first, where SLURM is configured.",
     )
     attach.add_argument("targets", nargs="*", metavar="TARGET", help="job name, SLURM job id or tcp://HOST:PORT endpoints")
     attach.add_argument("--slurm", metavar="JOBID", default=None, help="a SLURM job id (123456, 123456_7 for an array task)")
