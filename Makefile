@@ -8,7 +8,7 @@ TORCH ?= torch==2.13.0
 ARGS ?=
 PYTEST_ARGS ?=
 
-.PHONY: demo test install clean bench
+.PHONY: demo test install clean bench slurm
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -25,8 +25,21 @@ install: $(VENV)/.deps
 demo: install
 	$(BIN)/ranktop demo $(ARGS)
 
-test: install
+test: install slurm
 	$(BIN)/pytest $(PYTEST_ARGS)
+
+# The SLURM tests start a private one-node cluster (tests/slurm_cluster.py) from Debian's
+# packages: installed here when missing and we are root (about 15 s); otherwise they skip
+# and say how to install them.
+slurm:
+	@if ! command -v slurmctld >/dev/null && ! test -x /usr/sbin/slurmctld; then \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	    echo "installing slurm-wlm and munge for the SLURM tests"; \
+	    DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends slurm-wlm munge >/dev/null \
+	      || (apt-get update -q >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends slurm-wlm munge >/dev/null) \
+	      || echo "could not install slurm-wlm and munge: the SLURM tests will skip"; \
+	  else echo "slurm-wlm and munge are not installed (needs root: apt-get install slurm-wlm munge): the SLURM tests will skip"; fi; \
+	fi
 
 bench: install
 	$(BIN)/python benchmarks/probe_overhead.py $(ARGS)

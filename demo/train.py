@@ -4,6 +4,11 @@ Run it under torchrun (this is what ``ranktop demo`` does)::
 
     torchrun --standalone --nproc_per_node 4 demo/train.py --slow-rank 2 --slow-ms 40
 
+or one task per rank under SLURM (the rank, world and master address come
+from srun's variables, see :func:`torch_env_from_slurm`)::
+
+    srun --ntasks 4 python -m ranktop.demo.train
+
 or as a single process, without torchrun and without a process group::
 
     python demo/train.py --steps 5
@@ -222,6 +227,28 @@ def _env_int(name: str, default: int) -> int:
         sys.exit(f"train.py: {name}={text!r} is not a whole number")
 
 
+def torch_env_from_slurm(env=os.environ) -> None:
+    """Under ``srun`` without torchrun (one task per rank), give torch.distributed its env:// variables.
+
+    RANK, WORLD_SIZE and LOCAL_RANK come from SLURM_PROCID, SLURM_NTASKS and
+    SLURM_LOCALID; MASTER_ADDR, unless set, is the step's node when it runs on
+    one (on several, set it in the batch script:
+    ``export MASTER_ADDR=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)``);
+    MASTER_PORT, unless set, is derived from the job id so that jobs sharing a
+    node do not collide. A no-op under torchrun, which sets RANK itself.
+    """
+    if "RANK" in env or "SLURM_PROCID" not in env or "SLURM_NTASKS" not in env:
+        return
+    env["RANK"], env["WORLD_SIZE"] = env["SLURM_PROCID"], env["SLURM_NTASKS"]
+    env["LOCAL_RANK"] = env.get("SLURM_LOCALID", "0")
+    nodes = env.get("SLURM_STEP_NODELIST", env.get("SLURM_JOB_NODELIST", ""))
+    if "MASTER_ADDR" not in env:
+        if not nodes or any(c in nodes for c in "[,"):
+            sys.exit("train.py: several nodes under srun: export MASTER_ADDR (the first node) in the batch script")
+        env["MASTER_ADDR"] = nodes
+    env.setdefault("MASTER_PORT", str(30000 + int(env.get("SLURM_JOB_ID", "0") or 0) % 1000))
+
+
 _NOOP = contextlib.nullcontext()
 
 
@@ -230,6 +257,7 @@ def _noop_scope(*_args):
 
 
 def main(argv: list[str] | None = None) -> int:
+    torch_env_from_slurm()
     distributed = "WORLD_SIZE" in os.environ  # set by torchrun; absent: a plain single process
     world = _env_int("WORLD_SIZE", 1)
     rank = _env_int("RANK", 0)

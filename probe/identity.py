@@ -5,6 +5,13 @@ trust: torchrun (RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE), then SLURM's
 srun (SLURM_PROCID, SLURM_LOCALID, SLURM_NTASKS), then an already initialised
 ``torch.distributed`` (never imported by us: only consulted if the script did),
 else a single process.
+
+The host is the name this node goes by in the TUI and, when the relay listens
+on every interface, the address it advertises: ``RANKTOP_HOST`` overrides the
+machine's host name (a name that resolves on the cluster network, an address on
+the high-speed network, or a fake name for several "nodes" on one machine in
+tests). ``machine`` stays the real host name: whether a process is alive can
+only be checked there.
 """
 
 from __future__ import annotations
@@ -25,6 +32,8 @@ class Identity:
     host: str
     pid: int
     launcher: str  # "torchrun" | "slurm" | "torch.distributed" | "single"
+    machine: str = ""  # the real host name (``host`` may be RANKTOP_HOST's); "" = same as host
+    slurm_job: str | None = None  # SLURM_JOB_ID when run in a SLURM job, whatever the job's name
 
     @property
     def hosts_relay(self) -> bool:
@@ -75,7 +84,8 @@ def _job_from_env(env, host: str, pid: int) -> str:
 
 def detect(job: str | None = None, env=None) -> Identity:
     env = os.environ if env is None else env
-    host = socket.gethostname()
+    machine = socket.gethostname()
+    host = env.get("RANKTOP_HOST") or machine
     pid = os.getpid()
     rank, local_rank, world, local_world, launcher = _ranks_from_env(env)
     return Identity(
@@ -87,4 +97,6 @@ def detect(job: str | None = None, env=None) -> Identity:
         host=host,
         pid=pid,
         launcher=launcher,
+        machine=machine,
+        slurm_job=env.get("SLURM_JOB_ID") or None,
     )

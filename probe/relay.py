@@ -11,12 +11,18 @@ runs in C and releases the GIL, so it costs the training thread nothing):
 
 The IPC socket files live in a per-user folder of mode 0700, so other users of
 the node cannot connect to them.
+
+The TCP ports follow :mod:`ranktop.wire.ports`: ``RANKTOP_PORT``, else under
+SLURM the job id's ports (so a TUI that knows only the job's nodes can dial
+them), else random. A taken port falls back to a random one, said on stderr:
+the probe never fails the job over a port.
 """
 
 from __future__ import annotations
 
 import hashlib
 import os
+import sys
 import tempfile
 import threading
 import time
@@ -24,7 +30,7 @@ from pathlib import Path
 
 import zmq
 
-from ranktop.wire import rendezvous
+from ranktop.wire import ports, rendezvous
 
 from .identity import Identity
 
@@ -38,9 +44,12 @@ def ipc_folder() -> Path:
     return folder
 
 
-def ipc_endpoints(job: str) -> tuple[str, str]:
-    """The node-local (telemetry, control) IPC addresses of a job; every local rank derives the same."""
-    digest = hashlib.sha1(job.encode()).hexdigest()[:16]  # keeps the path under the 107-byte limit
+def ipc_endpoints(job: str, host: str = "") -> tuple[str, str]:
+    """The node-local (telemetry, control) IPC addresses of a job on one node; every local rank derives the same.
+
+    The node's name is part of it, so "nodes" with distinct ``RANKTOP_HOST`` on one machine stay apart.
+    """
+    digest = hashlib.sha1(f"{job}\0{host}".encode()).hexdigest()[:16]  # keeps the path under the 107-byte limit
     base = ipc_folder() / digest
     return f"ipc://{base}.tele", f"ipc://{base}.ctl"
 
@@ -48,6 +57,21 @@ def ipc_endpoints(job: str) -> tuple[str, str]:
 def bind_address() -> str:
     """The interface the relay listens on: ``RANKTOP_BIND``, default every interface."""
     return os.environ.get("RANKTOP_BIND", "0.0.0.0")
+
+
+def _bind(sock: zmq.Socket, addr: str, port: int | None) -> int:
+    """Bind the wanted port, or a random one (and say why) when it is taken."""
+    if port is not None:
+        try:
+            sock.bind(f"tcp://{addr}:{port}")
+            return port
+        except zmq.ZMQError as exc:
+            print(
+                f"ranktop: relay port {addr}:{port} is not free ({exc}); using a random port, which only the "
+                "rendezvous folder finds (set RANKTOP_PORT or RANKTOP_PORT_BASE to choose)",
+                file=sys.stderr,
+            )
+    return sock.bind_to_random_port(f"tcp://{addr}")
 
 
 class Relay:
@@ -63,8 +87,13 @@ class Relay:
 
     def start(self) -> None:
         ctx = self._context
-        tele_ipc, ctl_ipc = ipc_endpoints(self._identity.job)
+        tele_ipc, ctl_ipc = ipc_endpoints(self._identity.job, self._identity.host)
         addr = bind_address()
+        try:
+            wanted = ports.relay_ports()
+        except ports.PortConfigError as exc:
+            print(f"ranktop: {exc}; the relay takes random ports", file=sys.stderr)
+            wanted = None
         advertised = self._identity.host if addr in ("0.0.0.0", "*") else addr
 
         tele_in = ctx.socket(zmq.XSUB)
@@ -72,12 +101,12 @@ class Relay:
         tele_out = ctx.socket(zmq.XPUB)
         tele_out.setsockopt(zmq.SNDHWM, 10_000)
         tele_out.setsockopt(zmq.MAXMSGSIZE, MAX_CONTROL_BYTES)  # subscribers only send subscriptions
-        tele_port = tele_out.bind_to_random_port(f"tcp://{addr}")
+        tele_port = _bind(tele_out, addr, wanted[0] if wanted else None)
 
         ctl_in = ctx.socket(zmq.PULL)
         ctl_in.setsockopt(zmq.MAXMSGSIZE, MAX_CONTROL_BYTES)
         ctl_in.setsockopt(zmq.RCVHWM, 1000)
-        ctl_port = ctl_in.bind_to_random_port(f"tcp://{addr}")
+        ctl_port = _bind(ctl_in, addr, wanted[1] if wanted else None)
         ctl_out = ctx.socket(zmq.PUB)
         ctl_out.bind(ctl_ipc)
 
@@ -93,6 +122,8 @@ class Relay:
                 control=self.control_url,
                 pid=self._identity.pid,
                 started=time.time(),
+                machine=self._identity.machine,
+                slurm_job=self._identity.slurm_job,
             ),
             self._directory,
         )

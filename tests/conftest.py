@@ -94,3 +94,16 @@ def torchrun(rdv, tmp_path):
                 proc.wait(20)
             except subprocess.TimeoutExpired:
                 os.killpg(proc.pid, signal.SIGKILL)
+
+
+@pytest.fixture(scope="session")
+def slurm(tmp_path_factory):
+    """A real one-node SLURM cluster of this machine (tests/slurm_cluster.py), for the whole session."""
+    from slurm_cluster import SlurmCluster, unavailable
+
+    why = unavailable()
+    if why:
+        pytest.skip(why)
+    cluster = SlurmCluster(tmp_path_factory.mktemp("slurm")).start()
+    yield cluster
+    cluster.stop()

@@ -170,3 +170,26 @@ def test_ranks_that_send_gpu_times_are_listed():
     feed(agg, 2, 3)
     agg.ingest(steps(1, [{"n": 9, "t": 1.0, "w": 0.05, "p": {"forward": 0.01}, "g": {"w": 0.04, "p": {"forward": 0.02}}}]))
     assert agg.snapshot().device_time_ranks == [1]
+
+
+def test_a_quiet_endpoint_is_lost_with_the_ranks_heard_through_it_and_a_replacement_brings_them_back():
+    clock = Clock()
+    agg = Aggregator("j", clock=clock, silent_after_s=3.0)
+    agg.add_endpoint("tcp://a:1", "a")
+    agg.add_endpoint("tcp://b:1", "b")
+    for r in range(4):
+        agg.ingest(hello(r, host="a" if r < 2 else "b"), "tcp://a:1" if r < 2 else "tcp://b:1")
+    clock.now += 5
+    for r in (0, 1):
+        agg.ingest(hello(r, host="a"), "tcp://a:1")
+    by_host = {e.host: e for e in agg.snapshot().endpoints}
+    assert (by_host["a"].state, by_host["a"].ranks) == ("connected", (0, 1))
+    assert (by_host["b"].state, by_host["b"].ranks) == ("lost", (2, 3))
+
+    agg.replace_endpoint("tcp://b:1", "tcp://b:2", "b")  # node b's relay is back on another port
+    for r in (2, 3):
+        agg.ingest(hello(r, host="b"), "tcp://b:2")
+    assert [(e.url, e.state, e.ranks) for e in agg.snapshot().endpoints] == [
+        ("tcp://a:1", "connected", (0, 1)),
+        ("tcp://b:2", "connected", (2, 3)),
+    ]

@@ -357,13 +357,13 @@ def test_before_any_rank_reports_the_screen_says_it_is_waiting_for_the_job():
 def test_status_line_shows_lost_endpoints_errors_and_dropped_messages():
     snap = job_snapshot(
         [rank_row(0)],
-        endpoints=[Endpoint("tcp://a:1", "a", "lost", 7.0), Endpoint("tcp://b:1", "b", "connected", 0.1)],
+        endpoints=[Endpoint("tcp://a:1", "a", "lost", 7.0, (0, 1, 3)), Endpoint("tcp://b:1", "b", "connected", 0.1)],
         errors=["peer speaks ranktop protocol 2.0\nmore detail"],
         dropped_messages=3,
     )
     lines = status_text(snap).plain.splitlines()
     assert lines[0] == "peer speaks ranktop protocol 2.0"
-    assert "lost tcp://a:1 (quiet 7s)" in lines[1] and "dropped 3" in lines[1]
+    assert "lost a (ranks 0-1,3) tcp://a:1, quiet 7s" in lines[1] and "dropped 3" in lines[1]
     assert [span.style for span in status_text(snap).spans][0] == palette.ERROR
 
 
@@ -471,3 +471,16 @@ def test_q_quits():
         assert app.return_code == 0
 
     drive(eight_ranks(), scenario)
+
+
+def test_a_long_status_line_ends_in_an_ellipsis_instead_of_wrapping():
+    snap = job_snapshot(
+        [rank_row(0)],
+        endpoints=[Endpoint("tcp://127.0.0.1:36689", "node-1", "lost", 4.0, (2, 3)), Endpoint("tcp://127.0.0.1:40045", "node-0", "connected", 0.1)],
+    )
+
+    async def scenario(app, pilot):
+        assert app.query_one("#status").region.height == 1
+        assert "lost node-1 (ranks 2-3)" in text_of(app.query_one("#status"))
+
+    drive(snap, scenario, size=(60, 24))

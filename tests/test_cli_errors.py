@@ -53,7 +53,7 @@ def test_a_bad_flag_is_a_usage_error():
 def test_help_lists_every_command():
     out = run_cli("--help")
     assert out.returncode == 0
-    for command in ("watch", "jobs", "ping", "demo"):
+    for command in ("watch", "attach", "jobs", "ping", "demo"):
         assert command in out.stdout
 
 

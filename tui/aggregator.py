@@ -65,6 +65,7 @@ class _Rank:
     state_at: float = 0.0  # when its last state arrived, and when that state's last step changed (tui/stalls.py)
     progress_at: float = 0.0
     capture_summary: tuple[str, dict] | None = None  # (capture id, summary): kept after the rank stops sending it
+    endpoint: str | None = None  # the relay it was last heard through: a lost relay is shown with its ranks
 
 
 @dataclass
@@ -102,12 +103,24 @@ class Aggregator:
         self._dropped = 0
         self._resources = ResourceTracker()  # memory history and creep, GPU gauges, throughput (tui/rank_resources.py)
 
+    @property
+    def job(self) -> str | None:
+        """The job watched: as named, or as the first message named it."""
+        return self._job
+
     # -- input (receiver thread) ----------------------------------------------
 
     def add_endpoint(self, url: str, host: str | None = None) -> None:
         with self._lock:
             if url not in self._endpoints:
                 self._endpoints[url] = _Endpoint(url, host, self._clock())
+
+    def replace_endpoint(self, old: str, new: str, host: str | None = None) -> None:
+        """A node's relay came back elsewhere (a new port): its old endpoint goes, its ranks follow the new one."""
+        with self._lock:
+            self._endpoints.pop(old, None)
+            if new not in self._endpoints:
+                self._endpoints[new] = _Endpoint(new, host, self._clock())
 
     def ingest_frames(self, frames: list[bytes], endpoint: str | None = None) -> dict | None:
         """Decode and ingest one message; malformed or foreign frames are dropped and counted."""
@@ -139,6 +152,8 @@ class Aggregator:
             if rank is None:
                 rank = self._ranks[msg["rank"]] = _Rank(msg["rank"], collections.deque(maxlen=self._window))
             rank.last_seen = now
+            if endpoint is not None:
+                rank.endpoint = endpoint
             kind = msg["k"]
             if "state" in msg and isinstance(msg["state"], dict):
                 stalls.note_state(rank, msg["state"], now)
@@ -268,6 +283,10 @@ class Aggregator:
             if row.step_s is not None or row.status in (SILENT, STALLED)
         ]
         rates = [v["rate"] for v in live.values() if v["rate"]]
+        ranks_by_endpoint: dict[str, tuple[int, ...]] = {}
+        for r in sorted(self._ranks.values(), key=lambda x: x.rank):
+            if r.endpoint is not None:
+                ranks_by_endpoint[r.endpoint] = ranks_by_endpoint.get(r.endpoint, ()) + (r.rank,)
         worlds = [r.meta.get("world") for r in self._ranks.values() if isinstance(r.meta.get("world"), int)]
         return Snapshot(
             job=self._job,
@@ -278,7 +297,7 @@ class Aggregator:
             phase_names=names,
             ranks=rows,
             stragglers=stragglers,
-            endpoints=[self._endpoint_view(e, now) for e in self._endpoints.values()],
+            endpoints=[self._endpoint_view(e, now, ranks_by_endpoint.get(e.url, ())) for e in self._endpoints.values()],
             replies=list(self._replies),
             dropped_messages=self._dropped,
             errors=list(self._errors),
@@ -290,11 +309,11 @@ class Aggregator:
             throughput=job_throughput([row.throughput for row in rows if row.status != SILENT]),
         )
 
-    def _endpoint_view(self, e: _Endpoint, now: float) -> Endpoint:
+    def _endpoint_view(self, e: _Endpoint, now: float, ranks: tuple[int, ...]) -> Endpoint:
         if e.last_heard is None:
-            return Endpoint(e.url, e.host, "waiting", now - e.added)
+            return Endpoint(e.url, e.host, "waiting", now - e.added, ranks)
         quiet = now - e.last_heard
-        return Endpoint(e.url, e.host, "lost" if quiet > self._silent_after else "connected", quiet)
+        return Endpoint(e.url, e.host, "lost" if quiet > self._silent_after else "connected", quiet, ranks)
 
 
 def _capture_status(r: _Rank) -> CaptureStatus | None:

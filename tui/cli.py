@@ -14,7 +14,7 @@ import time
 
 from ranktop.wire import __version__, rendezvous
 
-from . import capture_cli, launch, stacks_cli
+from . import attach, capture_cli, launch, slurm, stacks_cli
 from .aggregator import DEFAULT_SILENT_AFTER_S, DEFAULT_WINDOW
 from .stalls import DEFAULT_STALL_FACTOR, DEFAULT_STALL_FLOOR_S
 from .session import TargetError, WatchSession, live_jobs, resolve
@@ -63,12 +63,14 @@ def build_parser() -> argparse.ArgumentParser:
 
     jobs = sub.add_parser("jobs", help="list the jobs in the rendezvous directory")
     jobs.add_argument("--all", action="store_true", help="include ended jobs (stale records)")
+    jobs.add_argument("--prune", action="store_true", help="remove the records of ended jobs (dead relays; SLURM jobs SLURM says ended)")
 
     ping = sub.add_parser("ping", help="send a signed ping to every rank and report who answers")
     ping.add_argument("targets", nargs="*", metavar="TARGET", help="job name (default: the only running job)")
     ping.add_argument("--timeout", type=_positive(float), default=5.0, help="seconds to wait for answers (default 5)")
     ping.add_argument("--ranks", type=_rank_list, default=None, help="comma-separated ranks (default: all)")
 
+    attach.add_parser(sub, _positive(float), _add_view_options)
     stacks_cli.add_parser(sub, _positive(float))
     capture_cli.add_parsers(sub, _positive(float), _rank_list)
     launch.add_parser(sub, _positive(float))
@@ -90,6 +92,13 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _rate(text: str) -> float:
+    value = _positive(float)(text)
+    if not 0.1 <= value <= 50:
+        raise argparse.ArgumentTypeError(f"must be between 0.1 and 50, got {text!r}")
+    return value
+
+
 def _rank_list(text: str) -> list[int]:
     try:
         ranks = [int(x) for x in text.split(",") if x.strip()]
@@ -106,7 +115,16 @@ def _add_view_options(p: argparse.ArgumentParser, json_mode: bool = True) -> Non
         p.add_argument(
             "--duration", type=_positive(float), default=5.0, help="with --json: seconds to listen first (default 5)"
         )
-    p.add_argument("--refresh", type=_positive(float), default=2.0, help="screen refreshes per second (default 2)")
+    p.add_argument("--refresh", type=_positive(float), default=2.0, help="screen refreshes per second (default 2; 0.5 on a slow link)")
+    if json_mode:
+        p.add_argument(
+            "--rate",
+            type=_rate,
+            default=None,
+            metavar="HZ",
+            help="ask every rank to send HZ messages a second (signed set_rate, for every watcher; default: theirs, 4). "
+            "On a slow link: --refresh 0.5 --rate 1",
+        )
     p.add_argument(
         "--window", type=_positive(int), default=DEFAULT_WINDOW, help=f"steps per rank in the statistics window (default {DEFAULT_WINDOW})"
     )
@@ -141,6 +159,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.command == "watch":
             return cmd_watch(args)
+        if args.command == "attach":
+            if args.print_ssh:
+                return attach.cmd_print_ssh(args)
+            return cmd_watch(args, attach.target_of(args))
         if args.command == "jobs":
             return cmd_jobs(args)
         if args.command == "stacks":
@@ -155,7 +177,9 @@ def main(argv: list[str] | None = None) -> int:
             from .demo_job import run_demo
 
             return run_demo(args, extra)
-    except (TargetError, UserError, stacks_cli.StacksError, capture_cli.CaptureError, launch.LaunchError) as exc:
+    except (
+        TargetError, UserError, stacks_cli.StacksError, capture_cli.CaptureError, launch.LaunchError, slurm.SlurmError
+    ) as exc:
         print(f"ranktop: error: {exc}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
@@ -170,8 +194,14 @@ def _session(args, targets: list[str] | None = None, allow_pending: bool = False
     )
 
 
-def cmd_watch(args) -> int:
-    session = _session(args)
+def cmd_watch(args, target=None) -> int:
+    if target is None:
+        session = _session(args)
+    else:
+        session = WatchSession(
+            target, window=args.window, silent_after_s=args.silent_after, stall_factor=args.stall_factor, stall_floor_s=args.stall_floor
+        )
+    session.rate_hz = args.rate
     if args.json:
         return _watch_json(session, args.duration)
     return run_tui(session, args.refresh)
@@ -184,6 +214,8 @@ def run_tui(session: WatchSession, refresh_hz: float, title: str = "ranktop", on
     except ImportError as exc:
         raise UserError(f"the TUI needs textual ({exc}): pip install 'ranktop[tui]', or use --json") from None
     with session:
+        if session.rate_hz is not None:
+            attach.request_rate(session, session.rate_hz)
         app = RanktopApp(session, session.controller, refresh_hz=refresh_hz, title=title)
         if on_app is not None:
             on_app(app)
@@ -194,6 +226,8 @@ def run_tui(session: WatchSession, refresh_hz: float, title: str = "ranktop", on
 def _watch_json(session: WatchSession, duration: float) -> int:
     told: set[str] = set()
     with session:
+        if session.rate_hz is not None:
+            attach.request_rate(session, session.rate_hz)
         deadline = time.monotonic() + duration
         while time.monotonic() < deadline:
             time.sleep(min(0.25, max(0.0, deadline - time.monotonic())))
@@ -206,19 +240,34 @@ def _watch_json(session: WatchSession, duration: float) -> int:
     for error in snap.errors:
         print(f"ranktop: {error}", file=sys.stderr)
     if not snap.ranks:
-        raise UserError(f"no rank reported within {duration:g}s")
+        job = session.target.slurm
+        hint = ""
+        if job is not None:  # the commonest cause: a job that does not run ranktop, or another port base
+            hint = (
+                f" from the {len(job.nodes)} node(s) of SLURM job {job.label}: does it run ranktop "
+                "(probe.init() or ranktop launch), with the same RANKTOP_PORT_BASE?"
+            )
+        raise UserError(f"no rank reported within {duration:g}s{hint}")
     return 0
 
 
 def cmd_jobs(args) -> int:
-    jobs = rendezvous.list_jobs(args.dir) if args.all else live_jobs(args.dir)
+    if args.prune:
+        ended = slurm.EndedJobs()
+        removed = rendezvous.prune(args.dir, is_dead=lambda record: not record.on_this_machine and ended(record.slurm_job))
+        for path in removed:
+            print(f"removed {path}")
+    live = live_jobs(args.dir)
+    jobs = rendezvous.list_jobs(args.dir) if args.all else live
     if not jobs:
         print(f"no {'' if args.all else 'running '}jobs under {rendezvous.root(args.dir)}")
         return 0
     for job, nodes in jobs.items():
-        state = "ended" if all(n.is_stale() for n in nodes) else "running"
+        state = "running" if job in live else "ended"
         hosts = ", ".join(sorted({n.host for n in nodes}))
-        print(f"{job}\t{state}\t{len(nodes)} node(s): {hosts}")
+        slurm_ids = sorted({n.slurm_job for n in nodes if n.slurm_job and n.slurm_job != job})
+        under = f"\tSLURM job {', '.join(slurm_ids)}" if slurm_ids else ""  # a SLURM job under a name of its own
+        print(f"{job}\t{state}\t{len(nodes)} node(s): {hosts}{under}")
     return 0
 
 
@@ -229,7 +278,8 @@ def cmd_ping(args) -> int:
             raise UserError(session.controller.unavailable_reason)
         # Learn the world size and give the relays' subscriptions time to settle.
         deadline = time.monotonic() + args.timeout
-        while time.monotonic() < deadline and session.snapshot().world_size is None:
+        # Endpoints given by URL learn their relay's control port from a hello of its local rank 0.
+        while time.monotonic() < deadline and (session.snapshot().world_size is None or not session.controller.endpoints()):
             time.sleep(0.1)
         snap = session.snapshot()
         if snap.world_size is None:
@@ -238,7 +288,10 @@ def cmd_ping(args) -> int:
         unknown = expected - set(range(snap.world_size))
         if unknown:
             raise UserError(f"no such rank(s) {sorted(unknown)} in a job of {snap.world_size}")
-        command_id = session.controller.send("ping", ranks=args.ranks)
+        try:
+            command_id = session.controller.send("ping", ranks=args.ranks)
+        except RuntimeError as exc:
+            raise UserError(str(exc)) from None
         answered: dict[int, float | None] = {}
         while time.monotonic() < deadline and set(answered) < expected:
             time.sleep(0.05)

@@ -43,6 +43,15 @@ class Controller:
         return self._secret is not None
 
     @property
+    def secret(self) -> bytes | None:
+        return self._secret if self.available else None
+
+    def endpoints(self) -> list[str]:
+        """The relays' control URLs known so far."""
+        with self._lock:
+            return list(self._urls)
+
+    @property
     def unavailable_reason(self) -> str:
         return "read-only: no job secret (RANKTOP_SECRET or the job's rendezvous folder), commands disabled"
 

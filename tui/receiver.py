@@ -3,7 +3,9 @@
 A socket per endpoint (rather than one socket connected everywhere) lets the
 TUI say *which* endpoint has not answered. New endpoints come from a discovery
 callable polled once a second, so nodes that start after the TUI, or relays
-that restart on a new port, are picked up without a restart.
+that restart on a new port, are picked up without a restart: a node is known
+by its host name, and a new endpoint for a host replaces the old one (its
+ranks then come back through the new one).
 """
 
 from __future__ import annotations
@@ -49,6 +51,27 @@ def parse_endpoint(text: str) -> str:
     return f"tcp://{parts.hostname}:{port}"
 
 
+def _checked(url: str) -> str:
+    """``url`` itself if it is a tcp://HOST:PORT address (IPv6 in brackets included); else ValueError."""
+    parts = urlsplit(url)
+    if parts.scheme != "tcp" or not parts.hostname or parts.port is None:
+        raise ValueError(f"not an endpoint: {url!r}")
+    return url
+
+
+def tunnelled_control(dialled: str, telemetry: str, control: str) -> str:
+    """Where to send commands to a relay reached at ``dialled`` rather than at its own ``telemetry`` URL.
+
+    Behind an ``ssh -L`` tunnel the relay's own addresses are unreachable; the
+    control port is then sought at the same offset from the dialled port as on
+    the relay (``ranktop attach --print-ssh`` forwards them that way).
+    """
+    d, t, c = urlsplit(dialled), urlsplit(telemetry), urlsplit(control)
+    if dialled == telemetry or None in (d.port, t.port, c.port) or d.hostname in (t.hostname, None):
+        return control
+    return f"tcp://{d.hostname}:{d.port + c.port - t.port}"
+
+
 class Receiver(threading.Thread):
     def __init__(
         self,
@@ -65,6 +88,7 @@ class Receiver(threading.Thread):
         self._stop_event = threading.Event()
         self._sockets: dict[str, zmq.Socket] = {}  # advertised URL -> socket
         self._urls: dict[zmq.Socket, str] = {}  # and back
+        self._by_host: dict[str, str] = {}  # discovered node -> its relay's advertised telemetry URL
         self._context = zmq.Context()
         for url in self._static:
             aggregator.add_endpoint(url)
@@ -101,11 +125,22 @@ class Receiver(threading.Thread):
             self._aggregator.note_error(f"cannot read rendezvous directory: {exc}")
             return
         for rec in records:
-            if rec.telemetry not in self._sockets:
-                self._aggregator.add_endpoint(rec.telemetry, rec.host)
-                self._connect(poller, rec.telemetry, connect_url(rec.telemetry, rec.host))
-            if self._on_control is not None:
-                self._on_control(connect_url(rec.control, rec.host))
+            old = self._by_host.get(rec.host)
+            if old is not None and old != rec.telemetry and old in self._sockets:
+                sock = self._sockets.pop(old)
+                del self._urls[sock]
+                poller.unregister(sock)
+                sock.close(linger=0)
+                self._aggregator.replace_endpoint(old, rec.telemetry, rec.host)
+            self._by_host[rec.host] = rec.telemetry
+            try:
+                if rec.telemetry not in self._sockets:
+                    self._aggregator.add_endpoint(rec.telemetry, rec.host)
+                    self._connect(poller, rec.telemetry, connect_url(rec.telemetry, rec.host))
+                if self._on_control is not None:
+                    self._on_control(connect_url(rec.control, rec.host))
+            except ValueError as exc:  # a record whose URL is no URL (a bad port): skip it, say why
+                self._aggregator.note_error(f"node record of {rec.host}: {exc}")
 
     def _connect(self, poller: zmq.Poller, url: str, dial: str) -> None:
         sock = self._context.socket(zmq.SUB)
@@ -114,7 +149,12 @@ class Receiver(threading.Thread):
         sock.setsockopt(zmq.LINGER, 0)
         for kind in schema.TELEMETRY_KINDS:
             sock.setsockopt(zmq.SUBSCRIBE, kind.encode())
-        sock.connect(dial)
+        try:
+            sock.connect(dial)
+        except zmq.ZMQError as exc:  # a record or host name that is no address: say so, keep the others
+            sock.close(linger=0)
+            self._aggregator.note_error(f"cannot dial {dial}: {exc}")
+            return
         self._sockets[url] = sock
         self._urls[sock] = url  # the aggregator knows an endpoint by its advertised URL
         poller.register(sock, zmq.POLLIN)
@@ -130,4 +170,10 @@ class Receiver(threading.Thread):
             if msg is not None and self._on_control is not None and msg["k"] == schema.HELLO:
                 relay = msg.get("relay")
                 if isinstance(relay, dict) and isinstance(relay.get("control"), str):
-                    self._on_control(connect_url(relay["control"], msg.get("host")))
+                    try:  # addresses from the network: a malformed one is dropped, never fatal
+                        control = relay["control"]
+                        if url in self._static and isinstance(relay.get("telemetry"), str):
+                            control = tunnelled_control(url, relay["telemetry"], control)
+                        self._on_control(_checked(connect_url(control, msg.get("host"))))
+                    except ValueError:
+                        self._aggregator.note_dropped(f"{url}: a hello with a malformed relay address")

@@ -12,8 +12,9 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ranktop.wire import auth, rendezvous
+from ranktop.wire import auth, ports, rendezvous
 
+from . import slurm
 from .aggregator import DEFAULT_SILENT_AFTER_S, DEFAULT_WINDOW, Aggregator
 from .controller import Controller
 from .receiver import Receiver, parse_endpoint
@@ -27,17 +28,71 @@ class TargetError(Exception):
     """The user named something we cannot watch; the message is the whole story."""
 
 
+class SlurmTargetError(TargetError):
+    def __init__(self, message: str, answered: bool):
+        super().__init__(message)
+        self.answered = answered  # SLURM knows the job and said why not (see slurm.SlurmError)
+
+
 @dataclass
 class Target:
     job: str | None  # None when watching raw endpoints until the first message names it
     endpoints: list[str] = field(default_factory=list)  # user-given telemetry URLs
     directory: Path | None = None  # rendezvous root, when the job is found through it
+    slurm: slurm.SlurmJob | None = None  # a SLURM job: its nodes are dialled by the port convention when no record names them
+
+
+def _short(host: str) -> str:
+    return host.split(".", 1)[0]
+
+
+def slurm_records(job: slurm.SlurmJob, directory=None, name: str | None = None) -> tuple[str | None, list[rendezvous.NodeRecord]]:
+    """The rendezvous name of a SLURM job and its live records on the job's nodes.
+
+    Its relays' records sit under the job's name, which is the SLURM id unless
+    the job chose another (RANKTOP_JOB, ``ranktop launch --job``): those are found
+    by the SLURM id each record carries (``name``, once known, spares reading
+    every job's folder). Records of hosts outside the job's node list are an
+    earlier job's, and ignored.
+    """
+    nodes = {_short(n) for n in job.nodes}
+    found: dict[str, list[rendezvous.NodeRecord]] = {}
+    candidates = {name: rendezvous.read_nodes(name, directory)} if name else rendezvous.list_jobs(directory)
+    for name, records in candidates.items():
+        for r in records:
+            if (r.slurm_job == job.job_id or (name == job.job_id and r.slurm_job is None)) and _short(r.host) in nodes and not r.is_stale():
+                found.setdefault(name, []).append(r)
+    if not found:
+        return None, []
+    name = job.job_id if job.job_id in found else max(found, key=lambda n: max(r.started for r in found[n]))
+    return name, found[name]
+
+
+def convention_record(job: slurm.SlurmJob, node: str) -> rendezvous.NodeRecord:
+    """Where a node's relay listens by the port convention (wire/ports.py), as a record nobody wrote."""
+    telemetry, control = ports.slurm_ports(job.job_id)
+    return rendezvous.NodeRecord(job.job_id, node, f"tcp://{node}:{telemetry}", f"tcp://{node}:{control}", pid=0, started=0.0)
+
+
+def resolve_slurm(job_id: str, directory=None) -> Target:
+    """A running SLURM job of ours: its nodes from SLURM, its relays from records or the port convention."""
+    try:
+        job = slurm.find_job(job_id)
+        ports.slurm_ports(job.job_id)  # a bad RANKTOP_PORT_BASE is said now, not in the receiver thread
+    except slurm.SlurmError as exc:
+        raise SlurmTargetError(str(exc), exc.answered) from None
+    except ports.PortConfigError as exc:
+        raise TargetError(str(exc)) from None
+    name, _ = slurm_records(job, directory)
+    return Target(job=name, directory=rendezvous.root(directory), slurm=job)
 
 
 def live_jobs(directory=None) -> dict[str, list[rendezvous.NodeRecord]]:
+    """Jobs with a live relay: on this machine its process exists; on another, SLURM does not say the job ended."""
+    ended = slurm.EndedJobs()
     jobs = {}
     for job, nodes in rendezvous.list_jobs(directory).items():
-        live = [n for n in nodes if not n.is_stale()]
+        live = [n for n in nodes if not n.is_stale() and (n.on_this_machine or not ended(n.slurm_job))]
         if live:
             jobs[job] = live
     return jobs
@@ -63,6 +118,13 @@ def resolve(targets: list[str], directory=None, *, allow_pending: bool = False) 
     if len(targets) > 1:
         raise TargetError("name one job, or one or more endpoints (tcp://HOST:PORT), not a mix")
     job = targets[0]
+    if slurm.is_job_id(job) and not allow_pending and slurm.configured():
+        # `ranktop watch 123456` on a cluster: SLURM's word on the job comes first (pending, ended, its nodes).
+        try:
+            return resolve_slurm(job, directory)
+        except SlurmTargetError as exc:
+            if exc.answered or not rendezvous.read_nodes(job, directory):
+                raise  # else: a job that merely has a numeric name, outside SLURM
     if allow_pending:
         return Target(job=job, directory=root)
     nodes = rendezvous.read_nodes(job, directory)
@@ -75,6 +137,20 @@ def resolve(targets: list[str], directory=None, *, allow_pending: bool = False) 
     return Target(job=job, directory=root)
 
 
+def live_nodes(target: Target) -> list[rendezvous.NodeRecord]:
+    """The job's relays as the rendezvous folder lists them now, stale ones (dead jobs) left out.
+
+    For a SLURM job, every node of the job: its record if it has one, else
+    where the port convention puts its relay. The receiver polls this every second.
+    """
+    job = target.slurm
+    if job is None:
+        return [n for n in rendezvous.read_nodes(target.job, target.directory) if not n.is_stale()]
+    _, records = slurm_records(job, target.directory, target.job)
+    named = {_short(r.host) for r in records}
+    return records + [convention_record(job, node) for node in job.nodes if _short(node) not in named]
+
+
 class WatchSession:
     def __init__(
         self,
@@ -85,24 +161,22 @@ class WatchSession:
         silent_after_s: float = DEFAULT_SILENT_AFTER_S,
         stall_factor: float = DEFAULT_STALL_FACTOR,
         stall_floor_s: float = DEFAULT_STALL_FLOOR_S,
+        rate_hz: float | None = None,
     ):
         self.target = target
+        self.rate_hz = rate_hz  # messages/s to ask every rank for once attached (--rate), None: leave theirs
         self.aggregator = Aggregator(
             target.job, window=window, silent_after_s=silent_after_s, stall_factor=stall_factor, stall_floor_s=stall_floor_s
         )
         load_secret = None
-        if secret is None and target.job is not None:
-            job, directory = target.job, target.directory
-            load_secret = lambda: rendezvous.read_secret(job, directory)  # noqa: E731
+        if secret is None and (target.job is not None or target.slurm is not None):
+            # A SLURM job found by the port convention is named by its first hello.
+            load_secret = lambda: rendezvous.read_secret(target.job or self.aggregator.job or "", target.directory)  # noqa: E731
         elif secret is None:
             secret = auth.read_secret_env()
         self.controller = Controller(target.job, secret, self.aggregator, load_secret)
-        discover = self._live_nodes if target.job is not None else None
+        discover = (lambda: live_nodes(target)) if target.job is not None or target.slurm is not None else None
         self.receiver = Receiver(self.aggregator, target.endpoints, discover, on_control=self.controller.add_endpoint)
-
-    def _live_nodes(self) -> list[rendezvous.NodeRecord]:
-        """The job's relays as the rendezvous folder lists them now, stale ones (dead jobs) left out."""
-        return [n for n in rendezvous.read_nodes(self.target.job, self.target.directory) if not n.is_stale()]
 
     def start(self) -> "WatchSession":
         self.receiver.start()

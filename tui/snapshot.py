@@ -145,6 +145,7 @@ class Endpoint:
     host: str | None
     state: str  # "waiting" (nothing heard yet) | "connected" | "lost" (quiet after talking)
     quiet_s: float  # seconds since the last message (or since we started waiting)
+    ranks: tuple[int, ...] = ()  # the ranks last heard through it: those a lost relay took with it
 
 
 @dataclass(frozen=True)

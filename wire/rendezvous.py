@@ -97,11 +97,23 @@ class NodeRecord:
     pid: int
     started: float
     path: Path | None = None
+    # Optional (records of older relays lack them):
+    machine: str = ""  # the real host name of the relay's process, when ``host`` is an advertised name
+    slurm_job: str | None = None  # the SLURM job id the relay ran in: `ranktop attach --slurm` finds it by that
+
+    @property
+    def on_this_machine(self) -> bool:
+        return (self.machine or self.host) == socket.gethostname()
 
     def is_stale(self) -> bool:
-        """A record of a relay on this host whose process is gone is stale (the job died)."""
-        if self.host != socket.gethostname():
-            return False  # cannot tell from here; the TUI marks the node silent instead
+        """A record of a relay on this machine whose process is gone is stale (the job died).
+
+        Records of other machines cannot be judged from here: under SLURM the
+        job's state tells (``ranktop.tui.slurm``); otherwise the TUI shows the
+        node as waiting or lost.
+        """
+        if not self.on_this_machine:
+            return False
         try:
             os.kill(self.pid, 0)
         except ProcessLookupError:
@@ -124,6 +136,10 @@ def write_node(record: NodeRecord, directory: str | os.PathLike | None = None) -
         "pid": record.pid,
         "started": record.started,
     }
+    if record.machine and record.machine != record.host:
+        data["machine"] = record.machine
+    if record.slurm_job:
+        data["slurm_job"] = record.slurm_job
     tmp.write_text(json.dumps(data))
     os.replace(tmp, path)
     return path
@@ -151,6 +167,8 @@ def read_nodes(job: str, directory: str | os.PathLike | None = None) -> list[Nod
                     pid=int(data["pid"]),
                     started=float(data["started"]),
                     path=path,
+                    machine=str(data.get("machine") or ""),
+                    slurm_job=str(data["slurm_job"]) if data.get("slurm_job") else None,
                 )
             )
         except (OSError, ValueError, KeyError, TypeError):
@@ -170,3 +188,36 @@ def list_jobs(directory: str | os.PathLike | None = None) -> dict[str, list[Node
             if nodes:
                 found[nodes[0].job] = nodes
     return found
+
+
+#: A job folder with a secret but no node record is left alone this long (its relay may be starting).
+EMPTY_FOLDER_GRACE_S = 60.0
+
+
+def prune(directory: str | os.PathLike | None = None, is_dead=None) -> list[Path]:
+    """Remove the records of dead relays, and job folders left with nothing but a secret.
+
+    A record is dead when :meth:`NodeRecord.is_stale` says so, or ``is_dead(record)``
+    (the TUI passes SLURM's word for records of other machines). Returns what was removed.
+    """
+    removed = []
+    jobs_root = root(directory) / "jobs"
+    if not jobs_root.is_dir():
+        return removed
+    for folder in sorted(jobs_root.iterdir()):
+        if not folder.is_dir():
+            continue
+        for record in read_nodes(folder.name, directory):
+            if record.is_stale() or (is_dead is not None and is_dead(record)):
+                remove_node(record.path)
+                removed.append(record.path)
+        try:
+            left = [p for p in folder.iterdir()]
+            if all(p.name == "secret" for p in left) and all(time.time() - p.stat().st_mtime > EMPTY_FOLDER_GRACE_S for p in left):
+                for p in left:
+                    p.unlink()
+                folder.rmdir()
+                removed.append(folder)
+        except OSError:
+            continue
+    return removed

@@ -8,6 +8,7 @@ from rich.text import Text
 from textual.widgets import Static
 
 from ranktop.tui.snapshot import STALLED, Endpoint, Snapshot
+from ranktop.tui.stacks import ranks_text
 
 from . import palette, units
 
@@ -34,8 +35,8 @@ def endpoints_text(endpoints: list[Endpoint]) -> Text:
     lost, waiting, connected = groups["lost"], groups["waiting"], groups["connected"]
     if lost:
         quiet = units.ago(max(e.quiet_s for e in lost))
-        what = lost[0].url if len(lost) == 1 else f"{len(lost)} endpoints: {', '.join(e.url for e in lost)}"
-        text.append(f"lost {what} (quiet {quiet})  ", style=palette.ERROR)
+        what = _lost_text(lost[0]) if len(lost) == 1 else f"{len(lost)} nodes: {', '.join(_lost_text(e) for e in lost)}"
+        text.append(f"lost {what}, quiet {quiet}  ", style=palette.ERROR)
     if waiting:
         wait = units.ago(max(e.quiet_s for e in waiting))
         if len(waiting) == 1:
@@ -48,6 +49,12 @@ def endpoints_text(endpoints: list[Endpoint]) -> Text:
         text.append(f"connected to {what}  ", style=palette.MUTED)
     text.rstrip()
     return text
+
+
+def _lost_text(e: Endpoint) -> str:
+    """e.g. "node-b (ranks 2-3) tcp://node-b:24001": the node and the ranks it took with it."""
+    ranks = f" ({ranks_text(e.ranks)})" if e.ranks else ""
+    return f"{e.host}{ranks} {e.url}" if e.host else f"{e.url}{ranks}"
 
 
 def command_text(sent: SentCommand, snapshot: Snapshot) -> Text:
