@@ -47,6 +47,9 @@ MAX_SUMMARY_BYTES = 256 << 20
 SUMMARY_TIMEOUT_S = 120.0
 #: How long a finished capture's summary rides in the state (the path and state stay for good).
 SUMMARY_LINGER_S = 120.0
+#: A rank gives up waiting for the start step after this long at least (more for slow steps, see
+#: :func:`start_timeout`): a stalled job must not hold the job's one capture slot for ever.
+MIN_START_TIMEOUT_S = 60.0
 
 
 class Capture:
@@ -64,6 +67,7 @@ class Capture:
         shapes: bool = False,
         memory: bool = False,
         stacks: bool = False,
+        start_timeout_s: float = MIN_START_TIMEOUT_S,
     ):
         self.id = capture_id
         self.kind = kind
@@ -85,6 +89,8 @@ class Capture:
         self._profiler: Any = None
         self._snapshot: Any = None
         self._cost_ms = [0.0, 0.0]  # what starting and stopping (then exporting) cost the training thread
+        self._armed_at = time.monotonic()
+        self._start_timeout_s = start_timeout_s
 
     @property
     def running(self) -> bool:
@@ -144,6 +150,9 @@ class Capture:
         self.step = self.start
         self.state = RECORDING
         self._cost_ms[0] = (time.perf_counter() - began) * 1000
+        if self._recorder is not None and self._recorder.capture is not self:
+            # The sender gave up on us (give_up_if_late) while this thread was starting: stop again.
+            self._fail(self._late_reason())
 
     def _end(self) -> None:
         began = time.perf_counter()
@@ -199,6 +208,24 @@ class Capture:
         if self.state in (WAITING, RECORDING):
             self._fail(reason)
 
+    # -- the sender thread --------------------------------------------------------
+
+    def give_up_if_late(self, now: float | None = None) -> None:
+        """Fail a capture whose start step has not begun in time (a stalled or ended job), so that
+        the job can take another one. Only a waiting capture is touched; should the training thread
+        start it at this very moment, ``_begin`` sees it detached and stops the profiler again."""
+        if self.state == WAITING and (now or time.monotonic()) - self._armed_at > self._start_timeout_s:
+            self.error = self._late_reason()
+            self.finished_at = time.monotonic()
+            self.state = FAILED
+            self._detach()
+
+    def _late_reason(self) -> str:
+        return (
+            f"gave up: step {self.start} did not begin within {self._start_timeout_s:.0f}s "
+            "(is the job stalled?); another capture can be taken"
+        )
+
     # -- any thread ---------------------------------------------------------------
 
     def _fail(self, reason: str) -> None:
@@ -235,6 +262,11 @@ class Capture:
         if summary is not None and finished is not None and (now or time.monotonic()) - finished < SUMMARY_LINGER_S:
             out["sum"] = summary
         return out
+
+
+def start_timeout(lead_steps: int, median_step_s: float | None) -> float:
+    """How long a rank waits for the start step: a minute, or four times the steps' expected time."""
+    return max(MIN_START_TIMEOUT_S, 4.0 * lead_steps * (median_step_s or 0.0))
 
 
 def _lower_priority() -> None:

@@ -17,7 +17,7 @@ from ranktop.wire import capture as _capture
 from ranktop.wire import rendezvous
 
 from . import stacks as _stacks
-from .capture import Capture
+from .capture import Capture, start_timeout
 
 #: Sampling rates a command may set, in Hz.
 MIN_RATE_HZ, MAX_RATE_HZ = 0.1, 50.0
@@ -81,6 +81,8 @@ def capture(target: CommandTarget, args: dict[str, Any]) -> tuple[bool, dict[str
             return False, {"error": f"{name} must be true or false, got {value!r}"}
         options[name] = value
     running = target.capture
+    if running is not None:
+        running.give_up_if_late()
     if running is not None and running.running:
         return False, {"error": f"a capture is already running (id {running.id}, {running.state})"}
     torch = sys.modules.get("torch")  # never imported here: a rank that has not imported torch has nothing to profile
@@ -96,7 +98,10 @@ def capture(target: CommandTarget, args: dict[str, Any]) -> tuple[bool, dict[str
     safe_id = rendezvous.safe_name(capture_id)
     folder = target.capture_folder(safe_id)
     ident = target.identity
-    cap = Capture(safe_id, kind, start, steps, folder, rank=ident.rank, host=ident.host, torch=torch, **options)
+    timeout = start_timeout(start - now, target.state().get("median_step_s"))
+    cap = Capture(
+        safe_id, kind, start, steps, folder, rank=ident.rank, host=ident.host, torch=torch, start_timeout_s=timeout, **options
+    )
     target.capture = cap
     cap.attach(target.recorder)
     return True, {"capture": safe_id, "kind": kind, "start": start, "steps": steps, "dir": str(folder)}

@@ -198,8 +198,15 @@ class Sender(threading.Thread):
             "collective": self.collectives.state() if self.collectives is not None else None,
             "mem": self.memory.sample() if self.memory is not None else None,
             "gpu": self.gpu.latest if self.gpu is not None else None,
-            "cap": self.capture.progress() if self.capture is not None else None,
+            "cap": self._capture_progress(),
         }
+
+    def _capture_progress(self) -> dict[str, Any] | None:
+        capture = self.capture
+        if capture is None:
+            return None
+        capture.give_up_if_late()  # a stalled job must not keep its one capture slot for ever
+        return capture.progress()
 
     def hello(self) -> dict[str, Any]:
         if self._meta is None:

@@ -108,6 +108,38 @@ def test_a_second_capture_while_one_runs_is_refused_by_the_rank(tmp_path):
     assert not ok and result["error"] == "a capture is already running (id c1, waiting)"
 
 
+def test_a_capture_whose_start_step_never_comes_gives_up_and_frees_the_slot(tmp_path):
+    sender = FakeSender(tmp_path)  # a stalled job: its step never moves
+    assert ask(sender)[0]
+    first = sender.capture
+    first.give_up_if_late(time.monotonic() + 30)
+    assert first.state == wire_capture.WAITING  # a minute at least, for slow steps more
+    first.give_up_if_late(time.monotonic() + 61)
+    assert first.state == wire_capture.FAILED and "step 20 did not begin within 60s" in first.error
+    assert sender.recorder.capture is None  # off the training thread's path
+    ok, result = ask(sender, id="c2")
+    assert ok and sender.capture.id == "c2" and sender.recorder.capture is sender.capture
+
+
+def test_the_start_timeout_grows_with_slow_steps():
+    from ranktop.probe.capture import start_timeout
+
+    assert start_timeout(5, None) == 60.0 and start_timeout(5, 0.05) == 60.0
+    assert start_timeout(5, 10.0) == 200.0  # 5 steps of 10 s, four times over
+
+
+def test_a_capture_given_up_while_the_training_thread_starts_it_stops_its_profiler(tmp_path):
+    recorder = Recorder()
+    cap = Capture("c1", wire_capture.TRACE, 5, 3, tmp_path, rank=0, host="vm", torch=torch)
+    cap.attach(recorder)
+    # The training thread saw the capture waiting at step 5 and goes on to start it; in between,
+    # the sender gives up on it (a GIL switch can fall there).
+    cap.give_up_if_late(time.monotonic() + 3600)
+    cap._begin()
+    assert cap.state == wire_capture.FAILED and "gave up" in cap.error
+    assert not torch._C._autograd._profiler_enabled()  # no profiler left running for ever
+
+
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the answer of a rank without CUDA")
 def test_a_memory_snapshot_without_cuda_is_refused_with_a_clear_reason(tmp_path):
     ok, result = ask(FakeSender(tmp_path), kind="memory")
