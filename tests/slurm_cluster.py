@@ -183,6 +183,8 @@ PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP OverSubscrib
 if __name__ == "__main__":  # try it by hand: python tests/slurm_cluster.py start|stop FOLDER
     import sys
 
+    if len(sys.argv) != 3 or sys.argv[1] not in ("start", "stop"):
+        sys.exit("usage: python tests/slurm_cluster.py start|stop FOLDER")
     action, folder = sys.argv[1], Path(sys.argv[2]).resolve()
     cluster = SlurmCluster(folder)
     if action == "start":
