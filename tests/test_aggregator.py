@@ -193,3 +193,12 @@ def test_a_quiet_endpoint_is_lost_with_the_ranks_heard_through_it_and_a_replacem
         ("tcp://a:1", "connected", (0, 1)),
         ("tcp://b:2", "connected", (2, 3)),
     ]
+
+
+def test_a_rank_heard_before_its_hello_goes_by_the_host_of_its_nodes_relay():
+    agg = Aggregator("j")
+    agg.add_endpoint("tcp://node-b:24004", "node-b")
+    agg.ingest(steps(2, [{"n": 1, "t": 100.0, "w": 0.03, "p": {"data": 0.01}}]), "tcp://node-b:24004")
+    assert [(r.rank, r.host) for r in agg.snapshot().ranks] == [(2, "node-b")]
+    agg.ingest(steps(3, [{"n": 1, "t": 100.0, "w": 0.03, "p": {"data": 0.01}}]))  # heard through no known relay
+    assert [(r.rank, r.host) for r in agg.snapshot().ranks] == [(2, "node-b"), (3, "?")]

@@ -4,6 +4,7 @@ Every job's relays bind loopback (RANKTOP_BIND=127.0.0.1) on the port convention
 "no shared home" is a TUI whose rendezvous folder is another one than the job's.
 """
 
+import getpass
 import json
 import os
 import subprocess
@@ -24,9 +25,15 @@ JOB_ENV = {"RANKTOP_BIND": "127.0.0.1", "OMP_NUM_THREADS": "1"}
 
 @pytest.fixture
 def cluster(slurm, rdv, monkeypatch):
-    """The session's cluster, its SLURM_CONF in this test's environment (and so in every `ranktop` it runs)."""
+    """The session's cluster, its SLURM_CONF in this test's environment (and so in every `ranktop` it runs).
+
+    Every job still queued or running at the end of a test is cancelled, so that a failing test
+    never leaves the next one's jobs pending behind its own.
+    """
     monkeypatch.setenv("SLURM_CONF", str(slurm.conf))
-    return slurm
+    yield slurm
+    slurm.run("scancel", "--user", getpass.getuser(), check=False)
+    wait_for(lambda: not slurm.run("squeue", "-h", "-o", "%i", check=False).stdout.strip(), 30, "jobs outlived scancel")
 
 
 def submit(cluster, tmp_path, body: str, ntasks: int) -> str:
@@ -46,7 +53,8 @@ def wait_training(job_id: str, ranks: int, tmp_path, *extra: str) -> dict:
     while True:
         out = run_cli("attach", "--slurm", job_id, *extra, "--json", "--duration", "3")
         doc = json.loads(out.stdout) if out.stdout.strip() else {"ranks": []}
-        if doc.get("world_size") == ranks and len(doc["ranks"]) == ranks and all(r["steps_seen"] >= 5 for r in doc["ranks"]):
+        trained = all(r["steps_seen"] >= 5 and r["host"] != "?" for r in doc["ranks"])  # "?": no hello heard yet
+        if doc.get("world_size") == ranks and len(doc["ranks"]) == ranks and trained:
             return doc
         if time.monotonic() > deadline:
             log = "".join(p.read_text()[-2000:] for p in tmp_path.glob("slurm-*.out"))

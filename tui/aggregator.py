@@ -252,7 +252,7 @@ class Aggregator:
             rows.append(
                 RankRow(
                     rank=r.rank,
-                    host=str(r.meta.get("host", "?")),
+                    host=self._host_of(r),
                     local_rank=int(r.meta.get("local_rank", -1)),
                     pid=int(r.meta.get("pid", -1)),
                     step=r.last_step,
@@ -308,6 +308,14 @@ class Aggregator:
             device_time_ranks=sorted(r.rank for r in self._ranks.values() if r.device_times),
             throughput=job_throughput([row.throughput for row in rows if row.status != SILENT]),
         )
+
+    def _host_of(self, r: _Rank) -> str:
+        """The rank's host from its hello; until that arrives, the host of the node's relay it was heard through."""
+        host = r.meta.get("host")
+        if host is None and r.endpoint is not None:
+            endpoint = self._endpoints.get(r.endpoint)
+            host = endpoint.host if endpoint is not None else None
+        return str(host) if host is not None else "?"
 
     def _endpoint_view(self, e: _Endpoint, now: float, ranks: tuple[int, ...]) -> Endpoint:
         if e.last_heard is None:
