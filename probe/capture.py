@@ -90,6 +90,7 @@ class Capture:
         self._snapshot: Any = None
         self._cost_ms = [0.0, 0.0]  # what starting and stopping (then exporting) cost the training thread
         self._armed_at = time.monotonic()
+        self._transition = threading.Lock()  # waiting -> recording (training thread) vs waiting -> failed (sender)
         self._start_timeout_s = start_timeout_s
 
     @property
@@ -108,7 +109,7 @@ class Capture:
     def step_begins(self, step: int) -> None:
         try:
             if self.state == WAITING:
-                if step == self.start:
+                if step == self.start and self._claim_start():
                     self._begin()
                 elif step > self.start:
                     self._fail(f"missed the start step {self.start}: this rank began step {step} first")
@@ -125,6 +126,19 @@ class Capture:
                 self._end()
         except Exception as exc:
             self._fail(f"{exc.__class__.__name__}: {exc}")
+
+    def _claim_start(self) -> bool:
+        """Take the capture from waiting to recording, unless the sender gave it up first.
+
+        The one lock the training thread takes, once per capture at its start step: the
+        sender's :meth:`give_up_if_late` makes the opposite move, and only one may win
+        (else a profiler could start that nobody ever stops).
+        """
+        with self._transition:
+            if self.state != WAITING:
+                return False
+            self.state = RECORDING
+            return True
 
     def _begin(self) -> None:
         began = time.perf_counter()
@@ -148,11 +162,7 @@ class Capture:
                 json.dumps({"capture": self.id, "start_step": self.start, "steps": self.steps, "rank": self.rank, "host": self.host}),
             )
         self.step = self.start
-        self.state = RECORDING
         self._cost_ms[0] = (time.perf_counter() - began) * 1000
-        if self._recorder is not None and self._recorder.capture is not self:
-            # The sender gave up on us (give_up_if_late) while this thread was starting: stop again.
-            self._fail(self._late_reason())
 
     def _end(self) -> None:
         began = time.perf_counter()
@@ -212,13 +222,16 @@ class Capture:
 
     def give_up_if_late(self, now: float | None = None) -> None:
         """Fail a capture whose start step has not begun in time (a stalled or ended job), so that
-        the job can take another one. Only a waiting capture is touched; should the training thread
-        start it at this very moment, ``_begin`` sees it detached and stops the profiler again."""
-        if self.state == WAITING and (now or time.monotonic()) - self._armed_at > self._start_timeout_s:
+        the job can take another one. Only a waiting capture is touched (see :meth:`_claim_start`)."""
+        if self.state != WAITING or (now or time.monotonic()) - self._armed_at <= self._start_timeout_s:
+            return
+        with self._transition:
+            if self.state != WAITING:
+                return  # the training thread started it meanwhile: it runs its course
             self.error = self._late_reason()
             self.finished_at = time.monotonic()
             self.state = FAILED
-            self._detach()
+        self._detach()
 
     def _late_reason(self) -> str:
         return (

@@ -128,16 +128,24 @@ def test_the_start_timeout_grows_with_slow_steps():
     assert start_timeout(5, 10.0) == 200.0  # 5 steps of 10 s, four times over
 
 
-def test_a_capture_given_up_while_the_training_thread_starts_it_stops_its_profiler(tmp_path):
+def test_giving_up_and_starting_exclude_each_other(tmp_path):
+    # The sender gave up first: the start step, when it comes at last, starts no profiler.
     recorder = Recorder()
-    cap = Capture("c1", wire_capture.TRACE, 5, 3, tmp_path, rank=0, host="vm", torch=torch)
-    cap.attach(recorder)
-    # The training thread saw the capture waiting at step 5 and goes on to start it; in between,
-    # the sender gives up on it (a GIL switch can fall there).
-    cap.give_up_if_late(time.monotonic() + 3600)
-    cap._begin()
-    assert cap.state == wire_capture.FAILED and "gave up" in cap.error
-    assert not torch._C._autograd._profiler_enabled()  # no profiler left running for ever
+    late = Capture("c1", wire_capture.TRACE, 5, 3, tmp_path / "c1", rank=0, host="vm", torch=torch)
+    late.attach(recorder)
+    late.give_up_if_late(time.monotonic() + 3600)
+    late.step_begins(5)  # as if the training thread had read recorder.capture just before it was detached
+    assert late.state == wire_capture.FAILED and "gave up" in late.error
+    assert not torch._C._autograd._profiler_enabled()  # nothing started that nobody would stop
+
+    # The training thread started it first: giving up leaves it alone, and it runs its course.
+    started = Capture("c2", wire_capture.TRACE, 5, 2, tmp_path / "c2", rank=0, host="vm", torch=torch)
+    started.attach(recorder)
+    train(recorder, range(4, 6))
+    started.give_up_if_late(time.monotonic() + 3600)
+    assert started.state == wire_capture.RECORDING and started.error is None
+    train(recorder, range(6, 8))
+    assert wait_final(started).state == wire_capture.DONE, started.error
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the answer of a rank without CUDA")

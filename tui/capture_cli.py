@@ -122,14 +122,12 @@ def _request(session: WatchSession, kind: str, steps: int, ranks: list[int] | No
         request = plan(session.snapshot(), kind, steps, ranks)
     except CaptureRefused as exc:
         raise CaptureError(str(exc)) from None
-    while True:  # the relay's control endpoint may be learnt a moment after the first hello
-        try:
-            command_id = session.controller.send("capture", request.args(**options), None if request.all_ranks else list(request.ranks))
-            break
-        except RuntimeError as exc:
-            if time.monotonic() >= deadline:
-                raise CaptureError(str(exc)) from None
-            time.sleep(0.05)
+    try:
+        command_id = session.controller.send_by(
+            deadline, "capture", request.args(**options), None if request.all_ranks else list(request.ranks)
+        )
+    except RuntimeError as exc:
+        raise CaptureError(str(exc)) from None
     answer_by = time.monotonic() + ANSWER_TIMEOUT_S
     replies = []
     while time.monotonic() < answer_by:

@@ -17,7 +17,7 @@ from ranktop.wire import __version__, rendezvous
 from . import attach, capture_cli, launch, slurm, stacks_cli
 from .aggregator import DEFAULT_SILENT_AFTER_S, DEFAULT_WINDOW
 from .stalls import DEFAULT_STALL_FACTOR, DEFAULT_STALL_FLOOR_S
-from .session import TargetError, WatchSession, live_jobs, resolve
+from .session import Target, TargetError, WatchSession, live_jobs, resolve
 
 #: How long an endpoint may stay silent before the user is told (then we keep waiting).
 WAITING_NOTICE_S = 3.0
@@ -187,21 +187,22 @@ def main(argv: list[str] | None = None) -> int:
     return 2
 
 
-def _session(args, targets: list[str] | None = None, allow_pending: bool = False) -> WatchSession:
-    target = resolve(args.targets if targets is None else targets, args.dir, allow_pending=allow_pending)
+def _session(args, target: Target | None = None) -> WatchSession:
+    """The session of ``watch``/``attach``: ``target`` if already resolved (``attach --slurm``), else what the user named."""
     return WatchSession(
-        target, window=args.window, silent_after_s=args.silent_after, stall_factor=args.stall_factor, stall_floor_s=args.stall_floor
+        target if target is not None else resolve(args.targets, args.dir),
+        window=args.window,
+        silent_after_s=args.silent_after,
+        stall_factor=args.stall_factor,
+        stall_floor_s=args.stall_floor,
+        rate_hz=args.rate,
     )
 
 
-def cmd_watch(args, target=None) -> int:
-    if target is None:
-        session = _session(args)
-    else:
-        session = WatchSession(
-            target, window=args.window, silent_after_s=args.silent_after, stall_factor=args.stall_factor, stall_floor_s=args.stall_floor
-        )
-    session.rate_hz = args.rate
+def cmd_watch(args, target: Target | None = None) -> int:
+    session = _session(args, target)
+    if session.rate_hz is not None:
+        attach.request_rate(session, session.rate_hz)  # its own thread: waits for the first rank, then asks
     if args.json:
         return _watch_json(session, args.duration)
     return run_tui(session, args.refresh)
@@ -214,8 +215,6 @@ def run_tui(session: WatchSession, refresh_hz: float, title: str = "ranktop", on
     except ImportError as exc:
         raise UserError(f"the TUI needs textual ({exc}): pip install 'ranktop[tui]', or use --json") from None
     with session:
-        if session.rate_hz is not None:
-            attach.request_rate(session, session.rate_hz)
         app = RanktopApp(session, session.controller, refresh_hz=refresh_hz, title=title)
         if on_app is not None:
             on_app(app)
@@ -226,8 +225,6 @@ def run_tui(session: WatchSession, refresh_hz: float, title: str = "ranktop", on
 def _watch_json(session: WatchSession, duration: float) -> int:
     told: set[str] = set()
     with session:
-        if session.rate_hz is not None:
-            attach.request_rate(session, session.rate_hz)
         deadline = time.monotonic() + duration
         while time.monotonic() < deadline:
             time.sleep(min(0.25, max(0.0, deadline - time.monotonic())))

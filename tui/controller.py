@@ -9,6 +9,7 @@ thread): ZeroMQ sockets must stay on one thread.
 from __future__ import annotations
 
 import threading
+import time
 from typing import Callable
 
 import zmq
@@ -76,6 +77,18 @@ class Controller:
         self._aggregator.note_sent(command_id)
         self.send_frames(frames, urls)
         return command_id
+
+    def send_by(self, deadline: float, cmd: str, args: dict | None = None, ranks: list[int] | None = None) -> str:
+        """:meth:`send`, tried again until ``deadline`` (``time.monotonic()``) while it cannot be sent yet:
+        a relay's control endpoint, or the job's name, may be learnt a moment after the first hello.
+        Past the deadline the last ``RuntimeError`` is raised."""
+        while True:
+            try:
+                return self.send(cmd, args, ranks)
+            except RuntimeError:
+                if time.monotonic() >= deadline:
+                    raise
+                time.sleep(0.05)
 
     def send_frames(self, frames: list[bytes], urls: list[str] | None = None) -> None:
         """Push frames to every relay (tests use it to replay or forge commands)."""

@@ -48,14 +48,10 @@ def collect(session: WatchSession, timeout: float):
     if world is None:
         raise StacksError(f"no rank reported within {timeout:g}s")
     expected = range(world)
-    while True:  # the relay's control endpoint may be learnt a moment after the first hello
-        try:
-            command_id = session.controller.send("stacks")
-            break
-        except RuntimeError as exc:
-            if time.monotonic() >= deadline:
-                raise StacksError(str(exc)) from None
-            time.sleep(0.05)
+    try:
+        command_id = session.controller.send_by(deadline, "stacks")
+    except RuntimeError as exc:
+        raise StacksError(str(exc)) from None
     sent = time.monotonic()
     deadline = sent + timeout
     replies = []
