@@ -32,7 +32,7 @@ def run_cli(*args: str, timeout: float = 60, cwd=None) -> subprocess.CompletedPr
 def start_job(cmd: list[str], job: str, ranks: int, cwd: Path, env: dict) -> subprocess.Popen:
     """Start a multi-rank job in its own process group, its output in cwd/JOB.log, and wait
     until every rank trains: the relay is up before torch has built the model."""
-    from ranktop.tui.session import WatchSession, resolve
+    from ranktop.watch.session import WatchSession, resolve
     from ranktop.wire import rendezvous
 
     log = open(cwd / f"{job}.log", "wb")

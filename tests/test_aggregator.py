@@ -4,7 +4,7 @@ import random
 
 import msgpack
 
-from ranktop.tui.aggregator import Aggregator
+from ranktop.watch.aggregator import Aggregator
 from ranktop.wire import schema
 
 

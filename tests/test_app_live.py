@@ -3,8 +3,8 @@
 import asyncio
 
 from ranktop.tui.app import RanktopApp
-from ranktop.tui.session import WatchSession, resolve
-from ranktop.tui.widgets import StragglerTable
+from ranktop.watch.session import WatchSession, resolve
+from ranktop.tui.panes import StragglerTable
 
 
 async def wait_until(pilot, predicate, timeout=15.0):

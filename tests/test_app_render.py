@@ -15,12 +15,12 @@ from textual.widget import Widget
 
 from ranktop.tui import bindings
 from ranktop.tui.app import READ_ONLY, RanktopApp
-from ranktop.tui.snapshot import OK, SILENT, SLOW, Endpoint, RankRow, Reply, Snapshot
-from ranktop.tui.widgets import palette
-from ranktop.tui.widgets.breakdown import BLOCK, RankBars, bar, sort_rows
-from ranktop.tui.widgets.help import HelpScreen, key_names
-from ranktop.tui.widgets.status import SentCommand, command_text, status_text
-from ranktop.tui.widgets.stragglers import StragglerTable
+from ranktop.watch.snapshot import OK, SILENT, SLOW, Endpoint, RankRow, Reply, Snapshot
+from ranktop.tui.render import palette
+from ranktop.tui.panes.breakdown import BLOCK, RankBars, bar, sort_rows
+from ranktop.tui.screens.help import HelpScreen, key_names
+from ranktop.tui.panes.status import SentCommand, command_text, status_text
+from ranktop.tui.panes.stragglers import StragglerTable
 
 PHASES = ["data", "forward", "backward", "optimizer", "other"]
 
@@ -459,7 +459,7 @@ def test_tiny_terminals_do_not_crash():
 
 
 def test_status_styles_cover_every_status():
-    from ranktop.tui.snapshot import STATUSES
+    from ranktop.watch.snapshot import STATUSES
 
     assert set(palette.STATUS_STYLES) == set(STATUSES)
     assert isinstance(status_text(eight_ranks()), Text)

@@ -16,10 +16,10 @@ import torch
 from ranktop.probe import commands, trace_summary
 from ranktop.probe.capture import Capture
 from ranktop.probe.recorder import Recorder
-from ranktop.tui.aggregator import Aggregator
-from ranktop.tui.capture import CaptureRefused, plan, progress, summary_lines, table_lines
-from ranktop.tui.snapshot import CaptureStatus, Reply
-from ranktop.tui.widgets.capture import capture_text
+from ranktop.watch.aggregator import Aggregator
+from ranktop.watch.capture import CaptureRefused, plan, progress, summary_lines, table_lines
+from ranktop.watch.snapshot import CaptureStatus, Reply
+from ranktop.tui.screens.capture import capture_text
 from ranktop.wire import capture as wire_capture
 from ranktop.wire import schema
 
@@ -317,7 +317,7 @@ def test_the_tui_follows_each_rank_and_keeps_its_summary_after_the_rank_stops_se
 
 
 def plan_for(agg):
-    from ranktop.tui.capture import CapturePlan
+    from ranktop.watch.capture import CapturePlan
 
     return CapturePlan("c1", "trace", 20, 3, (0, 1), True)
 

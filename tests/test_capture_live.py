@@ -12,8 +12,8 @@ import pytest
 from support import run_cli, wait_for
 
 from ranktop.tui.app import RanktopApp
-from ranktop.tui.session import WatchSession, resolve
-from ranktop.tui.widgets.capture import CaptureScreen
+from ranktop.watch.session import WatchSession, resolve
+from ranktop.tui.screens.capture import CaptureScreen
 from ranktop.wire import capture as wire_capture
 
 

@@ -8,9 +8,9 @@ import sys
 import pytest
 from support import JOBS, wait_for
 
-from ranktop.tui.aggregator import Aggregator
-from ranktop.tui.collective_stats import bus_factor, fit_alpha_beta, percentile
-from ranktop.tui.session import WatchSession, resolve
+from ranktop.watch.aggregator import Aggregator
+from ranktop.watch.collectives import bus_factor, fit_alpha_beta, percentile
+from ranktop.watch.session import WatchSession, resolve
 from ranktop.wire import rendezvous
 
 

@@ -4,8 +4,8 @@ import dataclasses
 
 from test_app_render import drive, eight_ranks
 
-from ranktop.tui.snapshot import CollectiveStat
-from ranktop.tui.widgets import CollectiveTable
+from ranktop.watch.snapshot import CollectiveStat
+from ranktop.tui.panes import CollectiveTable
 
 
 def stat(rank, op="ddp_allreduce", calls=120, mean=0.004):

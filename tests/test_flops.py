@@ -70,7 +70,7 @@ def test_work_comes_from_arguments_then_the_environment_and_the_peak_can_be_over
 
 
 def test_ranktop_launch_passes_the_work_per_step_in_the_environment_probe_init_reads():
-    from ranktop.tui.launch import work_env
+    from ranktop.cli.launch import work_env
 
     env = work_env(8.0, 16384.0, 1.2e15)
     assert env == {"RANKTOP_BATCH_SIZE": "8", "RANKTOP_TOKENS_PER_STEP": "16384", "RANKTOP_FLOPS_PER_STEP": "1200000000000000"}

@@ -12,8 +12,8 @@ import pytest
 from support import JOBS, run_cli, wait_for
 
 from ranktop.tui.app import RanktopApp
-from ranktop.tui.session import WatchSession, resolve
-from ranktop.tui.widgets.stacks import RankStackScreen, StacksScreen
+from ranktop.watch.session import WatchSession, resolve
+from ranktop.tui.screens.stacks import RankStackScreen, StacksScreen
 
 HANG = JOBS / "hanging_ranks.py"
 

@@ -17,7 +17,7 @@ def test_the_probe_imports_neither_torch_nor_the_tui():
 
 
 def test_the_tui_never_imports_torch():
-    loaded = modules_after("import ranktop.tui.cli, ranktop.tui.app, ranktop.tui.session, ranktop.tui.demo_job")
+    loaded = modules_after("import ranktop.cli.main, ranktop.tui.app, ranktop.watch.session, ranktop.cli.demo")
     assert "textual" in loaded and "torch" not in loaded
 
 

@@ -12,7 +12,7 @@ import time
 
 from support import JOBS, run_cli, wait_for
 
-from ranktop.tui.session import WatchSession, resolve
+from ranktop.watch.session import WatchSession, resolve
 from ranktop.wire import auth, rendezvous
 
 
@@ -151,7 +151,7 @@ def test_a_job_that_ends_removes_its_rendezvous_record(launch_ranks, rdv):
 def test_two_watchers_see_the_same_job_at_once(launch_ranks):
     launch_ranks("job-two", 2)
     procs = [
-        subprocess.Popen([sys.executable, "-m", "ranktop.tui.cli", "watch", "job-two", "--json", "--duration", "3"],
+        subprocess.Popen([sys.executable, "-m", "ranktop.cli.main", "watch", "job-two", "--json", "--duration", "3"],
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         for _ in range(2)
     ]

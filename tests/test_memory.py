@@ -6,9 +6,9 @@ import msgpack
 import pytest
 
 from ranktop.probe import memory
-from ranktop.tui import memory_stats
-from ranktop.tui.aggregator import Aggregator
-from ranktop.tui.memory_stats import MB, creep
+from ranktop.watch import memory as memory_stats
+from ranktop.watch.aggregator import Aggregator
+from ranktop.watch.memory import MB, creep
 from ranktop.wire import schema
 
 from test_aggregator import Clock, hello, steps

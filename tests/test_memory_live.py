@@ -4,7 +4,7 @@ import time
 
 import pytest
 
-from ranktop.tui.session import WatchSession, resolve
+from ranktop.watch.session import WatchSession, resolve
 
 pytestmark = pytest.mark.slow
 

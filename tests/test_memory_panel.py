@@ -5,10 +5,10 @@ import dataclasses
 from test_app_render import drive, eight_ranks, job_snapshot, rank_row, text_of
 
 from ranktop.tui import bindings
-from ranktop.tui.snapshot import GpuStat, MemoryStat, Throughput
-from ranktop.tui.widgets import StragglerTable
-from ranktop.tui.widgets.gpus import GpuPanel
-from ranktop.tui.widgets.memory import MemoryPanel, sparkline
+from ranktop.watch.snapshot import GpuStat, MemoryStat, Throughput
+from ranktop.tui.panes import StragglerTable
+from ranktop.tui.panes.gpus import GpuPanel
+from ranktop.tui.panes.memory import MemoryPanel, sparkline
 
 GB = 2**30
 

@@ -15,8 +15,8 @@ import pytest
 
 from support import JOBS, run_cli, wait_for
 
-from ranktop.tui.session import WatchSession, resolve
-from ranktop.tui.widgets.status import status_text
+from ranktop.watch.session import WatchSession, resolve
+from ranktop.tui.panes.status import status_text
 from ranktop.wire import rendezvous
 
 pytestmark = pytest.mark.slow

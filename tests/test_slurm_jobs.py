@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from ranktop.tui import slurm
-from ranktop.tui.attach import ssh_command
-from ranktop.tui.receiver import tunnelled_control
+from ranktop.watch import slurm
+from ranktop.cli.attach import ssh_command
+from ranktop.watch.receiver import tunnelled_control
 from ranktop.wire import ports, rendezvous
 
 DATA = Path(__file__).parent / "data" / "slurm"
@@ -138,7 +138,7 @@ def test_a_job_with_a_numeric_name_outside_slurm_is_still_watched_by_name(rdv, t
     import os
     import time
 
-    from ranktop.tui.session import resolve
+    from ranktop.watch.session import resolve
 
     monkeypatch.setenv("SLURM_CONF", str(tmp_path / "no-such-slurm.conf"))
     assert not slurm.configured()
@@ -148,8 +148,8 @@ def test_a_job_with_a_numeric_name_outside_slurm_is_still_watched_by_name(rdv, t
 
 
 def test_a_hello_with_a_malformed_relay_address_is_dropped_not_fatal():
-    from ranktop.tui.aggregator import Aggregator
-    from ranktop.tui.receiver import Receiver
+    from ranktop.watch.aggregator import Aggregator
+    from ranktop.watch.receiver import Receiver
     from ranktop.wire import schema
 
     agg, controls = Aggregator(), []

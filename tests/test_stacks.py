@@ -6,7 +6,7 @@ import msgpack
 
 from ranktop.probe import commands
 from ranktop.probe import stacks as probe_stacks
-from ranktop.tui.stacks import (
+from ranktop.watch.stacks import (
     LIBRARY,
     THIRD_PARTY,
     USER,
@@ -183,7 +183,7 @@ def test_the_stacks_command_checks_its_argument_and_adds_the_state():
 
 
 def test_every_rank_s_answer_to_our_own_command_is_kept_however_many_ranks():
-    from ranktop.tui.aggregator import MAX_REPLIES, Aggregator
+    from ranktop.watch.aggregator import MAX_REPLIES, Aggregator
 
     agg = Aggregator("j")
     agg.note_sent("ours")

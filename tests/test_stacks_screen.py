@@ -6,10 +6,10 @@ from test_app_render import FakeController, job_snapshot, rank_row, text_of
 from test_stacks import ddp_rank, hung_rank, reply
 
 from ranktop.tui.app import READ_ONLY, RanktopApp
-from ranktop.tui.snapshot import STALLED, Reply
-from ranktop.tui.widgets.stacks import RankStackScreen, StacksScreen
-from ranktop.tui.widgets.status import StatusLine
-from ranktop.tui.widgets.stragglers import COLUMNS, StragglerTable, cells
+from ranktop.watch.snapshot import STALLED, Reply
+from ranktop.tui.screens.stacks import RankStackScreen, StacksScreen
+from ranktop.tui.panes.status import StatusLine
+from ranktop.tui.panes.stragglers import COLUMNS, StragglerTable, cells
 
 
 def hung_snapshot():

@@ -1,7 +1,7 @@
 """Stalled ranks and whom the others wait for, from synthetic heartbeats: no sockets, no terminal."""
 
-from ranktop.tui.aggregator import Aggregator
-from ranktop.tui.stalls import Position, StallPolicy, assess
+from ranktop.watch.aggregator import Aggregator
+from ranktop.watch.stalls import Position, StallPolicy, assess
 
 STEP_S = 0.05
 

@@ -17,23 +17,23 @@ from textual.reactive import reactive
 from textual.widgets import Footer
 
 from ranktop.tui import bindings
-from ranktop.tui.capture import CaptureRefused, plan
-from ranktop.tui.snapshot import EMPTY, Snapshot
-from ranktop.tui.widgets import (
+from ranktop.watch.capture import CaptureRefused, plan
+from ranktop.watch.snapshot import EMPTY, Snapshot
+from ranktop.tui.panes import (
     SORTS,
     Breakdown,
     CollectiveTable,
-    HelpScreen,
     JobHeader,
     SentCommand,
     StatusLine,
     StragglerTable,
     Waiting,
 )
-from ranktop.tui.widgets import palette
-from ranktop.tui.widgets.resources import ResourcePanes
-from ranktop.tui.widgets.capture import CaptureScreen
-from ranktop.tui.widgets.stacks import StacksScreen
+from ranktop.tui.render import palette
+from ranktop.tui.panes.resources import ResourcePanes
+from ranktop.tui.screens.capture import CaptureScreen
+from ranktop.tui.screens.help import HelpScreen
+from ranktop.tui.screens.stacks import StacksScreen
 from ranktop.wire import capture as wire_capture
 
 READ_ONLY = "read-only: no job secret, commands disabled"

@@ -109,7 +109,7 @@ class NodeRecord:
         """A record of a relay on this machine whose process is gone is stale (the job died).
 
         Records of other machines cannot be judged from here: under SLURM the
-        job's state tells (``ranktop.tui.slurm``); otherwise the TUI shows the
+        job's state tells (``ranktop.watch.slurm``); otherwise the TUI shows the
         node as waiting or lost.
         """
         if not self.on_this_machine:

@@ -16,7 +16,7 @@ import zmq
 
 from ranktop.wire import auth
 
-from .aggregator import Aggregator
+from ranktop.watch.aggregator import Aggregator
 
 
 class Controller:

@@ -11,9 +11,9 @@ from __future__ import annotations
 from textual.app import ComposeResult
 from textual.containers import Vertical
 
-from ranktop.tui.snapshot import Snapshot
+from ranktop.watch.snapshot import Snapshot
 
-from . import gpus, memory
+from ranktop.tui.panes import gpus, memory
 
 
 class ResourcePanes(Vertical):

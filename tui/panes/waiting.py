@@ -5,9 +5,9 @@ from __future__ import annotations
 from rich.text import Text
 from textual.widgets import Static
 
-from ranktop.tui.snapshot import Snapshot
+from ranktop.watch.snapshot import Snapshot
 
-from . import palette
+from ranktop.tui.render import palette
 
 
 def waiting_text(snapshot: Snapshot) -> Text:

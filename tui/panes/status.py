@@ -7,10 +7,10 @@ from dataclasses import dataclass
 from rich.text import Text
 from textual.widgets import Static
 
-from ranktop.tui.snapshot import STALLED, Endpoint, Snapshot
-from ranktop.tui.stacks import ranks_text
+from ranktop.watch.snapshot import STALLED, Endpoint, Snapshot
+from ranktop.watch.stacks import ranks_text
 
-from . import palette, units
+from ranktop.tui.render import palette, units
 
 MAX_ERRORS_SHOWN = 3
 #: After this long, ranks that have not answered a command are named.

@@ -5,9 +5,9 @@ from __future__ import annotations
 from rich.text import Text
 from textual.widgets import Static
 
-from ranktop.tui.snapshot import STALLED, Snapshot
+from ranktop.watch.snapshot import STALLED, Snapshot
 
-from . import palette, units
+from ranktop.tui.render import palette, units
 
 #: What the bars measure; said on screen so nobody reads them as GPU time.
 CLOCK = "CPU wall time"

@@ -6,7 +6,7 @@ the port convention of wire/ports.py). ``--print-ssh`` prints instead the one
 ``ssh -L`` command that forwards every node's telemetry and control ports to a
 laptop, and the ``ranktop watch`` line to run there: the control port of each
 node is forwarded next to its telemetry port, which is how the TUI finds it
-through a tunnel (tui/receiver.py, :func:`~ranktop.tui.receiver.tunnelled_control`).
+through a tunnel (tui/receiver.py, :func:`~ranktop.watch.receiver.tunnelled_control`).
 """
 
 from __future__ import annotations
@@ -19,8 +19,8 @@ from urllib.parse import urlsplit
 
 from ranktop.wire import rendezvous
 
-from .controller import Controller
-from .session import Target, TargetError, WatchSession, live_nodes, resolve, resolve_slurm
+from ranktop.watch.controller import Controller
+from ranktop.watch.session import Target, TargetError, WatchSession, live_nodes, resolve, resolve_slurm
 
 #: Seconds the --rate request waits for the first rank before giving up.
 RATE_REQUEST_WAIT_S = 30.0

@@ -17,9 +17,9 @@ from __future__ import annotations
 from rich.text import Text
 from textual.widgets import DataTable
 
-from ranktop.tui.snapshot import OK, SILENT, SLOW, STALLED, RankRow, Snapshot
+from ranktop.watch.snapshot import OK, SILENT, SLOW, STALLED, RankRow, Snapshot
 
-from . import palette, units
+from ranktop.tui.render import palette, units
 
 #: (key, heading, width) of each column; widths are fixed so values never make the table jump.
 COLUMNS = (

@@ -4,7 +4,7 @@ Sends the signed ``stacks`` command, waits up to ``--timeout`` seconds for every
 rank of the job to answer (each rank answers from its probe's thread, so a
 hung training thread does not stop it), then prints one line per group of
 ranks with identical main-thread stacks, the ranks that did not answer, and
-each group's stack. The grouping is :mod:`ranktop.tui.stacks`.
+each group's stack. The grouping is :mod:`ranktop.watch.stacks`.
 """
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ import argparse
 import json
 import time
 
-from .session import WatchSession, resolve
-from .stacks import build_report, report_json, report_lines
+from ranktop.watch.session import WatchSession, resolve
+from ranktop.watch.stacks import build_report, report_json, report_lines
 
 
 class StacksError(Exception):

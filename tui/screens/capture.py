@@ -19,12 +19,12 @@ from textual.screen import ModalScreen
 from textual.widgets import Static
 
 from ranktop.tui import bindings
-from ranktop.tui.capture import CapturePlan, RankProgress, finished, progress, summary_lines, table_lines
-from ranktop.tui.snapshot import Reply, Snapshot
-from ranktop.tui.stacks import ranks_text
+from ranktop.watch.capture import CapturePlan, RankProgress, finished, progress, summary_lines, table_lines
+from ranktop.watch.snapshot import Reply, Snapshot
+from ranktop.watch.stacks import ranks_text
 from ranktop.wire import capture as wire_capture
 
-from . import palette
+from ranktop.tui.render import palette
 
 REFRESH_S = 0.25
 

@@ -13,7 +13,7 @@ from textual.widgets import Static
 
 from ranktop.tui import bindings
 
-from . import palette
+from ranktop.tui.render import palette
 
 READING = (
     "Bars stack each rank's median phase times (CPU wall time around each phase, "

@@ -14,12 +14,12 @@ from pathlib import Path
 
 from ranktop.wire import auth, ports, rendezvous
 
-from . import slurm
-from .aggregator import DEFAULT_SILENT_AFTER_S, DEFAULT_WINDOW, Aggregator
-from .controller import Controller
-from .receiver import Receiver, parse_endpoint
-from .snapshot import Reply, Snapshot
-from .stalls import DEFAULT_STALL_FACTOR, DEFAULT_STALL_FLOOR_S
+from ranktop.watch import slurm
+from ranktop.watch.aggregator import DEFAULT_SILENT_AFTER_S, DEFAULT_WINDOW, Aggregator
+from ranktop.watch.controller import Controller
+from ranktop.watch.receiver import Receiver, parse_endpoint
+from ranktop.watch.snapshot import Reply, Snapshot
+from ranktop.watch.stalls import DEFAULT_STALL_FACTOR, DEFAULT_STALL_FLOOR_S
 
 _ENDPOINT = re.compile(r"^(tcp://)?[A-Za-z0-9_.\-\[\]:]+:\d+$")
 

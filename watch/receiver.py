@@ -21,7 +21,7 @@ import zmq
 
 from ranktop.wire import rendezvous, schema
 
-from .aggregator import Aggregator
+from ranktop.watch.aggregator import Aggregator
 
 DISCOVERY_EVERY_S = 1.0
 

@@ -14,10 +14,11 @@ import time
 
 from ranktop.wire import __version__, rendezvous
 
-from . import attach, capture_cli, launch, slurm, stacks_cli
-from .aggregator import DEFAULT_SILENT_AFTER_S, DEFAULT_WINDOW
-from .stalls import DEFAULT_STALL_FACTOR, DEFAULT_STALL_FLOOR_S
-from .session import Target, TargetError, WatchSession, live_jobs, resolve
+from ranktop.cli import attach, capture as capture_cli, launch, stacks as stacks_cli
+from ranktop.watch import slurm
+from ranktop.watch.aggregator import DEFAULT_SILENT_AFTER_S, DEFAULT_WINDOW
+from ranktop.watch.stalls import DEFAULT_STALL_FACTOR, DEFAULT_STALL_FLOOR_S
+from ranktop.watch.session import Target, TargetError, WatchSession, live_jobs, resolve
 
 #: How long an endpoint may stay silent before the user is told (then we keep waiting).
 WAITING_NOTICE_S = 3.0
@@ -174,7 +175,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "ping":
             return cmd_ping(args)
         if args.command == "demo":
-            from .demo_job import run_demo
+            from ranktop.cli.demo import run_demo
 
             return run_demo(args, extra)
     except (
@@ -211,7 +212,7 @@ def cmd_watch(args, target: Target | None = None) -> int:
 def run_tui(session: WatchSession, refresh_hz: float, title: str = "ranktop", on_app=None) -> int:
     """Run the TUI until the user quits; ``on_app(app)`` runs first (the demo watches its job with it)."""
     try:
-        from .app import RanktopApp
+        from ranktop.tui.app import RanktopApp
     except ImportError as exc:
         raise UserError(f"the TUI needs textual ({exc}): pip install 'ranktop[tui]', or use --json") from None
     with session:

@@ -11,8 +11,8 @@ from __future__ import annotations
 import collections
 from typing import Any
 
-from .memory_stats import MemoryHistory
-from .snapshot import GpuStat, MemoryStat, Throughput
+from ranktop.watch.memory import MemoryHistory
+from ranktop.watch.snapshot import GpuStat, MemoryStat, Throughput
 
 #: SM utilisation samples kept per rank for the GPU sparkline.
 GPU_HISTORY = 60

@@ -17,7 +17,7 @@ import tempfile
 import threading
 from pathlib import Path
 
-from .session import WatchSession, resolve
+from ranktop.watch.session import WatchSession, resolve
 
 
 def _train_script() -> Path:
@@ -77,7 +77,7 @@ def _log_tail(path: Path, lines: int = 15) -> str:
 
 
 def run_demo(args, extra: list[str]) -> int:
-    from .cli import UserError, run_tui
+    from ranktop.cli.main import UserError, run_tui
 
     if importlib.util.find_spec("torch") is None:
         raise UserError("the demo needs PyTorch in this environment: pip install torch")

@@ -2,7 +2,7 @@
 
 Shared by ``ranktop capture`` / ``ranktop memsnap`` (tui/capture_cli.py) and the
 capture screen of the TUI (tui/widgets/capture.py); pure functions of a
-:class:`~ranktop.tui.snapshot.Snapshot` and the ranks' replies, so they are
+:class:`~ranktop.watch.snapshot.Snapshot` and the ranks' replies, so they are
 tested without sockets or a terminal.
 """
 
@@ -13,8 +13,8 @@ from pathlib import PurePath as Path
 
 from ranktop.wire import capture as wire_capture
 
-from .snapshot import CaptureStatus, Reply, Snapshot
-from .stacks import ranks_text
+from ranktop.watch.snapshot import CaptureStatus, Reply, Snapshot
+from ranktop.watch.stacks import ranks_text
 
 
 class CaptureRefused(Exception):

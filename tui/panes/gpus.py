@@ -13,11 +13,11 @@ from __future__ import annotations
 
 from rich.text import Text
 
-from ranktop.tui.snapshot import GpuStat, RankRow, Snapshot
+from ranktop.watch.snapshot import GpuStat, RankRow, Snapshot
 
-from . import palette, units
-from .lines import LazyLines
-from .memory import gauge, sparkline
+from ranktop.tui.render import palette, units
+from ranktop.tui.render.lines import LazyLines
+from ranktop.tui.panes.memory import gauge, sparkline
 
 THROTTLE_STYLE = "bold red"
 BAR = 8

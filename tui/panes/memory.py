@@ -14,10 +14,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from rich.text import Text
-from ranktop.tui.snapshot import SILENT, RankRow, Snapshot, Throughput
+from ranktop.watch.snapshot import SILENT, RankRow, Snapshot, Throughput
 
-from . import palette, units
-from .lines import LazyLines
+from ranktop.tui.render import palette, units
+from ranktop.tui.render.lines import LazyLines
 
 SPARKS = "▁▂▃▄▅▆▇█"
 BLOCK, SHADE, EMPTY = "█", "▓", "░"

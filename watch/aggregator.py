@@ -1,7 +1,7 @@
 """Rolling per-rank windows and the statistics the TUI shows: pure Python, no sockets, no terminal.
 
 The receiver thread feeds decoded messages in with :meth:`Aggregator.ingest`;
-the UI (or ``--json``) takes a :class:`~ranktop.tui.snapshot.Snapshot` at its own
+the UI (or ``--json``) takes a :class:`~ranktop.watch.snapshot.Snapshot` at its own
 pace. One lock guards both, held only for dictionary updates and for computing
 a snapshot, so a burst of telemetry delays at most one frame.
 
@@ -31,10 +31,10 @@ from typing import Any, Callable
 
 from ranktop.wire import schema
 
-from .collective_stats import bus_factor, fit_alpha_beta, percentile
-from . import stalls
-from .rank_resources import ResourceTracker, job_throughput
-from .snapshot import OK, SILENT, SLOW, STALLED, CaptureStatus, CollectiveStat, Endpoint, RankRow, Reply, Snapshot
+from ranktop.watch.collectives import bus_factor, fit_alpha_beta, percentile
+from ranktop.watch import stalls
+from ranktop.watch.resources import ResourceTracker, job_throughput
+from ranktop.watch.snapshot import OK, SILENT, SLOW, STALLED, CaptureStatus, CollectiveStat, Endpoint, RankRow, Reply, Snapshot
 
 DEFAULT_WINDOW = 64
 DEFAULT_SILENT_AFTER_S = 3.0

@@ -30,7 +30,7 @@ from typing import Any, Iterable
 
 from ranktop.wire import schema
 
-from .stacks import collective_text, ranks_text
+from ranktop.watch.stacks import collective_text, ranks_text
 
 DEFAULT_STALL_FACTOR = 5.0
 DEFAULT_STALL_FLOOR_S = 2.0

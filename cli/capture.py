@@ -19,9 +19,9 @@ from pathlib import Path
 
 from ranktop.wire import capture as wire_capture
 
-from .capture import CapturePlan, CaptureRefused, finished, plan, progress, summary_lines, table_lines
-from .session import WatchSession, resolve
-from .stacks import ranks_text
+from ranktop.watch.capture import CapturePlan, CaptureRefused, finished, plan, progress, summary_lines, table_lines
+from ranktop.watch.session import WatchSession, resolve
+from ranktop.watch.stacks import ranks_text
 
 #: How long to wait for the ranks to show up and for their answers to the command.
 ANSWER_TIMEOUT_S = 10.0

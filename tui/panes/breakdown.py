@@ -21,9 +21,9 @@ from textual.scroll_view import ScrollView
 from textual.strip import Strip
 from textual.widgets import Static
 
-from ranktop.tui.snapshot import SILENT, SLOW, STALLED, RankRow, Snapshot
+from ranktop.watch.snapshot import SILENT, SLOW, STALLED, RankRow, Snapshot
 
-from . import palette, units
+from ranktop.tui.render import palette, units
 
 #: Sort modes, in the order the sort key cycles through them.
 SORTS = ("rank", "score", "step")

@@ -12,9 +12,9 @@ from __future__ import annotations
 from rich.text import Text
 from textual.widgets import DataTable
 
-from ranktop.tui.snapshot import CollectiveStat, Snapshot
+from ranktop.watch.snapshot import CollectiveStat, Snapshot
 
-from . import palette, units
+from ranktop.tui.render import palette, units
 
 COLUMNS = (
     ("rank", "rank", 4),

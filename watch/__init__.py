@@ -1,0 +1,25 @@
+"""ranktop's viewer engine, a public Python API: find a job, receive its telemetry, aggregate, command.
+
+No textual, no torch: ``ranktop watch --json``, every command, the TUI and any
+script of yours build on the same pieces::
+
+    from ranktop.watch import Session, resolve
+
+    with Session(resolve(["my-job"])) as session:
+        time.sleep(5)
+        snap = session.snapshot()              # a frozen Snapshot: ranks, stragglers, collectives, ...
+        print(snap.stragglers[:3], snap.diagnosis)
+        replies = session.request("ping", timeout=5)   # every rank's answer, however many ranks
+
+The map of the package is docs/architecture.md.
+"""
+
+from ranktop.watch.session import Target, TargetError, WatchSession, resolve
+from ranktop.watch.snapshot import OK, SILENT, SLOW, STALLED, STATUSES, RankRow, Reply, Snapshot
+
+Session = WatchSession
+
+__all__ = [
+    "OK", "SILENT", "SLOW", "STALLED", "STATUSES",
+    "RankRow", "Reply", "Session", "Snapshot", "Target", "TargetError", "WatchSession", "resolve",
+]
