@@ -20,7 +20,7 @@ from typing import Any, Callable
 
 import zmq
 from ranktop.wire import __version__ as PROBE_VERSION
-from ranktop.wire import auth, rendezvous, schema
+from ranktop.wire import auth, collective_summary, rendezvous, schema
 from ranktop.wire.capture import capture_folder
 
 from . import commands
@@ -69,6 +69,7 @@ class Sender(threading.Thread):
         # Recent step wall times: the state carries their median, so a TUI that attaches to a
         # job already hung still knows how long a step usually takes on this rank.
         self._recent_walls: collections.deque[float] = collections.deque(maxlen=32)
+        self._held_calls: list[dict[str, Any]] = []  # collective calls of the step in progress (see _flush)
         # Registered sources (see add_state / add_hello): what other parts of the probe put in
         # every state (memory, GPU gauges, the last collective) or every hello (the work per step).
         self._state_sources: dict[str, Callable[[], Any]] = {}
@@ -191,14 +192,35 @@ class Sender(threading.Thread):
         timeline = self.recorder.timeline  # device-side timing (probe/gpu_timing.py), once attached
         if timeline is not None:
             records = timeline.resolve(records, final=final)
-        calls = self.collectives.drain() if self.collectives is not None else []
-        chunks = max(len(records), len(calls))
+        summaries, sample = self._collective_summaries(final)
+        chunks = max(len(records), len(summaries))
         for i in range(0, chunks, MAX_RECORDS_PER_MESSAGE):
             body = {"steps": records[i : i + MAX_RECORDS_PER_MESSAGE], "state": self.state()}
-            if calls:
-                body["coll"] = calls[i : i + MAX_RECORDS_PER_MESSAGE]
+            if summaries:
+                body["cs"] = summaries[i : i + MAX_RECORDS_PER_MESSAGE]
+                if i == 0:
+                    body["cx"] = sample
             self._send(pub, schema.STEPS, body)
         return bool(chunks)
+
+    def _collective_summaries(self, final: bool) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+        """The drained calls as one summary per step and phase (wire/collective_summary.py), and a sample.
+
+        The calls of the step in progress wait for the next flush, so that a step's waits are
+        unioned once, whole (its buckets overlap); never more than the tracker holds.
+        """
+        if self.collectives is None:
+            return [], []
+        calls = self._held_calls + self.collectives.drain()
+        self._held_calls = []
+        rec = self.recorder
+        if not final and rec.step_started and calls and calls[-1]["n"] == rec.current_step:
+            current = rec.current_step
+            held = [c for c in calls if c["n"] == current]
+            if len(held) < self.collectives.buffer.maxlen:
+                self._held_calls = held
+                calls = [c for c in calls if c["n"] != current]
+        return collective_summary.summarise(calls) if calls else ([], [])
 
     def state(self) -> dict[str, Any]:
         rec = self.recorder

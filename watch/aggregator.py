@@ -29,7 +29,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from ranktop.wire import schema
+from ranktop.wire import collective_summary, schema
 
 from ranktop.watch.collectives import bus_factor, fit_alpha_beta, percentile
 from ranktop.watch import stalls
@@ -57,10 +57,12 @@ class _Rank:
     steps_seen: int = 0
     last_step: int = -1
     device_times: bool = False  # some of its step records carry GPU (device) times
-    # collectives: recent calls (arrival, record), exact totals per op, and per step the
-    # (start, end) intervals of waiting, by phase
+    # collectives: a sample of recent raw calls (arrival, record), exact totals per op, the recent
+    # per-step summaries per op (arrival, calls, bytes, summed wait), and per step the seconds waited, by phase
     calls: collections.deque = field(default_factory=lambda: collections.deque(maxlen=CALL_WINDOW))
     call_totals: dict[str, list[int]] = field(default_factory=dict)
+    op_window: dict[str, collections.deque] = field(default_factory=dict)
+    op_last: dict[str, tuple[int, str]] = field(default_factory=dict)  # op -> (group size, dtype) last seen
     waits: collections.OrderedDict = field(default_factory=collections.OrderedDict)
     state_at: float = 0.0  # when its last state arrived, and when that state's last step changed (tui/stalls.py)
     progress_at: float = 0.0
@@ -165,8 +167,16 @@ class Aggregator:
             if kind == schema.HELLO:
                 rank.meta = {k: v for k, v in msg.items() if k not in ("v", "k", "job", "rank", "ts")}
             elif kind == schema.STEPS:
-                for call in msg.get("coll", ()):
-                    _add_call(rank, call, now, self._window)
+                if "cs" in msg:  # a 1.4 probe: summaries, and a sample of raw calls
+                    summaries, sample = msg["cs"], msg.get("cx", ())
+                elif msg.get("coll"):  # an older probe: every call, summarised here the same way
+                    summaries, sample = collective_summary.summarise(msg["coll"])[0], msg["coll"]
+                else:
+                    summaries, sample = (), ()
+                for entry in summaries:
+                    _add_summary(rank, entry, now, self._window)
+                for call in sample:
+                    rank.calls.append((now, call))
                 for rec in msg["steps"]:
                     if "g" in rec:
                         rank.device_times = True
@@ -379,8 +389,7 @@ def _own_times(n: int, wall: float, phases: dict[str, float], waits: dict | None
     out[schema.OTHER_PHASE] = max(0.0, wall - sum(phases.values()))
     if waits:
         total = 0.0
-        for phase, intervals in waits.items():
-            waited = _union(intervals)
+        for phase, waited in waits.items():
             name = phase if phase in out else schema.OTHER_PHASE
             out[name] = max(0.0, out[name] - waited)
             total += waited
@@ -388,70 +397,79 @@ def _own_times(n: int, wall: float, phases: dict[str, float], waits: dict | None
     return out
 
 
-def _union(intervals: list[tuple[float, float]]) -> float:
-    """Seconds covered by possibly overlapping intervals (DDP's buckets overlap each other)."""
-    total, end = 0.0, float("-inf")
-    for start, stop in sorted(intervals):
-        if stop <= end:
-            continue
-        total += stop - max(start, end)
-        end = stop
-    return total
-
-
-def _add_call(rank: _Rank, call: dict[str, Any], now: float, window: int) -> None:
-    rank.calls.append((now, call))
-    totals = rank.call_totals.setdefault(call["op"], [0, 0])
-    totals[0] += 1
-    totals[1] += call["b"]
-    step_waits = rank.waits.get(call["n"])
+def _add_summary(rank: _Rank, entry: dict[str, Any], now: float, window: int) -> None:
+    """One step-and-phase summary of a rank's collectives (wire/collective_summary.py)."""
+    S = collective_summary
+    for op, fields in entry["ops"].items():
+        totals = rank.call_totals.setdefault(op, [0, 0])
+        totals[0] += fields[S.CALLS]
+        totals[1] += fields[S.BYTES]
+        recent = rank.op_window.get(op)
+        if recent is None:
+            recent = rank.op_window[op] = collections.deque(maxlen=2 * window)
+        recent.append((now, fields[S.CALLS], fields[S.BYTES], fields[S.TOTAL]))
+        rank.op_last[op] = (fields[S.GROUP], fields[S.DTYPE])
+    step_waits = rank.waits.get(entry["n"])
     if step_waits is None:
-        step_waits = rank.waits[call["n"]] = {}
+        step_waits = rank.waits[entry["n"]] = {}
         while len(rank.waits) > 2 * window:
             rank.waits.popitem(last=False)
-    step_waits.setdefault(call["ph"], []).append((call["t0"], call["t0"] + call["d"]))
+    # A step whose calls came in two messages (a late completion) adds up: they no longer overlap.
+    step_waits[entry["ph"]] = step_waits.get(entry["ph"], 0.0) + entry["w"]
 
 
 def collective_rows(ranks, now: float) -> list[CollectiveStat]:
-    """Per op for the whole job (rank -1), then per rank and op."""
-    by_key: dict[tuple[int, str], list] = {}
+    """Per op for the whole job (rank -1), then per rank and op.
+
+    Counts, bytes, rates and mean waits come from the per-step summaries (exact);
+    the p95 and the alpha-beta fit from the sample of raw calls.
+    """
+    windows: dict[tuple[int, str], list] = {}
+    samples: dict[tuple[int, str], list] = {}
     totals: dict[tuple[int, str], list[int]] = {}
+    last: dict[tuple[int, str], tuple[int, str]] = {}
     for r in ranks:
-        for arrived, call in r.calls:
+        for op, recent in r.op_window.items():
+            for key in ((-1, op), (r.rank, op)):
+                windows.setdefault(key, []).extend(recent)
+                last[key] = r.op_last[op]
+        for _, call in r.calls:
             for key in ((-1, call["op"]), (r.rank, call["op"])):
-                by_key.setdefault(key, []).append((arrived, call))
+                samples.setdefault(key, []).append(call)
         for op, (calls, nbytes) in r.call_totals.items():
             for key in ((-1, op), (r.rank, op)):
                 t = totals.setdefault(key, [0, 0])
                 t[0] += calls
                 t[1] += nbytes
     rows = []
-    for (rank, op), calls in sorted(by_key.items()):
-        durations = [c["d"] for _, c in calls]
-        sizes = [c["b"] for _, c in calls]
-        busy = sum(durations)
-        span = now - min(a for a, _ in calls)
-        group = calls[-1][1]["g"]
-        algbw = sum(sizes) / busy if busy > 0 and sum(sizes) else None
-        fit = fit_alpha_beta([float(b) for b in sizes], durations)
+    for (rank, op), recent in sorted(windows.items()):
+        count = sum(c for _, c, _, _ in recent)
+        size = sum(b for _, _, b, _ in recent)
+        busy = sum(w for _, _, _, w in recent)
+        span = now - min(a for a, _, _, _ in recent)
+        group, dtype = last[(rank, op)]
+        sampled = samples.get((rank, op), [])
+        durations = [c["d"] for c in sampled]
+        algbw = size / busy if busy > 0 and size else None
+        fit = fit_alpha_beta([float(c["b"]) for c in sampled], durations) if sampled else None
         dev = None
         if fit is not None:
-            recent = calls[-5:]
-            predicted = statistics.fmean(fit.predict(c["b"]) for _, c in recent)
+            latest = sampled[-5:]
+            predicted = statistics.fmean(fit.predict(c["b"]) for c in latest)
             if predicted > 0:
-                dev = statistics.fmean(c["d"] for _, c in recent) / predicted - 1
+                dev = statistics.fmean(c["d"] for c in latest) / predicted - 1
         rows.append(
             CollectiveStat(
                 rank=rank,
                 op=op,
                 group_size=group,
-                dtype=calls[-1][1]["dt"],
+                dtype=dtype,
                 calls=totals[(rank, op)][0],
                 bytes=totals[(rank, op)][1],
-                calls_per_s=len(calls) / span if span >= 1.0 else None,
-                bytes_per_s=sum(sizes) / span if span >= 1.0 else None,
-                mean_s=statistics.fmean(durations),
-                p95_s=percentile(durations, 95),
+                calls_per_s=count / span if span >= 1.0 else None,
+                bytes_per_s=size / span if span >= 1.0 else None,
+                mean_s=busy / count if count else 0.0,
+                p95_s=percentile(durations, 95) if durations else 0.0,
                 algbw_bps=algbw,
                 busbw_bps=algbw * bus_factor(op, group) if algbw else None,
                 alpha_s=fit.alpha_s if fit else None,

@@ -17,10 +17,11 @@ from typing import Any
 
 import msgpack
 
+from . import collective_summary as _summary
 from .capture import STATES as _CAPTURE_STATES
 
 #: Bump the major version on any incompatible change; minor versions only add fields.
-PROTOCOL_VERSION = (1, 3)
+PROTOCOL_VERSION = (1, 4)
 
 #: The standard phases, in the order bars are drawn. Users may add phases of their own.
 STANDARD_PHASES = ("data", "forward", "backward", "optimizer")
@@ -51,6 +52,9 @@ STEP_KEYS = ("n", "t", "w", "p")
 #   d: seconds this rank waited for it (launch to completion), n: step, ph: phase (or None),
 #   t0: its start on the rank's own monotonic clock (only differences within one rank mean anything).
 COLLECTIVE_KEYS = ("op", "seq", "b", "dt", "g", "d", "n", "ph", "t0")
+# Since 1.4 a probe sends no "coll" but "cs": one summary per step and phase, and "cx": a bounded
+#   sample of raw records as above (wire/collective_summary.py says what each field means). A 1.3
+#   viewer ignores both: it sees no collectives, and scores phases with their waits in them.
 
 #: The largest body we accept. Bigger frames are foreign or malicious; dropped unread.
 MAX_BODY_BYTES = 4 << 20
@@ -211,9 +215,14 @@ def _check_steps(msg: dict) -> None:
                 raise WireError("steps: bad phase entry")
         if "g" in rec:
             _check_device_times(rec["g"])
-    calls = msg.get("coll", [])
+    for key in ("coll", "cx"):
+        _check_calls(msg.get(key, []), key)
+    _check_summaries(msg.get("cs", []))
+
+
+def _check_calls(calls: Any, key: str) -> None:
     if not isinstance(calls, list):
-        raise WireError("steps: coll is not a list")
+        raise WireError(f"steps: {key} is not a list")
     for call in calls:
         if not isinstance(call, dict):
             raise WireError("steps: collective record is not a map")
@@ -226,6 +235,31 @@ def _check_steps(msg: dict) -> None:
             raise WireError("steps: collective record has a bad start or duration")
         if not (phase is None or isinstance(phase, str)):
             raise WireError("steps: collective record has a bad phase")
+
+
+def _nonneg(x: Any) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and x >= 0
+
+
+def _check_summaries(summaries: Any) -> None:
+    if not isinstance(summaries, list):
+        raise WireError("steps: cs is not a list")
+    for entry in summaries:
+        if not isinstance(entry, dict) or not isinstance(entry.get("n"), int) or not _nonneg(entry.get("w")):
+            raise WireError("steps: collective summary lacks n/w")
+        phase, ops = entry.get("ph"), entry.get("ops")
+        if not (phase is None or isinstance(phase, str)) or not isinstance(ops, dict):
+            raise WireError("steps: collective summary has a bad phase or ops")
+        for op, fields in ops.items():
+            if not (isinstance(op, str) and isinstance(fields, list) and len(fields) == _summary.OP_FIELDS):
+                raise WireError("steps: collective summary has a bad op entry")
+            calls, nbytes, group, dtype = (fields[i] for i in (_summary.CALLS, _summary.BYTES, _summary.GROUP, _summary.DTYPE))
+            if not (isinstance(calls, int) and calls > 0 and isinstance(nbytes, int) and nbytes >= 0):
+                raise WireError("steps: collective summary has bad calls/bytes")
+            if not (isinstance(group, int) and isinstance(dtype, str)):
+                raise WireError("steps: collective summary has a bad group/dtype")
+            if not all(_nonneg(fields[i]) for i in (_summary.WAITED, _summary.TOTAL, _summary.LONGEST)):
+                raise WireError("steps: collective summary has a bad wait")
 
 
 def _check_device_times(g: Any) -> None:

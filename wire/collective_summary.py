@@ -1,0 +1,92 @@
+"""What a rank says about its collectives: a summary per step and phase, not a record per call.
+
+An FSDP job makes tens to hundreds of collective calls per step; at thousands
+of ranks one record per call is hundreds of thousands of records a second into
+one viewer. So the probe's sender thread folds the calls it drains into one
+entry per (step, phase) (protocol 1.4, the ``cs`` field of a steps message)::
+
+    {"n": step, "ph": phase or None, "w": seconds waited in this phase of this step,
+     "ops": {op: [calls, bytes, waited, total, longest, group size, dtype]}}
+
+``w`` is the union of every call's wait in that phase, whatever the op (DDP's
+buckets and FSDP's prefetches overlap: summing them would count the same
+second twice); per op, ``waited`` is the union of that op's waits, ``total``
+the plain sum (its mean wait per call is ``total / calls``) and ``longest`` the
+longest single wait. A small sample of raw call records (``cx``, at most
+:data:`SAMPLE_MAX`, chosen to span distinct sizes) rides along for what needs
+single calls: the alpha-beta fit and the latency percentiles.
+
+The viewer uses the same :func:`summarise` on the raw ``coll`` records of older
+probes (1.1 to 1.3), so both kinds of peer feed one code path.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterable
+
+#: Raw call records kept per op in one message's sample, and in all.
+SAMPLE_PER_OP = 4
+SAMPLE_MAX = 32
+#: The positions in an op's summary list.
+CALLS, BYTES, WAITED, TOTAL, LONGEST, GROUP, DTYPE = range(7)
+OP_FIELDS = 7
+
+
+def union(intervals: Iterable[tuple[float, float]]) -> float:
+    """Seconds covered by possibly overlapping intervals."""
+    total, end = 0.0, float("-inf")
+    for start, stop in sorted(intervals):
+        if stop <= end:
+            continue
+        total += stop - max(start, end)
+        end = stop
+    return total
+
+
+def summarise(calls: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """Fold raw call records (wire/schema.py COLLECTIVE_KEYS) into (summaries, sample)."""
+    groups: dict[tuple[int, str | None], dict[str, list]] = {}
+    for call in calls:
+        by_op = groups.setdefault((call["n"], call["ph"]), {})
+        by_op.setdefault(call["op"], []).append(call)
+    summaries = []
+    for (step, phase), by_op in groups.items():
+        ops = {}
+        everything = []
+        for op, members in by_op.items():
+            intervals = [(c["t0"], c["t0"] + c["d"]) for c in members]
+            everything.extend(intervals)
+            last = members[-1]
+            ops[op] = [
+                len(members), sum(c["b"] for c in members), union(intervals), sum(c["d"] for c in members),
+                max(c["d"] for c in members), last["g"], last["dt"],
+            ]  # fmt: skip
+        summaries.append({"n": step, "ph": phase, "w": union(everything), "ops": ops})
+    return summaries, sample(calls)
+
+
+def sample(calls: list[dict[str, Any]], per_op: int = SAMPLE_PER_OP, limit: int = SAMPLE_MAX) -> list[dict[str, Any]]:
+    """The latest call of each of up to ``per_op`` distinct sizes per op (a fit needs several sizes), then the
+    latest calls to fill up; at most ``limit`` in all, in the order they were made."""
+    chosen: dict[int, dict[str, Any]] = {}
+    by_op: dict[str, list[dict[str, Any]]] = {}
+    for call in calls:
+        by_op.setdefault(call["op"], []).append(call)
+    for members in by_op.values():
+        picked: list[dict[str, Any]] = []
+        sizes: set[int] = set()
+        for call in reversed(members):
+            if call["b"] not in sizes:
+                sizes.add(call["b"])
+                picked.append(call)
+                if len(picked) == per_op:
+                    break
+        for call in reversed(members):
+            if len(picked) >= per_op:
+                break
+            if all(call is not p for p in picked):
+                picked.append(call)
+        for call in picked:
+            chosen[id(call)] = call
+    ordered = [c for c in calls if id(c) in chosen]
+    return ordered[-limit:]
