@@ -8,6 +8,7 @@ before that, the user gets the tail of its log instead of an empty screen.
 
 from __future__ import annotations
 
+import argparse
 import importlib.util
 import os
 import signal
@@ -36,14 +37,16 @@ def demo_command(nproc: int, extra: list[str]) -> list[str]:
 
 
 def start(job: str, nproc: int, extra: list[str], directory: str | None, log_path: Path | None) -> subprocess.Popen:
+    return start_process(demo_command(nproc, extra), job, directory, log_path)
+
+
+def start_process(command: list[str], job: str, directory: str | None, log_path: Path | None) -> subprocess.Popen:
     env = dict(os.environ, RANKTOP_JOB=job)
     if directory:
         env["RANKTOP_DIR"] = directory
     env.setdefault("OMP_NUM_THREADS", "1")
     out = open(log_path, "wb") if log_path else None
-    return subprocess.Popen(
-        demo_command(nproc, extra), env=env, stdout=out, stderr=subprocess.STDOUT if out else None, start_new_session=True
-    )
+    return subprocess.Popen(command, env=env, stdout=out, stderr=subprocess.STDOUT if out else None, start_new_session=True)
 
 
 def stop(proc: subprocess.Popen, grace_s: float = 15.0) -> None:
@@ -79,6 +82,8 @@ def _log_tail(path: Path, lines: int = 15) -> str:
 def run_demo(args, extra: list[str]) -> int:
     from ranktop.cli.main import UserError, run_tui
 
+    if args.simulate is not None:
+        return run_simulation(args, extra)
     if importlib.util.find_spec("torch") is None:
         raise UserError("the demo needs PyTorch in this environment: pip install torch")
     job = args.job or f"demo-{os.getpid()}"
@@ -111,6 +116,45 @@ def run_demo(args, extra: list[str]) -> int:
         # It died on its own (a bad switch, a crash): the user needs its last words, not a blank screen.
         raise UserError(f"the demo job exited with code {proc.returncode}; the end of its log ({log_path}):\n{_log_tail(log_path)}")
     print(f"ranktop: demo stopped; its log is {log_path}", file=sys.stderr)
+    return 0
+
+
+def run_simulation(args, extra: list[str]) -> int:
+    """``--simulate N``: a simulated job (ranktop.demo.simulate) instead of torchrun's, watched the same way.
+
+    Under the TUI the simulator runs in a process of its own, so that it and the
+    viewer each have an interpreter (and a core) to themselves.
+    """
+    from ranktop.cli.main import UserError, run_tui
+    from ranktop.demo import simulate
+
+    parser = argparse.ArgumentParser(prog="ranktop demo --simulate N", description="options of the simulated job")
+    simulate.add_options(parser)
+    options = parser.parse_args(extra)  # a bad option: one line and exit 2, as any other
+    job = args.job or f"sim-{os.getpid()}"
+    scenario = simulate.scenario_of(options, args.simulate, job, parser)
+    if args.no_tui:
+        return simulate.run(scenario, args.dir)
+    log_path = Path(tempfile.gettempdir()) / f"ranktop-{job}.log"
+    command = [sys.executable, "-m", "ranktop.demo.simulate", "--ranks", str(args.simulate), "--job", job, *extra]
+    proc = start_process(command, job, args.dir, log_path)
+    for sig in (signal.SIGHUP, signal.SIGTERM):
+        signal.signal(sig, _raise_interrupt)
+    try:
+        session = WatchSession(
+            resolve([job], args.dir, allow_pending=True),
+            window=args.window,
+            silent_after_s=args.silent_after,
+            stall_factor=args.stall_factor,
+            stall_floor_s=args.stall_floor,
+        )
+        title = f"ranktop demo (simulated: {scenario.ranks} ranks on {scenario.nodes} nodes)"
+        run_tui(session, args.refresh, title=title, on_app=lambda app: _close_with(app, proc))
+        ended_by_itself = proc.poll() is not None
+    finally:
+        stop(proc)
+    if ended_by_itself and proc.returncode != 0:
+        raise UserError(f"the simulator exited with code {proc.returncode}; the end of its log ({log_path}):\n{_log_tail(log_path)}")
     return 0
 
 

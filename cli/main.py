@@ -85,6 +85,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--leak-mb-per-step X, --steps N, ...) are passed to the job; see `python -m ranktop.demo.train --help`.",
     )
     demo.add_argument("--nproc", type=_positive(int), default=4, help="ranks to launch (default 4)")
+    demo.add_argument(
+        "--simulate", type=_positive(int), default=None, metavar="N",
+        help="instead of torchrun, simulate a job of N ranks (thousands fit on a laptop) through the real wire and relays: "
+        "--nodes M --calls-per-step K --steps-per-s S --slow-rank R --slow-ms MS --slow-phase P --slow-node HOST "
+        "--stall-rank R --stall-at-s T --silent-rank R (see `python -m ranktop.demo.simulate --help`)",
+    )  # fmt: skip
     demo.add_argument("--no-tui", action="store_true", help="run the job in the foreground without the TUI")
     demo.add_argument("--job", default=None, help="job name (default: demo-<pid>)")
     _add_view_options(demo, json_mode=False)

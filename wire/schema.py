@@ -199,66 +199,77 @@ def _check_hello(msg: dict) -> None:
     _need(msg, "pid", int)
 
 
+# The checks below run for every step record and summary of thousands of ranks: they test exact types
+# (msgpack yields plain int, float, str, list and dict; a bool is no number here) without generators.
+_REAL = frozenset((int, float))
+
+
 def _check_steps(msg: dict) -> None:
     _check_origin(msg)
     steps = _need(msg, "steps", list)
+    real = _REAL
     for rec in steps:
-        if not isinstance(rec, dict):
+        if type(rec) is not dict:
             raise WireError("steps: record is not a map")
-        n, t, w, p = (rec.get(k) for k in STEP_KEYS)
-        if not isinstance(n, int) or not isinstance(t, (int, float)) or not isinstance(w, (int, float)):
+        n, t, w, p = rec.get("n"), rec.get("t"), rec.get("w"), rec.get("p")
+        if type(n) is not int or type(t) not in real or type(w) not in real:
             raise WireError("steps: record lacks n/t/w")
-        if w < 0 or not isinstance(p, dict):
+        if w < 0 or type(p) is not dict:
             raise WireError("steps: bad wall time or phases")
         for name, sec in p.items():
-            if not isinstance(name, str) or not isinstance(sec, (int, float)) or sec < 0:
+            if type(name) is not str or type(sec) not in real or sec < 0:
                 raise WireError("steps: bad phase entry")
         if "g" in rec:
             _check_device_times(rec["g"])
     for key in ("coll", "cx"):
-        _check_calls(msg.get(key, []), key)
-    _check_summaries(msg.get("cs", []))
+        if key in msg:
+            _check_calls(msg[key], key)
+    if "cs" in msg:
+        _check_summaries(msg["cs"])
 
 
 def _check_calls(calls: Any, key: str) -> None:
-    if not isinstance(calls, list):
+    if type(calls) is not list:
         raise WireError(f"steps: {key} is not a list")
+    real = _REAL
     for call in calls:
-        if not isinstance(call, dict):
+        if type(call) is not dict:
             raise WireError("steps: collective record is not a map")
-        op, seq, nbytes, dtype, group, dur, step, phase, start = (call.get(k) for k in COLLECTIVE_KEYS)
-        if not (isinstance(op, str) and isinstance(seq, int) and isinstance(nbytes, int) and nbytes >= 0):
+        get = call.get
+        op, seq, nbytes, dtype, group, dur, step, phase, start = (
+            get("op"), get("seq"), get("b"), get("dt"), get("g"), get("d"), get("n"), get("ph"), get("t0")
+        )  # fmt: skip
+        if not (type(op) is str and type(seq) is int and type(nbytes) is int and nbytes >= 0):
             raise WireError("steps: collective record lacks op/seq/bytes")
-        if not (isinstance(dtype, str) and isinstance(group, int) and isinstance(step, int)):
+        if not (type(dtype) is str and type(group) is int and type(step) is int):
             raise WireError("steps: collective record lacks dtype/group/step")
-        if not isinstance(start, (int, float)) or not isinstance(dur, (int, float)) or dur < 0:
+        if type(start) not in real or type(dur) not in real or dur < 0:
             raise WireError("steps: collective record has a bad start or duration")
-        if not (phase is None or isinstance(phase, str)):
+        if not (phase is None or type(phase) is str):
             raise WireError("steps: collective record has a bad phase")
 
 
-def _nonneg(x: Any) -> bool:
-    return isinstance(x, (int, float)) and not isinstance(x, bool) and x >= 0
-
-
 def _check_summaries(summaries: Any) -> None:
-    if not isinstance(summaries, list):
+    if type(summaries) is not list:
         raise WireError("steps: cs is not a list")
+    real, size = _REAL, _summary.OP_FIELDS
     for entry in summaries:
-        if not isinstance(entry, dict) or not isinstance(entry.get("n"), int) or not _nonneg(entry.get("w")):
+        if type(entry) is not dict:
+            raise WireError("steps: collective summary is not a map")
+        n, w, phase, ops = entry.get("n"), entry.get("w"), entry.get("ph"), entry.get("ops")
+        if type(n) is not int or type(w) not in real or w < 0:
             raise WireError("steps: collective summary lacks n/w")
-        phase, ops = entry.get("ph"), entry.get("ops")
-        if not (phase is None or isinstance(phase, str)) or not isinstance(ops, dict):
+        if not (phase is None or type(phase) is str) or type(ops) is not dict:
             raise WireError("steps: collective summary has a bad phase or ops")
         for op, fields in ops.items():
-            if not (isinstance(op, str) and isinstance(fields, list) and len(fields) == _summary.OP_FIELDS):
+            if type(op) is not str or type(fields) is not list or len(fields) != size:
                 raise WireError("steps: collective summary has a bad op entry")
-            calls, nbytes, group, dtype = (fields[i] for i in (_summary.CALLS, _summary.BYTES, _summary.GROUP, _summary.DTYPE))
-            if not (isinstance(calls, int) and calls > 0 and isinstance(nbytes, int) and nbytes >= 0):
+            calls, nbytes, waited, total, longest, group, dtype = fields  # the order of wire/collective_summary.py
+            if not (type(calls) is int and calls > 0 and type(nbytes) is int and nbytes >= 0):
                 raise WireError("steps: collective summary has bad calls/bytes")
-            if not (isinstance(group, int) and isinstance(dtype, str)):
+            if not (type(group) is int and type(dtype) is str):
                 raise WireError("steps: collective summary has a bad group/dtype")
-            if not all(_nonneg(fields[i]) for i in (_summary.WAITED, _summary.TOTAL, _summary.LONGEST)):
+            if type(waited) not in real or type(total) not in real or type(longest) not in real or min(waited, total, longest) < 0:
                 raise WireError("steps: collective summary has a bad wait")
 
 

@@ -1,0 +1,640 @@
+"""A simulated big job: thousands of ranks on a couple of cores, through the real wire, relays and rendezvous.
+
+``ranktop demo --simulate 4096`` (or ``python -m ranktop.demo.simulate --ranks 4096``)
+shows what ranktop does with a job far bigger than the machine it runs on.
+Only the training is simulated. Everything a viewer meets is the real thing:
+
+- one relay per simulated node (``probe/relay.py``: ZeroMQ proxies on real TCP
+  ports) and its rendezvous record, so ``ranktop watch JOB``, ``--json``,
+  ``ranktop ping`` and ``ranktop stacks`` find and dial the job as any other;
+- every rank's messages are built as the probe's sender builds them (hello,
+  steps with collective summaries, heartbeats, replies) and encoded by
+  ``wire/schema.py``;
+- signed commands are checked with ``wire/auth.py`` and answered by
+  ``probe/commands.py``'s handlers, rank by rank (``stacks`` answers with a
+  simulated training stack: the simulator's own threads are no rank's).
+
+A node's ranks are batched: one process runs every node, one PUB and one SUB
+socket per node carry its ranks' messages, and a step of the whole job is
+computed in one pass over the ranks. No 4,096 interpreters.
+
+The model is synchronous data parallel training with FSDP-like collectives:
+each phase's own compute time has noise (a few percent, a per-rank bias, and
+an occasional spike), forward ends in all-gathers and backward in
+reduce-scatters, and at each of those every rank waits for the last to arrive.
+So a rank slow in ``data`` makes the others wait in ``forward``'s collectives,
+exactly the pattern the straggler scoring must see through. A stalled or
+silent rank stops the whole job: the others wait inside a collective.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import math
+import os
+import platform
+import random
+import resource
+import signal
+import socket
+import sys
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import zmq
+
+from ranktop.probe import commands
+from ranktop.probe.identity import Identity
+from ranktop.probe.relay import Relay, ipc_endpoints
+from ranktop.probe.sender import HEARTBEAT_EVERY_S, HELLO_EVERY_S
+from ranktop.wire import __version__ as PROBE_VERSION
+from ranktop.wire import auth, rendezvous, schema, settings
+from ranktop.wire.capture import capture_folder
+
+RANKS_PER_NODE = 8
+#: Each phase's share of a step; "other" gets the rest.
+PHASE_SHARE = {"data": 0.10, "forward": 0.30, "backward": 0.40, "optimizer": 0.12}
+PHASES = tuple(PHASE_SHARE)
+#: Noise on a phase's compute time: gaussian, a per-rank bias, and now and then a spike.
+NOISE_SD, BIAS_SD, SPIKE_P, SPIKE = 0.03, 0.005, 0.01, 0.25
+#: The collectives: what forward and backward end in, how big, how fast the network is.
+FORWARD_OP, BACKWARD_OP, SINGLE_OP = "all_gather_into_tensor", "reduce_scatter_tensor", "ddp_allreduce"
+BUCKET_BYTES = (2 << 20, 5 << 20, 8 << 20, 12 << 20)
+ALPHA_S, BETA_BPS = 40e-6, 25e9
+DTYPE = "bfloat16"
+#: Finished steps kept for nodes that have not sent them yet (a node sends every 1/rate s).
+MAX_HELD_STEPS = 256
+#: The loop's shortest sleep: nodes due within it send together (fewer wake-ups, same rates).
+TICK_S = 0.01
+#: A job this far behind its schedule skips ahead (the machine is too busy) and says so.
+MAX_LAG_S = 2.0
+
+
+def node_name(index: int) -> str:
+    return f"sim{index:04d}"
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """What to simulate; the command line's options, checked."""
+
+    job: str
+    ranks: int
+    nodes: int
+    calls_per_step: int = 8
+    steps_per_s: float = 16.0
+    rate_hz: float = settings.DEFAULT_RATE_HZ
+    slow_rank: int | None = None
+    slow_node: str | None = None
+    slow_ms: float = 20.0
+    slow_phase: str = "data"
+    stall_rank: int | None = None
+    stall_at_s: float = 10.0
+    silent_rank: int | None = None
+    silent_at_s: float = 10.0
+    seed: int = 0
+
+    @property
+    def per_node(self) -> int:
+        return math.ceil(self.ranks / self.nodes)
+
+    def host_of(self, rank: int) -> str:
+        return node_name(rank // self.per_node)
+
+
+# -- the job: step times of every rank -------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Step:
+    """One step of the whole job: every rank's draw, and when the last rank reached each collective."""
+
+    n: int
+    start: float
+    rows: list  # per rank: JobModel row (own times, arrivals, transfers, tail)
+    latest: tuple  # per phase that ends in collectives: the last rank's arrival (seconds into its segment)
+    duration: float
+
+
+class JobModel:
+    """Every rank's phase times, a whole step at a time; pure computation, no sockets.
+
+    A rank's draw is a *row*: its own compute time per phase and for "other"
+    (noisy), its arrival at each phase that ends in collectives (counted from
+    the previous one), the network's time for those collectives, and what
+    follows the last of them. Rows come from a table drawn once, so a step
+    of 4,096 ranks costs one random pick per rank; a step's records are only
+    built, per rank, when its node sends them (:meth:`records`).
+    """
+
+    def __init__(self, s: Scenario):
+        self.s = s
+        rng = random.Random(s.seed)
+        self._rng = rng
+        self.step_s = 1.0 / s.steps_per_s
+        self.base = [PHASE_SHARE[p] * self.step_s for p in PHASES] + [self.step_s * (1 - sum(PHASE_SHARE.values()))]
+        # Collectives: forward ends in all-gathers, backward in reduce-scatters (one DDP all-reduce when K is 1).
+        k = s.calls_per_step
+        if k == 1:
+            ops = [(PHASES.index("backward"), SINGLE_OP, 1)]
+        elif k > 1:
+            ops = [(PHASES.index("forward"), FORWARD_OP, k // 2), (PHASES.index("backward"), BACKWARD_OP, k - k // 2)]
+        else:
+            ops = []
+        self.ops = ops  # (phase index, op, calls), in phase order
+        self.sizes = [[BUCKET_BYTES[j % len(BUCKET_BYTES)] for j in range(count)] for _, _, count in ops]
+        self.transfer = [sum(ALPHA_S + b / BETA_BPS for b in sizes) for sizes in self.sizes]
+        self.longest = [ALPHA_S + max(sizes) / BETA_BPS for sizes in self.sizes]
+        self._table = [self._row([b * self._multiplier() for b in self.base], self._multiplier()) for _ in range(8192)]
+        self.extra: dict[int, list[float]] = {}
+        slow = [s.slow_rank] if s.slow_rank is not None else []
+        if s.slow_node is not None:
+            slow += [r for r in range(s.ranks) if s.host_of(r) == s.slow_node]
+        for r in slow:
+            self.extra.setdefault(r, [0.0] * (len(PHASES) + 1))[PHASES.index(s.slow_phase)] += s.slow_ms / 1000
+
+    def _multiplier(self) -> float:
+        value = max(0.5, 1.0 + self._rng.gauss(0.0, NOISE_SD))
+        return value * (1.0 + SPIKE) if self._rng.random() < SPIKE_P else value
+
+    def _row(self, own: list[float], network: float) -> tuple:
+        arrivals, first = [], 0
+        for i, _, _ in self.ops:
+            arrivals.append(sum(own[first : i + 1]))
+            first = i + 1
+        moved = [t * network for t in self.transfer]
+        tail = sum(moved) + sum(own[first:])  # after the last collective: the rest of the step, "other" included
+        return (own, tuple(arrivals), tuple(moved), tail)
+
+    def step(self, n: int, start: float) -> Step:
+        rows = self._rng.choices(self._table, k=self.s.ranks)
+        for r, more in self.extra.items():
+            own, _, moved, _ = rows[r]
+            rows[r] = self._row([a + b for a, b in zip(own, more)], moved[0] / self.transfer[0] if moved else 1.0)
+        latest = tuple(max(row[1][j] for row in rows) for j in range(len(self.ops)))
+        return Step(n, start, rows, latest, sum(latest) + max(row[3] for row in rows))
+
+    def records(self, step: Step, rank: int) -> tuple[dict, list[dict]]:
+        """Rank ``rank``'s step record and collective summaries (wire 1.4) of ``step``, as its probe sends them."""
+        own, arrivals, moved, tail = step.rows[rank]
+        phases = {"data": own[0], "forward": own[1], "backward": own[2], "optimizer": own[3]}
+        summaries = []
+        world = self.s.ranks
+        for j, (i, op, count) in enumerate(self.ops):
+            wait = step.latest[j] - arrivals[j]  # for the last rank to arrive
+            waited = wait + moved[j]
+            phases[PHASES[i]] += waited
+            summaries.append(
+                {"n": step.n, "ph": PHASES[i], "w": waited,
+                 "ops": {op: [count, sum(self.sizes[j]), waited, waited, wait + self.longest[j], world, DTYPE]}}
+            )  # fmt: skip
+        return {"n": step.n, "t": step.start, "w": sum(step.latest) + tail, "p": phases}, summaries
+
+    def sample(self, n: int, seq: int, t0: float) -> list[dict]:
+        """A few raw calls of step ``n`` (two sizes per op, in turn), as the probe samples them for the alpha-beta fit."""
+        calls = []
+        for j, (i, op, _) in enumerate(self.ops):
+            sizes = self.sizes[j]
+            for b in {sizes[(n + k) % len(sizes)] for k in range(2)}:  # sizes in turn: the fit sees them all
+                d = (ALPHA_S + b / BETA_BPS) * self._multiplier()
+                calls.append({"op": op, "seq": seq, "b": b, "dt": DTYPE, "g": self.s.ranks, "d": d, "n": n, "ph": PHASES[i], "t0": t0})
+        return calls
+
+
+# -- the nodes: relays, sockets, commands ---------------------------------------------
+
+
+class _Rank:
+    """What a command handler may touch of one simulated rank (probe/commands.py CommandTarget)."""
+
+    def __init__(self, sim: "Simulator", node: "_Node", rank: int):
+        self._sim = sim
+        self.rate_hz = node.rate_hz
+        self.recorder = sim  # current_step, for the capture command
+        self.identity = node.identity_of(rank)
+        self.capture = None
+        self._rank = rank
+
+    def state(self) -> dict[str, Any]:
+        return self._sim.state(self._rank, time.time())
+
+    def capture_folder(self, capture_id: str):
+        return capture_folder(self._sim.s.job, capture_id, self._sim.directory)
+
+
+class _Node:
+    def __init__(self, sim: "Simulator", index: int, ranks: range, context: zmq.Context):
+        self.index = index
+        self.host = node_name(index)
+        self.ranks = ranks
+        self.rate_hz = sim.s.rate_hz
+        self._sim = sim
+        self.relay = Relay(self.identity_of(ranks[0]), context, sim.directory)
+        self.relay.start()
+        tele, ctl = ipc_endpoints(sim.s.job, self.host)
+        self.pub = context.socket(zmq.PUB)
+        self.pub.setsockopt(zmq.SNDHWM, 1000 * len(ranks))
+        self.pub.setsockopt(zmq.LINGER, 0)
+        self.pub.connect(tele)
+        self.sub = context.socket(zmq.SUB)
+        self.sub.setsockopt(zmq.LINGER, 0)
+        self.sub.setsockopt(zmq.SUBSCRIBE, schema.COMMAND.encode())
+        self.sub.connect(ctl)
+        self.verifier = auth.CommandVerifier(sim.secret, sim.s.job)
+        self.next_flush = 0.0
+        self.next_hello = 0.0
+        self.sent_upto = -1  # the last step its ranks sent
+        self.last_sent = 0.0
+        self.rejected: dict[str, int] = {}
+
+    def identity_of(self, rank: int) -> Identity:
+        s = self._sim.s
+        return Identity(
+            job=s.job, rank=rank, local_rank=rank - self.ranks[0], world=s.ranks, local_world=len(self.ranks),
+            host=self.host, pid=os.getpid(), launcher="simulated", machine=socket.gethostname(),
+        )  # fmt: skip
+
+    def send(self, kind: str, rank: int, body: dict[str, Any], now: float) -> None:
+        body["job"], body["rank"], body["ts"] = self._sim.s.job, rank, now
+        try:
+            self.pub.send_multipart(schema.encode(kind, body), flags=zmq.NOBLOCK)
+        except zmq.Again:
+            self._sim.dropped += 1
+
+    def handle_commands(self) -> None:
+        """Verify each command once for the node (every rank holds the same secret), answer for each rank it targets."""
+        while True:
+            try:
+                frames = self.sub.recv_multipart(flags=zmq.NOBLOCK)
+            except zmq.Again:
+                return
+            try:
+                msg = self.verifier.verify(frames)
+            except auth.AuthError as exc:
+                self.rejected[exc.reason] = self.rejected.get(exc.reason, 0) + 1
+                continue
+            except schema.WireError:
+                self.rejected["malformed"] = self.rejected.get("malformed", 0) + 1
+                continue
+            targets = msg.get("ranks")
+            for rank in self.ranks:
+                if (targets is not None and rank not in targets) or self._sim.is_silent(rank):
+                    continue
+                self._answer(rank, msg)
+
+    def _answer(self, rank: int, msg: dict[str, Any]) -> None:
+        now = time.time()
+        view = _Rank(self._sim, self, rank)
+        try:
+            if msg["cmd"] == "stacks":
+                ok, result = True, dict(self._sim.stacks(rank), state=view.state())
+            else:
+                ok, result = commands.run(view, msg["cmd"], msg["args"])
+        except Exception as exc:  # as the probe does: a broken handler answers with its error
+            ok, result = False, {"error": f"{exc.__class__.__name__}: {exc}"}
+        self.rate_hz = view.rate_hz  # set_rate: the node's ranks share one cadence
+        self.send(schema.REPLY, rank, {"id": msg["id"], "cmd": msg["cmd"], "ok": ok, "result": result}, now)
+
+    def close(self) -> bool:
+        for sock in (self.pub, self.sub):
+            sock.close(linger=0)
+        return self.relay.stop()
+
+
+class Simulator:
+    def __init__(self, scenario: Scenario, directory: str | None = None):
+        self.s = scenario
+        self.directory = directory
+        self.model = JobModel(scenario)
+        self.secret = rendezvous.load_or_create_secret(scenario.job, directory)
+        self.dropped = 0  # messages a full PUB queue refused
+        self.skipped_s = 0.0  # schedule time skipped because the machine could not keep up
+        self.steps_done = 0
+        self.current_step = 0  # the step in progress (what the capture command reads)
+        self._done: collections.deque[Step] = collections.deque(maxlen=MAX_HELD_STEPS)  # finished, for the nodes to send
+        self._nodes: list[_Node] = []
+        self._context: zmq.Context | None = None
+        self._started = 0.0
+        self._step_start = 0.0
+        self._step_end = 0.0
+        self._step: Step | None = None
+        self._halted_at: float | None = None  # the job stopped (a stalled or silent rank): when
+        self._walls: list[float] = []
+
+    # -- lifecycle ---------------------------------------------------------------
+
+    def start(self) -> "Simulator":
+        _raise_fd_limit()
+        os.environ[settings.BIND.name] = "127.0.0.1"  # every simulated node is this machine
+        os.environ[settings.PORT.name] = "0"  # random ports: a pinned one fits one relay, not hundreds
+        ctx = self._context = zmq.Context()
+        ctx.set(zmq.MAX_SOCKETS, 16 * self.s.nodes + 64)
+        per = self.s.per_node
+        try:
+            for i in range(self.s.nodes):
+                ranks = range(i * per, min((i + 1) * per, self.s.ranks))
+                if len(ranks):
+                    self._nodes.append(_Node(self, i, ranks, ctx))
+        except BaseException:
+            self.close()
+            raise
+        now = time.time()
+        self._started = now
+        for i, node in enumerate(self._nodes):  # spread the nodes' sends over a period
+            node.next_flush = now + (i / len(self._nodes)) / node.rate_hz
+            node.next_hello = now + (i / len(self._nodes)) * 0.5
+        self._begin_step(0, now)
+        return self
+
+    def close(self) -> None:
+        closed = all([node.close() for node in self._nodes])
+        self._nodes.clear()
+        if self._context is not None and closed:
+            self._context.term()
+        self._context = None
+
+    def run(self, stop: threading.Event, duration_s: float | None = None) -> None:
+        poller = zmq.Poller()
+        for node in self._nodes:
+            poller.register(node.sub, zmq.POLLIN)
+        subs = {node.sub: node for node in self._nodes}
+        end = None if duration_s is None else self._started + duration_s
+        while not stop.is_set() and (end is None or time.time() < end):
+            now = time.time()
+            self._advance(now)
+            for node in self._nodes:
+                if now >= node.next_hello:
+                    self._hellos(node, now)
+                    node.next_hello = now + HELLO_EVERY_S
+                if now >= node.next_flush:
+                    self._flush(node, now)
+                    node.next_flush = max(node.next_flush + 1.0 / node.rate_hz, now)
+            wake = min(min(n.next_flush for n in self._nodes), self._step_end if self._halted_at is None else now + 0.25)
+            wake = max(wake, now + TICK_S)
+            for sock, _ in poller.poll(max(0, min(250, int((wake - time.time()) * 1000)))):
+                subs[sock].handle_commands()
+
+    # -- the job's progress ------------------------------------------------------
+
+    def _halt_time(self) -> float | None:
+        s, times = self.s, []
+        if s.stall_rank is not None:
+            times.append(self._started + s.stall_at_s)
+        if s.silent_rank is not None:
+            times.append(self._started + s.silent_at_s)
+        return min(times) if times else None
+
+    def is_silent(self, rank: int) -> bool:
+        return rank == self.s.silent_rank and time.time() >= self._started + self.s.silent_at_s
+
+    def _begin_step(self, n: int, start: float) -> None:
+        self.current_step = n
+        self._step_start = start
+        self._step = self.model.step(n, start)
+        self._step_end = start + self._step.duration
+
+    def _advance(self, now: float) -> None:
+        halt = self._halt_time()
+        while self._halted_at is None and self._step_end <= now:
+            if halt is not None and self._step_end >= halt:
+                self._halted_at = self._step_end  # the job hangs in the step that would have ended after it
+                return
+            self._done.append(self._step)
+            self._walls = (self._walls + [self._step.duration])[-32:]
+            self.steps_done += 1
+            start = self._step_end
+            if now - start > MAX_LAG_S:  # the machine is too busy for this job: skip ahead rather than flood
+                self.skipped_s += now - start
+                start = now
+            self._begin_step(self.current_step + 1, start)
+
+    # -- what each rank says -----------------------------------------------------
+
+    def state(self, rank: int, now: float) -> dict[str, Any]:
+        """The state the probe's sender reports (probe/sender.py), for one simulated rank."""
+        n = self.current_step
+        halted = self._halted_at is not None
+        stuck = halted and rank in (self.s.stall_rank, self.s.silent_rank)
+        ops = self.model.ops  # (phase index, op, calls), in phase order
+        k = self.s.calls_per_step
+        collective = None
+        if ops and halted and not stuck:  # waiting inside the first collective of the step for the stuck rank
+            collective = {"op": ops[0][1], "seq": n * k + 1, "b": BUCKET_BYTES[0], "dt": DTYPE, "g": self.s.ranks,
+                          "inside": True, "age": now - self._halted_at}  # fmt: skip
+        elif ops:  # the last one it left: the previous step's last
+            collective = {"op": ops[-1][1], "seq": n * k, "b": BUCKET_BYTES[0], "dt": DTYPE, "g": self.s.ranks, "inside": False, "age": 0.0}
+        if halted:
+            phase = PHASES[ops[0][0]] if ops else "forward"
+        else:
+            into = (now - self._step_start) / max(self._step_end - self._step_start, 1e-9)
+            phase = PHASES[min(3, int(into * 4))]
+        walls = self._walls
+        return {
+            "step": n, "last": n - 1, "in_step": True, "phase": phase, "step_age": max(0.0, now - self._step_start),
+            "dropped": 0, "rejected": {}, "rate_hz": self.s.rate_hz,
+            "median_step_s": sorted(walls)[len(walls) // 2] if walls else None, "cap": None, "collective": collective,
+        }  # fmt: skip
+
+    def _hellos(self, node: _Node, now: float) -> None:
+        relay = {"telemetry": node.relay.telemetry_url, "control": node.relay.control_url}
+        for rank in node.ranks:
+            if self.is_silent(rank):
+                continue
+            hello = {
+                "host": node.host, "pid": os.getpid(), "world": self.s.ranks, "local_rank": rank - node.ranks[0],
+                "local_world": len(node.ranks), "launcher": "simulated", "device": "cpu (simulated)", "torch": None,
+                "probe": PROBE_VERSION, "python": platform.python_version(), "argv": ["simulate"], "cwd": os.getcwd(),
+                "rate_hz": node.rate_hz, "state": self.state(rank, now),
+            }  # fmt: skip
+            if rank == node.ranks[0]:
+                hello["relay"] = relay
+            node.send(schema.HELLO, rank, hello, now)
+
+    def _flush(self, node: _Node, now: float) -> None:
+        """Every rank of the node sends the steps it finished since its last send, or a heartbeat."""
+        steps = [st for st in self._done if st.n > node.sent_upto]
+        heartbeat = now - node.last_sent >= HEARTBEAT_EVERY_S
+        if not steps and not heartbeat:
+            return
+        node.last_sent = now
+        state = self.state(node.ranks[0], now)  # the same for every rank of the node but a stuck one
+        special = {self.s.stall_rank, self.s.silent_rank}
+        sample = self.model.sample(steps[-1].n, (steps[-1].n + 1) * self.s.calls_per_step, now - self._started) if steps else None
+        records = self.model.records
+        for rank in node.ranks:
+            if self.is_silent(rank):
+                continue
+            rank_state = self.state(rank, now) if rank in special else state
+            if not steps:
+                node.send(schema.HEARTBEAT, rank, {"state": rank_state}, now)
+                continue
+            body: dict[str, Any] = {"steps": [], "state": rank_state}
+            summaries = []
+            for st in steps:
+                record, cs = records(st, rank)
+                body["steps"].append(record)
+                summaries += cs
+            if summaries:
+                body["cs"], body["cx"] = summaries, sample
+            node.send(schema.STEPS, rank, body, now)
+        if steps:
+            node.sent_upto = steps[-1].n
+
+    def stacks(self, rank: int) -> dict[str, Any]:
+        """A training stack where this rank is now, shaped as probe/stacks.py's answer."""
+        stuck = self._halted_at is not None and rank in (self.s.stall_rank, self.s.silent_rank)
+        phase = "data" if stuck else self.state(rank, time.time())["phase"]
+        frames = [_frame(JOB_FILE, 210, "<module>", "main()"), _frame(JOB_FILE, 181, "main", "loss = train_step(model, batch, opt)")]
+        frames += _STACK_TAIL.get(phase, _STACK_TAIL["forward"])
+        if self._halted_at is not None and not stuck:
+            frames = frames[:2] + _STACK_TAIL["forward"]
+        thread = {"name": "MainThread", "ident": rank + 1, "main": True, "daemon": False, "frames": frames, "omitted": 0}
+        return {"threads": [thread], "omitted_threads": 0, "roots": _ROOTS}
+
+
+JOB_FILE = "/sim/job/train.py"
+_SITE = "/sim/venv/lib/python3.11/site-packages"
+_ROOTS = {"ranktop": [f"{_SITE}/ranktop"], "stdlib": ["/usr/lib/python3.11"], "site": [_SITE], "torch": [f"{_SITE}/torch"]}
+
+
+def _frame(file: str, line: int, function: str, code: str) -> dict[str, Any]:
+    return {"file": file, "line": line, "function": function, "code": code}
+
+
+_STACK_TAIL = {
+    "data": [
+        _frame(JOB_FILE, 170, "main", "batch = next(batches)"),
+        _frame(f"{_SITE}/torch/utils/data/dataloader.py", 733, "__next__", "data = self._next_data()"),
+    ],
+    "forward": [
+        _frame(JOB_FILE, 96, "train_step", "loss = model(batch).loss"),
+        _frame(f"{_SITE}/torch/distributed/fsdp/_fully_shard/_fsdp_collectives.py", 343, "foreach_all_gather", "dist.all_gather_into_tensor(out, inp, group=group)"),
+    ],
+    "backward": [
+        _frame(JOB_FILE, 97, "train_step", "loss.backward()"),
+        _frame(f"{_SITE}/torch/autograd/graph.py", 825, "_engine_run_backward", "return Variable._execution_engine.run_backward("),
+    ],
+    "optimizer": [_frame(JOB_FILE, 98, "train_step", "opt.step()"), _frame(f"{_SITE}/torch/optim/adamw.py", 210, "step", "adamw(")],
+}  # fmt: skip
+
+
+def _raise_fd_limit() -> None:
+    """Hundreds of relays hold thousands of sockets: take every file descriptor the hard limit allows."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard == resource.RLIM_INFINITY or soft < hard:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard if hard != resource.RLIM_INFINITY else 65536, hard))
+        except (ValueError, OSError):
+            pass
+
+
+# -- the command line ------------------------------------------------------------------
+
+
+def add_options(p: argparse.ArgumentParser) -> None:
+    """The simulator's options (``ranktop demo --simulate N`` reads them from its extra arguments)."""
+    p.add_argument("--nodes", type=_count, default=None, metavar="M", help=f"simulated nodes (default: {RANKS_PER_NODE} ranks per node)")
+    p.add_argument("--calls-per-step", type=_count0, default=8, metavar="K", help="collective calls per step and rank (default 8)")
+    p.add_argument("--steps-per-s", type=_positive, default=16.0, metavar="S", help="training steps per second (default 16)")
+    p.add_argument("--rate", type=_rate, default=settings.DEFAULT_RATE_HZ, metavar="HZ",
+                   help=f"messages per second per rank (default {settings.DEFAULT_RATE_HZ:g}, as the probe)")  # fmt: skip
+    p.add_argument("--slow-rank", type=_count0, default=None, metavar="R", help="one rank slow in one phase, every step")
+    p.add_argument("--slow-node", default=None, metavar="HOST", help=f"every rank of one node slow (nodes are {node_name(0)}, {node_name(1)}, ...)")
+    p.add_argument("--slow-ms", type=_non_negative, default=20.0, metavar="MS", help="how much slower (default 20 ms)")
+    p.add_argument("--slow-phase", choices=PHASES, default="data", help="in which phase (default data)")
+    p.add_argument("--stall-rank", type=_count0, default=None, metavar="R", help="a rank that stops making progress: the job hangs")
+    p.add_argument("--stall-at-s", type=_non_negative, default=10.0, metavar="T", help="when it stalls (default 10 s in)")
+    p.add_argument("--silent-rank", type=_count0, default=None, metavar="R", help="a rank that dies (says nothing more): the job hangs")
+    p.add_argument("--silent-at-s", type=_non_negative, default=10.0, metavar="T", help="when it goes silent (default 10 s in)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the noise (default 0)")
+
+
+def scenario_of(args: argparse.Namespace, ranks: int, job: str, parser: argparse.ArgumentParser) -> Scenario:
+    nodes = args.nodes or math.ceil(ranks / RANKS_PER_NODE)
+    if nodes > ranks:
+        parser.error(f"--nodes {nodes} is more than the {ranks} ranks")
+    for name in ("slow_rank", "stall_rank", "silent_rank"):
+        rank = getattr(args, name)
+        if rank is not None and rank >= ranks:
+            parser.error(f"--{name.replace('_', '-')} {rank} is not a rank of a job of {ranks} (0-{ranks - 1})")
+    s = Scenario(
+        job=job, ranks=ranks, nodes=nodes, calls_per_step=args.calls_per_step, steps_per_s=args.steps_per_s, rate_hz=args.rate,
+        slow_rank=args.slow_rank, slow_node=args.slow_node, slow_ms=args.slow_ms, slow_phase=args.slow_phase,
+        stall_rank=args.stall_rank, stall_at_s=args.stall_at_s, silent_rank=args.silent_rank, silent_at_s=args.silent_at_s,
+        seed=args.seed,
+    )  # fmt: skip
+    if s.slow_node is not None and s.slow_node not in {s.host_of(r) for r in range(ranks)}:
+        parser.error(f"--slow-node {s.slow_node!r} is not a node of this job ({node_name(0)} to {s.host_of(ranks - 1)})")
+    return s
+
+
+def _number(kind, test, what):
+    def parse(text: str):
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+        if not test(value):
+            raise argparse.ArgumentTypeError(f"must be {what}, got {text!r}")
+        return value
+
+    return parse
+
+
+_count = _number(int, lambda v: v > 0, "a whole number above 0")
+_count0 = _number(int, lambda v: v >= 0, "a whole number, 0 or more")
+_positive = _number(float, lambda v: v > 0, "positive")
+_non_negative = _number(float, lambda v: v >= 0, "0 or more")
+_rate = _number(float, lambda v: settings.rate_problem(v) is None, f"between {settings.MIN_RATE_HZ:g} and {settings.MAX_RATE_HZ:g}")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="python -m ranktop.demo.simulate",
+        description="Simulate a big training job through ranktop's real wire, relays and rendezvous; "
+        "watch it with `ranktop watch JOB` (or run `ranktop demo --simulate N` for both at once).",
+    )
+    p.add_argument("--ranks", type=_count, required=True, metavar="N", help="simulated ranks")
+    p.add_argument("--job", default=None, help="job name (default: sim-<pid>)")
+    p.add_argument("--dir", default=None, metavar="DIR", help="rendezvous directory (default: $RANKTOP_DIR or ~/.ranktop)")
+    p.add_argument("--duration", type=_positive, default=None, metavar="S", help="stop after S seconds (default: until interrupted)")
+    add_options(p)
+    return p
+
+
+def run(scenario: Scenario, directory: str | None = None, duration_s: float | None = None, quiet: bool = False) -> int:
+    """Run a simulation in this process until interrupted (or ``duration_s``); SIGTERM ends it cleanly."""
+    stop = threading.Event()
+    previous = signal.signal(signal.SIGTERM, lambda *_: stop.set()) if threading.current_thread() is threading.main_thread() else None
+    sim = Simulator(scenario, directory).start()
+    if not quiet:
+        s = scenario
+        print(
+            f"ranktop: simulating job {s.job}: {s.ranks} ranks on {len(sim._nodes)} nodes, {s.steps_per_s:g} steps/s, "
+            f"{s.calls_per_step} collective calls per step; watch it with: ranktop watch {s.job}",
+            file=sys.stderr,
+        )
+    try:
+        sim.run(stop, duration_s)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        sim.close()
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
+    if sim.skipped_s and not quiet:
+        print(f"ranktop: the machine could not keep up with the simulated job: {sim.skipped_s:.1f} s of it skipped", file=sys.stderr)
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    return run(scenario_of(args, args.ranks, args.job or f"sim-{os.getpid()}", parser), args.dir, args.duration)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
