@@ -456,20 +456,27 @@ class Simulator:
     def _flush(self, node: _Node, now: float) -> None:
         """Every rank of the node sends the steps it finished since its last send, or a heartbeat."""
         steps = [st for st in self._done if st.n > node.sent_upto]
-        heartbeat = now - node.last_sent >= HEARTBEAT_EVERY_S
-        if not steps and not heartbeat:
+        if not steps and now - node.last_sent < HEARTBEAT_EVERY_S:
             return
         node.last_sent = now
-        state = self.state(node.ranks[0], now)  # the same for every rank of the node but a stuck one
+        for kind, rank, body in self.messages(node.ranks, steps, now):
+            node.send(kind, rank, body, now)
+        if steps:
+            node.sent_upto = steps[-1].n
+
+    def messages(self, ranks: range, steps: list[Step], now: float):
+        """(kind, rank, body) of what ``ranks`` send now: their records of ``steps``, or heartbeats without any."""
+        state = self.state(ranks[0], now)  # the same for every rank of a node but a stuck one
         special = {self.s.stall_rank, self.s.silent_rank}
-        sample = self.model.sample(steps[-1].n, (steps[-1].n + 1) * self.s.calls_per_step, now - self._started) if steps else None
+        last = steps[-1].n if steps else 0
+        sample = self.model.sample(last, (last + 1) * self.s.calls_per_step, now - self._started) if steps else None
         records = self.model.records
-        for rank in node.ranks:
+        for rank in ranks:
             if self.is_silent(rank):
                 continue
             rank_state = self.state(rank, now) if rank in special else state
             if not steps:
-                node.send(schema.HEARTBEAT, rank, {"state": rank_state}, now)
+                yield schema.HEARTBEAT, rank, {"state": rank_state}
                 continue
             body: dict[str, Any] = {"steps": [], "state": rank_state}
             summaries = []
@@ -479,9 +486,22 @@ class Simulator:
                 summaries += cs
             if summaries:
                 body["cs"], body["cx"] = summaries, sample
-            node.send(schema.STEPS, rank, body, now)
-        if steps:
-            node.sent_upto = steps[-1].n
+            yield schema.STEPS, rank, body
+
+    def corpus(self, seconds: float) -> list[list[bytes]]:
+        """The frames every rank would send over ``seconds`` of the job, at its rate, without sockets (benchmarks).
+
+        Call on a Simulator that was not started."""
+        self._started = now = time.time()
+        per_message = max(1, round(self.s.steps_per_s / self.s.rate_hz))
+        frames = []
+        for first in range(0, int(seconds * self.s.steps_per_s), per_message):
+            steps = [self.model.step(n, now + n / self.s.steps_per_s) for n in range(first, first + per_message)]
+            self.current_step, self._step_start, self._step_end = steps[-1].n + 1, now, now + 1.0
+            for kind, rank, body in self.messages(range(self.s.ranks), steps, now):
+                body["job"], body["rank"], body["ts"] = self.s.job, rank, now
+                frames.append(schema.encode(kind, body))
+        return frames
 
     def stacks(self, rank: int) -> dict[str, Any]:
         """A training stack where this rank is now, shaped as probe/stacks.py's answer."""

@@ -267,6 +267,7 @@ class Aggregator:
                     pid=int(r.meta.get("pid", -1)),
                     step=r.last_step,
                     steps_seen=r.steps_seen,
+                    last_step_end=r.steps[-1][1] + r.steps[-1][2] if r.steps else None,
                     step_s=st["step"] if st else None,
                     phases=st["phases"] if st else {},
                     score=score,

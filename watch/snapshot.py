@@ -46,6 +46,7 @@ class RankRow:
     throughput: Throughput | None = None  # samples/s, tokens/s, TFLOP/s, MFU, when the probe knows its work per step
     gpu: GpuStat | None = None  # NVML gauges of its GPU, or why there are none (probe/gpu_sampler.py)
     capture: CaptureStatus | None = None  # its latest trace or memory capture (wire/capture.py), running or finished
+    last_step_end: float | None = None  # when its last step received ended: unix time by the rank's clock (t + w)
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,304 @@
+"""What the viewer costs at 64, 512 and 4,096 ranks, measured side by side in one run.
+
+For each job size and each number of collective calls per step, the simulator
+(``ranktop.demo.simulate``: real relays, real wire) runs a job at 16 steps/s
+with one injected straggler (the rank three quarters of the way up, 20 ms slow
+in forward), and a *viewer process* watches it as the TUI does: a
+``WatchSession`` whose snapshot is taken at a 2 Hz refresh (through the same
+call the App makes). The viewer process reports:
+
+- its CPU use, as % of one core (user + system, receiver thread included; the
+  benchmark's own bookkeeping is left out);
+- how long a snapshot takes (p50, p95);
+- event -> screen latency p95: from the end of a simulated step (its record's
+  start plus its wall time) to the first snapshot that includes it;
+- its RSS at the end (and at the start of the measurement, to see it is flat);
+- messages dropped: step records that never arrived (gaps in a rank's step
+  numbers) plus frames the viewer threw away;
+- whether the injected straggler is the top row, and how soon it got there.
+
+Ingest capacity (rank-steps/s on one core) is measured apart, in this
+process: the frames the simulated ranks would send for a few seconds of the
+job, fed to a fresh aggregator, by CPU time.
+
+Targets (issue 12), at 4,096 ranks x 32 calls: viewer CPU <= 25% of a core,
+snapshot p95 <= 50 ms, ingest >= 200k rank-steps/s, latency p95 <= 1 s, RSS
+<= 300 MB and flat, the injected straggler on top within 10 s. These are
+figures for people; no test asserts them.
+
+    python benchmarks/scale.py                          # 64, 512, 4096 ranks x 8, 32 calls, 10 minutes each
+    python benchmarks/scale.py --ranks 64,512 --minutes 1
+    python benchmarks/scale.py --json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+STEPS_PER_S = 16.0
+REFRESH_HZ = 2.0
+SLOW_MS = 20.0
+SLOW_PHASE = "forward"
+#: The viewer waits this long for every rank before it starts measuring.
+WARMUP_S = 15.0
+KEYS = (
+    "ranks", "calls_per_step", "viewer_cpu_pct", "snapshot_ms_p50", "snapshot_ms_p95", "ingest_rank_steps_per_s",
+    "latency_p95_s", "rss_mb", "dropped", "top_straggler", "injected_straggler",
+)  # fmt: skip
+
+
+def straggler_of(ranks: int) -> int:
+    return max(0, ranks * 3 // 4 - 1)
+
+
+def percentile(values: list[float], q: float) -> float | None:
+    if not values:
+        return None
+    ordered = sorted(values)
+    k = (len(ordered) - 1) * q / 100
+    lo = int(k)
+    hi = min(lo + 1, len(ordered) - 1)
+    return ordered[lo] + (ordered[hi] - ordered[lo]) * (k - lo)
+
+
+def rss_mb() -> float:
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def cpu_s() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+# -- the viewer process ----------------------------------------------------------------
+
+
+def viewer(job: str, directory: str, seconds: float, ranks: int, straggler: int) -> dict:
+    """Watch ``job`` as the TUI does for ``seconds`` after warm-up; the figures as a dict."""
+    from ranktop.watch.session import WatchSession, resolve
+
+    session = WatchSession(resolve([job], directory, allow_pending=True))
+    take = session.snapshot  # what the App's refresh timer calls
+    period = 1.0 / REFRESH_HZ
+    started = time.monotonic()
+    snapshot_ms: list[float] = []
+    latencies: list[float] = []
+    first_top: float | None = None
+    base: dict[int, tuple[int, int]] = {}  # rank -> (step, steps seen) when the measurement began
+    last: dict[int, int] = {}
+    bookkeeping = 0.0
+    measuring_since = None
+    cpu_start = rss_start = 0.0
+    snap = None
+    with session:
+        next_tick = time.monotonic()
+        while True:
+            next_tick += period
+            pause = next_tick - time.monotonic()
+            if pause > 0:
+                time.sleep(pause)
+            else:
+                next_tick = time.monotonic()  # a snapshot longer than the period: no burst to catch up
+            t0 = time.perf_counter()
+            snap = take()
+            took = time.perf_counter() - t0
+            now_wall, now = time.time(), time.monotonic()
+            b0 = time.thread_time()
+            if snap.stragglers and snap.stragglers[0] == straggler and first_top is None:
+                first_top = now - started
+            if measuring_since is None:
+                if len(snap.ranks) >= ranks or now - started > WARMUP_S:  # every rank heard, or as many as came
+                    measuring_since, cpu_start, rss_start = now, cpu_s(), rss_mb()
+                    base = {r.rank: (r.step, r.steps_seen) for r in snap.ranks}
+                    last = {r.rank: r.step for r in snap.ranks}
+            else:
+                snapshot_ms.append(took * 1000)
+                for r in snap.ranks:
+                    before = last.get(r.rank)
+                    if before is not None and r.step > before and r.last_step_end is not None:
+                        step_s = r.step_s or 1.0 / STEPS_PER_S
+                        # the oldest step first shown now ended (r.step - before - 1) steps before the newest
+                        latencies.append(now_wall - r.last_step_end + (r.step - before - 1) * step_s)
+                    last[r.rank] = r.step
+                    if r.rank not in base:
+                        base[r.rank] = (r.step, r.steps_seen)
+                if now - measuring_since >= seconds:
+                    break
+            bookkeeping += time.thread_time() - b0
+        elapsed = time.monotonic() - measuring_since
+        cpu = cpu_s() - cpu_start - bookkeeping
+    lost = 0
+    for r in snap.ranks:
+        if r.rank in base:
+            step0, seen0 = base[r.rank]
+            lost += max(0, (r.step - step0) - (r.steps_seen - seen0))
+    return {
+        "viewer_cpu_pct": round(100 * cpu / elapsed, 1),
+        "snapshot_ms_p50": _round(percentile(snapshot_ms, 50)),
+        "snapshot_ms_p95": _round(percentile(snapshot_ms, 95)),
+        "latency_p95_s": _round(percentile(latencies, 95), 3),
+        "rss_mb": round(rss_mb(), 1),
+        "rss_mb_start": round(rss_start, 1),
+        "dropped": lost + snap.dropped_messages,
+        "top_straggler": snap.stragglers[0] if snap.stragglers else None,
+        "top_after_s": _round(first_top, 1),
+        "ranks_seen": len(snap.ranks),
+        "silent_at_end": sum(1 for r in snap.ranks if r.status == "silent"),
+        "snapshots": len(snapshot_ms),
+        "measured_s": round(elapsed, 1),
+    }
+
+
+def _round(value: float | None, digits: int = 1) -> float | None:
+    return None if value is None else round(value, digits)
+
+
+# -- ingest capacity -------------------------------------------------------------------
+
+
+def ingest_capacity(ranks: int, calls: int, seconds: float = 2.0) -> float:
+    """Rank-steps per CPU second that one aggregator ingests (decode included), from the simulator's frames."""
+    from ranktop.demo.simulate import Scenario, Simulator
+    from ranktop.watch.aggregator import Aggregator
+
+    scenario = Scenario(
+        job="ingest", ranks=ranks, nodes=max(1, ranks // 8), calls_per_step=calls, steps_per_s=STEPS_PER_S,
+        slow_rank=straggler_of(ranks), slow_ms=SLOW_MS, slow_phase=SLOW_PHASE,
+    )  # fmt: skip
+    with tempfile.TemporaryDirectory() as folder:
+        frames = Simulator(scenario, folder).corpus(seconds)
+    aggregator = Aggregator("ingest")
+    start = time.process_time()
+    for message in frames:
+        aggregator.ingest_frames(message)
+    spent = time.process_time() - start
+    return ranks * int(seconds * STEPS_PER_S) / spent
+
+
+# -- one configuration -----------------------------------------------------------------
+
+
+def run_config(ranks: int, calls: int, minutes: float) -> dict:
+    straggler = straggler_of(ranks)
+    job = f"scale-{ranks}-{calls}"
+    seconds = minutes * 60
+    with tempfile.TemporaryDirectory(prefix="ranktop-scale-") as folder:
+        sim = subprocess.Popen(
+            [
+                sys.executable, "-m", "ranktop.demo.simulate", "--ranks", str(ranks), "--job", job, "--dir", folder,
+                "--calls-per-step", str(calls), "--steps-per-s", str(STEPS_PER_S), "--slow-rank", str(straggler),
+                "--slow-ms", str(SLOW_MS), "--slow-phase", SLOW_PHASE, "--duration", str(seconds + WARMUP_S * 4 + 30),
+            ],
+            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True,
+        )  # fmt: skip
+        try:
+            out = subprocess.run(
+                [sys.executable, __file__, "--viewer", job, "--dir", folder, "--seconds", str(seconds), "--ranks", str(ranks),
+                 "--straggler", str(straggler)],
+                capture_output=True, text=True, timeout=seconds + WARMUP_S * 4 + 120,
+            )  # fmt: skip
+        finally:
+            sim.terminate()
+            try:
+                _, sim_err = sim.communicate(timeout=30)
+            except subprocess.TimeoutExpired:
+                sim.kill()
+                _, sim_err = sim.communicate()
+        if out.returncode != 0:
+            raise SystemExit(f"the viewer failed at {ranks} ranks x {calls} calls:\n{out.stderr[-2000:]}")
+        figures = json.loads(out.stdout.strip().splitlines()[-1])
+    behind = [line for line in sim_err.splitlines() if "could not keep up" in line]
+    figures.update(ranks=ranks, calls_per_step=calls, injected_straggler=straggler, simulator_behind=behind[0] if behind else None)
+    figures["ingest_rank_steps_per_s"] = round(ingest_capacity(ranks, calls, seconds=min(2.0, max(0.5, 4096 / ranks * 0.5))))
+    return figures
+
+
+def table(rows: list[dict]) -> str:
+    head = ("ranks", "calls", "viewer CPU", "snapshot p50/p95", "ingest", "latency p95", "RSS (start)", "dropped", "top row", "on top after")
+    lines = [head]
+    for r in rows:
+        lines.append(
+            (
+                str(r["ranks"]), str(r["calls_per_step"]), f"{r['viewer_cpu_pct']}%",
+                f"{r['snapshot_ms_p50']} / {r['snapshot_ms_p95']} ms", f"{r['ingest_rank_steps_per_s'] / 1000:.0f}k rank-steps/s",
+                f"{r['latency_p95_s']} s", f"{r['rss_mb']:.0f} MB ({r['rss_mb_start']:.0f})", str(r["dropped"]),
+                f"{r['top_straggler']} ({'injected' if r['top_straggler'] == r['injected_straggler'] else 'expected ' + str(r['injected_straggler'])})",
+                "-" if r["top_after_s"] is None else f"{r['top_after_s']} s",
+            )  # fmt: skip
+        )
+    widths = [max(len(line[i]) for line in lines) for i in range(len(head))]
+    out = ["  ".join(cell.ljust(w) for cell, w in zip(line, widths)).rstrip() for line in lines]
+    out.insert(1, "  ".join("-" * w for w in widths))
+    for r in rows:
+        if r.get("simulator_behind"):
+            out.append(f"note ({r['ranks']} x {r['calls_per_step']}): {r['simulator_behind']}")
+    return "\n".join(out)
+
+
+def _ints(text: str) -> list[int]:
+    try:
+        values = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated whole numbers, got {text!r}") from None
+    if not values or any(v <= 0 for v in values):
+        raise argparse.ArgumentTypeError(f"expected positive numbers, got {text!r}")
+    return values
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description="The viewer's cost at 64 to 4,096 simulated ranks (see the module's docstring).")
+    p.add_argument("--ranks", type=_ints, default=[64, 512, 4096], help="job sizes, comma-separated (default 64,512,4096)")
+    p.add_argument("--calls", type=_ints, default=[8, 32], help="collective calls per step, comma-separated (default 8,32)")
+    p.add_argument("--minutes", type=float, default=10.0, help="minutes measured per configuration (default 10)")
+    p.add_argument("--json", action="store_true", help="print a JSON list of objects instead of the table")
+    p.add_argument("--viewer", metavar="JOB", help=argparse.SUPPRESS)  # the viewer process (internal)
+    p.add_argument("--dir", help=argparse.SUPPRESS)
+    p.add_argument("--seconds", type=float, help=argparse.SUPPRESS)
+    p.add_argument("--straggler", type=int, help=argparse.SUPPRESS)
+    args = p.parse_args(argv)
+    if args.viewer:
+        print(json.dumps(viewer(args.viewer, args.dir, args.seconds, args.ranks[0], args.straggler)))
+        return 0
+    if not args.minutes > 0:
+        p.error("--minutes must be positive")
+    rows = []
+    for ranks in args.ranks:
+        for calls in args.calls:
+            print(f"measuring {ranks} ranks x {calls} calls per step for {args.minutes:g} min ...", file=sys.stderr)
+            rows.append(run_config(ranks, calls, args.minutes))
+    if args.json:
+        print(json.dumps([{k: r[k] for k in KEYS} | {k: v for k, v in r.items() if k not in KEYS} for r in rows], indent=2))
+    else:
+        print(f"ranktop scale benchmark: {STEPS_PER_S:g} steps/s, {REFRESH_HZ:g} Hz refresh, {args.minutes:g} min per row, "
+              f"{os.cpu_count()} CPUs ({_cpu_name()})")  # fmt: skip
+        print(table(rows))
+        print("targets at 4096 x 32: viewer CPU <= 25%, snapshot p95 <= 50 ms, ingest >= 200k rank-steps/s, "
+              "latency p95 <= 1 s, RSS <= 300 MB and flat, injected straggler on top within 10 s")  # fmt: skip
+    return 0
+
+
+def _cpu_name() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return "unknown CPU"
+
+
+if __name__ == "__main__":
+    sys.exit(main())
