@@ -179,13 +179,14 @@ def ingest_capacity(ranks: int, calls: int, seconds: float = 2.0) -> float:
         slow_rank=straggler_of(ranks), slow_ms=SLOW_MS, slow_phase=SLOW_PHASE,
     )  # fmt: skip
     with tempfile.TemporaryDirectory() as folder:
-        frames = Simulator(scenario, folder).corpus(seconds)
+        sim = Simulator(scenario, folder)
+        frames = [f for _, tick in sim.replay(seconds) for f in tick]
     aggregator = Aggregator("ingest")
     start = time.process_time()
     for message in frames:
         aggregator.ingest_frames(message)
     spent = time.process_time() - start
-    return ranks * int(seconds * STEPS_PER_S) / spent
+    return ranks * sim.steps_done / spent
 
 
 # -- one configuration -----------------------------------------------------------------

@@ -219,7 +219,7 @@ class _Rank:
         self._rank = rank
 
     def state(self) -> dict[str, Any]:
-        return self._sim.state(self._rank, time.time())
+        return self._sim.state(self._rank, self._sim._clock())
 
     def capture_folder(self, capture_id: str):
         return capture_folder(self._sim.s.job, capture_id, self._sim.directory)
@@ -323,6 +323,7 @@ class Simulator:
         self._step: Step | None = None
         self._halted_at: float | None = None  # the job stopped (a stalled or silent rank): when
         self._walls: list[float] = []
+        self._clock = time.time  # replay() runs the job on a clock of its own
 
     # -- lifecycle ---------------------------------------------------------------
 
@@ -388,7 +389,7 @@ class Simulator:
         return min(times) if times else None
 
     def is_silent(self, rank: int) -> bool:
-        return rank == self.s.silent_rank and time.time() >= self._started + self.s.silent_at_s
+        return rank == self.s.silent_rank and self._clock() >= self._started + self.s.silent_at_s
 
     def _begin_step(self, n: int, start: float) -> None:
         self.current_step = n
@@ -488,25 +489,44 @@ class Simulator:
                 body["cs"], body["cx"] = summaries, sample
             yield schema.STEPS, rank, body
 
-    def corpus(self, seconds: float) -> list[list[bytes]]:
-        """The frames every rank would send over ``seconds`` of the job, at its rate, without sockets (benchmarks).
-
-        Call on a Simulator that was not started."""
-        self._started = now = time.time()
-        per_message = max(1, round(self.s.steps_per_s / self.s.rate_hz))
-        frames = []
-        for first in range(0, int(seconds * self.s.steps_per_s), per_message):
-            steps = [self.model.step(n, now + n / self.s.steps_per_s) for n in range(first, first + per_message)]
-            self.current_step, self._step_start, self._step_end = steps[-1].n + 1, now, now + 1.0
+    def replay(self, seconds: float, start: float = 1.0e9):
+        """Run the job on a clock of its own, without sockets: yields (time, frames every rank sends then)
+        at each of the ranks' sends, for ``seconds`` of the job (tests and benchmarks feed an aggregator
+        with them). The scenario's stalls and silences happen as they would live. Call on a Simulator
+        that was not started."""
+        clock = [start]
+        self._clock = lambda: clock[0]
+        self._started = start
+        self._begin_step(0, start)
+        sent_upto, last_sent = -1, start
+        for i in range(1, int(seconds * self.s.rate_hz) + 1):
+            now = clock[0] = start + i / self.s.rate_hz
+            self._advance(now)
+            steps = [st for st in self._done if st.n > sent_upto]
+            if not steps and now - last_sent < HEARTBEAT_EVERY_S:
+                continue
+            last_sent = now
+            frames = []
             for kind, rank, body in self.messages(range(self.s.ranks), steps, now):
                 body["job"], body["rank"], body["ts"] = self.s.job, rank, now
                 frames.append(schema.encode(kind, body))
-        return frames
+            if steps:
+                sent_upto = steps[-1].n
+            yield now, frames
+
+    def hellos(self, now: float) -> list[list[bytes]]:
+        """Every rank's hello, encoded (what replay's consumers need first)."""
+        out = []
+        for rank in range(self.s.ranks):
+            body = {"host": self.s.host_of(rank), "pid": os.getpid(), "world": self.s.ranks, "local_rank": rank % self.s.per_node,
+                    "local_world": self.s.per_node, "job": self.s.job, "rank": rank, "ts": now}  # fmt: skip
+            out.append(schema.encode(schema.HELLO, body))
+        return out
 
     def stacks(self, rank: int) -> dict[str, Any]:
         """A training stack where this rank is now, shaped as probe/stacks.py's answer."""
         stuck = self._halted_at is not None and rank in (self.s.stall_rank, self.s.silent_rank)
-        phase = "data" if stuck else self.state(rank, time.time())["phase"]
+        phase = "data" if stuck else self.state(rank, self._clock())["phase"]
         frames = [_frame(JOB_FILE, 210, "<module>", "main()"), _frame(JOB_FILE, 181, "main", "loss = train_step(model, batch, opt)")]
         frames += _STACK_TAIL.get(phase, _STACK_TAIL["forward"])
         if self._halted_at is not None and not stuck:
