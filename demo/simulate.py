@@ -427,7 +427,9 @@ class Simulator:
                           "inside": True, "age": now - self._halted_at}  # fmt: skip
         elif ops:  # the last one it left: the previous step's last
             collective = {"op": ops[-1][1], "seq": n * k, "b": BUCKET_BYTES[0], "dt": DTYPE, "g": self.s.ranks, "inside": False, "age": 0.0}
-        if halted:
+        if stuck:
+            phase = "data"  # waiting for a batch that never comes
+        elif halted:
             phase = PHASES[ops[0][0]] if ops else "forward"
         else:
             into = (now - self._step_start) / max(self._step_end - self._step_start, 1e-9)
@@ -527,10 +529,9 @@ class Simulator:
         """A training stack where this rank is now, shaped as probe/stacks.py's answer."""
         stuck = self._halted_at is not None and rank in (self.s.stall_rank, self.s.silent_rank)
         phase = "data" if stuck else self.state(rank, self._clock())["phase"]
-        frames = [_frame(JOB_FILE, 210, "<module>", "main()"), _frame(JOB_FILE, 181, "main", "loss = train_step(model, batch, opt)")]
-        frames += _STACK_TAIL.get(phase, _STACK_TAIL["forward"])
         if self._halted_at is not None and not stuck:
-            frames = frames[:2] + _STACK_TAIL["forward"]
+            phase = "forward"  # inside the collective the stuck rank never joins
+        frames = [_frame(JOB_FILE, 210, "<module>", "main()")] + _STACK_TAIL[phase]
         thread = {"name": "MainThread", "ident": rank + 1, "main": True, "daemon": False, "frames": frames, "omitted": 0}
         return {"threads": [thread], "omitted_threads": 0, "roots": _ROOTS}
 
@@ -544,20 +545,23 @@ def _frame(file: str, line: int, function: str, code: str) -> dict[str, Any]:
     return {"file": file, "line": line, "function": function, "code": code}
 
 
+_TRAIN_STEP = _frame(JOB_FILE, 181, "main", "loss = train_step(model, batch, opt)")
 _STACK_TAIL = {
     "data": [
         _frame(JOB_FILE, 170, "main", "batch = next(batches)"),
         _frame(f"{_SITE}/torch/utils/data/dataloader.py", 733, "__next__", "data = self._next_data()"),
     ],
     "forward": [
+        _TRAIN_STEP,
         _frame(JOB_FILE, 96, "train_step", "loss = model(batch).loss"),
         _frame(f"{_SITE}/torch/distributed/fsdp/_fully_shard/_fsdp_collectives.py", 343, "foreach_all_gather", "dist.all_gather_into_tensor(out, inp, group=group)"),
     ],
     "backward": [
+        _TRAIN_STEP,
         _frame(JOB_FILE, 97, "train_step", "loss.backward()"),
         _frame(f"{_SITE}/torch/autograd/graph.py", 825, "_engine_run_backward", "return Variable._execution_engine.run_backward("),
     ],
-    "optimizer": [_frame(JOB_FILE, 98, "train_step", "opt.step()"), _frame(f"{_SITE}/torch/optim/adamw.py", 210, "step", "adamw(")],
+    "optimizer": [_TRAIN_STEP, _frame(JOB_FILE, 98, "train_step", "opt.step()"), _frame(f"{_SITE}/torch/optim/adamw.py", 210, "step", "adamw(")],
 }  # fmt: skip
 
 

@@ -1,0 +1,63 @@
+"""``ranktop demo --simulate``: a simulated job that ranktop's commands watch and command like any other.
+
+Its relays, rendezvous records, wire messages and signed commands are the real
+ones, so these tests run the installed commands against it as a user would.
+"""
+
+import json
+import os
+import signal
+import subprocess
+
+import pytest
+
+from support import RANKTOP, run_cli, wait_for
+from ranktop.wire import rendezvous
+
+
+@pytest.fixture
+def simulated(rdv):
+    """A 32-rank job on 4 simulated nodes, rank 20 slow in forward, rank 9 stalling 8 s in."""
+    job = "sim-test"
+    proc = subprocess.Popen(
+        [RANKTOP, "demo", "--simulate", "32", "--nodes", "4", "--no-tui", "--job", job,
+         "--slow-rank", "20", "--slow-ms", "20", "--slow-phase", "forward", "--stall-rank", "9", "--stall-at-s", "8"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True,
+    )  # fmt: skip
+    try:
+        wait_for(lambda: len(rendezvous.read_nodes(job)) == 4 or proc.poll() is not None, 60, "the simulated relays never came up")
+        assert proc.poll() is None, proc.stderr.read()
+        yield job, proc
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait(30)
+
+
+@pytest.mark.slow
+def test_a_simulated_job_is_watched_pinged_and_dumped_like_a_real_one(simulated):
+    job, proc = simulated
+    doc = json.loads(run_cli("watch", job, "--json", "--duration", "5").stdout)
+    assert doc["world_size"] == 32 and doc["connected"] == 32
+    assert sorted({r["host"] for r in doc["ranks"]}) == ["sim0000", "sim0001", "sim0002", "sim0003"]
+    top = next(r for r in doc["ranks"] if r["rank"] == doc["stragglers"][0])
+    assert (top["rank"], top["status"], top["culprit_phase"]) == (20, "slow", "forward")
+    assert any(c["rank"] == -1 and c["op"] == "all_gather_into_tensor" for c in doc["collectives"])
+
+    ping = run_cli("ping", job, "--timeout", "10")
+    assert ping.returncode == 0, ping.stderr
+    assert sum("pong" in line for line in ping.stdout.splitlines()) == 32
+
+    # past 8 s the job hangs: rank 9 waits for data, the 31 others inside a collective
+    wait_for(lambda: "waiting for rank 9" in (json.loads(run_cli("watch", job, "--json", "--duration", "1").stdout)["diagnosis"] or ""),
+             30, "the hang was never diagnosed")  # fmt: skip
+    stacks = run_cli("stacks", job, "--json", "--timeout", "10")
+    assert stacks.returncode == 0, stacks.stderr
+    groups = [g["ranks"] for g in json.loads(stacks.stdout)["groups"]]
+    assert groups == [[r for r in range(32) if r != 9], [9]]
+
+
+def test_a_bad_simulation_option_is_one_line(rdv):
+    out = run_cli("demo", "--simulate", "16", "--no-tui", "--slow-rank", "99")
+    assert out.returncode == 2 and "--slow-rank 99 is not a rank of a job of 16" in out.stderr and "Traceback" not in out.stderr
+    out = run_cli("demo", "--simulate", "16", "--no-tui", "--slow-node", "nope")
+    assert out.returncode == 2 and "is not a node of this job (sim0000 to sim0001)" in out.stderr
