@@ -1,9 +1,10 @@
 """The ranktop terminal UI: renders Snapshots at a fixed rate and sends commands on request.
 
-The App never sees telemetry. ``source.snapshot()`` is called on a timer at
-``refresh_hz`` and the result is pushed into the widgets, so a burst of
-messages from the job costs the UI nothing: it always draws at the same rate,
-whatever arrives in between.
+The App never sees telemetry. ``source.snapshot()`` is called at
+``refresh_hz`` on a thread of its own (watch/refresher.py), never on the
+event loop, and each result is posted here and pushed into the widgets: a
+burst of messages from the job, or a snapshot of thousands of ranks, costs
+the keys and the drawing nothing.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from textual.widgets import Footer
 
 from ranktop.tui import bindings
 from ranktop.watch.capture import CaptureRefused, plan
+from ranktop.watch.refresher import Refresher
 from ranktop.watch.snapshot import EMPTY, Snapshot
 from ranktop.tui.panes import (
     SORTS,
@@ -120,17 +122,33 @@ class RanktopApp(App[None]):
         self._stragglers.border_title = "Stragglers · flagged first"
         self._collectives.border_title = "Collectives · wait per call, launch to completion"
         self.poll()
-        self.set_interval(1.0 / self.refresh_hz, self.poll)
+        self._refresher = Refresher(lambda: self.source.snapshot(), self.refresh_hz, self._from_refresher)
+        self._refresher.start()
+
+    def on_unmount(self) -> None:
+        self._refresher.stop()
+
+    def _from_refresher(self, snapshot: Snapshot | None, error: BaseException | None) -> None:
+        """On the refresher's thread: hand a snapshot (or why there is none) to the event loop, and wait for it."""
+        self.call_from_thread(self._show, snapshot, error)
 
     def poll(self) -> None:
-        """Take one snapshot from the source and draw it (the refresh timer calls this)."""
+        """Take one snapshot from the source, here, and draw it (at start, on resume; the refresher does the rest)."""
         if self.paused:
             return
         try:
-            self.snapshot = self.source.snapshot()
-        except Exception as exc:  # the UI stays up, shows the last good snapshot and says what broke
-            self._source_error = f"cannot read telemetry: {_one_line(exc)}"
+            snapshot, error = self.source.snapshot(), None
+        except Exception as exc:
+            snapshot, error = None, exc
+        self._show(snapshot, error)
+
+    def _show(self, snapshot: Snapshot | None, error: BaseException | None) -> None:
+        if self.paused:
+            return
+        if error is not None:  # the UI stays up, shows the last good snapshot and says what broke
+            self._source_error = f"cannot read telemetry: {_one_line(error)}"
         else:
+            self.snapshot = snapshot
             self._source_error = None
         self._draw()
 
