@@ -14,7 +14,7 @@ import json
 import time
 
 from ranktop.watch.session import WatchSession, resolve
-from ranktop.watch.stacks import build_report, report_json, report_lines
+from ranktop.watch.stacks import build_report, report_json, report_lines, representatives
 
 
 class StacksError(Exception):
@@ -38,7 +38,13 @@ def add_parser(sub, positive_float) -> argparse.ArgumentParser:
 
 
 def collect(session: WatchSession, timeout: float):
-    """Send ``stacks`` and wait for the answers; returns (report, seconds waited for answers)."""
+    """Ask every rank for the fingerprint of its stacks, then one rank per distinct fingerprint for
+    the stacks themselves; returns (report, seconds waited for answers).
+
+    Two small rounds instead of one big one: 4,096 ranks send a few bytes each and
+    only a handful send text, so the answers come fast and fit in memory. Ranks
+    whose probe predates fingerprints answer the first round in full.
+    """
     if not session.controller.available:
         raise StacksError(session.controller.unavailable_reason)
     deadline = time.monotonic() + timeout
@@ -49,19 +55,33 @@ def collect(session: WatchSession, timeout: float):
         raise StacksError(f"no rank reported within {timeout:g}s")
     expected = range(world)
     try:
-        command_id = session.controller.send_by(deadline, "stacks")
+        command_id = session.controller.send_by(deadline, "stacks", {"digest": True})
     except RuntimeError as exc:
         raise StacksError(str(exc)) from None
     sent = time.monotonic()
     deadline = sent + timeout
+    replies = _wait_for(session, command_id, world, deadline)
+    wanted = representatives(replies)
+    full = []
+    if wanted:
+        try:
+            full_id = session.controller.send("stacks", ranks=wanted)
+        except RuntimeError as exc:
+            raise StacksError(str(exc)) from None
+        full = _wait_for(session, full_id, len(wanted), max(deadline, time.monotonic() + min(timeout, 2.0)))
+    waited = time.monotonic() - sent
+    return build_report(expected, replies, full), waited
+
+
+def _wait_for(session: WatchSession, command_id: str, count: int, deadline: float) -> list[tuple[int, bool, dict]]:
+    """Answers to one command, until ``count`` ranks answered or the deadline."""
     replies = []
     while time.monotonic() < deadline:
         replies = session.aggregator.replies_to(command_id)
-        if len({r.rank for r in replies}) >= world:
+        if len({r.rank for r in replies}) >= count:
             break
         time.sleep(0.05)
-    waited = time.monotonic() - sent
-    return build_report(expected, [(r.rank, r.ok, r.result) for r in replies]), waited
+    return [(r.rank, r.ok, r.result) for r in replies]
 
 
 def cmd_stacks(args) -> int:

@@ -50,6 +50,7 @@ from ranktop.probe import commands
 from ranktop.probe.identity import Identity
 from ranktop.probe.relay import Relay, ipc_endpoints
 from ranktop.probe.sender import HEARTBEAT_EVERY_S, HELLO_EVERY_S
+from ranktop.probe.stacks import answer as stacks_answer
 from ranktop.wire import __version__ as PROBE_VERSION
 from ranktop.wire import auth, rendezvous, schema, settings
 from ranktop.wire.capture import capture_folder
@@ -289,8 +290,8 @@ class _Node:
         now = time.time()
         view = _Rank(self._sim, self, rank)
         try:
-            if msg["cmd"] == "stacks":
-                ok, result = True, dict(self._sim.stacks(rank), state=view.state())
+            if msg["cmd"] == "stacks" and isinstance(msg["args"].get("digest", False), bool):
+                ok, result = True, stacks_answer(self._sim.stacks(rank), view.state(), msg["args"].get("digest", False))
             else:
                 ok, result = commands.run(view, msg["cmd"], msg["args"])
         except Exception as exc:  # as the probe does: a broken handler answers with its error

@@ -15,6 +15,7 @@ only the rank knows where its interpreter and packages are installed.
 
 from __future__ import annotations
 
+import hashlib
 import linecache
 import os
 import sys
@@ -116,3 +117,23 @@ def collect(max_frames: int = MAX_FRAMES, max_threads: int = MAX_THREADS) -> dic
                 t["omitted"] += len(t["frames"]) - FRAMES_OVER_BUDGET
                 t["frames"] = t["frames"][-FRAMES_OVER_BUDGET:]
     return {"threads": threads, "omitted_threads": max(0, len(idents) - max_threads), "roots": library_roots()}
+
+
+def digest(collected: dict[str, Any]) -> str:
+    """A short fingerprint of the main thread's stack: what a viewer groups ranks by.
+
+    At thousands of ranks a viewer first asks every rank for this alone, then one
+    rank per distinct fingerprint for its full stacks (see watch/stacks.py).
+    The same frames (file, line, function) give the same fingerprint on every rank.
+    """
+    main = next((t for t in collected.get("threads", ()) if t.get("main")), None)
+    frames = main["frames"] if main is not None else ()
+    text = "\n".join(f"{f['file']}:{f['line']}:{f['function']}" for f in frames) if main is not None else "<no main thread>"
+    return hashlib.sha1(text.encode("utf-8", "replace")).hexdigest()[:16]
+
+
+def answer(collected: dict[str, Any], state: dict[str, Any], digest_only: bool = False) -> dict[str, Any]:
+    """The reply to a ``stacks`` command: the stacks, or only their digest, with where the rank is."""
+    if digest_only:
+        return {"digest": digest(collected), "state": state}
+    return dict(collected, digest=digest(collected), state=state)

@@ -193,3 +193,30 @@ def test_every_rank_s_answer_to_our_own_command_is_kept_however_many_ranks():
     assert len(agg.snapshot().replies) == MAX_REPLIES
     assert [r.rank for r in agg.replies_to("ours")] == list(range(600))
     assert agg.replies_to("theirs") == []  # another TUI's command: only the bounded list has it
+
+
+def test_thousands_of_ranks_send_a_fingerprint_and_one_rank_per_group_its_stacks():
+    """At scale ``stacks`` goes in two rounds: every rank's digest, then the full stacks of one rank per digest."""
+    from ranktop.probe import stacks as probe_stacks
+    from ranktop.watch.stacks import representatives
+
+    def collected(frames):
+        stacks = reply(frames, "x")
+        del stacks["state"]
+        return stacks
+
+    def answer(frames, phase, digest_only):
+        return probe_stacks.answer(collected(frames), {"step": 30, "last": 29, "in_step": True, "phase": phase}, digest_only)
+
+    waiting, culprit = answer(ddp_rank(), "backward", True), answer(hung_rank(), "data", True)
+    assert set(waiting) == {"digest", "state"} and waiting["digest"] != culprit["digest"]
+    replies = [(r, True, culprit if r == 3071 else waiting) for r in range(4096)]
+    assert representatives(replies) == [0, 3071]
+    full = [(0, True, answer(ddp_rank(), "backward", False)), (3071, True, answer(hung_rank(), "data", False))]
+    report = build_report(range(4096), replies, full)
+    assert [len(g.ranks) for g in report.groups] == [4095, 1] and report.groups[1].ranks == (3071,)
+    assert report.groups[1].label == "time.sleep at faults.py:80" and report.groups[1].where.startswith("data")
+    assert report.ranks[5].main is report.ranks[7].main  # one parsed stack shared by the group, not 4,095 copies
+    # a group whose representative never answered is still a group, said to be unfetched
+    partial = build_report(range(4096), replies, full[:1])
+    assert "stacks not fetched" in partial.groups[1].label and partial.complete

@@ -19,7 +19,7 @@ from __future__ import annotations
 import keyword
 import os
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Iterable
 
 #: How far out of the user's code a frame is: the label is taken from the lowest tier present.
@@ -60,6 +60,7 @@ class RankStacks:
     phase: str | None = None
     step: int | None = None
     collective: dict | None = None
+    digest: str | None = None  # the main thread's fingerprint, as the rank computed it (probe/stacks.py)
 
     @property
     def main(self) -> ThreadStack | None:
@@ -208,13 +209,36 @@ def parse_reply(rank: int, result: dict) -> RankStacks:
         for kind, paths in roots_in.items():
             if isinstance(kind, str) and isinstance(paths, list):
                 roots[kind] = [p for p in paths if isinstance(p, str)]
+    phase, step, collective = _position(result)
+    digest = result.get("digest") if isinstance(result.get("digest"), str) else None
+    return RankStacks(rank, tuple(threads), _int(result.get("omitted_threads")), roots, phase, step, collective, digest)
+
+
+def _position(result: dict) -> tuple[str | None, int | None, dict | None]:
+    """Where a rank's answer says it is: (phase, step, last collective)."""
     state = result.get("state") if isinstance(result.get("state"), dict) else {}
     step = None
     if "step" in state:
         step = _int(state.get("step"), -1) if state.get("in_step") else _int(state.get("last"), -1) + 1
     collective = state.get("collective") if isinstance(state.get("collective"), dict) else None
     phase = state.get("phase") if isinstance(state.get("phase"), str) else None
-    return RankStacks(rank, tuple(threads), _int(result.get("omitted_threads")), roots, phase, step, collective)
+    return phase, step, collective
+
+
+def is_digest_only(result: Any) -> bool:
+    """An answer to ``stacks`` with ``digest``: the fingerprint, no stacks."""
+    return isinstance(result, dict) and isinstance(result.get("digest"), str) and "threads" not in result
+
+
+def representatives(replies: Iterable[tuple[int, bool, dict]], limit: int = 64) -> list[int]:
+    """One rank per distinct digest among digest-only answers (the lowest), at most ``limit``: whom to ask
+    for the full stacks. The biggest groups first, so a job of many distinct stacks shows the main ones."""
+    members: dict[str, list[int]] = {}
+    for rank, ok, result in replies:
+        if ok and is_digest_only(result):
+            members.setdefault(result["digest"], []).append(rank)
+    ordered = sorted(members.values(), key=lambda ranks: (-len(ranks), min(ranks)))
+    return sorted(min(ranks) for ranks in ordered[:limit])
 
 
 def collective_text(collective: dict | None) -> str:
@@ -267,27 +291,57 @@ def group(stacks: Iterable[RankStacks]) -> list[StackGroup]:
     by_key: dict[tuple, list[RankStacks]] = {}
     for s in stacks:
         main = s.main
-        key = tuple((f.file, f.line, f.function) for f in main.frames) if main else ("<no main thread>",)
+        if main:
+            key = tuple((f.file, f.line, f.function) for f in main.frames)
+        elif not s.threads and s.digest:  # its group's stacks never came
+            key = ("<digest>", s.digest)
+        else:
+            key = ("<no main thread>",)
         by_key.setdefault(key, []).append(s)
     groups = []
     for members in by_key.values():
         members.sort(key=lambda m: m.rank)
         main = members[0].main
         frames = main.frames if main else ()
-        text = label(frames, members[0].roots) if main else "no main thread reported"
+        if main:
+            text = label(frames, members[0].roots)
+        elif not members[0].threads and members[0].digest:
+            text = f"stacks not fetched (fingerprint {members[0].digest})"
+        else:
+            text = "no main thread reported"
         groups.append(StackGroup(tuple(m.rank for m in members), text, _where(members), frames))
     groups.sort(key=lambda g: (-len(g.ranks), g.ranks[0]))
     return groups
 
 
-def build_report(expected: Iterable[int], replies: Iterable[tuple[int, bool, dict]]) -> StackReport:
-    """From ``(rank, ok, result)`` answers to one ``stacks`` command; a rank's first answer counts."""
+def build_report(
+    expected: Iterable[int], replies: Iterable[tuple[int, bool, dict]], full: Iterable[tuple[int, bool, dict]] = ()
+) -> StackReport:
+    """From ``(rank, ok, result)`` answers to one ``stacks`` command; a rank's first answer counts.
+
+    Answers that carry only a digest take the stacks of the rank in ``full`` (the answers to a second,
+    full ``stacks`` sent to :func:`representatives`) with the same digest, and keep their own place
+    (phase, step, collective): thousands of ranks then share a few parsed stacks.
+    """
+    by_digest: dict[str, RankStacks] = {}
+    for rank, ok, result in full:
+        if ok and isinstance(result, dict) and not is_digest_only(result):
+            parsed = parse_reply(rank, result)
+            if parsed.digest is not None:
+                by_digest.setdefault(parsed.digest, parsed)
     ranks: dict[int, RankStacks] = {}
     failed: dict[int, str] = {}
     for rank, ok, result in replies:
         if rank in ranks or rank in failed:
             continue
-        if ok and isinstance(result, dict):
+        if ok and is_digest_only(result):
+            phase, step, collective = _position(result)
+            shared = by_digest.get(result["digest"])
+            if shared is None:
+                ranks[rank] = RankStacks(rank, (), 0, {}, phase, step, collective, result["digest"])
+            else:
+                ranks[rank] = replace(shared, rank=rank, phase=phase, step=step, collective=collective)
+        elif ok and isinstance(result, dict):
             ranks[rank] = parse_reply(rank, result)
         else:
             error = result.get("error") if isinstance(result, dict) else None
