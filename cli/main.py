@@ -17,12 +17,15 @@ from ranktop.cli import capture as capture_cli
 from ranktop.cli import stacks as stacks_cli
 from ranktop.watch import slurm
 from ranktop.watch.aggregator import DEFAULT_SILENT_AFTER_S, DEFAULT_WINDOW
+from ranktop.watch.stacks import compress_ranks
 from ranktop.watch.session import Target, TargetError, WatchSession, live_jobs, resolve
 from ranktop.watch.stalls import DEFAULT_STALL_FACTOR, DEFAULT_STALL_FLOOR_S
 from ranktop.wire import __version__, rendezvous, settings
 
 #: How long an endpoint may stay silent before the user is told (then we keep waiting).
 WAITING_NOTICE_S = 3.0
+#: ``ranktop ping`` prints a line per rank up to this many ranks, one line for all beyond.
+PING_LINES_UP_TO = 64
 
 
 class UserError(Exception):
@@ -301,16 +304,24 @@ def cmd_ping(args) -> int:
         answered: dict[int, float | None] = {}
         while time.monotonic() < deadline and set(answered) < expected:
             time.sleep(0.05)
-            for reply in session.snapshot().replies:
-                if reply.id == command_id:
-                    answered[reply.rank] = reply.rtt_s
-    for rank in sorted(expected):
-        if rank in answered:
-            rtt = answered[rank]
-            print(f"rank {rank}: pong in {rtt * 1000:.1f} ms" if rtt is not None else f"rank {rank}: pong")
-        else:
-            print(f"rank {rank}: no answer within {args.timeout:g}s")
+            answered = {r.rank: r.rtt_s for r in session.replies_to(command_id)}  # every answer, however many ranks
     missing = expected - set(answered)
+    if len(expected) <= PING_LINES_UP_TO:
+        for rank in sorted(expected):
+            if rank in answered:
+                rtt = answered[rank]
+                print(f"rank {rank}: pong in {rtt * 1000:.1f} ms" if rtt is not None else f"rank {rank}: pong")
+            else:
+                print(f"rank {rank}: no answer within {args.timeout:g}s")
+    else:  # a big job: one line for all, the slowest named, the silent ones as ranges
+        times = sorted((rtt, rank) for rank, rtt in answered.items() if rtt is not None and rank in expected)
+        line = f"{len(expected) - len(missing)} of {len(expected)} ranks answered"
+        if times:
+            pick = lambda q: times[min(len(times) - 1, int(q * len(times)))][0] * 1000  # noqa: E731
+            line += f": pong in {pick(0.5):.1f} ms (median), {pick(0.95):.1f} ms (p95), {times[-1][0] * 1000:.1f} ms (slowest: rank {times[-1][1]})"
+        print(line)
+        if missing:
+            print(f"no answer within {args.timeout:g}s from ranks {compress_ranks(missing)}")
     if missing:
         raise UserError(f"{len(missing)} of {len(expected)} rank(s) did not answer")
     return 0

@@ -53,6 +53,7 @@ from ranktop.probe.sender import HEARTBEAT_EVERY_S, HELLO_EVERY_S
 from ranktop.probe.stacks import answer as stacks_answer
 from ranktop.wire import __version__ as PROBE_VERSION
 from ranktop.wire import auth, rendezvous, schema, settings
+from ranktop.wire.collective_summary import SAMPLE_EVERY_S
 from ranktop.wire.capture import capture_folder
 
 RANKS_PER_NODE = 8
@@ -325,6 +326,7 @@ class Simulator:
         self._halted_at: float | None = None  # the job stopped (a stalled or silent rank): when
         self._walls: list[float] = []
         self._clock = time.time  # replay() runs the job on a clock of its own
+        self._next_sample: dict[int, float] = {}  # per node (by its first rank): when it next sends a sample
 
     # -- lifecycle ---------------------------------------------------------------
 
@@ -473,7 +475,10 @@ class Simulator:
         state = self.state(ranks[0], now)  # the same for every rank of a node but a stuck one
         special = {self.s.stall_rank, self.s.silent_rank}
         last = steps[-1].n if steps else 0
-        sample = self.model.sample(last, (last + 1) * self.s.calls_per_step, now - self._started) if steps else None
+        sample = None
+        if steps and now >= self._next_sample.get(ranks[0], 0.0):  # as the probe: raw calls once a second at most
+            sample = self.model.sample(last, (last + 1) * self.s.calls_per_step, now - self._started)
+            self._next_sample[ranks[0]] = now + SAMPLE_EVERY_S
         records = self.model.records
         for rank in ranks:
             if self.is_silent(rank):
@@ -489,7 +494,9 @@ class Simulator:
                 body["steps"].append(record)
                 summaries += cs
             if summaries:
-                body["cs"], body["cx"] = summaries, sample
+                body["cs"] = summaries
+                if sample:
+                    body["cx"] = sample
             yield schema.STEPS, rank, body
 
     def replay(self, seconds: float, start: float = 1.0e9):

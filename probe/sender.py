@@ -70,6 +70,7 @@ class Sender(threading.Thread):
         # job already hung still knows how long a step usually takes on this rank.
         self._recent_walls: collections.deque[float] = collections.deque(maxlen=32)
         self._held_calls: list[dict[str, Any]] = []  # collective calls of the step in progress (see _flush)
+        self._next_sample = 0.0  # when the next sample of raw calls may go (wire/collective_summary.py)
         # Registered sources (see add_state / add_hello): what other parts of the probe put in
         # every state (memory, GPU gauges, the last collective) or every hello (the work per step).
         self._state_sources: dict[str, Callable[[], Any]] = {}
@@ -198,8 +199,9 @@ class Sender(threading.Thread):
             body = {"steps": records[i : i + MAX_RECORDS_PER_MESSAGE], "state": self.state()}
             if summaries:
                 body["cs"] = summaries[i : i + MAX_RECORDS_PER_MESSAGE]
-                if i == 0:
+                if i == 0 and (final or time.monotonic() >= self._next_sample):
                     body["cx"] = sample
+                    self._next_sample = time.monotonic() + collective_summary.SAMPLE_EVERY_S
             self._send(pub, schema.STEPS, body)
         return bool(chunks)
 

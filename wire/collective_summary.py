@@ -13,8 +13,10 @@ buckets and FSDP's prefetches overlap: summing them would count the same
 second twice); per op, ``waited`` is the union of that op's waits, ``total``
 the plain sum (its mean wait per call is ``total / calls``) and ``longest`` the
 longest single wait. A small sample of raw call records (``cx``, at most
-:data:`SAMPLE_MAX`, chosen to span distinct sizes) rides along for what needs
-single calls: the alpha-beta fit and the latency percentiles.
+:data:`SAMPLE_MAX`, chosen to span distinct sizes, at most once every
+:data:`SAMPLE_EVERY_S`) rides along for what needs single calls: the
+alpha-beta fit and the latency percentiles. The viewer keeps a window of them
+per rank, so a fit sees many sizes over a few seconds.
 
 The viewer uses the same :func:`summarise` on the raw ``coll`` records of older
 probes (1.1 to 1.3), so both kinds of peer feed one code path.
@@ -25,8 +27,10 @@ from __future__ import annotations
 from typing import Any, Iterable
 
 #: Raw call records kept per op in one message's sample, and in all.
-SAMPLE_PER_OP = 4
-SAMPLE_MAX = 32
+SAMPLE_PER_OP = 3
+SAMPLE_MAX = 12
+#: A rank sends a sample this often at most (each costs the viewer a decode per call, times thousands of ranks).
+SAMPLE_EVERY_S = 1.0
 #: The positions in an op's summary list.
 CALLS, BYTES, WAITED, TOTAL, LONGEST, GROUP, DTYPE = range(7)
 OP_FIELDS = 7
