@@ -1,0 +1,50 @@
+"""A rank's window keeps its statistics as the aggregator always computed them, incrementally."""
+
+import random
+
+import pytest
+
+from ranktop.watch.step_window import StepWindow, own_times
+
+
+def test_the_window_gives_the_medians_of_own_times_with_waits_taken_out():
+    window = StepWindow(8)
+    rng = random.Random(3)
+    steps = []
+    for n in range(12):
+        phases = {"forward": 0.01 + rng.random() * 0.002, "backward": 0.03 + rng.random() * 0.004}
+        if n == 6:
+            phases["mine"] = 0.001  # a phase first seen late: earlier steps spent nothing in it
+        waits = {"backward": 0.01 + rng.random() * 0.001} if n % 3 else None
+        wall = sum(phases.values()) + 0.002
+        window.add(n, 100.0 + n * 0.05, wall, phases, waits)
+        steps.append((n, wall, own_times(wall, phases, waits)))
+    names = ["forward", "backward", "mine", "comm", "other"]
+    stats = window.stats(names, 3)
+    kept = steps[-8:]
+    for name in names:
+        values = sorted(times.get(name, 0.0) for _, _, times in kept)
+        assert stats["phases"][name] == pytest.approx((values[3] + values[4]) / 2)
+    assert list(stats["phases"]) == names
+    assert stats["step"] == pytest.approx(sorted(w for _, w, _ in kept)[3:5][0] / 2 + sorted(w for _, w, _ in kept)[3:5][1] / 2)
+    assert stats["rate"] == pytest.approx(20.0)
+    assert stats["comm"] is not None
+
+
+def test_waits_that_come_after_their_step_are_taken_out_too():
+    window = StepWindow(4)
+    for n in range(3):
+        window.add(n, float(n), 0.05, {"backward": 0.03}, None)
+    assert window.stats(["backward"], 3)["phases"]["backward"] == pytest.approx(0.03)
+    assert not window.dirty
+    for n in range(3):
+        window.rewait(n, {"backward": 0.01})
+    assert window.dirty
+    stats = window.stats(["backward", "comm"], 3)
+    assert stats["phases"]["backward"] == pytest.approx(0.02) and stats["comm"] == pytest.approx(0.01)
+
+
+def test_too_few_steps_give_no_statistics():
+    window = StepWindow(4)
+    window.add(0, 0.0, 0.05, {}, None)
+    assert window.stats(["other"], 3) is None
