@@ -8,7 +8,6 @@ before that, the user gets the tail of its log instead of an empty screen.
 
 from __future__ import annotations
 
-import argparse
 import importlib.util
 import os
 import signal
@@ -18,7 +17,31 @@ import tempfile
 import threading
 from pathlib import Path
 
+from ranktop.cli.errors import UserError
+from ranktop.cli.options import add_view_options, positive_int
 from ranktop.watch.session import WatchSession, resolve
+from ranktop.wire import settings
+
+
+def add_parser(sub) -> None:
+    demo = sub.add_parser(
+        "demo",
+        help="run the demo training job (torchrun, gloo on CPU) and watch it",
+        description="Launch the demo job with torchrun and open the TUI on it. Demo switches "
+        "(--slow-rank R --slow-ms MS --slow-phase P, --hang-rank R --hang-at-step S, "
+        "--leak-mb-per-step X, --steps N, ...) are passed to the job; see `python -m ranktop.demo.train --help`.",
+    )
+    demo.add_argument("--nproc", type=positive_int, default=4, help="ranks to launch (default 4)")
+    demo.add_argument(
+        "--simulate", type=positive_int, default=None, metavar="N",
+        help="instead of torchrun, simulate a job of N ranks (thousands fit on a laptop) through the real wire and relays: "
+        "--nodes M --calls-per-step K --steps-per-s S --slow-rank R --slow-ms MS --slow-phase P --slow-node HOST "
+        "--stall-rank R --stall-at-s T --silent-rank R (see `python -m ranktop.demo.simulate --help`)",
+    )  # fmt: skip
+    demo.add_argument("--no-tui", action="store_true", help="run the job in the foreground without the TUI")
+    demo.add_argument("--job", default=None, help="job name (default: demo-<pid>)")
+    add_view_options(demo, json_mode=False)
+    demo.set_defaults(run=run_demo, takes_extra=True)
 
 
 def _train_script() -> Path:
@@ -41,9 +64,9 @@ def start(job: str, nproc: int, extra: list[str], directory: str | None, log_pat
 
 
 def start_process(command: list[str], job: str, directory: str | None, log_path: Path | None) -> subprocess.Popen:
-    env = dict(os.environ, RANKTOP_JOB=job)
+    env = dict(os.environ, **{settings.JOB.name: job})
     if directory:
-        env["RANKTOP_DIR"] = directory
+        env[settings.DIR.name] = directory
     env.setdefault("OMP_NUM_THREADS", "1")
     out = open(log_path, "wb") if log_path else None
     return subprocess.Popen(command, env=env, stdout=out, stderr=subprocess.STDOUT if out else None, start_new_session=True)
@@ -80,7 +103,7 @@ def _log_tail(path: Path, lines: int = 15) -> str:
 
 
 def run_demo(args, extra: list[str]) -> int:
-    from ranktop.cli.main import UserError, run_tui
+    from ranktop.cli.watch import run_tui
 
     if args.simulate is not None:
         return run_simulation(args, extra)
@@ -119,25 +142,29 @@ def run_demo(args, extra: list[str]) -> int:
     return 0
 
 
+def simulate_command(ranks: int, job: str, extra: list[str]) -> list[str]:
+    """The simulator (ranktop.demo.simulate) as a process of its own, as the demo job is: it checks its own options."""
+    return [sys.executable, "-m", "ranktop.demo.simulate", "--ranks", str(ranks), "--job", job, *extra]
+
+
 def run_simulation(args, extra: list[str]) -> int:
-    """``--simulate N``: a simulated job (ranktop.demo.simulate) instead of torchrun's, watched the same way.
+    """``--simulate N``: a simulated job of N ranks instead of torchrun's, watched the same way.
 
-    Under the TUI the simulator runs in a process of its own, so that it and the
-    viewer each have an interpreter (and a core) to themselves.
+    The simulator runs in a process of its own, so that it and the viewer each
+    have an interpreter (and a core) to themselves.
     """
-    from ranktop.cli.main import UserError, run_tui
-    from ranktop.demo import simulate
+    from ranktop.cli.watch import run_tui
 
-    parser = argparse.ArgumentParser(prog="ranktop demo --simulate N", description="options of the simulated job")
-    simulate.add_options(parser)
-    options = parser.parse_args(extra)  # a bad option: one line and exit 2, as any other
     job = args.job or f"sim-{os.getpid()}"
-    scenario = simulate.scenario_of(options, args.simulate, job, parser)
     if args.no_tui:
-        return simulate.run(scenario, args.dir)
+        proc = start_process(simulate_command(args.simulate, job, extra), job, args.dir, None)
+        try:
+            return proc.wait()
+        except KeyboardInterrupt:
+            stop(proc)
+            return 130
     log_path = Path(tempfile.gettempdir()) / f"ranktop-{job}.log"
-    command = [sys.executable, "-m", "ranktop.demo.simulate", "--ranks", str(args.simulate), "--job", job, *extra]
-    proc = start_process(command, job, args.dir, log_path)
+    proc = start_process(simulate_command(args.simulate, job, extra), job, args.dir, log_path)
     for sig in (signal.SIGHUP, signal.SIGTERM):
         signal.signal(sig, _raise_interrupt)
     try:
@@ -148,8 +175,7 @@ def run_simulation(args, extra: list[str]) -> int:
             stall_factor=args.stall_factor,
             stall_floor_s=args.stall_floor,
         )
-        title = f"ranktop demo (simulated: {scenario.ranks} ranks on {scenario.nodes} nodes)"
-        run_tui(session, args.refresh, title=title, on_app=lambda app: _close_with(app, proc))
+        run_tui(session, args.refresh, title=f"ranktop demo (simulated: {args.simulate} ranks)", on_app=lambda app: _close_with(app, proc))
         ended_by_itself = proc.poll() is not None
     finally:
         stop(proc)

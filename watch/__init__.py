@@ -15,7 +15,16 @@ The map of the package is docs/architecture.md.
 """
 
 from ranktop.watch.session import Target, TargetError, WatchSession, resolve
-from ranktop.watch.snapshot import OK, SILENT, SLOW, STALLED, STATUSES, RankRow, Reply, Snapshot
+from ranktop.watch.snapshot import (
+    OK,
+    SILENT,
+    SLOW,
+    STALLED,
+    STATUSES,
+    RankRow,
+    Reply,
+    Snapshot,
+)
 
 Session = WatchSession
 

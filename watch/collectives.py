@@ -1,6 +1,6 @@
-"""Statistics of collective calls: bandwidths by the nccl-tests conventions and the alpha-beta fit.
+"""The job's collectives: per-op rows, bandwidths by the nccl-tests conventions and the alpha-beta fit.
 
-Pure functions over plain numbers, so they are tested without a job.
+Pure functions over plain numbers and rank windows, so they are tested without a job.
 
 Bandwidths follow nccl-tests (doc/PERFORMANCE.md): *algorithm bandwidth* is
 bytes / time; *bus bandwidth* scales it by how much data each rank really
@@ -16,8 +16,14 @@ cannot separate latency from bandwidth.
 
 from __future__ import annotations
 
+import collections
 import statistics
 from dataclasses import dataclass
+from typing import Any, Iterable
+
+from ranktop.watch.snapshot import CollectiveStat
+from ranktop.watch.window import RankWindow
+from ranktop.wire import collective_summary
 
 MIN_DISTINCT_SIZES = 3
 
@@ -69,3 +75,117 @@ def fit_alpha_beta(sizes: list[float], times: list[float]) -> AlphaBeta | None:
     slope = cov / var
     alpha = mean_t - slope * mean_n
     return AlphaBeta(alpha_s=alpha, beta_bps=1.0 / slope if slope > 0 else None)
+
+
+# -- the job's collectives, from the ranks' windows ------------------------------------
+
+
+def add_collectives(w: RankWindow, msg: dict[str, Any], now: float, window: int) -> None:
+    """A steps message's collectives: a 1.4 probe's summaries and sample, or an older probe's every call
+    (summarised here the same way, wire/collective_summary.py). Call before adding the message's steps."""
+    if "cs" in msg:
+        summaries, sample = msg["cs"], msg.get("cx", ())
+    elif msg.get("coll"):
+        summaries, sample = collective_summary.summarise(msg["coll"])[0], msg["coll"]
+    else:
+        return
+    for entry in summaries:
+        add_summary(w, entry, now, window)
+    for call in sample:
+        w.calls.append((now, call))
+
+
+def add_summary(w: RankWindow, entry: dict[str, Any], now: float, window: int) -> None:
+    """One step-and-phase summary of a rank's collectives: counted exactly, its wait noted by step and phase."""
+    S = collective_summary
+    for op, fields in entry["ops"].items():
+        totals = w.call_totals.setdefault(op, [0, 0])
+        totals[0] += fields[S.CALLS]
+        totals[1] += fields[S.BYTES]
+        recent = w.op_window.get(op)
+        if recent is None:
+            recent = w.op_window[op] = collections.deque(maxlen=2 * window)
+        recent.append((now, fields[S.CALLS], fields[S.BYTES], fields[S.TOTAL]))
+        w.op_last[op] = (fields[S.GROUP], fields[S.DTYPE])
+    step = entry["n"]
+    step_waits = w.waits.get(step)
+    if step_waits is None:
+        step_waits = w.waits[step] = {}
+        while len(w.waits) > 2 * window:
+            w.waits.popitem(last=False)
+    # A step whose calls came in two messages (a late completion) adds up: they no longer overlap.
+    step_waits[entry["ph"]] = step_waits.get(entry["ph"], 0.0) + entry["w"]
+    if w.steps and w.steps[0].n <= step <= w.last_step:  # its step came first: its own times change
+        w.own.rewait(step, step_waits)
+
+
+#: Beyond this many ranks, per-rank rows are only those of the ranks shown first (watch/stragglers.py ranking).
+PER_RANK_ROWS_UP_TO = 64
+
+
+def collective_rows(windows: Iterable[RankWindow], now: float, ranks: Iterable[int] | None = None) -> list[CollectiveStat]:
+    """Per op for the whole job (rank -1), then per rank and op (for ``ranks`` only, when given).
+
+    Counts, bytes, rates and mean waits come from the per-step summaries (exact);
+    the p95 and the alpha-beta fit from the samples of raw calls.
+    """
+    wanted = None if ranks is None else set(ranks)
+    windows_of: dict[tuple[int, str], list] = {}
+    samples: dict[tuple[int, str], list] = {}
+    totals: dict[tuple[int, str], list[int]] = {}
+    last: dict[tuple[int, str], tuple[int, str]] = {}
+    for w in windows:
+        own = wanted is None or w.rank in wanted
+        for op, recent in list(w.op_window.items()):
+            keys = ((-1, op), (w.rank, op)) if own else ((-1, op),)
+            recent = list(recent)
+            for key in keys:
+                windows_of.setdefault(key, []).extend(recent)
+                last[key] = w.op_last[op]
+        for _, call in list(w.calls):
+            keys = ((-1, call["op"]), (w.rank, call["op"])) if own else ((-1, call["op"]),)
+            for key in keys:
+                samples.setdefault(key, []).append(call)
+        for op, (calls, nbytes) in list(w.call_totals.items()):
+            keys = ((-1, op), (w.rank, op)) if own else ((-1, op),)
+            for key in keys:
+                t = totals.setdefault(key, [0, 0])
+                t[0] += calls
+                t[1] += nbytes
+    rows = []
+    for (rank, op), recent in sorted(windows_of.items()):
+        count = sum(c for _, c, _, _ in recent)
+        size = sum(b for _, _, b, _ in recent)
+        busy = sum(t for _, _, _, t in recent)
+        span = now - min(a for a, _, _, _ in recent)
+        group, dtype = last[(rank, op)]
+        sampled = samples.get((rank, op), [])[-4096:]  # the job's row: the fit and p95 of a bounded sample
+        durations = [c["d"] for c in sampled]
+        algbw = size / busy if busy > 0 and size else None
+        fit = fit_alpha_beta([float(c["b"]) for c in sampled], durations) if sampled else None
+        dev = None
+        if fit is not None:
+            latest = sampled[-5:]
+            predicted = statistics.fmean(fit.predict(c["b"]) for c in latest)
+            if predicted > 0:
+                dev = statistics.fmean(c["d"] for c in latest) / predicted - 1
+        rows.append(
+            CollectiveStat(
+                rank=rank,
+                op=op,
+                group_size=group,
+                dtype=dtype,
+                calls=totals[(rank, op)][0],
+                bytes=totals[(rank, op)][1],
+                calls_per_s=count / span if span >= 1.0 else None,
+                bytes_per_s=size / span if span >= 1.0 else None,
+                mean_s=busy / count if count else 0.0,
+                p95_s=percentile(durations, 95) if durations else 0.0,
+                algbw_bps=algbw,
+                busbw_bps=algbw * bus_factor(op, group) if algbw else None,
+                alpha_s=fit.alpha_s if fit else None,
+                beta_bps=fit.beta_bps if fit else None,
+                fit_dev=dev,
+            )
+        )
+    return rows

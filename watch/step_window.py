@@ -49,6 +49,8 @@ class StepWindow:
         self.steps: collections.deque[tuple[int, float, float]] = collections.deque(maxlen=window)
         self.columns: dict[str, collections.deque[float]] = {}
         self.waited = False  # some step had collective waits: "comm" is known
+        self.names: set[str] = set()  # every phase its steps named
+        self._median_wall: float | None = None
         self._raw: collections.deque[tuple[float, dict]] = collections.deque(maxlen=window)  # (wall, phases) to redo a step
         self._stats: dict[str, Any] | None = None
         self._dirty = False
@@ -64,6 +66,8 @@ class StepWindow:
     def add(self, n: int, t: float, wall: float, phases: dict[str, float], waits: dict | None) -> None:
         self.steps.append((n, t, wall))
         self._raw.append((wall, phases))
+        self.names.update(phases)
+        self._median_wall = None
         times = own_times(wall, phases, waits)
         if waits:
             self.waited = True
@@ -92,7 +96,10 @@ class StepWindow:
                 return
 
     def median_wall(self) -> float | None:
-        return _median(w for _, _, w in self.steps) if self.steps else None
+        """The median step time over the window (kept until the next step)."""
+        if self._median_wall is None and self.steps:
+            self._median_wall = _median([w for _, _, w in self.steps])
+        return self._median_wall
 
     def stats(self, names: list[str], min_steps: int) -> dict[str, Any] | None:
         """Medians over the window: ``{"step", "phases" (in the order of names), "rate", "comm"}``;
@@ -104,7 +111,7 @@ class StepWindow:
             span = last[1] - first[1]
             medians = {name: _median(column) for name, column in self.columns.items()}
             self._stats = {
-                "step": _median(w for _, _, w in self.steps),
+                "step": self.median_wall(),
                 "medians": medians,
                 "rate": (last[0] - first[0]) / span if span > 0 else None,
                 "comm": medians.get(COMM, 0.0) if self.waited else None,

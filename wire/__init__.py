@@ -4,7 +4,7 @@
 this package and nothing of each other.
 """
 
-from .schema import PROTOCOL_VERSION, STANDARD_PHASES, OTHER_PHASE, WireError, VersionMismatch
+from .schema import OTHER_PHASE, PROTOCOL_VERSION, STANDARD_PHASES, VersionMismatch, WireError
 
 __version__ = "0.1.0"
 
