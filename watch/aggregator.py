@@ -2,8 +2,11 @@
 
 The receiver thread feeds decoded messages in with :meth:`Aggregator.ingest`;
 the UI (or ``--json``) takes a :class:`~ranktop.watch.snapshot.Snapshot` at its
-own pace. One lock guards both, held only for dictionary updates and for
-computing a snapshot, so a burst of telemetry delays at most one frame.
+own pace (the TUI on a thread of its own, watch/refresher.py). One lock guards
+both; ingest holds it for dictionary updates and appends (O(1) per step: each
+rank's window keeps its own-time columns, watch/step_window.py), a snapshot
+only a slice of ranks at a time (their medians, recomputed when new steps came)
+and builds the rest, O(ranks), outside it: the receiver never waits for a frame.
 
 What a snapshot says comes from modules of their own, each reading the typed
 rank windows (watch/window.py): straggler scores (watch/stragglers.py), stalls
@@ -47,6 +50,13 @@ DEFAULT_SILENT_AFTER_S = 3.0
 #: Latest replies kept for the snapshot, whoever sent the command (ours are all kept: watch/requests.py).
 MAX_REPLIES = 256
 MAX_ERRORS = 8
+#: Ranks whose statistics a snapshot works out per hold of the lock (about a millisecond's work).
+STATS_SLICE = 64
+#: Ranks whose medians one snapshot may work out again (those with new steps; the others keep theirs).
+RESTATS_PER_SNAPSHOT = 1024
+#: Past this many ranks the snapshot's per-rank collective rows are those of the first ranks of the ranking only.
+PER_RANK_ROWS_UP_TO = 64
+PER_RANK_ROWS_SHOWN = 16
 
 
 @dataclass
@@ -83,6 +93,7 @@ class Aggregator:
         self._replies: collections.deque[Reply] = collections.deque(maxlen=MAX_REPLIES)
         self._errors: list[str] = []
         self._dropped = 0
+        self._restat_from = 0  # where the next snapshot's share of medians to refresh begins
         self._resources = ResourceTracker()  # memory history and creep, GPU gauges, throughput (tui/rank_resources.py)
 
     @property
@@ -186,21 +197,38 @@ class Aggregator:
     # -- output (UI thread) ---------------------------------------------------
 
     def snapshot(self) -> Snapshot:
+        """The job now. Built mostly outside the lock the receiver takes: the per-rank work (statistics
+        recomputed for ranks with new steps, resource gauges) under it a slice of ranks at a time, so
+        ingest never waits more than about a millisecond; the cross-rank part, O(ranks), outside it."""
         now = self._clock()
         with self._lock:
-            return self._snapshot_locked(now)
+            windows = sorted(self._ranks.values(), key=lambda x: x.rank)
+            names = stragglers.phase_names(windows)
+        stats: dict[int, stragglers.RankStats | None] = {}
+        resources: dict[int, dict] = {}
+        wall = time.time()
+        # A big job's medians are refreshed a share at a time, in turn: each rank's at least every
+        # len(windows) / RESTATS_PER_SNAPSHOT refreshes (every 2 s at 4,096 ranks and 2 Hz).
+        count = len(windows)
+        first = self._restat_from % count if count else 0
+        fresh = {windows[(first + k) % count].rank for k in range(min(count, RESTATS_PER_SNAPSHOT))}
+        self._restat_from = first + len(fresh)
+        for i in range(0, count, STATS_SLICE):
+            with self._lock:
+                for w in windows[i : i + STATS_SLICE]:
+                    st = stats[w.rank] = stragglers.rank_stats(w, names, refresh=w.rank in fresh)
+                    w.own.median_wall()  # kept for the stall check below
+                    resources[w.rank] = self._resources.row_fields(w.rank, w.meta, st.rate if st else None, wall)
+        return self._build(now, windows, names, stats, resources)
 
-    def _snapshot_locked(self, now: float) -> Snapshot:
-        windows = self._ranks.values()
-        names = stragglers.phase_names(windows)
-        stats = {w.rank: stragglers.rank_stats(w, names) for w in windows}
+    def _build(self, now: float, windows: list[RankWindow], names: list[str], stats: dict, resources: dict) -> Snapshot:
         silent = {w.rank for w in windows if now - w.last_seen > self._silent_after}
         verdict = stalls.assess(stalls.positions_of(windows, now, silent), self._stall)
         live = {rank: s for rank, s in stats.items() if s is not None and rank not in silent}
         scores = stragglers.score(live, names)
 
         rows = []
-        for w in sorted(windows, key=lambda x: x.rank):
+        for w in windows:
             st = stats[w.rank]
             excess, culprit = scores.of(w.rank)
             stuck = verdict.stalled.get(w.rank)
@@ -238,15 +266,19 @@ class Aggregator:
                     rejected=_rejected(w.state.get("rejected")),
                     rate_hz=_rate(w.state.get("rate_hz", w.meta.get("rate_hz"))),
                     last_step_end=w.last_step_end,
-                    **self._resources.row_fields(w.rank, w.meta, st.rate if st else None, time.time()),
+                    **resources[w.rank],
                 )
             )
         rates = [s.rate for s in live.values() if s.rate]
         ranks_by_endpoint: dict[str, tuple[int, ...]] = {}
-        for w in sorted(windows, key=lambda x: x.rank):
+        for w in windows:
             if w.endpoint is not None:
                 ranks_by_endpoint[w.endpoint] = ranks_by_endpoint.get(w.endpoint, ()) + (w.rank,)
         worlds = [w.meta.get("world") for w in windows if isinstance(w.meta.get("world"), int)]
+        ranking = stragglers.ranking(rows, verdict.waiting_for)
+        with self._lock:
+            endpoints = list(self._endpoints.values())
+            replies, dropped, errors = list(self._replies), self._dropped, list(self._errors)
         return Snapshot(
             job=self._job,
             world_size=max(worlds) if worlds else None,
@@ -255,13 +287,13 @@ class Aggregator:
             steps_per_s=statistics.median(rates) if rates else None,
             phase_names=names,
             ranks=rows,
-            stragglers=stragglers.ranking(rows, verdict.waiting_for),
-            endpoints=[self._endpoint_view(e, now, ranks_by_endpoint.get(e.url, ())) for e in self._endpoints.values()],
-            replies=list(self._replies),
+            stragglers=ranking,
+            endpoints=[self._endpoint_view(e, now, ranks_by_endpoint.get(e.url, ())) for e in endpoints],
+            replies=replies,
             requests=self.requests.statuses(),
-            dropped_messages=self._dropped,
-            errors=list(self._errors),
-            collectives=collective_rows(windows, now),
+            dropped_messages=dropped,
+            errors=errors,
+            collectives=collective_rows(windows, now, ranking[:PER_RANK_ROWS_SHOWN] if len(windows) > PER_RANK_ROWS_UP_TO else None),
             waiting_for=verdict.waiting_for,
             diagnosis=verdict.diagnosis,
             slow_hosts=stragglers.slow_hosts(rows),

@@ -105,7 +105,17 @@ def add_summary(w: RankWindow, entry: dict[str, Any], now: float, window: int) -
         recent = w.op_window.get(op)
         if recent is None:
             recent = w.op_window[op] = collections.deque(maxlen=2 * window)
+            w.op_sums[op] = [0, 0, 0.0]
+        sums = w.op_sums[op]  # the window's sums, kept as entries come and go: a snapshot reads three numbers
+        if len(recent) == recent.maxlen:
+            _, calls, nbytes, busy = recent[0]
+            sums[0] -= calls
+            sums[1] -= nbytes
+            sums[2] -= busy
         recent.append((now, fields[S.CALLS], fields[S.BYTES], fields[S.TOTAL]))
+        sums[0] += fields[S.CALLS]
+        sums[1] += fields[S.BYTES]
+        sums[2] += fields[S.TOTAL]
         w.op_last[op] = (fields[S.GROUP], fields[S.DTYPE])
     step = entry["n"]
     step_waits = w.waits.get(step)
@@ -121,45 +131,69 @@ def add_summary(w: RankWindow, entry: dict[str, Any], now: float, window: int) -
 
 #: Beyond this many ranks, per-rank rows are only those of the ranks shown first (watch/stragglers.py ranking).
 PER_RANK_ROWS_UP_TO = 64
+#: Raw calls the job-wide rows' p95 and fit read at most, a few from each rank.
+JOB_SAMPLE = 2048
 
 
 def collective_rows(windows: Iterable[RankWindow], now: float, ranks: Iterable[int] | None = None) -> list[CollectiveStat]:
     """Per op for the whole job (rank -1), then per rank and op (for ``ranks`` only, when given).
 
-    Counts, bytes, rates and mean waits come from the per-step summaries (exact);
-    the p95 and the alpha-beta fit from the samples of raw calls.
+    Counts, bytes, rates and mean waits come from the per-step summaries (exact,
+    from sums each window keeps); the p95 and the alpha-beta fit from the samples
+    of raw calls (for the job, a bounded number from each rank). O(ranks x ops).
     """
-    wanted = None if ranks is None else set(ranks)
-    windows_of: dict[tuple[int, str], list] = {}
+    windows = list(windows)
+    wanted = set(w.rank for w in windows) if ranks is None else set(ranks)
+    per_rank_sample = max(1, JOB_SAMPLE // max(1, len(windows)))
+    sums: dict[tuple[int, str], list] = {}  # key -> [calls, bytes, busy, first arrival]
     samples: dict[tuple[int, str], list] = {}
     totals: dict[tuple[int, str], list[int]] = {}
     last: dict[tuple[int, str], tuple[int, str]] = {}
-    for w in windows:
-        own = wanted is None or w.rank in wanted
-        for op, recent in list(w.op_window.items()):
-            keys = ((-1, op), (w.rank, op)) if own else ((-1, op),)
-            recent = list(recent)
-            for key in keys:
-                windows_of.setdefault(key, []).extend(recent)
-                last[key] = w.op_last[op]
-        for _, call in list(w.calls):
-            keys = ((-1, call["op"]), (w.rank, call["op"])) if own else ((-1, call["op"]),)
-            for key in keys:
-                samples.setdefault(key, []).append(call)
+    job_sums: dict[str, list] = {}
+    job_totals: dict[str, list[int]] = {}
+    for w in windows:  # the whole job: a few additions per rank and op
+        for op, (calls, nbytes, busy) in list(w.op_sums.items()):
+            acc = job_sums.get(op)
+            if acc is None:
+                acc = job_sums[op] = [0, 0, 0.0, now]
+                last[(-1, op)] = w.op_last[op]
+            acc[0] += calls
+            acc[1] += nbytes
+            acc[2] += busy
         for op, (calls, nbytes) in list(w.call_totals.items()):
-            keys = ((-1, op), (w.rank, op)) if own else ((-1, op),)
-            for key in keys:
-                t = totals.setdefault(key, [0, 0])
-                t[0] += calls
-                t[1] += nbytes
+            t = job_totals.get(op)
+            if t is None:
+                t = job_totals[op] = [0, 0]
+            t[0] += calls
+            t[1] += nbytes
+        for _, call in list(w.calls)[-per_rank_sample:]:
+            samples.setdefault((-1, call["op"]), []).append(call)
+    for w in windows:
+        if w.rank not in wanted:
+            continue
+        for op, (calls, nbytes, busy) in list(w.op_sums.items()):
+            recent = w.op_window[op]
+            first = recent[0][0] if recent else now
+            sums[(w.rank, op)] = [calls, nbytes, busy, first]
+            last[(w.rank, op)] = w.op_last[op]
+            job_sums[op][3] = min(job_sums[op][3], first)
+        for op, (calls, nbytes) in list(w.call_totals.items()):
+            totals[(w.rank, op)] = [calls, nbytes]
+        for _, call in list(w.calls):
+            samples.setdefault((w.rank, call["op"]), []).append(call)
+    if len(wanted) < len(windows):  # the job's rates: over the span of a sample of its windows
+        for w in windows[:: max(1, len(windows) // 64)]:
+            for op, recent in list(w.op_window.items()):
+                if recent:
+                    job_sums[op][3] = min(job_sums[op][3], recent[0][0])
+    for op, acc in job_sums.items():
+        sums[(-1, op)] = acc
+        totals[(-1, op)] = job_totals.get(op, [0, 0])
     rows = []
-    for (rank, op), recent in sorted(windows_of.items()):
-        count = sum(c for _, c, _, _ in recent)
-        size = sum(b for _, _, b, _ in recent)
-        busy = sum(t for _, _, _, t in recent)
-        span = now - min(a for a, _, _, _ in recent)
+    for (rank, op), (count, size, busy, first) in sorted(sums.items()):
+        span = now - first
         group, dtype = last[(rank, op)]
-        sampled = samples.get((rank, op), [])[-4096:]  # the job's row: the fit and p95 of a bounded sample
+        sampled = samples.get((rank, op), [])
         durations = [c["d"] for c in sampled]
         algbw = size / busy if busy > 0 and size else None
         fit = fit_alpha_beta([float(c["b"]) for c in sampled], durations) if sampled else None

@@ -98,18 +98,20 @@ class StepWindow:
     def median_wall(self) -> float | None:
         """The median step time over the window (kept until the next step)."""
         if self._median_wall is None and self.steps:
-            self._median_wall = _median([w for _, _, w in self.steps])
+            self._median_wall = _median([w for _, _, w in list(self.steps)])  # list(): one step, whatever arrives
         return self._median_wall
 
-    def stats(self, names: list[str], min_steps: int) -> dict[str, Any] | None:
+    def stats(self, names: list[str], min_steps: int, refresh: bool = True) -> dict[str, Any] | None:
         """Medians over the window: ``{"step", "phases" (in the order of names), "rate", "comm"}``;
-        None with fewer than ``min_steps`` steps. Computed again only after new steps."""
+        None with fewer than ``min_steps`` steps. Computed again only after new steps, and only when
+        ``refresh`` (else the last ones, if any: a snapshot of thousands of ranks refreshes a share a time)."""
         if len(self.steps) < min_steps:
             return None
-        if self._dirty or self._stats is None:
-            first, last = self.steps[0], self.steps[-1]
+        if self._stats is None or (self._dirty and refresh):
+            steps = list(self.steps)
+            first, last = steps[0], steps[-1]
             span = last[1] - first[1]
-            medians = {name: _median(column) for name, column in self.columns.items()}
+            medians = {name: _median(column) for name, column in list(self.columns.items())}
             self._stats = {
                 "step": self.median_wall(),
                 "medians": medians,

@@ -74,11 +74,11 @@ def phase_names(windows: Iterable[RankWindow]) -> list[str]:
     return standard + custom + ([schema.COMM_PHASE] if comm else []) + [schema.OTHER_PHASE]
 
 
-def rank_stats(w: RankWindow, names: list[str]) -> RankStats | None:
+def rank_stats(w: RankWindow, names: list[str], refresh: bool = True) -> RankStats | None:
     """Medians over the window (watch/step_window.py keeps them until new steps), or None before
     :data:`MIN_STEPS_TO_SCORE` steps. Each phase counts the rank's own time: its waits in collectives
     are taken out and shown as ``comm``."""
-    stats = w.own.stats(names, MIN_STEPS_TO_SCORE)
+    stats = w.own.stats(names, MIN_STEPS_TO_SCORE, refresh)
     if stats is None:
         return None
     return RankStats(stats["step"], stats["phases"], stats["rate"], stats["comm"])

@@ -41,6 +41,7 @@ class RankWindow:
     call_totals: dict[str, list[int]] = field(default_factory=dict)
     op_window: dict[str, collections.deque] = field(default_factory=dict)
     op_last: dict[str, tuple[int, str]] = field(default_factory=dict)
+    op_sums: dict[str, list] = field(default_factory=dict)  # op -> [calls, bytes, summed wait] over op_window
     waits: collections.OrderedDict = field(default_factory=collections.OrderedDict)
     state_at: float = 0.0  # viewer clock when its last state arrived
     progress_at: float = 0.0  # ... and when that state's last finished step last changed (watch/stalls.py)
