@@ -200,6 +200,9 @@ class Snapshot:
         out = asdict(self)
         out["connected"] = self.connected
         out["silent"] = self.silent
+        from ranktop.watch.verdict import verdict  # verdict.py reads this module's types
+
+        out["verdict"] = asdict(verdict(self))
         return out
 
 

@@ -53,7 +53,7 @@ class HelpScreen(ModalScreen[None]):
         with VerticalScroll(id="help-body") as body:
             body.border_title = "ranktop keys"
             body.border_subtitle = "esc or ? closes"
-            yield Static(keys_table(bindings.KEYS, bindings.STACKS_KEYS, bindings.CAPTURE_KEYS, bindings.HELP_KEYS), id="help-keys")
+            yield Static(keys_table(bindings.KEYS, bindings.MAP_KEYS, bindings.DRILL_KEYS, bindings.STACKS_KEYS, bindings.CAPTURE_KEYS, bindings.HELP_KEYS), id="help-keys")
             yield Static(Text(READING, style=palette.MUTED), id="help-reading")
 
     def action_close(self) -> None:
