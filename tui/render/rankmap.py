@@ -76,7 +76,8 @@ class Layout:
 def nodes_of(rows: list[RankRow]) -> list[tuple[str, list[RankRow]]]:
     """Ranks grouped by host, hosts in the order of their lowest rank, ranks by number."""
     by_host: dict[str, list[RankRow]] = {}
-    for row in sorted(rows, key=lambda r: r.rank):
+    ordered = all(a.rank < b.rank for a, b in zip(rows, rows[1:]))  # a Snapshot's ranks are sorted already
+    for row in rows if ordered else sorted(rows, key=lambda r: r.rank):
         by_host.setdefault(row.host, []).append(row)
     return list(by_host.items())
 

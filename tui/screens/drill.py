@@ -85,6 +85,8 @@ class NodeScreen(DrillScreen):
 
     def show(self, snapshot: Snapshot) -> None:
         self._snapshot = snapshot
+        if not self.query("#drill-title"):
+            return  # pushed, not composed yet: on_mount draws it
         rows = sorted((r for r in snapshot.ranks if r.host == self.host), key=lambda r: r.rank)
         self.query_one("#drill-title", Static).update(node_title(self.host, rows))
         listing = self.query_one(OptionList)
@@ -253,6 +255,8 @@ class RankScreen(DrillScreen):
 
     def show(self, snapshot: Snapshot) -> None:
         self._snapshot = snapshot
+        if not self.query("#drill-title"):
+            return  # pushed, not composed yet: on_mount draws it
         row = next((r for r in snapshot.ranks if r.rank == self.rank), None)
         title = self.query_one("#drill-title", Static)
         body = self.query_one("#rank-body", Static)
