@@ -146,3 +146,36 @@ def test_the_json_document_carries_the_verdict():
     doc = json.loads(json.dumps(big_job(64, slow_rank=5).to_json()))
     assert doc["verdict"]["kind"] == "slow_rank" and doc["verdict"]["ranks"] == [5]
     assert doc["verdict"]["text"].startswith("rank 5 slow in forward")
+
+
+# -- from the real aggregator: messages in, verdict out -------------------------------------------
+
+
+def test_the_aggregator_s_snapshot_of_a_slow_rank_gives_its_verdict():
+    from test_aggregator import Clock, feed
+
+    from ranktop.watch.aggregator import Aggregator
+
+    agg = Aggregator("j", clock=Clock(), window=16)
+    feed(agg, 512, 16, slow_rank=300, slow_s=0.030, phase="data", hosts=[host_of(r) for r in range(512)])
+    answer = verdict(agg.snapshot())
+    assert answer.kind == SLOW_RANK and answer.ranks[0] == 300 and answer.phase == "data"
+    assert answer.text.startswith("rank 300 slow in data: +30 ms per step, the job loses ")
+
+
+def test_the_aggregator_s_snapshot_of_a_slow_node_names_the_node():
+    from test_aggregator import Clock, ddp_step, hello, steps
+
+    from ranktop.watch.aggregator import Aggregator
+
+    agg = Aggregator("j", clock=Clock(), window=16)
+    world = 64
+    for r in range(world):
+        agg.ingest(hello(r, world, host=host_of(r)))
+    for n in range(16):
+        for r in range(world):
+            slow_s = 0.020 if host_of(r) == "node-005" else 0.0
+            agg.ingest(steps(r, [ddp_step(n, r if slow_s else -1, r, slow_s, "forward", 0.0005)]))
+    answer = verdict(agg.snapshot())
+    assert answer.kind == SLOW_NODE and answer.host == "node-005" and answer.phase == "forward"
+    assert answer.ranks == list(range(40, 48))

@@ -160,8 +160,9 @@ class RanktopApp(App[None]):
             return  # the timer may fire once more while the app shuts down
         snapshot = self.snapshot
         self._header.show(snapshot, title=self.title, paused=self.paused)
-        self._verdict.show(snapshot)
         empty = not snapshot.ranks
+        self._verdict.display = not empty  # before any rank, the waiting pane says it all
+        self._verdict.show(snapshot)
         self._waiting.display = empty
         self._panes.display = not empty
         shown = self._tabs.choose(

@@ -16,6 +16,10 @@ from ranktop.tui import bindings
 from ranktop.tui.render import palette
 
 READING = (
+    "The line under the header is the verdict: who holds the job back (a rank or a whole node), in which "
+    "phase, and the share of each step the job loses to it; or that the job is stalled and whom it waits for.\n"
+    "Jobs with more ranks than bars fit show the overview instead (v switches): the distribution of the ranks' "
+    "slowdown and the rank map, a cell per rank (or per node) coloured by status; tab to it, enter drills down.\n"
     "Bars stack each rank's median phase times (CPU wall time around each phase, "
     "not GPU kernel time); the slowest step shown fills the width.\n"
     "score: time a rank spends beyond the median rank, summed over phases, as a share "
