@@ -110,14 +110,13 @@ class Overview(Vertical):
         dist.update(text, layout=False)
         nodes = nodes_of(snapshot.ranks)
         rankmap = self.query_one(RankMap)
-        # Stacked over the table, the overview takes up to a share of the panes and the map as many
-        # lines as it needs within that; beside the table it has the full height.
+        # Stacked under the table, the overview takes up to a share of the panes and the map as many
+        # lines as it needs within that; the table takes the rest.
         panes = self.parent.size.height if self.parent is not None else self.screen.size.height
-        wide = self.screen.has_class("-wide")
-        budget = panes if wide else max(4, int(panes * MAP_SHARE))
+        budget = max(4, int(panes * MAP_SHARE))
         room = max(1, budget - (1 + lines + 2))  # border, distribution, legend, cursor line
         rankmap.show(nodes, room)
-        height = room if wide else min(room, rankmap.line_count)
+        height = min(room, rankmap.line_count)
         if rankmap.styles.height is None or rankmap.styles.height.value != height:
             rankmap.styles.height = height
         self.query_one("#map-legend", Static).update(legend_text(rankmap.mode, len(nodes)), layout=False)

@@ -47,8 +47,10 @@ def straggler_order(snapshot: Snapshot) -> list[int]:
     return first + sorted(r.rank for r in snapshot.ranks if r.rank not in listed)
 
 
-#: Every rank has a row up to this many ranks; above, the flagged ranks and the next suspects by score
-#: (the rank map shows every rank), so a refresh costs the rows shown, not the job's size.
+#: Every rank has a row up to this many ranks; above, the first TOP_ROWS of the same order (flagged
+#: ranks, then by rank number: the rank map shows every rank), so a refresh costs the rows kept, not
+#: the job's size. Following the scores of healthy ranks instead would swap rows in and out at every
+#: refresh, and a DataTable pays for each row it removes.
 ALL_RANKS_UP_TO = 512
 TOP_ROWS = 128
 
@@ -56,13 +58,7 @@ TOP_ROWS = 128
 def table_order(snapshot: Snapshot) -> list[int]:
     """The rows of the table, top first: :func:`straggler_order`, cut to :data:`TOP_ROWS` in a big job."""
     order = straggler_order(snapshot)
-    if len(order) <= ALL_RANKS_UP_TO:
-        return order
-    status = {r.rank: r.status for r in snapshot.ranks}
-    first = [n for n in order if status[n] != OK][:TOP_ROWS]
-    listed = set(first)
-    rest = [n for n in dict.fromkeys(snapshot.stragglers) if n not in listed and n in status]
-    return first + rest[: TOP_ROWS - len(first)]
+    return order if len(order) <= ALL_RANKS_UP_TO else order[:TOP_ROWS]
 
 
 def shown_values(row: RankRow) -> tuple:
@@ -114,7 +110,7 @@ class StragglerTable(DataTable):
         if len(order) < len(snapshot.ranks):
             by_rank = {r.rank: r for r in snapshot.ranks}
             present = {n: by_rank[n] for n in order}
-            self.border_title = f"Stragglers · top {len(order)} of {len(snapshot.ranks):,} ranks · flagged first"
+            self.border_title = f"Stragglers · flagged first, then by rank · {len(order)} of {len(snapshot.ranks):,} ranks"
         else:
             present = {r.rank: r for r in snapshot.ranks}
             self.border_title = "Stragglers · flagged first"
