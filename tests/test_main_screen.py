@@ -254,3 +254,33 @@ def test_the_help_screen_lists_the_map_and_drill_keys():
 
     drive(eight_ranks(), scenario, size=(120, 60))
 
+
+
+# -- the real engine under the screen: wire-shaped messages into an Aggregator, 4,096 ranks -------
+
+
+def test_4096_ranks_through_the_real_aggregator_name_the_slow_rank_and_drill_to_it():
+    import asyncio
+
+    from test_aggregator import Clock, feed
+    from test_verdict import host_of
+
+    from ranktop.watch.aggregator import Aggregator
+
+    agg = Aggregator("j", clock=Clock(), window=16)
+    feed(agg, 4096, 12, slow_rank=3071, slow_s=0.030, phase="forward", hosts=[host_of(r) for r in range(4096)])
+
+    async def main():
+        app = RanktopApp(agg, refresh_hz=0.2)
+        async with app.run_test(size=SMALL) as pilot:
+            await pilot.pause()
+            assert "rank 3071 slow in forward: +30 ms per step" in verdict_of(app)
+            assert visible_rows(app.query_one(StragglerTable))[0] == "3071"
+            await focus_map(pilot, app)
+            await pilot.press("enter")
+            assert isinstance(app.screen, NodeScreen) and app.screen.host == "node-383"
+            await pilot.press("end", "enter")
+            assert isinstance(app.screen, RankScreen) and app.screen.rank == 3071
+            assert "forward" in text_of(app.screen.query_one("#drill-title"))
+
+    asyncio.run(main())
