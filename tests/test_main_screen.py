@@ -159,6 +159,20 @@ def test_arrows_move_the_map_cursor_and_w_brings_it_back_to_the_worst():
     drive(big_job(64, slow_rank=37), scenario, size=(120, 40))
 
 
+def test_a_rank_s_detail_shows_its_memory_and_gpu_or_why_it_has_none():
+    for snap, expected in ((demo_job(), "none (no NVML binding"), (gpu_job(), "70/80 GB")):
+
+        async def scenario(app, pilot):
+            app.push_screen(RankScreen(1, app.snapshot))
+            await pilot.pause()
+            app.poll()
+            await pilot.pause()
+            body = str(app.screen.query_one("#rank-body").render())
+            assert expected in body and "memory" in body
+
+        drive(snap, scenario, size=(160, 50))
+
+
 def test_enter_on_the_straggler_table_opens_the_rank_s_detail_and_it_follows_the_refresh():
     async def scenario(app, pilot):
         app.query_one(StragglerTable).focus()

@@ -227,7 +227,11 @@ def resources_text(row: RankRow, width: int) -> Text:
             out.append("process RSS (no known capacity)", style=palette.MUTED)
     if row.gpu is not None:
         out.append("\n")
-        out.append_text(gpus.gpu_line(row, selected=False, wide=width >= 140))
+        if row.gpu.na is not None:  # no gauges: say why, as the GPU pane does
+            out.append(f"{'GPU':<12}", style="bold")
+            out.append(f"none ({row.gpu.na})", style=palette.MUTED)
+        else:
+            out.append_text(gpus.gpu_line(row, selected=False, wide=width >= 140))
     return out
 
 
