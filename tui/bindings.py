@@ -118,7 +118,7 @@ MAP_KEYS: tuple[Binding, ...] = (
 #: Keys of a node's ranks and of a rank's detail.
 DRILL_KEYS: tuple[Binding, ...] = (
     Binding("escape,backspace", "close", "Back", key_display="esc", id="drill.close", tooltip="Back to where you came from."),
-    Binding("enter", "open", "Rank detail", id="drill.open", tooltip="On a node's ranks: the highlighted rank's detail."),
+    Binding("enter", "open", "Rank detail", id="drill.open", show=False, tooltip="On a node's ranks: the highlighted rank's detail."),
     Binding("left_square_bracket", "other(-1)", "Previous", key_display="[", id="drill.previous",
             tooltip="The previous rank (in a rank's detail) or node (in a node's ranks)."),
     Binding("right_square_bracket", "other(1)", "Next", key_display="]", id="drill.next",

@@ -161,8 +161,8 @@ def phases_text(row: RankRow, snapshot: Snapshot, width: int) -> Text:
         diff = mine - median
         style = palette.STATUS_STYLES[SLOW] if name == row.culprit_phase else ""
         out.append("■ ", style=colours[name])
-        out.append(f"{name:<10} {units.ms(mine) if row.phases else '–':>9} {units.ms(median):>9} ", style=style)
-        out.append(f"{'+' if diff > 0 else ''}{units.ms(diff) if abs(diff) >= 5e-6 else '0':>8}\n", style=style)
+        change = "0" if abs(diff) < 5e-6 else ("+" if diff > 0 else "-") + units.ms(abs(diff))
+        out.append(f"{name:<10} {units.ms(mine) if row.phases else '–':>9} {units.ms(median):>9} {change:>9}\n", style=style)
     scale = max(sum(row.phases.values()), sum(medians.values()), row.step_s or 0.0)
     bar_width = max(10, width - 12)
     out.append(f"{'this rank':<11} ", style="bold")
