@@ -92,6 +92,8 @@ def legend_text(mode: str | None, nodes: int) -> Text:
 class Overview(Vertical):
     """Distribution, rank map, and the cursor's cell."""
 
+    _lines = 0  # lines of the distribution shown
+
     def compose(self) -> ComposeResult:
         yield Static(id="distribution")
         yield Static(id="map-legend")
@@ -105,9 +107,8 @@ class Overview(Vertical):
         dist = self.query_one("#distribution", Static)
         text = distribution_text(snapshot, width, height)
         lines = len(text.plain.splitlines())
-        if dist.styles.height is None or dist.styles.height.value != lines:
-            dist.styles.height = lines
-        dist.update(text, layout=False)
+        dist.update(text, layout=lines != self._lines)  # its height (auto) follows its lines
+        self._lines = lines
         nodes = nodes_of(snapshot.ranks)
         rankmap = self.query_one(RankMap)
         # Stacked under the table, the overview takes up to a share of the panes and the map as many

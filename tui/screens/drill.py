@@ -28,7 +28,7 @@ from ranktop.tui.panes import gpus, memory
 from ranktop.tui.panes.breakdown import Columns, bar, bar_scale, rank_text
 from ranktop.tui.panes.collectives import cells as collective_cells
 from ranktop.tui.render import palette, units
-from ranktop.tui.render.rankmap import nodes_of
+from ranktop.tui.render.rankmap import nodes_of, severity
 
 HISTORY = 120  # refreshes of a rank's step time kept while its detail is open
 
@@ -101,8 +101,9 @@ class NodeScreen(DrillScreen):
             listing.clear_options()
             listing.add_options(options)
             self._ranks = ranks
-            if ranks:
-                listing.highlighted = 0 if highlighted is None else min(highlighted, len(ranks) - 1)
+            if ranks:  # first shown: on the worst rank of the node, the one the map's cell stood for
+                worst = ranks.index(min(rows, key=severity).rank)
+                listing.highlighted = worst if highlighted is None else min(highlighted, len(ranks) - 1)
         else:
             for option in options:
                 listing.replace_option_prompt(option.id, option.prompt)
@@ -120,6 +121,7 @@ class NodeScreen(DrillScreen):
         if self.host in hosts:
             self.host = hosts[(hosts.index(self.host) + step) % len(hosts)]
             self._ranks = []
+            self.query_one(OptionList).highlighted = None
             self.show(self._snapshot)
 
 
