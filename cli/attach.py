@@ -1,12 +1,12 @@
 """``ranktop attach``: watch a job where it runs (a SLURM job by id), or print the ssh command to reach it.
 
 ``ranktop attach --slurm 123456`` asks SLURM for the job's nodes and watches
-every node's relay (tui/session.py: records of a shared rendezvous folder, else
+every node's relay (watch/session.py: records of a shared rendezvous folder, else
 the port convention of wire/ports.py). ``--print-ssh`` prints instead the one
 ``ssh -L`` command that forwards every node's telemetry and control ports to a
 laptop, and the ``ranktop watch`` line to run there: the control port of each
 node is forwarded next to its telemetry port, which is how the TUI finds it
-through a tunnel (tui/receiver.py, :func:`~ranktop.watch.receiver.tunnelled_control`).
+through a tunnel (watch/receiver.py, :func:`~ranktop.watch.receiver.tunnelled_control`).
 """
 
 from __future__ import annotations

@@ -83,7 +83,7 @@ class Aggregator:
         self._replies: collections.deque[Reply] = collections.deque(maxlen=MAX_REPLIES)
         self._errors: list[str] = []
         self._dropped = 0
-        self._resources = ResourceTracker()  # memory history and creep, GPU gauges, throughput (tui/rank_resources.py)
+        self._resources = ResourceTracker()  # memory history and creep, GPU gauges, throughput (watch/resources.py)
 
     @property
     def world_size(self) -> int | None:

@@ -5,7 +5,7 @@ The bar is CUDA allocated against the device's capacity (reserved, the
 allocator's cache, drawn lighter behind it) where the rank uses CUDA, else the
 process RSS against the largest RSS shown. The sparkline is the recent history
 of the same figure; the trend is its slope, in red with ``creep`` when the
-aggregator flags memory creep (tui/memory_stats.py). The first line is the
+aggregator flags memory creep (watch/memory.py). The first line is the
 job's throughput; MFU is "unknown" where no peak FLOP/s is known (a CPU).
 """
 
