@@ -31,6 +31,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+from ranktop.cli.errors import UserError
+from ranktop.cli.options import positive_float
 from ranktop.wire import settings
 
 PTH = "ranktop-auto.pth"
@@ -57,11 +59,11 @@ if _spec is not None and _spec.loader is not None:
 '''
 
 
-class LaunchError(Exception):
+class LaunchError(UserError):
     """A command line that cannot be launched; the message is the whole story."""
 
 
-def add_parser(sub, positive_float) -> None:
+def add_parser(sub) -> None:
     launch = sub.add_parser(
         "launch",
         help="run a training command with the probe in every rank, no code change",
@@ -71,12 +73,13 @@ def add_parser(sub, positive_float) -> None:
         usage="ranktop launch [--job NAME] [--rate HZ] -- COMMAND [ARGS ...]",
     )
     launch.add_argument("--job", default=None, help="job name to watch it under (default: $SLURM_JOB_ID, else COMMAND-PID)")
-    launch.add_argument("--rate", type=positive_float, default=None, help="telemetry messages per second per rank (default 4)")
+    launch.add_argument("--rate", type=positive_float, default=None, help=f"telemetry messages per second per rank (default {settings.DEFAULT_RATE_HZ:g})")
     work = launch.add_argument_group("work per step, per rank (samples/s, tokens/s, MFU; see probe/flops.py)")
     work.add_argument("--batch-size", type=positive_float, default=None, help="samples per rank per step")
     work.add_argument("--tokens-per-step", type=positive_float, default=None, help="tokens per rank per step")
     work.add_argument("--flops-per-step", type=positive_float, default=None, help="model FLOPs per rank per step")
     launch.add_argument("argv", nargs=argparse.REMAINDER, metavar="COMMAND", help="the command to run, after --")
+    launch.set_defaults(run=cmd_launch)
 
 
 def hook_installed() -> bool:

@@ -17,8 +17,6 @@ from textual.reactive import reactive
 from textual.widgets import DataTable, Footer
 
 from ranktop.tui import bindings
-from ranktop.watch.capture import CaptureRefused, plan
-from ranktop.watch.snapshot import EMPTY, Snapshot
 from ranktop.tui.panes import (
     SORTS,
     Breakdown,
@@ -29,17 +27,19 @@ from ranktop.tui.panes import (
     StragglerTable,
     Waiting,
 )
-from ranktop.tui.render import palette
 from ranktop.tui.panes.gpus import has_data as gpus_have_data
 from ranktop.tui.panes.memory import has_data as memory_has_data
 from ranktop.tui.panes.overview import Overview
 from ranktop.tui.panes.rankmap import RankMap
 from ranktop.tui.panes.resources import ResourcePanes, ResourceTabs
 from ranktop.tui.panes.verdict import VerdictLine
+from ranktop.tui.render import palette
 from ranktop.tui.screens.drill import DrillScreen, NodeScreen, RankScreen
 from ranktop.tui.screens.capture import CaptureScreen
 from ranktop.tui.screens.help import HelpScreen
 from ranktop.tui.screens.stacks import StacksScreen
+from ranktop.watch.capture import CaptureRefused, plan
+from ranktop.watch.snapshot import EMPTY, Snapshot
 from ranktop.wire import capture as wire_capture
 
 READ_ONLY = "read-only: no job secret, commands disabled"

@@ -13,10 +13,9 @@ from textual.app import ComposeResult
 from textual.containers import Vertical
 from textual.widgets import Static
 
-from ranktop.watch.snapshot import Snapshot
-
 from ranktop.tui.panes import gpus, memory
 from ranktop.tui.render import palette
+from ranktop.watch.snapshot import Snapshot
 
 #: The panes under the main ones, in tab order, with the key that brings each to the top.
 TABS = (("collectives", "c", "Collectives"), ("memory", "m", "Memory"), ("gpus", "g", "GPUs"))
