@@ -30,7 +30,8 @@ import statistics
 from dataclasses import dataclass
 
 from ranktop.watch.snapshot import SILENT, SLOW, STALLED, RankRow, Snapshot
-from ranktop.watch.stacks import ranks_text
+from ranktop.watch.format import ago as _ago
+from ranktop.watch.format import ranks_text
 
 # Kinds, worst first.
 STALLED_JOB = "stalled"
@@ -201,9 +202,3 @@ def _ms(seconds: float) -> str:
 def _pct(fraction: float) -> str:
     pct = fraction * 100
     return f"{pct:.1f}%" if pct < 10 else f"{pct:.0f}%"
-
-
-def _ago(seconds: float) -> str:
-    s = max(0, int(seconds))
-    return f"{s}s" if s < 120 else (f"{s // 60}m" if s < 7200 else f"{s // 3600}h")
-

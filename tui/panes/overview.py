@@ -14,13 +14,13 @@ from textual.app import ComposeResult
 from textual.containers import Vertical
 from textual.widgets import Static
 
-from ranktop.watch.snapshot import SILENT, SLOW, STALLED, Snapshot
-
 from ranktop.tui.panes.rankmap import RankMap
-from ranktop.tui.render import palette, units
+from ranktop.tui.render import palette
 from ranktop.tui.render.histogram import histogram_lines
 from ranktop.tui.render.rankmap import LEGEND, NODES, Cell, nodes_of
-from ranktop.watch.stacks import ranks_text
+from ranktop.watch import format as fmt
+from ranktop.watch.format import ranks_text
+from ranktop.watch.snapshot import SILENT, SLOW, STALLED, Snapshot
 
 #: Terminal heights below which the distribution gets one line of columns instead of three.
 SHORT = 30
@@ -66,15 +66,15 @@ def cell_text(cell: Cell | None, mode: str | None) -> Text:
     status = worst.status
     text.append(f" {status}", style=palette.STATUS_STYLES[status])
     if status == SLOW:
-        text.append(f" {units.score(worst.score)}")
+        text.append(f" {fmt.score(worst.score)}")
         if worst.culprit_phase:
             text.append(f" in {worst.culprit_phase}")
     elif status == STALLED:
-        text.append(f" {units.ago(worst.stalled_s or 0.0)} in {worst.stalled_phase or '–'}")
+        text.append(f" {fmt.ago(worst.stalled_s or 0.0)} in {worst.stalled_phase or '–'}")
     elif status == SILENT:
-        text.append(f" {units.ago(worst.last_seen_s)}")
+        text.append(f" {fmt.ago(worst.last_seen_s)}")
     if worst.step_s is not None:
-        text.append(f" · step {units.ms(worst.step_s)} ms", style=palette.MUTED)
+        text.append(f" · step {fmt.ms(worst.step_s)} ms", style=palette.MUTED)
     text.append("  enter: " + ("its ranks" if cell.key[0] == "node" else "details"), style=palette.MUTED)
     return text
 

@@ -20,15 +20,15 @@ from textual.screen import Screen
 from textual.widgets import Footer, OptionList, Static
 from textual.widgets.option_list import Option
 
-from ranktop.watch.snapshot import SILENT, SLOW, STALLED, RankRow, Snapshot
-from ranktop.watch.stacks import ranks_text
-
 from ranktop.tui import bindings
 from ranktop.tui.panes import gpus, memory
 from ranktop.tui.panes.breakdown import Columns, bar, bar_scale, rank_text
 from ranktop.tui.panes.collectives import cells as collective_cells
-from ranktop.tui.render import palette, units
+from ranktop.tui.render import palette
 from ranktop.tui.render.rankmap import nodes_of, severity
+from ranktop.watch import format as fmt
+from ranktop.watch.format import ranks_text
+from ranktop.watch.snapshot import SILENT, SLOW, STALLED, RankRow, Snapshot
 
 HISTORY = 120  # refreshes of a rank's step time kept while its detail is open
 
@@ -140,13 +140,13 @@ def rank_title(row: RankRow) -> Text:
     text.append(f"  on {row.host} (local rank {row.local_rank}, pid {row.pid})", style=palette.MUTED)
     text.append(f"  {row.status}", style=palette.STATUS_STYLES[row.status])
     if row.status == SLOW:
-        text.append(f" {units.score(row.score)} (+{units.ms(row.excess_s)} ms)")
+        text.append(f" {fmt.score(row.score)} (+{fmt.ms(row.excess_s)} ms)")
         if row.culprit_phase:
             text.append(f" in {row.culprit_phase}", style="bold")
     elif row.status == STALLED:
-        text.append(f" for {units.ago(row.stalled_s or 0.0)} in {row.stalled_phase or 'no phase'}")
+        text.append(f" for {fmt.ago(row.stalled_s or 0.0)} in {row.stalled_phase or 'no phase'}")
     elif row.status == SILENT:
-        text.append(f" for {units.ago(row.last_seen_s)}")
+        text.append(f" for {fmt.ago(row.last_seen_s)}")
     text.append(f"  step {row.step}", style=palette.MUTED)
     text.append("   [ ]: other ranks · esc: back", style=palette.MUTED)
     return text
@@ -163,8 +163,8 @@ def phases_text(row: RankRow, snapshot: Snapshot, width: int) -> Text:
         diff = mine - median
         style = palette.STATUS_STYLES[SLOW] if name == row.culprit_phase else ""
         out.append("■ ", style=colours[name])
-        change = "0" if abs(diff) < 5e-6 else ("+" if diff > 0 else "-") + units.ms(abs(diff))
-        out.append(f"{name:<10} {units.ms(mine) if row.phases else '–':>9} {units.ms(median):>9} {change:>9}\n", style=style)
+        change = "0" if abs(diff) < 5e-6 else ("+" if diff > 0 else "-") + fmt.ms(abs(diff))
+        out.append(f"{name:<10} {fmt.ms(mine) if row.phases else '–':>9} {fmt.ms(median):>9} {change:>9}\n", style=style)
     scale = max(sum(row.phases.values()), sum(medians.values()), row.step_s or 0.0)
     bar_width = max(10, width - 12)
     out.append(f"{'this rank':<11} ", style="bold")
@@ -180,7 +180,7 @@ def history_text(steps: list[float], row: RankRow, width: int) -> Text:
     out.append(f"{'step ms':<12}", style="bold")
     if steps:
         out.append(memory.sparkline(steps, room), style="cyan")
-        out.append(f" {units.ms(min(steps) / 1000)}-{units.ms(max(steps) / 1000)}", style=palette.MUTED)
+        out.append(f" {fmt.ms(min(steps) / 1000)}-{fmt.ms(max(steps) / 1000)}", style=palette.MUTED)
     else:
         out.append("–", style=palette.MUTED)
     out.append("  (since this view opened)\n", style=palette.MUTED)
@@ -209,7 +209,7 @@ def collectives_text(row: RankRow, snapshot: Snapshot) -> Text:
         c = collective_cells(s)
         job = jobs.get(s.op)
         out.append(f"{c[1].plain:<26} {c[2].plain:>7} {c[5].plain:>8} {c[6].plain:>8} {c[8].plain:>10}  ")
-        out.append(f"{units.ms(job.mean_s) if job else '–':>11}\n", style=palette.MUTED)
+        out.append(f"{fmt.ms(job.mean_s) if job else '–':>11}\n", style=palette.MUTED)
     out.rstrip()
     return out
 
@@ -224,7 +224,7 @@ def resources_text(row: RankRow, width: int) -> Text:
         out.append(f"{memory.used_text(row):>9} ")
         if mem.tracked == "cuda" and mem.allocated is not None and mem.capacity:
             out.append_text(memory.gauge(mem.allocated, mem.capacity, 24, behind=mem.reserved))
-            out.append(f" of {units.size(mem.capacity)}", style=palette.MUTED)
+            out.append(f" of {fmt.size(mem.capacity)}", style=palette.MUTED)
         else:
             out.append("process RSS (no known capacity)", style=palette.MUTED)
     if row.gpu is not None:
