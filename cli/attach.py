@@ -11,13 +11,14 @@ through a tunnel (watch/receiver.py, :func:`~ranktop.watch.receiver.tunnelled_co
 
 from __future__ import annotations
 
+import argparse
 import shlex
 import socket
 import threading
 import time
 from urllib.parse import urlsplit
 
-from ranktop.cli.options import add_view_options
+from ranktop.cli.options import Command, add_view_options
 from ranktop.watch.requests import Requests
 from ranktop.watch.session import (
     Target,
@@ -33,15 +34,16 @@ from ranktop.wire import rendezvous
 RATE_REQUEST_WAIT_S = 30.0
 
 
-def add_parser(sub) -> None:
-    attach = sub.add_parser(
-        "attach",
-        help="watch a SLURM job by id (--slurm), or any job; --print-ssh for the tunnel from a laptop",
-        description="Attach to a running job: --slurm JOBID finds a SLURM job's nodes with scontrol and "
-        "connects to every node's relay (through the rendezvous folder when the home directory is shared, "
-        "else the port convention: RANKTOP_PORT_BASE + 2 * (JOBID % 1000)). Without --slurm, TARGET is "
-        "what `ranktop watch` takes; a numeric TARGET is tried as a SLURM job first, where SLURM is configured.",
-    )
+HELP = "watch a SLURM job by id (--slurm), or any job; --print-ssh for the tunnel from a laptop"
+DESCRIPTION = (
+    "Attach to a running job: --slurm JOBID finds a SLURM job's nodes with scontrol and "
+    "connects to every node's relay (through the rendezvous folder when the home directory is shared, "
+    "else the port convention: RANKTOP_PORT_BASE + 2 * (JOBID % 1000)). Without --slurm, TARGET is "
+    "what `ranktop watch` takes; a numeric TARGET is tried as a SLURM job first, where SLURM is configured."
+)
+
+
+def configure(attach: argparse.ArgumentParser) -> None:
     attach.add_argument("targets", nargs="*", metavar="TARGET", help="job name, SLURM job id or tcp://HOST:PORT endpoints")
     attach.add_argument("--slurm", metavar="JOBID", default=None, help="a SLURM job id (123456, 123456_7 for an array task)")
     ssh = attach.add_argument_group("watching from a laptop")
@@ -144,3 +146,6 @@ def request_rate(session: WatchSession, hz: float) -> threading.Thread:
     thread = threading.Thread(target=run, name="ranktop-rate-request", daemon=True)
     thread.start()
     return thread
+
+
+COMMAND = Command("attach", HELP, configure, DESCRIPTION)
