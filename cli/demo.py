@@ -8,6 +8,7 @@ before that, the user gets the tail of its log instead of an empty screen.
 
 from __future__ import annotations
 
+import argparse
 import importlib.util
 import os
 import signal
@@ -18,19 +19,20 @@ import threading
 from pathlib import Path
 
 from ranktop.cli.errors import UserError
-from ranktop.cli.options import add_view_options, positive_int
+from ranktop.cli.options import Command, add_view_options, positive_int
+from ranktop.cli.watch import run_tui
 from ranktop.watch.session import WatchSession, resolve
 from ranktop.wire import settings
 
+HELP = "run the demo training job (torchrun, gloo on CPU) and watch it"
+DESCRIPTION = (
+    "Launch the demo job with torchrun and open the TUI on it. Demo switches "
+    "(--slow-rank R --slow-ms MS --slow-phase P, --hang-rank R --hang-at-step S, "
+    "--leak-mb-per-step X, --steps N, ...) are passed to the job; see `python -m ranktop.demo.train --help`."
+)
 
-def add_parser(sub) -> None:
-    demo = sub.add_parser(
-        "demo",
-        help="run the demo training job (torchrun, gloo on CPU) and watch it",
-        description="Launch the demo job with torchrun and open the TUI on it. Demo switches "
-        "(--slow-rank R --slow-ms MS --slow-phase P, --hang-rank R --hang-at-step S, "
-        "--leak-mb-per-step X, --steps N, ...) are passed to the job; see `python -m ranktop.demo.train --help`.",
-    )
+
+def configure(demo: argparse.ArgumentParser) -> None:
     demo.add_argument("--nproc", type=positive_int, default=4, help="ranks to launch (default 4)")
     demo.add_argument("--no-tui", action="store_true", help="run the job in the foreground without the TUI")
     demo.add_argument("--job", default=None, help="job name (default: demo-<pid>)")
@@ -95,8 +97,6 @@ def _log_tail(path: Path, lines: int = 15) -> str:
 
 
 def run_demo(args, extra: list[str]) -> int:
-    from ranktop.cli.watch import run_tui
-
     if importlib.util.find_spec("torch") is None:
         raise UserError("the demo needs PyTorch in this environment: pip install torch")
     job = args.job or f"demo-{os.getpid()}"
@@ -153,3 +153,6 @@ def _close_with(app, proc: subprocess.Popen) -> None:
             pass  # the app has already gone
 
     threading.Thread(target=wait, name="ranktop-demo-wait", daemon=True).start()
+
+
+COMMAND = Command("demo", HELP, configure, DESCRIPTION)

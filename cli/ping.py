@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import argparse
+
 from ranktop.cli.errors import UserError
-from ranktop.cli.options import add_job_target, positive_float, rank_list
+from ranktop.cli.options import Command, add_job_target, positive_float, rank_list
 from ranktop.watch.aggregator import DEFAULT_WINDOW
 from ranktop.watch.session import Answers, WatchSession, resolve
 
+HELP = "send a signed ping to every rank and report who answers"
 
-def add_parser(sub) -> None:
-    ping = sub.add_parser("ping", help="send a signed ping to every rank and report who answers")
+
+def configure(ping: argparse.ArgumentParser) -> None:
     add_job_target(ping)
     ping.add_argument("--timeout", type=positive_float, default=5.0, help="seconds to wait for answers (default 5)")
     ping.add_argument("--ranks", type=rank_list, default=None, help="comma-separated ranks (default: all)")
@@ -39,3 +42,6 @@ def answer_lines(answers: Answers, timeout: float) -> list[str]:
         else:
             lines.append(f"rank {rank}: pong")
     return lines
+
+
+COMMAND = Command("ping", HELP, configure)
