@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 
 from ranktop.cli.errors import UserError
-from ranktop.cli.options import add_job_target, positive_float, rank_list
+from ranktop.cli.options import Command, add_job_target, positive_float, rank_list
 from ranktop.watch.capture import (
     ASKED,
     CapturePlan,
@@ -52,19 +52,8 @@ def _steps(text: str) -> int:
     return steps
 
 
-def add_parser(sub) -> None:
-    for kind, name, what in (
-        (wire_capture.TRACE, "capture", "a torch.profiler trace of every rank (Chrome/Perfetto JSON, loads in HTA)"),
-        (wire_capture.MEMORY, "memsnap", "a CUDA memory snapshot of every rank (pickle for pytorch.org/memory_viz)"),
-    ):
-        p = sub.add_parser(
-            name,
-            help=f"{what}, all ranks from the same step",
-            description=f"Take {what} over --steps steps, every rank starting at the same step, a little ahead of the "
-            "furthest rank. Each rank writes its own file under the job's capture folder "
-            "(<rendezvous>/jobs/<job>/captures/<id>/, or $RANKTOP_CAPTURE_DIR/<id>/ as set on the job) and sends back a "
-            "summary. One capture at a time per job. Needs the job secret.",
-        )
+def _configure(kind: str):
+    def configure(p: argparse.ArgumentParser) -> None:
         p.set_defaults(capture_kind=kind, run=cmd_capture)
         add_job_target(p)
         p.add_argument("--steps", type=_steps, default=wire_capture.DEFAULT_STEPS,
@@ -77,6 +66,18 @@ def add_parser(sub) -> None:
             p.add_argument("--shapes", action="store_true", help="record input shapes")
             p.add_argument("--memory", action="store_true", help="record tensor allocations (profile_memory)")
             p.add_argument("--stacks", action="store_true", help="record Python stacks of ops (bigger traces)")
+
+    return configure
+
+
+def _command(kind: str, name: str, what: str) -> Command:
+    description = (
+        f"Take {what} over --steps steps, every rank starting at the same step, a little ahead of the "
+        "furthest rank. Each rank writes its own file under the job's capture folder "
+        "(<rendezvous>/jobs/<job>/captures/<id>/, or $RANKTOP_CAPTURE_DIR/<id>/ as set on the job) and sends back a "
+        "summary. One capture at a time per job. Needs the job secret."
+    )
+    return Command(name, f"{what}, all ranks from the same step", _configure(kind), description)
 
 
 def cmd_capture(args) -> int:
@@ -180,3 +181,9 @@ def _copy(done: list, out: str) -> list[str]:
             shutil.copy2(path, target / Path(path).name)
             copied.append(path)
     return copied
+
+
+COMMANDS = (
+    _command(wire_capture.TRACE, "capture", "a torch.profiler trace of every rank (Chrome/Perfetto JSON, loads in HTA)"),
+    _command(wire_capture.MEMORY, "memsnap", "a CUDA memory snapshot of every rank (pickle for pytorch.org/memory_viz)"),
+)

@@ -8,6 +8,7 @@ before that, the user gets the tail of its log instead of an empty screen.
 
 from __future__ import annotations
 
+import argparse
 import importlib.util
 import os
 import signal
@@ -18,19 +19,20 @@ import threading
 from pathlib import Path
 
 from ranktop.cli.errors import UserError
-from ranktop.cli.options import add_view_options, positive_int
+from ranktop.cli.options import Command, add_view_options, positive_int
+from ranktop.cli.watch import run_tui
 from ranktop.watch.session import WatchSession, resolve
 from ranktop.wire import settings
 
+HELP = "run the demo training job (torchrun, gloo on CPU) and watch it"
+DESCRIPTION = (
+    "Launch the demo job with torchrun and open the TUI on it. Demo switches "
+    "(--slow-rank R --slow-ms MS --slow-phase P, --hang-rank R --hang-at-step S, "
+    "--leak-mb-per-step X, --steps N, ...) are passed to the job; see `python -m ranktop.demo.train --help`."
+)
 
-def add_parser(sub) -> None:
-    demo = sub.add_parser(
-        "demo",
-        help="run the demo training job (torchrun, gloo on CPU) and watch it",
-        description="Launch the demo job with torchrun and open the TUI on it. Demo switches "
-        "(--slow-rank R --slow-ms MS --slow-phase P, --hang-rank R --hang-at-step S, "
-        "--leak-mb-per-step X, --steps N, ...) are passed to the job; see `python -m ranktop.demo.train --help`.",
-    )
+
+def configure(demo: argparse.ArgumentParser) -> None:
     demo.add_argument("--nproc", type=positive_int, default=4, help="ranks to launch (default 4)")
     demo.add_argument(
         "--simulate", type=positive_int, default=None, metavar="N",
@@ -103,8 +105,6 @@ def _log_tail(path: Path, lines: int = 15) -> str:
 
 
 def run_demo(args, extra: list[str]) -> int:
-    from ranktop.cli.watch import run_tui
-
     if args.simulate is not None:
         return run_simulation(args, extra)
     if importlib.util.find_spec("torch") is None:
@@ -153,8 +153,6 @@ def run_simulation(args, extra: list[str]) -> int:
     The simulator runs in a process of its own, so that it and the viewer each
     have an interpreter (and a core) to themselves.
     """
-    from ranktop.cli.watch import run_tui
-
     job = args.job or f"sim-{os.getpid()}"
     if args.no_tui:
         proc = start_process(simulate_command(args.simulate, job, extra), job, args.dir, None)
@@ -205,3 +203,6 @@ def _close_with(app, proc: subprocess.Popen) -> None:
             pass  # the app has already gone
 
     threading.Thread(target=wait, name="ranktop-demo-wait", daemon=True).start()
+
+
+COMMAND = Command("demo", HELP, configure, DESCRIPTION)

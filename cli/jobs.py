@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import argparse
+
+from ranktop.cli.options import Command
 from ranktop.watch import slurm
 from ranktop.watch.session import live_jobs
 from ranktop.wire import rendezvous
 
+HELP = "list the jobs in the rendezvous directory"
 
-def add_parser(sub) -> None:
-    jobs = sub.add_parser("jobs", help="list the jobs in the rendezvous directory")
+
+def configure(jobs: argparse.ArgumentParser) -> None:
     jobs.add_argument("--all", action="store_true", help="include ended jobs (stale records)")
     jobs.add_argument("--prune", action="store_true", help="remove the records of ended jobs (dead relays; SLURM jobs SLURM says ended)")
     jobs.set_defaults(run=cmd_jobs)
@@ -32,3 +36,6 @@ def cmd_jobs(args) -> int:
         under = f"\tSLURM job {', '.join(slurm_ids)}" if slurm_ids else ""  # a SLURM job under a name of its own
         print(f"{job}\t{state}\t{len(nodes)} node(s): {hosts}{under}")
     return 0
+
+
+COMMAND = Command("jobs", HELP, configure)

@@ -15,8 +15,10 @@ from ranktop.cli.errors import Exit
 from ranktop.watch.errors import RanktopError
 from ranktop.wire import __version__
 
-#: The subcommands, in the order `ranktop --help` lists them; each module's add_parser sets its `run`.
-COMMANDS = (watch, attach, jobs, ping, stacks, capture, launch, demo)
+#: The subcommands, in the order `ranktop --help` lists them; each one's parser sets its `run`.
+COMMANDS = (
+    watch.COMMAND, attach.COMMAND, jobs.COMMAND, ping.COMMAND, stacks.COMMAND, *capture.COMMANDS, launch.COMMAND, demo.COMMAND,
+)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -31,7 +33,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for command in COMMANDS:
-        command.add_parser(sub)
+        command.add_to(sub)
     # `ranktop watch JOB --dir X` must work as well as `ranktop --dir X watch JOB`.
     for command in sub.choices.values():
         command.add_argument("--dir", metavar="DIR", default=argparse.SUPPRESS, help="rendezvous directory")

@@ -3,10 +3,29 @@
 from __future__ import annotations
 
 import argparse
+from dataclasses import dataclass
+from typing import Callable
 
 from ranktop.watch.aggregator import DEFAULT_SILENT_AFTER_S, DEFAULT_WINDOW
 from ranktop.watch.stalls import DEFAULT_STALL_FACTOR, DEFAULT_STALL_FLOOR_S
 from ranktop.wire import settings
+
+
+@dataclass(frozen=True)
+class Command:
+    """One subcommand: its name, its texts for ``--help``, and what fills its parser (which sets ``run``)."""
+
+    name: str
+    help: str
+    configure: Callable[[argparse.ArgumentParser], None]
+    description: str | None = None  # default: the help line
+    usage: str | None = None  # default: argparse's
+
+    def add_to(self, sub) -> argparse.ArgumentParser:
+        description = self.description or self.help[0].upper() + self.help[1:] + "."
+        parser = sub.add_parser(self.name, help=self.help, description=description, usage=self.usage)
+        self.configure(parser)
+        return parser
 
 
 def positive(kind):

@@ -2,18 +2,20 @@
 
 from __future__ import annotations
 
-from ranktop.cli.errors import UserError
-from ranktop.cli.options import add_job_target, positive_float, rank_list
-from ranktop.watch.aggregator import DEFAULT_WINDOW
-from ranktop.watch.session import WatchSession, resolve
-from ranktop.watch.format import compress_ranks as rank_ranges
+import argparse
 
+from ranktop.cli.errors import UserError
+from ranktop.cli.options import Command, add_job_target, positive_float, rank_list
+from ranktop.watch.aggregator import DEFAULT_WINDOW
+from ranktop.watch.format import compress_ranks
+from ranktop.watch.session import Answers, WatchSession, resolve
+
+HELP = "send a signed ping to every rank and report who answers"
 #: A line per rank up to this many ranks; one line for all beyond.
 LINES_UP_TO = 64
 
 
-def add_parser(sub) -> None:
-    ping = sub.add_parser("ping", help="send a signed ping to every rank and report who answers")
+def configure(ping: argparse.ArgumentParser) -> None:
     add_job_target(ping)
     ping.add_argument("--timeout", type=positive_float, default=5.0, help="seconds to wait for answers (default 5)")
     ping.add_argument("--ranks", type=rank_list, default=None, help="comma-separated ranks (default: all)")
@@ -23,25 +25,35 @@ def add_parser(sub) -> None:
 def cmd_ping(args) -> int:
     with WatchSession(resolve(args.targets, args.dir), window=DEFAULT_WINDOW) as session:
         answers = session.request("ping", ranks=args.ranks, timeout=args.timeout)
+    for line in answer_lines(answers, args.timeout):
+        print(line)
+    if answers.missing:
+        raise UserError(f"{len(answers.missing)} of {len(answers.expected)} rank(s) did not answer")
+    return 0
+
+
+def answer_lines(answers: Answers, timeout: float) -> list[str]:
+    """One line per rank expected: its round trip, or that it did not answer; past :data:`LINES_UP_TO`
+    ranks, one line for all (median, p95, the slowest named) and the silent ones as ranges."""
     by_rank = {r.rank: r for r in answers.replies}
-    if len(answers.expected) > LINES_UP_TO:  # a big job: one line for all, the slowest named, the silent as ranges
+    if len(answers.expected) > LINES_UP_TO:
         times = sorted((r.rtt_s, r.rank) for r in answers.replies if r.rtt_s is not None)
         line = f"{len(answers.expected) - len(answers.missing)} of {len(answers.expected)} ranks answered"
         if times:
             pick = lambda q: times[min(len(times) - 1, int(q * len(times)))][0] * 1000  # noqa: E731
             line += f": pong in {pick(0.5):.1f} ms (median), {pick(0.95):.1f} ms (p95), {times[-1][0] * 1000:.1f} ms (slowest: rank {times[-1][1]})"
-        print(line)
-        if answers.missing:
-            print(f"no answer within {args.timeout:g}s from ranks {rank_ranges(answers.missing)}")
-    else:
-        for rank in answers.expected:
-            reply = by_rank.get(rank)
-            if reply is None:
-                print(f"rank {rank}: no answer within {args.timeout:g}s")
-            elif reply.rtt_s is not None:
-                print(f"rank {rank}: pong in {reply.rtt_s * 1000:.1f} ms")
-            else:
-                print(f"rank {rank}: pong")
-    if answers.missing:
-        raise UserError(f"{len(answers.missing)} of {len(answers.expected)} rank(s) did not answer")
-    return 0
+        missing = [f"no answer within {timeout:g}s from ranks {compress_ranks(answers.missing)}"] if answers.missing else []
+        return [line, *missing]
+    lines = []
+    for rank in answers.expected:
+        reply = by_rank.get(rank)
+        if reply is None:
+            lines.append(f"rank {rank}: no answer within {timeout:g}s")
+        elif reply.rtt_s is not None:
+            lines.append(f"rank {rank}: pong in {reply.rtt_s * 1000:.1f} ms")
+        else:
+            lines.append(f"rank {rank}: pong")
+    return lines
+
+
+COMMAND = Command("ping", HELP, configure)

@@ -13,7 +13,7 @@ import argparse
 import json
 
 from ranktop.cli.errors import UserError
-from ranktop.cli.options import add_job_target, positive_float
+from ranktop.cli.options import Command, add_job_target, positive_float
 from ranktop.watch.session import WatchSession, resolve
 from ranktop.watch.stacks import build_report, report_json, report_lines, representatives
 
@@ -22,21 +22,21 @@ class StacksError(UserError):
     """A one-line reason ``ranktop stacks`` could not do its job (exit 1)."""
 
 
-def add_parser(sub) -> argparse.ArgumentParser:
-    p = sub.add_parser(
-        "stacks",
-        help="dump every rank's Python stacks (all threads), grouped by identical main-thread stack",
-        description="Ask every rank of a job for the Python stacks of all its threads and print the ranks "
-        "grouped by identical main-thread stack, biggest group first. Works while the job hangs: each "
-        "rank answers from its probe's own thread. Ranks that do not answer within --timeout are listed "
-        "as unresponsive. Needs the job secret.",
-    )
+HELP = "dump every rank's Python stacks (all threads), grouped by identical main-thread stack"
+DESCRIPTION = (
+    "Ask every rank of a job for the Python stacks of all its threads and print the ranks "
+    "grouped by identical main-thread stack, biggest group first. Works while the job hangs: each "
+    "rank answers from its probe's own thread. Ranks that do not answer within --timeout are listed "
+    "as unresponsive. Needs the job secret."
+)
+
+
+def configure(p: argparse.ArgumentParser) -> None:
     add_job_target(p)
     p.add_argument("--timeout", type=positive_float, default=5.0, help="seconds to wait for the answers (default 5)")
     p.add_argument("--json", action="store_true", help="print the groups and every rank's stacks as JSON")
     p.add_argument("--all-threads", action="store_true", help="print every thread of every rank, not just the main one")
     p.set_defaults(run=cmd_stacks)
-    return p
 
 
 def collect(session: WatchSession, timeout: float):
@@ -73,3 +73,6 @@ def cmd_stacks(args) -> int:
     if report.unresponsive:
         raise StacksError(f"{len(report.unresponsive)} of {len(report.expected)} rank(s) did not answer within {args.timeout:g}s")
     return 0
+
+
+COMMAND = Command("stacks", HELP, configure, DESCRIPTION)

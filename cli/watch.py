@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import sys
 import time
 
-from ranktop.cli import attach
 from ranktop.cli.errors import UserError
-from ranktop.cli.options import add_view_options
+from ranktop.cli.options import Command, add_view_options
 from ranktop.watch.session import Target, WatchSession, resolve
 from ranktop.watch.snapshot import WAITING
 
@@ -16,13 +16,14 @@ from ranktop.watch.snapshot import WAITING
 WAITING_NOTICE_S = 3.0
 
 
-def add_parser(sub) -> None:
-    watch = sub.add_parser(
-        "watch",
-        help="watch a running job live (TUI), or print a JSON snapshot",
-        description="Attach to a running job. TARGET is a job name (see `ranktop jobs`) or one or more "
-        "relay endpoints tcp://HOST:PORT; with no TARGET, the only running job.",
-    )
+HELP = "watch a running job live (TUI), or print a JSON snapshot"
+DESCRIPTION = (
+    "Attach to a running job. TARGET is a job name (see `ranktop jobs`) or one or more "
+    "relay endpoints tcp://HOST:PORT; with no TARGET, the only running job."
+)
+
+
+def configure(watch: argparse.ArgumentParser) -> None:
     watch.add_argument("targets", nargs="*", metavar="TARGET", help="job name or tcp://HOST:PORT endpoints")
     add_view_options(watch)
     watch.set_defaults(run=cmd_watch)
@@ -43,7 +44,7 @@ def session_of(args, target: Target | None = None) -> WatchSession:
 def cmd_watch(args, target: Target | None = None) -> int:
     session = session_of(args, target)
     if session.rate_hz is not None:
-        attach.request_rate(session, session.rate_hz)  # its own thread: waits for the first rank, then asks
+        session.set_rate_when_ready(session.rate_hz)  # its own thread: waits for the first rank, then asks
     if args.json:
         return watch_json(session, args.duration)
     return run_tui(session, args.refresh)
@@ -89,3 +90,5 @@ def watch_json(session: WatchSession, duration: float) -> int:
         raise UserError(f"no rank reported within {duration:g}s{hint}")
     return 0
 
+
+COMMAND = Command("watch", HELP, configure, DESCRIPTION)

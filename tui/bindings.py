@@ -77,6 +77,14 @@ KEYS: tuple[Binding, ...] = (
         "throttling, per rank's GPU grouped by host; the rank selected in the straggler table is highlighted.",
     ),
     Binding(
+        "v",
+        "cycle_view",
+        "View",
+        id="view",
+        tooltip="Bars (a stacked bar per rank) or the job overview: the distribution of the ranks' slowdown and the rank "
+        "map, a cell per rank (or per node when they do not fit) grouped by node. Automatic: bars while every rank fits.",
+    ),
+    Binding(
         "space",
         "toggle_pause",
         "Pause",
@@ -92,6 +100,29 @@ KEYS: tuple[Binding, ...] = (
         tooltip="Move between the bars, the straggler table and the memory and GPU panes; arrows and PgUp/PgDn scroll them.",
     ),
     Binding("question_mark,f1", "help", "Help", key_display="?", id="help", tooltip="Show this screen."),
+)
+
+#: Keys of the rank map (the job overview), while it has focus; enter drills down.
+MAP_KEYS: tuple[Binding, ...] = (
+    Binding("left,h", "move(-1, 0)", "Left", key_display="← h", id="map.left", show=False, tooltip="The previous cell."),
+    Binding("right,l", "move(1, 0)", "Right", key_display="→ l", id="map.right", show=False, tooltip="The next cell."),
+    Binding("up,k", "move(0, -1)", "Up", key_display="↑ k", id="map.up", show=False, tooltip="The cell a line up."),
+    Binding("down,j", "move(0, 1)", "Down", key_display="↓ j", id="map.down", show=False, tooltip="The cell a line down."),
+    Binding("enter", "open", "Open", id="map.open",
+            tooltip="Drill down: a node cell shows its ranks, a rank cell that rank's detail (phases, history, collectives, "
+            "memory, GPU). On the straggler table, enter opens the rank's detail too."),
+    Binding("w", "worst", "Worst", id="map.worst",
+            tooltip="Put the cursor back on the worst cell; it follows the worst rank until you move it."),
+)
+
+#: Keys of a node's ranks and of a rank's detail.
+DRILL_KEYS: tuple[Binding, ...] = (
+    Binding("escape,backspace", "close", "Back", key_display="esc", id="drill.close", tooltip="Back to where you came from."),
+    Binding("enter", "open", "Rank detail", id="drill.open", show=False, tooltip="On a node's ranks: the highlighted rank's detail."),
+    Binding("left_square_bracket", "other(-1)", "Previous", key_display="[", id="drill.previous",
+            tooltip="The previous rank (in a rank's detail) or node (in a node's ranks)."),
+    Binding("right_square_bracket", "other(1)", "Next", key_display="]", id="drill.next",
+            tooltip="The next rank (in a rank's detail) or node (in a node's ranks)."),
 )
 
 #: Keys of the stack dump screens (listed on the help screen too).

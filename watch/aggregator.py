@@ -94,7 +94,7 @@ class Aggregator:
         self._errors: list[str] = []
         self._dropped = 0
         self._restat_from = 0  # where the next snapshot's share of medians to refresh begins
-        self._resources = ResourceTracker()  # memory history and creep, GPU gauges, throughput (tui/rank_resources.py)
+        self._resources = ResourceTracker()  # memory history and creep, GPU gauges, throughput (watch/resources.py)
 
     @property
     def world_size(self) -> int | None:

@@ -1,7 +1,7 @@
 """The requester's side of a capture: plan the request, then read every rank's progress and summary.
 
-Shared by ``ranktop capture`` / ``ranktop memsnap`` (tui/capture_cli.py) and the
-capture screen of the TUI (tui/widgets/capture.py); pure functions of a
+Shared by ``ranktop capture`` / ``ranktop memsnap`` (cli/capture.py) and the
+capture screen of the TUI (tui/screens/capture.py); pure functions of a
 :class:`~ranktop.watch.snapshot.Snapshot` and the ranks' replies, so they are
 tested without sockets or a terminal.
 """

@@ -48,7 +48,7 @@ class RankRow:
     stalled_phase: str | None = None  # when stalled: the phase it is in (None: between phases or steps)
     stalled_step: int | None = None  # when stalled: the step it is in (or the next one, between steps)
     collective: dict | None = None  # the last collective it entered, as its probe reports it (op, seq, b, inside, ...)
-    memory: MemoryStat | None = None  # RSS, CUDA allocator, history and creep (tui/memory_stats.py); None before any
+    memory: MemoryStat | None = None  # RSS, CUDA allocator, history and creep (watch/memory.py); None before any
     throughput: Throughput | None = None  # samples/s, tokens/s, TFLOP/s, MFU, when the probe knows its work per step
     gpu: GpuStat | None = None  # NVML gauges of its GPU, or why there are none (probe/gpu_sampler.py)
     capture: CaptureStatus | None = None  # its latest trace or memory capture (wire/capture.py), running or finished
@@ -96,7 +96,7 @@ class CollectiveStat:
 
 @dataclass(frozen=True)
 class MemoryStat:
-    """One rank's memory as its probe last reported it, with its recent history (tui/memory_stats.py)."""
+    """One rank's memory as its probe last reported it, with its recent history (watch/memory.py)."""
 
     rss_bytes: int | None  # process resident set size
     cuda_device: int | None = None  # the CUDA device index (None: the rank uses no CUDA)
@@ -212,7 +212,7 @@ class Snapshot:
     dropped_messages: int = 0  # malformed or foreign frames this TUI threw away
     errors: list[str] = field(default_factory=list)  # one-line problems to show the user
     collectives: list[CollectiveStat] = field(default_factory=list)  # job-wide rows (rank -1) first
-    waiting_for: list[int] = field(default_factory=list)  # ranks the stalled ones wait for (see tui/stalls.py)
+    waiting_for: list[int] = field(default_factory=list)  # ranks the stalled ones wait for (see watch/stalls.py)
     diagnosis: str | None = None  # one line on a hang: who is stalled where, waiting for whom
     slow_hosts: list[str] = field(default_factory=list)  # hosts all of whose ranks are slow: the node, not a rank
     throughput: Throughput | None = None  # the job's: sums over live ranks (MFU: their TFLOP/s over their peaks)
@@ -225,6 +225,13 @@ class Snapshot:
     @property
     def silent(self) -> int:
         return sum(1 for r in self.ranks if r.status == SILENT)
+
+    def row(self, rank: int) -> RankRow | None:
+        """The row of one rank (``ranks`` is sorted by rank, but a job may not have reported every rank)."""
+        for row in self.ranks:
+            if row.rank == rank:
+                return row
+        return None
 
     def request(self, command_id: str) -> RequestStatus | None:
         """How one of our commands is answered: the exact tally, else counted from :attr:`replies`."""
@@ -248,6 +255,9 @@ class Snapshot:
             request["answered_ranks"] = sorted(request["answered_ranks"])
         out["connected"] = self.connected
         out["silent"] = self.silent
+        from ranktop.watch.verdict import verdict  # verdict.py reads this module's types
+
+        out["verdict"] = asdict(verdict(self))
         return out
 
 

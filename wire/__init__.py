@@ -1,6 +1,6 @@
 """What both ends of the wire agree on: message schema, command signing, rendezvous, captures.
 
-``ranktop.probe`` (inside training) and ``ranktop.tui`` (the viewer) both import
+``ranktop.probe`` (inside training) and ``ranktop.watch`` (the viewer's engine) both import
 this package and nothing of each other.
 """
 

@@ -10,7 +10,8 @@ from textual.widgets import Static
 from ranktop.tui.render import palette
 from ranktop.watch import format as fmt
 from ranktop.watch.format import ranks_text
-from ranktop.watch.snapshot import CONNECTED, ENDPOINT_STATES, LOST, STALLED, WAITING, Endpoint, Snapshot
+from ranktop.watch.snapshot import CONNECTED, ENDPOINT_STATES, LOST, SILENT, STALLED, WAITING, Endpoint, Snapshot
+from ranktop.wire import settings
 
 MAX_ERRORS_SHOWN = 3
 #: After this long, ranks that have not answered a command are named.
@@ -85,6 +86,21 @@ def command_text(sent: SentCommand, snapshot: Snapshot) -> Text:
     return text
 
 
+def refused_text(snapshot: Snapshot) -> str:
+    """Commands the ranks refused (forged, replayed, expired, ...): someone without the job's key tried."""
+    reasons: dict[str, int] = {}
+    ranks = []
+    for r in snapshot.ranks:
+        if r.rejected:
+            ranks.append(r.rank)
+            for reason, count in r.rejected.items():
+                reasons[reason] = reasons.get(reason, 0) + count
+    if not ranks:
+        return ""
+    counts = ", ".join(f"{count} {reason}" for reason, count in sorted(reasons.items()))
+    return f"commands refused: {counts} ({ranks_text(ranks)})"
+
+
 def status_text(snapshot: Snapshot, *, notice: Text | None = None, last_command: SentCommand | None = None) -> Text:
     """Errors (newest last), then endpoints and dropped messages, then the notice or last command."""
     lines: list[Text] = []
@@ -110,6 +126,15 @@ def status_text(snapshot: Snapshot, *, notice: Text | None = None, last_command:
         heard.append("  " if heard else "")
         records = sum(r.dropped for r in lossy)
         heard.append(f"{records} step records lost by {len(lossy)} probe{'s' if len(lossy) > 1 else ''}", style=palette.WARNING)
+    refused = refused_text(snapshot)
+    if refused:
+        heard.append("  " if heard else "")
+        heard.append(refused, style=palette.ERROR)
+    rates = sorted({r.rate_hz for r in snapshot.ranks if r.rate_hz is not None and r.status != SILENT})
+    if rates and rates != [settings.DEFAULT_RATE_HZ]:  # someone asked the ranks to send at another rate (--rate)
+        heard.append("  " if heard else "")
+        what = f"{rates[0]:g}" if len(rates) == 1 else f"{rates[0]:g}-{rates[-1]:g}"
+        heard.append(f"ranks send {what} msg/s", style=palette.MUTED)
     if heard:
         lines.append(heard)
     if notice is not None:

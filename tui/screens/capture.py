@@ -4,7 +4,7 @@ Pushed when the user presses ``P`` (trace) or ``M`` (memory snapshot) and the
 request went out. It redraws at a fixed rate from the app's snapshot source
 and the ranks' replies (a refusal is a reply); the text is built by
 :func:`capture_text`, a plain function of the request and the progress rows
-(tui/capture.py), so it is tested without a terminal. Closing the screen does
+(watch/capture.py), so it is tested without a terminal. Closing the screen does
 not stop the capture.
 """
 
