@@ -7,12 +7,9 @@ import argparse
 from ranktop.cli.errors import UserError
 from ranktop.cli.options import Command, add_job_target, positive_float, rank_list
 from ranktop.watch.aggregator import DEFAULT_WINDOW
-from ranktop.watch.format import compress_ranks
 from ranktop.watch.session import Answers, WatchSession, resolve
 
 HELP = "send a signed ping to every rank and report who answers"
-#: A line per rank up to this many ranks; one line for all beyond.
-LINES_UP_TO = 64
 
 
 def configure(ping: argparse.ArgumentParser) -> None:
@@ -33,17 +30,8 @@ def cmd_ping(args) -> int:
 
 
 def answer_lines(answers: Answers, timeout: float) -> list[str]:
-    """One line per rank expected: its round trip, or that it did not answer; past :data:`LINES_UP_TO`
-    ranks, one line for all (median, p95, the slowest named) and the silent ones as ranges."""
+    """One line per rank expected: its round trip, or that it did not answer."""
     by_rank = {r.rank: r for r in answers.replies}
-    if len(answers.expected) > LINES_UP_TO:
-        times = sorted((r.rtt_s, r.rank) for r in answers.replies if r.rtt_s is not None)
-        line = f"{len(answers.expected) - len(answers.missing)} of {len(answers.expected)} ranks answered"
-        if times:
-            pick = lambda q: times[min(len(times) - 1, int(q * len(times)))][0] * 1000  # noqa: E731
-            line += f": pong in {pick(0.5):.1f} ms (median), {pick(0.95):.1f} ms (p95), {times[-1][0] * 1000:.1f} ms (slowest: rank {times[-1][1]})"
-        missing = [f"no answer within {timeout:g}s from ranks {compress_ranks(answers.missing)}"] if answers.missing else []
-        return [line, *missing]
     lines = []
     for rank in answers.expected:
         reply = by_rank.get(rank)

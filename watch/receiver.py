@@ -23,6 +23,10 @@ from ranktop.watch.aggregator import Aggregator
 from ranktop.wire import rendezvous, schema
 
 DISCOVERY_EVERY_S = 1.0
+#: Messages queued per relay while this viewer is behind (about 30 s of a node of 8 ranks at 4 Hz);
+#: past that ZeroMQ drops the newest: a viewer that cannot keep up with 512 nodes loses messages
+#: (counted as gaps in the ranks' steps) instead of its memory.
+RECEIVE_QUEUE = 1000
 
 
 def connect_url(url: str, host: str | None = None) -> str:
@@ -143,7 +147,7 @@ class Receiver(threading.Thread):
 
     def _connect(self, poller: zmq.Poller, url: str, dial: str) -> None:
         sock = self._context.socket(zmq.SUB)
-        sock.setsockopt(zmq.RCVHWM, 10_000)
+        sock.setsockopt(zmq.RCVHWM, RECEIVE_QUEUE)
         sock.setsockopt(zmq.MAXMSGSIZE, schema.MAX_BODY_BYTES + 4096)
         sock.setsockopt(zmq.LINGER, 0)
         for kind in schema.TELEMETRY_KINDS:
