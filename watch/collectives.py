@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import Any, Iterable
 
 from ranktop.watch.snapshot import CollectiveStat
-from ranktop.watch.window import RankWindow
+from ranktop.watch.window import WAITS_KEPT, RankWindow
 from ranktop.wire import collective_summary
 
 MIN_DISTINCT_SIZES = 3
@@ -80,6 +80,10 @@ def fit_alpha_beta(sizes: list[float], times: list[float]) -> AlphaBeta | None:
 # -- the job's collectives, from the ranks' windows ------------------------------------
 
 
+#: Per-step summaries kept per rank and op for the rates (their sums are kept as they come and go).
+OP_WINDOW = 32
+
+
 def add_collectives(w: RankWindow, msg: dict[str, Any], now: float, window: int) -> None:
     """A steps message's collectives: a 1.4 probe's summaries and sample, or an older probe's every call
     (summarised here the same way, wire/collective_summary.py). Call before adding the message's steps."""
@@ -104,7 +108,7 @@ def add_summary(w: RankWindow, entry: dict[str, Any], now: float, window: int) -
         totals[1] += fields[S.BYTES]
         recent = w.op_window.get(op)
         if recent is None:
-            recent = w.op_window[op] = collections.deque(maxlen=2 * window)
+            recent = w.op_window[op] = collections.deque(maxlen=OP_WINDOW)
             w.op_sums[op] = [0, 0, 0.0]
         sums = w.op_sums[op]  # the window's sums, kept as entries come and go: a snapshot reads three numbers
         if len(recent) == recent.maxlen:
@@ -121,7 +125,7 @@ def add_summary(w: RankWindow, entry: dict[str, Any], now: float, window: int) -
     step_waits = w.waits.get(step)
     if step_waits is None:
         step_waits = w.waits[step] = {}
-        while len(w.waits) > 2 * window:
+        while len(w.waits) > WAITS_KEPT:
             w.waits.popitem(last=False)
     # A step whose calls came in two messages (a late completion) adds up: they no longer overlap.
     step_waits[entry["ph"]] = step_waits.get(entry["ph"], 0.0) + entry["w"]

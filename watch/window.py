@@ -14,7 +14,10 @@ from typing import Any, NamedTuple
 from ranktop.watch.step_window import StepWindow
 
 #: Raw collective calls per rank kept (the probes' samples) for the latency percentiles and the alpha-beta fit.
-CALL_WINDOW = 64
+CALL_WINDOW = 16
+#: Steps whose collective waits a window keeps (a step's own times are worked out when it arrives; a few
+#: steps of slack for waits that come after their step).
+WAITS_KEPT = 16
 
 
 class StepRecord(NamedTuple):
