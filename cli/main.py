@@ -15,6 +15,7 @@ import time
 from ranktop.wire import __version__, rendezvous
 
 from ranktop.cli import attach, capture as capture_cli, launch, stacks as stacks_cli
+from ranktop.cli import export as export_cli, record as record_cli, replay as replay_cli, report as report_cli
 from ranktop.watch import slurm
 from ranktop.watch.aggregator import DEFAULT_SILENT_AFTER_S, DEFAULT_WINDOW
 from ranktop.watch.stalls import DEFAULT_STALL_FACTOR, DEFAULT_STALL_FLOOR_S
@@ -61,6 +62,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     watch.add_argument("targets", nargs="*", metavar="TARGET", help="job name or tcp://HOST:PORT endpoints")
     _add_view_options(watch)
+    watch.add_argument("--record", metavar="FILE", default=None, help="also record the job's telemetry to FILE (ranktop replay, report)")
+    record_cli.add_record_options(watch, _positive(float))
 
     jobs = sub.add_parser("jobs", help="list the jobs in the rendezvous directory")
     jobs.add_argument("--all", action="store_true", help="include ended jobs (stale records)")
@@ -75,6 +78,11 @@ def build_parser() -> argparse.ArgumentParser:
     stacks_cli.add_parser(sub, _positive(float))
     capture_cli.add_parsers(sub, _positive(float), _rank_list)
     launch.add_parser(sub, _positive(float))
+    # The flight recorder and monitoring (issue 14): one module per command.
+    record_cli.add_parser(sub, _positive(float))
+    replay_cli.add_parser(sub, _positive(float))
+    report_cli.add_parser(sub)
+    export_cli.add_parser(sub)
 
     demo = sub.add_parser(
         "demo",
@@ -178,8 +186,11 @@ def main(argv: list[str] | None = None) -> int:
             from ranktop.cli.demo import run_demo
 
             return run_demo(args, extra)
+        if args.command in ISSUE14_COMMANDS:
+            return ISSUE14_COMMANDS[args.command](args)
     except (
-        TargetError, UserError, stacks_cli.StacksError, capture_cli.CaptureError, launch.LaunchError, slurm.SlurmError
+        TargetError, UserError, stacks_cli.StacksError, capture_cli.CaptureError, launch.LaunchError, slurm.SlurmError,
+        record_cli.RecordError, replay_cli.ReplayError, report_cli.ReportError, export_cli.ExportError,
     ) as exc:
         print(f"ranktop: error: {exc}", file=sys.stderr)
         return 1
@@ -190,13 +201,16 @@ def main(argv: list[str] | None = None) -> int:
 
 def _session(args, target: Target | None = None) -> WatchSession:
     """The session of ``watch``/``attach``: ``target`` if already resolved (``attach --slurm``), else what the user named."""
+    target = target if target is not None else resolve(args.targets, args.dir)
+    record = getattr(args, "record", None)
     return WatchSession(
-        target if target is not None else resolve(args.targets, args.dir),
+        target,
         window=args.window,
         silent_after_s=args.silent_after,
         stall_factor=args.stall_factor,
         stall_floor_s=args.stall_floor,
         rate_hz=args.rate,
+        recorder=record_cli.make_recorder(record, args, target.job) if record else None,
     )
 
 
@@ -306,6 +320,15 @@ def cmd_ping(args) -> int:
     if missing:
         raise UserError(f"{len(missing)} of {len(expected)} rank(s) did not answer")
     return 0
+
+
+#: Commands of the flight recorder and monitoring (cli/record.py, replay.py, report.py, export.py).
+ISSUE14_COMMANDS = {
+    "record": record_cli.cmd_record,
+    "replay": replay_cli.cmd_replay,
+    "report": report_cli.cmd_report,
+    "export": export_cli.cmd_export,
+}
 
 
 if __name__ == "__main__":

@@ -77,6 +77,14 @@ KEYS: tuple[Binding, ...] = (
         "throttling, per rank's GPU grouped by host; the rank selected in the straggler table is highlighted.",
     ),
     Binding(
+        "h",
+        "history",
+        "History",
+        id="history",
+        tooltip="The job's step time over the last minutes (median and slowest rank) and the selected rank's phases, "
+        "with straggler and stall episodes marked: who was slow, in which phase, since when, at what cost.",
+    ),
+    Binding(
         "space",
         "toggle_pause",
         "Pause",
@@ -92,6 +100,26 @@ KEYS: tuple[Binding, ...] = (
         tooltip="Move between the bars, the straggler table and the memory and GPU panes; arrows and PgUp/PgDn scroll them.",
     ),
     Binding("question_mark,f1", "help", "Help", key_display="?", id="help", tooltip="Show this screen."),
+)
+
+#: Keys of ``ranktop replay`` (on top of the main keys; space pauses the playback itself).
+REPLAY_KEYS: tuple[Binding, ...] = (
+    Binding("left", "seek(-10)", "-10s", key_display="←", id="replay.back", priority=True, tooltip="Replay: back 10 seconds."),
+    Binding("right", "seek(10)", "+10s", key_display="→", id="replay.forward", priority=True, tooltip="Replay: forward 10 seconds."),
+    Binding("shift+left,less_than_sign", "seek(-60)", "-1min", key_display="⇧← <", id="replay.back_minute", priority=True,
+            tooltip="Replay: back one minute."),
+    Binding("shift+right,greater_than_sign", "seek(60)", "+1min", key_display="⇧→ >", id="replay.forward_minute", priority=True,
+            tooltip="Replay: forward one minute."),
+    Binding("j", "goto", "Go to", id="replay.goto", tooltip="Replay: jump to a time (seconds, M:SS or H:MM:SS from the start; -S from the end)."),
+    Binding("plus,equals_sign", "speed(1)", "Faster", key_display="+", id="replay.faster", tooltip="Replay: play faster (up to 64x)."),
+    Binding("minus", "speed(-1)", "Slower", key_display="-", id="replay.slower", tooltip="Replay: play slower (down to 0.25x)."),
+)
+
+#: Keys of the history screen (listed on the help screen too).
+HISTORY_KEYS: tuple[Binding, ...] = (
+    Binding("escape,h", "close", "Close", key_display="esc", id="history.close", tooltip="Close the history view."),
+    Binding("left_square_bracket", "span(-1)", "Shorter", key_display="[", id="history.shorter", tooltip="History: show fewer minutes."),
+    Binding("right_square_bracket", "span(1)", "Longer", key_display="]", id="history.longer", tooltip="History: show more minutes."),
 )
 
 #: Keys of the stack dump screens (listed on the help screen too).

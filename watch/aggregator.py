@@ -86,6 +86,7 @@ class Aggregator:
         stall_factor: float = stalls.DEFAULT_STALL_FACTOR,
         stall_floor_s: float = stalls.DEFAULT_STALL_FLOOR_S,
         clock: Callable[[], float] = time.monotonic,
+        wall_clock: Callable[[], float] = time.time,
     ):
         self._job = job
         self._window = window
@@ -93,6 +94,7 @@ class Aggregator:
         self._stall = stalls.StallPolicy(stall_factor, stall_floor_s)
         self._by_command: collections.OrderedDict[str, dict[int, Reply]] = collections.OrderedDict()
         self._clock = clock
+        self._wall_clock = wall_clock  # a replay's virtual time (watch/replay.py); the ranks' own timestamps are wall time
         self._started = clock()
         self._lock = threading.Lock()
         self._ranks: dict[int, _Rank] = {}
@@ -107,6 +109,10 @@ class Aggregator:
     def job(self) -> str | None:
         """The job watched: as named, or as the first message named it."""
         return self._job
+
+    def now(self) -> float:
+        """The aggregator's clock (virtual in a replay): the time its snapshots are taken at."""
+        return self._clock()
 
     # -- input (receiver thread) ----------------------------------------------
 
@@ -272,7 +278,7 @@ class Aggregator:
                     stalled_step=stuck.step if stuck else None,
                     collective=r.state.get("collective") if isinstance(r.state.get("collective"), dict) else None,
                     capture=_capture_status(r),
-                    **self._resources.row_fields(r.rank, r.meta, st["rate"] if st else None, time.time()),
+                    **self._resources.row_fields(r.rank, r.meta, st["rate"] if st else None, self._wall_clock()),
                 )
             )
         order = {SILENT: 0, STALLED: 1, SLOW: 2, OK: 3}
