@@ -31,6 +31,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+from ranktop.wire import settings
+
 PTH = "ranktop-auto.pth"
 
 #: The fallback start-up hook: ours, then the ``sitecustomize`` it shadows, if any.
@@ -86,24 +88,24 @@ def hook_installed() -> bool:
 
 def launch_env(job: str, rate: float | None, directory: str | None, base: dict | None = None) -> dict:
     env = dict(os.environ if base is None else base)
-    env["RANKTOP_AUTO"] = "1"
-    env["RANKTOP_JOB"] = job
+    env[settings.AUTO.name] = "1"
+    env[settings.JOB.name] = job
     if rate is not None:
-        env["RANKTOP_RATE"] = str(rate)
+        env[settings.RATE.name] = str(rate)
     if directory:
-        env["RANKTOP_DIR"] = directory
+        env[settings.DIR.name] = directory
     return env
 
 
 def work_env(batch_size: float | None, tokens_per_step: float | None, flops_per_step: float | None) -> dict[str, str]:
     """The environment variables ``probe.init`` reads the work per step from (probe/flops.py)."""
-    names = (("RANKTOP_BATCH_SIZE", batch_size), ("RANKTOP_TOKENS_PER_STEP", tokens_per_step), ("RANKTOP_FLOPS_PER_STEP", flops_per_step))
+    names = ((settings.BATCH_SIZE.name, batch_size), (settings.TOKENS_PER_STEP.name, tokens_per_step), (settings.FLOPS_PER_STEP.name, flops_per_step))
     return {name: f"{value:.17g}" for name, value in names if value is not None}
 
 
 def _default_job(command: list[str]) -> str:
-    if os.environ.get("RANKTOP_JOB"):
-        return os.environ["RANKTOP_JOB"]
+    if settings.JOB.get():
+        return settings.JOB.get()
     if os.environ.get("SLURM_JOB_ID"):
         return os.environ["SLURM_JOB_ID"]  # what every node of an allocation agrees on
     name = Path(command[0]).name or "job"
@@ -116,8 +118,9 @@ def cmd_launch(args) -> int:
         command = command[1:]
     if not command:
         raise LaunchError("nothing to launch: ranktop launch [--job NAME] [--rate HZ] -- COMMAND [ARGS ...]")
-    if args.rate is not None and not 0.1 <= args.rate <= 50:
-        raise LaunchError(f"--rate must be between 0.1 and 50, got {args.rate:g}")
+    problem = None if args.rate is None else settings.rate_problem(args.rate)
+    if problem:
+        raise LaunchError(f"--rate {problem}")
     job = args.job or _default_job(command)
     env = launch_env(job, args.rate, args.dir)
     env.update(work_env(getattr(args, "batch_size", None), getattr(args, "tokens_per_step", None), getattr(args, "flops_per_step", None)))

@@ -12,14 +12,15 @@ import json
 import sys
 import time
 
-from ranktop.wire import __version__, rendezvous
-
-from ranktop.cli import attach, capture as capture_cli, launch, stacks as stacks_cli
+from ranktop.cli import attach, launch
+from ranktop.cli import capture as capture_cli
+from ranktop.cli import stacks as stacks_cli
 from ranktop.cli import export as export_cli, record as record_cli, replay as replay_cli, report as report_cli
 from ranktop.watch import slurm
 from ranktop.watch.aggregator import DEFAULT_SILENT_AFTER_S, DEFAULT_WINDOW
-from ranktop.watch.stalls import DEFAULT_STALL_FACTOR, DEFAULT_STALL_FLOOR_S
 from ranktop.watch.session import Target, TargetError, WatchSession, live_jobs, resolve
+from ranktop.watch.stalls import DEFAULT_STALL_FACTOR, DEFAULT_STALL_FLOOR_S
+from ranktop.wire import __version__, rendezvous, settings
 
 #: How long an endpoint may stay silent before the user is told (then we keep waiting).
 WAITING_NOTICE_S = 3.0
@@ -103,8 +104,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _rate(text: str) -> float:
     value = _positive(float)(text)
-    if not 0.1 <= value <= 50:
-        raise argparse.ArgumentTypeError(f"must be between 0.1 and 50, got {text!r}")
+    problem = settings.rate_problem(value)
+    if problem:
+        raise argparse.ArgumentTypeError(problem)
     return value
 
 

@@ -33,9 +33,11 @@ from __future__ import annotations
 import os
 import sys
 
-ENV = "RANKTOP_AUTO"
+from ranktop.wire import settings
+
+ENV = settings.AUTO.name
 #: Steps per second the probe sends at, from ``ranktop launch --rate``.
-RATE_ENV = "RANKTOP_RATE"
+RATE_ENV = settings.RATE.name
 
 _forked = False
 _state = {"lazy_handle": None, "started": False}

@@ -14,13 +14,10 @@ from pathlib import Path
 from typing import Any, Callable, Protocol
 
 from ranktop.wire import capture as _capture
-from ranktop.wire import rendezvous
+from ranktop.wire import rendezvous, settings
 
 from . import stacks as _stacks
 from .capture import Capture, start_timeout
-
-#: Sampling rates a command may set, in Hz.
-MIN_RATE_HZ, MAX_RATE_HZ = 0.1, 50.0
 
 
 class CommandTarget(Protocol):
@@ -42,8 +39,9 @@ def ping(target: CommandTarget, args: dict[str, Any]) -> tuple[bool, dict[str, A
 
 def set_rate(target: CommandTarget, args: dict[str, Any]) -> tuple[bool, dict[str, Any]]:
     hz = args.get("hz")
-    if isinstance(hz, bool) or not isinstance(hz, (int, float)) or not MIN_RATE_HZ <= hz <= MAX_RATE_HZ:
-        return False, {"error": f"hz must be a number from {MIN_RATE_HZ} to {MAX_RATE_HZ}"}
+    problem = settings.rate_problem(hz)
+    if problem:
+        return False, {"error": f"hz {problem}"}
     target.rate_hz = float(hz)
     return True, {"rate_hz": target.rate_hz}
 

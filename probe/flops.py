@@ -22,6 +22,8 @@ import os
 import sys
 from typing import Any, Callable
 
+from ranktop.wire import settings
+
 #: Dense peak TFLOP/s per device and dtype. Keys are matched against the lower-cased CUDA
 #: device name, most specific first (so "h100 pcie" wins over "h100").
 PEAK_TFLOPS: tuple[tuple[tuple[str, ...], dict[str, float]], ...] = (
@@ -52,10 +54,10 @@ _DTYPE_ALIASES = {
     "bfloat16": "bf16", "float16": "fp16", "half": "fp16", "float8": "fp8", "float8_e4m3fn": "fp8",
 }  # fmt: skip
 
-ENV_BATCH = "RANKTOP_BATCH_SIZE"
-ENV_TOKENS = "RANKTOP_TOKENS_PER_STEP"
-ENV_FLOPS = "RANKTOP_FLOPS_PER_STEP"
-ENV_PEAK = "RANKTOP_PEAK_TFLOPS"
+ENV_BATCH = settings.BATCH_SIZE.name
+ENV_TOKENS = settings.TOKENS_PER_STEP.name
+ENV_FLOPS = settings.FLOPS_PER_STEP.name
+ENV_PEAK = settings.PEAK_TFLOPS.name
 
 
 def normalise_dtype(dtype: Any) -> str:
@@ -132,7 +134,9 @@ def count_flops(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> int:
     after), or on the first real step. Returns the total PyTorch's
     ``FlopCounterMode`` counts (matrix multiplies, convolutions, attention).
     """
-    from torch.utils.flop_counter import FlopCounterMode  # the script's torch; the probe never needs it otherwise
+    from torch.utils.flop_counter import (
+        FlopCounterMode,  # the script's torch; the probe never needs it otherwise
+    )
 
     counter = FlopCounterMode(display=False)
     with counter:

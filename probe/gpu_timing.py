@@ -12,8 +12,8 @@ events do not complete within :data:`HOLD_S` is sent without ``g``, and an
 empty pool (a GPU far behind) means steps without ``g``, never an allocation on
 the hot path.
 
-The timeline wraps the recorder's four boundary methods (as ``Recorder.disable``
-swaps them for no-ops), so explicit ``probe.phase()`` blocks get device times
+The timeline wraps the recorder's boundary methods (``Recorder.attach_timeline``,
+the way ``Recorder.disable`` swaps them for no-ops), so explicit ``probe.phase()`` blocks get device times
 too. Where there is no GPU the same code runs on :class:`CpuEvent` (host
 clock), which is what the tests and ``RANKTOP_DEVICE_TIMING=cpu`` use.
 
@@ -24,10 +24,11 @@ script has imported.
 from __future__ import annotations
 
 import collections
-import os
 import sys
 import time
 from typing import Any, Callable
+
+from ranktop.wire import settings
 
 from .recorder import Recorder
 
@@ -112,8 +113,11 @@ class Timeline:
             self._marks = []
 
     def attach(self) -> None:
-        """Wrap the recorder's boundary methods (call from the training thread)."""
-        rec = self.rec
+        """Start timing the recorder's boundaries on the device (call from the training thread)."""
+        self.rec.attach_timeline(self)
+
+    def wrap(self, rec: Recorder) -> dict[str, Callable[..., None]]:
+        """The recorder's boundaries, each also marking an event (see ``Recorder.replace_boundaries``)."""
         begin_step, end_step, begin_phase, end_phase, discard = (
             rec.begin_step, rec.end_step, rec.begin_phase, rec.end_phase, rec.discard
         )
@@ -154,10 +158,13 @@ class Timeline:
             discard()
             release()
 
-        rec.begin_step, rec.end_step, rec.begin_phase, rec.end_phase, rec.discard = (
-            begin_step_timed, end_step_timed, begin_phase_timed, end_phase_timed, discard_timed
-        )
-        rec.timeline = self
+        return {
+            "begin_step": begin_step_timed,
+            "end_step": end_step_timed,
+            "begin_phase": begin_phase_timed,
+            "end_phase": end_phase_timed,
+            "discard": discard_timed,
+        }
 
     # -- the sender thread ----------------------------------------------------------
 
@@ -229,7 +236,7 @@ def starter(probe: Any) -> Callable[[Any], None] | None:
 
     ``RANKTOP_DEVICE_TIMING``: ``off`` never, ``cpu`` host-clock events (tests), default CUDA when present.
     """
-    mode = os.environ.get("RANKTOP_DEVICE_TIMING", "auto").lower()
+    mode = settings.DEVICE_TIMING.get().lower()
     if mode in ("off", "0", "no"):
         return None
 

@@ -21,6 +21,8 @@ import socket
 import sys
 from dataclasses import dataclass
 
+from ranktop.wire import settings
+
 
 @dataclass(frozen=True)
 class Identity:
@@ -70,7 +72,7 @@ def _ranks_from_env(env) -> tuple[int, int, int, int | None, str]:
 
 
 def _job_from_env(env, host: str, pid: int) -> str:
-    for name in ("RANKTOP_JOB", "SLURM_JOB_ID"):
+    for name in (settings.JOB.name, "SLURM_JOB_ID"):
         if env.get(name):
             return env[name]
     run_id = env.get("TORCHELASTIC_RUN_ID")
@@ -85,7 +87,7 @@ def _job_from_env(env, host: str, pid: int) -> str:
 def detect(job: str | None = None, env=None) -> Identity:
     env = os.environ if env is None else env
     machine = socket.gethostname()
-    host = env.get("RANKTOP_HOST") or machine
+    host = settings.HOST.get(env) or machine
     pid = os.getpid()
     rank, local_rank, world, local_world, launcher = _ranks_from_env(env)
     return Identity(

@@ -38,9 +38,13 @@ class Recorder:
         self._pending_start = 0.0
         self._pending_wall = 0.0
         self._stack: list[list[Any]] = []  # open phases: [name, start, time spent in children]
-        # A pending or running capture (probe/capture.py), set by the sender thread: the step
-        # boundaries hand it the step number; with none, they pay one attribute read.
+        # Hooks, declared here so that nothing is attached from outside unannounced:
+        # ``capture``: a pending or running capture (probe/capture.py), set by the sender thread;
+        #   the step boundaries hand it the step number; with none, they pay one attribute read.
+        # ``timeline``: device-side timing (probe/gpu_timing.py), set by :meth:`attach_timeline`;
+        #   the sender thread resolves the drained records through it.
         self.capture: Any = None
+        self.timeline: Any = None
 
     # -- what the sender thread reads (plain attribute reads, no lock) --------
 
@@ -138,10 +142,31 @@ class Recorder:
         if self._on_fault is not None:
             self._on_fault(exc)
 
+    #: The hot-path methods that may be replaced on an instance (never a flag tested per call).
+    BOUNDARIES = ("begin_step", "end_step", "begin_phase", "end_phase", "discard")
+
+    def replace_boundaries(self, **methods: Callable[..., None]) -> None:
+        """Swap some of :data:`BOUNDARIES` for other callables on this instance.
+
+        How the probe changes what a boundary does without a branch on the hot
+        path: :meth:`disable` swaps them for no-ops, a timeline for versions that
+        also record device events. The scopes already handed out call through
+        the instance, so they follow.
+        """
+        unknown = set(methods) - set(self.BOUNDARIES)
+        if unknown:
+            raise ValueError(f"not a recorder boundary: {', '.join(sorted(unknown))}")
+        for name, method in methods.items():
+            setattr(self, name, method)
+
+    def attach_timeline(self, timeline: Any) -> None:
+        """Time every boundary on the device too: ``timeline.wrap(self)`` returns the wrapped boundaries."""
+        self.replace_boundaries(**timeline.wrap(self))
+        self.timeline = timeline
+
     def disable(self) -> None:
         """Turn every hot-path method into a no-op, for scopes already handed out."""
-        for name in ("begin_step", "end_step", "begin_phase", "end_phase", "discard"):
-            setattr(self, name, _noop)
+        self.replace_boundaries(**{name: _noop for name in self.BOUNDARIES})
 
     # -- the sender thread's side ---------------------------------------------
 

@@ -29,8 +29,7 @@ import time
 from pathlib import Path
 
 import zmq
-
-from ranktop.wire import ports, rendezvous
+from ranktop.wire import ports, rendezvous, settings
 
 from .identity import Identity
 
@@ -56,7 +55,7 @@ def ipc_endpoints(job: str, host: str = "") -> tuple[str, str]:
 
 def bind_address() -> str:
     """The interface the relay listens on: ``RANKTOP_BIND``, default every interface."""
-    return os.environ.get("RANKTOP_BIND", "0.0.0.0")
+    return settings.BIND.get()
 
 
 def _bind(sock: zmq.Socket, addr: str, port: int | None) -> int:

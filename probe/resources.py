@@ -1,6 +1,6 @@
 """What a rank's hardware is doing next to its steps: memory, GPU gauges, and the work per step.
 
-Ties :mod:`.memory`, :mod:`.gpu_sampler` and :mod:`.flops` to the sender: the
+Registers :mod:`.memory`, :mod:`.gpu_sampler` and :mod:`.flops` with the sender: the
 memory sampler runs on the sender thread with every state, the GPU sampler on
 a thread of its own, and the work per step (batch, tokens, FLOPs, the device's
 peak) rides in the hello. Nothing here runs on the training thread but
@@ -20,13 +20,14 @@ from .sender import Sender
 
 class RankResources:
     def __init__(self, identity: Identity, sender: Sender, work: dict[str, Any]):
-        self._sender = sender
         self._device_name: str | None = None
         self._base = dict(work)
         self.memory = MemorySampler(identity.local_rank, on_device=self._on_device)
         self.gpu = GpuSampler(lambda: locate_rank_gpu(identity.local_rank, lambda: self.memory.device))
-        sender.memory = self.memory
-        sender.gpu = self.gpu
+        self._work: dict[str, Any] = {}
+        sender.add_state("mem", self.memory.sample)
+        sender.add_state("gpu", lambda: self.gpu.latest)
+        sender.add_hello("work", lambda: dict(self._work))
         self._publish()
 
     def start(self) -> None:
@@ -47,11 +48,11 @@ class RankResources:
 
     @property
     def work(self) -> dict[str, Any]:
-        return dict(self._sender.work)
+        return dict(self._work)
 
     def _on_device(self, index: int) -> None:  # the sender thread, once the rank's CUDA device is known
         self._device_name = flops.cuda_device_name(index)
         self._publish()
 
     def _publish(self) -> None:
-        self._sender.work = flops.with_device(self._base, self._device_name)  # one rebinding: atomic
+        self._work = flops.with_device(self._base, self._device_name)  # one rebinding: atomic for the sender's read

@@ -13,6 +13,8 @@ import os
 import sys
 import threading
 
+from ranktop.wire import settings
+
 from . import auto, collectives, flops
 from .collectives import CollectiveTracker
 from .identity import Identity, detect
@@ -20,7 +22,7 @@ from .recorder import NOOP, PhaseScope, Recorder, StepScope
 from .resources import RankResources
 from .sender import Sender
 
-DEFAULT_RATE_HZ = 4.0
+DEFAULT_RATE_HZ = settings.DEFAULT_RATE_HZ
 DEFAULT_CAPACITY = 4096
 
 
@@ -96,10 +98,11 @@ def init(
     with _lock:
         if isinstance(active, Probe):
             return active
-        if os.environ.get("RANKTOP_DISABLE", "") not in ("", "0"):
+        if settings.DISABLE.on():
             return DISABLED
-        if not 0.1 <= rate_hz <= 50:
-            raise ValueError(f"rate_hz must be between 0.1 and 50, got {rate_hz}")
+        problem = settings.rate_problem(rate_hz)
+        if problem:
+            raise ValueError(f"rate_hz {problem}")
         work = flops.work_from(batch_size, tokens_per_step, flops_per_step, flops_dtype)
         probe = Probe(detect(job), rate_hz=rate_hz, capacity=capacity, directory=rendezvous_dir, work=work)
         active = probe

@@ -19,7 +19,6 @@ import time
 from typing import Any, Callable
 
 import zmq
-
 from ranktop.wire import __version__ as PROBE_VERSION
 from ranktop.wire import auth, rendezvous, schema
 from ranktop.wire.capture import capture_folder
@@ -38,6 +37,8 @@ HEARTBEAT_EVERY_S = 1.0
 HELLO_EVERY_S = 2.0
 #: Commands handled per wake-up at most, so a flood cannot starve telemetry.
 MAX_COMMANDS_PER_WAKE = 32
+#: The state keys the sender fills itself; registered sources add the others.
+_CORE_STATE = frozenset({"step", "last", "in_step", "phase", "step_age", "dropped", "rejected", "rate_hz", "median_step_s", "cap"})
 
 
 class Sender(threading.Thread):
@@ -68,12 +69,29 @@ class Sender(threading.Thread):
         # Recent step wall times: the state carries their median, so a TUI that attaches to a
         # job already hung still knows how long a step usually takes on this rank.
         self._recent_walls: collections.deque[float] = collections.deque(maxlen=32)
-        # Set by the Probe (probe/memory.py, probe/gpu_sampler.py, probe/flops.py): memory and GPU
-        # gauges ride in every state, the work per step (for throughput and MFU) in the hello.
-        self.memory: Any = None
-        self.gpu: Any = None
-        self.work: dict[str, Any] = {}
+        # Registered sources (see add_state / add_hello): what other parts of the probe put in
+        # every state (memory, GPU gauges, the last collective) or every hello (the work per step).
+        self._state_sources: dict[str, Callable[[], Any]] = {}
+        self._hello_sources: dict[str, Callable[[], Any]] = {}
         self.capture: Any = None  # the latest capture (probe/capture.py), set by the capture command
+        if collectives is not None:
+            self.add_state("collective", collectives.state)
+
+    def add_state(self, key: str, source: Callable[[], Any]) -> None:
+        """Send ``source()`` as ``key`` in every state (wire/schema.py lists the keys), read on this thread.
+
+        Register before :meth:`start`. A source runs on the sender thread, never
+        the training thread, so it may take a moment (a memory sample); it must
+        return msgpack-able values.
+        """
+        if key in _CORE_STATE:
+            raise ValueError(f"state key {key!r} belongs to the sender")
+        self._state_sources[key] = source
+
+    def add_hello(self, key: str, source: Callable[[], Any]) -> None:
+        """Send ``source()`` as ``key`` in every hello when it is not empty (the work per step may be
+        learnt after init, so it is read each time)."""
+        self._hello_sources[key] = source
 
     def capture_folder(self, capture_id: str):
         """Where this rank writes a capture's file: fixed by the job's side, never by the network."""
@@ -170,7 +188,7 @@ class Sender(threading.Thread):
         self._taken += len(records)
         # What the training thread produced but neither we took nor the buffer holds fell off.
         self._dropped = max(self._dropped, self.recorder.produced - self._taken - len(self.recorder.buffer))
-        timeline = getattr(self.recorder, "timeline", None)  # device-side timing (probe/gpu_timing.py)
+        timeline = self.recorder.timeline  # device-side timing (probe/gpu_timing.py), once attached
         if timeline is not None:
             records = timeline.resolve(records, final=final)
         calls = self.collectives.drain() if self.collectives is not None else []
@@ -185,7 +203,7 @@ class Sender(threading.Thread):
     def state(self) -> dict[str, Any]:
         rec = self.recorder
         started = rec.step_started
-        return {
+        state = {
             "step": rec.current_step,
             "last": rec.last_step,
             "in_step": bool(started),
@@ -195,11 +213,11 @@ class Sender(threading.Thread):
             "rejected": dict(self._rejected),
             "rate_hz": self.rate_hz,
             "median_step_s": statistics.median(self._recent_walls) if self._recent_walls else None,
-            "collective": self.collectives.state() if self.collectives is not None else None,
-            "mem": self.memory.sample() if self.memory is not None else None,
-            "gpu": self.gpu.latest if self.gpu is not None else None,
             "cap": self._capture_progress(),
         }
+        for key, source in self._state_sources.items():
+            state[key] = source()
+        return state
 
     def _capture_progress(self) -> dict[str, Any] | None:
         capture = self.capture
@@ -236,8 +254,10 @@ class Sender(threading.Thread):
             if self._relay is not None:
                 self._meta["relay"] = {"telemetry": self._relay.telemetry_url, "control": self._relay.control_url}
         hello = dict(self._meta, rate_hz=self.rate_hz)
-        if self.work:  # may be completed after init (probe.set_work, a FLOP count): read on every hello
-            hello["work"] = dict(self.work)
+        for key, source in self._hello_sources.items():
+            value = source()
+            if value:
+                hello[key] = value
         return hello
 
     # -- control --------------------------------------------------------------

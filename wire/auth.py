@@ -16,12 +16,11 @@ from __future__ import annotations
 import collections
 import hashlib
 import hmac
-import os
 import secrets
 import time
 from typing import Any
 
-from . import schema
+from . import schema, settings
 
 #: A command older or newer than this many seconds is refused. Generous, since the
 #: clocks of a cluster's nodes are only roughly in step.
@@ -103,5 +102,5 @@ class CommandVerifier:
 
 
 def read_secret_env() -> bytes | None:
-    value = os.environ.get("RANKTOP_SECRET")
+    value = settings.SECRET.get()
     return value.encode() if value else None

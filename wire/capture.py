@@ -18,6 +18,8 @@ import secrets
 import time
 from pathlib import Path
 
+from . import settings
+
 TRACE = "trace"  # torch.profiler: a Chrome/Perfetto JSON per rank, for Perfetto, TensorBoard and HTA
 MEMORY = "memory"  # torch.cuda.memory: an allocator snapshot pickle per rank, for pytorch.org/memory_viz
 KINDS = (TRACE, MEMORY)
@@ -41,12 +43,14 @@ MIN_MARGIN_STEPS = 5
 MARGIN_S = 1.5
 
 #: The job side may send its captures elsewhere than the rendezvous folder (a scratch file system).
-CAPTURE_DIR_ENV = "RANKTOP_CAPTURE_DIR"
+CAPTURE_DIR_ENV = settings.CAPTURE_DIR.name
 
 
 def capture_root(job: str, directory: str | os.PathLike | None = None) -> Path:
     """Where a job's captures go: ``$RANKTOP_CAPTURE_DIR``, else ``<rendezvous>/jobs/<job>/captures``."""
-    from . import rendezvous  # here, not at the top: schema imports this module, and rendezvous imports schema
+    from . import (
+        rendezvous,  # here, not at the top: schema imports this module, and rendezvous imports schema
+    )
 
     configured = os.environ.get(CAPTURE_DIR_ENV)
     if configured:

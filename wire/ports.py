@@ -22,6 +22,8 @@ import os
 import re
 from typing import Mapping
 
+from . import settings
+
 DEFAULT_PORT_BASE = 24000
 #: Jobs whose ids differ by a multiple of this share ports (a clash only if they share a node).
 JOB_SLOTS = 1000
@@ -40,14 +42,14 @@ def _port(env: Mapping[str, str], name: str, default: int | None, span: int = 1)
         value = int(text)
     except ValueError:
         raise PortConfigError(f"{name}={text!r} is not a port number") from None
-    if not (value == 0 and name == "RANKTOP_PORT") and not 1024 <= value <= 65535 - span:
+    if not (value == 0 and name == settings.PORT.name) and not 1024 <= value <= 65535 - span:
         raise PortConfigError(f"{name}={value} is outside 1024-{65535 - span}")
     return value
 
 
 def port_base(env: Mapping[str, str] | None = None) -> int:
     env = os.environ if env is None else env
-    return _port(env, "RANKTOP_PORT_BASE", DEFAULT_PORT_BASE, span=2 * JOB_SLOTS)
+    return _port(env, settings.PORT_BASE.name, DEFAULT_PORT_BASE, span=2 * JOB_SLOTS)
 
 
 def slurm_ports(job_id: str, env: Mapping[str, str] | None = None) -> tuple[int, int]:
@@ -66,7 +68,7 @@ def relay_ports(env: Mapping[str, str] | None = None) -> tuple[int, int] | None:
     process runs in a SLURM job (``SLURM_JOB_ID``), else random.
     """
     env = os.environ if env is None else env
-    pinned = _port(env, "RANKTOP_PORT", None, span=1)
+    pinned = _port(env, settings.PORT.name, None, span=1)
     if pinned is not None:
         return None if pinned == 0 else (pinned, pinned + 1)
     if env.get("SLURM_JOB_ID"):

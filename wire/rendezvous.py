@@ -20,6 +20,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from . import settings
 from .auth import new_secret, read_secret_env
 
 _SAFE = re.compile(r"[^A-Za-z0-9_.-]")
@@ -28,7 +29,7 @@ _SAFE = re.compile(r"[^A-Za-z0-9_.-]")
 def root(directory: str | os.PathLike | None = None) -> Path:
     if directory is not None:
         return Path(directory).expanduser()
-    return Path(os.environ.get("RANKTOP_DIR") or Path.home() / ".ranktop").expanduser()
+    return Path(settings.DIR.get() or Path.home() / ".ranktop").expanduser()
 
 
 def safe_name(name: str) -> str:
