@@ -36,6 +36,9 @@ def _columns(samples: list[Sample], start: float, end: float, width: int) -> lis
     for s in samples:
         i = min(width - 1, max(0, int((s.t - start) / span * width)))
         cols[i].append(s)
+    for i in range(1, width):  # more columns than samples: a column between two samples shows the earlier one
+        if not cols[i] and cols[i - 1]:
+            cols[i] = [cols[i - 1][-1]]
     return cols
 
 
@@ -82,8 +85,9 @@ def history_text(history: History, rank: int | None, span_s: float, width: int) 
     if not samples:
         return Text("no history yet: one sample a second once the ranks report steps", style=palette.MUTED)
     label_w = 12
-    width = max(10, width - label_w - 1)
+    width = max(10, width - label_w - 1 - 10)  # room for a label on the left and a value on the right
     end = samples[-1].t
+    span_s = min(span_s, max(60.0, end - samples[0].t))  # a short history fills the width
     start = end - span_s
     shown = [s for s in samples if s.t >= start]
     cols = _columns(shown, start, end, width)
