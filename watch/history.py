@@ -142,7 +142,7 @@ class History:
                     lambda: Episode(STALL, key[1], row.rank, row.host, row.stalled_phase, now - (row.stalled_s or 0.0), now,
                                     step=row.stalled_step),
                 )
-                ep.waiting_for = sorted(set(ep.waiting_for) | set(snap.waiting_for))
+                ep.waiting_for = sorted((set(ep.waiting_for) | set(snap.waiting_for)) - {row.rank})
                 ep.diagnosis = snap.diagnosis or ep.diagnosis
                 ep.cost_s = ep.duration_s
                 seen.add(key)

@@ -124,7 +124,10 @@ def _assemble(recording: Recording, history: History, obs: _Observer, final: Sna
             top = [s.max_step_s for s in inside if s.max_step_s is not None]
             rates = [s.steps_per_s for s in inside if s.steps_per_s]
             slow = sorted({r for s in inside for r in s.slow})
+            stalled = sorted({r for s in inside for r in s.stalled})
+            progress = max(s.global_step for s in inside) - min(s.global_step for s in inside)
             periods.append({
+                "steps": progress, "stalled_ranks": stalled,
                 "from_s": lo - start, "to_s": hi - start,
                 "median_step_s": statistics.median(med), "p90_step_s": percentile(med, 90),
                 "slowest_rank_step_s": max(top) if top else None,
@@ -177,6 +180,7 @@ def _assemble(recording: Recording, history: History, obs: _Observer, final: Sna
     lasting = history.episodes_since(start)
     out["stragglers"] = [episode(e) for e in lasting if e.kind in (STRAGGLER, NODE)]
     out["stalls"] = [episode(e) for e in lasting if e.kind == STALL]
+    out["hangs"] = hangs(out["stalls"])
     # -- memory, GPUs, throughput, captures
     creep = []
     for rank, c in sorted(obs.creep.items()):
@@ -204,6 +208,24 @@ def _assemble(recording: Recording, history: History, obs: _Observer, final: Sna
         for s in history.samples
     ]
     return out
+
+
+def hangs(stalls: list[dict]) -> list[dict]:
+    """Stall episodes that are one event (a hang stalls every rank at once): grouped by start and diagnosis."""
+    groups: list[dict] = []
+    for e in sorted(stalls, key=lambda e: e["from_s"]):
+        for g in groups:
+            if abs(g["from_s"] - e["from_s"]) <= 5.0 and g["diagnosis"] == e["diagnosis"]:
+                g["ranks"].append(e["rank"])
+                g["to_s"] = max(g["to_s"], e["to_s"])
+                g["waiting_for"] = sorted(set(g["waiting_for"]) | set(e["waiting_for"]))
+                break
+        else:
+            groups.append({"from_s": e["from_s"], "to_s": e["to_s"], "ranks": [e["rank"]], "phase": e["phase"], "step": e["step"],
+                           "waiting_for": list(e["waiting_for"]), "diagnosis": e["diagnosis"]})
+    for g in groups:
+        g["duration_s"] = g["to_s"] - g["from_s"]
+    return groups
 
 
 # -- text ------------------------------------------------------------------------------------
@@ -244,15 +266,15 @@ def text_lines(rep: dict) -> list[str]:
                          f"cost the job {e['cost_s']:.1f} s over {e['steps']} steps")
     else:
         lines.append("stragglers: none (no rank slower than the others for more than a moment)")
-    if rep["stalls"]:
+    if rep["hangs"]:
         lines.append("stalls and hangs:")
-        for e in rep["stalls"]:
-            phase = f" in {e['phase']}" if e["phase"] else ""
-            step = f" at step {e['step']}" if e["step"] is not None else ""
-            waited = f", waiting for rank(s) {', '.join(map(str, e['waiting_for']))}" if e["waiting_for"] else ""
-            lines.append(f"  {e['who']} stalled{phase}{step} from {_when(rep, e['from_s'])}, {clock_text(e['duration_s'])} long{waited}")
-            if e["diagnosis"]:
-                lines.append(f"    {e['diagnosis']}")
+        for g in rep["hangs"]:
+            ranks = ", ".join(map(str, sorted(g["ranks"])))
+            step = f" at step {g['step']}" if g["step"] is not None else ""
+            waited = f", waiting for rank(s) {', '.join(map(str, g['waiting_for']))}" if g["waiting_for"] else ""
+            lines.append(f"  rank(s) {ranks} stalled{step} from {_when(rep, g['from_s'])}, {clock_text(g['duration_s'])} long{waited}")
+            if g["diagnosis"]:
+                lines.append(f"    {g['diagnosis']}")
     else:
         lines.append("stalls and hangs: none")
 
@@ -260,6 +282,11 @@ def text_lines(rep: dict) -> list[str]:
     lines.append("step time over the run (median rank / slowest rank, steps/s, slow ranks):")
     for p in rep["step_time"]:
         slow = f"  slow: {', '.join(map(str, p['slow_ranks']))}" if p["slow_ranks"] else ""
+        if p["stalled_ranks"]:
+            slow += f"  stalled: {', '.join(map(str, p['stalled_ranks']))}"
+        if p["steps"] == 0:
+            lines.append(f"  {clock_text(p['from_s']):>8} – {clock_text(p['to_s']):<8} no step finished{slow}")
+            continue
         rate = f"{p['steps_per_s']:.2f}/s" if p["steps_per_s"] else "–"
         lines.append(f"  {clock_text(p['from_s']):>8} – {clock_text(p['to_s']):<8} {_ms(p['median_step_s']):>10} / "
                      f"{_ms(p['slowest_rank_step_s']):>10}  {rate:>8}{slow}")
@@ -331,7 +358,7 @@ def compare_lines(a: dict, b: dict) -> list[str]:
 
     lines.append(row("stragglers", who(a)[:w - 1], who(b)[:w - 1]))
     lines.append(row("straggler cost", f"{cost(a):.1f} s", f"{cost(b):.1f} s"))
-    lines.append(row("stalls", str(len(a["stalls"])), str(len(b["stalls"]))))
+    lines.append(row("stalls and hangs", str(len(a["hangs"])), str(len(b["hangs"]))))
     mfa, mfb = a["mfu"], b["mfu"]
     lines.append(row("MFU", f"{mfa * 100:.1f}%" if mfa is not None else "–", f"{mfb * 100:.1f}%" if mfb is not None else "–"))
     lines.append(row("memory creep ranks", str(len(a["memory_creep"])), str(len(b["memory_creep"]))))
