@@ -111,3 +111,20 @@ def test_prometheus_scrape_of_a_live_job_lists_every_rank(launch_ranks, tmp_path
 def test_export_without_a_port_is_a_one_line_error(rdv):
     out = run_cli("export", "nojob", "--prometheus", "not-a-port")
     assert out.returncode == 2 and "expected [HOST:]PORT" in out.stderr and "Traceback" not in out.stderr
+
+
+def test_the_report_of_a_recorded_hang_names_whom_the_ranks_waited_for(launch_ranks, tmp_path):
+    # 4 lockstep ranks (tests/jobs/hanging_ranks.py); rank 2 hangs in forward at step 60, the others wait in backward
+    from support import JOBS
+
+    args = ["--barrier-dir", str(tmp_path / "barrier"), "--hang-rank", "2", "--hang-at-step", "60"]
+    launch_ranks("hang-rec", 4, *args, script=JOBS / "hanging_ranks.py")
+    out = run_cli("record", "hang-rec", str(tmp_path / "hang.rec"), "--duration", "25", timeout=60)
+    assert out.returncode == 0, out.stderr
+    doc = json.loads(run_cli("report", str(tmp_path / "hang.rec"), "--json").stdout)
+    (hang,) = doc["hangs"]
+    assert sorted(hang["ranks"]) == [0, 1, 2, 3] and hang["waiting_for"] == [2] and hang["step"] == 60
+    assert hang["duration_s"] > 5 and "waiting for rank 2" in hang["diagnosis"]
+    text = run_cli("report", str(tmp_path / "hang.rec")).stdout
+    assert "rank(s) 0, 1, 2, 3 stalled at step 60" in text and "waiting for rank(s) 2" in text
+    assert "no step finished" in text
