@@ -196,3 +196,27 @@ def test_the_report_names_the_straggler_its_phase_and_its_spell(tmp_path):
 def test_history_is_bounded():
     h = History(samples=5)
     assert h.samples.maxlen == 5
+
+
+def test_two_runs_side_by_side(tmp_path):
+    from ranktop.watch.report import compare_lines
+
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    a = build(recorded_job(tmp_path / "a"))
+    b = build(recorded_job(tmp_path / "b", slow_from=0, slow_to=40))
+    lines = compare_lines(a, b)
+    assert lines[0].split()[-3:] == ["a/job.rec", "b/job.rec", "B", "vs", "A"][-3:] or "B vs A" in lines[0]
+    forward = next(line for line in lines if line.startswith("phase forward"))
+    assert forward.split()[-1].startswith("+")  # the second run's median rank is no slower; its straggler costs more
+    cost = next(line for line in lines if line.startswith("straggler cost")).split()
+    assert float(cost[2]) < float(cost[4])
+
+
+def test_the_html_report_is_one_self_contained_page_with_three_plots(tmp_path):
+    from ranktop.watch.report_html import page
+
+    html = page(build(recorded_job(tmp_path)))
+    assert html.count('class="plotly-graph-div"') == 3
+    assert "<script src=" not in html.replace('<script src="data:', "")  # plotly.js is inlined, nothing fetched
+    assert "rank 1 slow in forward" in html and "Straggler and stall episodes" in html
