@@ -213,10 +213,10 @@ def test_two_runs_side_by_side(tmp_path):
     assert float(cost[2]) < float(cost[4])
 
 
-def test_the_html_report_is_one_self_contained_page_with_three_plots(tmp_path):
+def test_the_html_report_is_one_self_contained_page_with_its_plots(tmp_path):
     from ranktop.watch.report_html import page
 
     html = page(build(recorded_job(tmp_path)))
-    assert html.count('class="plotly-graph-div"') == 3
+    assert html.count('class="plotly-graph-div"') == 4
     assert "<script src=" not in html.replace('<script src="data:', "")  # plotly.js is inlined, nothing fetched
     assert "rank 1 slow in forward" in html and "Straggler and stall episodes" in html

@@ -47,6 +47,7 @@ class Sample:
     steps_per_s: float | None
     rank_step_s: dict[int, float]  # every rank with a step time
     rank_phases: dict[int, dict[str, float]]  # every rank's own time per phase
+    rank_excess_s: dict[int, float]  # every rank's time per step beyond the median rank (the straggler signal)
     slow: tuple[int, ...]
     stalled: tuple[int, ...]
     connected: int
@@ -110,6 +111,7 @@ class History:
             steps_per_s=snap.steps_per_s,
             rank_step_s={r.rank: r.step_s for r in live},
             rank_phases={r.rank: dict(r.phases) for r in live},
+            rank_excess_s={r.rank: r.excess_s for r in live},
             slow=tuple(r.rank for r in snap.ranks if r.status == SLOW),
             stalled=tuple(r.rank for r in snap.ranks if r.status == STALLED),
             connected=snap.connected,

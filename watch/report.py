@@ -204,7 +204,8 @@ def _assemble(recording: Recording, history: History, obs: _Observer, final: Sna
     out["slow_at_end"] = [r.rank for r in final.ranks if r.status == SLOW]
     out["samples"] = [
         {"t_s": s.t - start, "step_s": s.step_s, "max_step_s": s.max_step_s, "steps_per_s": s.steps_per_s,
-         "rank_step_s": {str(k): v for k, v in s.rank_step_s.items()}, "slow": list(s.slow), "stalled": list(s.stalled)}
+         "rank_step_s": {str(k): v for k, v in s.rank_step_s.items()},
+         "rank_excess_s": {str(k): v for k, v in s.rank_excess_s.items()}, "slow": list(s.slow), "stalled": list(s.stalled)}
         for s in history.samples
     ]
     return out

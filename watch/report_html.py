@@ -1,7 +1,9 @@
 """The report as one self-contained HTML page with plots (plotly, the optional ``ranktop[report]`` extra).
 
-Three figures: step time over the run per rank (the median rank dashed),
-the straggler and stall timeline, and each rank's phase breakdown; above them
+Four figures: step time over the run per rank (the median rank dashed; in
+synchronous training every rank's step is the same, so next to it) each rank's
+time beyond the median rank, the straggler and stall timeline, and each rank's
+phase breakdown; above them
 the text report. plotly.js is inlined once, so the page opens offline and can
 be mailed or attached to a ticket.
 """
@@ -49,10 +51,19 @@ def figures(rep: dict) -> list:
                               name="median rank", line={"width": 3, "dash": "dash", "color": "black"}))
     for e in rep["stragglers"] + rep["stalls"]:
         step.add_vrect(x0=e["from_s"], x1=max(e["to_s"], e["from_s"] + 1), fillcolor="red" if e["kind"] == STALL else "orange",
-                       opacity=0.12, line_width=0)
+                       opacity=0.08, line_width=0)
     step.update_layout(title="Step time over the run, per rank (median over each rank's window; shaded: episodes)",
                        xaxis_title="seconds since the recording started", yaxis_title="step time (ms)", height=420,
                        legend={"orientation": "h"}, margin={"t": 60, "b": 40})
+
+    excess = go.Figure()
+    for rank in ranks:
+        ys = [s["rank_excess_s"].get(str(rank)) for s in samples]
+        excess.add_trace(go.Scatter(x=xs, y=[y * 1000 if y is not None else None for y in ys], mode="lines", name=f"rank {rank}",
+                                    line={"width": 1.5}))
+    excess.update_layout(title="Straggler signal: each rank's time per step beyond the median rank, summed over its phases",
+                         xaxis_title="seconds since the recording started", yaxis_title="ms per step beyond the median",
+                         height=380, legend={"orientation": "h"}, margin={"t": 60, "b": 40})
 
     episodes = rep["stragglers"] + rep["stalls"]
     timeline = go.Figure()
@@ -82,7 +93,7 @@ def figures(rep: dict) -> list:
                                 name=name, marker_color=PHASE_COLOURS.get(name)))
     phases.update_layout(barmode="stack", title="Phase breakdown per rank (median own time per step over the run)",
                          yaxis_title="ms per step", height=400, margin={"t": 60, "b": 40})
-    return [step, timeline, phases]
+    return [step, excess, timeline, phases]
 
 
 def page(rep: dict) -> str:

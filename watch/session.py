@@ -192,6 +192,8 @@ class WatchSession:
         return self
 
     def snapshot(self) -> Snapshot:
+        if self.recorder is not None and self.recorder.stats.error:
+            self.aggregator.note_error(self.recorder.stats.error)  # said once on the status line; watching goes on
         snap = self.aggregator.snapshot()
         self.history.note(snap, self.aggregator.now())
         return snap
