@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import lzma
 import os
-import queue
+import collections
 import socket
 import struct
 import threading
@@ -110,7 +110,11 @@ class Recorder:
         self.chunk_seconds = chunk_seconds
         self.stats = RecorderStats()
         self.clock = _now_fn()
-        self._queue: queue.Queue = queue.Queue(maxsize=queue_frames)
+        # A deque, not a queue.Queue: append and popleft are single C calls, so neither the receiver nor the
+        # writer holds the GIL for long (the viewer's refresh shares it). Bounded by the length check in tap().
+        self._pending: collections.deque = collections.deque()
+        self._max_pending = queue_frames
+        self._wake_s = max(0.005, min(0.2, chunk_seconds))
         self._thread = threading.Thread(target=self._run, name="ranktop-recorder", daemon=True)
         self._file = None
         self._segment_bytes = 0
@@ -126,17 +130,17 @@ class Recorder:
 
     def tap(self, frames: list[bytes], endpoint: str | None) -> None:
         """One message as it arrived (called on the receiver thread)."""
-        try:
-            self._queue.put_nowait((self.clock(), endpoint, frames, None))
-        except queue.Full:
+        if len(self._pending) >= self._max_pending:
             self.stats.dropped += 1
+            return
+        self._pending.append((self.clock(), endpoint, frames, None))
 
     def endpoint(self, url: str, host: str | None = None) -> None:
         """An endpoint the receiver dials (so a replay lists it, with its host, before its ranks speak)."""
-        try:
-            self._queue.put_nowait((self.clock(), url, None, host))
-        except queue.Full:
+        if len(self._pending) >= self._max_pending:
             self.stats.dropped += 1
+            return
+        self._pending.append((self.clock(), url, None, host))
 
     # -- lifecycle ------------------------------------------------------------------
 
@@ -159,29 +163,30 @@ class Recorder:
         entries: list = []
         raw = 0
         opened = time.monotonic()
+        pending = self._pending
         try:
             while True:
-                try:
-                    item = self._queue.get(timeout=0.2)
-                except queue.Empty:
-                    item = None
-                if item is not None:
-                    t, url, frames, host = item
+                stopping = self._stopping.wait(self._wake_s)
+                for _ in range(len(pending)):  # what is there now; more may arrive meanwhile
+                    t, url, frames, host = pending.popleft()
                     if frames is None:
                         self._endpoints[url] = host
                         entries.append([t, url, None, host])
                     else:
+                        size = sum(map(len, frames))
                         entries.append([t, url, frames])
-                        raw += sum(len(f) for f in frames)
+                        raw += size
                         self.stats.frames += 1
-                        self.stats.raw_bytes += sum(len(f) for f in frames)
+                        self.stats.raw_bytes += size
                     if len(entries) == 1:
                         opened = time.monotonic()
-                stopping = self._stopping.is_set() and self._queue.empty()
-                if entries and (stopping or raw >= CHUNK_RAW_BYTES or time.monotonic() - opened >= self.chunk_seconds):
+                    if raw >= CHUNK_RAW_BYTES:
+                        self._write_chunk(entries)
+                        entries, raw = [], 0
+                if entries and (stopping or time.monotonic() - opened >= self.chunk_seconds):
                     self._write_chunk(entries)
                     entries, raw = [], 0
-                if stopping:
+                if stopping and not pending:
                     break
         except OSError as exc:
             self.stats.error = f"recording stopped: cannot write {self.path}: {exc.strerror or exc}"
