@@ -128,3 +128,14 @@ def test_the_report_of_a_recorded_hang_names_whom_the_ranks_waited_for(launch_ra
     text = run_cli("report", str(tmp_path / "hang.rec")).stdout
     assert "rank(s) 0, 1, 2, 3 stalled at step 60" in text and "waiting for rank(s) 2" in text
     assert "no step finished" in text
+
+
+def test_watch_json_with_record_writes_a_recording_that_replays(launch_ranks, tmp_path):
+    launch_ranks("watch-rec", 2)
+    out = run_cli("watch", "watch-rec", "--json", "--duration", "4", "--record", str(tmp_path / "w.rec"))
+    assert out.returncode == 0, out.stderr
+    live = json.loads(out.stdout)
+    replayed = json.loads(run_cli("replay", str(tmp_path / "w.rec"), "--json").stdout)
+    assert replayed["job"] == live["job"] == "watch-rec"
+    assert [r["rank"] for r in replayed["ranks"]] == [0, 1] and all(r["steps_seen"] > 10 for r in replayed["ranks"])
+    assert abs(replayed["global_step"] - live["global_step"]) <= 20  # frames heard while the session closed are recorded too

@@ -220,3 +220,28 @@ def test_the_html_report_is_one_self_contained_page_with_its_plots(tmp_path):
     assert html.count('class="plotly-graph-div"') == 4
     assert "<script src=" not in html.replace('<script src="data:', "")  # plotly.js is inlined, nothing fetched
     assert "rank 1 slow in forward" in html and "Straggler and stall episodes" in html
+
+
+def without(package: str, tmp_path) -> dict:
+    """An environment in which ``import package`` fails, as where the optional extra is not installed."""
+    import os
+
+    fake = tmp_path / "without" / package
+    fake.mkdir(parents=True)
+    (fake / "__init__.py").write_text(f"raise ImportError('No module named {package}')\n")
+    return dict(os.environ, PYTHONPATH=str(fake.parent))
+
+
+def test_missing_optional_extras_are_one_line_errors(tmp_path):
+    import subprocess
+
+    from support import RANKTOP
+
+    recorded_job(tmp_path)
+    out = subprocess.run([RANKTOP, "report", str(tmp_path / "job.rec"), "--html", str(tmp_path / "r.html")],
+                         capture_output=True, text=True, env=without("plotly", tmp_path), timeout=60)
+    assert out.returncode == 1 and out.stderr.strip() == "ranktop: error: the HTML report needs plotly: pip install 'ranktop[report]'"
+    out = subprocess.run([RANKTOP, "export", "tcp://127.0.0.1:1", "--prometheus", "0"],
+                         capture_output=True, text=True, env=without("prometheus_client", tmp_path), timeout=60)
+    assert out.returncode == 1 and out.stderr.strip().endswith("pip install 'ranktop[export]'")
+    assert "Traceback" not in out.stderr
