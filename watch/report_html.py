@@ -54,7 +54,7 @@ def figures(rep: dict) -> list:
                        opacity=0.08, line_width=0)
     step.update_layout(title="Step time over the run, per rank (median over each rank's window; shaded: episodes)",
                        xaxis_title="seconds since the recording started", yaxis_title="step time (ms)", height=420,
-                       legend={"orientation": "h"}, margin={"t": 60, "b": 40})
+                       legend={"orientation": "h", "y": -0.3}, margin={"t": 60, "b": 40})
 
     excess = go.Figure()
     for rank in ranks:
@@ -63,7 +63,7 @@ def figures(rep: dict) -> list:
                                     line={"width": 1.5}))
     excess.update_layout(title="Straggler signal: each rank's time per step beyond the median rank, summed over its phases",
                          xaxis_title="seconds since the recording started", yaxis_title="ms per step beyond the median",
-                         height=380, legend={"orientation": "h"}, margin={"t": 60, "b": 40})
+                         height=380, legend={"orientation": "h", "y": -0.3}, margin={"t": 60, "b": 40})
 
     episodes = rep["stragglers"] + rep["stalls"]
     timeline = go.Figure()
