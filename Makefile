@@ -19,7 +19,9 @@ $(VENV)/.deps: $(BIN)/python pyproject.toml
 	touch $@
 
 # The project itself is reinstalled every time (not editable): tests run against the installed package.
+# setuptools builds in ./build and never deletes from it: a module moved or removed would live on there.
 install: $(VENV)/.deps
+	rm -rf build
 	$(BIN)/pip install -q --no-deps --force-reinstall ".[tui,dev]"
 
 demo: install

@@ -1,40 +1,49 @@
 """``ranktop attach``: watch a job where it runs (a SLURM job by id), or print the ssh command to reach it.
 
 ``ranktop attach --slurm 123456`` asks SLURM for the job's nodes and watches
-every node's relay (tui/session.py: records of a shared rendezvous folder, else
+every node's relay (watch/session.py: records of a shared rendezvous folder, else
 the port convention of wire/ports.py). ``--print-ssh`` prints instead the one
 ``ssh -L`` command that forwards every node's telemetry and control ports to a
 laptop, and the ``ranktop watch`` line to run there: the control port of each
 node is forwarded next to its telemetry port, which is how the TUI finds it
-through a tunnel (tui/receiver.py, :func:`~ranktop.watch.receiver.tunnelled_control`).
+through a tunnel (watch/receiver.py, :func:`~ranktop.watch.receiver.tunnelled_control`).
 """
 
 from __future__ import annotations
 
+import argparse
 import shlex
 import socket
 import threading
 import time
 from urllib.parse import urlsplit
 
+from ranktop.cli.options import Command, add_view_options
+from ranktop.watch.requests import Requests
+from ranktop.watch.session import (
+    Target,
+    TargetError,
+    WatchSession,
+    live_nodes,
+    resolve,
+    resolve_slurm,
+)
 from ranktop.wire import rendezvous
-
-from ranktop.watch.controller import Controller
-from ranktop.watch.session import Target, TargetError, WatchSession, live_nodes, resolve, resolve_slurm
 
 #: Seconds the --rate request waits for the first rank before giving up.
 RATE_REQUEST_WAIT_S = 30.0
 
 
-def add_parser(sub, positive_float, add_view_options) -> None:
-    attach = sub.add_parser(
-        "attach",
-        help="watch a SLURM job by id (--slurm), or any job; --print-ssh for the tunnel from a laptop",
-        description="Attach to a running job: --slurm JOBID finds a SLURM job's nodes with scontrol and "
-        "connects to every node's relay (through the rendezvous folder when the home directory is shared, "
-        "else the port convention: RANKTOP_PORT_BASE + 2 * (JOBID % 1000)). Without --slurm, TARGET is "
-        "what `ranktop watch` takes; a numeric TARGET is tried as a SLURM job first, where SLURM is configured.",
-    )
+HELP = "watch a SLURM job by id (--slurm), or any job; --print-ssh for the tunnel from a laptop"
+DESCRIPTION = (
+    "Attach to a running job: --slurm JOBID finds a SLURM job's nodes with scontrol and "
+    "connects to every node's relay (through the rendezvous folder when the home directory is shared, "
+    "else the port convention: RANKTOP_PORT_BASE + 2 * (JOBID % 1000)). Without --slurm, TARGET is "
+    "what `ranktop watch` takes; a numeric TARGET is tried as a SLURM job first, where SLURM is configured."
+)
+
+
+def configure(attach: argparse.ArgumentParser) -> None:
     attach.add_argument("targets", nargs="*", metavar="TARGET", help="job name, SLURM job id or tcp://HOST:PORT endpoints")
     attach.add_argument("--slurm", metavar="JOBID", default=None, help="a SLURM job id (123456, 123456_7 for an array task)")
     ssh = attach.add_argument_group("watching from a laptop")
@@ -43,6 +52,15 @@ def add_parser(sub, positive_float, add_view_options) -> None:
     ssh.add_argument("--jump", metavar="HOST", default=None, help="a jump host on the way (ssh -J HOST)")
     ssh.add_argument("--local-port", type=int, default=None, help="first local port (default: the job's telemetry port)")
     add_view_options(attach)
+    attach.set_defaults(run=cmd_attach)
+
+
+def cmd_attach(args) -> int:
+    if args.print_ssh:
+        return cmd_print_ssh(args)
+    from ranktop.cli.watch import cmd_watch
+
+    return cmd_watch(args, target_of(args))
 
 
 def target_of(args) -> Target:
@@ -107,25 +125,27 @@ def request_rate(session: WatchSession, hz: float) -> threading.Thread:
     """
 
     def run() -> None:
-        deadline = time.monotonic() + RATE_REQUEST_WAIT_S
-        while time.monotonic() < deadline and not (session.aggregator.job and session.controller.endpoints()):
-            time.sleep(0.2)
-        main = session.controller
+        main = session.requests
         if not main.available:
             session.aggregator.note_error(f"--rate {hz:g} not sent: {main.unavailable_reason}")
             return
-        controller = Controller(session.aggregator.job, main.secret, session.aggregator)
+        session.wait_until(main.ready, RATE_REQUEST_WAIT_S)
+        # The same book of answers, but sockets of this thread's own.
+        requests = Requests(main.job, main.secret, session.aggregator.requests, on_error=session.aggregator.note_error)
         try:
             time.sleep(0.5)  # the relays' subscriptions settle
             for url in main.endpoints():
-                controller.add_endpoint(url)
-            controller.send("set_rate", {"hz": hz})
+                requests.add_endpoint(url)
+            requests.send("set_rate", {"hz": hz})
         except Exception as exc:  # a request that fails is said in the status line, never a crash
             session.aggregator.note_error(f"--rate {hz:g} not sent: {exc}")
         finally:
             time.sleep(0.5)  # let the frames leave before the sockets close
-            controller.close()
+            requests.close()
 
     thread = threading.Thread(target=run, name="ranktop-rate-request", daemon=True)
     thread.start()
     return thread
+
+
+COMMAND = Command("attach", HELP, configure, DESCRIPTION)

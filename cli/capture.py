@@ -17,17 +17,27 @@ import shutil
 import time
 from pathlib import Path
 
-from ranktop.wire import capture as wire_capture
-
-from ranktop.watch.capture import CapturePlan, CaptureRefused, finished, plan, progress, summary_lines, table_lines
+from ranktop.cli.errors import UserError
+from ranktop.cli.options import Command, add_job_target, positive_float, rank_list
+from ranktop.watch.capture import (
+    ASKED,
+    CapturePlan,
+    CaptureRefused,
+    finished,
+    plan,
+    progress,
+    summary_lines,
+    table_lines,
+)
+from ranktop.watch.format import ranks_text
 from ranktop.watch.session import WatchSession, resolve
-from ranktop.watch.stacks import ranks_text
+from ranktop.wire import capture as wire_capture
 
 #: How long to wait for the ranks to show up and for their answers to the command.
 ANSWER_TIMEOUT_S = 10.0
 
 
-class CaptureError(Exception):
+class CaptureError(UserError):
     """A one-line reason the capture could not be taken (exit 1)."""
 
 
@@ -42,21 +52,10 @@ def _steps(text: str) -> int:
     return steps
 
 
-def add_parsers(sub, positive_float, rank_list) -> None:
-    for kind, name, what in (
-        (wire_capture.TRACE, "capture", "a torch.profiler trace of every rank (Chrome/Perfetto JSON, loads in HTA)"),
-        (wire_capture.MEMORY, "memsnap", "a CUDA memory snapshot of every rank (pickle for pytorch.org/memory_viz)"),
-    ):
-        p = sub.add_parser(
-            name,
-            help=f"{what}, all ranks from the same step",
-            description=f"Take {what} over --steps steps, every rank starting at the same step, a little ahead of the "
-            "furthest rank. Each rank writes its own file under the job's capture folder "
-            "(<rendezvous>/jobs/<job>/captures/<id>/, or $RANKTOP_CAPTURE_DIR/<id>/ as set on the job) and sends back a "
-            "summary. One capture at a time per job. Needs the job secret.",
-        )
-        p.set_defaults(capture_kind=kind)
-        p.add_argument("targets", nargs="*", metavar="JOB", help="job name (default: the only running job)")
+def _configure(kind: str):
+    def configure(p: argparse.ArgumentParser) -> None:
+        p.set_defaults(capture_kind=kind, run=cmd_capture)
+        add_job_target(p)
         p.add_argument("--steps", type=_steps, default=wire_capture.DEFAULT_STEPS,
                        help=f"steps to capture, 1 to {wire_capture.MAX_STEPS} (default {wire_capture.DEFAULT_STEPS})")
         p.add_argument("--ranks", type=rank_list, default=None, help="comma-separated ranks (default: all)")
@@ -67,6 +66,18 @@ def add_parsers(sub, positive_float, rank_list) -> None:
             p.add_argument("--shapes", action="store_true", help="record input shapes")
             p.add_argument("--memory", action="store_true", help="record tensor allocations (profile_memory)")
             p.add_argument("--stacks", action="store_true", help="record Python stacks of ops (bigger traces)")
+
+    return configure
+
+
+def _command(kind: str, name: str, what: str) -> Command:
+    description = (
+        f"Take {what} over --steps steps, every rank starting at the same step, a little ahead of the "
+        "furthest rank. Each rank writes its own file under the job's capture folder "
+        "(<rendezvous>/jobs/<job>/captures/<id>/, or $RANKTOP_CAPTURE_DIR/<id>/ as set on the job) and sends back a "
+        "summary. One capture at a time per job. Needs the job secret."
+    )
+    return Command(name, f"{what}, all ranks from the same step", _configure(kind), description)
 
 
 def cmd_capture(args) -> int:
@@ -109,32 +120,28 @@ def cmd_capture(args) -> int:
 
 def _request(session: WatchSession, kind: str, steps: int, ranks: list[int] | None, options: dict) -> tuple[CapturePlan, str]:
     """Learn the job, plan the capture, send it and wait for the answers; refusals by every rank end it here."""
-    if not session.controller.available:
-        raise CaptureError(session.controller.unavailable_reason)
-    deadline = time.monotonic() + ANSWER_TIMEOUT_S
-    # Every rank, with a step rate: the start step must lie ahead of the furthest one.
-    while time.monotonic() < deadline:
+    requests = session.requests
+    if not requests.available:
+        raise CaptureError(requests.unavailable_reason)
+    started = time.monotonic()
+
+    def everyone_steps() -> bool:  # every rank, with a step rate: the start step must lie ahead of the furthest one
         snap = session.snapshot()
-        if snap.world_size is not None and len(snap.ranks) >= snap.world_size and snap.steps_per_s:
-            break
-        time.sleep(0.1)
+        return snap.world_size is not None and len(snap.ranks) >= snap.world_size and bool(snap.steps_per_s)
+
+    session.wait_until(everyone_steps, ANSWER_TIMEOUT_S)
     try:
         request = plan(session.snapshot(), kind, steps, ranks)
     except CaptureRefused as exc:
         raise CaptureError(str(exc)) from None
     try:
-        command_id = session.controller.send_by(
-            deadline, "capture", request.args(**options), None if request.all_ranks else list(request.ranks)
+        wait_s = max(0.0, ANSWER_TIMEOUT_S - (time.monotonic() - started))
+        command_id, replies = requests.ask(
+            "capture", request.ranks, request.args(**options), only=None if request.all_ranks else list(request.ranks),
+            timeout=ANSWER_TIMEOUT_S, wait_s=wait_s,
         )
     except RuntimeError as exc:
         raise CaptureError(str(exc)) from None
-    answer_by = time.monotonic() + ANSWER_TIMEOUT_S
-    replies = []
-    while time.monotonic() < answer_by:
-        replies = session.aggregator.replies_to(command_id)
-        if {r.rank for r in replies} >= set(request.ranks):
-            break
-        time.sleep(0.05)
     refusals = {r.result.get("error", "refused") for r in replies if not r.ok}
     if replies and len(replies) == len(request.ranks) and not any(r.ok for r in replies):
         raise CaptureError("; ".join(sorted(refusals)))
@@ -154,7 +161,7 @@ def _follow(session: WatchSession, request: CapturePlan, command_id: str, timeou
         rows = progress(session.snapshot(), request, session.replies_to(command_id))
         for row in rows:
             key = row.state
-            if shown.get(row.rank) != key and row.state != "asked":
+            if shown.get(row.rank) != key and row.state != ASKED:
                 shown[row.rank] = key
                 if not quiet:
                     print(f"rank {row.rank}: {row.text}", flush=True)
@@ -174,3 +181,9 @@ def _copy(done: list, out: str) -> list[str]:
             shutil.copy2(path, target / Path(path).name)
             copied.append(path)
     return copied
+
+
+COMMANDS = (
+    _command(wire_capture.TRACE, "capture", "a torch.profiler trace of every rank (Chrome/Perfetto JSON, loads in HTA)"),
+    _command(wire_capture.MEMORY, "memsnap", "a CUDA memory snapshot of every rank (pickle for pytorch.org/memory_viz)"),
+)

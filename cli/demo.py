@@ -8,6 +8,7 @@ before that, the user gets the tail of its log instead of an empty screen.
 
 from __future__ import annotations
 
+import argparse
 import importlib.util
 import os
 import signal
@@ -17,7 +18,25 @@ import tempfile
 import threading
 from pathlib import Path
 
+from ranktop.cli.errors import UserError
+from ranktop.cli.options import Command, add_view_options, positive_int
 from ranktop.watch.session import WatchSession, resolve
+from ranktop.wire import settings
+
+HELP = "run the demo training job (torchrun, gloo on CPU) and watch it"
+DESCRIPTION = (
+    "Launch the demo job with torchrun and open the TUI on it. Demo switches "
+    "(--slow-rank R --slow-ms MS --slow-phase P, --hang-rank R --hang-at-step S, "
+    "--leak-mb-per-step X, --steps N, ...) are passed to the job; see `python -m ranktop.demo.train --help`."
+)
+
+
+def configure(demo: argparse.ArgumentParser) -> None:
+    demo.add_argument("--nproc", type=positive_int, default=4, help="ranks to launch (default 4)")
+    demo.add_argument("--no-tui", action="store_true", help="run the job in the foreground without the TUI")
+    demo.add_argument("--job", default=None, help="job name (default: demo-<pid>)")
+    add_view_options(demo, json_mode=False)
+    demo.set_defaults(run=run_demo, takes_extra=True)
 
 
 def _train_script() -> Path:
@@ -36,9 +55,9 @@ def demo_command(nproc: int, extra: list[str]) -> list[str]:
 
 
 def start(job: str, nproc: int, extra: list[str], directory: str | None, log_path: Path | None) -> subprocess.Popen:
-    env = dict(os.environ, RANKTOP_JOB=job)
+    env = dict(os.environ, **{settings.JOB.name: job})
     if directory:
-        env["RANKTOP_DIR"] = directory
+        env[settings.DIR.name] = directory
     env.setdefault("OMP_NUM_THREADS", "1")
     out = open(log_path, "wb") if log_path else None
     return subprocess.Popen(
@@ -77,7 +96,7 @@ def _log_tail(path: Path, lines: int = 15) -> str:
 
 
 def run_demo(args, extra: list[str]) -> int:
-    from ranktop.cli.main import UserError, run_tui
+    from ranktop.cli.watch import run_tui
 
     if importlib.util.find_spec("torch") is None:
         raise UserError("the demo needs PyTorch in this environment: pip install torch")
@@ -135,3 +154,6 @@ def _close_with(app, proc: subprocess.Popen) -> None:
             pass  # the app has already gone
 
     threading.Thread(target=wait, name="ranktop-demo-wait", daemon=True).start()
+
+
+COMMAND = Command("demo", HELP, configure, DESCRIPTION)

@@ -11,12 +11,20 @@ import argparse
 import sys
 import time
 
+from ranktop.cli.errors import UserError
+from ranktop.cli.options import Command
 from ranktop.watch.session import WatchSession, resolve
 
 DEFAULT_HOST = "127.0.0.1"
+HELP = "serve a running job's metrics to Prometheus (/metrics)"
+DESCRIPTION = (
+    "Watch a running job without a screen and serve its per-rank and per-job metrics at "
+    "http://HOST:PORT/metrics for Prometheus (needs prometheus_client: pip install 'ranktop[export]'). "
+    "Binds 127.0.0.1 unless HOST is given (0.0.0.0: every interface). Runs until Ctrl-C."
+)
 
 
-class ExportError(Exception):
+class ExportError(UserError):
     """A one-line reason ``ranktop export`` cannot serve (exit 1)."""
 
 
@@ -33,18 +41,11 @@ def parse_listen(text: str) -> tuple[str, int]:
     return host, number
 
 
-def add_parser(sub) -> argparse.ArgumentParser:
-    p = sub.add_parser(
-        "export",
-        help="serve a running job's metrics to Prometheus (/metrics)",
-        description="Watch a running job without a screen and serve its per-rank and per-job metrics at "
-        "http://HOST:PORT/metrics for Prometheus (needs prometheus_client: pip install 'ranktop[export]'). "
-        "Binds 127.0.0.1 unless HOST is given (0.0.0.0: every interface). Runs until Ctrl-C.",
-    )
+def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("targets", nargs="*", metavar="JOB", help="job name or tcp://HOST:PORT endpoints (default: the only running job)")
     p.add_argument("--prometheus", type=parse_listen, required=True, metavar="[HOST:]PORT", help="where to serve /metrics")
     p.add_argument("--duration", type=float, default=None, help=argparse.SUPPRESS)  # tests: stop after this many seconds
-    return p
+    p.set_defaults(run=cmd_export)
 
 
 def cmd_export(args) -> int:
@@ -73,3 +74,6 @@ def cmd_export(args) -> int:
     except KeyboardInterrupt:
         pass
     return 0
+
+
+COMMAND = Command("export", HELP, configure, DESCRIPTION)

@@ -31,6 +31,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+from ranktop.cli.errors import UserError
+from ranktop.cli.options import Command, positive_float
 from ranktop.wire import settings
 
 PTH = "ranktop-auto.pth"
@@ -57,26 +59,28 @@ if _spec is not None and _spec.loader is not None:
 '''
 
 
-class LaunchError(Exception):
+class LaunchError(UserError):
     """A command line that cannot be launched; the message is the whole story."""
 
 
-def add_parser(sub, positive_float) -> None:
-    launch = sub.add_parser(
-        "launch",
-        help="run a training command with the probe in every rank, no code change",
-        description="Run COMMAND (torchrun ..., python train.py, srun ...) with ranktop's automatic mode "
-        "switched on in every rank that imports torch, and in no other process (the torchrun agent, "
-        "DataLoader workers). Exits with COMMAND's exit status.",
-        usage="ranktop launch [--job NAME] [--rate HZ] -- COMMAND [ARGS ...]",
-    )
+HELP = "run a training command with the probe in every rank, no code change"
+DESCRIPTION = (
+    "Run COMMAND (torchrun ..., python train.py, srun ...) with ranktop's automatic mode "
+    "switched on in every rank that imports torch, and in no other process (the torchrun agent, "
+    "DataLoader workers). Exits with COMMAND's exit status."
+)
+USAGE = "ranktop launch [--job NAME] [--rate HZ] -- COMMAND [ARGS ...]"
+
+
+def configure(launch: argparse.ArgumentParser) -> None:
     launch.add_argument("--job", default=None, help="job name to watch it under (default: $SLURM_JOB_ID, else COMMAND-PID)")
-    launch.add_argument("--rate", type=positive_float, default=None, help="telemetry messages per second per rank (default 4)")
+    launch.add_argument("--rate", type=positive_float, default=None, help=f"telemetry messages per second per rank (default {settings.DEFAULT_RATE_HZ:g})")
     work = launch.add_argument_group("work per step, per rank (samples/s, tokens/s, MFU; see probe/flops.py)")
     work.add_argument("--batch-size", type=positive_float, default=None, help="samples per rank per step")
     work.add_argument("--tokens-per-step", type=positive_float, default=None, help="tokens per rank per step")
     work.add_argument("--flops-per-step", type=positive_float, default=None, help="model FLOPs per rank per step")
     launch.add_argument("argv", nargs=argparse.REMAINDER, metavar="COMMAND", help="the command to run, after --")
+    launch.set_defaults(run=cmd_launch)
 
 
 def hook_installed() -> bool:
@@ -117,7 +121,7 @@ def cmd_launch(args) -> int:
     if command and command[0] == "--":
         command = command[1:]
     if not command:
-        raise LaunchError("nothing to launch: ranktop launch [--job NAME] [--rate HZ] -- COMMAND [ARGS ...]")
+        raise LaunchError(f"nothing to launch: {USAGE}")
     problem = None if args.rate is None else settings.rate_problem(args.rate)
     if problem:
         raise LaunchError(f"--rate {problem}")
@@ -156,3 +160,6 @@ def cmd_launch(args) -> int:
 def _forward(proc: subprocess.Popen, signum: int) -> None:
     if proc.poll() is None:
         proc.send_signal(signum)
+
+
+COMMAND = Command("launch", HELP, configure, DESCRIPTION, USAGE)

@@ -12,15 +12,24 @@ import argparse
 import sys
 import time
 
+from ranktop.cli.errors import UserError
+from ranktop.cli.options import Command, positive_float, rate
 from ranktop.watch.recording import DEFAULT_KEEP, DEFAULT_MAX_BYTES, Recorder, RecordingError
 from ranktop.watch.session import WatchSession, resolve
 
+HELP = "record a running job's telemetry to a file, headless (replay, report)"
+DESCRIPTION = (
+    "Write every telemetry frame of a running job, with its arrival time, to FILE (compressed, "
+    "in chunks: a crash loses at most the last few seconds). Stops after --duration seconds or on Ctrl-C. "
+    "Then: ranktop replay FILE, ranktop report FILE. `ranktop watch JOB --record FILE` records while watching."
+)
 
-class RecordError(Exception):
+
+class RecordError(UserError):
     """A one-line reason ``ranktop record`` could not record (exit 1)."""
 
 
-def add_record_options(p: argparse.ArgumentParser, positive_float) -> None:
+def add_record_options(p: argparse.ArgumentParser) -> None:
     """``--max-size`` and ``--keep``, shared by ``record`` and ``watch --record``."""
     p.add_argument(
         "--max-size", type=positive_float, default=DEFAULT_MAX_BYTES / 2**20, metavar="MB",
@@ -32,25 +41,18 @@ def add_record_options(p: argparse.ArgumentParser, positive_float) -> None:
     )
 
 
-def add_parser(sub, positive_float) -> argparse.ArgumentParser:
-    p = sub.add_parser(
-        "record",
-        help="record a running job's telemetry to a file, headless (replay, report)",
-        description="Write every telemetry frame of a running job, with its arrival time, to FILE (compressed, "
-        "in chunks: a crash loses at most the last few seconds). Stops after --duration seconds or on Ctrl-C. "
-        "Then: ranktop replay FILE, ranktop report FILE. `ranktop watch JOB --record FILE` records while watching.",
-    )
+def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("job", metavar="JOB", help="job name (see `ranktop jobs`) or tcp://HOST:PORT")
     p.add_argument("file", metavar="FILE", help="the recording to write (e.g. run.rec)")
     p.add_argument("--duration", type=positive_float, default=None, help="seconds to record (default: until Ctrl-C)")
     p.add_argument(
-        "--rate", type=positive_float, default=None, metavar="HZ",
+        "--rate", type=rate, default=None, metavar="HZ",
         help="ask every rank to send HZ messages a second (signed set_rate, for every watcher; default: theirs, 4). "
         "--rate 1 nearly halves a long recording of a slow-stepping job",
     )
     p.add_argument("--every", type=positive_float, default=10.0, help="seconds between status lines on stderr (default 10)")
-    add_record_options(p, positive_float)
-    return p
+    add_record_options(p)
+    p.set_defaults(run=cmd_record)
 
 
 def make_recorder(path: str, args, job: str | None) -> Recorder:
@@ -73,8 +75,6 @@ def status_line(recorder: Recorder, ranks: int, elapsed: float) -> str:
 
 
 def cmd_record(args) -> int:
-    if args.rate is not None and not 0.1 <= args.rate <= 50:
-        raise RecordError(f"--rate must be between 0.1 and 50, not {args.rate:g}")
     target = resolve([args.job], args.dir)
     recorder = make_recorder(args.file, args, target.job)
     session = WatchSession(target, recorder=recorder, rate_hz=args.rate)
@@ -107,3 +107,6 @@ def cmd_record(args) -> int:
     if not recorder.stats.frames:
         raise RecordError(f"no telemetry heard from job {target.job or args.job}; {args.file} holds nothing to replay")
     return 0
+
+
+COMMAND = Command("record", HELP, configure, DESCRIPTION)

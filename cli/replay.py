@@ -11,36 +11,39 @@ import json
 import sys
 from pathlib import Path
 
+from ranktop.cli.errors import UserError
+from ranktop.cli.options import Command, positive_float, positive_int
 from ranktop.watch.aggregator import DEFAULT_SILENT_AFTER_S, DEFAULT_WINDOW
 from ranktop.watch.recording import Recording, RecordingError, read
 from ranktop.watch.replay import SPEEDS, Replay, parse_offset, snapshot_at
 from ranktop.watch.stalls import DEFAULT_STALL_FACTOR, DEFAULT_STALL_FLOOR_S
 
 
-class ReplayError(Exception):
+HELP = "play a recording (ranktop record / watch --record) in the TUI, or print its snapshot at a time"
+DESCRIPTION = (
+    "Play a recording through the same engine and screens as a live job. Keys: space pauses, "
+    "← → seek 10 s, ⇧← ⇧→ (or < >) a minute, j jumps to a time, + - change the speed, h shows the history. "
+    "Commands (ping, stacks, captures) are disabled: there is no job to send them to. "
+    "Times: seconds, M:SS or H:MM:SS from the start; negative from the end; 'end'."
+)
+
+
+class ReplayError(UserError):
     """A one-line reason ``ranktop replay`` cannot play (exit 1)."""
 
 
-def add_parser(sub, positive_float) -> argparse.ArgumentParser:
-    p = sub.add_parser(
-        "replay",
-        help="play a recording (ranktop record / watch --record) in the TUI, or print its snapshot at a time",
-        description="Play a recording through the same engine and screens as a live job. Keys: space pauses, "
-        "← → seek 10 s, ⇧← ⇧→ (or < >) a minute, j jumps to a time, + - change the speed, h shows the history. "
-        "Commands (ping, stacks, captures) are disabled: there is no job to send them to. "
-        "Times: seconds, M:SS or H:MM:SS from the start; negative from the end; 'end'.",
-    )
+def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("file", metavar="FILE", help="a recording (its rotated older parts FILE.1 ... are read too)")
     p.add_argument("--speed", type=positive_float, default=1.0, help=f"playback speed (default 1; keys step through {', '.join(f'{s:g}' for s in SPEEDS)})")
     p.add_argument("--start", default="0", metavar="T", help="start at T (default: the beginning)")
     p.add_argument("--json", action="store_true", help="no TUI: print the snapshot at --at as JSON (as watch --json)")
     p.add_argument("--at", default="end", metavar="T", help="with --json: the time of the snapshot (default: end)")
     p.add_argument("--refresh", type=positive_float, default=2.0, help="screen refreshes per second (default 2)")
-    p.add_argument("--window", type=positive_float, default=DEFAULT_WINDOW, help=f"steps per rank in the statistics window (default {DEFAULT_WINDOW})")
+    p.add_argument("--window", type=positive_int, default=DEFAULT_WINDOW, help=f"steps per rank in the statistics window (default {DEFAULT_WINDOW})")
     p.add_argument("--silent-after", type=positive_float, default=DEFAULT_SILENT_AFTER_S, help=argparse.SUPPRESS)
     p.add_argument("--stall-factor", type=positive_float, default=DEFAULT_STALL_FACTOR, help=argparse.SUPPRESS)
     p.add_argument("--stall-floor", type=positive_float, default=DEFAULT_STALL_FLOOR_S, help=argparse.SUPPRESS)
-    return p
+    p.set_defaults(run=cmd_replay)
 
 
 def load(path: str) -> Recording:
@@ -84,3 +87,6 @@ def cmd_replay(args) -> int:
     replay = Replay(recording, speed=args.speed, start_s=start, **_options(args))
     ReplayApp(replay, refresh_hz=args.refresh, name=Path(args.file).name).run()
     return 0
+
+
+COMMAND = Command("replay", HELP, configure, DESCRIPTION)

@@ -12,34 +12,32 @@ import json
 import sys
 from pathlib import Path
 
+from ranktop.cli.errors import UserError
+from ranktop.cli.options import Command
 from ranktop.cli.replay import load
-from ranktop.cli.replay import ReplayError
 from ranktop.watch.report import build, compare_lines, text_lines
 
+HELP = "end-of-run summary of a recording: stragglers, stalls, step time, phases (or compare two)"
+DESCRIPTION = (
+    "Summarise a recording (ranktop record / watch --record): job, ranks, duration, step time over the "
+    "run, the median rank's phases, every straggler episode (who, which phase, from when to when, what it cost), "
+    "stalls and whom they waited for, memory creep, GPU throttling, MFU, captures. With two files: side by side."
+)
 
-class ReportError(Exception):
+
+class ReportError(UserError):
     """A one-line reason ``ranktop report`` cannot report (exit 1)."""
 
 
-def add_parser(sub) -> argparse.ArgumentParser:
-    p = sub.add_parser(
-        "report",
-        help="end-of-run summary of a recording: stragglers, stalls, step time, phases (or compare two)",
-        description="Summarise a recording (ranktop record / watch --record): job, ranks, duration, step time over the "
-        "run, the median rank's phases, every straggler episode (who, which phase, from when to when, what it cost), "
-        "stalls and whom they waited for, memory creep, GPU throttling, MFU, captures. With two files: side by side.",
-    )
+def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("files", nargs="+", metavar="FILE", help="a recording; a second one to compare with")
     p.add_argument("--json", action="store_true", help="print the report as JSON (with the samples behind it)")
     p.add_argument("--html", metavar="PAGE", default=None, help="also write a self-contained HTML page with plots (needs plotly)")
-    return p
+    p.set_defaults(run=cmd_report)
 
 
 def _build(path: str) -> dict:
-    try:
-        return build(load(path))
-    except ReplayError as exc:
-        raise ReportError(str(exc)) from None
+    return build(load(path))
 
 
 def cmd_report(args) -> int:
@@ -68,3 +66,6 @@ def cmd_report(args) -> int:
     else:
         print("\n".join(text_lines(reports[0])))
     return 0
+
+
+COMMAND = Command("report", HELP, configure, DESCRIPTION)

@@ -11,57 +11,38 @@ from __future__ import annotations
 
 import argparse
 import json
-import time
 
+from ranktop.cli.errors import UserError
+from ranktop.cli.options import Command, add_job_target, positive_float
 from ranktop.watch.session import WatchSession, resolve
 from ranktop.watch.stacks import build_report, report_json, report_lines
 
 
-class StacksError(Exception):
+class StacksError(UserError):
     """A one-line reason ``ranktop stacks`` could not do its job (exit 1)."""
 
 
-def add_parser(sub, positive_float) -> argparse.ArgumentParser:
-    p = sub.add_parser(
-        "stacks",
-        help="dump every rank's Python stacks (all threads), grouped by identical main-thread stack",
-        description="Ask every rank of a job for the Python stacks of all its threads and print the ranks "
-        "grouped by identical main-thread stack, biggest group first. Works while the job hangs: each "
-        "rank answers from its probe's own thread. Ranks that do not answer within --timeout are listed "
-        "as unresponsive. Needs the job secret.",
-    )
-    p.add_argument("targets", nargs="*", metavar="TARGET", help="job name (default: the only running job)")
+HELP = "dump every rank's Python stacks (all threads), grouped by identical main-thread stack"
+DESCRIPTION = (
+    "Ask every rank of a job for the Python stacks of all its threads and print the ranks "
+    "grouped by identical main-thread stack, biggest group first. Works while the job hangs: each "
+    "rank answers from its probe's own thread. Ranks that do not answer within --timeout are listed "
+    "as unresponsive. Needs the job secret."
+)
+
+
+def configure(p: argparse.ArgumentParser) -> None:
+    add_job_target(p)
     p.add_argument("--timeout", type=positive_float, default=5.0, help="seconds to wait for the answers (default 5)")
     p.add_argument("--json", action="store_true", help="print the groups and every rank's stacks as JSON")
     p.add_argument("--all-threads", action="store_true", help="print every thread of every rank, not just the main one")
-    return p
+    p.set_defaults(run=cmd_stacks)
 
 
 def collect(session: WatchSession, timeout: float):
-    """Send ``stacks`` and wait for the answers; returns (report, seconds waited for answers)."""
-    if not session.controller.available:
-        raise StacksError(session.controller.unavailable_reason)
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline and session.snapshot().world_size is None:
-        time.sleep(0.05)
-    world = session.snapshot().world_size
-    if world is None:
-        raise StacksError(f"no rank reported within {timeout:g}s")
-    expected = range(world)
-    try:
-        command_id = session.controller.send_by(deadline, "stacks")
-    except RuntimeError as exc:
-        raise StacksError(str(exc)) from None
-    sent = time.monotonic()
-    deadline = sent + timeout
-    replies = []
-    while time.monotonic() < deadline:
-        replies = session.aggregator.replies_to(command_id)
-        if len({r.rank for r in replies}) >= world:
-            break
-        time.sleep(0.05)
-    waited = time.monotonic() - sent
-    return build_report(expected, [(r.rank, r.ok, r.result) for r in replies]), waited
+    """Send ``stacks`` to every rank and wait for the answers; returns (report, seconds waited for answers)."""
+    answers = session.request("stacks", timeout=timeout)
+    return build_report(answers.expected, [(r.rank, r.ok, r.result) for r in answers.replies]), answers.waited_s
 
 
 def cmd_stacks(args) -> int:
@@ -80,3 +61,6 @@ def cmd_stacks(args) -> int:
     if report.unresponsive:
         raise StacksError(f"{len(report.unresponsive)} of {len(report.expected)} rank(s) did not answer within {args.timeout:g}s")
     return 0
+
+
+COMMAND = Command("stacks", HELP, configure, DESCRIPTION)

@@ -29,6 +29,7 @@ import time
 from pathlib import Path
 
 import zmq
+
 from ranktop.wire import ports, rendezvous, settings
 
 from .identity import Identity

@@ -19,6 +19,7 @@ import time
 from typing import Any, Callable
 
 import zmq
+
 from ranktop.wire import __version__ as PROBE_VERSION
 from ranktop.wire import auth, rendezvous, schema
 from ranktop.wire.capture import capture_folder
@@ -173,11 +174,15 @@ class Sender(threading.Thread):
     def _origin(self) -> dict[str, Any]:
         return {"job": self.identity.job, "rank": self.identity.rank, "ts": time.time()}
 
-    def _send(self, pub: zmq.Socket, kind: str, body: dict[str, Any]) -> None:
+    def message(self, kind: str, body: dict[str, Any]) -> list[bytes]:
+        """The frames of one message of this rank: its origin (job, rank, time) and ``body``, encoded."""
         payload = self._origin()
         payload.update(body)
+        return schema.encode(kind, payload)
+
+    def _send(self, pub: zmq.Socket, kind: str, body: dict[str, Any]) -> None:
         try:
-            pub.send_multipart(schema.encode(kind, payload), flags=zmq.NOBLOCK)
+            pub.send_multipart(self.message(kind, body), flags=zmq.NOBLOCK)
         except zmq.Again:
             pass  # PUB drops at its high-water mark; nothing to do but move on
 

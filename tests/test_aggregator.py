@@ -6,6 +6,7 @@ import msgpack
 
 from ranktop.watch.aggregator import Aggregator
 from ranktop.wire import schema
+import messages
 
 
 class Clock:
@@ -17,11 +18,11 @@ class Clock:
 
 
 def hello(rank, world=4, host="node0"):
-    return {"k": "hello", "job": "j", "rank": rank, "ts": 0.0, "host": host, "world": world, "local_rank": rank, "pid": 100 + rank}
+    return messages.hello(rank, world, host)
 
 
 def steps(rank, records):
-    return {"k": "steps", "job": "j", "rank": rank, "ts": 0.0, "steps": records}
+    return messages.steps(rank, records)
 
 
 def ddp_step(n, slow_rank, rank, slow_s, phase, noise=0.0):
@@ -89,7 +90,7 @@ def test_a_rank_that_stops_talking_is_marked_silent_not_removed():
     feed(agg, 4, 10)
     clock.now += 5
     for r in (0, 1, 3):
-        agg.ingest({"k": "heartbeat", "job": "j", "rank": r, "ts": 0.0})
+        agg.ingest(messages.decoded("heartbeat", r, {}))
     snap = agg.snapshot()
     assert [r.status for r in snap.ranks] == ["ok", "ok", "silent", "ok"]
     assert snap.stragglers[0] == 2 and snap.silent == 1 and snap.connected == 3
@@ -123,7 +124,7 @@ def test_replies_carry_the_round_trip_of_commands_this_tui_sent():
     agg = Aggregator("j", clock=clock)
     agg.note_sent("c1")
     clock.now += 0.004
-    agg.ingest({"k": "reply", "job": "j", "rank": 1, "ts": 0.0, "id": "c1", "cmd": "ping", "ok": True, "result": {}})
+    agg.ingest(messages.reply(1, "c1", "ping"))
     (reply,) = agg.snapshot().replies
     assert (reply.rank, reply.ok) == (1, True) and abs(reply.rtt_s - 0.004) < 1e-9
 

@@ -12,6 +12,7 @@ from ranktop.watch.aggregator import Aggregator
 from ranktop.watch.collectives import bus_factor, fit_alpha_beta, percentile
 from ranktop.watch.session import WatchSession, resolve
 from ranktop.wire import rendezvous
+import messages
 
 
 def test_bus_bandwidth_factors_follow_nccl_tests():
@@ -37,7 +38,7 @@ def test_alpha_beta_recovers_latency_and_bandwidth():
 def ddp_stream(agg, world, slow_rank, slow_s, steps=20):
     """Synthetic DDP: backward computes 15 ms, then waits in the bucket all-reduce for the slowest rank."""
     for r in range(world):
-        agg.ingest({"k": "hello", "job": "j", "rank": r, "ts": 0.0, "host": "h", "world": world, "local_rank": r, "pid": r})
+        agg.ingest(messages.hello(r, world, "h", pid=r))
     seq = 0
     for n in range(steps):
         t = n * 1.0
@@ -49,8 +50,7 @@ def ddp_stream(agg, world, slow_rank, slow_s, steps=20):
             call = {"op": "ddp_allreduce", "seq": seq, "b": 4 << 20, "dt": "float32", "g": world,
                     "d": done - start, "n": n, "ph": "backward", "t0": start}
             p = {"forward": 0.010, "backward": done - (t + 0.010), "optimizer": 0.003}
-            agg.ingest({"k": "steps", "job": "j", "rank": r, "ts": 0.0, "coll": [call],
-                        "steps": [{"n": n, "t": 100.0 + n, "w": sum(p.values()), "p": p}]})
+            agg.ingest(messages.steps(r, [{"n": n, "t": 100.0 + n, "w": sum(p.values()), "p": p}], coll=[call]))
 
 
 def test_a_slow_backward_under_ddp_is_found_through_collective_wait():
@@ -68,12 +68,11 @@ def test_a_slow_backward_under_ddp_is_found_through_collective_wait():
 
 def test_overlapping_buckets_count_once():
     agg = Aggregator("j")
-    agg.ingest({"k": "hello", "job": "j", "rank": 0, "ts": 0.0, "host": "h", "world": 1, "local_rank": 0, "pid": 1})
+    agg.ingest(messages.hello(0, 1, "h", pid=1))
     for n in range(3):
         calls = [{"op": "ddp_allreduce", "seq": 2 * n + i, "b": 100, "dt": "float32", "g": 1, "d": 0.010,
                   "n": n, "ph": "backward", "t0": 5.0 + i * 0.005} for i in range(2)]
-        agg.ingest({"k": "steps", "job": "j", "rank": 0, "ts": 0.0, "coll": calls,
-                    "steps": [{"n": n, "t": 1.0 + n, "w": 0.05, "p": {"backward": 0.03}}]})
+        agg.ingest(messages.steps(0, [{"n": n, "t": 1.0 + n, "w": 0.05, "p": {"backward": 0.03}}], coll=calls, world=1))
     row = agg.snapshot().ranks[0]
     assert row.collective_s == pytest.approx(0.015)  # [5.000, 5.010] and [5.005, 5.015]: 15 ms, not 20
     assert row.phases["backward"] == pytest.approx(0.015)

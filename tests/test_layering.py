@@ -1,7 +1,29 @@
-"""The architecture's import rules, checked in fresh interpreters."""
+"""The architecture's import rules (docs/architecture.md), checked on the installed package.
 
+Layers import downward only: wire <- probe, wire <- watch <- cli, watch <- tui.
+Two kinds of check: every import statement in the source, wherever it stands
+(a lazy import inside a function counts as much as one at the top), and what
+a fresh interpreter really loads.
+"""
+
+import ast
+import pkgutil
 import subprocess
 import sys
+from pathlib import Path
+
+import pytest
+
+import ranktop
+
+#: layer -> the packages (and outside libraries) it must never import.
+CONTRACTS = {
+    "ranktop.wire": ("ranktop.probe", "ranktop.watch", "ranktop.cli", "ranktop.tui", "ranktop.demo", "textual", "torch", "zmq"),
+    "ranktop.probe": ("ranktop.watch", "ranktop.cli", "ranktop.tui", "ranktop.demo", "textual"),
+    "ranktop.watch": ("ranktop.probe", "ranktop.cli", "ranktop.tui", "ranktop.demo", "textual", "torch", "rich"),
+    "ranktop.cli": ("ranktop.demo", "textual", "torch"),
+    "ranktop.tui": ("ranktop.probe", "ranktop.cli", "ranktop.demo", "torch"),
+}
 
 
 def modules_after(statement: str) -> set[str]:
@@ -10,15 +32,74 @@ def modules_after(statement: str) -> set[str]:
     return set(out.stdout.split())
 
 
-def test_the_probe_imports_neither_torch_nor_the_tui():
+def imported_modules(path: Path, package: str) -> set[str]:
+    """Every module an ``import`` or ``from ... import`` in the file names, relative ones resolved."""
+    tree = ast.parse(path.read_text(), filename=str(path))
+    here = ".".join([package, *path.relative_to(_root(package)).with_suffix("").parts])
+    names = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = here.rsplit(".", node.level)[0]
+                module = f"{base}.{node.module}" if node.module else base
+            else:
+                module = node.module or ""
+            names.add(module)
+            names.update(f"{module}.{alias.name}" for alias in node.names)  # `from ranktop import tui`
+    return names
+
+
+def _root(package: str) -> Path:
+    for path in ranktop.__path__:
+        candidate = Path(path, *package.split(".")[1:])
+        if candidate.is_dir():
+            return candidate
+    raise AssertionError(f"{package} is not installed")
+
+
+@pytest.mark.parametrize("package", sorted(CONTRACTS))
+def test_no_layer_imports_a_layer_above_it(package):
+    forbidden = CONTRACTS[package]
+    broken = []
+    for path in sorted(_root(package).rglob("*.py")):
+        for name in imported_modules(path, package):
+            if any(name == f or name.startswith(f + ".") for f in forbidden):
+                broken.append(f"{path.name}: {name}")
+    assert not broken, f"{package} imports what it must not: {broken}"
+
+
+def test_the_probe_imports_neither_torch_nor_the_viewer():
     loaded = modules_after("from ranktop import probe; probe.step(); probe.phase('x')")
     assert "torch" not in loaded and "textual" not in loaded
-    assert not any(m.startswith("ranktop.tui") for m in loaded)
+    assert not any(m.startswith(("ranktop.tui", "ranktop.watch", "ranktop.cli")) for m in loaded)
+
+
+def test_the_engine_and_every_headless_command_run_without_textual_or_torch():
+    loaded = modules_after("import ranktop.watch, ranktop.cli.main")
+    assert "textual" not in loaded and "torch" not in loaded and "rich" not in loaded
 
 
 def test_the_tui_never_imports_torch():
     loaded = modules_after("import ranktop.cli.main, ranktop.tui.app, ranktop.watch.session, ranktop.cli.demo")
     assert "textual" in loaded and "torch" not in loaded
+
+
+def test_every_module_of_the_installed_package_imports():
+    """A module the wheel left out, or one that only imports from a checkout, fails here."""
+    failed = []
+    for info in pkgutil.walk_packages(ranktop.__path__, "ranktop."):
+        skip = info.name in ("ranktop.probe.autostart", "ranktop.probe.trace_summary") or info.name.endswith("__main__")
+        if skip or info.name.startswith("ranktop.demo"):
+            continue  # autostart hooks torch's import; trace_summary and __main__ are scripts; the demo needs torch
+        result = subprocess.run([sys.executable, "-c", f"import {info.name}"], capture_output=True, text=True)
+        if result.returncode:
+            failed.append(f"{info.name}: {(result.stderr.strip().splitlines() or ['exit ' + str(result.returncode)])[-1]}")
+    assert not failed
+    names = {info.name for info in pkgutil.walk_packages(ranktop.__path__, "ranktop.")}
+    assert {"ranktop.watch.requests", "ranktop.cli.ping", "ranktop.tui.panes.status", "ranktop.tui.screens.help",
+            "ranktop.tui.render.palette", "ranktop.wire.settings"} <= names
 
 
 def test_the_installed_package_is_what_the_tests_import():

@@ -79,7 +79,7 @@ def test_forged_and_replayed_commands_are_dropped_and_counted(launch_ranks):
 
         def rejections():
             snap = session.snapshot()
-            counts = [session.aggregator._ranks[r.rank].state.get("rejected", {}) for r in snap.ranks]
+            counts = [r.rejected for r in snap.ranks]
             return counts if all(c.get("forged") == 2 and c.get("replayed") == 1 for c in counts) else None
 
         counts = wait_for(rejections, 10, "ranks did not report the rejected commands")
@@ -88,7 +88,7 @@ def test_forged_and_replayed_commands_are_dropped_and_counted(launch_ranks):
         answers = [r for r in session.snapshot().replies if r.id == valid_id]
         assert sorted(r.rank for r in answers) == [0, 1]  # the valid ping answered once per rank
         # the forged set_rate did nothing
-        assert all(session.aggregator._ranks[r].state["rate_hz"] == 4.0 for r in (0, 1))
+        assert all(session.snapshot().row(r).rate_hz == 4.0 for r in (0, 1))
     finally:
         session.close()
 

@@ -12,6 +12,7 @@ from ranktop.watch.memory import MB, creep
 from ranktop.wire import schema
 
 from test_aggregator import Clock, hello, steps
+import messages
 
 
 # -- the probe's side ------------------------------------------------------------
@@ -85,7 +86,7 @@ def test_too_few_samples_or_too_slow_a_climb_is_not_creep():
 
 
 def heartbeat(rank, mem):
-    return {"k": "heartbeat", "job": "j", "rank": rank, "ts": 0.0, "state": {"step": 1, "mem": mem}}
+    return messages.heartbeat(rank, {"step": 1, "mem": mem})
 
 
 def test_the_aggregator_flags_creep_on_the_leaking_rank_only():

@@ -6,13 +6,14 @@ import msgpack
 
 from ranktop.probe import commands
 from ranktop.probe import stacks as probe_stacks
+import messages
+from ranktop.watch.format import compress_ranks
 from ranktop.watch.stacks import (
     LIBRARY,
     THIRD_PARTY,
     USER,
     Frame,
     build_report,
-    compress_ranks,
     label,
     parse_reply,
     report_json,
@@ -188,8 +189,8 @@ def test_every_rank_s_answer_to_our_own_command_is_kept_however_many_ranks():
     agg = Aggregator("j")
     agg.note_sent("ours")
     for rank in range(600):
-        agg.ingest({"k": "reply", "job": "j", "rank": rank, "ts": 0.0, "id": "ours", "cmd": "stacks", "ok": True, "result": {"threads": []}})
-        agg.ingest({"k": "reply", "job": "j", "rank": rank, "ts": 0.0, "id": "theirs", "cmd": "ping", "ok": True, "result": {}})
+        agg.ingest(messages.reply(rank, "ours", "stacks", result={"threads": []}, world=600))
+        agg.ingest(messages.reply(rank, "theirs", "ping", world=600))
     assert len(agg.snapshot().replies) == MAX_REPLIES
     assert [r.rank for r in agg.replies_to("ours")] == list(range(600))
     assert agg.replies_to("theirs") == []  # another TUI's command: only the bounded list has it

@@ -2,6 +2,7 @@
 
 from ranktop.watch.aggregator import Aggregator
 from ranktop.watch.stalls import Position, StallPolicy, assess
+import messages
 
 STEP_S = 0.05
 
@@ -15,7 +16,7 @@ class Clock:
 
 
 def hello(rank, world):
-    return {"k": "hello", "job": "j", "rank": rank, "ts": 0.0, "host": "n0", "world": world, "local_rank": rank, "pid": rank}
+    return messages.hello(rank, world, "n0", pid=rank)
 
 
 def state(step, last, phase, step_age=0.0, in_step=True, collective=None, **extra):
@@ -30,11 +31,11 @@ def train(agg, clock, world, n_steps):
         clock.now += STEP_S
         for r in range(world):
             rec = {"n": n, "t": 100.0 + n * STEP_S, "w": STEP_S, "p": {"forward": 0.02, "backward": 0.03}}
-            agg.ingest({"k": "steps", "job": "j", "rank": r, "ts": 0.0, "steps": [rec], "state": state(n, n, None, in_step=False)})
+            agg.ingest(messages.steps(r, [rec], state=state(n, n, None, in_step=False), world=world))
 
 
 def heartbeat(agg, rank, st):
-    agg.ingest({"k": "heartbeat", "job": "j", "rank": rank, "ts": 0.0, "state": st})
+    agg.ingest(messages.heartbeat(rank, st))
 
 
 def hang(agg, clock, seconds, where, world=4):

@@ -87,3 +87,16 @@ def test_device_times_ride_in_a_step_record_and_bad_ones_are_refused():
     for bad in ({"w": -1, "p": {}}, {"w": 0.1}, {"w": 0.1, "p": {"forward": "x"}}, [0.1]):
         with pytest.raises(schema.WireError):
             schema.decode(schema.encode(schema.STEPS, dict(body, steps=[dict(step, g=bad)])))
+
+
+def test_every_setting_is_in_the_readme_and_the_readme_names_no_other():
+    """wire/settings.py is the one list of RANKTOP_* variables; the README's table follows it."""
+    import re
+    from pathlib import Path
+
+    from ranktop.wire import settings
+
+    readme = (Path(__file__).parent.parent / "README.md").read_text()
+    table = readme.split("## Environment", 1)[1].split("\n## ", 1)[0]
+    assert set(re.findall(r"`(RANKTOP_[A-Z_]+)`", table)) == {s.name for s in settings.ALL}
+    assert settings.rate_problem(4.0) is None and settings.rate_problem(0.05) and settings.rate_problem(True)

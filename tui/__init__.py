@@ -2,5 +2,5 @@
 
 ``app.py`` (the App), ``bindings.py`` (the one key table), ``ranktop.tcss``,
 ``panes/`` (the main screen's areas), ``screens/`` (help, stacks, capture),
-``render/`` (colours, lines, units on screen). Never imports torch.
+``render/`` (colours, lazily drawn lines). Never imports torch.
 """

@@ -17,8 +17,6 @@ from textual.reactive import reactive
 from textual.widgets import Footer
 
 from ranktop.tui import bindings
-from ranktop.watch.capture import CaptureRefused, plan
-from ranktop.watch.snapshot import EMPTY, Snapshot
 from ranktop.tui.panes import (
     SORTS,
     Breakdown,
@@ -29,11 +27,13 @@ from ranktop.tui.panes import (
     StragglerTable,
     Waiting,
 )
-from ranktop.tui.render import palette
 from ranktop.tui.panes.resources import ResourcePanes
+from ranktop.tui.render import palette
 from ranktop.tui.screens.capture import CaptureScreen
 from ranktop.tui.screens.help import HelpScreen
 from ranktop.tui.screens.stacks import StacksScreen
+from ranktop.watch.capture import CaptureRefused, plan
+from ranktop.watch.snapshot import EMPTY, Snapshot
 from ranktop.wire import capture as wire_capture
 
 READ_ONLY = "read-only: no job secret, commands disabled"

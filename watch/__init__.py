@@ -7,19 +7,31 @@ script of yours build on the same pieces::
 
     with Session(resolve(["my-job"])) as session:
         time.sleep(5)
-        snap = session.snapshot()              # a frozen Snapshot: ranks, stragglers, collectives, ...
-        print(snap.stragglers[:3], snap.diagnosis)
-        replies = session.request("ping", timeout=5)   # every rank's answer, however many ranks
+        snap = session.snapshot()                       # a frozen Snapshot: ranks, stragglers, collectives, ...
+        print(snap.row(snap.stragglers[0]), snap.diagnosis)
+        answers = session.request("ping", timeout=5)    # every rank's answer, however many ranks
+        print(answers.missing)
 
 The map of the package is docs/architecture.md.
 """
 
-from ranktop.watch.session import Target, TargetError, WatchSession, resolve
-from ranktop.watch.snapshot import OK, SILENT, SLOW, STALLED, STATUSES, RankRow, Reply, Snapshot
+from ranktop.watch.errors import RanktopError
+from ranktop.watch.requests import RequestError
+from ranktop.watch.session import Answers, Target, TargetError, WatchSession, resolve
+from ranktop.watch.snapshot import (
+    OK,
+    SILENT,
+    SLOW,
+    STALLED,
+    STATUSES,
+    RankRow,
+    Reply,
+    Snapshot,
+)
 
 Session = WatchSession
 
 __all__ = [
     "OK", "SILENT", "SLOW", "STALLED", "STATUSES",
-    "RankRow", "Reply", "Session", "Snapshot", "Target", "TargetError", "WatchSession", "resolve",
+    "Answers", "RankRow", "RanktopError", "Reply", "RequestError", "Session", "Snapshot", "Target", "TargetError", "WatchSession", "resolve",
 ]

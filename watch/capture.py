@@ -1,7 +1,7 @@
 """The requester's side of a capture: plan the request, then read every rank's progress and summary.
 
-Shared by ``ranktop capture`` / ``ranktop memsnap`` (tui/capture_cli.py) and the
-capture screen of the TUI (tui/widgets/capture.py); pure functions of a
+Shared by ``ranktop capture`` / ``ranktop memsnap`` (cli/capture.py) and the
+capture screen of the TUI (tui/screens/capture.py); pure functions of a
 :class:`~ranktop.watch.snapshot.Snapshot` and the ranks' replies, so they are
 tested without sockets or a terminal.
 """
@@ -11,13 +11,18 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import PurePath as Path
 
+from ranktop.watch import format as fmt
+from ranktop.watch.errors import RanktopError
+from ranktop.watch.format import ranks_text
+from ranktop.watch.snapshot import CaptureStatus, Reply, Snapshot
 from ranktop.wire import capture as wire_capture
 
-from ranktop.watch.snapshot import CaptureStatus, Reply, Snapshot
-from ranktop.watch.stacks import ranks_text
+# A rank's progress before it reports a capture state of its own.
+ASKED = "asked"  # the command went out, no answer yet
+REFUSED = "refused"  # the rank answered no (another capture runs, no CUDA for a memory snapshot, ...)
 
 
-class CaptureRefused(Exception):
+class CaptureRefused(RanktopError):
     """Why a capture cannot be requested now, in one line."""
 
 
@@ -57,13 +62,13 @@ def plan(snapshot: Snapshot, kind: str, steps: int, ranks: list[int] | None = No
 @dataclass(frozen=True)
 class RankProgress:
     rank: int
-    state: str  # a wire state (waiting ... failed), or "asked" (no news yet) or "refused"
+    state: str  # a wire state (waiting ... failed), or ASKED (no news yet) or REFUSED
     text: str  # what to show after "rank N: "
     status: CaptureStatus | None = None
 
     @property
     def final(self) -> bool:
-        return self.state in (wire_capture.DONE, wire_capture.FAILED, "refused")
+        return self.state in (wire_capture.DONE, wire_capture.FAILED, REFUSED)
 
 
 def progress(snapshot: Snapshot, request: CapturePlan, replies: list[Reply]) -> list[RankProgress]:
@@ -73,11 +78,11 @@ def progress(snapshot: Snapshot, request: CapturePlan, replies: list[Reply]) -> 
     out = []
     for rank in request.ranks:
         if rank in refused:
-            out.append(RankProgress(rank, "refused", f"refused: {refused[rank]}"))
+            out.append(RankProgress(rank, REFUSED, f"refused: {refused[rank]}"))
             continue
         cap = by_rank.get(rank)
         if cap is None or cap.id != request.id:
-            out.append(RankProgress(rank, "asked", "asked, no answer yet"))
+            out.append(RankProgress(rank, ASKED, "asked, no answer yet"))
         else:
             out.append(RankProgress(rank, cap.state, state_text(cap), cap))
     return out
@@ -121,7 +126,7 @@ def summary_lines(status: CaptureStatus, top: int = 5) -> list[str]:
     if status.kind == wire_capture.MEMORY:
         if not s:
             return []
-        return [f"{_mb(s.get('allocated'))} allocated of {_mb(s.get('reserved'))} reserved in {s.get('segments', 0)} "
+        return [f"{fmt.size(s.get('allocated') or 0)} allocated of {fmt.size(s.get('reserved') or 0)} reserved in {s.get('segments', 0)} "
                 f"segment(s), {s.get('events', 0)} allocator events recorded"]
     if s.get("note"):
         return [s["note"]]
@@ -145,7 +150,3 @@ def summary_lines(status: CaptureStatus, top: int = 5) -> list[str]:
             lines.append(f"top {title} by self time:")
             lines.extend(f"  {us / 1000:8.2f} ms  ×{calls:<5} {name}" for name, us, calls in entries)
     return lines
-
-
-def _mb(value) -> str:
-    return f"{(value or 0) / 2**20:,.1f} MB"

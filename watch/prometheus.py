@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from typing import Iterator, Protocol
 
+from ranktop.watch.errors import RanktopError
 from ranktop.watch.snapshot import STATUSES, Snapshot
 
 RANK_LABELS = ("job", "rank", "local_rank", "host")
@@ -26,7 +27,7 @@ class SnapshotSource(Protocol):
     def snapshot(self) -> Snapshot: ...
 
 
-class MissingDependency(Exception):
+class MissingDependency(RanktopError):
     """prometheus_client is not installed; the message says how to get it."""
 
 

@@ -19,9 +19,8 @@ from urllib.parse import urlsplit
 
 import zmq
 
-from ranktop.wire import rendezvous, schema
-
 from ranktop.watch.aggregator import Aggregator
+from ranktop.wire import rendezvous, schema
 
 DISCOVERY_EVERY_S = 1.0
 

@@ -41,6 +41,7 @@ from typing import Iterator
 
 import msgpack
 
+from ranktop.watch.errors import RanktopError
 from ranktop.wire import __version__
 
 MAGIC = b"RANKTOP-REC\x01"
@@ -61,7 +62,7 @@ MAX_CHUNK_BYTES = 256 << 20
 _MAX_HEADER_BYTES = 1 << 20
 
 
-class RecordingError(Exception):
+class RecordingError(RanktopError):
     """A file that is not a ranktop recording, or cannot be read; the message is the whole story."""
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import html
 
+from ranktop.watch.errors import RanktopError
 from ranktop.watch.history import STALL
 from ranktop.watch.report import text_lines
 
@@ -21,7 +22,7 @@ PHASE_COLOURS = {"data": "#1c86ee", "forward": "#00cd00", "backward": "#cd00cd",
 MAX_RANK_LINES = 32
 
 
-class MissingPlotly(Exception):
+class MissingPlotly(RanktopError):
     """plotly is not installed; the message says how to get it."""
 
 

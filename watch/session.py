@@ -2,31 +2,33 @@
 
 :func:`resolve` turns what the user typed into a :class:`Target` or a one-line
 :class:`TargetError`; :class:`WatchSession` wires discovery, the receiver
-thread, the aggregator and the controller together and is the ``source`` the
-App (and ``--json``) takes snapshots from.
+thread, the aggregator and the requests (watch/requests.py) together. It is
+the ``source`` the App (and ``--json``) takes snapshots from, and what every
+command asks the ranks through (:meth:`WatchSession.request`).
 """
 
 from __future__ import annotations
 
 import re
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ranktop.wire import auth, ports, rendezvous
-
 from ranktop.watch import slurm
 from ranktop.watch.aggregator import DEFAULT_SILENT_AFTER_S, DEFAULT_WINDOW, Aggregator
-from ranktop.watch.controller import Controller
+from ranktop.watch.errors import RanktopError
 from ranktop.watch.history import History
 from ranktop.watch.receiver import Receiver, parse_endpoint
 from ranktop.watch.recording import Recorder
+from ranktop.watch.requests import RequestError, Requests
 from ranktop.watch.snapshot import Reply, Snapshot
 from ranktop.watch.stalls import DEFAULT_STALL_FACTOR, DEFAULT_STALL_FLOOR_S
+from ranktop.wire import auth, ports, rendezvous
 
 _ENDPOINT = re.compile(r"^(tcp://)?[A-Za-z0-9_.\-\[\]:]+:\d+$")
 
 
-class TargetError(Exception):
+class TargetError(RanktopError):
     """The user named something we cannot watch; the message is the whole story."""
 
 
@@ -153,6 +155,21 @@ def live_nodes(target: Target) -> list[rendezvous.NodeRecord]:
     return records + [convention_record(job, node) for node in job.nodes if _short(node) not in named]
 
 
+@dataclass(frozen=True)
+class Answers:
+    """Every rank's answer to one command, and who was expected to answer."""
+
+    id: str
+    expected: tuple[int, ...]
+    replies: list[Reply]
+    waited_s: float  # from sending to the last answer awaited (or the timeout)
+
+    @property
+    def missing(self) -> list[int]:
+        answered = {r.rank for r in self.replies}
+        return [rank for rank in self.expected if rank not in answered]
+
+
 class WatchSession:
     def __init__(
         self,
@@ -178,10 +195,14 @@ class WatchSession:
             load_secret = lambda: rendezvous.read_secret(target.job or self.aggregator.job or "", target.directory)  # noqa: E731
         elif secret is None:
             secret = auth.read_secret_env()
-        self.controller = Controller(target.job, secret, self.aggregator, load_secret)
+        self.requests = Requests(
+            target.job, secret, self.aggregator.requests, load_secret,
+            job_of=lambda: self.aggregator.job, on_error=self.aggregator.note_error,
+        )
+        self.controller = self.requests  # what the App sends through (tui/app.py), by its older name
         discover = (lambda: live_nodes(target)) if target.job is not None or target.slurm is not None else None
         self.receiver = Receiver(
-            self.aggregator, target.endpoints, discover, on_control=self.controller.add_endpoint, recorder=recorder
+            self.aggregator, target.endpoints, discover, on_control=self.requests.add_endpoint, recorder=recorder
         )
         self.history = History()  # step time and episodes over the last minutes, sampled as snapshots are taken
 
@@ -202,9 +223,48 @@ class WatchSession:
         """Every rank's answer to a command this session sent (the stacks screen reads them all)."""
         return self.aggregator.replies_to(command_id)
 
+    def wait_until(self, test, timeout: float) -> bool:
+        """Block until ``test()`` holds or ``timeout`` passes; woken by arrivals, not a sleep loop."""
+        return self.aggregator.requests.wait_until(test, timeout)
+
+    def wait_for_ranks(self, timeout: float) -> Snapshot:
+        """A snapshot once the job's size and a relay to command are known; RequestError if not within ``timeout``."""
+        if not self.requests.available:
+            raise RequestError(self.requests.unavailable_reason)
+        known = lambda: self.aggregator.world_size is not None and self.requests.ready()  # noqa: E731
+        if not self.wait_until(known, timeout):
+            if self.aggregator.world_size is None:
+                raise RequestError(f"no rank reported within {timeout:g}s")
+            raise RequestError("no relay control endpoint known yet")
+        return self.snapshot()
+
+    def request(
+        self, cmd: str, args: dict | None = None, *, ranks: list[int] | None = None, timeout: float = 5.0
+    ) -> Answers:
+        """Send a signed command to ``ranks`` (default: every rank) and wait up to ``timeout`` for each to answer.
+
+        Counts every answer at any job size. Raises :class:`RequestError` (one
+        line) without the job's secret, without a rank within ``timeout``, or for
+        a rank the job does not have.
+        """
+        started = time.monotonic()
+        snap = self.wait_for_ranks(timeout)
+        world = snap.world_size or 0
+        expected = tuple(sorted(set(ranks))) if ranks else tuple(range(world))
+        unknown = [r for r in expected if not 0 <= r < world]
+        if unknown:
+            raise RequestError(f"no such rank(s) {unknown} in a job of {world}")
+        remaining = max(0.1, timeout - (time.monotonic() - started))
+        try:
+            sent_at = time.monotonic()
+            command_id, replies = self.requests.ask(cmd, expected, args, only=list(expected) if ranks else None, timeout=remaining)
+        except RuntimeError as exc:
+            raise RequestError(str(exc)) from None
+        return Answers(command_id, expected, replies, time.monotonic() - sent_at)
+
     def close(self) -> None:
         self.receiver.stop()
-        self.controller.close()
+        self.requests.close()
         if self.recorder is not None:
             self.recorder.close()
 

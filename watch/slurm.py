@@ -22,6 +22,8 @@ import shutil
 import subprocess
 from dataclasses import dataclass, field
 
+from ranktop.watch.errors import RanktopError
+
 #: States in which a job's steps may be running (SUSPENDED: stopped, but its relays are alive).
 #: COMPLETING is not one: the job is over and SLURM is cleaning up after it.
 ACTIVE_STATES = ("RUNNING", "SUSPENDED", "CONFIGURING", "SIGNALING")
@@ -32,7 +34,7 @@ JOB_ID = re.compile(r"^\d+([_+]\d+)?$")
 _KEY = re.compile(r"^[A-Za-z][A-Za-z0-9_:/]*=")
 
 
-class SlurmError(Exception):
+class SlurmError(RanktopError):
     """A job that cannot be watched, or SLURM that cannot be asked; the message is the whole story.
 
     ``answered``: SLURM knows the job and said why not (pending, ended, another

@@ -19,6 +19,12 @@ SLOW = "slow"  # persistently slower than the median rank
 OK = "ok"
 STATUSES = (SILENT, STALLED, SLOW, OK)
 
+# Endpoint (relay) states.
+WAITING = "waiting"  # nothing heard from it yet
+CONNECTED = "connected"
+LOST = "lost"  # quiet after talking: its node's ranks went with it
+ENDPOINT_STATES = (LOST, WAITING, CONNECTED)  # worst first
+
 
 @dataclass(frozen=True)
 class RankRow:
@@ -42,10 +48,12 @@ class RankRow:
     stalled_phase: str | None = None  # when stalled: the phase it is in (None: between phases or steps)
     stalled_step: int | None = None  # when stalled: the step it is in (or the next one, between steps)
     collective: dict | None = None  # the last collective it entered, as its probe reports it (op, seq, b, inside, ...)
-    memory: MemoryStat | None = None  # RSS, CUDA allocator, history and creep (tui/memory_stats.py); None before any
+    memory: MemoryStat | None = None  # RSS, CUDA allocator, history and creep (watch/memory.py); None before any
     throughput: Throughput | None = None  # samples/s, tokens/s, TFLOP/s, MFU, when the probe knows its work per step
     gpu: GpuStat | None = None  # NVML gauges of its GPU, or why there are none (probe/gpu_sampler.py)
     capture: CaptureStatus | None = None  # its latest trace or memory capture (wire/capture.py), running or finished
+    rejected: dict[str, int] = field(default_factory=dict)  # commands it refused, by reason (forged, replayed, expired, ...)
+    rate_hz: float | None = None  # telemetry messages a second it sends at (set_rate, --rate)
 
 
 @dataclass(frozen=True)
@@ -87,7 +95,7 @@ class CollectiveStat:
 
 @dataclass(frozen=True)
 class MemoryStat:
-    """One rank's memory as its probe last reported it, with its recent history (tui/memory_stats.py)."""
+    """One rank's memory as its probe last reported it, with its recent history (watch/memory.py)."""
 
     rss_bytes: int | None  # process resident set size
     cuda_device: int | None = None  # the CUDA device index (None: the rank uses no CUDA)
@@ -143,7 +151,7 @@ class GpuStat:
 class Endpoint:
     url: str
     host: str | None
-    state: str  # "waiting" (nothing heard yet) | "connected" | "lost" (quiet after talking)
+    state: str  # one of ENDPOINT_STATES
     quiet_s: float  # seconds since the last message (or since we started waiting)
     ranks: tuple[int, ...] = ()  # the ranks last heard through it: those a lost relay took with it
 
@@ -159,6 +167,35 @@ class Reply:
 
 
 @dataclass(frozen=True)
+class RequestStatus:
+    """The tally of one command this viewer sent, over every rank's answer (exact at any job size; watch/requests.py)."""
+
+    id: str
+    cmd: str
+    sent_s: float  # when it was sent, on the viewer's clock
+    answered: int
+    failed: int
+    answered_ranks: frozenset[int]
+    max_rtt_s: float | None
+    first_failure: tuple[int, str] | None = None  # (rank, reason) of the lowest failing rank
+
+    @classmethod
+    def of_replies(cls, command_id: str, replies: list[Reply]) -> RequestStatus | None:
+        """The tally counted from a list of replies (a snapshot built without a request book), None if none."""
+        mine = {r.rank: r for r in replies if r.id == command_id}
+        if not mine:
+            return None
+        rtts = [r.rtt_s for r in mine.values() if r.rtt_s is not None]
+        failures = sorted((r for r in mine.values() if not r.ok), key=lambda r: r.rank)
+        first = failures[0] if failures else None
+        reason = str(first.result.get("error", "failed")).splitlines()[0] if first is not None and first.result else "failed"
+        return cls(
+            command_id, next(iter(mine.values())).cmd, 0.0, len(mine), len(failures), frozenset(mine),
+            max(rtts) if rtts else None, (first.rank, reason) if first is not None else None,
+        )
+
+
+@dataclass(frozen=True)
 class Snapshot:
     job: str | None
     world_size: int | None  # as the ranks report it; None before any hello
@@ -169,11 +206,12 @@ class Snapshot:
     ranks: list[RankRow]  # sorted by rank
     stragglers: list[int]  # rank numbers, most suspicious first; only ranks with data
     endpoints: list[Endpoint] = field(default_factory=list)
-    replies: list[Reply] = field(default_factory=list)  # most recent last
+    replies: list[Reply] = field(default_factory=list)  # the latest answers heard, to anyone's command, most recent last
+    requests: list[RequestStatus] = field(default_factory=list)  # our own recent commands, every answer counted
     dropped_messages: int = 0  # malformed or foreign frames this TUI threw away
     errors: list[str] = field(default_factory=list)  # one-line problems to show the user
     collectives: list[CollectiveStat] = field(default_factory=list)  # job-wide rows (rank -1) first
-    waiting_for: list[int] = field(default_factory=list)  # ranks the stalled ones wait for (see tui/stalls.py)
+    waiting_for: list[int] = field(default_factory=list)  # ranks the stalled ones wait for (see watch/stalls.py)
     diagnosis: str | None = None  # one line on a hang: who is stalled where, waiting for whom
     slow_hosts: list[str] = field(default_factory=list)  # hosts all of whose ranks are slow: the node, not a rank
     throughput: Throughput | None = None  # the job's: sums over live ranks (MFU: their TFLOP/s over their peaks)
@@ -187,6 +225,20 @@ class Snapshot:
     def silent(self) -> int:
         return sum(1 for r in self.ranks if r.status == SILENT)
 
+    def row(self, rank: int) -> RankRow | None:
+        """The row of one rank (``ranks`` is sorted by rank, but a job may not have reported every rank)."""
+        for row in self.ranks:
+            if row.rank == rank:
+                return row
+        return None
+
+    def request(self, command_id: str) -> RequestStatus | None:
+        """How one of our commands is answered: the exact tally, else counted from :attr:`replies`."""
+        for status in self.requests:
+            if status.id == command_id:
+                return status
+        return RequestStatus.of_replies(command_id, self.replies)
+
     def captures_running(self) -> dict[str, list[int]]:
         """Captures not yet done or failed on some rank: id -> those ranks (one capture at a time per job)."""
         running: dict[str, list[int]] = {}
@@ -198,6 +250,8 @@ class Snapshot:
     def to_json(self) -> dict:
         """The ``--json`` document (schema in docs/json-schema.md)."""
         out = asdict(self)
+        for request in out["requests"]:
+            request["answered_ranks"] = sorted(request["answered_ranks"])
         out["connected"] = self.connected
         out["silent"] = self.silent
         return out

@@ -22,6 +22,9 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
+from ranktop.watch import format as fmt
+from ranktop.watch.format import ranks_text
+
 #: How far out of the user's code a frame is: the label is taken from the lowest tier present.
 USER, THIRD_PARTY, LIBRARY = 0, 1, 2
 #: Fallback patterns when a reply names no library roots.
@@ -93,25 +96,6 @@ class StackReport:
 
 
 # -- rank ranges -------------------------------------------------------------------
-
-
-def compress_ranks(ranks: Iterable[int]) -> str:
-    """``[0, 1, 2, 3, 5, 9, 10]`` -> ``"0-3,5,9-10"``."""
-    out: list[str] = []
-    ordered = sorted(set(ranks))
-    i = 0
-    while i < len(ordered):
-        j = i
-        while j + 1 < len(ordered) and ordered[j + 1] == ordered[j] + 1:
-            j += 1
-        out.append(str(ordered[i]) if i == j else f"{ordered[i]}-{ordered[j]}")
-        i = j + 1
-    return ",".join(out)
-
-
-def ranks_text(ranks: Iterable[int]) -> str:
-    ranks = sorted(set(ranks))
-    return f"rank {ranks[0]}" if len(ranks) == 1 else f"ranks {compress_ranks(ranks)}"
 
 
 # -- whose code is a frame ------------------------------------------------------------
@@ -227,16 +211,8 @@ def collective_text(collective: dict | None) -> str:
         text += f" #{collective['seq']}"
     size = collective.get("b")
     if isinstance(size, int) and size > 0:
-        text += f", {_size(size)}"
+        text += f", {fmt.size(size, decimal=True)}"
     return text
-
-
-def _size(nbytes: int) -> str:
-    for unit in ("B", "KB", "MB", "GB"):
-        if nbytes < 1024 or unit == "GB":
-            return f"{nbytes:.0f} {unit}" if unit == "B" else f"{nbytes:.1f} {unit}"
-        nbytes /= 1024
-    return ""
 
 
 def _where(members: list[RankStacks]) -> str:

@@ -28,9 +28,10 @@ import statistics
 from dataclasses import dataclass
 from typing import Any, Iterable
 
+from ranktop.watch import format as fmt
+from ranktop.watch.format import ranks_text
+from ranktop.watch.stacks import collective_text
 from ranktop.wire import schema
-
-from ranktop.watch.stacks import collective_text, ranks_text
 
 DEFAULT_STALL_FACTOR = 5.0
 DEFAULT_STALL_FLOOR_S = 2.0
@@ -195,17 +196,12 @@ def where_text(positions: list[Position]) -> str:
     return " ".join(parts)
 
 
-def _ago(seconds: float) -> str:
-    s = int(seconds)
-    return f"{s}s" if s < 120 else f"{s // 60}m"
-
-
 def _diagnosis(stalled: dict[int, Position], culprits: list[Position], how: str, everyone: bool) -> str:
     culprit_ranks = {p.rank for p in culprits}
     waiting = [p for p in stalled.values() if p.rank not in culprit_ranks]
     if not culprits:
         group = list(stalled.values())
-        text = f"{ranks_text(stalled)} stalled {where_text(group)} for {_ago(max(p.stuck_s for p in group))}"
+        text = f"{ranks_text(stalled)} stalled {where_text(group)} for {fmt.ago(max(p.stuck_s for p in group))}"
         return text + ("; no rank stands out (all at the same place)" if everyone else "")
     if how == "silent":
         what = f"silent, last seen {where_text(culprits)}"
@@ -218,7 +214,7 @@ def _diagnosis(stalled: dict[int, Position], culprits: list[Position], how: str,
     if not waiting:
         return f"{ranks_text(culprit_ranks)} stalled {what}"
     longest = max(p.stuck_s for p in waiting)
-    return f"{ranks_text(p.rank for p in waiting)} stalled {where_text(waiting)} for {_ago(longest)}, waiting for {ranks_text(culprit_ranks)}: {what}"
+    return f"{ranks_text(p.rank for p in waiting)} stalled {where_text(waiting)} for {fmt.ago(longest)}, waiting for {ranks_text(culprit_ranks)}: {what}"
 
 
 def positions_of(ranks: Iterable[Any], now: float, silent: set[int]) -> list[Position]:

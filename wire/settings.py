@@ -47,28 +47,18 @@ DIR = Setting("RANKTOP_DIR", "rendezvous directory (default `~/.ranktop`)")
 JOB = Setting("RANKTOP_JOB", "job name (default: `SLURM_JOB_ID`, torchrun's run id, or `torchrun-MASTER_ADDR-MASTER_PORT`)")
 SECRET = Setting("RANKTOP_SECRET", "command key, instead of the job folder's `secret` file")
 BIND = Setting("RANKTOP_BIND", "interface address the relay listens on (default `0.0.0.0`)", "0.0.0.0")
-HOST = Setting(
-    "RANKTOP_HOST",
-    "the name this node goes by, and the address its relay advertises when bound to every interface (default: the host name)",
-)
+HOST = Setting("RANKTOP_HOST", "this node's name, and its relay's address when bound to every interface (default: the host name)")
 PORT = Setting("RANKTOP_PORT", "the relay's telemetry port (control: the next one; `0`: random)")
 PORT_BASE = Setting("RANKTOP_PORT_BASE", "the base of the SLURM port convention (default 24000; docs/clusters.md)")
 DISABLE = Setting("RANKTOP_DISABLE", "`1` keeps the probe off")
-CAPTURE_DIR = Setting(
-    "RANKTOP_CAPTURE_DIR",
-    "on the job: where ranks write traces and memory snapshots (default `<rendezvous>/jobs/<job>/captures`)",
-)
+CAPTURE_DIR = Setting("RANKTOP_CAPTURE_DIR", "where ranks write traces and memory snapshots (default `<rendezvous>/jobs/<job>/captures`)")
 AUTO = Setting("RANKTOP_AUTO", "`1` (set by `ranktop launch`): automatic mode in every process that imports torch and is a rank")
 RATE = Setting("RANKTOP_RATE", "telemetry messages per second in automatic mode (`ranktop launch --rate`)")
 BATCH_SIZE = Setting("RANKTOP_BATCH_SIZE", "samples per rank per step, when `probe.init` is not told (`ranktop launch --batch-size`)")
 TOKENS_PER_STEP = Setting("RANKTOP_TOKENS_PER_STEP", "tokens per rank per step, when `probe.init` is not told")
 FLOPS_PER_STEP = Setting("RANKTOP_FLOPS_PER_STEP", "model FLOPs per rank per step, when `probe.init` is not told")
 PEAK_TFLOPS = Setting("RANKTOP_PEAK_TFLOPS", "the device's peak TFLOP/s for MFU, instead of the built-in table")
-DEVICE_TIMING = Setting(
-    "RANKTOP_DEVICE_TIMING",
-    "`off`: no CUDA events in automatic mode; `cpu`: the same code on the host clock (tests)",
-    "auto",
-)
+DEVICE_TIMING = Setting("RANKTOP_DEVICE_TIMING", "`off`: no CUDA events in automatic mode; `cpu`: host-clock events (tests)", "auto")
 
 #: Every setting, in the order the README lists them.
 ALL = (

@@ -21,9 +21,9 @@ from textual.scroll_view import ScrollView
 from textual.strip import Strip
 from textual.widgets import Static
 
+from ranktop.tui.render import palette
+from ranktop.watch import format as fmt
 from ranktop.watch.snapshot import SILENT, SLOW, STALLED, RankRow, Snapshot
-
-from ranktop.tui.render import palette, units
 
 #: Sort modes, in the order the sort key cycles through them.
 SORTS = ("rank", "score", "step")
@@ -48,7 +48,7 @@ class Columns:
         rank = max(4, max((len(str(r.rank)) for r in rows), default=1))
         # Hosts are trimmed harder on narrow screens: the bar matters more than the domain name.
         limit = 16 if width >= 100 else 10
-        host = max(4, max((len(units.host(r.host, limit)) for r in rows), default=4))
+        host = max(4, max((len(fmt.host(r.host, limit)) for r in rows), default=4))
         fixed = rank + host + cls.step + cls.score + 4  # four separating spaces
         return cls(rank=rank, host=host, bar=max(MIN_BAR, width - fixed))
 
@@ -101,20 +101,20 @@ def rank_text(row: RankRow, phase_names: list[str], colours: dict[str, str], sca
     silent = row.status == SILENT
     muted = palette.MUTED if silent else ""
     rank_style = palette.STATUS_STYLES[SLOW] if row.status == SLOW else (muted or "bold")
-    host = units.host(row.host, cols.host)
+    host = fmt.host(row.host, cols.host)
     text = Text(no_wrap=True, overflow="crop")
     text.append(f"{row.rank:>{cols.rank}} ", style=rank_style)
     text.append(f"{host:<{cols.host}} ", style=muted)
-    text.append(f"{units.ms(row.step_s):>{cols.step}} ", style=muted)
+    text.append(f"{fmt.ms(row.step_s):>{cols.step}} ", style=muted)
     if silent:
         text.append(f"{'':>{cols.score}} ")
-        text.append(f"silent {units.ago(row.last_seen_s)}", style=palette.MUTED + " italic")
+        text.append(f"silent {fmt.ago(row.last_seen_s)}", style=palette.MUTED + " italic")
     elif row.step_s is None:
         text.append(f"{'':>{cols.score}} ")
         text.append(f"warming up ({row.steps_seen} steps seen)", style=palette.MUTED + " italic")
     else:
         score_style = palette.STATUS_STYLES[SLOW] if row.status == SLOW else palette.MUTED
-        text.append(f"{units.score(row.score):>{cols.score}} ", style=score_style)
+        text.append(f"{fmt.score(row.score):>{cols.score}} ", style=score_style)
         text.append_text(bar(row.phases, phase_names, colours, scale, cols.bar))
     return text
 
@@ -156,11 +156,11 @@ def summary_text(rows: list[RankRow]) -> Text:
         worst = max((r for r in rows if r.step_s is not None and r.status != SILENT), key=lambda r: r.step_s)
         text.append("  step ms ", style=palette.MUTED)
         text.append("median ", style=palette.MUTED)
-        text.append(units.ms(steps[(len(steps) - 1) // 2]), style="bold")
+        text.append(fmt.ms(steps[(len(steps) - 1) // 2]), style="bold")
         text.append("  p90 ", style=palette.MUTED)
-        text.append(units.ms(p90), style="bold")
+        text.append(fmt.ms(p90), style="bold")
         text.append("  max ", style=palette.MUTED)
-        text.append(units.ms(worst.step_s), style="bold")
+        text.append(fmt.ms(worst.step_s), style="bold")
         text.append(f" (rank {worst.rank})", style=palette.MUTED)
     slow = sum(1 for r in rows if r.status == SLOW)
     silent = sum(1 for r in rows if r.status == SILENT)
@@ -247,7 +247,7 @@ class Breakdown(Vertical):
         if scrolls:
             summary.update(summary_text(rows), layout=False)
         scale = bar_scale(rows)
-        full = f" · full bar {units.ms(scale)} ms" if scale else ""
+        full = f" · full bar {fmt.ms(scale)} ms" if scale else ""
         self.border_title = f"Step breakdown per rank · sort: {SORT_LABELS[sort]}{full}"
         bars.show(rows, snapshot.phase_names, colours, cols)
 

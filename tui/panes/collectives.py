@@ -12,9 +12,9 @@ from __future__ import annotations
 from rich.text import Text
 from textual.widgets import DataTable
 
+from ranktop.tui.render import palette
+from ranktop.watch import format as fmt
 from ranktop.watch.snapshot import CollectiveStat, Snapshot
-
-from ranktop.tui.render import palette, units
 
 COLUMNS = (
     ("rank", "rank", 4),
@@ -46,13 +46,13 @@ def cells(stat: CollectiveStat) -> tuple[Text, ...]:
         (str(stat.calls), style),
         (_num(stat.calls_per_s), style),
         (_num(stat.bytes_per_s, 1e-6), style),
-        (units.ms(stat.mean_s), style),
-        (units.ms(stat.p95_s), style),
+        (fmt.ms(stat.mean_s), style),
+        (fmt.ms(stat.p95_s), style),
         (_num(stat.algbw_bps, 1e-9, 3), style),
         (_num(stat.busbw_bps, 1e-9, 3), style),
         (_num(stat.alpha_s, 1e6, 0), style),
         (_num(stat.beta_bps, 1e-9, 2), style),
-        ("–" if stat.fit_dev is None else units.score(stat.fit_dev), fit_style),
+        ("–" if stat.fit_dev is None else fmt.score(stat.fit_dev), fit_style),
     )
     return tuple(Text(text, style=s, justify="left" if i < 2 else "right") for i, (text, s) in enumerate(values))
 

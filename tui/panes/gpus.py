@@ -13,11 +13,11 @@ from __future__ import annotations
 
 from rich.text import Text
 
-from ranktop.watch.snapshot import GpuStat, RankRow, Snapshot
-
-from ranktop.tui.render import palette, units
-from ranktop.tui.render.lines import LazyLines
 from ranktop.tui.panes.memory import gauge, sparkline
+from ranktop.tui.render import palette
+from ranktop.tui.render.lines import LazyLines
+from ranktop.watch import format as fmt
+from ranktop.watch.snapshot import GpuStat, RankRow, Snapshot
 
 THROTTLE_STYLE = "bold red"
 BAR = 8
@@ -26,8 +26,8 @@ SPARK = 12
 SLOWDOWNS = ("power", "thermal", "hw")
 
 
-def _num(value: float | None, fmt: str, suffix: str = "") -> str:
-    return units.NA if value is None else f"{value:{fmt}}{suffix}"
+def _num(value: float | None, spec: str, suffix: str = "") -> str:
+    return fmt.NA if value is None else f"{value:{spec}}{suffix}"
 
 
 def temp_style(temp: float | None) -> str:
@@ -46,32 +46,32 @@ def gpu_line(row: RankRow, *, selected: bool, wide: bool) -> Text:
     assert gpu is not None and gpu.na is None
     text = Text(no_wrap=True, overflow="ellipsis", style="reverse" if selected else "")
     text.append(f"  r{row.rank:<4}", style="bold")
-    name = (gpu.name or units.NA).replace("NVIDIA ", "")
+    name = (gpu.name or fmt.NA).replace("NVIDIA ", "")
     text.append(f"{name[:14]:<14} ", style=palette.MUTED)
     reasons = throttled(gpu)  # first, so that no terminal is too narrow to show it
     flag = f"⚠ {'+'.join(reasons)}" if reasons else ""
     text.append(f"{flag:<10} ", style=THROTTLE_STYLE)
     text.append("SM ", style=palette.MUTED)
-    text.append_text(gauge(gpu.util or 0, 100, BAR) if gpu.util is not None else Text(units.NA.ljust(BAR), style=palette.MUTED))
+    text.append_text(gauge(gpu.util or 0, 100, BAR) if gpu.util is not None else Text(fmt.NA.ljust(BAR), style=palette.MUTED))
     text.append(f" {_num(gpu.util, '3.0f', '%'):>4}  ")
     text.append("mem ", style=palette.MUTED)
     if gpu.mem_used is not None and gpu.mem_total:
         text.append_text(gauge(gpu.mem_used, gpu.mem_total, BAR))
         text.append(f" {gpu.mem_used / 2**30:.0f}/{gpu.mem_total / 2**30:.0f} GB  ")
     else:
-        text.append(f"{units.NA}  ", style=palette.MUTED)
+        text.append(f"{fmt.NA}  ", style=palette.MUTED)
     if gpu.power_w is None and gpu.power_limit_w is None:
-        text.append(f"{units.NA} W  ", style=palette.MUTED)
+        text.append(f"{fmt.NA} W  ", style=palette.MUTED)
     else:
         text.append(f"{_num(gpu.power_w, '.0f')}/{_num(gpu.power_limit_w, '.0f', ' W')}  ")
     text.append(f"{_num(gpu.temp_c, '.0f', '°C')}  ", style=temp_style(gpu.temp_c))
     if gpu.sm_mhz is None and gpu.sm_max_mhz is None:
-        text.append(f"{units.NA} MHz  ", style=palette.MUTED)
+        text.append(f"{fmt.NA} MHz  ", style=palette.MUTED)
     else:
         text.append(f"{_num(gpu.sm_mhz, '.0f')}/{_num(gpu.sm_max_mhz, '.0f', ' MHz')}  ")
     if wide:
-        tx = "–" if gpu.pcie_tx is None else units.size(gpu.pcie_tx)
-        rx = "–" if gpu.pcie_rx is None else units.size(gpu.pcie_rx)
+        tx = "–" if gpu.pcie_tx is None else fmt.size(gpu.pcie_tx)
+        rx = "–" if gpu.pcie_rx is None else fmt.size(gpu.pcie_rx)
         text.append(f"PCIe ↑{tx}/s ↓{rx}/s  ", style=palette.MUTED)
         text.append(f"{sparkline(gpu.util_history, SPARK):<{SPARK}} ", style="cyan")
     if gpu.throttle is None:

@@ -5,9 +5,9 @@ from __future__ import annotations
 from rich.text import Text
 from textual.widgets import Static
 
+from ranktop.tui.render import palette
+from ranktop.watch import format as fmt
 from ranktop.watch.snapshot import STALLED, Snapshot
-
-from ranktop.tui.render import palette, units
 
 #: What the bars measure; said on screen so nobody reads them as GPU time.
 CLOCK = "CPU wall time"
@@ -31,7 +31,7 @@ def header_text(snapshot: Snapshot, *, title: str, paused: bool) -> Text:
     step = str(snapshot.global_step) if snapshot.global_step >= 0 else "–"
     rate = f"{snapshot.steps_per_s:.2f}" if snapshot.steps_per_s is not None else "–"
     line2: list = [("step ", palette.MUTED), (step, "bold"), sep, (rate, "bold"), (" steps/s", palette.MUTED)]
-    line2 += [sep, ("elapsed ", palette.MUTED), (units.clock(snapshot.elapsed_s), "bold")]
+    line2 += [sep, ("elapsed ", palette.MUTED), (fmt.clock(snapshot.elapsed_s), "bold")]
     line2 += [sep, ("bars: ", palette.MUTED), (CLOCK, "")]
     if snapshot.device_time_ranks:
         # Device times arrive (wire 1.2 "g") but are not drawn yet: say so rather than let bars pass for GPU time.

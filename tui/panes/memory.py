@@ -5,7 +5,7 @@ The bar is CUDA allocated against the device's capacity (reserved, the
 allocator's cache, drawn lighter behind it) where the rank uses CUDA, else the
 process RSS against the largest RSS shown. The sparkline is the recent history
 of the same figure; the trend is its slope, in red with ``creep`` when the
-aggregator flags memory creep (tui/memory_stats.py). The first line is the
+aggregator flags memory creep (watch/memory.py). The first line is the
 job's throughput; MFU is "unknown" where no peak FLOP/s is known (a CPU).
 """
 
@@ -14,10 +14,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from rich.text import Text
-from ranktop.watch.snapshot import SILENT, RankRow, Snapshot, Throughput
 
-from ranktop.tui.render import palette, units
+from ranktop.tui.render import palette
 from ranktop.tui.render.lines import LazyLines
+from ranktop.watch import format as fmt
+from ranktop.watch.snapshot import SILENT, RankRow, Snapshot, Throughput
 
 SPARKS = "▁▂▃▄▅▆▇█"
 BLOCK, SHADE, EMPTY = "█", "▓", "░"
@@ -115,8 +116,8 @@ def used_text(row: RankRow) -> str:
     if mem is None:
         return "–"
     if mem.tracked == "cuda" and mem.allocated is not None:
-        return units.size(mem.allocated)
-    return units.size(mem.rss_bytes)
+        return fmt.size(mem.allocated)
+    return fmt.size(mem.rss_bytes)
 
 
 def trend_text(row: RankRow) -> Text:
@@ -146,7 +147,7 @@ def row_text(row: RankRow, cols: Columns, rss_scale: float) -> Text:
     mem = row.memory
     text = Text(no_wrap=True, overflow="crop")
     text.append(f"{row.rank:>{cols.rank}} ", style=CREEP_STYLE if mem is not None and mem.creep else (muted or "bold"))
-    text.append(f"{units.host(row.host, cols.host):<{cols.host}} ", style=muted)
+    text.append(f"{fmt.host(row.host, cols.host):<{cols.host}} ", style=muted)
     text.append(f"{used_text(row):>{cols.used}} ", style=muted)
     if mem is None:
         text.append(" " * cols.bar)

@@ -11,9 +11,8 @@ from __future__ import annotations
 from textual.app import ComposeResult
 from textual.containers import Vertical
 
-from ranktop.watch.snapshot import Snapshot
-
 from ranktop.tui.panes import gpus, memory
+from ranktop.watch.snapshot import Snapshot
 
 
 class ResourcePanes(Vertical):

@@ -7,10 +7,11 @@ from dataclasses import dataclass
 from rich.text import Text
 from textual.widgets import Static
 
-from ranktop.watch.snapshot import STALLED, Endpoint, Snapshot
-from ranktop.watch.stacks import ranks_text
-
-from ranktop.tui.render import palette, units
+from ranktop.tui.render import palette
+from ranktop.watch import format as fmt
+from ranktop.watch.format import ranks_text
+from ranktop.watch.snapshot import CONNECTED, ENDPOINT_STATES, LOST, SILENT, STALLED, WAITING, Endpoint, Snapshot
+from ranktop.wire import settings
 
 MAX_ERRORS_SHOWN = 3
 #: After this long, ranks that have not answered a command are named.
@@ -31,14 +32,14 @@ class SentCommand:
 def endpoints_text(endpoints: list[Endpoint]) -> Text:
     """Endpoints grouped by state: waiting in yellow, lost in red, connected quietly."""
     text = Text()
-    groups = {state: [e for e in endpoints if e.state == state] for state in ("lost", "waiting", "connected")}
-    lost, waiting, connected = groups["lost"], groups["waiting"], groups["connected"]
+    groups = {state: [e for e in endpoints if e.state == state] for state in ENDPOINT_STATES}
+    lost, waiting, connected = groups[LOST], groups[WAITING], groups[CONNECTED]
     if lost:
-        quiet = units.ago(max(e.quiet_s for e in lost))
+        quiet = fmt.ago(max(e.quiet_s for e in lost))
         what = _lost_text(lost[0]) if len(lost) == 1 else f"{len(lost)} nodes: {', '.join(_lost_text(e) for e in lost)}"
         text.append(f"lost {what}, quiet {quiet}  ", style=palette.ERROR)
     if waiting:
-        wait = units.ago(max(e.quiet_s for e in waiting))
+        wait = fmt.ago(max(e.quiet_s for e in waiting))
         if len(waiting) == 1:
             text.append(f"waiting for {waiting[0].url} ({wait})  ", style=palette.WARNING)
         else:
@@ -58,33 +59,46 @@ def _lost_text(e: Endpoint) -> str:
 
 
 def command_text(sent: SentCommand, snapshot: Snapshot) -> Text:
-    """e.g. "ping: 4/4 ranks answered, max rtt 3.1 ms"."""
-    replies = {r.rank: r for r in snapshot.replies if r.id == sent.id}
-    expected = len(sent.ranks) or len(replies)
+    """e.g. "ping: 4/4 ranks answered, max rtt 3.1 ms": every answer counted, at any number of ranks."""
+    tally = snapshot.request(sent.id)
+    expected = len(sent.ranks) or (tally.answered if tally else 0)
     waited = snapshot.elapsed_s - sent.sent_at_s
     text = Text(f"{sent.cmd}: ", style="bold")
-    if not replies:
+    if tally is None:
         if waited < ANSWER_GRACE_S:
             text.append(f"sent to {expected} ranks, waiting for answers…", style=palette.MUTED)
         else:
-            text.append(f"no answer from any of {expected} ranks after {units.ago(waited)}", style=palette.ERROR)
+            text.append(f"no answer from any of {expected} ranks after {fmt.ago(waited)}", style=palette.ERROR)
         return text
-    complete = len(replies) >= expected
-    text.append(f"{len(replies)}/{expected} ranks answered", style="" if complete else palette.WARNING)
-    rtts = [r.rtt_s for r in replies.values() if r.rtt_s is not None]
-    if rtts:
-        text.append(f", max rtt {max(rtts) * 1000:.1f} ms")
-    failed = [r for r in replies.values() if not r.ok]
-    if failed:
-        first = failed[0]
-        reason = str(first.result.get("error", "failed")).splitlines()[0] if first.result else "failed"
-        text.append(f", {len(failed)} failed (rank {first.rank}: {reason})", style=palette.ERROR)
-    missing = [n for n in sent.ranks if n not in replies]
-    if missing and waited >= ANSWER_GRACE_S:
-        named = ", ".join(str(n) for n in missing[:MAX_RANKS_NAMED])
-        more = f" +{len(missing) - MAX_RANKS_NAMED}" if len(missing) > MAX_RANKS_NAMED else ""
-        text.append(f", no answer from rank{'s' if len(missing) > 1 else ''} {named}{more}", style=palette.WARNING)
+    complete = tally.answered >= expected
+    text.append(f"{tally.answered}/{expected} ranks answered", style="" if complete else palette.WARNING)
+    if tally.max_rtt_s is not None:
+        text.append(f", max rtt {tally.max_rtt_s * 1000:.1f} ms")
+    if tally.failed:
+        rank, reason = tally.first_failure or (-1, "failed")
+        text.append(f", {tally.failed} failed (rank {rank}: {reason})", style=palette.ERROR)
+    if waited >= ANSWER_GRACE_S and not complete:
+        missing = [n for n in sent.ranks if n not in tally.answered_ranks]
+        if missing:
+            named = ", ".join(str(n) for n in missing[:MAX_RANKS_NAMED])
+            more = f" +{len(missing) - MAX_RANKS_NAMED}" if len(missing) > MAX_RANKS_NAMED else ""
+            text.append(f", no answer from rank{'s' if len(missing) > 1 else ''} {named}{more}", style=palette.WARNING)
     return text
+
+
+def refused_text(snapshot: Snapshot) -> str:
+    """Commands the ranks refused (forged, replayed, expired, ...): someone without the job's key tried."""
+    reasons: dict[str, int] = {}
+    ranks = []
+    for r in snapshot.ranks:
+        if r.rejected:
+            ranks.append(r.rank)
+            for reason, count in r.rejected.items():
+                reasons[reason] = reasons.get(reason, 0) + count
+    if not ranks:
+        return ""
+    counts = ", ".join(f"{count} {reason}" for reason, count in sorted(reasons.items()))
+    return f"commands refused: {counts} ({ranks_text(ranks)})"
 
 
 def status_text(snapshot: Snapshot, *, notice: Text | None = None, last_command: SentCommand | None = None) -> Text:
@@ -112,6 +126,15 @@ def status_text(snapshot: Snapshot, *, notice: Text | None = None, last_command:
         heard.append("  " if heard else "")
         records = sum(r.dropped for r in lossy)
         heard.append(f"{records} step records lost by {len(lossy)} probe{'s' if len(lossy) > 1 else ''}", style=palette.WARNING)
+    refused = refused_text(snapshot)
+    if refused:
+        heard.append("  " if heard else "")
+        heard.append(refused, style=palette.ERROR)
+    rates = sorted({r.rate_hz for r in snapshot.ranks if r.rate_hz is not None and r.status != SILENT})
+    if rates and rates != [settings.DEFAULT_RATE_HZ]:  # someone asked the ranks to send at another rate (--rate)
+        heard.append("  " if heard else "")
+        what = f"{rates[0]:g}" if len(rates) == 1 else f"{rates[0]:g}-{rates[-1]:g}"
+        heard.append(f"ranks send {what} msg/s", style=palette.MUTED)
     if heard:
         lines.append(heard)
     if notice is not None:

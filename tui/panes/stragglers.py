@@ -17,9 +17,9 @@ from __future__ import annotations
 from rich.text import Text
 from textual.widgets import DataTable
 
+from ranktop.tui.render import palette
+from ranktop.watch import format as fmt
 from ranktop.watch.snapshot import OK, SILENT, SLOW, STALLED, RankRow, Snapshot
-
-from ranktop.tui.render import palette, units
 
 #: (key, heading, width) of each column; widths are fixed so values never make the table jump.
 COLUMNS = (
@@ -49,34 +49,34 @@ def straggler_order(snapshot: Snapshot) -> list[int]:
 
 def shown_values(row: RankRow) -> tuple:
     """What the cells of a row depend on: cheap to compare, so unchanged rows cost nothing."""
-    silent_for = units.ago(row.last_seen_s) if row.status == SILENT else None
+    silent_for = fmt.ago(row.last_seen_s) if row.status == SILENT else None
     return (
-        row.host, row.step, units.ms(row.step_s), units.ms(row.compute_s), units.ms(row.collective_s),
-        units.score(row.score), row.culprit_phase, row.status, silent_for,
-        units.ago(row.stalled_s) if row.stalled_s is not None else None, row.stalled_phase,
+        row.host, row.step, fmt.ms(row.step_s), fmt.ms(row.compute_s), fmt.ms(row.collective_s),
+        fmt.score(row.score), row.culprit_phase, row.status, silent_for,
+        fmt.ago(row.stalled_s) if row.stalled_s is not None else None, row.stalled_phase,
     )  # fmt: skip
 
 
 def cells(row: RankRow) -> tuple[Text, ...]:
     muted = palette.MUTED if row.status == SILENT else ""
-    host = units.host(row.host, HOST_WIDTH)
+    host = fmt.host(row.host, HOST_WIDTH)
     has_data = row.step_s is not None and row.status != SILENT
     score_style = palette.STATUS_STYLES[SLOW] if row.status == SLOW else muted
-    status = row.status if row.status != SILENT else f"silent {units.ago(row.last_seen_s)}"
+    status = row.status if row.status != SILENT else f"silent {fmt.ago(row.last_seen_s)}"
     culprit = row.culprit_phase
     if row.status == STALLED:  # how long, and the phase it is stuck in (– outside every phase)
-        status = f"stalled {units.ago(row.stalled_s or 0.0)}"
+        status = f"stalled {fmt.ago(row.stalled_s or 0.0)}"
         culprit = row.stalled_phase or "–"
     return (
         Text(str(row.rank), justify="right", style="bold" if row.status == SLOW else muted),
         Text(host, style=muted),
         Text(str(row.step) if row.step >= 0 else "–", justify="right", style=muted),
-        Text(units.ms(row.step_s), justify="right", style=muted),
-        Text(units.score(row.score) if has_data else "", justify="right", style=score_style),
+        Text(fmt.ms(row.step_s), justify="right", style=muted),
+        Text(fmt.score(row.score) if has_data else "", justify="right", style=score_style),
         Text(culprit or "", style=palette.STATUS_STYLES[row.status] if culprit else ""),
         Text(status, style=palette.STATUS_STYLES[row.status]),
-        Text(units.ms(row.compute_s), justify="right", style=muted),
-        Text(units.ms(row.collective_s), justify="right", style=muted),
+        Text(fmt.ms(row.compute_s), justify="right", style=muted),
+        Text(fmt.ms(row.collective_s), justify="right", style=muted),
     )
 
 

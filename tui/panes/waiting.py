@@ -5,9 +5,8 @@ from __future__ import annotations
 from rich.text import Text
 from textual.widgets import Static
 
-from ranktop.watch.snapshot import Snapshot
-
 from ranktop.tui.render import palette
+from ranktop.watch.snapshot import Snapshot
 
 
 def waiting_text(snapshot: Snapshot) -> Text:

@@ -1,1 +1,1 @@
-"""Drawing primitives the panes and screens share: colours, lazily drawn lines, units on screen."""
+"""Drawing primitives the panes and screens share: colours, lazily drawn lines, sparklines and gauges."""

@@ -4,7 +4,7 @@ Pushed when the user presses ``P`` (trace) or ``M`` (memory snapshot) and the
 request went out. It redraws at a fixed rate from the app's snapshot source
 and the ranks' replies (a refusal is a reply); the text is built by
 :func:`capture_text`, a plain function of the request and the progress rows
-(tui/capture.py), so it is tested without a terminal. Closing the screen does
+(watch/capture.py), so it is tested without a terminal. Closing the screen does
 not stop the capture.
 """
 
@@ -19,12 +19,20 @@ from textual.screen import ModalScreen
 from textual.widgets import Static
 
 from ranktop.tui import bindings
-from ranktop.watch.capture import CapturePlan, RankProgress, finished, progress, summary_lines, table_lines
-from ranktop.watch.snapshot import Reply, Snapshot
-from ranktop.watch.stacks import ranks_text
-from ranktop.wire import capture as wire_capture
-
 from ranktop.tui.render import palette
+from ranktop.watch.capture import (
+    ASKED,
+    REFUSED,
+    CapturePlan,
+    RankProgress,
+    finished,
+    progress,
+    summary_lines,
+    table_lines,
+)
+from ranktop.watch.format import ranks_text
+from ranktop.watch.snapshot import Reply, Snapshot
+from ranktop.wire import capture as wire_capture
 
 REFRESH_S = 0.25
 
@@ -34,8 +42,8 @@ _STYLES = {
     wire_capture.WRITING: "bold",
     wire_capture.DONE: "green3",
     wire_capture.FAILED: palette.ERROR,
-    "refused": palette.ERROR,
-    "asked": palette.MUTED,
+    REFUSED: palette.ERROR,
+    ASKED: palette.MUTED,
 }
 
 
@@ -49,7 +57,7 @@ def capture_text(request: CapturePlan, rows: list[RankProgress]) -> Text:
     done = [row for row in rows if row.state == wire_capture.DONE and row.status is not None]
     if finished(rows):
         outcome = [f"{len(done)} of {len(rows)} rank(s) done"]
-        for state in (wire_capture.FAILED, "refused"):
+        for state in (wire_capture.FAILED, REFUSED):
             count = sum(1 for row in rows if row.state == state)
             if count:
                 outcome.append(f"{count} {state}")

@@ -12,7 +12,6 @@ from textual.screen import ModalScreen
 from textual.widgets import Static
 
 from ranktop.tui import bindings
-
 from ranktop.tui.render import palette
 
 READING = (

@@ -18,7 +18,8 @@ from textual.screen import ModalScreen
 from textual.widgets import Static
 
 from ranktop.tui import bindings
-from ranktop.tui.render import palette, units
+from ranktop.tui.render import palette
+from ranktop.watch import format as units
 from ranktop.watch.history import NODE, STALL, Episode, History, Sample
 
 SPANS_S = (60, 120, 300, 600, 900)

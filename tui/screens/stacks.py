@@ -21,10 +21,10 @@ from textual.widgets import OptionList, Static
 from textual.widgets.option_list import Option
 
 from ranktop.tui import bindings
-from ranktop.watch.snapshot import STALLED, Reply
-from ranktop.watch.stacks import RankStacks, StackReport, build_report, ranks_text, thread_lines
-
 from ranktop.tui.render import palette
+from ranktop.watch.format import ranks_text
+from ranktop.watch.snapshot import STALLED, Reply
+from ranktop.watch.stacks import RankStacks, StackReport, build_report, thread_lines
 
 #: How long the screen waits for every rank before naming the missing ones unresponsive.
 ANSWER_TIMEOUT_S = 10.0

@@ -1,8 +1,14 @@
-"""How times, ratios and host names are written on screen, so every widget writes them alike."""
+"""How sizes, durations, ages, ratios, rank lists and host names are written, everywhere alike.
+
+The screen, the commands' lines, the diagnosis and the capture summaries all
+write through these functions, so 1000 bytes or three hours read the same in
+each of them.
+"""
 
 from __future__ import annotations
 
 import ipaddress
+from typing import Iterable
 
 
 def ms(seconds: float | None) -> str:
@@ -30,7 +36,7 @@ def clock(seconds: float) -> str:
 
 
 def ago(seconds: float) -> str:
-    """A short age: 12s, 4m, 3h."""
+    """A short age: 12s, 4m, 3h (never "180m")."""
     s = max(0, int(seconds))
     if s < 120:
         return f"{s}s"
@@ -60,13 +66,41 @@ def host(name: str, width: int) -> str:
 NA = "N/A"
 
 
-def size(nbytes: float | None) -> str:
-    """Bytes in binary units, three significant-ish digits: 412 MB, 12.3 GB; N/A when unknown."""
+def size(nbytes: float | None, *, decimal: bool = False) -> str:
+    """Bytes in binary units: 412 MB, 12.3 GB (three significant-ish digits); N/A when unknown.
+
+    A unit is used from 1000 of the one below (1000 B is 1.0 KB). ``decimal``
+    keeps one decimal whatever the size (535.0 KB), for lines that compare sizes.
+    """
     if nbytes is None:
         return NA
     value = float(nbytes)
     for unit in ("B", "KB", "MB", "GB", "TB"):
         if abs(value) < 1000 or unit == "TB":
-            return f"{value:.0f} {unit}" if unit == "B" or abs(value) >= 100 else f"{value:.1f} {unit}"
+            if unit == "B":
+                return f"{value:.0f} {unit}"
+            return f"{value:.1f} {unit}" if decimal or abs(value) < 100 else f"{value:.0f} {unit}"
         value /= 1024
     return NA
+
+
+# -- rank lists -----------------------------------------------------------------------
+
+
+def compress_ranks(ranks: Iterable[int]) -> str:
+    """``[0, 1, 2, 3, 5, 9, 10]`` -> ``"0-3,5,9-10"``."""
+    out: list[str] = []
+    ordered = sorted(set(ranks))
+    i = 0
+    while i < len(ordered):
+        j = i
+        while j + 1 < len(ordered) and ordered[j + 1] == ordered[j] + 1:
+            j += 1
+        out.append(str(ordered[i]) if i == j else f"{ordered[i]}-{ordered[j]}")
+        i = j + 1
+    return ",".join(out)
+
+
+def ranks_text(ranks: Iterable[int]) -> str:
+    ranks = sorted(set(ranks))
+    return f"rank {ranks[0]}" if len(ranks) == 1 else f"ranks {compress_ranks(ranks)}"

@@ -1,0 +1,101 @@
+"""``ranktop watch``: the live TUI on a job, or one JSON snapshot of it (``--json``)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+
+from ranktop.cli import attach
+from ranktop.cli import record
+from ranktop.cli.errors import UserError
+from ranktop.cli.options import Command, add_view_options
+from ranktop.watch.session import Target, WatchSession, resolve
+from ranktop.watch.snapshot import WAITING
+
+#: How long an endpoint may stay silent before the user is told (then we keep waiting).
+WAITING_NOTICE_S = 3.0
+
+
+HELP = "watch a running job live (TUI), or print a JSON snapshot"
+DESCRIPTION = (
+    "Attach to a running job. TARGET is a job name (see `ranktop jobs`) or one or more "
+    "relay endpoints tcp://HOST:PORT; with no TARGET, the only running job."
+)
+
+
+def configure(watch: argparse.ArgumentParser) -> None:
+    watch.add_argument("targets", nargs="*", metavar="TARGET", help="job name or tcp://HOST:PORT endpoints")
+    add_view_options(watch)
+    watch.add_argument("--record", metavar="FILE", default=None, help="also record the job's telemetry to FILE (ranktop replay, report)")
+    record.add_record_options(watch)
+    watch.set_defaults(run=cmd_watch)
+
+
+def session_of(args, target: Target | None = None) -> WatchSession:
+    """The session of ``watch``/``attach``: ``target`` if already resolved (``attach --slurm``), else what the user named."""
+    target = target if target is not None else resolve(args.targets, args.dir)
+    path = getattr(args, "record", None)  # attach shares this session and has no --record
+    return WatchSession(
+        target,
+        window=args.window,
+        silent_after_s=args.silent_after,
+        stall_factor=args.stall_factor,
+        stall_floor_s=args.stall_floor,
+        rate_hz=args.rate,
+        recorder=record.make_recorder(path, args, target.job) if path else None,
+    )
+
+
+def cmd_watch(args, target: Target | None = None) -> int:
+    session = session_of(args, target)
+    if session.rate_hz is not None:
+        attach.request_rate(session, session.rate_hz)  # its own thread: waits for the first rank, then asks
+    if args.json:
+        return watch_json(session, args.duration)
+    return run_tui(session, args.refresh)
+
+
+def run_tui(session: WatchSession, refresh_hz: float, title: str = "ranktop", on_app=None) -> int:
+    """Run the TUI until the user quits; ``on_app(app)`` runs first (the demo watches its job with it)."""
+    try:
+        from ranktop.tui.app import RanktopApp
+    except ImportError as exc:
+        raise UserError(f"the TUI needs textual ({exc}): pip install 'ranktop[tui]', or use --json") from None
+    with session:
+        app = RanktopApp(session, session.requests, refresh_hz=refresh_hz, title=title)
+        if on_app is not None:
+            on_app(app)
+        app.run()
+    return 0
+
+
+def watch_json(session: WatchSession, duration: float) -> int:
+    """Listen for ``duration`` seconds, telling which endpoints stay silent, then print one snapshot."""
+    told: set[str] = set()
+    with session:
+        deadline = time.monotonic() + duration
+        while time.monotonic() < deadline:  # a fixed listening time, with a notice for each endpoint that stays silent
+            time.sleep(min(0.25, max(0.0, deadline - time.monotonic())))
+            for e in session.snapshot().endpoints:
+                if e.state == WAITING and e.quiet_s >= WAITING_NOTICE_S and e.url not in told:
+                    told.add(e.url)
+                    print(f"ranktop: no answer from {e.url} after {e.quiet_s:.0f}s; still waiting", file=sys.stderr)
+        snap = session.snapshot()
+    print(json.dumps(snap.to_json(), indent=2))
+    for error in snap.errors:
+        print(f"ranktop: {error}", file=sys.stderr)
+    if not snap.ranks:
+        job = session.target.slurm
+        hint = ""
+        if job is not None:  # the commonest cause: a job that does not run ranktop, or another port base
+            hint = (
+                f" from the {len(job.nodes)} node(s) of SLURM job {job.label}: does it run ranktop "
+                "(probe.init() or ranktop launch), with the same RANKTOP_PORT_BASE?"
+            )
+        raise UserError(f"no rank reported within {duration:g}s{hint}")
+    return 0
+
+
+COMMAND = Command("watch", HELP, configure, DESCRIPTION)

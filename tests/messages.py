@@ -1,0 +1,69 @@
+"""What a rank sends, made by the probe's own code and read back by the viewer's decoder.
+
+Tests that feed the aggregator build their messages here: the envelope and
+the hello come from :class:`ranktop.probe.sender.Sender` (no socket, no
+thread: a Sender that is never started), every message goes through
+``schema.encode`` and back through ``schema.decode``, so a test can never
+feed the viewer something the wire would not carry. Step records, states and
+collective calls are the test's own figures.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+from ranktop.probe.identity import Identity
+from ranktop.probe.recorder import Recorder
+from ranktop.probe.sender import Sender
+from ranktop.wire import schema
+
+
+@functools.lru_cache(maxsize=None)
+def sender(rank: int, world: int = 4, host: str = "node0", job: str = "j", local_rank: int | None = None,
+           pid: int | None = None) -> Sender:
+    """An unstarted Sender of one rank (cached: a 4,096-rank test makes each once)."""
+    identity = Identity(
+        job=job, rank=rank, local_rank=rank if local_rank is None else local_rank, world=world, local_world=None,
+        host=host, pid=100 + rank if pid is None else pid, launcher="torchrun",
+    )
+    return Sender(identity, Recorder(), rate_hz=4.0, directory=None, on_fault=_raise)
+
+
+def _raise(exc: BaseException) -> None:
+    raise exc
+
+
+def frames(kind: str, rank: int, body: dict[str, Any], **who: Any) -> list[bytes]:
+    """One message of ``rank`` as it leaves the probe."""
+    return sender(rank, **who).message(kind, body)
+
+
+def decoded(kind: str, rank: int, body: dict[str, Any], **who: Any) -> dict[str, Any]:
+    """The same message as the viewer's decoder hands it on."""
+    return schema.decode(frames(kind, rank, body, **who))
+
+
+def hello(rank: int, world: int = 4, host: str = "node0", **who: Any) -> dict[str, Any]:
+    s = sender(rank, world, host, **who)
+    return schema.decode(s.message(schema.HELLO, s.hello()))
+
+
+def steps(rank: int, records: list[dict], *, state: dict | None = None, coll: list[dict] | None = None,
+          world: int = 4, **who: Any) -> dict[str, Any]:
+    body: dict[str, Any] = {"steps": records}
+    if state is not None:
+        body["state"] = state
+    if coll is not None:
+        body["coll"] = coll
+    return decoded(schema.STEPS, rank, body, world=world, **who)
+
+
+def heartbeat(rank: int, state: dict[str, Any], world: int = 4, **who: Any) -> dict[str, Any]:
+    return decoded(schema.HEARTBEAT, rank, {"state": state}, world=world, **who)
+
+
+def reply(rank: int, command_id: str, cmd: str, ok: bool = True, result: dict | None = None, world: int = 4,
+          **who: Any) -> dict[str, Any]:
+    body = {"id": command_id, "cmd": cmd, "ok": ok, "result": result if result is not None else {}}
+    return decoded(schema.REPLY, rank, body, world=world, **who)

@@ -1,0 +1,168 @@
+"""Straggler scoring: which rank holds the job back, and in which phase. Pure Python over rank windows.
+
+In synchronous data-parallel training every rank's step takes the same wall
+time: the slow rank computes longer and the others wait for it inside a
+collective, so their wait lands in whichever phase holds the collective
+(backward under DDP). Comparing step times therefore finds nothing. Instead
+each phase of each rank is compared with the median of that phase across
+ranks: the slow rank stands out in the phase it is slow in, while the waiting
+ranks, being the majority, *are* the median of the phase they wait in. A
+rank's slowdown is the sum of its phases' excess over those medians (only the
+positive part: time it spent that others did not), and the phase with the
+largest excess is named as the culprit. Medians over a window make one slow
+step count for nothing: only a persistent slowdown scores. A rank is *slow*
+when its slowdown exceeds a floor (5% of the median step, 1 ms) and a robust
+spread of everyone's slowdown (3 x MAD), so noise on a healthy job flags no one.
+
+With collectives seen, each phase counts only the rank's *own* time: the wait
+in collectives is taken out of the phase it happened in and shown as ``comm``.
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass
+from typing import Iterable
+
+from ranktop.watch.snapshot import OK, SILENT, SLOW, STALLED, RankRow
+from ranktop.watch.window import RankWindow
+from ranktop.wire import schema
+
+MIN_STEPS_TO_SCORE = 3
+SLOW_FLOOR_FRACTION = 0.05
+SLOW_FLOOR_S = 0.001
+
+
+@dataclass(frozen=True)
+class RankStats:
+    """Medians over one rank's window."""
+
+    step_s: float  # wall time of a step
+    phases: dict[str, float]  # own time per phase, "comm" included when collectives are seen
+    rate: float | None  # steps per second
+    comm_s: float | None  # time waited in collectives per step (None: no collective seen)
+
+
+@dataclass(frozen=True)
+class Scores:
+    """The cross-rank comparison of one refresh."""
+
+    excess: dict[int, tuple[float, str | None]]  # rank -> (seconds beyond the medians, worst phase)
+    slow_above_s: float  # a rank whose excess passes this is slow
+    median_step_s: float | None
+
+    def of(self, rank: int) -> tuple[float, str | None]:
+        return self.excess.get(rank, (0.0, None))
+
+    def is_slow(self, rank: int) -> bool:
+        return self.median_step_s is not None and self.of(rank)[0] > self.slow_above_s
+
+    def score(self, rank: int) -> float:
+        """The slowdown as a fraction of the median step (0.25: 25% slower)."""
+        return self.of(rank)[0] / self.median_step_s if self.median_step_s else 0.0
+
+
+def phase_names(windows: Iterable[RankWindow]) -> list[str]:
+    """Column order: standard phases seen, user phases, then "other" (and "comm" before it, with collectives)."""
+    seen: set[str] = set()
+    comm = False
+    for w in windows:
+        for step in w.steps:
+            seen.update(step.p)
+        comm = comm or bool(w.waits)
+    standard = [p for p in schema.STANDARD_PHASES if p in seen]
+    custom = sorted(seen - set(schema.STANDARD_PHASES) - {schema.OTHER_PHASE})
+    return standard + custom + ([schema.COMM_PHASE] if comm else []) + [schema.OTHER_PHASE]
+
+
+def rank_stats(w: RankWindow, names: list[str]) -> RankStats | None:
+    """Medians over the window, or None before :data:`MIN_STEPS_TO_SCORE` steps."""
+    if len(w.steps) < MIN_STEPS_TO_SCORE:
+        return None
+    steps = list(w.steps)
+    per_step = [own_times(s.w, s.p, w.waits.get(s.n)) for s in steps]
+    phases = {name: statistics.median(times.get(name, 0.0) for times in per_step) for name in names}
+    first, last = steps[0], steps[-1]
+    span = last.t - first.t
+    rate = (last.n - first.n) / span if span > 0 else None
+    comm = statistics.median(times.get(schema.COMM_PHASE, 0.0) for times in per_step) if w.waits else None
+    return RankStats(statistics.median(s.w for s in steps), phases, rate, comm)
+
+
+def own_times(wall: float, phases: dict[str, float], waits: dict | None) -> dict[str, float]:
+    """One step's time per phase, "other" included, with the collective waits moved to "comm"."""
+    out = dict(phases)
+    out[schema.OTHER_PHASE] = max(0.0, wall - sum(phases.values()))
+    if waits:
+        total = 0.0
+        for phase, intervals in waits.items():
+            waited = union(intervals)
+            name = phase if phase in out else schema.OTHER_PHASE
+            out[name] = max(0.0, out[name] - waited)
+            total += waited
+        out[schema.COMM_PHASE] = min(total, wall)
+    return out
+
+
+def union(intervals: list[tuple[float, float]]) -> float:
+    """Seconds covered by possibly overlapping intervals (DDP's buckets overlap each other)."""
+    total, end = 0.0, float("-inf")
+    for start, stop in sorted(intervals):
+        if stop <= end:
+            continue
+        total += stop - max(start, end)
+        end = stop
+    return total
+
+
+def score(live: dict[int, RankStats], names: list[str]) -> Scores:
+    """Compare the live ranks' phases with their cross-rank medians."""
+    excess = _excess(live, names)
+    spread = _mad([e for e, _ in excess.values()]) if len(excess) >= 3 else 0.0
+    median_step = statistics.median(s.step_s for s in live.values()) if live else None
+    floor = max(SLOW_FLOOR_S, SLOW_FLOOR_FRACTION * median_step, 3 * spread) if median_step else float("inf")
+    return Scores(excess, floor, median_step)
+
+
+def _excess(stats: dict[int, RankStats], names: list[str]) -> dict[int, tuple[float, str | None]]:
+    """Per rank: seconds spent beyond the cross-rank median, summed over phases, and the worst phase."""
+    if len(stats) < 2:
+        return {rank: (0.0, None) for rank in stats}
+    names = [name for name in names if name != schema.COMM_PHASE]  # waiting is not this rank's own work
+    medians = {name: statistics.median(s.phases.get(name, 0.0) for s in stats.values()) for name in names}
+    out = {}
+    for rank, s in stats.items():
+        diffs = {name: s.phases.get(name, 0.0) - medians[name] for name in names}
+        total = sum(d for d in diffs.values() if d > 0)
+        culprit = max(diffs, key=diffs.get) if diffs else None
+        out[rank] = (total, culprit if culprit is not None and diffs[culprit] > 0 else None)
+    return out
+
+
+def _mad(values: list[float]) -> float:
+    if not values:
+        return 0.0
+    med = statistics.median(values)
+    return statistics.median(abs(v - med) for v in values)
+
+
+def slow_hosts(rows: list[RankRow]) -> list[str]:
+    """Hosts whose every rank is slow, when the job spans several hosts: then the node is the suspect."""
+    by_host: dict[str, list[RankRow]] = {}
+    for row in rows:
+        if row.status != SILENT and row.step_s is not None:
+            by_host.setdefault(row.host, []).append(row)
+    if len(by_host) < 2:
+        return []
+    return sorted(host for host, members in by_host.items() if all(r.status == SLOW for r in members))
+
+
+def ranking(rows: list[RankRow], waited_for: Iterable[int]) -> list[int]:
+    """Rank numbers, most suspicious first: those others wait for, then by status, then by score."""
+    order = {SILENT: 0, STALLED: 1, SLOW: 2, OK: 3}
+    waited = set(waited_for)
+    return [
+        row.rank
+        for row in sorted(rows, key=lambda row: (row.rank not in waited, order[row.status], -row.score, row.rank))
+        if row.step_s is not None or row.status in (SILENT, STALLED)
+    ]
