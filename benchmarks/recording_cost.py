@@ -132,6 +132,29 @@ def disk(seconds: float, steps_per_s: float, ranks: int, msg_hz: float) -> tuple
     return size / ranks / seconds * 86400, cpu / seconds
 
 
+def replay_and_report_s(seconds: float = 60.0) -> tuple[float, float, float]:
+    """(seconds to read, to seek to the end of, and to report on) a recording of 64 ranks at 4 steps/s."""
+    from ranktop.watch.replay import Replay
+    from ranktop.watch.report import build
+
+    frames = job_frames(seconds, 4.0)
+    with tempfile.TemporaryDirectory() as d:
+        rec = Recorder(Path(d) / "r.rec", queue_frames=len(frames) + 1)
+        fake = iter(t for t, _ in frames)
+        rec.clock = lambda: 1e9 + next(fake)
+        for _, f in frames:
+            rec.tap(f, "tcp://node000:5555")
+        rec.start().close(timeout=600)
+        t0 = time.perf_counter()
+        recording = read(Path(d) / "r.rec")
+        t1 = time.perf_counter()
+        Replay(recording, start_s=seconds, clock=lambda: 0.0).snapshot()
+        t2 = time.perf_counter()
+        build(recording)
+        t3 = time.perf_counter()
+    return t1 - t0, t2 - t1, t3 - t2
+
+
 def main() -> int:
     frames = job_frames(20, 4.0)
     print(f"{RANKS} ranks, {MSG_HZ:g} messages/s each, 4 steps/s: {len(frames)} frames, "
@@ -171,6 +194,8 @@ def main() -> int:
             per_rank, cpu = disk(30, steps, 16, msg_hz)
             label = f"  {steps:g} steps/s, {msg_hz:g} msg/s"
             print(f"{label:<28}{per_rank / 1e6:>11.1f} MB{per_rank * 64 / 1e9:>11.2f} GB{cpu * 4 * 100:>20.1f} %")
+    read_s, seek_s, report_s = replay_and_report_s()
+    print(f"\n64 ranks, 60 s recorded: read {read_s:.1f} s, replay seek to the end {seek_s:.1f} s, report {report_s:.1f} s")
     return 0
 
 

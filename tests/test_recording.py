@@ -171,10 +171,12 @@ def test_paused_replay_stands_still_and_speed_scales_time(tmp_path):
 
 
 def test_history_turns_a_slow_spell_into_one_episode_with_its_cost(tmp_path):
+    from ranktop.watch.replay import Player
+
     rec = recorded_job(tmp_path)
-    replay = Replay(rec, clock=lambda: 0.0)
-    replay.seek_to_offset(39)
-    (ep,) = replay.history.episodes_since(0.0 + rec.start)
+    history = History()
+    Player(rec, {}).advance(rec.end, history, sample_from=rec.start)  # one sample a second, as live
+    (ep,) = history.episodes_since(rec.start)
     assert (ep.kind, ep.rank, ep.phase) == ("straggler", 1, "forward")
     # seen through the 64-step window: a slow spell shows once half the window is slow, and ends likewise
     assert 10 <= ep.start - rec.start <= 16 and 30 <= ep.end - rec.start <= 36

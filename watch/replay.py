@@ -27,6 +27,11 @@ from ranktop.watch.stalls import DEFAULT_STALL_FACTOR, DEFAULT_STALL_FLOOR_S
 
 #: A seek back replays this much of the recording before the target, so the windows are full again.
 WARMUP_S = 300.0
+#: A seek rebuilds the history screen's samples for this much before its target, at most SAMPLES_PER_STEP
+#: of them (sparser than live), and a fast playback takes at most SAMPLES_PER_STEP per refresh: a snapshot
+#: of a big job costs tens of milliseconds (64 ranks: about 80 ms here), the UI thread must keep up.
+SAMPLED_S = 120.0
+SAMPLES_PER_STEP = 12
 SPEEDS = (0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0)
 
 _CLOCK = re.compile(r"^(?:(\d+):)?(\d+):(\d+(?:\.\d*)?)$")
@@ -48,8 +53,12 @@ class Player:
         clock: Callable[[], float] = lambda: self.t  # noqa: E731
         return Aggregator(None, clock=clock, wall_clock=clock, **self._options)
 
-    def advance(self, to: float, history: History | None = None, sample_from: float | None = None) -> None:
-        """Ingest every entry that arrived by ``to``; with ``history``, sample it each second after ``sample_from``."""
+    def advance(
+        self, to: float, history: History | None = None, sample_from: float | None = None, most: int | None = None,
+        every: float = SAMPLE_EVERY_S,
+    ) -> None:
+        """Ingest every entry that arrived by ``to``; with ``history``, sample it every ``every`` seconds after
+        ``sample_from`` (default: from where it is), or more sparsely to take at most ``most`` samples."""
         to = min(max(to, self.recording.start), self.recording.end)
         if to < self.t:
             start = max(self.recording.start, to - WARMUP_S)
@@ -57,12 +66,14 @@ class Player:
             self.i = bisect.bisect_left(self._times, start)
         entries = self.recording.entries
         next_sample = max(self.t, sample_from) if sample_from is not None else self.t
+        if most:
+            every = max(every, (to - next_sample) / most)
         while self.i < len(entries) and entries[self.i].t <= to:
             entry = entries[self.i]
             if history is not None and entry.t >= next_sample:
                 self.t = next_sample
                 history.note(self.aggregator.snapshot(), self.t)
-                next_sample += SAMPLE_EVERY_S
+                next_sample += every
             self.t = entry.t
             if entry.frames is None:
                 self.aggregator.add_endpoint(entry.endpoint, entry.host)
@@ -100,7 +111,8 @@ class Replay:
     # -- the source protocol ----------------------------------------------------------------
 
     def snapshot(self) -> Snapshot:
-        self._player.advance(self.position_t(), self.history)
+        to = self.position_t()
+        self._player.advance(to, self.history, sample_from=to - SAMPLED_S, most=SAMPLES_PER_STEP)
         snap = self._player.aggregator.snapshot()
         self.history.note(snap, self._player.t)
         return snap
@@ -149,7 +161,7 @@ class Replay:
             self.history = History(DEFAULT_SAMPLES)  # rebuilt from the warm-up on
         self._anchor_t = t
         self._anchor_wall = self._clock()
-        self._player.advance(t, self.history, sample_from=t - DEFAULT_SAMPLES * SAMPLE_EVERY_S)
+        self._player.advance(t, self.history, sample_from=t - SAMPLED_S, most=SAMPLES_PER_STEP)
 
 
 def snapshot_at(recording: Recording, offset_s: float, **options) -> Snapshot:
