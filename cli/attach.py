@@ -14,25 +14,18 @@ from __future__ import annotations
 import argparse
 import shlex
 import socket
-import threading
-import time
 from urllib.parse import urlsplit
 
 from ranktop.cli.options import Command, add_view_options
-from ranktop.watch.requests import Requests
+from ranktop.cli.watch import cmd_watch
 from ranktop.watch.session import (
     Target,
     TargetError,
-    WatchSession,
     live_nodes,
     resolve,
     resolve_slurm,
 )
 from ranktop.wire import rendezvous
-
-#: Seconds the --rate request waits for the first rank before giving up.
-RATE_REQUEST_WAIT_S = 30.0
-
 
 HELP = "watch a SLURM job by id (--slurm), or any job; --print-ssh for the tunnel from a laptop"
 DESCRIPTION = (
@@ -58,8 +51,6 @@ def configure(attach: argparse.ArgumentParser) -> None:
 def cmd_attach(args) -> int:
     if args.print_ssh:
         return cmd_print_ssh(args)
-    from ranktop.cli.watch import cmd_watch
-
     return cmd_watch(args, target_of(args))
 
 
@@ -114,38 +105,6 @@ def cmd_print_ssh(args) -> int:
     if not read_secret:
         print("# read-only: commands need the job's secret in RANKTOP_SECRET on both sides (docs/clusters.md)")
     return 0
-
-
-def request_rate(session: WatchSession, hz: float) -> threading.Thread:
-    """Ask every rank to send ``hz`` messages a second (signed set_rate), once the first rank has reported.
-
-    On its own thread with its own command sockets (ZeroMQ sockets stay on the
-    thread that made them), so the TUI starts at once. The rate is the ranks'
-    own: it holds for every watcher of the job until someone sets another.
-    """
-
-    def run() -> None:
-        main = session.requests
-        if not main.available:
-            session.aggregator.note_error(f"--rate {hz:g} not sent: {main.unavailable_reason}")
-            return
-        session.wait_until(main.ready, RATE_REQUEST_WAIT_S)
-        # The same book of answers, but sockets of this thread's own.
-        requests = Requests(main.job, main.secret, session.aggregator.requests, on_error=session.aggregator.note_error)
-        try:
-            time.sleep(0.5)  # the relays' subscriptions settle
-            for url in main.endpoints():
-                requests.add_endpoint(url)
-            requests.send("set_rate", {"hz": hz})
-        except Exception as exc:  # a request that fails is said in the status line, never a crash
-            session.aggregator.note_error(f"--rate {hz:g} not sent: {exc}")
-        finally:
-            time.sleep(0.5)  # let the frames leave before the sockets close
-            requests.close()
-
-    thread = threading.Thread(target=run, name="ranktop-rate-request", daemon=True)
-    thread.start()
-    return thread
 
 
 COMMAND = Command("attach", HELP, configure, DESCRIPTION)

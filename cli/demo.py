@@ -20,6 +20,7 @@ from pathlib import Path
 
 from ranktop.cli.errors import UserError
 from ranktop.cli.options import Command, add_view_options, positive_int
+from ranktop.cli.watch import run_tui
 from ranktop.watch.session import WatchSession, resolve
 from ranktop.wire import settings
 
@@ -96,8 +97,6 @@ def _log_tail(path: Path, lines: int = 15) -> str:
 
 
 def run_demo(args, extra: list[str]) -> int:
-    from ranktop.cli.watch import run_tui
-
     if importlib.util.find_spec("torch") is None:
         raise UserError("the demo needs PyTorch in this environment: pip install torch")
     job = args.job or f"demo-{os.getpid()}"

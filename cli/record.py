@@ -79,9 +79,7 @@ def cmd_record(args) -> int:
     recorder = make_recorder(args.file, args, target.job)
     session = WatchSession(target, recorder=recorder, rate_hz=args.rate)
     if args.rate is not None:
-        from ranktop.cli.attach import request_rate
-
-        request_rate(session, args.rate)
+        session.set_rate_when_ready(args.rate)
     started = time.monotonic()
     deadline = started + args.duration if args.duration else float("inf")
     next_line = started + args.every

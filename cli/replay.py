@@ -22,7 +22,7 @@ from ranktop.watch.stalls import DEFAULT_STALL_FACTOR, DEFAULT_STALL_FLOOR_S
 HELP = "play a recording (ranktop record / watch --record) in the TUI, or print its snapshot at a time"
 DESCRIPTION = (
     "Play a recording through the same engine and screens as a live job. Keys: space pauses, "
-    "← → seek 10 s, ⇧← ⇧→ (or < >) a minute, j jumps to a time, + - change the speed, h shows the history. "
+    ", and . seek 10 s, < and > a minute, G jumps to a time, + - change the speed, H shows the history. "
     "Commands (ping, stacks, captures) are disabled: there is no job to send them to. "
     "Times: seconds, M:SS or H:MM:SS from the start; negative from the end; 'end'."
 )

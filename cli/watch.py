@@ -7,7 +7,6 @@ import json
 import sys
 import time
 
-from ranktop.cli import attach
 from ranktop.cli import record
 from ranktop.cli.errors import UserError
 from ranktop.cli.options import Command, add_view_options
@@ -51,7 +50,7 @@ def session_of(args, target: Target | None = None) -> WatchSession:
 def cmd_watch(args, target: Target | None = None) -> int:
     session = session_of(args, target)
     if session.rate_hz is not None:
-        attach.request_rate(session, session.rate_hz)  # its own thread: waits for the first rank, then asks
+        session.set_rate_when_ready(session.rate_hz)  # its own thread: waits for the first rank, then asks
     if args.json:
         return watch_json(session, args.duration)
     return run_tui(session, args.refresh)

@@ -15,3 +15,12 @@ def test_the_overhead_benchmark_runs_and_reports_every_figure(rdv, tmp_path):
     assert out.returncode == 0, out.stderr[-2000:]
     for expected in ("tiny step", "tiny torch step", "demo model step", "explicit", "auto", "sender thread:", "targets"):
         assert expected in out.stdout
+
+
+@pytest.mark.slow
+def test_the_main_screen_benchmark_runs_and_prints_its_table(tmp_path):
+    bench = Path(__file__).parent.parent / "benchmarks" / "main_screen.py"
+    out = subprocess.run([sys.executable, str(bench), "--quick"], capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "CPU ms per refresh" in out.stdout and "80x24" in out.stdout
+    assert out.stdout.splitlines()[-1].split()[0] == "4096"

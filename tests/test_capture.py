@@ -13,6 +13,8 @@ from pathlib import Path
 import pytest
 import torch
 
+import messages
+
 from ranktop.probe import commands, trace_summary
 from ranktop.probe.capture import Capture
 from ranktop.probe.recorder import Recorder
@@ -285,8 +287,8 @@ def test_capture_progress_rides_in_the_state_and_a_malformed_one_is_dropped():
 
 def feed(agg, rank, **cap):
     state = {"step": 12, "cap": progress_state(**cap) if cap else None}
-    agg.ingest({"k": schema.STEPS, "job": "j", "rank": rank, "ts": 1.0, "state": state, "steps": [{"n": 12, "t": 1.0, "w": 0.1, "p": {}}]})
-    agg.ingest({"k": schema.HELLO, "job": "j", "rank": rank, "ts": 1.0, "host": "vm", "world": 2, "local_rank": rank, "pid": 1})
+    agg.ingest(messages.steps(rank, [{"n": 12, "t": 1.0, "w": 0.1, "p": {}}], state=state, world=2))
+    agg.ingest(messages.hello(rank, 2, "vm", pid=1))
 
 
 SUMMARY = {"steps": [20, 22], "ops": [["aten::mm", 1500.0, 9]], "kernels": [], "basis": "cpu", "wall_us": 3000.0,

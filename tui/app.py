@@ -14,7 +14,7 @@ from rich.text import Text
 from textual.app import App, ComposeResult
 from textual.containers import Container
 from textual.reactive import reactive
-from textual.widgets import Footer
+from textual.widgets import DataTable, Footer
 
 from ranktop.tui import bindings
 from ranktop.tui.panes import (
@@ -27,8 +27,14 @@ from ranktop.tui.panes import (
     StragglerTable,
     Waiting,
 )
-from ranktop.tui.panes.resources import ResourcePanes
+from ranktop.tui.panes.gpus import has_data as gpus_have_data
+from ranktop.tui.panes.memory import has_data as memory_has_data
+from ranktop.tui.panes.overview import Overview
+from ranktop.tui.panes.rankmap import RankMap
+from ranktop.tui.panes.resources import ResourcePanes, ResourceTabs
+from ranktop.tui.panes.verdict import VerdictLine
 from ranktop.tui.render import palette
+from ranktop.tui.screens.drill import DrillScreen, NodeScreen, RankScreen
 from ranktop.tui.screens.capture import CaptureScreen
 from ranktop.tui.screens.help import HelpScreen
 from ranktop.tui.screens.stacks import StacksScreen
@@ -37,6 +43,8 @@ from ranktop.watch.snapshot import EMPTY, Snapshot
 from ranktop.wire import capture as wire_capture
 
 READ_ONLY = "read-only: no job secret, commands disabled"
+#: Views of the ranks, in the order the view key cycles through them.
+VIEWS = ("auto", "bars", "overview")
 
 
 class SnapshotSource(Protocol):
@@ -59,6 +67,9 @@ class RanktopApp(App[None]):
     # Very wide terminals put the straggler table beside the bars instead of under them;
     # below that the bars are better off with the full width.
     HORIZONTAL_BREAKPOINTS = [(0, "-narrow"), (200, "-wide")]
+    # Short terminals (a plain SSH session is 24 lines) show one of the collectives, memory and GPU
+    # panes at a time, as tabs, so the verdict and the stragglers keep their room.
+    VERTICAL_BREAKPOINTS = [(0, "-short"), (40, "-tall")]
 
     sort: reactive[str] = reactive(SORTS[0])
     """How the bars are ordered: one of ``widgets.SORTS`` (rank, score, step)."""
@@ -74,6 +85,9 @@ class RanktopApp(App[None]):
 
     show_gpus: reactive[bool] = reactive(True)
     """Whether the GPU gauges pane is shown (when the ranks report GPU gauges, or that they have none)."""
+
+    view: reactive[str] = reactive(VIEWS[0])
+    """Bars or the job overview (distribution and rank map); "auto": bars while every rank fits."""
 
     read_only_note: str = READ_ONLY
     """What a command key answers when commands cannot be sent (a replay says why in its own words)."""
@@ -103,20 +117,26 @@ class RanktopApp(App[None]):
         self._last_command: SentCommand | None = None
         self._capture: tuple | None = None  # (CapturePlan, command id) of the last capture this TUI asked for
         self._header = JobHeader(id="header")
+        self._verdict = VerdictLine(id="verdict")
         self._waiting = Waiting(id="waiting")
         self._panes = Container(id="panes")
         self._breakdown = Breakdown(id="breakdown")
         self._stragglers = StragglerTable(id="stragglers")
+        self._overview = Overview(id="overview")
+        self._tabs = ResourceTabs(id="tabs")
         self._collectives = CollectiveTable(id="collectives")
         self._status = StatusLine(id="status")
         self._resources = ResourcePanes(id="resources")
 
     def compose(self) -> ComposeResult:
         yield self._header
+        yield self._verdict
         yield self._waiting
         with self._panes:
             yield self._breakdown
+            yield self._overview
             yield self._stragglers
+        yield self._tabs  # short terminals: which of collectives, memory, GPUs is shown
         yield self._collectives  # full width under the panes, also when they sit side by side
         yield self._resources
         yield self._status
@@ -125,6 +145,7 @@ class RanktopApp(App[None]):
     def on_mount(self) -> None:
         self._stragglers.border_title = "Stragglers · flagged first"
         self._collectives.border_title = "Collectives · wait per call, launch to completion"
+        self._overview.display = False
         self.poll()
         self.set_interval(1.0 / self.refresh_hz, self.poll)
 
@@ -146,20 +167,55 @@ class RanktopApp(App[None]):
         snapshot = self.snapshot
         self._header.show(snapshot, title=self.title, paused=self.paused)
         empty = not snapshot.ranks
+        self._verdict.display = not empty  # before any rank, the waiting pane says it all
+        self._verdict.show(snapshot)
         self._waiting.display = empty
         self._panes.display = not empty
-        self._collectives.display = not empty and self.show_collectives and bool(snapshot.collectives)
+        shown = self._tabs.choose(
+            {"collectives": not empty and self.show_collectives and bool(snapshot.collectives),
+             "memory": not empty and self.show_memory and memory_has_data(snapshot),
+             "gpus": not empty and self.show_gpus and gpus_have_data(snapshot)},
+            tabbed=self.screen.has_class("-short"),
+        )  # fmt: skip
+        self._collectives.display = shown["collectives"]
         if empty:
             self._waiting.show(snapshot)
         else:
-            self._breakdown.show(snapshot, self.sort)
+            overview = self._overview_shown(len(snapshot.ranks))
+            self._set_view(overview)
+            if overview:
+                self._overview.show(snapshot)
+            else:
+                self._breakdown.show(snapshot, self.sort)
             self._stragglers.show(snapshot)
             if self._collectives.display:
                 self._collectives.show(snapshot)
         selected = self._stragglers.selected_rank() if self._stragglers.has_focus else None
-        self._resources.show(snapshot, show_memory=self.show_memory and not empty, show_gpus=self.show_gpus and not empty,
-                             selected=selected)
+        self._resources.show(snapshot, show_memory=shown["memory"], show_gpus=shown["gpus"], selected=selected)
+        screen = self.screen
+        if isinstance(screen, DrillScreen):
+            screen.show(snapshot)
         self._draw_status()
+
+    def _overview_shown(self, ranks: int) -> bool:
+        """Whether the overview replaces the bars: by choice, or ("auto") when the ranks do not fit as bars."""
+        if self.view != "auto":
+            return self.view == "overview"
+        height = self.screen.size.height
+        room = height - 8 if self.screen.has_class("-wide") else int((height - 6) * 0.6) - 2
+        return ranks > max(8, room)
+
+    def _set_view(self, overview: bool) -> None:
+        if self._overview.display == overview and self._breakdown.display != overview:
+            return
+        self._overview.display = overview
+        self._breakdown.display = not overview
+        # The overview puts the top stragglers above the map (answer first); the bars keep the table under them.
+        self._panes.set_class(overview, "-overview")
+        if overview:
+            self._panes.move_child(self._stragglers, before=self._overview)
+        else:
+            self._panes.move_child(self._stragglers, after=self._overview)
 
     def _draw_status(self) -> None:
         notice = Text(self._source_error, style=palette.ERROR) if self._source_error else self._notice
@@ -179,19 +235,47 @@ class RanktopApp(App[None]):
 
     # -- actions (keys are in ranktop.tui.bindings) ----------------------------
 
+    def action_cycle_view(self) -> None:
+        current = "overview" if self._overview.display else "bars"
+        # From auto, go to the view not shown now, so the first press always changes the screen.
+        self.view = {"auto": "bars" if current == "overview" else "overview", "bars": "overview", "overview": "auto"}[self.view]
+        what = {"bars": "a bar per rank", "overview": "distribution and rank map",
+                "auto": "automatic (bars while every rank fits, else the overview)"}[self.view]  # fmt: skip
+        self._notice = Text(f"view: {what}", style=palette.MUTED)
+        self._draw()
+
+    def on_rank_map_opened(self, event: RankMap.Opened) -> None:
+        cell = event.cell
+        if cell.key[0] == "node":
+            self.push_screen(NodeScreen(cell.host, self.snapshot))
+        else:
+            self.push_screen(RankScreen(cell.key[1], self.snapshot))
+
+    def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
+        if event.data_table is self._stragglers and event.row_key.value is not None:
+            self.push_screen(RankScreen(int(event.row_key.value), self.snapshot))
+
     def action_cycle_sort(self) -> None:
         self.sort = SORTS[(SORTS.index(self.sort) + 1) % len(SORTS)]
 
     def action_toggle_collectives(self) -> None:
-        self.show_collectives = not self.show_collectives
-        self._draw()
+        self._toggle("collectives")
 
     def action_toggle_memory(self) -> None:
-        self.show_memory = not self.show_memory
-        self._draw()
+        self._toggle("memory")
 
     def action_toggle_gpus(self) -> None:
-        self.show_gpus = not self.show_gpus
+        self._toggle("gpus")
+
+    def _toggle(self, pane: str) -> None:
+        """Show or hide a pane; as tabs (a short terminal), a pane not on top comes to the top instead."""
+        flag = f"show_{pane}"
+        if self.screen.has_class("-short") and getattr(self, flag) and self._tabs.active != pane and self._tabs.has(pane):
+            self._tabs.active = pane
+        else:
+            setattr(self, flag, not getattr(self, flag))
+            if getattr(self, flag):
+                self._tabs.active = pane
         self._draw()
 
     def action_toggle_pause(self) -> None:

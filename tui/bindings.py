@@ -77,7 +77,15 @@ KEYS: tuple[Binding, ...] = (
         "throttling, per rank's GPU grouped by host; the rank selected in the straggler table is highlighted.",
     ),
     Binding(
-        "h",
+        "v",
+        "cycle_view",
+        "View",
+        id="view",
+        tooltip="Bars (a stacked bar per rank) or the job overview: the distribution of the ranks' slowdown and the rank "
+        "map, a cell per rank (or per node when they do not fit) grouped by node. Automatic: bars while every rank fits.",
+    ),
+    Binding(
+        "H",
         "history",
         "History",
         id="history",
@@ -102,22 +110,44 @@ KEYS: tuple[Binding, ...] = (
     Binding("question_mark,f1", "help", "Help", key_display="?", id="help", tooltip="Show this screen."),
 )
 
+#: Keys of the rank map (the job overview), while it has focus; enter drills down.
+MAP_KEYS: tuple[Binding, ...] = (
+    Binding("left,h", "move(-1, 0)", "Left", key_display="← h", id="map.left", show=False, tooltip="The previous cell."),
+    Binding("right,l", "move(1, 0)", "Right", key_display="→ l", id="map.right", show=False, tooltip="The next cell."),
+    Binding("up,k", "move(0, -1)", "Up", key_display="↑ k", id="map.up", show=False, tooltip="The cell a line up."),
+    Binding("down,j", "move(0, 1)", "Down", key_display="↓ j", id="map.down", show=False, tooltip="The cell a line down."),
+    Binding("enter", "open", "Open", id="map.open",
+            tooltip="Drill down: a node cell shows its ranks, a rank cell that rank's detail (phases, history, collectives, "
+            "memory, GPU). On the straggler table, enter opens the rank's detail too."),
+    Binding("w", "worst", "Worst", id="map.worst",
+            tooltip="Put the cursor back on the worst cell; it follows the worst rank until you move it."),
+)
+
+#: Keys of a node's ranks and of a rank's detail.
+DRILL_KEYS: tuple[Binding, ...] = (
+    Binding("escape,backspace", "close", "Back", key_display="esc", id="drill.close", tooltip="Back to where you came from."),
+    Binding("enter", "open", "Rank detail", id="drill.open", show=False, tooltip="On a node's ranks: the highlighted rank's detail."),
+    Binding("left_square_bracket", "other(-1)", "Previous", key_display="[", id="drill.previous",
+            tooltip="The previous rank (in a rank's detail) or node (in a node's ranks)."),
+    Binding("right_square_bracket", "other(1)", "Next", key_display="]", id="drill.next",
+            tooltip="The next rank (in a rank's detail) or node (in a node's ranks)."),
+)
+
 #: Keys of ``ranktop replay`` (on top of the main keys; space pauses the playback itself).
 REPLAY_KEYS: tuple[Binding, ...] = (
-    Binding("left", "seek(-10)", "-10s", key_display="←", id="replay.back", priority=True, tooltip="Replay: back 10 seconds."),
-    Binding("right", "seek(10)", "+10s", key_display="→", id="replay.forward", priority=True, tooltip="Replay: forward 10 seconds."),
-    Binding("shift+left,less_than_sign", "seek(-60)", "-1min", key_display="⇧← <", id="replay.back_minute", priority=True,
-            tooltip="Replay: back one minute."),
-    Binding("shift+right,greater_than_sign", "seek(60)", "+1min", key_display="⇧→ >", id="replay.forward_minute", priority=True,
-            tooltip="Replay: forward one minute."),
-    Binding("j", "goto", "Go to", id="replay.goto", tooltip="Replay: jump to a time (seconds, M:SS or H:MM:SS from the start; -S from the end)."),
+    # Not the arrows: they move the cursor of the rank map and the tables, in a replay as live.
+    Binding("comma", "seek(-10)", "-10s", key_display=",", id="replay.back", tooltip="Replay: back 10 seconds."),
+    Binding("full_stop", "seek(10)", "+10s", key_display=".", id="replay.forward", tooltip="Replay: forward 10 seconds."),
+    Binding("less_than_sign", "seek(-60)", "-1min", key_display="<", id="replay.back_minute", tooltip="Replay: back one minute."),
+    Binding("greater_than_sign", "seek(60)", "+1min", key_display=">", id="replay.forward_minute", tooltip="Replay: forward one minute."),
+    Binding("G", "goto", "Go to", id="replay.goto", tooltip="Replay: jump to a time (seconds, M:SS or H:MM:SS from the start; -S from the end)."),
     Binding("plus,equals_sign", "speed(1)", "Faster", key_display="+", id="replay.faster", tooltip="Replay: play faster (up to 64x)."),
     Binding("minus", "speed(-1)", "Slower", key_display="-", id="replay.slower", tooltip="Replay: play slower (down to 0.25x)."),
 )
 
 #: Keys of the history screen (listed on the help screen too).
 HISTORY_KEYS: tuple[Binding, ...] = (
-    Binding("escape,h", "close", "Close", key_display="esc", id="history.close", tooltip="Close the history view."),
+    Binding("escape,H", "close", "Close", key_display="esc", id="history.close", tooltip="Close the history view."),
     Binding("left_square_bracket", "span(-1)", "Shorter", key_display="[", id="history.shorter", tooltip="History: show fewer minutes."),
     Binding("right_square_bracket", "span(1)", "Longer", key_display="]", id="history.longer", tooltip="History: show more minutes."),
 )

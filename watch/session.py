@@ -10,6 +10,7 @@ command asks the ranks through (:meth:`WatchSession.request`).
 from __future__ import annotations
 
 import re
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,6 +25,9 @@ from ranktop.watch.requests import RequestError, Requests
 from ranktop.watch.snapshot import Reply, Snapshot
 from ranktop.watch.stalls import DEFAULT_STALL_FACTOR, DEFAULT_STALL_FLOOR_S
 from ranktop.wire import auth, ports, rendezvous
+
+#: Seconds a --rate request waits for the first rank before giving up.
+RATE_REQUEST_WAIT_S = 30.0
 
 _ENDPOINT = re.compile(r"^(tcp://)?[A-Za-z0-9_.\-\[\]:]+:\d+$")
 
@@ -261,6 +265,37 @@ class WatchSession:
         except RuntimeError as exc:
             raise RequestError(str(exc)) from None
         return Answers(command_id, expected, replies, time.monotonic() - sent_at)
+
+    def set_rate_when_ready(self, hz: float) -> threading.Thread:
+        """Ask every rank to send ``hz`` messages a second (signed set_rate), once a relay and the job are known.
+
+        On its own thread with its own command sockets (ZeroMQ sockets stay on the
+        thread that made them), so the TUI starts at once; a failure is said in
+        the status line. The rate is the ranks' own: it holds for every watcher of
+        the job until someone sets another (``--rate``).
+        """
+
+        def run() -> None:
+            main = self.requests
+            if not main.available:
+                self.aggregator.note_error(f"--rate {hz:g} not sent: {main.unavailable_reason}")
+                return
+            self.wait_until(main.ready, RATE_REQUEST_WAIT_S)
+            requests = Requests(main.job, main.secret, self.aggregator.requests, on_error=self.aggregator.note_error)
+            try:
+                time.sleep(0.5)  # the relays' subscriptions settle
+                for url in main.endpoints():
+                    requests.add_endpoint(url)
+                requests.send("set_rate", {"hz": hz})
+            except Exception as exc:  # a request that fails is said in the status line, never a crash
+                self.aggregator.note_error(f"--rate {hz:g} not sent: {exc}")
+            finally:
+                time.sleep(0.5)  # let the frames leave before the sockets close
+                requests.close()
+
+        thread = threading.Thread(target=run, name="ranktop-rate-request", daemon=True)
+        thread.start()
+        return thread
 
     def close(self) -> None:
         self.receiver.stop()

@@ -254,6 +254,9 @@ class Snapshot:
             request["answered_ranks"] = sorted(request["answered_ranks"])
         out["connected"] = self.connected
         out["silent"] = self.silent
+        from ranktop.watch.verdict import verdict  # verdict.py reads this module's types
+
+        out["verdict"] = asdict(verdict(self))
         return out
 
 

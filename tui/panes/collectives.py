@@ -57,6 +57,22 @@ def cells(stat: CollectiveStat) -> tuple[Text, ...]:
     return tuple(Text(text, style=s, justify="left" if i < 2 else "right") for i, (text, s) in enumerate(values))
 
 
+#: Above this many ranks, per-rank rows are kept for the top stragglers only: 64 near-identical rows hide the answer.
+ALL_RANKS_UP_TO = 16
+TOP_RANKS = 8
+
+
+def shown_stats(snapshot: Snapshot) -> list[CollectiveStat]:
+    """The job's rows (rank -1) first, then per-rank rows: every rank's in a small job, the top stragglers' in a big one."""
+    stats = snapshot.collectives
+    job = [s for s in stats if s.rank < 0]
+    if len(snapshot.ranks) <= ALL_RANKS_UP_TO:
+        return job + [s for s in stats if s.rank >= 0]
+    top = {n: i for i, n in enumerate(snapshot.stragglers[:TOP_RANKS])}
+    mine = [s for s in stats if s.rank in top]
+    return job + sorted(mine, key=lambda s: top[s.rank])
+
+
 class CollectiveTable(DataTable):
     """One row per op for the job ("all"), then per rank and op."""
 
@@ -69,7 +85,13 @@ class CollectiveTable(DataTable):
             for key, heading, width in COLUMNS:
                 self.add_column(heading, key=key, width=width)
         keys = []
-        for stat in snapshot.collectives:
+        stats = shown_stats(snapshot)
+        ranks = len(snapshot.ranks)
+        title = "Collectives · wait per call, launch to completion"
+        if ranks > ALL_RANKS_UP_TO:
+            title += f" · job rows, then the top {TOP_RANKS} stragglers (a rank's detail has its own)"
+        self.border_title = title
+        for stat in stats:
             key = f"{stat.rank}:{stat.op}"
             keys.append(key)
             new = cells(stat)
@@ -81,6 +103,7 @@ class CollectiveTable(DataTable):
                     if value != before:
                         self.update_cell(key, column, value)
             self._shown[key] = new
-        for key in [k for k in self._shown if k not in set(keys)]:
+        keyset = set(keys)
+        for key in [k for k in self._shown if k not in keyset]:
             self.remove_row(key)
             del self._shown[key]

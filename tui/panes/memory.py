@@ -46,8 +46,16 @@ def fill_style(fraction: float) -> str:
     return FILL_STYLES[-1][1]
 
 
-def gauge(used: float, total: float, width: int, *, behind: float | None = None) -> Text:
-    """A bar of ``used`` / ``total`` cells; ``behind`` (>= used) is drawn shaded after it."""
+#: A bar against the largest RSS shown, not a capacity: how full it is says nothing alarming.
+RELATIVE_STYLE = "steel_blue1"
+
+
+def gauge(used: float, total: float, width: int, *, behind: float | None = None, style: str | None = None) -> Text:
+    """A bar of ``used`` / ``total`` cells; ``behind`` (>= used) is drawn shaded after it.
+
+    ``style`` overrides the colour by fullness: a bar scaled to the largest value
+    shown rather than to a capacity is always "full" somewhere, and must not read as an alarm.
+    """
     text = Text(no_wrap=True)
     if width <= 0:
         return text
@@ -56,7 +64,7 @@ def gauge(used: float, total: float, width: int, *, behind: float | None = None)
     full = min(width, round(used / total * width))
     shade = min(width, round((behind or 0) / total * width)) - full if behind else 0
     shade = max(0, shade)
-    text.append(BLOCK * full, style=fill_style(used / total))
+    text.append(BLOCK * full, style=style or fill_style(used / total))
     text.append(SHADE * shade, style=palette.MUTED)
     text.append(EMPTY * (width - full - shade), style="grey23")
     return text
@@ -130,9 +138,10 @@ def trend_text(row: RankRow) -> Text:
     return Text(f"{rate:+.1f} MB/m", style=palette.MUTED)
 
 
-def legend_text(cols: Columns) -> Text:
+def legend_text(cols: Columns, capacity: bool = True) -> Text:
     text = Text(no_wrap=True, overflow="ellipsis", style="bold")
-    text.append(f"{'rank':>{cols.rank}} {'host':<{cols.host}} {'memory':>{cols.used}} {'vs capacity':<{cols.bar}} ")
+    against = "vs capacity" if capacity else "vs largest"
+    text.append(f"{'rank':>{cols.rank}} {'host':<{cols.host}} {'memory':>{cols.used}} {against:<{cols.bar}} ")
     if cols.spark:
         text.append(f"{'history':<{cols.spark}} ")
     text.append(f"{'trend':<{cols.trend}} ")
@@ -154,7 +163,7 @@ def row_text(row: RankRow, cols: Columns, rss_scale: float) -> Text:
     elif mem.tracked == "cuda" and mem.allocated is not None and mem.capacity:
         text.append_text(gauge(mem.allocated, mem.capacity, cols.bar, behind=mem.reserved))
     else:
-        text.append_text(gauge(mem.rss_bytes or 0, rss_scale, cols.bar))
+        text.append_text(gauge(mem.rss_bytes or 0, rss_scale, cols.bar, style=RELATIVE_STYLE))
     text.append(" ")
     if cols.spark:
         spark = sparkline(mem.history_mb, cols.spark) if mem is not None else ""
@@ -212,6 +221,7 @@ class PanelLines:
         self.rows = sorted(snapshot.ranks, key=lambda r: r.rank)
         rss = [r.memory.rss_bytes for r in self.rows if r.memory is not None and r.memory.rss_bytes]
         self.rss_scale = max(rss) if rss else 0.0
+        self.capacity = any(r.memory is not None and r.memory.tracked == "cuda" and r.memory.capacity for r in self.rows)
         self._cols: dict[int, Columns] = {}
 
     def __len__(self) -> int:
@@ -224,7 +234,7 @@ class PanelLines:
         if cols is None:
             cols = self._cols[width] = Columns.fit(width, self.rows)
         if index == 1:
-            return legend_text(cols)
+            return legend_text(cols, self.capacity)
         return row_text(self.rows[index - 2], cols, self.rss_scale)
 
 

@@ -47,6 +47,20 @@ def straggler_order(snapshot: Snapshot) -> list[int]:
     return first + sorted(r.rank for r in snapshot.ranks if r.rank not in listed)
 
 
+#: Every rank has a row up to this many ranks; above, the first TOP_ROWS of the same order (flagged
+#: ranks, then by rank number: the rank map shows every rank), so a refresh costs the rows kept, not
+#: the job's size. Following the scores of healthy ranks instead would swap rows in and out at every
+#: refresh, and a DataTable pays for each row it removes.
+ALL_RANKS_UP_TO = 512
+TOP_ROWS = 128
+
+
+def table_order(snapshot: Snapshot) -> list[int]:
+    """The rows of the table, top first: :func:`straggler_order`, cut to :data:`TOP_ROWS` in a big job."""
+    order = straggler_order(snapshot)
+    return order if len(order) <= ALL_RANKS_UP_TO else order[:TOP_ROWS]
+
+
 def shown_values(row: RankRow) -> tuple:
     """What the cells of a row depend on: cheap to compare, so unchanged rows cost nothing."""
     silent_for = fmt.ago(row.last_seen_s) if row.status == SILENT else None
@@ -92,7 +106,14 @@ class StragglerTable(DataTable):
         if not self.columns:  # here rather than on_mount, which may run after the first snapshot
             for key, heading, width in COLUMNS:
                 self.add_column(heading, key=key, width=width)
-        present = {r.rank: r for r in snapshot.ranks}
+        order = table_order(snapshot)
+        if len(order) < len(snapshot.ranks):
+            by_rank = {r.rank: r for r in snapshot.ranks}
+            present = {n: by_rank[n] for n in order}
+            self.border_title = f"Stragglers · flagged first, then by rank · {len(order)} of {len(snapshot.ranks):,} ranks"
+        else:
+            present = {r.rank: r for r in snapshot.ranks}
+            self.border_title = "Stragglers · flagged first"
         for rank in [n for n in self._shown if n not in present]:
             self.remove_row(str(rank))
             del self._shown[rank], self._values[rank]
@@ -110,7 +131,7 @@ class StragglerTable(DataTable):
                     if value != before:
                         self.update_cell(str(rank), column, value)
             self._shown[rank] = new
-        self._reorder(straggler_order(snapshot))
+        self._reorder(order)
 
     def _reorder(self, order: list[int]) -> None:
         if [int(row.key.value) for row in self.ordered_rows] == order:

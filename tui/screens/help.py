@@ -15,6 +15,10 @@ from ranktop.tui import bindings
 from ranktop.tui.render import palette
 
 READING = (
+    "The line under the header is the verdict: who holds the job back (a rank or a whole node), in which "
+    "phase, and the share of each step the job loses to it; or that the job is stalled and whom it waits for.\n"
+    "Jobs with more ranks than bars fit show the overview instead (v switches): the distribution of the ranks' "
+    "slowdown and the rank map, a cell per rank (or per node) coloured by status; tab to it, enter drills down.\n"
     "Bars stack each rank's median phase times (CPU wall time around each phase, "
     "not GPU kernel time); the slowest step shown fills the width.\n"
     "score: time a rank spends beyond the median rank, summed over phases, as a share "
@@ -56,7 +60,9 @@ class HelpScreen(ModalScreen[None]):
         with VerticalScroll(id="help-body") as body:
             body.border_title = "ranktop keys"
             body.border_subtitle = "esc or ? closes"
-            yield Static(keys_table(bindings.KEYS, bindings.HISTORY_KEYS, bindings.STACKS_KEYS, bindings.CAPTURE_KEYS, bindings.HELP_KEYS, *self.extra_keys), id="help-keys")
+            groups = (bindings.KEYS, bindings.MAP_KEYS, bindings.DRILL_KEYS, bindings.HISTORY_KEYS, bindings.STACKS_KEYS,
+                      bindings.CAPTURE_KEYS, bindings.HELP_KEYS, *self.extra_keys)
+            yield Static(keys_table(*groups), id="help-keys")
             yield Static(Text(READING, style=palette.MUTED), id="help-reading")
 
     def action_close(self) -> None:

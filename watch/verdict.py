@@ -1,0 +1,204 @@
+"""The answer first: who holds the job back, in which phase, and what it costs, as one line.
+
+A pure function of a :class:`~ranktop.watch.snapshot.Snapshot`, so the TUI's
+verdict line, ``--json`` and the tests read the same answer. The checks go
+from the worst news to the best, and the first that applies is the verdict:
+
+1. ``stalled``: ranks stopped finishing steps; name the rank(s) they wait for
+   when one stands out (``snapshot.waiting_for``).
+2. ``silent``: ranks stopped talking while the others go on; a whole node
+   silent is named as the node.
+3. ``slow_node``: every rank of a node is slow (``snapshot.slow_hosts``): the
+   node is the suspect, not one rank.
+4. ``slow_rank``: the top straggler, with its culprit phase.
+5. ``warming_up``: no rank has steps enough to be scored yet.
+6. ``healthy``: nobody is flagged.
+``waiting``: no rank has reported at all.
+
+What a straggler costs. In synchronous training every rank waits for the
+slowest inside a collective, so the job's step is the median step, and the
+straggler's excess (its own time beyond the median rank, summed over phases)
+is the share of that step the job loses: ``excess_s / median step``, which is
+the straggler's ``score``. The job waits for the worst one, so the cost is the
+worst flagged rank's, not a sum.
+"""
+
+from __future__ import annotations
+
+import collections
+import statistics
+from dataclasses import dataclass
+
+from ranktop.watch.snapshot import SILENT, SLOW, STALLED, RankRow, Snapshot
+from ranktop.watch.format import ago as _ago
+from ranktop.watch.format import ranks_text
+
+# Kinds, worst first.
+STALLED_JOB = "stalled"
+SILENT_RANKS = "silent"
+SLOW_NODE = "slow_node"
+SLOW_RANK = "slow_rank"
+WARMING_UP = "warming_up"
+HEALTHY = "healthy"
+WAITING = "waiting"
+KINDS = (STALLED_JOB, SILENT_RANKS, SLOW_NODE, SLOW_RANK, WARMING_UP, HEALTHY, WAITING)
+
+# How bad it is, for the colour of the line.
+BAD, WARN, GOOD, IDLE = "bad", "warn", "good", "idle"
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """The one line that answers "who holds the job back"; the fields say the same for programs."""
+
+    kind: str  # one of KINDS
+    severity: str  # bad | warn | good | idle
+    text: str  # the line itself, e.g. "rank 3071 slow in forward: +38 ms per step, the job loses 41%"
+    ranks: list[int]  # the ranks it names (the culprits), most suspicious first
+    host: str | None = None  # the node it names (slow_node, a silent node)
+    phase: str | None = None  # the culprit phase (slow) or the phase a stalled culprit is in
+    excess_s: float | None = None  # what the culprit adds to every step
+    loss: float | None = None  # the share of the job's step time lost to it (0.41 = 41%)
+    others: int = 0  # further ranks flagged the same way, not named
+
+
+def verdict(snapshot: Snapshot) -> Verdict:
+    """The verdict on a snapshot (see the module docstring for the order of the checks)."""
+    rows = snapshot.ranks
+    if not rows:
+        job = f" of job {snapshot.job}" if snapshot.job else ""
+        return Verdict(WAITING, IDLE, f"waiting for the ranks{job} to report", [])
+    by_rank = {r.rank: r for r in rows}
+    stalled = [r for r in rows if r.status == STALLED]
+    if stalled:
+        return _stalled(snapshot, stalled, by_rank)
+    silent = [r for r in rows if r.status == SILENT]
+    if silent:
+        return _silent(rows, silent)
+    slow = _slow_in_order(snapshot, by_rank)
+    if slow and snapshot.slow_hosts:
+        return _slow_node(snapshot, slow)
+    if slow:
+        return _slow_rank(slow)
+    scored = [r for r in rows if r.step_s is not None]
+    if not scored:
+        seen = max((r.steps_seen for r in rows), default=0)
+        return Verdict(WARMING_UP, IDLE, f"warming up: {_count(len(rows), 'rank')} reporting, {seen} steps seen so far", [])
+    median = statistics.median(r.step_s for r in scored)
+    worst = max(scored, key=lambda r: r.excess_s)
+    text = f"healthy: no straggler among {_count(len(rows), 'rank')}, median step {_ms(median)} ms"
+    if worst.excess_s * 1000 >= 0.05:
+        text += f", worst rank {worst.rank} +{_ms(worst.excess_s)} ms"
+    missing = _never_reported(snapshot)
+    if missing:
+        text += f"; {ranks_text(missing[:8])}{' …' if len(missing) > 8 else ''} never reported"
+    return Verdict(HEALTHY, WARN if missing else GOOD, text, [])
+
+
+def _slow_in_order(snapshot: Snapshot, by_rank: dict[int, RankRow]) -> list[RankRow]:
+    """Slow ranks, most suspicious first: the aggregator's order, then any it did not list, by score."""
+    listed = [by_rank[n] for n in dict.fromkeys(snapshot.stragglers) if n in by_rank and by_rank[n].status == SLOW]
+    named = {r.rank for r in listed}
+    rest = sorted((r for r in snapshot.ranks if r.status == SLOW and r.rank not in named), key=lambda r: (-r.score, r.rank))
+    return listed + rest
+
+
+def _cost(row: RankRow) -> str:
+    return f"+{_ms(row.excess_s)} ms per step, the job loses {_pct(row.score)}"
+
+
+def _slow_rank(slow: list[RankRow]) -> Verdict:
+    top = slow[0]
+    phase = f" in {top.culprit_phase}" if top.culprit_phase else ""
+    text = f"rank {top.rank} slow{phase}: {_cost(top)}"
+    if len(slow) > 1:
+        text += f" (+{len(slow) - 1} more slow: {_names(r.rank for r in slow[1:4])}{' …' if len(slow) > 4 else ''})"
+    return Verdict(SLOW_RANK, BAD, text, [r.rank for r in slow[:8]], host=top.host, phase=top.culprit_phase,
+                   excess_s=top.excess_s, loss=top.score, others=len(slow) - 1)  # fmt: skip
+
+
+def _slow_node(snapshot: Snapshot, slow: list[RankRow]) -> Verdict:
+    hosts = set(snapshot.slow_hosts)
+    on_nodes = [r for r in slow if r.host in hosts]
+    worst = on_nodes[0] if on_nodes else slow[0]
+    host = worst.host
+    members = sorted(r.rank for r in snapshot.ranks if r.host == host)
+    phases = collections.Counter(r.culprit_phase for r in on_nodes if r.host == host and r.culprit_phase)
+    phase = phases.most_common(1)[0][0] if phases else None
+    where = f" in {phase}" if phase else ""
+    text = f"node {host} slow{where} ({ranks_text(members)}): {_cost(worst)}"
+    if len(hosts) > 1:
+        others = sorted(hosts - {host})
+        text += f" (+{len(others)} more slow node{'s' if len(others) > 1 else ''}: {', '.join(others[:3])}{' …' if len(others) > 3 else ''})"
+    return Verdict(SLOW_NODE, BAD, text, members, host=host, phase=phase, excess_s=worst.excess_s, loss=worst.score,
+                   others=len(hosts) - 1)  # fmt: skip
+
+
+def _stalled(snapshot: Snapshot, stalled: list[RankRow], by_rank: dict[int, RankRow]) -> Verdict:
+    longest = max(r.stalled_s or 0.0 for r in stalled)
+    steps = {r.stalled_step for r in stalled if r.stalled_step is not None}
+    at = f" at step {steps.pop()}" if len(steps) == 1 else ""
+    head = f"job stalled{at} for {_ago(longest)}"
+    culprits = [by_rank[n] for n in snapshot.waiting_for if n in by_rank]
+    if not culprits:
+        phases = {r.stalled_phase for r in stalled}
+        where = f" in {phases.pop()}" if len(phases) == 1 and None not in phases else ""
+        text = f"{head}: {_count(len(stalled), 'rank')} stuck{where}, no rank stands out (press t for stacks)"
+        return Verdict(STALLED_JOB, BAD, text, [r.rank for r in stalled[:8]], others=max(0, len(stalled) - 8))
+    first = culprits[0]
+    if first.status == SILENT:
+        what = f"silent {_ago(first.last_seen_s)}"
+        phase = None
+    else:
+        phase = first.stalled_phase
+        what = f"in {phase}" if phase else "outside every phase"
+        if first.stalled_step is not None and not at:
+            what += f" at step {first.stalled_step}"
+    names = ranks_text(r.rank for r in culprits[:8])
+    text = f"{head}: waiting for {names} on {first.host} ({what})"
+    return Verdict(STALLED_JOB, BAD, text, [r.rank for r in culprits[:8]], host=first.host, phase=phase,
+                   others=max(0, len(culprits) - 8))  # fmt: skip
+
+
+def _silent(rows: list[RankRow], silent: list[RankRow]) -> Verdict:
+    by_host: dict[str, list[RankRow]] = {}
+    for r in rows:
+        by_host.setdefault(r.host, []).append(r)
+    gone = sorted({r.host for r in silent if all(m.status == SILENT for m in by_host[r.host])})
+    longest = max(r.last_seen_s for r in silent)
+    if gone and len(by_host) > 1:
+        host = gone[0]
+        members = sorted(r.rank for r in by_host[host])
+        more = f" (+{len(gone) - 1} more silent nodes)" if len(gone) > 1 else ""
+        text = f"node {host} silent for {_ago(longest)} ({ranks_text(members)}): dead, frozen or cut off{more}"
+        return Verdict(SILENT_RANKS, BAD, text, members[:8], host=host, others=len(silent) - min(8, len(members)))
+    first = max(silent, key=lambda r: r.last_seen_s)
+    named = sorted(r.rank for r in silent)
+    text = f"{ranks_text(named[:8])}{' …' if len(named) > 8 else ''} silent for {_ago(longest)} (on {first.host}): dead, frozen or cut off"
+    return Verdict(SILENT_RANKS, BAD, text, named[:8], host=first.host, others=max(0, len(named) - 8))
+
+
+def _never_reported(snapshot: Snapshot) -> list[int]:
+    world = snapshot.world_size
+    if world is None or len(snapshot.ranks) >= world:
+        return []
+    heard = {r.rank for r in snapshot.ranks}
+    return [n for n in range(world) if n not in heard]
+
+
+def _count(n: int, what: str) -> str:
+    return f"{n:,} {what}{'s' if n != 1 else ''}"
+
+
+def _names(ranks) -> str:
+    return ", ".join(str(n) for n in ranks)
+
+
+def _ms(seconds: float) -> str:
+    value = seconds * 1000.0
+    return f"{value:.1f}" if value < 10 else f"{value:.0f}"
+
+
+def _pct(fraction: float) -> str:
+    pct = fraction * 100
+    return f"{pct:.1f}%" if pct < 10 else f"{pct:.0f}%"
