@@ -68,12 +68,14 @@ class Aggregator:
         stall_floor_s: float = stalls.DEFAULT_STALL_FLOOR_S,
         clock: Callable[[], float] = time.monotonic,
         requests: RequestBook | None = None,
+        wall_clock: Callable[[], float] = time.time,
     ):
         self._job = job
         self._window = window
         self._silent_after = silent_after_s
         self._stall = stalls.StallPolicy(stall_factor, stall_floor_s)
         self._clock = clock
+        self._wall_clock = wall_clock  # a replay's virtual time (watch/replay.py); the ranks' own timestamps are wall time
         self.requests = requests if requests is not None else RequestBook(clock)  # our commands and every answer
         self._started = clock()
         self._lock = threading.Lock()
@@ -94,6 +96,10 @@ class Aggregator:
     def job(self) -> str | None:
         """The job watched: as named, or as the first message named it."""
         return self._job
+
+    def now(self) -> float:
+        """The aggregator's clock (virtual in a replay): the time its snapshots are taken at."""
+        return self._clock()
 
     # -- input (receiver thread) ----------------------------------------------
 
@@ -238,7 +244,7 @@ class Aggregator:
                     capture=_capture_status(w),
                     rejected=_rejected(w.state.get("rejected")),
                     rate_hz=_rate(w.state.get("rate_hz", w.meta.get("rate_hz"))),
-                    **self._resources.row_fields(w.rank, w.meta, st.rate if st else None, time.time()),
+                    **self._resources.row_fields(w.rank, w.meta, st.rate if st else None, self._wall_clock()),
                 )
             )
         rates = [s.rate for s in live.values() if s.rate]
