@@ -149,6 +149,11 @@ class RanktopApp(App[None]):
         self.poll()
         self.set_interval(1.0 / self.refresh_hz, self.poll)
 
+    def on_resize(self, event) -> None:
+        # The screen sets its breakpoint classes (-short, -tall) on the same resize: draw again once
+        # they are set, so the first frame (and every resize) lays the panes out for the real size.
+        self.call_after_refresh(self._draw)
+
     def poll(self) -> None:
         """Take one snapshot from the source and draw it (the refresh timer calls this)."""
         if self.paused:
