@@ -110,6 +110,10 @@ def run_demo(args, extra: list[str]) -> int:
     if importlib.util.find_spec("torch") is None:
         raise UserError("the demo needs PyTorch in this environment: pip install torch")
     job = args.job or f"demo-{os.getpid()}"
+    # A closed terminal (SIGHUP) or a kill (SIGTERM) must still stop the job, not orphan it:
+    # the job runs in a session of its own, so nothing else would reach it.
+    for sig in (signal.SIGHUP, signal.SIGTERM):
+        signal.signal(sig, _raise_interrupt)
     if args.no_tui:
         print(f"ranktop: demo job {job}; watch it from another terminal with: ranktop watch {job}", file=sys.stderr)
         proc = start(job, args.nproc, extra, args.dir, None)
@@ -120,9 +124,6 @@ def run_demo(args, extra: list[str]) -> int:
             return 130
     log_path = Path(tempfile.gettempdir()) / f"ranktop-{job}.log"
     proc = start(job, args.nproc, extra, args.dir, log_path)
-    # A closed terminal (SIGHUP) or a kill (SIGTERM) must still stop the job, not orphan it.
-    for sig in (signal.SIGHUP, signal.SIGTERM):
-        signal.signal(sig, _raise_interrupt)
     try:
         session = WatchSession(
             resolve([job], args.dir, allow_pending=True),

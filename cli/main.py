@@ -11,6 +11,7 @@ import argparse
 import sys
 
 from ranktop.cli import attach, capture, demo, jobs, launch, ping, stacks, watch
+from ranktop.cli import export, record, replay, report
 from ranktop.cli.errors import Exit
 from ranktop.watch.errors import RanktopError
 from ranktop.wire import __version__
@@ -18,6 +19,7 @@ from ranktop.wire import __version__
 #: The subcommands, in the order `ranktop --help` lists them; each one's parser sets its `run`.
 COMMANDS = (
     watch.COMMAND, attach.COMMAND, jobs.COMMAND, ping.COMMAND, stacks.COMMAND, *capture.COMMANDS, launch.COMMAND, demo.COMMAND,
+    record.COMMAND, replay.COMMAND, report.COMMAND, export.COMMAND,  # the flight recorder and monitoring (issue 14)
 )
 
 

@@ -7,6 +7,7 @@ import json
 import sys
 import time
 
+from ranktop.cli import record
 from ranktop.cli.errors import UserError
 from ranktop.cli.options import Command, add_view_options
 from ranktop.watch.session import Target, WatchSession, resolve
@@ -26,18 +27,23 @@ DESCRIPTION = (
 def configure(watch: argparse.ArgumentParser) -> None:
     watch.add_argument("targets", nargs="*", metavar="TARGET", help="job name or tcp://HOST:PORT endpoints")
     add_view_options(watch)
+    watch.add_argument("--record", metavar="FILE", default=None, help="also record the job's telemetry to FILE (ranktop replay, report)")
+    record.add_record_options(watch)
     watch.set_defaults(run=cmd_watch)
 
 
 def session_of(args, target: Target | None = None) -> WatchSession:
     """The session of ``watch``/``attach``: ``target`` if already resolved (``attach --slurm``), else what the user named."""
+    target = target if target is not None else resolve(args.targets, args.dir)
+    path = getattr(args, "record", None)  # attach shares this session and has no --record
     return WatchSession(
-        target if target is not None else resolve(args.targets, args.dir),
+        target,
         window=args.window,
         silent_after_s=args.silent_after,
         stall_factor=args.stall_factor,
         stall_floor_s=args.stall_floor,
         rate_hz=args.rate,
+        recorder=record.make_recorder(path, args, target.job) if path else None,
     )
 
 

@@ -91,6 +91,12 @@ class RanktopApp(App[None]):
     view: reactive[str] = reactive(VIEWS[0])
     """Bars or the job overview (distribution and rank map); "auto": bars while every rank fits."""
 
+    read_only_note: str = READ_ONLY
+    """What a command key answers when commands cannot be sent (a replay says why in its own words)."""
+
+    extra_keys: tuple = ()
+    """Key groups of a subclass, listed on the help screen too (the replay's)."""
+
     def __init__(
         self,
         source: SnapshotSource,
@@ -152,6 +158,11 @@ class RanktopApp(App[None]):
     def _from_refresher(self, snapshot: Snapshot | None, error: BaseException | None) -> None:
         """On the refresher's thread: hand a snapshot (or why there is none) to the event loop, and wait for it."""
         self.call_from_thread(self._show, snapshot, error)
+
+    def on_resize(self, event) -> None:
+        # The screen sets its breakpoint classes (-short, -tall) on the same resize: draw again once
+        # they are set, so the first frame (and every resize) lays the panes out for the real size.
+        self.call_after_refresh(self._draw)
 
     def poll(self) -> None:
         """Take one snapshot from the source, here, and draw it (at start, on resume; the refresher does the rest)."""
@@ -295,7 +306,22 @@ class RanktopApp(App[None]):
 
     def action_help(self) -> None:
         if not isinstance(self.screen, HelpScreen):
-            self.push_screen(HelpScreen())
+            self.push_screen(HelpScreen(self.extra_keys))
+
+    def action_history(self) -> None:
+        """The step-time history the engine keeps (watch/history.py), with the selected rank's phases."""
+        from ranktop.tui.screens.history import HistoryScreen
+
+        if isinstance(self.screen, HistoryScreen):
+            return
+        if getattr(self.source, "history", None) is None:
+            self._notice = Text("no history from this source", style=palette.WARNING)
+            self._draw_status()
+            return
+        rank = self._stragglers.selected_rank() if self._stragglers.has_focus else None
+        if rank is None and self.snapshot.stragglers:
+            rank = self.snapshot.stragglers[0]
+        self.push_screen(HistoryScreen(lambda: self.source.history, rank, self.refresh_hz))
 
     def action_stacks(self) -> None:
         """Ask every rank for its stacks and show them grouped as the answers arrive."""
@@ -322,7 +348,7 @@ class RanktopApp(App[None]):
         what = "trace" if kind == wire_capture.TRACE else "memory snapshot"
         controller = self.controller
         if controller is None or not getattr(controller, "available", False):
-            self._notice = Text(READ_ONLY, style=palette.WARNING)
+            self._notice = Text(self.read_only_note, style=palette.WARNING)
             self._draw_status()
             return
         ours = self._capture
@@ -349,7 +375,7 @@ class RanktopApp(App[None]):
         """Send a command to every rank; its replies show in the status line as they arrive."""
         controller = self.controller
         if controller is None or not getattr(controller, "available", False):
-            self._notice = Text(READ_ONLY, style=palette.WARNING)
+            self._notice = Text(self.read_only_note, style=palette.WARNING)
         else:
             ranks = tuple(r.rank for r in self.snapshot.ranks)
             try:

@@ -85,6 +85,14 @@ KEYS: tuple[Binding, ...] = (
         "map, a cell per rank (or per node when they do not fit) grouped by node. Automatic: bars while every rank fits.",
     ),
     Binding(
+        "H",
+        "history",
+        "History",
+        id="history",
+        tooltip="The job's step time over the last minutes (median and slowest rank) and the selected rank's phases, "
+        "with straggler and stall episodes marked: who was slow, in which phase, since when, at what cost.",
+    ),
+    Binding(
         "space",
         "toggle_pause",
         "Pause",
@@ -123,6 +131,25 @@ DRILL_KEYS: tuple[Binding, ...] = (
             tooltip="The previous rank (in a rank's detail) or node (in a node's ranks)."),
     Binding("right_square_bracket", "other(1)", "Next", key_display="]", id="drill.next",
             tooltip="The next rank (in a rank's detail) or node (in a node's ranks)."),
+)
+
+#: Keys of ``ranktop replay`` (on top of the main keys; space pauses the playback itself).
+REPLAY_KEYS: tuple[Binding, ...] = (
+    # Not the arrows: they move the cursor of the rank map and the tables, in a replay as live.
+    Binding("comma", "seek(-10)", "-10s", key_display=",", id="replay.back", tooltip="Replay: back 10 seconds."),
+    Binding("full_stop", "seek(10)", "+10s", key_display=".", id="replay.forward", tooltip="Replay: forward 10 seconds."),
+    Binding("less_than_sign", "seek(-60)", "-1min", key_display="<", id="replay.back_minute", tooltip="Replay: back one minute."),
+    Binding("greater_than_sign", "seek(60)", "+1min", key_display=">", id="replay.forward_minute", tooltip="Replay: forward one minute."),
+    Binding("G", "goto", "Go to", id="replay.goto", tooltip="Replay: jump to a time (seconds, M:SS or H:MM:SS from the start; -S from the end)."),
+    Binding("plus,equals_sign", "speed(1)", "Faster", key_display="+", id="replay.faster", tooltip="Replay: play faster (up to 64x)."),
+    Binding("minus", "speed(-1)", "Slower", key_display="-", id="replay.slower", tooltip="Replay: play slower (down to 0.25x)."),
+)
+
+#: Keys of the history screen (listed on the help screen too).
+HISTORY_KEYS: tuple[Binding, ...] = (
+    Binding("escape,H", "close", "Close", key_display="esc", id="history.close", tooltip="Close the history view."),
+    Binding("left_square_bracket", "span(-1)", "Shorter", key_display="[", id="history.shorter", tooltip="History: show fewer minutes."),
+    Binding("right_square_bracket", "span(1)", "Longer", key_display="]", id="history.longer", tooltip="History: show more minutes."),
 )
 
 #: Keys of the stack dump screens (listed on the help screen too).

@@ -78,12 +78,14 @@ class Aggregator:
         stall_floor_s: float = stalls.DEFAULT_STALL_FLOOR_S,
         clock: Callable[[], float] = time.monotonic,
         requests: RequestBook | None = None,
+        wall_clock: Callable[[], float] = time.time,
     ):
         self._job = job
         self._window = window
         self._silent_after = silent_after_s
         self._stall = stalls.StallPolicy(stall_factor, stall_floor_s)
         self._clock = clock
+        self._wall_clock = wall_clock  # a replay's virtual time (watch/replay.py); the ranks' own timestamps are wall time
         self.requests = requests if requests is not None else RequestBook(clock)  # our commands and every answer
         self._started = clock()
         self._lock = threading.Lock()
@@ -105,6 +107,10 @@ class Aggregator:
     def job(self) -> str | None:
         """The job watched: as named, or as the first message named it."""
         return self._job
+
+    def now(self) -> float:
+        """The aggregator's clock (virtual in a replay): the time its snapshots are taken at."""
+        return self._clock()
 
     # -- input (receiver thread) ----------------------------------------------
 
@@ -206,7 +212,7 @@ class Aggregator:
             names = stragglers.phase_names(windows)
         stats: dict[int, stragglers.RankStats | None] = {}
         resources: dict[int, dict] = {}
-        wall = time.time()
+        wall = self._wall_clock()
         # A big job's medians are refreshed a share at a time, in turn: each rank's at least every
         # len(windows) / RESTATS_PER_SNAPSHOT refreshes (every 2 s at 4,096 ranks and 2 Hz).
         count = len(windows)

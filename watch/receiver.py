@@ -14,7 +14,7 @@ import socket
 import sys
 import threading
 import time
-from typing import Callable, Iterable
+from typing import Callable, Iterable, Protocol
 from urllib.parse import urlsplit
 
 import zmq
@@ -27,6 +27,14 @@ DISCOVERY_EVERY_S = 1.0
 #: past that ZeroMQ drops the newest: a viewer that cannot keep up with 512 nodes loses messages
 #: (counted as gaps in the ranks' steps) instead of its memory.
 RECEIVE_QUEUE = 1000
+
+
+class Tap(Protocol):
+    """Hears every frame the receiver gets, before decoding (the flight recorder): must not block."""
+
+    def tap(self, frames: list[bytes], endpoint: str | None) -> None: ...
+
+    def endpoint(self, url: str, host: str | None = None) -> None: ...
 
 
 def connect_url(url: str, host: str | None = None) -> str:
@@ -82,8 +90,10 @@ class Receiver(threading.Thread):
         endpoints: Iterable[str] = (),
         discover: Callable[[], Iterable[rendezvous.NodeRecord]] | None = None,
         on_control: Callable[[str], None] | None = None,
+        recorder: "Tap | None" = None,
     ):
         super().__init__(name="ranktop-receiver", daemon=True)
+        self._recorder = recorder
         self._aggregator = aggregator
         self._static = list(endpoints)
         self._discover = discover
@@ -95,6 +105,8 @@ class Receiver(threading.Thread):
         self._context = zmq.Context()
         for url in self._static:
             aggregator.add_endpoint(url)
+            if recorder is not None:
+                recorder.endpoint(url)
 
     def stop(self, timeout: float = 2.0) -> None:
         self._stop_event.set()
@@ -139,6 +151,8 @@ class Receiver(threading.Thread):
             try:
                 if rec.telemetry not in self._sockets:
                     self._aggregator.add_endpoint(rec.telemetry, rec.host)
+                    if self._recorder is not None:
+                        self._recorder.endpoint(rec.telemetry, rec.host)
                     self._connect(poller, rec.telemetry, connect_url(rec.telemetry, rec.host))
                 if self._on_control is not None:
                     self._on_control(connect_url(rec.control, rec.host))
@@ -169,6 +183,8 @@ class Receiver(threading.Thread):
                 frames = sock.recv_multipart(flags=zmq.NOBLOCK)
             except zmq.Again:
                 return
+            if self._recorder is not None:
+                self._recorder.tap(frames, url)  # as it came off the wire; never blocks (watch/recording.py)
             msg = self._aggregator.ingest_frames(frames, url)
             if msg is not None and self._on_control is not None and msg["k"] == schema.HELLO:
                 relay = msg.get("relay")

@@ -18,7 +18,9 @@ from pathlib import Path
 from ranktop.watch import slurm
 from ranktop.watch.aggregator import DEFAULT_SILENT_AFTER_S, DEFAULT_WINDOW, Aggregator
 from ranktop.watch.errors import RanktopError
+from ranktop.watch.history import History
 from ranktop.watch.receiver import Receiver, parse_endpoint
+from ranktop.watch.recording import Recorder
 from ranktop.watch.requests import RequestError, Requests
 from ranktop.watch.snapshot import Reply, Snapshot
 from ranktop.watch.stalls import DEFAULT_STALL_FACTOR, DEFAULT_STALL_FLOOR_S
@@ -183,8 +185,10 @@ class WatchSession:
         stall_factor: float = DEFAULT_STALL_FACTOR,
         stall_floor_s: float = DEFAULT_STALL_FLOOR_S,
         rate_hz: float | None = None,
+        recorder: Recorder | None = None,
     ):
         self.target = target
+        self.recorder = recorder  # the flight recorder (watch/recording.py): hears every frame the receiver gets
         self.rate_hz = rate_hz  # messages/s to ask every rank for once attached (--rate), None: leave theirs
         self.aggregator = Aggregator(
             target.job, window=window, silent_after_s=silent_after_s, stall_factor=stall_factor, stall_floor_s=stall_floor_s
@@ -201,14 +205,23 @@ class WatchSession:
         )
         self.controller = self.requests  # what the App sends through (tui/app.py), by its older name
         discover = (lambda: live_nodes(target)) if target.job is not None or target.slurm is not None else None
-        self.receiver = Receiver(self.aggregator, target.endpoints, discover, on_control=self.requests.add_endpoint)
+        self.receiver = Receiver(
+            self.aggregator, target.endpoints, discover, on_control=self.requests.add_endpoint, recorder=recorder
+        )
+        self.history = History()  # step time and episodes over the last minutes, sampled as snapshots are taken
 
     def start(self) -> "WatchSession":
+        if self.recorder is not None:
+            self.recorder.start()
         self.receiver.start()
         return self
 
     def snapshot(self) -> Snapshot:
-        return self.aggregator.snapshot()
+        if self.recorder is not None and self.recorder.stats.error:
+            self.aggregator.note_error(self.recorder.stats.error)  # said once on the status line; watching goes on
+        snap = self.aggregator.snapshot()
+        self.history.note(snap, self.aggregator.now())
+        return snap
 
     def replies_to(self, command_id: str) -> list[Reply]:
         """Every rank's answer to a command this session sent (the stacks screen reads them all)."""
@@ -287,6 +300,8 @@ class WatchSession:
     def close(self) -> None:
         self.receiver.stop()
         self.requests.close()
+        if self.recorder is not None:
+            self.recorder.close()
 
     def __enter__(self) -> "WatchSession":
         return self.start()

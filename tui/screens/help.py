@@ -52,11 +52,17 @@ class HelpScreen(ModalScreen[None]):
 
     BINDINGS = list(bindings.HELP_KEYS)
 
+    def __init__(self, extra_keys: tuple[tuple[Binding, ...], ...] = ()):
+        super().__init__()
+        self.extra_keys = extra_keys  # the replay's keys, in ranktop replay
+
     def compose(self) -> ComposeResult:
         with VerticalScroll(id="help-body") as body:
             body.border_title = "ranktop keys"
             body.border_subtitle = "esc or ? closes"
-            yield Static(keys_table(bindings.KEYS, bindings.MAP_KEYS, bindings.DRILL_KEYS, bindings.STACKS_KEYS, bindings.CAPTURE_KEYS, bindings.HELP_KEYS), id="help-keys")
+            groups = (bindings.KEYS, bindings.MAP_KEYS, bindings.DRILL_KEYS, bindings.HISTORY_KEYS, bindings.STACKS_KEYS,
+                      bindings.CAPTURE_KEYS, bindings.HELP_KEYS, *self.extra_keys)
+            yield Static(keys_table(*groups), id="help-keys")
             yield Static(Text(READING, style=palette.MUTED), id="help-reading")
 
     def action_close(self) -> None:

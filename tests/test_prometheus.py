@@ -1,0 +1,73 @@
+"""The Prometheus metrics of one Snapshot: names, units and labels, as prometheus_client writes and parses them.
+
+The snapshot is built by hand with the GPU gauges, CUDA memory and throughput
+a GPU job reports (this machine has no GPU); the live scrape of a real job is
+in test_flight_recorder_live.py.
+"""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.parser import text_string_to_metric_families
+
+from ranktop.watch.prometheus import SnapshotCollector
+from ranktop.watch.snapshot import OK, SLOW, GpuStat, MemoryStat, RankRow, Snapshot, Throughput
+
+UNITS = ("_seconds", "_bytes", "_ratio", "_watts", "_celsius", "_per_second", "_bytes_per_second")
+COUNTS = ("ranktop_rank_status", "ranktop_rank_slow_phase", "ranktop_rank_gpu_throttle", "ranktop_rank_last_step",
+          "ranktop_job_step", "ranktop_job_world_size", "ranktop_job_ranks_connected", "ranktop_job_slow_ranks",
+          "ranktop_job_stalled_ranks", "ranktop_job_silent_ranks", "ranktop_job_dropped_messages")
+
+
+def gpu_rank(rank: int, slow: bool = False) -> RankRow:
+    return RankRow(
+        rank=rank, host=f"gpu-{rank // 2}", local_rank=rank % 2, pid=100 + rank, step=41, steps_seen=42,
+        step_s=0.5, phases={"forward": 0.3 if slow else 0.2, "backward": 0.25, "comm": 0.05},
+        score=0.2 if slow else 0.0, excess_s=0.1 if slow else 0.0, culprit_phase="forward" if slow else None,
+        status=SLOW if slow else OK, last_seen_s=0.2, dropped=0, collective_s=0.05,
+        memory=MemoryStat(rss_bytes=3 << 30, cuda_device=rank % 2, allocated=40 << 30, reserved=50 << 30, peak=45 << 30,
+                          capacity=80 << 30, creep_mb_per_min=12.0),
+        throughput=Throughput(samples_per_s=16.0, tokens_per_s=65536.0, tflops=400.0, mfu=0.4, peak_tflops=989.0),
+        gpu=GpuStat(name="H100", util=97.0, mem_used=60 << 30, power_w=690.0, temp_c=81.0, throttle=["power"] if slow else []),
+    )
+
+
+def scrape(snap: Snapshot) -> dict:
+    class Source:
+        def snapshot(self):
+            return snap
+
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(SnapshotCollector(Source()))
+    return {f.name: f for f in text_string_to_metric_families(generate_latest(registry).decode())}
+
+
+def test_every_per_rank_series_has_the_four_labels_and_its_unit():
+    snap = Snapshot(job="llm", world_size=2, elapsed_s=60, global_step=41, steps_per_s=2.0, phase_names=["forward", "backward", "comm"],
+                    ranks=[gpu_rank(0), gpu_rank(1, slow=True)], stragglers=[1, 0], throughput=Throughput(tflops=800.0, mfu=0.4))
+    families = scrape(snap)
+    for name, family in families.items():
+        assert name.endswith(UNITS) or name in COUNTS, name
+        for sample in family.samples:
+            if name.startswith("ranktop_rank_"):
+                assert {"job", "rank", "local_rank", "host"} <= set(sample.labels), name
+    value = {name: {tuple(sorted(s.labels.items())): s.value for s in f.samples} for name, f in families.items()}
+    r1 = (("host", "gpu-0"), ("job", "llm"), ("local_rank", "1"), ("rank", "1"))
+    assert value["ranktop_rank_step_seconds"][r1] == 0.5
+    assert value["ranktop_rank_phase_seconds"][tuple(sorted(r1 + (("phase", "forward"),)))] == 0.3
+    assert value["ranktop_rank_status"][tuple(sorted(r1 + (("status", "slow"),)))] == 1
+    assert value["ranktop_rank_gpu_throttle"] == {tuple(sorted(r1 + (("reason", "power"),))): 1.0}
+    assert value["ranktop_rank_gpu_utilization_ratio"][r1] == 0.97
+    assert value["ranktop_rank_cuda_allocated_bytes"][r1] == 40 << 30
+    assert value["ranktop_rank_model_flops_per_second"][r1] == 400e12
+    assert value["ranktop_rank_mfu_ratio"][r1] == 0.4
+    assert value["ranktop_job_slow_ranks"] == {(("job", "llm"),): 1.0}
+    assert value["ranktop_job_model_flops_per_second"] == {(("job", "llm"),): 800e12}
+
+
+def test_a_job_not_heard_yet_scrapes_empty_not_broken():
+    from ranktop.watch.snapshot import EMPTY
+
+    families = scrape(EMPTY)
+    assert families["ranktop_job_ranks_connected"].samples[0].value == 0
+    assert families["ranktop_rank_step_seconds"].samples == []

@@ -1,0 +1,190 @@
+"""The history screen: the job's step time over the last minutes, episodes marked, and one rank's phases.
+
+The engine keeps the history (watch/history.py: one sample a second, bounded);
+this screen only draws it. :func:`history_text` is a plain function of the
+history, the span and the width, so it is tested without a terminal. Time runs
+left to right and ends at the latest sample ("now" live, the playing position
+in a replay).
+"""
+
+from __future__ import annotations
+
+import statistics
+
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.containers import VerticalScroll
+from textual.screen import ModalScreen
+from textual.widgets import Static
+
+from ranktop.tui import bindings
+from ranktop.tui.render import palette
+from ranktop.watch import format as units
+from ranktop.watch.history import NODE, STALL, Episode, History, Sample
+
+SPANS_S = (60, 120, 300, 600, 900)
+DEFAULT_SPAN_S = 300
+CHART_ROWS = 8
+MAX_LANES = 8
+_EIGHTHS = " ▁▂▃▄▅▆▇█"
+_EPISODE_STYLES = {STALL: palette.STATUS_STYLES["stalled"], NODE: palette.STATUS_STYLES["slow"]}
+
+
+def _columns(samples: list[Sample], start: float, end: float, width: int) -> list[list[Sample]]:
+    """The samples falling in each of ``width`` equal slices of [start, end]."""
+    cols: list[list[Sample]] = [[] for _ in range(width)]
+    span = max(end - start, 1e-9)
+    for s in samples:
+        i = min(width - 1, max(0, int((s.t - start) / span * width)))
+        cols[i].append(s)
+    for i in range(1, width):  # more columns than samples: a column between two samples shows the earlier one
+        if not cols[i] and cols[i - 1]:
+            cols[i] = [cols[i - 1][-1]]
+    return cols
+
+
+def _bar_rows(values: list[float | None], tops: list[float | None], scale: float, rows: int) -> list[Text]:
+    """A column chart, ``rows`` high: each column filled to its value (bright) and on to its top (dim)."""
+    lines = []
+    for row in range(rows - 1, -1, -1):
+        line = Text()
+        for value, top in zip(values, tops):
+            char, style = " ", ""
+            for v, st in ((top, palette.STATUS_STYLES["slow"]), (value, "green3")):
+                if v is None or scale <= 0:
+                    continue
+                eighths = int(round(v / scale * rows * 8)) - row * 8
+                if eighths > 0:
+                    char, style = _EIGHTHS[min(8, eighths)], st
+            line.append(char, style=style)
+        lines.append(line)
+    return lines
+
+
+def _spark(values: list[float | None], scale: float) -> Text:
+    text = Text()
+    for v in values:
+        if v is None or scale <= 0:
+            text.append(" ")
+        else:
+            text.append(_EIGHTHS[max(1, min(8, int(round(v / scale * 8))))])
+    return text
+
+
+def episode_line(ep: Episode, now: float) -> str:
+    what = {STALL: "stalled", NODE: "slow node"}.get(ep.kind, "slow")
+    phase = f" in {ep.phase}" if ep.phase else ""
+    when = f"from -{units.clock(now - ep.start)} " + ("(still)" if ep.open else f"to -{units.clock(now - ep.end)}")
+    if ep.kind == STALL:
+        waited = f", waited for rank(s) {', '.join(map(str, ep.waiting_for))}" if ep.waiting_for else ""
+        return f"{ep.who} {what}{phase} {when}, {units.clock(ep.duration_s)} long{waited}"
+    return f"{ep.who} {what}{phase} {when}: +{units.ms(ep.peak_excess_s)} ms/step, cost the job {ep.cost_s:.1f} s"
+
+
+def history_text(history: History, rank: int | None, span_s: float, width: int) -> Text:
+    samples = list(history.samples)
+    if not samples:
+        return Text("no history yet: one sample a second once the ranks report steps", style=palette.MUTED)
+    label_w = 12
+    width = max(10, width - label_w - 1 - 10)  # room for a label on the left and a value on the right
+    end = samples[-1].t
+    span_s = min(span_s, max(60.0, end - samples[0].t))  # a short history fills the width
+    start = end - span_s
+    shown = [s for s in samples if s.t >= start]
+    cols = _columns(shown, start, end, width)
+    med = [statistics.median([s.step_s for s in c if s.step_s is not None]) if any(s.step_s is not None for s in c) else None for c in cols]
+    top = [max((s.max_step_s for s in c if s.max_step_s is not None), default=None) for c in cols]
+    scale = max([v for v in top + med if v is not None], default=0.0)
+    text = Text()
+    text.append("job step time", style="bold")
+    text.append(f"  last {units.clock(span_s)} · ", style=palette.MUTED)
+    text.append("▆ median rank", style="green3")
+    text.append(" · ", style=palette.MUTED)
+    text.append("▆ slowest rank", style=palette.STATUS_STYLES["slow"])
+    latest = shown[-1] if shown else samples[-1]
+    text.append(f" · now {units.ms(latest.step_s)} ms median, {units.ms(latest.max_step_s)} ms slowest\n", style=palette.MUTED)
+    for i, line in enumerate(_bar_rows(med, top, scale, CHART_ROWS)):
+        label = f"{units.ms(scale)} ms" if i == 0 else ("0 ms" if i == CHART_ROWS - 1 else "")
+        text.append(f"{label:>{label_w}} ", style=palette.MUTED)
+        text.append_text(line)
+        text.append("\n")
+    axis = f"-{units.clock(span_s)}"
+    text.append(" " * (label_w + 1) + axis + " " * max(1, width - len(axis) - 3) + "now\n", style=palette.MUTED)
+
+    episodes = [e for e in history.episodes_since(start)][-MAX_LANES:]
+    text.append("\nepisodes", style="bold")
+    if not episodes:
+        text.append("  none in this span (a rank slow or stalled for a few seconds starts one)\n", style=palette.MUTED)
+    else:
+        text.append("\n")
+    for ep in episodes:
+        style = _EPISODE_STYLES.get(ep.kind, palette.STATUS_STYLES["slow"])
+        lane = Text()
+        for c in range(width):
+            t0 = start + c * span_s / width
+            t1 = t0 + span_s / width
+            lane.append("━" if ep.start <= t1 and ep.end >= t0 else "·", style=style if ep.start <= t1 and ep.end >= t0 else palette.MUTED)
+        text.append(f"{ep.who[:label_w]:>{label_w}} ", style="bold")
+        text.append_text(lane)
+        text.append("\n" + " " * (label_w + 1) + episode_line(ep, end) + "\n", style=palette.MUTED)
+
+    if rank is None:
+        text.append("\nselect a rank in the straggler table (tab, arrows) to see its phases here\n", style=palette.MUTED)
+        return text
+    text.append(f"\nrank {rank} phases", style="bold")
+    text.append("  own time per phase, median over its window\n", style=palette.MUTED)
+    phase_names: list[str] = []
+    for s in shown:
+        for name in s.rank_phases.get(rank, {}):
+            if name not in phase_names:
+                phase_names.append(name)
+    colours = palette.phase_colours(phase_names)
+    series = {name: [statistics.median([s.rank_phases[rank].get(name, 0.0) for s in c if rank in s.rank_phases])
+                     if any(rank in s.rank_phases for s in c) else None for c in cols] for name in phase_names}
+    pscale = max([v for vs in series.values() for v in vs if v is not None], default=0.0)
+    if not phase_names:
+        text.append(f"{'':>{label_w}} no step times of rank {rank} in this span\n", style=palette.MUTED)
+    for name in phase_names:
+        last = next((v for v in reversed(series[name]) if v is not None), None)
+        text.append(f"{name[:label_w]:>{label_w}} ", style=colours[name])
+        spark = _spark(series[name], pscale)
+        spark.stylize(colours[name])
+        text.append_text(spark)
+        text.append(f" {units.ms(last)} ms\n", style=palette.MUTED)
+    return text
+
+
+class HistoryScreen(ModalScreen[None]):
+    """Redrawn at the app's refresh rate from the source's history; the main screen keeps updating beneath."""
+
+    BINDINGS = list(bindings.HISTORY_KEYS)
+
+    def __init__(self, history_of, rank: int | None, refresh_hz: float = 2.0):
+        super().__init__()
+        self._history_of = history_of  # the source's history now (a replay seeking back starts a new one)
+        self.rank = rank
+        self.span_s = DEFAULT_SPAN_S
+        self._refresh_s = 1.0 / refresh_hz
+        self._body = Static(id="history-text")
+
+    def compose(self) -> ComposeResult:
+        with VerticalScroll(id="history") as box:
+            box.border_title = "history"
+            box.border_subtitle = "[ ] span · esc closes"
+            yield self._body
+
+    def on_mount(self) -> None:
+        self.set_interval(self._refresh_s, self.redraw)
+        self.redraw()
+
+    def redraw(self) -> None:
+        width = self._body.size.width or (self.app.size.width - 6)
+        self._body.update(history_text(self._history_of(), self.rank, self.span_s, width))
+
+    def action_span(self, step: int) -> None:
+        i = SPANS_S.index(self.span_s) if self.span_s in SPANS_S else SPANS_S.index(DEFAULT_SPAN_S)
+        self.span_s = SPANS_S[max(0, min(len(SPANS_S) - 1, i + step))]
+        self.redraw()
+
+    def action_close(self) -> None:
+        self.dismiss()
