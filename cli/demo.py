@@ -155,6 +155,9 @@ def run_simulation(args, extra: list[str]) -> int:
     have an interpreter (and a core) to themselves.
     """
     job = args.job or f"sim-{os.getpid()}"
+    # As for the demo job: the simulator runs in a session of its own, so a SIGHUP or SIGTERM here must stop it.
+    for sig in (signal.SIGHUP, signal.SIGTERM):
+        signal.signal(sig, _raise_interrupt)
     if args.no_tui:
         proc = start_process(simulate_command(args.simulate, job, extra), job, args.dir, None)
         try:
@@ -164,8 +167,6 @@ def run_simulation(args, extra: list[str]) -> int:
             return 130
     log_path = Path(tempfile.gettempdir()) / f"ranktop-{job}.log"
     proc = start_process(simulate_command(args.simulate, job, extra), job, args.dir, log_path)
-    for sig in (signal.SIGHUP, signal.SIGTERM):
-        signal.signal(sig, _raise_interrupt)
     try:
         session = WatchSession(
             resolve([job], args.dir, allow_pending=True),

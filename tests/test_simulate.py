@@ -31,6 +31,8 @@ def simulated(rdv):
     finally:
         os.killpg(proc.pid, signal.SIGTERM)
         proc.wait(30)
+    # the simulator runs in a session of its own: stopping `ranktop demo` stops it, its relays' records go
+    wait_for(lambda: not rendezvous.read_nodes(job), 30, "the simulator outlived ranktop demo")
 
 
 @pytest.mark.slow
