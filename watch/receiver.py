@@ -178,7 +178,9 @@ class Receiver(threading.Thread):
 
     def _drain(self, sock: zmq.Socket, limit: int = 10_000) -> None:
         url = self._urls[sock]
-        for _ in range(limit):
+        for count in range(limit):
+            if count % 256 == 255 and self._stop_event.is_set():  # a backlog of hundreds of relays must not delay a stop
+                return
             try:
                 frames = sock.recv_multipart(flags=zmq.NOBLOCK)
             except zmq.Again:
