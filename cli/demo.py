@@ -61,10 +61,6 @@ def demo_command(nproc: int, extra: list[str]) -> list[str]:
     ]  # fmt: skip
 
 
-def start(job: str, nproc: int, extra: list[str], directory: str | None, log_path: Path | None) -> subprocess.Popen:
-    return start_process(demo_command(nproc, extra), job, directory, log_path)
-
-
 def start_process(command: list[str], job: str, directory: str | None, log_path: Path | None) -> subprocess.Popen:
     env = dict(os.environ, **{settings.JOB.name: job})
     if directory:
@@ -106,41 +102,15 @@ def _log_tail(path: Path, lines: int = 15) -> str:
 
 def run_demo(args, extra: list[str]) -> int:
     if args.simulate is not None:
-        return run_simulation(args, extra)
+        # A simulated job of N ranks (ranktop.demo.simulate) instead of torchrun's, watched the same way;
+        # in a process of its own, so that it and the viewer each have an interpreter (and a core).
+        job = args.job or f"sim-{os.getpid()}"
+        command = simulate_command(args.simulate, job, extra)
+        return run_job(args, job, command, f"simulated: {args.simulate} ranks", what="the simulator")
     if importlib.util.find_spec("torch") is None:
         raise UserError("the demo needs PyTorch in this environment: pip install torch")
     job = args.job or f"demo-{os.getpid()}"
-    # A closed terminal (SIGHUP) or a kill (SIGTERM) must still stop the job, not orphan it:
-    # the job runs in a session of its own, so nothing else would reach it.
-    for sig in (signal.SIGHUP, signal.SIGTERM):
-        signal.signal(sig, _raise_interrupt)
-    if args.no_tui:
-        print(f"ranktop: demo job {job}; watch it from another terminal with: ranktop watch {job}", file=sys.stderr)
-        proc = start(job, args.nproc, extra, args.dir, None)
-        try:
-            return proc.wait()
-        except KeyboardInterrupt:
-            stop(proc)
-            return 130
-    log_path = Path(tempfile.gettempdir()) / f"ranktop-{job}.log"
-    proc = start(job, args.nproc, extra, args.dir, log_path)
-    try:
-        session = WatchSession(
-            resolve([job], args.dir, allow_pending=True),
-            window=args.window,
-            silent_after_s=args.silent_after,
-            stall_factor=args.stall_factor,
-            stall_floor_s=args.stall_floor,
-        )
-        run_tui(session, args.refresh, title=f"ranktop demo ({args.nproc} ranks)", on_app=lambda app: _close_with(app, proc))
-        ended_by_itself = proc.poll() is not None
-    finally:
-        stop(proc)
-    if ended_by_itself and proc.returncode != 0:
-        # It died on its own (a bad switch, a crash): the user needs its last words, not a blank screen.
-        raise UserError(f"the demo job exited with code {proc.returncode}; the end of its log ({log_path}):\n{_log_tail(log_path)}")
-    print(f"ranktop: demo stopped; its log is {log_path}", file=sys.stderr)
-    return 0
+    return run_job(args, job, demo_command(args.nproc, extra), f"{args.nproc} ranks", what="the demo job")
 
 
 def simulate_command(ranks: int, job: str, extra: list[str]) -> list[str]:
@@ -148,25 +118,22 @@ def simulate_command(ranks: int, job: str, extra: list[str]) -> list[str]:
     return [sys.executable, "-m", "ranktop.demo.simulate", "--ranks", str(ranks), "--job", job, *extra]
 
 
-def run_simulation(args, extra: list[str]) -> int:
-    """``--simulate N``: a simulated job of N ranks instead of torchrun's, watched the same way.
-
-    The simulator runs in a process of its own, so that it and the viewer each
-    have an interpreter (and a core) to themselves.
-    """
-    job = args.job or f"sim-{os.getpid()}"
-    # As for the demo job: the simulator runs in a session of its own, so a SIGHUP or SIGTERM here must stop it.
+def run_job(args, job: str, command: list[str], size: str, *, what: str) -> int:
+    """Start ``command`` as job ``job`` and watch it until the user quits (or, with --no-tui, until it ends)."""
+    # A closed terminal (SIGHUP) or a kill (SIGTERM) must still stop the job, not orphan it:
+    # the job runs in a session of its own, so nothing else would reach it.
     for sig in (signal.SIGHUP, signal.SIGTERM):
         signal.signal(sig, _raise_interrupt)
     if args.no_tui:
-        proc = start_process(simulate_command(args.simulate, job, extra), job, args.dir, None)
+        print(f"ranktop: demo job {job}; watch it from another terminal with: ranktop watch {job}", file=sys.stderr)
+        proc = start_process(command, job, args.dir, None)
         try:
             return proc.wait()
         except KeyboardInterrupt:
             stop(proc)
             return 130
     log_path = Path(tempfile.gettempdir()) / f"ranktop-{job}.log"
-    proc = start_process(simulate_command(args.simulate, job, extra), job, args.dir, log_path)
+    proc = start_process(command, job, args.dir, log_path)
     try:
         session = WatchSession(
             resolve([job], args.dir, allow_pending=True),
@@ -175,12 +142,14 @@ def run_simulation(args, extra: list[str]) -> int:
             stall_factor=args.stall_factor,
             stall_floor_s=args.stall_floor,
         )
-        run_tui(session, args.refresh, title=f"ranktop demo (simulated: {args.simulate} ranks)", on_app=lambda app: _close_with(app, proc))
+        run_tui(session, args.refresh, title=f"ranktop demo ({size})", on_app=lambda app: _close_with(app, proc))
         ended_by_itself = proc.poll() is not None
     finally:
         stop(proc)
     if ended_by_itself and proc.returncode != 0:
-        raise UserError(f"the simulator exited with code {proc.returncode}; the end of its log ({log_path}):\n{_log_tail(log_path)}")
+        # It died on its own (a bad switch, a crash): the user needs its last words, not a blank screen.
+        raise UserError(f"{what} exited with code {proc.returncode}; the end of its log ({log_path}):\n{_log_tail(log_path)}")
+    print(f"ranktop: demo stopped; its log is {log_path}", file=sys.stderr)
     return 0
 
 
