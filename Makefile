@@ -27,8 +27,15 @@ install: $(VENV)/.deps
 demo: install
 	$(BIN)/ranktop demo $(ARGS)
 
+# The slow tests (real multi-rank jobs under torchrun, SLURM jobs, the wheel in a bare venv, live
+# recordings) run where CI is set (.ci/run runs with CI=true) or with `make test SLOW=1`; a plain
+# `make test` runs the rest in a few minutes.
+ifeq ($(CI)$(SLOW),)
+TEST_MARK := -m "not slow"
+endif
+
 test: install slurm
-	$(BIN)/pytest $(PYTEST_ARGS)
+	$(BIN)/pytest $(TEST_MARK) $(PYTEST_ARGS)
 
 # The SLURM tests start a private one-node cluster (tests/slurm_cluster.py) from Debian's
 # packages: installed here when missing and we are root (about 15 s); otherwise they skip
