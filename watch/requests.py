@@ -14,7 +14,7 @@ from __future__ import annotations
 import collections
 import threading
 import time
-from typing import Any, Callable, Iterable
+from typing import Callable, Iterable
 
 import zmq
 
@@ -84,23 +84,7 @@ class RequestBook:
     def statuses(self) -> list[RequestStatus]:
         """The tally of each command still kept, oldest first."""
         with self._changed:
-            return [self._status(command_id, sent) for command_id, sent in self._sent.items()]
-
-    def _status(self, command_id: str, sent: _Sent) -> RequestStatus:
-        replies = sent.replies.values()
-        rtts = [r.rtt_s for r in replies if r.rtt_s is not None]
-        failures = [r for r in replies if not r.ok]
-        first = min(failures, key=lambda r: r.rank) if failures else None
-        return RequestStatus(
-            id=command_id,
-            cmd=sent.cmd,
-            sent_s=sent.at - self._origin,
-            answered=len(sent.replies),
-            failed=len(failures),
-            answered_ranks=frozenset(sent.replies),
-            max_rtt_s=max(rtts) if rtts else None,
-            first_failure=(first.rank, _reason(first.result)) if first is not None else None,
-        )
+            return [RequestStatus.count(cid, sent.cmd, sent.at - self._origin, sent.replies) for cid, sent in self._sent.items()]
 
     def wait_replies(self, command_id: str, ranks: Iterable[int], timeout: float) -> list[Reply]:
         """Block until each of ``ranks`` answered ``command_id`` (or ``timeout`` passed); every answer so far."""
@@ -135,12 +119,6 @@ class RequestBook:
             with self._changed:
                 if self._generation == generation:
                     self._changed.wait(min(remaining, 1.0 / CHECKS_PER_S))
-
-
-def _reason(result: Any) -> str:
-    if isinstance(result, dict) and result.get("error") is not None:
-        return str(result["error"]).splitlines()[0] if str(result["error"]) else "failed"
-    return "failed"
 
 
 class Requests:

@@ -9,6 +9,7 @@ TUI can never disagree.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
+from typing import Any
 
 from ranktop.wire import capture as wire_capture
 
@@ -181,19 +182,30 @@ class RequestStatus:
     first_failure: tuple[int, str] | None = None  # (rank, reason) of the lowest failing rank
 
     @classmethod
+    def count(cls, command_id: str, cmd: str, sent_s: float, replies: dict[int, Reply]) -> RequestStatus:
+        """The tally of one command's answers, by rank."""
+        rtts = [r.rtt_s for r in replies.values() if r.rtt_s is not None]
+        failures = [r for r in replies.values() if not r.ok]
+        first = min(failures, key=lambda r: r.rank) if failures else None
+        return cls(
+            command_id, cmd, sent_s, len(replies), len(failures), frozenset(replies),
+            max(rtts) if rtts else None, (first.rank, failure_reason(first.result)) if first is not None else None,
+        )
+
+    @classmethod
     def of_replies(cls, command_id: str, replies: list[Reply]) -> RequestStatus | None:
         """The tally counted from a list of replies (a snapshot built without a request book), None if none."""
         mine = {r.rank: r for r in replies if r.id == command_id}
         if not mine:
             return None
-        rtts = [r.rtt_s for r in mine.values() if r.rtt_s is not None]
-        failures = sorted((r for r in mine.values() if not r.ok), key=lambda r: r.rank)
-        first = failures[0] if failures else None
-        reason = str(first.result.get("error", "failed")).splitlines()[0] if first is not None and first.result else "failed"
-        return cls(
-            command_id, next(iter(mine.values())).cmd, 0.0, len(mine), len(failures), frozenset(mine),
-            max(rtts) if rtts else None, (first.rank, reason) if first is not None else None,
-        )
+        return cls.count(command_id, next(iter(mine.values())).cmd, 0.0, mine)
+
+
+def failure_reason(result: Any) -> str:
+    """The first line of a failed answer's error, or "failed" when it gives none."""
+    error = result.get("error") if isinstance(result, dict) else None
+    lines = str(error).splitlines() if error is not None else []
+    return lines[0] if lines else "failed"
 
 
 @dataclass(frozen=True)
