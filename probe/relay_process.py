@@ -39,6 +39,8 @@ from .relay_claim import Claim, RelayInfo
 
 #: How often the relay looks whether its ranks still run.
 POLL_S = 0.25
+#: Tries at the claim before leaving it to the relay that holds it.
+CLAIM_TRIES = 3
 #: A relay that no rank registered with this long after its start ends.
 NO_RANK_GRACE_S = 10.0
 
@@ -77,6 +79,11 @@ class Signals:
 def serve(args: argparse.Namespace, signals: Signals) -> int:
     claim = Claim(args.job, args.host)
     lock = claim.hold_relay_lock()
+    for _ in range(CLAIM_TRIES - 1):  # a rank testing the lock holds it for microseconds; a relay for good
+        if lock is not None:
+            break
+        time.sleep(0.05)
+        lock = claim.hold_relay_lock()
     if lock is None:
         return 0  # another relay serves this job on this node
     pid = os.getpid()
