@@ -47,6 +47,8 @@ from ranktop.wire import schema
 
 DEFAULT_WINDOW = 64
 DEFAULT_SILENT_AFTER_S = 3.0
+#: Messages reaching this viewer this much later than they used to: it is behind (too much to decode), and says so.
+BEHIND_AFTER_S = 1.0
 #: Latest replies kept for the snapshot, whoever sent the command (ours are all kept: watch/requests.py).
 MAX_REPLIES = 256
 MAX_ERRORS = 8
@@ -68,6 +70,10 @@ class _Endpoint:
     host: str | None
     added: float
     last_heard: float | None = None
+    # How late its messages reach us: their age when ingested (our wall clock less their own), less the least
+    # age seen (a constant clock skew between hosts is not lateness). Grows when this viewer falls behind.
+    age_floor: float = float("inf")
+    late_s: float = 0.0
 
 
 class Aggregator:
@@ -155,8 +161,13 @@ class Aggregator:
             elif msg["job"] != self._job:
                 self._dropped += 1  # another job's traffic on a shared endpoint
                 return
-            if endpoint is not None and endpoint in self._endpoints:
-                self._endpoints[endpoint].last_heard = now
+            ep = self._endpoints.get(endpoint) if endpoint is not None else None
+            if ep is not None:
+                ep.last_heard = now
+                age = self._wall_clock() - msg["ts"]
+                if age < ep.age_floor:
+                    ep.age_floor = age
+                ep.late_s = age - ep.age_floor
             kind = msg["k"]
             if kind == schema.NODE:
                 for entry in msg["ranks"]:
@@ -265,7 +276,10 @@ class Aggregator:
         return self._build(now, windows, names, stats, resources)
 
     def _build(self, now: float, windows: list[RankWindow], names: list[str], stats: dict, resources: dict) -> Snapshot:
-        silent = {w.rank for w in windows if now - w.last_seen > self._silent_after}
+        with self._lock:
+            late = {e.url: e.late_s for e in self._endpoints.values() if e.late_s > BEHIND_AFTER_S}
+        # A rank is silent when *it* stopped talking, not when this viewer is behind on its node's messages.
+        silent = {w.rank for w in windows if now - w.last_seen > self._silent_after + late.get(w.endpoint, 0.0)}
         verdict = stalls.assess(stalls.positions_of(windows, now, silent), self._stall)
         live = {rank: s for rank, s in stats.items() if s is not None and rank not in silent}
         scores = stragglers.score(live, names)
@@ -332,6 +346,7 @@ class Aggregator:
             ranks=rows,
             stragglers=ranking,
             endpoints=[self._endpoint_view(e, now, ranks_by_endpoint.get(e.url, ())) for e in endpoints],
+            behind_s=max(late.values()) if late else None,
             replies=replies,
             requests=self.requests.statuses(),
             dropped_messages=dropped,
@@ -366,7 +381,8 @@ class Aggregator:
         if e.last_heard is None:
             return Endpoint(e.url, e.host, WAITING, now - e.added, ranks)
         quiet = now - e.last_heard
-        return Endpoint(e.url, e.host, LOST if quiet > self._silent_after else CONNECTED, quiet, ranks)
+        lost = quiet > self._silent_after + (e.late_s if e.late_s > BEHIND_AFTER_S else 0.0)
+        return Endpoint(e.url, e.host, LOST if lost else CONNECTED, quiet, ranks)
 
 
 def _capture_status(r: RankWindow) -> CaptureStatus | None:
