@@ -225,3 +225,20 @@ def test_a_viewer_behind_on_a_nodes_messages_says_so_and_calls_no_rank_silent_fo
     assert snap.endpoints[0].state == "connected"
     clock[0] = 13.0  # longer than being behind explains: silent
     assert agg.snapshot().ranks[0].status == "silent"
+
+
+def test_rows_built_the_fast_way_are_the_same_frozen_rows():
+    import dataclasses
+
+    from ranktop.watch.snapshot import RankRow, build_rank_row
+
+    values = dict(rank=1, host="h", local_rank=0, pid=9, step=3, steps_seen=4, step_s=0.1, phases={"data": 0.01},
+                  score=0.0, excess_s=0.0, culprit_phase=None, status="ok", last_seen_s=0.2, dropped=0)  # fmt: skip
+    fast, slow = build_rank_row(**values), RankRow(**values)
+    assert fast == slow and fast.rejected == {} and fast.rejected is not build_rank_row(**values).rejected
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        fast.step = 4
+    with pytest.raises(TypeError):
+        build_rank_row(**dict(values, colour="red"))
+    with pytest.raises(TypeError):
+        build_rank_row(rank=1)

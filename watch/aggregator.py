@@ -38,9 +38,9 @@ from ranktop.watch.snapshot import (
     WAITING,
     CaptureStatus,
     Endpoint,
-    RankRow,
     Reply,
     Snapshot,
+    build_rank_row,
 )
 from ranktop.watch.window import RankWindow
 from ranktop.wire import schema
@@ -298,7 +298,7 @@ class Aggregator:
             else:
                 status = OK
             rows.append(
-                RankRow(
+                build_rank_row(
                     rank=w.rank,
                     host=self._host_of(w),
                     local_rank=int(w.meta.get("local_rank", -1)),
