@@ -213,7 +213,7 @@ def test_a_viewer_behind_on_a_nodes_messages_says_so_and_calls_no_rank_silent_fo
 
     def heard(sent_at: float, now: float) -> None:
         clock[0], wall[0] = now, 1000.0 + now
-        body = {"job": "j", "rank": 0, "ts": sent_at, "state": {"last": 1}}
+        body = {"job": "j", "rank": 0, "ts": sent_at, "state": {"last": 1, "step": 2, "in_step": True, "step_age": 0.1}}
         agg.ingest(schema.decode(schema.encode(schema.HEARTBEAT, body)), "tcp://n0:1")
 
     heard(1000.0, 0.0)  # on time: the least age seen, whatever the hosts' clocks
@@ -221,7 +221,7 @@ def test_a_viewer_behind_on_a_nodes_messages_says_so_and_calls_no_rank_silent_fo
     heard(1000.5, 5.0)  # sent 4.5 s before we got to it: we are behind
     clock[0] = 9.0  # nothing from it for 4 s, but what it sent since is still in our queue
     snap = agg.snapshot()
-    assert snap.behind_s == pytest.approx(4.5) and snap.ranks[0].status != "silent"
+    assert snap.behind_s == pytest.approx(4.5) and snap.ranks[0].status == "ok"  # neither silent nor stalled
     assert snap.endpoints[0].state == "connected"
     clock[0] = 13.0  # longer than being behind explains: silent
     assert agg.snapshot().ranks[0].status == "silent"

@@ -277,10 +277,13 @@ class Aggregator:
 
     def _build(self, now: float, windows: list[RankWindow], names: list[str], stats: dict, resources: dict) -> Snapshot:
         with self._lock:
-            late = {e.url: e.late_s for e in self._endpoints.values() if e.late_s > BEHIND_AFTER_S}
-        # A rank is silent when *it* stopped talking, not when this viewer is behind on its node's messages.
-        silent = {w.rank for w in windows if now - w.last_seen > self._silent_after + late.get(w.endpoint, 0.0)}
-        verdict = stalls.assess(stalls.positions_of(windows, now, silent), self._stall)
+            behind = max((e.late_s for e in self._endpoints.values()), default=0.0)
+        behind = behind if behind > BEHIND_AFTER_S else 0.0
+        # A rank is silent when *it* stopped talking, not when this viewer is behind on the job's messages (a
+        # viewer behind on one relay is behind on them all: it serves them in turn).
+        silent = {w.rank for w in windows if now - w.last_seen > self._silent_after + behind}
+        # The job as far as we have heard: a viewer behind on its messages must not see a stall in its own lag.
+        verdict = stalls.assess(stalls.positions_of(windows, now - behind, silent), self._stall)
         live = {rank: s for rank, s in stats.items() if s is not None and rank not in silent}
         scores = stragglers.score(live, names)
 
@@ -345,8 +348,8 @@ class Aggregator:
             phase_names=names,
             ranks=rows,
             stragglers=ranking,
-            endpoints=[self._endpoint_view(e, now, ranks_by_endpoint.get(e.url, ())) for e in endpoints],
-            behind_s=max(late.values()) if late else None,
+            endpoints=[self._endpoint_view(e, now, ranks_by_endpoint.get(e.url, ()), behind) for e in endpoints],
+            behind_s=behind or None,
             replies=replies,
             requests=self.requests.statuses(),
             dropped_messages=dropped,
@@ -377,12 +380,11 @@ class Aggregator:
             host = endpoint.host if endpoint is not None else None
         return str(host) if host is not None else "?"
 
-    def _endpoint_view(self, e: _Endpoint, now: float, ranks: tuple[int, ...]) -> Endpoint:
+    def _endpoint_view(self, e: _Endpoint, now: float, ranks: tuple[int, ...], behind: float) -> Endpoint:
         if e.last_heard is None:
             return Endpoint(e.url, e.host, WAITING, now - e.added, ranks)
         quiet = now - e.last_heard
-        lost = quiet > self._silent_after + (e.late_s if e.late_s > BEHIND_AFTER_S else 0.0)
-        return Endpoint(e.url, e.host, LOST if lost else CONNECTED, quiet, ranks)
+        return Endpoint(e.url, e.host, LOST if quiet > self._silent_after + behind else CONNECTED, quiet, ranks)
 
 
 def _capture_status(r: RankWindow) -> CaptureStatus | None:
