@@ -283,7 +283,10 @@ class Aggregator:
         # viewer behind on one relay is behind on them all: it serves them in turn).
         silent = {w.rank for w in windows if now - w.last_seen > self._silent_after + behind}
         # The job as far as we have heard: a viewer behind on its messages must not see a stall in its own lag.
-        verdict = stalls.assess(stalls.positions_of(windows, now - behind, silent), self._stall)
+        if stalls.none_stuck(windows, now - behind, silent, self._stall):
+            verdict = stalls.Verdict({}, [], None)
+        else:
+            verdict = stalls.assess(stalls.positions_of(windows, now - behind, silent), self._stall)
         live = {rank: s for rank, s in stats.items() if s is not None and rank not in silent}
         scores = stragglers.score(live, names)
 
