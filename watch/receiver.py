@@ -20,7 +20,8 @@ from urllib.parse import urlsplit
 import zmq
 
 from ranktop.watch.aggregator import Aggregator
-from ranktop.wire import rendezvous, schema
+from ranktop.watch.keys import ClientKeys, Handshakes
+from ranktop.wire import auth, rendezvous, schema
 
 DISCOVERY_EVERY_S = 1.0
 #: Messages queued per relay while this viewer is behind (about 30 s of a node of 8 ranks at 4 Hz);
@@ -91,6 +92,7 @@ class Receiver(threading.Thread):
         discover: Callable[[], Iterable[rendezvous.NodeRecord]] | None = None,
         on_control: Callable[[str], None] | None = None,
         recorder: "Tap | None" = None,
+        keys: ClientKeys | None = None,
     ):
         super().__init__(name="ranktop-receiver", daemon=True)
         self._recorder = recorder
@@ -103,6 +105,11 @@ class Receiver(threading.Thread):
         self._urls: dict[zmq.Socket, str] = {}  # and back
         self._by_host: dict[str, str] = {}  # discovered node -> its relay's advertised telemetry URL
         self._context = zmq.Context()
+        self._context.set(zmq.MAX_SOCKETS, 16384)  # a SUB socket per relay, and its handshake monitor for a while
+        # CURVE keys from the job's secret (watch/keys.py); a failed handshake is said once, in one line
+        keys = keys or ClientKeys(auth.read_secret_env, "RANKTOP_SECRET", lambda: aggregator.job)
+        self._keys = keys
+        self.handshakes = Handshakes(keys, aggregator.note_error)
         for url in self._static:
             aggregator.add_endpoint(url)
             if recorder is not None:
@@ -124,11 +131,15 @@ class Receiver(threading.Thread):
                     self._run_discovery(poller)
                     next_discovery = time.monotonic() + DISCOVERY_EVERY_S
                 for sock, _ in poller.poll(200):
-                    self._drain(sock)
+                    if self.handshakes.owns(sock):
+                        self.handshakes.read(sock, poller)
+                    else:
+                        self._drain(sock)
         except Exception as exc:  # never die silently: the UI shows why the data stopped
             self._aggregator.note_error(f"receiver stopped: {exc.__class__.__name__}: {exc}")
             print(f"ranktop: receiver stopped: {exc}", file=sys.stderr)
         finally:
+            self.handshakes.close()
             for sock in self._sockets.values():
                 sock.close(linger=0)
             self._context.term()
@@ -145,6 +156,7 @@ class Receiver(threading.Thread):
                 sock = self._sockets.pop(old)
                 del self._urls[sock]
                 poller.unregister(sock)
+                self.handshakes.forget(sock, poller)
                 sock.close(linger=0)
                 self._aggregator.replace_endpoint(old, rec.telemetry, rec.host)
             self._by_host[rec.host] = rec.telemetry
@@ -166,9 +178,15 @@ class Receiver(threading.Thread):
         sock.setsockopt(zmq.LINGER, 0)
         for kind in schema.TELEMETRY_KINDS:
             sock.setsockopt(zmq.SUBSCRIBE, kind.encode())
+        if not self._keys.secure(sock):  # no secret: nothing readable there; discovery tries again
+            sock.close(linger=0)
+            self.handshakes.no_key(url)
+            return
+        self.handshakes.watch(sock, url, poller)
         try:
             sock.connect(dial)
         except zmq.ZMQError as exc:  # a record or host name that is no address: say so, keep the others
+            self.handshakes.forget(sock, poller)
             sock.close(linger=0)
             self._aggregator.note_error(f"cannot dial {dial}: {exc}")
             return

@@ -19,6 +19,7 @@ from ranktop.watch import slurm
 from ranktop.watch.aggregator import DEFAULT_SILENT_AFTER_S, DEFAULT_WINDOW, Aggregator
 from ranktop.watch.errors import RanktopError
 from ranktop.watch.history import History
+from ranktop.watch.keys import ClientKeys
 from ranktop.watch.receiver import Receiver, parse_endpoint
 from ranktop.watch.recording import Recorder
 from ranktop.watch.requests import RequestError, Requests
@@ -196,7 +197,7 @@ class WatchSession:
         load_secret = None
         if secret is None and (target.job is not None or target.slurm is not None):
             # A SLURM job found by the port convention is named by its first hello.
-            load_secret = lambda: rendezvous.read_secret(target.job or self.aggregator.job or "", target.directory)  # noqa: E731
+            load_secret = lambda: rendezvous.read_secret(self._job_name() or "", target.directory)  # noqa: E731
         elif secret is None:
             secret = auth.read_secret_env()
         self.requests = Requests(
@@ -206,9 +207,22 @@ class WatchSession:
         self.controller = self.requests  # what the App sends through (tui/app.py), by its older name
         discover = (lambda: live_nodes(target)) if target.job is not None or target.slurm is not None else None
         self.receiver = Receiver(
-            self.aggregator, target.endpoints, discover, on_control=self.requests.add_endpoint, recorder=recorder
+            self.aggregator, target.endpoints, discover, on_control=self.requests.add_endpoint, recorder=recorder,
+            keys=ClientKeys(lambda: self.requests.secret, self._secret_place(), self._job_name),
         )
         self.history = History()  # step time and episodes over the last minutes, sampled as snapshots are taken
+
+    def _job_name(self) -> str | None:
+        """The job's name: as named, as its first message said, or (a SLURM job found by the port convention) its id."""
+        slurm_id = self.target.slurm.job_id if self.target.slurm is not None else None
+        return self.target.job or self.aggregator.job or slurm_id
+
+    def _secret_place(self) -> str | None:
+        """Where this viewer looks for the job's secret, as the one-line errors say it."""
+        if auth.read_secret_env() is not None:
+            return "RANKTOP_SECRET"
+        job = self._job_name()
+        return str(rendezvous.job_dir(job, self.target.directory) / "secret") if job else None
 
     def start(self) -> "WatchSession":
         if self.recorder is not None:
@@ -238,7 +252,7 @@ class WatchSession:
         known = lambda: self.aggregator.world_size is not None and self.requests.ready()  # noqa: E731
         if not self.wait_until(known, timeout):
             if self.aggregator.world_size is None:
-                raise RequestError(f"no rank reported within {timeout:g}s")
+                raise RequestError(self.receiver.handshakes.problem or f"no rank reported within {timeout:g}s")
             raise RequestError("no relay control endpoint known yet")
         return self.snapshot()
 
