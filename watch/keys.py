@@ -69,10 +69,10 @@ class ClientKeys:
     def missing(self, url: str) -> str:
         """The line for a viewer that has no secret at all (one line for the whole job when its name is known)."""
         if self.where and self.where != "RANKTOP_SECRET":
-            how = f"copy the job's secret file to {self.where} (mode 0600) or set RANKTOP_SECRET"
+            how = f"copy the job's secret to {self.where} or set RANKTOP_SECRET"
         else:
             how = f"set RANKTOP_SECRET to the job's secret ({self.home_secret()} where it runs)"
-        return f"{self._job(url)}: telemetry is encrypted and this viewer has no key: {how} ({MORE})"
+        return f"{self._job(url)} is encrypted and this viewer has no key: {how} ({MORE})"
 
     def refused(self, url: str, event: int, value: int) -> str | None:
         """The line for a failed handshake with ``url``; None for a success."""
@@ -86,10 +86,10 @@ class ClientKeys:
         if self.where == "RANKTOP_SECRET":
             source = "RANKTOP_SECRET"
         else:
-            source = f"the secret in {self.where}" if self.where else "this viewer's secret"
+            source = self.where or "this viewer's secret"
         return (
-            f"{job} refused this viewer's key: {source} is not the job's; copy the job's secret "
-            f"({self.home_secret()} where it runs) or set RANKTOP_SECRET to it ({MORE})"
+            f"{job} refused this viewer's key: {source} is not its secret; copy {self.home_secret()} from where it "
+            f"runs, or set RANKTOP_SECRET to it ({MORE})"
         )
 
 
@@ -101,6 +101,7 @@ class Handshakes:
         self._note = note
         self._monitors: dict[zmq.Socket, tuple[zmq.Socket, str]] = {}  # monitor -> (its socket, the relay's URL)
         self._problems: dict[str, str] = {}  # URL -> its latest failure
+        self._vague: dict[str, int] = {}  # URL -> handshakes that failed without saying why
 
     @property
     def problem(self) -> str | None:
@@ -126,8 +127,15 @@ class Handshakes:
             line = self._keys.refused(url, event["event"], event["value"])
             if line is None:
                 self._problems.pop(url, None)
+                self._vague.pop(url, None)
                 self.forget(sock, poller)
                 return
+            if event["event"] == zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL:
+                # The relay hung up mid-handshake (errno in the value): what a wrong server key looks like,
+                # but also a relay going away or a plain peer's first try; said when it happens again.
+                self._vague[url] = self._vague.get(url, 0) + 1
+                if self._vague[url] < 2 or url in self._problems:
+                    continue
             self._say(url, line)
 
     def forget(self, sock: zmq.Socket, poller: zmq.Poller) -> None:
