@@ -10,10 +10,12 @@ command asks the ranks through (:meth:`WatchSession.request`).
 from __future__ import annotations
 
 import re
+import socket
 import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from urllib.parse import urlsplit
 
 from ranktop.watch import slurm
 from ranktop.watch.aggregator import DEFAULT_SILENT_AFTER_S, DEFAULT_WINDOW, Aggregator
@@ -160,6 +162,27 @@ def live_nodes(target: Target) -> list[rendezvous.NodeRecord]:
     return records + [convention_record(job, node) for node in job.nodes if _short(node) not in named]
 
 
+def local_job_of(endpoints: list[str], directory=None) -> str | None:
+    """The job whose relay on this machine listens at one of ``endpoints`` (by its record), or None.
+
+    A viewer given a bare endpoint of a relay here reads the job's secret as if
+    it had named the job; through a tunnel it needs ``RANKTOP_SECRET``.
+    """
+    here = {"127.0.0.1", "localhost", "::1", socket.gethostname()}
+    wanted = {(urlsplit(url).hostname, urlsplit(url).port) for url in endpoints}
+    for job, records in rendezvous.list_jobs(directory).items():
+        for record in records:
+            try:
+                host, port = urlsplit(record.telemetry).hostname, urlsplit(record.telemetry).port
+            except ValueError:
+                continue
+            if not record.on_this_machine or record.is_stale():
+                continue
+            if (host, port) in wanted or any(h in here and p == port for h, p in wanted):
+                return job
+    return None
+
+
 @dataclass(frozen=True)
 class Answers:
     """Every rank's answer to one command, and who was expected to answer."""
@@ -199,7 +222,8 @@ class WatchSession:
             # A SLURM job found by the port convention is named by its first hello.
             load_secret = lambda: rendezvous.read_secret(self._job_name() or "", target.directory)  # noqa: E731
         elif secret is None:
-            secret = auth.read_secret_env()
+            local = local_job_of(target.endpoints)  # a relay of this machine's rendezvous folder: its job's secret
+            secret = auth.read_secret_env() or (rendezvous.read_secret(local) if local else None)
         self.requests = Requests(
             target.job, secret, self.aggregator.requests, load_secret,
             job_of=lambda: self.aggregator.job, on_error=self.aggregator.note_error,
@@ -221,7 +245,7 @@ class WatchSession:
         """Where this viewer looks for the job's secret, as the one-line errors say it."""
         if auth.read_secret_env() is not None:
             return "RANKTOP_SECRET"
-        job = self._job_name()
+        job = self._job_name() or local_job_of(self.target.endpoints)
         return str(rendezvous.job_dir(job, self.target.directory) / "secret") if job else None
 
     def start(self) -> "WatchSession":
