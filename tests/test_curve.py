@@ -222,3 +222,12 @@ def test_a_job_run_unencrypted_is_read_by_an_unencrypted_viewer_and_named_to_an_
     assert out.stderr.splitlines()[-1] == (
         "ranktop: error: job job-open is not encrypted (it runs with RANKTOP_CURVE=0): set RANKTOP_CURVE=0 here too to read it (docs/security.md)"
     )
+
+
+def test_a_bare_endpoint_without_a_key_is_dialled_and_named_encrypted(relay, rdv):
+    relay, _ = relay
+    (rdv / "jobs" / "sealed" / "secret").rename(rdv / "elsewhere")  # nor does this machine's record help
+    with WatchSession(resolve([relay.telemetry_url])) as session:
+        line = wait_for(lambda: session.receiver.handshakes.problem, 10, "the missing key was never told")
+    assert line.startswith(f"the job at {relay.telemetry_url} is encrypted and this viewer has no key: ")
+    assert "RANKTOP_SECRET" in line

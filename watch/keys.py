@@ -55,7 +55,8 @@ class ClientKeys:
         self.encrypted = curve.enabled()
 
     def secure(self, sock: zmq.Socket) -> bool:
-        """Make ``sock`` a CURVE client of the job's relays before it connects; False: no key to do it with."""
+        """Make ``sock`` a CURVE client of the job's relays before it connects; False: no key to do it with
+        (the socket stays plain: it reads a relay run with ``RANKTOP_CURVE=0``, and hears a mismatch from others)."""
         return not self.encrypted or secure(sock, self._secret_of())
 
     def home_secret(self) -> str:
@@ -80,6 +81,8 @@ class ClientKeys:
             return None
         job = self._job(url)
         if event == zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL and value == zmq.PROTOCOL_ERROR_ZMTP_MECHANISM_MISMATCH:
+            if self.encrypted and self._secret_of() is None:  # we dialled without a key, and it wants one
+                return self.missing(url)
             if self.encrypted:
                 return f"{job} is not encrypted (it runs with RANKTOP_CURVE=0): set RANKTOP_CURVE=0 here too to read it ({MORE})"
             return f"{job} is encrypted and this viewer is not: unset RANKTOP_CURVE=0 here ({MORE})"

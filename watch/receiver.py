@@ -178,7 +178,7 @@ class Receiver(threading.Thread):
         sock.setsockopt(zmq.LINGER, 0)
         for kind in schema.TELEMETRY_KINDS:
             sock.setsockopt(zmq.SUBSCRIBE, kind.encode())
-        if not self._keys.secure(sock):  # no secret: nothing readable there; discovery tries again
+        if not self._keys.secure(sock) and url not in self._static:  # no secret yet: discovery tries again
             sock.close(linger=0)
             self.handshakes.no_key(url)
             return
