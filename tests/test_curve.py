@@ -8,6 +8,7 @@ processes watched through the installed ``ranktop`` command.
 import dataclasses
 import json
 import os
+import socket
 import threading
 import time
 
@@ -231,3 +232,50 @@ def test_a_bare_endpoint_without_a_key_is_dialled_and_named_encrypted(relay, rdv
         line = wait_for(lambda: session.receiver.handshakes.problem, 10, "the missing key was never told")
     assert line.startswith(f"the job at {relay.telemetry_url} is encrypted and this viewer has no key: ")
     assert "RANKTOP_SECRET" in line
+
+
+class Tunnel:
+    """What ``ssh -L`` does, in threads: local ports forwarded byte for byte to a relay's two ports, side by side."""
+
+    def __init__(self, telemetry_port: int, control_port: int):
+        for _ in range(50):
+            tele, ctl = socket.socket(), socket.socket()
+            tele.bind(("127.0.0.1", 0))
+            try:
+                ctl.bind(("127.0.0.1", tele.getsockname()[1] + control_port - telemetry_port))
+                break
+            except OSError:
+                tele.close()
+                ctl.close()
+        self.port = tele.getsockname()[1]
+        for listener, target in ((tele, telemetry_port), (ctl, control_port)):
+            listener.listen()
+            threading.Thread(target=self._accept, args=(listener, target), daemon=True).start()
+
+    def _accept(self, listener: socket.socket, target: int) -> None:
+        while True:
+            near, _ = listener.accept()
+            far = socket.create_connection(("127.0.0.1", target))
+            for a, b in ((near, far), (far, near)):
+                threading.Thread(target=self._pipe, args=(a, b), daemon=True).start()
+
+    @staticmethod
+    def _pipe(a: socket.socket, b: socket.socket) -> None:
+        try:
+            while data := a.recv(65536):
+                b.sendall(data)
+        except OSError:
+            pass
+        finally:
+            b.close()
+
+
+@pytest.mark.slow
+def test_through_a_tunnel_the_secret_reads_and_commands_the_ranks(launch_ranks, monkeypatch):
+    launch_ranks("job-tunnel", 2)
+    (node,) = rendezvous.read_nodes("job-tunnel")
+    tunnel = Tunnel(int(node.telemetry.rsplit(":", 1)[1]), int(node.control.rsplit(":", 1)[1]))
+    # as `ranktop attach --print-ssh` says: RANKTOP_SECRET=$(ssh login cat ~/.ranktop/jobs/JOB/secret) ranktop watch ...
+    monkeypatch.setenv("RANKTOP_SECRET", rendezvous.read_secret("job-tunnel").decode())
+    out = run_cli("ping", f"tcp://localhost:{tunnel.port}", "--timeout", "10")
+    assert out.returncode == 0 and out.stdout.count("pong") == 2, out.stderr
