@@ -74,6 +74,9 @@ class Gate:
         self._context = context
         self._domain = f"ranktop-relay-{id(self)}".encode()
         self.encrypted = curve.enabled()
+        if self.encrypted and not zmq.has("curve"):  # a libzmq built without libsodium: never fall back to plain text
+            raise RuntimeError(f"libzmq {zmq.zmq_version()} has no CURVE: the relay will not serve telemetry in the clear "
+                               "unless RANKTOP_CURVE=0 says so (docs/security.md)")
         self._keys = curve.keys_of(_job_secret(job, directory)) if self.encrypted else None
         if self._keys is not None:
             with _lock:

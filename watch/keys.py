@@ -2,11 +2,13 @@
 
 Every SUB (receiver.py) and PUSH (requests.py) socket the viewer opens to a
 relay is a CURVE client with the keys derived from the job's secret
-(wire/curve.py). Without the secret there is nothing to read, so the viewer
-says so before dialling; with a wrong one, or with encryption on one side
-only, the relay refuses the handshake, and a ZeroMQ socket monitor on each
-SUB socket (until its first handshake succeeds) turns that into one line:
-which relay, which job, where the secret was looked for and what to do. The
+(wire/curve.py). Without the secret there is nothing to read: a job found by
+name is not dialled and the viewer says so; a bare endpoint is dialled in the
+clear (a relay run with ``RANKTOP_CURVE=0`` is read, an encrypted one refuses).
+With a wrong secret, or with encryption on one side only, the relay refuses
+the handshake, and a ZeroMQ socket monitor on each SUB socket (until its first
+handshake succeeds) turns that into one line: which job (or relay), where the
+secret was looked for and what to do. The
 line goes to the aggregator's errors (the TUI's status line, ``--json``'s
 ``errors``) and to :attr:`Handshakes.problem` (``ranktop ping`` and ``watch
 --json`` end with it when no rank was heard).
