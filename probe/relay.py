@@ -34,7 +34,9 @@ from pathlib import Path
 import zmq
 
 from ranktop.wire import ports, rendezvous, settings
+from ranktop.wire.node_digest import NodeDigest
 
+from .digest import DigestThread
 from .identity import Identity
 from .zap import Gate
 
@@ -79,10 +81,14 @@ def _bind(sock: zmq.Socket, addr: str, port: int | None) -> int:
 
 
 class Relay:
-    def __init__(self, identity: Identity, context: zmq.Context, directory: str | None = None):
+    def __init__(self, identity: Identity, context: zmq.Context, directory: str | None = None, digest: bool = True):
+        """``digest``: also publish the node's digest for the viewers of big jobs (probe/digest.py); the
+        simulator, which makes its digests where it makes its ranks' messages, turns it off."""
         self._identity = identity
         self._context = context
         self._directory = directory
+        self._digest: DigestThread | None = None
+        self._wants_digest = digest
         self._threads: list[threading.Thread] = []
         self._controls: list[zmq.Socket] = []
         self._gate: Gate | None = None
@@ -120,6 +126,14 @@ class Relay:
 
         self.telemetry_url = f"tcp://{advertised}:{tele_port}"
         self.control_url = f"tcp://{advertised}:{ctl_port}"
+        if self._wants_digest:
+            listen, publish = f"inproc://ranktop-digest-in-{id(self)}", f"inproc://ranktop-digest-out-{id(self)}"
+            tele_out.bind(listen)
+            tele_in.bind(publish)
+            digest = NodeDigest(self._identity.job, self._identity.host)
+            digest.relay = {"telemetry": self.telemetry_url, "control": self.control_url}
+            self._digest = DigestThread(ctx, digest, listen, publish)
+            self._digest.start()
         self._spawn("telemetry", tele_in, tele_out)
         self._spawn("control", ctl_in, ctl_out)
         self.record_path = rendezvous.write_node(
@@ -170,9 +184,11 @@ class Relay:
                 ctl.send(b"TERMINATE", flags=zmq.NOBLOCK)
             except zmq.ZMQError:
                 pass
+        digest_closed = self._digest.stop(timeout) if self._digest is not None else True
+        self._digest = None
         for thread in self._threads:
             thread.join(timeout)
-        closed = not any(thread.is_alive() for thread in self._threads)
+        closed = digest_closed and not any(thread.is_alive() for thread in self._threads)
         if self._gate is not None:
             self._gate.close()
         for ctl in self._controls:

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from ranktop.watch import stalls, stragglers
-from ranktop.watch.collectives import add_collectives, collective_rows
+from ranktop.watch.collectives import add_collectives, add_digest_collectives, collective_rows
 from ranktop.watch.requests import RequestBook
 from ranktop.watch.resources import ResourceTracker, job_throughput
 from ranktop.watch.snapshot import (
@@ -57,6 +57,9 @@ RESTATS_PER_SNAPSHOT = 1024
 #: Past this many ranks the snapshot's per-rank collective rows are those of the first ranks of the ranking only.
 PER_RANK_ROWS_UP_TO = 64
 PER_RANK_ROWS_SHOWN = 16
+#: From this many ranks on, the collective rows are worked out again this often only.
+COLLECTIVES_CACHED_FROM = 512
+COLLECTIVES_EVERY_S = 2.0
 
 
 @dataclass
@@ -95,6 +98,7 @@ class Aggregator:
         self._replies: collections.deque[Reply] = collections.deque(maxlen=MAX_REPLIES)
         self._errors: list[str] = []
         self._dropped = 0
+        self._collectives: tuple[float, list] | None = None  # (when, rows) of the last collective rows
         self._restat_from = 0  # where the next snapshot's share of medians to refresh begins
         self._resources = ResourceTracker()  # memory history and creep, GPU gauges, throughput (watch/resources.py)
 
@@ -153,29 +157,62 @@ class Aggregator:
                 return
             if endpoint is not None and endpoint in self._endpoints:
                 self._endpoints[endpoint].last_heard = now
-            rank = self._ranks.get(msg["rank"])
-            if rank is None:
-                rank = self._ranks[msg["rank"]] = RankWindow(msg["rank"], collections.deque(maxlen=self._window))
-            rank.last_seen = now
-            if endpoint is not None:
-                rank.endpoint = endpoint
             kind = msg["k"]
+            if kind == schema.NODE:
+                for entry in msg["ranks"]:
+                    self._ingest_digest(entry, endpoint, now)
+                return
+            rank = self._window_of(msg["rank"], endpoint, now)
             if "state" in msg and isinstance(msg["state"], dict):
                 rank.note_state(msg["state"], now)
                 self._resources.note(msg["rank"], msg["state"], now)
             if kind == schema.HELLO:
-                rank.meta = {k: v for k, v in msg.items() if k not in ("v", "k", "job", "rank", "ts")}
-                world = rank.meta.get("world")
-                if isinstance(world, int) and not isinstance(world, bool) and world != self._world and world > (self._world or 0):
-                    self._world = world
-                    self.requests.poke()  # a command waiting for the job's size can go
+                self._note_hello(rank, {k: v for k, v in msg.items() if k not in ("v", "k", "job", "rank", "ts")})
             elif kind == schema.STEPS:
+                rank.raw_at = now
                 add_collectives(rank, msg, now, self._window)
                 for rec in msg["steps"]:
                     rank.add_step(rec)
             elif kind == schema.REPLY:
                 result = msg.get("result") if isinstance(msg.get("result"), dict) else {}
                 self._replies.append(self.requests.note_reply(msg["id"], msg["cmd"], msg["rank"], msg["ok"], result))
+            else:
+                rank.raw_at = now
+
+    def _window_of(self, number: int, endpoint: str | None, now: float) -> RankWindow:
+        rank = self._ranks.get(number)
+        if rank is None:
+            rank = self._ranks[number] = RankWindow(number, collections.deque(maxlen=self._window))
+        rank.last_seen = now
+        if endpoint is not None:
+            rank.endpoint = endpoint
+        return rank
+
+    def _note_hello(self, rank: RankWindow, meta: dict[str, Any]) -> None:
+        rank.meta = meta
+        world = meta.get("world")
+        if isinstance(world, int) and not isinstance(world, bool) and world != self._world and world > (self._world or 0):
+            self._world = world
+            self.requests.poke()  # a command waiting for the job's size can go
+
+    def _ingest_digest(self, entry: dict[str, Any], endpoint: str | None, now: float) -> None:
+        """One rank's part of its node's digest (wire/node_digest.py). A rank whose own messages this viewer
+        also hears (it switched to digests a moment ago) is taken from those, not counted twice."""
+        rank = self._window_of(entry["r"], endpoint, now)
+        state = entry.get("state")
+        if state is not None:
+            rank.note_state(state, now)
+            self._resources.note(entry["r"], state, now)
+        if "hello" in entry:
+            self._note_hello(rank, entry["hello"])
+        if now - rank.raw_at < self._silent_after:
+            return
+        if "ops" in entry or "cx" in entry:
+            add_digest_collectives(rank, entry.get("ops", {}), entry.get("cx", ()), now)
+        if "s" in entry:
+            rank.add_interval(entry["s"])
+        if entry.get("dev"):
+            rank.device_times = True
 
     def replies_to(self, command_id: str) -> list[Reply]:
         """Every rank's answer to one of our last commands, by rank (``snapshot.replies`` keeps only the latest)."""
@@ -299,13 +336,23 @@ class Aggregator:
             requests=self.requests.statuses(),
             dropped_messages=dropped,
             errors=errors,
-            collectives=collective_rows(windows, now, ranking[:PER_RANK_ROWS_SHOWN] if len(windows) > PER_RANK_ROWS_UP_TO else None),
+            collectives=self._collective_rows(windows, now, ranking),
             waiting_for=verdict.waiting_for,
             diagnosis=verdict.diagnosis,
             slow_hosts=stragglers.slow_hosts(rows),
             device_time_ranks=sorted(w.rank for w in windows if w.device_times),
             throughput=job_throughput([row.throughput for row in rows if row.status != SILENT]),
         )
+
+    def _collective_rows(self, windows: list[RankWindow], now: float, ranking: list[int]) -> list:
+        """The collectives pane's rows; past :data:`COLLECTIVES_CACHED_FROM` ranks worked out again every
+        :data:`COLLECTIVES_EVERY_S` only (what they say moves slowly; the rows cost O(ranks x ops))."""
+        cached = self._collectives
+        if len(windows) >= COLLECTIVES_CACHED_FROM and cached is not None and now - cached[0] < COLLECTIVES_EVERY_S:
+            return cached[1]
+        rows = collective_rows(windows, now, ranking[:PER_RANK_ROWS_SHOWN] if len(windows) > PER_RANK_ROWS_UP_TO else None)
+        self._collectives = (now, rows)
+        return rows
 
     def _host_of(self, r: RankWindow) -> str:
         """The rank's host from its hello; until that arrives, the host of the node's relay it was heard through."""
