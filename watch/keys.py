@@ -24,6 +24,8 @@ from zmq.utils.monitor import recv_monitor_message
 from ranktop.wire import curve
 
 MORE = "docs/security.md"
+#: Handshakes a relay ends without a reason before this viewer says its key was refused.
+VAGUE_FAILURES = 3
 _EVENTS = (
     zmq.EVENT_HANDSHAKE_SUCCEEDED
     | zmq.EVENT_HANDSHAKE_FAILED_AUTH
@@ -136,10 +138,11 @@ class Handshakes:
                 self.forget(sock, poller)
                 return
             if event["event"] == zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL:
-                # The relay hung up mid-handshake (errno in the value): what a wrong server key looks like,
-                # but also a relay going away or a plain peer's first try; said when it happens again.
+                # The relay hung up mid-handshake (errno in the value): what a wrong server key looks like, but
+                # also a relay going away, or the race of a mismatch; a plain dial waits for the mismatch itself,
+                # a CURVE one says it when it happens again and again.
                 self._vague[url] = self._vague.get(url, 0) + 1
-                if self._vague[url] < 2 or url in self._problems:
+                if sock.getsockopt(zmq.MECHANISM) != zmq.CURVE or self._vague[url] < VAGUE_FAILURES or url in self._problems:
                     continue
             self._say(url, line)
 
