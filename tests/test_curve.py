@@ -221,7 +221,8 @@ def test_a_job_run_unencrypted_is_read_by_an_unencrypted_viewer_and_named_to_an_
     out = run_cli("watch", "job-open", "--json", "--duration", "3")
     assert out.returncode == 1
     assert out.stderr.splitlines()[-1] == (
-        "ranktop: error: job job-open is not encrypted (it runs with RANKTOP_CURVE=0): set RANKTOP_CURVE=0 here too to read it (docs/security.md)"
+        "ranktop: error: job job-open is not encrypted (it runs with RANKTOP_CURVE=0): "
+        "set RANKTOP_CURVE=0 here too to read it (docs/security.md)"
     )
 
 
