@@ -1,4 +1,4 @@
-"""One endpoint per node: ZeroMQ proxies in local rank 0 that join the node's ranks to any TUI.
+"""One endpoint per node: ZeroMQ proxies in the node's relay process (probe/relay_process.py) that join the node's ranks to any TUI.
 
 Two of ZeroMQ's own proxy devices, each in a thread of its own (``zmq.proxy``
 runs in C and releases the GIL, so it costs the training thread nothing):

@@ -158,7 +158,7 @@ def test_a_fault_inside_the_probe_disables_the_probe_not_the_training(rdv, tmp_p
 
 
 def test_a_job_that_ends_removes_its_rendezvous_record(launch_ranks, rdv):
-    ranks = launch_ranks("job-end", 1, "--steps", "20")
+    ranks = launch_ranks("job-end", 1, "--steps", "150")  # about 2 s: long enough to see its relay start
     ranks.procs[0].wait(30)
     assert rendezvous.read_nodes("job-end") == []
 

@@ -38,15 +38,17 @@ from ranktop.watch.snapshot import (
     WAITING,
     CaptureStatus,
     Endpoint,
-    RankRow,
     Reply,
     Snapshot,
+    build_rank_row,
 )
 from ranktop.watch.window import RankWindow
 from ranktop.wire import schema
 
 DEFAULT_WINDOW = 64
 DEFAULT_SILENT_AFTER_S = 3.0
+#: Messages reaching this viewer this much later than they used to: it is behind (too much to decode), and says so.
+BEHIND_AFTER_S = 1.0
 #: Latest replies kept for the snapshot, whoever sent the command (ours are all kept: watch/requests.py).
 MAX_REPLIES = 256
 MAX_ERRORS = 8
@@ -68,6 +70,10 @@ class _Endpoint:
     host: str | None
     added: float
     last_heard: float | None = None
+    # How late its messages reach us: their age when ingested (our wall clock less their own), less the least
+    # age seen (a constant clock skew between hosts is not lateness). Grows when this viewer falls behind.
+    age_floor: float = float("inf")
+    late_s: float = 0.0
 
 
 class Aggregator:
@@ -155,8 +161,13 @@ class Aggregator:
             elif msg["job"] != self._job:
                 self._dropped += 1  # another job's traffic on a shared endpoint
                 return
-            if endpoint is not None and endpoint in self._endpoints:
-                self._endpoints[endpoint].last_heard = now
+            ep = self._endpoints.get(endpoint) if endpoint is not None else None
+            if ep is not None:
+                ep.last_heard = now
+                age = self._wall_clock() - msg["ts"]
+                if age < ep.age_floor:
+                    ep.age_floor = age
+                ep.late_s = age - ep.age_floor
             kind = msg["k"]
             if kind == schema.NODE:
                 for entry in msg["ranks"]:
@@ -265,8 +276,19 @@ class Aggregator:
         return self._build(now, windows, names, stats, resources)
 
     def _build(self, now: float, windows: list[RankWindow], names: list[str], stats: dict, resources: dict) -> Snapshot:
-        silent = {w.rank for w in windows if now - w.last_seen > self._silent_after}
-        verdict = stalls.assess(stalls.positions_of(windows, now, silent), self._stall)
+        with self._lock:
+            behind = max((e.late_s for e in self._endpoints.values()), default=0.0)
+        behind = behind if behind > BEHIND_AFTER_S else 0.0
+        # A rank is silent when *it* stopped talking, not when this viewer is behind on the job's messages (a
+        # viewer behind on one relay is behind on them all: it serves them in turn).
+        silent = {w.rank for w in windows if now - w.last_seen > self._silent_after + behind}
+        worlds = [w.meta.get("world") for w in windows if isinstance(w.meta.get("world"), int)]
+        # The job as far as we have heard: a viewer behind on its messages must not see a stall in its own lag.
+        if stalls.none_stuck(windows, now - behind, silent, self._stall):
+            verdict = stalls.Verdict({}, [], None)
+        else:
+            sure = worlds and now - self._started > self._silent_after + behind  # ranks never heard count once it is sure
+            verdict = stalls.assess(stalls.positions_of(windows, now - behind, silent), self._stall, world=max(worlds) if sure else None)
         live = {rank: s for rank, s in stats.items() if s is not None and rank not in silent}
         scores = stragglers.score(live, names)
 
@@ -284,7 +306,7 @@ class Aggregator:
             else:
                 status = OK
             rows.append(
-                RankRow(
+                build_rank_row(
                     rank=w.rank,
                     host=self._host_of(w),
                     local_rank=int(w.meta.get("local_rank", -1)),
@@ -317,7 +339,6 @@ class Aggregator:
         for w in windows:
             if w.endpoint is not None:
                 ranks_by_endpoint[w.endpoint] = ranks_by_endpoint.get(w.endpoint, ()) + (w.rank,)
-        worlds = [w.meta.get("world") for w in windows if isinstance(w.meta.get("world"), int)]
         ranking = stragglers.ranking(rows, verdict.waiting_for)
         with self._lock:
             endpoints = list(self._endpoints.values())
@@ -331,7 +352,8 @@ class Aggregator:
             phase_names=names,
             ranks=rows,
             stragglers=ranking,
-            endpoints=[self._endpoint_view(e, now, ranks_by_endpoint.get(e.url, ())) for e in endpoints],
+            endpoints=[self._endpoint_view(e, now, ranks_by_endpoint.get(e.url, ()), behind) for e in endpoints],
+            behind_s=behind or None,
             replies=replies,
             requests=self.requests.statuses(),
             dropped_messages=dropped,
@@ -362,11 +384,11 @@ class Aggregator:
             host = endpoint.host if endpoint is not None else None
         return str(host) if host is not None else "?"
 
-    def _endpoint_view(self, e: _Endpoint, now: float, ranks: tuple[int, ...]) -> Endpoint:
+    def _endpoint_view(self, e: _Endpoint, now: float, ranks: tuple[int, ...], behind: float) -> Endpoint:
         if e.last_heard is None:
             return Endpoint(e.url, e.host, WAITING, now - e.added, ranks)
         quiet = now - e.last_heard
-        return Endpoint(e.url, e.host, LOST if quiet > self._silent_after else CONNECTED, quiet, ranks)
+        return Endpoint(e.url, e.host, LOST if quiet > self._silent_after + behind else CONNECTED, quiet, ranks)
 
 
 def _capture_status(r: RankWindow) -> CaptureStatus | None:

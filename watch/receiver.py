@@ -220,7 +220,9 @@ class Receiver(threading.Thread):
                     sock.setsockopt(zmq.UNSUBSCRIBE, topic)
             sock.setsockopt(zmq.SUBSCRIBE, schema.NODE.encode())
 
-    def _drain(self, sock: zmq.Socket, limit: int = 10_000) -> None:
+    def _drain(self, sock: zmq.Socket, limit: int = 256) -> None:
+        """Take what one relay sent, a bounded number at a time: a viewer behind on hundreds of relays serves
+        them in turn rather than one for long (the others would look silent meanwhile)."""
         url = self._urls[sock]
         for count in range(limit):
             if count % 256 == 255 and self._stop_event.is_set():  # a backlog of hundreds of relays must not delay a stop
