@@ -103,7 +103,7 @@ def cmd_print_ssh(args) -> int:
     read_secret = f"RANKTOP_SECRET=$(ssh {args.via or socket.getfqdn()} cat {secret}) " if secret.exists() else ""
     print(f"{read_secret}ranktop watch {' '.join(urls)}")
     if not read_secret:
-        print("# read-only: commands need the job's secret in RANKTOP_SECRET on both sides (docs/clusters.md)")
+        print(f"# no secret at {secret}: give the viewer the job's secret in RANKTOP_SECRET, or it reads nothing (docs/security.md)")
     return 0
 
 

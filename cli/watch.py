@@ -78,14 +78,18 @@ def watch_json(session: WatchSession, duration: float) -> int:
         while time.monotonic() < deadline:  # a fixed listening time, with a notice for each endpoint that stays silent
             time.sleep(min(0.25, max(0.0, deadline - time.monotonic())))
             for e in session.snapshot().endpoints:
-                if e.state == WAITING and e.quiet_s >= WAITING_NOTICE_S and e.url not in told:
+                if e.state == WAITING and e.quiet_s >= WAITING_NOTICE_S and e.url not in told and not session.receiver.handshakes.problem:
                     told.add(e.url)
                     print(f"ranktop: no answer from {e.url} after {e.quiet_s:.0f}s; still waiting", file=sys.stderr)
         snap = session.snapshot()
     print(json.dumps(snap.to_json(), indent=2))
+    refused = session.receiver.handshakes.problem  # no key, or not the job's: said last, as the reason
     for error in snap.errors:
-        print(f"ranktop: {error}", file=sys.stderr)
+        if snap.ranks or error != refused:
+            print(f"ranktop: {error}", file=sys.stderr)
     if not snap.ranks:
+        if refused:
+            raise UserError(refused)
         job = session.target.slurm
         hint = ""
         if job is not None:  # the commonest cause: a job that does not run ranktop, or another port base

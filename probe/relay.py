@@ -9,6 +9,9 @@ runs in C and releases the GIL, so it costs the training thread nothing):
 - control: TUIs PUSH signed commands over TCP -> PULL ... PUB over IPC -> ranks (SUB).
   The relay never checks signatures; every rank verifies each command itself.
 
+Both TCP sockets are CURVE servers admitting only the job's client key
+(probe/zap.py, wire/curve.py): a viewer without the job's secret reads nothing.
+
 The IPC socket files live in a per-user folder of mode 0700, so other users of
 the node cannot connect to them.
 
@@ -35,6 +38,7 @@ from ranktop.wire.node_digest import NodeDigest
 
 from .digest import DigestThread
 from .identity import Identity
+from .zap import Gate
 
 #: Command frames are small; anything bigger arriving on the TCP control port is refused.
 MAX_CONTROL_BYTES = 64 * 1024
@@ -87,6 +91,7 @@ class Relay:
         self._wants_digest = digest
         self._threads: list[threading.Thread] = []
         self._controls: list[zmq.Socket] = []
+        self._gate: Gate | None = None
         self.record_path: Path | None = None
         self.telemetry_url = ""
         self.control_url = ""
@@ -101,17 +106,20 @@ class Relay:
             print(f"ranktop: {exc}; the relay takes random ports", file=sys.stderr)
             wanted = None
         advertised = self._identity.host if addr in ("0.0.0.0", "*") else addr
+        gate = self._gate = Gate(ctx, self._identity.job, self._directory)  # CURVE on both TCP sockets (probe/zap.py)
 
         tele_in = ctx.socket(zmq.XSUB)
         tele_in.bind(tele_ipc)
         tele_out = ctx.socket(zmq.XPUB)
         tele_out.setsockopt(zmq.SNDHWM, 10_000)
         tele_out.setsockopt(zmq.MAXMSGSIZE, MAX_CONTROL_BYTES)  # subscribers only send subscriptions
+        gate.secure(tele_out)
         tele_port = _bind(tele_out, addr, wanted[0] if wanted else None)
 
         ctl_in = ctx.socket(zmq.PULL)
         ctl_in.setsockopt(zmq.MAXMSGSIZE, MAX_CONTROL_BYTES)
         ctl_in.setsockopt(zmq.RCVHWM, 1000)
+        gate.secure(ctl_in)
         ctl_port = _bind(ctl_in, addr, wanted[1] if wanted else None)
         ctl_out = ctx.socket(zmq.PUB)
         ctl_out.bind(ctl_ipc)
@@ -181,6 +189,8 @@ class Relay:
         for thread in self._threads:
             thread.join(timeout)
         closed = digest_closed and not any(thread.is_alive() for thread in self._threads)
+        if self._gate is not None:
+            self._gate.close()
         for ctl in self._controls:
             ctl.close(linger=0)
         self._controls.clear()

@@ -21,7 +21,8 @@ import zmq
 
 from ranktop.watch.aggregator import Aggregator
 from ranktop.watch.errors import RanktopError
-from ranktop.wire import rendezvous, schema, settings
+from ranktop.watch.keys import ClientKeys, Handshakes
+from ranktop.wire import auth, rendezvous, schema, settings
 
 DISCOVERY_EVERY_S = 1.0
 #: From this many nodes on (``RANKTOP_DIGESTS=auto``) the viewer takes one digest per node and interval instead
@@ -99,6 +100,7 @@ class Receiver(threading.Thread):
         on_control: Callable[[str], None] | None = None,
         recorder: "Tap | None" = None,
         digests: str | None = None,
+        keys: ClientKeys | None = None,
     ):
         """``digests``: "on", "off" or "auto" (default: ``RANKTOP_DIGESTS``), see :data:`DIGESTS_FROM_NODES`."""
         super().__init__(name="ranktop-receiver", daemon=True)
@@ -117,6 +119,11 @@ class Receiver(threading.Thread):
         self._urls: dict[zmq.Socket, str] = {}  # and back
         self._by_host: dict[str, str] = {}  # discovered node -> its relay's advertised telemetry URL
         self._context = zmq.Context()
+        self._context.set(zmq.MAX_SOCKETS, 16384)  # a SUB socket per relay, and its handshake monitor for a while
+        # CURVE keys from the job's secret (watch/keys.py); a failed handshake is said once, in one line
+        keys = keys or ClientKeys(auth.read_secret_env, "RANKTOP_SECRET", lambda: aggregator.job)
+        self._keys = keys
+        self.handshakes = Handshakes(keys, aggregator.note_error)
         for url in self._static:
             aggregator.add_endpoint(url)
             if recorder is not None:
@@ -140,11 +147,15 @@ class Receiver(threading.Thread):
                 if not self.digests and self._digest_mode == "auto" and len(self._sockets) >= DIGESTS_FROM_NODES:
                     self._take_digests()
                 for sock, _ in poller.poll(200):
-                    self._drain(sock)
+                    if self.handshakes.owns(sock):
+                        self.handshakes.read(sock, poller)
+                    else:
+                        self._drain(sock)
         except Exception as exc:  # never die silently: the UI shows why the data stopped
             self._aggregator.note_error(f"receiver stopped: {exc.__class__.__name__}: {exc}")
             print(f"ranktop: receiver stopped: {exc}", file=sys.stderr)
         finally:
+            self.handshakes.close()
             for sock in self._sockets.values():
                 sock.close(linger=0)
             self._context.term()
@@ -161,6 +172,7 @@ class Receiver(threading.Thread):
                 sock = self._sockets.pop(old)
                 del self._urls[sock]
                 poller.unregister(sock)
+                self.handshakes.forget(sock, poller)
                 sock.close(linger=0)
                 self._aggregator.replace_endpoint(old, rec.telemetry, rec.host)
             self._by_host[rec.host] = rec.telemetry
@@ -182,9 +194,15 @@ class Receiver(threading.Thread):
         sock.setsockopt(zmq.LINGER, 0)
         for topic in DIGEST_TOPICS if self.digests else RANK_TOPICS:
             sock.setsockopt(zmq.SUBSCRIBE, topic)
+        if not self._keys.secure(sock) and url not in self._static:  # no secret yet: discovery tries again
+            sock.close(linger=0)
+            self.handshakes.no_key(url)
+            return
+        self.handshakes.watch(sock, url, poller)
         try:
             sock.connect(dial)
         except zmq.ZMQError as exc:  # a record or host name that is no address: say so, keep the others
+            self.handshakes.forget(sock, poller)
             sock.close(linger=0)
             self._aggregator.note_error(f"cannot dial {dial}: {exc}")
             return

@@ -18,6 +18,7 @@ from typing import Callable, Iterable
 
 import zmq
 
+from ranktop.watch import keys
 from ranktop.watch.errors import RanktopError
 from ranktop.watch.snapshot import Reply, RequestStatus
 from ranktop.wire import auth
@@ -228,6 +229,7 @@ class Requests:
                 sock = self._sockets[url] = self._context.socket(zmq.PUSH)
                 sock.setsockopt(zmq.LINGER, 500)
                 sock.setsockopt(zmq.SNDHWM, 100)
+                keys.secure(sock, self.secret)  # CURVE, as the relay's control port demands (watch/keys.py)
                 sock.connect(url)
             try:
                 sock.send_multipart(frames, flags=zmq.NOBLOCK)

@@ -10,15 +10,18 @@ command asks the ranks through (:meth:`WatchSession.request`).
 from __future__ import annotations
 
 import re
+import socket
 import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from urllib.parse import urlsplit
 
 from ranktop.watch import slurm
 from ranktop.watch.aggregator import DEFAULT_SILENT_AFTER_S, DEFAULT_WINDOW, Aggregator
 from ranktop.watch.errors import RanktopError
 from ranktop.watch.history import History
+from ranktop.watch.keys import ClientKeys
 from ranktop.watch.receiver import Receiver, parse_endpoint
 from ranktop.watch.recording import Recorder
 from ranktop.watch.requests import RequestError, Requests
@@ -159,6 +162,27 @@ def live_nodes(target: Target) -> list[rendezvous.NodeRecord]:
     return records + [convention_record(job, node) for node in job.nodes if _short(node) not in named]
 
 
+def local_job_of(endpoints: list[str], directory=None) -> str | None:
+    """The job whose relay on this machine listens at one of ``endpoints`` (by its record), or None.
+
+    A viewer given a bare endpoint of a relay here reads the job's secret as if
+    it had named the job; through a tunnel it needs ``RANKTOP_SECRET``.
+    """
+    here = {"127.0.0.1", "localhost", "::1", socket.gethostname()}
+    wanted = {(urlsplit(url).hostname, urlsplit(url).port) for url in endpoints}
+    for job, records in rendezvous.list_jobs(directory).items():
+        for record in records:
+            try:
+                host, port = urlsplit(record.telemetry).hostname, urlsplit(record.telemetry).port
+            except ValueError:
+                continue
+            if not record.on_this_machine or record.is_stale():
+                continue
+            if (host, port) in wanted or any(h in here and p == port for h, p in wanted):
+                return job
+    return None
+
+
 @dataclass(frozen=True)
 class Answers:
     """Every rank's answer to one command, and who was expected to answer."""
@@ -196,9 +220,10 @@ class WatchSession:
         load_secret = None
         if secret is None and (target.job is not None or target.slurm is not None):
             # A SLURM job found by the port convention is named by its first hello.
-            load_secret = lambda: rendezvous.read_secret(target.job or self.aggregator.job or "", target.directory)  # noqa: E731
+            load_secret = lambda: rendezvous.read_secret(self._job_name() or "", target.directory)  # noqa: E731
         elif secret is None:
-            secret = auth.read_secret_env()
+            local = local_job_of(target.endpoints)  # a relay of this machine's rendezvous folder: its job's secret
+            secret = auth.read_secret_env() or (rendezvous.read_secret(local) if local else None)
         self.requests = Requests(
             target.job, secret, self.aggregator.requests, load_secret,
             job_of=lambda: self.aggregator.job, on_error=self.aggregator.note_error,
@@ -206,9 +231,22 @@ class WatchSession:
         self.controller = self.requests  # what the App sends through (tui/app.py), by its older name
         discover = (lambda: live_nodes(target)) if target.job is not None or target.slurm is not None else None
         self.receiver = Receiver(
-            self.aggregator, target.endpoints, discover, on_control=self.requests.add_endpoint, recorder=recorder
+            self.aggregator, target.endpoints, discover, on_control=self.requests.add_endpoint, recorder=recorder,
+            keys=ClientKeys(lambda: self.requests.secret, self._secret_place(), self._job_name),
         )
         self.history = History()  # step time and episodes over the last minutes, sampled as snapshots are taken
+
+    def _job_name(self) -> str | None:
+        """The job's name: as named, as its first message said, or (a SLURM job found by the port convention) its id."""
+        slurm_id = self.target.slurm.job_id if self.target.slurm is not None else None
+        return self.target.job or self.aggregator.job or slurm_id
+
+    def _secret_place(self) -> str | None:
+        """Where this viewer looks for the job's secret, as the one-line errors say it."""
+        if auth.read_secret_env() is not None:
+            return "RANKTOP_SECRET"
+        job = self._job_name() or local_job_of(self.target.endpoints)
+        return str(rendezvous.job_dir(job, self.target.directory) / "secret") if job else None
 
     def start(self) -> "WatchSession":
         if self.recorder is not None:
@@ -238,7 +276,7 @@ class WatchSession:
         known = lambda: self.aggregator.world_size is not None and self.requests.ready()  # noqa: E731
         if not self.wait_until(known, timeout):
             if self.aggregator.world_size is None:
-                raise RequestError(f"no rank reported within {timeout:g}s")
+                raise RequestError(self.receiver.handshakes.problem or f"no rank reported within {timeout:g}s")
             raise RequestError("no relay control endpoint known yet")
         return self.snapshot()
 

@@ -15,6 +15,8 @@ def waiting_text(snapshot: Snapshot) -> Text:
     text.append(f"waiting for {job}…\n\n", style="bold")
     # Where ranktop listens is on the status line, with how long it has waited.
     text.append("Ranks appear here as soon as their probe sends its first message.", style=palette.MUTED)
+    if snapshot.errors:  # why none may come (no key, a refused one): in full here, the status line cuts it
+        text.append(f"\n\n{snapshot.errors[-1]}", style=palette.ERROR)
     return text
 
 
