@@ -10,7 +10,7 @@ import pytest
 
 from ranktop.watch.aggregator import Aggregator
 from ranktop.wire import collective_summary, schema
-from ranktop.wire.node_digest import SLOW_EVERY_S, NodeDigest
+from ranktop.wire.node_digest import HELLO_EVERY_S, SLOW_EVERY_S, NodeDigest
 
 from .messages import hello, steps
 
@@ -71,14 +71,14 @@ def test_state_and_collectives_ride_once_a_second_but_a_rank_that_made_no_step_s
     assert later["ops"]["all_reduce"][collective_summary.CALLS] == 1  # the call held back since, not lost
 
 
-def test_hellos_ride_when_they_change_and_every_ten_seconds_for_late_viewers():
+def test_hellos_ride_when_they_change_and_every_two_seconds_for_late_viewers():
     digest = NodeDigest("j", "node0")
     digest.add(schema.HELLO, hello(0))
     assert wired(digest.body(0.0, 1.0))["ranks"][0]["hello"]["host"] == "node0"
     digest.add(schema.HELLO, hello(0))
     assert "hello" not in digest.body(1.0, 2.0)["ranks"][0]
     digest.add(schema.HELLO, hello(0))
-    assert "hello" in digest.body(10.0, 11.0)["ranks"][0]
+    assert "hello" in digest.body(HELLO_EVERY_S, 11.0)["ranks"][0]
 
 
 def test_an_aggregator_reads_a_digest_as_the_steps_it_stands_for():

@@ -37,8 +37,9 @@ from .own_times import own_times
 
 #: How often a relay sends its node's digest (a rank sends its own steps 4 times a second by default).
 DIGEST_HZ = 4.0
-#: A rank's hello rides in the digest at least this often, so a viewer that attaches late learns who it is.
-HELLO_EVERY_S = 10.0
+#: A rank's hello rides in the digest at least this often, so a viewer that attaches late learns who it is
+#: (as often as a rank sends its own: a viewer that watches for a few seconds must not miss it).
+HELLO_EVERY_S = 2.0
 #: A running rank's state and collectives ride in the digest this often (what they say changes slowly; each
 #: costs the viewer more than the steps themselves, times thousands of ranks).
 SLOW_EVERY_S = 1.0
