@@ -254,6 +254,7 @@ class Aggregator:
                     pid=int(w.meta.get("pid", -1)),
                     step=w.last_step,
                     steps_seen=w.steps_seen,
+                    missed=w.missed,
                     step_s=st.step_s if st else None,
                     phases=st.phases if st else {},
                     score=scores.score(w.rank),
