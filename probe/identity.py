@@ -6,6 +6,14 @@ srun (SLURM_PROCID, SLURM_LOCALID, SLURM_NTASKS), then an already initialised
 ``torch.distributed`` (never imported by us: only consulted if the script did),
 else a single process.
 
+The local rank is ``LOCAL_RANK`` whenever a launcher set it, whatever else is
+missing: PyTorch Lightning's second process has ``LOCAL_RANK=1`` and no
+``RANK``. Without it (``torch.multiprocessing.spawn`` passes ranks as
+arguments) the rank modulo the node's GPU count, else the rank itself: right
+for one node, a guess beyond. The local rank only names the rank's GPU and
+what the viewer shows; which process runs the node's relay is settled by a
+claim in the node's claim folder (probe/relay_claim.py), never by it.
+
 The host is the name this node goes by in the TUI and, when the relay listens
 on every interface, the address it advertises: ``RANKTOP_HOST`` overrides the
 machine's host name (a name that resolves on the cluster network, an address on
@@ -37,11 +45,6 @@ class Identity:
     machine: str = ""  # the real host name (``host`` may be RANKTOP_HOST's); "" = same as host
     slurm_job: str | None = None  # SLURM_JOB_ID when run in a SLURM job, whatever the job's name
 
-    @property
-    def hosts_relay(self) -> bool:
-        """Local rank 0 hosts the node's relay; every other local rank connects to it."""
-        return self.local_rank == 0
-
 
 def _int_env(env, name: str) -> int | None:
     value = env.get(name)
@@ -62,13 +65,25 @@ def _ranks_from_env(env) -> tuple[int, int, int, int | None, str]:
     if rank is not None and world is not None:
         local = _int_env(env, "SLURM_LOCALID")
         return rank, 0 if local is None else local, world, _int_env(env, "SLURM_NTASKS_PER_NODE"), "slurm"
+    local = _int_env(env, "LOCAL_RANK")
     dist = sys.modules.get("torch.distributed")
     try:
         if dist is not None and dist.is_available() and dist.is_initialized():
-            return dist.get_rank(), 0, dist.get_world_size(), None, "torch.distributed"
+            rank = dist.get_rank()
+            return rank, _guess_local_rank(rank) if local is None else local, dist.get_world_size(), _int_env(env, "LOCAL_WORLD_SIZE"), "torch.distributed"
     except Exception:
         pass
-    return 0, 0, 1, 1, "single"
+    return 0, 0 if local is None else local, 1, 1, "single"
+
+
+def _guess_local_rank(rank: int) -> int:
+    """A rank with no launcher's local rank (mp.spawn): modulo the node's GPUs, which is how such scripts pick theirs."""
+    torch = sys.modules.get("torch")
+    try:
+        count = torch.cuda.device_count() if torch is not None and torch.cuda.is_available() else 0
+    except Exception:
+        count = 0
+    return rank % count if count else rank
 
 
 def _job_from_env(env, host: str, pid: int) -> str:

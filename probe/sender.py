@@ -1,7 +1,7 @@
 """The probe's background thread: drains the recorder, streams telemetry, obeys commands.
 
 Everything that may be slow lives here rather than on the training thread:
-binding the node's relay, writing rendezvous files, reading the job secret,
+starting and checking the node's relay process, reading rendezvous files, reading the job secret,
 encoding msgpack, socket I/O and command handling. Sends are non-blocking on a
 PUB socket with a high-water mark, so a slow or absent listener costs dropped
 messages, never a stall.
@@ -28,7 +28,8 @@ from . import commands
 from .collectives import CollectiveTracker
 from .identity import Identity
 from .recorder import Recorder
-from .relay import Relay, ipc_endpoints
+from .relay import ipc_endpoints
+from .relay_keeper import RelayKeeper
 
 #: Most step records in one message; a rank that fell far behind sends several.
 MAX_RECORDS_PER_MESSAGE = 512
@@ -62,7 +63,7 @@ class Sender(threading.Thread):
         self._directory = directory
         self._on_fault = on_fault
         self._stop_event = threading.Event()
-        self._relay: Relay | None = None
+        self._relay = RelayKeeper(identity, directory)  # the node's relay process (probe/relay_process.py)
         self._taken = 0
         self._dropped = 0
         self._rejected: dict[str, int] = {}
@@ -119,9 +120,7 @@ class Sender(threading.Thread):
         ctx = zmq.Context()
         pub = sub = None
         try:
-            if self.identity.hosts_relay:
-                self._relay = Relay(self.identity, ctx, self._directory)
-                self._relay.start()
+            self._relay.start()
             try:
                 secret = rendezvous.load_or_create_secret(self.identity.job, self._directory)
                 verifier = auth.CommandVerifier(secret, self.identity.job)
@@ -145,9 +144,8 @@ class Sender(threading.Thread):
             for sock in (pub, sub):
                 if sock is not None:
                     sock.close()
-            relay_closed = self._relay.stop() if self._relay is not None else True
-            if relay_closed:  # term() would wait forever on a socket a stuck thread still holds
-                ctx.term()
+            ctx.term()
+            self._relay.stop()
 
     def _loop(self, pub: zmq.Socket, sub: zmq.Socket, verifier: auth.CommandVerifier | None) -> None:
         poller = zmq.Poller()
@@ -157,6 +155,8 @@ class Sender(threading.Thread):
         last_sent = 0.0
         while not self._stop_event.is_set():
             now = time.monotonic()
+            if self._relay.due(now):
+                self._relay.check()
             if now >= next_hello:
                 self._send(pub, schema.HELLO, self.hello())
                 next_hello = now + HELLO_EVERY_S
@@ -280,9 +280,10 @@ class Sender(threading.Thread):
                 "argv": sys.argv[:8],
                 "cwd": os.getcwd(),
             }
-            if self._relay is not None:
-                self._meta["relay"] = {"telemetry": self._relay.telemetry_url, "control": self._relay.control_url}
         hello = dict(self._meta, rate_hz=self.rate_hz)
+        relay = self._relay.endpoints()
+        if relay is not None:
+            hello["relay"] = relay
         for key, source in self._hello_sources.items():
             value = source()
             if value:

@@ -25,7 +25,7 @@ JOB = "two-nodes"
 
 
 class Node:
-    """The ranks of one node: local rank 0 hosts the node's relay."""
+    """The ranks of one node; the first of them to need it starts the node's relay process."""
 
     def __init__(self, host: str, first_rank: int, tmp_path, per_node: int = 2, world: int = 4, **extra_env: str):
         self.host = host
@@ -50,10 +50,15 @@ class Node:
         return next((n for n in rendezvous.read_nodes(JOB) if n.host == self.host and not n.is_stale()), None)
 
     def kill(self) -> None:
-        """The node dies at once: no rank gets to clean up, its record stays behind."""
+        """The node dies at once, its relay with it: nobody gets to clean up, its record stays behind."""
+        relay = self.record().pid
+        for p in self.procs:
+            p.send_signal(signal.SIGSTOP)  # no rank may start the relay again in between
+        os.kill(relay, signal.SIGKILL)
         for p in self.procs:
             p.send_signal(signal.SIGKILL)
             p.wait(10)
+        wait_for(lambda: self.record() is None, 10, "the killed relay's record never went stale")
 
     def stop(self) -> None:
         for p in self.procs:
@@ -142,7 +147,8 @@ def test_a_taken_port_makes_the_relay_fall_back_to_a_random_one_and_say_so(nodes
         node = nodes("node-a", 0, RANKTOP_PORT=str(port))
         assert not node.record().telemetry.endswith(f":{port}")
         node.stop()
-        assert f"relay port 127.0.0.1:{port} is not free" in node.procs[0].stderr.read()
+        said = "".join(p.stderr.read() for p in node.procs)  # the rank that started the relay passes on what it said
+        assert said.count(f"relay port 127.0.0.1:{port} is not free") == 1
 
 
 def test_jobs_names_the_slurm_job_a_job_of_another_name_runs_in(nodes):

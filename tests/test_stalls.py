@@ -2,6 +2,7 @@
 
 from ranktop.watch.aggregator import Aggregator
 from ranktop.watch.stalls import Position, StallPolicy, assess
+from ranktop.watch.verdict import verdict
 import messages
 
 STEP_S = 0.05
@@ -184,3 +185,22 @@ def test_a_rank_between_steps_for_long_is_stalled_with_no_phase():
     snap = agg.snapshot()
     assert snap.ranks[0].status == "stalled" and snap.ranks[0].stalled_phase is None
     assert snap.ranks[0].stalled_step == 10
+
+
+def test_a_viewer_that_never_heard_a_rank_names_it_when_the_others_stall_at_one_place():
+    """A viewer started after local rank 0 froze: ranks 1-3 wait in the all-reduce, rank 0 never spoke to it."""
+    clock = Clock()
+    agg = Aggregator("j", clock=clock)
+    for r in (1, 2, 3):
+        agg.ingest(hello(r, 4))
+    where = {r: (30, 29, "backward", {"op": "all_reduce", "inside": True, "seq": 61}) for r in (1, 2, 3)}
+    for _ in range(4):  # longer than a rank may take to be heard: rank 0 is not merely late
+        clock.now += 1.0
+        for r in (1, 2, 3):
+            heartbeat(agg, r, state(*where[r][:3], step_age=20.0 + clock.now - 1000.0, collective=where[r][3], median_step_s=STEP_S))
+    snap = agg.snapshot()
+    assert [r.rank for r in snap.ranks] == [1, 2, 3] and [r.status for r in snap.ranks] == ["stalled"] * 3
+    assert snap.waiting_for == [0]
+    assert snap.diagnosis.startswith("ranks 1-3 stalled in backward at step 30")
+    assert snap.diagnosis.endswith("waiting for rank 0: never heard from (silent since this viewer started)")
+    assert verdict(snap).text.endswith("waiting for rank 0 (never reported)")

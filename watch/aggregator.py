@@ -229,7 +229,9 @@ class Aggregator:
 
     def _build(self, now: float, windows: list[RankWindow], names: list[str], stats: dict, resources: dict) -> Snapshot:
         silent = {w.rank for w in windows if now - w.last_seen > self._silent_after}
-        verdict = stalls.assess(stalls.positions_of(windows, now, silent), self._stall)
+        worlds = [w.meta.get("world") for w in windows if isinstance(w.meta.get("world"), int)]
+        known = max(worlds) if worlds and now - self._started > self._silent_after else None  # unheard ranks count once it is sure
+        verdict = stalls.assess(stalls.positions_of(windows, now, silent), self._stall, world=known)
         live = {rank: s for rank, s in stats.items() if s is not None and rank not in silent}
         scores = stragglers.score(live, names)
 
@@ -281,7 +283,6 @@ class Aggregator:
         for w in windows:
             if w.endpoint is not None:
                 ranks_by_endpoint[w.endpoint] = ranks_by_endpoint.get(w.endpoint, ()) + (w.rank,)
-        worlds = [w.meta.get("world") for w in windows if isinstance(w.meta.get("world"), int)]
         ranking = stragglers.ranking(rows, verdict.waiting_for)
         with self._lock:
             endpoints = list(self._endpoints.values())

@@ -18,7 +18,8 @@ still in an earlier step; at the same step, a rank that is not inside a
 collective while the stalled ones are, or whose last collective is older than
 theirs (it never arrived at their latest); a rank in another phase than most
 of the stalled ones (an earlier phase breaks a tie: forward comes before the
-backward all-reduce).
+backward all-reduce); and when none of those stands out, a rank of the job's
+world this viewer never heard from (a viewer that attached after a rank froze).
 """
 
 from __future__ import annotations
@@ -122,7 +123,8 @@ def window_median(steps: Iterable[tuple]) -> float | None:
 # -- the verdict ------------------------------------------------------------------------
 
 
-def assess(positions: Iterable[Position], policy: StallPolicy = StallPolicy()) -> Verdict:
+def assess(positions: Iterable[Position], policy: StallPolicy = StallPolicy(), world: int | None = None) -> Verdict:
+    """``world``: the job's size, when ranks never heard from may be named (None: they may not)."""
     positions = sorted(positions, key=lambda p: p.rank)
     medians = [p.median_step_s for p in positions if p.median_step_s is not None]
     job_median = statistics.median(medians) if medians else None
@@ -139,6 +141,16 @@ def assess(positions: Iterable[Position], policy: StallPolicy = StallPolicy()) -
         return Verdict({}, [], None)
     culprits, how = _culprits(positions, stalled)
     everyone = len(stalled) == sum(1 for p in positions if not p.silent)
+    if not culprits and world is not None:
+        heard = {p.rank for p in positions}
+        unheard = [n for n in range(world) if n not in heard] if len(heard) < world else []
+        if unheard:
+            group = list(stalled.values())
+            text = (
+                f"{ranks_text(stalled)} stalled {where_text(group)} for {fmt.ago(max(p.stuck_s for p in group))}, "
+                f"waiting for {ranks_text(unheard)}: never heard from (silent since this viewer started)"
+            )
+            return Verdict(stalled, unheard, text)
     return Verdict(stalled, [p.rank for p in culprits], _diagnosis(stalled, culprits, how, everyone))
 
 

@@ -140,6 +140,10 @@ def _stalled(snapshot: Snapshot, stalled: list[RankRow], by_rank: dict[int, Rank
     at = f" at step {steps.pop()}" if len(steps) == 1 else ""
     head = f"job stalled{at} for {_ago(longest)}"
     culprits = [by_rank[n] for n in snapshot.waiting_for if n in by_rank]
+    unheard = [n for n in snapshot.waiting_for if n not in by_rank]
+    if unheard and not culprits:
+        text = f"{head}: waiting for {ranks_text(unheard[:8])}{' …' if len(unheard) > 8 else ''} (never reported)"
+        return Verdict(STALLED_JOB, BAD, text, unheard[:8], others=max(0, len(unheard) - 8))
     if not culprits:
         phases = {r.stalled_phase for r in stalled}
         where = f" in {phases.pop()}" if len(phases) == 1 and None not in phases else ""

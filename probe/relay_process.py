@@ -1,0 +1,122 @@
+"""The node's relay as a process of its own: ``python -m ranktop.probe.relay_process --job JOB --host HOST``.
+
+Started by whichever rank of the node first finds no relay running
+(:mod:`.relay_keeper`, on the rank's probe thread), in a session of its own,
+so that a Ctrl-C to the job's process group reaches the ranks and not the
+relay, with no terminal and none of the job's pipes. It lives apart from the
+ranks so that no rank's freeze, crash or exit hides the others: a rank
+stopped with SIGSTOP (or stuck in uninterruptible I/O) is simply silent.
+
+What it does, in order:
+
+1. takes the node's claim (``relay.lock`` in :mod:`.relay_claim`); if another
+   relay holds it, exits at once, having bound nothing;
+2. runs :class:`~ranktop.probe.relay.Relay` (binds the IPC and TCP sockets,
+   writes the node record) and says where in ``relay.json``;
+3. every :data:`POLL_S` looks at the ranks registered in the claim folder and
+   ends when none of them runs any more (kill -9 of every rank included), or
+   when none came within :data:`NO_RANK_GRACE_S` of its start; SIGTERM ends it
+   too, and SIGUSR1 (a rank that unregistered last) makes it look at once.
+
+It never imports torch, so it is up in a fraction of a second.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import socket
+import sys
+import threading
+import time
+
+import zmq
+
+from .identity import Identity
+from .relay import Relay
+from .relay_claim import Claim, RelayInfo
+
+#: How often the relay looks whether its ranks still run.
+POLL_S = 0.25
+#: A relay that no rank registered with this long after its start ends.
+NO_RANK_GRACE_S = 10.0
+
+
+def parse(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m ranktop.probe.relay_process", description=__doc__.split("\n")[0])
+    parser.add_argument("--job", required=True)
+    parser.add_argument("--host", required=True, help="the node's name (RANKTOP_HOST or the host name)")
+    parser.add_argument("--slurm-job", default=None)
+    parser.add_argument("--dir", default=None, help="rendezvous directory (default: RANKTOP_DIR or ~/.ranktop)")
+    return parser.parse_args(argv)
+
+
+class Signals:
+    """SIGTERM and SIGINT end the relay; SIGUSR1 (from a rank that unregistered last) makes it look at its ranks now."""
+
+    def __init__(self) -> None:
+        self.stopping = False
+        self.wake = threading.Event()
+
+    def install(self) -> None:
+        signal.signal(signal.SIGTERM, self._stop)
+        signal.signal(signal.SIGINT, self._stop)
+        signal.signal(signal.SIGUSR1, lambda signum, frame: self.wake.set())
+        signal.signal(signal.SIGHUP, signal.SIG_IGN)
+
+    def _stop(self, signum, frame) -> None:
+        self.stopping = True
+        self.wake.set()
+
+    def sleep(self, seconds: float) -> None:
+        self.wake.wait(seconds)
+        self.wake.clear()
+
+
+def serve(args: argparse.Namespace, signals: Signals) -> int:
+    claim = Claim(args.job, args.host)
+    lock = claim.hold_relay_lock()
+    if lock is None:
+        return 0  # another relay serves this job on this node
+    pid = os.getpid()
+    identity = Identity(
+        job=args.job, rank=-1, local_rank=-1, world=0, local_world=None, host=args.host, pid=pid,
+        launcher="relay", machine=socket.gethostname(), slurm_job=args.slurm_job or None,
+    )
+    context = zmq.Context()
+    relay = Relay(identity, context, args.dir)
+    try:
+        relay.start()
+        claim.write_info(RelayInfo(pid, relay.telemetry_url, relay.control_url))
+        started = time.monotonic()
+        seen = False
+        while not signals.stopping:
+            live = claim.live_ranks(prune=True)
+            if live:
+                seen = True
+            elif seen or time.monotonic() - started > NO_RANK_GRACE_S:
+                break
+            signals.sleep(POLL_S)
+    finally:
+        claim.remove_info(pid)
+        closed = relay.stop()
+        if closed:
+            context.term()
+        os.close(lock)  # the claim goes last: a relay started now finds the sockets and the record gone
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse(argv)
+    signals = Signals()
+    signals.install()
+    try:
+        return serve(args, signals)
+    except Exception as exc:  # said in relay.log; the ranks start another
+        print(f"ranktop: relay of job {args.job} on {args.host} failed: {exc.__class__.__name__}: {exc}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
