@@ -20,10 +20,11 @@ from pathlib import Path
 
 import pytest
 from faults import DemoJob, Throttle, Window, expired_commands, file_size_limit, flood, forged_commands, frozen
-from faults import malformed_commands, valid_command
+from faults import kill_relay, malformed_commands, relay_pid, valid_command
 from support import RANKTOP, run_cli, wait_for
 
 from ranktop.watch.receiver import connect_url
+from ranktop.watch.snapshot import CONNECTED, LOST, SILENT
 from ranktop.wire import rendezvous
 
 pytestmark = pytest.mark.slow
@@ -170,3 +171,57 @@ def test_a_capture_onto_a_full_disk_fails_cleanly_on_every_rank_and_the_next_one
     assert [line.split(":")[0] for line in done] == ["rank 0", "rank 1"], again.stdout
     assert_no_step_lost(job, window)
     assert_rate_kept(job, window)
+
+
+def test_the_relay_killed_is_restarted_the_ranks_reconnect_and_the_viewer_shows_the_node_lost_then_back(job):
+    before = quiet_stretch(job)
+    killed = relay_pid(job.job)
+    seen = []  # what a viewer showed, every 100 ms: its relays' states and its ranks' statuses
+
+    def look():
+        snap = job.snapshot()
+        seen.append(({e.state for e in snap.endpoints}, {r.status for r in snap.ranks}))
+        return snap
+
+    start = time.time()
+    kill_relay(job.job)
+    wait_for(lambda: (look() or True) and relay_pid(job.job) != killed, 20, "no new relay")
+    wait_for(lambda: (snap := look()).endpoints and {e.state for e in snap.endpoints} == {CONNECTED}
+             and {r.status for r in snap.ranks} <= {"ok", "slow"} and time.sleep(0.1) is None, 20, "the ranks never came back")
+    end = time.time()
+    job.wait_steps(10)
+    window = Window(before, start, end, time.time())
+
+    lost_at = next(i for i, (relays, ranks) in enumerate(seen) if LOST in relays)
+    assert seen[lost_at][1] == {SILENT}, seen  # its ranks cut off with it ...
+    assert all("stalled" not in ranks for _, ranks in seen), [x for x in seen if x != seen[lost_at]]  # ... not taken for a hang
+    assert any(relays == {CONNECTED} and SILENT not in ranks for relays, ranks in seen[lost_at:]), seen
+    # While no relay ran, the ranks' records had nowhere to go; the job went on all the same:
+    # its steps after the outage are numbered on from those before, at its usual pace.
+    before_rate, across = job.log.rate(window.before, window.start), job.log.rate(window.before, window.after)
+    assert across >= 0.5 * before_rate, (before_rate, across)
+    assert [r.dropped for r in job.snapshot().ranks] == [0, 0]
+    out = run_cli("watch", job.job, "--json", "--duration", "1")
+    doc = json.loads(out.stdout)
+    assert doc["diagnosis"] is None and [e["state"] for e in doc["endpoints"]] == [CONNECTED]
+    assert [r["rank"] for r in doc["ranks"]] == RANKS
+
+
+def test_local_rank_0_frozen_leaves_the_other_ranks_visible_and_waiting_for_it(job):
+    before = quiet_stretch(job)
+    rank0 = job.pids()[0]
+    start = time.time()
+    with frozen(rank0):
+        wait_for(lambda: job.snapshot().waiting_for == [0], 20, "no rank was shown waiting for rank 0")
+        out = run_cli("watch", job.job, "--json", "--duration", "1")
+    end = time.time()
+    job.wait_steps(10)
+    window = Window(before, start, end, time.time())
+
+    doc = json.loads(out.stdout)
+    assert doc["waiting_for"] == [0], doc["diagnosis"]
+    assert [(r["rank"], r["status"]) for r in doc["ranks"]] == [(0, SILENT), (1, "stalled")]
+    assert "waiting for rank 0" in doc["diagnosis"], doc["diagnosis"]
+    assert [e["state"] for e in doc["endpoints"]] == [CONNECTED]  # the node's relay did not freeze with rank 0
+    assert window.steps_lost(job.log, RANKS) == {}
+    assert [r.dropped for r in job.snapshot().ranks] == [0, 0]

@@ -65,6 +65,8 @@ class _Endpoint:
     host: str | None
     added: float
     last_heard: float | None = None
+    down: bool = False  # the receiver saw its connection drop (a relay killed): lost now, not after silent_after_s
+    dropped_at: float | None = None  # when it last dropped (or replaced a relay that did): ranks not heard since are cut off
 
 
 class Aggregator:
@@ -124,7 +126,21 @@ class Aggregator:
         with self._lock:
             self._endpoints.pop(old, None)
             if new not in self._endpoints:
-                self._endpoints[new] = _Endpoint(new, host, self._clock())
+                now = self._clock()
+                self._endpoints[new] = _Endpoint(new, host, now, dropped_at=now)
+            for w in self._ranks.values():  # cut off until they are heard through it: silent, not stalled
+                if w.endpoint == old:
+                    w.endpoint = new
+
+    def note_link(self, url: str, up: bool) -> None:
+        """The receiver's word on a relay's connection: dropped (its ranks go silent at once: they
+        are cut off, not stalled) or made again."""
+        with self._lock:
+            endpoint = self._endpoints.get(url)
+            if endpoint is not None:
+                endpoint.down = not up
+                if not up:
+                    endpoint.dropped_at = self._clock()
 
     def ingest_frames(self, frames: list[bytes], endpoint: str | None = None) -> dict | None:
         """Decode and ingest one message; malformed or foreign frames are dropped and counted."""
@@ -228,7 +244,14 @@ class Aggregator:
         return self._build(now, windows, names, stats, resources)
 
     def _build(self, now: float, windows: list[RankWindow], names: list[str], stats: dict, resources: dict) -> Snapshot:
-        silent = {w.rank for w in windows if now - w.last_seen > self._silent_after}
+        with self._lock:  # relays whose connection dropped: their ranks are cut off until heard through them again
+            links = {url: (e.down, e.dropped_at) for url, e in self._endpoints.items() if e.dropped_at is not None}
+
+        def cut_off(w: RankWindow) -> bool:
+            link = links.get(w.endpoint) if w.endpoint is not None else None
+            return link is not None and (link[0] or w.last_seen <= link[1])
+
+        silent = {w.rank for w in windows if now - w.last_seen > self._silent_after or cut_off(w)}
         worlds = [w.meta.get("world") for w in windows if isinstance(w.meta.get("world"), int)]
         known = max(worlds) if worlds and now - self._started > self._silent_after else None  # unheard ranks count once it is sure
         verdict = stalls.assess(stalls.positions_of(windows, now, silent), self._stall, world=known)
@@ -321,7 +344,7 @@ class Aggregator:
         if e.last_heard is None:
             return Endpoint(e.url, e.host, WAITING, now - e.added, ranks)
         quiet = now - e.last_heard
-        return Endpoint(e.url, e.host, LOST if quiet > self._silent_after else CONNECTED, quiet, ranks)
+        return Endpoint(e.url, e.host, LOST if quiet > self._silent_after or e.down else CONNECTED, quiet, ranks)
 
 
 def _capture_status(r: RankWindow) -> CaptureStatus | None:

@@ -5,7 +5,9 @@ TUI say *which* endpoint has not answered. New endpoints come from a discovery
 callable polled once a second, so nodes that start after the TUI, or relays
 that restart on a new port, are picked up without a restart: a node is known
 by its host name, and a new endpoint for a host replaces the old one (its
-ranks then come back through the new one).
+ranks then come back through the new one). Each socket has a monitor, so a
+connection that drops (a relay killed) shows as a lost node at once, its
+ranks silent rather than stalled.
 """
 
 from __future__ import annotations
@@ -27,6 +29,8 @@ DISCOVERY_EVERY_S = 1.0
 #: past that ZeroMQ drops the newest: a viewer that cannot keep up with 512 nodes loses messages
 #: (counted as gaps in the ranks' steps) instead of its memory.
 RECEIVE_QUEUE = 1000
+#: What a socket's monitor reports: a connection dropped, or made (the ZMTP handshake done).
+LINK_EVENTS = zmq.EVENT_DISCONNECTED | zmq.EVENT_HANDSHAKE_SUCCEEDED
 
 
 class Tap(Protocol):
@@ -101,6 +105,7 @@ class Receiver(threading.Thread):
         self._stop_event = threading.Event()
         self._sockets: dict[str, zmq.Socket] = {}  # advertised URL -> socket
         self._urls: dict[zmq.Socket, str] = {}  # and back
+        self._monitors: dict[zmq.Socket, str] = {}  # a socket's monitor -> its advertised URL
         self._by_host: dict[str, str] = {}  # discovered node -> its relay's advertised telemetry URL
         self._context = zmq.Context()
         for url in self._static:
@@ -124,11 +129,16 @@ class Receiver(threading.Thread):
                     self._run_discovery(poller)
                     next_discovery = time.monotonic() + DISCOVERY_EVERY_S
                 for sock, _ in poller.poll(200):
-                    self._drain(sock)
+                    if sock in self._monitors:
+                        self._link_event(sock)
+                    elif sock in self._urls:
+                        self._drain(sock)
         except Exception as exc:  # never die silently: the UI shows why the data stopped
             self._aggregator.note_error(f"receiver stopped: {exc.__class__.__name__}: {exc}")
             print(f"ranktop: receiver stopped: {exc}", file=sys.stderr)
         finally:
+            for sock in self._monitors:
+                sock.close(linger=0)
             for sock in self._sockets.values():
                 sock.close(linger=0)
             self._context.term()
@@ -145,6 +155,7 @@ class Receiver(threading.Thread):
                 sock = self._sockets.pop(old)
                 del self._urls[sock]
                 poller.unregister(sock)
+                self._unmonitor(poller, old)
                 sock.close(linger=0)
                 self._aggregator.replace_endpoint(old, rec.telemetry, rec.host)
             self._by_host[rec.host] = rec.telemetry
@@ -175,6 +186,28 @@ class Receiver(threading.Thread):
         self._sockets[url] = sock
         self._urls[sock] = url  # the aggregator knows an endpoint by its advertised URL
         poller.register(sock, zmq.POLLIN)
+        monitor = sock.get_monitor_socket(LINK_EVENTS)
+        self._monitors[monitor] = url
+        poller.register(monitor, zmq.POLLIN)
+
+    def _unmonitor(self, poller: zmq.Poller, url: str) -> None:
+        for monitor, of in list(self._monitors.items()):
+            if of == url:
+                poller.unregister(monitor)
+                del self._monitors[monitor]
+                monitor.close(linger=0)
+
+    def _link_event(self, monitor: zmq.Socket) -> None:
+        """A connection made or dropped: the aggregator shows the node connected or lost from now on."""
+        url = self._monitors[monitor]
+        for _ in range(64):
+            try:
+                frames = monitor.recv_multipart(flags=zmq.NOBLOCK)
+            except zmq.Again:
+                return
+            event = int.from_bytes(frames[0][:2], "little") if frames and len(frames[0]) >= 2 else 0
+            if event & (zmq.EVENT_DISCONNECTED | zmq.EVENT_HANDSHAKE_SUCCEEDED):
+                self._aggregator.note_link(url, up=bool(event & zmq.EVENT_HANDSHAKE_SUCCEEDED))
 
     def _drain(self, sock: zmq.Socket, limit: int = 10_000) -> None:
         url = self._urls[sock]
