@@ -48,7 +48,7 @@ def job(tmp_path_factory):
             demo.stop()
 
 
-def quiet_stretch(job, seconds: float = 2.0) -> float:
+def quiet_stretch(job, seconds: float = 1.5) -> float:
     """Let the job run undisturbed a moment; returns when that stretch began."""
     job.wait_steps(3)
     began = time.time()
@@ -76,14 +76,14 @@ def viewer(job, duration: float) -> subprocess.Popen:
 
 
 def test_a_viewer_killed_frozen_or_far_too_slow_costs_the_job_nothing_and_catches_up(job):
-    killed, stopped, slow = viewer(job, 60), viewer(job, 12), viewer(job, 12)
+    killed, stopped, slow = viewer(job, 60), viewer(job, 10), viewer(job, 10)
     try:
-        time.sleep(3)  # they start and attach (their first steps are checked below)
+        time.sleep(2.5)  # they start and attach (their first steps are checked below)
         before = quiet_stretch(job)
         start = time.time()
         killed.send_signal(signal.SIGKILL)
         with frozen(stopped.pid), Throttle(slow.pid, share=0.1):
-            time.sleep(4)
+            time.sleep(3)
         end = time.time()
         outs = {name: v.communicate(timeout=30) for name, v in (("frozen", stopped), ("slow", slow))}
         after = time.time()
@@ -142,23 +142,25 @@ def test_a_flood_of_forged_replayed_expired_and_malformed_commands_is_refused_an
     assert doc["diagnosis"] is None and all(r["status"] in ("ok", "slow") for r in doc["ranks"])
     for row in doc["ranks"]:
         counted = {k: v - rejected_before[row["rank"]].get(k, 0) for k, v in row["rejected"].items()}
-        assert set(counted) == {"forged", "replayed", "expired"}, counted  # malformed ones fail the MAC: forged
+        # Checked up to 200 a second (malformed ones fail the MAC: forged); the rest counted unread, as a flood.
+        assert set(counted) == {"forged", "replayed", "expired", "flood"}, counted
         assert all(n > 0 for n in counted.values()), counted
-        assert counted["replayed"] <= result.sent["replayed"] + result.sent["genuine"] - 1
-        assert counted["expired"] <= result.sent["expired"]
-        assert counted["forged"] <= result.sent["forged"] + result.sent["malformed"]
+        assert sum(counted.values()) <= result.total - 1  # the genuine one was obeyed; nothing is counted twice
+        assert counted["flood"] > 10 * (counted["forged"] + counted["replayed"] + counted["expired"]), counted
 
 
 def test_a_capture_onto_a_full_disk_fails_cleanly_on_every_rank_and_the_next_one_works(job):
     before = quiet_stretch(job)
     start = time.time()
-    with file_size_limit(list(job.pids().values()), 256 << 10):
+    pids = job.pids()
+    with file_size_limit(list(pids.values()), 256 << 10):
+        limits = {pid: Path(f"/proc/{pid}/limits").read_text().splitlines()[2:4] for pid in pids.values()}
         out = run_cli("capture", job.job, "--timeout", "60", timeout=90)
     end = time.time()
     again = run_cli("capture", job.job, "--timeout", "60", timeout=90)
     window = Window(before, start, end, time.time())
 
-    assert out.returncode == 1, out.stdout + out.stderr
+    assert out.returncode == 1, (out.stdout + out.stderr, pids, limits)
     failures = [line for line in out.stdout.splitlines() if ": failed: " in line]
     assert [line.split(":")[0] for line in failures] == ["rank 0", "rank 1"], out.stdout
     for line in failures:
