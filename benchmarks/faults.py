@@ -20,7 +20,10 @@ Scenarios (issue 13 part 4): a viewer killed; a viewer frozen (SIGSTOP) 30 s;
 a viewer far too slow (let run 5% of the time) 30 s; a flood of forged,
 replayed, expired and malformed commands on the relay's control port
 (10,000/s for 10 s); a trace capture onto a full disk (every file of the
-ranks limited to 256 KB) and the next capture. ``--quick`` shortens every
+ranks limited to 256 KB) and the next capture; the node's relay process
+killed (SIGKILL; the ranks start another); local rank 0 frozen 10 s (the
+job stops with it: its rate during the fault is 0 by design, the row shows
+that no step is lost and what the viewer says). ``--quick`` shortens every
 fault to a few seconds. Figures for people; no test asserts them.
 
     python benchmarks/faults.py            # about 4 minutes on 2 cores
@@ -44,12 +47,13 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))  # the fault helpers are shared with the tests
 
 from faults import (  # noqa: E402
-    DemoJob, Throttle, Window, expired_commands, file_size_limit, flood, forged_commands, frozen, malformed_commands,
-    valid_command,
+    DemoJob, Throttle, Window, expired_commands, file_size_limit, flood, forged_commands, frozen, kill_relay,
+    malformed_commands, relay_pid, valid_command,
 )
 from support import RANKTOP, run_cli  # noqa: E402
 
 from ranktop.watch.receiver import connect_url  # noqa: E402
+from ranktop.watch.snapshot import CONNECTED, LOST, SILENT  # noqa: E402
 from ranktop.wire import rendezvous  # noqa: E402
 
 #: After a fault, how long the job runs before the steps are counted (records still on the way).
@@ -204,6 +208,62 @@ class Bench:
                  f"next capture done on {len(done)}/{len(self.ranks)}")
         self.record("capture, disk full", Window(before, start, end, after), dropped, shown)
 
+    def relay_killed(self) -> None:
+        """SIGKILL the node's relay process; the ranks start another. Steps lost counts the job's steps,
+        not the records sent while no relay ran (they had nowhere to go): from step numbers."""
+        dropped = self.dropped()
+        before = self.quiet(5)
+        killed = relay_pid(self.job.job)
+        seen: list[tuple[float, set, set]] = []
+        start = time.time()
+        kill_relay(self.job.job)
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            snap = self.job.snapshot()
+            seen.append((time.time() - start, {e.state for e in snap.endpoints}, {r.status for r in snap.ranks}))
+            if relay_pid(self.job.job) != killed and seen[-1][1] == {CONNECTED} and SILENT not in seen[-1][2]:
+                break
+            time.sleep(0.1)
+        end = time.time()
+        self.job.wait_steps(10)
+        after = time.time()
+        lost_at = next((t for t, relays, _ in seen if LOST in relays), None)
+        stalled = any("stalled" in ranks for _, _, ranks in seen)
+        shown = (f"node lost after {lost_at:.1f}s (ranks silent{', once stalled' if stalled else ''}), back after {seen[-1][0]:.1f}s"
+                 if lost_at is not None else f"the node was never shown lost; back after {seen[-1][0]:.1f}s")
+        log = self.job.log
+        undelivered = sum(len(log.missing(r, before, after)) for r in self.ranks)
+        ran = (log.step_at(0, end) or 0) - (log.step_at(0, start) or 0)  # by step numbers: records of some never came
+        # during: from the quiet stretch to after the outage, by step numbers (the steps of the outage have no records)
+        row = Row("relay killed", end - start, ran, self.dropped() - dropped, log.rate(before, start), log.rate(before, after),
+                  shown + f"; {undelivered} records had no relay to go to")
+        self.rows.append(row)
+        print(f"  relay killed: {fmt_row(row)}", file=sys.stderr, flush=True)
+
+    def rank0_frozen(self) -> None:
+        """Freeze local rank 0 while a viewer watches; it prints while rank 0 is still frozen."""
+        d = self.seconds["rank0"]
+        v = self.viewer(ATTACH_S + 5 + d)
+        try:
+            time.sleep(ATTACH_S)
+            dropped = self.dropped()
+            before = self.quiet(5)
+            rank0 = self.job.pids()[0]
+            start = time.time()
+            with frozen(rank0):
+                out, err = v.communicate(timeout=60)
+                end = time.time()
+        finally:
+            if v.poll() is None:
+                v.kill()
+        self.job.wait_steps(10)
+        try:
+            doc = json.loads(out)
+            shown = f"{diagnosis(doc)}; rank 0 {doc['ranks'][0]['status']}, waiting_for {doc['waiting_for']}"
+        except (ValueError, IndexError):
+            shown = f"the viewer failed: {err.strip()[-200:]}"
+        self.record(f"local rank 0 frozen {d:g}s", Window(before, start, end, time.time()), dropped, shown)
+
     def rejected(self) -> dict[int, dict[str, int]]:
         return {r.rank: dict(r.rejected) for r in self.job.snapshot().ranks}
 
@@ -232,8 +292,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--json", action="store_true", help="print a JSON list of rows instead of the table")
     p.add_argument("--nproc", type=int, default=2, help="ranks of the demo job (default 2)")
     args = p.parse_args(argv)
-    seconds = (dict(noise=4, killed=4, frozen=4, slow=4, flood=3) if args.quick
-               else dict(noise=10, killed=10, frozen=30, slow=30, flood=10))
+    seconds = (dict(noise=4, killed=4, frozen=4, slow=4, flood=3, rank0=6) if args.quick
+               else dict(noise=10, killed=10, frozen=30, slow=30, flood=10, rank0=10))
 
     with tempfile.TemporaryDirectory(prefix="ranktop-faults-") as tmp:
         os.environ["RANKTOP_DIR"] = str(Path(tmp) / "rdv")
@@ -249,6 +309,8 @@ def main(argv: list[str] | None = None) -> int:
             bench.viewer_stopped(f"viewer at 5% CPU {seconds['slow']:g}s", "slow", lambda pid: Throttle(pid, share=0.05))
             bench.flood()
             bench.full_disk()
+            bench.relay_killed()
+            bench.rank0_frozen()  # last: the job stops while rank 0 is frozen, by design
         finally:
             job.stop()
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import bisect
 import contextlib
+import importlib.util
 import os
 import resource
 import secrets
@@ -29,6 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import zmq
+from support import start_job  # tests/support.py: the same start every live test uses
 
 from ranktop.watch.session import WatchSession, resolve
 from ranktop.wire import auth, rendezvous, schema
@@ -303,10 +305,6 @@ class DemoJob:
         self.proc: subprocess.Popen | None = None
 
     def start(self) -> "DemoJob":
-        from support import start_job  # tests/support.py: the same start every live test uses
-
-        import importlib.util
-
         train = importlib.util.find_spec("ranktop.demo.train").origin
         env = dict(os.environ, RANKTOP_JOB=self.job, OMP_NUM_THREADS="1")
         cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={self.nproc}", train, *self.demo_args]

@@ -210,17 +210,21 @@ def test_the_relay_killed_is_restarted_the_ranks_reconnect_and_the_viewer_shows_
 
 
 def test_local_rank_0_frozen_leaves_the_other_ranks_visible_and_waiting_for_it(job):
-    before = quiet_stretch(job)
+    watching = viewer(job, 10)  # a user watching the job when rank 0 freezes
+    before = quiet_stretch(job, 2.5)
     rank0 = job.pids()[0]
     start = time.time()
-    with frozen(rank0):
-        wait_for(lambda: job.snapshot().waiting_for == [0], 20, "no rank was shown waiting for rank 0")
-        out = run_cli("watch", job.job, "--json", "--duration", "1")
-    end = time.time()
+    try:
+        with frozen(rank0):
+            out, err = watching.communicate(timeout=30)  # it prints while rank 0 is still frozen
+            end = time.time()
+    finally:
+        if watching.poll() is None:
+            watching.kill()
     job.wait_steps(10)
     window = Window(before, start, end, time.time())
 
-    doc = json.loads(out.stdout)
+    doc = json.loads(out)
     assert doc["waiting_for"] == [0], doc["diagnosis"]
     assert [(r["rank"], r["status"]) for r in doc["ranks"]] == [(0, SILENT), (1, "stalled")]
     assert "waiting for rank 0" in doc["diagnosis"], doc["diagnosis"]
