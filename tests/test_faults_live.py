@@ -162,7 +162,7 @@ def test_a_capture_onto_a_full_disk_fails_cleanly_on_every_rank_and_the_next_one
 
     assert out.returncode == 1, (out.stdout + out.stderr, pids, limits)
     failures = [line for line in out.stdout.splitlines() if ": failed: " in line]
-    assert [line.split(":")[0] for line in failures] == ["rank 0", "rank 1"], out.stdout
+    assert sorted(line.split(":")[0] for line in failures) == ["rank 0", "rank 1"], out.stdout  # as they finish
     for line in failures:
         assert "writing failed: torch.profiler could not write the trace in " in line, line
         assert "may write files of 262,144 bytes at most (ulimit -f)" in line, line
@@ -170,7 +170,7 @@ def test_a_capture_onto_a_full_disk_fails_cleanly_on_every_rank_and_the_next_one
     assert sorted(p.name for p in Path(folder).iterdir()) == []  # no partial file, no temporary
     assert again.returncode == 0, again.stdout + again.stderr
     done = [line for line in again.stdout.splitlines() if ": done: " in line]
-    assert [line.split(":")[0] for line in done] == ["rank 0", "rank 1"], again.stdout
+    assert sorted(line.split(":")[0] for line in done) == ["rank 0", "rank 1"], again.stdout
     assert_no_step_lost(job, window)
     assert_rate_kept(job, window)
 
@@ -210,7 +210,7 @@ def test_the_relay_killed_is_restarted_the_ranks_reconnect_and_the_viewer_shows_
 
 
 def test_local_rank_0_frozen_leaves_the_other_ranks_visible_and_waiting_for_it(job):
-    watching = viewer(job, 10)  # a user watching the job when rank 0 freezes
+    watching = viewer(job, 9)  # a user watching the job when rank 0 freezes
     before = quiet_stretch(job, 2.5)
     rank0 = job.pids()[0]
     start = time.time()
