@@ -18,8 +18,9 @@ call the App makes). The viewer process reports:
 - whether the injected straggler is the top row, and how soon it got there.
 
 Ingest capacity (rank-steps/s on one core) is measured apart, in this
-process: the frames the simulated ranks would send for a few seconds of the
-job, fed to a fresh aggregator, by CPU time.
+process: the frames the viewer would receive for a few seconds of the job
+(the ranks' own messages, or from 16 nodes up the nodes' digests, as
+watch/receiver.py chooses), fed to a fresh aggregator, by CPU time.
 
 Targets (issue 12), at 4,096 ranks x 32 calls: viewer CPU <= 25% of a core,
 snapshot p95 <= 50 ms, ingest >= 200k rank-steps/s, latency p95 <= 1 s, RSS
@@ -175,14 +176,16 @@ def ingest_capacity(ranks: int, calls: int, seconds: float = 2.0) -> float:
     """Rank-steps per CPU second that one aggregator ingests (decode included), from the simulator's frames."""
     from ranktop.demo.simulate import Scenario, Simulator
     from ranktop.watch.aggregator import Aggregator
+    from ranktop.watch.receiver import DIGESTS_FROM_NODES
 
     scenario = Scenario(
         job="ingest", ranks=ranks, nodes=max(1, ranks // 8), calls_per_step=calls, steps_per_s=STEPS_PER_S,
         slow_rank=straggler_of(ranks), slow_ms=SLOW_MS, slow_phase=SLOW_PHASE,
     )  # fmt: skip
+    digests = scenario.nodes >= DIGESTS_FROM_NODES  # what the viewer takes at this size (watch/receiver.py)
     with tempfile.TemporaryDirectory() as folder:
         sim = Simulator(scenario, folder)
-        frames = [f for _, tick in sim.replay(seconds) for f in tick]
+        frames = [f for _, tick in sim.replay(seconds, digests=digests) for f in tick]
     aggregator = Aggregator("ingest")
     start = time.process_time()
     for message in frames:

@@ -14,9 +14,14 @@ Only the training is simulated. Everything a viewer meets is the real thing:
   ``probe/commands.py``'s handlers, rank by rank (``stacks`` answers with a
   simulated training stack: the simulator's own threads are no rank's).
 
-A node's ranks are batched: one process runs every node, one PUB and one SUB
-socket per node carry its ranks' messages, and a step of the whole job is
-computed in one pass over the ranks. No 4,096 interpreters.
+A node's ranks are batched: one process runs every node, one publishing and
+one SUB socket per node carry its ranks' messages, and a step of the whole job
+is computed in one pass over the ranks. No 4,096 interpreters. Each node also
+sends its digest (wire/node_digest.py, built by the same ``NodeDigest`` a real
+relay runs), and its ranks' own messages only while some viewer subscribes to
+them (its publishing socket is an XPUB, which hears the subscriptions): a
+viewer of a big job takes digests, and encoding 16,000 messages a second that
+nobody reads would take the CPU the viewer needs.
 
 The model is synchronous data parallel training with FSDP-like collectives:
 each phase's own compute time has noise (a few percent, a per-rank bias, and
@@ -55,6 +60,7 @@ from ranktop.wire import __version__ as PROBE_VERSION
 from ranktop.wire import auth, rendezvous, schema, settings
 from ranktop.wire.collective_summary import SAMPLE_EVERY_S
 from ranktop.wire.capture import capture_folder
+from ranktop.wire.node_digest import NodeDigest
 
 RANKS_PER_NODE = 8
 #: Each phase's share of a step; "other" gets the rest.
@@ -234,10 +240,13 @@ class _Node:
         self.ranks = ranks
         self.rate_hz = sim.s.rate_hz
         self._sim = sim
-        self.relay = Relay(self.identity_of(ranks[0]), context, sim.directory)
+        self.relay = Relay(self.identity_of(ranks[0]), context, sim.directory, digest=False)
         self.relay.start()
+        self.digest = NodeDigest(sim.s.job, self.host)
+        self.digest.relay = {"telemetry": self.relay.telemetry_url, "control": self.relay.control_url}
+        self.topics: set[bytes] = set()  # what the relay's viewers subscribe to, as the XPUB hears it
         tele, ctl = ipc_endpoints(sim.s.job, self.host)
-        self.pub = context.socket(zmq.PUB)
+        self.pub = context.socket(zmq.XPUB)
         self.pub.setsockopt(zmq.SNDHWM, 1000 * len(ranks))
         self.pub.setsockopt(zmq.LINGER, 0)
         self.pub.connect(tele)
@@ -260,9 +269,32 @@ class _Node:
         )  # fmt: skip
 
     def send(self, kind: str, rank: int, body: dict[str, Any], now: float) -> None:
+        """One rank's message: into the node's digest, and on the wire if a viewer takes the ranks' own."""
         body["job"], body["rank"], body["ts"] = self._sim.s.job, rank, now
+        self.digest.add(kind, body)
+        if kind.encode() in self.topics or kind == schema.REPLY:
+            self._publish(schema.encode(kind, body))
+
+    def send_digest(self, now: float) -> None:
+        self.hear_subscriptions()
+        body = self.digest.body(time.monotonic(), now)
+        if body is not None and schema.NODE.encode() in self.topics:
+            self._publish(schema.encode(schema.NODE, body))
+
+    def hear_subscriptions(self) -> None:
+        while True:
+            try:
+                event = self.pub.recv(flags=zmq.NOBLOCK)
+            except zmq.Again:
+                return
+            if event[:1] == b"\x01":
+                self.topics.add(event[1:])
+            elif event[:1] == b"\x00":
+                self.topics.discard(event[1:])
+
+    def _publish(self, frames: list[bytes]) -> None:
         try:
-            self.pub.send_multipart(schema.encode(kind, body), flags=zmq.NOBLOCK)
+            self.pub.send_multipart(frames, flags=zmq.NOBLOCK)
         except zmq.Again:
             self._sim.dropped += 1
 
@@ -462,13 +494,13 @@ class Simulator:
     def _flush(self, node: _Node, now: float) -> None:
         """Every rank of the node sends the steps it finished since its last send, or a heartbeat."""
         steps = [st for st in self._done if st.n > node.sent_upto]
-        if not steps and now - node.last_sent < HEARTBEAT_EVERY_S:
-            return
-        node.last_sent = now
-        for kind, rank, body in self.messages(node.ranks, steps, now):
-            node.send(kind, rank, body, now)
-        if steps:
-            node.sent_upto = steps[-1].n
+        if steps or now - node.last_sent >= HEARTBEAT_EVERY_S:
+            node.last_sent = now
+            for kind, rank, body in self.messages(node.ranks, steps, now):
+                node.send(kind, rank, body, now)
+            if steps:
+                node.sent_upto = steps[-1].n
+        node.send_digest(now)
 
     def messages(self, ranks: range, steps: list[Step], now: float):
         """(kind, rank, body) of what ``ranks`` send now: their records of ``steps``, or heartbeats without any."""
@@ -499,15 +531,23 @@ class Simulator:
                     body["cx"] = sample
             yield schema.STEPS, rank, body
 
-    def replay(self, seconds: float, start: float = 1.0e9):
+    def replay(self, seconds: float, start: float = 1.0e9, digests: bool = False):
         """Run the job on a clock of its own, without sockets: yields (time, frames every rank sends then)
         at each of the ranks' sends, for ``seconds`` of the job (tests and benchmarks feed an aggregator
         with them). The scenario's stalls and silences happen as they would live. Call on a Simulator
-        that was not started."""
+        that was not started. ``digests``: yield each node's digest (wire/node_digest.py) instead, hellos
+        included, as a viewer of a big job receives them."""
         clock = [start]
         self._clock = lambda: clock[0]
         self._started = start
         self._begin_step(0, start)
+        per = self.s.per_node
+        nodes = [range(i, min(i + per, self.s.ranks)) for i in range(0, self.s.ranks, per)]
+        folds = [NodeDigest(self.s.job, self.s.host_of(ranks[0])) for ranks in nodes]
+        if digests:
+            for message in self.hellos(start):
+                msg = schema.decode(message)
+                folds[msg["rank"] // per].add(schema.HELLO, msg)
         sent_upto, last_sent = -1, start
         for i in range(1, int(seconds * self.s.rate_hz) + 1):
             now = clock[0] = start + i / self.s.rate_hz
@@ -517,9 +557,17 @@ class Simulator:
                 continue
             last_sent = now
             frames = []
-            for kind, rank, body in self.messages(range(self.s.ranks), steps, now):
-                body["job"], body["rank"], body["ts"] = self.s.job, rank, now
-                frames.append(schema.encode(kind, body))
+            for ranks, fold in zip(nodes, folds):
+                for kind, rank, body in self.messages(ranks, steps, now):
+                    body["job"], body["rank"], body["ts"] = self.s.job, rank, now
+                    if digests:
+                        fold.add(kind, body)
+                    else:
+                        frames.append(schema.encode(kind, body))
+                if digests:
+                    digest = fold.body(now, now)
+                    if digest is not None:
+                        frames.append(schema.encode(schema.NODE, digest))
             if steps:
                 sent_upto = steps[-1].n
             yield now, frames

@@ -64,13 +64,15 @@ def _ranks_from_env(env) -> tuple[int, int, int, int | None, str]:
     rank, world = _int_env(env, "SLURM_PROCID"), _int_env(env, "SLURM_NTASKS")
     if rank is not None and world is not None:
         local = _int_env(env, "SLURM_LOCALID")
+        local = _int_env(env, "LOCAL_RANK") if local is None else local
         return rank, 0 if local is None else local, world, _int_env(env, "SLURM_NTASKS_PER_NODE"), "slurm"
     local = _int_env(env, "LOCAL_RANK")
     dist = sys.modules.get("torch.distributed")
     try:
         if dist is not None and dist.is_available() and dist.is_initialized():
             rank = dist.get_rank()
-            return rank, _guess_local_rank(rank) if local is None else local, dist.get_world_size(), _int_env(env, "LOCAL_WORLD_SIZE"), "torch.distributed"
+            local = _guess_local_rank(rank) if local is None else local
+            return rank, local, dist.get_world_size(), _int_env(env, "LOCAL_WORLD_SIZE"), "torch.distributed"
     except Exception:
         pass
     return 0, 0 if local is None else local, 1, 1, "single"

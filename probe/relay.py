@@ -1,4 +1,4 @@
-"""One endpoint per node: ZeroMQ proxies in local rank 0 that join the node's ranks to any TUI.
+"""One endpoint per node: ZeroMQ proxies in the node's relay process (probe/relay_process.py) that join the node's ranks to any TUI.
 
 Two of ZeroMQ's own proxy devices, each in a thread of its own (``zmq.proxy``
 runs in C and releases the GIL, so it costs the training thread nothing):
@@ -31,7 +31,9 @@ from pathlib import Path
 import zmq
 
 from ranktop.wire import ports, rendezvous, settings
+from ranktop.wire.node_digest import NodeDigest
 
+from .digest import DigestThread
 from .identity import Identity
 
 #: Command frames are small; anything bigger arriving on the TCP control port is refused.
@@ -75,10 +77,14 @@ def _bind(sock: zmq.Socket, addr: str, port: int | None) -> int:
 
 
 class Relay:
-    def __init__(self, identity: Identity, context: zmq.Context, directory: str | None = None):
+    def __init__(self, identity: Identity, context: zmq.Context, directory: str | None = None, digest: bool = True):
+        """``digest``: also publish the node's digest for the viewers of big jobs (probe/digest.py); the
+        simulator, which makes its digests where it makes its ranks' messages, turns it off."""
         self._identity = identity
         self._context = context
         self._directory = directory
+        self._digest: DigestThread | None = None
+        self._wants_digest = digest
         self._threads: list[threading.Thread] = []
         self._controls: list[zmq.Socket] = []
         self.record_path: Path | None = None
@@ -112,6 +118,14 @@ class Relay:
 
         self.telemetry_url = f"tcp://{advertised}:{tele_port}"
         self.control_url = f"tcp://{advertised}:{ctl_port}"
+        if self._wants_digest:
+            listen, publish = f"inproc://ranktop-digest-in-{id(self)}", f"inproc://ranktop-digest-out-{id(self)}"
+            tele_out.bind(listen)
+            tele_in.bind(publish)
+            digest = NodeDigest(self._identity.job, self._identity.host)
+            digest.relay = {"telemetry": self.telemetry_url, "control": self.control_url}
+            self._digest = DigestThread(ctx, digest, listen, publish)
+            self._digest.start()
         self._spawn("telemetry", tele_in, tele_out)
         self._spawn("control", ctl_in, ctl_out)
         self.record_path = rendezvous.write_node(
@@ -162,9 +176,11 @@ class Relay:
                 ctl.send(b"TERMINATE", flags=zmq.NOBLOCK)
             except zmq.ZMQError:
                 pass
+        digest_closed = self._digest.stop(timeout) if self._digest is not None else True
+        self._digest = None
         for thread in self._threads:
             thread.join(timeout)
-        closed = not any(thread.is_alive() for thread in self._threads)
+        closed = digest_closed and not any(thread.is_alive() for thread in self._threads)
         for ctl in self._controls:
             ctl.close(linger=0)
         self._controls.clear()

@@ -70,6 +70,16 @@ def _alive_without_proc(pid: int) -> str | None:
     return ""
 
 
+def is_relay(pid: int) -> bool:
+    """Whether process ``pid`` is a relay process (before a signal goes to a pid read from a file)."""
+    try:
+        return b"ranktop.probe.relay_process" in Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except FileNotFoundError:
+        return False
+    except OSError:
+        return process_start(pid) is not None  # no /proc: the lock test before this call has to do
+
+
 @dataclass(frozen=True)
 class RelayInfo:
     """What the running relay wrote in ``relay.json``."""

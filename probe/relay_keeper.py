@@ -29,10 +29,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ranktop.wire import settings
+from ranktop.wire import rendezvous, settings
 
 from .identity import Identity
-from .relay_claim import Claim, RelayInfo
+from .relay_claim import Claim, RelayInfo, is_relay
 
 #: How often a rank checks that its node's relay runs.
 CHECK_EVERY_S = 2.0
@@ -103,7 +103,7 @@ class RelayKeeper:
         claim.unregister(self.identity.pid)
         if not claim.live_ranks():
             info = claim.read_info()
-            if info is not None:
+            if info is not None and claim.relay_running() and is_relay(info.pid):  # never a signal to a reused pid
                 try:
                     os.kill(info.pid, signal.SIGUSR1)
                 except OSError:
@@ -125,8 +125,8 @@ class RelayKeeper:
         cmd = [sys.executable, "-m", "ranktop.probe.relay_process", "--job", ident.job, "--host", ident.host]
         if ident.slurm_job:
             cmd += ["--slurm-job", ident.slurm_job]
-        if self._directory is not None:
-            cmd += ["--dir", str(self._directory)]
+        # Spelt out, and absolute: the relay runs in "/" (it must not keep the job's folder busy).
+        cmd += ["--dir", str(rendezvous.root(self._directory).absolute())]
         return cmd
 
     def _environment(self) -> dict[str, str]:

@@ -39,6 +39,8 @@ from .relay_claim import Claim, RelayInfo
 
 #: How often the relay looks whether its ranks still run.
 POLL_S = 0.25
+#: Tries at the claim before leaving it to the relay that holds it.
+CLAIM_TRIES = 3
 #: A relay that no rank registered with this long after its start ends.
 NO_RANK_GRACE_S = 10.0
 
@@ -57,13 +59,18 @@ class Signals:
 
     def __init__(self) -> None:
         self.stopping = False
+        self.poked = False  # a rank said it left last: there were ranks, even if the relay never saw them
         self.wake = threading.Event()
 
     def install(self) -> None:
         signal.signal(signal.SIGTERM, self._stop)
         signal.signal(signal.SIGINT, self._stop)
-        signal.signal(signal.SIGUSR1, lambda signum, frame: self.wake.set())
+        signal.signal(signal.SIGUSR1, self._poke)
         signal.signal(signal.SIGHUP, signal.SIG_IGN)
+
+    def _poke(self, signum, frame) -> None:
+        self.poked = True
+        self.wake.set()
 
     def _stop(self, signum, frame) -> None:
         self.stopping = True
@@ -77,6 +84,11 @@ class Signals:
 def serve(args: argparse.Namespace, signals: Signals) -> int:
     claim = Claim(args.job, args.host)
     lock = claim.hold_relay_lock()
+    for _ in range(CLAIM_TRIES - 1):  # a rank testing the lock holds it for microseconds; a relay for good
+        if lock is not None:
+            break
+        time.sleep(0.05)
+        lock = claim.hold_relay_lock()
     if lock is None:
         return 0  # another relay serves this job on this node
     pid = os.getpid()
@@ -84,15 +96,16 @@ def serve(args: argparse.Namespace, signals: Signals) -> int:
         job=args.job, rank=-1, local_rank=-1, world=0, local_world=None, host=args.host, pid=pid,
         launcher="relay", machine=socket.gethostname(), slurm_job=args.slurm_job or None,
     )
+    seen = bool(claim.live_ranks())  # a rank that registered and left before the relay was up still counts
     context = zmq.Context()
     relay = Relay(identity, context, args.dir)
     try:
         relay.start()
         claim.write_info(RelayInfo(pid, relay.telemetry_url, relay.control_url))
         started = time.monotonic()
-        seen = False
         while not signals.stopping:
             live = claim.live_ranks(prune=True)
+            seen = seen or signals.poked
             if live:
                 seen = True
             elif seen or time.monotonic() - started > NO_RANK_GRACE_S:
@@ -119,4 +132,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    code = main()
+    sys.stderr.flush()
+    # Its record is gone and its claim released: nothing is left to do, and the interpreter's own
+    # shutdown could wait on a proxy thread that did not stop in time (a context term()ed at exit).
+    os._exit(code)

@@ -3,6 +3,7 @@
 import random
 
 import msgpack
+import pytest
 
 from ranktop.watch.aggregator import Aggregator
 from ranktop.wire import schema
@@ -231,3 +232,41 @@ def test_step_records_that_never_arrived_are_counted_as_missed():
     agg.ingest(steps(0, [{"n": n, "t": 100.0 + n, "w": 0.03, "p": {"data": 0.01}} for n in (5, 6, 9, 10, 12)]))
     (row,) = agg.snapshot().ranks
     assert (row.step, row.steps_seen, row.missed) == (12, 5, 3)  # 7, 8 and 11: lost on the way, not by the probe
+
+
+def test_a_viewer_behind_on_a_nodes_messages_says_so_and_calls_no_rank_silent_for_it():
+    clock, wall = [0.0], [1000.0]
+    agg = Aggregator("j", clock=lambda: clock[0], wall_clock=lambda: wall[0])
+    agg.add_endpoint("tcp://n0:1", "n0")
+
+    def heard(sent_at: float, now: float) -> None:
+        clock[0], wall[0] = now, 1000.0 + now
+        body = {"job": "j", "rank": 0, "ts": sent_at, "state": {"last": 1, "step": 2, "in_step": True, "step_age": 0.1, "median_step_s": 0.1}}
+        agg.ingest(schema.decode(schema.encode(schema.HEARTBEAT, body)), "tcp://n0:1")
+
+    heard(1000.0, 0.0)  # on time: the least age seen, whatever the hosts' clocks
+    assert agg.snapshot().behind_s is None
+    heard(1000.5, 5.0)  # sent 4.5 s before we got to it: we are behind
+    clock[0] = 9.0  # nothing from it for 4 s, but what it sent since is still in our queue
+    snap = agg.snapshot()
+    assert snap.behind_s == pytest.approx(4.5) and snap.ranks[0].status == "ok"  # neither silent nor stalled
+    assert snap.endpoints[0].state == "connected"
+    clock[0] = 13.0  # longer than being behind explains: silent
+    assert agg.snapshot().ranks[0].status == "silent"
+
+
+def test_rows_built_the_fast_way_are_the_same_frozen_rows():
+    import dataclasses
+
+    from ranktop.watch.snapshot import RankRow, build_rank_row
+
+    values = dict(rank=1, host="h", local_rank=0, pid=9, step=3, steps_seen=4, step_s=0.1, phases={"data": 0.01},
+                  score=0.0, excess_s=0.0, culprit_phase=None, status="ok", last_seen_s=0.2, dropped=0)  # fmt: skip
+    fast, slow = build_rank_row(**values), RankRow(**values)
+    assert fast == slow and fast.rejected == {} and fast.rejected is not build_rank_row(**values).rejected
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        fast.step = 4
+    with pytest.raises(TypeError):
+        build_rank_row(**dict(values, colour="red"))
+    with pytest.raises(TypeError):
+        build_rank_row(rank=1)

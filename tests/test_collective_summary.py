@@ -38,7 +38,7 @@ def test_summaries_ride_in_a_steps_message_and_malformed_ones_are_refused():
     summaries, sample = collective_summary.summarise([call(1), call(2, t0=5.005)])
     body = {"job": "j", "rank": 0, "ts": 1.0, "steps": [], "cs": summaries, "cx": sample}
     msg = schema.decode(schema.encode(schema.STEPS, body))
-    assert msg["cs"] == summaries and msg["cx"] == sample and msg["v"] == [1, 4]
+    assert msg["cs"] == summaries and msg["cx"] == sample and msg["v"] >= [1, 4]
     good = summaries[0]
     for bad in (
         dict(good, w=-1.0),

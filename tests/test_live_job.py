@@ -35,6 +35,21 @@ def test_watch_json_shows_every_rank_and_the_slow_one_first(launch_ranks):
     assert [r["status"] for r in doc["ranks"] if r["rank"] != 2] == ["ok"] * 3
 
 
+def test_the_relay_digest_shows_the_same_job_as_the_ranks_own_messages(launch_ranks, monkeypatch):
+    """What a viewer of thousands of ranks takes (RANKTOP_DIGESTS=auto from 16 nodes): each node's relay folds its
+    ranks' messages into one digest per interval (probe/digest.py, wire/node_digest.py)."""
+    launch_ranks("job-digest", 4, "--slow-rank", "1", "--slow-ms", "15", "--slow-phase", "backward")
+    monkeypatch.setenv("RANKTOP_DIGESTS", "on")
+    doc = watch_json("job-digest")
+    assert doc["world_size"] == 4 and [r["rank"] for r in doc["ranks"]] == [0, 1, 2, 3]
+    assert all(r["steps_seen"] > 10 and r["host"] == os.uname().nodename and r["pid"] > 0 for r in doc["ranks"])
+    assert doc["stragglers"][0] == 1 and doc["ranks"][1]["status"] == "slow" and doc["ranks"][1]["culprit_phase"] == "backward"
+    assert [r["status"] for r in doc["ranks"] if r["rank"] != 1] == ["ok"] * 3
+    monkeypatch.setenv("RANKTOP_DIGESTS", "sometimes")
+    out = run_cli("watch", "job-digest", "--json", "--duration", "1")
+    assert out.returncode != 0 and "RANKTOP_DIGESTS must be on, off or auto" in out.stderr and "Traceback" not in out.stderr
+
+
 def test_watch_with_no_target_finds_the_only_running_job(launch_ranks):
     launch_ranks("only-job", 2)
     doc = watch_json(duration=3.0)
@@ -143,7 +158,7 @@ def test_a_fault_inside_the_probe_disables_the_probe_not_the_training(rdv, tmp_p
 
 
 def test_a_job_that_ends_removes_its_rendezvous_record(launch_ranks, rdv):
-    ranks = launch_ranks("job-end", 1, "--steps", "20")
+    ranks = launch_ranks("job-end", 1, "--steps", "150")  # about 2 s: long enough to see its relay start
     ranks.procs[0].wait(30)
     assert rendezvous.read_nodes("job-end") == []
 

@@ -7,6 +7,7 @@ from test_stacks import ddp_rank, hung_rank, reply
 
 from ranktop.tui.app import READ_ONLY, RanktopApp
 from ranktop.watch.snapshot import STALLED, Reply
+from ranktop.probe import stacks as probe_stacks
 from ranktop.tui.screens.stacks import RankStackScreen, StacksScreen
 from ranktop.tui.panes.status import StatusLine
 from ranktop.tui.panes.stragglers import COLUMNS, StragglerTable, cells
@@ -23,20 +24,29 @@ def hung_snapshot():
 
 
 class RepliesSource:
-    """A snapshot, and every rank's answer to each command (what WatchSession.replies_to gives)."""
+    """A snapshot, and every rank's answer to each command (what WatchSession.replies_to gives): as the probe
+    answers (probe/stacks.py), only a fingerprint when the command asked for one, else the stacks."""
 
-    def __init__(self, snapshot, answering=(0, 1, 2, 3)):
+    def __init__(self, snapshot, answering=(0, 1, 2, 3), controller=None):
         self.current = snapshot
         self.answering = answering
+        self.controller = controller
 
     def snapshot(self):
         return self.current
 
     def replies_to(self, command_id):
-        return [
-            Reply(command_id, "stacks", r, True, reply(hung_rank() if r == 2 else ddp_rank(), "forward" if r == 2 else "backward"), 0.01)
-            for r in self.answering
-        ]
+        args, targets = {}, None
+        if self.controller is not None:  # what was asked, by the FakeController's ids ("cmd-N")
+            _, args, targets = self.controller.sent[int(command_id.split("-")[1]) - 1]
+        out = []
+        for r in self.answering:
+            if targets is not None and r not in targets:
+                continue
+            full = reply(hung_rank() if r == 2 else ddp_rank(), "forward" if r == 2 else "backward")
+            state = full.pop("state")
+            out.append(Reply(command_id, "stacks", r, True, probe_stacks.answer(full, state, bool((args or {}).get("digest"))), 0.01))
+        return out
 
 
 def stacks_text(screen):
@@ -73,7 +83,8 @@ def test_the_stacks_key_groups_the_ranks_and_opens_a_rank_s_full_stacks():
     async def scenario(app, pilot):
         await pilot.press("t")
         await pilot.pause(0.3)
-        assert controller.sent == [("stacks", None, None)]
+        # fingerprints from every rank, then the stacks of one rank per distinct fingerprint
+        assert controller.sent == [("stacks", {"digest": True}, None), ("stacks", None, [0, 2])]
         screen = app.screen
         assert isinstance(screen, StacksScreen)
         shown = stacks_text(screen)
@@ -92,7 +103,7 @@ def test_the_stacks_key_groups_the_ranks_and_opens_a_rank_s_full_stacks():
         await pilot.press("escape", "escape")
         assert not isinstance(app.screen, (StacksScreen, RankStackScreen))
 
-    run(RepliesSource(hung_snapshot()), scenario, controller)
+    run(RepliesSource(hung_snapshot(), controller=controller), scenario, controller)
 
 
 def test_ranks_that_do_not_answer_are_named_unresponsive():

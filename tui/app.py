@@ -328,11 +328,12 @@ class RanktopApp(App[None]):
         if isinstance(self.screen, StacksScreen):
             return
         before = self._last_command
-        self.send_command("stacks")
+        self.send_command("stacks", {"digest": True})  # fingerprints first: a few bytes from each of 4,096 ranks
         sent = self._last_command
         if sent is not None and sent is not before:
             expected = tuple(range(self.snapshot.world_size)) if self.snapshot.world_size else sent.ranks
-            self.push_screen(StacksScreen(sent.id, expected, self.replies_to))
+            ask_full = lambda ranks: self.controller.send("stacks", None, ranks)  # noqa: E731
+            self.push_screen(StacksScreen(sent.id, expected, self.replies_to, ask_full=ask_full))
 
     def replies_to(self, command_id: str) -> list:
         """Every rank's answer to one command: from the source when it keeps them all, else the snapshot's."""

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from ranktop.watch import stalls, stragglers
-from ranktop.watch.collectives import add_collectives, collective_rows
+from ranktop.watch.collectives import add_collectives, add_digest_collectives, collective_rows
 from ranktop.watch.requests import RequestBook
 from ranktop.watch.resources import ResourceTracker, job_throughput
 from ranktop.watch.snapshot import (
@@ -38,15 +38,17 @@ from ranktop.watch.snapshot import (
     WAITING,
     CaptureStatus,
     Endpoint,
-    RankRow,
     Reply,
     Snapshot,
+    build_rank_row,
 )
 from ranktop.watch.window import RankWindow
 from ranktop.wire import schema
 
 DEFAULT_WINDOW = 64
 DEFAULT_SILENT_AFTER_S = 3.0
+#: Messages reaching this viewer this much later than they used to: it is behind (too much to decode), and says so.
+BEHIND_AFTER_S = 1.0
 #: Latest replies kept for the snapshot, whoever sent the command (ours are all kept: watch/requests.py).
 MAX_REPLIES = 256
 MAX_ERRORS = 8
@@ -57,6 +59,9 @@ RESTATS_PER_SNAPSHOT = 1024
 #: Past this many ranks the snapshot's per-rank collective rows are those of the first ranks of the ranking only.
 PER_RANK_ROWS_UP_TO = 64
 PER_RANK_ROWS_SHOWN = 16
+#: From this many ranks on, the collective rows are worked out again this often only.
+COLLECTIVES_CACHED_FROM = 512
+COLLECTIVES_EVERY_S = 2.0
 
 
 @dataclass
@@ -67,6 +72,10 @@ class _Endpoint:
     last_heard: float | None = None
     down: bool = False  # the receiver saw its connection drop (a relay killed): lost now, not after silent_after_s
     dropped_at: float | None = None  # when it last dropped (or replaced a relay that did): ranks not heard since are cut off
+    # How late its messages reach us: their age when ingested (our wall clock less their own), less the least
+    # age seen (a constant clock skew between hosts is not lateness). Grows when this viewer falls behind.
+    age_floor: float = float("inf")
+    late_s: float = 0.0
 
 
 class Aggregator:
@@ -97,6 +106,7 @@ class Aggregator:
         self._replies: collections.deque[Reply] = collections.deque(maxlen=MAX_REPLIES)
         self._errors: list[str] = []
         self._dropped = 0
+        self._collectives: tuple[float, list] | None = None  # (when, rows) of the last collective rows
         self._restat_from = 0  # where the next snapshot's share of medians to refresh begins
         self._resources = ResourceTracker()  # memory history and creep, GPU gauges, throughput (watch/resources.py)
 
@@ -167,31 +177,69 @@ class Aggregator:
             elif msg["job"] != self._job:
                 self._dropped += 1  # another job's traffic on a shared endpoint
                 return
-            if endpoint is not None and endpoint in self._endpoints:
-                self._endpoints[endpoint].last_heard = now
-            rank = self._ranks.get(msg["rank"])
-            if rank is None:
-                rank = self._ranks[msg["rank"]] = RankWindow(msg["rank"], collections.deque(maxlen=self._window))
-            rank.last_seen = now
-            if endpoint is not None:
-                rank.endpoint = endpoint
+            ep = self._endpoints.get(endpoint) if endpoint is not None else None
+            if ep is not None:
+                ep.last_heard = now
+                age = self._wall_clock() - msg["ts"]
+                if age < ep.age_floor:
+                    ep.age_floor = age
+                ep.late_s = age - ep.age_floor
             kind = msg["k"]
+            if kind == schema.NODE:
+                for entry in msg["ranks"]:
+                    self._ingest_digest(entry, endpoint, now)
+                return
+            rank = self._window_of(msg["rank"], endpoint, now)
             if "state" in msg and isinstance(msg["state"], dict):
                 rank.note_state(msg["state"], now)
                 self._resources.note(msg["rank"], msg["state"], now)
             if kind == schema.HELLO:
-                rank.meta = {k: v for k, v in msg.items() if k not in ("v", "k", "job", "rank", "ts")}
-                world = rank.meta.get("world")
-                if isinstance(world, int) and not isinstance(world, bool) and world != self._world and world > (self._world or 0):
-                    self._world = world
-                    self.requests.poke()  # a command waiting for the job's size can go
+                self._note_hello(rank, {k: v for k, v in msg.items() if k not in ("v", "k", "job", "rank", "ts")})
             elif kind == schema.STEPS:
+                rank.raw_at = now
                 add_collectives(rank, msg, now, self._window)
                 for rec in msg["steps"]:
                     rank.add_step(rec)
             elif kind == schema.REPLY:
                 result = msg.get("result") if isinstance(msg.get("result"), dict) else {}
                 self._replies.append(self.requests.note_reply(msg["id"], msg["cmd"], msg["rank"], msg["ok"], result))
+            else:
+                rank.raw_at = now
+
+    def _window_of(self, number: int, endpoint: str | None, now: float) -> RankWindow:
+        rank = self._ranks.get(number)
+        if rank is None:
+            rank = self._ranks[number] = RankWindow(number, collections.deque(maxlen=self._window))
+        rank.last_seen = now
+        if endpoint is not None:
+            rank.endpoint = endpoint
+        return rank
+
+    def _note_hello(self, rank: RankWindow, meta: dict[str, Any]) -> None:
+        rank.meta = meta
+        world = meta.get("world")
+        if isinstance(world, int) and not isinstance(world, bool) and world != self._world and world > (self._world or 0):
+            self._world = world
+            self.requests.poke()  # a command waiting for the job's size can go
+
+    def _ingest_digest(self, entry: dict[str, Any], endpoint: str | None, now: float) -> None:
+        """One rank's part of its node's digest (wire/node_digest.py). A rank whose own messages this viewer
+        also hears (it switched to digests a moment ago) is taken from those, not counted twice."""
+        rank = self._window_of(entry["r"], endpoint, now)
+        state = entry.get("state")
+        if state is not None:
+            rank.note_state(state, now)
+            self._resources.note(entry["r"], state, now)
+        if "hello" in entry:
+            self._note_hello(rank, entry["hello"])
+        if now - rank.raw_at < self._silent_after:
+            return
+        if "ops" in entry or "cx" in entry:
+            add_digest_collectives(rank, entry.get("ops", {}), entry.get("cx", ()), now)
+        if "s" in entry:
+            rank.add_interval(entry["s"])
+        if entry.get("dev"):
+            rank.device_times = True
 
     def replies_to(self, command_id: str) -> list[Reply]:
         """Every rank's answer to one of our last commands, by rank (``snapshot.replies`` keeps only the latest)."""
@@ -244,17 +292,26 @@ class Aggregator:
         return self._build(now, windows, names, stats, resources)
 
     def _build(self, now: float, windows: list[RankWindow], names: list[str], stats: dict, resources: dict) -> Snapshot:
-        with self._lock:  # relays whose connection dropped: their ranks are cut off until heard through them again
+        with self._lock:
+            behind = max((e.late_s for e in self._endpoints.values()), default=0.0)
+            # relays whose connection dropped: their ranks are cut off until heard through them again
             links = {url: (e.down, e.dropped_at) for url, e in self._endpoints.items() if e.dropped_at is not None}
+        behind = behind if behind > BEHIND_AFTER_S else 0.0
 
         def cut_off(w: RankWindow) -> bool:
             link = links.get(w.endpoint) if w.endpoint is not None else None
             return link is not None and (link[0] or w.last_seen <= link[1])
 
-        silent = {w.rank for w in windows if now - w.last_seen > self._silent_after or cut_off(w)}
+        # A rank is silent when *it* stopped talking, not when this viewer is behind on the job's messages (a
+        # viewer behind on one relay is behind on them all: it serves them in turn); or when its relay is gone.
+        silent = {w.rank for w in windows if now - w.last_seen > self._silent_after + behind or cut_off(w)}
         worlds = [w.meta.get("world") for w in windows if isinstance(w.meta.get("world"), int)]
-        known = max(worlds) if worlds and now - self._started > self._silent_after else None  # unheard ranks count once it is sure
-        verdict = stalls.assess(stalls.positions_of(windows, now, silent), self._stall, world=known)
+        # The job as far as we have heard: a viewer behind on its messages must not see a stall in its own lag.
+        if stalls.none_stuck(windows, now - behind, silent, self._stall):
+            verdict = stalls.Verdict({}, [], None)
+        else:
+            sure = worlds and now - self._started > self._silent_after + behind  # ranks never heard count once it is sure
+            verdict = stalls.assess(stalls.positions_of(windows, now - behind, silent), self._stall, world=max(worlds) if sure else None)
         live = {rank: s for rank, s in stats.items() if s is not None and rank not in silent}
         scores = stragglers.score(live, names)
 
@@ -272,7 +329,7 @@ class Aggregator:
             else:
                 status = OK
             rows.append(
-                RankRow(
+                build_rank_row(
                     rank=w.rank,
                     host=self._host_of(w),
                     local_rank=int(w.meta.get("local_rank", -1)),
@@ -319,18 +376,29 @@ class Aggregator:
             phase_names=names,
             ranks=rows,
             stragglers=ranking,
-            endpoints=[self._endpoint_view(e, now, ranks_by_endpoint.get(e.url, ())) for e in endpoints],
+            endpoints=[self._endpoint_view(e, now, ranks_by_endpoint.get(e.url, ()), behind) for e in endpoints],
+            behind_s=behind or None,
             replies=replies,
             requests=self.requests.statuses(),
             dropped_messages=dropped,
             errors=errors,
-            collectives=collective_rows(windows, now, ranking[:PER_RANK_ROWS_SHOWN] if len(windows) > PER_RANK_ROWS_UP_TO else None),
+            collectives=self._collective_rows(windows, now, ranking),
             waiting_for=verdict.waiting_for,
             diagnosis=verdict.diagnosis,
             slow_hosts=stragglers.slow_hosts(rows),
             device_time_ranks=sorted(w.rank for w in windows if w.device_times),
             throughput=job_throughput([row.throughput for row in rows if row.status != SILENT]),
         )
+
+    def _collective_rows(self, windows: list[RankWindow], now: float, ranking: list[int]) -> list:
+        """The collectives pane's rows; past :data:`COLLECTIVES_CACHED_FROM` ranks worked out again every
+        :data:`COLLECTIVES_EVERY_S` only (what they say moves slowly; the rows cost O(ranks x ops))."""
+        cached = self._collectives
+        if len(windows) >= COLLECTIVES_CACHED_FROM and cached is not None and now - cached[0] < COLLECTIVES_EVERY_S:
+            return cached[1]
+        rows = collective_rows(windows, now, ranking[:PER_RANK_ROWS_SHOWN] if len(windows) > PER_RANK_ROWS_UP_TO else None)
+        self._collectives = (now, rows)
+        return rows
 
     def _host_of(self, r: RankWindow) -> str:
         """The rank's host from its hello; until that arrives, the host of the node's relay it was heard through."""
@@ -340,11 +408,11 @@ class Aggregator:
             host = endpoint.host if endpoint is not None else None
         return str(host) if host is not None else "?"
 
-    def _endpoint_view(self, e: _Endpoint, now: float, ranks: tuple[int, ...]) -> Endpoint:
+    def _endpoint_view(self, e: _Endpoint, now: float, ranks: tuple[int, ...], behind: float) -> Endpoint:
         if e.last_heard is None:
             return Endpoint(e.url, e.host, WAITING, now - e.added, ranks)
         quiet = now - e.last_heard
-        return Endpoint(e.url, e.host, LOST if quiet > self._silent_after or e.down else CONNECTED, quiet, ranks)
+        return Endpoint(e.url, e.host, LOST if quiet > self._silent_after + behind or e.down else CONNECTED, quiet, ranks)
 
 
 def _capture_status(r: RankWindow) -> CaptureStatus | None:

@@ -99,10 +99,32 @@ def add_collectives(w: RankWindow, msg: dict[str, Any], now: float, window: int)
         w.calls.append((now, call))
 
 
+def add_digest_collectives(w: RankWindow, ops: dict[str, list], sample, now: float) -> None:
+    """A rank's collectives of one interval of its node's digest (wire/node_digest.py): its ops, summed over the
+    interval, and its latest sample of raw calls. The waits came in the digest's step record."""
+    _add_ops(w, ops, now)
+    for call in sample:
+        w.calls.append((now, call))
+
+
 def add_summary(w: RankWindow, entry: dict[str, Any], now: float, window: int) -> None:
     """One step-and-phase summary of a rank's collectives: counted exactly, its wait noted by step and phase."""
+    _add_ops(w, entry["ops"], now)
+    step = entry["n"]
+    step_waits = w.waits.get(step)
+    if step_waits is None:
+        step_waits = w.waits[step] = {}
+        while len(w.waits) > WAITS_KEPT:
+            w.waits.popitem(last=False)
+    # A step whose calls came in two messages (a late completion) adds up: they no longer overlap.
+    step_waits[entry["ph"]] = step_waits.get(entry["ph"], 0.0) + entry["w"]
+    if w.steps and w.steps[0].n <= step <= w.last_step:  # its step came first: its own times change
+        w.own.rewait(step, step_waits)
+
+
+def _add_ops(w: RankWindow, ops: dict[str, list], now: float) -> None:
     S = collective_summary
-    for op, fields in entry["ops"].items():
+    for op, fields in ops.items():
         totals = w.call_totals.setdefault(op, [0, 0])
         totals[0] += fields[S.CALLS]
         totals[1] += fields[S.BYTES]
@@ -121,16 +143,6 @@ def add_summary(w: RankWindow, entry: dict[str, Any], now: float, window: int) -
         sums[1] += fields[S.BYTES]
         sums[2] += fields[S.TOTAL]
         w.op_last[op] = (fields[S.GROUP], fields[S.DTYPE])
-    step = entry["n"]
-    step_waits = w.waits.get(step)
-    if step_waits is None:
-        step_waits = w.waits[step] = {}
-        while len(w.waits) > WAITS_KEPT:
-            w.waits.popitem(last=False)
-    # A step whose calls came in two messages (a late completion) adds up: they no longer overlap.
-    step_waits[entry["ph"]] = step_waits.get(entry["ph"], 0.0) + entry["w"]
-    if w.steps and w.steps[0].n <= step <= w.last_step:  # its step came first: its own times change
-        w.own.rewait(step, step_waits)
 
 
 #: Beyond this many ranks, per-rank rows are only those of the ranks shown first (watch/stragglers.py ranking).

@@ -22,9 +22,16 @@ from urllib.parse import urlsplit
 import zmq
 
 from ranktop.watch.aggregator import Aggregator
-from ranktop.wire import rendezvous, schema
+from ranktop.watch.errors import RanktopError
+from ranktop.wire import rendezvous, schema, settings
 
 DISCOVERY_EVERY_S = 1.0
+#: From this many nodes on (``RANKTOP_DIGESTS=auto``) the viewer takes one digest per node and interval instead
+#: of every rank's own messages (wire/node_digest.py): a few ranks are seen step by step, thousands in digests.
+DIGESTS_FROM_NODES = 16
+#: What a viewer subscribes to, step by step or in digests (replies to its commands always come from the ranks).
+RANK_TOPICS = tuple(kind.encode() for kind in schema.RANK_KINDS)
+DIGEST_TOPICS = (schema.NODE.encode(), schema.REPLY.encode())
 #: Messages queued per relay while this viewer is behind (about 30 s of a node of 8 ranks at 4 Hz);
 #: past that ZeroMQ drops the newest: a viewer that cannot keep up with 512 nodes loses messages
 #: (counted as gaps in the ranks' steps) instead of its memory.
@@ -95,8 +102,15 @@ class Receiver(threading.Thread):
         discover: Callable[[], Iterable[rendezvous.NodeRecord]] | None = None,
         on_control: Callable[[str], None] | None = None,
         recorder: "Tap | None" = None,
+        digests: str | None = None,
     ):
+        """``digests``: "on", "off" or "auto" (default: ``RANKTOP_DIGESTS``), see :data:`DIGESTS_FROM_NODES`."""
         super().__init__(name="ranktop-receiver", daemon=True)
+        mode = (digests or settings.DIGESTS.get() or "auto").lower()
+        if mode not in ("on", "off", "auto"):
+            raise RanktopError(f"{settings.DIGESTS.name} must be on, off or auto, not {mode!r}")
+        self._digest_mode = mode
+        self.digests = mode == "on"  # taking node digests now (auto switches once, when the job turns out big)
         self._recorder = recorder
         self._aggregator = aggregator
         self._static = list(endpoints)
@@ -128,6 +142,8 @@ class Receiver(threading.Thread):
                 if self._discover is not None and time.monotonic() >= next_discovery:
                     self._run_discovery(poller)
                     next_discovery = time.monotonic() + DISCOVERY_EVERY_S
+                if not self.digests and self._digest_mode == "auto" and len(self._sockets) >= DIGESTS_FROM_NODES:
+                    self._take_digests()
                 for sock, _ in poller.poll(200):
                     if sock in self._monitors:
                         self._link_event(sock)
@@ -175,8 +191,8 @@ class Receiver(threading.Thread):
         sock.setsockopt(zmq.RCVHWM, RECEIVE_QUEUE)
         sock.setsockopt(zmq.MAXMSGSIZE, schema.MAX_BODY_BYTES + 4096)
         sock.setsockopt(zmq.LINGER, 0)
-        for kind in schema.TELEMETRY_KINDS:
-            sock.setsockopt(zmq.SUBSCRIBE, kind.encode())
+        for topic in DIGEST_TOPICS if self.digests else RANK_TOPICS:
+            sock.setsockopt(zmq.SUBSCRIBE, topic)
         try:
             sock.connect(dial)
         except zmq.ZMQError as exc:  # a record or host name that is no address: say so, keep the others
@@ -209,7 +225,19 @@ class Receiver(threading.Thread):
             if event & (zmq.EVENT_DISCONNECTED | zmq.EVENT_HANDSHAKE_SUCCEEDED):
                 self._aggregator.note_link(url, up=bool(event & zmq.EVENT_HANDSHAKE_SUCCEEDED))
 
-    def _drain(self, sock: zmq.Socket, limit: int = 10_000) -> None:
+    def _take_digests(self) -> None:
+        """The job is big: from now on one digest per node, not every rank's messages (the ranks' own messages
+        already queued still arrive, and count; the aggregator does not count a step twice)."""
+        self.digests = True
+        for sock in self._sockets.values():
+            for topic in RANK_TOPICS:
+                if topic not in DIGEST_TOPICS:
+                    sock.setsockopt(zmq.UNSUBSCRIBE, topic)
+            sock.setsockopt(zmq.SUBSCRIBE, schema.NODE.encode())
+
+    def _drain(self, sock: zmq.Socket, limit: int = 256) -> None:
+        """Take what one relay sent, a bounded number at a time: a viewer behind on hundreds of relays serves
+        them in turn rather than one for long (the others would look silent meanwhile)."""
         url = self._urls[sock]
         for count in range(limit):
             if count % 256 == 255 and self._stop_event.is_set():  # a backlog of hundreds of relays must not delay a stop
@@ -221,7 +249,7 @@ class Receiver(threading.Thread):
             if self._recorder is not None:
                 self._recorder.tap(frames, url)  # as it came off the wire; never blocks (watch/recording.py)
             msg = self._aggregator.ingest_frames(frames, url)
-            if msg is not None and self._on_control is not None and msg["k"] == schema.HELLO:
+            if msg is not None and self._on_control is not None and msg["k"] in (schema.HELLO, schema.NODE):
                 relay = msg.get("relay")
                 if isinstance(relay, dict) and isinstance(relay.get("control"), str):
                     try:  # addresses from the network: a malformed one is dropped, never fatal

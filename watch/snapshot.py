@@ -8,7 +8,7 @@ TUI can never disagree.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import MISSING, asdict, dataclass, field, fields
 from typing import Any
 
 from ranktop.wire import capture as wire_capture
@@ -57,6 +57,38 @@ class RankRow:
     rate_hz: float | None = None  # telemetry messages a second it sends at (set_rate, --rate)
     last_step_end: float | None = None  # when its last step received ended: unix time by the rank's clock (t + w)
     missed: int = 0  # step records lost on the way to this viewer (gaps in the step numbers it received)
+
+
+def _fast_constructor(cls):
+    """``cls(**values)`` for a frozen dataclass without its generated ``__init__``, which sets each field
+    through ``object.__setattr__`` (a snapshot of 4,096 ranks builds 4,096 rows of 27 fields twice a second:
+    12 µs a row that way, 2 here). Every field must be given but those with defaults; the result is as frozen."""
+    names, defaults, factories = set(), {}, {}
+    for f in fields(cls):
+        names.add(f.name)
+        if f.default is not MISSING:
+            defaults[f.name] = f.default
+        elif f.default_factory is not MISSING:
+            factories[f.name] = f.default_factory
+    required = names - set(defaults) - set(factories)
+
+    def build(**values: Any):
+        if not required <= values.keys() or not values.keys() <= names:
+            return cls(**values)  # let the generated __init__ say what is missing or unknown
+        obj = object.__new__(cls)
+        state = obj.__dict__
+        state.update(defaults)
+        for name, factory in factories.items():
+            if name not in values:
+                state[name] = factory()
+        state.update(values)
+        return obj
+
+    return build
+
+
+#: RankRow(**values), faster: what the aggregator builds every row with.
+build_rank_row = _fast_constructor(RankRow)
 
 
 @dataclass(frozen=True)
@@ -230,6 +262,7 @@ class Snapshot:
     slow_hosts: list[str] = field(default_factory=list)  # hosts all of whose ranks are slow: the node, not a rank
     throughput: Throughput | None = None  # the job's: sums over live ranks (MFU: their TFLOP/s over their peaks)
     device_time_ranks: list[int] = field(default_factory=list)  # ranks whose step records carry device (GPU) times ("g", wire 1.2)
+    behind_s: float | None = None  # this viewer is this many seconds behind the job's messages (None: keeping up)
 
     @property
     def connected(self) -> int:

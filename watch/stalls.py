@@ -229,6 +229,26 @@ def _diagnosis(stalled: dict[int, Position], culprits: list[Position], how: str,
     return f"{ranks_text(p.rank for p in waiting)} stalled {where_text(waiting)} for {fmt.ago(longest)}, waiting for {ranks_text(culprit_ranks)}: {what}"
 
 
+def none_stuck(ranks: Iterable[Any], now: float, silent: set[int], policy: StallPolicy) -> bool:
+    """True when no live rank can be stalled: each finished a step, or began its current one, more recently
+    than the shortest stall (the policy's floor). Then a snapshot of thousands of ranks skips their positions."""
+    floor = policy.floor_s
+    for r in ranks:
+        if r.rank in silent:
+            continue
+        state = r.state
+        if not state:
+            continue
+        age = state.get("step_age")
+        if state.get("in_step") and type(age) in (int, float):
+            stuck = age + max(0.0, now - r.state_at)
+        else:
+            stuck = now - r.progress_at
+        if stuck > floor:
+            return False
+    return True
+
+
 def positions_of(ranks: Iterable[Any], now: float, silent: set[int]) -> list[Position]:
     """Positions of the aggregator's per-rank records (those that sent a state)."""
     out = []

@@ -16,22 +16,9 @@ import collections
 from typing import Any
 
 from ranktop.wire import schema
+from ranktop.wire.own_times import own_times
 
 OTHER, COMM = schema.OTHER_PHASE, schema.COMM_PHASE
-
-
-def own_times(wall: float, phases: dict[str, float], waits: dict | None) -> dict[str, float]:
-    """A step's time per phase with its waits in collectives taken out (and summed as ``comm``)."""
-    out = dict(phases)
-    out[OTHER] = max(0.0, wall - sum(phases.values()))
-    if waits:
-        total = 0.0
-        for phase, waited in waits.items():
-            name = phase if phase in out else OTHER
-            out[name] = max(0.0, out[name] - waited)
-            total += waited
-        out[COMM] = min(total, wall)
-    return out
 
 
 def _median(values) -> float:
@@ -53,6 +40,7 @@ class StepWindow:
         self._median_wall: float | None = None
         self._raw: collections.deque[tuple[float, dict]] = collections.deque(maxlen=window)  # (wall, phases) to redo a step
         self._stats: dict[str, Any] | None = None
+        self.stats_version: object = None  # changes (identity) whenever the medians are worked out again
         self._dirty = False
 
     def __len__(self) -> int:
@@ -78,6 +66,30 @@ class StepWindow:
             column = self.columns[name] = collections.deque([0.0] * (length - 1), maxlen=self.window)
             column.append(value)
         self._dirty = True
+
+    def add_own(self, n: int, t: float, wall: float, own: dict[str, float]) -> None:
+        """A record whose own times are already worked out (a node digest's interval, wire/node_digest.py).
+        Thousands of ranks arrive this way several times a second: the usual case (the same phases as the
+        last record) is a plain append per column."""
+        self.steps.append((n, t, wall))
+        self._raw.append((wall, own))
+        self._median_wall = None
+        self._dirty = True
+        columns = self.columns
+        if own.keys() == columns.keys():
+            for name, column in columns.items():
+                column.append(own[name])
+            return
+        self.names.update(name for name in own if name != OTHER and name != COMM)
+        if COMM in own:
+            self.waited = True
+        times = dict(own)
+        length = len(self.steps)
+        for name, column in columns.items():
+            column.append(times.pop(name, 0.0))
+        for name, value in times.items():
+            column = columns[name] = collections.deque([0.0] * (length - 1), maxlen=self.window)
+            column.append(value)
 
     def rewait(self, n: int, waits: dict) -> None:
         """Waits of step ``n`` that came after its record: work its own times out again."""
@@ -119,6 +131,7 @@ class StepWindow:
                 "comm": medians.get(COMM, 0.0) if self.waited else None,
             }
             self._dirty = False
+            self.stats_version = self._stats
         stats = self._stats
         medians = stats["medians"]
         return {"step": stats["step"], "phases": {name: medians.get(name, 0.0) for name in names}, "rate": stats["rate"], "comm": stats["comm"]}

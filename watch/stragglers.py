@@ -78,10 +78,15 @@ def rank_stats(w: RankWindow, names: list[str], refresh: bool = True) -> RankSta
     """Medians over the window (watch/step_window.py keeps them until new steps), or None before
     :data:`MIN_STEPS_TO_SCORE` steps. Each phase counts the rank's own time: its waits in collectives
     are taken out and shown as ``comm``."""
-    stats = w.own.stats(names, MIN_STEPS_TO_SCORE, refresh)
+    own = w.own
+    if not (refresh and own.dirty) and w.stats_cache is not None and w.stats_cache[0] == names and w.stats_cache[1] is own.stats_version:
+        return w.stats_cache[2]  # nothing new since: thousands of ranks cost a lookup each
+    stats = own.stats(names, MIN_STEPS_TO_SCORE, refresh)
     if stats is None:
         return None
-    return RankStats(stats["step"], stats["phases"], stats["rate"], stats["comm"])
+    result = RankStats(stats["step"], stats["phases"], stats["rate"], stats["comm"])
+    w.stats_cache = (list(names), own.stats_version, result)
+    return result
 
 
 def score(live: dict[int, RankStats], names: list[str]) -> Scores:
@@ -98,13 +103,18 @@ def _excess(stats: dict[int, RankStats], names: list[str]) -> dict[int, tuple[fl
     if len(stats) < 2:
         return {rank: (0.0, None) for rank in stats}
     names = [name for name in names if name != schema.COMM_PHASE]  # waiting is not this rank's own work
-    medians = {name: statistics.median(s.phases.get(name, 0.0) for s in stats.values()) for name in names}
+    medians = [(name, statistics.median([s.phases.get(name, 0.0) for s in stats.values()])) for name in names]
     out = {}
     for rank, s in stats.items():
-        diffs = {name: s.phases.get(name, 0.0) - medians[name] for name in names}
-        total = sum(d for d in diffs.values() if d > 0)
-        culprit = max(diffs, key=diffs.get) if diffs else None
-        out[rank] = (total, culprit if culprit is not None and diffs[culprit] > 0 else None)
+        phases = s.phases
+        total, culprit, worst = 0.0, None, 0.0
+        for name, median in medians:
+            d = phases.get(name, 0.0) - median
+            if d > 0:
+                total += d
+                if d > worst:
+                    culprit, worst = name, d
+        out[rank] = (total, culprit)
     return out
 
 

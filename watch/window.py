@@ -51,6 +51,8 @@ class RankWindow:
     progress_at: float = 0.0  # ... and when that state's last finished step last changed (watch/stalls.py)
     capture_summary: tuple[str, dict] | None = None  # (capture id, summary): kept after the rank stops sending it
     endpoint: str | None = None  # the relay it was last heard through: a lost relay is shown with its ranks
+    stats_cache: tuple | None = None  # (phase names, own.stats_version, RankStats): watch/stragglers.py
+    raw_at: float = float("-inf")  # viewer clock of its last own steps or heartbeat (not through a node digest)
     own: StepWindow = field(init=False)  # the same steps as columns of own time per phase, medians cached
 
     def __post_init__(self) -> None:
@@ -92,3 +94,17 @@ class RankWindow:
         if self.first_step is None:
             return 0
         return max(0, self.last_step - self.first_step + 1 - self.steps_seen)
+
+    def add_interval(self, s: list) -> None:
+        """Its steps of one interval, as a node digest folds them (wire/node_digest.py): one record in the
+        window, with the interval's mean times, counted as the steps it stands for. The medians are then
+        over intervals of a few steps each rather than over single steps: as robust, at a fraction of the cost."""
+        last, count, start, wall, own = s
+        if last <= self.last_step:  # already heard step by step
+            return
+        self.steps.append(StepRecord(last, start, wall, own))
+        self.own.add_own(last, start, wall, own)
+        if self.first_step is None:
+            self.first_step = last - count + 1
+        self.steps_seen += count
+        self.last_step = last

@@ -18,10 +18,11 @@ from typing import Any
 import msgpack
 
 from . import collective_summary as _summary
+from . import node_digest as _digest
 from .capture import STATES as _CAPTURE_STATES
 
 #: Bump the major version on any incompatible change; minor versions only add fields.
-PROTOCOL_VERSION = (1, 4)
+PROTOCOL_VERSION = (1, 5)
 
 #: The standard phases, in the order bars are drawn. Users may add phases of their own.
 STANDARD_PHASES = ("data", "forward", "backward", "optimizer")
@@ -35,10 +36,13 @@ HELLO = "hello"  # a rank's metadata; re-sent periodically so late TUIs learn it
 STEPS = "steps"  # a batch of completed step records
 HEARTBEAT = "heartbeat"  # sent when a rank has nothing else to say: it is alive
 REPLY = "reply"  # a rank's answer to a control command
+NODE = "node"  # since 1.5: a relay's digest of its node's ranks (wire/node_digest.py), for the biggest jobs
 # Control flows TUI -> relay -> ranks, always signed (see ranktop.wire.auth).
 COMMAND = "command"
 
-TELEMETRY_KINDS = (HELLO, STEPS, HEARTBEAT, REPLY)
+TELEMETRY_KINDS = (HELLO, STEPS, HEARTBEAT, REPLY, NODE)
+#: What a rank itself sends (a viewer takes either these, step by step, or the node digests).
+RANK_KINDS = (HELLO, STEPS, HEARTBEAT, REPLY)
 KINDS = TELEMETRY_KINDS + (COMMAND,)
 
 # A step record is a map with these keys: compact, since a rank sends one per step.
@@ -153,7 +157,11 @@ _NUMBER = (int, float)
 
 
 def _check_gauges(msg: dict) -> None:
-    state = msg.get("state")
+    _check_state(msg.get("state"))
+    _check_work(msg.get("work"))
+
+
+def _check_state(state: Any) -> None:
     if isinstance(state, dict):
         mem = state.get("mem")
         if mem is not None:
@@ -170,7 +178,9 @@ def _check_gauges(msg: dict) -> None:
         cap = state.get("cap")
         if cap is not None:
             _check_capture(cap)
-    work = msg.get("work")
+
+
+def _check_work(work: Any) -> None:
     if work is not None and not (
         isinstance(work, dict) and all(isinstance(v, (str,) + _NUMBER) for v in work.values())
     ):
@@ -252,7 +262,7 @@ def _check_calls(calls: Any, key: str) -> None:
 def _check_summaries(summaries: Any) -> None:
     if type(summaries) is not list:
         raise WireError("steps: cs is not a list")
-    real, size = _REAL, _summary.OP_FIELDS
+    real = _REAL
     for entry in summaries:
         if type(entry) is not dict:
             raise WireError("steps: collective summary is not a map")
@@ -261,16 +271,21 @@ def _check_summaries(summaries: Any) -> None:
             raise WireError("steps: collective summary lacks n/w")
         if not (phase is None or type(phase) is str) or type(ops) is not dict:
             raise WireError("steps: collective summary has a bad phase or ops")
-        for op, fields in ops.items():
-            if type(op) is not str or type(fields) is not list or len(fields) != size:
-                raise WireError("steps: collective summary has a bad op entry")
-            calls, nbytes, waited, total, longest, group, dtype = fields  # the order of wire/collective_summary.py
-            if not (type(calls) is int and calls > 0 and type(nbytes) is int and nbytes >= 0):
-                raise WireError("steps: collective summary has bad calls/bytes")
-            if not (type(group) is int and type(dtype) is str):
-                raise WireError("steps: collective summary has a bad group/dtype")
-            if type(waited) not in real or type(total) not in real or type(longest) not in real or min(waited, total, longest) < 0:
-                raise WireError("steps: collective summary has a bad wait")
+        _check_ops(ops)
+
+
+def _check_ops(ops: dict) -> None:
+    real, size = _REAL, _summary.OP_FIELDS
+    for op, fields in ops.items():
+        if type(op) is not str or type(fields) is not list or len(fields) != size:
+            raise WireError("steps: collective summary has a bad op entry")
+        calls, nbytes, waited, total, longest, group, dtype = fields  # the order of wire/collective_summary.py
+        if not (type(calls) is int and calls > 0 and type(nbytes) is int and nbytes >= 0):
+            raise WireError("steps: collective summary has bad calls/bytes")
+        if not (type(group) is int and type(dtype) is str):
+            raise WireError("steps: collective summary has a bad group/dtype")
+        if type(waited) not in real or type(total) not in real or type(longest) not in real or min(waited, total, longest) < 0:
+            raise WireError("steps: collective summary has a bad wait")
 
 
 def _check_device_times(g: Any) -> None:
@@ -306,10 +321,69 @@ def _check_command(msg: dict) -> None:
         raise WireError("command: ranks must be null or a list of ints")
 
 
+def _check_node(msg: dict) -> None:
+    _need(msg, "job", str)
+    _need(msg, "host", str)
+    _need(msg, "ts", (int, float))
+    relay = msg.get("relay")
+    if relay is not None and not (isinstance(relay, dict) and all(type(v) is str for v in relay.values())):
+        raise WireError("node: bad relay addresses")
+    entries = _need(msg, "ranks", list)
+    real = _REAL
+    for entry in entries:
+        if type(entry) is not dict:
+            raise WireError("node: rank entry is not a map")
+        rank, ts = entry.get("r"), entry.get("ts")
+        if type(rank) is not int or rank < 0 or type(ts) not in real:
+            raise WireError("node: rank entry lacks r/ts")
+        if "state" in entry:
+            if type(entry["state"]) is not dict:
+                raise WireError("node: bad state")
+            _check_state(entry["state"])
+        if "hello" in entry:
+            _check_node_hello(entry["hello"])
+        if "s" in entry:
+            _check_step_digest(entry["s"])
+        if "ops" in entry:
+            if type(entry["ops"]) is not dict:
+                raise WireError("node: ops is not a map")
+            _check_ops(entry["ops"])
+        if "cx" in entry:
+            _check_calls(entry["cx"], "cx")
+        if "dev" in entry and type(entry["dev"]) is not bool:
+            raise WireError("node: bad dev")
+
+
+def _check_node_hello(hello: Any) -> None:
+    if type(hello) is not dict:
+        raise WireError("node: hello is not a map")
+    if not (type(hello.get("host")) is str and type(hello.get("world")) is int and type(hello.get("local_rank")) is int):
+        raise WireError("node: hello lacks host/world/local_rank")
+    if type(hello.get("pid")) is not int:
+        raise WireError("node: hello lacks pid")
+    _check_work(hello.get("work"))
+
+
+def _check_step_digest(s: Any) -> None:
+    """A rank's steps of one interval (wire/node_digest.py): [last, count, start, mean wall, own times]."""
+    real = _REAL
+    if type(s) is not list or len(s) != _digest.STEP_FIELDS:
+        raise WireError("node: bad step record")
+    last, count, start, wall, own = s
+    if type(last) is not int or type(count) is not int or count < 1 or type(start) not in real:
+        raise WireError("node: step record lacks last/count/start")
+    if type(wall) not in real or wall < 0 or type(own) is not dict:
+        raise WireError("node: step record has a bad wall or own times")
+    for name, sec in own.items():
+        if type(name) is not str or type(sec) not in real or sec < 0:
+            raise WireError("node: bad own time entry")
+
+
 _CHECKS = {
     HELLO: _check_hello,
     STEPS: _check_steps,
     HEARTBEAT: _check_heartbeat,
     REPLY: _check_reply,
     COMMAND: _check_command,
+    NODE: _check_node,
 }

@@ -116,6 +116,12 @@ def status_text(snapshot: Snapshot, *, notice: Text | None = None, last_command:
         lines.append(Text(f"node {host} is slow: all {count} of its ranks are stragglers", style=palette.ERROR))
     if snapshot.diagnosis:  # a hang: who is stuck where, and whom they wait for
         lines.append(Text(snapshot.diagnosis, style=palette.STATUS_STYLES[STALLED]))
+    if snapshot.behind_s is not None:
+        lines.append(Text(
+            f"this viewer is {snapshot.behind_s:.1f} s behind the job's messages (more than this machine can decode); "
+            "ranks are not called silent for it",
+            style=palette.WARNING,
+        ))  # fmt: skip
     heard = endpoints_text(snapshot.endpoints)
     if snapshot.dropped_messages:
         heard.append("  " if heard else "")

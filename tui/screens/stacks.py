@@ -24,7 +24,7 @@ from ranktop.tui import bindings
 from ranktop.tui.render import palette
 from ranktop.watch.format import ranks_text
 from ranktop.watch.snapshot import STALLED, Reply
-from ranktop.watch.stacks import RankStacks, StackReport, build_report, thread_lines
+from ranktop.watch.stacks import RankStacks, StackReport, build_report, representatives, thread_lines
 
 #: How long the screen waits for every rank before naming the missing ones unresponsive.
 ANSWER_TIMEOUT_S = 10.0
@@ -128,11 +128,18 @@ class StacksScreen(ModalScreen[None]):
         replies_to: Callable[[str], list[Reply]],
         *,
         timeout_s: float = ANSWER_TIMEOUT_S,
+        ask_full: Callable[[list[int]], str] | None = None,
     ):
+        """``command_id``: a ``stacks`` command sent to every rank. When it asked for fingerprints only (as
+        the App does: 4,096 ranks then send a few bytes each), ``ask_full`` sends a second ``stacks`` to the
+        given ranks, one per distinct fingerprint, and returns its id: their stacks stand for their groups."""
         super().__init__()
         self.command_id = command_id
         self.expected = expected
         self._replies_to = replies_to
+        self._ask_full = ask_full
+        self._asked: set[int] = set()  # ranks already asked for their full stacks
+        self._full_ids: list[str] = []
         self.timeout_s = timeout_s
         self._started = time.monotonic()
         self.report: StackReport = build_report(expected, [])
@@ -154,8 +161,17 @@ class StacksScreen(ModalScreen[None]):
     def refresh_report(self) -> None:
         """Rebuild the groups from every answer so far (each rank's first answer counts)."""
         waited = time.monotonic() - self._started
-        replies = self._replies_to(self.command_id)
-        self.report = build_report(self.expected, [(r.rank, r.ok, r.result) for r in replies])
+        replies = [(r.rank, r.ok, r.result) for r in self._replies_to(self.command_id)]
+        if self._ask_full is not None:
+            wanted = [rank for rank in representatives(replies) if rank not in self._asked]
+            if wanted:
+                self._asked.update(wanted)
+                try:
+                    self._full_ids.append(self._ask_full(wanted))
+                except Exception:  # a transport error: the groups show their fingerprints instead of stacks
+                    pass
+        full = [(r.rank, r.ok, r.result) for command in self._full_ids for r in self._replies_to(command)]
+        self.report = build_report(self.expected, replies, full)
         self._summary.update(summary_text(self.report, waited_s=waited, timeout_s=self.timeout_s))
         shown = (tuple(g.summary for g in self.report.groups), tuple(self.report.failed))
         if shown != self._shown:
@@ -165,7 +181,7 @@ class StacksScreen(ModalScreen[None]):
             self._groups.add_options(group_options(self.report))
             if self.report.groups:
                 self._groups.highlighted = min(highlighted or 0, len(self.report.groups) - 1)
-        if self.report.complete:
+        if self.report.complete and self._asked <= {rank for rank, _, _ in full}:
             self._timer.pause()  # a rank missing after the timeout may still answer: keep looking
 
     def on_option_list_option_selected(self, event: OptionList.OptionSelected) -> None:

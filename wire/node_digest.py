@@ -1,0 +1,186 @@
+"""A node's digest: what every rank of one node said in the last fraction of a second, in one message.
+
+At 4,096 ranks a viewer cannot decode one message per rank every quarter of a
+second, let alone one record per step (about 65,000 rank-steps a second at 16
+steps/s; msgpack alone takes ~7 µs a rank-step in Python). So the node's relay
+folds its ranks' messages of each interval into one ``node`` message (protocol
+1.5) that says, per rank, what the viewer needs and no more:
+
+- ``s``: its steps of the interval as one record ``[last step, how many, start,
+  mean wall time, {phase: mean own time}]``, own times as wire/own_times.py
+  works them out (waits in collectives taken out and shown as ``comm``; the
+  start is chosen so that start + mean wall is when its last step ended);
+- ``ops``: its collectives since they were last sent (at most every
+  :data:`SLOW_EVERY_S`) per op, in the order of wire/collective_summary.py
+  (calls, bytes, waited, total, longest, group, dtype); ``cx``, its latest
+  sample of raw calls (one rank's per digest, in turn);
+- ``state``: its latest state, every :data:`SLOW_EVERY_S`, or at once when it
+  made no step (a stall is seen as soon as from its own messages) or its
+  capture moved; ``hello``: its hello (less the envelope) when it changed, or
+  every :data:`HELLO_EVERY_S` for viewers that attached late;
+- ``ts``: when it last spoke, by its clock; ``dev``: its steps carry device times.
+
+A rank that said nothing in the interval is left out (the viewer finds it
+silent by the time it last heard of it). Viewers of small jobs keep taking the
+ranks' own messages, step by step; the digest is for the biggest
+(watch/receiver.py chooses). The relay builds digests in probe/digest.py; the
+simulator (demo/simulate.py) builds them with the same :class:`NodeDigest`.
+"""
+
+from __future__ import annotations
+
+import collections
+from typing import Any
+
+from . import collective_summary as _summary
+from .own_times import own_times
+
+#: How often a relay sends its node's digest (a rank sends its own steps 4 times a second by default).
+DIGEST_HZ = 4.0
+#: A rank's hello rides in the digest at least this often, so a viewer that attaches late learns who it is.
+HELLO_EVERY_S = 10.0
+#: A running rank's state and collectives ride in the digest this often (what they say changes slowly; each
+#: costs the viewer more than the steps themselves, times thousands of ranks).
+SLOW_EVERY_S = 1.0
+#: The positions in a rank's ``s`` record.
+LAST, COUNT, START, WALL, OWN = range(5)
+STEP_FIELDS = 5
+#: Hello fields that say nothing about who the rank is (they ride in the rank's entry on their own).
+_NOT_META = frozenset(("v", "k", "job", "rank", "ts", "state"))
+
+
+class _Rank:
+    __slots__ = (
+        "count", "last", "end", "wall", "phases", "waits", "ops", "sample", "state", "ts", "dev", "hello", "hello_sent",
+        "fresh", "state_sent", "sent_cap", "ops_sent",
+    )  # fmt: skip
+
+    def __init__(self) -> None:
+        self.hello: dict[str, Any] | None = None
+        self.hello_sent = self.state_sent = self.ops_sent = float("-inf")
+        self.state: dict[str, Any] | None = None
+        self.sent_cap: Any = None
+        self.ops: dict[str, list] = {}
+        self.sample: list | None = None
+        self.waits: dict[str | None, float] = {}
+        self.reset()
+
+    def reset(self) -> None:
+        """After a digest: the interval's steps start again (ops, sample and waits of steps to come stay)."""
+        self.count = 0
+        self.last = -1
+        self.end = 0.0
+        self.wall = 0.0
+        self.phases: dict[str, float] = {}
+        self.ts = 0.0
+        self.dev = False
+        self.fresh = False  # it said something since the last digest
+
+
+class NodeDigest:
+    """Folds the messages of a node's ranks (decoded maps, as wire/schema.py yields them) into one digest body
+    per interval. Pure: the caller owns sockets and timing. Memory is O(ranks of the node x phases x ops)."""
+
+    def __init__(self, job: str, host: str):
+        self.job = job
+        self.host = host
+        self._ranks: collections.OrderedDict[int, _Rank] = collections.OrderedDict()
+        self.relay: dict[str, str] | None = None  # the node relay's own addresses, told to every viewer
+
+    def add(self, kind: str, msg: dict[str, Any]) -> None:
+        """One rank's hello, steps or heartbeat (other kinds pass the digest by)."""
+        if kind not in ("hello", "steps", "heartbeat") or msg.get("job") != self.job:
+            return
+        rank = self._ranks.get(msg["rank"])
+        if rank is None:
+            rank = self._ranks[msg["rank"]] = _Rank()
+        rank.fresh = True
+        rank.ts = max(rank.ts, msg["ts"])
+        if isinstance(msg.get("state"), dict):
+            rank.state = msg["state"]
+        if kind == "hello":
+            meta = {k: v for k, v in msg.items() if k not in _NOT_META}
+            if meta.get("relay") is not None and self.relay is None:
+                self.relay = meta["relay"]
+            if meta != rank.hello:
+                rank.hello = meta
+                rank.hello_sent = float("-inf")
+        elif kind == "steps":
+            self._add_steps(rank, msg)
+
+    @staticmethod
+    def _add_steps(rank: _Rank, msg: dict[str, Any]) -> None:
+        phases = rank.phases
+        for rec in msg["steps"]:
+            rank.count += 1
+            rank.wall += rec["w"]
+            end = rec["t"] + rec["w"]
+            if rec["n"] >= rank.last:
+                rank.last, rank.end = rec["n"], end
+            for name, sec in rec["p"].items():
+                phases[name] = phases.get(name, 0.0) + sec
+            if "g" in rec:
+                rank.dev = True
+        summaries = msg.get("cs")
+        if summaries is None and msg.get("coll"):  # a probe older than 1.4: fold its calls the same way
+            summaries = _summary.summarise(msg["coll"])[0]
+        for entry in summaries or ():
+            rank.waits[entry["ph"]] = rank.waits.get(entry["ph"], 0.0) + entry["w"]
+            for op, fields in entry["ops"].items():
+                acc = rank.ops.get(op)
+                if acc is None:
+                    rank.ops[op] = list(fields)
+                    continue
+                acc[_summary.CALLS] += fields[_summary.CALLS]
+                acc[_summary.BYTES] += fields[_summary.BYTES]
+                acc[_summary.WAITED] += fields[_summary.WAITED]
+                acc[_summary.TOTAL] += fields[_summary.TOTAL]
+                acc[_summary.LONGEST] = max(acc[_summary.LONGEST], fields[_summary.LONGEST])
+                acc[_summary.GROUP], acc[_summary.DTYPE] = fields[_summary.GROUP], fields[_summary.DTYPE]
+        sample = msg.get("cx") or msg.get("coll")
+        if sample:
+            rank.sample = sample[-_summary.SAMPLE_MAX :]
+
+    def body(self, now: float, wall: float) -> dict[str, Any] | None:
+        """The digest of everything added since the last call (None when no rank said anything), ready for
+        wire/schema.py's encode as a ``node`` message. ``now``: a monotonic clock, for the cadences;
+        ``wall``: unix time, the message's timestamp."""
+        entries = []
+        sampled = False
+        for number, rank in list(self._ranks.items()):
+            if not rank.fresh:
+                continue
+            entry: dict[str, Any] = {"r": number, "ts": rank.ts}
+            state = rank.state
+            if state is not None and (
+                not rank.count or now - rank.state_sent >= SLOW_EVERY_S or state.get("cap") != rank.sent_cap
+            ):
+                entry["state"] = state
+                rank.state_sent, rank.sent_cap = now, state.get("cap")
+            if rank.hello is not None and now - rank.hello_sent >= HELLO_EVERY_S:
+                entry["hello"] = rank.hello
+                rank.hello_sent = now
+            if rank.count:
+                k = rank.count
+                wall_mean = rank.wall / k
+                phases = {name: sec / k for name, sec in rank.phases.items()}
+                waits = {phase: sec / k for phase, sec in rank.waits.items()}
+                entry["s"] = [rank.last, k, rank.end - wall_mean, wall_mean, own_times(wall_mean, phases, waits)]
+                rank.waits = {}
+            if rank.ops and now - rank.ops_sent >= SLOW_EVERY_S:
+                entry["ops"] = rank.ops
+                rank.ops, rank.ops_sent = {}, now
+            if rank.sample and not sampled:  # one rank's raw calls per digest, in turn: enough for the fit
+                entry["cx"] = rank.sample
+                rank.sample, sampled = None, True
+                self._ranks.move_to_end(number)
+            if rank.dev:
+                entry["dev"] = True
+            entries.append(entry)
+            rank.reset()
+        if not entries:
+            return None
+        body: dict[str, Any] = {"job": self.job, "host": self.host, "ts": wall, "ranks": entries}
+        if self.relay is not None:
+            body["relay"] = self.relay
+        return body

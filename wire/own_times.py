@@ -1,0 +1,26 @@
+"""A step's own time per phase: the time its waits in collectives are taken out of.
+
+One definition for both sides: the viewer works it out per step from a rank's
+own messages (watch/step_window.py), a node's relay per interval for its
+digest (wire/node_digest.py).
+"""
+
+from __future__ import annotations
+
+from . import schema  # read at call time: schema imports node_digest, which imports this
+
+
+def own_times(wall: float, phases: dict[str, float], waits: dict | None) -> dict[str, float]:
+    """A step's time per phase with its waits in collectives taken out (and summed as ``comm``); the time
+    outside every named phase is ``other``. ``waits``: seconds waited per phase (None: a phase of none)."""
+    OTHER_PHASE, COMM_PHASE = schema.OTHER_PHASE, schema.COMM_PHASE
+    out = dict(phases)
+    out[OTHER_PHASE] = max(0.0, wall - sum(phases.values()))
+    if waits:
+        total = 0.0
+        for phase, waited in waits.items():
+            name = phase if phase in out else OTHER_PHASE
+            out[name] = max(0.0, out[name] - waited)
+            total += waited
+        out[COMM_PHASE] = min(total, wall)
+    return out
