@@ -199,6 +199,8 @@ class Capture:
                 began = time.perf_counter()
                 self._profiler.export_chrome_trace(str(tmp))  # C++, holding the GIL: training waits this long too
                 self._cost_ms.append((time.perf_counter() - began) * 1000)
+                if not tmp.exists():  # kineto logs a failed write and returns as if it had succeeded
+                    raise OSError(f"torch.profiler could not write the trace in {self.folder}: {why_unwritable(self.folder)}")
                 os.replace(tmp, path)
                 self._profiler = None
                 summary = summarize_file(path)
@@ -208,10 +210,12 @@ class Capture:
             self.finished_at = time.monotonic()
             self.state = DONE
         except Exception as exc:
-            if tmp is not None:
-                with contextlib.suppress(OSError):
-                    os.unlink(tmp)  # a half-written file never lies in the capture folder
-            self._fail(f"writing failed: {exc.__class__.__name__}: {exc}")
+            if tmp is not None:  # a half-written file never lies in the capture folder: ours, nor kineto's own
+                for leftover in (tmp, tmp.with_name(tmp.name + ".tmp")):  # kineto writes PATH.tmp, then renames it
+                    with contextlib.suppress(OSError):
+                        os.unlink(leftover)
+            reason = str(exc) if type(exc) is OSError and exc.errno is None else f"{exc.__class__.__name__}: {exc}"
+            self._fail(f"writing failed: {reason}")
 
     def abandon(self, reason: str) -> None:
         """Give up a capture that has not reached its writer (the probe shuts down): from the training thread."""
@@ -280,6 +284,27 @@ class Capture:
 def start_timeout(lead_steps: int, median_step_s: float | None) -> float:
     """How long a rank waits for the start step: a minute, or four times the steps' expected time."""
     return max(MIN_START_TIMEOUT_S, 4.0 * lead_steps * (median_step_s or 0.0))
+
+
+def why_unwritable(folder: Path) -> str:
+    """The likely reason a file could not be written in ``folder`` (a writer that does not say, like kineto's)."""
+    try:
+        stat = os.statvfs(folder)
+    except OSError as exc:
+        return f"the folder cannot be read ({exc.strerror})"
+    if stat.f_flag & os.ST_RDONLY or not os.access(folder, os.W_OK):
+        return "the folder is read-only"
+    if stat.f_bavail * stat.f_frsize < 1 << 20:
+        return f"the disk is full ({stat.f_bavail * stat.f_frsize >> 10} KB free)"
+    try:
+        import resource
+
+        limit = resource.getrlimit(resource.RLIMIT_FSIZE)[0]
+    except (ImportError, OSError, ValueError):
+        limit = -1
+    if limit >= 0 and limit != getattr(resource, "RLIM_INFINITY", -1):
+        return f"this process may write files of {limit:,} bytes at most (ulimit -f)"
+    return "the disk may be full or failing (see the job's log)"
 
 
 def _lower_priority() -> None:

@@ -39,6 +39,10 @@ HEARTBEAT_EVERY_S = 1.0
 HELLO_EVERY_S = 2.0
 #: Commands handled per wake-up at most, so a flood cannot starve telemetry.
 MAX_COMMANDS_PER_WAKE = 32
+#: Commands a rank checks per second at most (a burst of this many is allowed). Checking one (HMAC,
+#: decode) takes 30-60 us of this thread, holding the GIL: a flood of forged or replayed commands,
+#: thousands a second, would take that time from training. Past it they are counted ("flood"), unread.
+MAX_COMMANDS_PER_S = 200.0
 #: The state keys the sender fills itself; registered sources add the others.
 _CORE_STATE = frozenset({"step", "last", "in_step", "phase", "step_age", "dropped", "rejected", "rate_hz", "median_step_s", "cap"})
 
@@ -67,6 +71,8 @@ class Sender(threading.Thread):
         self._taken = 0
         self._dropped = 0
         self._rejected: dict[str, int] = {}
+        self._command_budget = MAX_COMMANDS_PER_S  # a token bucket (see MAX_COMMANDS_PER_S)
+        self._budget_at = time.monotonic()
         self._meta: dict[str, Any] | None = None
         # Recent step wall times: the state carries their median, so a TUI that attaches to a
         # job already hung still knows how long a step usually takes on this rank.
@@ -293,11 +299,18 @@ class Sender(threading.Thread):
     # -- control --------------------------------------------------------------
 
     def _handle_commands(self, pub: zmq.Socket, sub: zmq.Socket, verifier: auth.CommandVerifier | None) -> None:
+        now = time.monotonic()
+        self._command_budget = min(MAX_COMMANDS_PER_S, self._command_budget + (now - self._budget_at) * MAX_COMMANDS_PER_S)
+        self._budget_at = now
         for _ in range(MAX_COMMANDS_PER_WAKE):
             try:
                 frames = sub.recv_multipart(flags=zmq.NOBLOCK)
             except zmq.Again:
                 return
+            if self._command_budget < 1.0:
+                self._reject("flood")
+                continue
+            self._command_budget -= 1.0
             if verifier is None:
                 self._reject("no-secret")
                 continue

@@ -206,6 +206,34 @@ def test_a_rank_heard_before_its_hello_goes_by_the_host_of_its_nodes_relay():
     assert [(r.rank, r.host) for r in agg.snapshot().ranks] == [(2, "node-b"), (3, "?")]
 
 
+def test_a_dropped_connection_loses_its_node_at_once_and_its_ranks_stay_cut_off_until_heard_again():
+    clock = Clock()
+    agg = Aggregator("j", clock=clock, silent_after_s=3.0)
+    agg.add_endpoint("tcp://a:1", "a")
+    for r in (0, 1):
+        agg.ingest(hello(r, host="a"), "tcp://a:1")
+    clock.now += 0.5
+    agg.note_link("tcp://a:1", up=False)  # the relay was killed: the receiver saw its connection drop
+    snap = agg.snapshot()
+    assert [e.state for e in snap.endpoints] == ["lost"] and [r.status for r in snap.ranks] == ["silent"] * 2
+
+    agg.replace_endpoint("tcp://a:1", "tcp://a:2", "a")  # a new relay, on another port
+    agg.note_link("tcp://a:2", up=True)
+    clock.now += 0.5
+    agg.ingest(hello(0, host="a"), "tcp://a:2")
+    snap = agg.snapshot()  # rank 1, not heard through the new relay yet, is not taken for a stalled rank
+    assert [e.state for e in snap.endpoints] == ["connected"] and [r.status for r in snap.ranks] == ["ok", "silent"]
+    agg.ingest(hello(1, host="a"), "tcp://a:2")
+    assert [r.status for r in agg.snapshot().ranks] == ["ok", "ok"]
+
+
+def test_step_records_that_never_arrived_are_counted_as_missed():
+    agg = Aggregator("j")
+    agg.ingest(steps(0, [{"n": n, "t": 100.0 + n, "w": 0.03, "p": {"data": 0.01}} for n in (5, 6, 9, 10, 12)]))
+    (row,) = agg.snapshot().ranks
+    assert (row.step, row.steps_seen, row.missed) == (12, 5, 3)  # 7, 8 and 11: lost on the way, not by the probe
+
+
 def test_a_viewer_behind_on_a_nodes_messages_says_so_and_calls_no_rank_silent_for_it():
     clock, wall = [0.0], [1000.0]
     agg = Aggregator("j", clock=lambda: clock[0], wall_clock=lambda: wall[0])

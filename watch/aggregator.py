@@ -70,6 +70,8 @@ class _Endpoint:
     host: str | None
     added: float
     last_heard: float | None = None
+    down: bool = False  # the receiver saw its connection drop (a relay killed): lost now, not after silent_after_s
+    dropped_at: float | None = None  # when it last dropped (or replaced a relay that did): ranks not heard since are cut off
     # How late its messages reach us: their age when ingested (our wall clock less their own), less the least
     # age seen (a constant clock skew between hosts is not lateness). Grows when this viewer falls behind.
     age_floor: float = float("inf")
@@ -134,7 +136,21 @@ class Aggregator:
         with self._lock:
             self._endpoints.pop(old, None)
             if new not in self._endpoints:
-                self._endpoints[new] = _Endpoint(new, host, self._clock())
+                now = self._clock()
+                self._endpoints[new] = _Endpoint(new, host, now, dropped_at=now)
+            for w in self._ranks.values():  # cut off until they are heard through it: silent, not stalled
+                if w.endpoint == old:
+                    w.endpoint = new
+
+    def note_link(self, url: str, up: bool) -> None:
+        """The receiver's word on a relay's connection: dropped (its ranks go silent at once: they
+        are cut off, not stalled) or made again."""
+        with self._lock:
+            endpoint = self._endpoints.get(url)
+            if endpoint is not None:
+                endpoint.down = not up
+                if not up:
+                    endpoint.dropped_at = self._clock()
 
     def ingest_frames(self, frames: list[bytes], endpoint: str | None = None) -> dict | None:
         """Decode and ingest one message; malformed or foreign frames are dropped and counted."""
@@ -278,10 +294,17 @@ class Aggregator:
     def _build(self, now: float, windows: list[RankWindow], names: list[str], stats: dict, resources: dict) -> Snapshot:
         with self._lock:
             behind = max((e.late_s for e in self._endpoints.values()), default=0.0)
+            # relays whose connection dropped: their ranks are cut off until heard through them again
+            links = {url: (e.down, e.dropped_at) for url, e in self._endpoints.items() if e.dropped_at is not None}
         behind = behind if behind > BEHIND_AFTER_S else 0.0
+
+        def cut_off(w: RankWindow) -> bool:
+            link = links.get(w.endpoint) if w.endpoint is not None else None
+            return link is not None and (link[0] or w.last_seen <= link[1])
+
         # A rank is silent when *it* stopped talking, not when this viewer is behind on the job's messages (a
-        # viewer behind on one relay is behind on them all: it serves them in turn).
-        silent = {w.rank for w in windows if now - w.last_seen > self._silent_after + behind}
+        # viewer behind on one relay is behind on them all: it serves them in turn); or when its relay is gone.
+        silent = {w.rank for w in windows if now - w.last_seen > self._silent_after + behind or cut_off(w)}
         worlds = [w.meta.get("world") for w in windows if isinstance(w.meta.get("world"), int)]
         # The job as far as we have heard: a viewer behind on its messages must not see a stall in its own lag.
         if stalls.none_stuck(windows, now - behind, silent, self._stall):
@@ -313,6 +336,7 @@ class Aggregator:
                     pid=int(w.meta.get("pid", -1)),
                     step=w.last_step,
                     steps_seen=w.steps_seen,
+                    missed=w.missed,
                     step_s=st.step_s if st else None,
                     phases=st.phases if st else {},
                     score=scores.score(w.rank),
@@ -388,7 +412,7 @@ class Aggregator:
         if e.last_heard is None:
             return Endpoint(e.url, e.host, WAITING, now - e.added, ranks)
         quiet = now - e.last_heard
-        return Endpoint(e.url, e.host, LOST if quiet > self._silent_after + behind else CONNECTED, quiet, ranks)
+        return Endpoint(e.url, e.host, LOST if quiet > self._silent_after + behind or e.down else CONNECTED, quiet, ranks)
 
 
 def _capture_status(r: RankWindow) -> CaptureStatus | None:

@@ -19,14 +19,14 @@ from __future__ import annotations
 from typing import Callable
 
 import zmq
-from zmq.utils.monitor import recv_monitor_message
 
 from ranktop.wire import curve
 
 MORE = "docs/security.md"
 #: Handshakes a relay ends without a reason before this viewer says its key was refused.
 VAGUE_FAILURES = 3
-_EVENTS = (
+#: The monitor events a handshake reports (watch/receiver.py dispatches them here).
+HANDSHAKE_EVENTS = (
     zmq.EVENT_HANDSHAKE_SUCCEEDED
     | zmq.EVENT_HANDSHAKE_FAILED_AUTH
     | zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL
@@ -101,12 +101,12 @@ class ClientKeys:
 
 
 class Handshakes:
-    """A monitor on each client socket until its first handshake succeeds; every failure said once per relay."""
+    """What the handshakes with each relay said (the receiver reads them off its sockets' monitors): every
+    failure said once per relay, in one line, until a handshake succeeds."""
 
     def __init__(self, keys: ClientKeys, note: Callable[[str], None]):
         self._keys = keys
         self._note = note
-        self._monitors: dict[zmq.Socket, tuple[zmq.Socket, str]] = {}  # monitor -> (its socket, the relay's URL)
         self._problems: dict[str, str] = {}  # URL -> its latest failure
         self._vague: dict[str, int] = {}  # URL -> handshakes that failed without saying why
 
@@ -118,51 +118,21 @@ class Handshakes:
     def no_key(self, url: str) -> None:
         self._say(url, self._keys.missing(url))
 
-    def watch(self, sock: zmq.Socket, url: str, poller: zmq.Poller) -> None:
-        monitor = sock.get_monitor_socket(_EVENTS)
-        self._monitors[monitor] = (sock, url)
-        poller.register(monitor, zmq.POLLIN)
-
-    def owns(self, sock: zmq.Socket) -> bool:
-        return sock in self._monitors
-
-    def read(self, monitor: zmq.Socket, poller: zmq.Poller) -> None:
-        """Read a monitor's events; done with it at the first handshake that succeeds."""
-        sock, url = self._monitors[monitor]
-        while monitor.poll(0):
-            event = recv_monitor_message(monitor)
-            line = self._keys.refused(url, event["event"], event["value"])
-            if line is None:
-                self._problems.pop(url, None)
-                self._vague.pop(url, None)
-                self.forget(sock, poller)
+    def event(self, sock: zmq.Socket, url: str, event: int, value: int) -> None:
+        """One handshake event of ``sock``, the socket dialling ``url``."""
+        line = self._keys.refused(url, event, value)
+        if line is None:
+            self._problems.pop(url, None)
+            self._vague.pop(url, None)
+            return
+        if event == zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL:
+            # The relay hung up mid-handshake (errno in the value): what a wrong server key looks like, but
+            # also a relay going away, or the race of a mismatch; a plain dial waits for the mismatch itself,
+            # a CURVE one says it when it happens again and again.
+            self._vague[url] = self._vague.get(url, 0) + 1
+            if sock.getsockopt(zmq.MECHANISM) != zmq.CURVE or self._vague[url] < VAGUE_FAILURES or url in self._problems:
                 return
-            if event["event"] == zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL:
-                # The relay hung up mid-handshake (errno in the value): what a wrong server key looks like, but
-                # also a relay going away, or the race of a mismatch; a plain dial waits for the mismatch itself,
-                # a CURVE one says it when it happens again and again.
-                self._vague[url] = self._vague.get(url, 0) + 1
-                if sock.getsockopt(zmq.MECHANISM) != zmq.CURVE or self._vague[url] < VAGUE_FAILURES or url in self._problems:
-                    continue
-            self._say(url, line)
-
-    def forget(self, sock: zmq.Socket, poller: zmq.Poller) -> None:
-        """Stop watching ``sock`` (before it is closed)."""
-        for monitor, (watched, _) in list(self._monitors.items()):
-            if watched is sock:
-                del self._monitors[monitor]
-                poller.unregister(monitor)
-                sock.disable_monitor()
-                monitor.close(linger=0)
-
-    def close(self) -> None:
-        for monitor, (sock, _) in self._monitors.items():
-            try:
-                sock.disable_monitor()
-            except zmq.ZMQError:
-                pass
-            monitor.close(linger=0)
-        self._monitors.clear()
+        self._say(url, line)
 
     def _say(self, url: str, line: str) -> None:
         if self._problems.get(url) != line:

@@ -5,7 +5,9 @@ TUI say *which* endpoint has not answered. New endpoints come from a discovery
 callable polled once a second, so nodes that start after the TUI, or relays
 that restart on a new port, are picked up without a restart: a node is known
 by its host name, and a new endpoint for a host replaces the old one (its
-ranks then come back through the new one).
+ranks then come back through the new one). Each socket has a monitor, so a
+connection that drops (a relay killed) shows as a lost node at once, its
+ranks silent rather than stalled.
 """
 
 from __future__ import annotations
@@ -18,10 +20,11 @@ from typing import Callable, Iterable, Protocol
 from urllib.parse import urlsplit
 
 import zmq
+from zmq.utils.monitor import recv_monitor_message
 
 from ranktop.watch.aggregator import Aggregator
 from ranktop.watch.errors import RanktopError
-from ranktop.watch.keys import ClientKeys, Handshakes
+from ranktop.watch.keys import HANDSHAKE_EVENTS, ClientKeys, Handshakes
 from ranktop.wire import auth, rendezvous, schema, settings
 
 DISCOVERY_EVERY_S = 1.0
@@ -35,6 +38,8 @@ DIGEST_TOPICS = (schema.NODE.encode(), schema.REPLY.encode())
 #: past that ZeroMQ drops the newest: a viewer that cannot keep up with 512 nodes loses messages
 #: (counted as gaps in the ranks' steps) instead of its memory.
 RECEIVE_QUEUE = 1000
+#: What a socket's monitor reports: a connection dropped, or made (the ZMTP handshake done).
+LINK_EVENTS = zmq.EVENT_DISCONNECTED | zmq.EVENT_HANDSHAKE_SUCCEEDED
 
 
 class Tap(Protocol):
@@ -117,6 +122,7 @@ class Receiver(threading.Thread):
         self._stop_event = threading.Event()
         self._sockets: dict[str, zmq.Socket] = {}  # advertised URL -> socket
         self._urls: dict[zmq.Socket, str] = {}  # and back
+        self._monitors: dict[zmq.Socket, str] = {}  # a socket's monitor -> its advertised URL
         self._by_host: dict[str, str] = {}  # discovered node -> its relay's advertised telemetry URL
         self._context = zmq.Context()
         self._context.set(zmq.MAX_SOCKETS, 16384)  # a SUB socket per relay, and its handshake monitor for a while
@@ -147,15 +153,16 @@ class Receiver(threading.Thread):
                 if not self.digests and self._digest_mode == "auto" and len(self._sockets) >= DIGESTS_FROM_NODES:
                     self._take_digests()
                 for sock, _ in poller.poll(200):
-                    if self.handshakes.owns(sock):
-                        self.handshakes.read(sock, poller)
-                    else:
+                    if sock in self._monitors:
+                        self._monitor_events(sock)
+                    elif sock in self._urls:
                         self._drain(sock)
         except Exception as exc:  # never die silently: the UI shows why the data stopped
             self._aggregator.note_error(f"receiver stopped: {exc.__class__.__name__}: {exc}")
             print(f"ranktop: receiver stopped: {exc}", file=sys.stderr)
         finally:
-            self.handshakes.close()
+            for monitor in self._monitors:
+                monitor.close(linger=0)
             for sock in self._sockets.values():
                 sock.close(linger=0)
             self._context.term()
@@ -172,7 +179,7 @@ class Receiver(threading.Thread):
                 sock = self._sockets.pop(old)
                 del self._urls[sock]
                 poller.unregister(sock)
-                self.handshakes.forget(sock, poller)
+                self._unmonitor(poller, old)
                 sock.close(linger=0)
                 self._aggregator.replace_endpoint(old, rec.telemetry, rec.host)
             self._by_host[rec.host] = rec.telemetry
@@ -198,17 +205,45 @@ class Receiver(threading.Thread):
             sock.close(linger=0)
             self.handshakes.no_key(url)
             return
-        self.handshakes.watch(sock, url, poller)
+        # One monitor per socket (a socket has one): its handshakes (a refused key is said in one line,
+        # watch/keys.py) and its connection dropped or made (the node lost or back at once).
+        monitor = sock.get_monitor_socket(LINK_EVENTS | HANDSHAKE_EVENTS)
         try:
             sock.connect(dial)
         except zmq.ZMQError as exc:  # a record or host name that is no address: say so, keep the others
-            self.handshakes.forget(sock, poller)
+            sock.disable_monitor()
+            monitor.close(linger=0)
             sock.close(linger=0)
             self._aggregator.note_error(f"cannot dial {dial}: {exc}")
             return
         self._sockets[url] = sock
         self._urls[sock] = url  # the aggregator knows an endpoint by its advertised URL
         poller.register(sock, zmq.POLLIN)
+        self._monitors[monitor] = url
+        poller.register(monitor, zmq.POLLIN)
+
+    def _unmonitor(self, poller: zmq.Poller, url: str) -> None:
+        for monitor, of in list(self._monitors.items()):
+            if of == url:
+                poller.unregister(monitor)
+                del self._monitors[monitor]
+                monitor.close(linger=0)
+
+    def _monitor_events(self, monitor: zmq.Socket) -> None:
+        """A connection made or dropped (the aggregator shows the node connected or lost from now on), or a
+        handshake that failed (the key is refused: said once, watch/keys.py)."""
+        url = self._monitors[monitor]
+        sock = self._sockets.get(url)
+        for _ in range(64):
+            try:
+                event = recv_monitor_message(monitor, flags=zmq.NOBLOCK)
+            except zmq.Again:
+                return
+            kind = event["event"]
+            if kind & HANDSHAKE_EVENTS and sock is not None:
+                self.handshakes.event(sock, url, kind, event["value"])
+            if kind & (zmq.EVENT_DISCONNECTED | zmq.EVENT_HANDSHAKE_SUCCEEDED):
+                self._aggregator.note_link(url, up=bool(kind & zmq.EVENT_HANDSHAKE_SUCCEEDED))
 
     def _take_digests(self) -> None:
         """The job is big: from now on one digest per node, not every rank's messages (the ranks' own messages

@@ -56,6 +56,7 @@ class RankRow:
     rejected: dict[str, int] = field(default_factory=dict)  # commands it refused, by reason (forged, replayed, expired, ...)
     rate_hz: float | None = None  # telemetry messages a second it sends at (set_rate, --rate)
     last_step_end: float | None = None  # when its last step received ended: unix time by the rank's clock (t + w)
+    missed: int = 0  # step records lost on the way to this viewer (gaps in the step numbers it received)
 
 
 def _fast_constructor(cls):

@@ -35,6 +35,7 @@ class RankWindow:
     state: dict[str, Any] = field(default_factory=dict)  # its last state (wire/schema.py)
     last_seen: float = 0.0  # viewer clock of its last message
     steps_seen: int = 0
+    first_step: int | None = None  # the first step number received: where counting gaps begins
     last_step: int = -1
     device_times: bool = False  # some of its step records carry GPU (device) times
     # collectives (watch/collectives.py fills them): a sample of recent raw calls (arrival, record), exact
@@ -79,7 +80,20 @@ class RankWindow:
         self.steps.append(StepRecord(record["n"], record["t"], record["w"], record["p"]))
         self.own.add(record["n"], record["t"], record["w"], record["p"], self.waits.get(record["n"]))
         self.steps_seen += 1
+        if self.first_step is None or record["n"] < self.first_step:
+            self.first_step = record["n"]
         self.last_step = max(self.last_step, record["n"])
+
+    @property
+    def missed(self) -> int:
+        """Step records this viewer never received between its first and its last (gaps in the numbers).
+
+        The probe counts what it drops itself (``dropped``); what is lost after it (a
+        relay queue or this viewer's own, while it was frozen or too slow, a relay
+        that died) only shows as step numbers that never arrived."""
+        if self.first_step is None:
+            return 0
+        return max(0, self.last_step - self.first_step + 1 - self.steps_seen)
 
     def add_interval(self, s: list) -> None:
         """Its steps of one interval, as a node digest folds them (wire/node_digest.py): one record in the
@@ -90,5 +104,7 @@ class RankWindow:
             return
         self.steps.append(StepRecord(last, start, wall, own))
         self.own.add_own(last, start, wall, own)
+        if self.first_step is None:
+            self.first_step = last - count + 1
         self.steps_seen += count
         self.last_step = last
