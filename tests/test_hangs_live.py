@@ -81,7 +81,7 @@ def test_the_stacks_key_on_a_hung_live_job(launch_ranks, tmp_path):
             screen = app.screen
             assert isinstance(screen, StacksScreen)
             for _ in range(100):
-                if screen.report.complete:
+                if screen.settled:  # every rank's fingerprint, then each group's stacks
                     break
                 await pilot.pause(0.1)
             assert [g.ranks for g in screen.report.groups] == [(1, 2), (0,)]

@@ -140,6 +140,7 @@ class StacksScreen(ModalScreen[None]):
         self._ask_full = ask_full
         self._asked: set[int] = set()  # ranks already asked for their full stacks
         self._full_ids: list[str] = []
+        self.settled = False  # every rank answered, and the stacks of every group came
         self.timeout_s = timeout_s
         self._started = time.monotonic()
         self.report: StackReport = build_report(expected, [])
@@ -181,7 +182,8 @@ class StacksScreen(ModalScreen[None]):
             self._groups.add_options(group_options(self.report))
             if self.report.groups:
                 self._groups.highlighted = min(highlighted or 0, len(self.report.groups) - 1)
-        if self.report.complete and self._asked <= {rank for rank, _, _ in full}:
+        self.settled = self.report.complete and self._asked <= {rank for rank, _, _ in full}
+        if self.settled:
             self._timer.pause()  # a rank missing after the timeout may still answer: keep looking
 
     def on_option_list_option_selected(self, event: OptionList.OptionSelected) -> None:
