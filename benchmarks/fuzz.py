@@ -126,6 +126,22 @@ def probe_messages() -> list[list[bytes]]:
     ]
 
 
+def _nest(depth: int) -> Any:
+    out: Any = None
+    for _ in range(depth):
+        out = (out,)
+    return out
+
+
+#: Nested lists of several depths (as tuples: shared, never mutated; maps nested deeper come from _deep_bytes).
+_NESTED = tuple(_nest(d) for d in (10, 40, 200, 400))
+
+
+def _deep_bytes(depth: int) -> bytes:
+    """A body nested ``depth`` deep, maps and arrays alternating (msgpack's packer refuses past 511 levels)."""
+    return b"\x81\xa1x\x91" * (depth // 2) + b"\xc0"
+
+
 # -- the mutator -----------------------------------------------------------------------------------------
 
 
@@ -139,7 +155,8 @@ class Mutator:
         r = self.r
         roll = r.random()
         if roll < 0.55 or depth > 3:
-            return r.choice(_INTERESTING)
+            value = r.choice(_INTERESTING)
+            return value.copy() if type(value) in (list, dict) else value  # a shared one would grow into a cycle
         if roll < 0.7:
             return r.uniform(-1e6, 1e6) if r.random() < 0.5 else r.randint(-(2**40), 2**40)
         if roll < 0.85:
@@ -151,12 +168,8 @@ class Mutator:
         return self.r.choice(_KEYS) if self.r.random() < 0.9 else self.r.choice(("", "zz", b"k", 1, -1, None, 2.5))
 
     def nested(self) -> Any:
-        """Deep nesting (msgpack and json decoders, recursion)."""
-        depth = self.r.choice((50, 500, 5000))
-        out: Any = self.r.choice(_INTERESTING)
-        for _ in range(depth):
-            out = [out] if self.r.random() < 0.5 else {"x": out}
-        return out
+        """Deep nesting (the decoders' and the snapshot's recursion): made once, shared (tuples: never mutated)."""
+        return self.r.choice(_NESTED)
 
     def mutate(self, obj: Any, rounds: int | None = None) -> Any:
         """``obj`` (a plain msgpack structure, not shared) changed in 1 to 4 places."""
@@ -386,10 +399,13 @@ def run(inputs: int, seed: int = 0, progress: Callable[[int], None] | None = Non
                 body = _pack(obj)
                 if body is not None:
                     ingest.feed([kind.encode(), body], obj)
-            elif roll < 0.88:  # raw bytes: a frame damaged on the way
+            elif roll < 0.88:  # raw bytes: a frame damaged on the way, or nested deeper than any packer writes
                 shares["bytes"] += 1
                 k = r.randrange(len(real))
-                frames = [real[k][0], mut.bytes(real[k][1])]
+                if r.random() < 0.01:
+                    frames = [real[k][0], _deep_bytes(r.choice((100, 1000, 3000, 100_000)))]
+                else:
+                    frames = [real[k][0], mut.bytes(real[k][1])]
                 ingest.feed(frames, frames)
             elif roll < 0.96:  # a command: mutated, then signed (so it reaches the decoder), or damaged after signing
                 shares["command"] += 1
