@@ -221,39 +221,58 @@ def _check_state(state: Any) -> None:
         return
     if type(state) is not dict:
         raise WireError("state is not a map")
-    get = state.get
+    get, real, big = state.get, _REAL, _BIG  # every steps message carries one: tests inline, no generators
     step, last, in_step, phase = get("step"), get("last"), get("in_step"), get("phase")
     if not ((step is None or type(step) is int) and (last is None or type(last) is int)):
         raise WireError("state: bad step or last step")
     if not ((in_step is None or type(in_step) is bool) and (phase is None or type(phase) is str)):
         raise WireError("state: bad in_step or phase")
-    for key in ("step_age", "median_step_s", "rate_hz"):
-        value = get(key)
-        if value is not None and not _amount(value):
-            raise WireError(f"state: bad {key}")
+    age, median, rate = get("step_age"), get("median_step_s"), get("rate_hz")
+    if not (
+        (age is None or type(age) in real and 0 <= age <= big)
+        and (median is None or type(median) in real and 0 <= median <= big)
+        and (rate is None or type(rate) in real and 0 <= rate <= big)
+    ):
+        raise WireError("state: bad step_age, median_step_s or rate_hz")
     dropped, rejected = get("dropped"), get("rejected")
-    if dropped is not None and not (type(dropped) is int and 0 <= dropped <= _BIG):
+    if dropped is not None and not (type(dropped) is int and 0 <= dropped <= big):
         raise WireError("state: dropped is not a count")
     if rejected is not None and not (
-        type(rejected) is dict and all(type(k) is str and type(v) is int and 0 <= v <= _BIG for k, v in rejected.items())
+        type(rejected) is dict and all(type(k) is str and type(v) is int and 0 <= v <= big for k, v in rejected.items())
     ):
         raise WireError("state: rejected is not counts by reason")
     collective = get("collective")
-    if collective is not None and not (type(collective) is dict and _plain(collective)):
+    if collective is not None and not (type(collective) is dict and _flat(collective)):
         raise WireError("state: bad collective")
-    mem = get("mem")
+    mem, gpu, cap = get("mem"), get("gpu"), get("cap")
     if mem is not None:
         if type(mem) is not dict or not _optional(mem.get("rss"), _amount):
             raise WireError("state: bad mem")
         cuda = mem.get("cuda")
         if cuda is not None and not (type(cuda) is dict and all(_amount(v) for v in cuda.values())):
             raise WireError("state: bad mem.cuda")
-    gpu = get("gpu")
     if gpu is not None:
         _check_gpu(gpu)
-    cap = get("cap")
     if cap is not None:
         _check_capture(cap)
+
+
+_SCALARS = frozenset((str, int, bool, type(None)))
+
+
+def _flat(mapping: dict) -> bool:
+    """:func:`_plain` for a map of scalars (the usual case), without a call per value."""
+    big, scalars = _BIG, _SCALARS
+    for key, value in mapping.items():
+        if type(key) is not str:
+            return False
+        kind = type(value)
+        if kind is float:
+            if not -big <= value <= big:
+                return False
+        elif kind not in scalars:
+            return _plain(mapping)
+    return True
 
 
 def _check_gpu(gpu: Any) -> None:
