@@ -380,7 +380,7 @@ def run(inputs: int, seed: int = 0, progress: Callable[[int], None] | None = Non
     shares = {"mutated": 0, "generated": 0, "bytes": 0, "command": 0, "node": 0}
     with tempfile.TemporaryDirectory(prefix="ranktop-fuzz-") as folder:
         records = RendezvousTarget(crashes, folder)
-        start = time.perf_counter()
+        start, cpu = time.perf_counter(), time.process_time()
         for i in range(inputs):
             roll = r.random()
             if roll < 0.70:  # a real message, damaged in a few places
@@ -431,11 +431,13 @@ def run(inputs: int, seed: int = 0, progress: Callable[[int], None] | None = Non
                 records.feed(text, obj, on_disk=r.random() < 0.02)
             if progress is not None and i % 100_000 == 0:
                 progress(i)
-        spent = time.perf_counter() - start
+        spent, cpu = time.perf_counter() - start, time.process_time() - cpu
     return {
         "inputs": inputs,
         "seconds": round(spent, 2),
+        "cpu_seconds": round(cpu, 2),
         "inputs_per_s": round(inputs / spent),
+        "inputs_per_cpu_s": round(inputs / cpu),
         "shares": shares,
         "snapshots": ingest.count // SNAPSHOT_EVERY,
         "crash_classes": len(crashes.classes),
@@ -461,6 +463,7 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(result, indent=2))
     else:
         print(f"{result['inputs']:,} inputs in {result['seconds']:.1f} s: {result['inputs_per_s']:,} inputs/s "
+              f"({result['inputs_per_cpu_s']:,} per CPU second) "
               f"({', '.join(f'{k} {v:,}' for k, v in result['shares'].items())}; {result['snapshots']:,} snapshots)")  # fmt: skip
         print(f"crash classes: {result['crash_classes']} (target 0)")
         for name, entry in sorted(result["crashes"].items(), key=lambda kv: -kv[1]["count"]):
