@@ -104,7 +104,24 @@ def test_malformed_foreign_and_other_version_frames_are_dropped_and_counted():
     agg.ingest_frames([b"hello", msgpack.packb(dict(hello(0), v=[9, 0]))], "tcp://node7:5555")
     snap = agg.snapshot()
     assert snap.dropped_messages == 3 and snap.ranks == []
-    assert len(snap.errors) == 1 and "tcp://node7:5555" in snap.errors[0] and "protocol 9.0" in snap.errors[0]
+    garbage, version = snap.errors  # another job's traffic is only counted
+    assert garbage == "dropped malformed hello messages: body is not msgpack: ExtraData"
+    assert "tcp://node7:5555" in version and "protocol 9.0" in version
+
+
+def test_each_kind_of_malformed_message_is_named_once_however_often_it_comes():
+    agg = Aggregator("j", clock=Clock())
+    call = {"op": "all_reduce", "seq": 1, "b": 1024, "dt": "float32", "g": 4, "d": 0.01, "n": 1, "t0": 5.0}  # no "ph"
+    for _ in range(5):
+        agg.ingest_frames(schema.encode("steps", {"job": "j", "rank": 0, "ts": 1.0, "steps": [], "coll": [call]}))
+        agg.ingest_frames(schema.encode("heartbeat", {"job": "j", "rank": 0, "ts": 1.0, "state": {"dropped": "many"}}))
+    agg.ingest(hello(0))
+    snap = agg.snapshot()
+    assert snap.dropped_messages == 10 and [r.rank for r in snap.ranks] == [0]
+    assert snap.errors == [
+        "dropped malformed steps messages: collective record lacks phase",
+        "dropped malformed heartbeat messages: state: dropped is not a count",
+    ]
 
 
 def test_an_endpoint_that_never_answers_is_shown_waiting():

@@ -52,6 +52,8 @@ BEHIND_AFTER_S = 1.0
 #: Latest replies kept for the snapshot, whoever sent the command (ours are all kept: watch/requests.py).
 MAX_REPLIES = 256
 MAX_ERRORS = 8
+#: Kinds of malformed message named in the status line, at most (the decoder's fault texts are a small fixed set).
+MAX_FAULTS = 64
 #: Ranks whose statistics a snapshot works out per hold of the lock (about a millisecond's work).
 STATS_SLICE = 64
 #: Ranks whose medians one snapshot may work out again (those with new steps; the others keep theirs).
@@ -107,6 +109,7 @@ class Aggregator:
         self._errors: list[str] = []
         self._dropped = 0
         self._collectives: tuple[float, list] | None = None  # (when, rows) of the last collective rows
+        self._faults: set[str] = set()  # kinds of malformed message already named (note_dropped)
         self._restat_from = 0  # where the next snapshot's share of medians to refresh begins
         self._resources = ResourceTracker()  # memory history and creep, GPU gauges, throughput (watch/resources.py)
 
@@ -159,13 +162,17 @@ class Aggregator:
         except schema.VersionMismatch as exc:
             self.note_dropped(f"{endpoint or 'a peer'}: {exc}")
             return None
-        except schema.WireError:
-            self.note_dropped()
+        except schema.WireError as exc:
+            self.note_dropped(fault=malformed(frames, exc))
             return None
         if msg["k"] not in schema.TELEMETRY_KINDS:
             self.note_dropped()
             return None
-        self.ingest(msg, endpoint)
+        try:
+            self.ingest(msg, endpoint)
+        except Exception as exc:  # a check decode lacks: the message is lost, never the viewer (benchmarks/fuzz.py hunts these)
+            self.note_dropped(fault=f"dropped {msg['k']} messages the viewer could not read: {exc.__class__.__name__}")
+            return None
         return msg
 
     def ingest(self, msg: dict[str, Any], endpoint: str | None = None) -> None:
@@ -249,11 +256,16 @@ class Aggregator:
         """A command this viewer sent (watch/requests.py does it for the commands it sends)."""
         self.requests.note_sent(command_id, cmd)
 
-    def note_dropped(self, error: str | None = None) -> None:
+    def note_dropped(self, error: str | None = None, *, fault: str | None = None) -> None:
+        """One message dropped; ``error`` goes to the status line, ``fault`` (a kind of fault, a fixed text)
+        only the first time it is seen: a peer sending a malformed message four times a second is named once."""
         with self._lock:
             self._dropped += 1
             if error:
                 self._note_error_locked(error)
+            if fault and fault not in self._faults and len(self._faults) < MAX_FAULTS:
+                self._faults.add(fault)
+                self._note_error_locked(fault)
 
     def note_error(self, error: str) -> None:
         with self._lock:
@@ -413,6 +425,16 @@ class Aggregator:
             return Endpoint(e.url, e.host, WAITING, now - e.added, ranks)
         quiet = now - e.last_heard
         return Endpoint(e.url, e.host, LOST if quiet > self._silent_after + behind or e.down else CONNECTED, quiet, ranks)
+
+
+def malformed(frames: list[bytes], exc: Exception) -> str:
+    """The status line's name of a kind of fault: ``"dropped malformed steps messages: collective record lacks phase"``."""
+    topic = frames[0] if frames else b""
+    kind = next((k for k in schema.KINDS if topic == k.encode()), None)
+    detail = str(exc)
+    if kind is not None and detail.startswith(f"{kind}: "):
+        detail = detail[len(kind) + 2 :]
+    return f"dropped malformed {kind + ' ' if kind else ''}messages: {detail}"
 
 
 def _capture_status(r: RankWindow) -> CaptureStatus | None:

@@ -266,16 +266,23 @@ class Receiver(threading.Thread):
                 frames = sock.recv_multipart(flags=zmq.NOBLOCK)
             except zmq.Again:
                 return
-            if self._recorder is not None:
-                self._recorder.tap(frames, url)  # as it came off the wire; never blocks (watch/recording.py)
-            msg = self._aggregator.ingest_frames(frames, url)
-            if msg is not None and self._on_control is not None and msg["k"] in (schema.HELLO, schema.NODE):
-                relay = msg.get("relay")
-                if isinstance(relay, dict) and isinstance(relay.get("control"), str):
-                    try:  # addresses from the network: a malformed one is dropped, never fatal
-                        control = relay["control"]
-                        if url in self._static and isinstance(relay.get("telemetry"), str):
-                            control = tunnelled_control(url, relay["telemetry"], control)
-                        self._on_control(_checked(connect_url(control, msg.get("host"))))
-                    except ValueError:
-                        self._aggregator.note_dropped(f"{url}: a hello with a malformed relay address")
+            try:
+                self._take(frames, url)
+            except Exception as exc:  # one message, whatever it holds, never ends the thread (the picture would freeze)
+                self._aggregator.note_dropped(fault=f"dropped messages the receiver could not handle: {exc.__class__.__name__}")
+
+    def _take(self, frames: list[bytes], url: str) -> None:
+        """One message off the wire: to the flight recorder, the aggregator, and (a hello) the relay's control address."""
+        if self._recorder is not None:
+            self._recorder.tap(frames, url)  # as it came off the wire; never blocks (watch/recording.py)
+        msg = self._aggregator.ingest_frames(frames, url)
+        if msg is not None and self._on_control is not None and msg["k"] in (schema.HELLO, schema.NODE):
+            relay = msg.get("relay")
+            if isinstance(relay, dict) and isinstance(relay.get("control"), str):
+                try:  # addresses from the network: a malformed one is dropped, never fatal
+                    control = relay["control"]
+                    if url in self._static and isinstance(relay.get("telemetry"), str):
+                        control = tunnelled_control(url, relay["telemetry"], control)
+                    self._on_control(_checked(connect_url(control, msg.get("host"))))
+                except ValueError:
+                    self._aggregator.note_dropped(f"{url}: a hello with a malformed relay address")

@@ -13,6 +13,7 @@ never contend for one file, and a home directory shared across a cluster gives
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 import socket
@@ -153,26 +154,55 @@ def remove_node(path: Path) -> None:
         pass
 
 
+#: A node record is a few hundred bytes; a bigger file in the folder is not one (read no further).
+MAX_RECORD_BYTES = 64 << 10
+#: The largest process id a record may name (Linux's limit is 2**22; a bigger one is not a process).
+MAX_PID = 2**31 - 1
+
+
+def parse_node(text: bytes | str, path: Path | None = None) -> NodeRecord:
+    """A node record from a file's bytes; ValueError for anything else (the folder is shared: trust no file).
+
+    Every field is checked for its type, so a record that parses is one a viewer can dial and judge:
+    a pid of a real process's range, a finite start time, URLs and names as strings.
+    """
+    if len(text) > MAX_RECORD_BYTES:
+        raise ValueError("node record too big")
+    try:
+        data = json.loads(text)
+    except RecursionError:  # deep nesting: json raises this, not a ValueError
+        raise ValueError("node record nested too deeply") from None
+    if not isinstance(data, dict):
+        raise ValueError("node record is not an object")
+    job, host, telemetry, control = (data.get(k) for k in ("job", "host", "telemetry", "control"))
+    if not all(isinstance(v, str) and v for v in (job, host, telemetry, control)):
+        raise ValueError("node record lacks job, host or endpoints")
+    pid, started = data.get("pid"), data.get("started")
+    if type(pid) is not int or not 0 < pid <= MAX_PID:
+        raise ValueError("node record has a bad pid")
+    if type(started) not in (int, float) or not math.isfinite(started):
+        raise ValueError("node record has a bad start time")
+    machine, slurm_job = data.get("machine") or "", data.get("slurm_job")
+    if not isinstance(machine, str) or not (slurm_job is None or isinstance(slurm_job, (str, int)) and type(slurm_job) is not bool):
+        raise ValueError("node record has a bad machine or SLURM job")
+    return NodeRecord(
+        job=job, host=host, telemetry=telemetry, control=control, pid=pid, started=float(started), path=path,
+        machine=machine, slurm_job=str(slurm_job) if slurm_job not in (None, "") else None,
+    )
+
+
 def read_nodes(job: str, directory: str | os.PathLike | None = None) -> list[NodeRecord]:
-    """Every node record of a job, stale ones included (callers decide)."""
+    """Every node record of a job, stale ones included (callers decide); a file that is no record is skipped."""
     records = []
     for path in sorted(job_dir(job, directory).glob("node-*.json")):
         try:
-            data = json.loads(path.read_text())
-            records.append(
-                NodeRecord(
-                    job=str(data["job"]),
-                    host=str(data["host"]),
-                    telemetry=str(data["telemetry"]),
-                    control=str(data["control"]),
-                    pid=int(data["pid"]),
-                    started=float(data["started"]),
-                    path=path,
-                    machine=str(data.get("machine") or ""),
-                    slurm_job=str(data["slurm_job"]) if data.get("slurm_job") else None,
-                )
-            )
-        except (OSError, ValueError, KeyError, TypeError):
+            fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))  # a FIFO planted there must not block us
+            try:
+                text = os.read(fd, MAX_RECORD_BYTES + 1)
+            finally:
+                os.close(fd)
+            records.append(parse_node(text, path))
+        except (OSError, ValueError):
             continue  # half-written or foreign file: not a node we can reach
     return records
 

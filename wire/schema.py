@@ -62,10 +62,25 @@ COLLECTIVE_KEYS = ("op", "seq", "b", "dt", "g", "d", "n", "ph", "t0")
 
 #: The largest body we accept. Bigger frames are foreign or malicious; dropped unread.
 MAX_BODY_BYTES = 4 << 20
+#: The most ranks a job may have: a rank or world size beyond it is no job's (a world of 2**60 would make
+#: the viewer count the ranks that never reported for ever).
+MAX_RANKS = 1 << 22
+#: The largest magnitude a time, duration or gauge may have (seconds, bytes, counts): every figure read is
+#: finite and below it, so sums and differences stay finite and a figure always formats.
+MAX_FIGURE = 1e18
+#: The most phases one step record may name.
+MAX_PHASES = 256
+#: How deep the free-form maps a snapshot carries as they came (a command's result, a capture's summary,
+#: the last collective) may nest; they hold only maps, lists, strings, finite numbers, booleans and None.
+MAX_DEPTH = 8
 
 
 class WireError(ValueError):
-    """A frame that is not a ranktop message of a known shape (dropped and counted)."""
+    """A frame that is not a ranktop message of a known shape (dropped and counted).
+
+    Its text names the fault, never the peer's data (``"steps: collective record lacks phase"``): the viewer
+    names each kind of fault once in its status line, so the texts are a small fixed set.
+    """
 
 
 class VersionMismatch(WireError):
@@ -101,10 +116,10 @@ def decode(frames: list[bytes]) -> dict[str, Any]:
     :class:`WireError` for anything else that is not a well-formed message.
     """
     if len(frames) < 2:
-        raise WireError(f"expected at least 2 frames, got {len(frames)}")
+        raise WireError("fewer than 2 frames")
     topic, body = frames[0], frames[1]
     if len(body) > MAX_BODY_BYTES:
-        raise WireError(f"message body of {len(body)} bytes exceeds {MAX_BODY_BYTES}")
+        raise WireError(f"message body over {MAX_BODY_BYTES} bytes")
     try:
         msg = msgpack.unpackb(body, raw=False, strict_map_key=True)
     except Exception as exc:  # msgpack raises several unrelated types
@@ -118,7 +133,7 @@ def decode(frames: list[bytes]) -> dict[str, Any]:
         raise VersionMismatch(version)
     kind = msg.get("k")
     if kind not in KINDS or topic != kind.encode():
-        raise WireError(f"unknown message kind {kind!r}")
+        raise WireError("unknown message kind")
     _CHECKS[kind](msg)
     return msg
 
@@ -128,6 +143,8 @@ def _need(msg: dict, key: str, types: type | tuple[type, ...]) -> Any:
     # bool is an int subclass; a rank number of True is nonsense.
     if not isinstance(value, types) or isinstance(value, bool) and bool not in _as_tuple(types):
         raise WireError(f"{msg.get('k')}: field {key!r} missing or of the wrong type")
+    if type(value) is float and not -MAX_FIGURE <= value <= MAX_FIGURE:  # NaN fails every comparison
+        raise WireError(f"{msg.get('k')}: field {key!r} is not a finite figure")
     return value
 
 
@@ -135,15 +152,58 @@ def _as_tuple(types: type | tuple[type, ...]) -> tuple[type, ...]:
     return types if isinstance(types, tuple) else (types,)
 
 
+# The checks below run for every step record and summary of thousands of ranks: they test exact types
+# (msgpack yields plain int, float, str, list and dict; a bool is no number here) without generators, and
+# bound every figure by comparisons (NaN fails them all; infinities and 1e308 fail the bound).
+_REAL = frozenset((int, float))
+_BIG = MAX_FIGURE
+
+
+def _figure(value: Any) -> bool:
+    """A finite number within +-MAX_FIGURE (not a bool)."""
+    return type(value) in _REAL and -_BIG <= value <= _BIG
+
+
+def _amount(value: Any) -> bool:
+    """A finite number within [0, MAX_FIGURE]: a duration, a size, a rate."""
+    return type(value) in _REAL and 0 <= value <= _BIG
+
+
+def _optional(value: Any, test) -> bool:
+    return value is None or test(value)
+
+
+def _plain(value: Any, depth: int = 0) -> bool:
+    """Maps with string keys, lists, strings, finite numbers, booleans and None, at most MAX_DEPTH deep:
+    what a snapshot may carry as it came and ``--json`` prints (no bytes, no NaN, no msgpack extension)."""
+    kind = type(value)
+    if kind is str or kind is bool or kind is int or value is None:
+        return True
+    if kind is float:
+        return -_BIG <= value <= _BIG
+    if depth >= MAX_DEPTH:
+        return False
+    if kind is dict:
+        return all(type(k) is str and _plain(v, depth + 1) for k, v in value.items())
+    if kind is list:
+        return all(_plain(v, depth + 1) for v in value)
+    return False
+
+
 def _check_origin(msg: dict) -> None:
     _need(msg, "job", str)
     rank = _need(msg, "rank", int)
-    if rank < 0:
-        raise WireError("negative rank")
+    if not 0 <= rank < MAX_RANKS:
+        raise WireError("rank out of range")
     _need(msg, "ts", (int, float))
-    _check_gauges(msg)
+    if "state" in msg:
+        _check_state(msg["state"])
 
 
+# A state (steps and heartbeat messages) says where the training thread is (probe/sender.py): "step" and
+# "last" (ints), "in_step" (bool), "phase" (str or None), "step_age", "median_step_s" and "rate_hz"
+# (seconds, per second), "dropped" (records lost), "rejected" ({reason: count} of refused commands),
+# "collective" (the last collective entered: {"op", "seq", "b", "dt", "g", "inside", "age"}, shown as sent).
 # Optional since 1.2 (older peers just lack them): state["mem"] = {"rss": bytes or None, "cuda": {"dev",
 #   "alloc", "resv", "peak", "retries", "ooms", "cap"}} (probe/memory.py); state["gpu"] = NVML gauges,
 #   {"seq", "t", ...} or {"na": why} (probe/gpu_sampler.py); hello["work"] = {"dtype", "batch", "tokens",
@@ -154,35 +214,91 @@ def _check_origin(msg: dict) -> None:
 #   "path": the rank's file once written, "err": why it failed, "sum": a small summary once done
 #   (probe/trace_summary.py: {"steps", "ops", "kernels", "basis", "wall_us", "compute", "comm", "idle"})}.
 _NUMBER = (int, float)
-
-
-def _check_gauges(msg: dict) -> None:
-    _check_state(msg.get("state"))
-    _check_work(msg.get("work"))
+#: The NVML gauges a viewer reads (probe/gpu_sampler.py): texts, figures, and the slowdown reasons (a list of texts).
+GPU_TEXTS = ("name", "bus")
+GPU_FIGURES = ("t", "util", "mem_util", "mem_used", "mem_total", "power_w", "power_limit_w", "temp_c", "sm_mhz", "sm_max_mhz",
+               "pcie_tx", "pcie_rx")  # fmt: skip
 
 
 def _check_state(state: Any) -> None:
-    if isinstance(state, dict):
-        mem = state.get("mem")
-        if mem is not None:
-            if not isinstance(mem, dict) or not (mem.get("rss") is None or isinstance(mem["rss"], _NUMBER)):
-                raise WireError("state: bad mem")
-            cuda = mem.get("cuda")
-            if cuda is not None and not (
-                isinstance(cuda, dict) and all(isinstance(v, _NUMBER) for v in cuda.values())
-            ):
-                raise WireError("state: bad mem.cuda")
-        gpu = state.get("gpu")
-        if gpu is not None and not (isinstance(gpu, dict) and all(isinstance(k, str) for k in gpu)):
+    if state is None:
+        return
+    if type(state) is not dict:
+        raise WireError("state is not a map")
+    get, real, big = state.get, _REAL, _BIG  # every steps message carries one: tests inline, no generators
+    step, last, in_step, phase = get("step"), get("last"), get("in_step"), get("phase")
+    if not ((step is None or type(step) is int) and (last is None or type(last) is int)):
+        raise WireError("state: bad step or last step")
+    if not ((in_step is None or type(in_step) is bool) and (phase is None or type(phase) is str)):
+        raise WireError("state: bad in_step or phase")
+    age, median, rate = get("step_age"), get("median_step_s"), get("rate_hz")
+    if not (
+        (age is None or type(age) in real and 0 <= age <= big)
+        and (median is None or type(median) in real and 0 <= median <= big)
+        and (rate is None or type(rate) in real and 0 <= rate <= big)
+    ):
+        raise WireError("state: bad step_age, median_step_s or rate_hz")
+    dropped, rejected = get("dropped"), get("rejected")
+    if dropped is not None and not (type(dropped) is int and 0 <= dropped <= big):
+        raise WireError("state: dropped is not a count")
+    if rejected is not None and not (
+        type(rejected) is dict and all(type(k) is str and type(v) is int and 0 <= v <= big for k, v in rejected.items())
+    ):
+        raise WireError("state: rejected is not counts by reason")
+    collective = get("collective")
+    if collective is not None and not (type(collective) is dict and _flat(collective)):
+        raise WireError("state: bad collective")
+    mem, gpu, cap = get("mem"), get("gpu"), get("cap")
+    if mem is not None:
+        if type(mem) is not dict or not _optional(mem.get("rss"), _amount):
+            raise WireError("state: bad mem")
+        cuda = mem.get("cuda")
+        if cuda is not None and not (type(cuda) is dict and all(_amount(v) for v in cuda.values())):
+            raise WireError("state: bad mem.cuda")
+    if gpu is not None:
+        _check_gpu(gpu)
+    if cap is not None:
+        _check_capture(cap)
+
+
+_SCALARS = frozenset((str, int, bool, type(None)))
+
+
+def _flat(mapping: dict) -> bool:
+    """:func:`_plain` for a map of scalars (the usual case), without a call per value."""
+    big, scalars = _BIG, _SCALARS
+    for key, value in mapping.items():
+        if type(key) is not str:
+            return False
+        kind = type(value)
+        if kind is float:
+            if not -big <= value <= big:
+                return False
+        elif kind not in scalars:
+            return _plain(mapping)
+    return True
+
+
+def _check_gpu(gpu: Any) -> None:
+    if type(gpu) is not dict or not all(type(k) is str for k in gpu):
+        raise WireError("state: bad gpu")
+    if "na" in gpu:
+        if type(gpu["na"]) is not str:
             raise WireError("state: bad gpu")
-        cap = state.get("cap")
-        if cap is not None:
-            _check_capture(cap)
+        return
+    seq, throttle = gpu.get("seq"), gpu.get("throttle")
+    if not (
+        (seq is None or type(seq) is int)
+        and all(_optional(gpu.get(k), _figure) for k in GPU_FIGURES)
+        and all(gpu.get(k) is None or type(gpu[k]) is str for k in GPU_TEXTS)
+        and (throttle is None or type(throttle) is list and all(type(x) is str for x in throttle))
+    ):
+        raise WireError("state: bad gpu gauge")
 
 
 def _check_work(work: Any) -> None:
     if work is not None and not (
-        isinstance(work, dict) and all(isinstance(v, (str,) + _NUMBER) for v in work.values())
+        type(work) is dict and all(type(k) is str and (type(v) is str or _figure(v)) for k, v in work.items())
     ):
         raise WireError("hello: bad work")
 
@@ -190,44 +306,76 @@ def _check_work(work: Any) -> None:
 def _check_capture(cap: Any) -> None:
     if not (isinstance(cap, dict) and isinstance(cap.get("id"), str) and cap.get("st") in _CAPTURE_STATES):
         raise WireError("state: bad cap")
-    if not (isinstance(cap.get("start"), int) and isinstance(cap.get("steps"), int) and isinstance(cap.get("kind"), str)):
+    if not (type(cap.get("start")) is int and type(cap.get("steps")) is int and type(cap.get("kind")) is str):
         raise WireError("state: bad cap")
     for key in ("dir", "path", "err"):
         if cap.get(key) is not None and not isinstance(cap[key], str):
             raise WireError("state: bad cap")
-    if cap.get("at") is not None and not isinstance(cap["at"], int):
+    if cap.get("at") is not None and type(cap["at"]) is not int:
         raise WireError("state: bad cap")
-    if cap.get("sum") is not None and not isinstance(cap["sum"], dict):
-        raise WireError("state: bad cap")
+    if cap.get("sum") is not None:
+        _check_capture_summary(cap["sum"])
+
+
+def _pair_list(entries: Any) -> bool:
+    """A summary's top entries: ``[[name, microseconds, calls], ...]`` (probe/trace_summary.py)."""
+    return type(entries) is list and all(
+        type(e) is list and len(e) == 3 and type(e[0]) is str and _amount(e[1]) and type(e[2]) is int for e in entries
+    )
+
+
+def _check_capture_summary(summary: Any) -> None:
+    """What watch/capture.py reads of a capture's summary: shares, times, top entries, a note."""
+    if type(summary) is not dict or not _plain(summary):
+        raise WireError("state: bad capture summary")
+    get = summary.get
+    steps, cost, note = get("steps"), get("train_ms"), get("note")
+    ok = (
+        all(_optional(get(k), _figure) for k in ("compute", "comm", "idle", "wall_us", "allocated", "reserved", "segments", "events"))
+        and (steps is None or type(steps) is list and len(steps) == 2 and all(type(n) is int for n in steps))
+        and (cost is None or type(cost) is list and len(cost) >= 2 and all(_figure(c) for c in cost))
+        and all(_optional(get(k), _pair_list) for k in ("ops", "kernels"))
+        and (note is None or type(note) is str)
+    )
+    if not ok or (get("compute") is not None and (get("comm") is None or get("idle") is None)):
+        raise WireError("state: bad capture summary")
 
 
 def _check_hello(msg: dict) -> None:
     _check_origin(msg)
+    _check_meta(msg)
+
+
+def _check_meta(msg: dict) -> None:
+    """Who a rank is (its hello, or the hello a node digest carries for it)."""
     _need(msg, "host", str)
-    _need(msg, "world", int)
+    world = _need(msg, "world", int)
+    if not 0 < world <= MAX_RANKS:
+        raise WireError("hello: world size out of range")
     _need(msg, "local_rank", int)
     _need(msg, "pid", int)
-
-
-# The checks below run for every step record and summary of thousands of ranks: they test exact types
-# (msgpack yields plain int, float, str, list and dict; a bool is no number here) without generators.
-_REAL = frozenset((int, float))
+    if not _optional(msg.get("rate_hz"), _amount):
+        raise WireError("hello: bad rate_hz")
+    _check_work(msg.get("work"))
+    relay = msg.get("relay")
+    if relay is not None and not (type(relay) is dict and all(type(v) is str for v in relay.values())):
+        raise WireError("hello: bad relay")
 
 
 def _check_steps(msg: dict) -> None:
     _check_origin(msg)
     steps = _need(msg, "steps", list)
-    real = _REAL
+    real, big = _REAL, _BIG
     for rec in steps:
         if type(rec) is not dict:
             raise WireError("steps: record is not a map")
         n, t, w, p = rec.get("n"), rec.get("t"), rec.get("w"), rec.get("p")
         if type(n) is not int or type(t) not in real or type(w) not in real:
             raise WireError("steps: record lacks n/t/w")
-        if w < 0 or type(p) is not dict:
-            raise WireError("steps: bad wall time or phases")
+        if not (-big <= t <= big and 0 <= w <= big) or type(p) is not dict or len(p) > MAX_PHASES:
+            raise WireError("steps: bad start, wall time or phases")
         for name, sec in p.items():
-            if type(name) is not str or type(sec) not in real or sec < 0:
+            if type(name) is not str or type(sec) not in real or not 0 <= sec <= big:
                 raise WireError("steps: bad phase entry")
         if "g" in rec:
             _check_device_times(rec["g"])
@@ -241,7 +389,7 @@ def _check_steps(msg: dict) -> None:
 def _check_calls(calls: Any, key: str) -> None:
     if type(calls) is not list:
         raise WireError(f"steps: {key} is not a list")
-    real = _REAL
+    real, big = _REAL, _BIG
     for call in calls:
         if type(call) is not dict:
             raise WireError("steps: collective record is not a map")
@@ -249,53 +397,58 @@ def _check_calls(calls: Any, key: str) -> None:
         op, seq, nbytes, dtype, group, dur, step, phase, start = (
             get("op"), get("seq"), get("b"), get("dt"), get("g"), get("d"), get("n"), get("ph"), get("t0")
         )  # fmt: skip
-        if not (type(op) is str and type(seq) is int and type(nbytes) is int and nbytes >= 0):
+        if not (type(op) is str and type(seq) is int and type(nbytes) is int and 0 <= nbytes <= big):
             raise WireError("steps: collective record lacks op/seq/bytes")
         if not (type(dtype) is str and type(group) is int and type(step) is int):
             raise WireError("steps: collective record lacks dtype/group/step")
-        if type(start) not in real or type(dur) not in real or dur < 0:
+        if type(start) not in real or type(dur) not in real or not (-big <= start <= big and 0 <= dur <= big):
             raise WireError("steps: collective record has a bad start or duration")
-        if not (phase is None or type(phase) is str):
-            raise WireError("steps: collective record has a bad phase")
+        if not (type(phase) is str or phase is None and "ph" in call):
+            raise WireError("steps: collective record lacks phase")
 
 
 def _check_summaries(summaries: Any) -> None:
     if type(summaries) is not list:
         raise WireError("steps: cs is not a list")
-    real = _REAL
+    real, big = _REAL, _BIG
     for entry in summaries:
         if type(entry) is not dict:
             raise WireError("steps: collective summary is not a map")
         n, w, phase, ops = entry.get("n"), entry.get("w"), entry.get("ph"), entry.get("ops")
-        if type(n) is not int or type(w) not in real or w < 0:
+        if type(n) is not int or type(w) not in real or not 0 <= w <= big:
             raise WireError("steps: collective summary lacks n/w")
-        if not (phase is None or type(phase) is str) or type(ops) is not dict:
-            raise WireError("steps: collective summary has a bad phase or ops")
+        if not (type(phase) is str or phase is None and "ph" in entry):
+            raise WireError("steps: collective summary lacks phase")
+        if type(ops) is not dict:
+            raise WireError("steps: collective summary has bad ops")
         _check_ops(ops)
 
 
 def _check_ops(ops: dict) -> None:
-    real, size = _REAL, _summary.OP_FIELDS
+    """Per op: [calls, bytes, waited, total, longest, group, dtype] (wire/collective_summary.py)."""
+    real, big, size = _REAL, _BIG, _summary.OP_FIELDS
     for op, fields in ops.items():
         if type(op) is not str or type(fields) is not list or len(fields) != size:
             raise WireError("steps: collective summary has a bad op entry")
         calls, nbytes, waited, total, longest, group, dtype = fields  # the order of wire/collective_summary.py
-        if not (type(calls) is int and calls > 0 and type(nbytes) is int and nbytes >= 0):
+        if not (type(calls) is int and 0 < calls <= big and type(nbytes) is int and 0 <= nbytes <= big):
             raise WireError("steps: collective summary has bad calls/bytes")
         if not (type(group) is int and type(dtype) is str):
             raise WireError("steps: collective summary has a bad group/dtype")
-        if type(waited) not in real or type(total) not in real or type(longest) not in real or min(waited, total, longest) < 0:
+        if type(waited) not in real or type(total) not in real or type(longest) not in real:
+            raise WireError("steps: collective summary has a bad wait")
+        if not (0 <= waited <= big and 0 <= total <= big and 0 <= longest <= big):
             raise WireError("steps: collective summary has a bad wait")
 
 
 def _check_device_times(g: Any) -> None:
-    if not isinstance(g, dict) or not isinstance(g.get("w"), (int, float)) or g["w"] < 0:
+    if type(g) is not dict or not _amount(g.get("w")):
         raise WireError("steps: bad device times")
     phases = g.get("p")
-    if not isinstance(phases, dict):
+    if type(phases) is not dict or len(phases) > MAX_PHASES:
         raise WireError("steps: bad device times")
     for name, sec in phases.items():
-        if not isinstance(name, str) or not isinstance(sec, (int, float)) or sec < 0:
+        if type(name) is not str or not _amount(sec):
             raise WireError("steps: bad device phase entry")
 
 
@@ -308,6 +461,9 @@ def _check_reply(msg: dict) -> None:
     _need(msg, "id", str)
     _need(msg, "cmd", str)
     _need(msg, "ok", bool)
+    result = msg.get("result")
+    if result is not None and not (type(result) is dict and _plain(result)):
+        raise WireError("reply: result is not a plain map")
 
 
 def _check_command(msg: dict) -> None:
@@ -317,14 +473,15 @@ def _check_command(msg: dict) -> None:
     _need(msg, "ts", (int, float))
     _need(msg, "args", dict)
     targets = msg.get("ranks")
-    if targets is not None and not (isinstance(targets, list) and all(isinstance(r, int) for r in targets)):
+    if targets is not None and not (isinstance(targets, list) and all(type(r) is int for r in targets)):
         raise WireError("command: ranks must be null or a list of ints")
 
 
 def _check_node(msg: dict) -> None:
     _need(msg, "job", str)
     _need(msg, "host", str)
-    _need(msg, "ts", (int, float))
+    if not _figure(_need(msg, "ts", (int, float))):
+        raise WireError("node: bad ts")
     relay = msg.get("relay")
     if relay is not None and not (isinstance(relay, dict) and all(type(v) is str for v in relay.values())):
         raise WireError("node: bad relay addresses")
@@ -334,7 +491,7 @@ def _check_node(msg: dict) -> None:
         if type(entry) is not dict:
             raise WireError("node: rank entry is not a map")
         rank, ts = entry.get("r"), entry.get("ts")
-        if type(rank) is not int or rank < 0 or type(ts) not in real:
+        if type(rank) is not int or not 0 <= rank < MAX_RANKS or not _figure(ts):
             raise WireError("node: rank entry lacks r/ts")
         if "state" in entry:
             if type(entry["state"]) is not dict:
@@ -357,28 +514,26 @@ def _check_node(msg: dict) -> None:
 def _check_node_hello(hello: Any) -> None:
     if type(hello) is not dict:
         raise WireError("node: hello is not a map")
-    if not (type(hello.get("host")) is str and type(hello.get("world")) is int and type(hello.get("local_rank")) is int):
-        raise WireError("node: hello lacks host/world/local_rank")
-    if type(hello.get("pid")) is not int:
-        raise WireError("node: hello lacks pid")
-    _check_work(hello.get("work"))
+    _check_meta(hello)
 
 
 def _check_step_digest(s: Any) -> None:
     """A rank's steps of one interval (wire/node_digest.py): [last, count, start, mean wall, own times]."""
-    real = _REAL
+    real, big = _REAL, _BIG
     if type(s) is not list or len(s) != _digest.STEP_FIELDS:
         raise WireError("node: bad step record")
     last, count, start, wall, own = s
-    if type(last) is not int or type(count) is not int or count < 1 or type(start) not in real:
+    if type(last) is not int or type(count) is not int or not 0 < count <= big or not _figure(start):
         raise WireError("node: step record lacks last/count/start")
-    if type(wall) not in real or wall < 0 or type(own) is not dict:
+    if type(wall) not in real or not 0 <= wall <= big or type(own) is not dict:
         raise WireError("node: step record has a bad wall or own times")
     for name, sec in own.items():
-        if type(name) is not str or type(sec) not in real or sec < 0:
+        if type(name) is not str or type(sec) not in real or not 0 <= sec <= big:
             raise WireError("node: bad own time entry")
 
 
+#: One check per message kind, run by :func:`decode` after the envelope (version, kind, topic): a new kind
+#: adds its function here, built from the helpers above (``_need``, ``_figure``, ``_amount``, ``_plain``).
 _CHECKS = {
     HELLO: _check_hello,
     STEPS: _check_steps,
