@@ -66,21 +66,23 @@ _KEYS = (
 
 
 def corpus() -> list[list[bytes]]:
-    """Real frames: a simulated job's (hellos, steps with collective summaries and samples, heartbeats) and
-    the probe's own messages carrying every optional part."""
+    """Real frames: a simulated job's (hellos, steps with collective summaries and samples, heartbeats, the
+    nodes' digests) and the probe's own messages carrying every optional part."""
     from ranktop.demo.simulate import Scenario, Simulator
 
     scenario = Scenario(job=JOB, ranks=8, nodes=2, calls_per_step=6, steps_per_s=20.0, slow_rank=3, slow_ms=20.0, slow_phase="backward")
     with tempfile.TemporaryDirectory() as folder:
         sim = Simulator(scenario, folder)
         frames = sim.hellos(1.0e9) + [f for _, tick in sim.replay(1.0) for f in tick]
+    with tempfile.TemporaryDirectory() as folder:  # and what a viewer of a big job takes: the nodes' digests
+        frames += [f for _, tick in Simulator(scenario, folder).replay(2.0, digests=True) for f in tick]
     return [_trimmed(f) for f in frames[:400:3]] + probe_messages()
 
 
 def _trimmed(frames: list[bytes]) -> list[bytes]:
     """A real message cut to a few records of each list (the checks are per record: a few find what many would)."""
     msg = msgpack.unpackb(frames[1], raw=False)
-    for key in ("steps", "cs", "cx", "coll"):
+    for key in ("steps", "cs", "cx", "coll", "ranks"):
         if isinstance(msg.get(key), list):
             msg[key] = msg[key][:3]
     for entry in msg.get("cs") or ():

@@ -26,6 +26,7 @@ from ranktop.watch import verdict
 from ranktop.watch.aggregator import Aggregator
 from ranktop.watch.receiver import Receiver
 from ranktop.wire import auth, rendezvous, schema
+from ranktop.wire.node_digest import NodeDigest
 
 FUZZ = settings(max_examples=100, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow])
 
@@ -52,6 +53,19 @@ REAL = [
     frames(schema.HEARTBEAT, 1, {"state": dict(STATE, gpu={"na": "rank uses no GPU"})}),
     frames(schema.REPLY, 1, {"id": "abc", "cmd": "stacks", "ok": False, "result": {"error": "no\nmore", "threads": []}}),
 ]
+
+
+def _digest() -> list[bytes]:
+    """A node's digest of ranks 1 and 2 (wire/node_digest.py), from the messages above."""
+    fold = NodeDigest(JOB, "node0")
+    for message in REAL[:4]:
+        msg = schema.decode(message)
+        fold.add(msg["k"], msg)
+    fold.add(schema.STEPS, schema.decode(frames(schema.STEPS, 2, {"steps": RECORDS[:2], "state": STATE, "cs": [SUMMARY]})))
+    return schema.encode(schema.NODE, fold.body(0.0, 1.0e9))
+
+
+REAL.append(_digest())
 def _keys(obj, out=None):
     out = set() if out is None else out
     if isinstance(obj, dict):
