@@ -17,6 +17,9 @@ from typing import Callable
 
 from ranktop.watch.snapshot import Snapshot
 
+#: After a snapshot that took T seconds, the next starts at least this many times T later.
+BUSY_RATIO = 2.0
+
 
 class Refresher(threading.Thread):
     def __init__(
@@ -50,6 +53,10 @@ class Refresher(threading.Thread):
             except Exception as exc:  # the screen says what broke and keeps the last good snapshot
                 snapshot, error = None, exc
             self.took_s = time.perf_counter() - started
+            # A snapshot of thousands of ranks holds the interpreter for a while; the receiver needs it too
+            # (decoding is what keeps the picture current). So snapshots take at most a third of the time:
+            # a slow one spaces the next out rather than starve the receiver into falling behind.
+            next_at = max(next_at, time.monotonic() + BUSY_RATIO * self.took_s)
             if self._stop_event.is_set():
                 return
             try:
