@@ -5,7 +5,9 @@ For each job size and each number of collective calls per step, the simulator
 with one injected straggler (the rank three quarters of the way up, 20 ms slow
 in forward), and a *viewer process* watches it as the TUI does: a
 ``WatchSession`` whose snapshot is taken at a 2 Hz refresh (through the same
-call the App makes). The viewer process reports:
+call the App makes), paced as the App's refresher paces it (a snapshot that
+took T seconds is followed by at least 2T without one, so the receiver keeps
+the interpreter two thirds of the time). The viewer process reports:
 
 - its CPU use, as % of one core (user + system, receiver thread included; the
   benchmark's own bookkeeping is left out);
@@ -88,6 +90,7 @@ def cpu_s() -> float:
 
 def viewer(job: str, directory: str, seconds: float, ranks: int, straggler: int) -> dict:
     """Watch ``job`` as the TUI does for ``seconds`` after warm-up; the figures as a dict."""
+    from ranktop.watch.refresher import BUSY_RATIO
     from ranktop.watch.session import WatchSession, resolve
 
     session = WatchSession(resolve([job], directory, allow_pending=True))
@@ -116,6 +119,7 @@ def viewer(job: str, directory: str, seconds: float, ranks: int, straggler: int)
             t0, c0 = time.perf_counter(), time.thread_time()
             snap = take()
             took, took_cpu = time.perf_counter() - t0, time.thread_time() - c0
+            next_tick = max(next_tick, time.monotonic() + BUSY_RATIO * took)  # as the TUI's Refresher paces them
             now_wall, now = time.time(), time.monotonic()
             b0 = time.thread_time()
             if snap.stragglers and snap.stragglers[0] == straggler and first_top is None:
