@@ -32,6 +32,7 @@ from pathlib import Path
 import zmq
 from support import start_job  # tests/support.py: the same start every live test uses
 
+from ranktop.watch import keys
 from ranktop.watch.session import WatchSession, resolve
 from ranktop.wire import auth, rendezvous, schema
 
@@ -151,15 +152,22 @@ class FloodResult:
         return self.total / self.seconds if self.seconds else 0.0
 
 
-def flood(control_url: str, kinds: dict[str, list[list[bytes]]], rate: float, seconds: float) -> FloodResult:
+def flood(control_url: str, kinds: dict[str, list[list[bytes]]], rate: float, seconds: float,
+          secret: bytes | None = None) -> FloodResult:
     """Send the frames of ``kinds`` in turn to a relay's control port, ``rate`` a second for ``seconds``.
 
-    Paced in 10 ms slices; a send the relay's queue refuses waits (the relay pushes back on
-    TCP), so the rate reached is what the relay took, reported in the result."""
+    ``secret``: the job's, to pass the relay's encryption (CURVE) as a viewer holding the key does; the
+    flood then tests what the ranks do with what gets through. Without it a stranger's connection never
+    completes its handshake and nothing reaches the ranks. Paced in 10 ms slices; a send the relay's
+    queue refuses waits (the relay pushes back on TCP), at most a second, so the rate reached is what
+    the relay took, reported in the result."""
     ctx = zmq.Context.instance()
     push = ctx.socket(zmq.PUSH)
     push.setsockopt(zmq.LINGER, 2000)
     push.setsockopt(zmq.SNDHWM, 10_000)
+    push.setsockopt(zmq.SNDTIMEO, 1000)  # a relay that never takes them must not hang the flood
+    if secret is not None:
+        keys.secure(push, secret)
     push.connect(control_url)
     result = FloodResult(sent={name: 0 for name in kinds})
     # round robin over the kinds, so that each is spread over the whole flood
@@ -172,7 +180,11 @@ def flood(control_url: str, kinds: dict[str, list[list[bytes]]], rate: float, se
             due = int((now - began + 0.01) * rate)
             while i < due:
                 name, frames = cycle[i % len(cycle)]
-                push.send_multipart(frames)
+                try:
+                    push.send_multipart(frames)
+                except zmq.Again:  # not taken within a second: the relay took none (a refused handshake)
+                    result.seconds = time.monotonic() - began
+                    return result
                 result.sent[name] += 1
                 i += 1
             time.sleep(max(0.0, began + (i / rate) - time.monotonic()))
