@@ -245,7 +245,7 @@ class _Node:
         self.digest = NodeDigest(sim.s.job, self.host)
         self.digest.relay = {"telemetry": self.relay.telemetry_url, "control": self.relay.control_url}
         self.topics: set[bytes] = set()  # what the relay's viewers subscribe to, as the XPUB hears it
-        tele, ctl = ipc_endpoints(sim.s.job, self.host)
+        tele, ctl = ipc_endpoints(sim.s.job, self.host, sim.directory)
         self.pub = context.socket(zmq.XPUB)
         self.pub.setsockopt(zmq.SNDHWM, 1000 * len(ranks))
         self.pub.setsockopt(zmq.LINGER, 0)

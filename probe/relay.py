@@ -50,12 +50,14 @@ def ipc_folder() -> Path:
     return folder
 
 
-def ipc_endpoints(job: str, host: str = "") -> tuple[str, str]:
+def ipc_endpoints(job: str, host: str = "", directory: str | os.PathLike | None = None) -> tuple[str, str]:
     """The node-local (telemetry, control) IPC addresses of a job on one node; every local rank derives the same.
 
-    The node's name is part of it, so "nodes" with distinct ``RANKTOP_HOST`` on one machine stay apart.
+    The node's name is part of it, so "nodes" with distinct ``RANKTOP_HOST`` on one machine stay apart; so is
+    the rendezvous folder, so two jobs of one name with folders of their own never share a relay.
     """
-    digest = hashlib.sha1(f"{job}\0{host}".encode()).hexdigest()[:16]  # keeps the path under the 107-byte limit
+    folder = rendezvous.root(directory).resolve()
+    digest = hashlib.sha1(f"{job}\0{host}\0{folder}".encode()).hexdigest()[:16]  # keeps the path under the 107-byte limit
     base = ipc_folder() / digest
     return f"ipc://{base}.tele", f"ipc://{base}.ctl"
 
@@ -98,7 +100,7 @@ class Relay:
 
     def start(self) -> None:
         ctx = self._context
-        tele_ipc, ctl_ipc = ipc_endpoints(self._identity.job, self._identity.host)
+        tele_ipc, ctl_ipc = ipc_endpoints(self._identity.job, self._identity.host, self._directory)
         addr = bind_address()
         try:
             wanted = ports.relay_ports()

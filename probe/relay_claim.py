@@ -102,8 +102,8 @@ def _try_lock(fd: int) -> bool:
 class Claim:
     """The claim folder of ``job`` on the node named ``host`` (``RANKTOP_HOST`` or the host name)."""
 
-    def __init__(self, job: str, host: str):
-        tele, _ = ipc_endpoints(job, host)  # creates the per-user 0700 folder
+    def __init__(self, job: str, host: str, directory: str | os.PathLike | None = None):
+        tele, _ = ipc_endpoints(job, host, directory)  # creates the per-user 0700 folder
         self.folder = Path(tele[len("ipc://") :]).with_suffix(".relay")
         self.folder.mkdir(mode=0o700, exist_ok=True)
 

@@ -65,7 +65,7 @@ class RelayKeeper:
 
     def start(self) -> None:
         """Register this rank and make sure the node has a relay."""
-        self._claim = Claim(self.identity.job, self.identity.host)
+        self._claim = Claim(self.identity.job, self.identity.host, self._directory)
         self._claim.register(self.identity.pid, self.identity.rank)
         self.check()
 

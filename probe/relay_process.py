@@ -82,7 +82,7 @@ class Signals:
 
 
 def serve(args: argparse.Namespace, signals: Signals) -> int:
-    claim = Claim(args.job, args.host)
+    claim = Claim(args.job, args.host, args.dir)
     lock = claim.hold_relay_lock()
     for _ in range(CLAIM_TRIES - 1):  # a rank testing the lock holds it for microseconds; a relay for good
         if lock is not None:

@@ -133,7 +133,7 @@ class Sender(threading.Thread):
             except OSError as exc:
                 print(f"ranktop: commands disabled on rank {self.identity.rank}: cannot read job secret: {exc}", file=sys.stderr)
                 verifier = None
-            tele_ipc, ctl_ipc = ipc_endpoints(self.identity.job, self.identity.host)
+            tele_ipc, ctl_ipc = ipc_endpoints(self.identity.job, self.identity.host, self._directory)
             pub = ctx.socket(zmq.PUB)
             pub.setsockopt(zmq.SNDHWM, 1000)
             pub.setsockopt(zmq.LINGER, 200)

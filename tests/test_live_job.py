@@ -140,7 +140,7 @@ def test_a_forked_child_of_a_rank_stays_quiet(rdv, tmp_path):
     proc = subprocess.Popen([sys.executable, str(JOBS / "forking_rank.py")], env=env, cwd=tmp_path)
     try:
         wait_for(lambda: rendezvous.read_nodes("job-fork"), 10, "no relay")
-        doc = watch_json("job-fork", duration=2.0)
+        doc = watch_json("job-fork", duration=3.0)
         assert len(doc["ranks"]) == 1 and 0 <= doc["global_step"] < 1000
     finally:
         proc.wait(30)

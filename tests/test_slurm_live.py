@@ -61,7 +61,7 @@ def wait_training(job_id: str, ranks: int, tmp_path, *extra: str) -> dict:
             raise AssertionError(f"job {job_id} never trained: {out.stderr}\n{log}")
 
 
-def test_srun_python_one_task_per_rank_is_watched_by_slurm_job_id_with_and_without_a_shared_home(cluster, rdv, tmp_path):
+def test_srun_python_one_task_per_rank_is_watched_by_slurm_job_id_with_and_without_a_shared_home(cluster, rdv, tmp_path, monkeypatch):
     job = submit(cluster, tmp_path, f"srun {PYTHON} -m ranktop.demo.train", ntasks=2)
     doc = wait_training(job, 2, tmp_path)
     assert doc["job"] == job and doc["world_size"] == 2
@@ -69,10 +69,16 @@ def test_srun_python_one_task_per_rank_is_watched_by_slurm_job_id_with_and_witho
     (record,) = rendezvous.read_nodes(job)
     assert record.slurm_job == job and record.telemetry.endswith(f":{ports.slurm_ports(job)[0]}")
 
-    # No shared home: the TUI's own folder knows nothing; the node list and the port convention suffice.
-    elsewhere = attach_json("--slurm", job, "--dir", str(tmp_path / "login-node-home"))
+    # No shared home: the TUI's own folder knows nothing; the node list and the port convention find the
+    # relay, and the job's secret (copied, or in RANKTOP_SECRET) opens it. Without it, one line says so.
+    home = str(tmp_path / "login-node-home")
+    out = run_cli("attach", "--slurm", job, "--dir", home, "--json", "--duration", "3")
+    assert out.returncode == 1 and "RANKTOP_SECRET" in out.stderr and "Traceback" not in out.stderr, out.stderr
+    monkeypatch.setenv("RANKTOP_SECRET", rendezvous.read_secret(job).decode())
+    elsewhere = attach_json("--slurm", job, "--dir", home)
     assert elsewhere["job"] == job and [r["rank"] for r in elsewhere["ranks"]] == [0, 1]
     assert elsewhere["endpoints"][0]["url"] == f"tcp://{cluster.node}:{ports.slurm_ports(job)[0]}"
+    monkeypatch.delenv("RANKTOP_SECRET")
 
     # From a laptop: the ssh command that forwards the node's two ports, side by side.
     out = run_cli("attach", "--slurm", job, "--print-ssh", "--via", "login.example.org", "--local-port", "7000")
@@ -90,9 +96,12 @@ def test_srun_python_one_task_per_rank_is_watched_by_slurm_job_id_with_and_witho
     assert out.returncode == 1 and out.stderr == f"ranktop: error: SLURM job {job} has ended (cancelled)\n"
 
 
-def test_srun_torchrun_under_ranktop_launch_one_task_per_node(cluster, rdv, tmp_path):
+def test_srun_torchrun_under_ranktop_launch_one_task_per_node(cluster, rdv, tmp_path, monkeypatch):
     torchrun = f"{PYTHON} -m torch.distributed.run --standalone --nproc_per_node 2"
     job = submit(cluster, tmp_path, f"srun -n 1 {RANKTOP} launch -- {torchrun} {os.path.dirname(__file__)}/jobs/unmodified_ddp.py", 2)
+    # A login node without the shared home: the job's secret in RANKTOP_SECRET opens its encrypted relay.
+    secret = wait_for(lambda: rendezvous.read_secret(job), 90, "the job never made its secret")
+    monkeypatch.setenv("RANKTOP_SECRET", secret.decode())
     doc = wait_training(job, 2, tmp_path, "--dir", str(tmp_path / "login-node-home"))
     assert doc["job"] == job  # `ranktop launch` names the job after SLURM_JOB_ID
     cluster.run("scancel", job)

@@ -188,20 +188,24 @@ class Receiver(threading.Thread):
                     self._aggregator.add_endpoint(rec.telemetry, rec.host)
                     if self._recorder is not None:
                         self._recorder.endpoint(rec.telemetry, rec.host)
-                    self._connect(poller, rec.telemetry, connect_url(rec.telemetry, rec.host))
+                    guessed = rec.pid == 0  # no relay wrote it: where the SLURM port convention puts one (watch/session.py)
+                    self._connect(poller, rec.telemetry, connect_url(rec.telemetry, rec.host), guessed)
                 if self._on_control is not None:
                     self._on_control(connect_url(rec.control, rec.host))
             except ValueError as exc:  # a record whose URL is no URL (a bad port): skip it, say why
                 self._aggregator.note_error(f"node record of {rec.host}: {exc}")
 
-    def _connect(self, poller: zmq.Poller, url: str, dial: str) -> None:
+    def _connect(self, poller: zmq.Poller, url: str, dial: str, guessed: bool = False) -> None:
         sock = self._context.socket(zmq.SUB)
         sock.setsockopt(zmq.RCVHWM, RECEIVE_QUEUE)
         sock.setsockopt(zmq.MAXMSGSIZE, schema.MAX_BODY_BYTES + 4096)
         sock.setsockopt(zmq.LINGER, 0)
         for topic in DIGEST_TOPICS if self.digests else RANK_TOPICS:
             sock.setsockopt(zmq.SUBSCRIBE, topic)
-        if not self._keys.secure(sock) and url not in self._static:  # no secret yet: discovery tries again
+        # No secret yet: a relay a record names waits for it (discovery tries again); a bare endpoint, or one the
+        # SLURM port convention guesses, is dialled plain: a port where nothing listens then stays "waiting"
+        # (and is said as such), an encrypted relay is named as one.
+        if not self._keys.secure(sock) and not (url in self._static or guessed):
             sock.close(linger=0)
             self.handshakes.no_key(url)
             return

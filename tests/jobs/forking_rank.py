@@ -13,7 +13,7 @@ if pid == 0:  # the child: must stay silent
             with probe.phase("forward"):
                 time.sleep(0.005)
     os._exit(0)
-for n in range(900):  # about 5 s: long enough for a viewer started after it on a busy machine
+for n in range(1500):  # about 8 s: long enough for a viewer started after it on a busy machine
     with probe.step(n):
         with probe.phase("forward"):
             time.sleep(0.005)
