@@ -103,12 +103,7 @@ def position(
     last = state["last"]
     in_step = bool(state.get("in_step"))
     step = state.get("step") if in_step and isinstance(state.get("step"), int) else last + 1
-    since_state = max(0.0, now - state_at)
-    step_age = _num(state.get("step_age"))
-    if in_step and step_age is not None:
-        stuck = step_age + since_state
-    else:
-        stuck = max(0.0, now - progress_at)
+    stuck = stuck_s(state, now, state_at, progress_at)
     median = window_median_s if window_median_s is not None else _num(state.get("median_step_s"))
     phase = state.get("phase") if isinstance(state.get("phase"), str) else None
     collective = state.get("collective") if isinstance(state.get("collective"), dict) else None
@@ -236,17 +231,18 @@ def none_stuck(ranks: Iterable[Any], now: float, silent: set[int], policy: Stall
     for r in ranks:
         if r.rank in silent:
             continue
-        state = r.state
-        if not state:
-            continue
-        age = state.get("step_age")
-        if state.get("in_step") and type(age) in (int, float):
-            stuck = age + max(0.0, now - r.state_at)
-        else:
-            stuck = now - r.progress_at
-        if stuck > floor:
+        if r.state and stuck_s(r.state, now, r.state_at, r.progress_at) > floor:
             return False
     return True
+
+
+def stuck_s(state: dict, now: float, state_at: float, progress_at: float) -> float:
+    """Seconds without finishing a step: inside one, its age when the state was sent plus the time since;
+    between steps, the time since the last step finished."""
+    step_age = _num(state.get("step_age"))
+    if state.get("in_step") and step_age is not None:
+        return step_age + max(0.0, now - state_at)
+    return max(0.0, now - progress_at)
 
 
 def positions_of(ranks: Iterable[Any], now: float, silent: set[int]) -> list[Position]:
