@@ -90,9 +90,11 @@ def cpu_s() -> float:
 
 def viewer(job: str, directory: str, seconds: float, ranks: int, straggler: int) -> dict:
     """Watch ``job`` as the TUI does for ``seconds`` after warm-up; the figures as a dict."""
+    from ranktop.watch.heap import settle_for_viewing
     from ranktop.watch.refresher import BUSY_RATIO
     from ranktop.watch.session import WatchSession, resolve
 
+    settle_for_viewing()  # as the ranktop commands do
     session = WatchSession(resolve([job], directory, allow_pending=True))
     take = session.snapshot  # what the App's refresh timer calls
     period = 1.0 / REFRESH_HZ

@@ -14,6 +14,7 @@ from ranktop.cli import attach, capture, demo, jobs, launch, ping, stacks, watch
 from ranktop.cli import export, record, replay, report
 from ranktop.cli.errors import Exit
 from ranktop.watch.errors import RanktopError
+from ranktop.watch.heap import settle_for_viewing
 from ranktop.wire import __version__
 
 #: The subcommands, in the order `ranktop --help` lists them; each one's parser sets its `run`.
@@ -51,6 +52,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.command is None:
         parser.print_help()
         return Exit.USAGE
+    if args.command != launch.COMMAND.name:  # launch runs the job itself: its interpreter is left as it is
+        settle_for_viewing()
     try:
         return args.run(args, extra) if takes_extra else args.run(args)
     except RanktopError as exc:

@@ -10,7 +10,7 @@ import pytest
 
 from ranktop.watch.aggregator import Aggregator
 from ranktop.wire import collective_summary, schema
-from ranktop.wire.node_digest import HELLO_EVERY_S, SLOW_EVERY_S, NodeDigest
+from ranktop.wire.node_digest import HELLO_EVERY_S, SAMPLE_EVERY_S, SLOW_EVERY_S, NodeDigest
 
 from .messages import hello, steps
 
@@ -42,6 +42,20 @@ def test_a_ranks_steps_of_an_interval_become_one_record_of_their_mean_own_times(
     ops = entry["ops"]["all_reduce"]
     assert ops[collective_summary.CALLS] == 2 and ops[collective_summary.BYTES] == 2048
     assert len(entry["cx"]) == 2  # the raw calls' sample, for the fit
+
+
+def test_a_node_sends_one_ranks_raw_calls_at_a_time_its_ranks_in_turn():
+    digest = NodeDigest("j", "node0")
+    sampled = []
+    for i in range(int(SAMPLE_EVERY_S / 0.25)):  # digests at 4 Hz, every rank sampling its calls each time
+        now = i * 0.25
+        for rank in range(2):
+            digest.add(schema.STEPS, steps(rank, [record(i, 0.1, backward=0.05)], coll=[call(i, "backward", now, 0.02)]))
+        sampled += [(now, e["r"]) for e in wired(digest.body(now, 100.0 + now))["ranks"] if "cx" in e]
+    assert sampled == [(0.0, 0)]  # one rank's, once in the period: the viewer decodes every sample of 512 nodes
+    digest.add(schema.STEPS, steps(0, [record(9, 0.1, backward=0.05)], coll=[call(9, "backward", 2.0, 0.02)]))
+    digest.add(schema.STEPS, steps(1, [record(9, 0.1, backward=0.05)], coll=[call(9, "backward", 2.0, 0.02)]))
+    assert [e["r"] for e in wired(digest.body(SAMPLE_EVERY_S, 102.0))["ranks"] if "cx" in e] == [1]  # the other's turn
 
 
 def test_nothing_said_means_no_digest_and_a_quiet_rank_is_left_out():

@@ -67,3 +67,42 @@ def test_a_healthy_job_of_4096_ranks_flags_nobody(tmp_path):
     snap = watch(tmp_path, 3.0)
     assert len(snap.ranks) == RANKS and all(r.step_s is not None for r in snap.ranks)
     assert flagged(snap) == set() and snap.slow_hosts == [] and snap.waiting_for == [] and snap.diagnosis is None
+
+
+@pytest.mark.parametrize("calls_per_step", [0, 1, 8, 32])
+def test_a_digest_summed_from_the_draws_is_the_one_the_ranks_messages_make(tmp_path, calls_per_step):
+    """A node whose ranks' own messages no viewer takes sums its steps straight into its digest (Simulator.fold):
+    that digest must be the one its ranks' records would make, or the simulator would test a different job."""
+    from ranktop.wire import schema
+    from ranktop.wire.node_digest import NodeDigest
+
+    sim = Simulator(Scenario(job="big", ranks=16, nodes=2, calls_per_step=calls_per_step, slow_rank=3, slow_phase="forward"), str(tmp_path))
+    steps = [sim.model.step(n, 100.0 + n * 0.07) for n in range(5)]
+    ranks = range(0, 8)
+    by_records, by_sums = NodeDigest("big", "sim0000"), NodeDigest("big", "sim0000")
+    for kind, rank, body in sim.messages(ranks, steps, 101.0):
+        body["job"], body["rank"], body["ts"] = "big", rank, 101.0
+        by_records.add(kind, body)
+    sim._next_sample.clear()  # the sample is due again, as it was for the records
+    sim.fold(ranks, steps, 101.0, by_sums)
+    want, got = (schema.decode(schema.encode(schema.NODE, d.body(5.0, 101.0))) for d in (by_records, by_sums))
+    assert len(got["ranks"]) == 8
+    for entry in want["ranks"] + got["ranks"]:  # the raw calls' durations are drawn afresh for each: their shape only
+        if "cx" in entry:
+            entry["cx"] = [sorted(call) for call in entry["cx"]]
+    assert _close(got, want)
+
+
+def _close(got, want) -> bool:
+    """Equal, floats to 1e-9 (the sums are added in another order), through nested maps and lists."""
+    if isinstance(want, dict):
+        assert got.keys() == want.keys()
+        return all(_close(got[k], want[k]) for k in want)
+    if isinstance(want, list):
+        assert len(got) == len(want)
+        return all(_close(g, w) for g, w in zip(got, want))
+    if isinstance(want, float):
+        assert got == pytest.approx(want, rel=1e-9, abs=1e-12)
+        return True
+    assert got == want
+    return True

@@ -299,7 +299,7 @@ class Aggregator:
             with self._lock:
                 for w in windows[i : i + STATS_SLICE]:
                     st = stats[w.rank] = stragglers.rank_stats(w, names, refresh=w.rank in fresh)
-                    w.own.median_wall()  # kept for the stall check below
+                    w.own.median_wall(refresh=w.rank in fresh)  # kept for the stall check below
                     resources[w.rank] = self._resources.row_fields(w.rank, w.meta, st.rate if st else None, wall)
         return self._build(now, windows, names, stats, resources)
 

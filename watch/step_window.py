@@ -38,6 +38,7 @@ class StepWindow:
         self.waited = False  # some step had collective waits: "comm" is known
         self.names: set[str] = set()  # every phase its steps named
         self._median_wall: float | None = None
+        self._median_stale = False  # steps came since the median was worked out
         self._raw: collections.deque[tuple[float, dict]] = collections.deque(maxlen=window)  # (wall, phases) to redo a step
         self._stats: dict[str, Any] | None = None
         self.stats_version: object = None  # changes (identity) whenever the medians are worked out again
@@ -55,7 +56,7 @@ class StepWindow:
         self.steps.append((n, t, wall))
         self._raw.append((wall, phases))
         self.names.update(phases)
-        self._median_wall = None
+        self._median_stale = True
         times = own_times(wall, phases, waits)
         if waits:
             self.waited = True
@@ -73,7 +74,7 @@ class StepWindow:
         last record) is a plain append per column."""
         self.steps.append((n, t, wall))
         self._raw.append((wall, own))
-        self._median_wall = None
+        self._median_stale = True
         self._dirty = True
         columns = self.columns
         if own.keys() == columns.keys():
@@ -107,10 +108,13 @@ class StepWindow:
                 self._dirty = True
                 return
 
-    def median_wall(self) -> float | None:
-        """The median step time over the window (kept until the next step)."""
-        if self._median_wall is None and self.steps:
+    def median_wall(self, refresh: bool = True) -> float | None:
+        """The median step time over the window, worked out again after new steps only when ``refresh``
+        (a snapshot of thousands of ranks refreshes a share at a time, as :meth:`stats`; a median over the
+        window moves little in between)."""
+        if self.steps and (self._median_wall is None or (self._median_stale and refresh)):
             self._median_wall = _median([w for _, _, w in list(self.steps)])  # list(): one step, whatever arrives
+            self._median_stale = False
         return self._median_wall
 
     def stats(self, names: list[str], min_steps: int, refresh: bool = True) -> dict[str, Any] | None:

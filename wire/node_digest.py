@@ -13,7 +13,7 @@ folds its ranks' messages of each interval into one ``node`` message (protocol
 - ``ops``: its collectives since they were last sent (at most every
   :data:`SLOW_EVERY_S`) per op, in the order of wire/collective_summary.py
   (calls, bytes, waited, total, longest, group, dtype); ``cx``, its latest
-  sample of raw calls (one rank's per digest, in turn);
+  sample of raw calls (one rank's every :data:`SAMPLE_EVERY_S`, in turn);
 - ``state``: its latest state, every :data:`SLOW_EVERY_S`, or at once when it
   made no step (a stall is seen as soon as from its own messages) or its
   capture moved; ``hello``: its hello (less the envelope) when it changed, or
@@ -43,6 +43,9 @@ HELLO_EVERY_S = 2.0
 #: A running rank's state and collectives ride in the digest this often (what they say changes slowly; each
 #: costs the viewer more than the steps themselves, times thousands of ranks).
 SLOW_EVERY_S = 1.0
+#: A node's digest carries one rank's sample of raw calls (for the alpha-beta fit) this often, its ranks in
+#: turn: 256 samples a second from 512 nodes is plenty for the fit, and the viewer decodes every one of them.
+SAMPLE_EVERY_S = 2.0
 #: The positions in a rank's ``s`` record.
 LAST, COUNT, START, WALL, OWN = range(5)
 STEP_FIELDS = 5
@@ -87,6 +90,7 @@ class NodeDigest:
         self.host = host
         self._ranks: collections.OrderedDict[int, _Rank] = collections.OrderedDict()
         self.relay: dict[str, str] | None = None  # the node relay's own addresses, told to every viewer
+        self._sampled_at = float("-inf")  # when a digest last carried a rank's raw calls
 
     def add(self, kind: str, msg: dict[str, Any]) -> None:
         """One rank's hello, steps or heartbeat (other kinds pass the digest by)."""
@@ -109,6 +113,33 @@ class NodeDigest:
         elif kind == "steps":
             self._add_steps(rank, msg)
 
+    def add_sums(
+        self, number: int, ts: float, state: dict[str, Any] | None, *, count: int, last: int, end: float, wall: float,
+        phases: dict[str, float], waits: dict[str, float], ops: dict[str, list], sample: list | None = None,
+    ) -> None:  # fmt: skip
+        """A rank's steps already summed, as :meth:`add` sums their records: ``count`` steps up to ``last``
+        (which ended at ``end``), their total wall, own-plus-wait phase times and waits per phase, and their
+        collectives per op. For a source that has the sums without the records: the simulator of big jobs
+        (demo/simulate.py) would spend most of its core building 65,000 records a second only to sum them."""
+        rank = self._ranks.get(number)
+        if rank is None:
+            rank = self._ranks[number] = _Rank()
+        rank.fresh = True
+        rank.ts = max(rank.ts, ts)
+        if state is not None:
+            rank.state = state
+        rank.count += count
+        rank.wall += wall
+        if last >= rank.last:
+            rank.last, rank.end = last, end
+        for acc, more in ((rank.phases, phases), (rank.waits, waits)):
+            for name, sec in more.items():
+                acc[name] = acc.get(name, 0.0) + sec
+        for op, fields in ops.items():
+            _merge_op(rank.ops, op, fields)
+        if sample:
+            rank.sample = sample[-_summary.SAMPLE_MAX :]
+
     @staticmethod
     def _add_steps(rank: _Rank, msg: dict[str, Any]) -> None:
         phases = rank.phases
@@ -128,16 +159,7 @@ class NodeDigest:
         for entry in summaries or ():
             rank.waits[entry["ph"]] = rank.waits.get(entry["ph"], 0.0) + entry["w"]
             for op, fields in entry["ops"].items():
-                acc = rank.ops.get(op)
-                if acc is None:
-                    rank.ops[op] = list(fields)
-                    continue
-                acc[_summary.CALLS] += fields[_summary.CALLS]
-                acc[_summary.BYTES] += fields[_summary.BYTES]
-                acc[_summary.WAITED] += fields[_summary.WAITED]
-                acc[_summary.TOTAL] += fields[_summary.TOTAL]
-                acc[_summary.LONGEST] = max(acc[_summary.LONGEST], fields[_summary.LONGEST])
-                acc[_summary.GROUP], acc[_summary.DTYPE] = fields[_summary.GROUP], fields[_summary.DTYPE]
+                _merge_op(rank.ops, op, fields)
         sample = msg.get("cx") or msg.get("coll")
         if sample:
             rank.sample = sample[-_summary.SAMPLE_MAX :]
@@ -147,7 +169,7 @@ class NodeDigest:
         wire/schema.py's encode as a ``node`` message. ``now``: a monotonic clock, for the cadences;
         ``wall``: unix time, the message's timestamp."""
         entries = []
-        sampled = False
+        sampled = now - self._sampled_at < SAMPLE_EVERY_S
         for number, rank in list(self._ranks.items()):
             if not rank.fresh:
                 continue
@@ -171,9 +193,9 @@ class NodeDigest:
             if rank.ops and now - rank.ops_sent >= SLOW_EVERY_S:
                 entry["ops"] = rank.ops
                 rank.ops, rank.ops_sent = {}, now
-            if rank.sample and not sampled:  # one rank's raw calls per digest, in turn: enough for the fit
+            if rank.sample and not sampled:  # one rank's raw calls, in turn: enough for the fit
                 entry["cx"] = rank.sample
-                rank.sample, sampled = None, True
+                rank.sample, sampled, self._sampled_at = None, True, now
                 self._ranks.move_to_end(number)
             if rank.dev:
                 entry["dev"] = True
@@ -185,3 +207,17 @@ class NodeDigest:
         if self.relay is not None:
             body["relay"] = self.relay
         return body
+
+
+def _merge_op(ops: dict[str, list], op: str, fields: list) -> None:
+    """Adds one op's summary (wire/collective_summary.py's fields) to a rank's since its last digest."""
+    acc = ops.get(op)
+    if acc is None:
+        ops[op] = list(fields)
+        return
+    acc[_summary.CALLS] += fields[_summary.CALLS]
+    acc[_summary.BYTES] += fields[_summary.BYTES]
+    acc[_summary.WAITED] += fields[_summary.WAITED]
+    acc[_summary.TOTAL] += fields[_summary.TOTAL]
+    acc[_summary.LONGEST] = max(acc[_summary.LONGEST], fields[_summary.LONGEST])
+    acc[_summary.GROUP], acc[_summary.DTYPE] = fields[_summary.GROUP], fields[_summary.DTYPE]
