@@ -16,6 +16,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 from pathlib import Path
 
 from ranktop.cli.errors import UserError
@@ -157,14 +158,27 @@ def _raise_interrupt(signum, frame) -> None:
     raise KeyboardInterrupt
 
 
+#: After SIGHUP or SIGTERM, the job is stopped at once and the viewer given this long to close by itself.
+EXIT_GRACE_S = 5.0
+
+
 def _close_with(app, proc: subprocess.Popen) -> None:
     """Close the TUI when the job ends by itself, so its exit is reported; and on SIGHUP/SIGTERM.
 
     A signal must end the app through ``app.exit()``: an exception out of the
     event loop would skip Textual's shutdown and leave its threads (and us) alive.
+    Textual's shutdown can itself hang once the terminal is gone (its writer
+    thread dies on the closed terminal and the last write waits for it forever),
+    so the job is stopped first, from a thread of its own, and the viewer ends
+    there if it has not closed within :data:`EXIT_GRACE_S`.
     """
+
+    def on_signal(signum, frame) -> None:
+        threading.Thread(target=_end_after_signal, args=(proc, signum), name="ranktop-demo-stop", daemon=True).start()
+        app.exit()
+
     for sig in (signal.SIGHUP, signal.SIGTERM):
-        signal.signal(sig, lambda signum, frame: app.exit())
+        signal.signal(sig, on_signal)
 
     def wait() -> None:
         proc.wait()
@@ -174,6 +188,12 @@ def _close_with(app, proc: subprocess.Popen) -> None:
             pass  # the app has already gone
 
     threading.Thread(target=wait, name="ranktop-demo-wait", daemon=True).start()
+
+
+def _end_after_signal(proc: subprocess.Popen, signum: int) -> None:
+    stop(proc)
+    time.sleep(EXIT_GRACE_S)
+    os._exit(128 + signum)  # still here: the viewer's shutdown hung on the closed terminal; the job is stopped
 
 
 COMMAND = Command("demo", HELP, configure, DESCRIPTION)

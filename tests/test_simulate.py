@@ -63,3 +63,38 @@ def test_a_bad_simulation_option_is_one_line(rdv):
     assert out.returncode == 2 and "--slow-rank 99 is not a rank of a job of 16" in out.stderr and "Traceback" not in out.stderr
     out = run_cli("demo", "--simulate", "16", "--no-tui", "--slow-node", "nope")
     assert out.returncode == 2 and "is not a node of this job (sim0000 to sim0001)" in out.stderr
+
+
+@pytest.mark.slow
+def test_a_closed_terminal_stops_the_demo_and_its_job(rdv):
+    """The terminal of `ranktop demo` goes away (an SSH drop, tmux kill-server): SIGHUP, and every write to it
+    fails. The viewer and the job it started end, rather than a simulator of 512 ranks spinning on, orphaned."""
+    import pty
+    import select
+    import time
+
+    job = "sim-hangup"
+    pid, master = pty.fork()
+    if pid == 0:  # the child: the demo in the pty's terminal, 80x24
+        os.environ.update(COLUMNS="80", LINES="24", TERM="xterm-256color")
+        os.execv(RANKTOP, [RANKTOP, "demo", "--simulate", "512", "--job", job])
+    try:
+        deadline, drawn = time.monotonic() + 60, 0
+        while time.monotonic() < deadline and (len(rendezvous.read_nodes(job)) < 64 or drawn < 400_000):
+            if select.select([master], [], [], 0.2)[0]:
+                drawn += len(os.read(master, 65536))  # the TUI drawing the job
+        assert len(rendezvous.read_nodes(job)) == 64, "the simulated job never came up"
+        time.sleep(2)  # the TUI keeps drawing; nobody reads the terminal any more
+        os.close(master)
+        master = None
+        os.kill(pid, signal.SIGHUP)
+        wait_for(lambda: os.waitpid(pid, os.WNOHANG)[0] == pid, 20, "ranktop demo outlived its terminal")
+        wait_for(lambda: not rendezvous.read_nodes(job), 20, "the simulated job outlived its viewer's terminal")
+    finally:
+        if master is not None:
+            os.close(master)
+        try:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+        except (ProcessLookupError, ChildProcessError):
+            pass
