@@ -178,11 +178,15 @@ def _round(value: float | None, digits: int = 1) -> float | None:
 # -- ingest capacity -------------------------------------------------------------------
 
 
-def ingest_capacity(ranks: int, calls: int, seconds: float = 2.0) -> float:
-    """Rank-steps per CPU second that one aggregator ingests (decode included), from the simulator's frames."""
+def ingest_capacity(ranks: int, calls: int, seconds: float = 4.0) -> float:
+    """Rank-steps per CPU second that one aggregator ingests (decode included), from the simulator's frames
+    (every rank's hello first, as a viewer that attaches meets them), with the collector set as the viewer's."""
     from ranktop.demo.simulate import Scenario, Simulator
     from ranktop.watch.aggregator import Aggregator
+    from ranktop.watch.heap import settle_for_viewing
     from ranktop.watch.receiver import DIGESTS_FROM_NODES
+
+    settle_for_viewing()
 
     scenario = Scenario(
         job="ingest", ranks=ranks, nodes=max(1, ranks // 8), calls_per_step=calls, steps_per_s=STEPS_PER_S,
@@ -234,7 +238,7 @@ def run_config(ranks: int, calls: int, minutes: float) -> dict:
         figures = json.loads(out.stdout.strip().splitlines()[-1])
     behind = [line for line in sim_err.splitlines() if "could not keep up" in line]
     figures.update(ranks=ranks, calls_per_step=calls, injected_straggler=straggler, simulator_behind=behind[0] if behind else None)
-    figures["ingest_rank_steps_per_s"] = round(ingest_capacity(ranks, calls, seconds=min(2.0, max(0.5, 4096 / ranks * 0.5))))
+    figures["ingest_rank_steps_per_s"] = round(ingest_capacity(ranks, calls))
     return figures
 
 

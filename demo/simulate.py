@@ -236,13 +236,17 @@ class JobModel:
         end = steps[-1].start + job_last + rows[-1][3]
         return {"count": k, "last": steps[-1].n, "end": end, "wall": job_total + summed[n], "phases": phases, "waits": waits, "ops": ops}
 
-    def sample(self, n: int, seq: int, t0: float) -> list[dict]:
-        """A few raw calls of step ``n`` (two sizes per op, in turn), as the probe samples them for the alpha-beta fit."""
+    def sample(self, step: Step, rank: int, seq: int, t0: float) -> list[dict]:
+        """A few raw calls of ``step`` (two sizes per op, in turn), as ``rank``'s probe samples them for the alpha-beta
+        fit: launch to completion, so a call also takes its share of the rank's wait for the last to arrive."""
         calls = []
-        for j, (i, op, _) in enumerate(self.ops):
+        n = step.n
+        arrivals = step.rows[rank][1]
+        for j, (i, op, count) in enumerate(self.ops):
             sizes = self.sizes[j]
+            wait = (step.latest[j] - arrivals[j]) / count
             for b in {sizes[(n + k) % len(sizes)] for k in range(2)}:  # sizes in turn: the fit sees them all
-                d = (ALPHA_S + b / BETA_BPS) * self._multiplier()
+                d = wait + (ALPHA_S + b / BETA_BPS) * self._multiplier()
                 calls.append({"op": op, "seq": seq, "b": b, "dt": DTYPE, "g": self.s.ranks, "d": d, "n": n, "ph": PHASES[i], "t0": t0})
         return calls
 
@@ -582,9 +586,9 @@ class Simulator:
         """A node's raw calls to send with its steps, as the probe samples them: once a second at most."""
         if not steps or now < self._next_sample.get(ranks[0], 0.0) or not self.model.ops:
             return None
-        last = steps[-1].n
+        last = steps[-1]
         self._next_sample[ranks[0]] = now + SAMPLE_EVERY_S
-        return self.model.sample(last, (last + 1) * self.s.calls_per_step, now - self._started)
+        return self.model.sample(last, ranks[0], (last.n + 1) * self.s.calls_per_step, now - self._started)
 
     def replay(self, seconds: float, start: float = 1.0e9, digests: bool = False):
         """Run the job on a clock of its own, without sockets: yields (time, frames every rank sends then)

@@ -67,6 +67,10 @@ def test_a_healthy_job_of_4096_ranks_flags_nobody(tmp_path):
     snap = watch(tmp_path, 3.0)
     assert len(snap.ranks) == RANKS and all(r.step_s is not None for r in snap.ranks)
     assert flagged(snap) == set() and snap.slow_hosts == [] and snap.waiting_for == [] and snap.diagnosis is None
+    # the job's collectives: every op's p95 is read from its calls (a rank's latest calls alone are all of one op)
+    job_rows = {c.op: c for c in snap.collectives if c.rank == -1}
+    assert sorted(job_rows) == ["all_gather_into_tensor", "reduce_scatter_tensor"]
+    assert all(c.p95_s >= c.mean_s > 0 for c in job_rows.values()), job_rows
 
 
 @pytest.mark.parametrize("calls_per_step", [0, 1, 8, 32])

@@ -182,8 +182,14 @@ def collective_rows(windows: Iterable[RankWindow], now: float, ranks: Iterable[i
                 t = job_totals[op] = [0, 0]
             t[0] += calls
             t[1] += nbytes
-        for _, call in list(w.calls)[-per_rank_sample:]:
-            samples.setdefault((-1, call["op"]), []).append(call)
+        taken: dict[str, int] = {}  # the rank's latest calls of each op (its last calls alone are all of one op)
+        for _, call in reversed(list(w.calls)):
+            op = call["op"]
+            if taken.get(op, 0) < per_rank_sample:
+                taken[op] = taken.get(op, 0) + 1
+                samples.setdefault((-1, op), []).append(call)
+            elif len(taken) >= len(w.op_sums) and min(taken.values()) >= per_rank_sample:
+                break
     for w in windows:
         if w.rank not in wanted:
             continue
