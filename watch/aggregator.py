@@ -330,6 +330,7 @@ class Aggregator:
         rows = []
         for w in windows:
             st = stats[w.rank]
+            local_rank, pid, dropped, collective, capture, rejected, rate_hz = _row_fields(w)
             excess, culprit = scores.of(w.rank)
             stuck = verdict.stalled.get(w.rank)
             if w.rank in silent:
@@ -344,8 +345,8 @@ class Aggregator:
                 build_rank_row(
                     rank=w.rank,
                     host=self._host_of(w),
-                    local_rank=int(w.meta.get("local_rank", -1)),
-                    pid=int(w.meta.get("pid", -1)),
+                    local_rank=local_rank,
+                    pid=pid,
                     step=w.last_step,
                     steps_seen=w.steps_seen,
                     missed=w.missed,
@@ -356,16 +357,16 @@ class Aggregator:
                     culprit_phase=culprit if status == SLOW else None,
                     status=status,
                     last_seen_s=now - w.last_seen,
-                    dropped=_count(w.state.get("dropped")),
+                    dropped=dropped,
                     collective_s=st.comm_s if st else None,
                     compute_s=st.step_s - st.comm_s if st and st.comm_s is not None else None,
                     stalled_s=stuck.stuck_s if stuck else None,
                     stalled_phase=stuck.phase if stuck else None,
                     stalled_step=stuck.step if stuck else None,
-                    collective=w.state.get("collective") if isinstance(w.state.get("collective"), dict) else None,
-                    capture=_capture_status(w),
-                    rejected=_rejected(w.state.get("rejected")),
-                    rate_hz=_rate(w.state.get("rate_hz", w.meta.get("rate_hz"))),
+                    collective=collective,
+                    capture=capture,
+                    rejected=rejected,
+                    rate_hz=rate_hz,
                     last_step_end=w.last_step_end,
                     **resources[w.rank],
                 )
@@ -435,6 +436,27 @@ def malformed(frames: list[bytes], exc: Exception) -> str:
     if kind is not None and detail.startswith(f"{kind}: "):
         detail = detail[len(kind) + 2 :]
     return f"dropped malformed {kind + ' ' if kind else ''}messages: {detail}"
+
+
+def _row_fields(w: RankWindow) -> tuple:
+    """What a rank's row reads of its hello and its state, worked out again only when either is a new one
+    (or the capture summary kept apart): a rank's state comes about once a second, snapshots more often."""
+    cache = w.row_cache
+    if cache is not None and cache[0] is w.state and cache[1] is w.meta and cache[2] is w.capture_summary:
+        return cache[3]
+    state, meta = w.state, w.meta
+    collective = state.get("collective")
+    fields = (
+        int(meta.get("local_rank", -1)),
+        int(meta.get("pid", -1)),
+        _count(state.get("dropped")),
+        collective if isinstance(collective, dict) else None,
+        _capture_status(w),
+        _rejected(state.get("rejected")),
+        _rate(state.get("rate_hz", meta.get("rate_hz"))),
+    )
+    w.row_cache = (state, meta, w.capture_summary, fields)
+    return fields
 
 
 def _capture_status(r: RankWindow) -> CaptureStatus | None:

@@ -52,6 +52,7 @@ class RankWindow:
     capture_summary: tuple[str, dict] | None = None  # (capture id, summary): kept after the rank stops sending it
     endpoint: str | None = None  # the relay it was last heard through: a lost relay is shown with its ranks
     stats_cache: tuple | None = None  # (phase names, own.stats_version, RankStats): watch/stragglers.py
+    row_cache: tuple | None = None  # (state, meta, capture summary, what a row reads of them): watch/aggregator.py
     raw_at: float = float("-inf")  # viewer clock of its last own steps or heartbeat (not through a node digest)
     own: StepWindow = field(init=False)  # the same steps as columns of own time per phase, medians cached
 
