@@ -39,7 +39,7 @@ class StepWindow:
         self.names: set[str] = set()  # every phase its steps named
         self._median_wall: float | None = None
         self._median_stale = False  # steps came since the median was worked out
-        self._raw: collections.deque[tuple[float, dict]] = collections.deque(maxlen=window)  # (wall, phases) to redo a step
+        self._raw: collections.deque[tuple[float, dict] | None] = collections.deque(maxlen=window)  # (wall, phases) to redo a step
         self._stats: dict[str, Any] | None = None
         self.stats_version: object = None  # changes (identity) whenever the medians are worked out again
         self._dirty = False
@@ -73,7 +73,7 @@ class StepWindow:
         Thousands of ranks arrive this way several times a second: the usual case (the same phases as the
         last record) is a plain append per column."""
         self.steps.append((n, t, wall))
-        self._raw.append((wall, own))
+        self._raw.append(None)  # its waits are already taken out: nothing to redo (and 4,096 ranks' dicts not kept)
         self._median_stale = True
         self._dirty = True
         columns = self.columns
@@ -96,6 +96,8 @@ class StepWindow:
         """Waits of step ``n`` that came after its record: work its own times out again."""
         for i in range(len(self.steps) - 1, -1, -1):
             if self.steps[i][0] == n:
+                if self._raw[i] is None:  # a digest's interval: its own times came worked out
+                    return
                 wall, phases = self._raw[i]
                 times = own_times(wall, phases, waits)
                 self.waited = True

@@ -20,11 +20,16 @@ CALL_WINDOW = 16
 WAITS_KEPT = 16
 
 
+#: The phases of a digest's interval: its own times live in the StepWindow's columns only (4,096 ranks x 64
+#: intervals of decoded dicts, keys and all, were 180 MB of a viewer's memory).
+_OWN_IN_COLUMNS: dict[str, float] = {}
+
+
 class StepRecord(NamedTuple):
     n: int  # step number
     t: float  # wall-clock start (unix seconds, the rank's clock)
     w: float  # wall duration (s)
-    p: dict[str, float]  # self time per phase (s)
+    p: dict[str, float]  # self time per phase (s); empty for a digest's interval (its own times: StepWindow columns)
 
 
 @dataclass
@@ -103,7 +108,7 @@ class RankWindow:
         last, count, start, wall, own = s
         if last <= self.last_step:  # already heard step by step
             return
-        self.steps.append(StepRecord(last, start, wall, own))
+        self.steps.append(StepRecord(last, start, wall, _OWN_IN_COLUMNS))
         self.own.add_own(last, start, wall, own)
         if self.first_step is None:
             self.first_step = last - count + 1
