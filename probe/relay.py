@@ -148,6 +148,7 @@ class Relay:
                 started=time.time(),
                 machine=self._identity.machine,
                 slurm_job=self._identity.slurm_job,
+                encrypted=gate.encrypted,
             ),
             self._directory,
         )

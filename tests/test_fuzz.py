@@ -199,7 +199,7 @@ NODE = {"job": JOB, "host": "node0", "telemetry": "tcp://node0:5555", "control":
 
 
 @FUZZ
-@given(st.dictionaries(st.sampled_from(sorted(NODE) + ["machine", "slurm_job"]), values, max_size=4), st.binary(max_size=40))
+@given(st.dictionaries(st.sampled_from(sorted(NODE) + ["machine", "slurm_job", "curve"]), values, max_size=4), st.binary(max_size=40))
 def test_a_node_record_parses_or_is_a_value_error(changes, garbage):
     for text in (json.dumps(dict(NODE, **changes), default=repr).encode(), garbage):
         try:
@@ -207,7 +207,14 @@ def test_a_node_record_parses_or_is_a_value_error(changes, garbage):
         except ValueError:
             continue
         assert isinstance(record.pid, int) and record.pid > 0 and math.isfinite(record.started)
+        assert record.encrypted in (None, True, False)
         record.is_stale()
+
+
+def test_a_node_record_says_whether_its_relay_encrypts_and_an_older_one_does_not_say(tmp_path):
+    for encrypted in (True, False, None):
+        path = rendezvous.write_node(rendezvous.NodeRecord(**NODE, encrypted=encrypted), tmp_path)
+        assert rendezvous.parse_node(path.read_bytes()).encrypted is encrypted
 
 
 def test_the_folder_reader_skips_whatever_is_not_a_node_record(tmp_path):

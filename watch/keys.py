@@ -79,6 +79,10 @@ class ClientKeys:
             how = f"set RANKTOP_SECRET to the job's secret ({self.home_secret()} where it runs)"
         return f"{self._job(url)} is encrypted and this viewer has no key: {how} ({MORE})"
 
+    def plain(self, url: str) -> str:
+        """The line for an encrypting viewer and a relay that does not encrypt."""
+        return f"{self._job(url)} is not encrypted (it runs with RANKTOP_CURVE=0): set RANKTOP_CURVE=0 here too to read it ({MORE})"
+
     def refused(self, url: str, event: int, value: int) -> str | None:
         """The line for a failed handshake with ``url``; None for a success."""
         if event == zmq.EVENT_HANDSHAKE_SUCCEEDED:
@@ -88,7 +92,7 @@ class ClientKeys:
             if self.encrypted and self._secret_of() is None:  # we dialled without a key, and it wants one
                 return self.missing(url)
             if self.encrypted:
-                return f"{job} is not encrypted (it runs with RANKTOP_CURVE=0): set RANKTOP_CURVE=0 here too to read it ({MORE})"
+                return self.plain(url)
             return f"{job} is encrypted and this viewer is not: unset RANKTOP_CURVE=0 here ({MORE})"
         if self.where == "RANKTOP_SECRET":
             source = "RANKTOP_SECRET"
@@ -117,6 +121,11 @@ class Handshakes:
 
     def no_key(self, url: str) -> None:
         self._say(url, self._keys.missing(url))
+
+    def plain(self, url: str) -> None:
+        """A relay whose record says it does not encrypt, and this viewer does: said without dialling it
+        (its handshakes would say it too, but often only as a hang-up, what a wrong key looks like)."""
+        self._say(url, self._keys.plain(url))
 
     def event(self, sock: zmq.Socket, url: str, event: int, value: int) -> None:
         """One handshake event of ``sock``, the socket dialling ``url``."""

@@ -189,7 +189,10 @@ class Receiver(threading.Thread):
                     if self._recorder is not None:
                         self._recorder.endpoint(rec.telemetry, rec.host)
                     guessed = rec.pid == 0  # no relay wrote it: where the SLURM port convention puts one (watch/session.py)
-                    self._connect(poller, rec.telemetry, connect_url(rec.telemetry, rec.host), guessed)
+                    if rec.encrypted is False and self._keys.encrypted:  # its record says: it reads nothing either way
+                        self.handshakes.plain(rec.telemetry)
+                    else:
+                        self._connect(poller, rec.telemetry, connect_url(rec.telemetry, rec.host), guessed)
                 if self._on_control is not None:
                     self._on_control(connect_url(rec.control, rec.host))
             except ValueError as exc:  # a record whose URL is no URL (a bad port): skip it, say why

@@ -102,6 +102,7 @@ class NodeRecord:
     # Optional (records of older relays lack them):
     machine: str = ""  # the real host name of the relay's process, when ``host`` is an advertised name
     slurm_job: str | None = None  # the SLURM job id the relay ran in: `ranktop attach --slurm` finds it by that
+    encrypted: bool | None = None  # its TCP sockets speak CURVE (wire/curve.py); None: a relay too old to say
 
     @property
     def on_this_machine(self) -> bool:
@@ -142,6 +143,8 @@ def write_node(record: NodeRecord, directory: str | os.PathLike | None = None) -
         data["machine"] = record.machine
     if record.slurm_job:
         data["slurm_job"] = record.slurm_job
+    if record.encrypted is not None:
+        data["curve"] = record.encrypted
     tmp.write_text(json.dumps(data))
     os.replace(tmp, path)
     return path
@@ -185,9 +188,12 @@ def parse_node(text: bytes | str, path: Path | None = None) -> NodeRecord:
     machine, slurm_job = data.get("machine") or "", data.get("slurm_job")
     if not isinstance(machine, str) or not (slurm_job is None or isinstance(slurm_job, (str, int)) and type(slurm_job) is not bool):
         raise ValueError("node record has a bad machine or SLURM job")
+    encrypted = data.get("curve")
+    if encrypted is not None and type(encrypted) is not bool:
+        raise ValueError("node record has a bad curve flag")
     return NodeRecord(
         job=job, host=host, telemetry=telemetry, control=control, pid=pid, started=float(started), path=path,
-        machine=machine, slurm_job=str(slurm_job) if slurm_job not in (None, "") else None,
+        machine=machine, slurm_job=str(slurm_job) if slurm_job not in (None, "") else None, encrypted=encrypted,
     )
 
 
