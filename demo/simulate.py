@@ -215,7 +215,7 @@ class JobModel:
     def sums(self, steps: list[Step], rank: int, job: tuple[float, tuple[float, ...], float]) -> dict[str, Any]:
         """The sums :meth:`records` of ``steps`` add up to for ``rank``, as NodeDigest.add_sums takes them,
         without building the records: one pass over the rank's rows, and ``job`` (:meth:`job_sums`) once
-        for every rank. A digest of 4,096 ranks at 16 steps/s costs a fifth of its records this way."""
+        for every rank. A digest of 4,096 ranks at 16 steps/s costs about a third of its records this way."""
         rows = [st.rows[rank] for st in steps]
         k = len(rows)
         summed = rows[0][4] if k == 1 else [sum(column) for column in zip(*[row[4] for row in rows])]
@@ -571,7 +571,7 @@ class Simulator:
 
     def fold(self, ranks: range, steps: list[Step], now: float, digest: NodeDigest) -> None:
         """What ``ranks`` would send with their records of ``steps`` (:meth:`messages`), summed straight into
-        their node's digest: how a node whose ranks' own messages no viewer takes spends a tenth of the CPU."""
+        their node's digest: how a node whose ranks' own messages no viewer takes spends a third of the CPU."""
         state = self.state(ranks[0], now)
         special = {self.s.stall_rank, self.s.silent_rank}
         sample = self._sample(ranks, steps, now)
