@@ -8,7 +8,9 @@ watch/collectives.py) read these typed fields and never each other's state.
 from __future__ import annotations
 
 import collections
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Any, NamedTuple
 
 from ranktop.watch.step_window import StepWindow
@@ -22,14 +24,14 @@ WAITS_KEPT = 16
 
 #: The phases of a digest's interval: its own times live in the StepWindow's columns only (4,096 ranks x 64
 #: intervals of decoded dicts, keys and all, were 180 MB of a viewer's memory).
-_OWN_IN_COLUMNS: dict[str, float] = {}
+_OWN_IN_COLUMNS: Mapping[str, float] = MappingProxyType({})
 
 
 class StepRecord(NamedTuple):
     n: int  # step number
     t: float  # wall-clock start (unix seconds, the rank's clock)
     w: float  # wall duration (s)
-    p: dict[str, float]  # self time per phase (s); empty for a digest's interval (its own times: StepWindow columns)
+    p: Mapping[str, float]  # self time per phase (s); empty for a digest's interval (its own times: StepWindow columns)
 
 
 @dataclass

@@ -96,13 +96,8 @@ class NodeDigest:
         """One rank's hello, steps or heartbeat (other kinds pass the digest by)."""
         if kind not in ("hello", "steps", "heartbeat") or msg.get("job") != self.job:
             return
-        rank = self._ranks.get(msg["rank"])
-        if rank is None:
-            rank = self._ranks[msg["rank"]] = _Rank()
-        rank.fresh = True
-        rank.ts = max(rank.ts, msg["ts"])
-        if isinstance(msg.get("state"), dict):
-            rank.state = msg["state"]
+        state = msg.get("state")
+        rank = self._heard(msg["rank"], msg["ts"], state if isinstance(state, dict) else None)
         if kind == "hello":
             meta = {k: v for k, v in msg.items() if k not in _NOT_META}
             if meta.get("relay") is not None and self.relay is None:
@@ -121,13 +116,7 @@ class NodeDigest:
         (which ended at ``end``), their total wall, own-plus-wait phase times and waits per phase, and their
         collectives per op. For a source that has the sums without the records: the simulator of big jobs
         (demo/simulate.py) would spend most of its core building 65,000 records a second only to sum them."""
-        rank = self._ranks.get(number)
-        if rank is None:
-            rank = self._ranks[number] = _Rank()
-        rank.fresh = True
-        rank.ts = max(rank.ts, ts)
-        if state is not None:
-            rank.state = state
+        rank = self._heard(number, ts, state)
         rank.count += count
         rank.wall += wall
         if last >= rank.last:
@@ -139,6 +128,17 @@ class NodeDigest:
             _merge_op(rank.ops, op, fields)
         if sample:
             rank.sample = sample[-_summary.SAMPLE_MAX :]
+
+    def _heard(self, number: int, ts: float, state: dict[str, Any] | None) -> _Rank:
+        """Rank ``number`` said something at ``ts`` (with its ``state``, when it sent one): its entry, fresh."""
+        rank = self._ranks.get(number)
+        if rank is None:
+            rank = self._ranks[number] = _Rank()
+        rank.fresh = True
+        rank.ts = max(rank.ts, ts)
+        if state is not None:
+            rank.state = state
+        return rank
 
     @staticmethod
     def _add_steps(rank: _Rank, msg: dict[str, Any]) -> None:
