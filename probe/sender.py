@@ -47,6 +47,13 @@ MAX_COMMANDS_PER_S = 200.0
 _CORE_STATE = frozenset({"step", "last", "in_step", "phase", "step_age", "dropped", "rejected", "rate_hz", "median_step_s", "cap"})
 
 
+def exit_kind() -> str:
+    """How this process is ending, as the probe can tell while it shuts down: an uncaught exception in the
+    script leaves ``sys.last_value`` (``sys.last_exc`` since 3.12) set before ``atexit`` runs."""
+    died = getattr(sys, "last_exc", None) or getattr(sys, "last_value", None)
+    return "error" if died is not None else "clean"
+
+
 class Sender(threading.Thread):
     def __init__(
         self,
@@ -146,6 +153,8 @@ class Sender(threading.Thread):
             self.ready.set()
             self._loop(pub, sub, verifier)
             self._flush(pub, final=True)
+            # The last word (wire/schema.py EXITS): a viewer that hears every rank say it knows the job ended.
+            self._send(pub, schema.HEARTBEAT, {"state": self.state(), "exit": exit_kind()})
         finally:
             for sock in (pub, sub):
                 if sock is not None:

@@ -26,6 +26,7 @@ from typing import Any, Callable
 
 from ranktop.watch import stalls, stragglers
 from ranktop.watch.collectives import add_collectives, add_digest_collectives, collective_rows
+from ranktop.watch.lifecycle import Lifecycle, fresh_window
 from ranktop.watch.requests import RequestBook
 from ranktop.watch.resources import ResourceTracker, job_throughput
 from ranktop.watch.snapshot import (
@@ -112,6 +113,7 @@ class Aggregator:
         self._faults: set[str] = set()  # kinds of malformed message already named (note_dropped)
         self._restat_from = 0  # where the next snapshot's share of medians to refresh begins
         self._resources = ResourceTracker()  # memory history and creep, GPU gauges, throughput (watch/resources.py)
+        self.lifecycle = Lifecycle()  # restarts and the job's end (watch/lifecycle.py)
 
     @property
     def world_size(self) -> int | None:
@@ -133,6 +135,11 @@ class Aggregator:
         with self._lock:
             if url not in self._endpoints:
                 self._endpoints[url] = _Endpoint(url, host, self._clock())
+
+    def endpoint_urls(self) -> list[str]:
+        """The relays added so far (cheap: no snapshot)."""
+        with self._lock:
+            return list(self._endpoints)
 
     def replace_endpoint(self, old: str, new: str, host: str | None = None) -> None:
         """A node's relay came back elsewhere (a new port): its old endpoint goes, its ranks follow the new one."""
@@ -201,7 +208,7 @@ class Aggregator:
                 rank.note_state(msg["state"], now)
                 self._resources.note(msg["rank"], msg["state"], now)
             if kind == schema.HELLO:
-                self._note_hello(rank, {k: v for k, v in msg.items() if k not in ("v", "k", "job", "rank", "ts")})
+                self._note_hello(rank, {k: v for k, v in msg.items() if k not in ("v", "k", "job", "rank", "ts")}, now)
             elif kind == schema.STEPS:
                 rank.raw_at = now
                 add_collectives(rank, msg, now, self._window)
@@ -212,6 +219,8 @@ class Aggregator:
                 self._replies.append(self.requests.note_reply(msg["id"], msg["cmd"], msg["rank"], msg["ok"], result))
             else:
                 rank.raw_at = now
+                if "exit" in msg:  # its last word: the process is ending (watch/lifecycle.py)
+                    self.lifecycle.note_exit(msg["rank"], msg["exit"], self._wall_clock())
 
     def _window_of(self, number: int, endpoint: str | None, now: float) -> RankWindow:
         rank = self._ranks.get(number)
@@ -222,12 +231,15 @@ class Aggregator:
             rank.endpoint = endpoint
         return rank
 
-    def _note_hello(self, rank: RankWindow, meta: dict[str, Any]) -> None:
+    def _note_hello(self, rank: RankWindow, meta: dict[str, Any], now: float) -> RankWindow:
+        if self.lifecycle.note_hello(rank.rank, meta.get("pid"), self._wall_clock()):
+            rank = self._ranks[rank.rank] = fresh_window(rank, now)  # a new process of the rank: a restart
         rank.meta = meta
         world = meta.get("world")
         if isinstance(world, int) and not isinstance(world, bool) and world != self._world and world > (self._world or 0):
             self._world = world
             self.requests.poke()  # a command waiting for the job's size can go
+        return rank
 
     def _ingest_digest(self, entry: dict[str, Any], endpoint: str | None, now: float) -> None:
         """One rank's part of its node's digest (wire/node_digest.py). A rank whose own messages this viewer
@@ -238,7 +250,7 @@ class Aggregator:
             rank.note_state(state, now)
             self._resources.note(entry["r"], state, now)
         if "hello" in entry:
-            self._note_hello(rank, entry["hello"])
+            rank = self._note_hello(rank, entry["hello"], now)
         if now - rank.raw_at < self._silent_after:
             return
         if "ops" in entry or "cx" in entry:
@@ -380,6 +392,7 @@ class Aggregator:
         with self._lock:
             endpoints = list(self._endpoints.values())
             replies, dropped, errors = list(self._replies), self._dropped, list(self._errors)
+            life = self.lifecycle.view(max(worlds) if worlds else None, bool(windows), silent)
         return Snapshot(
             job=self._job,
             world_size=max(worlds) if worlds else None,
@@ -391,6 +404,12 @@ class Aggregator:
             stragglers=ranking,
             endpoints=[self._endpoint_view(e, now, ranks_by_endpoint.get(e.url, ()), behind) for e in endpoints],
             behind_s=behind or None,
+            state=life.state,
+            ended_at=life.ended_at,
+            restarts=life.restarts,
+            restarted_at=life.restarted_at,
+            not_back=list(life.not_back),
+            failed_ranks=list(life.failed),
             replies=replies,
             requests=self.requests.statuses(),
             dropped_messages=dropped,

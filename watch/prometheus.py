@@ -14,9 +14,11 @@ imported when a collector is built, never by the rest of the engine.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Iterator, Protocol
 
 from ranktop.watch.errors import RanktopError
+from ranktop.watch.lifecycle import ENDED, RUNNING
 from ranktop.watch.snapshot import STATUSES, Snapshot
 
 RANK_LABELS = ("job", "rank", "local_rank", "host")
@@ -40,17 +42,29 @@ def _client():
 
 
 class SnapshotCollector:
-    """Registered with a CollectorRegistry; ``collect`` runs on every scrape."""
+    """Registered with a CollectorRegistry; ``collect`` runs on every scrape.
+
+    Once the job has ended, its ranks' series keep the values of the last
+    snapshot taken while it ran (with ``ranktop_job_up 0``): a dashboard shows
+    how the job ended, not ranks fading to silent.
+    """
 
     def __init__(self, source: SnapshotSource):
         self._core = _client()
         self.source = source
+        self._last_running: Snapshot | None = None
 
     def describe(self):
         return []  # no scrape at registration time: the job may not have spoken yet
 
     def collect(self) -> Iterator:
-        return iter(families(self.source.snapshot(), self._core))
+        snap = self.source.snapshot()
+        if snap.state == RUNNING and snap.connected:
+            self._last_running = snap
+        elif snap.state == ENDED and self._last_running is not None:
+            last = self._last_running
+            snap = dataclasses.replace(snap, ranks=last.ranks, steps_per_s=last.steps_per_s, throughput=last.throughput)
+        return iter(families(snap, self._core))
 
 
 def families(snap: Snapshot, core) -> list:
@@ -133,7 +147,14 @@ def families(snap: Snapshot, core) -> list:
 
     statuses = [r.status for r in snap.ranks]
     tp = snap.throughput
+    restarts = core.CounterMetricFamily(f"{PREFIX}_job_restarts", "Times the job's ranks came back as new processes.", labels=["job"])
+    restarts.add_metric(jl, snap.restarts)
     job_families = [
+        job_gauge("up", "1 while the job runs, 0 before it started and once every rank ended.", 1.0 if snap.state == RUNNING else 0.0),
+        job_gauge("ended_timestamp_seconds", "When every rank of the job had ended cleanly (unix time).", snap.ended_at),
+        job_gauge("restarted_timestamp_seconds", "When the job's ranks last came back as new processes (unix time).", snap.restarted_at),
+        job_gauge("ranks_not_back", "Ranks not back as new processes since the latest restart.", len(snap.not_back)),
+        restarts,
         job_gauge("steps_per_second", "Median over ranks of steps per second.", snap.steps_per_s),
         job_gauge("step", "The furthest step any rank completed.", snap.global_step),
         job_gauge("world_size", "Ranks in the job, as the ranks report it.", snap.world_size),

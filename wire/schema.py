@@ -35,6 +35,10 @@ COMM_PHASE = "comm"
 HELLO = "hello"  # a rank's metadata; re-sent periodically so late TUIs learn it
 STEPS = "steps"  # a batch of completed step records
 HEARTBEAT = "heartbeat"  # sent when a rank has nothing else to say: it is alive
+# A rank's last heartbeat, sent as its probe shuts down, may carry "exit" (optional; older viewers ignore it): how its process is
+#   ending, one of EXITS ("clean"; "error": the script died of an exception). A viewer that hears every rank
+#   end cleanly says the job ended (watch/lifecycle.py); one that never hears it shows the ranks go silent.
+EXITS = ("clean", "error")
 REPLY = "reply"  # a rank's answer to a control command
 NODE = "node"  # since 1.5: a relay's digest of its node's ranks (wire/node_digest.py), for the biggest jobs
 # Control flows TUI -> relay -> ranks, always signed (see ranktop.wire.auth).
@@ -454,6 +458,8 @@ def _check_device_times(g: Any) -> None:
 
 def _check_heartbeat(msg: dict) -> None:
     _check_origin(msg)
+    if "exit" in msg and msg["exit"] not in EXITS:
+        raise WireError("heartbeat: bad exit")
 
 
 def _check_reply(msg: dict) -> None:
