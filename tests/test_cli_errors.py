@@ -15,9 +15,15 @@ def assert_one_line_error(out, code, *fragments):
         assert fragment in out.stderr, out.stderr
 
 
-def test_an_unknown_job_is_named_in_the_error(rdv):
-    out = run_cli("watch", "no-such-job", "--json", "--duration", "1")
-    assert_one_line_error(out, 1, "unknown job 'no-such-job'", "no job is running")
+def test_an_unknown_job_is_waited_for_up_to_wait_then_named_in_the_error(rdv):
+    out = run_cli("watch", "no-such-job", "--json", "--duration", "1", "--wait", "1.5")
+    assert out.returncode == 3, out.stderr  # Exit.NOT_STARTED: a batch script tells it from a failure
+    waiting, error = out.stderr.splitlines()
+    assert waiting == f"ranktop: waiting for job 'no-such-job' to start under {rdv} (no job is running) for up to 1.5s"
+    assert error.startswith("ranktop: error: unknown job 'no-such-job'") and error.endswith("gave up after waiting 1.5s (--wait)")
+    out = run_cli("ping", "no-such-job", "--wait", "0")
+    assert_one_line_error(out, 3, "unknown job 'no-such-job'", "no job is running")
+    assert len(out.stderr.splitlines()) == 1
 
 
 def test_watch_with_nothing_running_says_how_to_start(rdv):
@@ -28,7 +34,7 @@ def test_an_ended_job_is_recognised_by_its_stale_record(rdv):
     rendezvous.write_node(
         rendezvous.NodeRecord("dead-job", os.uname().nodename, "tcp://x:1", "tcp://x:2", pid=2**22 + 7, started=0.0)
     )
-    assert_one_line_error(run_cli("watch", "dead-job", "--json"), 1, "job 'dead-job' has ended")
+    assert_one_line_error(run_cli("watch", "dead-job", "--json", "--wait", "0"), 3, "job 'dead-job' has ended")
     assert run_cli("jobs").stdout.startswith("no running jobs")
     assert "dead-job\tended" in run_cli("jobs", "--all").stdout
 
