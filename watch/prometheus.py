@@ -18,6 +18,7 @@ import dataclasses
 from typing import Iterator, Protocol
 
 from ranktop.watch.errors import RanktopError
+from ranktop.watch import verdict
 from ranktop.watch.lifecycle import ENDED, RUNNING
 from ranktop.watch.snapshot import STATUSES, Snapshot
 
@@ -147,6 +148,16 @@ def families(snap: Snapshot, core) -> list:
 
     statuses = [r.status for r in snap.ranks]
     tp = snap.throughput
+    answer = verdict.verdict(snap)
+    kind = G(f"{PREFIX}_job_verdict", "1 for the verdict's kind (stalled, silent, slow_node, slow_rank, warming_up, healthy, waiting).",
+             labels=["job", "kind"])
+    for k in verdict.KINDS:
+        kind.add_metric([job, k], 1.0 if answer.kind == k else 0.0)
+    top = G(f"{PREFIX}_job_top_straggler_excess_seconds", "The verdict's culprit: its time per step beyond the median rank.",
+            labels=["job", "rank", "host", "phase"])
+    if answer.ranks and answer.excess_s is not None:
+        row = snap.row(answer.ranks[0])
+        top.add_metric([job, str(answer.ranks[0]), row.host if row else "", answer.phase or ""], answer.excess_s)
     restarts = core.CounterMetricFamily(f"{PREFIX}_job_restarts", "Times the job's ranks came back as new processes.", labels=["job"])
     restarts.add_metric(jl, snap.restarts)
     job_families = [
@@ -155,6 +166,8 @@ def families(snap: Snapshot, core) -> list:
         job_gauge("restarted_timestamp_seconds", "When the job's ranks last came back as new processes (unix time).", snap.restarted_at),
         job_gauge("ranks_not_back", "Ranks not back as new processes since the latest restart.", len(snap.not_back)),
         restarts,
+        kind,
+        top,
         job_gauge("steps_per_second", "Median over ranks of steps per second.", snap.steps_per_s),
         job_gauge("step", "The furthest step any rank completed.", snap.global_step),
         job_gauge("world_size", "Ranks in the job, as the ranks report it.", snap.world_size),
