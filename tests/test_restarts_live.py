@@ -1,0 +1,101 @@
+"""A job that restarts: torchrun ``--max-restarts 1`` brings its ranks back as new processes after one is killed.
+
+The viewer, the exporter and the recorder are all started before the job; the
+job is the demo under torchrun (DDP, gloo). What must hold after the restart:
+the restart is said once, with its time; both ranks are their new processes,
+stepping, nothing silent or stale; the exporter's series go on with a restart
+counter; the recording goes on.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from support import RANKTOP, wait_for
+
+from ranktop.watch.lifecycle import life_line
+from ranktop.watch.recording import read
+from ranktop.watch.session import WatchSession, resolve_waiting
+
+pytestmark = pytest.mark.slow
+
+TRAIN = importlib.util.find_spec("ranktop.demo.train").origin
+
+
+def scrape(url: str) -> dict:
+    with urllib.request.urlopen(url, timeout=5) as resp:
+        return {f.name: f for f in text_string_to_metric_families(resp.read().decode())}
+
+
+def test_a_killed_rank_under_torchrun_max_restarts_is_a_restart_with_nothing_stale(rdv, tmp_path):
+    job = "restarting"
+    session = WatchSession(resolve_waiting([job], follow=True)).start()
+    export = subprocess.Popen([RANKTOP, "export", job, "--prometheus", "0"], stderr=subprocess.PIPE, text=True)
+    record = subprocess.Popen([RANKTOP, "record", job, str(tmp_path / "r.rec")], stderr=subprocess.DEVNULL)
+    export.stderr.readline()  # waiting for the job
+    url = export.stderr.readline().split(" at ", 1)[1].split()[0]
+    env = dict(os.environ, RANKTOP_JOB=job, OMP_NUM_THREADS="1")
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", "--max-restarts=1",
+           "--monitor-interval=0.5", TRAIN]
+    log = open(tmp_path / "torchrun.log", "wb")
+    torchrun = subprocess.Popen(cmd, env=env, cwd=tmp_path, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        def training(pids_not=()):
+            snap = session.snapshot()
+            rows = snap.ranks
+            ok = len(rows) == 2 and all(r.steps_seen >= 5 and r.status != "silent" and r.pid not in pids_not for r in rows)
+            return snap if ok else None
+
+        first = wait_for(training, 120, "the job never trained")
+        assert first.restarts == 0 and first.state == "running"
+        old = {r.rank: r.pid for r in first.ranks}
+        os.kill(old[1], signal.SIGKILL)  # rank 1 dies; torchrun stops rank 0 and starts both again
+
+        after = wait_for(lambda: training(set(old.values())), 180, "the ranks never came back as new processes: "
+                         + (tmp_path / "torchrun.log").read_text()[-2000:])
+        assert after.restarts == 1 and after.not_back == [] and after.state == "running"
+        assert {r.rank for r in after.ranks} == {0, 1} and all(r.status != "silent" for r in after.ranks)
+        assert [e.state for e in after.endpoints] == ["connected"], after.endpoints  # the node's relay, no stale one
+        line = life_line(after.state, after.ended_at, after.restarts, after.restarted_at, after.not_back)
+        assert line.startswith("restarted at ") and line.endswith("(1st restart)"), line
+        assert time.time() - 180 < after.restarted_at <= time.time()
+        assert all(r.steps_seen < r.step + 200 for r in after.ranks)  # windows started afresh: new steps only
+
+        def exported():
+            families = scrape(url)
+            steps = {s.labels["rank"] for s in families["ranktop_rank_step_seconds"].samples}
+            restarts = families["ranktop_job_restarts"].samples[0].value
+            return steps == {"0", "1"} and restarts == 1 and families["ranktop_job_up"].samples[0].value == 1
+
+        wait_for(exported, 30, "the exporter's series did not go on with a restart counter of 1")
+        assert record.poll() is None  # the recording goes on through the restart
+    finally:
+        os.killpg(torchrun.pid, signal.SIGTERM)
+        try:
+            torchrun.wait(30)
+        except subprocess.TimeoutExpired:
+            os.killpg(torchrun.pid, signal.SIGKILL)
+            torchrun.wait()
+        session.close()
+        export.terminate()
+        export.wait(10)
+        if record.poll() is None:
+            record.terminate()
+        record.wait(20)
+    recording = read(tmp_path / "r.rec")
+    pids = set()
+    for entry in recording.entries:
+        if entry.frames and entry.frames[0] == b"hello":
+            import msgpack
+
+            pids.add(msgpack.unpackb(entry.frames[1])["pid"])
+    assert len(pids) >= 4  # both generations' processes, in one recording
