@@ -74,3 +74,30 @@ def test_capture_with_no_job_running_or_a_bad_step_count_is_a_one_line_error(rdv
     assert_one_line_error(run_cli("capture", "job", "--steps", "51"), 2, "steps must be a whole number from 1 to 50, got 51")
     assert_one_line_error(run_cli("capture", "job", "--steps", "-1"), 2, "steps must be a whole number from 1 to 50, got -1")
     assert_one_line_error(run_cli("capture", "job", "--ranks", "a"), 2, "expected comma-separated rank numbers")
+
+
+def test_jobs_counts_the_ended_job_folders_and_prunes_those_idle_past_the_grace(rdv):
+    import time
+
+    from ranktop.watch import job_folders
+
+    for job, age in (("old-job", job_folders.ENDED_GRACE_S + 3600), ("recent-job", 3600), ("starting-job", 5)):
+        rendezvous.load_or_create_secret(job)
+        rendezvous.write_node(rendezvous.NodeRecord(job, os.uname().nodename, "tcp://x:1", "tcp://x:2", pid=2**22 + 7, started=0.0))
+        folder = rendezvous.job_dir(job)
+        (folder / "captures").mkdir()
+        for path in folder.iterdir():
+            os.utime(path, (time.time() - age, time.time() - age))
+    out = run_cli("jobs")
+    assert out.returncode == 0
+    lines = out.stdout.splitlines()
+    assert lines[0].startswith("no running jobs")
+    assert lines[1].startswith(f"1 ended job folder(s) with their secrets under {rdv / 'jobs'}: `ranktop jobs --all` lists them, "
+                               "`ranktop jobs --prune` removes them")  # recent-job; starting-job may still be starting
+    assert out.stderr == "ranktop: removed the secrets and records of 1 job(s) ended over 24 h ago\n"
+    old = rendezvous.job_dir("old-job")
+    assert not (old / "secret").exists() and (old / "captures").is_dir()  # a job's captures stay
+    assert (rendezvous.job_dir("recent-job") / "secret").exists()
+    out = run_cli("jobs", "--prune")
+    assert f"removed the secret and records of {rendezvous.job_dir('recent-job')}" in out.stdout
+    assert (rendezvous.job_dir("starting-job") / "secret").exists()

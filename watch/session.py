@@ -114,7 +114,8 @@ def resolve_slurm(job_id: str, directory=None) -> Target:
         ports.slurm_ports(job.job_id)  # a bad RANKTOP_PORT_BASE is said now, not in the receiver thread
     except slurm.SlurmError as exc:
         if exc.pending:
-            raise NotStartedError(str(exc), f"{exc}; waiting for it to start", job_id, pending_in_slurm=True) from None
+            waiting = str(exc).replace(": nothing to watch until it starts", "") + "; waiting for it to start"
+            raise NotStartedError(str(exc), waiting, job_id, pending_in_slurm=True) from None
         raise SlurmTargetError(str(exc), exc.answered) from None
     except ports.PortConfigError as exc:
         raise TargetError(str(exc)) from None
