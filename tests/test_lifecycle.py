@@ -141,3 +141,26 @@ def test_an_unknown_exit_is_refused_by_the_wire():
     frames = messages.frames(schema.HEARTBEAT, 0, {"exit": "maybe"})
     with pytest.raises(schema.WireError, match="heartbeat: bad exit"):
         schema.decode(frames)
+
+
+def test_the_header_says_the_restart_and_the_end_and_the_waiting_pane_the_jobs_there_are():
+    import dataclasses
+
+    from ranktop.tui.panes.header import header_text
+    from ranktop.tui.panes.waiting import waiting_text
+    from ranktop.watch.snapshot import EMPTY
+
+    clock = Clock()
+    agg = Aggregator("j", clock=clock)
+    run(agg, clock, 2, 0, 3, pid=10)
+    run(agg, clock, 2, 0, 3, pid=20)
+    run(agg, clock, 2, 0, 3, pid=30)
+    snap = agg.snapshot()
+    at = time.strftime("%H:%M:%S", time.localtime(snap.restarted_at))
+    assert f"restarted at {at} (2nd restart)" in header_text(snap, title="ranktop", paused=False).plain
+    agg.ingest(bye(0, pid=30))
+    agg.ingest(bye(1, pid=31))
+    snap = agg.snapshot()
+    assert "ended at " in header_text(snap, title="ranktop", paused=False).plain
+    waiting = dataclasses.replace(EMPTY, job="typo", waiting="job 'typo' has not started under /r (running jobs: real)")
+    assert "job 'typo' has not started under /r (running jobs: real)" in waiting_text(waiting).plain
