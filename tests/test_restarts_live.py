@@ -99,3 +99,34 @@ def test_a_killed_rank_under_torchrun_max_restarts_is_a_restart_with_nothing_sta
 
             pids.add(msgpack.unpackb(entry.frames[1])["pid"])
     assert len(pids) >= 4  # both generations' processes, in one recording
+
+
+def test_a_simulated_job_requeued_comes_back_as_one_restart_of_all_its_nodes(rdv, tmp_path):
+    """The simulator (demo/simulate.py: real relays and rendezvous, 32 ranks on 4 nodes) run twice under one job
+    name, as a SLURM requeue runs a job again: every rank back as a new process, on every node's new relay."""
+    job = "requeued"
+    session = WatchSession(resolve_waiting([job], follow=True)).start()
+    sim = [sys.executable, "-m", "ranktop.demo.simulate", "--ranks", "32", "--nodes", "4", "--job", job]
+    first = subprocess.Popen(sim, stderr=subprocess.DEVNULL)
+    try:
+        def all_heard(pid):
+            snap = session.snapshot()
+            ok = len(snap.ranks) == 32 and all(r.pid == pid and r.steps_seen and r.status != "silent" for r in snap.ranks)
+            return snap if ok else None
+
+        before = wait_for(lambda: all_heard(first.pid), 90, "the first run was never heard whole")
+        assert before.restarts == 0
+        first.send_signal(signal.SIGTERM)
+        first.wait(30)
+        second = subprocess.Popen(sim, stderr=subprocess.DEVNULL)
+        try:
+            after = wait_for(lambda: all_heard(second.pid), 90, "the requeued run was never heard whole")
+            assert after.restarts == 1 and after.not_back == [] and after.state == "running"
+            assert len(after.endpoints) == 4 and all(e.state == "connected" for e in after.endpoints), after.endpoints
+        finally:
+            second.send_signal(signal.SIGTERM)
+            second.wait(30)
+    finally:
+        if first.poll() is None:
+            first.kill()
+        session.close()
