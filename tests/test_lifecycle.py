@@ -162,5 +162,9 @@ def test_the_header_says_the_restart_and_the_end_and_the_waiting_pane_the_jobs_t
     agg.ingest(bye(1, pid=31))
     snap = agg.snapshot()
     assert "ended at " in header_text(snap, title="ranktop", paused=False).plain
+    from ranktop.watch.verdict import verdict
+
+    answer = verdict(snap)
+    assert answer.kind == "ended" and answer.text.startswith("job ended at ") and answer.text.endswith("after step 2")
     waiting = dataclasses.replace(EMPTY, job="typo", waiting="job 'typo' has not started under /r (running jobs: real)")
     assert "job 'typo' has not started under /r (running jobs: real)" in waiting_text(waiting).plain
