@@ -101,6 +101,22 @@ def test_ranks_back_as_new_processes_are_a_restart_with_fresh_windows():
     assert all(r.missed == 0 for r in snap.ranks)  # no gap counted across the two processes
 
 
+def test_a_restarted_rank_s_memory_history_is_its_new_process_s():
+    clock = Clock()
+    agg = Aggregator("j", clock=clock)
+    agg.ingest(messages.hello(0, 1, pid=10))
+    for i in range(30):  # the old process grows 10 MB a second
+        clock.now += 1
+        agg.ingest(messages.steps(0, [step(i)], state={"step": i, "last": i, "mem": {"rss": (1000 + 10 * i) << 20}}, world=1, pid=10))
+    assert agg.snapshot().ranks[0].memory.rss_bytes == 1290 << 20
+    agg.ingest(messages.hello(0, 1, pid=11))
+    assert agg.snapshot().ranks[0].memory is None  # nothing of the old process's memory is the new one's
+    clock.now += 1
+    agg.ingest(messages.steps(0, [step(0)], state={"step": 0, "last": 0, "mem": {"rss": 800 << 20}}, world=1, pid=11))
+    memory = agg.snapshot().ranks[0].memory
+    assert memory.rss_bytes == 800 << 20 and memory.creep_mb_per_min is None
+
+
 def test_a_second_restart_is_counted_once_for_the_whole_job_and_a_job_that_ended_can_come_back():
     clock = Clock()
     agg = Aggregator("j", clock=clock)

@@ -234,6 +234,7 @@ class Aggregator:
     def _note_hello(self, rank: RankWindow, meta: dict[str, Any], now: float) -> RankWindow:
         if self.lifecycle.note_hello(rank.rank, meta.get("pid"), self._wall_clock()):
             rank = self._ranks[rank.rank] = fresh_window(rank, now)  # a new process of the rank: a restart
+            self._resources.forget(rank.rank)
         rank.meta = meta
         world = meta.get("world")
         if isinstance(world, int) and not isinstance(world, bool) and world != self._world and world > (self._world or 0):
