@@ -37,6 +37,17 @@ def stop_on_sigterm() -> None:
     signal.signal(signal.SIGTERM, interrupt)
 
 
+class Sayer:
+    """``say``, remembering whether anything was said (a command that waited for its job to start)."""
+
+    def __init__(self) -> None:
+        self.said = False
+
+    def __call__(self, line: str) -> None:
+        self.said = True
+        say(line)
+
+
 def say(line: str) -> None:
     """One line for the user on stderr, as every headless command says what it waits for."""
     import sys

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from ranktop.cli.errors import UserError, say
+from ranktop.cli.errors import Sayer, UserError
 from ranktop.cli.options import Command, add_job_target, add_wait_option, positive_float, rank_list
 from ranktop.watch.aggregator import DEFAULT_WINDOW
 from ranktop.watch.session import Answers, WatchSession, resolve_waiting
@@ -21,8 +21,11 @@ def configure(ping: argparse.ArgumentParser) -> None:
 
 
 def cmd_ping(args) -> int:
-    target = resolve_waiting(args.targets, args.dir, wait_s=args.wait, say=say)
+    waited = Sayer()
+    target = resolve_waiting(args.targets, args.dir, wait_s=args.wait, say=waited)
     with WatchSession(target, window=DEFAULT_WINDOW) as session:
+        if waited.said:  # the job has just started: its ranks are still coming up
+            session.wait_for_every_rank(args.timeout)
         answers = session.request("ping", ranks=args.ranks, timeout=args.timeout)
     for line in answer_lines(answers, args.timeout):
         print(line)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from ranktop.cli.errors import UserError, say
+from ranktop.cli.errors import Sayer, UserError
 from ranktop.cli.options import Command, add_job_target, add_wait_option, positive_float
 from ranktop.watch.session import WatchSession, resolve_waiting
 from ranktop.watch.stacks import build_report, report_json, report_lines, representatives
@@ -59,8 +59,11 @@ def collect(session: WatchSession, timeout: float):
 
 
 def cmd_stacks(args) -> int:
-    session = WatchSession(resolve_waiting(args.targets, args.dir, wait_s=args.wait, say=say))
+    waited = Sayer()
+    session = WatchSession(resolve_waiting(args.targets, args.dir, wait_s=args.wait, say=waited))
     with session:
+        if waited.said:  # the job has just started: its ranks are still coming up
+            session.wait_for_every_rank(args.timeout)
         report, waited = collect(session, args.timeout)
         job = session.snapshot().job
     answered = len(report.ranks) + len(report.failed)

@@ -118,3 +118,20 @@ def test_the_tui_started_first_shows_its_waiting_screen_then_the_job(launch_rank
         asyncio.run(scenario())
     finally:
         session.close()
+
+
+def test_ping_and_stacks_started_first_answer_once_the_job_comes(launch_ranks, rdv):
+    ping = subprocess.Popen([RANKTOP, "ping", "pinged", "--wait", "60", "--timeout", "20"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    stacks = subprocess.Popen([RANKTOP, "stacks", "pinged", "--wait", "60", "--timeout", "20"],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    time.sleep(2)
+    assert ping.poll() is None and stacks.poll() is None
+    launch_ranks("pinged", 2)
+    out, err = ping.communicate(timeout=90)
+    assert ping.returncode == 0, err
+    assert err == f"ranktop: waiting for job 'pinged' to start under {rdv} (no job is running) for up to 60s\n"
+    assert [line.split(":")[0] for line in out.splitlines()] == ["rank 0", "rank 1"] and "pong" in out
+    out, err = stacks.communicate(timeout=90)
+    assert stacks.returncode == 0, err
+    assert out.startswith("job pinged: 2 of 2 ranks answered")

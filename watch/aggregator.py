@@ -121,6 +121,11 @@ class Aggregator:
         return self._world
 
     @property
+    def ranks_heard(self) -> int:
+        """How many ranks have been heard from (cheap: no snapshot)."""
+        return len(self._ranks)
+
+    @property
     def job(self) -> str | None:
         """The job watched: as named, or as the first message named it."""
         return self._job

@@ -369,6 +369,18 @@ class WatchSession:
             raise RequestError("no relay control endpoint known yet")
         return self.snapshot()
 
+    def wait_for_every_rank(self, timeout: float) -> bool:
+        """Wait until every rank of the job's world has been heard, up to ``timeout``: a job that has just
+        started has ranks still starting, and a command sent before a rank listens never reaches it."""
+        deadline = time.monotonic() + timeout
+        while True:
+            world = self.aggregator.world_size
+            if world is not None and self.aggregator.ranks_heard >= world:
+                return True
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(0.1)
+
     def request(
         self, cmd: str, args: dict | None = None, *, ranks: list[int] | None = None, timeout: float = 5.0
     ) -> Answers:
