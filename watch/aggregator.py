@@ -474,8 +474,8 @@ def _row_fields(w: RankWindow) -> tuple:
 
 
 def _capture_status(r: RankWindow) -> CaptureStatus | None:
-    cap = r.state.get("cap")
-    if not isinstance(cap, dict):
+    cap = r.state.get("cap")  # typed at decode (wire/messages.py: Capture): read as it is
+    if not cap:
         return None
     summary = cap.get("sum")
     if summary is None and r.capture_summary is not None and r.capture_summary[0] == cap["id"]:
@@ -486,16 +486,14 @@ def _capture_status(r: RankWindow) -> CaptureStatus | None:
     )
 
 
-def _count(value: Any) -> int:
-    return int(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else 0
+def _count(value: int | None) -> int:
+    return value or 0
 
 
-def _rejected(value: Any) -> dict[str, int]:
+def _rejected(value: dict[str, int] | None) -> dict[str, int]:
     """Commands the rank refused, by reason (forged, replayed, expired, ...), as its state counts them."""
-    if not isinstance(value, dict):
-        return {}
-    return {str(k): _count(v) for k, v in value.items()}
+    return dict(value) if value else {}
 
 
-def _rate(value: Any) -> float | None:
-    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+def _rate(value: float | None) -> float | None:
+    return None if value is None else float(value)
