@@ -9,7 +9,7 @@ import sys
 from ranktop.cli.options import Command
 from ranktop.watch import job_folders, slurm
 from ranktop.watch.session import live_jobs
-from ranktop.wire import rendezvous
+from ranktop.transport import rendezvous
 
 HELP = "list the jobs in the rendezvous directory"
 

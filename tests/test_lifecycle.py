@@ -155,7 +155,7 @@ def test_an_unknown_exit_is_refused_by_the_wire():
     import pytest
 
     frames = messages.frames(schema.HEARTBEAT, 0, {"exit": "maybe"})
-    with pytest.raises(schema.WireError, match="heartbeat: bad exit"):
+    with pytest.raises(schema.WireError, match="heartbeat: .*exit"):
         schema.decode(frames)
 
 

@@ -17,7 +17,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from ranktop.wire import rendezvous
+from ranktop.transport import rendezvous
 
 #: How long an ended job's folder is kept (a requeue within it finds its secret where it left it).
 ENDED_GRACE_S = 24 * 3600.0
