@@ -60,8 +60,13 @@ def test_a_killed_rank_under_torchrun_max_restarts_is_a_restart_with_nothing_sta
         old = {r.rank: r.pid for r in first.ranks}
         os.kill(old[1], signal.SIGKILL)  # rank 1 dies; torchrun stops rank 0 and starts both again
 
-        after = wait_for(lambda: training(set(old.values())), 180, "the ranks never came back as new processes: "
-                         + (tmp_path / "torchrun.log").read_text()[-2000:])
+        try:
+            after = wait_for(lambda: training(set(old.values())), 180, "the ranks never came back as new processes")
+        except AssertionError:
+            snap = session.snapshot()
+            rows = [(r.rank, r.pid, r.steps_seen, r.status) for r in snap.ranks]
+            raise AssertionError(f"the ranks never came back as new processes: {rows}, {snap.endpoints}, {snap.errors}\n"
+                                 + (tmp_path / "torchrun.log").read_text()[-2000:]) from None
         assert after.restarts == 1 and after.not_back == [] and after.state == "running"
         assert {r.rank for r in after.ranks} == {0, 1} and all(r.status != "silent" for r in after.ranks)
         assert [e.state for e in after.endpoints] == ["connected"], after.endpoints  # the node's relay, no stale one
