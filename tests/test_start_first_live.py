@@ -77,6 +77,8 @@ def test_record_started_first_records_the_job_and_exits_0_when_it_ends(launch_ra
     assert recording.entries and not recording.torn  # closed whole
     replayed = json.loads(run_cli("replay", str(path), "--json").stdout)
     assert [r["rank"] for r in replayed["ranks"]] == [0, 1] and replayed["state"] == "ended"
+    report = json.loads(run_cli("report", str(path), "--json").stdout)
+    assert report["ended_at"] is not None and report["restarts"] == 0
 
 
 def test_watch_json_started_first_waits_once_lists_the_jobs_there_are_and_says_ended(launch_ranks, tmp_path, rdv):
