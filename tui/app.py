@@ -349,7 +349,7 @@ class RanktopApp(App[None]):
         if isinstance(self.screen, StacksScreen):
             return
         before = self._last_command
-        self.send_command("stacks", {"digest": True})  # fingerprints first: a few bytes from each of 4,096 ranks
+        self.send_command("stacks", {"fingerprint": True})  # fingerprints first: a few bytes from each of 4,096 ranks
         sent = self._last_command
         if sent is not None and sent is not before:
             expected = tuple(range(self.snapshot.world_size)) if self.snapshot.world_size else sent.ranks
