@@ -85,8 +85,8 @@ OP_WINDOW = 32
 
 
 def add_collectives(w: RankWindow, msg: dict[str, Any], now: float, window: int) -> None:
-    """A steps message's collectives: a 1.4 probe's summaries and sample, or an older probe's every call
-    (summarised here the same way, wire/collective_summary.py). Call before adding the message's steps."""
+    """A steps message's collectives: the probe's summaries and sample, or raw calls (summarised here the
+    same way, wire/collective_summary.py). Call before adding the message's steps."""
     if "cs" in msg:
         summaries, sample = msg["cs"], msg.get("cx", ())
     elif msg.get("coll"):
@@ -118,7 +118,8 @@ def add_summary(w: RankWindow, entry: dict[str, Any], now: float, window: int) -
             w.waits.popitem(last=False)
     # A step whose calls came in two messages (a late completion) adds up: they no longer overlap.
     step_waits[entry["ph"]] = step_waits.get(entry["ph"], 0.0) + entry["w"]
-    if w.steps and w.steps[0].n <= step <= w.last_step:  # its step came first: its own times change
+    first = w.own.first_number
+    if first is not None and first <= step <= w.last_step:  # its step came first: its own times change
         w.own.rewait(step, step_waits)
 
 

@@ -1,4 +1,4 @@
-"""What a rank and a TUI agree on about captures: kinds, states, limits, where files go.
+"""What a rank and a TUI agree on about captures: kinds, states, limits.
 
 A capture is a torch.profiler trace (``trace``) or a CUDA allocator history
 (``memory``) of a few consecutive steps, taken by every rank from the same step
@@ -6,19 +6,15 @@ number on. The requester (``ranktop capture``, ``ranktop memsnap``, or a key in
 the TUI) picks the start step and an id and sends the signed ``capture``
 command; each rank checks the arguments (``probe/commands.py``), writes its own
 file under the job's capture folder, and reports its progress in the ``cap``
-field of its state (``wire/schema.py``). Paths never come from the network: the
-folder is fixed by the job's side (:func:`capture_root`) and the id is made
+field of its state (``wire/messages.py``: Capture). Paths never come from the network: the
+folder is fixed by the job's side (transport/captures.py) and the id is made
 safe as one path component by the rank.
 """
 
 from __future__ import annotations
 
-import os
 import secrets
 import time
-from pathlib import Path
-
-from . import settings
 
 TRACE = "trace"  # torch.profiler: a Chrome/Perfetto JSON per rank, for Perfetto, TensorBoard and HTA
 MEMORY = "memory"  # torch.cuda.memory: an allocator snapshot pickle per rank, for pytorch.org/memory_viz
@@ -47,13 +43,14 @@ def new_capture_id(kind: str) -> str:
     return f"{time.strftime('%Y%m%d-%H%M%S')}-{kind}-{secrets.token_hex(2)}"
 
 
-def start_step(current_steps: list[int], steps_per_s: float | None) -> int:
+def start_step(current_steps: list[int], steps_per_s: float | None, age_s: float = 0.0) -> int:
     """The step every rank starts at: a margin ahead of the furthest rank, so each rank learns of
-    the capture before it gets there (telemetry is a fraction of a second old, commands take a hop)."""
+    the capture before it gets there (telemetry is a fraction of a second old, commands take a hop).
+    ``age_s``: how old the steps are (a screen's snapshot): the ranks went on meanwhile."""
     furthest = max(current_steps, default=-1)
     margin = MIN_MARGIN_STEPS
     if steps_per_s:
-        margin = max(margin, int(steps_per_s * MARGIN_S + 0.999))
+        margin = max(margin, int(steps_per_s * MARGIN_S + 0.999)) + int(steps_per_s * max(0.0, age_s) + 0.999)
     return furthest + margin
 
 
