@@ -19,6 +19,7 @@ import msgpack
 
 from . import collective_summary as _summary
 from . import node_digest as _digest
+from . import parallel_groups as _groups
 from .capture import STATES as _CAPTURE_STATES
 
 #: Bump the major version on any incompatible change; minor versions only add fields.
@@ -360,6 +361,8 @@ def _check_meta(msg: dict) -> None:
     relay = msg.get("relay")
     if relay is not None and not (type(relay) is dict and all(type(v) is str for v in relay.values())):
         raise WireError("hello: bad relay")
+    if "groups" in msg and not _groups.check(msg["groups"], world):  # wire/parallel_groups.py (optional)
+        raise WireError("hello: bad groups")
 
 
 def _check_steps(msg: dict) -> None:
@@ -405,6 +408,9 @@ def _check_calls(calls: Any, key: str) -> None:
             raise WireError("steps: collective record has a bad start or duration")
         if not (type(phase) is str or phase is None and "ph" in call):
             raise WireError("steps: collective record lacks phase")
+        # optional: the group's id and the kind of call (c collective, p point-to-point, f functional)
+        if not (type(get("gi", "")) is str and len(get("gi", "")) <= _groups.MAX_DESC and get("k", "c") in ("c", "p", "f")):
+            raise WireError("steps: collective record has a bad group id or kind")
 
 
 def _check_summaries(summaries: Any) -> None:
