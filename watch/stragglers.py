@@ -196,8 +196,10 @@ def imbalance(stage_rows: list[Stage], median_step_s: float | None) -> str | Non
     """One line when the pipeline's stages are unbalanced: who does how much more, and what idles."""
     if len(stage_rows) < 2 or not median_step_s:
         return None
-    light = min(stage_rows, key=lambda s: s.work_s)
-    heavy = max(stage_rows, key=lambda s: s.work_s)
+    least = min(s.work_s for s in stage_rows)
+    light = next(s for s in stage_rows if s.work_s <= least * 1.02)  # of stages equal within noise, the first
+    most = max(s.work_s for s in stage_rows)
+    heavy = next(s for s in stage_rows if s.work_s >= most * 0.98)
     if light.work_s <= 0 or heavy.work_s < IMBALANCE_RATIO * light.work_s:
         return None
     idle = max(0.0, 1 - sum(s.work_s for s in stage_rows) / (len(stage_rows) * median_step_s))
