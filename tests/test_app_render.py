@@ -214,7 +214,7 @@ def test_straggler_table_shows_score_culprit_and_status_of_each_rank():
     async def scenario(app, pilot):
         table = app.query_one(StragglerTable)
         row = [cell.plain for cell in table.get_row("5")]
-        assert row == ["5", "node-00", "41", "130", "+30%", "forward", "slow", "–", "–"]  # no collectives: no own/comm split
+        assert row == ["5", "node-00", "41", "130", "+30%", "forward", "slow", "–", "–", ""]  # no collectives: no own/comm split; no layout: no coordinates
         assert table.get_cell("2", "status").plain == "silent 12s"
 
     drive(eight_ranks(), scenario)
