@@ -1,8 +1,11 @@
 """Multi-dimensional parallel jobs, real ones: 4 torchrun ranks on gloo under ``ranktop launch``.
 
-- data x pipeline (tests/jobs/pipeline_gpipe.py): a hand-written GPipe schedule,
-  isend/irecv and send/recv over a DeviceMesh's pipeline group, gradients
-  all-reduced over its data group; stage 1 has twice stage 0's layers;
+- data x pipeline, stage 1 with twice stage 0's layers, gradients all-reduced
+  over the DeviceMesh's data group: a hand-written GPipe schedule
+  (tests/jobs/pipeline_gpipe.py: isend/irecv and send/recv over the mesh's
+  pipeline group, ``torch.autograd.backward(outputs, grads)``), and the same
+  with ``torch.distributed.pipelining``'s ``ScheduleGPipe``
+  (tests/jobs/pipeline_schedule.py);
 - data x tensor (tests/jobs/tensor_dtensor.py): DTensor Colwise/Rowwise
   parallel on a 2x2 mesh, its all-reduces functional collectives.
 
@@ -50,9 +53,17 @@ def _job_ops(doc) -> set[str]:
     return {row["op"] for row in doc["collectives"] if row["rank"] == -1}
 
 
+#: The pipeline jobs, and the point-to-point ops each must show on the pipeline group.
+PIPELINES = {
+    "pipeline_gpipe.py": {"isend@pp", "irecv@pp", "send@pp", "recv@pp"},
+    "pipeline_schedule.py": {"isend@pp", "irecv@pp"},
+}
+
+
 @pytest.mark.slow
-def test_a_healthy_data_x_pipeline_job_flags_nobody_and_shows_the_stage_imbalance(job):
-    doc = job("gpipe-ok", "pipeline_gpipe.py")
+@pytest.mark.parametrize("script", PIPELINES)
+def test_a_healthy_data_x_pipeline_job_flags_nobody_and_shows_the_stage_imbalance(job, script):
+    doc = job("pp-ok", script)
     assert doc["layout_roles"] == ["pp", "dp"]
     assert [r["coords"] for r in doc["ranks"]] == [{"pp": r // 2, "dp": r % 2} for r in range(4)]
     assert [r["status"] for r in doc["ranks"]] == ["ok"] * 4, doc["ranks"]
@@ -65,12 +76,13 @@ def test_a_healthy_data_x_pipeline_job_flags_nobody_and_shows_the_stage_imbalanc
     for row in doc["ranks"][:2]:  # that wait is communication, not the first stage's "other" or own phases
         assert row["phases"]["comm"] > row["phases"]["forward"] + row["phases"]["backward"], row
         assert row["phases"]["other"] < 0.010, row
-    assert {"isend@pp", "irecv@pp", "send@pp", "recv@pp", "all_reduce@dp"} <= _job_ops(doc)
+    assert PIPELINES[script] | {"all_reduce@dp"} <= _job_ops(doc)
 
 
 @pytest.mark.slow
-def test_a_slow_last_stage_rank_is_named_with_its_coordinates_not_the_ranks_it_holds_up(job):
-    doc = job("gpipe-slow", "pipeline_gpipe.py", "--slow-rank", "3", "--slow-ms", "15")
+@pytest.mark.parametrize("script", PIPELINES)
+def test_a_slow_last_stage_rank_is_named_with_its_coordinates_not_the_ranks_it_holds_up(job, script):
+    doc = job("pp-slow", script, "--slow-rank", "3", "--slow-ms", "15")
     assert doc["stragglers"][0] == 3, doc["stragglers"]
     slow = doc["ranks"][3]
     assert slow["status"] == "slow" and slow["culprit_phase"] == "forward", slow
