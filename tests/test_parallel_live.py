@@ -7,7 +7,8 @@
   with ``torch.distributed.pipelining``'s ``ScheduleGPipe``
   (tests/jobs/pipeline_schedule.py);
 - data x tensor (tests/jobs/tensor_dtensor.py): DTensor Colwise/Rowwise
-  parallel on a 2x2 mesh, its all-reduces functional collectives.
+  parallel on a 2x2 mesh, its all-reduces functional collectives; gradients
+  all-reduced by hand over the data dimension, or FSDP2 over it (FSDP2 + TP).
 
 Each healthy (nobody flagged, the imbalance of the stages shown as the
 pipeline's, not a rank's) and with rank 3 slowed in forward (named first and
@@ -93,19 +94,29 @@ def test_a_slow_last_stage_rank_is_named_with_its_coordinates_not_the_ranks_it_h
     assert 0.040 < slow["excess_s"] < 0.090  # 4 micro-batches of 15 ms
 
 
+#: The data x tensor jobs (their options), and the ops each must show.
+TENSOR_PARALLEL = {
+    "ddp-by-hand": ([], {"all_reduce@tp", "all_reduce@dp"}),
+    "fsdp2": (["--fsdp"], {"all_reduce@tp", "all_gather_single@dp", "reduce_scatter_single@dp"}),
+}
+
+
 @pytest.mark.slow
-def test_a_healthy_data_x_tensor_job_flags_nobody_and_shows_its_tensor_parallel_traffic(job):
-    doc = job("dtensor-ok", "tensor_dtensor.py")
+@pytest.mark.parametrize("variant", TENSOR_PARALLEL)
+def test_a_healthy_data_x_tensor_job_flags_nobody_and_shows_its_tensor_parallel_traffic(job, variant):
+    options, ops = TENSOR_PARALLEL[variant]
+    doc = job("tp-ok", "tensor_dtensor.py", *options)
     assert doc["layout_roles"] == ["tp", "dp"]
     assert [r["coords"] for r in doc["ranks"]] == [{"dp": r // 2, "tp": r % 2} for r in range(4)]
     assert [r["status"] for r in doc["ranks"]] == ["ok"] * 4, doc["ranks"]
     assert doc["verdict"]["kind"] == "healthy" and doc["verdict"]["ranks"] == [], doc["verdict"]
-    assert {"all_reduce@tp", "all_reduce@dp"} <= _job_ops(doc)
+    assert ops <= _job_ops(doc)
 
 
 @pytest.mark.slow
-def test_a_slow_tensor_parallel_rank_is_named_not_its_partner_waiting_in_the_functional_all_reduce(job):
-    doc = job("dtensor-slow", "tensor_dtensor.py", "--slow-rank", "3", "--slow-ms", "15")
+@pytest.mark.parametrize("variant", TENSOR_PARALLEL)
+def test_a_slow_tensor_parallel_rank_is_named_not_its_partner_waiting_in_the_functional_all_reduce(job, variant):
+    doc = job("tp-slow", "tensor_dtensor.py", *TENSOR_PARALLEL[variant][0], "--slow-rank", "3", "--slow-ms", "15")
     assert doc["stragglers"][0] == 3, doc["stragglers"]
     slow, partner = doc["ranks"][3], doc["ranks"][2]
     assert slow["status"] == "slow" and slow["culprit_phase"] == "forward", slow

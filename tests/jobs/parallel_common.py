@@ -40,8 +40,10 @@ class Layer(torch.nn.Module):
         return _Sleep.apply(torch.tanh(self.linear(x)), self.forward_s, self.backward_s)
 
 
-def options() -> argparse.Namespace:
+def options(fsdp: bool = False) -> argparse.Namespace:
     parser = argparse.ArgumentParser()
+    if fsdp:
+        parser.add_argument("--fsdp", action="store_true", help="shard over the data dimension with FSDP2")
     parser.add_argument("--slow-rank", type=int, default=-1)
     parser.add_argument("--slow-ms", type=float, default=0.0, help="extra forward time per micro-batch of the slow rank")
     parser.add_argument("--layer-ms", type=float, default=2.0)
