@@ -233,6 +233,9 @@ def _group_size(dist, group) -> int:
 _groups: dict[int, list] = {}
 #: torch group name -> the same list, for functional collectives (which name their group).
 _groups_by_name: dict[str, list] = {}
+#: (id(DeviceMesh), dim) -> the same list, for DTensor's functional collectives.
+_groups_by_mesh: dict[tuple, list] = {}
+_group_refs: list = []
 #: Group ids point-to-point ops ran on (their role, if unnamed, is pipeline).
 _p2p_groups: set[str] = set()
 #: Peers (global ranks) of point-to-point ops on the default group: a pipeline with no group of its own.
@@ -426,17 +429,28 @@ def _wrap(name: str, arg: str, original, dist):
     return wrapper
 
 
+#: The functional collective being launched on this thread, for a wait inside its launch.
+_launching = threading.local()
 #: id(work or tensor) -> what :meth:`CollectiveTracker.begin` takes, for a wait still to come.
 _pending: dict[int, tuple] = {}
 
 
-def _wait_later(handle: Any, what: tuple) -> None:
+def _wait_later(handle: Any, what: tuple, ident=id) -> None:
     if len(_pending) >= MAX_PENDING:
         _pending.clear()  # launched and never waited on: forget them rather than grow
-    _pending[id(handle)] = what
+    _pending[ident(handle)] = what
 
 
-def _timed_wait(original, key: str = "", kind: str = P2P):
+def _storage(tensor: Any) -> Any:
+    """A functional collective's output, known by its memory: DTensor waits on a *view* of it (a view of an
+    AsyncCollectiveTensor is a new one, around a view of the same storage)."""
+    try:
+        return ("t", tensor.untyped_storage().data_ptr())
+    except Exception:
+        return id(tensor)
+
+
+def _timed_wait(original, key: str = "", kind: str = P2P, ident=id):
     """Wrap a blocking wait (``Work.wait``, ``wait_tensor``): a wait on something this module launched is
     recorded, with that launch's op and group; ``wait_tensor`` on a collective launched elsewhere (compiled
     code) as ``key``. Anything else passes straight through at the cost of a dict lookup."""
@@ -444,7 +458,9 @@ def _timed_wait(original, key: str = "", kind: str = P2P):
     @functools.wraps(original)
     def wait(handle, *args, **kwargs):
         tracker = _tracker
-        what = _pending.pop(id(handle), None) if _pending else None
+        what = _pending.pop(ident(handle), None) if _pending else None
+        if what is None and key:
+            what = getattr(_launching, "what", None)
         if tracker is None or (what is None and not key) or getattr(_inside_hook, "active", False):
             return original(handle, *args, **kwargs)
         try:
@@ -533,22 +549,30 @@ def _install_functional() -> None:
         _installed["funcol." + name] = original
         setattr(funcol, name, _functional_launch(name, group_position, original, funcol))
     _installed["funcol.wait_tensor"] = funcol.wait_tensor
-    funcol.wait_tensor = _timed_wait(funcol.wait_tensor, "wait_tensor", FUNCTIONAL)
+    funcol.wait_tensor = _timed_wait(funcol.wait_tensor, "wait_tensor", FUNCTIONAL, _storage)
 
 
 def _functional_launch(name: str, group_position: int, original, funcol):
+    op = name.replace("_autograd", "")
+
     @functools.wraps(original)
     def launch(*args, **kwargs):
-        result = original(*args, **kwargs)
         if _tracker is None:
-            return result
+            return original(*args, **kwargs)
         try:
             group = kwargs.get("group") if "group" in kwargs else args[group_position] if len(args) > group_position else None
             info = _functional_group(funcol, group, kwargs.get("tag", ""))
             payload = args[0] if args else kwargs.get("self", kwargs.get("input"))
-            handle = getattr(result, "elem", result)  # an AsyncCollectiveTensor waits on its elem
-            _wait_later(handle, (_key(name.replace("_autograd", ""), _label(info, False)), _nbytes(payload), _dtype(payload),
-                                 info[2], info[1], FUNCTIONAL))  # fmt: skip
+            what = (_key(op, _label(info, False)), _nbytes(payload), _dtype(payload), info[2], info[1], FUNCTIONAL)
+        except Exception:
+            return original(*args, **kwargs)
+        _launching.what = what  # a launch that waits at once (while tracing, or autograd's) waits inside the call
+        try:
+            result = original(*args, **kwargs)
+        finally:
+            _launching.what = None
+        try:
+            _wait_later(getattr(result, "elem", result), what, _storage)  # an AsyncCollectiveTensor waits on its elem
         except Exception:
             pass
         return result
@@ -559,7 +583,9 @@ def _functional_launch(name: str, group_position: int, original, funcol):
 
 def _functional_group(funcol, group, tag: str) -> list:
     """A functional collective's group (a ProcessGroup, a (mesh, dim) pair, a name, a list of ranks), by name."""
-    info = _groups.get(id(group))
+    # DTensor names its group (mesh, dim), a new tuple every call: keyed by the mesh's identity and the dim
+    key = (id(group[0]), group[1]) if type(group) is tuple and len(group) == 2 else id(group)
+    info = _groups_by_mesh.get(key) if type(key) is tuple else _groups.get(key)
     if info is not None:
         return info
     name = str(funcol._resolve_group_name(group, tag))
@@ -568,6 +594,9 @@ def _functional_group(funcol, group, tag: str) -> list:
         dist = sys.modules["torch.distributed"]
         pg = dist.distributed_c10d._resolve_process_group(name)
         info = _group_info(dist, pg)
+    if type(key) is tuple and len(_groups_by_mesh) < 4 * parallel_groups.MAX_GROUPS:
+        _groups_by_mesh[key] = info
+        _group_refs.append(group[0])  # the mesh stays alive, so its id stays its own
     return info
 
 
