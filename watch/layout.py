@@ -58,11 +58,19 @@ class Layout:
             return ()
         return tuple((role, c[role]) for role in parallel_groups.UNEVEN if role in c)
 
-    def classes(self, ranks: Iterable[int]) -> dict[int, tuple] | None:
-        """rank -> peer class for ``ranks``; None when every rank is in one class (no pipeline known)."""
+    def classes(self, ranks: Iterable[int] = ()) -> dict[int, tuple] | None:
+        """rank -> peer class (every rank the layout knows, and ``ranks``); None when every rank is in one class
+        (no pipeline known). Worked out once per layout: a refresh of 4,096 ranks pays a lookup."""
         if not any(role in self.roles for role in parallel_groups.UNEVEN):
             return None
-        return {rank: self.peer_class(rank) for rank in ranks}
+        known = self.__dict__.get("_classes")
+        if known is None:
+            known = {rank: self.peer_class(rank) for rank in self.coords}
+            object.__setattr__(self, "_classes", known)  # a cache on a frozen dataclass
+        missing = [rank for rank in ranks if rank not in known]
+        if not missing:
+            return known
+        return {**known, **{rank: () for rank in missing}}
 
     def stage(self, rank: int) -> int | None:
         c = self.coords.get(rank)
