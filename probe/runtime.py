@@ -108,8 +108,7 @@ def init(
             raise ValueError(f"rate_hz {problem}")
         work = flops.work_from(batch_size, tokens_per_step, flops_per_step, flops_dtype)
         identity = detect(job)
-        stated = layout or settings.LAYOUT.get()
-        collectives._stated[:] = collectives.state_layout(stated, identity.rank, identity.world) if stated else []
+        collectives._stated[:] = _stated_layout(layout, identity)
         probe = Probe(identity, rate_hz=rate_hz, capacity=capacity, directory=rendezvous_dir, work=work)
         probe.sender.add_hello("groups", collectives.groups_hello)
         active = probe
@@ -117,6 +116,22 @@ def init(
         probe.sender.start()
         probe.resources.start()
         return probe
+
+
+def _stated_layout(layout: str | None, identity: Identity) -> list:
+    """The groups a stated layout puts this rank in: ``layout`` (a bad one raises), else ``RANKTOP_LAYOUT``
+    (a bad one is said once and ignored: a typo in the environment must not cost the job its probe)."""
+    if layout:
+        return collectives.state_layout(layout, identity.rank, identity.world)
+    text = settings.LAYOUT.get()
+    if not text:
+        return []
+    try:
+        return collectives.state_layout(text, identity.rank, identity.world)
+    except ValueError as exc:
+        if identity.rank == 0:
+            print(f"ranktop: RANKTOP_LAYOUT ignored: {exc}", file=sys.stderr)
+        return []
 
 
 def _deactivate(probe: Probe) -> None:

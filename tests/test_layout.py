@@ -101,3 +101,17 @@ def test_the_wire_checks_the_groups_of_a_hello():
                 [{"id": "1", "size": 4, "ranks": [0, 4, 1], "compact": True}]):  # fmt: skip
         with pytest.raises(schema.WireError, match="groups"):
             schema.decode(schema.encode(schema.HELLO, _hello(bad)))
+
+
+def test_a_bad_layout_in_the_environment_is_said_and_ignored_a_bad_argument_raises(monkeypatch, capsys):
+    from ranktop.probe import runtime
+    from ranktop.probe.identity import Identity
+
+    me = Identity(job="j", rank=0, local_rank=0, world=16, local_world=8, host="h", pid=1, launcher="torchrun")
+    monkeypatch.setenv("RANKTOP_LAYOUT", "pp=3,dp=-1")
+    assert runtime._stated_layout(None, me) == []
+    assert "RANKTOP_LAYOUT ignored: layout: 'pp=3,dp=-1' does not divide 16 ranks" in capsys.readouterr().err
+    monkeypatch.setenv("RANKTOP_LAYOUT", "pp=2,dp=-1")
+    assert [g["role"] for g in runtime._stated_layout(None, me)] == ["pp", "dp"]
+    with pytest.raises(ValueError, match="role=size"):
+        runtime._stated_layout("pipes=2", me)
