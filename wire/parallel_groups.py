@@ -29,14 +29,16 @@ ROLES = ("pp", "vpp", "cp", "ep", "tp", "dp_replicate", "dp_shard", "dp")
 UNEVEN = ("pp", "vpp")
 #: The group descriptions torch and the big frameworks give their groups, and the role each names.
 #: DeviceMesh describes a dimension's groups as ``mesh_<dim name>``; Megatron-LM's parallel_state passes
-#: ``group_desc`` such as ``TENSOR_MODEL_PARALLEL_GROUP``.
+#: ``group_desc`` such as ``TENSOR_MODEL_PARALLEL_GROUP``. Only exact names count: Megatron's
+#: ``MODEL_PARALLEL_GROUP`` (tp x pp), ``EMBEDDING_GROUP`` or ``DATA_PARALLEL_GROUP_WITH_CP`` (a second
+#: data group beside ``DATA_PARALLEL_GROUP``) name no coordinate.
 _ALIASES = {
     "pp": "pp", "pipe": "pp", "pipeline": "pp", "pipeline_model_parallel_group": "pp", "pipeline_parallel": "pp",
     "vpp": "vpp",
     "tp": "tp", "tensor": "tp", "tensor_model_parallel_group": "tp", "model": "tp", "mp": "tp",
     "cp": "cp", "context": "cp", "context_parallel_group": "cp", "sp": "cp",
     "ep": "ep", "expert": "ep", "expert_model_parallel_group": "ep", "moe": "ep",
-    "dp": "dp", "data": "dp", "data_parallel_group": "dp", "dp_cp": "dp", "data_parallel_group_with_cp": "dp",
+    "dp": "dp", "data": "dp", "data_parallel_group": "dp", "dp_cp": "dp",
     "dp_replicate": "dp_replicate", "replicate": "dp_replicate",
     "dp_shard": "dp_shard", "shard": "dp_shard", "fsdp": "dp_shard", "dp_shard_cp": "dp_shard",
 }  # fmt: skip
