@@ -115,3 +115,15 @@ def test_a_bad_layout_in_the_environment_is_said_and_ignored_a_bad_argument_rais
     assert [g["role"] for g in runtime._stated_layout(None, me)] == ["pp", "dp"]
     with pytest.raises(ValueError, match="role=size"):
         runtime._stated_layout("pipes=2", me)
+
+
+def test_the_rank_detail_title_names_the_rank_s_coordinates():
+    import dataclasses
+
+    from test_app_render import rank_row
+
+    from ranktop.tui.screens.drill import rank_title
+
+    row = dataclasses.replace(rank_row(3), coords={"pp": 1, "dp": 1})
+    assert rank_title(row, ["pp", "dp"]).plain.startswith("rank 3 (pp 1, dp 1)  on ")
+    assert rank_title(rank_row(3)).plain.startswith("rank 3  on ")

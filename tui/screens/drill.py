@@ -28,7 +28,7 @@ from ranktop.tui.render import palette
 from ranktop.tui.render.rankmap import nodes_of, severity
 from ranktop.watch import format as fmt
 from ranktop.watch.format import ranks_text
-from ranktop.watch.snapshot import SILENT, SLOW, STALLED, RankRow, Snapshot
+from ranktop.watch.snapshot import SILENT, SLOW, STALLED, RankRow, Snapshot, coords_text
 
 HISTORY = 120  # refreshes of a rank's step time kept while its detail is open
 
@@ -134,9 +134,12 @@ def phase_medians(snapshot: Snapshot) -> dict[str, float]:
     return {name: statistics.median(r.phases.get(name, 0.0) for r in live) for name in snapshot.phase_names} if live else {}
 
 
-def rank_title(row: RankRow) -> Text:
+def rank_title(row: RankRow, roles: list[str] | None = None) -> Text:
     text = Text(no_wrap=True, overflow="ellipsis")
     text.append(f"rank {row.rank}", style="bold")
+    where = coords_text(row.coords, roles or [])
+    if where:
+        text.append(f" ({where})", style="bold")  # its place in the parallel layout
     text.append(f"  on {row.host} (local rank {row.local_rank}, pid {row.pid})", style=palette.MUTED)
     text.append(f"  {row.status}", style=palette.STATUS_STYLES[row.status])
     if row.status == SLOW:
@@ -273,7 +276,7 @@ class RankScreen(DrillScreen):
         if row.step_s is not None:
             self._steps.append(row.step_s * 1000.0)
         width = max(40, self.size.width - 2)
-        title.update(rank_title(row))
+        title.update(rank_title(row, snapshot.layout_roles))
         parts = [
             section("Phases · median per step, CPU wall time"), phases_text(row, snapshot, width), Text(""),
             section("History"), history_text(list(self._steps), row, width), Text(""),
