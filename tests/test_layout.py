@@ -105,7 +105,7 @@ def test_the_wire_checks_the_groups_of_a_hello():
 
 def test_a_bad_layout_in_the_environment_is_said_and_ignored_a_bad_argument_raises(monkeypatch, capsys):
     from ranktop.probe import runtime
-    from ranktop.probe.identity import Identity
+    from ranktop.transport.identity import Identity
 
     me = Identity(job="j", rank=0, local_rank=0, world=16, local_world=8, host="h", pid=1, launcher="torchrun")
     monkeypatch.setenv("RANKTOP_LAYOUT", "pp=3,dp=-1")

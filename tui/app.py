@@ -1,14 +1,18 @@
 """The ranktop terminal UI: renders Snapshots at a fixed rate and sends commands on request.
 
 The App never sees telemetry. ``source.snapshot()`` is called at
-``refresh_hz`` on a thread of its own (watch/refresher.py), never on the
-event loop, and each result is posted here and pushed into the widgets: a
-burst of messages from the job, or a snapshot of thousands of ranks, costs
-the keys and the drawing nothing.
+``refresh_hz`` on a thread of its own (watch/refresher.py), and each result
+is posted here as a SnapshotReady message (tui/messages.py) and pushed into the widgets: a burst of messages from the job,
+or a snapshot of thousands of ranks, costs the keys and the drawing nothing.
+Keys and screens (a capture's plan, its progress, a command's answers) read
+the snapshot on screen, never build one; only the first draw at mount and a
+replay's seek take one here.
 """
 
 from __future__ import annotations
 
+import threading
+import time
 from typing import Protocol
 
 from rich.text import Text
@@ -18,6 +22,7 @@ from textual.reactive import reactive
 from textual.widgets import DataTable, Footer
 
 from ranktop.tui import bindings
+from ranktop.tui.messages import SnapshotReady
 from ranktop.tui.panes import (
     SORTS,
     Breakdown,
@@ -45,6 +50,8 @@ from ranktop.watch.snapshot import EMPTY, Snapshot
 from ranktop.wire import capture as wire_capture
 
 READ_ONLY = "read-only: no job secret, commands disabled"
+#: The refresher waits at most this long for a snapshot to be drawn before it builds the next (a busy loop).
+DRAW_WAIT_S = 5.0
 #: Views of the ranks, in the order the view key cycles through them.
 VIEWS = ("auto", "bars", "overview")
 
@@ -149,6 +156,7 @@ class RanktopApp(App[None]):
         self._collectives.border_title = "Collectives · wait per call, launch to completion"
         self._overview.display = False
         self.poll()
+        self._drawn = threading.Event()
         self._refresher = Refresher(lambda: self.source.snapshot(), self.refresh_hz, self._from_refresher)
         self._refresher.start()
 
@@ -156,8 +164,21 @@ class RanktopApp(App[None]):
         self._refresher.stop()
 
     def _from_refresher(self, snapshot: Snapshot | None, error: BaseException | None) -> None:
-        """On the refresher's thread: hand a snapshot (or why there is none) to the event loop, and wait for it."""
-        self.call_from_thread(self._show, snapshot, error)
+        """On the refresher's thread: post the snapshot (or why there is none), and wait until it is drawn, so
+        the next is built only then (a slow screen slows the refresh instead of wasting snapshots)."""
+        self._drawn.clear()
+        if not self.post_message(SnapshotReady(snapshot, error)):
+            raise RuntimeError("the app is closing")  # ends the refresher
+        deadline = time.monotonic() + DRAW_WAIT_S
+        while not self._drawn.wait(0.1):
+            if self._refresher.stopping or time.monotonic() > deadline:
+                return
+
+    def on_snapshot_ready(self, message: SnapshotReady) -> None:
+        try:
+            self._show(message.snapshot, message.error)
+        finally:
+            self._drawn.set()
 
     def on_resize(self, event) -> None:
         # The screen sets its breakpoint classes (-short, -tall) on the same resize: draw again once
@@ -328,7 +349,7 @@ class RanktopApp(App[None]):
         if isinstance(self.screen, StacksScreen):
             return
         before = self._last_command
-        self.send_command("stacks", {"digest": True})  # fingerprints first: a few bytes from each of 4,096 ranks
+        self.send_command("stacks", {"fingerprint": True})  # fingerprints first: a few bytes from each of 4,096 ranks
         sent = self._last_command
         if sent is not None and sent is not before:
             expected = tuple(range(self.snapshot.world_size)) if self.snapshot.world_size else sent.ranks
@@ -340,7 +361,7 @@ class RanktopApp(App[None]):
         get = getattr(self.source, "replies_to", None)
         if get is not None:
             return get(command_id)
-        return [r for r in self.source.snapshot().replies if r.id == command_id]
+        return [r for r in self.snapshot.replies if r.id == command_id]  # the refresher's latest: never built here
 
     def action_capture(self, kind: str) -> None:
         """Ask every rank for a step-aligned capture (trace or memory) and follow it on the capture screen."""
@@ -353,11 +374,11 @@ class RanktopApp(App[None]):
             self._draw_status()
             return
         ours = self._capture
-        if ours is not None and ours[0].id in self.source.snapshot().captures_running():
-            self.push_screen(CaptureScreen(ours[0], ours[1], self.source.snapshot, self.replies_to))  # ours still runs: show it again
+        if ours is not None and ours[0].id in self.snapshot.captures_running():
+            self.push_screen(CaptureScreen(ours[0], ours[1], self._latest, self.replies_to))  # ours still runs: show it again
             return
         try:
-            request = plan(self.source.snapshot(), kind, wire_capture.DEFAULT_STEPS)
+            request = plan(self.snapshot, kind, wire_capture.DEFAULT_STEPS)
             command_id = controller.send("capture", request.args())
         except CaptureRefused as exc:
             self._notice = Text(f"{what} refused: {exc}", style=palette.WARNING)
@@ -366,8 +387,12 @@ class RanktopApp(App[None]):
         else:
             self._notice = None
             self._capture = (request, command_id)
-            self.push_screen(CaptureScreen(request, command_id, self.source.snapshot, self.replies_to))
+            self.push_screen(CaptureScreen(request, command_id, self._latest, self.replies_to))
         self._draw_status()
+
+    def _latest(self) -> Snapshot:
+        """The snapshot on screen: what screens that follow the job read (the refresher builds them off this loop)."""
+        return self.snapshot
 
     def action_ping(self) -> None:
         self.send_command("ping")

@@ -1,4 +1,4 @@
-"""What a rank and a TUI agree on about captures: kinds, states, limits, where files go.
+"""What a rank and a TUI agree on about captures: kinds, states, limits.
 
 A capture is a torch.profiler trace (``trace``) or a CUDA allocator history
 (``memory``) of a few consecutive steps, taken by every rank from the same step
@@ -6,19 +6,15 @@ number on. The requester (``ranktop capture``, ``ranktop memsnap``, or a key in
 the TUI) picks the start step and an id and sends the signed ``capture``
 command; each rank checks the arguments (``probe/commands.py``), writes its own
 file under the job's capture folder, and reports its progress in the ``cap``
-field of its state (``wire/schema.py``). Paths never come from the network: the
-folder is fixed by the job's side (:func:`capture_root`) and the id is made
+field of its state (``wire/messages.py``: Capture). Paths never come from the network: the
+folder is fixed by the job's side (transport/captures.py) and the id is made
 safe as one path component by the rank.
 """
 
 from __future__ import annotations
 
-import os
 import secrets
 import time
-from pathlib import Path
-
-from . import settings
 
 TRACE = "trace"  # torch.profiler: a Chrome/Perfetto JSON per rank, for Perfetto, TensorBoard and HTA
 MEMORY = "memory"  # torch.cuda.memory: an allocator snapshot pickle per rank, for pytorch.org/memory_viz
@@ -41,29 +37,6 @@ MAX_LEAD_STEPS = 100_000
 #: The requester's margin ahead of the furthest rank: at least this many steps, or this many seconds of steps.
 MIN_MARGIN_STEPS = 5
 MARGIN_S = 1.5
-
-#: The job side may send its captures elsewhere than the rendezvous folder (a scratch file system).
-CAPTURE_DIR_ENV = settings.CAPTURE_DIR.name
-
-
-def capture_root(job: str, directory: str | os.PathLike | None = None) -> Path:
-    """Where a job's captures go: ``$RANKTOP_CAPTURE_DIR``, else ``<rendezvous>/jobs/<job>/captures``."""
-    from . import (
-        rendezvous,  # here, not at the top: schema imports this module, and rendezvous imports schema
-    )
-
-    configured = os.environ.get(CAPTURE_DIR_ENV)
-    if configured:
-        return Path(configured).expanduser()
-    return rendezvous.job_dir(job, directory) / "captures"
-
-
-def capture_folder(job: str, capture_id: str, directory: str | os.PathLike | None = None) -> Path:
-    """The one folder of a capture, shared by every rank of the job (one file per rank inside)."""
-    from . import rendezvous
-
-    return capture_root(job, directory) / rendezvous.safe_name(capture_id)
-
 
 def new_capture_id(kind: str) -> str:
     """A fresh id, sortable by time: ``20261123-104512-trace-3f9a``."""

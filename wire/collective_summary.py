@@ -18,8 +18,9 @@ longest single wait. A small sample of raw call records (``cx``, at most
 alpha-beta fit and the latency percentiles. The viewer keeps a window of them
 per rank, so a fit sees many sizes over a few seconds.
 
-The viewer uses the same :func:`summarise` on the raw ``coll`` records of older
-probes (1.1 to 1.3), so both kinds of peer feed one code path.
+A message may carry raw ``coll`` records instead (a probe that does not summarise, the
+tests' hand-made jobs): the viewer folds them with the same :func:`summarise`, so both
+feed one code path.
 """
 
 from __future__ import annotations
@@ -48,7 +49,7 @@ def union(intervals: Iterable[tuple[float, float]]) -> float:
 
 
 def summarise(calls: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """Fold raw call records (wire/schema.py COLLECTIVE_KEYS) into (summaries, sample)."""
+    """Fold raw call records (wire/messages.py: Call) into (summaries, sample)."""
     groups: dict[tuple[int, str | None], dict[str, list]] = {}
     for call in calls:
         by_op = groups.setdefault((call["n"], call["ph"]), {})
@@ -61,10 +62,10 @@ def summarise(calls: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[d
             intervals = [(c["t0"], c["t0"] + c["d"]) for c in members]
             everything.extend(intervals)
             last = members[-1]
-            ops[op] = [
+            ops[op] = (
                 len(members), sum(c["b"] for c in members), union(intervals), sum(c["d"] for c in members),
                 max(c["d"] for c in members), last["g"], last["dt"],
-            ]  # fmt: skip
+            )  # fmt: skip  (a tuple, as wire/messages.py's OpSummary decodes)
         summaries.append({"n": step, "ph": phase, "w": union(everything), "ops": ops})
     return summaries, sample(calls)
 
