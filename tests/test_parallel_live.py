@@ -54,19 +54,26 @@ def _job_ops(doc) -> set[str]:
     return {row["op"] for row in doc["collectives"] if row["rank"] == -1}
 
 
-#: The pipeline jobs, and the point-to-point ops each must show on the pipeline group.
+#: The pipeline jobs (script and options), and the point-to-point ops each must show.
 PIPELINES = {
-    "pipeline_gpipe.py": {"isend@pp", "irecv@pp", "send@pp", "recv@pp"},
-    "pipeline_schedule.py": {"isend@pp", "irecv@pp"},
+    "gpipe": (["pipeline_gpipe.py"], {"isend@pp", "irecv@pp", "send@pp", "recv@pp", "all_reduce@dp"}),
+    # no mesh, no pipeline group: the stages are learned from who sends to whom, the data groups have no name
+    "gpipe-default-group": (["pipeline_gpipe.py", "--default-group"], {"isend", "irecv", "send", "recv", "all_reduce@g2"}),
+    "pipelining": (["pipeline_schedule.py"], {"isend@pp", "irecv@pp", "all_reduce@dp"}),
 }
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("script", PIPELINES)
-def test_a_healthy_data_x_pipeline_job_flags_nobody_and_shows_the_stage_imbalance(job, script):
-    doc = job("pp-ok", script)
-    assert doc["layout_roles"] == ["pp", "dp"]
-    assert [r["coords"] for r in doc["ranks"]] == [{"pp": r // 2, "dp": r % 2} for r in range(4)]
+@pytest.mark.parametrize("variant", PIPELINES)
+def test_a_healthy_data_x_pipeline_job_flags_nobody_and_shows_the_stage_imbalance(job, variant):
+    command, ops = PIPELINES[variant]
+    doc = job("pp-ok", *command)
+    if variant == "gpipe-default-group":
+        assert doc["layout_roles"] == ["pp"]
+        assert [r["coords"] for r in doc["ranks"]] == [{"pp": r // 2} for r in range(4)]
+    else:
+        assert doc["layout_roles"] == ["pp", "dp"]
+        assert [r["coords"] for r in doc["ranks"]] == [{"pp": r // 2, "dp": r % 2} for r in range(4)]
     assert [r["status"] for r in doc["ranks"]] == ["ok"] * 4, doc["ranks"]
     verdict = doc["verdict"]
     assert verdict["ranks"] == [] and verdict["kind"] == "imbalanced", verdict
@@ -77,20 +84,21 @@ def test_a_healthy_data_x_pipeline_job_flags_nobody_and_shows_the_stage_imbalanc
     for row in doc["ranks"][:2]:  # that wait is communication, not the first stage's "other" or own phases
         assert row["phases"]["comm"] > row["phases"]["forward"] + row["phases"]["backward"], row
         assert row["phases"]["other"] < 0.010, row
-    assert PIPELINES[script] | {"all_reduce@dp"} <= _job_ops(doc)
+    assert ops <= _job_ops(doc)
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("script", PIPELINES)
-def test_a_slow_last_stage_rank_is_named_with_its_coordinates_not_the_ranks_it_holds_up(job, script):
-    doc = job("pp-slow", script, "--slow-rank", "3", "--slow-ms", "15")
+@pytest.mark.parametrize("variant", PIPELINES)
+def test_a_slow_last_stage_rank_is_named_with_its_coordinates_not_the_ranks_it_holds_up(job, variant):
+    doc = job("pp-slow", *PIPELINES[variant][0], "--slow-rank", "3", "--slow-ms", "15")
     assert doc["stragglers"][0] == 3, doc["stragglers"]
     slow = doc["ranks"][3]
     assert slow["status"] == "slow" and slow["culprit_phase"] == "forward", slow
     assert [r["status"] for r in doc["ranks"][:3]] == ["ok"] * 3, doc["ranks"]
     verdict = doc["verdict"]
     assert verdict["kind"] == "slow_rank" and verdict["ranks"] == [3] and verdict["others"] == 0, verdict
-    assert verdict["text"].startswith("rank 3 (pp 1, dp 1) slow in forward: +"), verdict
+    where = "pp 1" if variant == "gpipe-default-group" else "pp 1, dp 1"
+    assert verdict["text"].startswith(f"rank 3 ({where}) slow in forward: +"), verdict
     assert 0.040 < slow["excess_s"] < 0.090  # 4 micro-batches of 15 ms
 
 

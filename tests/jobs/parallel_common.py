@@ -40,8 +40,10 @@ class Layer(torch.nn.Module):
         return _Sleep.apply(torch.tanh(self.linear(x)), self.forward_s, self.backward_s)
 
 
-def options(fsdp: bool = False) -> argparse.Namespace:
+def options(fsdp: bool = False, default_group: bool = False) -> argparse.Namespace:
     parser = argparse.ArgumentParser()
+    if default_group:
+        parser.add_argument("--default-group", action="store_true", help="point-to-point on the default group")
     if fsdp:
         parser.add_argument("--fsdp", action="store_true", help="shard over the data dimension with FSDP2")
     parser.add_argument("--slow-rank", type=int, default=-1)

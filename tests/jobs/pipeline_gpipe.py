@@ -6,7 +6,8 @@ sending activations to the next stage with ``isend`` and receiving them with
 backwards with ``torch.autograd.backward(outputs, grads)`` (the last stage:
 ``loss.backward()``), sending gradients back; then the gradients are
 all-reduced over the data group and the optimizer steps. Stage 1 has twice
-stage 0's layers. The script never imports ranktop: run it under
+stage 0's layers. ``--default-group``: the sends and receives name no group
+(global ranks on the default group), as simple trainers do. The script never imports ranktop: run it under
 ``ranktop launch``.
 """
 
@@ -17,13 +18,19 @@ from torch.distributed.device_mesh import init_device_mesh
 
 WIDTH, BATCH = 32, 8
 
-args = options()
+args = options(default_group=True)
 dist.init_process_group("gloo")
-mesh = init_device_mesh("cpu", (2, 2), mesh_dim_names=("pp", "dp"))
-pp, dp = mesh["pp"].get_group(), mesh["dp"].get_group()
-stage = mesh.get_local_rank("pp")
+if args.default_group:  # no mesh, no pipeline group: plain new_group data groups, send/recv by global rank
+    rank = dist.get_rank()
+    groups = [dist.new_group([0, 1]), dist.new_group([2, 3])]
+    dp, pp, stage = groups[rank // 2], None, rank // 2
+    peer = (rank + 2) % 4
+else:
+    mesh = init_device_mesh("cpu", (2, 2), mesh_dim_names=("pp", "dp"))
+    pp, dp = mesh["pp"].get_group(), mesh["dp"].get_group()
+    stage = mesh.get_local_rank("pp")
+    peer = dist.get_global_rank(pp, 1 - stage)  # the other stage's rank, as send/recv want it
 last = stage == 1
-peer = dist.get_global_rank(pp, 1 - stage)  # the other stage's rank, as send/recv want it
 layers = 2 if stage == 0 else 4
 model = torch.nn.Sequential(*(Layer(WIDTH, args.layer_ms, args.extra_ms if i == 0 else 0.0) for i in range(layers)))
 opt = torch.optim.SGD(model.parameters(), lr=0.01)
