@@ -23,6 +23,7 @@ import threading
 import time
 from typing import Any, Callable
 
+from ranktop.watch import layout as layouts
 from ranktop.watch import stalls, stragglers
 from ranktop.watch.collectives import add_collectives, add_digest_collectives, collective_rows
 from ranktop.watch.endpoints import Endpoints
@@ -85,6 +86,8 @@ class Aggregator:
         self._restat_from = 0  # where the next snapshot's share of medians to refresh begins
         self._resources = ResourceTracker()  # memory history and creep, GPU gauges, throughput (watch/resources.py)
         self.lifecycle = Lifecycle()  # restarts and the job's end (watch/lifecycle.py)
+        self._layout = layouts.EMPTY  # coordinates and peer classes (watch/layout.py), learned from the hellos' groups
+        self._layout_stale = False  # some rank's groups changed since it was learned
 
     @property
     def world_size(self) -> int | None:
@@ -198,6 +201,8 @@ class Aggregator:
         if self.lifecycle.note_hello(rank.rank, meta.get("pid"), self._wall_clock()):
             rank = self._ranks[rank.rank] = fresh_window(rank, now)  # a new process of the rank: a restart
             self._resources.forget(rank.rank)
+        if meta.get("groups") != rank.meta.get("groups"):
+            self._layout_stale = True  # hellos repeat; their groups seldom change: a compare of a few small maps
         rank.meta = meta
         world = meta.get("world")
         if isinstance(world, int) and not isinstance(world, bool) and world != self._world and world > (self._world or 0):
@@ -299,7 +304,12 @@ class Aggregator:
             sure = worlds and now - self._started > self._silent_after + behind and settled
             verdict = stalls.assess(stalls.positions_of(windows, now - behind, silent), self._stall, world=max(worlds) if sure else None)
         live = {rank: s for rank, s in stats.items() if s is not None and rank not in silent}
-        scores = stragglers.score(live, names)
+        if self._layout_stale:
+            self._layout_stale = False
+            self._layout = layouts.learn({w.rank: w.meta.get("groups") for w in windows if w.meta.get("groups")})
+        layout = self._layout
+        scores = stragglers.score(live, names, layout.classes(live))
+        stage_rows = stragglers.stages(live, layout.stage) if layout.known else []
 
         rows = []
         for w in windows:
@@ -342,6 +352,7 @@ class Aggregator:
                     rejected=rejected,
                     rate_hz=rate_hz,
                     last_step_end=w.last_step_end,
+                    coords=layout.of(w.rank),
                     **resources[w.rank],
                 )
             )
@@ -382,6 +393,9 @@ class Aggregator:
             slow_hosts=stragglers.slow_hosts(rows),
             device_time_ranks=sorted(w.rank for w in windows if w.device_times),
             throughput=job_throughput([row.throughput for row in rows if row.status != SILENT]),
+            layout_roles=list(layout.roles),
+            stages=stage_rows,
+            imbalance=stragglers.imbalance(stage_rows, scores.median_step_s),
         )
 
     def _collective_rows(self, windows: list[RankWindow], now: float, ranking: list[int]) -> list:
