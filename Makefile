@@ -8,7 +8,7 @@ TORCH ?= torch==2.13.0
 ARGS ?=
 PYTEST_ARGS ?=
 
-.PHONY: demo test install clean bench slurm
+.PHONY: demo test install clean bench slurm prometheus
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -34,7 +34,7 @@ ifeq ($(CI)$(SLOW),)
 TEST_MARK := -m "not slow"
 endif
 
-test: install slurm
+test: install slurm prometheus
 	$(BIN)/pytest $(TEST_MARK) $(PYTEST_ARGS)
 
 # The SLURM tests start a private one-node cluster (tests/slurm_cluster.py) from Debian's
@@ -48,6 +48,18 @@ slurm:
 	      || (apt-get update -q >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends slurm-wlm munge >/dev/null) \
 	      || echo "could not install slurm-wlm and munge: the SLURM tests will skip"; \
 	  else echo "slurm-wlm and munge are not installed (needs root: apt-get install slurm-wlm munge): the SLURM tests will skip"; fi; \
+	fi
+
+# The Prometheus tests (tests/test_prometheus_server.py) run a real Prometheus server and promtool from
+# Debian's package: installed here when missing and we are root; otherwise they skip and say how to install it.
+prometheus:
+	@if ! command -v prometheus >/dev/null && ! test -x /usr/bin/prometheus; then \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	    echo "installing prometheus for the Prometheus tests"; \
+	    DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends prometheus >/dev/null \
+	      || (apt-get update -q >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends prometheus >/dev/null) \
+	      || echo "could not install prometheus: the Prometheus tests will skip"; \
+	  else echo "prometheus is not installed (needs root: apt-get install prometheus): the Prometheus tests will skip"; fi; \
 	fi
 
 bench: install

@@ -16,14 +16,15 @@ import shlex
 import socket
 from urllib.parse import urlsplit
 
-from ranktop.cli.options import Command, add_view_options
+from ranktop.cli.errors import say
+from ranktop.cli.options import Command, add_view_options, add_wait_option
 from ranktop.cli.watch import cmd_watch
 from ranktop.watch.session import (
     Target,
     TargetError,
     live_nodes,
-    resolve,
     resolve_slurm,
+    resolve_waiting,
 )
 from ranktop.transport import rendezvous
 
@@ -45,6 +46,7 @@ def configure(attach: argparse.ArgumentParser) -> None:
     ssh.add_argument("--jump", metavar="HOST", default=None, help="a jump host on the way (ssh -J HOST)")
     ssh.add_argument("--local-port", type=int, default=None, help="first local port (default: the job's telemetry port)")
     add_view_options(attach)
+    add_wait_option(attach)
     attach.set_defaults(run=cmd_attach)
 
 
@@ -55,11 +57,14 @@ def cmd_attach(args) -> int:
 
 
 def target_of(args) -> Target:
+    """The job to attach to; one that is not running yet (a SLURM job still pending) is waited for, up to --wait."""
+    wait_s = 0.0 if args.print_ssh else args.wait
     if args.slurm is not None:
         if args.targets:
             raise TargetError("name the job either with --slurm JOBID or as TARGET, not both")
-        return resolve_slurm(args.slurm, args.dir)
-    return resolve(args.targets, args.dir)
+        return resolve_waiting([], args.dir, wait_s=wait_s, say=say, resolver=lambda: resolve_slurm(args.slurm, args.dir))
+    follow = not args.print_ssh and not args.json and args.wait is None  # the TUI's waiting screen says it
+    return resolve_waiting(args.targets, args.dir, wait_s=wait_s, say=None if follow else say, follow=follow)
 
 
 def ssh_command(nodes: list[rendezvous.NodeRecord], via: str, jump: str | None, first_local: int) -> tuple[str, list[str]]:

@@ -11,16 +11,18 @@ import argparse
 import sys
 import time
 
-from ranktop.cli.errors import UserError
+from ranktop.cli.errors import UserError, say, stop_on_sigterm
 from ranktop.cli.options import Command
-from ranktop.watch.session import WatchSession, resolve
+from ranktop.watch.session import WatchSession, resolve_waiting
 
 DEFAULT_HOST = "127.0.0.1"
 HELP = "serve a running job's metrics to Prometheus (/metrics)"
 DESCRIPTION = (
     "Watch a running job without a screen and serve its per-rank and per-job metrics at "
     "http://HOST:PORT/metrics for Prometheus (needs prometheus_client: pip install 'ranktop[export]'). "
-    "Binds 127.0.0.1 unless HOST is given (0.0.0.0: every interface). Runs until Ctrl-C."
+    "Binds 127.0.0.1 unless HOST is given (0.0.0.0: every interface). Runs until Ctrl-C or SIGTERM. "
+    "Start it before the job (a batch script's sidecar): it serves ranktop_job_up 0 until the job comes, "
+    "follows it through restarts (ranktop_job_restarts_total) and keeps serving the last values once it ended."
 )
 
 
@@ -52,7 +54,8 @@ def cmd_export(args) -> int:
     from ranktop.watch import prometheus
 
     host, port = args.prometheus
-    session = WatchSession(resolve(args.targets, args.dir))
+    stop_on_sigterm()
+    session = WatchSession(resolve_waiting(args.targets, args.dir, say=say, follow=True))
     try:
         with session:
             try:

@@ -2,7 +2,8 @@
 
 Every user error ends in one line on stderr (``ranktop: error: ...``) and a
 non-zero exit, never a traceback: :data:`Exit.USAGE` for a bad command line,
-:data:`Exit.FAILED` for anything a :class:`~ranktop.watch.errors.RanktopError` says.
+:data:`Exit.FAILED` for anything a :class:`~ranktop.watch.errors.RanktopError` says,
+:data:`Exit.NOT_STARTED` when ``--wait`` ran out before the job named started.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from ranktop.cli import export, record, replay, report
 from ranktop.cli.errors import Exit
 from ranktop.watch.errors import RanktopError
 from ranktop.watch.heap import settle_for_viewing
+from ranktop.watch.session import WaitedTooLong
 from ranktop.wire import __version__
 
 #: The subcommands, in the order `ranktop --help` lists them; each one's parser sets its `run`.
@@ -56,6 +58,9 @@ def main(argv: list[str] | None = None) -> int:
         settle_for_viewing()
     try:
         return args.run(args, extra) if takes_extra else args.run(args)
+    except WaitedTooLong as exc:
+        print(f"ranktop: error: {exc}", file=sys.stderr)
+        return Exit.NOT_STARTED
     except RanktopError as exc:
         print(f"ranktop: error: {exc}", file=sys.stderr)
         return Exit.FAILED

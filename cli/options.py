@@ -70,6 +70,25 @@ def add_job_target(p: argparse.ArgumentParser) -> None:
     p.add_argument("targets", nargs="*", metavar="JOB", help="job name (default: the only running job)")
 
 
+def non_negative_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not value >= 0:
+        raise argparse.ArgumentTypeError(f"must be 0 or more, got {text!r}")
+    return value
+
+
+def add_wait_option(p: argparse.ArgumentParser) -> None:
+    """``--wait S``: how long a command given a job that has not started waits for it (exit 3 past it)."""
+    p.add_argument(
+        "--wait", type=non_negative_float, default=None, metavar="S",
+        help="a job named that is not running yet is waited for (started first, as in a batch script): at most S "
+        "seconds, then exit 3 (default: until it starts; 0: not at all)",
+    )
+
+
 def add_view_options(p: argparse.ArgumentParser, json_mode: bool = True) -> None:
     """What every live view takes: refresh, statistics window, silence and stall thresholds (and --json, --rate)."""
     if json_mode:

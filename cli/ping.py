@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import argparse
 
-from ranktop.cli.errors import UserError
-from ranktop.cli.options import Command, add_job_target, positive_float, rank_list
+from ranktop.cli.errors import Sayer, UserError
+from ranktop.cli.options import Command, add_job_target, add_wait_option, positive_float, rank_list
 from ranktop.watch.aggregator import DEFAULT_WINDOW
-from ranktop.watch.session import Answers, WatchSession, resolve
+from ranktop.watch.session import Answers, WatchSession, resolve_waiting
 
 HELP = "send a signed ping to every rank and report who answers"
 
@@ -16,11 +16,16 @@ def configure(ping: argparse.ArgumentParser) -> None:
     add_job_target(ping)
     ping.add_argument("--timeout", type=positive_float, default=5.0, help="seconds to wait for answers (default 5)")
     ping.add_argument("--ranks", type=rank_list, default=None, help="comma-separated ranks (default: all)")
+    add_wait_option(ping)
     ping.set_defaults(run=cmd_ping)
 
 
 def cmd_ping(args) -> int:
-    with WatchSession(resolve(args.targets, args.dir), window=DEFAULT_WINDOW) as session:
+    waited = Sayer()
+    target = resolve_waiting(args.targets, args.dir, wait_s=args.wait, say=waited)
+    with WatchSession(target, window=DEFAULT_WINDOW) as session:
+        if waited.said:  # the job has just started: its ranks are still coming up
+            session.wait_for_every_rank(args.timeout)
         answers = session.request("ping", ranks=args.ranks, timeout=args.timeout)
     for line in answer_lines(answers, args.timeout):
         print(line)

@@ -12,15 +12,17 @@ import argparse
 import sys
 import time
 
-from ranktop.cli.errors import UserError
+from ranktop.cli.errors import UserError, say, stop_on_sigterm
 from ranktop.cli.options import Command, positive_float, rate
 from ranktop.watch.recording import DEFAULT_KEEP, DEFAULT_MAX_BYTES, FlightRecorder, RecordingError
-from ranktop.watch.session import WatchSession, resolve
+from ranktop.watch.session import WatchSession, resolve_waiting
 
 HELP = "record a running job's telemetry to a file, headless (replay, report)"
 DESCRIPTION = (
     "Write every telemetry frame of a running job, with its arrival time, to FILE (compressed, "
-    "in chunks: a crash loses at most the last few seconds). Stops after --duration seconds or on Ctrl-C. "
+    "in chunks: a crash loses at most the last few seconds). Stops after --duration seconds, on Ctrl-C, or when "
+    "every rank of the job ended cleanly (exit 0). A job not running yet is waited for (start the recorder first); "
+    "its restarts are recorded as they come. "
     "Then: ranktop replay FILE, ranktop report FILE. `ranktop watch JOB --record FILE` records while watching."
 )
 
@@ -75,7 +77,8 @@ def status_line(recorder: FlightRecorder, ranks: int, elapsed: float) -> str:
 
 
 def cmd_record(args) -> int:
-    target = resolve([args.job], args.dir)
+    stop_on_sigterm()
+    target = resolve_waiting([args.job], args.dir, say=say, follow=True)
     recorder = make_recorder(args.file, args, target.job)
     session = WatchSession(target, recorder=recorder, rate_hz=args.rate)
     if args.rate is not None:
@@ -92,6 +95,9 @@ def cmd_record(args) -> int:
                 time.sleep(min(0.25, max(0.0, deadline - time.monotonic())))
                 if recorder.stats.error:
                     raise RecordError(recorder.stats.error)
+                if session.aggregator.lifecycle.ended(session.aggregator.world_size):
+                    say(f"job {target.job or args.job} ended: every rank exited cleanly")
+                    break
                 if time.monotonic() >= next_line:
                     ranks = len(session.aggregator.snapshot().ranks)
                     print(status_line(recorder, ranks, time.monotonic() - started), file=sys.stderr)

@@ -12,9 +12,9 @@ from __future__ import annotations
 import argparse
 import json
 
-from ranktop.cli.errors import UserError
-from ranktop.cli.options import Command, add_job_target, positive_float
-from ranktop.watch.session import WatchSession, resolve
+from ranktop.cli.errors import Sayer, UserError
+from ranktop.cli.options import Command, add_job_target, add_wait_option, positive_float
+from ranktop.watch.session import WatchSession, resolve_waiting
 from ranktop.watch.stacks import build_report, report_json, report_lines, representatives
 
 
@@ -36,6 +36,7 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--timeout", type=positive_float, default=5.0, help="seconds to wait for the answers (default 5)")
     p.add_argument("--json", action="store_true", help="print the groups and every rank's stacks as JSON")
     p.add_argument("--all-threads", action="store_true", help="print every thread of every rank, not just the main one")
+    add_wait_option(p)
     p.set_defaults(run=cmd_stacks)
 
 
@@ -58,8 +59,11 @@ def collect(session: WatchSession, timeout: float):
 
 
 def cmd_stacks(args) -> int:
-    session = WatchSession(resolve(args.targets, args.dir))
+    waited = Sayer()
+    session = WatchSession(resolve_waiting(args.targets, args.dir, wait_s=args.wait, say=waited))
     with session:
+        if waited.said:  # the job has just started: its ranks are still coming up
+            session.wait_for_every_rank(args.timeout)
         report, waited = collect(session, args.timeout)
         job = session.snapshot().job
     answered = len(report.ranks) + len(report.failed)

@@ -8,9 +8,10 @@ import sys
 import time
 
 from ranktop.cli import record
-from ranktop.cli.errors import UserError
-from ranktop.cli.options import Command, add_view_options
-from ranktop.watch.session import Target, WatchSession, resolve
+from ranktop.cli.errors import UserError, say
+from ranktop.cli.options import Command, add_view_options, add_wait_option
+from ranktop.watch.lifecycle import ENDED
+from ranktop.watch.session import Target, WatchSession, resolve_waiting
 from ranktop.watch.snapshot import WAITING
 
 #: How long an endpoint may stay silent before the user is told (then we keep waiting).
@@ -20,13 +21,15 @@ WAITING_NOTICE_S = 3.0
 HELP = "watch a running job live (TUI), or print a JSON snapshot"
 DESCRIPTION = (
     "Attach to a running job. TARGET is a job name (see `ranktop jobs`) or one or more "
-    "relay endpoints tcp://HOST:PORT; with no TARGET, the only running job."
+    "relay endpoints tcp://HOST:PORT; with no TARGET, the only running job. A job named that is not "
+    "running yet is waited for (the TUI says so; with --json, one line on stderr): start the watcher first."
 )
 
 
 def configure(watch: argparse.ArgumentParser) -> None:
     watch.add_argument("targets", nargs="*", metavar="TARGET", help="job name or tcp://HOST:PORT endpoints")
     add_view_options(watch)
+    add_wait_option(watch)
     watch.add_argument("--record", metavar="FILE", default=None, help="also record the job's telemetry to FILE (ranktop replay, report)")
     record.add_record_options(watch)
     watch.set_defaults(run=cmd_watch)
@@ -34,7 +37,10 @@ def configure(watch: argparse.ArgumentParser) -> None:
 
 def session_of(args, target: Target | None = None) -> WatchSession:
     """The session of ``watch``/``attach``: ``target`` if already resolved (``attach --slurm``), else what the user named."""
-    target = target if target is not None else resolve(args.targets, args.dir)
+    if target is None:
+        # The TUI follows a job not started yet (its waiting screen says so); --json and --wait wait here first.
+        follow = not args.json and args.wait is None
+        target = resolve_waiting(args.targets, args.dir, wait_s=args.wait, say=None if follow else say, follow=follow)
     path = getattr(args, "record", None)  # attach shares this session and has no --record
     return WatchSession(
         target,
@@ -77,6 +83,8 @@ def watch_json(session: WatchSession, duration: float) -> int:
         deadline = time.monotonic() + duration
         while time.monotonic() < deadline:  # a fixed listening time, with a notice for each endpoint that stays silent
             time.sleep(min(0.25, max(0.0, deadline - time.monotonic())))
+            if session.aggregator.lifecycle.ended(session.aggregator.world_size):
+                break  # every rank ended: nothing more will come
             for e in session.snapshot().endpoints:
                 if e.state == WAITING and e.quiet_s >= WAITING_NOTICE_S and e.url not in told and not session.receiver.handshakes.problem:
                     told.add(e.url)

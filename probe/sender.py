@@ -37,6 +37,8 @@ MAX_RECORDS_PER_MESSAGE = 512
 #: With nothing else to send, a heartbeat this often says the rank is alive.
 HEARTBEAT_EVERY_S = 1.0
 #: Hello (metadata) is repeated so that a TUI attaching late learns it.
+#: How long the last word (the exit heartbeat) is given to pass the node's relay before the rank lets it go.
+LAST_WORD_S = 0.1
 HELLO_EVERY_S = 2.0
 #: Commands handled per wake-up at most, so a flood cannot starve telemetry.
 MAX_COMMANDS_PER_WAKE = 32
@@ -46,6 +48,13 @@ MAX_COMMANDS_PER_WAKE = 32
 MAX_COMMANDS_PER_S = 200.0
 #: The state keys the sender fills itself; registered sources add the others.
 _CORE_STATE = frozenset({"step", "last", "in_step", "phase", "step_age", "dropped", "rejected", "rate_hz", "median_step_s", "cap"})
+
+
+def exit_kind() -> str:
+    """How this process is ending, as the probe can tell while it shuts down: an uncaught exception in the
+    script leaves ``sys.last_value`` (``sys.last_exc`` since 3.12) set before ``atexit`` runs."""
+    died = getattr(sys, "last_exc", None) or getattr(sys, "last_value", None)
+    return "error" if died is not None else "clean"
 
 
 class Sender(threading.Thread):
@@ -147,6 +156,11 @@ class Sender(threading.Thread):
             self.ready.set()
             self._loop(pub, sub, verifier)
             self._flush(pub, final=True)
+            # The last word (wire/schema.py EXITS): a viewer that hears every rank say it knows the job ended.
+            self._send(pub, schema.HEARTBEAT, {"state": self.state(), "exit": exit_kind()})
+            # ... given a moment to leave the node: the last rank to go lets the relay end at once, and a relay
+            # ending drops what it has not sent on yet. On this thread, at exit only.
+            time.sleep(LAST_WORD_S)
         finally:
             for sock in (pub, sub):
                 if sock is not None:

@@ -15,9 +15,15 @@ def assert_one_line_error(out, code, *fragments):
         assert fragment in out.stderr, out.stderr
 
 
-def test_an_unknown_job_is_named_in_the_error(rdv):
-    out = run_cli("watch", "no-such-job", "--json", "--duration", "1")
-    assert_one_line_error(out, 1, "unknown job 'no-such-job'", "no job is running")
+def test_an_unknown_job_is_waited_for_up_to_wait_then_named_in_the_error(rdv):
+    out = run_cli("watch", "no-such-job", "--json", "--duration", "1", "--wait", "1.5")
+    assert out.returncode == 3, out.stderr  # Exit.NOT_STARTED: a batch script tells it from a failure
+    waiting, error = out.stderr.splitlines()
+    assert waiting == f"ranktop: waiting for job 'no-such-job' to start under {rdv} (no job is running) for up to 1.5s"
+    assert error.startswith("ranktop: error: unknown job 'no-such-job'") and error.endswith("gave up after waiting 1.5s (--wait)")
+    out = run_cli("ping", "no-such-job", "--wait", "0")
+    assert_one_line_error(out, 3, "unknown job 'no-such-job'", "no job is running")
+    assert len(out.stderr.splitlines()) == 1
 
 
 def test_watch_with_nothing_running_says_how_to_start(rdv):
@@ -28,7 +34,7 @@ def test_an_ended_job_is_recognised_by_its_stale_record(rdv):
     rendezvous.write_node(
         rendezvous.NodeRecord("dead-job", os.uname().nodename, "tcp://x:1", "tcp://x:2", pid=2**22 + 7, started=0.0)
     )
-    assert_one_line_error(run_cli("watch", "dead-job", "--json"), 1, "job 'dead-job' has ended")
+    assert_one_line_error(run_cli("watch", "dead-job", "--json", "--wait", "0"), 3, "job 'dead-job' has ended")
     assert run_cli("jobs").stdout.startswith("no running jobs")
     assert "dead-job\tended" in run_cli("jobs", "--all").stdout
 
@@ -68,3 +74,30 @@ def test_capture_with_no_job_running_or_a_bad_step_count_is_a_one_line_error(rdv
     assert_one_line_error(run_cli("capture", "job", "--steps", "51"), 2, "steps must be a whole number from 1 to 50, got 51")
     assert_one_line_error(run_cli("capture", "job", "--steps", "-1"), 2, "steps must be a whole number from 1 to 50, got -1")
     assert_one_line_error(run_cli("capture", "job", "--ranks", "a"), 2, "expected comma-separated rank numbers")
+
+
+def test_jobs_counts_the_ended_job_folders_and_prunes_those_idle_past_the_grace(rdv):
+    import time
+
+    from ranktop.watch import job_folders
+
+    for job, age in (("old-job", job_folders.ENDED_GRACE_S + 3600), ("recent-job", 3600), ("starting-job", 5)):
+        rendezvous.load_or_create_secret(job)
+        rendezvous.write_node(rendezvous.NodeRecord(job, os.uname().nodename, "tcp://x:1", "tcp://x:2", pid=2**22 + 7, started=0.0))
+        folder = rendezvous.job_dir(job)
+        (folder / "captures").mkdir()
+        for path in folder.iterdir():
+            os.utime(path, (time.time() - age, time.time() - age))
+    out = run_cli("jobs")
+    assert out.returncode == 0
+    lines = out.stdout.splitlines()
+    assert lines[0].startswith("no running jobs")
+    assert lines[1].startswith(f"1 ended job folder(s) with their secrets under {rdv / 'jobs'}: `ranktop jobs --all` lists them, "
+                               "`ranktop jobs --prune` removes them")  # recent-job; starting-job may still be starting
+    assert out.stderr == "ranktop: removed the secrets and records of 1 job(s) ended over 24 h ago\n"
+    old = rendezvous.job_dir("old-job")
+    assert not (old / "secret").exists() and (old / "captures").is_dir()  # a job's captures stay
+    assert (rendezvous.job_dir("recent-job") / "secret").exists()
+    out = run_cli("jobs", "--prune")
+    assert f"removed the secret and records of {rendezvous.job_dir('recent-job')}" in out.stdout
+    assert (rendezvous.job_dir("starting-job") / "secret").exists()

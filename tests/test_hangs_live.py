@@ -119,6 +119,6 @@ def test_the_hung_demo_under_torchrun_names_rank_2_and_groups_its_stacks(torchru
 
 
 def test_stacks_of_an_unknown_job_is_a_one_line_error(rdv):
-    out = run_cli("stacks", "no-such-job", "--timeout", "1")
-    assert out.returncode == 1 and out.stderr.startswith("ranktop: error: unknown job 'no-such-job'")
+    out = run_cli("stacks", "no-such-job", "--timeout", "1", "--wait", "0")  # not waited for: exit 3 at once
+    assert out.returncode == 3 and out.stderr.startswith("ranktop: error: unknown job 'no-such-job'")
     assert "Traceback" not in out.stderr

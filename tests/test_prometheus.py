@@ -16,7 +16,8 @@ from ranktop.watch.snapshot import OK, SLOW, GpuStat, MemoryStat, RankRow, Snaps
 UNITS = ("_seconds", "_bytes", "_ratio", "_watts", "_celsius", "_per_second", "_bytes_per_second")
 COUNTS = ("ranktop_rank_status", "ranktop_rank_slow_phase", "ranktop_rank_gpu_throttle", "ranktop_rank_last_step",
           "ranktop_job_step", "ranktop_job_world_size", "ranktop_job_ranks_connected", "ranktop_job_slow_ranks",
-          "ranktop_job_stalled_ranks", "ranktop_job_silent_ranks", "ranktop_job_dropped_messages")
+          "ranktop_job_stalled_ranks", "ranktop_job_silent_ranks", "ranktop_job_dropped_messages", "ranktop_job_up",
+          "ranktop_job_restarts", "ranktop_job_ranks_not_back", "ranktop_job_verdict")
 
 
 def gpu_rank(rank: int, slow: bool = False) -> RankRow:
@@ -71,3 +72,35 @@ def test_a_job_not_heard_yet_scrapes_empty_not_broken():
     families = scrape(EMPTY)
     assert families["ranktop_job_ranks_connected"].samples[0].value == 0
     assert families["ranktop_rank_step_seconds"].samples == []
+
+
+class Source:
+    def __init__(self, snap):
+        self.snap = snap
+
+    def snapshot(self):
+        return self.snap
+
+
+def test_an_ended_job_serves_up_0_and_the_last_values_of_its_run():
+    import dataclasses
+
+    running = Snapshot(job="llm", world_size=2, elapsed_s=60, global_step=41, steps_per_s=2.0, phase_names=["forward"],
+                       ranks=[gpu_rank(0), gpu_rank(1, slow=True)], stragglers=[1, 0], state="running", restarts=1,
+                       restarted_at=1.7e9)
+    source = Source(running)
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(SnapshotCollector(source))
+
+    def read():
+        text = generate_latest(registry).decode()
+        return {s.name: s for f in text_string_to_metric_families(text) for s in f.samples if not s.labels.get("rank") or s.labels["rank"] == "1"}
+
+    up = read()
+    assert up["ranktop_job_up"].value == 1 and up["ranktop_job_restarts_total"].value == 1
+    silent = [dataclasses.replace(r, status="silent", score=0.0, step_s=None) for r in running.ranks]
+    source.snap = dataclasses.replace(running, ranks=silent, state="ended", ended_at=1.7e9 + 60, steps_per_s=None)
+    ended = read()
+    assert ended["ranktop_job_up"].value == 0 and ended["ranktop_job_ended_timestamp_seconds"].value == 1.7e9 + 60
+    assert ended["ranktop_rank_step_seconds"].value == 0.5 and ended["ranktop_rank_straggler_score_ratio"].value == 0.2
+    assert ended["ranktop_job_steps_per_second"].value == 2.0

@@ -117,10 +117,21 @@ def test_srun_tasks_of_an_unmodified_script_under_ranktop_launch_are_ranks_by_sl
 def test_a_pending_an_unknown_and_a_malformed_job_id_each_get_one_line(cluster, rdv, tmp_path):
     pending = cluster.sbatch("#!/bin/bash\nsleep 600\n", "--begin=now+1hour", "-o", "/dev/null")
     try:
-        out = run_cli("attach", "--slurm", pending)
+        out = run_cli("attach", "--slurm", pending, "--wait", "0")
         # The reason is BeginTime once the scheduler has looked at the job, None before.
-        assert out.returncode == 1 and out.stderr.startswith(f"ranktop: error: SLURM job {pending} is pending")
+        assert out.returncode == 3 and out.stderr.startswith(f"ranktop: error: SLURM job {pending} is pending")
         assert out.stderr.endswith("nothing to watch until it starts\n") and len(out.stderr.splitlines()) == 1
+        # Started first, attach waits for the pending job (one line), and attaches once SLURM starts it.
+        proc = subprocess.Popen([RANKTOP, "attach", "--slurm", pending, "--json", "--duration", "2"],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        line = proc.stderr.readline()
+        assert line.startswith(f"ranktop: SLURM job {pending} is pending") and line.endswith("; waiting for it to start\n"), line
+        time.sleep(2)
+        assert proc.poll() is None
+        cluster.run("scontrol", "update", f"jobid={pending}", "starttime=now")
+        out, err = proc.communicate(timeout=120)
+        # it attached: the job's node was dialled, and a `sleep` runs no ranktop, as the one line says
+        assert proc.returncode == 1 and f"no rank reported within 2s from the 1 node(s) of SLURM job {pending}" in err, err
     finally:
         cluster.run("scancel", pending)
 

@@ -27,6 +27,7 @@ from ranktop.watch import layout as layouts
 from ranktop.watch import stalls, stragglers
 from ranktop.watch.collectives import add_collectives, add_digest_collectives, collective_rows
 from ranktop.watch.endpoints import Endpoints
+from ranktop.watch.lifecycle import Lifecycle, fresh_window
 from ranktop.watch.requests import RequestBook
 from ranktop.watch.resources import ResourceTracker, job_throughput
 from ranktop.watch.snapshot import OK, SILENT, SLOW, STALLED, CaptureStatus, Reply, Snapshot, build_rank_row
@@ -84,6 +85,7 @@ class Aggregator:
         self._faults: set[str] = set()  # kinds of malformed message already named (note_dropped)
         self._restat_from = 0  # where the next snapshot's share of medians to refresh begins
         self._resources = ResourceTracker()  # memory history and creep, GPU gauges, throughput (watch/resources.py)
+        self.lifecycle = Lifecycle()  # restarts and the job's end (watch/lifecycle.py)
         self._layout = layouts.EMPTY  # coordinates and peer classes (watch/layout.py), learned from the hellos' groups
         self._layout_stale = False  # some rank's groups changed since it was learned
 
@@ -91,6 +93,11 @@ class Aggregator:
     def world_size(self) -> int | None:
         """The job's size as its hellos said it (cheap: no snapshot)."""
         return self._world
+
+    @property
+    def ranks_heard(self) -> int:
+        """How many ranks have been heard from (cheap: no snapshot)."""
+        return len(self._ranks)
 
     @property
     def job(self) -> str | None:
@@ -106,6 +113,11 @@ class Aggregator:
     def add_endpoint(self, url: str, host: str | None = None) -> None:
         with self._lock:
             self._endpoints.add(url, host, self._clock())
+
+    def endpoint_urls(self) -> list[str]:
+        """The relays added so far (cheap: no snapshot)."""
+        with self._lock:
+            return self._endpoints.urls()
 
     def replace_endpoint(self, old: str, new: str, host: str | None = None) -> None:
         """A node's relay came back elsewhere (a new port): its old endpoint goes, its ranks follow the new one."""
@@ -162,7 +174,7 @@ class Aggregator:
                 rank.note_state(msg["state"], now)
                 self._resources.note(msg["rank"], msg["state"], now)
             if kind == schema.HELLO:
-                self._note_hello(rank, {k: v for k, v in msg.items() if k not in ("v", "k", "job", "rank", "ts")})
+                self._note_hello(rank, {k: v for k, v in msg.items() if k not in ("v", "k", "job", "rank", "ts")}, now)
             elif kind == schema.STEPS:
                 rank.raw_at = now
                 add_collectives(rank, msg, now, self._window)
@@ -173,6 +185,8 @@ class Aggregator:
                 self._replies.append(self.requests.note_reply(msg["id"], msg["cmd"], msg["rank"], msg["ok"], result))
             else:
                 rank.raw_at = now
+                if "exit" in msg:  # its last word: the process is ending (watch/lifecycle.py)
+                    self.lifecycle.note_exit(msg["rank"], msg["exit"], self._wall_clock())
 
     def _window_of(self, number: int, endpoint: str | None, now: float) -> RankWindow:
         rank = self._ranks.get(number)
@@ -183,7 +197,10 @@ class Aggregator:
             rank.endpoint = endpoint
         return rank
 
-    def _note_hello(self, rank: RankWindow, meta: dict[str, Any]) -> None:
+    def _note_hello(self, rank: RankWindow, meta: dict[str, Any], now: float) -> RankWindow:
+        if self.lifecycle.note_hello(rank.rank, meta.get("pid"), self._wall_clock()):
+            rank = self._ranks[rank.rank] = fresh_window(rank, now)  # a new process of the rank: a restart
+            self._resources.forget(rank.rank)
         if meta.get("groups") != rank.meta.get("groups"):
             self._layout_stale = True  # hellos repeat; their groups seldom change: a compare of a few small maps
         rank.meta = meta
@@ -191,6 +208,7 @@ class Aggregator:
         if isinstance(world, int) and not isinstance(world, bool) and world != self._world and world > (self._world or 0):
             self._world = world
             self.requests.poke()  # a command waiting for the job's size can go
+        return rank
 
     def _ingest_digest(self, entry: dict[str, Any], endpoint: str | None, now: float) -> None:
         """One rank's part of its node's digest (wire/node_digest.py). A rank whose own messages this viewer
@@ -201,7 +219,7 @@ class Aggregator:
             rank.note_state(state, now)
             self._resources.note(entry["r"], state, now)
         if "hello" in entry:
-            self._note_hello(rank, entry["hello"])
+            rank = self._note_hello(rank, entry["hello"], now)
         if now - rank.raw_at < self._silent_after:
             return
         if "ops" in entry or "cx" in entry:
@@ -347,6 +365,7 @@ class Aggregator:
         with self._lock:
             endpoints = self._endpoints.rows(now, ranks_by_endpoint, self._silent_after + behind)
             replies, dropped, errors = list(self._replies), self._dropped, list(self._errors)
+            life = self.lifecycle.view(max(worlds) if worlds else None, bool(windows), silent)
         return Snapshot(
             job=self._job,
             world_size=max(worlds) if worlds else None,
@@ -358,6 +377,12 @@ class Aggregator:
             stragglers=ranking,
             endpoints=endpoints,
             behind_s=behind or None,
+            state=life.state,
+            ended_at=life.ended_at,
+            restarts=life.restarts,
+            restarted_at=life.restarted_at,
+            not_back=list(life.not_back),
+            failed_ranks=list(life.failed),
             replies=replies,
             requests=self.requests.statuses(),
             dropped_messages=dropped,

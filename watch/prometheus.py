@@ -14,9 +14,12 @@ imported when a collector is built, never by the rest of the engine.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Iterator, Protocol
 
 from ranktop.watch.errors import RanktopError
+from ranktop.watch import verdict
+from ranktop.watch.lifecycle import ENDED, RUNNING
 from ranktop.watch.snapshot import STATUSES, Snapshot
 
 RANK_LABELS = ("job", "rank", "local_rank", "host")
@@ -40,17 +43,29 @@ def _client():
 
 
 class SnapshotCollector:
-    """Registered with a CollectorRegistry; ``collect`` runs on every scrape."""
+    """Registered with a CollectorRegistry; ``collect`` runs on every scrape.
+
+    Once the job has ended, its ranks' series keep the values of the last
+    snapshot taken while it ran (with ``ranktop_job_up 0``): a dashboard shows
+    how the job ended, not ranks fading to silent.
+    """
 
     def __init__(self, source: SnapshotSource):
         self._core = _client()
         self.source = source
+        self._last_running: Snapshot | None = None
 
     def describe(self):
         return []  # no scrape at registration time: the job may not have spoken yet
 
     def collect(self) -> Iterator:
-        return iter(families(self.source.snapshot(), self._core))
+        snap = self.source.snapshot()
+        if snap.state == RUNNING and snap.connected:
+            self._last_running = snap
+        elif snap.state == ENDED and self._last_running is not None:
+            last = self._last_running
+            snap = dataclasses.replace(snap, ranks=last.ranks, steps_per_s=last.steps_per_s, throughput=last.throughput)
+        return iter(families(snap, self._core))
 
 
 def families(snap: Snapshot, core) -> list:
@@ -133,7 +148,26 @@ def families(snap: Snapshot, core) -> list:
 
     statuses = [r.status for r in snap.ranks]
     tp = snap.throughput
+    answer = verdict.verdict(snap)
+    kind = G(f"{PREFIX}_job_verdict", "1 for the verdict's kind (stalled, silent, slow_node, slow_rank, warming_up, healthy, waiting).",
+             labels=["job", "kind"])
+    for k in verdict.KINDS:
+        kind.add_metric([job, k], 1.0 if answer.kind == k else 0.0)
+    top = G(f"{PREFIX}_job_top_straggler_excess_seconds", "The verdict's culprit: its time per step beyond the median rank.",
+            labels=["job", "rank", "host", "phase"])
+    if answer.ranks and answer.excess_s is not None:
+        row = snap.row(answer.ranks[0])
+        top.add_metric([job, str(answer.ranks[0]), row.host if row else "", answer.phase or ""], answer.excess_s)
+    restarts = core.CounterMetricFamily(f"{PREFIX}_job_restarts", "Times the job's ranks came back as new processes.", labels=["job"])
+    restarts.add_metric(jl, snap.restarts)
     job_families = [
+        job_gauge("up", "1 while the job runs, 0 before it started and once every rank ended.", 1.0 if snap.state == RUNNING else 0.0),
+        job_gauge("ended_timestamp_seconds", "When every rank of the job had ended cleanly (unix time).", snap.ended_at),
+        job_gauge("restarted_timestamp_seconds", "When the job's ranks last came back as new processes (unix time).", snap.restarted_at),
+        job_gauge("ranks_not_back", "Ranks not back as new processes since the latest restart.", len(snap.not_back)),
+        restarts,
+        kind,
+        top,
         job_gauge("steps_per_second", "Median over ranks of steps per second.", snap.steps_per_s),
         job_gauge("step", "The furthest step any rank completed.", snap.global_step),
         job_gauge("world_size", "Ranks in the job, as the ranks report it.", snap.world_size),

@@ -18,6 +18,7 @@ import statistics
 from typing import Any
 
 from ranktop.watch.collectives import percentile
+from ranktop.watch.format import ranks_text
 from ranktop.watch.history import NODE, STALL, STRAGGLER, History
 from ranktop.watch.recording import Recording
 from ranktop.watch.replay import Player, clock_text
@@ -110,6 +111,11 @@ def _assemble(recording: Recording, history: History, obs: _Observer, final: Sna
         "last_step": final.global_step,
         "steps_per_s": (final.global_step - first_step) / duration if duration > 0 and first_step >= 0 else None,
         "damaged_chunks": list(recording.torn),
+        # the job's life (watch/lifecycle.py): restarts of its ranks as new processes, and its end
+        "restarts": final.restarts,
+        "restarted_at": _iso(final.restarted_at) if final.restarted_at is not None else None,
+        "not_back": list(final.not_back),
+        "ended_at": _iso(final.ended_at) if final.ended_at is not None else None,
     }
     # -- step time over time
     periods = []
@@ -258,6 +264,11 @@ def text_lines(rep: dict) -> list[str]:
         mfu = f"MFU {rep['mfu'] * 100:.1f}%" if rep["mfu"] is not None else "MFU unknown (no peak for the device)"
         tf = f", {rep['tflops']:.2f} TFLOP/s" if rep["tflops"] is not None else ""
         lines.append(f"{mfu}{tf}")
+    if rep.get("restarts"):
+        back = f"; {ranks_text(rep['not_back'])} never came back" if rep.get("not_back") else ""
+        lines.append(f"restarted {rep['restarts']} time(s) (ranks back as new processes), last at {rep['restarted_at']}{back}")
+    if rep.get("ended_at"):
+        lines.append(f"ended at {rep['ended_at']}: every rank exited cleanly")
     for d in rep["damaged_chunks"]:
         lines.append(f"note: {d}")
 

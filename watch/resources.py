@@ -44,6 +44,12 @@ class ResourceTracker:
                 if isinstance(util, (int, float)):
                     self._gpu_history.setdefault(rank, collections.deque(maxlen=GPU_HISTORY)).append(float(util))
 
+    def forget(self, rank: int) -> None:
+        """A rank restarted as a new process (watch/lifecycle.py): its memory history and GPU samples were the
+        old process's (a slope across the restart is no creep; the new process counts its samples from 0)."""
+        for table in (self._memory, self._gpu, self._gpu_seq, self._gpu_history):
+            table.pop(rank, None)
+
     def row_fields(self, rank: int, meta: dict[str, Any], steps_per_s: float | None, wall_now: float) -> dict[str, Any]:
         """``memory``, ``throughput`` and ``gpu`` of one RankRow."""
         return {

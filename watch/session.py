@@ -9,6 +9,7 @@ command asks the ranks through (:meth:`WatchSession.request`).
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import socket
 import threading
@@ -32,6 +33,8 @@ from ranktop.transport import ports, rendezvous
 
 #: Seconds a --rate request waits for the first rank before giving up.
 RATE_REQUEST_WAIT_S = 30.0
+#: How often the waiting line (the jobs there are) is read again while the job has not started.
+WAITING_LINE_EVERY_S = 2.0
 
 _ENDPOINT = re.compile(r"^(tcp://)?[A-Za-z0-9_.\-\[\]:]+:\d+$")
 
@@ -41,9 +44,28 @@ class TargetError(RanktopError):
 
 
 class SlurmTargetError(TargetError):
-    def __init__(self, message: str, answered: bool):
+    def __init__(self, message: str, answered: bool, pending: bool = False):
         super().__init__(message)
         self.answered = answered  # SLURM knows the job and said why not (see slurm.SlurmError)
+        self.pending = pending  # ... and that it has not started yet
+
+
+class NotStartedError(TargetError):
+    """A job named that is not running (yet, or again): what a monitor started first waits for.
+
+    ``waiting`` is the line said while waiting: the job, where it is looked for,
+    and the jobs that do run, so a typo shows.
+    """
+
+    def __init__(self, message: str, waiting: str, job: str, pending_in_slurm: bool = False):
+        super().__init__(message)
+        self.waiting = waiting
+        self.job = job
+        self.pending_in_slurm = pending_in_slurm  # a SLURM job still pending: its nodes are not known yet
+
+
+class WaitedTooLong(NotStartedError):
+    """``--wait`` ran out before the job started (its own exit code: cli/errors.py ``Exit.NOT_STARTED``)."""
 
 
 @dataclass
@@ -92,6 +114,9 @@ def resolve_slurm(job_id: str, directory=None) -> Target:
         job = slurm.find_job(job_id)
         ports.slurm_ports(job.job_id)  # a bad RANKTOP_PORT_BASE is said now, not in the receiver thread
     except slurm.SlurmError as exc:
+        if exc.pending:
+            waiting = str(exc).replace(": nothing to watch until it starts", "") + "; waiting for it to start"
+            raise NotStartedError(str(exc), waiting, job_id, pending_in_slurm=True) from None
         raise SlurmTargetError(str(exc), exc.answered) from None
     except ports.PortConfigError as exc:
         raise TargetError(str(exc)) from None
@@ -141,12 +166,54 @@ def resolve(targets: list[str], directory=None, *, allow_pending: bool = False) 
         return Target(job=job, directory=root)
     nodes = rendezvous.read_nodes(job, directory)
     if not nodes:
-        running = sorted(live_jobs(directory))
-        hint = f"running jobs: {', '.join(running)}" if running else "no job is running"
-        raise TargetError(f"unknown job {job!r} under {root} ({hint})")
+        hint = running_hint(directory)
+        raise NotStartedError(f"unknown job {job!r} under {root} ({hint})", f"waiting for job {job!r} to start under {root} ({hint})", job)
     if all(n.is_stale() for n in nodes):
-        raise TargetError(f"job {job!r} has ended: its relays are gone (pid {', '.join(str(n.pid) for n in nodes)})")
+        raise NotStartedError(
+            f"job {job!r} has ended: its relays are gone (pid {', '.join(str(n.pid) for n in nodes)})",
+            f"job {job!r} is not running (its last run ended); waiting for it to start again ({running_hint(directory)})",
+            job,
+        )
     return Target(job=job, directory=root)
+
+
+def running_hint(directory=None) -> str:
+    """"running jobs: a, b" or "no job is running": what a line about a job not found adds, so a typo shows."""
+    running = sorted(live_jobs(directory))
+    return f"running jobs: {', '.join(running)}" if running else "no job is running"
+
+
+def resolve_waiting(
+    targets: list[str], directory=None, *, wait_s: float | None = None, say=None, poll_s: float = 0.5, follow: bool = False,
+    resolver=None,
+) -> Target:
+    """:func:`resolve`, waiting for a named job that is not running yet (a monitor started before its job).
+
+    ``say(line)`` is told once what is awaited (the jobs that do run included,
+    so a typo shows). ``wait_s`` bounds the wait (0: not at all); past it,
+    :class:`WaitedTooLong`. With ``follow``, a job found through the rendezvous
+    folder is not waited for here: its target is returned at once, and the
+    session's receiver picks its relays up when they come (``export``,
+    ``record`` and the TUI serve or show meanwhile); a pending SLURM job is
+    still waited for here, as its nodes are not known before it runs.
+    ``resolver`` replaces ``resolve(targets, directory)`` (``attach --slurm``).
+    """
+    deadline = None if wait_s is None else time.monotonic() + wait_s
+    said = False
+    while True:
+        try:
+            return resolver() if resolver is not None else resolve(targets, directory)
+        except NotStartedError as exc:
+            if not said and say is not None and wait_s != 0:
+                bound = f" for up to {wait_s:g}s" if wait_s is not None else ""
+                say(f"{exc.waiting}{bound}")
+                said = True
+            if follow and not exc.pending_in_slurm:
+                return Target(job=exc.job, directory=rendezvous.root(directory))
+            if deadline is not None and time.monotonic() >= deadline:
+                waited = f"; gave up after waiting {wait_s:g}s (--wait)" if wait_s else ""
+                raise WaitedTooLong(f"{exc}{waited}", exc.waiting, exc.job, exc.pending_in_slurm) from None
+        time.sleep(poll_s if deadline is None else max(0.0, min(poll_s, deadline - time.monotonic())))
 
 
 def live_nodes(target: Target) -> list[rendezvous.NodeRecord]:
@@ -236,6 +303,7 @@ class WatchSession:
             keys=ClientKeys(lambda: self.requests.secret, self._secret_place(), self._job_name),
         )
         self.history = History()  # step time and episodes over the last minutes, sampled as snapshots are taken
+        self._waiting_cache: tuple[float, str] | None = None  # (when, line): _waiting_line
 
     def _job_name(self) -> str | None:
         """The job's name: as named, as its first message said, or (a SLURM job found by the port convention) its id."""
@@ -260,7 +328,28 @@ class WatchSession:
             self.aggregator.note_error(self.recorder.stats.error)  # said once on the status line; watching goes on
         snap = self.aggregator.snapshot()
         self.history.note(snap, self.aggregator.now())
+        if not snap.ranks:
+            waiting = self._waiting_line()
+            if waiting is not None:
+                snap = dataclasses.replace(snap, waiting=waiting)
         return snap
+
+    def _waiting_line(self) -> str | None:
+        """Before the job is up: that the viewer waits for it to start, and the jobs there are (read again
+        every :data:`WAITING_LINE_EVERY_S`); None once a relay of the job is known."""
+        target = self.target
+        if target.job is None or target.slurm is not None or self.receiver_endpoints():
+            return None
+        now = time.monotonic()
+        cached = self._waiting_cache
+        if cached is None or now - cached[0] >= WAITING_LINE_EVERY_S:
+            cached = self._waiting_cache = (now, f"job {target.job!r} has not started under {rendezvous.root(target.directory)} "
+                                                 f"({running_hint(target.directory)})")
+        return cached[1]
+
+    def receiver_endpoints(self) -> list:
+        """The relays this session dials or heard of (none before the job's first record)."""
+        return self.aggregator.endpoint_urls()
 
     def replies_to(self, command_id: str) -> list[Reply]:
         """Every rank's answer to a command this session sent (the stacks screen reads them all)."""
@@ -280,6 +369,18 @@ class WatchSession:
                 raise RequestError(self.receiver.handshakes.problem or f"no rank reported within {timeout:g}s")
             raise RequestError("no relay control endpoint known yet")
         return self.snapshot()
+
+    def wait_for_every_rank(self, timeout: float) -> bool:
+        """Wait until every rank of the job's world has been heard, up to ``timeout``: a job that has just
+        started has ranks still starting, and a command sent before a rank listens never reaches it."""
+        deadline = time.monotonic() + timeout
+        while True:
+            world = self.aggregator.world_size
+            if world is not None and self.aggregator.ranks_heard >= world:
+                return True
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(0.1)
 
     def request(
         self, cmd: str, args: dict | None = None, *, ranks: list[int] | None = None, timeout: float = 5.0

@@ -40,11 +40,13 @@ class SlurmError(RanktopError):
     ``answered``: SLURM knows the job and said why not (pending, ended, another
     user's, an ambiguous array), as opposed to an unknown job or a SLURM that
     could not be asked, where a rendezvous job of that name may still be meant.
+    ``pending``: the job has not started yet (pending, requeued): a monitor started first waits for it.
     """
 
-    def __init__(self, message: str, answered: bool = False):
+    def __init__(self, message: str, answered: bool = False, pending: bool = False):
         super().__init__(message)
         self.answered = answered
+        self.pending = pending
 
 
 @dataclass(frozen=True)
@@ -155,11 +157,11 @@ def check_watchable(job: SlurmJob, requested: str, uid: int | None = None) -> No
         )
     if job.state in WAITING_STATES:
         why = f" ({job.reason})" if job.reason and job.reason != "None" else ""
-        raise SlurmError(f"SLURM job {requested} is {job.state.lower()}{why}: nothing to watch until it starts", answered=True)
+        raise SlurmError(f"SLURM job {requested} is {job.state.lower()}{why}: nothing to watch until it starts", answered=True, pending=True)
     if job.state not in ACTIVE_STATES:
         raise SlurmError(f"SLURM job {requested} has ended ({job.state.lower()})", answered=True)
     if not job.nodes:
-        raise SlurmError(f"SLURM job {requested} is {job.state.lower()} but has no nodes yet", answered=True)
+        raise SlurmError(f"SLURM job {requested} is {job.state.lower()} but has no nodes yet", answered=True, pending=True)
 
 
 def _user_name(uid: int) -> str:

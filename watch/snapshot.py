@@ -271,6 +271,14 @@ class Snapshot:
     throughput: Throughput | None = None  # the job's: sums over live ranks (MFU: their TFLOP/s over their peaks)
     device_time_ranks: list[int] = field(default_factory=list)  # ranks whose step records carry device (GPU) times ("g", wire 1.2)
     behind_s: float | None = None  # this viewer is this many seconds behind the job's messages (None: keeping up)
+    # The job's life (watch/lifecycle.py): waiting (no rank yet), running, or ended (every rank ended cleanly)
+    state: str = "waiting"
+    ended_at: float | None = None  # when it ended (unix seconds)
+    restarts: int = 0  # times its ranks came back as new processes (torchrun --max-restarts, a requeue)
+    restarted_at: float | None = None  # when the latest restart was seen (unix seconds)
+    not_back: list[int] = field(default_factory=list)  # ranks not back as new processes since the latest restart
+    failed_ranks: list[int] = field(default_factory=list)  # ranks whose process said it died of an exception
+    waiting: str | None = None  # before the job is up: what the viewer waits for, and the jobs there are (a typo shows)
     layout_roles: list[str] = field(default_factory=list)  # the parallel dimensions learned ("pp", "dp"), in coordinate order
     stages: list = field(default_factory=list)  # per pipeline stage: own work and wait per step (stragglers.Stage)
     imbalance: str | None = None  # one line when the pipeline's stages are unbalanced (never a rank's fault)

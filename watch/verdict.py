@@ -18,7 +18,7 @@ from the worst news to the best, and the first that applies is the verdict:
 
 On a job whose layout is known a rank is named with its coordinates:
 "rank 3 (pp 1, dp 1) slow in forward: ...".
-``waiting``: no rank has reported at all.
+``waiting``: no rank has reported at all. ``ended``: every rank exited cleanly (checked first).
 
 What a straggler costs. In synchronous training every rank waits for the
 slowest inside a collective, so the job's step is the median step, and the
@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import collections
 import statistics
+import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -51,7 +52,8 @@ IMBALANCED = "imbalanced"
 WARMING_UP = "warming_up"
 HEALTHY = "healthy"
 WAITING = "waiting"
-KINDS = (STALLED_JOB, SILENT_RANKS, SLOW_NODE, SLOW_RANK, IMBALANCED, WARMING_UP, HEALTHY, WAITING)
+ENDED_JOB = "ended"  # every rank exited cleanly (watch/lifecycle.py): its ranks are silent because they are done
+KINDS = (STALLED_JOB, SILENT_RANKS, SLOW_NODE, SLOW_RANK, IMBALANCED, WARMING_UP, HEALTHY, WAITING, ENDED_JOB)
 
 # How bad it is, for the colour of the line.
 BAD, WARN, GOOD, IDLE = "bad", "warn", "good", "idle"
@@ -78,6 +80,9 @@ def verdict(snapshot: Snapshot) -> Verdict:
     if not rows:
         job = f" of job {snapshot.job}" if snapshot.job else ""
         return Verdict(WAITING, IDLE, f"waiting for the ranks{job} to report", [])
+    if snapshot.state == ENDED_JOB and snapshot.ended_at is not None:
+        at = time.strftime("%H:%M:%S", time.localtime(snapshot.ended_at))
+        return Verdict(ENDED_JOB, IDLE, f"job ended at {at}: every rank exited cleanly, after step {snapshot.global_step}", [])
     by_rank = {r.rank: r for r in rows}
     stalled = [r for r in rows if r.status == STALLED]
     if stalled:

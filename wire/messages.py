@@ -250,6 +250,9 @@ class Heartbeat(_Origin):
     """Sent when a rank has nothing else to say: it is alive, and where it is."""
 
     k: Literal["heartbeat"]
+    # A rank's last heartbeat, sent as its probe shuts down: how its process is ending ("error": the script died
+    # of an uncaught exception). A viewer that hears every rank end cleanly says the job ended (watch/lifecycle.py).
+    exit: NotRequired[Literal["clean", "error"]]
 
 
 class Reply(_Origin):

@@ -7,6 +7,7 @@ from textual.widgets import Static
 
 from ranktop.tui.render import palette
 from ranktop.watch import format as fmt
+from ranktop.watch.lifecycle import ENDED, life_line
 from ranktop.watch.snapshot import STALLED, Snapshot
 
 #: What the bars measure; said on screen so nobody reads them as GPU time.
@@ -18,6 +19,9 @@ def header_text(snapshot: Snapshot, *, title: str, paused: bool) -> Text:
     world = snapshot.world_size
     reported = len(snapshot.ranks)
     line1: list = [(title, "bold"), sep, ("job ", palette.MUTED), (snapshot.job or "?", "bold")]
+    life = life_line(snapshot.state, snapshot.ended_at, snapshot.restarts, snapshot.restarted_at, snapshot.not_back)
+    if life:  # first on the line: a job that ended or came back is the news
+        line1 += [sep, (life, "bold reverse" if snapshot.state == ENDED else palette.WARNING)]
     line1 += [sep, ("world ", palette.MUTED), (str(world) if world is not None else "?", "bold")]
     if snapshot.ranks:
         line1 += [sep, (f"{snapshot.connected} connected", palette.STATUS_STYLES["ok"])]

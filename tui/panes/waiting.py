@@ -12,6 +12,10 @@ from ranktop.watch.snapshot import Snapshot
 def waiting_text(snapshot: Snapshot) -> Text:
     job = f"ranks of job {snapshot.job}" if snapshot.job else "ranks"
     text = Text()
+    if snapshot.waiting:  # the job has not started: say so, with the jobs there are (a typo shows)
+        text.append(f"{snapshot.waiting}\n\n", style="bold")
+        text.append("Started first, as in a batch script: the job is shown as soon as it starts.", style=palette.MUTED)
+        return text
     text.append(f"waiting for {job}…\n\n", style="bold")
     # Where ranktop listens is on the status line, with how long it has waited.
     text.append("Ranks appear here as soon as their probe sends its first message.", style=palette.MUTED)
