@@ -92,27 +92,64 @@ class CollectiveTracker:
         # when a blocking one began (0.0 once it returned).
         self.last: dict[str, Any] | None = None
         self.blocked_since = 0.0
+        # Waits timed on the device (probe/device_waits.py), once CUDA timing is attached.
+        self.device: Any = None
 
     def begin(self, op: str, nbytes: int, dtype: str, group_size: int) -> list:
+        """A call starts: its token, for :meth:`end` (a blocking call) or :meth:`complete` (an async one)."""
         self.seq += 1
         rec = self._recorder
         entry = {"op": op, "seq": self.seq, "b": nbytes, "dt": dtype, "g": group_size}
         self.last = entry
-        return [entry, _perf(), rec.current_step, rec.current_phase]
+        device = self.device
+        return [entry, _perf(), rec.current_step, rec.current_phase, device.start() if device is not None else None]
+
+    def _record(self, token: list, duration: float) -> dict[str, Any]:
+        entry, start, step, phase, _ = token
+        return dict(entry, d=duration, n=step, ph=phase, t0=start)
 
     def end(self, token: list) -> None:
-        entry, start, step, phase = token
-        record = dict(entry, d=_perf() - start, n=step, ph=phase, t0=start)
-        self.buffer.append(record)
+        """A blocking call returned (on the device: the current stream now waits for its kernel)."""
+        record = self._record(token, _perf() - token[1])
         self.produced += 1
+        if token[4] is not None and self.device is not None and self.device.stop(record, token[4]):
+            return  # the sender thread reads its device times (probe/device_waits.py), then sends it
+        self.buffer.append(record)
 
-    def drain(self, limit: int = 100_000) -> list[dict[str, Any]]:
-        return drain(self.buffer, limit)
+    def complete(self, token: list, work: Any) -> None:
+        """An async call was launched: ``work`` is its Work (a Work.wait() ends it on the device) or a
+        future (DDP's comm hook); on the host, it ends when its future completes."""
+        device = self.device
+        if token[4] is not None and device is not None:
+            self.produced += 1
+            record = self._record(token, 0.0)
+            if hasattr(work, "get_future"):
+                device.later(record, token[4], work)
+            else:
+                device.future(record, token[4], work)
+            return
+        try:
+            future = work.get_future() if hasattr(work, "get_future") else work
+            future.add_done_callback(lambda _fut: self.end(token))
+        except Exception:
+            pass  # a backend without futures: the launch is counted by `last`, the duration is unknown
+
+    def drain(self, limit: int = 100_000, final: bool = False) -> list[dict[str, Any]]:
+        out = drain(self.buffer, limit)
+        if self.device is not None:
+            resolved = self.device.resolve(final)
+            if resolved:
+                out.extend(resolved)
+                out.sort(key=lambda r: r["seq"])
+        return out
 
     def state(self) -> dict[str, Any] | None:
         if self.last is None:
             return None
         blocked = self.blocked_since
+        device = self.device
+        if not blocked and device is not None and device.blocked_since is not None:  # NCCL: the host never blocks
+            return dict(device.blocked_entry or self.last, inside=True, age=_perf() - device.blocked_since)
         return dict(self.last, inside=bool(blocked), age=_perf() - blocked if blocked else 0.0)
 
 
@@ -212,7 +249,7 @@ def _wrap(name: str, arg: str, original, dist):
         try:
             if is_async:
                 work = original(*args, **kwargs)
-                _on_complete(work, tracker, token)
+                tracker.complete(token, work)
                 return work
             tracker.blocked_since = token[1]
             try:
@@ -225,13 +262,6 @@ def _wrap(name: str, arg: str, original, dist):
 
     wrapper._ranktop = True
     return wrapper
-
-
-def _on_complete(work, tracker: CollectiveTracker, token: list) -> None:
-    try:
-        work.get_future().add_done_callback(lambda _fut: tracker.end(token))
-    except Exception:
-        pass  # a backend without futures: the launch is counted by `last`, the duration is unknown
 
 
 def _timed_hook(hook):
@@ -254,10 +284,7 @@ def _timed_hook(hook):
             fut = hook(state, bucket)
         finally:
             _inside_hook.active = False
-        try:
-            fut.add_done_callback(lambda _fut: tracker.end(token))
-        except Exception:
-            pass
+        tracker.complete(token, fut)
         return fut
 
     timed._ranktop = True

@@ -15,7 +15,7 @@ import threading
 
 from ranktop.wire import settings
 
-from . import auto, collectives, flops
+from . import auto, collectives, device_waits, flops, gpu_timing
 from .collectives import CollectiveTracker
 from .identity import Identity, detect
 from .recorder import NOOP, PhaseScope, Recorder, StepScope
@@ -107,6 +107,7 @@ def init(
         probe = Probe(detect(job), rate_hz=rate_hz, capacity=capacity, directory=rendezvous_dir, work=work)
         active = probe
         collectives.install(probe.collectives)  # only if the script has imported torch.distributed
+        gpu_timing.arm(probe)  # device timing, from the first step once the script has CUDA up
         probe.sender.start()
         probe.resources.start()
         return probe
@@ -117,6 +118,7 @@ def _deactivate(probe: Probe) -> None:
     probe._disabled = True
     probe.recorder.disable()
     collectives.detach(probe.collectives)
+    device_waits.unwatch()
     auto.stop(remove=threading.current_thread() is not probe.sender)  # never mutate torch's hooks under training
     if active is probe:
         active = DISABLED
