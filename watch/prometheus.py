@@ -146,6 +146,8 @@ def families(snap: Snapshot, core) -> list:
         job_gauge("model_flops_per_second", "Achieved model FLOP/s, all ranks.", tp.tflops * 1e12 if tp and tp.tflops is not None else None),
         job_gauge("mfu_ratio", "The job's model FLOPs utilisation.", tp.mfu if tp else None),
         job_gauge("dropped_messages", "Malformed or foreign frames the viewer threw away.", snap.dropped_messages),
+        job_gauge("device_time_ranks", "Ranks whose step and phase times are GPU time (CUDA events); the others' are "
+                  "CPU wall time.", len(snap.device_time_ranks)),
     ]
     rank_families = [step, phase, score, excess, status, culprit, comm, last_step, last_seen, stalled, rss, alloc, resv, peak,
                      creep, gutil, gmem, gpow, gtemp, gthr, samples, tokens, flops, mfu]

@@ -110,6 +110,8 @@ def _assemble(recording: Recording, history: History, obs: _Observer, final: Sna
         "last_step": final.global_step,
         "steps_per_s": (final.global_step - first_step) / duration if duration > 0 and first_step >= 0 else None,
         "damaged_chunks": list(recording.torn),
+        "clock": final.clock,  # what the times below measure: gpu, host or mixed (Snapshot.clock)
+        "clock_text": final.clock_text(),
     }
     # -- step time over time
     periods = []
@@ -253,6 +255,8 @@ def text_lines(rep: dict) -> list[str]:
         mfu = f"MFU {rep['mfu'] * 100:.1f}%" if rep["mfu"] is not None else "MFU unknown (no peak for the device)"
         tf = f", {rep['tflops']:.2f} TFLOP/s" if rep["tflops"] is not None else ""
         lines.append(f"{mfu}{tf}")
+    if rep.get("clock_text"):
+        lines.append(f"times: {rep['clock_text']}")
     for d in rep["damaged_chunks"]:
         lines.append(f"note: {d}")
 
