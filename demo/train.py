@@ -252,6 +252,13 @@ def torch_env_from_slurm(env=os.environ) -> None:
 _NOOP = contextlib.nullcontext()
 
 
+def on_gpu(gpus: int, local_world: int, local_rank: int) -> bool:
+    """Whether this rank trains on GPU ``local_rank``: only if every rank of the node has a GPU of its own
+    (with fewer GPUs than ranks, ``cuda:LOCAL_RANK`` is "invalid device ordinal" on some ranks, and the
+    ranks must all take the same backend, so they all train on CPU with gloo)."""
+    return 0 < gpus and local_world <= gpus and 0 <= local_rank < gpus
+
+
 def _noop_scope(*_args):
     return _NOOP
 
@@ -270,22 +277,30 @@ def main(argv: list[str] | None = None) -> int:
     if args.no_probe:
         step_scope, phase = _noop_scope, _noop_scope
     else:
-        probe.init(batch_size=args.batch_size, tokens_per_step=args.batch_size * args.seq_len)  # before the rendezvous, so ranktop sees a rank that is stuck in it
+        # before the rendezvous, so ranktop sees a rank that is stuck in it; the model trains in fp32 (TF32 off,
+        # torch's default), so MFU is against the fp32 peak
+        probe.init(batch_size=args.batch_size, tokens_per_step=args.batch_size * args.seq_len, flops_dtype="fp32")
         step_scope, phase = probe.step, probe.phase
 
     stop = GracefulStop(STOP_GRACE_S, last_words=probe.shutdown)
     stop.install()
 
-    if torch.cuda.is_available():
+    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    local_world = _env_int("LOCAL_WORLD_SIZE", 1)
+    if 0 < gpus < local_world and rank == 0:  # every rank must take the same backend: all on CPU
+        print(f"[rank 0] {gpus} GPU(s) for {local_world} ranks per node: training on CPU (gloo)", flush=True)
+    if on_gpu(gpus, local_world, local_rank):
         device = torch.device("cuda", local_rank)
         torch.cuda.set_device(device)
         backend = "nccl"
+        device_timing = os.environ.get("RANKTOP_DEVICE_TIMING", "").lower() not in ("off", "0", "no")
 
         def sync() -> None:
-            # The probe reads the host clock: without this, asynchronous kernels would make
-            # every phase look instant and the wait for a slow rank land wherever the queue
-            # first blocks. A demo wants honest phases more than peak throughput.
-            torch.cuda.synchronize(device)
+            # The probe times phases on the GPU (CUDA events, docs/gpu.md). With device timing off it
+            # reads only the host clock: then, without this, asynchronous kernels would make every
+            # phase look instant and the wait for a slow rank land wherever the queue first blocks.
+            if not device_timing:
+                torch.cuda.synchronize(device)
     else:
         device, backend = torch.device("cpu"), "gloo"
 

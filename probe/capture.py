@@ -144,7 +144,9 @@ class Capture:
         began = time.perf_counter()
         torch = self._torch
         if self.kind == MEMORY:
-            torch.cuda.memory._record_memory_history(max_entries=MEMORY_MAX_ENTRIES)
+            # Python stacks only: stacks="all" (the default) unwinds C++ on every allocation of the training
+            # thread, and symbolising those frames is what makes _snapshot() slow at the end
+            torch.cuda.memory._record_memory_history(stacks="python", max_entries=MEMORY_MAX_ENTRIES)
         else:
             if _profiler_running(torch):  # starting ours would end the script's own profiling session
                 raise RuntimeError("torch.profiler is already running in this process (the script's own?)")

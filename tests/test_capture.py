@@ -209,9 +209,12 @@ class FakeCudaMemory:
 
     def __init__(self):
         self.calls = []
+        self.stacks = []
 
-    def _record_memory_history(self, enabled="all", max_entries=0):
+    def _record_memory_history(self, enabled="all", context="all", stacks="all", max_entries=0):
         self.calls.append(("record", enabled))
+        if enabled is not None:
+            self.stacks.append(stacks)
 
     def _snapshot(self):
         self.calls.append(("snapshot",))
@@ -230,6 +233,7 @@ def test_a_memory_capture_records_the_allocator_history_over_the_steps_and_dumps
             assert memory.calls == [("record", "all")]
         recorder.end_step()
     assert memory.calls == [("record", "all"), ("snapshot",), ("record", None)]  # history off after step 3
+    assert memory.stacks == ["python"]  # no C++ unwinding on every allocation of the training thread
     assert wait_final(cap).state == wire_capture.DONE, cap.error
     assert cap.path.endswith(".memory.pickle") and "rank1.gpu-node_" in cap.path
     with open(cap.path, "rb") as f:
