@@ -264,6 +264,11 @@ def _wrap(name: str, arg: str, original, dist):
     return wrapper
 
 
+def _on_complete(work, tracker: CollectiveTracker, token: list) -> None:
+    """The completion path of an async call (kept for wrappers that call it): ``tracker.complete``."""
+    tracker.complete(token, work)
+
+
 def _timed_hook(hook):
     """Wrap a DDP comm hook so each bucket's all-reduce is timed from launch to completion."""
 
