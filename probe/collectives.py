@@ -75,6 +75,13 @@ def _nbytes(value: Any) -> int:
         return 0
 
 
+def on_cuda(value: Any) -> bool:
+    """Whether a collective's tensor (or the first of a list) is on a CUDA device."""
+    if isinstance(value, (list, tuple)):
+        return on_cuda(value[0]) if value else False
+    return getattr(value, "is_cuda", False) is True
+
+
 def _dtype(value: Any) -> str:
     if isinstance(value, (list, tuple)):
         return _dtype(value[0]) if value else ""
@@ -95,14 +102,19 @@ class CollectiveTracker:
         # Waits timed on the device (probe/device_waits.py), once CUDA timing is attached.
         self.device: Any = None
 
-    def begin(self, op: str, nbytes: int, dtype: str, group_size: int) -> list:
-        """A call starts: its token, for :meth:`end` (a blocking call) or :meth:`complete` (an async one)."""
+    def begin(self, op: str, nbytes: int, dtype: str, group_size: int, on_device: bool = True) -> list:
+        """A call starts: its token, for :meth:`end` (a blocking call) or :meth:`complete` (an async one).
+
+        ``on_device``: its tensors are on the GPU (see :func:`on_cuda`), so its wait is timed there once
+        device timing is attached; a call on CPU tensors (gloo, objects, a barrier) blocks the host, and
+        is timed on the host."""
         self.seq += 1
         rec = self._recorder
         entry = {"op": op, "seq": self.seq, "b": nbytes, "dt": dtype, "g": group_size}
         self.last = entry
         device = self.device
-        return [entry, _perf(), rec.current_step, rec.current_phase, device.start() if device is not None else None]
+        start = device.start() if device is not None and on_device else None
+        return [entry, _perf(), rec.current_step, rec.current_phase, start]
 
     def _record(self, token: list, duration: float) -> dict[str, Any]:
         entry, start, step, phase, _ = token
@@ -242,7 +254,7 @@ def _wrap(name: str, arg: str, original, dist):
             payload = kwargs.get(arg) if arg in kwargs else (args[position] if position is not None and position < len(args) else None)
             group = kwargs.get("group") if "group" in kwargs else (args[group_position] if group_position is not None and group_position < len(args) else None)
             is_async = always_async or bool(kwargs.get("async_op") if "async_op" in kwargs else (args[async_position] if async_position is not None and async_position < len(args) else False))
-            token = tracker.begin(name, _nbytes(payload), _dtype(payload), _group_size(dist, group))
+            token = tracker.begin(name, _nbytes(payload), _dtype(payload), _group_size(dist, group), on_cuda(payload))
         except Exception:
             return original(*args, **kwargs)  # never let bookkeeping break a collective
         _inside_hook.active = True  # one torch function may call another (all_gather_into_tensor does): count one
@@ -281,7 +293,7 @@ def _timed_hook(hook):
             buffer = bucket.buffer()
             group = state if state is not None and hasattr(state, "size") else None
             size = group.size() if group is not None else _group_size(sys.modules["torch.distributed"], None)
-            token = tracker.begin(DDP_OP, _nbytes(buffer), _dtype(buffer), size)
+            token = tracker.begin(DDP_OP, _nbytes(buffer), _dtype(buffer), size, on_cuda(buffer))
         except Exception:
             return hook(state, bucket)
         _inside_hook.active = True  # the hook's own dist.all_reduce is this bucket: count it once

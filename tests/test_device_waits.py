@@ -30,8 +30,9 @@ class FakeDist:
 class Tensor:
     dtype = "torch.bfloat16"
 
-    def __init__(self, numel=1024):
+    def __init__(self, numel=1024, is_cuda=True):
         self._n = numel
+        self.is_cuda = is_cuda
 
     def numel(self):
         return self._n
@@ -139,6 +140,20 @@ def test_a_hung_collective_shows_as_a_rank_inside_it_though_the_host_returned(cu
     assert tracker.drain() == []
     state = tracker.state()
     assert state["inside"] is True and state["op"] == "all_reduce"
+
+
+def test_a_collective_on_cpu_tensors_keeps_its_host_time(cuda, attached):
+    """A gloo all-reduce of CPU tensors in a GPU job blocks the host; the GPU's streams know nothing of it."""
+    import time
+
+    def gloo_all_reduce(tensor, group=None, async_op=False):
+        time.sleep(0.02)
+
+    group = FakeNcclGroup(cuda)
+    cuda.current_stream().launch(5.0)  # the stream is busy: events around the call would both end later
+    collectives._wrap("all_reduce", "tensor", gloo_all_reduce, FakeDist(group))(Tensor(is_cuda=False))
+    (call,) = attached.collectives.drain()
+    assert call["d"] >= 0.02
 
 
 def test_device_timing_never_synchronises(cuda, attached):
