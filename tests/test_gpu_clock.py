@@ -3,6 +3,9 @@ send device times (``g``) on those, and says which clock its figures are on (iss
 
 import json
 
+import pytest
+from support import run_cli
+
 from ranktop.tui.panes.header import header_text
 from ranktop.watch.aggregator import Aggregator
 from ranktop.watch.verdict import verdict
@@ -76,3 +79,16 @@ def test_without_device_times_the_bars_are_cpu_wall_time():
     feed(agg, gpu_ranks=set())
     snap = agg.snapshot()
     assert snap.clock == "host" and "bars: CPU wall time" in header_text(snap, title="ranktop", paused=False).plain
+
+
+@pytest.mark.slow
+def test_a_demo_job_in_step_mode_sends_device_times_and_the_viewer_says_its_clock(torchrun, monkeypatch):
+    """probe.init() + probe.step() (the demo) with device timing on host-clock events (RANKTOP_DEVICE_TIMING=cpu:
+    the CUDA code path, pool, marks and the sender's resolution, on a machine with no GPU)."""
+    monkeypatch.setenv("RANKTOP_DEVICE_TIMING", "cpu")
+    torchrun("gpu-clock", 2, "--slow-rank", "1", "--slow-ms", "40", "--slow-phase", "forward")
+    out = run_cli("watch", "gpu-clock", "--json", "--duration", "5", timeout=60)
+    assert out.returncode == 0, out.stderr
+    doc = json.loads(out.stdout)
+    assert doc["device_time_ranks"] == [0, 1] and doc["clock"] == "gpu" and doc["verdict"]["clock"] == "gpu"
+    assert doc["ranks"][1]["phases"]["forward"] > 0.03
