@@ -17,7 +17,9 @@ demo's model (TinyLM, fp32, sized to about 20 ms a step on an H100) under
 - the probe's memory sample against ``torch.cuda.memory_stats()``;
 - syncs: ``torch.cuda.set_sync_debug_mode("warn")`` warnings, by thread (the
   probe's threads must have none);
-- the probe's cost per step: median step time by CUDA events, probe on vs off.
+- the probe's cost per step: median step time by CUDA events, probe on vs off;
+- what ranktop's Python DDP comm hook costs next to DDP's built-in C++
+  all-reduce (one rank, NCCL).
 
 Figures are for people (docs/gpu.md records them), not assertions.
 """
@@ -230,6 +232,46 @@ def check_cost(steps: int) -> None:
     row("step (ms), probe off / on", f"{on:.3f}", f"{off:.3f}", f"probe cost {100 * (on - off) / off:+.2f}% (target <= 0.2%)")
 
 
+def check_ddp_hook(steps: int) -> None:
+    """What ranktop's Python comm hook (probe/collectives.py: the stock all-reduce hook, wrapped) costs next to
+    DDP's built-in C++ all-reduce: the same single-rank NCCL DDP job, without and then with the probe."""
+    import torch
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    from ranktop import probe
+
+    os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
+    os.environ.setdefault("MASTER_PORT", "29672")
+    dist.init_process_group("nccl", rank=0, world_size=1, device_id=torch.device("cuda", 0))
+    results = []
+    for with_probe in (False, True):
+        if with_probe:
+            probe.init(job=f"gpu-check-ddp-{os.getpid()}")
+        _, model, _, batch = model_and_step(torch.device("cuda", 0))
+        ddp = DDP(model, device_ids=[0], bucket_cap_mb=4)  # many buckets: the hook's cost per bucket shows
+        opt = torch.optim.SGD(ddp.parameters(), lr=1e-4)
+        marks = []
+        for _ in range(steps):
+            begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            begin.record()
+            logits = ddp(batch[:, :-1])
+            torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), batch[:, 1:].reshape(-1)).backward()
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+            end.record()
+            marks.append((begin, end))
+        torch.cuda.synchronize()
+        results.append(statistics.median(b.elapsed_time(e) for b, e in marks[len(marks) // 4 :]))
+        hooked = bool(getattr(ddp, "_comm_hooks", None))
+        if with_probe:
+            probe.shutdown()
+    dist.destroy_process_group()
+    off, on = results
+    row("DDP step (ms), C++ / hook", f"{on:.3f}", f"{off:.3f}",
+        f"Python comm hook {'registered' if hooked else 'NOT registered'}: {100 * (on - off) / off:+.2f}%")
+
+
 NCCL_RANK = r"""
 import os, sys, json, time, torch, torch.distributed as dist
 rank = int(sys.argv[1]); out = sys.argv[2]
@@ -293,6 +335,7 @@ def main() -> int:
         return 0
     versions()
     row("", "ranktop", "reference")
+    check_ddp_hook(max(20, args.steps // 2))  # first: once the probe has run, every DDP model gets its hook
     check_phases(args.steps)
     check_syncs(max(10, args.steps // 4))
     check_cost(args.steps)
