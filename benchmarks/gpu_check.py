@@ -57,7 +57,11 @@ def versions() -> None:
     import torch
 
     smi = _smi(["--query-gpu=name,driver_version", "--format=csv,noheader"])
-    nccl = ".".join(map(str, torch.cuda.nccl.version())) if hasattr(torch.cuda, "nccl") else "?"
+    try:
+        version = torch.cuda.nccl.version()
+        nccl = ".".join(map(str, version)) if isinstance(version, tuple) else str(version)
+    except Exception:
+        nccl = "?"
     print(f"device: {torch.cuda.get_device_name()} | driver: {smi.strip() or '?'} | torch {torch.__version__} | "
           f"CUDA {torch.version.cuda} | NCCL {nccl}")
 
@@ -222,13 +226,19 @@ def check_syncs(steps: int) -> None:
     finally:
         torch.cuda.set_sync_debug_mode(0)
         warnings.showwarning = original
+        from ranktop import probe
+
+        probe.shutdown()
     probe_threads = {k: v for k, v in seen.items() if k.startswith("ranktop")}
     row("syncs from probe threads", str(sum(probe_threads.values())), "0", json.dumps(seen) if seen else "none at all")
 
 
 def check_cost(steps: int) -> None:
+    from ranktop import probe
+
     off, _ = train(steps, probe_on=False, profile=False, sender_log=[])
     on, _ = train(steps, probe_on=True, profile=False, sender_log=[])
+    probe.shutdown()
     row("step (ms), probe off / on", f"{on:.3f}", f"{off:.3f}", f"probe cost {100 * (on - off) / off:+.2f}% (target <= 0.2%)")
 
 
