@@ -3,59 +3,8 @@
 import sys
 import types
 
+from fake_cuda import fake_nvml
 from ranktop.probe.gpu_sampler import GpuSampler, throttle_names
-
-
-class NVMLError(Exception):
-    pass
-
-
-def fake_nvml(*, count=1, missing=(), failing=(), init_error=None):
-    """A stand-in for pynvml: one H100 at bus 0000:3B:00.0, functions removable or raising NVMLError."""
-    calls = []
-
-    def f(name, result):
-        def call(*args):
-            calls.append(name)
-            if name in failing:
-                raise NVMLError(f"{name}: Not Supported")
-            return result(*args) if callable(result) else result
-
-        return call
-
-    def init():
-        if init_error:
-            raise NVMLError(init_error)
-
-    handle = object()
-    funcs = {
-        "nvmlInit": f("nvmlInit", lambda: init()),
-        "nvmlShutdown": f("nvmlShutdown", None),
-        "nvmlDeviceGetCount": f("nvmlDeviceGetCount", count),
-        "nvmlDeviceGetHandleByPciBusId": f("nvmlDeviceGetHandleByPciBusId", lambda bus: handle if bus == "00000000:3B:00.0" else (_ for _ in ()).throw(NVMLError("Not Found"))),
-        "nvmlDeviceGetHandleByIndex": f("nvmlDeviceGetHandleByIndex", lambda i: handle),
-        "nvmlDeviceGetName": f("nvmlDeviceGetName", b"NVIDIA H100 80GB HBM3"),
-        "nvmlDeviceGetPciInfo": f("nvmlDeviceGetPciInfo", types.SimpleNamespace(busId=b"00000000:3B:00.0")),
-        "nvmlDeviceGetUtilizationRates": f("nvmlDeviceGetUtilizationRates", types.SimpleNamespace(gpu=97, memory=41)),
-        "nvmlDeviceGetMemoryInfo": f("nvmlDeviceGetMemoryInfo", types.SimpleNamespace(used=70 << 30, total=80 << 30, free=10 << 30)),
-        "nvmlDeviceGetPowerUsage": f("nvmlDeviceGetPowerUsage", 650_000),
-        "nvmlDeviceGetEnforcedPowerLimit": f("nvmlDeviceGetEnforcedPowerLimit", 700_000),
-        "nvmlDeviceGetPowerManagementLimit": f("nvmlDeviceGetPowerManagementLimit", 690_000),
-        "nvmlDeviceGetTemperature": f("nvmlDeviceGetTemperature", 84),
-        "nvmlDeviceGetClockInfo": f("nvmlDeviceGetClockInfo", 1500),
-        "nvmlDeviceGetMaxClockInfo": f("nvmlDeviceGetMaxClockInfo", 1980),
-        "nvmlDeviceGetCurrentClocksEventReasons": f("nvmlDeviceGetCurrentClocksEventReasons", 0x20 | 0x1),
-        "nvmlDeviceGetCurrentClocksThrottleReasons": f("nvmlDeviceGetCurrentClocksThrottleReasons", 0x4),
-        "nvmlDeviceGetPcieThroughput": f("nvmlDeviceGetPcieThroughput", lambda h, counter: 1000 if counter == 0 else 2000),
-    }
-    for name in missing:
-        funcs.pop(name)
-    module = types.SimpleNamespace(
-        NVMLError=NVMLError, NVML_TEMPERATURE_GPU=0, NVML_CLOCK_SM=1,
-        NVML_PCIE_UTIL_TX_BYTES=0, NVML_PCIE_UTIL_RX_BYTES=1, **funcs,
-    )  # fmt: skip
-    module.calls = calls
-    return module
 
 
 def sampler(nvml, where=None):

@@ -9,9 +9,6 @@ from ranktop.tui.render import palette
 from ranktop.watch import format as fmt
 from ranktop.watch.snapshot import STALLED, Snapshot
 
-#: What the bars measure; said on screen so nobody reads them as GPU time.
-CLOCK = "CPU wall time"  # the bars' clock without device times (Snapshot.clock_text says which it is)
-
 
 def header_text(snapshot: Snapshot, *, title: str, paused: bool) -> Text:
     sep = (" │ ", palette.MUTED)
