@@ -39,7 +39,8 @@ from typing import Any, Callable
 import msgpack
 
 from ranktop.watch.aggregator import Aggregator
-from ranktop.wire import auth, rendezvous, schema
+from ranktop.wire import auth, schema
+from ranktop.transport import rendezvous
 
 #: Snapshots are taken every this many ingested inputs, and the aggregator replaced every RESET_EVERY.
 SNAPSHOT_EVERY = 250
@@ -92,7 +93,7 @@ def _trimmed(frames: list[bytes]) -> list[bytes]:
 
 def probe_messages() -> list[list[bytes]]:
     """The probe's messages with everything a rank may send (built by its own Sender, as tests/messages.py does)."""
-    from ranktop.probe.identity import Identity
+    from ranktop.transport.identity import Identity
     from ranktop.probe.recorder import Recorder
     from ranktop.probe.sender import Sender
 

@@ -21,9 +21,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from ranktop.probe.relay_claim import process_start
+from ranktop.relay.claim import process_start
 from ranktop.watch.session import WatchSession, resolve
-from ranktop.wire import rendezvous
+from ranktop.transport import rendezvous
 
 RANKTOP = str(Path(sys.executable).parent / "ranktop")
 SCRIPT = Path(__file__).resolve().parent.parent / "tests" / "jobs" / "lightning_ddp.py"
@@ -36,7 +36,7 @@ def relay_pids(job: str) -> list[int]:
             argv = (entry / "cmdline").read_bytes().split(b"\0") if entry.name.isdigit() else []
         except OSError:
             continue
-        if b"ranktop.probe.relay_process" in argv and job.encode() in argv and process_start(int(entry.name)) is not None:
+        if b"ranktop.relay.process" in argv and job.encode() in argv and process_start(int(entry.name)) is not None:
             found.append(int(entry.name))
     return found
 

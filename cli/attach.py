@@ -2,7 +2,7 @@
 
 ``ranktop attach --slurm 123456`` asks SLURM for the job's nodes and watches
 every node's relay (watch/session.py: records of a shared rendezvous folder, else
-the port convention of wire/ports.py). ``--print-ssh`` prints instead the one
+the port convention of transport/ports.py). ``--print-ssh`` prints instead the one
 ``ssh -L`` command that forwards every node's telemetry and control ports to a
 laptop, and the ``ranktop watch`` line to run there: the control port of each
 node is forwarded next to its telemetry port, which is how the TUI finds it
@@ -25,7 +25,7 @@ from ranktop.watch.session import (
     resolve,
     resolve_slurm,
 )
-from ranktop.wire import rendezvous
+from ranktop.transport import rendezvous
 
 HELP = "watch a SLURM job by id (--slurm), or any job; --print-ssh for the tunnel from a laptop"
 DESCRIPTION = (

@@ -7,7 +7,7 @@ import argparse
 from ranktop.cli.options import Command
 from ranktop.watch import slurm
 from ranktop.watch.session import live_jobs
-from ranktop.wire import rendezvous
+from ranktop.transport import rendezvous
 
 HELP = "list the jobs in the rendezvous directory"
 

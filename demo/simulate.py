@@ -4,7 +4,7 @@
 shows what ranktop does with a job far bigger than the machine it runs on.
 Only the training is simulated. Everything a viewer meets is the real thing:
 
-- one relay per simulated node (``probe/relay.py``: ZeroMQ proxies on real TCP
+- one relay per simulated node (``relay/proxy.py``: ZeroMQ proxies on real TCP
   ports) and its rendezvous record, so ``ranktop watch JOB``, ``--json``,
   ``ranktop ping`` and ``ranktop stacks`` find and dial the job as any other;
 - every rank's messages are built as the probe's sender builds them (hello,
@@ -52,14 +52,16 @@ from typing import Any
 import zmq
 
 from ranktop.probe import commands
-from ranktop.probe.identity import Identity
-from ranktop.probe.relay import Relay, ipc_endpoints
+from ranktop.transport.identity import Identity
+from ranktop.relay.proxy import Relay
+from ranktop.transport.ipc import ipc_endpoints
 from ranktop.probe.sender import HEARTBEAT_EVERY_S, HELLO_EVERY_S
 from ranktop.probe.stacks import answer as stacks_answer
 from ranktop.wire import __version__ as PROBE_VERSION
-from ranktop.wire import auth, rendezvous, schema, settings
+from ranktop.wire import auth, schema, settings
+from ranktop.transport import rendezvous
 from ranktop.wire.collective_summary import SAMPLE_EVERY_S
-from ranktop.wire.capture import capture_folder
+from ranktop.transport.captures import capture_folder
 from ranktop.wire.node_digest import NodeDigest
 
 RANKS_PER_NODE = 8

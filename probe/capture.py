@@ -34,7 +34,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ranktop.wire import rendezvous
+from ranktop.transport import rendezvous
 from ranktop.wire.capture import DONE, FAILED, MEMORY, RECORDING, RUNNING, TRACE, WAITING, WRITING
 
 from . import trace_summary

@@ -14,7 +14,8 @@ from pathlib import Path
 from typing import Any, Callable, Protocol
 
 from ranktop.wire import capture as _capture
-from ranktop.wire import rendezvous, settings
+from ranktop.wire import settings
+from ranktop.transport import rendezvous
 
 from . import stacks as _stacks
 from .capture import Capture, start_timeout
@@ -25,7 +26,7 @@ class CommandTarget(Protocol):
 
     rate_hz: float
     recorder: Any  # probe/recorder.py: current_step, and the capture slot the training thread reads
-    identity: Any  # probe/identity.py: rank, host
+    identity: Any  # transport/identity.py: rank, host
     capture: Capture | None  # this rank's latest capture, running or finished
 
     def state(self) -> dict[str, Any]: ...

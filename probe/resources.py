@@ -13,7 +13,7 @@ from typing import Any
 
 from . import flops
 from .gpu_sampler import GpuSampler, locate_rank_gpu
-from .identity import Identity
+from ranktop.transport.identity import Identity
 from .memory import MemorySampler
 from .sender import Sender
 

@@ -17,7 +17,7 @@ from ranktop.wire import settings
 
 from . import auto, collectives, device_waits, flops, gpu_timing
 from .collectives import CollectiveTracker
-from .identity import Identity, detect
+from ranktop.transport.identity import Identity, detect
 from .recorder import NOOP, PhaseScope, Recorder, StepScope
 from .resources import RankResources
 from .sender import Sender

@@ -21,15 +21,16 @@ from typing import Any, Callable
 import zmq
 
 from ranktop.wire import __version__ as PROBE_VERSION
-from ranktop.wire import auth, collective_summary, rendezvous, schema
-from ranktop.wire.capture import capture_folder
+from ranktop.wire import auth, collective_summary, schema
+from ranktop.transport import rendezvous
+from ranktop.transport.captures import capture_folder
 
 from . import commands
 from .collectives import CollectiveTracker
-from .identity import Identity
+from ranktop.transport.identity import Identity
 from .recorder import Recorder
-from .relay import ipc_endpoints
-from .relay_keeper import RelayKeeper
+from ranktop.transport.ipc import ipc_endpoints
+from ranktop.relay.keeper import RelayKeeper
 
 #: Most step records in one message; a rank that fell far behind sends several.
 MAX_RECORDS_PER_MESSAGE = 512
@@ -67,7 +68,7 @@ class Sender(threading.Thread):
         self._directory = directory
         self._on_fault = on_fault
         self._stop_event = threading.Event()
-        self._relay = RelayKeeper(identity, directory)  # the node's relay process (probe/relay_process.py)
+        self._relay = RelayKeeper(identity, directory)  # the node's relay process (relay/process.py)
         self._taken = 0
         self._dropped = 0
         self._rejected: dict[str, int] = {}

@@ -34,7 +34,8 @@ from support import start_job  # tests/support.py: the same start every live tes
 
 from ranktop.watch import keys
 from ranktop.watch.session import WatchSession, resolve
-from ranktop.wire import auth, rendezvous, schema
+from ranktop.wire import auth, schema
+from ranktop.transport import rendezvous
 
 # -- processes ------------------------------------------------------------------
 

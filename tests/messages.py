@@ -13,7 +13,7 @@ from __future__ import annotations
 import functools
 from typing import Any
 
-from ranktop.probe.identity import Identity
+from ranktop.transport.identity import Identity
 from ranktop.probe.recorder import Recorder
 from ranktop.probe.sender import Sender
 from ranktop.wire import schema

@@ -33,7 +33,7 @@ def start_job(cmd: list[str], job: str, ranks: int, cwd: Path, env: dict) -> sub
     """Start a multi-rank job in its own process group, its output in cwd/JOB.log, and wait
     until every rank trains: the relay is up before torch has built the model."""
     from ranktop.watch.session import WatchSession, resolve
-    from ranktop.wire import rendezvous
+    from ranktop.transport import rendezvous
 
     log = open(cwd / f"{job}.log", "wb")
     proc = subprocess.Popen(cmd, env=env, cwd=cwd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)

@@ -23,6 +23,7 @@ from ranktop.watch.aggregator import Aggregator
 from ranktop.watch.capture import CaptureRefused, plan, progress, summary_lines, table_lines
 from ranktop.watch.snapshot import CaptureStatus, Reply
 from ranktop.tui.screens.capture import capture_text
+from ranktop.transport import captures
 from ranktop.wire import capture as wire_capture
 from ranktop.wire import schema
 
@@ -43,10 +44,10 @@ def test_a_bad_number_of_steps_is_refused(steps):
 
 
 def test_captures_go_under_the_jobs_folder_unless_the_job_configured_one(tmp_path, monkeypatch):
-    monkeypatch.delenv(wire_capture.CAPTURE_DIR_ENV, raising=False)
-    assert wire_capture.capture_folder("job", "../../etc", tmp_path) == tmp_path / "jobs" / "job" / "captures" / "_.._etc"
-    monkeypatch.setenv(wire_capture.CAPTURE_DIR_ENV, str(tmp_path / "scratch"))
-    assert wire_capture.capture_folder("job", "c1", tmp_path) == tmp_path / "scratch" / "c1"
+    monkeypatch.delenv(captures.CAPTURE_DIR_ENV, raising=False)
+    assert captures.capture_folder("job", "../../etc", tmp_path) == tmp_path / "jobs" / "job" / "captures" / "_.._etc"
+    monkeypatch.setenv(captures.CAPTURE_DIR_ENV, str(tmp_path / "scratch"))
+    assert captures.capture_folder("job", "c1", tmp_path) == tmp_path / "scratch" / "c1"
 
 
 # -- what a rank accepts (probe/commands.py) ------------------------------------------

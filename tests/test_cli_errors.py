@@ -5,7 +5,7 @@ import os
 
 from support import run_cli
 
-from ranktop.wire import rendezvous
+from ranktop.transport import rendezvous
 
 
 def assert_one_line_error(out, code, *fragments):

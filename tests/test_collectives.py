@@ -11,7 +11,7 @@ from support import JOBS, wait_for
 from ranktop.watch.aggregator import Aggregator
 from ranktop.watch.collectives import bus_factor, fit_alpha_beta, percentile
 from ranktop.watch.session import WatchSession, resolve
-from ranktop.wire import rendezvous
+from ranktop.transport import rendezvous
 import messages
 
 

@@ -19,14 +19,16 @@ import zmq.utils.z85
 from messages import frames, sender
 from support import run_cli, wait_for
 
-from ranktop.probe import zap
-from ranktop.probe.identity import Identity
-from ranktop.probe.relay import Relay, ipc_endpoints
+from ranktop.relay import zap
+from ranktop.transport.identity import Identity
+from ranktop.relay.proxy import Relay
+from ranktop.transport.ipc import ipc_endpoints
 from ranktop.tui.panes.status import status_text
 from ranktop.tui.panes.waiting import waiting_text
 from ranktop.watch.requests import RequestError
 from ranktop.watch.session import WatchSession, resolve
-from ranktop.wire import auth, curve, rendezvous, schema
+from ranktop.wire import auth, schema
+from ranktop.transport import curve, rendezvous
 
 
 def test_the_keys_come_from_the_secret_and_libzmq_agrees_with_their_public_halves():

@@ -217,7 +217,7 @@ def test_init_and_step_mode_attaches_device_timing_once_the_script_has_cuda(cuda
 
 def test_the_hello_and_the_gpu_locator_touch_no_cuda_from_the_probes_threads(cuda, monkeypatch, tmp_path):
     from ranktop.probe import gpu_sampler
-    from ranktop.probe.identity import detect
+    from ranktop.transport.identity import detect
     from ranktop.probe.sender import Sender
 
     monkeypatch.setitem(sys.modules, "torch", types.SimpleNamespace(cuda=cuda, __version__="2.13.0"))

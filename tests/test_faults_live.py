@@ -25,7 +25,7 @@ from support import RANKTOP, run_cli, wait_for
 
 from ranktop.watch.receiver import connect_url
 from ranktop.watch.snapshot import CONNECTED, LOST, SILENT
-from ranktop.wire import rendezvous
+from ranktop.transport import rendezvous
 
 pytestmark = pytest.mark.slow
 

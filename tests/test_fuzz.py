@@ -25,7 +25,8 @@ from support import wait_for
 from ranktop.watch import verdict
 from ranktop.watch.aggregator import Aggregator
 from ranktop.watch.receiver import Receiver
-from ranktop.wire import auth, rendezvous, schema
+from ranktop.wire import auth, schema
+from ranktop.transport import rendezvous
 from ranktop.wire.node_digest import NodeDigest
 
 FUZZ = settings(max_examples=100, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow])

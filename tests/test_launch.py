@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from support import JOBS, RANKTOP, run_cli, start_job
 
-from ranktop.wire import rendezvous
+from ranktop.transport import rendezvous
 
 TRAIN = importlib.util.find_spec("ranktop.demo.train").origin
 TORCHRUN = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2"]

@@ -1,6 +1,7 @@
 """The architecture's import rules (docs/architecture.md), checked on the installed package.
 
-Layers import downward only: wire <- probe, wire <- watch <- cli, watch <- tui.
+Layers import downward only: wire <- transport <- relay <- probe, transport <- watch <- cli, watch <- tui;
+and no module imports itself through others (no import circle, anywhere).
 Two kinds of check: every import statement in the source, wherever it stands
 (a lazy import inside a function counts as much as one at the top), and what
 a fresh interpreter really loads.
@@ -18,12 +19,36 @@ import ranktop
 
 #: layer -> the packages (and outside libraries) it must never import.
 CONTRACTS = {
-    "ranktop.wire": ("ranktop.probe", "ranktop.watch", "ranktop.cli", "ranktop.tui", "ranktop.demo", "textual", "torch", "zmq"),
+    "ranktop.wire": ("ranktop.transport", "ranktop.relay", "ranktop.probe", "ranktop.watch", "ranktop.cli", "ranktop.tui",
+                     "ranktop.demo", "textual", "torch", "zmq"),
+    "ranktop.transport": ("ranktop.relay", "ranktop.probe", "ranktop.watch", "ranktop.cli", "ranktop.tui", "ranktop.demo",
+                          "textual", "torch"),
+    "ranktop.relay": ("ranktop.probe", "ranktop.watch", "ranktop.cli", "ranktop.tui", "ranktop.demo", "textual", "torch"),
     "ranktop.probe": ("ranktop.watch", "ranktop.cli", "ranktop.tui", "ranktop.demo", "textual"),
-    "ranktop.watch": ("ranktop.probe", "ranktop.cli", "ranktop.tui", "ranktop.demo", "textual", "torch", "rich"),
+    "ranktop.watch": ("ranktop.probe", "ranktop.relay", "ranktop.cli", "ranktop.tui", "ranktop.demo", "textual", "torch", "rich"),
     "ranktop.cli": ("ranktop.demo", "textual", "torch"),
     "ranktop.tui": ("ranktop.probe", "ranktop.cli", "ranktop.demo", "torch"),
 }
+
+
+def _type_checking_only(node: ast.AST) -> bool:
+    """``if TYPE_CHECKING:``: imports a type checker reads and the interpreter never runs."""
+    test = getattr(node, "test", None)
+    return isinstance(node, ast.If) and (
+        isinstance(test, ast.Name) and test.id == "TYPE_CHECKING" or isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
+    )
+
+
+def _walk_run_time(tree: ast.AST):
+    """Every node the interpreter may run: all of them but the bodies of ``if TYPE_CHECKING:``."""
+    stack = [tree]
+    while stack:
+        node = stack.pop()
+        yield node
+        if _type_checking_only(node):
+            stack.extend(node.orelse)
+            continue
+        stack.extend(ast.iter_child_nodes(node))
 
 
 def modules_after(statement: str) -> set[str]:
@@ -37,7 +62,7 @@ def imported_modules(path: Path, package: str) -> set[str]:
     tree = ast.parse(path.read_text(), filename=str(path))
     here = ".".join([package, *path.relative_to(_root(package)).with_suffix("").parts])
     names = set()
-    for node in ast.walk(tree):
+    for node in _walk_run_time(tree):
         if isinstance(node, ast.Import):
             names.update(alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom):
@@ -109,3 +134,58 @@ def test_the_installed_package_is_what_the_tests_import():
     import ranktop.probe
 
     assert "site-packages" in ranktop.probe.__file__
+
+
+def _module_graph() -> dict[str, set[str]]:
+    """ranktop module -> the ranktop modules it imports (at the top or inside a function: both run)."""
+    packages = sorted({".".join(info.name.split(".")[:2]) for info in pkgutil.iter_modules(ranktop.__path__, "ranktop.")})
+    graph: dict[str, set[str]] = {}
+    for package in packages:
+        root = _root(package)
+        for path in sorted(root.rglob("*.py")):
+            parts = path.relative_to(root).with_suffix("").parts
+            name = ".".join([package, *parts])
+            graph[name.removesuffix(".__init__")] = {n for n in imported_modules(path, package) if n.startswith("ranktop.")}
+    known = set(graph)
+    # `from ranktop.wire import schema` names ranktop.wire.schema (a module) or ranktop.wire.X (a name in __init__).
+    return {m: {n for n in deps if n in known and n != m} for m, deps in graph.items()}
+
+
+def _a_circle(graph: dict[str, set[str]]) -> list[str] | None:
+    state: dict[str, int] = {}  # 1: on the current path, 2: done
+    path: list[str] = []
+
+    def visit(node: str) -> list[str] | None:
+        state[node] = 1
+        path.append(node)
+        for dep in sorted(graph.get(node, ())):
+            if dep.startswith(node + "."):  # a package importing its own submodules in __init__ is no circle
+                continue
+            if state.get(dep) == 1:
+                return path[path.index(dep):] + [dep]
+            if dep not in state:
+                found = visit(dep)
+                if found:
+                    return found
+        path.pop()
+        state[node] = 2
+        return None
+
+    for node in sorted(graph):
+        if node not in state:
+            found = visit(node)
+            if found:
+                return found
+    return None
+
+
+def test_no_module_imports_itself_through_others():
+    """An import circle patched with a lazy import is a layering fault, not a fix: none anywhere in the package."""
+    graph = _module_graph()
+    assert len(graph) > 100 and "ranktop.wire.schema" in graph
+    assert _a_circle(graph) is None, " -> ".join(_a_circle(graph))
+
+
+def test_the_circle_check_finds_a_circle():
+    assert _a_circle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
+    assert _a_circle({"a": {"b"}, "b": set()}) is None

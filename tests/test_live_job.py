@@ -13,7 +13,8 @@ import time
 from support import JOBS, run_cli, wait_for
 
 from ranktop.watch.session import WatchSession, resolve
-from ranktop.wire import auth, rendezvous
+from ranktop.wire import auth
+from ranktop.transport import rendezvous
 
 
 def watch_json(*target, duration=4.0):
@@ -37,7 +38,7 @@ def test_watch_json_shows_every_rank_and_the_slow_one_first(launch_ranks):
 
 def test_the_relay_digest_shows_the_same_job_as_the_ranks_own_messages(launch_ranks, monkeypatch):
     """What a viewer of thousands of ranks takes (RANKTOP_DIGESTS=auto from 16 nodes): each node's relay folds its
-    ranks' messages into one digest per interval (probe/digest.py, wire/node_digest.py)."""
+    ranks' messages into one digest per interval (relay/digest.py, wire/node_digest.py)."""
     launch_ranks("job-digest", 4, "--slow-rank", "1", "--slow-ms", "15", "--slow-phase", "backward")
     monkeypatch.setenv("RANKTOP_DIGESTS", "on")
     doc = watch_json("job-digest")

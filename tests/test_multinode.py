@@ -17,7 +17,7 @@ from support import JOBS, run_cli, wait_for
 
 from ranktop.watch.session import WatchSession, resolve
 from ranktop.tui.panes.status import status_text
-from ranktop.wire import rendezvous
+from ranktop.transport import rendezvous
 
 pytestmark = pytest.mark.slow
 

@@ -1,6 +1,6 @@
 """A node's digest (wire/node_digest.py): what its ranks said in one interval, folded into one message.
 
-The relay of every node builds one (probe/digest.py) and viewers of big jobs take
+The relay of every node builds one (relay/digest.py) and viewers of big jobs take
 them instead of every rank's own messages (watch/receiver.py). These tests feed
 the digest real rank messages (tests/messages.py), send it through the wire's
 encoder and decoder, and read what an aggregator makes of it.

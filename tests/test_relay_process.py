@@ -1,6 +1,6 @@
 """The node's relay as a process of its own: claimed once per job and node, kept alive by the ranks, gone with them.
 
-Real processes throughout: relays started as ``python -m ranktop.probe.relay_process``,
+Real processes throughout: relays started as ``python -m ranktop.relay.process``,
 torch-free ranks with the real probe (tests/jobs/sleepy_rank.py), the demo under
 torchrun, and an ``mp.spawn`` job under ``ranktop launch``.
 """
@@ -19,13 +19,13 @@ from pathlib import Path
 import pytest
 from support import JOBS, RANKTOP, run_cli, start_job, wait_for
 
-from ranktop.probe.identity import detect
-from ranktop.probe.relay_claim import Claim, process_start
+from ranktop.transport.identity import detect
+from ranktop.relay.claim import Claim, process_start
 from ranktop.watch.session import WatchSession, resolve
-from ranktop.wire import rendezvous
+from ranktop.transport import rendezvous
 
 HOST = socket.gethostname()
-RELAY = [sys.executable, "-m", "ranktop.probe.relay_process"]
+RELAY = [sys.executable, "-m", "ranktop.relay.process"]
 
 
 def relay_pids(job: str) -> list[int]:
@@ -38,7 +38,7 @@ def relay_pids(job: str) -> list[int]:
             argv = (entry / "cmdline").read_bytes().split(b"\0")
         except OSError:
             continue
-        if b"ranktop.probe.relay_process" in argv and job.encode() in argv and process_start(int(entry.name)) is not None:
+        if b"ranktop.relay.process" in argv and job.encode() in argv and process_start(int(entry.name)) is not None:
             found.append(int(entry.name))
     return sorted(found)
 
@@ -65,7 +65,7 @@ def test_under_torch_distributed_the_local_rank_is_LOCAL_RANK_not_zero(tmp_path)
     code = (
         "import torch.distributed as dist\n"
         f"dist.init_process_group('gloo', init_method='file://{tmp_path}/store', rank=0, world_size=1)\n"
-        "from ranktop.probe.identity import detect\n"
+        "from ranktop.transport.identity import detect\n"
         "i = detect('j'); print(i.launcher, i.rank, i.local_rank)\n"
         "dist.destroy_process_group()\n"
     )

@@ -102,7 +102,7 @@ def _close(got, want) -> bool:
     if isinstance(want, dict):
         assert got.keys() == want.keys()
         return all(_close(got[k], want[k]) for k in want)
-    if isinstance(want, list):
+    if isinstance(want, (list, tuple)):  # a typed fixed-length record decodes as a tuple
         assert len(got) == len(want)
         return all(_close(g, w) for g, w in zip(got, want))
     if isinstance(want, float):

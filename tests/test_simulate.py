@@ -12,7 +12,7 @@ import subprocess
 import pytest
 
 from support import RANKTOP, run_cli, wait_for
-from ranktop.wire import rendezvous
+from ranktop.transport import rendezvous
 
 
 @pytest.fixture

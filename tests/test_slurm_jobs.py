@@ -12,7 +12,7 @@ import pytest
 from ranktop.watch import slurm
 from ranktop.cli.attach import ssh_command
 from ranktop.watch.receiver import tunnelled_control
-from ranktop.wire import ports, rendezvous
+from ranktop.transport import ports, rendezvous
 
 DATA = Path(__file__).parent / "data" / "slurm"
 

@@ -15,7 +15,7 @@ import pytest
 
 from support import RANKTOP, run_cli, wait_for
 
-from ranktop.wire import ports, rendezvous
+from ranktop.transport import ports, rendezvous
 
 pytestmark = pytest.mark.slow
 

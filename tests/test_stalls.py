@@ -204,3 +204,43 @@ def test_a_viewer_that_never_heard_a_rank_names_it_when_the_others_stall_at_one_
     assert snap.diagnosis.startswith("ranks 1-3 stalled in backward at step 30")
     assert snap.diagnosis.endswith("waiting for rank 0: never heard from (silent since this viewer started)")
     assert verdict(snap).text.endswith("waiting for rank 0 (never reported)")
+
+
+def test_a_node_still_being_connected_is_neither_silent_nor_never_heard():
+    """A viewer of a big job connects to its relays over seconds: a node it knows of but has not heard, or
+    first heard a moment ago, is still being reached; only once every node has settled are ranks silent or
+    "never heard from"."""
+    clock = Clock()
+    agg = Aggregator("j", clock=clock)
+    agg.add_endpoint("tcp://a:1", "a")
+    agg.add_endpoint("tcp://b:1", "b")  # rank 0's node: known, not heard yet
+    for r in (1, 2, 3):
+        agg.ingest(hello(r, 4), endpoint="tcp://a:1")
+    where = (30, 29, "backward", {"op": "all_reduce", "inside": True, "seq": 61})
+
+    def beat(ranks, endpoint):
+        for r in ranks:
+            st = state(*where[:3], step_age=20.0 + clock.now - 1000.0, collective=where[3], median_step_s=STEP_S)
+            agg.ingest(messages.heartbeat(r, st), endpoint=endpoint)
+
+    for _ in range(4):
+        clock.now += 1.0
+        beat((1, 2, 3), "tcp://a:1")
+    snap = agg.snapshot()
+    assert [r.status for r in snap.ranks] == ["stalled"] * 3
+    assert "never heard" not in snap.diagnosis  # node b was added 4 s ago: still being connected
+    for _ in range(2):
+        clock.now += 1.0
+        beat((1, 2, 3), "tcp://a:1")
+    assert agg.snapshot().diagnosis.endswith("waiting for rank 0: never heard from (silent since this viewer started)")
+
+    agg.ingest(hello(0, 4), endpoint="tcp://b:1")  # node b is reached at last, heard once, then not for a while
+    beat((0,), "tcp://b:1")
+    for _ in range(4):
+        clock.now += 1.0
+        beat((1, 2, 3), "tcp://a:1")
+    assert {r.rank: r.status for r in agg.snapshot().ranks}[0] != "silent"  # heard 4 s ago, its node first heard then
+    for _ in range(2):
+        clock.now += 1.0
+        beat((1, 2, 3), "tcp://a:1")
+    assert {r.rank: r.status for r in agg.snapshot().ranks}[0] == "silent"  # its node settled, and it is quiet

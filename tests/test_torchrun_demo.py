@@ -5,7 +5,7 @@ import json
 import pytest
 from support import run_cli
 
-from ranktop.wire import rendezvous
+from ranktop.transport import rendezvous
 
 pytestmark = pytest.mark.slow
 

@@ -1,10 +1,12 @@
 """The ranktop terminal UI: renders Snapshots at a fixed rate and sends commands on request.
 
 The App never sees telemetry. ``source.snapshot()`` is called at
-``refresh_hz`` on a thread of its own (watch/refresher.py), never on the
-event loop, and each result is posted here and pushed into the widgets: a
-burst of messages from the job, or a snapshot of thousands of ranks, costs
-the keys and the drawing nothing.
+``refresh_hz`` on a thread of its own (watch/refresher.py), and each result
+is posted here and pushed into the widgets: a burst of messages from the job,
+or a snapshot of thousands of ranks, costs the keys and the drawing nothing.
+Keys and screens (a capture's plan, its progress, a command's answers) read
+the snapshot on screen, never build one; only the first draw at mount and a
+replay's seek take one here.
 """
 
 from __future__ import annotations
@@ -340,7 +342,7 @@ class RanktopApp(App[None]):
         get = getattr(self.source, "replies_to", None)
         if get is not None:
             return get(command_id)
-        return [r for r in self.source.snapshot().replies if r.id == command_id]
+        return [r for r in self.snapshot.replies if r.id == command_id]  # the refresher's latest: never built here
 
     def action_capture(self, kind: str) -> None:
         """Ask every rank for a step-aligned capture (trace or memory) and follow it on the capture screen."""
@@ -353,11 +355,11 @@ class RanktopApp(App[None]):
             self._draw_status()
             return
         ours = self._capture
-        if ours is not None and ours[0].id in self.source.snapshot().captures_running():
-            self.push_screen(CaptureScreen(ours[0], ours[1], self.source.snapshot, self.replies_to))  # ours still runs: show it again
+        if ours is not None and ours[0].id in self.snapshot.captures_running():
+            self.push_screen(CaptureScreen(ours[0], ours[1], self._latest, self.replies_to))  # ours still runs: show it again
             return
         try:
-            request = plan(self.source.snapshot(), kind, wire_capture.DEFAULT_STEPS)
+            request = plan(self.snapshot, kind, wire_capture.DEFAULT_STEPS)
             command_id = controller.send("capture", request.args())
         except CaptureRefused as exc:
             self._notice = Text(f"{what} refused: {exc}", style=palette.WARNING)
@@ -366,8 +368,12 @@ class RanktopApp(App[None]):
         else:
             self._notice = None
             self._capture = (request, command_id)
-            self.push_screen(CaptureScreen(request, command_id, self.source.snapshot, self.replies_to))
+            self.push_screen(CaptureScreen(request, command_id, self._latest, self.replies_to))
         self._draw_status()
+
+    def _latest(self) -> Snapshot:
+        """The snapshot on screen: what screens that follow the job read (the refresher builds them off this loop)."""
+        return self.snapshot
 
     def action_ping(self) -> None:
         self.send_command("ping")

@@ -64,6 +64,10 @@ PER_RANK_ROWS_SHOWN = 16
 #: From this many ranks on, the collective rows are worked out again this often only.
 COLLECTIVES_CACHED_FROM = 512
 COLLECTIVES_EVERY_S = 2.0
+#: A node first heard less than this long ago counts as not yet heard: while a viewer of thousands of ranks is still
+#: connecting (CURVE handshakes with hundreds of relays take seconds) its ranks are not silent, and the ranks of the
+#: nodes it has not reached yet are not "never heard from".
+SETTLING_S = 5.0
 
 
 @dataclass
@@ -71,6 +75,7 @@ class _Endpoint:
     url: str
     host: str | None
     added: float
+    first_heard: float | None = None  # its first message: a node heard for less than SETTLING_S is still being connected
     last_heard: float | None = None
     down: bool = False  # the receiver saw its connection drop (a relay killed): lost now, not after silent_after_s
     dropped_at: float | None = None  # when it last dropped (or replaced a relay that did): ranks not heard since are cut off
@@ -186,6 +191,8 @@ class Aggregator:
                 return
             ep = self._endpoints.get(endpoint) if endpoint is not None else None
             if ep is not None:
+                if ep.first_heard is None:
+                    ep.first_heard = now
                 ep.last_heard = now
                 age = self._wall_clock() - msg["ts"]
                 if age < ep.age_floor:
@@ -308,7 +315,11 @@ class Aggregator:
             behind = max((e.late_s for e in self._endpoints.values()), default=0.0)
             # relays whose connection dropped: their ranks are cut off until heard through them again
             links = {url: (e.down, e.dropped_at) for url, e in self._endpoints.items() if e.dropped_at is not None}
+            # nodes still being connected: first heard just now, or added and not heard yet
+            settling = {url for url, e in self._endpoints.items() if e.first_heard is not None and now - e.first_heard < SETTLING_S}
+            newest = max((e.first_heard if e.first_heard is not None else e.added for e in self._endpoints.values()), default=None)
         behind = behind if behind > BEHIND_AFTER_S else 0.0
+        settled = newest is None or now - newest >= SETTLING_S
 
         def cut_off(w: RankWindow) -> bool:
             link = links.get(w.endpoint) if w.endpoint is not None else None
@@ -316,13 +327,16 @@ class Aggregator:
 
         # A rank is silent when *it* stopped talking, not when this viewer is behind on the job's messages (a
         # viewer behind on one relay is behind on them all: it serves them in turn); or when its relay is gone.
-        silent = {w.rank for w in windows if now - w.last_seen > self._silent_after + behind or cut_off(w)}
+        silent = {
+            w.rank for w in windows if (now - w.last_seen > self._silent_after + behind and w.endpoint not in settling) or cut_off(w)
+        }
         worlds = [w.meta.get("world") for w in windows if isinstance(w.meta.get("world"), int)]
         # The job as far as we have heard: a viewer behind on its messages must not see a stall in its own lag.
         if stalls.none_stuck(windows, now - behind, silent, self._stall):
             verdict = stalls.Verdict({}, [], None)
         else:
-            sure = worlds and now - self._started > self._silent_after + behind  # ranks never heard count once it is sure
+            # ranks never heard count once it is sure: a while after it started, and every node it knows is settled
+            sure = worlds and now - self._started > self._silent_after + behind and settled
             verdict = stalls.assess(stalls.positions_of(windows, now - behind, silent), self._stall, world=max(worlds) if sure else None)
         live = {rank: s for rank, s in stats.items() if s is not None and rank not in silent}
         scores = stragglers.score(live, names)
@@ -460,8 +474,8 @@ def _row_fields(w: RankWindow) -> tuple:
 
 
 def _capture_status(r: RankWindow) -> CaptureStatus | None:
-    cap = r.state.get("cap")
-    if not isinstance(cap, dict):
+    cap = r.state.get("cap")  # typed at decode (wire/messages.py: Capture): read as it is
+    if not cap:
         return None
     summary = cap.get("sum")
     if summary is None and r.capture_summary is not None and r.capture_summary[0] == cap["id"]:
@@ -472,16 +486,14 @@ def _capture_status(r: RankWindow) -> CaptureStatus | None:
     )
 
 
-def _count(value: Any) -> int:
-    return int(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else 0
+def _count(value: int | None) -> int:
+    return value or 0
 
 
-def _rejected(value: Any) -> dict[str, int]:
+def _rejected(value: dict[str, int] | None) -> dict[str, int]:
     """Commands the rank refused, by reason (forged, replayed, expired, ...), as its state counts them."""
-    if not isinstance(value, dict):
-        return {}
-    return {str(k): _count(v) for k, v in value.items()}
+    return dict(value) if value else {}
 
 
-def _rate(value: Any) -> float | None:
-    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+def _rate(value: float | None) -> float | None:
+    return None if value is None else float(value)

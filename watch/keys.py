@@ -2,7 +2,7 @@
 
 Every SUB (receiver.py) and PUSH (requests.py) socket the viewer opens to a
 relay is a CURVE client with the keys derived from the job's secret
-(wire/curve.py). Without the secret there is nothing to read: a job found by
+(transport/curve.py). Without the secret there is nothing to read: a job found by
 name is not dialled and the viewer says so; a bare endpoint is dialled in the
 clear (a relay run with ``RANKTOP_CURVE=0`` is read, an encrypted one refuses).
 With a wrong secret, or with encryption on one side only, the relay refuses
@@ -20,7 +20,7 @@ from typing import Callable
 
 import zmq
 
-from ranktop.wire import curve
+from ranktop.transport import curve
 
 MORE = "docs/security.md"
 #: Handshakes a relay ends without a reason before this viewer says its key was refused.

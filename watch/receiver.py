@@ -25,7 +25,8 @@ from zmq.utils.monitor import recv_monitor_message
 from ranktop.watch.aggregator import Aggregator
 from ranktop.watch.errors import RanktopError
 from ranktop.watch.keys import HANDSHAKE_EVENTS, ClientKeys, Handshakes
-from ranktop.wire import auth, rendezvous, schema, settings
+from ranktop.wire import auth, schema, settings
+from ranktop.transport import rendezvous
 
 DISCOVERY_EVERY_S = 1.0
 #: From this many nodes on (``RANKTOP_DIGESTS=auto``) the viewer takes one digest per node and interval instead

@@ -27,7 +27,8 @@ from ranktop.watch.recording import Recorder
 from ranktop.watch.requests import RequestError, Requests
 from ranktop.watch.snapshot import Reply, Snapshot
 from ranktop.watch.stalls import DEFAULT_STALL_FACTOR, DEFAULT_STALL_FLOOR_S
-from ranktop.wire import auth, ports, rendezvous
+from ranktop.wire import auth
+from ranktop.transport import ports, rendezvous
 
 #: Seconds a --rate request waits for the first rank before giving up.
 RATE_REQUEST_WAIT_S = 30.0
@@ -80,7 +81,7 @@ def slurm_records(job: slurm.SlurmJob, directory=None, name: str | None = None) 
 
 
 def convention_record(job: slurm.SlurmJob, node: str) -> rendezvous.NodeRecord:
-    """Where a node's relay listens by the port convention (wire/ports.py), as a record nobody wrote."""
+    """Where a node's relay listens by the port convention (transport/ports.py), as a record nobody wrote."""
     telemetry, control = ports.slurm_ports(job.job_id)
     return rendezvous.NodeRecord(job.job_id, node, f"tcp://{node}:{telemetry}", f"tcp://{node}:{control}", pid=0, started=0.0)
 

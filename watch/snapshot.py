@@ -13,18 +13,18 @@ from typing import Any
 
 from ranktop.wire import capture as wire_capture
 
-# Rank statuses, worst first (the order used when sorting by status).
-SILENT = "silent"  # no message for a while: dead, hung hard, or cut off
-STALLED = "stalled"  # talking, but no step finished for much longer than usual: hung
-SLOW = "slow"  # persistently slower than the median rank
-OK = "ok"
-STATUSES = (SILENT, STALLED, SLOW, OK)
-
-# Endpoint (relay) states.
-WAITING = "waiting"  # nothing heard from it yet
-CONNECTED = "connected"
-LOST = "lost"  # quiet after talking: its node's ranks went with it
-ENDPOINT_STATES = (LOST, WAITING, CONNECTED)  # worst first
+from ranktop.watch.statuses import (  # noqa: F401  (read as snapshot.SILENT, ... everywhere)
+    CONNECTED,
+    ENDPOINT_STATES,
+    LOST,
+    OK,
+    SILENT,
+    SLOW,
+    STALLED,
+    STATUSES,
+    WAITING,
+)
+from ranktop.watch.verdict import verdict
 
 
 @dataclass(frozen=True)
@@ -318,8 +318,6 @@ class Snapshot:
         out["connected"] = self.connected
         out["silent"] = self.silent
         out["clock"] = self.clock
-        from ranktop.watch.verdict import verdict  # verdict.py reads this module's types
-
         out["verdict"] = asdict(verdict(self))
         out["verdict"]["clock"] = self.clock  # the clock its figures (excess, loss) are on
         return out

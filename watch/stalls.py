@@ -84,14 +84,15 @@ def note_state(rank: Any, state: dict, now: float) -> None:
 
     ``rank`` is the aggregator's per-rank record; it gains ``state_at`` and ``progress_at``.
     """
-    previous = rank.state.get("last") if isinstance(rank.state, dict) else None
+    previous = rank.state.get("last") if rank.state else None
     if previous != state.get("last") or not getattr(rank, "progress_at", 0.0):
         rank.progress_at = now
     rank.state_at = now
 
 
-def _num(value: Any) -> float | None:
-    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+def _num(value: float | None) -> float | None:
+    """A figure of a state, typed at decode (wire/messages.py: State): a number or None."""
+    return None if value is None else float(value)
 
 
 def position(

@@ -79,7 +79,7 @@ class RankWindow:
         self.state_at = now
         self.state = state
         cap = state.get("cap")
-        if isinstance(cap, dict) and isinstance(cap.get("sum"), dict):
+        if cap and cap.get("sum"):
             self.capture_summary = (cap["id"], cap["sum"])
 
     def add_step(self, record: dict[str, Any]) -> None:

@@ -8,7 +8,7 @@ id it has already seen (replayed) or whose timestamp lies outside a window
 (an old capture replayed after the id cache forgot it).
 
 The secret is a per-job random key, kept in a file only its owner can read (see
-:mod:`ranktop.wire.rendezvous`) or given through ``RANKTOP_SECRET``.
+:mod:`ranktop.transport.rendezvous`) or given through ``RANKTOP_SECRET``.
 """
 
 from __future__ import annotations

@@ -42,29 +42,6 @@ MAX_LEAD_STEPS = 100_000
 MIN_MARGIN_STEPS = 5
 MARGIN_S = 1.5
 
-#: The job side may send its captures elsewhere than the rendezvous folder (a scratch file system).
-CAPTURE_DIR_ENV = settings.CAPTURE_DIR.name
-
-
-def capture_root(job: str, directory: str | os.PathLike | None = None) -> Path:
-    """Where a job's captures go: ``$RANKTOP_CAPTURE_DIR``, else ``<rendezvous>/jobs/<job>/captures``."""
-    from . import (
-        rendezvous,  # here, not at the top: schema imports this module, and rendezvous imports schema
-    )
-
-    configured = os.environ.get(CAPTURE_DIR_ENV)
-    if configured:
-        return Path(configured).expanduser()
-    return rendezvous.job_dir(job, directory) / "captures"
-
-
-def capture_folder(job: str, capture_id: str, directory: str | os.PathLike | None = None) -> Path:
-    """The one folder of a capture, shared by every rank of the job (one file per rank inside)."""
-    from . import rendezvous
-
-    return capture_root(job, directory) / rendezvous.safe_name(capture_id)
-
-
 def new_capture_id(kind: str) -> str:
     """A fresh id, sortable by time: ``20261123-104512-trace-3f9a``."""
     return f"{time.strftime('%Y%m%d-%H%M%S')}-{kind}-{secrets.token_hex(2)}"

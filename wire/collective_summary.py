@@ -48,7 +48,7 @@ def union(intervals: Iterable[tuple[float, float]]) -> float:
 
 
 def summarise(calls: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """Fold raw call records (wire/schema.py COLLECTIVE_KEYS) into (summaries, sample)."""
+    """Fold raw call records (wire/messages.py: Call) into (summaries, sample)."""
     groups: dict[tuple[int, str | None], dict[str, list]] = {}
     for call in calls:
         by_op = groups.setdefault((call["n"], call["ph"]), {})
@@ -61,10 +61,10 @@ def summarise(calls: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[d
             intervals = [(c["t0"], c["t0"] + c["d"]) for c in members]
             everything.extend(intervals)
             last = members[-1]
-            ops[op] = [
+            ops[op] = (
                 len(members), sum(c["b"] for c in members), union(intervals), sum(c["d"] for c in members),
                 max(c["d"] for c in members), last["g"], last["dt"],
-            ]  # fmt: skip
+            )  # fmt: skip  (a tuple, as wire/messages.py's OpSummary decodes)
         summaries.append({"n": step, "ph": phase, "w": union(everything), "ops": ops})
     return summaries, sample(calls)
 

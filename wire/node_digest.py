@@ -23,7 +23,7 @@ folds its ranks' messages of each interval into one ``node`` message (protocol
 A rank that said nothing in the interval is left out (the viewer finds it
 silent by the time it last heard of it). Viewers of small jobs keep taking the
 ranks' own messages, step by step; the digest is for the biggest
-(watch/receiver.py chooses). The relay builds digests in probe/digest.py; the
+(watch/receiver.py chooses). The relay builds digests in relay/digest.py; the
 simulator (demo/simulate.py) builds them with the same :class:`NodeDigest`.
 """
 

@@ -7,13 +7,12 @@ digest (wire/node_digest.py).
 
 from __future__ import annotations
 
-from . import schema  # read at call time: schema imports node_digest, which imports this
+from .names import COMM_PHASE, OTHER_PHASE
 
 
 def own_times(wall: float, phases: dict[str, float], waits: dict | None) -> dict[str, float]:
     """A step's time per phase with its waits in collectives taken out (and summed as ``comm``); the time
     outside every named phase is ``other``. ``waits``: seconds waited per phase (None: a phase of none)."""
-    OTHER_PHASE, COMM_PHASE = schema.OTHER_PHASE, schema.COMM_PHASE
     out = dict(phases)
     out[OTHER_PHASE] = max(0.0, wall - sum(phases.values()))
     if waits:

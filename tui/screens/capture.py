@@ -1,7 +1,7 @@
 """The capture screen: each rank's progress through one capture, then the files and each rank's summary.
 
 Pushed when the user presses ``P`` (trace) or ``M`` (memory snapshot) and the
-request went out. It redraws at a fixed rate from the app's snapshot source
+request went out. It redraws at a fixed rate from the snapshot on screen (the refresher's latest)
 and the ranks' replies (a refusal is a reply); the text is built by
 :func:`capture_text`, a plain function of the request and the progress rows
 (watch/capture.py), so it is tested without a terminal. Closing the screen does

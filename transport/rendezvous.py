@@ -21,8 +21,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import settings
-from .auth import new_secret, read_secret_env
+from ranktop.wire import settings
+from ranktop.wire.auth import new_secret, read_secret_env
 
 _SAFE = re.compile(r"[^A-Za-z0-9_.-]")
 
@@ -102,7 +102,7 @@ class NodeRecord:
     # Optional (records of older relays lack them):
     machine: str = ""  # the real host name of the relay's process, when ``host`` is an advertised name
     slurm_job: str | None = None  # the SLURM job id the relay ran in: `ranktop attach --slurm` finds it by that
-    encrypted: bool | None = None  # its TCP sockets speak CURVE (wire/curve.py); None: a relay too old to say
+    encrypted: bool | None = None  # its TCP sockets speak CURVE (transport/curve.py); None: a relay too old to say
 
     @property
     def on_this_machine(self) -> bool:

@@ -1,4 +1,4 @@
-"""The node's relay as a process of its own: ``python -m ranktop.probe.relay_process --job JOB --host HOST``.
+"""The node's relay as a process of its own: ``python -m ranktop.relay.process --job JOB --host HOST``.
 
 Started by whichever rank of the node first finds no relay running
 (:mod:`.relay_keeper`, on the rank's probe thread), in a session of its own,
@@ -11,7 +11,7 @@ What it does, in order:
 
 1. takes the node's claim (``relay.lock`` in :mod:`.relay_claim`); if another
    relay holds it, exits at once, having bound nothing;
-2. runs :class:`~ranktop.probe.relay.Relay` (binds the IPC and TCP sockets,
+2. runs :class:`~ranktop.relay.proxy.Relay` (binds the IPC and TCP sockets,
    writes the node record) and says where in ``relay.json``;
 3. every :data:`POLL_S` looks at the ranks registered in the claim folder and
    ends when none of them runs any more (kill -9 of every rank included), or
@@ -33,9 +33,9 @@ import time
 
 import zmq
 
-from .identity import Identity
-from .relay import Relay
-from .relay_claim import Claim, RelayInfo
+from ranktop.transport.identity import Identity
+from .proxy import Relay
+from .claim import Claim, RelayInfo
 
 #: How often the relay looks whether its ranks still run.
 POLL_S = 0.25
@@ -46,7 +46,7 @@ NO_RANK_GRACE_S = 10.0
 
 
 def parse(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m ranktop.probe.relay_process", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m ranktop.relay.process", description=__doc__.split("\n")[0])
     parser.add_argument("--job", required=True)
     parser.add_argument("--host", required=True, help="the node's name (RANKTOP_HOST or the host name)")
     parser.add_argument("--slurm-job", default=None)

@@ -12,7 +12,7 @@ missing: PyTorch Lightning's second process has ``LOCAL_RANK=1`` and no
 arguments) the rank modulo the node's GPU count, else the rank itself: right
 for one node, a guess beyond. The local rank only names the rank's GPU and
 what the viewer shows; which process runs the node's relay is settled by a
-claim in the node's claim folder (probe/relay_claim.py), never by it.
+claim in the node's claim folder (relay/claim.py), never by it.
 
 The host is the name this node goes by in the TUI and, when the relay listens
 on every interface, the address it advertises: ``RANKTOP_HOST`` overrides the

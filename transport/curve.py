@@ -3,7 +3,7 @@
 Every TCP socket of ranktop speaks ZeroMQ's CURVE (CurveZMQ: X25519 key
 exchange, XSalsa20-Poly1305 boxes) unless ``RANKTOP_CURVE=0`` on both sides.
 The keys are never stored: both sides derive them from the job's secret (the
-``secret`` file of :mod:`ranktop.wire.rendezvous`, or ``RANKTOP_SECRET``), so
+``secret`` file of :mod:`ranktop.transport.rendezvous`, or ``RANKTOP_SECRET``), so
 whoever can read the secret can read the telemetry and sign commands, and
 nobody else can do either:
 
@@ -11,7 +11,7 @@ nobody else can do either:
   HMAC-SHA256(job secret, "ranktop curve server"); a viewer with another secret
   derives another server key and its handshake fails;
 - the viewers' one *client* keypair: HMAC-SHA256(job secret, "ranktop curve
-  client"); the relay's ZAP handler (probe/zap.py) accepts no other client key.
+  client"); the relay's ZAP handler (relay/zap.py) accepts no other client key.
 
 The job's name is left out of the labels on purpose: a viewer given bare
 endpoints (``ranktop watch tcp://localhost:24912`` through an ssh tunnel)
@@ -32,7 +32,7 @@ import hmac
 from dataclasses import dataclass
 from typing import Any
 
-from . import settings
+from ranktop.wire import settings
 
 SERVER_LABEL = b"ranktop curve server"
 CLIENT_LABEL = b"ranktop curve client"

@@ -22,7 +22,7 @@ import os
 import re
 from typing import Mapping
 
-from . import settings
+from ranktop.wire import settings
 
 DEFAULT_PORT_BASE = 24000
 #: Jobs whose ids differ by a multiple of this share ports (a clash only if they share a node).

@@ -32,7 +32,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from .relay import ipc_endpoints
+from ranktop.transport.ipc import ipc_endpoints
 
 RELAY_LOCK = "relay.lock"
 SPAWN_LOCK = "spawn.lock"
@@ -73,7 +73,7 @@ def _alive_without_proc(pid: int) -> str | None:
 def is_relay(pid: int) -> bool:
     """Whether process ``pid`` is a relay process (before a signal goes to a pid read from a file)."""
     try:
-        return b"ranktop.probe.relay_process" in Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        return b"ranktop.relay.process" in Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
     except FileNotFoundError:
         return False
     except OSError:

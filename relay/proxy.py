@@ -1,4 +1,4 @@
-"""One endpoint per node: ZeroMQ proxies in the node's relay process (probe/relay_process.py) that join the node's ranks to any TUI.
+"""One endpoint per node: ZeroMQ proxies in the node's relay process (relay/process.py) that join the node's ranks to any TUI.
 
 Two of ZeroMQ's own proxy devices, each in a thread of its own (``zmq.proxy``
 runs in C and releases the GIL, so it costs the training thread nothing):
@@ -10,12 +10,12 @@ runs in C and releases the GIL, so it costs the training thread nothing):
   The relay never checks signatures; every rank verifies each command itself.
 
 Both TCP sockets are CURVE servers admitting only the job's client key
-(probe/zap.py, wire/curve.py): a viewer without the job's secret reads nothing.
+(relay/zap.py, transport/curve.py): a viewer without the job's secret reads nothing.
 
 The IPC socket files live in a per-user folder of mode 0700, so other users of
 the node cannot connect to them.
 
-The TCP ports follow :mod:`ranktop.wire.ports`: ``RANKTOP_PORT``, else under
+The TCP ports follow :mod:`ranktop.transport.ports`: ``RANKTOP_PORT``, else under
 SLURM the job id's ports (so a TUI that knows only the job's nodes can dial
 them), else random. A taken port falls back to a random one, said on stderr:
 the probe never fails the job over a port.
@@ -23,43 +23,25 @@ the probe never fails the job over a port.
 
 from __future__ import annotations
 
-import hashlib
 import os
 import sys
-import tempfile
 import threading
 import time
 from pathlib import Path
 
 import zmq
 
-from ranktop.wire import ports, rendezvous, settings
+from ranktop.wire import settings
+from ranktop.transport import ports, rendezvous
+from ranktop.transport.ipc import ipc_endpoints
 from ranktop.wire.node_digest import NodeDigest
 
 from .digest import DigestThread
-from .identity import Identity
+from ranktop.transport.identity import Identity
 from .zap import Gate
 
 #: Command frames are small; anything bigger arriving on the TCP control port is refused.
 MAX_CONTROL_BYTES = 64 * 1024
-
-
-def ipc_folder() -> Path:
-    folder = Path(tempfile.gettempdir()) / f"ranktop-{os.getuid()}"
-    folder.mkdir(mode=0o700, exist_ok=True)
-    return folder
-
-
-def ipc_endpoints(job: str, host: str = "", directory: str | os.PathLike | None = None) -> tuple[str, str]:
-    """The node-local (telemetry, control) IPC addresses of a job on one node; every local rank derives the same.
-
-    The node's name is part of it, so "nodes" with distinct ``RANKTOP_HOST`` on one machine stay apart; so is
-    the rendezvous folder, so two jobs of one name with folders of their own never share a relay.
-    """
-    folder = rendezvous.root(directory).resolve()
-    digest = hashlib.sha1(f"{job}\0{host}\0{folder}".encode()).hexdigest()[:16]  # keeps the path under the 107-byte limit
-    base = ipc_folder() / digest
-    return f"ipc://{base}.tele", f"ipc://{base}.ctl"
 
 
 def bind_address() -> str:
@@ -84,7 +66,7 @@ def _bind(sock: zmq.Socket, addr: str, port: int | None) -> int:
 
 class Relay:
     def __init__(self, identity: Identity, context: zmq.Context, directory: str | None = None, digest: bool = True):
-        """``digest``: also publish the node's digest for the viewers of big jobs (probe/digest.py); the
+        """``digest``: also publish the node's digest for the viewers of big jobs (relay/digest.py); the
         simulator, which makes its digests where it makes its ranks' messages, turns it off."""
         self._identity = identity
         self._context = context
@@ -108,7 +90,7 @@ class Relay:
             print(f"ranktop: {exc}; the relay takes random ports", file=sys.stderr)
             wanted = None
         advertised = self._identity.host if addr in ("0.0.0.0", "*") else addr
-        gate = self._gate = Gate(ctx, self._identity.job, self._directory)  # CURVE on both TCP sockets (probe/zap.py)
+        gate = self._gate = Gate(ctx, self._identity.job, self._directory)  # CURVE on both TCP sockets (relay/zap.py)
 
         tele_in = ctx.socket(zmq.XSUB)
         tele_in.bind(tele_ipc)

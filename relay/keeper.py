@@ -3,7 +3,7 @@
 Runs on the probe's thread (the :class:`~ranktop.probe.sender.Sender`), never
 the training thread: at start the rank registers its pid in the node's claim
 folder (:mod:`.relay_claim`) and, if no relay holds the claim, starts one
-(``python -m ranktop.probe.relay_process``); every :data:`CHECK_EVERY_S` it
+(``python -m ranktop.relay.process``); every :data:`CHECK_EVERY_S` it
 looks again and starts another if the relay died. The ranks' PUB and SUB
 sockets are connected to the node's IPC paths, which a new relay binds again,
 so ZeroMQ reconnects them by itself. At the end the rank unregisters; the
@@ -29,10 +29,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ranktop.wire import rendezvous, settings
+from ranktop.wire import settings
+from ranktop.transport import rendezvous
 
-from .identity import Identity
-from .relay_claim import Claim, RelayInfo, is_relay
+from ranktop.transport.identity import Identity
+from .claim import Claim, RelayInfo, is_relay
 
 #: How often a rank checks that its node's relay runs.
 CHECK_EVERY_S = 2.0
@@ -122,7 +123,7 @@ class RelayKeeper:
 
     def _command(self) -> list[str]:
         ident = self.identity
-        cmd = [sys.executable, "-m", "ranktop.probe.relay_process", "--job", ident.job, "--host", ident.host]
+        cmd = [sys.executable, "-m", "ranktop.relay.process", "--job", ident.job, "--host", ident.host]
         if ident.slurm_job:
             cmd += ["--slurm-job", ident.slurm_job]
         # Spelt out, and absolute: the relay runs in "/" (it must not keep the job's folder busy).

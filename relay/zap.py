@@ -4,7 +4,7 @@ A CURVE server alone lets in any client that knows its public key; libzmq asks
 the context's ZAP handler (ZeroMQ's authentication protocol, RFC 27, a REP
 socket on ``inproc://zeromq.zap.01``) about every new connection, and ours
 answers 200 only for the client key derived from the job's secret
-(:mod:`ranktop.wire.curve`). A connection refused never reaches the proxy: a
+(:mod:`ranktop.transport.curve`). A connection refused never reaches the proxy: a
 stranger's SUB socket receives nothing, its PUSH socket delivers nothing.
 
 One handler per ZeroMQ context (libzmq allows one), shared by every relay in
@@ -20,7 +20,7 @@ import threading
 
 import zmq
 
-from ranktop.wire import curve, rendezvous
+from ranktop.transport import curve, rendezvous
 from ranktop.wire.auth import new_secret
 
 ZAP_ENDPOINT = "inproc://zeromq.zap.01"

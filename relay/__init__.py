@@ -1,0 +1,11 @@
+"""The node's relay: one process per job per node that joins the node's ranks to any viewer.
+
+- :mod:`.proxy`: the ZeroMQ proxies (telemetry out, signed commands in) and the node record;
+- :mod:`.digest`: the node digest a relay publishes for the viewers of big jobs;
+- :mod:`.zap`: the CURVE gate on its TCP sockets;
+- :mod:`.claim`: the node's claim folder, which makes one relay per job and node;
+- :mod:`.process`: ``python -m ranktop.relay.process``, the relay as a process of its own;
+- :mod:`.keeper`: the rank's side: starts the node's relay when none runs, and keeps it alive.
+
+It imports the wire and the transport, never the probe's training-side code nor the viewer.
+"""

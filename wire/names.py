@@ -1,0 +1,27 @@
+"""The names both sides spell alike: message kinds, standard phases, and the leaf every other wire module imports.
+
+It imports nothing of ranktop, so any module may import it without a circle.
+"""
+
+from __future__ import annotations
+
+#: The standard phases, in the order bars are drawn. Users may add phases of their own.
+STANDARD_PHASES = ("data", "forward", "backward", "optimizer")
+#: The name of the time a step spent outside every named phase.
+OTHER_PHASE = "other"
+#: The name of the time a step spent waiting in collectives (taken out of the phases it happened in).
+COMM_PHASE = "comm"
+
+# Message kinds (the topic frame). Telemetry flows rank -> relay -> TUIs.
+HELLO = "hello"  # a rank's metadata; re-sent periodically so late TUIs learn it
+STEPS = "steps"  # a batch of completed step records
+HEARTBEAT = "heartbeat"  # sent when a rank has nothing else to say: it is alive
+REPLY = "reply"  # a rank's answer to a control command
+NODE = "node"  # since 1.5: a relay's digest of its node's ranks (wire/node_digest.py), for the biggest jobs
+# Control flows TUI -> relay -> ranks, always signed (see ranktop.wire.auth).
+COMMAND = "command"
+
+TELEMETRY_KINDS = (HELLO, STEPS, HEARTBEAT, REPLY, NODE)
+#: What a rank itself sends (a viewer takes either these, step by step, or the node digests).
+RANK_KINDS = (HELLO, STEPS, HEARTBEAT, REPLY)
+KINDS = TELEMETRY_KINDS + (COMMAND,)
