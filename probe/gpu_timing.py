@@ -3,22 +3,30 @@
 On a GPU the host clock lies: kernels are queued and the CPU moves on, so a
 phase's CPU wall time is the time to *launch* its work, and the wait for it
 lands wherever the queue first blocks. So, on CUDA, each boundary also records
-an event, taken from a pool allocated once, on the training stream. The
-sender thread later asks each event ``query()`` (has the GPU reached it?) and,
-once a step's events have all completed, turns their elapsed times into the
-step's device times (the ``g`` field of a step record: ``{"w": s, "p": {phase: s}}``,
-self time like ``p``). Nothing here ever synchronizes the device; a step whose
-events do not complete within :data:`HOLD_S` is sent without ``g``, and an
-empty pool (a GPU far behind) means steps without ``g``, never an allocation on
-the hot path.
+an event, taken from a pool created on the device once (when timing attaches),
+on the stream current at that boundary. The sender thread later asks each
+event ``query()`` (has the GPU reached it?) and, once a step's events have all
+completed, turns their elapsed times into the step's device times (the ``g``
+field of a step record: ``{"w": s, "p": {phase: s}}``, self time like ``p``).
+Nothing here ever synchronizes the device. A step waits for its events as long
+as the GPU takes, up to :data:`HOLD_S` (a device that has not moved for that
+long is hung: the step goes without ``g``); an empty pool (a GPU far behind),
+a CUDA-graph capture (no timing event may go into a graph) or an event the
+device cannot time (``elapsed_time`` raising) cost steps their ``g``, never an
+allocation on the hot path or a fault of the probe. During a capture the
+sender queries nothing (probe/device_waits.py, ``CAPTURES``).
+
+When it attaches: automatic mode at the first optimizer step, on the device of
+its parameters (:func:`starter`); ``probe.init()`` + ``probe.step()`` at the
+first step once the script has initialised CUDA (:func:`arm`). Either way
+collective waits are then timed on the device too (probe/device_waits.py).
 
 The timeline wraps the recorder's boundary methods (``Recorder.attach_timeline``,
 the way ``Recorder.disable`` swaps them for no-ops), so explicit ``probe.phase()`` blocks get device times
 too. Where there is no GPU the same code runs on :class:`CpuEvent` (host
 clock), which is what the tests and ``RANKTOP_DEVICE_TIMING=cpu`` use.
 
-This module never imports torch itself; :func:`starter` uses the torch the
-script has imported.
+This module never imports torch itself; it uses the torch the script has imported.
 """
 
 from __future__ import annotations
