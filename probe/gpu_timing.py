@@ -367,7 +367,7 @@ def arm(probe: Any, find_cuda: Callable[[], Any] = _script_cuda) -> None:
 
     def begin_step_armed(number: int | None = None) -> None:
         cuda = find_cuda()
-        if cuda is None:
+        if cuda is None or cuda.is_current_stream_capturing():  # no event may be made inside a graph capture
             return original(number)
         rec.replace_boundaries(begin_step=original)
         _attach_or_say(probe, cuda)
