@@ -321,3 +321,38 @@ def test_events_are_created_on_the_device_at_attach_never_on_the_hot_path(cuda, 
         timed_steps(attached.recorder, cuda, 1)
         all_reduce(Tensor())
     assert cuda.created == created
+
+
+def test_automatic_mode_attaches_on_the_optimizers_device(cuda, monkeypatch):
+    monkeypatch.setenv("RANKTOP_DEVICE_TIMING", "")
+    monkeypatch.setitem(sys.modules, "torch", types.SimpleNamespace(cuda=cuda))
+    probe = probe_on(cuda)
+    gpu_timing.arm(probe, find_cuda=lambda: cuda if cuda.is_initialized() else None)
+    start = gpu_timing.starter(probe)  # auto mode: disarms init/step mode's attach
+    device = types.SimpleNamespace(type="cuda", index=3)
+    optimizer = types.SimpleNamespace(param_groups=[{"params": [types.SimpleNamespace(device=device)]}])
+    start(optimizer)
+    assert probe.recorder.timeline is not None and probe.sender.device == "cuda:3 NVIDIA H100 80GB HBM3"
+    assert not hasattr(cuda._local, "device")  # the thread's own current device was left as it was
+
+
+def test_the_work_wait_wrapper_passes_real_gloo_works_through(tmp_path, cuda):
+    """torch's Work is a pybind class: its wait() can be wrapped class-wide, and a work ranktop does not time
+    (here gloo's, on CPU) waits as before."""
+    import torch
+    import torch.distributed as dist
+
+    work_class = dist.distributed_c10d.Work
+    original = work_class.wait
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path}/store", rank=0, world_size=1)
+    try:
+        waits = device_waits.DeviceWaits(cuda, pool_size=4)
+        device_waits.watch_work(work_class, waits)
+        assert getattr(work_class.wait, "_ranktop", False)
+        t = torch.ones(4)
+        work = dist.all_reduce(t, async_op=True)
+        assert work.wait() is True and t.tolist() == [1.0] * 4
+    finally:
+        device_waits.unwatch()
+        work_class.wait = original
+        dist.destroy_process_group()
