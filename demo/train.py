@@ -252,11 +252,21 @@ def torch_env_from_slurm(env=os.environ) -> None:
 _NOOP = contextlib.nullcontext()
 
 
-def on_gpu(gpus: int, local_world: int, local_rank: int) -> bool:
-    """Whether this rank trains on GPU ``local_rank``: only if every rank of the node has a GPU of its own
-    (with fewer GPUs than ranks, ``cuda:LOCAL_RANK`` is "invalid device ordinal" on some ranks, and the
-    ranks must all take the same backend, so they all train on CPU with gloo)."""
-    return 0 < gpus and local_world <= gpus and 0 <= local_rank < gpus
+def gpu_index(gpus: int, local_world: int, local_rank: int, visible: str = "") -> int | None:
+    """The CUDA device this rank trains on, or None for CPU.
+
+    ``cuda:LOCAL_RANK`` when every rank of the node has a GPU of its own; ``cuda:0`` when each
+    process is given just one (``CUDA_VISIBLE_DEVICES`` naming a single GPU, as SLURM's
+    per-task binding does); else CPU for every rank: with fewer GPUs than ranks,
+    ``cuda:LOCAL_RANK`` is "invalid device ordinal" on some, and all must take the same backend.
+    """
+    if gpus <= 0:
+        return None
+    if local_world <= gpus and 0 <= local_rank < gpus:
+        return local_rank
+    if gpus == 1 and visible and "," not in visible:
+        return 0
+    return None
 
 
 def _noop_scope(*_args):
@@ -287,10 +297,11 @@ def main(argv: list[str] | None = None) -> int:
 
     gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
     local_world = _env_int("LOCAL_WORLD_SIZE", 1)
-    if 0 < gpus < local_world and rank == 0:  # every rank must take the same backend: all on CPU
+    index = gpu_index(gpus, local_world, local_rank, os.environ.get("CUDA_VISIBLE_DEVICES", ""))
+    if gpus and index is None and rank == 0:  # every rank must take the same backend: all on CPU
         print(f"[rank 0] {gpus} GPU(s) for {local_world} ranks per node: training on CPU (gloo)", flush=True)
-    if on_gpu(gpus, local_world, local_rank):
-        device = torch.device("cuda", local_rank)
+    if index is not None:
+        device = torch.device("cuda", index)
         torch.cuda.set_device(device)
         backend = "nccl"
         device_timing = os.environ.get("RANKTOP_DEVICE_TIMING", "").lower() not in ("off", "0", "no")
@@ -315,7 +326,7 @@ def main(argv: list[str] | None = None) -> int:
         probe.set_work(flops_per_step=step_flops(cfg, args.batch_size))
     model = TinyLM(cfg).to(device)
     if distributed:
-        model = DistributedDataParallel(model, device_ids=[local_rank] if device.type == "cuda" else None)
+        model = DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
     try:  # the fused kernel halves the optimizer phase on CPU; torch < 2.4 has it for CUDA only
         optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, fused=True)
     except RuntimeError:

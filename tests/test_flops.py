@@ -84,8 +84,9 @@ def test_ranktop_launch_passes_the_work_per_step_in_the_environment_probe_init_r
 
 
 def test_the_demo_trains_on_cpu_when_a_node_has_fewer_gpus_than_ranks():
-    from ranktop.demo.train import on_gpu
+    from ranktop.demo.train import gpu_index
 
-    assert [on_gpu(2, 4, r) for r in range(4)] == [False] * 4  # not cuda:2 / cuda:3 ("invalid device ordinal")
-    assert [on_gpu(4, 4, r) for r in range(4)] == [True] * 4
-    assert not on_gpu(0, 1, 0)
+    assert [gpu_index(2, 4, r) for r in range(4)] == [None] * 4  # not cuda:2 / cuda:3 ("invalid device ordinal")
+    assert [gpu_index(4, 4, r) for r in range(4)] == [0, 1, 2, 3]
+    assert [gpu_index(1, 4, r, visible=str(r)) for r in range(4)] == [0] * 4  # one GPU per task (SLURM binding)
+    assert gpu_index(0, 1, 0) is None
