@@ -198,23 +198,37 @@ class DeviceWaits:
         try:
             end = self._free.popleft()
         except IndexError:
+            start, entry[1] = entry[1], None  # no end to be had: the host's time
+            if start is not None:
+                self._free.append(start)
             return
         end.record(self.cuda.current_stream())
         entry[2] = end
 
+    def _settle(self, entry: list) -> None:
+        """Send ``entry`` off to the sender: with its events if it has both, else with its host time."""
+        record, start, end = entry
+        if end is None:
+            if start is not None:
+                self._free.append(start)
+            entry = [record, None, None]
+        self._pending.append(entry)
+
     def _gone(self, key: int) -> None:
         item = self._works.pop(key, None)  # a work dropped without wait(): launch to completion
         if item is not None:
-            self._pending.append(item[1])
+            self._settle(item[1])
 
     def future(self, record: dict[str, Any], start: Any, future: Any) -> None:
-        """A future (DDP's comm hook): the end is recorded in its done-callback."""
+        """A future (DDP's comm hook): the end is recorded in its done-callback (at once, for a CUDA future,
+        on a stream that waits for the kernel)."""
         entry = [record, start, None]
-        self._pending.append(entry)  # resolved once entry[2] is there and complete
         try:
             future.add_done_callback(lambda _f: self._provisional(entry))
         except Exception:
-            pass
+            self._settle(entry)
+            return
+        self._pending.append(entry)  # resolved once entry[2] is there and complete
 
     def waited(self, work: Any, wait, args, kwargs):
         """``Work.wait`` of a work we time: the stall of the current stream until the kernel ends."""
@@ -227,7 +241,7 @@ class DeviceWaits:
             return wait(work, *args, **kwargs)
         finally:
             if start is None:
-                self._pending.append(item[1])  # no event for the stall: launch to completion, then
+                self._settle(item[1])  # no event for the stall: launch to completion, then
             else:
                 self._free.append(launch)
                 if provisional is not None:

@@ -112,6 +112,24 @@ def test_an_async_work_dropped_without_wait_is_timed_launch_to_completion(cuda, 
     assert call["d"] == pytest.approx(0.004)
 
 
+def test_an_async_work_without_a_future_dropped_unwaited_keeps_its_host_time_and_blocks_nothing(cuda, attached):
+    class BareWork:  # a backend whose works have no future
+        def get_future(self):
+            raise RuntimeError("get_future is not supported")
+
+        def wait(self, timeout=None):
+            return True
+
+    before = attached.collectives.device.available
+    collectives._wrap("all_reduce", "tensor", lambda tensor, async_op=False: BareWork(), FakeDist(FakeNcclGroup(cuda)))(
+        Tensor(), async_op=True
+    )  # the work is dropped at once
+    cuda.run(1.0)
+    (call,) = attached.collectives.drain()
+    assert call["op"] == "all_reduce" and attached.collectives.state()["inside"] is False
+    assert attached.collectives.device.available == before  # its start event back in the pool
+
+
 def test_a_ddp_bucket_ends_on_the_device_in_its_future_callback(cuda, attached):
     group = FakeNcclGroup(cuda, kernel_s=0.002)
     group.peer_late = 0.030
