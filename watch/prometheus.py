@@ -75,7 +75,7 @@ def families(snap: Snapshot, core) -> list:
     resv = rank_gauge("cuda_reserved_bytes", "CUDA caching allocator: bytes held from the device.")
     peak = rank_gauge("cuda_peak_allocated_bytes", "CUDA caching allocator: peak bytes in tensors since the process started.")
     creep = rank_gauge("memory_creep_bytes_per_second", "Slope of the rank's memory over the creep window (when flagged or measured).")
-    gutil = rank_gauge("gpu_utilization_ratio", "NVML: SM utilisation of the rank's GPU (0..1).")
+    gutil = rank_gauge("gpu_utilization_ratio", "NVML: share of time a kernel ran on the rank's GPU (0..1; not the share of SMs busy).")
     gmem = rank_gauge("gpu_memory_used_bytes", "NVML: memory used on the rank's GPU.")
     gpow = rank_gauge("gpu_power_watts", "NVML: power draw of the rank's GPU.")
     gtemp = rank_gauge("gpu_temperature_celsius", "NVML: temperature of the rank's GPU.")
