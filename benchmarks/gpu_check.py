@@ -192,7 +192,7 @@ def check_gauges(state: dict) -> None:
         row("NVML", gpu["na"], "", "")
     else:
         mem = gpu.get("mem_used")
-        row("busy % (kernel active)", str(gpu.get("util")), ref[0], "nvidia-smi utilization.gpu")
+        row("GPU % (kernel active)", str(gpu.get("util")), ref[0], "nvidia-smi utilization.gpu")
         row("memory used (MiB)", f"{mem / 2**20:.0f}" if mem else "?", ref[1], "nvidia-smi memory.used (v2)")
         row("power (W)", f"{gpu.get('power_w') or 0:.0f}", ref[2], "")
         row("temperature (C)", str(gpu.get("temp_c")), ref[3], "")
