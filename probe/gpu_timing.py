@@ -370,12 +370,27 @@ def arm(probe: Any, find_cuda: Callable[[], Any] = _script_cuda) -> None:
         if cuda is None or cuda.is_current_stream_capturing():  # no event may be made inside a graph capture
             return original(number)
         rec.replace_boundaries(begin_step=original)
-        _attach_or_say(probe, cuda)
+        _attach_or_say(probe, cuda, _training_device(cuda))
         rec.begin_step(number)
 
     begin_step_armed._ranktop_armed = True
     rec.replace_boundaries(begin_step=begin_step_armed)
     probe._gpu_disarm = lambda: getattr(rec.begin_step, "_ranktop_armed", False) and rec.replace_boundaries(begin_step=original)
+
+
+def _training_device(cuda: Any) -> int | None:
+    """The device the training holds memory on, when the process sees several (a script that moves its model
+    to ``cuda:LOCAL_RANK`` without ``set_device`` leaves the thread's current device at 0: events there
+    would open a context on another rank's GPU); None: the current device."""
+    try:
+        count = cuda.device_count()
+        if count <= 1:
+            return None
+        reserved = [cuda.memory_reserved(i) for i in range(count)]
+        best = max(range(count), key=reserved.__getitem__)
+        return best if reserved[best] > 0 else None
+    except Exception:
+        return None
 
 
 def disarm(probe: Any) -> None:

@@ -150,6 +150,7 @@ class FakeCuda:
         self._local = threading.local()
         self._default = FakeStream(self, "default")
         self.syncs = 0
+        self.reserved: dict[int, int] = {}  # device -> bytes the caching allocator holds there
         self.CUDAGraph = type("CUDAGraph", (FakeGraph,), {"cuda": self})  # a class per fake: patches stay in it
 
     # -- what the tests drive --------------------------------------------------------
@@ -215,6 +216,10 @@ class FakeCuda:
         self._note("get_device_properties")
         index = getattr(device, "index", device)
         return FakeProperties(self.current_device() if index is None else int(index), self.device_name)
+
+    def memory_reserved(self, device=None) -> int:
+        """What the caching allocator holds on a device (the test sets :attr:`reserved`); opens no context."""
+        return self.reserved.get(int(getattr(device, "index", device) or 0), 0)
 
     def current_stream(self, device=None) -> FakeStream:
         return getattr(self._local, "stream", self._default)

@@ -230,6 +230,18 @@ def test_init_and_step_mode_attaches_device_timing_once_the_script_has_cuda(cuda
     assert [r["n"] for r in timed] == [1, 2, 3] and timed[-1]["g"]["p"]["forward"] == pytest.approx(0.005)
 
 
+def test_init_mode_times_the_device_the_training_holds_memory_on_not_the_threads_default(cuda, monkeypatch):
+    """A script that moves its model to cuda:2 without set_device: the training thread's current device is 0."""
+    monkeypatch.setenv("RANKTOP_DEVICE_TIMING", "")
+    probe = probe_on(cuda)
+    gpu_timing.arm(probe, find_cuda=lambda: cuda if cuda.is_initialized() else None)
+    cuda.init()
+    cuda.reserved[2] = 1 << 30  # model.to("cuda:2")
+    probe.recorder.begin_step()
+    assert probe.sender.device == "cuda:2 NVIDIA H100 80GB HBM3"
+    assert cuda.current_device() == 0  # the thread's own device left as it was
+
+
 # -- 4. no CUDA from the probe's own threads ------------------------------------------------------------
 
 
