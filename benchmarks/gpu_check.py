@@ -19,7 +19,10 @@ demo's model (TinyLM, fp32, sized to about 20 ms a step on an H100) under
   probe's threads must have none);
 - the probe's cost per step: median step time by CUDA events, probe on vs off;
 - what ranktop's Python DDP comm hook costs next to DDP's built-in C++
-  all-reduce (one rank, NCCL).
+  all-reduce (one rank, NCCL);
+- a trace capture (its kernels; HTA loads it where installed) and a memory
+  capture (memory_viz draws it), taken by probe/capture.py as the capture
+  command takes them.
 
 Figures are for people (docs/gpu.md records them), not assertions.
 """
@@ -242,6 +245,67 @@ def check_cost(steps: int) -> None:
     row("step (ms), probe off / on", f"{on:.3f}", f"{off:.3f}", f"probe cost {100 * (on - off) / off:+.2f}% (target <= 0.2%)")
 
 
+def check_captures() -> None:
+    """A trace capture (kernels in it; HTA loads its folder where HTA is installed) and a memory capture
+    (memory_viz draws it), taken as the capture command takes them: probe/capture.py on the training thread."""
+    import time
+    from pathlib import Path
+
+    import torch
+
+    from ranktop.probe.capture import Capture
+    from ranktop.probe.recorder import Recorder
+    from ranktop.wire.capture import MEMORY, TRACE
+
+    device = torch.device("cuda", 0)
+    _, model, opt, batch = model_and_step(device)
+    for kind in (TRACE, MEMORY):
+        folder = Path(tempfile.mkdtemp(prefix=f"ranktop-gpu-check-{kind}-"))
+        rec = Recorder()
+        cap = Capture(f"check-{kind}", kind, 2, 3, folder, rank=0, host="gpu-check", torch=torch)
+        cap.attach(rec)
+        for n in range(7):
+            rec.begin_step(n)
+            logits = model(batch[:, :-1])
+            torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), batch[:, 1:].reshape(-1)).backward()
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+            rec.end_step()
+        deadline = time.monotonic() + 120
+        while cap.running and time.monotonic() < deadline:
+            time.sleep(0.1)
+        if cap.path is None:
+            row(f"capture {kind}", "failed", "", str(cap.error))
+            continue
+        if kind == TRACE:
+            with open(cap.path) as f:
+                kernels = sum(1 for e in json.load(f).get("traceEvents", []) if e.get("cat") == "kernel")
+            try:
+                from hta.trace_analysis import TraceAnalysis
+
+                TraceAnalysis(trace_dir=str(folder)).get_temporal_breakdown(visualize=False)
+                hta = "HTA loads it"
+            except ImportError:
+                hta = "HTA not installed"
+            except Exception as exc:
+                hta = f"HTA: {exc.__class__.__name__}: {exc}"
+            row("trace capture kernels", str(kernels), "> 0", hta)
+        else:
+            import pickle
+
+            from torch.cuda import _memory_viz
+
+            with open(cap.path, "rb") as f:
+                snapshot = pickle.load(f)
+            try:
+                html = _memory_viz.trace_plot(snapshot)
+                viz = f"memory_viz trace_plot: {len(html)} bytes of HTML"
+            except Exception as exc:
+                viz = f"memory_viz: {exc.__class__.__name__}: {exc}"
+            events = sum(len(t) for t in snapshot.get("device_traces", []))
+            row("memsnap events", str(events), "> 0", viz)
+
+
 def check_ddp_hook(steps: int) -> None:
     """What ranktop's Python comm hook (probe/collectives.py: the stock all-reduce hook, wrapped) costs next to
     DDP's built-in C++ all-reduce: the same single-rank NCCL DDP job, without and then with the probe."""
@@ -350,6 +414,7 @@ def main() -> int:
     check_syncs(max(10, args.steps // 4))
     check_cost(args.steps)
     check_nccl()
+    check_captures()
     return 0
 
 
