@@ -128,6 +128,12 @@ class CollectiveTracker:
             return  # the sender thread reads its device times (probe/device_waits.py), then sends it
         self.buffer.append(record)
 
+    def at_wait(self, token: list) -> None:
+        """An async call's wait begins (a functional collective's ``wait_tensor``): on the device its wait is
+        timed from here, so :meth:`end` after the wait gives the stall of the stream, not launch to end."""
+        if token[4] is not None and self.device is not None:
+            self.device.restart(token[4])
+
     def complete(self, token: list, work: Any) -> None:
         """An async call was launched: ``work`` is its Work (a Work.wait() ends it on the device) or a
         future (DDP's comm hook); on the host, it ends when its future completes."""

@@ -33,7 +33,9 @@ and capture_begin (never on a hot path) takes the same lock for a moment.
 Wrappers (probe/collectives.py, and new ones: point-to-point, functional
 collectives) need nothing of this module: ``CollectiveTracker.begin`` records
 the start, ``CollectiveTracker.end`` the end of a blocking call, and
-``CollectiveTracker.complete(token, work)`` the end of an async one.
+``CollectiveTracker.complete(token, work)`` the end of an async one; a
+functional collective, whose wait is ``wait_tensor``, calls
+``CollectiveTracker.at_wait(token)`` before it and ``end(token)`` after.
 """
 
 from __future__ import annotations
@@ -162,6 +164,11 @@ class DeviceWaits:
             return None
         event.record(self.cuda.current_stream())
         return event
+
+    def restart(self, start: Any) -> None:
+        """Record ``start`` again, now, on the current stream (the wait of an async call begins here)."""
+        if not self.cuda.is_current_stream_capturing():
+            start.record(self.cuda.current_stream())
 
     def stop(self, record: dict[str, Any], start: Any) -> bool:
         """Record the end on the current stream; the sender fills in ``record``'s device times. False when

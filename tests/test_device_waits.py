@@ -103,6 +103,21 @@ def test_an_async_collective_is_timed_where_the_current_stream_joins_it(cuda, at
     assert call["d"] == pytest.approx(0.001)
 
 
+def test_a_functional_collectives_wait_is_timed_from_its_wait_tensor(cuda, attached):
+    """The API a wrapper of functional collectives uses: begin at the call, at_wait before wait_tensor, end after."""
+    group = FakeNcclGroup(cuda, kernel_s=0.004)
+    tracker = attached.collectives
+    token = tracker.begin("all_reduce", 2048, "bfloat16", 4, True)
+    work = group.collective(Tensor(), async_op=True)
+    cuda.current_stream().launch(0.003)  # compute overlaps the collective
+    tracker.at_wait(token)
+    cuda.current_stream().wait_until(work.end)  # wait_tensor: the current stream joins
+    tracker.end(token)
+    cuda.run(1.0)
+    (call,) = tracker.drain()
+    assert call["d"] == pytest.approx(0.001)
+
+
 def test_an_async_work_dropped_without_wait_is_timed_launch_to_completion(cuda, attached):
     group = FakeNcclGroup(cuda, kernel_s=0.004)
     all_reduce = wrapped("all_reduce", group)
