@@ -6,9 +6,9 @@ a steps message every 1/4 s per rank carrying that quarter second's step records
 GPU gauges), and a hello every 2 s. Timestamps and durations are noisy floats, as
 real ones are (they are what limits compression).
 
-Measured, for 64 ranks, with and without a Recorder on the receiver's path:
+Measured, for 64 ranks, with and without a FlightRecorder on the receiver's path:
 
-- the receiver's time per frame (``Recorder.tap`` + ``Aggregator.ingest_frames``
+- the receiver's time per frame (``FlightRecorder.tap`` + ``Aggregator.ingest_frames``
   against ``ingest_frames`` alone);
 - the viewer's snapshot time while frames stream in and the writer thread
   compresses (the recording must not slow the refresh);
@@ -29,7 +29,7 @@ import time
 from pathlib import Path
 
 from ranktop.watch.aggregator import Aggregator
-from ranktop.watch.recording import Recorder, read
+from ranktop.watch.recording import FlightRecorder, read
 from ranktop.wire import schema
 
 RANKS = 64
@@ -73,7 +73,7 @@ def job_frames(seconds: float, steps_per_s: float, ranks: int = RANKS, seed: int
     return out
 
 
-def per_frame_us(frames, recorder: Recorder | None) -> float:
+def per_frame_us(frames, recorder: FlightRecorder | None) -> float:
     agg = Aggregator("bench")
     start = time.perf_counter()
     for _, f in frames:
@@ -83,7 +83,7 @@ def per_frame_us(frames, recorder: Recorder | None) -> float:
     return (time.perf_counter() - start) / len(frames) * 1e6
 
 
-def snapshot_ms_while_streaming(frames, recorder: Recorder | None, seconds: float = 6.0) -> float:
+def snapshot_ms_while_streaming(frames, recorder: FlightRecorder | None, seconds: float = 6.0) -> float:
     """Median snapshot time of a viewer while another thread receives (and records) the job's frames at its real rate."""
     agg = Aggregator("bench")
     warm = len(frames) // 4
@@ -117,7 +117,7 @@ def disk(seconds: float, steps_per_s: float, ranks: int, msg_hz: float) -> tuple
     """(compressed bytes per rank per day, writer CPU seconds per recorded second)."""
     frames = job_frames(seconds, steps_per_s, ranks, msg_hz=msg_hz)
     with tempfile.TemporaryDirectory() as d:
-        rec = Recorder(Path(d) / "x.rec", queue_frames=len(frames) + 1)
+        rec = FlightRecorder(Path(d) / "x.rec", queue_frames=len(frames) + 1)
         fake = iter(t for t, _ in frames)
         rec.clock = lambda: 1e9 + next(fake)
         for _, f in frames:
@@ -139,7 +139,7 @@ def replay_and_report_s(seconds: float = 60.0) -> tuple[float, float, float]:
 
     frames = job_frames(seconds, 4.0)
     with tempfile.TemporaryDirectory() as d:
-        rec = Recorder(Path(d) / "r.rec", queue_frames=len(frames) + 1)
+        rec = FlightRecorder(Path(d) / "r.rec", queue_frames=len(frames) + 1)
         fake = iter(t for t, _ in frames)
         rec.clock = lambda: 1e9 + next(fake)
         for _, f in frames:
@@ -166,23 +166,23 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as d:
         for i in range(3):
             for recording in (False, True):
-                rec = Recorder(Path(d) / f"a{i}.rec").start() if recording else None
+                rec = FlightRecorder(Path(d) / f"a{i}.rec").start() if recording else None
                 per_frame[recording].append(per_frame_us(frames, rec))
                 if rec is not None:
                     rec.close()
-                rec = Recorder(Path(d) / f"b{i}.rec").start() if recording else None
+                rec = FlightRecorder(Path(d) / f"b{i}.rec").start() if recording else None
                 snaps[recording].append(snapshot_ms_while_streaming(frames, rec))
                 if rec is not None:
                     rec.close()
                     dropped += rec.stats.dropped
     with tempfile.TemporaryDirectory() as d:
-        idle = Recorder(Path(d) / "t.rec", queue_frames=len(frames) + 1)  # no writer yet: the receiver's own cost
+        idle = FlightRecorder(Path(d) / "t.rec", queue_frames=len(frames) + 1)  # no writer yet: the receiver's own cost
         start = time.perf_counter()
         for _, f in frames:
             idle.tap(f, "e")
         tap_us = (time.perf_counter() - start) / len(frames) * 1e6
         idle.start().close()
-    print(f"Recorder.tap alone, on the receiver thread: {tap_us:.1f} µs per frame\n")
+    print(f"FlightRecorder.tap alone, on the receiver thread: {tap_us:.1f} µs per frame\n")
     print(f"{'viewer side (median of 3, interleaved; 64 ranks streaming at 4 Hz)':<40}")
     print(f"{'':<40}{'without':>12}{'with recorder':>16}")
     print(f"{'  receiver flat out: tap + ingest (µs/frame)':<40}{statistics.median(per_frame[False]):>12.1f}{statistics.median(per_frame[True]):>16.1f}")

@@ -20,7 +20,7 @@ from ranktop.wire import __version__
 #: The subcommands, in the order `ranktop --help` lists them; each one's parser sets its `run`.
 COMMANDS = (
     watch.COMMAND, attach.COMMAND, jobs.COMMAND, ping.COMMAND, stacks.COMMAND, *capture.COMMANDS, launch.COMMAND, demo.COMMAND,
-    record.COMMAND, replay.COMMAND, report.COMMAND, export.COMMAND,  # the flight recorder and monitoring (issue 14)
+    record.COMMAND, replay.COMMAND, report.COMMAND, export.COMMAND,  # the flight recorder and monitoring
 )
 
 

@@ -14,7 +14,7 @@ import time
 
 from ranktop.cli.errors import UserError
 from ranktop.cli.options import Command, positive_float, rate
-from ranktop.watch.recording import DEFAULT_KEEP, DEFAULT_MAX_BYTES, Recorder, RecordingError
+from ranktop.watch.recording import DEFAULT_KEEP, DEFAULT_MAX_BYTES, FlightRecorder, RecordingError
 from ranktop.watch.session import WatchSession, resolve
 
 HELP = "record a running job's telemetry to a file, headless (replay, report)"
@@ -55,16 +55,16 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.set_defaults(run=cmd_record)
 
 
-def make_recorder(path: str, args, job: str | None) -> Recorder:
+def make_recorder(path: str, args, job: str | None) -> FlightRecorder:
     if args.keep < 0:
         raise RecordError(f"--keep must be 0 or more, not {args.keep}")
     try:
-        return Recorder(path, job=job, max_bytes=int(args.max_size * 2**20), keep=args.keep)
+        return FlightRecorder(path, job=job, max_bytes=int(args.max_size * 2**20), keep=args.keep)
     except RecordingError as exc:
         raise RecordError(str(exc)) from None
 
 
-def status_line(recorder: Recorder, ranks: int, elapsed: float) -> str:
+def status_line(recorder: FlightRecorder, ranks: int, elapsed: float) -> str:
     s = recorder.stats
     rate = s.bytes / elapsed if elapsed > 0 else 0.0
     dropped = f", {s.dropped} dropped" if s.dropped else ""

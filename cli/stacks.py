@@ -47,7 +47,7 @@ def collect(session: WatchSession, timeout: float):
     only a handful send text, so the answers come fast and fit in memory. Ranks
     whose probe predates fingerprints answer the first round in full.
     """
-    answers = session.request("stacks", {"digest": True}, timeout=timeout)
+    answers = session.request("stacks", {"fingerprint": True}, timeout=timeout)
     replies = [(r.rank, r.ok, r.result) for r in answers.replies]
     wanted = representatives(replies)
     full, waited = [], answers.waited_s

@@ -364,8 +364,8 @@ class _Node:
         now = time.time()
         view = _Rank(self._sim, self, rank)
         try:
-            if msg["cmd"] == "stacks" and isinstance(msg["args"].get("digest", False), bool):
-                ok, result = True, stacks_answer(self._sim.stacks(rank), view.state(), msg["args"].get("digest", False))
+            if msg["cmd"] == "stacks" and isinstance(msg["args"].get("fingerprint", False), bool):
+                ok, result = True, stacks_answer(self._sim.stacks(rank), view.state(), msg["args"].get("fingerprint", False))
             else:
                 ok, result = commands.run(view, msg["cmd"], msg["args"])
         except Exception as exc:  # as the probe does: a broken handler answers with its error

@@ -56,7 +56,7 @@ def count_flops(fn, *args, **kwargs) -> int:
     return total
 
 
-def watch(model=None, optimizer=None):
+def automatic(model=None, optimizer=None):
     """Automatic mode, opted into: steps and phases found from torch's own hooks (see docs/auto-mode.md).
 
     Starts the probe if needed (``init()``); the step ends at the optimizer step,
@@ -78,4 +78,4 @@ def get():
     return active if isinstance(active, runtime.Probe) else None
 
 
-__all__ = ["init", "shutdown", "step", "phase", "watch", "get", "set_work", "count_flops", "STANDARD_PHASES", "__version__"]
+__all__ = ["init", "shutdown", "step", "phase", "automatic", "get", "set_work", "count_flops", "STANDARD_PHASES", "__version__"]

@@ -39,7 +39,7 @@ it and only adds the phases. Explicit ``probe.phase()`` blocks nest in and
 around automatic phases as usual (a nested phase's time leaves its parent's).
 
 This module imports torch only when hooks are installed, which happens after
-the script has imported it (``ranktop launch``) or from ``probe.watch()``.
+the script has imported it (``ranktop launch``) or from ``probe.automatic()``.
 """
 
 from __future__ import annotations
@@ -185,7 +185,7 @@ def _false(*args, **kwargs) -> bool:
 class TorchHooks:
     """Installs the hooks that feed an :class:`AutoTimer`, and removes them.
 
-    ``model``/``optimizer`` (from ``probe.watch(model, optimizer)``) narrow the
+    ``model``/``optimizer`` (from ``probe.automatic(model, optimizer)``) narrow the
     hooks to those objects: then no global module hook is ever installed.
     """
 

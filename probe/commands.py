@@ -50,15 +50,15 @@ def set_rate(target: CommandTarget, args: dict[str, Any]) -> tuple[bool, dict[st
 def stacks(target: CommandTarget, args: dict[str, Any]) -> tuple[bool, dict[str, Any]]:
     """Every thread's Python stack, read from this (the sender's) thread: answers while training is blocked.
 
-    With ``digest`` only the main thread's fingerprint (probe/stacks.py), so that a big job's
+    With ``fingerprint`` only the main thread's fingerprint (probe/stacks.py), so that a big job's
     thousands of ranks send a few bytes each and one rank per distinct stack the text."""
     depth = args.get("max_frames", _stacks.MAX_FRAMES)
     if isinstance(depth, bool) or not isinstance(depth, int) or not 1 <= depth <= _stacks.MAX_FRAMES:
         return False, {"error": f"max_frames must be a whole number from 1 to {_stacks.MAX_FRAMES}"}
-    digest_only = args.get("digest", False)
-    if not isinstance(digest_only, bool):
-        return False, {"error": f"digest must be true or false, got {digest_only!r}"}
-    return True, _stacks.answer(_stacks.collect(max_frames=depth), target.state(), digest_only)
+    fingerprint_only = args.get("fingerprint", False)
+    if not isinstance(fingerprint_only, bool):
+        return False, {"error": f"fingerprint must be true or false, got {fingerprint_only!r}"}
+    return True, _stacks.answer(_stacks.collect(max_frames=depth), target.state(), fingerprint_only)
 
 
 def capture(target: CommandTarget, args: dict[str, Any]) -> tuple[bool, dict[str, Any]]:

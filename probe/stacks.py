@@ -119,7 +119,7 @@ def collect(max_frames: int = MAX_FRAMES, max_threads: int = MAX_THREADS) -> dic
     return {"threads": threads, "omitted_threads": max(0, len(idents) - max_threads), "roots": library_roots()}
 
 
-def digest(collected: dict[str, Any]) -> str:
+def fingerprint(collected: dict[str, Any]) -> str:
     """A short fingerprint of the main thread's stack: what a viewer groups ranks by.
 
     At thousands of ranks a viewer first asks every rank for this alone, then one
@@ -132,8 +132,8 @@ def digest(collected: dict[str, Any]) -> str:
     return hashlib.sha1(text.encode("utf-8", "replace")).hexdigest()[:16]
 
 
-def answer(collected: dict[str, Any], state: dict[str, Any], digest_only: bool = False) -> dict[str, Any]:
-    """The reply to a ``stacks`` command: the stacks, or only their digest, with where the rank is."""
-    if digest_only:
-        return {"digest": digest(collected), "state": state}
-    return dict(collected, digest=digest(collected), state=state)
+def answer(collected: dict[str, Any], state: dict[str, Any], fingerprint_only: bool = False) -> dict[str, Any]:
+    """The reply to a ``stacks`` command: the stacks, or only their fingerprint, with where the rank is."""
+    if fingerprint_only:
+        return {"fingerprint": fingerprint(collected), "state": state}
+    return dict(collected, fingerprint=fingerprint(collected), state=state)

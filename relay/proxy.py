@@ -23,7 +23,6 @@ the probe never fails the job over a port.
 
 from __future__ import annotations
 
-import os
 import sys
 import threading
 import time

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from support import JOBS, start_job, wait_for
+from support import JOBS, RANKTOP, start_job, wait_for
 
 
 #: The demo's training script, as torchrun runs it.
@@ -94,6 +94,28 @@ def torchrun(rdv, tmp_path):
                 proc.wait(20)
             except subprocess.TimeoutExpired:
                 os.killpg(proc.pid, signal.SIGKILL)
+
+
+@pytest.fixture
+def launched(rdv, tmp_path):
+    """launched(job, *command, ranks=2): ``ranktop launch --job JOB -- COMMAND``, returned once every rank reports."""
+    procs = []
+
+    def launch(job, *command, ranks=2):
+        env = dict(os.environ, OMP_NUM_THREADS="1")
+        proc = start_job([RANKTOP, "launch", "--job", job, "--", *command], job, ranks, tmp_path, env)
+        procs.append(proc)
+        return proc
+
+    yield launch
+    for proc in procs:
+        if proc.poll() is None:
+            proc.terminate()  # ranktop launch passes it on to torchrun, which stops its ranks
+            try:
+                proc.wait(30)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
 
 
 @pytest.fixture(scope="session")

@@ -305,16 +305,16 @@ def test_hooks_narrowed_to_one_model_and_one_optimizer_ignore_the_others():
         h.remove()
 
 
-def test_probe_watch_starts_the_probe_in_automatic_mode_and_shutdown_removes_the_hooks(rdv):
+def test_probe_automatic_starts_the_probe_in_automatic_mode_and_shutdown_removes_the_hooks(rdv):
     from ranktop import probe
     from ranktop.probe import runtime
 
     model = torch.nn.Linear(8, 1)
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
     before = torch.autograd.backward
-    p = probe.watch(model, opt)
+    p = probe.automatic(model, opt)
     try:
-        assert p is probe.get() and p.auto is not None and probe.watch() is p  # idempotent
+        assert p is probe.get() and p.auto is not None and probe.automatic() is p  # idempotent
         _loop(model, opt, _data(4))
         assert p.recorder.produced == 4
     finally:

@@ -17,7 +17,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from support import RANKTOP, run_cli, wait_for
 
-from ranktop.watch.recording import Recorder, read
+from ranktop.watch.recording import FlightRecorder, read
 from ranktop.watch.replay import snapshot_at
 from ranktop.watch.session import WatchSession, resolve
 
@@ -29,7 +29,7 @@ FIGURES = ("rank", "host", "local_rank", "step", "steps_seen", "step_s", "phases
 
 def test_a_recording_of_a_live_2_rank_job_replays_to_the_same_snapshot(torchrun, tmp_path):
     torchrun("rec-2", 2, "--slow-rank", "1", "--slow-ms", "30")
-    recorder = Recorder(tmp_path / "live.rec", job="rec-2")
+    recorder = FlightRecorder(tmp_path / "live.rec", job="rec-2")
     session = WatchSession(resolve(["rec-2"]), recorder=recorder).start()
     try:
         wait_for(lambda: (s := session.snapshot()).ranks and all(r.step_s for r in s.ranks), 30, "no step times")

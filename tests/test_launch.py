@@ -9,13 +9,12 @@ automatic mode instruments it) with one rank slowed in one phase.
 import importlib.util
 import json
 import os
-import signal
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-from support import JOBS, RANKTOP, run_cli, start_job
+from support import JOBS, RANKTOP, run_cli
 
 from ranktop.transport import rendezvous
 
@@ -64,27 +63,6 @@ def test_a_single_process_script_is_timed_from_its_first_model_call(rdv, tmp_pat
     out = run_cli("launch", "--job", "j3", "--", sys.executable, str(script), cwd=tmp_path, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip().split(maxsplit=2) == ["single", "4", "['backward', 'forward', 'optimizer']"]
-
-
-@pytest.fixture
-def launched(rdv, tmp_path):
-    procs = []
-
-    def launch(job, *command, ranks=2):
-        env = dict(os.environ, OMP_NUM_THREADS="1")
-        proc = start_job([RANKTOP, "launch", "--job", job, "--", *command], job, ranks, tmp_path, env)
-        procs.append(proc)
-        return proc
-
-    yield launch
-    for proc in procs:
-        if proc.poll() is None:
-            proc.terminate()  # ranktop launch passes it on to torchrun, which stops its ranks
-            try:
-                proc.wait(30)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
 
 
 def _cmdline(pid: int) -> str:

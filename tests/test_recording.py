@@ -12,7 +12,7 @@ import pytest
 
 from ranktop.watch import recording
 from ranktop.watch.history import History
-from ranktop.watch.recording import Recorder, RecordingError, read, segments_of
+from ranktop.watch.recording import FlightRecorder, RecordingError, read, segments_of
 from ranktop.watch.replay import Replay, parse_offset, snapshot_at
 from ranktop.watch.report import build, text_lines
 from ranktop.wire import schema
@@ -32,8 +32,8 @@ def steps(rank: int, first: int, count: int, slow_ms: float = 0.0) -> list[bytes
     return schema.encode(schema.STEPS, {"job": "j", "rank": rank, "ts": time.time(), "steps": recs})
 
 
-def write(path, messages, **kwargs) -> Recorder:
-    rec = Recorder(path, job="j", **kwargs).start()
+def write(path, messages, **kwargs) -> FlightRecorder:
+    rec = FlightRecorder(path, job="j", **kwargs).start()
     rec.endpoint("tcp://h:1", "h")
     for frames in messages:
         rec.tap(frames, "tcp://h:1")
@@ -55,7 +55,7 @@ def test_frames_come_back_byte_for_byte_in_arrival_order(tmp_path):
 def test_a_crash_mid_chunk_leaves_every_closed_chunk_readable(tmp_path):
     path = tmp_path / "crash.rec"
     first = hello(0)
-    rec = Recorder(path, chunk_seconds=0.05).start()
+    rec = FlightRecorder(path, chunk_seconds=0.05).start()
     rec.tap(first, "e")
     time.sleep(0.5)  # the first chunk is closed and on disk
     rec.tap(steps(0, 0, 3), "e")
@@ -68,7 +68,7 @@ def test_a_crash_mid_chunk_leaves_every_closed_chunk_readable(tmp_path):
 
 
 def test_a_full_queue_drops_and_counts_instead_of_blocking_the_receiver(tmp_path):
-    rec = Recorder(tmp_path / "q.rec", queue_frames=3)  # writer not started: nothing drains the queue
+    rec = FlightRecorder(tmp_path / "q.rec", queue_frames=3)  # writer not started: nothing drains the queue
     t0 = time.perf_counter()
     for _ in range(10):
         rec.tap(hello(0), "e")
@@ -80,7 +80,7 @@ def test_a_full_queue_drops_and_counts_instead_of_blocking_the_receiver(tmp_path
 
 def test_rotation_caps_the_size_and_keeps_the_newest_segments(tmp_path):
     path = tmp_path / "r.rec"
-    rec = Recorder(path, max_bytes=2000, keep=2, chunk_seconds=0.0).start()
+    rec = FlightRecorder(path, max_bytes=2000, keep=2, chunk_seconds=0.0).start()
     for i in range(60):
         rec.tap(steps(i % 3, i * 5, 5), "tcp://h:1")
         time.sleep(0.005)
@@ -122,7 +122,7 @@ def test_times_in_a_recording():
 
 def recorded_job(tmp_path, seconds: int = 40, slow_from: int = 10, slow_to: int = 30):
     """A 3-rank job of ``seconds`` seconds at 10 steps/s, rank 1 slow in forward in [slow_from, slow_to), written by the
-    real Recorder; the arrival times are then stretched onto a virtual timeline (no test sleeps for 40 s)."""
+    real FlightRecorder; the arrival times are then stretched onto a virtual timeline (no test sleeps for 40 s)."""
     path = tmp_path / "job.rec"
     msgs = [(0.0, hello(r)) for r in range(3)]
     for second in range(seconds):
@@ -131,7 +131,7 @@ def recorded_job(tmp_path, seconds: int = 40, slow_from: int = 10, slow_to: int 
             msgs.append((second + 0.5, steps(r, second * 10, 10, slow)))
             if second % 2 == 0:
                 msgs.append((second + 0.6, hello(r)))
-    rec = Recorder(path, job="j")
+    rec = FlightRecorder(path, job="j")
     clock = iter([1_000_000.0 + t for t, _ in msgs])
     rec.clock = lambda: next(clock)
     rec.start()

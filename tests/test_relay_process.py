@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 
 import pytest
-from support import JOBS, RANKTOP, run_cli, start_job, wait_for
+from support import JOBS, run_cli, wait_for
 
 from ranktop.transport.identity import detect
 from ranktop.relay.claim import Claim, process_start
@@ -216,22 +216,6 @@ def test_a_frozen_local_rank_0_leaves_ranks_1_to_3_visible_waiting_for_it(torchr
         finally:
             os.kill(rank0.pid, signal.SIGCONT)
     print(f"ranks 1-3 shown waiting for the frozen rank 0 after {shown_s:.1f} s")
-
-
-@pytest.fixture
-def launched(rdv, tmp_path):
-    procs = []
-
-    def launch(job, *command, ranks=2):
-        env = dict(os.environ, OMP_NUM_THREADS="1")
-        proc = start_job([RANKTOP, "launch", "--job", job, "--", *command], job, ranks, tmp_path, env)
-        procs.append(proc)
-        return proc
-
-    yield launch
-    for proc in procs:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
 
 
 @pytest.mark.slow

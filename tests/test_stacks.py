@@ -197,7 +197,7 @@ def test_every_rank_s_answer_to_our_own_command_is_kept_however_many_ranks():
 
 
 def test_thousands_of_ranks_send_a_fingerprint_and_one_rank_per_group_its_stacks():
-    """At scale ``stacks`` goes in two rounds: every rank's digest, then the full stacks of one rank per digest."""
+    """At scale ``stacks`` goes in two rounds: every rank's fingerprint, then the full stacks of one rank per fingerprint."""
     from ranktop.probe import stacks as probe_stacks
     from ranktop.watch.stacks import representatives
 
@@ -206,11 +206,11 @@ def test_thousands_of_ranks_send_a_fingerprint_and_one_rank_per_group_its_stacks
         del stacks["state"]
         return stacks
 
-    def answer(frames, phase, digest_only):
-        return probe_stacks.answer(collected(frames), {"step": 30, "last": 29, "in_step": True, "phase": phase}, digest_only)
+    def answer(frames, phase, fingerprint_only):
+        return probe_stacks.answer(collected(frames), {"step": 30, "last": 29, "in_step": True, "phase": phase}, fingerprint_only)
 
     waiting, culprit = answer(ddp_rank(), "backward", True), answer(hung_rank(), "data", True)
-    assert set(waiting) == {"digest", "state"} and waiting["digest"] != culprit["digest"]
+    assert set(waiting) == {"fingerprint", "state"} and waiting["fingerprint"] != culprit["fingerprint"]
     replies = [(r, True, culprit if r == 3071 else waiting) for r in range(4096)]
     assert representatives(replies) == [0, 3071]
     full = [(0, True, answer(ddp_rank(), "backward", False)), (3071, True, answer(hung_rank(), "data", False))]

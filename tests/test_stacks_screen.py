@@ -45,7 +45,7 @@ class RepliesSource:
                 continue
             full = reply(hung_rank() if r == 2 else ddp_rank(), "forward" if r == 2 else "backward")
             state = full.pop("state")
-            out.append(Reply(command_id, "stacks", r, True, probe_stacks.answer(full, state, bool((args or {}).get("digest"))), 0.01))
+            out.append(Reply(command_id, "stacks", r, True, probe_stacks.answer(full, state, bool((args or {}).get("fingerprint"))), 0.01))
         return out
 
 
@@ -84,7 +84,7 @@ def test_the_stacks_key_groups_the_ranks_and_opens_a_rank_s_full_stacks():
         await pilot.press("t")
         await pilot.pause(0.3)
         # fingerprints from every rank, then the stacks of one rank per distinct fingerprint
-        assert controller.sent == [("stacks", {"digest": True}, None), ("stacks", None, [0, 2])]
+        assert controller.sent == [("stacks", {"fingerprint": True}, None), ("stacks", None, [0, 2])]
         screen = app.screen
         assert isinstance(screen, StacksScreen)
         shown = stacks_text(screen)

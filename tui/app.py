@@ -2,7 +2,7 @@
 
 The App never sees telemetry. ``source.snapshot()`` is called at
 ``refresh_hz`` on a thread of its own (watch/refresher.py), and each result
-is posted here and pushed into the widgets: a burst of messages from the job,
+is posted here as a SnapshotReady message (tui/messages.py) and pushed into the widgets: a burst of messages from the job,
 or a snapshot of thousands of ranks, costs the keys and the drawing nothing.
 Keys and screens (a capture's plan, its progress, a command's answers) read
 the snapshot on screen, never build one; only the first draw at mount and a
@@ -11,6 +11,8 @@ replay's seek take one here.
 
 from __future__ import annotations
 
+import threading
+import time
 from typing import Protocol
 
 from rich.text import Text
@@ -20,6 +22,7 @@ from textual.reactive import reactive
 from textual.widgets import DataTable, Footer
 
 from ranktop.tui import bindings
+from ranktop.tui.messages import SnapshotReady
 from ranktop.tui.panes import (
     SORTS,
     Breakdown,
@@ -47,6 +50,8 @@ from ranktop.watch.snapshot import EMPTY, Snapshot
 from ranktop.wire import capture as wire_capture
 
 READ_ONLY = "read-only: no job secret, commands disabled"
+#: The refresher waits at most this long for a snapshot to be drawn before it builds the next (a busy loop).
+DRAW_WAIT_S = 5.0
 #: Views of the ranks, in the order the view key cycles through them.
 VIEWS = ("auto", "bars", "overview")
 
@@ -151,6 +156,7 @@ class RanktopApp(App[None]):
         self._collectives.border_title = "Collectives · wait per call, launch to completion"
         self._overview.display = False
         self.poll()
+        self._drawn = threading.Event()
         self._refresher = Refresher(lambda: self.source.snapshot(), self.refresh_hz, self._from_refresher)
         self._refresher.start()
 
@@ -158,8 +164,21 @@ class RanktopApp(App[None]):
         self._refresher.stop()
 
     def _from_refresher(self, snapshot: Snapshot | None, error: BaseException | None) -> None:
-        """On the refresher's thread: hand a snapshot (or why there is none) to the event loop, and wait for it."""
-        self.call_from_thread(self._show, snapshot, error)
+        """On the refresher's thread: post the snapshot (or why there is none), and wait until it is drawn, so
+        the next is built only then (a slow screen slows the refresh instead of wasting snapshots)."""
+        self._drawn.clear()
+        if not self.post_message(SnapshotReady(snapshot, error)):
+            raise RuntimeError("the app is closing")  # ends the refresher
+        deadline = time.monotonic() + DRAW_WAIT_S
+        while not self._drawn.wait(0.1):
+            if self._refresher.stopping or time.monotonic() > deadline:
+                return
+
+    def on_snapshot_ready(self, message: SnapshotReady) -> None:
+        try:
+            self._show(message.snapshot, message.error)
+        finally:
+            self._drawn.set()
 
     def on_resize(self, event) -> None:
         # The screen sets its breakpoint classes (-short, -tall) on the same resize: draw again once
@@ -330,7 +349,7 @@ class RanktopApp(App[None]):
         if isinstance(self.screen, StacksScreen):
             return
         before = self._last_command
-        self.send_command("stacks", {"digest": True})  # fingerprints first: a few bytes from each of 4,096 ranks
+        self.send_command("stacks", {"fingerprint": True})  # fingerprints first: a few bytes from each of 4,096 ranks
         sent = self._last_command
         if sent is not None and sent is not before:
             expected = tuple(range(self.snapshot.world_size)) if self.snapshot.world_size else sent.ranks

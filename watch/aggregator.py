@@ -333,7 +333,7 @@ class Aggregator:
         worlds = [w.meta.get("world") for w in windows if isinstance(w.meta.get("world"), int)]
         # The job as far as we have heard: a viewer behind on its messages must not see a stall in its own lag.
         if stalls.none_stuck(windows, now - behind, silent, self._stall):
-            verdict = stalls.Verdict({}, [], None)
+            verdict = stalls.StallReport({}, [], None)
         else:
             # ranks never heard count once it is sure: a while after it started, and every node it knows is settled
             sure = worlds and now - self._started > self._silent_after + behind and settled

@@ -85,8 +85,8 @@ OP_WINDOW = 32
 
 
 def add_collectives(w: RankWindow, msg: dict[str, Any], now: float, window: int) -> None:
-    """A steps message's collectives: a 1.4 probe's summaries and sample, or an older probe's every call
-    (summarised here the same way, wire/collective_summary.py). Call before adding the message's steps."""
+    """A steps message's collectives: the probe's summaries and sample, or raw calls (summarised here the
+    same way, wire/collective_summary.py). Call before adding the message's steps."""
     if "cs" in msg:
         summaries, sample = msg["cs"], msg.get("cx", ())
     elif msg.get("coll"):

@@ -8,7 +8,7 @@ Why this shape:
 * The file is a header and a run of independent *chunks*, each compressed on its
   own (lzma) with its length and CRC in front. A viewer killed mid-write leaves
   every closed chunk readable; the reader stops at the first torn one.
-* The receiver thread never waits on the disk: :meth:`Recorder.tap` puts the frames
+* The receiver thread never waits on the disk: :meth:`FlightRecorder.tap` puts the frames
   in a bounded queue and returns; a writer thread batches, compresses and writes.
   When the queue is full the frame is dropped and counted, never blocked on.
 * Size is capped by rotation: past ``max_bytes`` the file becomes ``FILE.1``
@@ -75,7 +75,7 @@ class Entry:
 
 
 @dataclass
-class RecorderStats:
+class FlightRecorderStats:
     frames: int = 0  # frames written
     dropped: int = 0  # frames the full queue refused
     chunks: int = 0
@@ -91,7 +91,7 @@ def _now_fn() -> "callable":
     return lambda: wall0 + (time.monotonic() - mono0)
 
 
-class Recorder:
+class FlightRecorder:
     """Writes what the receiver hears to ``path``, from its own thread."""
 
     def __init__(
@@ -109,7 +109,7 @@ class Recorder:
         self.max_bytes = max_bytes
         self.keep = keep
         self.chunk_seconds = chunk_seconds
-        self.stats = RecorderStats()
+        self.stats = FlightRecorderStats()
         self.clock = _now_fn()
         # A deque, not a queue.Queue: append and popleft are single C calls, so neither the receiver nor the
         # writer holds the GIL for long (the viewer's refresh shares it). Bounded by the length check in tap().
@@ -145,7 +145,7 @@ class Recorder:
 
     # -- lifecycle ------------------------------------------------------------------
 
-    def start(self) -> "Recorder":
+    def start(self) -> "FlightRecorder":
         self._thread.start()
         return self
 

@@ -38,6 +38,11 @@ class Refresher(threading.Thread):
         self._stop_event = threading.Event()
         self.took_s: float | None = None  # how long the last snapshot took to build
 
+    @property
+    def stopping(self) -> bool:
+        """Asked to stop: a ``deliver`` that waits (for its snapshot to be drawn) gives up."""
+        return self._stop_event.is_set()
+
     def stop(self, timeout: float = 2.0) -> None:
         self._stop_event.set()
         if self.is_alive() and threading.current_thread() is not self:

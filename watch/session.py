@@ -23,7 +23,7 @@ from ranktop.watch.errors import RanktopError
 from ranktop.watch.history import History
 from ranktop.watch.keys import ClientKeys
 from ranktop.watch.receiver import Receiver, parse_endpoint
-from ranktop.watch.recording import Recorder
+from ranktop.watch.recording import FlightRecorder
 from ranktop.watch.requests import RequestError, Requests
 from ranktop.watch.snapshot import Reply, Snapshot
 from ranktop.watch.stalls import DEFAULT_STALL_FACTOR, DEFAULT_STALL_FLOOR_S
@@ -210,7 +210,7 @@ class WatchSession:
         stall_factor: float = DEFAULT_STALL_FACTOR,
         stall_floor_s: float = DEFAULT_STALL_FLOOR_S,
         rate_hz: float | None = None,
-        recorder: Recorder | None = None,
+        recorder: FlightRecorder | None = None,
     ):
         self.target = target
         self.recorder = recorder  # the flight recorder (watch/recording.py): hears every frame the receiver gets

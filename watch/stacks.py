@@ -63,7 +63,7 @@ class RankStacks:
     phase: str | None = None
     step: int | None = None
     collective: dict | None = None
-    digest: str | None = None  # the main thread's fingerprint, as the rank computed it (probe/stacks.py)
+    fingerprint: str | None = None  # the main thread's fingerprint, as the rank computed it (probe/stacks.py)
 
     @property
     def main(self) -> ThreadStack | None:
@@ -194,8 +194,8 @@ def parse_reply(rank: int, result: dict) -> RankStacks:
             if isinstance(kind, str) and isinstance(paths, list):
                 roots[kind] = [p for p in paths if isinstance(p, str)]
     phase, step, collective = _position(result)
-    digest = result.get("digest") if isinstance(result.get("digest"), str) else None
-    return RankStacks(rank, tuple(threads), _int(result.get("omitted_threads")), roots, phase, step, collective, digest)
+    fingerprint = result.get("fingerprint") if isinstance(result.get("fingerprint"), str) else None
+    return RankStacks(rank, tuple(threads), _int(result.get("omitted_threads")), roots, phase, step, collective, fingerprint)
 
 
 def _position(result: dict) -> tuple[str | None, int | None, dict | None]:
@@ -209,18 +209,18 @@ def _position(result: dict) -> tuple[str | None, int | None, dict | None]:
     return phase, step, collective
 
 
-def is_digest_only(result: Any) -> bool:
-    """An answer to ``stacks`` with ``digest``: the fingerprint, no stacks."""
-    return isinstance(result, dict) and isinstance(result.get("digest"), str) and "threads" not in result
+def is_fingerprint_only(result: Any) -> bool:
+    """An answer to ``stacks`` with ``fingerprint``: the fingerprint, no stacks."""
+    return isinstance(result, dict) and isinstance(result.get("fingerprint"), str) and "threads" not in result
 
 
 def representatives(replies: Iterable[tuple[int, bool, dict]], limit: int = 64) -> list[int]:
-    """One rank per distinct digest among digest-only answers (the lowest), at most ``limit``: whom to ask
+    """One rank per distinct fingerprint among fingerprint-only answers (the lowest), at most ``limit``: whom to ask
     for the full stacks. The biggest groups first, so a job of many distinct stacks shows the main ones."""
     members: dict[str, list[int]] = {}
     for rank, ok, result in replies:
-        if ok and is_digest_only(result):
-            members.setdefault(result["digest"], []).append(rank)
+        if ok and is_fingerprint_only(result):
+            members.setdefault(result["fingerprint"], []).append(rank)
     ordered = sorted(members.values(), key=lambda ranks: (-len(ranks), min(ranks)))
     return sorted(min(ranks) for ranks in ordered[:limit])
 
@@ -269,8 +269,8 @@ def group(stacks: Iterable[RankStacks]) -> list[StackGroup]:
         main = s.main
         if main:
             key = tuple((f.file, f.line, f.function) for f in main.frames)
-        elif not s.threads and s.digest:  # its group's stacks never came
-            key = ("<digest>", s.digest)
+        elif not s.threads and s.fingerprint:  # its group's stacks never came
+            key = ("<fingerprint>", s.fingerprint)
         else:
             key = ("<no main thread>",)
         by_key.setdefault(key, []).append(s)
@@ -281,8 +281,8 @@ def group(stacks: Iterable[RankStacks]) -> list[StackGroup]:
         frames = main.frames if main else ()
         if main:
             text = label(frames, members[0].roots)
-        elif not members[0].threads and members[0].digest:
-            text = f"stacks not fetched (fingerprint {members[0].digest})"
+        elif not members[0].threads and members[0].fingerprint:
+            text = f"stacks not fetched (fingerprint {members[0].fingerprint})"
         else:
             text = "no main thread reported"
         groups.append(StackGroup(tuple(m.rank for m in members), text, _where(members), frames))
@@ -295,26 +295,26 @@ def build_report(
 ) -> StackReport:
     """From ``(rank, ok, result)`` answers to one ``stacks`` command; a rank's first answer counts.
 
-    Answers that carry only a digest take the stacks of the rank in ``full`` (the answers to a second,
-    full ``stacks`` sent to :func:`representatives`) with the same digest, and keep their own place
+    Answers that carry only a fingerprint take the stacks of the rank in ``full`` (the answers to a second,
+    full ``stacks`` sent to :func:`representatives`) with the same fingerprint, and keep their own place
     (phase, step, collective): thousands of ranks then share a few parsed stacks.
     """
-    by_digest: dict[str, RankStacks] = {}
+    by_fingerprint: dict[str, RankStacks] = {}
     for rank, ok, result in full:
-        if ok and isinstance(result, dict) and not is_digest_only(result):
+        if ok and isinstance(result, dict) and not is_fingerprint_only(result):
             parsed = parse_reply(rank, result)
-            if parsed.digest is not None:
-                by_digest.setdefault(parsed.digest, parsed)
+            if parsed.fingerprint is not None:
+                by_fingerprint.setdefault(parsed.fingerprint, parsed)
     ranks: dict[int, RankStacks] = {}
     failed: dict[int, str] = {}
     for rank, ok, result in replies:
         if rank in ranks or rank in failed:
             continue
-        if ok and is_digest_only(result):
+        if ok and is_fingerprint_only(result):
             phase, step, collective = _position(result)
-            shared = by_digest.get(result["digest"])
+            shared = by_fingerprint.get(result["fingerprint"])
             if shared is None:
-                ranks[rank] = RankStacks(rank, (), 0, {}, phase, step, collective, result["digest"])
+                ranks[rank] = RankStacks(rank, (), 0, {}, phase, step, collective, result["fingerprint"])
             else:
                 ranks[rank] = replace(shared, rank=rank, phase=phase, step=step, collective=collective)
         elif ok and isinstance(result, dict):

@@ -70,7 +70,7 @@ class Position:
 
 
 @dataclass(frozen=True)
-class Verdict:
+class StallReport:
     stalled: dict[int, Position]  # rank -> where it is stuck
     waiting_for: list[int]  # the ranks the stalled ones wait for (empty if none stands out)
     diagnosis: str | None  # one line for the user; None when nothing is stalled
@@ -119,7 +119,7 @@ def window_median(steps: Iterable[tuple]) -> float | None:
 # -- the verdict ------------------------------------------------------------------------
 
 
-def assess(positions: Iterable[Position], policy: StallPolicy = StallPolicy(), world: int | None = None) -> Verdict:
+def assess(positions: Iterable[Position], policy: StallPolicy = StallPolicy(), world: int | None = None) -> StallReport:
     """``world``: the job's size, when ranks never heard from may be named (None: they may not)."""
     positions = sorted(positions, key=lambda p: p.rank)
     medians = [p.median_step_s for p in positions if p.median_step_s is not None]
@@ -134,7 +134,7 @@ def assess(positions: Iterable[Position], policy: StallPolicy = StallPolicy(), w
         if p.stuck_s > policy.limit(median):
             stalled[p.rank] = p
     if not stalled:
-        return Verdict({}, [], None)
+        return StallReport({}, [], None)
     culprits, how = _culprits(positions, stalled)
     everyone = len(stalled) == sum(1 for p in positions if not p.silent)
     if not culprits and world is not None:
@@ -146,8 +146,8 @@ def assess(positions: Iterable[Position], policy: StallPolicy = StallPolicy(), w
                 f"{ranks_text(stalled)} stalled {where_text(group)} for {fmt.ago(max(p.stuck_s for p in group))}, "
                 f"waiting for {ranks_text(unheard)}: never heard from (silent since this viewer started)"
             )
-            return Verdict(stalled, unheard, text)
-    return Verdict(stalled, [p.rank for p in culprits], _diagnosis(stalled, culprits, how, everyone))
+            return StallReport(stalled, unheard, text)
+    return StallReport(stalled, [p.rank for p in culprits], _diagnosis(stalled, culprits, how, everyone))
 
 
 def _culprits(positions: list[Position], stalled: dict[int, Position]) -> tuple[list[Position], str]:

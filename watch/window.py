@@ -22,8 +22,8 @@ CALL_WINDOW = 16
 WAITS_KEPT = 16
 
 
-#: The phases of a digest's interval: its own times live in the StepWindow's columns only (4,096 ranks x 64
-#: intervals of decoded dicts, keys and all, were 180 MB of a viewer's memory).
+#: The phases of a digest's interval: its own times live in the StepWindow's columns only (a decoded dict per
+#: interval, keys and all, is some 180 MB at 4,096 ranks x 64 intervals).
 _OWN_IN_COLUMNS: Mapping[str, float] = MappingProxyType({})
 
 

@@ -1,4 +1,4 @@
-"""What a rank and a TUI agree on about captures: kinds, states, limits, where files go.
+"""What a rank and a TUI agree on about captures: kinds, states, limits.
 
 A capture is a torch.profiler trace (``trace``) or a CUDA allocator history
 (``memory``) of a few consecutive steps, taken by every rank from the same step
@@ -6,19 +6,15 @@ number on. The requester (``ranktop capture``, ``ranktop memsnap``, or a key in
 the TUI) picks the start step and an id and sends the signed ``capture``
 command; each rank checks the arguments (``probe/commands.py``), writes its own
 file under the job's capture folder, and reports its progress in the ``cap``
-field of its state (``wire/schema.py``). Paths never come from the network: the
-folder is fixed by the job's side (:func:`capture_root`) and the id is made
+field of its state (``wire/messages.py``: Capture). Paths never come from the network: the
+folder is fixed by the job's side (transport/captures.py) and the id is made
 safe as one path component by the rank.
 """
 
 from __future__ import annotations
 
-import os
 import secrets
 import time
-from pathlib import Path
-
-from . import settings
 
 TRACE = "trace"  # torch.profiler: a Chrome/Perfetto JSON per rank, for Perfetto, TensorBoard and HTA
 MEMORY = "memory"  # torch.cuda.memory: an allocator snapshot pickle per rank, for pytorch.org/memory_viz

@@ -18,8 +18,9 @@ longest single wait. A small sample of raw call records (``cx``, at most
 alpha-beta fit and the latency percentiles. The viewer keeps a window of them
 per rank, so a fit sees many sizes over a few seconds.
 
-The viewer uses the same :func:`summarise` on the raw ``coll`` records of older
-probes (1.1 to 1.3), so both kinds of peer feed one code path.
+A message may carry raw ``coll`` records instead (a probe that does not summarise, the
+tests' hand-made jobs): the viewer folds them with the same :func:`summarise`, so both
+feed one code path.
 """
 
 from __future__ import annotations

@@ -17,7 +17,7 @@ HELLO = "hello"  # a rank's metadata; re-sent periodically so late TUIs learn it
 STEPS = "steps"  # a batch of completed step records
 HEARTBEAT = "heartbeat"  # sent when a rank has nothing else to say: it is alive
 REPLY = "reply"  # a rank's answer to a control command
-NODE = "node"  # since 1.5: a relay's digest of its node's ranks (wire/node_digest.py), for the biggest jobs
+NODE = "node"  # a relay's digest of its node's ranks (wire/node_digest.py), for the biggest jobs
 # Control flows TUI -> relay -> ranks, always signed (see ranktop.wire.auth).
 COMMAND = "command"
 
