@@ -1,4 +1,4 @@
-"""What ranktop reports on a GPU, side by side with the references, in one command (issue 22).
+"""What ranktop reports on a GPU, side by side with the references, in one command.
 
     python benchmarks/gpu_check.py            # on a machine with a CUDA GPU; about a minute
     python benchmarks/gpu_check.py --steps 40 # fewer steps

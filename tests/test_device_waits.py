@@ -1,5 +1,5 @@
-"""GPU timing against fakes that keep CUDA's and NCCL's rules (tests/fake_cuda.py): each test is one defect of
-issue 22 that the host-only code had (it fails there) and that device timing fixes.
+"""GPU timing against fakes that keep CUDA's and NCCL's rules (tests/fake_cuda.py): each test is one defect
+that host-only timing has on a GPU (it fails there) and that device timing fixes.
 
 The fake device's clock is moved by the test: NCCL's works and futures are complete at enqueue, the host
 returns at once, and only CUDA events on the streams say when the device got there.

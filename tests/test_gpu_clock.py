@@ -1,5 +1,5 @@
 """Device time where it exists: on a GPU the host only launches the work, so the viewer scores the ranks that
-send device times (``g``) on those, and says which clock its figures are on (issue 22)."""
+send device times (``g``) on those, and says which clock its figures are on."""
 
 import json
 

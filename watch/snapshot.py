@@ -261,7 +261,7 @@ class Snapshot:
     diagnosis: str | None = None  # one line on a hang: who is stalled where, waiting for whom
     slow_hosts: list[str] = field(default_factory=list)  # hosts all of whose ranks are slow: the node, not a rank
     throughput: Throughput | None = None  # the job's: sums over live ranks (MFU: their TFLOP/s over their peaks)
-    device_time_ranks: list[int] = field(default_factory=list)  # ranks whose step records carry device (GPU) times ("g", wire 1.2): their figures are GPU time
+    device_time_ranks: list[int] = field(default_factory=list)  # ranks whose step records carry device (GPU) times ("g"): their figures are GPU time
     behind_s: float | None = None  # this viewer is this many seconds behind the job's messages (None: keeping up)
 
     @property

@@ -29,7 +29,7 @@ def header_text(snapshot: Snapshot, *, title: str, paused: bool) -> Text:
     rate = f"{snapshot.steps_per_s:.2f}" if snapshot.steps_per_s is not None else "–"
     line2: list = [("step ", palette.MUTED), (step, "bold"), sep, (rate, "bold"), (" steps/s", palette.MUTED)]
     line2 += [sep, ("elapsed ", palette.MUTED), (fmt.clock(snapshot.elapsed_s), "bold")]
-    # The clock the bars, scores and verdict are on: GPU time for ranks that send device times (wire 1.2 "g").
+    # The clock the bars, scores and verdict are on: GPU time for ranks that send device times (their step records' "g").
     line2 += [sep, ("bars: ", palette.MUTED), (snapshot.clock_text(), "")]
     if paused:
         line2 += [sep, (" PAUSED ", "bold reverse yellow"), (" space resumes", palette.MUTED)]
