@@ -51,6 +51,9 @@ _perf = time.perf_counter
 
 #: Events made up front for collective waits: two per call, so this many calls in flight.
 POOL_SIZE = 4096
+#: Seconds after which a resolved call's start event becomes the new reference for ``t0``: CUDA's
+#: ``elapsed_time`` is a float32 of milliseconds, 0.25 ms coarse an hour from its reference.
+EPOCH_S = 60.0
 #: Pending waits kept at most; past it the oldest go with their host time (a device hung for long).
 MAX_PENDING = 8192
 
@@ -291,12 +294,16 @@ class DeviceWaits:
                     continue
                 try:
                     d = start.elapsed_time(end) / 1000.0
-                    t0 = self._epoch_perf + self._epoch.elapsed_time(start) / 1000.0
-                    record["d"], record["t0"] = max(0.0, d), t0
+                    since = self._epoch.elapsed_time(start) / 1000.0
+                    record["d"], record["t0"] = max(0.0, d), self._epoch_perf + since
                     self.resolved += 1
+                    if since > EPOCH_S:  # elapsed_time is a float of ms: far from its epoch it loses precision
+                        self._free.append(self._epoch)
+                        self._epoch, self._epoch_perf, start = start, record["t0"], None  # start: the new epoch
                 except Exception:
                     self.host_only += 1  # an event from before a device reset, or one never timed
-                self._free.append(start)
+                if start is not None:
+                    self._free.append(start)
                 self._free.append(end)
                 out.append(record)
             self._note_blocked(keep)

@@ -189,6 +189,23 @@ def test_a_collective_on_cpu_tensors_keeps_its_host_time(cuda, attached):
     assert call["d"] >= 0.02
 
 
+def test_call_starts_stay_exact_hours_into_a_run(cuda, attached):
+    """t0 is read against a reference event, renewed every minute (elapsed_time is a float32 of ms)."""
+    group = FakeNcclGroup(cuda)
+    all_reduce = wrapped("all_reduce", group)
+    tracker = attached.collectives
+    before = tracker.device.available
+    starts = []
+    for _ in range(3):
+        cuda.host(3600.0)  # an hour later
+        cuda.run(3600.0)
+        all_reduce(Tensor())
+        cuda.run(1.0)
+        starts.append(tracker.drain()[0]["t0"])
+    assert [b - a for a, b in zip(starts, starts[1:])] == [pytest.approx(3600.0, abs=1e-6)] * 2
+    assert tracker.device._epoch_perf == starts[-1] and tracker.device.available == before  # no event lost
+
+
 def test_device_timing_never_synchronises(cuda, attached):
     # FakeCuda.synchronize and FakeEvent.synchronize raise: every test above would have failed. Here: many calls.
     group = FakeNcclGroup(cuda)
