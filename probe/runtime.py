@@ -144,6 +144,7 @@ def _after_fork_in_child() -> None:
         active._disabled = True
         active.recorder.disable()
         collectives.detach(active.collectives)
+    device_waits.unwatch()  # a forked child has no CUDA of its own: its Work.wait passes straight through
     auto.stop(remove=True)
     active = DISABLED
 
