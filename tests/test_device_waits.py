@@ -327,6 +327,14 @@ def test_a_step_whose_gpu_work_ends_long_after_the_host_drained_it_keeps_its_dev
     assert [("g" in r) for r in out] == [True, True, True]
 
 
+def test_records_held_for_their_events_are_bounded_in_number(cuda, attached, monkeypatch):
+    monkeypatch.setattr(gpu_timing, "MAX_HELD", 3)
+    rec = attached.recorder
+    timed_steps(rec, cuda, 5, seconds=10.0)  # the device is far behind and does not move
+    out = rec.timeline.resolve(rec.drain())
+    assert [r["n"] for r in out] == [0, 1] and all("g" not in r for r in out)  # the oldest go, untimed
+
+
 def test_each_boundary_records_on_the_stream_current_then(cuda, attached):
     rec = attached.recorder
     side = cuda.Stream(cuda, "side")
