@@ -38,6 +38,12 @@ def test_the_start_step_lies_a_margin_ahead_of_the_furthest_rank():
     assert wire_capture.start_step([], None) == -1 + wire_capture.MIN_MARGIN_STEPS
 
 
+def test_a_start_step_planned_from_a_screen_s_snapshot_allows_for_its_age():
+    """The TUI plans from the snapshot on screen (never one built on its event loop): the ranks went on since."""
+    assert wire_capture.start_step([100], 100.0, age_s=0.5) == 100 + 150 + 50
+    assert wire_capture.start_step([10], None, age_s=3.0) == 10 + wire_capture.MIN_MARGIN_STEPS  # no rate: the minimum
+
+
 @pytest.mark.parametrize("steps", [0, -1, wire_capture.MAX_STEPS + 1, 2.5, True, "3", None])
 def test_a_bad_number_of_steps_is_refused(steps):
     assert "steps must be a whole number" in wire_capture.check_steps(steps)

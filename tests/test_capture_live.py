@@ -95,7 +95,7 @@ def test_pressing_P_in_the_tui_shows_each_ranks_progress_then_the_files_and_summ
     async def scenario():
         app = RanktopApp(session, session.controller, refresh_hz=5)
         async with app.run_test(size=(150, 45)) as pilot:
-            ready = lambda: (snap := session.snapshot()).world_size == 4 and len(snap.ranks) == 4 and snap.steps_per_s  # noqa: E731
+            ready = lambda: (snap := app.snapshot).world_size == 4 and len(snap.ranks) == 4 and snap.steps_per_s  # noqa: E731  (what the screen shows)
             for _ in range(200):  # the ranks' hellos and a step rate to aim with
                 if ready():
                     break

@@ -121,6 +121,7 @@ class RanktopApp(App[None]):
         self.title = title
         self.snapshot: Snapshot = EMPTY
         """The snapshot on screen."""
+        self._snapshot_at = time.monotonic()  # when the snapshot on screen was built
         self._notice: Text | None = None  # the answer to the user's last key, e.g. read-only
         self._source_error: str | None = None  # cleared by the next snapshot that works
         self._last_command: SentCommand | None = None
@@ -167,7 +168,7 @@ class RanktopApp(App[None]):
         """On the refresher's thread: post the snapshot (or why there is none), and wait until it is drawn, so
         the next is built only then (a slow screen slows the refresh instead of wasting snapshots)."""
         self._drawn.clear()
-        if not self.post_message(SnapshotReady(snapshot, error)):
+        if not self.post_message(SnapshotReady(snapshot, error, time.monotonic())):
             raise RuntimeError("the app is closing")  # ends the refresher
         deadline = time.monotonic() + DRAW_WAIT_S
         while not self._drawn.wait(0.1):
@@ -177,6 +178,8 @@ class RanktopApp(App[None]):
     def on_snapshot_ready(self, message: SnapshotReady) -> None:
         try:
             self._show(message.snapshot, message.error)
+            if message.snapshot is not None:
+                self._snapshot_at = message.taken_at
         finally:
             self._drawn.set()
 
@@ -194,6 +197,8 @@ class RanktopApp(App[None]):
         except Exception as exc:
             snapshot, error = None, exc
         self._show(snapshot, error)
+        if snapshot is not None:
+            self._snapshot_at = time.monotonic()
 
     def _show(self, snapshot: Snapshot | None, error: BaseException | None) -> None:
         if self.paused:
@@ -378,7 +383,7 @@ class RanktopApp(App[None]):
             self.push_screen(CaptureScreen(ours[0], ours[1], self._latest, self.replies_to))  # ours still runs: show it again
             return
         try:
-            request = plan(self.snapshot, kind, wire_capture.DEFAULT_STEPS)
+            request = plan(self.snapshot, kind, wire_capture.DEFAULT_STEPS, age_s=time.monotonic() - self._snapshot_at)
             command_id = controller.send("capture", request.args())
         except CaptureRefused as exc:
             self._notice = Text(f"{what} refused: {exc}", style=palette.WARNING)

@@ -15,10 +15,11 @@ from ranktop.watch.snapshot import Snapshot
 class SnapshotReady(Message):
     """The refresher built a snapshot (or failed to: ``error`` says why, and the screen keeps the last good one)."""
 
-    def __init__(self, snapshot: Snapshot | None, error: BaseException | None):
+    def __init__(self, snapshot: Snapshot | None, error: BaseException | None, taken_at: float):
         super().__init__()
         self.snapshot = snapshot
         self.error = error
+        self.taken_at = taken_at  # time.monotonic() when it was built
 
     def can_replace(self, message: Message) -> bool:
         return isinstance(message, SnapshotReady)

@@ -223,7 +223,7 @@ class Aggregator:
     def _window_of(self, number: int, endpoint: str | None, now: float) -> RankWindow:
         rank = self._ranks.get(number)
         if rank is None:
-            rank = self._ranks[number] = RankWindow(number, collections.deque(maxlen=self._window))
+            rank = self._ranks[number] = RankWindow(number, self._window)
         rank.last_seen = now
         if endpoint is not None:
             rank.endpoint = endpoint

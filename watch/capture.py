@@ -39,8 +39,9 @@ class CapturePlan:
         return dict({"id": self.id, "kind": self.kind, "start": self.start, "steps": self.steps}, **options)
 
 
-def plan(snapshot: Snapshot, kind: str, steps: int, ranks: list[int] | None = None) -> CapturePlan:
-    """The request to send, or :class:`CaptureRefused`: bad steps, unknown ranks, a capture already running."""
+def plan(snapshot: Snapshot, kind: str, steps: int, ranks: list[int] | None = None, age_s: float = 0.0) -> CapturePlan:
+    """The request to send, or :class:`CaptureRefused`: bad steps, unknown ranks, a capture already running.
+    ``age_s``: how long ago the snapshot was taken (the screen's): the start step allows for the steps since."""
     problem = wire_capture.check_steps(steps)
     if problem:
         raise CaptureRefused(problem)
@@ -55,7 +56,7 @@ def plan(snapshot: Snapshot, kind: str, steps: int, ranks: list[int] | None = No
         capture_id, on = next(iter(running.items()))
         raise CaptureRefused(f"a capture is already running (id {capture_id}, {ranks_text(on)}); one at a time per job")
     asked = tuple(sorted(set(ranks))) if ranks else tuple(range(world))
-    start = wire_capture.start_step([r.step for r in snapshot.ranks], snapshot.steps_per_s)
+    start = wire_capture.start_step([r.step for r in snapshot.ranks], snapshot.steps_per_s, age_s)
     return CapturePlan(wire_capture.new_capture_id(kind), kind, start, steps, asked, not ranks)
 
 

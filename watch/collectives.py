@@ -118,7 +118,8 @@ def add_summary(w: RankWindow, entry: dict[str, Any], now: float, window: int) -
             w.waits.popitem(last=False)
     # A step whose calls came in two messages (a late completion) adds up: they no longer overlap.
     step_waits[entry["ph"]] = step_waits.get(entry["ph"], 0.0) + entry["w"]
-    if w.steps and w.steps[0].n <= step <= w.last_step:  # its step came first: its own times change
+    first = w.own.first_number
+    if first is not None and first <= step <= w.last_step:  # its step came first: its own times change
         w.own.rewait(step, step_waits)
 
 

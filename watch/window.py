@@ -8,10 +8,8 @@ watch/collectives.py) read these typed fields and never each other's state.
 from __future__ import annotations
 
 import collections
-from collections.abc import Mapping
 from dataclasses import dataclass, field
-from types import MappingProxyType
-from typing import Any, NamedTuple
+from typing import Any
 
 from ranktop.watch.step_window import StepWindow
 
@@ -22,22 +20,10 @@ CALL_WINDOW = 16
 WAITS_KEPT = 16
 
 
-#: The phases of a digest's interval: its own times live in the StepWindow's columns only (a decoded dict per
-#: interval, keys and all, is some 180 MB at 4,096 ranks x 64 intervals).
-_OWN_IN_COLUMNS: Mapping[str, float] = MappingProxyType({})
-
-
-class StepRecord(NamedTuple):
-    n: int  # step number
-    t: float  # wall-clock start (unix seconds, the rank's clock)
-    w: float  # wall duration (s)
-    p: Mapping[str, float]  # self time per phase (s); empty for a digest's interval (its own times: StepWindow columns)
-
-
 @dataclass
 class RankWindow:
     rank: int
-    steps: collections.deque[StepRecord]  # the last `window` steps
+    window: int = 64  # steps (or a node digest's intervals) kept
     meta: dict[str, Any] = field(default_factory=dict)  # its hello, less the envelope
     state: dict[str, Any] = field(default_factory=dict)  # its last state (wire/schema.py)
     last_seen: float = 0.0  # viewer clock of its last message
@@ -61,16 +47,20 @@ class RankWindow:
     stats_cache: tuple | None = None  # (phase names, own.stats_version, RankStats): watch/stragglers.py
     row_cache: tuple | None = None  # (state, meta, capture summary, what a row reads of them): watch/aggregator.py
     raw_at: float = float("-inf")  # viewer clock of its last own steps or heartbeat (not through a node digest)
-    own: StepWindow = field(init=False)  # the same steps as columns of own time per phase, medians cached
+    own: StepWindow = field(init=False)  # its last steps: number, start, wall and own time per phase, medians cached
 
     def __post_init__(self) -> None:
-        self.own = StepWindow(self.steps.maxlen or 64)
+        self.own = StepWindow(self.window)
+
+    @property
+    def steps(self) -> list[tuple[int, float, float]]:
+        """(number, start, wall) of the steps in its window, oldest first (a node digest's: one per interval)."""
+        return self.own.steps
 
     @property
     def last_step_end(self) -> float | None:
         """When its latest step ended, unix seconds by its clock."""
-        steps = self.steps
-        return steps[-1].t + steps[-1].w if steps else None
+        return self.own.last_end
 
     def note_state(self, state: dict[str, Any], now: float) -> None:
         """Take a new state; remember when it came and when the rank last finished a step."""
@@ -89,7 +79,6 @@ class RankWindow:
         wall, phases = (g["w"], g["p"]) if g else (record["w"], record["p"])
         if g:
             self.device_times = True
-        self.steps.append(StepRecord(record["n"], record["t"], wall, phases))
         self.own.add(record["n"], record["t"], wall, phases, self.waits.get(record["n"]))
         self.steps_seen += 1
         if self.first_step is None or record["n"] < self.first_step:
@@ -114,7 +103,6 @@ class RankWindow:
         last, count, start, wall, own = s
         if last <= self.last_step:  # already heard step by step
             return
-        self.steps.append(StepRecord(last, start, wall, _OWN_IN_COLUMNS))
         self.own.add_own(last, start, wall, own)
         if self.first_step is None:
             self.first_step = last - count + 1

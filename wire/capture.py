@@ -43,13 +43,14 @@ def new_capture_id(kind: str) -> str:
     return f"{time.strftime('%Y%m%d-%H%M%S')}-{kind}-{secrets.token_hex(2)}"
 
 
-def start_step(current_steps: list[int], steps_per_s: float | None) -> int:
+def start_step(current_steps: list[int], steps_per_s: float | None, age_s: float = 0.0) -> int:
     """The step every rank starts at: a margin ahead of the furthest rank, so each rank learns of
-    the capture before it gets there (telemetry is a fraction of a second old, commands take a hop)."""
+    the capture before it gets there (telemetry is a fraction of a second old, commands take a hop).
+    ``age_s``: how old the steps are (a screen's snapshot): the ranks went on meanwhile."""
     furthest = max(current_steps, default=-1)
     margin = MIN_MARGIN_STEPS
     if steps_per_s:
-        margin = max(margin, int(steps_per_s * MARGIN_S + 0.999))
+        margin = max(margin, int(steps_per_s * MARGIN_S + 0.999)) + int(steps_per_s * max(0.0, age_s) + 0.999)
     return furthest + margin
 
 
