@@ -21,34 +21,19 @@ import collections
 import statistics
 import threading
 import time
-from dataclasses import dataclass
 from typing import Any, Callable
 
 from ranktop.watch import stalls, stragglers
 from ranktop.watch.collectives import add_collectives, add_digest_collectives, collective_rows
+from ranktop.watch.endpoints import Endpoints
 from ranktop.watch.requests import RequestBook
 from ranktop.watch.resources import ResourceTracker, job_throughput
-from ranktop.watch.snapshot import (
-    CONNECTED,
-    LOST,
-    OK,
-    SILENT,
-    SLOW,
-    STALLED,
-    WAITING,
-    CaptureStatus,
-    Endpoint,
-    Reply,
-    Snapshot,
-    build_rank_row,
-)
+from ranktop.watch.snapshot import OK, SILENT, SLOW, STALLED, CaptureStatus, Reply, Snapshot, build_rank_row
 from ranktop.watch.window import RankWindow
 from ranktop.wire import schema
 
 DEFAULT_WINDOW = 64
 DEFAULT_SILENT_AFTER_S = 3.0
-#: Messages reaching this viewer this much later than they used to: it is behind (too much to decode), and says so.
-BEHIND_AFTER_S = 1.0
 #: Latest replies kept for the snapshot, whoever sent the command (ours are all kept: watch/requests.py).
 MAX_REPLIES = 256
 MAX_ERRORS = 8
@@ -64,25 +49,6 @@ PER_RANK_ROWS_SHOWN = 16
 #: From this many ranks on, the collective rows are worked out again this often only.
 COLLECTIVES_CACHED_FROM = 512
 COLLECTIVES_EVERY_S = 2.0
-#: A node first heard less than this long ago counts as not yet heard: while a viewer of thousands of ranks is still
-#: connecting (CURVE handshakes with hundreds of relays take seconds) its ranks are not silent, and the ranks of the
-#: nodes it has not reached yet are not "never heard from".
-SETTLING_S = 5.0
-
-
-@dataclass
-class _Endpoint:
-    url: str
-    host: str | None
-    added: float
-    first_heard: float | None = None  # its first message: a node heard for less than SETTLING_S is still being connected
-    last_heard: float | None = None
-    down: bool = False  # the receiver saw its connection drop (a relay killed): lost now, not after silent_after_s
-    dropped_at: float | None = None  # when it last dropped (or replaced a relay that did): ranks not heard since are cut off
-    # How late its messages reach us: their age when ingested (our wall clock less their own), less the least
-    # age seen (a constant clock skew between hosts is not lateness). Grows when this viewer falls behind.
-    age_floor: float = float("inf")
-    late_s: float = 0.0
 
 
 class Aggregator:
@@ -109,7 +75,7 @@ class Aggregator:
         self._lock = threading.Lock()
         self._ranks: dict[int, RankWindow] = {}
         self._world: int | None = None  # the largest world size any hello gave
-        self._endpoints: dict[str, _Endpoint] = {}
+        self._endpoints = Endpoints()  # the relays it hears the job through (watch/endpoints.py)
         self._replies: collections.deque[Reply] = collections.deque(maxlen=MAX_REPLIES)
         self._errors: list[str] = []
         self._dropped = 0
@@ -136,16 +102,12 @@ class Aggregator:
 
     def add_endpoint(self, url: str, host: str | None = None) -> None:
         with self._lock:
-            if url not in self._endpoints:
-                self._endpoints[url] = _Endpoint(url, host, self._clock())
+            self._endpoints.add(url, host, self._clock())
 
     def replace_endpoint(self, old: str, new: str, host: str | None = None) -> None:
         """A node's relay came back elsewhere (a new port): its old endpoint goes, its ranks follow the new one."""
         with self._lock:
-            self._endpoints.pop(old, None)
-            if new not in self._endpoints:
-                now = self._clock()
-                self._endpoints[new] = _Endpoint(new, host, now, dropped_at=now)
+            self._endpoints.replace(old, new, host, self._clock())
             for w in self._ranks.values():  # cut off until they are heard through it: silent, not stalled
                 if w.endpoint == old:
                     w.endpoint = new
@@ -154,11 +116,7 @@ class Aggregator:
         """The receiver's word on a relay's connection: dropped (its ranks go silent at once: they
         are cut off, not stalled) or made again."""
         with self._lock:
-            endpoint = self._endpoints.get(url)
-            if endpoint is not None:
-                endpoint.down = not up
-                if not up:
-                    endpoint.dropped_at = self._clock()
+            self._endpoints.note_link(url, up, self._clock())
 
     def ingest_frames(self, frames: list[bytes], endpoint: str | None = None) -> dict | None:
         """Decode and ingest one message; malformed or foreign frames are dropped and counted."""
@@ -189,15 +147,8 @@ class Aggregator:
             elif msg["job"] != self._job:
                 self._dropped += 1  # another job's traffic on a shared endpoint
                 return
-            ep = self._endpoints.get(endpoint) if endpoint is not None else None
-            if ep is not None:
-                if ep.first_heard is None:
-                    ep.first_heard = now
-                ep.last_heard = now
-                age = self._wall_clock() - msg["ts"]
-                if age < ep.age_floor:
-                    ep.age_floor = age
-                ep.late_s = age - ep.age_floor
+            if endpoint is not None:
+                self._endpoints.heard(endpoint, now, self._wall_clock() - msg["ts"])
             kind = msg["k"]
             if kind == schema.NODE:
                 for entry in msg["ranks"]:
@@ -312,23 +263,14 @@ class Aggregator:
 
     def _build(self, now: float, windows: list[RankWindow], names: list[str], stats: dict, resources: dict) -> Snapshot:
         with self._lock:
-            behind = max((e.late_s for e in self._endpoints.values()), default=0.0)
-            # relays whose connection dropped: their ranks are cut off until heard through them again
-            links = {url: (e.down, e.dropped_at) for url, e in self._endpoints.items() if e.dropped_at is not None}
-            # nodes still being connected: first heard just now, or added and not heard yet
-            settling = {url for url, e in self._endpoints.items() if e.first_heard is not None and now - e.first_heard < SETTLING_S}
-            newest = max((e.first_heard if e.first_heard is not None else e.added for e in self._endpoints.values()), default=None)
-        behind = behind if behind > BEHIND_AFTER_S else 0.0
-        settled = newest is None or now - newest >= SETTLING_S
-
-        def cut_off(w: RankWindow) -> bool:
-            link = links.get(w.endpoint) if w.endpoint is not None else None
-            return link is not None and (link[0] or w.last_seen <= link[1])
+            relays = self._endpoints.view(now)
+        behind, settling, settled = relays.behind_s, relays.settling, relays.settled
 
         # A rank is silent when *it* stopped talking, not when this viewer is behind on the job's messages (a
         # viewer behind on one relay is behind on them all: it serves them in turn); or when its relay is gone.
         silent = {
-            w.rank for w in windows if (now - w.last_seen > self._silent_after + behind and w.endpoint not in settling) or cut_off(w)
+            w.rank for w in windows
+            if (now - w.last_seen > self._silent_after + behind and w.endpoint not in settling) or relays.cut_off(w.endpoint, w.last_seen)
         }
         worlds = [w.meta.get("world") for w in windows if isinstance(w.meta.get("world"), int)]
         # The job as far as we have heard: a viewer behind on its messages must not see a stall in its own lag.
@@ -392,7 +334,7 @@ class Aggregator:
                 ranks_by_endpoint[w.endpoint] = ranks_by_endpoint.get(w.endpoint, ()) + (w.rank,)
         ranking = stragglers.ranking(rows, verdict.waiting_for)
         with self._lock:
-            endpoints = list(self._endpoints.values())
+            endpoints = self._endpoints.rows(now, ranks_by_endpoint, self._silent_after + behind)
             replies, dropped, errors = list(self._replies), self._dropped, list(self._errors)
         return Snapshot(
             job=self._job,
@@ -403,7 +345,7 @@ class Aggregator:
             phase_names=names,
             ranks=rows,
             stragglers=ranking,
-            endpoints=[self._endpoint_view(e, now, ranks_by_endpoint.get(e.url, ()), behind) for e in endpoints],
+            endpoints=endpoints,
             behind_s=behind or None,
             replies=replies,
             requests=self.requests.statuses(),
@@ -430,16 +372,9 @@ class Aggregator:
     def _host_of(self, r: RankWindow) -> str:
         """The rank's host from its hello; until that arrives, the host of the node's relay it was heard through."""
         host = r.meta.get("host")
-        if host is None and r.endpoint is not None:
-            endpoint = self._endpoints.get(r.endpoint)
-            host = endpoint.host if endpoint is not None else None
+        if host is None:
+            host = self._endpoints.host_of(r.endpoint)
         return str(host) if host is not None else "?"
-
-    def _endpoint_view(self, e: _Endpoint, now: float, ranks: tuple[int, ...], behind: float) -> Endpoint:
-        if e.last_heard is None:
-            return Endpoint(e.url, e.host, WAITING, now - e.added, ranks)
-        quiet = now - e.last_heard
-        return Endpoint(e.url, e.host, LOST if quiet > self._silent_after + behind or e.down else CONNECTED, quiet, ranks)
 
 
 def malformed(frames: list[bytes], exc: Exception) -> str:
