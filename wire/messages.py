@@ -45,6 +45,8 @@ Figure = Annotated[float, Meta(ge=-MAX_FIGURE, le=MAX_FIGURE)]
 Amount = Annotated[float, Meta(ge=0, le=MAX_FIGURE)]
 #: A count: a whole number within [0, MAX_FIGURE].
 Count = Annotated[int, Meta(ge=0, le=int(MAX_FIGURE))]
+#: A whole number within +-MAX_FIGURE (a step number, a pid, a sequence number): fits every int64 column.
+Whole = Annotated[int, Meta(ge=-int(MAX_FIGURE), le=int(MAX_FIGURE))]
 #: A rank of the job.
 Rank = Annotated[int, Meta(ge=0, lt=MAX_RANKS)]
 #: A job's size.
@@ -99,10 +101,10 @@ class Capture(TypedDict):
     id: str
     kind: str
     st: Literal["waiting", "recording", "writing", "done", "failed"]  # wire/capture.STATES
-    start: int
-    steps: int
+    start: Whole
+    steps: Whole
     dir: NotRequired[Optional[str]]  # the capture folder on the rank's host
-    at: NotRequired[Optional[int]]  # the step being recorded
+    at: NotRequired[Optional[Whole]]  # the step being recorded
     path: NotRequired[Optional[str]]  # the rank's file, once written
     err: NotRequired[Optional[str]]  # why it failed
     sum: NotRequired[Optional[CaptureSummary]]
@@ -111,8 +113,8 @@ class Capture(TypedDict):
 class State(TypedDict, total=False):
     """Where a rank's training thread is, sent with its steps and heartbeats (probe/sender.py)."""
 
-    step: Optional[int]  # the step it is in (or the next one, between steps)
-    last: Optional[int]  # the last step it finished
+    step: Optional[Whole]  # the step it is in (or the next one, between steps)
+    last: Optional[Whole]  # the last step it finished
     in_step: Optional[bool]
     phase: Optional[str]  # the phase it is in
     step_age: Optional[Amount]  # seconds since the current step began
@@ -134,12 +136,12 @@ class RankInfo(TypedDict):
 
     host: str
     world: World
-    local_rank: int
-    pid: int
+    local_rank: Whole
+    pid: Whole
     rate_hz: NotRequired[Optional[Amount]]
     work: NotRequired[Optional[Dict[str, Union[str, Figure]]]]  # probe/flops.py: dtype, batch, tokens, flops, device, peak_tflops
     relay: NotRequired[Optional[Dict[str, str]]]  # its node's relay: {"telemetry": url, "control": url}
-    local_world: NotRequired[Optional[int]]
+    local_world: NotRequired[Optional[Whole]]
     launcher: NotRequired[Optional[str]]
     device: NotRequired[Optional[str]]
     torch: NotRequired[Optional[str]]
@@ -162,7 +164,7 @@ class DeviceTimes(TypedDict):
 class Step(TypedDict):
     """One completed step: number, wall-clock start (unix s), wall duration (s), self time per phase."""
 
-    n: int
+    n: Whole
     t: Figure
     w: Amount
     p: Phases  # "other" is w less the sum of p
@@ -174,25 +176,25 @@ class Call(TypedDict):
     (launch to completion), step, phase (None: outside every phase), start on the rank's monotonic clock."""
 
     op: str
-    seq: int
+    seq: Whole
     b: Count
     dt: str
-    g: int
+    g: Whole
     d: Amount
-    n: int
+    n: Whole
     ph: Optional[str]  # present, even when None
     t0: Figure
 
 
 #: One op's summary over a step and phase (wire/collective_summary.py):
 #: [calls, bytes, waited (the union), total (the sum), longest, group size, dtype].
-OpSummary = Tuple[Annotated[int, Meta(gt=0, le=int(MAX_FIGURE))], Count, Amount, Amount, Amount, int, str]
+OpSummary = Tuple[Annotated[int, Meta(gt=0, le=int(MAX_FIGURE))], Count, Amount, Amount, Amount, Whole, str]
 
 
 class CallSummary(TypedDict):
     """The collectives of one step and phase: the union of their waits, and a summary per op."""
 
-    n: int
+    n: Whole
     ph: Optional[str]
     w: Amount
     ops: Dict[str, OpSummary]
@@ -253,13 +255,13 @@ class Command(TypedDict):
     cmd: str
     ts: Figure
     args: Dict[str, Any]
-    ranks: NotRequired[Optional[List[int]]]  # None: every rank
+    ranks: NotRequired[Optional[List[Whole]]]  # None: every rank
     sig: NotRequired[str]
     nonce: NotRequired[str]
 
 
 #: A rank's steps of one digest interval: [last step, how many, first start (unix s), mean wall, own times].
-StepDigest = Tuple[int, Annotated[int, Meta(gt=0, le=int(MAX_FIGURE))], Figure, Amount, Dict[str, Amount]]
+StepDigest = Tuple[Whole, Annotated[int, Meta(gt=0, le=int(MAX_FIGURE))], Figure, Amount, Dict[str, Amount]]
 
 
 class NodeRank(TypedDict):
