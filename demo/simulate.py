@@ -30,6 +30,16 @@ reduce-scatters, and at each of those every rank waits for the last to arrive.
 So a rank slow in ``data`` makes the others wait in ``forward``'s collectives,
 exactly the pattern the straggler scoring must see through. A stalled or
 silent rank stops the whole job: the others wait inside a collective.
+
+A layout (``--pp``, ``--tp``, ``--ep``; data parallel takes the rest) lays the
+ranks out as ``init_device_mesh`` would, outermost first: pp, dp, ep, tp (a
+tensor-parallel group within a node). Every rank's hello then lists its groups
+as a DeviceMesh job's probe does (wire/parallel_groups.py), and pipeline stages
+cost what ``--stage-costs`` says (forward and backward scaled; by default the
+last stage, which carries the loss head, 1.6 times the others'): the lighter
+stages wait for it, their wait going to the pipeline's receives ("recv@pp"),
+as a bubble does. Stages are compared with their own peers by the viewer;
+the imbalance is the pipeline's finding, never a rank's.
 """
 
 from __future__ import annotations
@@ -52,13 +62,14 @@ from typing import Any
 import zmq
 
 from ranktop.probe import commands
+from ranktop.probe.collectives import state_layout
 from ranktop.transport.identity import Identity
 from ranktop.relay.proxy import Relay
 from ranktop.transport.ipc import ipc_endpoints
 from ranktop.probe.sender import HEARTBEAT_EVERY_S, HELLO_EVERY_S
 from ranktop.probe.stacks import answer as stacks_answer
 from ranktop.wire import __version__ as PROBE_VERSION
-from ranktop.wire import auth, schema, settings
+from ranktop.wire import auth, parallel_groups, schema, settings
 from ranktop.transport import rendezvous
 from ranktop.wire.collective_summary import SAMPLE_EVERY_S
 from ranktop.transport.captures import capture_folder
@@ -81,6 +92,10 @@ MAX_HELD_STEPS = 256
 TICK_S = 0.025
 #: A job this far behind its schedule skips ahead (the machine is too busy) and says so.
 MAX_LAG_S = 2.0
+#: The last pipeline stage's cost (its forward and backward) against the others', by default.
+LAST_STAGE_COST = 1.6
+#: The simulated mesh's dimensions, outermost first (tensor parallel innermost: within a node).
+MESH_ORDER = ("pp", "dp", "ep", "tp")
 
 
 def node_name(index: int) -> str:
@@ -106,10 +121,45 @@ class Scenario:
     silent_rank: int | None = None
     silent_at_s: float = 10.0
     seed: int = 0
+    pp: int = 1
+    tp: int = 1
+    ep: int = 1
+    stage_costs: tuple[float, ...] | None = None  # per pipeline stage (default: the last LAST_STAGE_COST, the others 1)
 
     @property
     def per_node(self) -> int:
         return math.ceil(self.ranks / self.nodes)
+
+    @property
+    def dp(self) -> int:
+        return self.ranks // (self.pp * self.tp * self.ep)
+
+    @property
+    def layout(self) -> str | None:
+        """The mesh as RANKTOP_LAYOUT states one ("pp=8,dp=64,tp=8"), or None for plain data parallel."""
+        if self.pp == self.tp == self.ep == 1:
+            return None
+        sizes = {"pp": self.pp, "dp": self.dp, "ep": self.ep, "tp": self.tp}
+        return ",".join(f"{role}={sizes[role]}" for role in MESH_ORDER if sizes[role] > 1 or role == "dp")
+
+    def stage_of(self, rank: int) -> int:
+        return rank // (self.ranks // self.pp)
+
+    def costs(self) -> tuple[float, ...]:
+        if self.stage_costs is not None:
+            return self.stage_costs
+        return (1.0,) * (self.pp - 1) + (LAST_STAGE_COST,) if self.pp > 1 else (1.0,)
+
+    def groups(self, rank: int) -> list[dict[str, Any]]:
+        """The groups this rank's hello lists, as a DeviceMesh job's probe describes them."""
+        if self.layout is None:
+            return []
+        out = []
+        for entry in state_layout(self.layout, rank, self.ranks):
+            role = entry["role"]
+            start = parallel_groups.members(entry)[0]
+            out.append(dict(entry, id=f"{role}{start}", desc=f"mesh_{role}", p2p=role == "pp"))
+        return out
 
     def host_of(self, rank: int) -> str:
         return node_name(rank // self.per_node)
@@ -154,12 +204,29 @@ class JobModel:
             ops = [(PHASES.index("forward"), FORWARD_OP, k // 2), (PHASES.index("backward"), BACKWARD_OP, k - k // 2)]
         else:
             ops = []
+        if s.layout is not None:  # on a mesh: forward waits in the pipeline's receives (or dp's gathers), backward in dp's
+            forward_op = "recv@pp" if s.pp > 1 else f"{FORWARD_OP}@dp"
+            names = {FORWARD_OP: forward_op, BACKWARD_OP: f"{BACKWARD_OP}@dp", SINGLE_OP: f"{SINGLE_OP}@dp"}
+            ops = [(i, names[op], count) for i, op, count in ops]
+        self.group_sizes = [2 if op == "recv@pp" else (s.dp if s.layout is not None else s.ranks) for _, op, _ in ops]
         self.ops = ops  # (phase index, op, calls), in phase order
         self.sizes = [[BUCKET_BYTES[j % len(BUCKET_BYTES)] for j in range(count)] for _, _, count in ops]
         self.transfer = [sum(ALPHA_S + b / BETA_BPS for b in sizes) for sizes in self.sizes]
         self.longest = [ALPHA_S + max(sizes) / BETA_BPS for sizes in self.sizes]
         self._op_sums = [(j, PHASES[i], op, count, sum(self.sizes[j]), self.longest[j]) for j, (i, op, count) in enumerate(ops)]
         self._table = [self._row([b * self._multiplier() for b in self.base], self._multiplier()) for _ in range(8192)]
+        # Pipeline stages of unequal cost: a table per cost, forward and backward scaled.
+        self._tables: list[list] | None = None
+        if s.pp > 1:
+            scaled = {PHASES.index("forward"), PHASES.index("backward")}
+            by_cost = {}
+            for cost in set(s.costs()):
+                if cost == 1.0:
+                    by_cost[cost] = self._table
+                    continue
+                base = [b * cost if i in scaled else b for i, b in enumerate(self.base)]
+                by_cost[cost] = [self._row([b * self._multiplier() for b in base], self._multiplier()) for _ in range(8192)]
+            self._tables = [by_cost[s.costs()[s.stage_of(r)]] for r in range(s.ranks)]
         self.extra: dict[int, list[float]] = {}
         slow = [s.slow_rank] if s.slow_rank is not None else []
         if s.slow_node is not None:
@@ -184,7 +251,11 @@ class JobModel:
         return (own, tuple(arrivals), tuple(moved), tail, summed)
 
     def step(self, n: int, start: float) -> Step:
-        rows = self._rng.choices(self._table, k=self.s.ranks)
+        if self._tables is None:
+            rows = self._rng.choices(self._table, k=self.s.ranks)
+        else:
+            picks = self._rng.choices(range(len(self._table)), k=self.s.ranks)
+            rows = [table[i] for table, i in zip(self._tables, picks)]
         for r, more in self.extra.items():
             own, _, moved, _, _ = rows[r]
             rows[r] = self._row([a + b for a, b in zip(own, more)], moved[0] / self.transfer[0] if moved else 1.0)
@@ -196,14 +267,13 @@ class JobModel:
         own, arrivals, moved, tail, _ = step.rows[rank]
         phases = {"data": own[0], "forward": own[1], "backward": own[2], "optimizer": own[3]}
         summaries = []
-        world = self.s.ranks
         for j, (i, op, count) in enumerate(self.ops):
             wait = step.latest[j] - arrivals[j]  # for the last rank to arrive
             waited = wait + moved[j]
             phases[PHASES[i]] += waited
             summaries.append(
                 {"n": step.n, "ph": PHASES[i], "w": waited,
-                 "ops": {op: [count, sum(self.sizes[j]), waited, waited, wait + self.longest[j], world, DTYPE]}}
+                 "ops": {op: [count, sum(self.sizes[j]), waited, waited, wait + self.longest[j], self.group_sizes[j], DTYPE]}}
             )  # fmt: skip
         return {"n": step.n, "t": step.start, "w": sum(step.latest) + tail, "p": phases}, summaries
 
@@ -234,7 +304,7 @@ class JobModel:
                 longest += steps[0].latest[j] - rows[0][1][j]
             else:
                 longest += max([st.latest[j] - row[1][j] for st, row in zip(steps, rows)])
-            ops[op] = [calls * k, size * k, waited, waited, longest, self.s.ranks, DTYPE]
+            ops[op] = [calls * k, size * k, waited, waited, longest, self.group_sizes[j], DTYPE]
         end = steps[-1].start + job_last + rows[-1][3]
         return {"count": k, "last": steps[-1].n, "end": end, "wall": job_total + summed[n], "phases": phases, "waits": waits, "ops": ops}
 
@@ -249,7 +319,7 @@ class JobModel:
             wait = (step.latest[j] - arrivals[j]) / count
             for b in {sizes[(n + k) % len(sizes)] for k in range(2)}:  # sizes in turn: the fit sees them all
                 d = wait + (ALPHA_S + b / BETA_BPS) * self._multiplier()
-                calls.append({"op": op, "seq": seq, "b": b, "dt": DTYPE, "g": self.s.ranks, "d": d, "n": n, "ph": PHASES[i], "t0": t0})
+                calls.append({"op": op, "seq": seq, "b": b, "dt": DTYPE, "g": self.group_sizes[j], "d": d, "n": n, "ph": PHASES[i], "t0": t0})
         return calls
 
 
@@ -384,6 +454,7 @@ class Simulator:
         self.s = scenario
         self.directory = directory
         self.model = JobModel(scenario)
+        self._groups: dict[int, list[dict[str, Any]]] = {}  # rank -> the groups its hello lists (a layout's)
         self.secret = rendezvous.load_or_create_secret(scenario.job, directory)
         self.dropped = 0  # messages a full PUB queue refused
         self.skipped_s = 0.0  # schedule time skipped because the machine could not keep up
@@ -530,6 +601,11 @@ class Simulator:
             }  # fmt: skip
             if rank == node.ranks[0]:
                 hello["relay"] = relay
+            groups = self._groups.get(rank)
+            if groups is None and self.s.layout is not None:
+                groups = self._groups[rank] = self.s.groups(rank)
+            if groups:
+                hello["groups"] = groups
             node.send(schema.HELLO, rank, hello, now)
 
     def _flush(self, node: _Node, now: float) -> None:
@@ -645,6 +721,8 @@ class Simulator:
         for rank in range(self.s.ranks):
             body = {"host": self.s.host_of(rank), "pid": os.getpid(), "world": self.s.ranks, "local_rank": rank % self.s.per_node,
                     "local_world": self.s.per_node, "job": self.s.job, "rank": rank, "ts": now}  # fmt: skip
+            if self.s.layout is not None:
+                body["groups"] = self.s.groups(rank)
             out.append(schema.encode(schema.HELLO, body))
         return out
 
@@ -717,6 +795,11 @@ def add_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--silent-rank", type=_count0, default=None, metavar="R", help="a rank that dies (says nothing more): the job hangs")
     p.add_argument("--silent-at-s", type=_non_negative, default=10.0, metavar="T", help="when it goes silent (default 10 s in)")
     p.add_argument("--seed", type=int, default=0, help="seed of the noise (default 0)")
+    p.add_argument("--pp", type=_count, default=1, metavar="P", help="pipeline stages (default 1); data parallel takes the ranks left")
+    p.add_argument("--tp", type=_count, default=1, metavar="T", help="tensor-parallel group size (default 1; innermost: within a node)")
+    p.add_argument("--ep", type=_count, default=1, metavar="E", help="expert-parallel group size (default 1)")
+    p.add_argument("--stage-costs", type=_costs, default=None, metavar="C,C,...",
+                   help=f"each stage's forward and backward cost, relative (default: the last stage {LAST_STAGE_COST:g}, the others 1)")  # fmt: skip
 
 
 def scenario_of(args: argparse.Namespace, ranks: int, job: str, parser: argparse.ArgumentParser) -> Scenario:
@@ -731,8 +814,12 @@ def scenario_of(args: argparse.Namespace, ranks: int, job: str, parser: argparse
         job=job, ranks=ranks, nodes=nodes, calls_per_step=args.calls_per_step, steps_per_s=args.steps_per_s, rate_hz=args.rate,
         slow_rank=args.slow_rank, slow_node=args.slow_node, slow_ms=args.slow_ms, slow_phase=args.slow_phase,
         stall_rank=args.stall_rank, stall_at_s=args.stall_at_s, silent_rank=args.silent_rank, silent_at_s=args.silent_at_s,
-        seed=args.seed,
+        seed=args.seed, pp=args.pp, tp=args.tp, ep=args.ep, stage_costs=args.stage_costs,
     )  # fmt: skip
+    if ranks % (s.pp * s.tp * s.ep):
+        parser.error(f"--pp {s.pp} x --tp {s.tp} x --ep {s.ep} does not divide the {ranks} ranks")
+    if s.stage_costs is not None and len(s.stage_costs) != s.pp:
+        parser.error(f"--stage-costs gives {len(s.stage_costs)} stages, --pp {s.pp}")
     if s.slow_node is not None and s.slow_node not in {s.host_of(r) for r in range(ranks)}:
         parser.error(f"--slow-node {s.slow_node!r} is not a node of this job ({node_name(0)} to {s.host_of(ranks - 1)})")
     return s
@@ -756,6 +843,16 @@ _count0 = _number(int, lambda v: v >= 0, "a whole number, 0 or more")
 _positive = _number(float, lambda v: v > 0, "positive")
 _non_negative = _number(float, lambda v: v >= 0, "0 or more")
 _rate = _number(float, lambda v: settings.rate_problem(v) is None, f"between {settings.MIN_RATE_HZ:g} and {settings.MAX_RATE_HZ:g}")
+
+
+def _costs(text: str) -> tuple[float, ...]:
+    try:
+        costs = tuple(float(part) for part in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected numbers separated by commas, got {text!r}") from None
+    if not all(c > 0 for c in costs):
+        raise argparse.ArgumentTypeError(f"costs must be positive, got {text!r}")
+    return costs
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -16,6 +16,22 @@ therefore what this rank *waited* for the collective: a rank that arrives last
 waits least, which is how the aggregator tells the slow rank from those it
 holds up.
 
+Every record carries its group (torch's ``group_name``, the same on every member)
+and its kind: a collective, a point-to-point op or a functional collective. Ops
+on a group other than the default one are keyed ``op@role`` ("all_reduce@tp",
+"send@pp"): the role comes from the group's description (DeviceMesh's
+``mesh_<dim>``, Megatron's ``group_desc``), else from its use (a group that
+carries send/recv is a pipeline group); see wire/parallel_groups.py. The
+groups a rank is in go out in its hello (:func:`groups_hello`).
+
+Point-to-point ops and functional collectives are timed where the training
+thread *blocks*: a blocking ``send``/``recv`` around the call; ``isend``/
+``irecv`` (and ``batch_isend_irecv``) in their ``Work.wait()``; a functional
+collective (``torch.distributed._functional_collectives``, what DTensor and
+async TP use) in its ``wait_tensor``. Their launch returns at once, and a
+send's completion lands whenever the peer receives it, which is not this
+rank's wait.
+
 Records go into a bounded deque, like step records: appends are atomic, the
 sender thread drains them, and a full deque drops its oldest entries. The
 sender folds them into one summary per step and phase before they leave the
@@ -31,6 +47,8 @@ import sys
 import threading
 import time
 from typing import Any
+
+from ranktop.wire import parallel_groups
 
 from .recorder import Recorder, drain
 
@@ -62,6 +80,19 @@ OPS: dict[str, str] = {
 }
 #: The name DDP's bucketed gradient all-reduce is reported under.
 DDP_OP = "ddp_allreduce"
+#: Point-to-point ops: timed in their wait, and what marks a group as a pipeline group.
+P2P_OPS = frozenset(("send", "recv", "isend", "irecv", "batch_isend_irecv"))
+#: Functional collectives (torch.distributed._functional_collectives): the tensor argument, and the group's position.
+FUNCTIONAL_OPS: dict[str, int] = {
+    "all_reduce": 2, "all_gather_tensor": 2, "all_gather_single": 1, "reduce_scatter_tensor": 3,
+    "reduce_scatter_single": 3, "all_to_all_single": 3, "broadcast": 2,
+    "all_reduce_autograd": 2, "all_gather_tensor_autograd": 2, "all_gather_single_autograd": 1,
+    "reduce_scatter_tensor_autograd": 3, "reduce_scatter_single_autograd": 3, "all_to_all_single_autograd": 3,
+}  # fmt: skip
+#: Kinds of call (the ``k`` of a record).
+COLLECTIVE, P2P, FUNCTIONAL = "c", "p", "f"
+#: Launched waits not yet waited on, at most (an ``isend`` nobody waits on leaks no memory).
+MAX_PENDING = 4096
 
 
 def _nbytes(value: Any) -> int:
@@ -102,7 +133,9 @@ class CollectiveTracker:
         # Waits timed on the device (probe/device_waits.py), once CUDA timing is attached.
         self.device: Any = None
 
-    def begin(self, op: str, nbytes: int, dtype: str, group_size: int, on_device: bool = True) -> list:
+    def begin(
+        self, op: str, nbytes: int, dtype: str, group_size: int, gid: str = "", kind: str = COLLECTIVE, on_device: bool = True
+    ) -> list:
         """A call starts: its token, for :meth:`end` (a blocking call) or :meth:`complete` (an async one).
 
         ``on_device``: its tensors are on the GPU (see :func:`on_cuda`), so its wait is timed there once
@@ -110,7 +143,7 @@ class CollectiveTracker:
         is timed on the host."""
         self.seq += 1
         rec = self._recorder
-        entry = {"op": op, "seq": self.seq, "b": nbytes, "dt": dtype, "g": group_size}
+        entry = {"op": op, "seq": self.seq, "b": nbytes, "dt": dtype, "g": group_size, "gi": gid, "k": kind}
         self.last = entry
         device = self.device
         start = device.start() if device is not None and on_device else None
@@ -205,6 +238,9 @@ def install(tracker: CollectiveTracker) -> bool:
             # Library code (FSDP among it) also calls through distributed_c10d.
             if c10d is not None and getattr(c10d, name, None) is original:
                 setattr(c10d, name, wrapped)
+    _install_batch_p2p(dist, c10d)
+    _install_work_wait(c10d)
+    _install_functional()
     _install_ddp()
     return True
 
@@ -220,16 +256,25 @@ def uninstall() -> None:
     dist = sys.modules.get("torch.distributed")
     c10d = getattr(dist, "distributed_c10d", None)
     for name, original in _installed.items():
-        if name.startswith("ddp."):
+        if name.startswith(("ddp.", "work.", "funcol.")):
             continue
         if c10d is not None and getattr(c10d, name, None) is getattr(dist, name, None):
             setattr(c10d, name, original)
         setattr(dist, name, original)
+    work = _installed.get("work.class")
+    if work is not None:
+        work.wait = _installed["work.wait"]
+    funcol = _installed.get("funcol.module")
+    if funcol is not None:
+        for name, original in _installed.items():
+            if name.startswith("funcol.") and name != "funcol.module":
+                setattr(funcol, name[len("funcol."):], original)
     ddp = _installed.get("ddp.class")
     if ddp is not None:
         ddp.register_comm_hook = _installed["ddp.register_comm_hook"]
         ddp.forward = _installed["ddp.forward"]
     _installed.clear()
+    _pending.clear()
 
 
 def _group_size(dist, group) -> int:
@@ -237,6 +282,155 @@ def _group_size(dist, group) -> int:
         return int(dist.get_world_size(group))
     except Exception:
         return 0
+
+
+# -- groups ---------------------------------------------------------------------
+
+#: id(group object) -> [group object (kept alive so the id stays its own), id, size, role, default group?]
+_groups: dict[int, list] = {}
+#: torch group name -> the same list, for functional collectives (which name their group).
+_groups_by_name: dict[str, list] = {}
+#: (id(DeviceMesh), dim) -> the same list, for DTensor's functional collectives.
+_groups_by_mesh: dict[tuple, list] = {}
+_group_refs: list = []
+#: Group ids point-to-point ops ran on (their role, if unnamed, is pipeline).
+_p2p_groups: set[str] = set()
+#: Peers (global ranks) of point-to-point ops on the default group: a pipeline with no group of its own.
+_p2p_peers: set[int] = set()
+#: Stated layout (probe.init(layout=...) or RANKTOP_LAYOUT): the groups it implies, in hello form.
+_stated: list[dict[str, Any]] = []
+
+
+def _group_info(dist, group) -> list:
+    """[group, id, size, role, default?] of a group object (None: the default group); cached by identity,
+    so the hot path pays a dict lookup."""
+    info = _groups.get(id(group))
+    if info is not None:
+        return info
+    info = [group, "", 0, "", False]
+    try:
+        c10d = dist.distributed_c10d
+        pg = group if group is not None else c10d._get_default_group()
+        info[1] = str(getattr(pg, "group_name", "") or "")[: parallel_groups.MAX_DESC]
+        info[2] = int(dist.get_world_size(pg))
+        info[4] = pg is c10d._get_default_group()
+        info[3] = "" if info[4] else parallel_groups.role_of(str(getattr(pg, "group_desc", "") or ""))
+    except Exception:
+        pass
+    if len(_groups) < 4 * parallel_groups.MAX_GROUPS:
+        _groups[id(group)] = info
+        if info[1]:
+            _groups_by_name[info[1]] = info
+    return info
+
+
+def _label(info: list, p2p: bool) -> str:
+    """The role suffix of an op's key: "" on the default group; the named role; "pp" for a group carrying
+    point-to-point ops; else the group's size ("g4")."""
+    if info[4]:
+        return ""
+    if info[3]:
+        return info[3]
+    if p2p or info[1] in _p2p_groups:
+        return "pp"
+    return parallel_groups.label("", info[2])
+
+
+def _key(op: str, label: str) -> str:
+    return f"{op}@{label}" if label else op
+
+
+def _note_p2p(dist, info: list, args, kwargs, name: str) -> None:
+    """Mark the group as carrying point-to-point traffic; on the default group, remember the peer."""
+    if info[4]:
+        peer = kwargs.get("dst", kwargs.get("src")) if kwargs else None
+        if peer is None and len(args) > 1:
+            peer = args[1]
+        if isinstance(peer, int) and len(_p2p_peers) < 64:
+            _p2p_peers.add(peer)
+    elif info[1] not in _p2p_groups:
+        _p2p_groups.add(info[1])
+
+
+def state_layout(text: str, rank: int, world: int) -> list[dict[str, Any]]:
+    """The groups a stated layout puts ``rank`` in: ``"pp=2,dp=2"`` (outermost first, the last dimension
+    varies fastest, as ``init_device_mesh`` lays ranks out; one dimension may be ``-1``: the rest).
+    Raises ValueError on a layout that does not fit the world."""
+    dims: list[list] = []
+    for part in text.replace(" ", "").split(","):
+        if not part:
+            continue
+        name, _, size = part.partition("=")
+        role = parallel_groups.role_of(name)
+        if not role or not size.lstrip("-").isdigit():
+            raise ValueError(f"layout: {part!r} is not role=size with a role among {', '.join(parallel_groups.ROLES)}")
+        dims.append([role, int(size)])
+    known = 1
+    for _, size in dims:
+        known *= size if size > 0 else 1
+    rest = [d for d in dims if d[1] <= 0]
+    if len(rest) > 1 or (rest and world % known):
+        raise ValueError(f"layout: {text!r} does not divide {world} ranks")
+    if rest:
+        rest[0][1] = world // known
+    total = 1
+    for _, size in dims:
+        total *= size
+    if total != world:
+        raise ValueError(f"layout: {text!r} is {total} ranks, the job has {world}")
+    out = []
+    stride = 1
+    for role, size in reversed(dims):
+        index = (rank // stride) % size
+        start = rank - index * stride
+        members = [start + i * stride for i in range(size)]
+        ranks = parallel_groups.compact(members)
+        entry = {"id": f"stated:{role}:{start}", "desc": f"stated_{role}", "size": size, "ranks": ranks, "role": role}
+        if len(ranks) != size or size <= 3:
+            entry["ranks"] = members
+        else:
+            entry["compact"] = True
+        out.append(entry)
+        stride *= size
+    return out[::-1]
+
+
+def groups_hello() -> list[dict[str, Any]]:
+    """The groups this rank is in, for its hello (wire/parallel_groups.py); read by the sender thread.
+
+    A stated layout wins. Else every group torch knows this rank to be in but the default one, with its
+    members, description and role, and whether point-to-point ops ran on it.
+    """
+    if _stated:
+        return _stated
+    dist = sys.modules.get("torch.distributed")
+    out: list[dict[str, Any]] = []
+    try:
+        c10d = dist.distributed_c10d
+        world = c10d._world
+        default = c10d._get_default_group() if dist.is_initialized() else None
+        for pg, ranks_map in list(world.pg_group_ranks.items()):
+            if pg is default or len(out) >= parallel_groups.MAX_GROUPS:
+                continue
+            members = [g for g, _ in sorted(ranks_map.items(), key=lambda kv: kv[1])]
+            name = str(getattr(pg, "group_name", "") or "")[: parallel_groups.MAX_DESC]
+            desc = str(getattr(pg, "group_desc", "") or "")[: parallel_groups.MAX_DESC]
+            role = parallel_groups.role_of(desc) or ("pp" if name in _p2p_groups else "")
+            ranks = parallel_groups.compact(members)
+            entry = {"id": name, "desc": desc, "size": len(members), "ranks": ranks, "role": role}
+            if len(ranks) != len(members):
+                entry["compact"] = True
+            if name in _p2p_groups:
+                entry["p2p"] = True
+            out.append(entry)
+        if _p2p_peers and default is not None and len(out) < parallel_groups.MAX_GROUPS:
+            # Point-to-point on the default group: the pipeline is this rank and its peers.
+            members = sorted(_p2p_peers | {dist.get_rank()})
+            out.append({"id": "p2p:" + ",".join(map(str, members))[:50], "desc": "p2p peers", "size": len(members),
+                        "ranks": members, "role": "pp", "p2p": True})  # fmt: skip
+    except Exception:
+        return out
+    return out
 
 
 def _wrap(name: str, arg: str, original, dist):
@@ -250,6 +444,8 @@ def _wrap(name: str, arg: str, original, dist):
     group_position = params.index("group") if "group" in params else None
     async_position = params.index("async_op") if "async_op" in params else None
     always_async = name in ("isend", "irecv")
+    p2p = name in P2P_OPS
+    kind = P2P if p2p else COLLECTIVE
 
     @functools.wraps(original)
     def wrapper(*args, **kwargs):
@@ -260,7 +456,15 @@ def _wrap(name: str, arg: str, original, dist):
             payload = kwargs.get(arg) if arg in kwargs else (args[position] if position is not None and position < len(args) else None)
             group = kwargs.get("group") if "group" in kwargs else (args[group_position] if group_position is not None and group_position < len(args) else None)
             is_async = always_async or bool(kwargs.get("async_op") if "async_op" in kwargs else (args[async_position] if async_position is not None and async_position < len(args) else False))
-            token = tracker.begin(name, _nbytes(payload), _dtype(payload), _group_size(dist, group), on_cuda(payload))
+            info = _groups.get(id(group)) or _group_info(dist, group)
+            if p2p:
+                _note_p2p(dist, info, args, kwargs, name)
+            key = _key(name, _label(info, p2p))
+            if p2p and is_async:  # timed in its Work.wait(), where the training thread blocks
+                work = original(*args, **kwargs)
+                _wait_later(work, (key, _nbytes(payload), _dtype(payload), info[2], info[1], kind))
+                return work
+            token = tracker.begin(key, _nbytes(payload), _dtype(payload), info[2], info[1], kind, on_device=on_cuda(payload))
         except Exception:
             return original(*args, **kwargs)  # never let bookkeeping break a collective
         _inside_hook.active = True  # one torch function may call another (all_gather_into_tensor does): count one
@@ -282,6 +486,177 @@ def _wrap(name: str, arg: str, original, dist):
     return wrapper
 
 
+#: The functional collective being launched on this thread, for a wait inside its launch.
+_launching = threading.local()
+#: id(work or tensor) -> what :meth:`CollectiveTracker.begin` takes, for a wait still to come.
+_pending: dict[int, tuple] = {}
+
+
+def _wait_later(handle: Any, what: tuple, ident=id) -> None:
+    if len(_pending) >= MAX_PENDING:
+        _pending.clear()  # launched and never waited on: forget them rather than grow
+    _pending[ident(handle)] = what
+
+
+def _storage(tensor: Any) -> Any:
+    """A functional collective's output, known by its memory: DTensor waits on a *view* of it (a view of an
+    AsyncCollectiveTensor is a new one, around a view of the same storage)."""
+    try:
+        return ("t", tensor.untyped_storage().data_ptr())
+    except Exception:
+        return id(tensor)
+
+
+def _timed_wait(original, key: str = "", kind: str = P2P, ident=id):
+    """Wrap a blocking wait (``Work.wait``, ``wait_tensor``): a wait on something this module launched is
+    recorded, with that launch's op and group; ``wait_tensor`` on a collective launched elsewhere (compiled
+    code) as ``key``. Anything else passes straight through at the cost of a dict lookup."""
+
+    @functools.wraps(original)
+    def wait(handle, *args, **kwargs):
+        tracker = _tracker
+        what = _pending.pop(ident(handle), None) if _pending else None
+        if what is None and key:
+            what = getattr(_launching, "what", None)
+        if tracker is None or (what is None and not key) or getattr(_inside_hook, "active", False):
+            return original(handle, *args, **kwargs)
+        try:
+            token = tracker.begin(*what) if what is not None else tracker.begin(key, _nbytes(handle), _dtype(handle), 0, "", kind)
+        except Exception:
+            return original(handle, *args, **kwargs)
+        tracker.blocked_since = token[1]
+        try:
+            return original(handle, *args, **kwargs)
+        finally:
+            tracker.blocked_since = 0.0
+            tracker.end(token)
+
+    wait._ranktop = True
+    return wait
+
+
+def _install_work_wait(c10d) -> None:
+    """``Work.wait`` of the works ``isend``/``irecv``/``batch_isend_irecv`` return: where a pipeline blocks."""
+    work = getattr(c10d, "Work", None)
+    original = getattr(work, "wait", None)
+    if original is None or getattr(original, "_ranktop", False):
+        return
+    try:
+        work.wait = _timed_wait(original)
+    except Exception:
+        return
+    _installed["work.class"] = work
+    _installed["work.wait"] = original
+
+
+def _install_batch_p2p(dist, c10d) -> None:
+    """``batch_isend_irecv``: one launch of several point-to-point ops; each work it returns is timed in
+    its wait, under the batch's name and group (the ops inside are not counted again)."""
+    original = getattr(dist, "batch_isend_irecv", None)
+    if original is None or getattr(original, "_ranktop", False):
+        return
+
+    @functools.wraps(original)
+    def batch_isend_irecv(p2p_op_list, *args, **kwargs):
+        tracker = _tracker
+        if tracker is None or getattr(_inside_hook, "active", False):
+            return original(p2p_op_list, *args, **kwargs)
+        try:
+            first = p2p_op_list[0]
+            info = _groups.get(id(first.group)) or _group_info(dist, first.group)
+            for op in p2p_op_list:
+                _note_p2p(dist, info, (None, op.peer), None, "batch_isend_irecv")
+            what = ("batch_isend_irecv" if info[4] else _key("batch_isend_irecv", _label(info, True)),
+                    _nbytes([op.tensor for op in p2p_op_list]), _dtype(first.tensor), info[2], info[1], P2P)  # fmt: skip
+        except Exception:
+            return original(p2p_op_list, *args, **kwargs)
+        _inside_hook.active = True
+        try:
+            works = original(p2p_op_list, *args, **kwargs)
+        finally:
+            _inside_hook.active = False
+        try:
+            for i, work in enumerate(works or ()):
+                _wait_later(work, what if i == 0 else (what[0], 0) + what[2:])  # bytes counted once per batch
+        except Exception:
+            pass
+        return works
+
+    batch_isend_irecv._ranktop = True
+    _installed["batch_isend_irecv"] = original
+    dist.batch_isend_irecv = batch_isend_irecv
+    if c10d is not None and getattr(c10d, "batch_isend_irecv", None) is original:
+        c10d.batch_isend_irecv = batch_isend_irecv
+
+
+def _install_functional() -> None:
+    """Functional collectives (DTensor, async TP, ``torch.compile``'s eager fallback): the launch notes its
+    op and group against the tensor it returns; ``wait_tensor`` on that tensor is the wait."""
+    try:
+        import torch.distributed._functional_collectives as funcol
+    except Exception:
+        return
+    if getattr(funcol.wait_tensor, "_ranktop", False):
+        return
+    _installed["funcol.module"] = funcol
+    for name, group_position in FUNCTIONAL_OPS.items():
+        original = getattr(funcol, name, None)
+        if original is None:
+            continue
+        _installed["funcol." + name] = original
+        setattr(funcol, name, _functional_launch(name, group_position, original, funcol))
+    _installed["funcol.wait_tensor"] = funcol.wait_tensor
+    funcol.wait_tensor = _timed_wait(funcol.wait_tensor, "wait_tensor", FUNCTIONAL, _storage)
+
+
+def _functional_launch(name: str, group_position: int, original, funcol):
+    op = name.replace("_autograd", "")
+
+    @functools.wraps(original)
+    def launch(*args, **kwargs):
+        if _tracker is None:
+            return original(*args, **kwargs)
+        try:
+            group = kwargs.get("group") if "group" in kwargs else args[group_position] if len(args) > group_position else None
+            info = _functional_group(funcol, group, kwargs.get("tag", ""))
+            payload = args[0] if args else kwargs.get("self", kwargs.get("input"))
+            what = (_key(op, _label(info, False)), _nbytes(payload), _dtype(payload), info[2], info[1], FUNCTIONAL)
+        except Exception:
+            return original(*args, **kwargs)
+        _launching.what = what  # a launch that waits at once (while tracing, or autograd's) waits inside the call
+        try:
+            result = original(*args, **kwargs)
+        finally:
+            _launching.what = None
+        try:
+            _wait_later(getattr(result, "elem", result), what, _storage)  # an AsyncCollectiveTensor waits on its elem
+        except Exception:
+            pass
+        return result
+
+    launch._ranktop = True
+    return launch
+
+
+def _functional_group(funcol, group, tag: str) -> list:
+    """A functional collective's group (a ProcessGroup, a (mesh, dim) pair, a name, a list of ranks), by name."""
+    # DTensor names its group (mesh, dim), a new tuple every call: keyed by the mesh's identity and the dim
+    key = (id(group[0]), group[1]) if type(group) is tuple and len(group) == 2 else id(group)
+    info = _groups_by_mesh.get(key) if type(key) is tuple else _groups.get(key)
+    if info is not None:
+        return info
+    name = str(funcol._resolve_group_name(group, tag))
+    info = _groups_by_name.get(name)
+    if info is None:
+        dist = sys.modules["torch.distributed"]
+        pg = dist.distributed_c10d._resolve_process_group(name)
+        info = _group_info(dist, pg)
+    if type(key) is tuple and len(_groups_by_mesh) < 4 * parallel_groups.MAX_GROUPS:
+        _groups_by_mesh[key] = info
+        _group_refs.append(group[0])  # the mesh stays alive, so its id stays its own
+    return info
+
+
 def _on_complete(work, tracker: CollectiveTracker, token: list) -> None:
     """The completion path of an async call (kept for wrappers that call it): ``tracker.complete``."""
     tracker.complete(token, work)
@@ -299,7 +674,7 @@ def _timed_hook(hook):
             buffer = bucket.buffer()
             group = state if state is not None and hasattr(state, "size") else None
             size = group.size() if group is not None else _group_size(sys.modules["torch.distributed"], None)
-            token = tracker.begin(DDP_OP, _nbytes(buffer), _dtype(buffer), size, on_cuda(buffer))
+            token = tracker.begin(DDP_OP, _nbytes(buffer), _dtype(buffer), size, on_device=on_cuda(buffer))
         except Exception:
             return hook(state, bucket)
         _inside_hook.active = True  # the hook's own dist.all_reduce is this bucket: count it once

@@ -347,9 +347,9 @@ def watch_work(work_class: Any, waits: DeviceWaits | None) -> None:
     """Route ``work_class.wait`` through ``waits`` (idempotent; None passes every wait straight through)."""
     global _waits
     _waits = waits
-    if getattr(work_class.wait, "_ranktop", False):
+    if getattr(work_class.wait, "_ranktop_device", False):
         return
-    original = work_class.wait
+    original = work_class.wait  # perhaps probe/collectives.py's own wrapper (point-to-point waits): chained
 
     @functools.wraps(original)
     def wait(self, *args, **kwargs):
@@ -358,7 +358,7 @@ def watch_work(work_class: Any, waits: DeviceWaits | None) -> None:
             return original(self, *args, **kwargs)
         return waits.waited(self, original, args, kwargs)
 
-    wait._ranktop = True
+    wait._ranktop_device = True  # not _ranktop: probe/collectives.py may still wrap it (point-to-point)
     work_class.wait = wait
 
 

@@ -87,12 +87,15 @@ def init(
     tokens_per_step: int | None = None,
     flops_per_step: float | str | None = None,
     flops_dtype: str = "bf16",
+    layout: str | None = None,
 ) -> Probe | _Disabled:
     """Start the probe in this process (idempotent). ``RANKTOP_DISABLE=1`` keeps it off.
 
     ``batch_size``, ``tokens_per_step`` and ``flops_per_step`` (per rank, per step; else
     ``RANKTOP_BATCH_SIZE``, ``RANKTOP_TOKENS_PER_STEP``, ``RANKTOP_FLOPS_PER_STEP``) give
     samples/s, tokens/s and MFU against the peak of ``flops_dtype`` (see probe/flops.py).
+    ``layout`` (else ``RANKTOP_LAYOUT``) states the parallel layout, outermost dimension first
+    (``"pp=4,tp=8,dp=-1"``), for a job whose process groups do not say it (docs/parallelism.md).
     """
     global active
     with _lock:
@@ -104,13 +107,32 @@ def init(
         if problem:
             raise ValueError(f"rate_hz {problem}")
         work = flops.work_from(batch_size, tokens_per_step, flops_per_step, flops_dtype)
-        probe = Probe(detect(job), rate_hz=rate_hz, capacity=capacity, directory=rendezvous_dir, work=work)
+        identity = detect(job)
+        collectives._stated[:] = _stated_layout(layout, identity)
+        probe = Probe(identity, rate_hz=rate_hz, capacity=capacity, directory=rendezvous_dir, work=work)
+        probe.sender.add_hello("groups", collectives.groups_hello)
         active = probe
         collectives.install(probe.collectives)  # only if the script has imported torch.distributed
         gpu_timing.arm(probe)  # device timing, from the first step once the script has CUDA up
         probe.sender.start()
         probe.resources.start()
         return probe
+
+
+def _stated_layout(layout: str | None, identity: Identity) -> list:
+    """The groups a stated layout puts this rank in: ``layout`` (a bad one raises), else ``RANKTOP_LAYOUT``
+    (a bad one is said once and ignored: a typo in the environment must not cost the job its probe)."""
+    if layout:
+        return collectives.state_layout(layout, identity.rank, identity.world)
+    text = settings.LAYOUT.get()
+    if not text:
+        return []
+    try:
+        return collectives.state_layout(text, identity.rank, identity.world)
+    except ValueError as exc:
+        if identity.rank == 0:
+            print(f"ranktop: RANKTOP_LAYOUT ignored: {exc}", file=sys.stderr)
+        return []
 
 
 def _deactivate(probe: Probe) -> None:

@@ -214,10 +214,25 @@ def test_straggler_table_shows_score_culprit_and_status_of_each_rank():
     async def scenario(app, pilot):
         table = app.query_one(StragglerTable)
         row = [cell.plain for cell in table.get_row("5")]
-        assert row == ["5", "node-00", "41", "130", "+30%", "forward", "slow", "–", "–"]  # no collectives: no own/comm split
+        assert row == ["5", "node-00", "41", "130", "+30%", "forward", "slow", "–", "–", ""]  # no collectives: no own/comm split; no layout: no coordinates
         assert table.get_cell("2", "status").plain == "silent 12s"
 
     drive(eight_ranks(), scenario)
+
+
+def test_straggler_table_shows_each_rank_s_coordinates_once_the_layout_is_known():
+    import dataclasses
+
+    rows = [dataclasses.replace(rank_row(n), coords={"pp": n // 2, "dp": n % 2}) for n in range(4)]
+    rows[3] = dataclasses.replace(rows[3], status=SLOW, score=0.3, culprit_phase="forward")
+    snap = job_snapshot(rows, stragglers=[3, 0, 1, 2], layout_roles=["pp", "dp"])
+
+    async def scenario(app, pilot):
+        table = app.query_one(StragglerTable)
+        assert table.get_cell("3", "where").plain == "1·1" and table.get_cell("2", "where").plain == "1·0"
+        assert table.columns["where"].label.plain == "pp·dp"  # the heading names the roles (off-screen at 80 columns)
+
+    drive(snap, scenario)
 
 
 def test_straggler_table_reorders_in_place_and_keeps_its_scroll_position():

@@ -128,3 +128,36 @@ def test_fsdp2_all_gathers_and_reduce_scatters_are_counted(rdv, tmp_path):
         calls, nbytes = rows[(rank, "all_gather_single")]
         assert calls >= 2 and nbytes == calls * 1360
         assert rows[(rank, "reduce_scatter_single")] == (2, 2 * 1360)
+
+
+FUNCTIONAL_SCRIPT = r"""
+import os, json
+os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=os.environ["PORT"], RANK="0", WORLD_SIZE="1")
+import torch, torch.distributed as dist
+dist.init_process_group("gloo")
+from ranktop.probe import collectives
+from ranktop.probe.recorder import Recorder
+tracker = collectives.CollectiveTracker(Recorder())
+collectives.install(tracker)
+import torch.distributed._functional_collectives as funcol
+from torch.distributed.device_mesh import init_device_mesh
+mesh = init_device_mesh("cpu", (1,), mesh_dim_names=("tp",))
+out = funcol.all_reduce(torch.ones(4, 8), "sum", (mesh, 0))  # as DTensor calls it: a (mesh, dim) group
+out.view(32).sum()  # DTensor waits on a view of the AsyncCollectiveTensor
+w = dist.all_reduce(torch.ones(3), async_op=True)
+w.wait()  # a collective's Work.wait: timed from launch to completion, not again in its wait
+print(json.dumps([{k: r[k] for k in ("op", "b", "k", "gi")} for r in tracker.drain()]))
+"""
+
+
+def test_a_functional_collective_is_timed_in_the_wait_on_a_view_of_its_output(tmp_path):
+    import json as _json
+    import random as _random
+
+    env = dict(os.environ, PORT=str(_random.randint(20000, 40000)), OMP_NUM_THREADS="1")
+    out = subprocess.run([sys.executable, "-c", FUNCTIONAL_SCRIPT], capture_output=True, text=True, env=env, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    records = _json.loads(out.stdout.strip().splitlines()[-1])
+    # the 1-D mesh spans the world: its group is the default one, keyed by the bare op name
+    assert [(r["op"], r["b"], r["k"]) for r in records] == [("all_reduce", 128, "f"), ("all_reduce", 12, "c")]
+    assert records[0]["gi"] == records[1]["gi"] == "0"

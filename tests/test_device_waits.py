@@ -418,7 +418,7 @@ def test_the_work_wait_wrapper_passes_real_gloo_works_through(tmp_path, cuda):
     try:
         waits = device_waits.DeviceWaits(cuda, pool_size=4)
         device_waits.watch_work(work_class, waits)
-        assert getattr(work_class.wait, "_ranktop", False)
+        assert getattr(work_class.wait, "_ranktop_device", False)
         t = torch.ones(4)
         work = dist.all_reduce(t, async_op=True)
         assert work.wait() is True and t.tolist() == [1.0] * 4

@@ -147,6 +147,29 @@ def test_the_rank_map_drills_down_from_node_to_rank_by_keys():
     drive(big_job(slow_rank=3071), scenario, size=SMALL)
 
 
+def test_S_groups_the_rank_map_by_pipeline_stage_and_a_stage_opens_on_its_ranks():
+    snap = big_job(slow_rank=3071)  # laid out pp 8 x dp 512: 3071 is at stage 5
+    rows = [dataclasses.replace(r, coords={"pp": r.rank // 512, "dp": r.rank % 512}) for r in snap.ranks]
+    snap = dataclasses.replace(snap, ranks=rows, layout_roles=["pp", "dp"])
+
+    async def scenario(app, pilot):
+        await focus_map(pilot, app)
+        await pilot.press("S")
+        await settle(app, pilot)
+        rankmap = app.query_one(RankMap)
+        assert rankmap.mode == NODES and rankmap.cell.host == "stage 5"  # a cell per stage, the cursor on the worst
+        assert "grouped by pipeline stage" in text_of(app.query_one("#status"))
+        await pilot.press("enter")
+        assert isinstance(app.screen, NodeScreen) and app.screen.host == "stage 5"
+        title = text_of(app.screen.query_one("#drill-title"))
+        assert title.strip().startswith("stage 5  ranks 2560-3071") and "1 slow" in title and "other stages" in title
+        await pilot.press("enter")  # the stage's ranks open on its worst: 3071
+        assert isinstance(app.screen, RankScreen) and app.screen.rank == 3071
+        assert "rank 3071 (pp 5, dp 511)" in text_of(app.screen.query_one("#drill-title"))
+
+    drive(snap, scenario, size=SMALL)
+
+
 def test_arrows_move_the_map_cursor_and_w_brings_it_back_to_the_worst():
     async def scenario(app, pilot):
         await focus_map(pilot, app)

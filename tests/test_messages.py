@@ -57,6 +57,17 @@ def test_the_hello_the_probe_sends_comes_back_whole(probe_sender):
     _same_keys(hello, schema.decode(sender.message(schema.HELLO, hello)))
 
 
+def test_the_groups_of_a_hello_come_back_whole(probe_sender):
+    from ranktop.probe.collectives import state_layout
+
+    sender, _, _ = probe_sender
+    groups = state_layout("pp=2,dp=2", 1, 4)
+    groups.append({"id": "p2p:1,3", "desc": "p2p peers", "size": 2, "ranks": [1, 3], "role": "pp", "p2p": True})
+    sender.add_hello("groups", lambda: groups)
+    hello = sender.hello()
+    _same_keys(hello, schema.decode(sender.message(schema.HELLO, hello)))
+
+
 def test_a_steps_message_with_its_state_and_collectives_comes_back_whole(probe_sender):
     sender, recorder, tracker = probe_sender
     records = recorder.drain()

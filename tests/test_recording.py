@@ -20,8 +20,11 @@ from ranktop.wire import schema
 PHASES = {"data": 0.002, "forward": 0.004, "backward": 0.006, "optimizer": 0.002}
 
 
-def hello(rank: int, world: int = 3) -> list[bytes]:
-    return schema.encode(schema.HELLO, {"job": "j", "rank": rank, "ts": time.time(), "host": "h", "pid": 1, "world": world, "local_rank": rank})
+def hello(rank: int, world: int = 3, groups: list | None = None) -> list[bytes]:
+    body = {"job": "j", "rank": rank, "ts": time.time(), "host": "h", "pid": 1, "world": world, "local_rank": rank}
+    if groups:
+        body["groups"] = groups
+    return schema.encode(schema.HELLO, body)
 
 
 def steps(rank: int, first: int, count: int, slow_ms: float = 0.0) -> list[bytes]:
@@ -120,17 +123,17 @@ def test_times_in_a_recording():
         parse_offset("soon", 100.0)
 
 
-def recorded_job(tmp_path, seconds: int = 40, slow_from: int = 10, slow_to: int = 30):
+def recorded_job(tmp_path, seconds: int = 40, slow_from: int = 10, slow_to: int = 30, groups=lambda rank: None):
     """A 3-rank job of ``seconds`` seconds at 10 steps/s, rank 1 slow in forward in [slow_from, slow_to), written by the
     real FlightRecorder; the arrival times are then stretched onto a virtual timeline (no test sleeps for 40 s)."""
     path = tmp_path / "job.rec"
-    msgs = [(0.0, hello(r)) for r in range(3)]
+    msgs = [(0.0, hello(r, groups=groups(r))) for r in range(3)]
     for second in range(seconds):
         for r in range(3):
             slow = 30.0 if r == 1 and slow_from <= second < slow_to else 0.0
             msgs.append((second + 0.5, steps(r, second * 10, 10, slow)))
             if second % 2 == 0:
-                msgs.append((second + 0.6, hello(r)))
+                msgs.append((second + 0.6, hello(r, groups=groups(r))))
     rec = FlightRecorder(path, job="j")
     clock = iter([1_000_000.0 + t for t, _ in msgs])
     rec.clock = lambda: next(clock)
@@ -193,6 +196,14 @@ def test_the_report_names_the_straggler_its_phase_and_its_spell(tmp_path):
     text = "\n".join(text_lines(rep))
     assert "rank 1 slow in forward from 0:1" in text and "stalls and hangs: none" in text
     assert {p["phase"] for p in rep["median_rank_phases"]} >= set(PHASES)
+
+
+def test_the_report_carries_each_rank_s_coordinates(tmp_path):
+    from ranktop.probe.collectives import state_layout
+
+    rep = build(recorded_job(tmp_path, groups=lambda rank: state_layout("tp=3", rank, 3)))
+    assert rep["layout_roles"] == ["tp"] and rep["imbalance"] is None
+    assert [r["coords"] for r in rep["per_rank"]] == [{"tp": 0}, {"tp": 1}, {"tp": 2}]
 
 
 def test_history_is_bounded():

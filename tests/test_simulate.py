@@ -98,3 +98,50 @@ def test_a_closed_terminal_stops_the_demo_and_its_job(rdv):
             os.waitpid(pid, 0)
         except (ProcessLookupError, ChildProcessError):
             pass
+
+
+def _replayed(**layout):
+    """A simulated job replayed into an aggregator on a clock of its own (no sockets), and its snapshot."""
+    from ranktop.demo.simulate import Scenario, Simulator
+    from ranktop.watch.aggregator import Aggregator
+
+    ranks = layout.pop("ranks")
+    s = Scenario(job="sim-layout", ranks=ranks, nodes=ranks // 8, **layout)
+    clock = [0.0]
+    agg = Aggregator(s.job, clock=lambda: clock[0], wall_clock=lambda: clock[0])
+    for now, frames in Simulator(s, directory=os.environ["RANKTOP_DIR"]).replay(10, digests=True):
+        clock[0] = now
+        for f in frames:
+            agg.ingest_frames(f)
+    return agg.snapshot()
+
+
+def test_a_simulated_3d_job_shows_its_stage_imbalance_and_flags_nobody(rdv):
+    from ranktop.watch.verdict import verdict
+
+    snap = _replayed(ranks=512, pp=4, tp=8)  # dp 16; the last stage 1.6x the others' forward and backward
+    assert snap.layout_roles == ["pp", "tp", "dp"]
+    assert snap.row(300).coords == {"pp": 2, "tp": 4, "dp": 5}  # 300 = 2*128 + 5*8 + 4: laid out pp, dp, tp
+    assert not [r.rank for r in snap.ranks if r.status == "slow"]
+    answer = verdict(snap)
+    assert answer.kind == "imbalanced" and answer.ranks == []
+    assert answer.text.startswith("stage 3 does 1.4x the work of stage 0: the pipeline idles ")
+    assert {c.op for c in snap.collectives if c.rank == -1} == {"recv@pp", "reduce_scatter_tensor@dp"}
+
+
+@pytest.mark.slow
+def test_a_slow_rank_of_a_4096_rank_3d_job_is_named_with_its_coordinates_and_alone(rdv):
+    from ranktop.watch.verdict import verdict
+
+    snap = _replayed(ranks=4096, pp=8, tp=8, slow_rank=3071, slow_phase="forward")
+    answer = verdict(snap)
+    assert answer.kind == "slow_rank" and answer.ranks == [3071] and answer.others == 0, answer
+    assert answer.text.startswith("rank 3071 (pp 5, tp 7, dp 63) slow in forward: +")
+    assert snap.stragglers[0] == 3071
+
+
+def test_a_layout_that_does_not_divide_the_job_is_one_line(rdv):
+    out = run_cli("demo", "--simulate", "64", "--pp", "3", "--no-tui")
+    assert out.returncode == 2 and "--pp 3 x --tp 1 x --ep 1 does not divide the 64 ranks" in out.stderr
+    out = run_cli("demo", "--simulate", "64", "--pp", "4", "--stage-costs", "1,2", "--no-tui")
+    assert out.returncode == 2 and "--stage-costs gives 2 stages, --pp 4" in out.stderr

@@ -293,10 +293,19 @@ class RanktopApp(App[None]):
         self._notice = Text(f"view: {what}", style=palette.MUTED)
         self._draw()
 
+    def action_toggle_map_grouping(self) -> None:
+        overview = self._overview
+        overview.group_by = "stage" if overview.group_by == "node" else "node"
+        known = "pp" in self.snapshot.layout_roles if self.snapshot is not None else False
+        what = "pipeline stage" if overview.group_by == "stage" else "node"
+        note = "" if known or overview.group_by == "node" else " (no pipeline known yet: by node until one is)"
+        self._notice = Text(f"rank map: grouped by {what}{note}", style=palette.MUTED)
+        self._draw()
+
     def on_rank_map_opened(self, event: RankMap.Opened) -> None:
         cell = event.cell
         if cell.key[0] == "node":
-            self.push_screen(NodeScreen(cell.host, self.snapshot))
+            self.push_screen(NodeScreen(cell.host, self.snapshot, by_stage=cell.host.startswith("stage ")))
         else:
             self.push_screen(RankScreen(cell.key[1], self.snapshot))
 

@@ -85,6 +85,15 @@ KEYS: tuple[Binding, ...] = (
         "map, a cell per rank (or per node when they do not fit) grouped by node. Automatic: bars while every rank fits.",
     ),
     Binding(
+        "S",
+        "toggle_map_grouping",
+        "Stages",
+        id="map.grouping",
+        show=False,
+        tooltip="Group the rank map by pipeline stage instead of by node (on a job whose parallel layout is known; "
+        "docs/parallelism.md), and back.",
+    ),
+    Binding(
         "H",
         "history",
         "History",

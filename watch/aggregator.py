@@ -23,6 +23,7 @@ import threading
 import time
 from typing import Any, Callable
 
+from ranktop.watch import layout as layouts
 from ranktop.watch import stalls, stragglers
 from ranktop.watch.collectives import add_collectives, add_digest_collectives, collective_rows
 from ranktop.watch.endpoints import Endpoints
@@ -83,6 +84,8 @@ class Aggregator:
         self._faults: set[str] = set()  # kinds of malformed message already named (note_dropped)
         self._restat_from = 0  # where the next snapshot's share of medians to refresh begins
         self._resources = ResourceTracker()  # memory history and creep, GPU gauges, throughput (watch/resources.py)
+        self._layout = layouts.EMPTY  # coordinates and peer classes (watch/layout.py), learned from the hellos' groups
+        self._layout_stale = False  # some rank's groups changed since it was learned
 
     @property
     def world_size(self) -> int | None:
@@ -181,6 +184,8 @@ class Aggregator:
         return rank
 
     def _note_hello(self, rank: RankWindow, meta: dict[str, Any]) -> None:
+        if meta.get("groups") != rank.meta.get("groups"):
+            self._layout_stale = True  # hellos repeat; their groups seldom change: a compare of a few small maps
         rank.meta = meta
         world = meta.get("world")
         if isinstance(world, int) and not isinstance(world, bool) and world != self._world and world > (self._world or 0):
@@ -281,7 +286,12 @@ class Aggregator:
             sure = worlds and now - self._started > self._silent_after + behind and settled
             verdict = stalls.assess(stalls.positions_of(windows, now - behind, silent), self._stall, world=max(worlds) if sure else None)
         live = {rank: s for rank, s in stats.items() if s is not None and rank not in silent}
-        scores = stragglers.score(live, names)
+        if self._layout_stale:
+            self._layout_stale = False
+            self._layout = layouts.learn({w.rank: w.meta.get("groups") for w in windows if w.meta.get("groups")})
+        layout = self._layout
+        scores = stragglers.score(live, names, layout.classes(live))
+        stage_rows = stragglers.stages(live, layout.stage) if layout.known else []
 
         rows = []
         for w in windows:
@@ -324,6 +334,7 @@ class Aggregator:
                     rejected=rejected,
                     rate_hz=rate_hz,
                     last_step_end=w.last_step_end,
+                    coords=layout.of(w.rank),
                     **resources[w.rank],
                 )
             )
@@ -357,6 +368,9 @@ class Aggregator:
             slow_hosts=stragglers.slow_hosts(rows),
             device_time_ranks=sorted(w.rank for w in windows if w.device_times),
             throughput=job_throughput([row.throughput for row in rows if row.status != SILENT]),
+            layout_roles=list(layout.roles),
+            stages=stage_rows,
+            imbalance=stragglers.imbalance(stage_rows, scores.median_step_s),
         )
 
     def _collective_rows(self, windows: list[RankWindow], now: float, ranking: list[int]) -> list:

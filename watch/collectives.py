@@ -37,6 +37,7 @@ _GATHER_LIKE = {
 
 def bus_factor(op: str, group_size: int) -> float:
     n = max(group_size, 1)
+    op = op.partition("@")[0]  # "all_reduce@tp": the op on a named group (wire/parallel_groups.py)
     if op in _ALL_REDUCE:
         return 2 * (n - 1) / n
     if op in _GATHER_LIKE:

@@ -173,7 +173,12 @@ def _assemble(recording: Recording, history: History, obs: _Observer, final: Sna
             "phases": {name: statistics.median(s.rank_phases[rank].get(name, 0.0) for s in samples if rank in s.rank_phases)
                        for name in order if name in phase_names},
         })
+    coords = {r.rank: r.coords for r in final.ranks if r.coords}
+    for entry in per_rank:
+        entry["coords"] = coords.get(entry["rank"])  # its place in the parallel layout (docs/parallelism.md)
     out["per_rank"] = per_rank
+    out["layout_roles"] = list(final.layout_roles)
+    out["imbalance"] = final.imbalance
     # -- episodes
     def episode(e) -> dict:
         d = e.to_json()
@@ -272,6 +277,8 @@ def text_lines(rep: dict) -> list[str]:
                          f"cost the job {e['cost_s']:.1f} s over {e['steps']} steps")
     else:
         lines.append("stragglers: none (no rank slower than the others for more than a moment)")
+    if rep.get("imbalance"):
+        lines.append(f"pipeline: {rep['imbalance']} (the model's split, no rank's fault)")
     if rep["hangs"]:
         lines.append("stalls and hangs:")
         for g in rep["hangs"]:

@@ -57,6 +57,14 @@ class RankRow:
     rate_hz: float | None = None  # telemetry messages a second it sends at (set_rate, --rate)
     last_step_end: float | None = None  # when its last step received ended: unix time by the rank's clock (t + w)
     missed: int = 0  # step records lost on the way to this viewer (gaps in the step numbers it received)
+    coords: dict[str, int] | None = None  # its place in the parallel layout ({"pp": 1, "dp": 1}; watch/layout.py)
+
+
+def coords_text(coords: dict[str, int] | None, roles: list[str]) -> str:
+    """Coordinates in the layout's order of roles: "pp 1, dp 1" ("" for none)."""
+    if not coords:
+        return ""
+    return ", ".join(f"{role} {coords[role]}" for role in roles if role in coords)
 
 
 def _fast_constructor(cls):
@@ -263,6 +271,9 @@ class Snapshot:
     throughput: Throughput | None = None  # the job's: sums over live ranks (MFU: their TFLOP/s over their peaks)
     device_time_ranks: list[int] = field(default_factory=list)  # ranks whose step records carry device (GPU) times ("g"): their figures are GPU time
     behind_s: float | None = None  # this viewer is this many seconds behind the job's messages (None: keeping up)
+    layout_roles: list[str] = field(default_factory=list)  # the parallel dimensions learned ("pp", "dp"), in coordinate order
+    stages: list = field(default_factory=list)  # per pipeline stage: own work and wait per step (stragglers.Stage)
+    imbalance: str | None = None  # one line when the pipeline's stages are unbalanced (never a rank's fault)
 
     @property
     def clock(self) -> str:
@@ -294,6 +305,10 @@ class Snapshot:
             if row.rank == rank:
                 return row
         return None
+
+    def where(self, row: RankRow) -> str:
+        """A rank's coordinates as text, "pp 1, dp 1" ("" when the layout is not known)."""
+        return coords_text(row.coords, self.layout_roles)
 
     def request(self, command_id: str) -> RequestStatus | None:
         """How one of our commands is answered: the exact tally, else counted from :attr:`replies`."""

@@ -16,6 +16,12 @@ spread of everyone's slowdown (3 x MAD), so noise on a healthy job flags no one.
 
 With collectives seen, each phase counts only the rank's *own* time: the wait
 in collectives is taken out of the phase it happened in and shown as ``comm``.
+
+On a job whose layout is known (watch/layout.py) ranks are compared within
+their **peer class** only: the ranks at the same pipeline stage. A stage with
+more layers is not a slow rank; it is the pipeline's imbalance, a finding of
+its own (:func:`stages`). Within a class the lower median is the reference
+(with two peers, the faster one: the slower one's whole excess is its own).
 """
 
 from __future__ import annotations
@@ -89,21 +95,30 @@ def rank_stats(w: RankWindow, names: list[str], refresh: bool = True) -> RankSta
     return result
 
 
-def score(live: dict[int, RankStats], names: list[str]) -> Scores:
-    """Compare the live ranks' phases with their cross-rank medians."""
-    excess = _excess(live, names)
+def score(live: dict[int, RankStats], names: list[str], classes: dict[int, tuple] | None = None) -> Scores:
+    """Compare the live ranks' phases with their cross-rank medians; with ``classes`` (rank -> peer class,
+    watch/layout.py), with the medians of their own class."""
+    if classes:
+        by_class: dict[tuple, dict[int, RankStats]] = {}
+        for rank, s in live.items():
+            by_class.setdefault(classes.get(rank, ()), {})[rank] = s
+        excess = {}
+        for members in by_class.values():
+            excess.update(_excess(members, names, statistics.median_low))
+    else:
+        excess = _excess(live, names)
     spread = _mad([e for e, _ in excess.values()]) if len(excess) >= 3 else 0.0
     median_step = statistics.median(s.step_s for s in live.values()) if live else None
     floor = max(SLOW_FLOOR_S, SLOW_FLOOR_FRACTION * median_step, 3 * spread) if median_step else float("inf")
     return Scores(excess, floor, median_step)
 
 
-def _excess(stats: dict[int, RankStats], names: list[str]) -> dict[int, tuple[float, str | None]]:
+def _excess(stats: dict[int, RankStats], names: list[str], middle=statistics.median) -> dict[int, tuple[float, str | None]]:
     """Per rank: seconds spent beyond the cross-rank median, summed over phases, and the worst phase."""
     if len(stats) < 2:
         return {rank: (0.0, None) for rank in stats}
     names = [name for name in names if name != schema.COMM_PHASE]  # waiting is not this rank's own work
-    medians = [(name, statistics.median([s.phases.get(name, 0.0) for s in stats.values()])) for name in names]
+    medians = [(name, middle([s.phases.get(name, 0.0) for s in stats.values()])) for name in names]
     out = {}
     for rank, s in stats.items():
         phases = s.phases
@@ -145,3 +160,49 @@ def ranking(rows: list[RankRow], waited_for: Iterable[int]) -> list[int]:
         for row in sorted(rows, key=lambda row: (row.rank not in waited, order[row.status], -row.score, row.rank))
         if row.step_s is not None or row.status in (SILENT, STALLED)
     ]
+
+
+@dataclass(frozen=True)
+class Stage:
+    """One pipeline stage: the medians over its ranks, per step."""
+
+    stage: int
+    ranks: int  # how many ranks are at this stage
+    work_s: float  # own time per step (the step less its waits)
+    wait_s: float  # time waiting per step (bubble, and the stage's other collectives)
+
+
+#: Stages are unbalanced when the busiest does this much more own work than the lightest.
+IMBALANCE_RATIO = 1.2
+
+
+def stages(live: dict[int, RankStats], stage_of) -> list[Stage]:
+    """Per pipeline stage (``stage_of(rank)``, None: no stage), its own work and its wait per step."""
+    by_stage: dict[int, list[RankStats]] = {}
+    for rank, s in live.items():
+        stage = stage_of(rank)
+        if stage is not None:
+            by_stage.setdefault(stage, []).append(s)
+    out = []
+    for stage in sorted(by_stage):
+        members = by_stage[stage]
+        waits = [s.comm_s or 0.0 for s in members]
+        work = [s.step_s - w for s, w in zip(members, waits)]
+        out.append(Stage(stage, len(members), statistics.median_low(work), statistics.median_high(waits)))  # a slow rank's own excess is not the stage's
+    return out if len(out) > 1 else []
+
+
+def imbalance(stage_rows: list[Stage], median_step_s: float | None) -> str | None:
+    """One line when the pipeline's stages are unbalanced: who does how much more, and what idles."""
+    if len(stage_rows) < 2 or not median_step_s:
+        return None
+    least = min(s.work_s for s in stage_rows)
+    light = next(s for s in stage_rows if s.work_s <= least * 1.02)  # of stages equal within noise, the first
+    most = max(s.work_s for s in stage_rows)
+    heavy = next(s for s in stage_rows if s.work_s >= most * 0.98)
+    if light.work_s <= 0 or heavy.work_s < IMBALANCE_RATIO * light.work_s:
+        return None
+    idle = max(0.0, 1 - sum(s.work_s for s in stage_rows) / (len(stage_rows) * median_step_s))
+    ratio = heavy.work_s / light.work_s
+    return (f"stage {heavy.stage} does {ratio:.1f}x the work of stage {light.stage}: "
+            f"the pipeline idles {idle * 100:.0f}% of each step")  # fmt: skip

@@ -11,8 +11,13 @@ from the worst news to the best, and the first that applies is the verdict:
 3. ``slow_node``: every rank of a node is slow (``snapshot.slow_hosts``): the
    node is the suspect, not one rank.
 4. ``slow_rank``: the top straggler, with its culprit phase.
-5. ``warming_up``: no rank has steps enough to be scored yet.
-6. ``healthy``: nobody is flagged.
+5. ``imbalanced``: nobody is flagged, but the pipeline's stages are unbalanced
+   (``snapshot.imbalance``): a finding about the model's split, never a rank's.
+6. ``warming_up``: no rank has steps enough to be scored yet.
+7. ``healthy``: nobody is flagged.
+
+On a job whose layout is known a rank is named with its coordinates:
+"rank 3 (pp 1, dp 1) slow in forward: ...".
 ``waiting``: no rank has reported at all.
 
 What a straggler costs. In synchronous training every rank waits for the
@@ -42,10 +47,11 @@ STALLED_JOB = "stalled"
 SILENT_RANKS = "silent"
 SLOW_NODE = "slow_node"
 SLOW_RANK = "slow_rank"
+IMBALANCED = "imbalanced"
 WARMING_UP = "warming_up"
 HEALTHY = "healthy"
 WAITING = "waiting"
-KINDS = (STALLED_JOB, SILENT_RANKS, SLOW_NODE, SLOW_RANK, WARMING_UP, HEALTHY, WAITING)
+KINDS = (STALLED_JOB, SILENT_RANKS, SLOW_NODE, SLOW_RANK, IMBALANCED, WARMING_UP, HEALTHY, WAITING)
 
 # How bad it is, for the colour of the line.
 BAD, WARN, GOOD, IDLE = "bad", "warn", "good", "idle"
@@ -83,7 +89,9 @@ def verdict(snapshot: Snapshot) -> Verdict:
     if slow and snapshot.slow_hosts:
         return _slow_node(snapshot, slow)
     if slow:
-        return _slow_rank(slow)
+        return _slow_rank(slow, snapshot)
+    if snapshot.imbalance:
+        return Verdict(IMBALANCED, WARN, snapshot.imbalance, [])
     scored = [r for r in rows if r.step_s is not None]
     if not scored:
         seen = max((r.steps_seen for r in rows), default=0)
@@ -111,10 +119,11 @@ def _cost(row: RankRow) -> str:
     return f"+{_ms(row.excess_s)} ms per step, the job loses {_pct(row.score)}"
 
 
-def _slow_rank(slow: list[RankRow]) -> Verdict:
+def _slow_rank(slow: list[RankRow], snapshot: Snapshot) -> Verdict:
     top = slow[0]
     phase = f" in {top.culprit_phase}" if top.culprit_phase else ""
-    text = f"rank {top.rank} slow{phase}: {_cost(top)}"
+    where = snapshot.where(top)
+    text = f"rank {top.rank}{f' ({where})' if where else ''} slow{phase}: {_cost(top)}"
     if len(slow) > 1:
         text += f" (+{len(slow) - 1} more slow: {_names(r.rank for r in slow[1:4])}{' …' if len(slow) > 4 else ''})"
     return Verdict(SLOW_RANK, BAD, text, [r.rank for r in slow[:8]], host=top.host, phase=top.culprit_phase,

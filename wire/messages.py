@@ -131,6 +131,20 @@ class State(TypedDict, total=False):
 # -- who a rank is ----------------------------------------------------------------------------------------
 
 
+class Group(TypedDict):
+    """A process group the rank is in (wire/parallel_groups.py): torch's group name (the same on every
+    member), its description and role, its members (``[start, count, stride]`` when ``compact``), and
+    whether point-to-point ops ran on it."""
+
+    id: Annotated[str, Meta(max_length=64)]
+    size: World
+    ranks: Annotated[List[Rank], Meta(max_length=MAX_RANKS)]
+    desc: NotRequired[Annotated[str, Meta(max_length=64)]]
+    role: NotRequired[Annotated[str, Meta(max_length=16)]]
+    compact: NotRequired[bool]
+    p2p: NotRequired[bool]
+
+
 class RankInfo(TypedDict):
     """Who a rank is: its hello's own fields (a node digest carries them for its ranks too)."""
 
@@ -149,6 +163,7 @@ class RankInfo(TypedDict):
     python: NotRequired[Optional[str]]
     argv: NotRequired[Optional[List[str]]]
     cwd: NotRequired[Optional[str]]
+    groups: NotRequired[Annotated[List[Group], Meta(max_length=64)]]  # its process groups (wire/parallel_groups.py)
 
 
 # -- step records and collectives ------------------------------------------------------------------------
@@ -184,6 +199,8 @@ class Call(TypedDict):
     n: Whole
     ph: Optional[str]  # present, even when None
     t0: Figure
+    gi: NotRequired[Annotated[str, Meta(max_length=64)]]  # its group's id (torch's group name)
+    k: NotRequired[Literal["c", "p", "f"]]  # a collective, a point-to-point op, a functional collective
 
 
 #: One op's summary over a step and phase (wire/collective_summary.py):

@@ -20,6 +20,7 @@ from typing import Any, TypedDict
 import msgspec
 
 from . import messages as _messages
+from . import parallel_groups as _groups
 from .messages import MAX_FIGURE, MAX_PHASES, MAX_RANKS  # noqa: F401  (read as schema.MAX_RANKS, ...)
 from .names import (  # noqa: F401  (re-exported: schema.HELLO, schema.OTHER_PHASE, ... read as they always have)
     COMM_PHASE,
@@ -199,8 +200,20 @@ def _check_state(state: dict | None) -> None:
                 raise WireError("state: bad capture summary")
 
 
+def _check_groups(info: dict) -> None:
+    """A hello's groups: members within the world, as many as the size says (wire/parallel_groups.py)."""
+    groups = info.get("groups")
+    if groups is not None and not _groups.check(groups, info["world"]):
+        raise WireError("hello: bad groups")
+
+
 def _check_origin(msg: dict) -> None:
     _check_state(msg.get("state"))
+
+
+def _check_hello(msg: dict) -> None:
+    _check_state(msg.get("state"))
+    _check_groups(msg)
 
 
 def _check_reply(msg: dict) -> None:
@@ -218,11 +231,13 @@ def _check_command(msg: dict) -> None:
 def _check_node(msg: dict) -> None:
     for entry in msg["ranks"]:
         _check_state(entry.get("state"))
+        if "hello" in entry:
+            _check_groups(entry["hello"])
 
 
 #: What each kind's type leaves to code, run by :func:`decode` after the type's own checks.
 _CHECKS = {
-    HELLO: _check_origin,
+    HELLO: _check_hello,
     STEPS: _check_origin,
     HEARTBEAT: _check_origin,
     REPLY: _check_reply,

@@ -60,6 +60,10 @@ TOKENS_PER_STEP = Setting("RANKTOP_TOKENS_PER_STEP", "tokens per rank per step, 
 FLOPS_PER_STEP = Setting("RANKTOP_FLOPS_PER_STEP", "model FLOPs per rank per step, when `probe.init` is not told")
 PEAK_TFLOPS = Setting("RANKTOP_PEAK_TFLOPS", "the device's peak TFLOP/s for MFU, instead of the built-in table")
 DEVICE_TIMING = Setting("RANKTOP_DEVICE_TIMING", "`off`: no CUDA events in automatic mode; `cpu`: host-clock events (tests)", "auto")
+LAYOUT = Setting(
+    "RANKTOP_LAYOUT",
+    "the job's parallel layout when its groups do not say it, outermost first: `pp=4,tp=8,dp=-1` (docs/parallelism.md)",
+)
 DIGESTS = Setting(
     "RANKTOP_DIGESTS",
     "viewer: `on` takes one digest per node (wire/node_digest.py) instead of every rank's messages, `off` never; "
@@ -70,5 +74,5 @@ DIGESTS = Setting(
 #: Every setting, in the order the README lists them.
 ALL = (
     DIR, JOB, SECRET, CURVE, BIND, HOST, PORT, PORT_BASE, DISABLE, CAPTURE_DIR, AUTO, RATE,
-    BATCH_SIZE, TOKENS_PER_STEP, FLOPS_PER_STEP, PEAK_TFLOPS, DEVICE_TIMING, DIGESTS,
+    BATCH_SIZE, TOKENS_PER_STEP, FLOPS_PER_STEP, PEAK_TFLOPS, DEVICE_TIMING, LAYOUT, DIGESTS,
 )

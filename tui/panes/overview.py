@@ -17,7 +17,7 @@ from textual.widgets import Static
 from ranktop.tui.panes.rankmap import RankMap
 from ranktop.tui.render import palette
 from ranktop.tui.render.histogram import histogram_lines
-from ranktop.tui.render.rankmap import LEGEND, NODES, Cell, nodes_of
+from ranktop.tui.render.rankmap import LEGEND, NODES, Cell, nodes_of, stages_of
 from ranktop.watch import format as fmt
 from ranktop.watch.format import ranks_text
 from ranktop.watch.snapshot import SILENT, SLOW, STALLED, Snapshot
@@ -56,13 +56,13 @@ def cell_text(cell: Cell | None, mode: str | None) -> Text:
         return text
     worst = cell.worst
     if cell.key[0] == "node":
-        text.append(f"node {cell.host}", style="bold")
+        text.append(cell.host if cell.host.startswith("stage") else f"node {cell.host}", style="bold")
         text.append(f" {ranks_text(r.rank for r in cell.rows)}", style=palette.MUTED)
         text.append(" · worst ", style=palette.MUTED)
         text.append(f"rank {worst.rank}", style="bold")
     else:
         text.append(f"rank {worst.rank}", style="bold")
-        text.append(f" on {cell.host}", style=palette.MUTED)
+        text.append(f" on {worst.host}", style=palette.MUTED)
     status = worst.status
     text.append(f" {status}", style=palette.STATUS_STYLES[status])
     if status == SLOW:
@@ -79,10 +79,10 @@ def cell_text(cell: Cell | None, mode: str | None) -> Text:
     return text
 
 
-def legend_text(mode: str | None, nodes: int) -> Text:
+def legend_text(mode: str | None, nodes: int, group: str = "node") -> Text:
     text = Text(no_wrap=True, overflow="ellipsis")
-    text.append("a cell per node (its worst rank)" if mode == NODES else "a cell per rank, grouped by node", style="bold")
-    text.append(f" · {nodes:,} node{'s' if nodes != 1 else ''} ·", style=palette.MUTED)
+    text.append(f"a cell per {group} (its worst rank)" if mode == NODES else f"a cell per rank, grouped by {group}", style="bold")
+    text.append(f" · {nodes:,} {group}{'s' if nodes != 1 else ''} ·", style=palette.MUTED)
     for name, colour in LEGEND:
         text.append(" ■", style=colour)
         text.append(f" {name}", style=palette.MUTED)
@@ -93,6 +93,7 @@ class Overview(Vertical):
     """Distribution, rank map, and the cursor's cell."""
 
     _lines = 0  # lines of the distribution shown
+    group_by = "node"  # or "stage": the map's groups (pipeline stages, on a job whose layout is known)
 
     def compose(self) -> ComposeResult:
         yield Static(id="distribution")
@@ -109,7 +110,8 @@ class Overview(Vertical):
         lines = len(text.plain.splitlines())
         dist.update(text, layout=lines != self._lines)  # its height (auto) follows its lines
         self._lines = lines
-        nodes = nodes_of(snapshot.ranks)
+        by_stage = self.group_by == "stage" and "pp" in snapshot.layout_roles
+        nodes = stages_of(snapshot.ranks) if by_stage else nodes_of(snapshot.ranks)
         rankmap = self.query_one(RankMap)
         # Stacked under the table, the overview takes up to a share of the panes and the map as many
         # lines as it needs within that; the table takes the rest.
@@ -120,7 +122,7 @@ class Overview(Vertical):
         height = min(room, rankmap.line_count)
         if rankmap.styles.height is None or rankmap.styles.height.value != height:
             rankmap.styles.height = height
-        self.query_one("#map-legend", Static).update(legend_text(rankmap.mode, len(nodes)), layout=False)
+        self.query_one("#map-legend", Static).update(legend_text(rankmap.mode, len(nodes), "stage" if by_stage else "node"), layout=False)
         self._show_cell()
         self.border_title = f"All {len(snapshot.ranks):,} ranks"
 

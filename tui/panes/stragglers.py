@@ -33,6 +33,8 @@ COLUMNS = (
     # Last, so that an 80-column terminal still shows the status: own work and collective wait.
     ("compute_ms", "own ms", 7),
     ("comm_ms", "comm ms", 7),
+    # On a job whose parallel layout is known: the rank's coordinates, "5·7·63" under "pp·tp·dp".
+    ("where", "where", 12),
 )
 HOST_WIDTH = dict((k, w) for k, _, w in COLUMNS)["host"]
 
@@ -67,11 +69,22 @@ def shown_values(row: RankRow) -> tuple:
     return (
         row.host, row.step, fmt.ms(row.step_s), fmt.ms(row.compute_s), fmt.ms(row.collective_s),
         fmt.score(row.score), row.culprit_phase, row.status, silent_for,
-        fmt.ago(row.stalled_s) if row.stalled_s is not None else None, row.stalled_phase,
+        fmt.ago(row.stalled_s) if row.stalled_s is not None else None, row.stalled_phase, row.coords,
     )  # fmt: skip
 
 
-def cells(row: RankRow) -> tuple[Text, ...]:
+def where_heading(roles: list[str]) -> str:
+    """The coordinates column's heading: "pp·tp·dp" (the layout's roles), "where" before one is known."""
+    return "·".join(roles) if roles else "where"
+
+
+def where(row: RankRow, roles: list[str]) -> str:
+    """A rank's coordinates in the heading's order: "5·7·63"."""
+    coords = row.coords or {}
+    return "·".join(str(coords[r]) if r in coords else "–" for r in roles) if coords else ""
+
+
+def cells(row: RankRow, roles: list[str] | None = None) -> tuple[Text, ...]:
     muted = palette.MUTED if row.status == SILENT else ""
     host = fmt.host(row.host, HOST_WIDTH)
     has_data = row.step_s is not None and row.status != SILENT
@@ -91,21 +104,29 @@ def cells(row: RankRow) -> tuple[Text, ...]:
         Text(status, style=palette.STATUS_STYLES[row.status]),
         Text(fmt.ms(row.compute_s), justify="right", style=muted),
         Text(fmt.ms(row.collective_s), justify="right", style=muted),
+        Text(where(row, roles or []), style=muted),
     )
 
 
 class StragglerTable(DataTable):
-    """rank, host, step, step ms, score, culprit phase, status, own (compute) ms, comm (collective wait) ms."""
+    """rank, host, step, step ms, score, culprit phase, status, own (compute) ms, comm (collective wait) ms,
+    and its coordinates in the parallel layout."""
 
     def __init__(self, **kwargs) -> None:
         super().__init__(cursor_type="row", zebra_stripes=True, **kwargs)
         self._shown: dict[int, tuple[Text, ...]] = {}
         self._values: dict[int, tuple] = {}
+        self._roles: list[str] = []
 
     def show(self, snapshot: Snapshot) -> None:
         if not self.columns:  # here rather than on_mount, which may run after the first snapshot
             for key, heading, width in COLUMNS:
                 self.add_column(heading, key=key, width=width)
+        if snapshot.layout_roles != self._roles:  # the layout was learned (or changed): every row's coordinates
+            self._roles = list(snapshot.layout_roles)
+            self.columns["where"].label = Text(where_heading(self._roles))
+            self._values.clear()
+            self.refresh()
         order = table_order(snapshot)
         if len(order) < len(snapshot.ranks):
             by_rank = {r.rank: r for r in snapshot.ranks}
@@ -122,7 +143,7 @@ class StragglerTable(DataTable):
             if self._values.get(rank) == values:
                 continue
             self._values[rank] = values
-            new = cells(row)
+            new = cells(row, self._roles)
             old = self._shown.get(rank)
             if old is None:
                 self.add_row(*new, key=str(rank))

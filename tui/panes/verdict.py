@@ -11,7 +11,7 @@ from rich.text import Text
 from textual.widgets import Static
 
 from ranktop.watch.snapshot import SILENT, SLOW, STALLED, Snapshot
-from ranktop.watch.verdict import HEALTHY, SILENT_RANKS, SLOW_NODE, SLOW_RANK, STALLED_JOB, Verdict, verdict
+from ranktop.watch.verdict import HEALTHY, IMBALANCED, SILENT_RANKS, SLOW_NODE, SLOW_RANK, STALLED_JOB, Verdict, verdict
 
 from ranktop.tui.render import palette
 
@@ -21,8 +21,9 @@ STYLES = {
     SLOW_NODE: palette.STATUS_STYLES[SLOW],
     SLOW_RANK: palette.STATUS_STYLES[SLOW],
     HEALTHY: "bold green3",
+    IMBALANCED: "bold yellow",  # a finding about the pipeline's split, no rank's fault
 }
-MARKS = {STALLED_JOB: "■", SILENT_RANKS: "■", SLOW_NODE: "▲", SLOW_RANK: "▲", HEALTHY: "✔"}
+MARKS = {STALLED_JOB: "■", SILENT_RANKS: "■", SLOW_NODE: "▲", SLOW_RANK: "▲", IMBALANCED: "◆", HEALTHY: "✔"}
 
 
 def verdict_text(answer: Verdict) -> Text:

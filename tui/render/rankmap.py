@@ -82,6 +82,25 @@ def nodes_of(rows: list[RankRow]) -> list[tuple[str, list[RankRow]]]:
     return list(by_host.items())
 
 
+#: The label of a pipeline stage's group in the map (it stands where a host's name does when grouped by node).
+STAGE_LABEL = "stage {}"
+
+
+def stages_of(rows: list[RankRow]) -> list[tuple[str, list[RankRow]]]:
+    """Ranks grouped by pipeline stage (their ``pp`` coordinate), stages in order, ranks by number; ranks of no
+    known stage last, as "no stage"."""
+    by_stage: dict[int, list[RankRow]] = {}
+    rest = []
+    for row in sorted(rows, key=lambda r: r.rank):
+        stage = row.coords.get("pp") if row.coords else None
+        if stage is None:
+            rest.append(row)
+        else:
+            by_stage.setdefault(stage, []).append(row)
+    out = [(STAGE_LABEL.format(stage), members) for stage, members in sorted(by_stage.items())]
+    return out + ([("no stage", rest)] if rest else [])
+
+
 def layout(nodes: list[tuple[str, list[RankRow]]], width: int, height: int | None = None, mode: str | None = None) -> Layout:
     """Cells per rank when they fit ``height`` lines (or ``mode`` says so), else one per node."""
     total = sum(len(rows) for _, rows in nodes)

@@ -25,10 +25,10 @@ from ranktop.tui.panes import gpus, memory
 from ranktop.tui.panes.breakdown import Columns, bar, bar_scale, rank_text
 from ranktop.tui.panes.collectives import cells as collective_cells
 from ranktop.tui.render import palette
-from ranktop.tui.render.rankmap import nodes_of, severity
+from ranktop.tui.render.rankmap import nodes_of, severity, stages_of
 from ranktop.watch import format as fmt
 from ranktop.watch.format import ranks_text
-from ranktop.watch.snapshot import SILENT, SLOW, STALLED, RankRow, Snapshot
+from ranktop.watch.snapshot import SILENT, SLOW, STALLED, RankRow, Snapshot, coords_text
 
 HISTORY = 120  # refreshes of a rank's step time kept while its detail is open
 
@@ -53,26 +53,28 @@ class DrillScreen(Screen[None]):
 
 def node_title(host: str, rows: list[RankRow]) -> Text:
     text = Text(no_wrap=True, overflow="ellipsis")
-    text.append(f"node {host}", style="bold")
+    text.append(host if host.startswith("stage ") else f"node {host}", style="bold")
     text.append(f"  {ranks_text(r.rank for r in rows)}", style=palette.MUTED)
     for status in (SILENT, STALLED, SLOW):
         count = sum(1 for r in rows if r.status == status)
         if count:
             text.append(f"  {count} {status}", style=palette.STATUS_STYLES[status])
-    if all(r.status == SLOW for r in rows) and len(rows) > 1:
+    stage = host.startswith("stage ")
+    if all(r.status == SLOW for r in rows) and len(rows) > 1 and not stage:
         text.append("  every rank slow: the node is the suspect", style=palette.STATUS_STYLES[SLOW])
-    text.append("   enter: a rank's detail · [ ]: other nodes · esc: back", style=palette.MUTED)
+    text.append(f"   enter: a rank's detail · [ ]: other {'stages' if stage else 'nodes'} · esc: back", style=palette.MUTED)
     return text
 
 
 class NodeScreen(DrillScreen):
     """The ranks of one node as bars; enter opens a rank."""
 
-    def __init__(self, host: str, snapshot: Snapshot) -> None:
+    def __init__(self, host: str, snapshot: Snapshot, by_stage: bool = False) -> None:
         super().__init__()
-        self.host = host
+        self.host = host  # a host, or a pipeline stage's label ("stage 3") when the map is grouped by stage
         self._snapshot = snapshot
         self._ranks: list[int] = []
+        self._groups = stages_of if by_stage else nodes_of
 
     def compose(self) -> ComposeResult:
         yield Static(id="drill-title")
@@ -87,7 +89,7 @@ class NodeScreen(DrillScreen):
         self._snapshot = snapshot
         if not self.query("#drill-title"):
             return  # pushed, not composed yet: on_mount draws it
-        rows = sorted((r for r in snapshot.ranks if r.host == self.host), key=lambda r: r.rank)
+        rows = dict(self._groups(snapshot.ranks)).get(self.host, [])
         self.query_one("#drill-title", Static).update(node_title(self.host, rows))
         listing = self.query_one(OptionList)
         width = max(40, (listing.content_region.width or self.size.width) - 2)
@@ -117,7 +119,7 @@ class NodeScreen(DrillScreen):
             self.app.push_screen(RankScreen(self._ranks[listing.highlighted], self._snapshot))
 
     def action_other(self, step: int) -> None:
-        hosts = [host for host, _ in nodes_of(self._snapshot.ranks)]
+        hosts = [host for host, _ in self._groups(self._snapshot.ranks)]
         if self.host in hosts:
             self.host = hosts[(hosts.index(self.host) + step) % len(hosts)]
             self._ranks = []
@@ -134,9 +136,12 @@ def phase_medians(snapshot: Snapshot) -> dict[str, float]:
     return {name: statistics.median(r.phases.get(name, 0.0) for r in live) for name in snapshot.phase_names} if live else {}
 
 
-def rank_title(row: RankRow) -> Text:
+def rank_title(row: RankRow, roles: list[str] | None = None) -> Text:
     text = Text(no_wrap=True, overflow="ellipsis")
     text.append(f"rank {row.rank}", style="bold")
+    where = coords_text(row.coords, roles or [])
+    if where:
+        text.append(f" ({where})", style="bold")  # its place in the parallel layout
     text.append(f"  on {row.host} (local rank {row.local_rank}, pid {row.pid})", style=palette.MUTED)
     text.append(f"  {row.status}", style=palette.STATUS_STYLES[row.status])
     if row.status == SLOW:
@@ -273,7 +278,7 @@ class RankScreen(DrillScreen):
         if row.step_s is not None:
             self._steps.append(row.step_s * 1000.0)
         width = max(40, self.size.width - 2)
-        title.update(rank_title(row))
+        title.update(rank_title(row, snapshot.layout_roles))
         parts = [
             section(f"Phases · median per step, {'GPU time' if row.rank in snapshot.device_time_ranks else 'CPU wall time'}"),
             phases_text(row, snapshot, width), Text(""),

@@ -1,0 +1,110 @@
+"""The process groups a rank is in, as its hello describes them, and the role each plays in the job.
+
+One definition for both sides. The probe lists the groups it is a member of
+(``hello["groups"]``, protocol 1.5, optional) and keys its collective summaries
+by op and role (``"all_reduce@tp"``, ``"send@pp"``; ops on the default group keep
+their bare name), so the viewer's collectives pane shows a row per group kind
+and op with no more decoding. The viewer (watch/layout.py) turns the groups of
+every rank into coordinates and peer classes.
+
+A group entry::
+
+    {"id": "3", "desc": "mesh_pp", "size": 2, "ranks": [start, count, stride] | [r0, r1, ...],
+     "role": "pp", "p2p": true}
+
+``id`` is torch's ``group_name``, the same on every member (groups are created
+collectively, in the same order, on every rank), so the viewer can tell two
+ranks in the *same* group from two ranks in groups of the same kind. ``ranks``
+is compact when the members are an arithmetic progression (every DeviceMesh
+group is): ``[start, count, stride]`` with ``compact`` true; else the list.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+#: Roles, in the order coordinates are written ("rank 3 (pp 1, tp 0, dp 1)").
+ROLES = ("pp", "vpp", "cp", "ep", "tp", "dp_replicate", "dp_shard", "dp")
+#: Roles whose members do different work by design: a rank is compared only with those at the same position.
+UNEVEN = ("pp", "vpp")
+#: The group descriptions torch and the big frameworks give their groups, and the role each names.
+#: DeviceMesh describes a dimension's groups as ``mesh_<dim name>``; Megatron-LM's parallel_state passes
+#: ``group_desc`` such as ``TENSOR_MODEL_PARALLEL_GROUP``. Only exact names count: Megatron's
+#: ``MODEL_PARALLEL_GROUP`` (tp x pp), ``EMBEDDING_GROUP`` or ``DATA_PARALLEL_GROUP_WITH_CP`` (a second
+#: data group beside ``DATA_PARALLEL_GROUP``) name no coordinate.
+_ALIASES = {
+    "pp": "pp", "pipe": "pp", "pipeline": "pp", "pipeline_model_parallel_group": "pp", "pipeline_parallel": "pp",
+    "vpp": "vpp",
+    "tp": "tp", "tensor": "tp", "tensor_model_parallel_group": "tp", "model": "tp", "mp": "tp",
+    "cp": "cp", "context": "cp", "context_parallel_group": "cp", "sp": "cp",
+    "ep": "ep", "expert": "ep", "expert_model_parallel_group": "ep", "moe": "ep",
+    "dp": "dp", "data": "dp", "data_parallel_group": "dp", "dp_cp": "dp",
+    "dp_replicate": "dp_replicate", "replicate": "dp_replicate",
+    "dp_shard": "dp_shard", "shard": "dp_shard", "fsdp": "dp_shard", "dp_shard_cp": "dp_shard",
+}  # fmt: skip
+#: A hello lists at most this many groups (a rank is in a handful; more is a job creating groups in a loop).
+MAX_GROUPS = 64
+#: Longest description kept.
+MAX_DESC = 64
+
+
+def role_of(desc: str) -> str:
+    """The role a group's description names ("mesh_tp" -> "tp"), or "" when it names none."""
+    key = desc.strip().lower()
+    for prefix in ("mesh_", "mesh-"):
+        if key.startswith(prefix):
+            key = key[len(prefix) :]
+    return _ALIASES.get(key, "")
+
+
+def compact(ranks: list[int]) -> list[int]:
+    """Members as ``[start, count, stride]`` when they step evenly (and more than three), else as they are."""
+    if len(ranks) > 3:
+        stride = ranks[1] - ranks[0]
+        if stride > 0 and all(b - a == stride for a, b in zip(ranks, ranks[1:])):
+            return [ranks[0], len(ranks), stride]
+    return list(ranks)
+
+
+def members(entry: dict[str, Any]) -> list[int]:
+    """The member ranks of a group entry, in group-rank order."""
+    ranks = entry.get("ranks") or []
+    if entry.get("compact"):
+        start, count, stride = ranks
+        return list(range(start, start + count * stride, stride))
+    return list(ranks)
+
+
+def label(role: str, size: int) -> str:
+    """What an op on a group is keyed by in a summary: its role, else its size ("g4")."""
+    return role or f"g{size}"
+
+
+def split_op(key: str) -> tuple[str, str | None]:
+    """``"all_reduce@tp"`` -> ("all_reduce", "tp"); a bare op -> (op, None)."""
+    op, _, role = key.partition("@")
+    return op, role or None
+
+
+def check(groups: Any, max_rank: int) -> bool:
+    """Whether ``hello["groups"]`` is well formed (wire/schema.py calls this on every hello)."""
+    if type(groups) is not list or len(groups) > MAX_GROUPS:
+        return False
+    for g in groups:
+        if type(g) is not dict:
+            return False
+        gid, desc, size, ranks, role = g.get("id"), g.get("desc", ""), g.get("size"), g.get("ranks"), g.get("role", "")
+        if not (type(gid) is str and len(gid) <= MAX_DESC and type(desc) is str and len(desc) <= MAX_DESC):
+            return False
+        if not (type(role) is str and len(role) <= 16 and type(size) is int and 0 < size <= max_rank):
+            return False
+        if type(ranks) is not list or not all(type(r) is int and 0 <= r < max_rank for r in ranks):
+            return False
+        if g.get("compact"):
+            if len(ranks) != 3 or ranks[1] != size or ranks[2] <= 0 or ranks[0] + (size - 1) * ranks[2] >= max_rank:
+                return False
+        elif len(ranks) != size:
+            return False
+        if type(g.get("p2p", False)) is not bool:
+            return False
+    return True
