@@ -1,0 +1,277 @@
+"""The simulated job's shape and timing: its layout on nodes and a mesh, and every rank's phase times per step.
+
+The model is synchronous data parallel training with FSDP-like collectives:
+each phase's own compute time has noise (a few percent, a per-rank bias, and
+an occasional spike), forward ends in all-gathers and backward in
+reduce-scatters, and at each of those every rank waits for the last to arrive.
+So a rank slow in ``data`` makes the others wait in ``forward``'s collectives,
+exactly the pattern the straggler scoring must see through. A stalled or
+silent rank stops the whole job: the others wait inside a collective.
+
+A layout (``--pp``, ``--tp``, ``--ep``; data parallel takes the rest) lays the
+ranks out as ``init_device_mesh`` would, outermost first: pp, dp, ep, tp (a
+tensor-parallel group within a node); pipeline stages cost what ``--stage-costs``
+says (by default the last stage, which carries the loss head, 1.6 times the
+others'): the lighter stages wait for it, their wait going to the pipeline's
+receives ("recv@pp"), as a bubble does.
+
+Pure computation: no sockets, no threads (demo/sim_node.py carries it, demo/simulate.py runs it).
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from dataclasses import dataclass
+from typing import Any
+
+
+from ranktop.probe.collectives import state_layout
+from ranktop.wire import parallel_groups, settings
+
+RANKS_PER_NODE = 8
+#: Each phase's share of a step; "other" gets the rest.
+PHASE_SHARE = {"data": 0.10, "forward": 0.30, "backward": 0.40, "optimizer": 0.12}
+PHASES = tuple(PHASE_SHARE)
+#: Noise on a phase's compute time: gaussian, a per-rank bias, and now and then a spike.
+NOISE_SD, BIAS_SD, SPIKE_P, SPIKE = 0.03, 0.005, 0.01, 0.25
+#: The collectives: what forward and backward end in, how big, how fast the network is.
+FORWARD_OP, BACKWARD_OP, SINGLE_OP = "all_gather_into_tensor", "reduce_scatter_tensor", "ddp_allreduce"
+BUCKET_BYTES = (2 << 20, 5 << 20, 8 << 20, 12 << 20)
+ALPHA_S, BETA_BPS = 40e-6, 25e9
+DTYPE = "bfloat16"
+#: Finished steps kept for nodes that have not sent them yet (a node sends every 1/rate s).
+MAX_HELD_STEPS = 256
+#: The loop's shortest sleep: nodes due within it send together (fewer wake-ups, same rates).
+TICK_S = 0.025
+#: A job this far behind its schedule skips ahead (the machine is too busy) and says so.
+MAX_LAG_S = 2.0
+#: The last pipeline stage's cost (its forward and backward) against the others', by default.
+LAST_STAGE_COST = 1.6
+#: The simulated mesh's dimensions, outermost first (tensor parallel innermost: within a node).
+MESH_ORDER = ("pp", "dp", "ep", "tp")
+
+
+def node_name(index: int) -> str:
+    return f"sim{index:04d}"
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """What to simulate; the command line's options, checked."""
+
+    job: str
+    ranks: int
+    nodes: int
+    calls_per_step: int = 8
+    steps_per_s: float = 16.0
+    rate_hz: float = settings.DEFAULT_RATE_HZ
+    slow_rank: int | None = None
+    slow_node: str | None = None
+    slow_ms: float = 20.0
+    slow_phase: str = "data"
+    stall_rank: int | None = None
+    stall_at_s: float = 10.0
+    silent_rank: int | None = None
+    silent_at_s: float = 10.0
+    seed: int = 0
+    pp: int = 1
+    tp: int = 1
+    ep: int = 1
+    stage_costs: tuple[float, ...] | None = None  # per pipeline stage (default: the last LAST_STAGE_COST, the others 1)
+
+    @property
+    def per_node(self) -> int:
+        return math.ceil(self.ranks / self.nodes)
+
+    @property
+    def dp(self) -> int:
+        return self.ranks // (self.pp * self.tp * self.ep)
+
+    @property
+    def layout(self) -> str | None:
+        """The mesh as RANKTOP_LAYOUT states one ("pp=8,dp=64,tp=8"), or None for plain data parallel."""
+        if self.pp == self.tp == self.ep == 1:
+            return None
+        sizes = {"pp": self.pp, "dp": self.dp, "ep": self.ep, "tp": self.tp}
+        return ",".join(f"{role}={sizes[role]}" for role in MESH_ORDER if sizes[role] > 1 or role == "dp")
+
+    def stage_of(self, rank: int) -> int:
+        return rank // (self.ranks // self.pp)
+
+    def costs(self) -> tuple[float, ...]:
+        if self.stage_costs is not None:
+            return self.stage_costs
+        return (1.0,) * (self.pp - 1) + (LAST_STAGE_COST,) if self.pp > 1 else (1.0,)
+
+    def groups(self, rank: int) -> list[dict[str, Any]]:
+        """The groups this rank's hello lists, as a DeviceMesh job's probe describes them."""
+        if self.layout is None:
+            return []
+        out = []
+        for entry in state_layout(self.layout, rank, self.ranks):
+            role = entry["role"]
+            start = parallel_groups.members(entry)[0]
+            out.append(dict(entry, id=f"{role}{start}", desc=f"mesh_{role}", p2p=role == "pp"))
+        return out
+
+    def host_of(self, rank: int) -> str:
+        return node_name(rank // self.per_node)
+
+
+# -- the job: step times of every rank -------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Step:
+    """One step of the whole job: every rank's draw, and when the last rank reached each collective."""
+
+    n: int
+    start: float
+    rows: list  # per rank: JobModel row (own times, arrivals, transfers, tail)
+    latest: tuple  # per phase that ends in collectives: the last rank's arrival (seconds into its segment)
+    duration: float
+
+
+class JobModel:
+    """Every rank's phase times, a whole step at a time; pure computation, no sockets.
+
+    A rank's draw is a *row*: its own compute time per phase and for "other"
+    (noisy), its arrival at each phase that ends in collectives (counted from
+    the previous one), the network's time for those collectives, and what
+    follows the last of them. Rows come from a table drawn once, so a step
+    of 4,096 ranks costs one random pick per rank; a step's records are only
+    built, per rank, when its node sends them (:meth:`records`).
+    """
+
+    def __init__(self, s: Scenario):
+        self.s = s
+        rng = random.Random(s.seed)
+        self._rng = rng
+        self.step_s = 1.0 / s.steps_per_s
+        self.base = [PHASE_SHARE[p] * self.step_s for p in PHASES] + [self.step_s * (1 - sum(PHASE_SHARE.values()))]
+        # Collectives: forward ends in all-gathers, backward in reduce-scatters (one DDP all-reduce when K is 1).
+        k = s.calls_per_step
+        if k == 1:
+            ops = [(PHASES.index("backward"), SINGLE_OP, 1)]
+        elif k > 1:
+            ops = [(PHASES.index("forward"), FORWARD_OP, k // 2), (PHASES.index("backward"), BACKWARD_OP, k - k // 2)]
+        else:
+            ops = []
+        if s.layout is not None:  # on a mesh: forward waits in the pipeline's receives (or dp's gathers), backward in dp's
+            forward_op = "recv@pp" if s.pp > 1 else f"{FORWARD_OP}@dp"
+            names = {FORWARD_OP: forward_op, BACKWARD_OP: f"{BACKWARD_OP}@dp", SINGLE_OP: f"{SINGLE_OP}@dp"}
+            ops = [(i, names[op], count) for i, op, count in ops]
+        self.group_sizes = [2 if op == "recv@pp" else (s.dp if s.layout is not None else s.ranks) for _, op, _ in ops]
+        self.ops = ops  # (phase index, op, calls), in phase order
+        self.sizes = [[BUCKET_BYTES[j % len(BUCKET_BYTES)] for j in range(count)] for _, _, count in ops]
+        self.transfer = [sum(ALPHA_S + b / BETA_BPS for b in sizes) for sizes in self.sizes]
+        self.longest = [ALPHA_S + max(sizes) / BETA_BPS for sizes in self.sizes]
+        self._op_sums = [(j, PHASES[i], op, count, sum(self.sizes[j]), self.longest[j]) for j, (i, op, count) in enumerate(ops)]
+        self._table = [self._row([b * self._multiplier() for b in self.base], self._multiplier()) for _ in range(8192)]
+        # Pipeline stages of unequal cost: a table per cost, forward and backward scaled.
+        self._tables: list[list] | None = None
+        if s.pp > 1:
+            scaled = {PHASES.index("forward"), PHASES.index("backward")}
+            by_cost = {}
+            for cost in set(s.costs()):
+                if cost == 1.0:
+                    by_cost[cost] = self._table
+                    continue
+                base = [b * cost if i in scaled else b for i, b in enumerate(self.base)]
+                by_cost[cost] = [self._row([b * self._multiplier() for b in base], self._multiplier()) for _ in range(8192)]
+            self._tables = [by_cost[s.costs()[s.stage_of(r)]] for r in range(s.ranks)]
+        self.extra: dict[int, list[float]] = {}
+        slow = [s.slow_rank] if s.slow_rank is not None else []
+        if s.slow_node is not None:
+            slow += [r for r in range(s.ranks) if s.host_of(r) == s.slow_node]
+        for r in slow:
+            self.extra.setdefault(r, [0.0] * (len(PHASES) + 1))[PHASES.index(s.slow_phase)] += s.slow_ms / 1000
+
+    def _multiplier(self) -> float:
+        value = max(0.5, 1.0 + self._rng.gauss(0.0, NOISE_SD))
+        return value * (1.0 + SPIKE) if self._rng.random() < SPIKE_P else value
+
+    def _row(self, own: list[float], network: float) -> tuple:
+        arrivals, first = [], 0
+        for i, _, _ in self.ops:
+            arrivals.append(sum(own[first : i + 1]))
+            first = i + 1
+        moved = [t * network for t in self.transfer]
+        tail = sum(moved) + sum(own[first:])  # after the last collective: the rest of the step, "other" included
+        # What the row adds to a sum of steps (see sums): its own phase times, its tail, and per collective
+        # what it adds to the wait beyond when the last rank arrived (the network's time less its arrival).
+        summed = (*own[: len(PHASES)], tail, *(m - a for m, a in zip(moved, arrivals)))
+        return (own, tuple(arrivals), tuple(moved), tail, summed)
+
+    def step(self, n: int, start: float) -> Step:
+        if self._tables is None:
+            rows = self._rng.choices(self._table, k=self.s.ranks)
+        else:
+            picks = self._rng.choices(range(len(self._table)), k=self.s.ranks)
+            rows = [table[i] for table, i in zip(self._tables, picks)]
+        for r, more in self.extra.items():
+            own, _, moved, _, _ = rows[r]
+            rows[r] = self._row([a + b for a, b in zip(own, more)], moved[0] / self.transfer[0] if moved else 1.0)
+        latest = tuple(max(row[1][j] for row in rows) for j in range(len(self.ops)))
+        return Step(n, start, rows, latest, sum(latest) + max(row[3] for row in rows))
+
+    def records(self, step: Step, rank: int) -> tuple[dict, list[dict]]:
+        """Rank ``rank``'s step record and collective summaries (wire 1.4) of ``step``, as its probe sends them."""
+        own, arrivals, moved, tail, _ = step.rows[rank]
+        phases = {"data": own[0], "forward": own[1], "backward": own[2], "optimizer": own[3]}
+        summaries = []
+        for j, (i, op, count) in enumerate(self.ops):
+            wait = step.latest[j] - arrivals[j]  # for the last rank to arrive
+            waited = wait + moved[j]
+            phases[PHASES[i]] += waited
+            summaries.append(
+                {"n": step.n, "ph": PHASES[i], "w": waited,
+                 "ops": {op: [count, sum(self.sizes[j]), waited, waited, wait + self.longest[j], self.group_sizes[j], DTYPE]}}
+            )  # fmt: skip
+        return {"n": step.n, "t": step.start, "w": sum(step.latest) + tail, "p": phases}, summaries
+
+    @staticmethod
+    def job_sums(steps: list[Step]) -> tuple[float, tuple[float, ...], float]:
+        """What ``steps`` add to every rank's sums: the time until the last rank reached the collectives
+        (in all, and per phase that ends in them), and that time in the last of them."""
+        per = tuple(map(sum, zip(*(st.latest for st in steps))))
+        return sum(per), per, sum(steps[-1].latest)
+
+    def sums(self, steps: list[Step], rank: int, job: tuple[float, tuple[float, ...], float]) -> dict[str, Any]:
+        """The sums :meth:`records` of ``steps`` add up to for ``rank``, as NodeDigest.add_sums takes them,
+        without building the records: one pass over the rank's rows, and ``job`` (:meth:`job_sums`) once
+        for every rank. A digest of 4,096 ranks at 16 steps/s costs about a third of its records this way."""
+        rows = [st.rows[rank] for st in steps]
+        k = len(rows)
+        summed = rows[0][4] if k == 1 else [sum(column) for column in zip(*[row[4] for row in rows])]
+        n = len(PHASES)
+        phases = dict(zip(PHASES, summed))
+        waits: dict[str, float] = {}
+        ops = {}
+        job_total, job_per, job_last = job
+        for j, phase, op, calls, size, longest in self._op_sums:
+            waited = job_per[j] + summed[n + 1 + j]
+            phases[phase] += waited
+            waits[phase] = waits.get(phase, 0.0) + waited
+            if k == 1:
+                longest += steps[0].latest[j] - rows[0][1][j]
+            else:
+                longest += max([st.latest[j] - row[1][j] for st, row in zip(steps, rows)])
+            ops[op] = [calls * k, size * k, waited, waited, longest, self.group_sizes[j], DTYPE]
+        end = steps[-1].start + job_last + rows[-1][3]
+        return {"count": k, "last": steps[-1].n, "end": end, "wall": job_total + summed[n], "phases": phases, "waits": waits, "ops": ops}
+
+    def sample(self, step: Step, rank: int, seq: int, t0: float) -> list[dict]:
+        """A few raw calls of ``step`` (two sizes per op, in turn), as ``rank``'s probe samples them for the alpha-beta
+        fit: launch to completion, so a call also takes its share of the rank's wait for the last to arrive."""
+        calls = []
+        n = step.n
+        arrivals = step.rows[rank][1]
+        for j, (i, op, count) in enumerate(self.ops):
+            sizes = self.sizes[j]
+            wait = (step.latest[j] - arrivals[j]) / count
+            for b in {sizes[(n + k) % len(sizes)] for k in range(2)}:  # sizes in turn: the fit sees them all
+                d = wait + (ALPHA_S + b / BETA_BPS) * self._multiplier()
+                calls.append({"op": op, "seq": seq, "b": b, "dt": DTYPE, "g": self.group_sizes[j], "d": d, "n": n, "ph": PHASES[i], "t0": t0})
+        return calls

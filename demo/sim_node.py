@@ -1,0 +1,190 @@
+"""One simulated node: its real relay, the sockets its ranks publish and hear commands on, and its answers.
+
+Each node runs a real ``Relay`` (relay/proxy.py) and keeps a real ``NodeDigest``;
+its ranks' messages go out through one publishing socket, an XPUB that hears
+which kinds the relay's viewers subscribe to (so nothing is encoded that nobody
+reads). Signed commands are verified once for the node with ``wire/auth.py`` and
+answered rank by rank by ``probe/commands.py``'s own handlers; ``stacks`` answers
+with a simulated training stack (:func:`stacks_of`): the simulator's own threads
+are no rank's.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import time
+from typing import TYPE_CHECKING, Any
+
+import zmq
+
+from ranktop.probe import commands
+from ranktop.transport.identity import Identity
+from ranktop.relay.proxy import Relay
+from ranktop.transport.ipc import ipc_endpoints
+from ranktop.probe.stacks import answer as stacks_answer
+from ranktop.wire import auth, schema
+from ranktop.transport.captures import capture_folder
+from ranktop.wire.node_digest import NodeDigest
+
+from .sim_model import node_name
+
+if TYPE_CHECKING:  # the type only: the simulator makes its nodes
+    from .simulate import Simulator
+
+# -- the nodes: relays, sockets, commands ---------------------------------------------
+
+
+class SimulatedRank:
+    """What a command handler may touch of one simulated rank (probe/commands.py CommandTarget)."""
+
+    def __init__(self, sim: "Simulator", node: "SimulatedNode", rank: int):
+        self._sim = sim
+        self.rate_hz = node.rate_hz
+        self.recorder = sim  # current_step, for the capture command
+        self.identity = node.identity_of(rank)
+        self.capture = None
+        self._rank = rank
+
+    def state(self) -> dict[str, Any]:
+        return self._sim.state(self._rank, self._sim._clock())
+
+    def capture_folder(self, capture_id: str):
+        return capture_folder(self._sim.s.job, capture_id, self._sim.directory)
+
+
+class SimulatedNode:
+    def __init__(self, sim: "Simulator", index: int, ranks: range, context: zmq.Context):
+        self.index = index
+        self.host = node_name(index)
+        self.ranks = ranks
+        self.rate_hz = sim.s.rate_hz
+        self._sim = sim
+        self.relay = Relay(self.identity_of(ranks[0]), context, sim.directory, digest=False)
+        self.relay.start()
+        self.digest = NodeDigest(sim.s.job, self.host)
+        self.digest.relay = {"telemetry": self.relay.telemetry_url, "control": self.relay.control_url}
+        self.topics: set[bytes] = set()  # what the relay's viewers subscribe to, as the XPUB hears it
+        tele, ctl = ipc_endpoints(sim.s.job, self.host, sim.directory)
+        self.pub = context.socket(zmq.XPUB)
+        self.pub.setsockopt(zmq.SNDHWM, 1000 * len(ranks))
+        self.pub.setsockopt(zmq.LINGER, 0)
+        self.pub.connect(tele)
+        self.sub = context.socket(zmq.SUB)
+        self.sub.setsockopt(zmq.LINGER, 0)
+        self.sub.setsockopt(zmq.SUBSCRIBE, schema.COMMAND.encode())
+        self.sub.connect(ctl)
+        self.verifier = auth.CommandVerifier(sim.secret, sim.s.job)
+        self.next_flush = 0.0
+        self.next_hello = 0.0
+        self.sent_upto = -1  # the last step its ranks sent
+        self.last_sent = 0.0
+        self.rejected: dict[str, int] = {}
+
+    def identity_of(self, rank: int) -> Identity:
+        s = self._sim.s
+        return Identity(
+            job=s.job, rank=rank, local_rank=rank - self.ranks[0], world=s.ranks, local_world=len(self.ranks),
+            host=self.host, pid=os.getpid(), launcher="simulated", machine=socket.gethostname(),
+        )  # fmt: skip
+
+    def send(self, kind: str, rank: int, body: dict[str, Any], now: float) -> None:
+        """One rank's message: into the node's digest, and on the wire if a viewer takes the ranks' own."""
+        body["job"], body["rank"], body["ts"] = self._sim.s.job, rank, now
+        self.digest.add(kind, body)
+        if kind.encode() in self.topics or kind == schema.REPLY:
+            self._publish(schema.encode(kind, body))
+
+    def send_digest(self, now: float) -> None:
+        self.hear_subscriptions()
+        body = self.digest.body(time.monotonic(), now)
+        if body is not None and schema.NODE.encode() in self.topics:
+            self._publish(schema.encode(schema.NODE, body))
+
+    def hear_subscriptions(self) -> None:
+        while True:
+            try:
+                event = self.pub.recv(flags=zmq.NOBLOCK)
+            except zmq.Again:
+                return
+            if event[:1] == b"\x01":
+                self.topics.add(event[1:])
+            elif event[:1] == b"\x00":
+                self.topics.discard(event[1:])
+
+    def _publish(self, frames: list[bytes]) -> None:
+        try:
+            self.pub.send_multipart(frames, flags=zmq.NOBLOCK)
+        except zmq.Again:
+            self._sim.dropped += 1
+
+    def handle_commands(self) -> None:
+        """Verify each command once for the node (every rank holds the same secret), answer for each rank it targets."""
+        while True:
+            try:
+                frames = self.sub.recv_multipart(flags=zmq.NOBLOCK)
+            except zmq.Again:
+                return
+            try:
+                msg = self.verifier.verify(frames)
+            except auth.AuthError as exc:
+                self.rejected[exc.reason] = self.rejected.get(exc.reason, 0) + 1
+                continue
+            except schema.WireError:
+                self.rejected["malformed"] = self.rejected.get("malformed", 0) + 1
+                continue
+            targets = msg.get("ranks")
+            for rank in self.ranks:
+                if (targets is not None and rank not in targets) or self._sim.is_silent(rank):
+                    continue
+                self._answer(rank, msg)
+
+    def _answer(self, rank: int, msg: dict[str, Any]) -> None:
+        now = time.time()
+        view = SimulatedRank(self._sim, self, rank)
+        try:
+            if msg["cmd"] == "stacks" and isinstance(msg["args"].get("fingerprint", False), bool):
+                ok, result = True, stacks_answer(self._sim.stacks(rank), view.state(), msg["args"].get("fingerprint", False))
+            else:
+                ok, result = commands.run(view, msg["cmd"], msg["args"])
+        except Exception as exc:  # as the probe does: a broken handler answers with its error
+            ok, result = False, {"error": f"{exc.__class__.__name__}: {exc}"}
+        self.rate_hz = view.rate_hz  # set_rate: the node's ranks share one cadence
+        self.send(schema.REPLY, rank, {"id": msg["id"], "cmd": msg["cmd"], "ok": ok, "result": result}, now)
+
+    def close(self) -> bool:
+        for sock in (self.pub, self.sub):
+            sock.close(linger=0)
+        return self.relay.stop()
+
+
+# -- what a simulated rank's main thread is doing ------------------------------------
+
+
+JOB_FILE = "/sim/job/train.py"
+_SITE = "/sim/venv/lib/python3.11/site-packages"
+STACK_ROOTS = {"ranktop": [f"{_SITE}/ranktop"], "stdlib": ["/usr/lib/python3.11"], "site": [_SITE], "torch": [f"{_SITE}/torch"]}
+
+
+def stack_frame(file: str, line: int, function: str, code: str) -> dict[str, Any]:
+    return {"file": file, "line": line, "function": function, "code": code}
+
+
+_TRAIN_STEP = stack_frame(JOB_FILE, 181, "main", "loss = train_step(model, batch, opt)")
+STACK_TAIL = {
+    "data": [
+        stack_frame(JOB_FILE, 170, "main", "batch = next(batches)"),
+        stack_frame(f"{_SITE}/torch/utils/data/dataloader.py", 733, "__next__", "data = self._next_data()"),
+    ],
+    "forward": [
+        _TRAIN_STEP,
+        stack_frame(JOB_FILE, 96, "train_step", "loss = model(batch).loss"),
+        stack_frame(f"{_SITE}/torch/distributed/fsdp/_fully_shard/_fsdp_collectives.py", 343, "foreach_all_gather", "dist.all_gather_into_tensor(out, inp, group=group)"),
+    ],
+    "backward": [
+        _TRAIN_STEP,
+        stack_frame(JOB_FILE, 97, "train_step", "loss.backward()"),
+        stack_frame(f"{_SITE}/torch/autograd/graph.py", 825, "_engine_run_backward", "return Variable._execution_engine.run_backward("),
+    ],
+    "optimizer": [_TRAIN_STEP, stack_frame(JOB_FILE, 98, "train_step", "opt.step()"), stack_frame(f"{_SITE}/torch/optim/adamw.py", 210, "step", "adamw(")],
+}  # fmt: skip
