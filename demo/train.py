@@ -252,6 +252,23 @@ def torch_env_from_slurm(env=os.environ) -> None:
 _NOOP = contextlib.nullcontext()
 
 
+def gpu_index(gpus: int, local_world: int, local_rank: int, visible: str = "") -> int | None:
+    """The CUDA device this rank trains on, or None for CPU.
+
+    ``cuda:LOCAL_RANK`` when every rank of the node has a GPU of its own; ``cuda:0`` when each
+    process is given just one (``CUDA_VISIBLE_DEVICES`` naming a single GPU, as SLURM's
+    per-task binding does); else CPU for every rank: with fewer GPUs than ranks,
+    ``cuda:LOCAL_RANK`` is "invalid device ordinal" on some, and all must take the same backend.
+    """
+    if gpus <= 0:
+        return None
+    if local_world <= gpus and 0 <= local_rank < gpus:
+        return local_rank
+    if gpus == 1 and visible and "," not in visible:
+        return 0
+    return None
+
+
 def _noop_scope(*_args):
     return _NOOP
 
@@ -270,22 +287,31 @@ def main(argv: list[str] | None = None) -> int:
     if args.no_probe:
         step_scope, phase = _noop_scope, _noop_scope
     else:
-        probe.init(batch_size=args.batch_size, tokens_per_step=args.batch_size * args.seq_len)  # before the rendezvous, so ranktop sees a rank that is stuck in it
+        # before the rendezvous, so ranktop sees a rank that is stuck in it; the model trains in fp32 (TF32 off,
+        # torch's default), so MFU is against the fp32 peak
+        probe.init(batch_size=args.batch_size, tokens_per_step=args.batch_size * args.seq_len, flops_dtype="fp32")
         step_scope, phase = probe.step, probe.phase
 
     stop = GracefulStop(STOP_GRACE_S, last_words=probe.shutdown)
     stop.install()
 
-    if torch.cuda.is_available():
-        device = torch.device("cuda", local_rank)
+    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    local_world = _env_int("LOCAL_WORLD_SIZE", 1)
+    index = gpu_index(gpus, local_world, local_rank, os.environ.get("CUDA_VISIBLE_DEVICES", ""))
+    if gpus and index is None and rank == 0:  # every rank must take the same backend: all on CPU
+        print(f"[rank 0] {gpus} GPU(s) for {local_world} ranks per node: training on CPU (gloo)", flush=True)
+    if index is not None:
+        device = torch.device("cuda", index)
         torch.cuda.set_device(device)
         backend = "nccl"
+        device_timing = os.environ.get("RANKTOP_DEVICE_TIMING", "").lower() not in ("off", "0", "no")
 
         def sync() -> None:
-            # The probe reads the host clock: without this, asynchronous kernels would make
-            # every phase look instant and the wait for a slow rank land wherever the queue
-            # first blocks. A demo wants honest phases more than peak throughput.
-            torch.cuda.synchronize(device)
+            # The probe times phases on the GPU (CUDA events, docs/gpu.md). With device timing off it
+            # reads only the host clock: then, without this, asynchronous kernels would make every
+            # phase look instant and the wait for a slow rank land wherever the queue first blocks.
+            if not device_timing:
+                torch.cuda.synchronize(device)
     else:
         device, backend = torch.device("cpu"), "gloo"
 
@@ -300,7 +326,7 @@ def main(argv: list[str] | None = None) -> int:
         probe.set_work(flops_per_step=step_flops(cfg, args.batch_size))
     model = TinyLM(cfg).to(device)
     if distributed:
-        model = DistributedDataParallel(model, device_ids=[local_rank] if device.type == "cuda" else None)
+        model = DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
     try:  # the fused kernel halves the optimizer phase on CPU; torch < 2.4 has it for CUDA only
         optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, fused=True)
     except RuntimeError:

@@ -144,7 +144,9 @@ class Capture:
         began = time.perf_counter()
         torch = self._torch
         if self.kind == MEMORY:
-            torch.cuda.memory._record_memory_history(max_entries=MEMORY_MAX_ENTRIES)
+            # Python stacks only: stacks="all" (the default) unwinds C++ on every allocation of the training
+            # thread, and symbolising those frames is what makes _snapshot() slow at the end
+            torch.cuda.memory._record_memory_history(stacks="python", max_entries=MEMORY_MAX_ENTRIES)
         else:
             if _profiler_running(torch):  # starting ours would end the script's own profiling session
                 raise RuntimeError("torch.profiler is already running in this process (the script's own?)")
@@ -166,11 +168,7 @@ class Capture:
 
     def _end(self) -> None:
         began = time.perf_counter()
-        if self.kind == MEMORY:
-            memory = self._torch.cuda.memory
-            self._snapshot = memory._snapshot()
-            memory._record_memory_history(enabled=None)
-        else:
+        if self.kind != MEMORY:  # a memory capture's snapshot is taken by the writer thread
             self._profiler.stop()  # torch collects the events here: the capture's biggest cost to training
         self._cost_ms[1] = (time.perf_counter() - began) * 1000
         self._detach()
@@ -186,6 +184,14 @@ class Capture:
             self.folder.mkdir(parents=True, exist_ok=True)
             stem = f"rank{self.rank}.{rendezvous.safe_name(self.host)}_{os.getpid()}.{int(time.time() * 1000)}"
             if self.kind == MEMORY:
+                # Off the training thread: gathering the snapshot and symbolising its stacks takes long
+                # with a full history. The history runs on until this moment (a few allocations past the
+                # last step), and is switched off whatever happens.
+                memory = self._torch.cuda.memory
+                try:
+                    self._snapshot = memory._snapshot()
+                finally:
+                    memory._record_memory_history(enabled=None)
                 path = self.folder / f"{stem}.memory.pickle"
                 tmp = self.folder / f".{path.name}.tmp"
                 with open(tmp, "wb") as f:

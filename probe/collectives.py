@@ -106,6 +106,13 @@ def _nbytes(value: Any) -> int:
         return 0
 
 
+def on_cuda(value: Any) -> bool:
+    """Whether a collective's tensor (or the first of a list) is on a CUDA device."""
+    if isinstance(value, (list, tuple)):
+        return on_cuda(value[0]) if value else False
+    return getattr(value, "is_cuda", False) is True
+
+
 def _dtype(value: Any) -> str:
     if isinstance(value, (list, tuple)):
         return _dtype(value[0]) if value else ""
@@ -123,27 +130,77 @@ class CollectiveTracker:
         # when a blocking one began (0.0 once it returned).
         self.last: dict[str, Any] | None = None
         self.blocked_since = 0.0
+        # Waits timed on the device (probe/device_waits.py), once CUDA timing is attached.
+        self.device: Any = None
 
-    def begin(self, op: str, nbytes: int, dtype: str, group_size: int, gid: str = "", kind: str = COLLECTIVE) -> list:
+    def begin(
+        self, op: str, nbytes: int, dtype: str, group_size: int, gid: str = "", kind: str = COLLECTIVE, on_device: bool = True
+    ) -> list:
+        """A call starts: its token, for :meth:`end` (a blocking call) or :meth:`complete` (an async one).
+
+        ``on_device``: its tensors are on the GPU (see :func:`on_cuda`), so its wait is timed there once
+        device timing is attached; a call on CPU tensors (gloo, objects, a barrier) blocks the host, and
+        is timed on the host."""
         self.seq += 1
         rec = self._recorder
         entry = {"op": op, "seq": self.seq, "b": nbytes, "dt": dtype, "g": group_size, "gi": gid, "k": kind}
         self.last = entry
-        return [entry, _perf(), rec.current_step, rec.current_phase]
+        device = self.device
+        start = device.start() if device is not None and on_device else None
+        return [entry, _perf(), rec.current_step, rec.current_phase, start]
+
+    def _record(self, token: list, duration: float) -> dict[str, Any]:
+        entry, start, step, phase, _ = token
+        return dict(entry, d=duration, n=step, ph=phase, t0=start)
 
     def end(self, token: list) -> None:
-        entry, start, step, phase = token
-        record = dict(entry, d=_perf() - start, n=step, ph=phase, t0=start)
-        self.buffer.append(record)
+        """A blocking call returned (on the device: the current stream now waits for its kernel)."""
+        record = self._record(token, _perf() - token[1])
         self.produced += 1
+        if token[4] is not None and self.device is not None and self.device.stop(record, token[4]):
+            return  # the sender thread reads its device times (probe/device_waits.py), then sends it
+        self.buffer.append(record)
 
-    def drain(self, limit: int = 100_000) -> list[dict[str, Any]]:
-        return drain(self.buffer, limit)
+    def at_wait(self, token: list) -> None:
+        """An async call's wait begins (a functional collective's ``wait_tensor``): on the device its wait is
+        timed from here, so :meth:`end` after the wait gives the stall of the stream, not launch to end."""
+        if token[4] is not None and self.device is not None:
+            self.device.restart(token[4])
+
+    def complete(self, token: list, work: Any) -> None:
+        """An async call was launched: ``work`` is its Work (a Work.wait() ends it on the device) or a
+        future (DDP's comm hook); on the host, it ends when its future completes."""
+        device = self.device
+        if token[4] is not None and device is not None:
+            self.produced += 1
+            record = self._record(token, 0.0)
+            if hasattr(work, "get_future"):
+                device.later(record, token[4], work)
+            else:
+                device.future(record, token[4], work)
+            return
+        try:
+            future = work.get_future() if hasattr(work, "get_future") else work
+            future.add_done_callback(lambda _fut: self.end(token))
+        except Exception:
+            pass  # a backend without futures: the launch is counted by `last`, the duration is unknown
+
+    def drain(self, limit: int = 100_000, final: bool = False) -> list[dict[str, Any]]:
+        out = drain(self.buffer, limit)
+        if self.device is not None:
+            resolved = self.device.resolve(final)
+            if resolved:
+                out.extend(resolved)
+                out.sort(key=lambda r: r["seq"])
+        return out
 
     def state(self) -> dict[str, Any] | None:
         if self.last is None:
             return None
         blocked = self.blocked_since
+        device = self.device
+        if not blocked and device is not None and device.blocked_since is not None:  # NCCL: the host never blocks
+            return dict(device.blocked_entry or self.last, inside=True, age=_perf() - device.blocked_since)
         return dict(self.last, inside=bool(blocked), age=_perf() - blocked if blocked else 0.0)
 
 
@@ -407,14 +464,14 @@ def _wrap(name: str, arg: str, original, dist):
                 work = original(*args, **kwargs)
                 _wait_later(work, (key, _nbytes(payload), _dtype(payload), info[2], info[1], kind))
                 return work
-            token = tracker.begin(key, _nbytes(payload), _dtype(payload), info[2], info[1], kind)
+            token = tracker.begin(key, _nbytes(payload), _dtype(payload), info[2], info[1], kind, on_device=on_cuda(payload))
         except Exception:
             return original(*args, **kwargs)  # never let bookkeeping break a collective
         _inside_hook.active = True  # one torch function may call another (all_gather_into_tensor does): count one
         try:
             if is_async:
                 work = original(*args, **kwargs)
-                _on_complete(work, tracker, token)
+                tracker.complete(token, work)
                 return work
             tracker.blocked_since = token[1]
             try:
@@ -601,10 +658,8 @@ def _functional_group(funcol, group, tag: str) -> list:
 
 
 def _on_complete(work, tracker: CollectiveTracker, token: list) -> None:
-    try:
-        work.get_future().add_done_callback(lambda _fut: tracker.end(token))
-    except Exception:
-        pass  # a backend without futures: the launch is counted by `last`, the duration is unknown
+    """The completion path of an async call (kept for wrappers that call it): ``tracker.complete``."""
+    tracker.complete(token, work)
 
 
 def _timed_hook(hook):
@@ -619,7 +674,7 @@ def _timed_hook(hook):
             buffer = bucket.buffer()
             group = state if state is not None and hasattr(state, "size") else None
             size = group.size() if group is not None else _group_size(sys.modules["torch.distributed"], None)
-            token = tracker.begin(DDP_OP, _nbytes(buffer), _dtype(buffer), size)
+            token = tracker.begin(DDP_OP, _nbytes(buffer), _dtype(buffer), size, on_device=on_cuda(buffer))
         except Exception:
             return hook(state, bucket)
         _inside_hook.active = True  # the hook's own dist.all_reduce is this bucket: count it once
@@ -627,10 +682,7 @@ def _timed_hook(hook):
             fut = hook(state, bucket)
         finally:
             _inside_hook.active = False
-        try:
-            fut.add_done_callback(lambda _fut: tracker.end(token))
-        except Exception:
-            pass
+        tracker.complete(token, fut)
         return fut
 
     timed._ranktop = True

@@ -19,6 +19,7 @@ torch is only used if the script imported it.
 from __future__ import annotations
 
 import os
+import re
 import sys
 from typing import Any, Callable
 
@@ -28,10 +29,12 @@ from ranktop.wire import settings
 #: device name, most specific first (so "h100 pcie" wins over "h100").
 PEAK_TFLOPS: tuple[tuple[tuple[str, ...], dict[str, float]], ...] = (
     (("gh200",), {"fp64": 67.0, "fp32": 66.9, "tf32": 494.7, "bf16": 989.4, "fp16": 989.4, "fp8": 1978.9}),
+    (("h200", "nvl"), {"fp64": 30.0, "fp32": 60.0, "tf32": 417.5, "bf16": 835.5, "fp16": 835.5, "fp8": 1670.5}),
     (("h200",), {"fp64": 67.0, "fp32": 66.9, "tf32": 494.7, "bf16": 989.4, "fp16": 989.4, "fp8": 1978.9}),
     (("h100", "nvl"), {"fp64": 60.0, "fp32": 60.0, "tf32": 417.5, "bf16": 835.0, "fp16": 835.0, "fp8": 1670.0}),
     (("h100", "pcie"), {"fp64": 51.0, "fp32": 51.2, "tf32": 378.0, "bf16": 756.0, "fp16": 756.0, "fp8": 1513.0}),
     (("h100",), {"fp64": 67.0, "fp32": 66.9, "tf32": 494.7, "bf16": 989.4, "fp16": 989.4, "fp8": 1978.9}),  # SXM
+    (("h800", "pcie"), {"fp64": 0.8, "fp32": 51.2, "tf32": 378.0, "bf16": 756.0, "fp16": 756.0, "fp8": 1513.0}),
     (("h800",), {"fp64": 1.0, "fp32": 66.9, "tf32": 494.7, "bf16": 989.4, "fp16": 989.4, "fp8": 1978.9}),
     (("b200",), {"fp64": 40.0, "fp32": 80.0, "tf32": 1100.0, "bf16": 2250.0, "fp16": 2250.0, "fp8": 4500.0}),
     (("a100",), {"fp64": 19.5, "fp32": 19.5, "tf32": 156.0, "bf16": 312.0, "fp16": 312.0}),  # 40 and 80 GB, SXM and PCIe
@@ -69,12 +72,23 @@ def normalise_dtype(dtype: Any) -> str:
     return name
 
 
+#: A MIG slice's name ends "MIG <n>g.<mem>gb": n of the GPU's :data:`MIG_SLICES` compute slices.
+_MIG = re.compile(r"\bmig (\d+)g\.")
+MIG_SLICES = 7  # A100, H100, H200, H800: 7 GPU compute slices (a 7g slice is the whole GPU)
+
+
 def peak_tflops(device_name: str, dtype: str = "bf16") -> float | None:
-    """Dense peak TFLOP/s of a device by its name (e.g. ``NVIDIA H100 80GB HBM3``), or None if unknown."""
+    """Dense peak TFLOP/s of a device by its name (e.g. ``NVIDIA H100 80GB HBM3``), or None if unknown.
+
+    A MIG slice (``NVIDIA H100 80GB HBM3 MIG 3g.40gb``) gets its share of the GPU's peak (3/7 here)."""
     name = device_name.lower()
     for words, peaks in PEAK_TFLOPS:
         if all(word in name for word in words):
-            return peaks.get(dtype)
+            peak = peaks.get(dtype)
+            mig = _MIG.search(name)
+            if peak is not None and mig is not None:
+                peak *= min(int(mig.group(1)), MIG_SLICES) / MIG_SLICES
+            return peak
     return None
 
 

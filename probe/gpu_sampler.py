@@ -24,11 +24,14 @@ binding (``pip install 'ranktop[gpu]'``), no driver, no GPU, or a rank that uses
 no GPU: the sample is ``{"na": "<why>"}`` and the thread ends.
 
 Sample keys (all optional but ``seq`` and ``t``): ``name``, ``bus``, ``util``
-(SM %), ``mem_util`` (memory controller %), ``mem_used`` / ``mem_total``
-(bytes), ``power_w`` / ``power_limit_w``, ``temp_c``, ``sm_mhz`` /
+(NVML's "GPU utilization": the % of time a kernel was running, *not* the share
+of SMs busy), ``mem_util`` (memory controller %), ``mem_used`` / ``mem_total``
+(bytes; NVML's v2 memory info where the binding has it, which, like nvidia-smi,
+leaves out the memory the driver reserves), ``power_w`` / ``power_limit_w``, ``temp_c``, ``sm_mhz`` /
 ``sm_max_mhz``, ``throttle`` (active reasons: ``power``, ``thermal``, ``hw``,
 ``sync_boost``, ``app_clocks``; [] when none, None when unknown), ``pcie_tx`` /
-``pcie_rx`` (bytes/s).
+``pcie_rx`` (bytes/s; each read takes NVML about 20 ms, so they are taken every
+:data:`PCIE_EVERY` samples and the last values repeated between).
 """
 
 from __future__ import annotations
@@ -40,6 +43,8 @@ import time
 from typing import Any, Callable
 
 INTERVAL_S = 1.0
+#: The PCIe throughput reads (about 20 ms each: NVML samples the counter over a window) every this many samples.
+PCIE_EVERY = 10
 
 #: NVML's clock event (throttle) reason bits, by the short name shown. "Idle" is not a slowdown.
 THROTTLE_BITS = (
@@ -91,6 +96,8 @@ class GpuSampler(threading.Thread):
         self._stop_event = threading.Event()
         self._handle: Any = None
         self._seq = 0
+        self._initialised = False  # nvmlInit succeeded: nvmlShutdown is owed, whatever happens next
+        self._pcie: dict[str, Any] = {}
 
     def stop(self) -> None:
         self._stop_event.set()
@@ -123,8 +130,8 @@ class GpuSampler(threading.Thread):
             nvml.nvmlInit()
         except Exception as exc:
             self.latest = {"na": f"no NVIDIA driver ({_reason(exc)})"}
-            self._nvml = None  # nothing to shut down
             return False
+        self._initialised = True
         try:
             count = nvml.nvmlDeviceGetCount()
         except Exception:
@@ -161,8 +168,9 @@ class GpuSampler(threading.Thread):
         return None if nvml is None else None
 
     def close(self) -> None:
-        if self._nvml is not None and self._handle is not None:
+        if self._initialised:
             self._call("nvmlShutdown")
+            self._initialised = False
         self._handle = None
 
     def sample(self) -> dict[str, Any]:
@@ -177,7 +185,10 @@ class GpuSampler(threading.Thread):
         util = call("nvmlDeviceGetUtilizationRates", h)
         out["util"] = getattr(util, "gpu", None)
         out["mem_util"] = getattr(util, "memory", None)
-        mem = call("nvmlDeviceGetMemoryInfo", h)
+        v2 = getattr(self._nvml, "nvmlMemory_v2", None)
+        mem = call("nvmlDeviceGetMemoryInfo", h, v2) if v2 is not None else None
+        if mem is None:
+            mem = call("nvmlDeviceGetMemoryInfo", h)  # v1: counts the driver's reserve as used
         out["mem_used"] = getattr(mem, "used", None)
         out["mem_total"] = getattr(mem, "total", None)
         power = call("nvmlDeviceGetPowerUsage", h)  # milliwatts
@@ -194,9 +205,11 @@ class GpuSampler(threading.Thread):
         if reasons is None:
             reasons = call("nvmlDeviceGetCurrentClocksThrottleReasons", h)
         out["throttle"] = throttle_names(int(reasons)) if reasons is not None else None
-        for key, counter in (("pcie_tx", "NVML_PCIE_UTIL_TX_BYTES"), ("pcie_rx", "NVML_PCIE_UTIL_RX_BYTES")):
-            kbps = call("nvmlDeviceGetPcieThroughput", h, getattr(self._nvml, counter, 0 if key == "pcie_tx" else 1))
-            out[key] = kbps * 1024 if kbps is not None else None
+        if self._seq % PCIE_EVERY == 1 or PCIE_EVERY <= 1:
+            for key, counter in (("pcie_tx", "NVML_PCIE_UTIL_TX_BYTES"), ("pcie_rx", "NVML_PCIE_UTIL_RX_BYTES")):
+                kbps = call("nvmlDeviceGetPcieThroughput", h, getattr(self._nvml, counter, 0 if key == "pcie_tx" else 1))
+                self._pcie[key] = kbps * 1024 if kbps is not None else None
+        out.update(self._pcie)
         self.latest = out
         return out
 
@@ -227,24 +240,30 @@ def locate_rank_gpu(local_rank: int, memory_device: Callable[[], int | None]) ->
         return None
     try:
         if not torch.cuda.is_initialized():
-            return {"na": "rank uses no GPU"} if not torch.cuda.is_available() else None
+            return None  # asking is_available() here would touch the driver from this thread: wait instead
         device = memory_device()
         if device is None:
             return None
         props = torch.cuda.get_device_properties(device)
         where: dict[str, Any] = {}
-        if hasattr(props, "pci_bus_id"):
+        mig = "MIG" in str(getattr(props, "name", ""))  # a MIG slice: its bus id is its parent GPU's
+        if hasattr(props, "pci_bus_id") and not mig:
             where["bus"] = f"{getattr(props, 'pci_domain_id', 0):08X}:{props.pci_bus_id:02X}:{getattr(props, 'pci_device_id', 0):02X}.0"
         uuid = getattr(props, "uuid", None)
         if uuid is not None:
             text = str(uuid)
-            where["uuid"] = text if text.startswith(("GPU-", "MIG-")) else f"GPU-{text}"
+            where["uuid"] = text if text.startswith(("GPU-", "MIG-")) else f"{'MIG' if mig else 'GPU'}-{text}"
+        if mig:
+            return where
+        # NVML numbers GPUs in PCI bus order; CUDA does so only with CUDA_DEVICE_ORDER=PCI_BUS_ID (its default
+        # is fastest first), so the index is a fallback only then, or with a single GPU.
         visible = os.environ.get("CUDA_VISIBLE_DEVICES", "")
         ids = [v.strip() for v in visible.split(",")] if visible else []
-        if not ids:
-            where["index"] = device
-        elif device < len(ids) and ids[device].isdigit():
-            where["index"] = int(ids[device])
+        if os.environ.get("CUDA_DEVICE_ORDER", "") == "PCI_BUS_ID" or torch.cuda.device_count() == 1:
+            if not ids:
+                where["index"] = device
+            elif device < len(ids) and ids[device].isdigit():
+                where["index"] = int(ids[device])
         return where
     except Exception as exc:
         return {"na": f"cannot identify the rank's GPU ({exc.__class__.__name__})"}

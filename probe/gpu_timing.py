@@ -3,22 +3,30 @@
 On a GPU the host clock lies: kernels are queued and the CPU moves on, so a
 phase's CPU wall time is the time to *launch* its work, and the wait for it
 lands wherever the queue first blocks. So, on CUDA, each boundary also records
-an event, taken from a pool allocated once, on the training stream. The
-sender thread later asks each event ``query()`` (has the GPU reached it?) and,
-once a step's events have all completed, turns their elapsed times into the
-step's device times (the ``g`` field of a step record: ``{"w": s, "p": {phase: s}}``,
-self time like ``p``). Nothing here ever synchronizes the device; a step whose
-events do not complete within :data:`HOLD_S` is sent without ``g``, and an
-empty pool (a GPU far behind) means steps without ``g``, never an allocation on
-the hot path.
+an event, taken from a pool created on the device once (when timing attaches),
+on the stream current at that boundary. The sender thread later asks each
+event ``query()`` (has the GPU reached it?) and, once a step's events have all
+completed, turns their elapsed times into the step's device times (the ``g``
+field of a step record: ``{"w": s, "p": {phase: s}}``, self time like ``p``).
+Nothing here ever synchronizes the device. A step waits for its events as long
+as the GPU takes, up to :data:`HOLD_S` (a device that has not moved for that
+long is hung: the step goes without ``g``); an empty pool (a GPU far behind),
+a CUDA-graph capture (no timing event may go into a graph) or an event the
+device cannot time (``elapsed_time`` raising) cost steps their ``g``, never an
+allocation on the hot path or a fault of the probe. During a capture the
+sender queries nothing (probe/device_waits.py, ``CAPTURES``).
+
+When it attaches: automatic mode at the first optimizer step, on the device of
+its parameters (:func:`starter`); ``probe.init()`` + ``probe.step()`` at the
+first step once the script has initialised CUDA (:func:`arm`). Either way
+collective waits are then timed on the device too (probe/device_waits.py).
 
 The timeline wraps the recorder's boundary methods (``Recorder.attach_timeline``,
 the way ``Recorder.disable`` swaps them for no-ops), so explicit ``probe.phase()`` blocks get device times
 too. Where there is no GPU the same code runs on :class:`CpuEvent` (host
 clock), which is what the tests and ``RANKTOP_DEVICE_TIMING=cpu`` use.
 
-This module never imports torch itself; :func:`starter` uses the torch the
-script has imported.
+This module never imports torch itself; it uses the torch the script has imported.
 """
 
 from __future__ import annotations
@@ -36,8 +44,12 @@ _perf = time.perf_counter
 
 #: Events allocated up front: about 10 per step, so a few hundred steps in flight.
 POOL_SIZE = 4096
-#: Seconds a step record may wait for its events before it is sent without device times.
-HOLD_S = 2.0
+#: Seconds a step record may wait for its events before it is sent without device times. The host may
+#: run far ahead of the GPU (a deep queue, a slow step): a record waits as long as the device takes to get
+#: there; only a device that has not got there in this long (hung) loses the times, so the steps still show.
+HOLD_S = 60.0
+#: Step records held at most while they wait for their events (past it the oldest go without device times).
+MAX_HELD = 2048
 
 
 class CpuEvent:
@@ -61,9 +73,9 @@ class CpuEvent:
 class EventPool:
     """Events made once; the training thread takes, the sender thread gives back (deque ops are atomic)."""
 
-    def __init__(self, factory: Callable[[], Any], size: int = POOL_SIZE):
+    def __init__(self, factory: Callable[[], Any], size: int = POOL_SIZE, events: list | None = None):
         self.size = size
-        self._free = collections.deque(factory() for _ in range(size))
+        self._free = collections.deque(events if events is not None else (factory() for _ in range(size)))
 
     def take(self) -> Any:
         try:
@@ -86,11 +98,23 @@ class Timeline:
     ``b``/``e`` a phase's begin and end.
     """
 
-    def __init__(self, recorder: Recorder, pool: EventPool, stream: Any = None, *, hold_s: float = HOLD_S, label: str = "cuda"):
+    def __init__(
+        self,
+        recorder: Recorder,
+        pool: EventPool,
+        stream: Any = None,
+        *,
+        hold_s: float = HOLD_S,
+        label: str = "cuda",
+        capturing: Callable[[], bool] | None = None,
+        guard: Any = None,
+    ):
         self.rec = recorder
         self.pool = pool
-        self.stream = stream
+        self.stream = stream  # None: each boundary's event goes on the stream current then
         self.hold_s = hold_s
+        self.capturing = capturing  # on CUDA: torch.cuda.is_current_stream_capturing (no event in a capture)
+        self.guard = guard  # device_waits.CAPTURES: the sender queries events only while no capture runs
         self.label = label  # what the device times are measured with; shown by the TUI
         self._marks: list[tuple[str, Any, Any]] = []
         self._skip_step = True  # the step in progress when we attached has no start mark
@@ -102,9 +126,13 @@ class Timeline:
     # -- the training thread ------------------------------------------------------
 
     def _mark(self, kind: str, name: Any = None) -> None:
-        event = self.pool.take()
-        if event is not None:
-            event.record(self.stream)
+        capturing = self.capturing
+        if capturing is not None and capturing():
+            event = None  # a timing event cannot go into a CUDA graph: this step has no device times
+        else:
+            event = self.pool.take()
+            if event is not None:
+                event.record(self.stream)
         self._marks.append((kind, name, event))
 
     def _release(self) -> None:
@@ -170,6 +198,13 @@ class Timeline:
 
     def resolve(self, records: list[dict], final: bool = False) -> list[dict]:
         """The records ready to send, in order, with ``g`` where their device times are known."""
+        guard = self.guard
+        if guard is None:
+            return self._resolve(records, final, True)
+        with guard.quiet() as may_query:  # no event.query() while a CUDA graph is captured
+            return self._resolve(records, final, may_query)
+
+    def _resolve(self, records: list[dict], final: bool, may_query: bool) -> list[dict]:
         while True:
             try:
                 number, marks = self._ready.popleft()
@@ -186,21 +221,21 @@ class Timeline:
             record, since = self._held[0]
             marks = self._by_step.get(record["n"])
             if marks is not None:
-                if all(e is None or e.query() for _, _, e in marks):
+                if may_query and _complete(marks):
                     del self._by_step[record["n"]]
                     g = device_times(marks)
                     if g is not None:
                         record["g"] = g
                     self.pool.give(m[2] for m in marks)
-                elif final or now - since >= self.hold_s:
+                elif final or now - since >= self.hold_s or len(self._held) > MAX_HELD:
                     del self._by_step[record["n"]]
-                    self._limbo.append(marks)  # the GPU is far behind or stuck: send without g
+                    self._limbo.append(marks)  # the GPU is stuck: send without g
                 else:
                     break  # events complete in order: the later steps are not ready either
             self._held.pop(0)
             out.append(record)
-        if self._limbo:
-            done = [m for m in self._limbo if all(e is None or e.query() for _, _, e in m)]
+        if self._limbo and may_query:
+            done = [m for m in self._limbo if _complete(m)]
             for marks in done:
                 self.pool.give(m[2] for m in marks)
             self._limbo = [m for m in self._limbo if m not in done]
@@ -210,8 +245,24 @@ class Timeline:
         return out
 
 
+def _complete(marks: list) -> bool:
+    """Whether the device has passed every event of ``marks`` (an error reading one counts as not yet)."""
+    try:
+        return all(e is None or e.query() for _, _, e in marks)
+    except Exception:
+        return False
+
+
 def device_times(marks: list[tuple[str, Any, Any]]) -> dict[str, Any] | None:
-    """``{"w": step seconds, "p": {phase: self seconds}}`` from one step's completed marks, or None."""
+    """``{"w": step seconds, "p": {phase: self seconds}}`` from one step's completed marks, or None
+    (also when the device will not say: ``elapsed_time`` raises for an event it cannot time)."""
+    try:
+        return _device_times(marks)
+    except Exception:
+        return None
+
+
+def _device_times(marks: list[tuple[str, Any, Any]]) -> dict[str, Any] | None:
     if len(marks) < 2 or marks[0][2] is None or marks[-1][2] is None:
         return None
     first = marks[0][2]
@@ -231,34 +282,151 @@ def device_times(marks: list[tuple[str, Any, Any]]) -> dict[str, Any] | None:
     return {"w": max(0.0, first.elapsed_time(marks[-1][2]) / 1000.0), "p": phases}
 
 
+def attach_cuda(probe: Any, cuda: Any, device: Any = None, work_class: Any = None) -> bool:
+    """Time ``probe``'s phases and collective waits on the GPU, from now on. Call on the training thread.
+
+    ``device``: the training's CUDA device (default: the thread's current one). All the
+    events are made and created on the device here (the hot path then only records them);
+    ``work_class``: the Work class whose ``wait()`` ends an async collective on the device
+    (torch.distributed's by default). False if it was attached already.
+    """
+    from . import device_waits
+
+    rec = probe.recorder
+    if rec.timeline is not None:
+        return False
+    with cuda.device(device) if device is not None else _nothing():
+        index = cuda.current_device()
+        note_device(probe, f"cuda:{index} {cuda.get_device_name(index)}")
+        pool = EventPool(None, POOL_SIZE, events=device_waits.make_events(cuda, POOL_SIZE))
+        waits = device_waits.DeviceWaits(cuda)
+    Timeline(rec, pool, capturing=cuda.is_current_stream_capturing, guard=device_waits.CAPTURES).attach()
+    tracker = getattr(probe, "collectives", None)
+    if tracker is not None:
+        tracker.device = waits
+        if work_class is None:
+            dist = sys.modules.get("torch.distributed")
+            work_class = getattr(getattr(dist, "distributed_c10d", None), "Work", None)
+        if work_class is not None:
+            device_waits.watch_work(work_class, waits)
+    return True
+
+
+def attach_cpu(probe: Any) -> bool:
+    """The same timeline on the host clock (``RANKTOP_DEVICE_TIMING=cpu``: tests)."""
+    if probe.recorder.timeline is not None:
+        return False
+    Timeline(probe.recorder, EventPool(CpuEvent), label="cpu").attach()
+    return True
+
+
+def note_device(probe: Any, device: str) -> None:
+    """The rank's device as its hello says it, learnt on the training thread (where set_device holds)."""
+    sender = getattr(probe, "sender", None)
+    if sender is not None:
+        sender.device = device
+
+
+class _nothing:
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, *exc) -> None:
+        return None
+
+
+def _script_cuda() -> Any:
+    """``torch.cuda`` once the script has initialised it, else None; never initialises anything itself."""
+    torch = sys.modules.get("torch")
+    if torch is None:
+        return None
+    cuda = getattr(torch, "cuda", None)
+    return cuda if cuda is not None and cuda.is_initialized() else None
+
+
+def _mode() -> str:
+    return settings.DEVICE_TIMING.get().lower()
+
+
+def arm(probe: Any, find_cuda: Callable[[], Any] = _script_cuda) -> None:
+    """``probe.init()`` + ``probe.step()`` mode (and the demo): device timing attaches at the first step
+    that begins once the script has initialised CUDA, on the device current on the training thread then.
+
+    Until then ``begin_step`` also asks ``find_cuda()`` (a flag read: ``torch.cuda.is_initialized()``);
+    once attached, or when device timing is off, it is the recorder's own again. Automatic mode disarms
+    this and attaches on the optimizer's parameters' device instead (:func:`starter`).
+    """
+    mode = _mode()
+    if mode in ("off", "0", "no"):
+        return
+    if mode == "cpu":
+        attach_cpu(probe)
+        return
+    rec = probe.recorder
+    original = rec.begin_step
+
+    def begin_step_armed(number: int | None = None) -> None:
+        cuda = find_cuda()
+        if cuda is None or cuda.is_current_stream_capturing():  # no event may be made inside a graph capture
+            return original(number)
+        rec.replace_boundaries(begin_step=original)
+        _attach_or_say(probe, cuda, _training_device(cuda))
+        rec.begin_step(number)
+
+    begin_step_armed._ranktop_armed = True
+    rec.replace_boundaries(begin_step=begin_step_armed)
+    probe._gpu_disarm = lambda: getattr(rec.begin_step, "_ranktop_armed", False) and rec.replace_boundaries(begin_step=original)
+
+
+def _training_device(cuda: Any) -> int | None:
+    """The device the training holds memory on, when the process sees several (a script that moves its model
+    to ``cuda:LOCAL_RANK`` without ``set_device`` leaves the thread's current device at 0: events there
+    would open a context on another rank's GPU); None: the current device."""
+    try:
+        count = cuda.device_count()
+        if count <= 1:
+            return None
+        reserved = [cuda.memory_reserved(i) for i in range(count)]
+        best = max(range(count), key=reserved.__getitem__)
+        return best if reserved[best] > 0 else None
+    except Exception:
+        return None
+
+
+def disarm(probe: Any) -> None:
+    undo = getattr(probe, "_gpu_disarm", None)
+    if undo is not None:
+        undo()
+
+
+def _attach_or_say(probe: Any, cuda: Any, device: Any = None) -> None:
+    try:
+        attach_cuda(probe, cuda, device)
+    except Exception as exc:  # device timing is a bonus: its failure must not stop the rest
+        print(f"ranktop: device timing off: {exc.__class__.__name__}: {exc}", file=sys.stderr)
+
+
 def starter(probe: Any) -> Callable[[Any], None] | None:
     """The callback automatic mode runs at the first optimizer step: device timing on the parameters' device.
 
     ``RANKTOP_DEVICE_TIMING``: ``off`` never, ``cpu`` host-clock events (tests), default CUDA when present.
     """
-    mode = settings.DEVICE_TIMING.get().lower()
+    mode = _mode()
     if mode in ("off", "0", "no"):
         return None
+    disarm(probe)
 
     def start(optimizer: Any) -> None:
-        try:
-            if mode == "cpu":
-                Timeline(probe.recorder, EventPool(CpuEvent), label="cpu").attach()
-                return
-            torch = sys.modules.get("torch")
-            device = _param_device(optimizer)
-            if torch is None or device is None or device.type != "cuda":
-                return
-            with torch.cuda.device(device):
-                pool = EventPool(lambda: torch.cuda.Event(enable_timing=True))
-                stream = torch.cuda.current_stream(device)
-            Timeline(probe.recorder, pool, stream).attach()
-        except Exception as exc:  # device timing is a bonus: its failure must not stop the rest
-            print(f"ranktop: device timing off: {exc.__class__.__name__}: {exc}", file=sys.stderr)
+        if mode == "cpu":
+            attach_cpu(probe)
+            return
+        torch = sys.modules.get("torch")
+        device = _param_device(optimizer)
+        if torch is None or device is None or device.type != "cuda":
+            return
+        _attach_or_say(probe, torch.cuda, device)
 
     return start
-
-
 def _param_device(optimizer: Any):
     for group in getattr(optimizer, "param_groups", ()):
         for param in group.get("params", ()):

@@ -21,6 +21,7 @@ from .sender import Sender
 class RankResources:
     def __init__(self, identity: Identity, sender: Sender, work: dict[str, Any]):
         self._device_name: str | None = None
+        self._sender = sender
         self._base = dict(work)
         self.memory = MemorySampler(identity.local_rank, on_device=self._on_device)
         self.gpu = GpuSampler(lambda: locate_rank_gpu(identity.local_rank, lambda: self.memory.device))
@@ -52,6 +53,8 @@ class RankResources:
 
     def _on_device(self, index: int) -> None:  # the sender thread, once the rank's CUDA device is known
         self._device_name = flops.cuda_device_name(index)
+        if self._sender.device == "cpu":  # the training thread's word, when device timing attached, stands
+            self._sender.device = f"cuda:{index} {self._device_name or ''}".rstrip()
         self._publish()
 
     def _publish(self) -> None:

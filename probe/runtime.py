@@ -15,7 +15,7 @@ import threading
 
 from ranktop.wire import settings
 
-from . import auto, collectives, flops
+from . import auto, collectives, device_waits, flops, gpu_timing
 from .collectives import CollectiveTracker
 from ranktop.transport.identity import Identity, detect
 from .recorder import NOOP, PhaseScope, Recorder, StepScope
@@ -113,6 +113,7 @@ def init(
         probe.sender.add_hello("groups", collectives.groups_hello)
         active = probe
         collectives.install(probe.collectives)  # only if the script has imported torch.distributed
+        gpu_timing.arm(probe)  # device timing, from the first step once the script has CUDA up
         probe.sender.start()
         probe.resources.start()
         return probe
@@ -139,6 +140,7 @@ def _deactivate(probe: Probe) -> None:
     probe._disabled = True
     probe.recorder.disable()
     collectives.detach(probe.collectives)
+    device_waits.unwatch()
     auto.stop(remove=threading.current_thread() is not probe.sender)  # never mutate torch's hooks under training
     if active is probe:
         active = DISABLED
@@ -164,6 +166,7 @@ def _after_fork_in_child() -> None:
         active._disabled = True
         active.recorder.disable()
         collectives.detach(active.collectives)
+    device_waits.unwatch()  # a forked child has no CUDA of its own: its Work.wait passes straight through
     auto.stop(remove=True)
     active = DISABLED
 

@@ -94,6 +94,10 @@ class Sender(threading.Thread):
         self._state_sources: dict[str, Callable[[], Any]] = {}
         self._hello_sources: dict[str, Callable[[], Any]] = {}
         self.capture: Any = None  # the latest capture (probe/capture.py), set by the capture command
+        # The rank's device for its hello ("cuda:3 NVIDIA H100 ..."), set where it is known without touching
+        # CUDA from this thread: the training thread when device timing attaches, or the memory sampler
+        # once the training holds memory on a device (probe/resources.py).
+        self.device = "cpu"
         if collectives is not None:
             self.add_state("collective", collectives.state)
 
@@ -239,7 +243,7 @@ class Sender(threading.Thread):
         """
         if self.collectives is None:
             return [], []
-        calls = self._held_calls + self.collectives.drain()
+        calls = self._held_calls + self.collectives.drain(final=final)
         self._held_calls = []
         rec = self.recorder
         if not final and rec.step_started and calls and calls[-1]["n"] == rec.current_step:
@@ -280,13 +284,6 @@ class Sender(threading.Thread):
         if self._meta is None:
             ident = self.identity
             torch = sys.modules.get("torch")  # reported if the script imported it; never imported here
-            device = "cpu"
-            if torch is not None:
-                try:
-                    if torch.cuda.is_available():
-                        device = f"cuda:{torch.cuda.current_device()} {torch.cuda.get_device_name()}"
-                except Exception:
-                    pass
             self._meta = {
                 "host": ident.host,
                 "pid": ident.pid,
@@ -294,14 +291,13 @@ class Sender(threading.Thread):
                 "local_rank": ident.local_rank,
                 "local_world": ident.local_world,
                 "launcher": ident.launcher,
-                "device": device,
                 "torch": getattr(torch, "__version__", None),
                 "probe": PROBE_VERSION,
                 "python": platform.python_version(),
                 "argv": sys.argv[:8],
                 "cwd": os.getcwd(),
             }
-        hello = dict(self._meta, rate_hz=self.rate_hz)
+        hello = dict(self._meta, rate_hz=self.rate_hz, device=self.device)
         relay = self._relay.endpoints()
         if relay is not None:
             hello["relay"] = relay

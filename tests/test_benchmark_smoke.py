@@ -24,3 +24,11 @@ def test_the_main_screen_benchmark_runs_and_prints_its_table(tmp_path):
     assert out.returncode == 0, out.stderr[-2000:]
     assert "CPU ms per refresh" in out.stdout and "80x24" in out.stdout
     assert out.stdout.splitlines()[-1].split()[0] == "4096"
+
+
+def test_the_gpu_check_says_in_one_line_that_there_is_no_cuda_and_exits_0(tmp_path):
+    bench = Path(__file__).parent.parent / "benchmarks" / "gpu_check.py"
+    out = subprocess.run([sys.executable, str(bench)], capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert out.returncode == 0, out.stderr[-2000:]
+    lines = out.stdout.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("gpu_check: no CUDA device here")

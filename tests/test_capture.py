@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import pickle
+import threading
 import time
 import types
 from pathlib import Path
@@ -216,12 +217,17 @@ class FakeCudaMemory:
 
     def __init__(self):
         self.calls = []
+        self.stacks = []
+        self.threads = []
 
-    def _record_memory_history(self, enabled="all", max_entries=0):
+    def _record_memory_history(self, enabled="all", context="all", stacks="all", max_entries=0):
         self.calls.append(("record", enabled))
+        if enabled is not None:
+            self.stacks.append(stacks)
 
     def _snapshot(self):
         self.calls.append(("snapshot",))
+        self.threads.append(threading.current_thread().name)
         return {"segments": [{"total_size": 4 << 20, "allocated_size": 1 << 20}], "device_traces": [[{"action": "alloc"}] * 7]}
 
 
@@ -236,8 +242,10 @@ def test_a_memory_capture_records_the_allocator_history_over_the_steps_and_dumps
         if n == 2:
             assert memory.calls == [("record", "all")]
         recorder.end_step()
-    assert memory.calls == [("record", "all"), ("snapshot",), ("record", None)]  # history off after step 3
     assert wait_final(cap).state == wire_capture.DONE, cap.error
+    assert memory.calls == [("record", "all"), ("snapshot",), ("record", None)]  # history off after step 3
+    assert memory.stacks == ["python"]  # no C++ unwinding on every allocation of the training thread
+    assert memory.threads == ["ranktop-capture-writer"]  # the snapshot is taken (and symbolised) off the training thread
     assert cap.path.endswith(".memory.pickle") and "rank1.gpu-node_" in cap.path
     with open(cap.path, "rb") as f:
         assert pickle.load(f)["segments"][0]["total_size"] == 4 << 20

@@ -64,6 +64,7 @@ def test_ranktop_record_then_report_names_the_slow_rank_for_the_whole_run(torchr
     assert not [e for e in doc["stragglers"] if e["who"] != "rank 1"]
     text = run_cli("report", str(tmp_path / "run.rec")).stdout
     assert "rank 1 slow in data" in text
+    assert doc["clock"] == "host" and "times: CPU wall time" in text  # the clock its figures are on
 
     at = run_cli("replay", str(tmp_path / "run.rec"), "--json", "--at", "-1")
     assert at.returncode == 0, at.stderr

@@ -40,6 +40,11 @@ def test_probe_count_flops_counts_one_call():
         ("NVIDIA H100 PCIe", "bf16", 756.0),
         ("NVIDIA H100 NVL", "fp8", 1670.0),
         ("NVIDIA H200", "bf16", 989.4),
+        ("NVIDIA H200 NVL", "bf16", 835.5),  # not the SXM figure
+        ("NVIDIA H800 PCIe", "bf16", 756.0),
+        ("NVIDIA H800", "bf16", 989.4),
+        ("NVIDIA H100 80GB HBM3 MIG 3g.40gb", "bf16", pytest.approx(989.4 * 3 / 7)),  # a slice: its share
+        ("NVIDIA A100-SXM4-40GB MIG 1g.5gb", "bf16", pytest.approx(312.0 / 7)),
         ("NVIDIA A100-SXM4-40GB", "bf16", 312.0),
         ("NVIDIA A100 80GB PCIe", "tf32", 156.0),
         ("NVIDIA L40S", "bf16", 362.1),
@@ -76,3 +81,12 @@ def test_ranktop_launch_passes_the_work_per_step_in_the_environment_probe_init_r
     assert env == {"RANKTOP_BATCH_SIZE": "8", "RANKTOP_TOKENS_PER_STEP": "16384", "RANKTOP_FLOPS_PER_STEP": "1200000000000000"}
     assert flops.work_from(env=env) == {"dtype": "bf16", "batch": 8, "tokens": 16384, "flops": 1.2e15}
     assert work_env(None, None, None) == {}
+
+
+def test_the_demo_trains_on_cpu_when_a_node_has_fewer_gpus_than_ranks():
+    from ranktop.demo.train import gpu_index
+
+    assert [gpu_index(2, 4, r) for r in range(4)] == [None] * 4  # not cuda:2 / cuda:3 ("invalid device ordinal")
+    assert [gpu_index(4, 4, r) for r in range(4)] == [0, 1, 2, 3]
+    assert [gpu_index(1, 4, r, visible=str(r)) for r in range(4)] == [0] * 4  # one GPU per task (SLURM binding)
+    assert gpu_index(0, 1, 0) is None

@@ -1,60 +1,10 @@
 """The NVML sampler's logic against a fake pynvml module (there is no GPU here): gauges, N/A, no GPU."""
 
+import sys
 import types
 
+from fake_cuda import fake_nvml
 from ranktop.probe.gpu_sampler import GpuSampler, throttle_names
-
-
-class NVMLError(Exception):
-    pass
-
-
-def fake_nvml(*, count=1, missing=(), failing=(), init_error=None):
-    """A stand-in for pynvml: one H100 at bus 0000:3B:00.0, functions removable or raising NVMLError."""
-    calls = []
-
-    def f(name, result):
-        def call(*args):
-            calls.append(name)
-            if name in failing:
-                raise NVMLError(f"{name}: Not Supported")
-            return result(*args) if callable(result) else result
-
-        return call
-
-    def init():
-        if init_error:
-            raise NVMLError(init_error)
-
-    handle = object()
-    funcs = {
-        "nvmlInit": f("nvmlInit", lambda: init()),
-        "nvmlShutdown": f("nvmlShutdown", None),
-        "nvmlDeviceGetCount": f("nvmlDeviceGetCount", count),
-        "nvmlDeviceGetHandleByPciBusId": f("nvmlDeviceGetHandleByPciBusId", lambda bus: handle if bus == "00000000:3B:00.0" else (_ for _ in ()).throw(NVMLError("Not Found"))),
-        "nvmlDeviceGetHandleByIndex": f("nvmlDeviceGetHandleByIndex", lambda i: handle),
-        "nvmlDeviceGetName": f("nvmlDeviceGetName", b"NVIDIA H100 80GB HBM3"),
-        "nvmlDeviceGetPciInfo": f("nvmlDeviceGetPciInfo", types.SimpleNamespace(busId=b"00000000:3B:00.0")),
-        "nvmlDeviceGetUtilizationRates": f("nvmlDeviceGetUtilizationRates", types.SimpleNamespace(gpu=97, memory=41)),
-        "nvmlDeviceGetMemoryInfo": f("nvmlDeviceGetMemoryInfo", types.SimpleNamespace(used=70 << 30, total=80 << 30, free=10 << 30)),
-        "nvmlDeviceGetPowerUsage": f("nvmlDeviceGetPowerUsage", 650_000),
-        "nvmlDeviceGetEnforcedPowerLimit": f("nvmlDeviceGetEnforcedPowerLimit", 700_000),
-        "nvmlDeviceGetPowerManagementLimit": f("nvmlDeviceGetPowerManagementLimit", 690_000),
-        "nvmlDeviceGetTemperature": f("nvmlDeviceGetTemperature", 84),
-        "nvmlDeviceGetClockInfo": f("nvmlDeviceGetClockInfo", 1500),
-        "nvmlDeviceGetMaxClockInfo": f("nvmlDeviceGetMaxClockInfo", 1980),
-        "nvmlDeviceGetCurrentClocksEventReasons": f("nvmlDeviceGetCurrentClocksEventReasons", 0x20 | 0x1),
-        "nvmlDeviceGetCurrentClocksThrottleReasons": f("nvmlDeviceGetCurrentClocksThrottleReasons", 0x4),
-        "nvmlDeviceGetPcieThroughput": f("nvmlDeviceGetPcieThroughput", lambda h, counter: 1000 if counter == 0 else 2000),
-    }
-    for name in missing:
-        funcs.pop(name)
-    module = types.SimpleNamespace(
-        NVMLError=NVMLError, NVML_TEMPERATURE_GPU=0, NVML_CLOCK_SM=1,
-        NVML_PCIE_UTIL_TX_BYTES=0, NVML_PCIE_UTIL_RX_BYTES=1, **funcs,
-    )  # fmt: skip
-    module.calls = calls
-    return module
 
 
 def sampler(nvml, where=None):
@@ -139,3 +89,64 @@ def test_throttle_reasons_by_name_idle_is_not_one():
     assert throttle_names(0x1) == []
     assert throttle_names(0x4 | 0x80 | 0x40) == ["power", "thermal"]
     assert throttle_names(0x8 | 0x10) == ["hw", "sync_boost"]
+
+
+# -- issue 22: what NVML reports, read right --------------------------------------------------------------
+
+
+def test_memory_used_is_nvmls_v2_figure_as_nvidia_smi_shows_it():
+    nvml = fake_nvml()
+    reserved = 512 << 20  # v1 counts the driver's reserve as used
+
+    def memory_info(handle, version=None):
+        used = 70 << 30
+        return types.SimpleNamespace(used=used + (0 if version == "v2" else reserved), total=80 << 30)
+
+    nvml.nvmlDeviceGetMemoryInfo = memory_info
+    nvml.nvmlMemory_v2 = "v2"
+    s = sampler(nvml)
+    assert s.open()
+    assert s.sample()["mem_used"] == 70 << 30
+
+
+def test_the_slow_pcie_reads_are_taken_once_every_ten_samples_and_repeated_between():
+    nvml = fake_nvml()
+    s = sampler(nvml)
+    assert s.open()
+    samples = [s.sample() for _ in range(20)]
+    assert nvml.calls.count("nvmlDeviceGetPcieThroughput") == 2 * 2
+    assert all(x["pcie_tx"] == 1000 * 1024 and x["pcie_rx"] == 2000 * 1024 for x in samples)
+
+
+def test_nvml_is_shut_down_when_the_gpu_is_not_found_after_init():
+    nvml = fake_nvml()
+    s = sampler(nvml, where={"bus": "00000000:99:00.0"})  # a bus NVML does not know
+    assert not s.open()
+    s.close()
+    assert "nvmlShutdown" in nvml.calls
+
+
+def _locate(monkeypatch, name, env):
+    from ranktop.probe import gpu_sampler
+    from fake_cuda import FakeCuda
+
+    cuda = FakeCuda(devices=2, name=name)
+    cuda.set_device(1)
+    monkeypatch.setitem(sys.modules, "torch", types.SimpleNamespace(cuda=cuda))
+    for key in ("CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER"):
+        monkeypatch.delenv(key, raising=False)
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    return gpu_sampler.locate_rank_gpu(0, lambda: 1)
+
+
+def test_a_mig_slice_is_found_by_its_mig_uuid_not_its_parents_bus(monkeypatch):
+    where = _locate(monkeypatch, "NVIDIA H100 80GB HBM3 MIG 1g.10gb", {})
+    assert where == {"uuid": "MIG-00000001-aaaa-bbbb-cccc-dddddddddddd"}
+
+
+def test_the_index_fallback_is_given_only_when_cuda_numbers_gpus_as_nvml_does(monkeypatch):
+    where = _locate(monkeypatch, "NVIDIA H100 80GB HBM3", {"CUDA_VISIBLE_DEVICES": "2,3"})
+    assert "index" not in where and where["uuid"].startswith("GPU-")  # CUDA's default order: fastest first
+    where = _locate(monkeypatch, "NVIDIA H100 80GB HBM3", {"CUDA_VISIBLE_DEVICES": "2,3", "CUDA_DEVICE_ORDER": "PCI_BUS_ID"})
+    assert where["index"] == 3

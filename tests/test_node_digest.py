@@ -44,6 +44,19 @@ def test_a_ranks_steps_of_an_interval_become_one_record_of_their_mean_own_times(
     assert len(entry["cx"]) == 2  # the raw calls' sample, for the fit
 
 
+def test_a_ranks_gpu_times_are_what_its_digest_sums():
+    """On a GPU the host only launches: the digest sums the device times (``g``), as the viewer would."""
+    digest = NodeDigest("j", "node0")
+    launched = [record(n, 0.003, forward=0.001, backward=0.001) for n in (1, 2)]
+    for rec in launched:
+        rec["g"] = {"w": 0.10, "p": {"forward": 0.04, "backward": 0.05}}
+    digest.add(schema.STEPS, steps(0, launched, coll=[call(1, "backward", 5.0, 0.02), call(2, "backward", 6.0, 0.02)]))
+    (entry,) = wired(digest.body(now=0.0, wall=1.0))["ranks"]
+    _, _, _, wall, own = entry["s"]
+    assert wall == pytest.approx(0.10) and own["forward"] == pytest.approx(0.04) and own["backward"] == pytest.approx(0.03)
+    assert entry["dev"] is True
+
+
 def test_a_node_sends_one_ranks_raw_calls_at_a_time_its_ranks_in_turn():
     digest = NodeDigest("j", "node0")
     sampled = []

@@ -90,7 +90,7 @@ def families(snap: Snapshot, core) -> list:
     resv = rank_gauge("cuda_reserved_bytes", "CUDA caching allocator: bytes held from the device.")
     peak = rank_gauge("cuda_peak_allocated_bytes", "CUDA caching allocator: peak bytes in tensors since the process started.")
     creep = rank_gauge("memory_creep_bytes_per_second", "Slope of the rank's memory over the creep window (when flagged or measured).")
-    gutil = rank_gauge("gpu_utilization_ratio", "NVML: SM utilisation of the rank's GPU (0..1).")
+    gutil = rank_gauge("gpu_utilization_ratio", "NVML: share of time a kernel ran on the rank's GPU (0..1; not the share of SMs busy).")
     gmem = rank_gauge("gpu_memory_used_bytes", "NVML: memory used on the rank's GPU.")
     gpow = rank_gauge("gpu_power_watts", "NVML: power draw of the rank's GPU.")
     gtemp = rank_gauge("gpu_temperature_celsius", "NVML: temperature of the rank's GPU.")
@@ -180,6 +180,8 @@ def families(snap: Snapshot, core) -> list:
         job_gauge("model_flops_per_second", "Achieved model FLOP/s, all ranks.", tp.tflops * 1e12 if tp and tp.tflops is not None else None),
         job_gauge("mfu_ratio", "The job's model FLOPs utilisation.", tp.mfu if tp else None),
         job_gauge("dropped_messages", "Malformed or foreign frames the viewer threw away.", snap.dropped_messages),
+        job_gauge("device_time_ranks", "Ranks whose step and phase times are GPU time (CUDA events); the others' are "
+                  "CPU wall time.", len(snap.device_time_ranks)),
     ]
     rank_families = [step, phase, score, excess, status, culprit, comm, last_step, last_seen, stalled, rss, alloc, resv, peak,
                      creep, gutil, gmem, gpow, gtemp, gthr, samples, tokens, flops, mfu]

@@ -116,6 +116,8 @@ def _assemble(recording: Recording, history: History, obs: _Observer, final: Sna
         "restarted_at": _iso(final.restarted_at) if final.restarted_at is not None else None,
         "not_back": list(final.not_back),
         "ended_at": _iso(final.ended_at) if final.ended_at is not None else None,
+        "clock": final.clock,  # what the times below measure: gpu, host or mixed (Snapshot.clock)
+        "clock_text": final.clock_text(),
     }
     # -- step time over time
     periods = []
@@ -269,6 +271,8 @@ def text_lines(rep: dict) -> list[str]:
         lines.append(f"restarted {rep['restarts']} time(s) (ranks back as new processes), last at {rep['restarted_at']}{back}")
     if rep.get("ended_at"):
         lines.append(f"ended at {rep['ended_at']}: every rank exited cleanly")
+    if rep.get("clock_text"):
+        lines.append(f"times: {rep['clock_text']}")
     for d in rep["damaged_chunks"]:
         lines.append(f"note: {d}")
 

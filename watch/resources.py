@@ -14,7 +14,7 @@ from typing import Any
 from ranktop.watch.memory import MemoryHistory
 from ranktop.watch.snapshot import GpuStat, MemoryStat, Throughput
 
-#: SM utilisation samples kept per rank for the GPU sparkline.
+#: GPU busy (kernel-active) samples kept per rank for the GPU sparkline.
 GPU_HISTORY = 60
 
 _GPU_FIELDS = (

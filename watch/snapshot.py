@@ -269,7 +269,7 @@ class Snapshot:
     diagnosis: str | None = None  # one line on a hang: who is stalled where, waiting for whom
     slow_hosts: list[str] = field(default_factory=list)  # hosts all of whose ranks are slow: the node, not a rank
     throughput: Throughput | None = None  # the job's: sums over live ranks (MFU: their TFLOP/s over their peaks)
-    device_time_ranks: list[int] = field(default_factory=list)  # ranks whose step records carry device (GPU) times ("g", wire 1.2)
+    device_time_ranks: list[int] = field(default_factory=list)  # ranks whose step records carry device (GPU) times ("g"): their figures are GPU time
     behind_s: float | None = None  # this viewer is this many seconds behind the job's messages (None: keeping up)
     # The job's life (watch/lifecycle.py): waiting (no rank yet), running, or ended (every rank ended cleanly)
     state: str = "waiting"
@@ -282,6 +282,22 @@ class Snapshot:
     layout_roles: list[str] = field(default_factory=list)  # the parallel dimensions learned ("pp", "dp"), in coordinate order
     stages: list = field(default_factory=list)  # per pipeline stage: own work and wait per step (stragglers.Stage)
     imbalance: str | None = None  # one line when the pipeline's stages are unbalanced (never a rank's fault)
+
+    @property
+    def clock(self) -> str:
+        """What the step and phase figures measure: ``gpu`` (every rank heard sends device times, CUDA
+        events), ``host`` (CPU wall time) or ``mixed`` (GPU time for ``device_time_ranks``, host for the rest)."""
+        if not self.device_time_ranks:
+            return "host"
+        return "gpu" if len(self.device_time_ranks) >= len(self.ranks) else "mixed"
+
+    def clock_text(self) -> str:
+        """The clock in words, as the header and the report say it."""
+        if self.clock == "gpu":
+            return "GPU time (CUDA events)"
+        if self.clock == "mixed":
+            return f"GPU time on {len(self.device_time_ranks)} ranks, CPU wall time on {len(self.ranks) - len(self.device_time_ranks)}"
+        return "CPU wall time"
 
     @property
     def connected(self) -> int:
@@ -324,7 +340,9 @@ class Snapshot:
             request["answered_ranks"] = sorted(request["answered_ranks"])
         out["connected"] = self.connected
         out["silent"] = self.silent
+        out["clock"] = self.clock
         out["verdict"] = asdict(verdict(self))
+        out["verdict"]["clock"] = self.clock  # the clock its figures (excess, loss) are on
         return out
 
 

@@ -73,9 +73,13 @@ class RankWindow:
             self.capture_summary = (cap["id"], cap["sum"])
 
     def add_step(self, record: dict[str, Any]) -> None:
-        if "g" in record:
+        """One step record. Where it carries device times (``g``) they are the step's times: on a GPU the host
+        only launches the work, and the rank's collective waits are timed on the device too."""
+        g = record.get("g")
+        wall, phases = (g["w"], g["p"]) if g else (record["w"], record["p"])
+        if g:
             self.device_times = True
-        self.own.add(record["n"], record["t"], record["w"], record["p"], self.waits.get(record["n"]))
+        self.own.add(record["n"], record["t"], wall, phases, self.waits.get(record["n"]))
         self.steps_seen += 1
         if self.first_step is None or record["n"] < self.first_step:
             self.first_step = record["n"]

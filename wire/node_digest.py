@@ -145,13 +145,14 @@ class NodeDigest:
         phases = rank.phases
         for rec in msg["steps"]:
             rank.count += 1
-            rank.wall += rec["w"]
+            g = rec.get("g")  # device times where the rank has them: its waits are on the device too
+            rank.wall += g["w"] if g else rec["w"]
             end = rec["t"] + rec["w"]
             if rec["n"] >= rank.last:
                 rank.last, rank.end = rec["n"], end
-            for name, sec in rec["p"].items():
+            for name, sec in (g["p"] if g else rec["p"]).items():
                 phases[name] = phases.get(name, 0.0) + sec
-            if "g" in rec:
+            if g:
                 rank.dev = True
         summaries = msg.get("cs")
         if summaries is None and msg.get("coll"):  # a probe older than 1.4: fold its calls the same way

@@ -1,6 +1,6 @@
 """The GPU panel: one gauge line per rank's GPU, grouped by host, throttling flagged.
 
-Each line: ``rank  GPU name  SM [bar] %  mem [bar] used/total  power/limit  temp  clock/max  PCIe  history  flags``.
+Each line: ``rank  GPU name  GPU [bar] % (time a kernel ran, not SMs busy)  mem [bar] used/total  power/limit  temp  clock/max  PCIe  history  flags``.
 A gauge NVML could not read shows "N/A". Hosts whose ranks report no GPU
 gauges get one line each: ``no NVIDIA GPU on host X (why)``. The rank selected
 in the straggler table is highlighted. Thresholds: bars turn orange past 75%
@@ -51,9 +51,9 @@ def gpu_line(row: RankRow, *, selected: bool, wide: bool) -> Text:
     reasons = throttled(gpu)  # first, so that no terminal is too narrow to show it
     flag = f"⚠ {'+'.join(reasons)}" if reasons else ""
     text.append(f"{flag:<10} ", style=THROTTLE_STYLE)
-    text.append("SM ", style=palette.MUTED)
+    text.append("GPU ", style=palette.MUTED)  # nvidia-smi's GPU-Util: time a kernel ran, not SMs busy
     text.append_text(gauge(gpu.util or 0, 100, BAR) if gpu.util is not None else Text(fmt.NA.ljust(BAR), style=palette.MUTED))
-    text.append(f" {_num(gpu.util, '3.0f', '%'):>4}  ")
+    text.append(f" {_num(gpu.util, '3.0f', '%'):>4} ")
     text.append("mem ", style=palette.MUTED)
     if gpu.mem_used is not None and gpu.mem_total:
         text.append_text(gauge(gpu.mem_used, gpu.mem_total, BAR))

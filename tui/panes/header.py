@@ -10,9 +10,6 @@ from ranktop.watch import format as fmt
 from ranktop.watch.lifecycle import ENDED, life_line
 from ranktop.watch.snapshot import STALLED, Snapshot
 
-#: What the bars measure; said on screen so nobody reads them as GPU time.
-CLOCK = "CPU wall time"
-
 
 def header_text(snapshot: Snapshot, *, title: str, paused: bool) -> Text:
     sep = (" │ ", palette.MUTED)
@@ -36,10 +33,8 @@ def header_text(snapshot: Snapshot, *, title: str, paused: bool) -> Text:
     rate = f"{snapshot.steps_per_s:.2f}" if snapshot.steps_per_s is not None else "–"
     line2: list = [("step ", palette.MUTED), (step, "bold"), sep, (rate, "bold"), (" steps/s", palette.MUTED)]
     line2 += [sep, ("elapsed ", palette.MUTED), (fmt.clock(snapshot.elapsed_s), "bold")]
-    line2 += [sep, ("bars: ", palette.MUTED), (CLOCK, "")]
-    if snapshot.device_time_ranks:
-        # Device times arrive (wire 1.2 "g") but are not drawn yet: say so rather than let bars pass for GPU time.
-        line2 += [(f" (GPU times sent by {len(snapshot.device_time_ranks)} ranks, not drawn)", palette.MUTED)]
+    # The clock the bars, scores and verdict are on: GPU time for ranks that send device times (their step records' "g").
+    line2 += [sep, ("bars: ", palette.MUTED), (snapshot.clock_text(), "")]
     if paused:
         line2 += [sep, (" PAUSED ", "bold reverse yellow"), (" space resumes", palette.MUTED)]
     return Text.assemble(*line1, "\n", *line2, no_wrap=True, overflow="ellipsis")

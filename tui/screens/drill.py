@@ -280,7 +280,8 @@ class RankScreen(DrillScreen):
         width = max(40, self.size.width - 2)
         title.update(rank_title(row, snapshot.layout_roles))
         parts = [
-            section("Phases · median per step, CPU wall time"), phases_text(row, snapshot, width), Text(""),
+            section(f"Phases · median per step, {'GPU time' if row.rank in snapshot.device_time_ranks else 'CPU wall time'}"),
+            phases_text(row, snapshot, width), Text(""),
             section("History"), history_text(list(self._steps), row, width), Text(""),
             section("Collectives · this rank's wait per call"), collectives_text(row, snapshot), Text(""),
             section("Memory and GPU"), resources_text(row, width),

@@ -1,0 +1,368 @@
+"""Collective waits measured on the device: a pair of CUDA events around each wait, read later by the sender.
+
+With NCCL the host never waits in a collective: a "blocking" ``all_reduce``
+returns once the current stream has been told to wait for NCCL's, and
+ProcessGroupNCCL marks its works and futures complete at enqueue. Timed on the
+host, every collective reads tens of microseconds and a rank's own time is its
+wall time. What a rank *waits* is the time its compute stream stands still
+until the collective's kernel ends, so that is what is timed here:
+
+- a blocking call: an event on the current stream before the call and one
+  after it (the stream now waits for NCCL): the stall of the stream;
+- an async call (``async_op=True``, ``isend``/``irecv``, functional
+  collectives): the same two events around ``Work.wait()``, where the current
+  stream joins (:func:`watch_work` patches ``Work.wait`` once, class-wide);
+  a work that is never waited for, and a future (DDP's comm hook), end in the
+  future's done-callback, which CUDA futures run on a stream that waits for the
+  kernel: launch to completion, as the host path times it on gloo.
+
+Events come from a pool made (and created on the device) once, on the training
+thread; the training thread only records them. The sender thread asks them
+``query()`` and turns complete pairs into the call's duration ``d`` and start
+``t0`` (on the device's clock, put on the host's through one reference event,
+so that overlapping waits are unioned right). Nothing ever synchronises the
+device. A call made while the pool is empty, or during a CUDA-graph capture,
+keeps its host time.
+
+Graph captures: in CUDA's global capture mode an ``event.query()`` from *any*
+thread during a capture is an error that also ruins the capture. :data:`CAPTURES`
+counts the captures in progress (``CUDAGraph.capture_begin``/``capture_end``
+are wrapped once); the sender queries only under its lock and while none is,
+and capture_begin (never on a hot path) takes the same lock for a moment.
+
+Wrappers (probe/collectives.py, and new ones: point-to-point, functional
+collectives) need nothing of this module: ``CollectiveTracker.begin`` records
+the start, ``CollectiveTracker.end`` the end of a blocking call, and
+``CollectiveTracker.complete(token, work)`` the end of an async one; a
+functional collective, whose wait is ``wait_tensor``, calls
+``CollectiveTracker.at_wait(token)`` before it and ``end(token)`` after.
+"""
+
+from __future__ import annotations
+
+import collections
+import functools
+import threading
+import time
+import weakref
+from typing import Any
+
+_perf = time.perf_counter
+
+#: Events made up front for collective waits: two per call, so this many calls in flight.
+POOL_SIZE = 4096
+#: Seconds after which a resolved call's start event becomes the new reference for ``t0``: CUDA's
+#: ``elapsed_time`` is a float32 of milliseconds, 0.25 ms coarse an hour from its reference.
+EPOCH_S = 60.0
+#: Pending waits kept at most; past it the oldest go with their host time (a device hung for long).
+MAX_PENDING = 8192
+
+
+class CaptureGuard:
+    """Whether a CUDA graph is being captured; the sender queries events only under :meth:`quiet`."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.depth = 0
+
+    def begin(self) -> None:
+        with self.lock:  # waits at most for one batch of the sender's queries (microseconds)
+            self.depth += 1
+
+    def end(self) -> None:
+        with self.lock:
+            self.depth = max(0, self.depth - 1)
+
+    def quiet(self):
+        """A context whose value says whether events may be queried now (no capture in progress)."""
+        return _Quiet(self)
+
+
+class _Quiet:
+    __slots__ = ("guard",)
+
+    def __init__(self, guard: CaptureGuard):
+        self.guard = guard
+
+    def __enter__(self) -> bool:
+        self.guard.lock.acquire()
+        return self.guard.depth == 0
+
+    def __exit__(self, *exc) -> None:
+        self.guard.lock.release()
+
+
+#: The process's captures in progress (one per process, like the CUDA context).
+CAPTURES = CaptureGuard()
+
+
+def guard_captures(cuda: Any) -> None:
+    """Wrap ``cuda.CUDAGraph.capture_begin``/``capture_end`` so :data:`CAPTURES` knows (idempotent)."""
+    graph = getattr(cuda, "CUDAGraph", None)
+    if graph is None or getattr(graph, "_ranktop_guarded", False):
+        return
+    begin, end = graph.capture_begin, graph.capture_end
+
+    @functools.wraps(begin)
+    def capture_begin(self, *args, **kwargs):
+        CAPTURES.begin()
+        try:
+            return begin(self, *args, **kwargs)
+        except BaseException:
+            CAPTURES.end()
+            raise
+
+    @functools.wraps(end)
+    def capture_end(self, *args, **kwargs):
+        try:
+            return end(self, *args, **kwargs)
+        finally:
+            CAPTURES.end()
+
+    graph.capture_begin, graph.capture_end = capture_begin, capture_end
+    graph._ranktop_guarded = True
+
+
+def make_events(cuda: Any, count: int) -> list:
+    """``count`` timing events, created on the device now (a ``torch.cuda.Event`` is created at its first
+    record): the hot path then never allocates. Call on the training thread, with its device current."""
+    stream = cuda.current_stream()
+    events = []
+    for _ in range(count):
+        event = cuda.Event(enable_timing=True)
+        event.record(stream)
+        events.append(event)
+    return events
+
+
+class DeviceWaits:
+    """The pool, the waits in flight and their resolution (see the module's docstring)."""
+
+    def __init__(self, cuda: Any, pool_size: int = POOL_SIZE, guard: CaptureGuard = CAPTURES):
+        self.cuda = cuda
+        self.guard = guard
+        guard_captures(cuda)
+        self._free = collections.deque(make_events(cuda, pool_size))
+        self._epoch = cuda.Event(enable_timing=True)
+        self._epoch.record(cuda.current_stream())
+        self._epoch_perf = _perf()  # a call's t0 is on the probe's perf_counter clock
+        self._pending: collections.deque = collections.deque()  # [record, start, end]: training -> sender
+        self._unresolved: list[list] = []  # sender side: pending entries whose end has not completed
+        self._works: dict[int, tuple] = {}  # id(async work) -> (weak ref, [record, start, end]) until Work.wait()
+        self.blocked_since: float | None = None  # sender side: a wait started on the device but not ended
+        self.blocked_entry: dict[str, Any] | None = None
+        self._blocked_record: dict[str, Any] | None = None
+        self.resolved = 0
+        self.host_only = 0  # calls kept with their host time (pool empty, capture in progress)
+
+    # -- the training thread --------------------------------------------------------
+
+    def start(self) -> Any:
+        """An event recorded on the current stream now, or None (pool empty, or a capture in progress)."""
+        try:
+            if self.cuda.is_current_stream_capturing():
+                return None
+            event = self._free.popleft()
+        except IndexError:
+            return None
+        event.record(self.cuda.current_stream())
+        return event
+
+    def restart(self, start: Any) -> None:
+        """Record ``start`` again, now, on the current stream (the wait of an async call begins here)."""
+        if not self.cuda.is_current_stream_capturing():
+            start.record(self.cuda.current_stream())
+
+    def stop(self, record: dict[str, Any], start: Any) -> bool:
+        """Record the end on the current stream; the sender fills in ``record``'s device times. False when
+        the record must go as it is (no end event to be had)."""
+        try:
+            end = self._free.popleft()
+        except IndexError:
+            self._free.append(start)
+            return False
+        end.record(self.cuda.current_stream())
+        self._pending.append([record, start, end])
+        return True
+
+    def later(self, record: dict[str, Any], start: Any, work: Any) -> None:
+        """An async call. Its end is recorded where the current stream joins it (``Work.wait()``); until
+        then a provisional end is recorded in its future's done-callback (a CUDA future calls back on a
+        stream that waits for the kernel): launch to completion, used if the work is dropped unwaited."""
+        entry = [record, start, None]
+        try:
+            work.get_future().add_done_callback(lambda _f: self._provisional(entry))
+        except Exception:
+            pass
+        key = id(work)
+        try:
+            ref = weakref.ref(work, lambda _r: self._gone(key))
+        except TypeError:  # cannot tell when it is dropped: the provisional end is its end
+            self._pending.append(entry)
+            return
+        self._works[key] = (ref, entry)
+
+    def _provisional(self, entry: list) -> None:
+        record = entry[0]
+        record["d"] = max(0.0, _perf() - record["t0"])  # the host's view, kept if the device's is lost
+        try:
+            end = self._free.popleft()
+        except IndexError:
+            start, entry[1] = entry[1], None  # no end to be had: the host's time
+            if start is not None:
+                self._free.append(start)
+            return
+        end.record(self.cuda.current_stream())
+        entry[2] = end
+
+    def _settle(self, entry: list) -> None:
+        """Send ``entry`` off to the sender: with its events if it has both, else with its host time."""
+        record, start, end = entry
+        if end is None:
+            if start is not None:
+                self._free.append(start)
+            entry = [record, None, None]
+        self._pending.append(entry)
+
+    def _gone(self, key: int) -> None:
+        item = self._works.pop(key, None)  # a work dropped without wait(): launch to completion
+        if item is not None:
+            self._settle(item[1])
+
+    def future(self, record: dict[str, Any], start: Any, future: Any) -> None:
+        """A future (DDP's comm hook): the end is recorded in its done-callback (at once, for a CUDA future,
+        on a stream that waits for the kernel)."""
+        entry = [record, start, None]
+        try:
+            future.add_done_callback(lambda _f: self._provisional(entry))
+        except Exception:
+            self._settle(entry)
+            return
+        self._pending.append(entry)  # resolved once entry[2] is there and complete
+
+    def waited(self, work: Any, wait, args, kwargs):
+        """``Work.wait`` of a work we time: the stall of the current stream until the kernel ends."""
+        item = self._works.pop(id(work), None)
+        if item is None or item[0]() is not work:
+            return wait(work, *args, **kwargs)
+        record, launch, provisional = item[1]
+        start = self.start()
+        try:
+            return wait(work, *args, **kwargs)
+        finally:
+            if start is None:
+                self._settle(item[1])  # no event for the stall: launch to completion, then
+            else:
+                self._free.append(launch)
+                if provisional is not None:
+                    self._free.append(provisional)
+                if not self.stop(record, start):
+                    self._pending.append([record, None, None])
+
+    # -- the sender thread ----------------------------------------------------------
+
+    def resolve(self, final: bool = False) -> list[dict[str, Any]]:
+        """The records whose device times are now known (``d`` and ``t0`` replaced), in call order."""
+        pending = self._unresolved
+        if final:
+            for key in list(self._works):
+                self._gone(key)
+        while True:
+            try:
+                pending.append(self._pending.popleft())
+            except IndexError:
+                break
+        if not pending:
+            self.blocked_since = None
+            return []
+        out: list[dict[str, Any]] = []
+        keep: list[list] = []
+        with self.guard.quiet() as may_query:
+            if not may_query:
+                return []
+            for entry in pending:
+                record, start, end = entry
+                if start is None:  # no device times to be had: the host's
+                    out.append(record)
+                    continue
+                try:
+                    done = end is not None and end.query()
+                except Exception:
+                    done = False
+                if not done:
+                    keep.append(entry)
+                    continue
+                try:
+                    d = start.elapsed_time(end) / 1000.0
+                    since = self._epoch.elapsed_time(start) / 1000.0
+                    record["d"], record["t0"] = max(0.0, d), self._epoch_perf + since
+                    self.resolved += 1
+                    if since > EPOCH_S:  # elapsed_time is a float of ms: far from its epoch it loses precision
+                        self._free.append(self._epoch)
+                        self._epoch, self._epoch_perf, start = start, record["t0"], None  # start: the new epoch
+                except Exception:
+                    self.host_only += 1  # an event from before a device reset, or one never timed
+                if start is not None:
+                    self._free.append(start)
+                self._free.append(end)
+                out.append(record)
+            self._note_blocked(keep)
+        if len(keep) > MAX_PENDING or final:
+            cut = len(keep) if final else len(keep) - MAX_PENDING
+            for record, _start, _end in keep[:cut]:
+                out.append(record)
+                self.host_only += 1
+            keep = keep[cut:]  # their events are lost to the pool: a device that far behind is hung
+        self._unresolved = keep
+        out.sort(key=lambda r: r.get("seq", 0))
+        return out
+
+    def _note_blocked(self, keep: list[list]) -> None:
+        """The oldest wait whose start the device has reached but whose end it has not: a hang on the device
+        shows as a rank inside a collective, which a host clock never sees with NCCL."""
+        for record, start, _end in keep:
+            try:
+                started = start is not None and start.query()
+            except Exception:
+                started = False
+            if started:
+                if self._blocked_record is not record:
+                    self._blocked_record, self.blocked_since = record, _perf()
+                    self.blocked_entry = {k: record[k] for k in ("op", "seq", "b", "dt", "g") if k in record}
+                return
+            break
+        self._blocked_record = self.blocked_entry = self.blocked_since = None
+
+    @property
+    def available(self) -> int:
+        return len(self._free)
+
+
+# -- Work.wait, class-wide, once ----------------------------------------------------
+
+_waits: DeviceWaits | None = None
+
+
+def watch_work(work_class: Any, waits: DeviceWaits | None) -> None:
+    """Route ``work_class.wait`` through ``waits`` (idempotent; None passes every wait straight through)."""
+    global _waits
+    _waits = waits
+    if getattr(work_class.wait, "_ranktop_device", False):
+        return
+    original = work_class.wait  # perhaps probe/collectives.py's own wrapper (point-to-point waits): chained
+
+    @functools.wraps(original)
+    def wait(self, *args, **kwargs):
+        waits = _waits
+        if waits is None:
+            return original(self, *args, **kwargs)
+        return waits.waited(self, original, args, kwargs)
+
+    wait._ranktop_device = True  # not _ranktop: probe/collectives.py may still wrap it (point-to-point)
+    work_class.wait = wait
+
+
+def unwatch() -> None:
+    """Every ``Work.wait`` straight through again (the probe was switched off)."""
+    global _waits
+    _waits = None

@@ -1,0 +1,392 @@
+"""Thin fakes of CUDA and of an NCCL process group that keep the rules the real ones keep.
+
+This machine has no GPU; ranktop's GPU code is fixed against these. Each rule
+below is one that the real API keeps and that a CPU-only test would otherwise
+not see:
+
+- the device runs behind the host: work is queued on a stream and ends when the
+  (fake) device clock gets there, which the test moves with :meth:`FakeCuda.run`;
+- an event completes when its stream has done everything queued before it: in
+  order per stream, not across streams; ``query()`` is True for an event never
+  recorded; ``elapsed_time`` raises unless both events were recorded and have
+  completed; the CUDA event behind a ``torch.cuda.Event`` is created at its first
+  ``record()`` (lazily), which :attr:`FakeCuda.created` counts;
+- during a graph capture in global mode, ``query()`` from any thread is an error
+  that also invalidates the capture; recording a timing event on a capturing
+  stream is an error too;
+- ``torch.cuda`` is not initialised until the script uses it; ``current_device()``
+  is per thread (a new thread starts on device 0);
+- NVML (:func:`fake_nvml`): one H100 at bus 0000:3B:00.0, any function removable or raising NVMLError;
+- NCCL: a collective queues its kernel on the group's own stream after the
+  caller's current stream, returns at once, and its Work and future are complete
+  at once (ProcessGroupNCCL marks them so at enqueue); ``Work.wait()`` makes the
+  caller's current stream wait for the kernel; a future's callbacks run with the
+  current stream set to one that waits for the kernel (as CUDAFuture does).
+
+Nothing here sleeps: the device clock is a number the test moves.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import types
+
+
+class CaptureError(RuntimeError):
+    pass
+
+
+class FakeStream:
+    def __init__(self, cuda: "FakeCuda", name: str = "stream"):
+        self.cuda = cuda
+        self.name = name
+        self.tail = 0.0  # device time at which everything queued so far is done
+
+    def launch(self, seconds: float) -> None:
+        """Queue a kernel of ``seconds`` (it starts when the stream is free, never before the host queues it)."""
+        self.tail = max(self.tail, self.cuda.host_now) + seconds
+
+    def wait_until(self, t: float) -> None:
+        self.tail = max(self.tail, t)
+
+    def wait_event(self, event: "FakeEvent") -> None:
+        if event.t is not None:
+            self.wait_until(event.t)
+
+    def wait_stream(self, other: "FakeStream") -> None:
+        self.wait_until(other.tail)
+
+    def query(self) -> bool:
+        self.cuda.check_query()
+        return self.cuda.now >= self.tail
+
+
+class FakeEvent:
+    def __init__(self, enable_timing: bool = False, blocking: bool = False, interprocess: bool = False):
+        self.enable_timing = enable_timing
+        self.t: float | None = None  # device time at which it completes, once recorded
+        self.cuda: FakeCuda | None = None
+        self.created = False
+
+    def record(self, stream: FakeStream | None = None) -> None:
+        cuda = FakeCuda.active
+        stream = stream or cuda.current_stream()
+        if cuda.capturing and self.enable_timing:
+            raise CaptureError("operation not permitted when stream is capturing (timing event)")
+        if not self.created:
+            self.created = True
+            cuda.created += 1
+        self.cuda = cuda
+        self.t = max(stream.tail, cuda.host_now)
+        cuda.records += 1
+
+    def query(self) -> bool:
+        if self.cuda is None:
+            return True  # never recorded: nothing to wait for
+        self.cuda.check_query()
+        return self.cuda.now >= self.t
+
+    def elapsed_time(self, end: "FakeEvent") -> float:
+        for e in (self, end):
+            if e.cuda is None:
+                raise RuntimeError("Both events must be recorded before calculating elapsed time.")
+            if not e.enable_timing:
+                raise RuntimeError("Both events must be created with argument 'enable_timing=True'.")
+            e.cuda.check_query()
+            if e.cuda.now < e.t:
+                raise RuntimeError("CUDA error: device not ready")
+        return (end.t - self.t) * 1000.0
+
+    def synchronize(self) -> None:  # the probe must never wait for the device
+        raise AssertionError("the probe synchronised an event")
+
+    def wait(self, stream: FakeStream | None = None) -> None:
+        (stream or FakeCuda.active.current_stream()).wait_event(self)
+
+
+class FakeProperties:
+    def __init__(self, index: int, name: str):
+        self.name = name
+        self.pci_bus_id = 0x10 + index
+        self.pci_domain_id = 0
+        self.pci_device_id = 0
+        self.uuid = f"0000000{index}-aaaa-bbbb-cccc-dddddddddddd"
+        self.total_memory = 80 << 30
+        self.is_integrated = False
+
+
+class FakeGraph:
+    """``torch.cuda.CUDAGraph``: capture_begin/capture_end switch the capture rules on and off."""
+
+    cuda: "FakeCuda" = None  # type: ignore[assignment]
+
+    def capture_begin(self, *args, **kwargs) -> None:
+        self.cuda.capturing = True
+
+    def capture_end(self) -> None:
+        self.cuda.capturing = False
+
+
+class FakeCuda:
+    """The parts of ``torch.cuda`` the probe uses. ``install(torch_module)`` puts it in as ``.cuda``."""
+
+    active: "FakeCuda" = None  # type: ignore[assignment]
+    Event = FakeEvent
+    Stream = FakeStream
+
+    def __init__(self, devices: int = 1, name: str = "NVIDIA H100 80GB HBM3"):
+        FakeCuda.active = self
+        self.devices = devices
+        self.device_name = name
+        self.now = 0.0  # the device's clock
+        self.host_now = 0.0  # where the host has got to, on the device's clock (work cannot start before)
+        self.created = 0  # CUDA events actually created (at their first record)
+        self.records = 0
+        self.capturing = False
+        self.capture_invalidated = False
+        self.calls_by_thread: dict[str, list[str]] = {}  # which thread called what (a CUDA side effect)
+        self._initialized = False
+        self._local = threading.local()
+        self._default = FakeStream(self, "default")
+        self.syncs = 0
+        self.reserved: dict[int, int] = {}  # device -> bytes the caching allocator holds there
+        self.CUDAGraph = type("CUDAGraph", (FakeGraph,), {"cuda": self})  # a class per fake: patches stay in it
+
+    # -- what the tests drive --------------------------------------------------------
+
+    def run(self, seconds: float) -> None:
+        """The device works ``seconds`` on."""
+        self.now += seconds
+
+    def run_all(self) -> None:
+        self.now = max(self.now, self._default.tail, *(s.tail for s in self._streams()))
+
+    def host(self, seconds: float) -> None:
+        """The host moves ``seconds`` on (work it queues next cannot start before)."""
+        self.host_now += seconds
+
+    def _streams(self):
+        return [getattr(self._local, "stream", self._default)]
+
+    def check_query(self) -> None:
+        if self.capturing:
+            self.capture_invalidated = True
+            raise CaptureError("operation not permitted when stream is capturing")
+
+    def _note(self, name: str) -> None:
+        self.calls_by_thread.setdefault(threading.current_thread().name, []).append(name)
+
+    # -- torch.cuda's API ------------------------------------------------------------
+
+    def is_available(self) -> bool:
+        self._note("is_available")
+        return self.devices > 0
+
+    def is_initialized(self) -> bool:
+        return self._initialized
+
+    def init(self) -> None:
+        self._note("init")
+        self._initialized = True
+
+    def device_count(self) -> int:
+        self._note("device_count")
+        return self.devices
+
+    def set_device(self, index) -> None:
+        self._note("set_device")
+        index = getattr(index, "index", index)
+        if not 0 <= int(index) < self.devices:
+            raise RuntimeError("CUDA error: invalid device ordinal")
+        self._initialized = True
+        self._local.device = int(index)
+
+    def current_device(self) -> int:
+        self._note("current_device")
+        self._initialized = True
+        return getattr(self._local, "device", 0)
+
+    def get_device_name(self, device=None) -> str:
+        self._note("get_device_name")
+        self._initialized = True
+        return self.device_name
+
+    def get_device_properties(self, device=None) -> FakeProperties:
+        self._note("get_device_properties")
+        index = getattr(device, "index", device)
+        return FakeProperties(self.current_device() if index is None else int(index), self.device_name)
+
+    def memory_reserved(self, device=None) -> int:
+        """What the caching allocator holds on a device (the test sets :attr:`reserved`); opens no context."""
+        return self.reserved.get(int(getattr(device, "index", device) or 0), 0)
+
+    def current_stream(self, device=None) -> FakeStream:
+        return getattr(self._local, "stream", self._default)
+
+    def set_stream(self, stream: FakeStream) -> None:
+        self._local.stream = stream
+
+    @contextlib.contextmanager
+    def stream(self, stream: FakeStream):
+        before = self.current_stream()
+        self._local.stream = stream
+        try:
+            yield stream
+        finally:
+            self._local.stream = before
+
+    def synchronize(self, device=None) -> None:
+        self.syncs += 1
+        raise AssertionError("the probe synchronised the device")
+
+    def is_current_stream_capturing(self) -> bool:
+        return self.capturing
+
+    @contextlib.contextmanager
+    def graph_capture(self):
+        """``torch.cuda.graph(g)``: capture_begin, the block, capture_end (global capture mode)."""
+        graph = self.CUDAGraph()
+        graph.capture_begin()
+        try:
+            yield graph
+        finally:
+            graph.capture_end()
+
+    @contextlib.contextmanager
+    def device(self, index):
+        index = getattr(index, "index", index)
+        before = getattr(self._local, "device", None)
+        self.set_device(index)
+        try:
+            yield
+        finally:
+            if before is None:
+                del self._local.device
+            else:
+                self._local.device = before
+
+
+class FakeFuture:
+    def __init__(self, cuda: FakeCuda, end: float):
+        self._cuda = cuda
+        self._end = end
+
+    def done(self) -> bool:
+        return True  # complete at enqueue, as ProcessGroupNCCL's futures are
+
+    def wait(self):
+        self._cuda.current_stream().wait_until(self._end)
+        return None
+
+    def value(self):
+        return None
+
+    def add_done_callback(self, callback) -> None:
+        """Run now (the future is complete), with the current stream one that waits for the kernel."""
+        cuda = self._cuda
+        joined = FakeStream(cuda, "callback")
+        joined.wait_until(self._end)
+        with cuda.stream(joined):
+            callback(self)
+
+    def then(self, callback):
+        self.add_done_callback(callback)
+        return self
+
+
+class FakeWork:
+    def __init__(self, cuda: FakeCuda, end: float):
+        self._cuda = cuda
+        self.end = end  # device time at which the NCCL kernel ends
+
+    def is_completed(self) -> bool:
+        return True  # ProcessGroupNCCL's works report complete at enqueue too (host side)
+
+    def wait(self, timeout=None) -> bool:
+        self._cuda.current_stream().wait_until(self.end)  # the current stream joins; the host does not block
+        return True
+
+    def get_future(self) -> FakeFuture:
+        return FakeFuture(self._cuda, self.end)
+
+
+class FakeNcclGroup:
+    """One rank's view of an NCCL group: each collective ends ``peer_late`` seconds after this rank's stream
+    reaches it (the slowest peer's lateness) plus ``kernel_s`` on the wire."""
+
+    def __init__(self, cuda: FakeCuda, size: int = 4, kernel_s: float = 0.001):
+        self.cuda = cuda
+        self._size = size
+        self.kernel_s = kernel_s
+        self.peer_late = 0.0
+        self.stream = FakeStream(cuda, "nccl")
+
+    def size(self) -> int:
+        return self._size
+
+    def collective(self, *_args, async_op: bool = False, **_kwargs):
+        caller = self.cuda.current_stream()
+        self.stream.wait_stream(caller)  # NCCL's stream waits for the caller's work so far
+        self.stream.wait_until(self.stream.tail + self.peer_late)
+        self.stream.launch(self.kernel_s)
+        work = FakeWork(self.cuda, self.stream.tail)
+        if not async_op:
+            work.wait()  # a "blocking" collective: the current stream waits, the host returns at once
+            return None
+        return work
+
+
+# -- NVML (pynvml) ----------------------------------------------------------------------------------
+
+
+class NVMLError(Exception):
+    pass
+
+
+def fake_nvml(*, count=1, missing=(), failing=(), init_error=None):
+    """A stand-in for pynvml: one H100 at bus 0000:3B:00.0, functions removable or raising NVMLError."""
+    calls = []
+
+    def f(name, result):
+        def call(*args):
+            calls.append(name)
+            if name in failing:
+                raise NVMLError(f"{name}: Not Supported")
+            return result(*args) if callable(result) else result
+
+        return call
+
+    def init():
+        if init_error:
+            raise NVMLError(init_error)
+
+    handle = object()
+    funcs = {
+        "nvmlInit": f("nvmlInit", lambda: init()),
+        "nvmlShutdown": f("nvmlShutdown", None),
+        "nvmlDeviceGetCount": f("nvmlDeviceGetCount", count),
+        "nvmlDeviceGetHandleByPciBusId": f("nvmlDeviceGetHandleByPciBusId", lambda bus: handle if bus == "00000000:3B:00.0" else (_ for _ in ()).throw(NVMLError("Not Found"))),
+        "nvmlDeviceGetHandleByIndex": f("nvmlDeviceGetHandleByIndex", lambda i: handle),
+        "nvmlDeviceGetName": f("nvmlDeviceGetName", b"NVIDIA H100 80GB HBM3"),
+        "nvmlDeviceGetPciInfo": f("nvmlDeviceGetPciInfo", types.SimpleNamespace(busId=b"00000000:3B:00.0")),
+        "nvmlDeviceGetUtilizationRates": f("nvmlDeviceGetUtilizationRates", types.SimpleNamespace(gpu=97, memory=41)),
+        "nvmlDeviceGetMemoryInfo": f("nvmlDeviceGetMemoryInfo", types.SimpleNamespace(used=70 << 30, total=80 << 30, free=10 << 30)),
+        "nvmlDeviceGetPowerUsage": f("nvmlDeviceGetPowerUsage", 650_000),
+        "nvmlDeviceGetEnforcedPowerLimit": f("nvmlDeviceGetEnforcedPowerLimit", 700_000),
+        "nvmlDeviceGetPowerManagementLimit": f("nvmlDeviceGetPowerManagementLimit", 690_000),
+        "nvmlDeviceGetTemperature": f("nvmlDeviceGetTemperature", 84),
+        "nvmlDeviceGetClockInfo": f("nvmlDeviceGetClockInfo", 1500),
+        "nvmlDeviceGetMaxClockInfo": f("nvmlDeviceGetMaxClockInfo", 1980),
+        "nvmlDeviceGetCurrentClocksEventReasons": f("nvmlDeviceGetCurrentClocksEventReasons", 0x20 | 0x1),
+        "nvmlDeviceGetCurrentClocksThrottleReasons": f("nvmlDeviceGetCurrentClocksThrottleReasons", 0x4),
+        "nvmlDeviceGetPcieThroughput": f("nvmlDeviceGetPcieThroughput", lambda h, counter: 1000 if counter == 0 else 2000),
+    }
+    for name in missing:
+        funcs.pop(name)
+    module = types.SimpleNamespace(
+        NVMLError=NVMLError, NVML_TEMPERATURE_GPU=0, NVML_CLOCK_SM=1,
+        NVML_PCIE_UTIL_TX_BYTES=0, NVML_PCIE_UTIL_RX_BYTES=1, **funcs,
+    )  # fmt: skip
+    module.calls = calls
+    return module

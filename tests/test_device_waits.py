@@ -1,0 +1,428 @@
+"""GPU timing against fakes that keep CUDA's and NCCL's rules (tests/fake_cuda.py): each test is one defect
+that host-only timing has on a GPU (it fails there) and that device timing fixes.
+
+The fake device's clock is moved by the test: NCCL's works and futures are complete at enqueue, the host
+returns at once, and only CUDA events on the streams say when the device got there.
+"""
+
+import sys
+import threading
+import types
+
+import pytest
+
+from fake_cuda import FakeCuda, FakeNcclGroup, FakeWork
+from ranktop.probe import collectives, device_waits, gpu_timing
+from ranktop.probe.collectives import CollectiveTracker
+from ranktop.probe.recorder import Recorder
+
+
+class FakeDist:
+    """The parts of torch.distributed the wrappers read, over one fake NCCL group."""
+
+    def __init__(self, group):
+        self.group = group
+
+    def get_world_size(self, group=None):
+        return self.group.size()
+
+
+class Tensor:
+    dtype = "torch.bfloat16"
+
+    def __init__(self, numel=1024, is_cuda=True):
+        self._n = numel
+        self.is_cuda = is_cuda
+
+    def numel(self):
+        return self._n
+
+    def element_size(self):
+        return 2
+
+
+def probe_on(cuda, pool_size=64):
+    """What device timing needs of a probe: its recorder, its tracker, its sender's hello device."""
+    rec = Recorder()
+    probe = types.SimpleNamespace(recorder=rec, collectives=CollectiveTracker(rec), sender=types.SimpleNamespace(device="cpu"))
+    return probe
+
+
+@pytest.fixture
+def cuda(monkeypatch):
+    fake = FakeCuda(devices=4)
+    monkeypatch.setattr(gpu_timing, "POOL_SIZE", 64)
+    monkeypatch.setattr(device_waits, "POOL_SIZE", 64)
+    monkeypatch.setattr(device_waits, "CAPTURES", device_waits.CaptureGuard())
+    yield fake
+    device_waits.unwatch()
+
+
+def wrapped(name, group, arg="tensor"):
+    def all_reduce(tensor, group=None, async_op=False):
+        return group_.collective(tensor, async_op=async_op)
+
+    group_ = group
+    return collectives._wrap(name, arg, all_reduce, FakeDist(group))
+
+
+@pytest.fixture
+def attached(cuda, monkeypatch):
+    probe = probe_on(cuda)
+    cuda.set_device(2)
+    assert gpu_timing.attach_cuda(probe, cuda, work_class=FakeWork)
+    monkeypatch.setattr(collectives, "_tracker", probe.collectives)
+    return probe
+
+
+# -- 1. NCCL collective times are launch times ----------------------------------------------------------
+
+
+def test_a_blocking_nccl_all_reduce_is_timed_by_the_stall_of_the_stream_not_the_launch(cuda, attached):
+    group = FakeNcclGroup(cuda, kernel_s=0.002)
+    group.peer_late = 0.050  # the slowest peer arrives 50 ms after this rank
+    all_reduce = wrapped("all_reduce", group)
+    attached.recorder.begin_step()
+    all_reduce(Tensor())  # returns at once, as with NCCL
+    tracker = attached.collectives
+    assert tracker.drain() == []  # the device has not got there: nothing is known yet, nothing waited for
+    cuda.run(1.0)
+    (call,) = tracker.drain()
+    assert call["op"].startswith("all_reduce") and call["b"] == 2048
+    assert call["d"] == pytest.approx(0.052)  # 50 ms waiting for the peer + 2 ms on the wire
+
+
+def test_an_async_collective_is_timed_where_the_current_stream_joins_it(cuda, attached):
+    group = FakeNcclGroup(cuda, kernel_s=0.004)
+    all_reduce = wrapped("all_reduce", group)
+    work = all_reduce(Tensor(), async_op=True)
+    cuda.current_stream().launch(0.003)  # 3 ms of compute overlap the collective
+    work.wait()  # the stream now waits 1 ms more for the kernel
+    cuda.run(1.0)
+    (call,) = attached.collectives.drain()
+    assert call["d"] == pytest.approx(0.001)
+
+
+def test_a_functional_collectives_wait_is_timed_from_its_wait_tensor(cuda, attached):
+    """The API a wrapper of functional collectives uses: begin at the call, at_wait before wait_tensor, end after."""
+    group = FakeNcclGroup(cuda, kernel_s=0.004)
+    tracker = attached.collectives
+    token = tracker.begin("all_reduce", 2048, "bfloat16", 4, True)
+    work = group.collective(Tensor(), async_op=True)
+    cuda.current_stream().launch(0.003)  # compute overlaps the collective
+    tracker.at_wait(token)
+    cuda.current_stream().wait_until(work.end)  # wait_tensor: the current stream joins
+    tracker.end(token)
+    cuda.run(1.0)
+    (call,) = tracker.drain()
+    assert call["d"] == pytest.approx(0.001)
+
+
+def test_an_async_work_dropped_without_wait_is_timed_launch_to_completion(cuda, attached):
+    group = FakeNcclGroup(cuda, kernel_s=0.004)
+    all_reduce = wrapped("all_reduce", group)
+    all_reduce(Tensor(), async_op=True)  # the work is dropped at once
+    cuda.run(1.0)
+    (call,) = attached.collectives.drain()
+    assert call["d"] == pytest.approx(0.004)
+
+
+def test_an_async_work_without_a_future_dropped_unwaited_keeps_its_host_time_and_blocks_nothing(cuda, attached):
+    class BareWork:  # a backend whose works have no future
+        def get_future(self):
+            raise RuntimeError("get_future is not supported")
+
+        def wait(self, timeout=None):
+            return True
+
+    before = attached.collectives.device.available
+    collectives._wrap("all_reduce", "tensor", lambda tensor, async_op=False: BareWork(), FakeDist(FakeNcclGroup(cuda)))(
+        Tensor(), async_op=True
+    )  # the work is dropped at once
+    cuda.run(1.0)
+    (call,) = attached.collectives.drain()
+    assert call["op"].startswith("all_reduce") and attached.collectives.state()["inside"] is False
+    assert attached.collectives.device.available == before  # its start event back in the pool
+
+
+def test_a_ddp_bucket_ends_on_the_device_in_its_future_callback(cuda, attached):
+    group = FakeNcclGroup(cuda, kernel_s=0.002)
+    group.peer_late = 0.030
+
+    class Bucket:
+        def buffer(self):
+            return Tensor(4096)
+
+    def hook(state, bucket):
+        return group.collective(bucket.buffer(), async_op=True).get_future()
+
+    timed = collectives._timed_hook(hook)
+    timed(group, Bucket())
+    cuda.run(1.0)
+    (call,) = attached.collectives.drain()
+    assert call["op"].startswith(collectives.DDP_OP) and call["d"] == pytest.approx(0.032)
+
+
+def test_a_hung_collective_shows_as_a_rank_inside_it_though_the_host_returned(cuda, attached):
+    group = FakeNcclGroup(cuda)
+    group.peer_late = 1e9  # a peer that never comes
+    wrapped("all_reduce", group)(Tensor())
+    tracker = attached.collectives
+    assert tracker.state()["inside"] is False  # the host returned at once
+    cuda.run(1.0)
+    assert tracker.drain() == []
+    state = tracker.state()
+    assert state["inside"] is True and state["op"].startswith("all_reduce")
+
+
+def test_a_collective_on_cpu_tensors_keeps_its_host_time(cuda, attached):
+    """A gloo all-reduce of CPU tensors in a GPU job blocks the host; the GPU's streams know nothing of it."""
+    import time
+
+    def gloo_all_reduce(tensor, group=None, async_op=False):
+        time.sleep(0.02)
+
+    group = FakeNcclGroup(cuda)
+    cuda.current_stream().launch(5.0)  # the stream is busy: events around the call would both end later
+    collectives._wrap("all_reduce", "tensor", gloo_all_reduce, FakeDist(group))(Tensor(is_cuda=False))
+    (call,) = attached.collectives.drain()
+    assert call["d"] >= 0.02
+
+
+def test_call_starts_stay_exact_hours_into_a_run(cuda, attached):
+    """t0 is read against a reference event, renewed every minute (elapsed_time is a float32 of ms)."""
+    group = FakeNcclGroup(cuda)
+    all_reduce = wrapped("all_reduce", group)
+    tracker = attached.collectives
+    before = tracker.device.available
+    starts = []
+    for _ in range(3):
+        cuda.host(3600.0)  # an hour later
+        cuda.run(3600.0)
+        all_reduce(Tensor())
+        cuda.run(1.0)
+        starts.append(tracker.drain()[0]["t0"])
+    assert [b - a for a, b in zip(starts, starts[1:])] == [pytest.approx(3600.0, abs=1e-6)] * 2
+    assert tracker.device._epoch_perf == starts[-1] and tracker.device.available == before  # no event lost
+
+
+def test_device_timing_never_synchronises(cuda, attached):
+    # FakeCuda.synchronize and FakeEvent.synchronize raise: every test above would have failed. Here: many calls.
+    group = FakeNcclGroup(cuda)
+    all_reduce = wrapped("all_reduce", group)
+    for _ in range(20):
+        all_reduce(Tensor())
+    cuda.run(1.0)
+    assert len(attached.collectives.drain()) == 20 and cuda.syncs == 0
+
+
+def test_the_wait_is_taken_out_of_the_phase_on_the_device_clock(cuda, attached):
+    """Phase and wait on the same clock: a backward of 10 ms of kernels plus 40 ms waiting for a peer."""
+    group = FakeNcclGroup(cuda, kernel_s=0.0)
+    group.peer_late = 0.040
+    rec = attached.recorder
+    all_reduce = wrapped("all_reduce", group)
+    rec.begin_step()
+    rec.begin_phase("backward")
+    cuda.current_stream().launch(0.010)
+    all_reduce(Tensor())
+    rec.end_phase()
+    rec.end_step()
+    cuda.run(1.0)
+    records = rec.drain()
+    (step,) = [r for r in rec.timeline.resolve(records) if "g" in r]
+    (call,) = attached.collectives.drain()
+    assert step["p"]["backward"] < 0.005  # the host only launched
+    assert step["g"]["p"]["backward"] == pytest.approx(0.050)
+    assert call["d"] == pytest.approx(0.040) and call["ph"] == "backward"
+
+
+# -- 2. device timing in init()/step() mode -------------------------------------------------------------
+
+
+def test_init_and_step_mode_attaches_device_timing_once_the_script_has_cuda(cuda, monkeypatch):
+    monkeypatch.setenv("RANKTOP_DEVICE_TIMING", "")
+    probe = probe_on(cuda)
+    rec = probe.recorder
+    gpu_timing.arm(probe, find_cuda=lambda: cuda if cuda.is_initialized() else None)
+    rec.begin_step()
+    rec.end_step()
+    assert rec.timeline is None and cuda.created == 0  # CUDA not up: the probe touched nothing
+    cuda.set_device(3)  # the script's own set_device initialises CUDA
+    for _ in range(3):
+        rec.begin_step()
+        rec.begin_phase("forward")
+        cuda.current_stream().launch(0.005)
+        rec.end_phase()
+        rec.end_step()
+    assert rec.timeline is not None and probe.collectives.device is not None
+    assert probe.sender.device == "cuda:3 NVIDIA H100 80GB HBM3"
+    cuda.run(1.0)
+    timed = [r for r in rec.timeline.resolve(rec.drain()) if "g" in r]
+    assert [r["n"] for r in timed] == [1, 2, 3] and timed[-1]["g"]["p"]["forward"] == pytest.approx(0.005)
+
+
+def test_init_mode_times_the_device_the_training_holds_memory_on_not_the_threads_default(cuda, monkeypatch):
+    """A script that moves its model to cuda:2 without set_device: the training thread's current device is 0."""
+    monkeypatch.setenv("RANKTOP_DEVICE_TIMING", "")
+    probe = probe_on(cuda)
+    gpu_timing.arm(probe, find_cuda=lambda: cuda if cuda.is_initialized() else None)
+    cuda.init()
+    cuda.reserved[2] = 1 << 30  # model.to("cuda:2")
+    probe.recorder.begin_step()
+    assert probe.sender.device == "cuda:2 NVIDIA H100 80GB HBM3"
+    assert cuda.current_device() == 0  # the thread's own device left as it was
+
+
+# -- 4. no CUDA from the probe's own threads ------------------------------------------------------------
+
+
+def test_the_hello_and_the_gpu_locator_touch_no_cuda_from_the_probes_threads(cuda, monkeypatch, tmp_path):
+    from ranktop.probe import gpu_sampler
+    from ranktop.transport.identity import detect
+    from ranktop.probe.sender import Sender
+
+    monkeypatch.setitem(sys.modules, "torch", types.SimpleNamespace(cuda=cuda, __version__="2.13.0"))
+    rec = Recorder()
+    sender = Sender(detect("job22"), rec, rate_hz=4, directory=str(tmp_path), on_fault=lambda e: None)
+    seen = {}
+
+    def on_probe_thread():
+        seen["hello"] = sender.hello()
+        seen["where"] = gpu_sampler.locate_rank_gpu(0, lambda: None)
+
+    thread = threading.Thread(target=on_probe_thread, name="ranktop-probe")
+    thread.start()
+    thread.join()
+    assert "ranktop-probe" not in cuda.calls_by_thread and not cuda.is_initialized()
+    assert seen["hello"]["device"] == "cpu" and seen["where"] is None
+    probe = types.SimpleNamespace(recorder=rec, collectives=None, sender=sender)
+    cuda.set_device(1)  # the training thread's device, not the thread's default 0
+    gpu_timing.attach_cuda(probe, cuda, work_class=FakeWork)
+    assert sender.hello()["device"] == "cuda:1 NVIDIA H100 80GB HBM3"
+
+
+# -- 5. gpu_timing --------------------------------------------------------------------------------------
+
+
+def timed_steps(rec, cuda, count, seconds=0.004):
+    for _ in range(count):
+        rec.begin_step()
+        rec.begin_phase("forward")
+        cuda.current_stream().launch(seconds)
+        rec.end_phase()
+        rec.end_step()
+
+
+def test_a_step_whose_gpu_work_ends_long_after_the_host_drained_it_keeps_its_device_times(cuda, attached, monkeypatch):
+    rec = attached.recorder
+    timed_steps(rec, cuda, 3)
+    clock = [100.0]
+    monkeypatch.setattr(gpu_timing, "_perf", lambda: clock[0])
+    assert rec.timeline.resolve(rec.drain()) == []
+    clock[0] += 5.0  # the GPU is 5 s behind the host (a deep queue): no reason to lose the times
+    assert rec.timeline.resolve([]) == []
+    cuda.run(1.0)
+    out = rec.timeline.resolve([])
+    assert [("g" in r) for r in out] == [True, True, True]
+
+
+def test_records_held_for_their_events_are_bounded_in_number(cuda, attached, monkeypatch):
+    monkeypatch.setattr(gpu_timing, "MAX_HELD", 3)
+    rec = attached.recorder
+    timed_steps(rec, cuda, 5, seconds=10.0)  # the device is far behind and does not move
+    out = rec.timeline.resolve(rec.drain())
+    assert [r["n"] for r in out] == [0, 1] and all("g" not in r for r in out)  # the oldest go, untimed
+
+
+def test_each_boundary_records_on_the_stream_current_then(cuda, attached):
+    rec = attached.recorder
+    side = cuda.Stream(cuda, "side")
+    timed_steps(rec, cuda, 1)
+    with cuda.stream(side):  # the script's work moves to its own stream
+        rec.begin_step()
+        rec.begin_phase("forward")
+        side.launch(0.020)
+        rec.end_phase()
+        rec.end_step()
+    cuda.run(1.0)
+    first, second = rec.timeline.resolve(rec.drain())
+    assert first["g"]["p"]["forward"] == pytest.approx(0.004)
+    assert second["g"]["p"]["forward"] == pytest.approx(0.020)
+
+
+def test_a_graph_capture_neither_breaks_nor_switches_off_the_probe(cuda, attached):
+    rec = attached.recorder
+    group = FakeNcclGroup(cuda)
+    all_reduce = wrapped("all_reduce", group)
+    timed_steps(rec, cuda, 2)
+    with cuda.graph_capture():
+        timed_steps(rec, cuda, 1)  # no timing event may go into a graph
+        all_reduce(Tensor())
+        records = rec.timeline.resolve(rec.drain())  # the sender thread during the capture: no query
+        calls = attached.collectives.drain()
+    assert not cuda.capture_invalidated
+    cuda.run(1.0)
+    records += rec.timeline.resolve([])
+    calls += attached.collectives.drain()
+    assert [("g" in r) for r in records] == [True, True, False]
+    assert len(calls) == 1
+
+
+def test_an_event_the_device_cannot_time_costs_its_step_the_device_times_only(cuda, attached, monkeypatch):
+    rec = attached.recorder
+    timed_steps(rec, cuda, 2)
+    cuda.run(1.0)
+
+    def broken(self, end):
+        raise RuntimeError("CUDA error: an illegal memory access was encountered")
+
+    monkeypatch.setattr(type(rec.timeline.pool._free[0]), "elapsed_time", broken)
+    out = rec.timeline.resolve(rec.drain())
+    assert [r["n"] for r in out] == [0, 1] and all("g" not in r for r in out)
+
+
+def test_events_are_created_on_the_device_at_attach_never_on_the_hot_path(cuda, attached):
+    created = cuda.created
+    assert created >= 2 * 64  # the timeline's pool and the waits' pool, each event recorded once
+    group = FakeNcclGroup(cuda)
+    all_reduce = wrapped("all_reduce", group)
+    for _ in range(5):
+        timed_steps(attached.recorder, cuda, 1)
+        all_reduce(Tensor())
+    assert cuda.created == created
+
+
+def test_automatic_mode_attaches_on_the_optimizers_device(cuda, monkeypatch):
+    monkeypatch.setenv("RANKTOP_DEVICE_TIMING", "")
+    monkeypatch.setitem(sys.modules, "torch", types.SimpleNamespace(cuda=cuda))
+    probe = probe_on(cuda)
+    gpu_timing.arm(probe, find_cuda=lambda: cuda if cuda.is_initialized() else None)
+    start = gpu_timing.starter(probe)  # auto mode: disarms init/step mode's attach
+    device = types.SimpleNamespace(type="cuda", index=3)
+    optimizer = types.SimpleNamespace(param_groups=[{"params": [types.SimpleNamespace(device=device)]}])
+    start(optimizer)
+    assert probe.recorder.timeline is not None and probe.sender.device == "cuda:3 NVIDIA H100 80GB HBM3"
+    assert not hasattr(cuda._local, "device")  # the thread's own current device was left as it was
+
+
+def test_the_work_wait_wrapper_passes_real_gloo_works_through(tmp_path, cuda):
+    """torch's Work is a pybind class: its wait() can be wrapped class-wide, and a work ranktop does not time
+    (here gloo's, on CPU) waits as before."""
+    import torch
+    import torch.distributed as dist
+
+    work_class = dist.distributed_c10d.Work
+    original = work_class.wait
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path}/store", rank=0, world_size=1)
+    try:
+        waits = device_waits.DeviceWaits(cuda, pool_size=4)
+        device_waits.watch_work(work_class, waits)
+        assert getattr(work_class.wait, "_ranktop_device", False)
+        t = torch.ones(4)
+        work = dist.all_reduce(t, async_op=True)
+        assert work.wait() is True and t.tolist() == [1.0] * 4
+    finally:
+        device_waits.unwatch()
+        work_class.wait = original
+        dist.destroy_process_group()
