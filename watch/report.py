@@ -327,27 +327,24 @@ def text_lines(rep: dict) -> list[str]:
         if len(worst) > 8:
             lines.append(f"  ... {len(worst) - 8} more (--json for all)")
     lines.append("")
-    if rep["memory_creep"]:
-        lines.append("memory creep:")
-        for c in rep["memory_creep"]:
-            lines.append(f"  rank {c['rank']} ({c['tracked']}) climbing from {_when(rep, c['first_s'])}, up to "
-                         f"{c['max_mb_per_min']:.1f} MB/min; {c['from_bytes'] / 2**20:.0f} MB -> {c['to_bytes'] / 2**20:.0f} MB")
-    else:
-        lines.append("memory creep: none")
-    if rep["gpu_throttling"]:
-        lines.append("GPU throttling:")
-        for th in rep["gpu_throttling"]:
-            lines.append(f"  rank {th['rank']} on {th['host']}: {', '.join(th['reasons'])} for {th['seconds']:.0f} s")
-    else:
-        lines.append("GPU throttling: none seen")
-    if rep["captures"]:
-        lines.append("captures:")
-        for c in rep["captures"]:
-            lines.append(f"  {c['kind']} {c['id']} at {_when(rep, c['at_s'])}: steps {c['start_step']}..{c['start_step'] + c['steps'] - 1}, "
-                         f"{c['done']}/{c['ranks']} rank(s) done{', %d failed' % c['failed'] if c['failed'] else ''}; {c['folder'] or ''}")
-    else:
-        lines.append("captures: none")
+    _section(lines, "memory creep", "none", rep["memory_creep"], lambda c: (
+        f"rank {c['rank']} ({c['tracked']}) climbing from {_when(rep, c['first_s'])}, up to "
+        f"{c['max_mb_per_min']:.1f} MB/min; {c['from_bytes'] / 2**20:.0f} MB -> {c['to_bytes'] / 2**20:.0f} MB"))
+    _section(lines, "GPU throttling", "none seen", rep["gpu_throttling"], lambda th: (
+        f"rank {th['rank']} on {th['host']}: {', '.join(th['reasons'])} for {th['seconds']:.0f} s"))
+    _section(lines, "captures", "none", rep["captures"], lambda c: (
+        f"{c['kind']} {c['id']} at {_when(rep, c['at_s'])}: steps {c['start_step']}..{c['start_step'] + c['steps'] - 1}, "
+        f"{c['done']}/{c['ranks']} rank(s) done{', %d failed' % c['failed'] if c['failed'] else ''}; {c['folder'] or ''}"))
     return lines
+
+
+def _section(lines: list[str], title: str, empty: str, items: list, line) -> None:
+    """``title:`` and a line per item, or ``title: empty`` when there is none."""
+    if not items:
+        lines.append(f"{title}: {empty}")
+        return
+    lines.append(f"{title}:")
+    lines.extend(f"  {line(item)}" for item in items)
 
 
 def compare_lines(a: dict, b: dict) -> list[str]:
