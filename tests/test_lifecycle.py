@@ -184,3 +184,26 @@ def test_the_header_says_the_restart_and_the_end_and_the_waiting_pane_the_jobs_t
     assert answer.kind == "ended" and answer.text.startswith("job ended at ") and answer.text.endswith("after step 2")
     waiting = dataclasses.replace(EMPTY, job="typo", waiting="job 'typo' has not started under /r (running jobs: real)")
     assert "job 'typo' has not started under /r (running jobs: real)" in waiting_text(waiting).plain
+
+
+def test_a_viewer_of_node_digests_learns_the_end_from_the_ranks_last_heartbeats():
+    """A job of 16 nodes or more is watched through its relays' digests: each rank's last word rides in its
+    node's digest, so such a viewer says the job ended as one of a small job does."""
+    from ranktop.wire.node_digest import NodeDigest
+
+    clock = Clock()
+    agg = Aggregator("j", clock=clock)
+    digest = NodeDigest("j", "node0")
+    for r in range(2):
+        digest.add(schema.HELLO, messages.hello(r, 2, host="node0", pid=50 + r))
+        for n in range(4):
+            digest.add(schema.STEPS, messages.steps(r, [step(n)], world=2, host="node0", pid=50 + r))
+    agg.ingest(schema.decode(schema.encode(schema.NODE, digest.body(1.0, 100.0))))
+    assert agg.snapshot().state == RUNNING
+    for r in range(2):
+        digest.add(schema.HEARTBEAT, bye(r, host="node0", pid=50 + r))
+    body = digest.body(2.0, 101.0)
+    assert [e.get("exit") for e in body["ranks"]] == ["clean", "clean"]
+    agg.ingest(schema.decode(schema.encode(schema.NODE, body)))
+    assert agg.snapshot().state == ENDED
+    assert digest.body(3.0, 102.0) is None  # said once: nothing more to say

@@ -220,6 +220,8 @@ class Aggregator:
             self._resources.note(entry["r"], state, now)
         if "hello" in entry:
             rank = self._note_hello(rank, entry["hello"], now)
+        if "exit" in entry:  # its last word, passed on by its node's relay (watch/lifecycle.py)
+            self.lifecycle.note_exit(entry["r"], entry["exit"], self._wall_clock())
         if now - rank.raw_at < self._silent_after:
             return
         if "ops" in entry or "cx" in entry:

@@ -295,6 +295,7 @@ class NodeRank(TypedDict):
     ops: NotRequired[Dict[str, OpSummary]]
     cx: NotRequired[List[Call]]
     dev: NotRequired[bool]
+    exit: NotRequired[Literal["clean", "error"]]  # its last heartbeat's word: its process is ending
 
 
 class Node(TypedDict):

@@ -18,7 +18,8 @@ folds its ranks' messages of each interval into one ``node`` message (protocol
   made no step (a stall is seen as soon as from its own messages) or its
   capture moved; ``hello``: its hello (less the envelope) when it changed, or
   every :data:`HELLO_EVERY_S` for viewers that attached late;
-- ``ts``: when it last spoke, by its clock; ``dev``: its steps carry device times.
+- ``ts``: when it last spoke, by its clock; ``dev``: its steps carry device times;
+  ``exit``: its last heartbeat said its process is ending, and how ("clean" or "error").
 
 A rank that said nothing in the interval is left out (the viewer finds it
 silent by the time it last heard of it). Viewers of small jobs keep taking the
@@ -56,7 +57,7 @@ _NOT_META = frozenset(("v", "k", "job", "rank", "ts", "state"))
 class _Rank:
     __slots__ = (
         "count", "last", "end", "wall", "phases", "waits", "ops", "sample", "state", "ts", "dev", "hello", "hello_sent",
-        "fresh", "state_sent", "sent_cap", "ops_sent",
+        "fresh", "state_sent", "sent_cap", "ops_sent", "exit",
     )  # fmt: skip
 
     def __init__(self) -> None:
@@ -67,6 +68,7 @@ class _Rank:
         self.ops: dict[str, list] = {}
         self.sample: list | None = None
         self.waits: dict[str | None, float] = {}
+        self.exit: str | None = None  # its last word, passed on once
         self.reset()
 
     def reset(self) -> None:
@@ -107,6 +109,8 @@ class NodeDigest:
                 rank.hello_sent = float("-inf")
         elif kind == "steps":
             self._add_steps(rank, msg)
+        elif "exit" in msg:  # a heartbeat's last word: a viewer of digests learns the job ended from it too
+            rank.exit = msg["exit"]
 
     def add_sums(
         self, number: int, ts: float, state: dict[str, Any] | None, *, count: int, last: int, end: float, wall: float,
@@ -200,6 +204,8 @@ class NodeDigest:
                 self._ranks.move_to_end(number)
             if rank.dev:
                 entry["dev"] = True
+            if rank.exit is not None:
+                entry["exit"], rank.exit = rank.exit, None
             entries.append(entry)
             rank.reset()
         if not entries:
