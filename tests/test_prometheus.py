@@ -14,7 +14,7 @@ from ranktop.watch.prometheus import SnapshotCollector
 from ranktop.watch.snapshot import OK, SLOW, GpuStat, MemoryStat, RankRow, Snapshot, Throughput
 
 UNITS = ("_seconds", "_bytes", "_ratio", "_watts", "_celsius", "_per_second", "_bytes_per_second")
-COUNTS = ("ranktop_rank_status", "ranktop_rank_slow_phase", "ranktop_rank_gpu_throttle", "ranktop_rank_last_step",
+COUNTS = ("ranktop_rank_coordinates", "ranktop_rank_status", "ranktop_rank_slow_phase", "ranktop_rank_gpu_throttle", "ranktop_rank_last_step",
           "ranktop_job_step", "ranktop_job_world_size", "ranktop_job_ranks_connected", "ranktop_job_slow_ranks",
           "ranktop_job_stalled_ranks", "ranktop_job_silent_ranks", "ranktop_job_dropped_messages", "ranktop_job_up",
           "ranktop_job_restarts", "ranktop_job_ranks_not_back", "ranktop_job_verdict", "ranktop_job_device_time_ranks")
@@ -64,6 +64,18 @@ def test_every_per_rank_series_has_the_four_labels_and_its_unit():
     assert value["ranktop_rank_mfu_ratio"][r1] == 0.4
     assert value["ranktop_job_slow_ranks"] == {(("job", "llm"),): 1.0}
     assert value["ranktop_job_model_flops_per_second"] == {(("job", "llm"),): 800e12}
+
+
+def test_each_rank_s_place_in_the_parallel_layout_is_one_series_labelled_with_its_coordinates():
+    import dataclasses
+
+    ranks = [dataclasses.replace(gpu_rank(r), coords={"pp": r // 2, "tp": r % 2}) for r in range(4)]
+    snap = Snapshot(job="llm", world_size=4, elapsed_s=60, global_step=41, steps_per_s=2.0, phase_names=["forward"],
+                    ranks=ranks, stragglers=[], layout_roles=["pp", "tp"])
+    samples = scrape(snap)["ranktop_rank_coordinates"].samples
+    assert sorted((s.labels["rank"], s.labels["pp"], s.labels["tp"], s.value) for s in samples) == [
+        ("0", "0", "0", 1.0), ("1", "0", "1", 1.0), ("2", "1", "0", 1.0), ("3", "1", "1", 1.0)]
+    assert scrape(dataclasses.replace(snap, layout_roles=[]))["ranktop_rank_coordinates"].samples == []  # no layout: no series
 
 
 def test_a_job_not_heard_yet_scrapes_empty_not_broken():

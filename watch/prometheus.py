@@ -15,6 +15,7 @@ imported when a collector is built, never by the rest of the engine.
 from __future__ import annotations
 
 import dataclasses
+import re
 from typing import Iterator, Protocol
 
 from ranktop.watch.errors import RanktopError
@@ -23,6 +24,8 @@ from ranktop.watch.lifecycle import ENDED, RUNNING
 from ranktop.watch.snapshot import STATUSES, Snapshot
 
 RANK_LABELS = ("job", "rank", "local_rank", "host")
+#: A layout role usable as a label name (they all are: pp, tp, dp_shard, ...; anything else is left out).
+_LABEL = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]*$")
 PREFIX = "ranktop"
 
 
@@ -100,8 +103,15 @@ def families(snap: Snapshot, core) -> list:
     flops = rank_gauge("model_flops_per_second", "Achieved model FLOP/s.")
     mfu = rank_gauge("mfu_ratio", "Model FLOPs utilisation: achieved over the device's peak.")
 
+    # Where each rank sits in the parallel layout, as labels of one info-style series (value 1): a query joins
+    # it on the rank to group any series by stage or tensor-parallel group (on(job, rank) group_left(pp) ...).
+    roles = [role for role in snap.layout_roles if _LABEL.match(role)]
+    coords = G(f"{PREFIX}_rank_coordinates", "1 per rank, labelled with its place in the parallel layout (pp, tp, dp, ...).",
+               labels=[*RANK_LABELS, *roles])
     for r in snap.ranks:
         lv = [job, str(r.rank), str(r.local_rank), r.host]
+        if roles and r.coords:
+            coords.add_metric([*lv, *(str(r.coords.get(role, "")) for role in roles)], 1.0)
         if r.step_s is not None:
             step.add_metric(lv, r.step_s)
             score.add_metric(lv, r.score)
@@ -183,7 +193,7 @@ def families(snap: Snapshot, core) -> list:
         job_gauge("device_time_ranks", "Ranks whose step and phase times are GPU time (CUDA events); the others' are "
                   "CPU wall time.", len(snap.device_time_ranks)),
     ]
-    rank_families = [step, phase, score, excess, status, culprit, comm, last_step, last_seen, stalled, rss, alloc, resv, peak,
+    rank_families = [coords, step, phase, score, excess, status, culprit, comm, last_step, last_seen, stalled, rss, alloc, resv, peak,
                      creep, gutil, gmem, gpow, gtemp, gthr, samples, tokens, flops, mfu]
     return job_families + rank_families
 
