@@ -42,8 +42,8 @@ class EndpointsView:
 
     behind_s: float  # how far behind this viewer is on the job's messages (0 below BEHIND_AFTER_S)
     links: dict[str, tuple[bool, float]]  # url -> (down now, when it last dropped): relays that ever dropped
-    settling: frozenset[str]  # relays first heard less than SETTLING_S ago
-    settled: bool  # no relay was found or first heard within SETTLING_S
+    settling: frozenset[str]  # relays first heard less than SETTLING_S ago: their quiet ranks are not silent yet
+    settled: bool  # every relay known has been heard, or was found SETTLING_S ago (a dead one): unheard ranks count
 
     def cut_off(self, endpoint: str | None, last_seen: float) -> bool:
         """A rank heard through a relay that dropped, and not heard through it since: cut off, not stalled."""
@@ -103,12 +103,11 @@ class Endpoints:
     def view(self, now: float) -> EndpointsView:
         relays = self._relays.values()
         behind = max((r.late_s for r in relays), default=0.0)
-        newest = max((r.first_heard if r.first_heard is not None else r.added for r in relays), default=None)
         return EndpointsView(
             behind_s=behind if behind > BEHIND_AFTER_S else 0.0,
             links={r.url: (r.down, r.dropped_at) for r in relays if r.dropped_at is not None},
             settling=frozenset(r.url for r in relays if r.first_heard is not None and now - r.first_heard < SETTLING_S),
-            settled=newest is None or now - newest >= SETTLING_S,
+            settled=all(r.first_heard is not None or now - r.added >= SETTLING_S for r in relays),
         )
 
     def rows(self, now: float, ranks_by_url: dict[str, tuple[int, ...]], lost_after_s: float) -> list[Endpoint]:
