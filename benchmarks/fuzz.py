@@ -41,6 +41,7 @@ import msgpack
 from ranktop.watch.aggregator import Aggregator
 from ranktop.wire import auth, schema
 from ranktop.transport import rendezvous
+from ranktop.watch.json_doc import document
 
 #: Snapshots are taken every this many ingested inputs, and the aggregator replaced every RESET_EVERY.
 SNAPSHOT_EVERY = 250
@@ -310,7 +311,7 @@ class IngestTarget:
     def check_snapshot(self) -> None:
         try:
             snap = self.aggregator.snapshot()
-            json.dumps(snap.to_json())
+            json.dumps(document(snap))
             _views(snap)
         except Exception as exc:  # noqa: BLE001
             self.crashes.note(exc, self.recent[-8:], "snapshot")

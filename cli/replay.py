@@ -17,6 +17,7 @@ from ranktop.watch.aggregator import DEFAULT_SILENT_AFTER_S, DEFAULT_WINDOW
 from ranktop.watch.recording import Recording, RecordingError, read
 from ranktop.watch.replay import SPEEDS, Replay, parse_offset, snapshot_at
 from ranktop.watch.stalls import DEFAULT_STALL_FACTOR, DEFAULT_STALL_FLOOR_S
+from ranktop.watch.json_doc import document
 
 
 HELP = "play a recording (ranktop record / watch --record) in the TUI, or print its snapshot at a time"
@@ -77,7 +78,7 @@ def cmd_replay(args) -> int:
     recording = load(args.file)
     if args.json:
         snap = snapshot_at(recording, _offset(args.at, recording, "--at"), **_options(args))
-        print(json.dumps(snap.to_json(), indent=2))
+        print(json.dumps(document(snap), indent=2))
         return 0
     start = _offset(args.start, recording, "--start")
     try:

@@ -10,9 +10,9 @@ import time
 from ranktop.cli import record
 from ranktop.cli.errors import UserError, say
 from ranktop.cli.options import Command, add_view_options, add_wait_option
-from ranktop.watch.lifecycle import ENDED
 from ranktop.watch.session import Target, WatchSession, resolve_waiting
 from ranktop.watch.snapshot import WAITING
+from ranktop.watch.json_doc import document
 
 #: How long an endpoint may stay silent before the user is told (then we keep waiting).
 WAITING_NOTICE_S = 3.0
@@ -90,7 +90,7 @@ def watch_json(session: WatchSession, duration: float) -> int:
                     told.add(e.url)
                     print(f"ranktop: no answer from {e.url} after {e.quiet_s:.0f}s; still waiting", file=sys.stderr)
         snap = session.snapshot()
-    print(json.dumps(snap.to_json(), indent=2))
+    print(json.dumps(document(snap), indent=2))
     refused = session.receiver.handshakes.problem  # no key, or not the job's: said last, as the reason
     for error in snap.errors:
         if snap.ranks or error != refused:

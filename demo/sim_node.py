@@ -14,7 +14,7 @@ from __future__ import annotations
 import os
 import socket
 import time
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import zmq
 
@@ -29,16 +29,13 @@ from ranktop.wire.node_digest import NodeDigest
 
 from .sim_model import node_name
 
-if TYPE_CHECKING:  # the type only: the simulator makes its nodes
-    from .simulate import Simulator
-
 # -- the nodes: relays, sockets, commands ---------------------------------------------
 
 
 class SimulatedRank:
     """What a command handler may touch of one simulated rank (probe/commands.py CommandTarget)."""
 
-    def __init__(self, sim: "Simulator", node: "SimulatedNode", rank: int):
+    def __init__(self, sim: Any, node: "SimulatedNode", rank: int):  # sim: the Simulator (demo/simulate.py)
         self._sim = sim
         self.rate_hz = node.rate_hz
         self.recorder = sim  # current_step, for the capture command
@@ -54,7 +51,7 @@ class SimulatedRank:
 
 
 class SimulatedNode:
-    def __init__(self, sim: "Simulator", index: int, ranks: range, context: zmq.Context):
+    def __init__(self, sim: Any, index: int, ranks: range, context: zmq.Context):  # sim: the Simulator that runs it
         self.index = index
         self.host = node_name(index)
         self.ranks = ranks

@@ -7,6 +7,7 @@ import pytest
 
 from ranktop.watch.aggregator import Aggregator
 from ranktop.wire import schema
+from ranktop.watch.json_doc import document
 import messages
 
 
@@ -157,7 +158,7 @@ def test_512_ranks_make_a_snapshot():
 def test_the_json_document_has_the_documented_keys():
     agg = Aggregator("j", clock=Clock())
     feed(agg, 2, 5)
-    doc = agg.snapshot().to_json()
+    doc = document(agg.snapshot())
     assert {"job", "world_size", "global_step", "steps_per_s", "ranks", "stragglers", "connected", "silent"} <= set(doc)
     assert {"rank", "host", "step", "step_s", "phases", "status", "score", "culprit_phase"} <= set(doc["ranks"][0])
 

@@ -28,6 +28,7 @@ from ranktop.watch.receiver import Receiver
 from ranktop.wire import auth, schema
 from ranktop.transport import rendezvous
 from ranktop.wire.node_digest import NodeDigest
+from ranktop.watch.json_doc import document
 
 FUZZ = settings(max_examples=100, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow])
 
@@ -151,7 +152,7 @@ def _must_survive(kind: str, msg: dict) -> None:
     if decoded is not None and decoded["k"] in schema.TELEMETRY_KINDS:
         agg.ingest(decoded)  # not ingest_frames: its safety net would hide a check decode lacks
     snap = agg.snapshot()
-    json.dumps(snap.to_json())
+    json.dumps(document(snap))
     verdict.verdict(snap)
     agg.ingest_frames(REAL[1])  # and it goes on
     assert agg.snapshot().ranks

@@ -9,6 +9,7 @@ from support import run_cli
 from ranktop.tui.panes.header import header_text
 from ranktop.watch.aggregator import Aggregator
 from ranktop.watch.verdict import verdict
+from ranktop.watch.json_doc import document
 
 import messages
 
@@ -61,7 +62,7 @@ def test_ranks_that_send_gpu_times_are_scored_on_them_and_the_header_names_the_c
     assert abs(snap.ranks[0].phases["forward"] - 0.010) < 0.001  # bars drawn in GPU time
     assert snap.clock == "gpu"
     assert "bars: GPU time (CUDA events)" in header_text(snap, title="ranktop", paused=False).plain
-    doc = json.loads(json.dumps(snap.to_json()))
+    doc = json.loads(json.dumps(document(snap)))
     assert doc["clock"] == "gpu" and doc["verdict"]["clock"] == "gpu" and doc["device_time_ranks"] == list(range(8))
     assert verdict(snap).ranks == [5]
 

@@ -31,26 +31,6 @@ CONTRACTS = {
 }
 
 
-def _type_checking_only(node: ast.AST) -> bool:
-    """``if TYPE_CHECKING:``: imports a type checker reads and the interpreter never runs."""
-    test = getattr(node, "test", None)
-    return isinstance(node, ast.If) and (
-        isinstance(test, ast.Name) and test.id == "TYPE_CHECKING" or isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
-    )
-
-
-def _walk_run_time(tree: ast.AST):
-    """Every node the interpreter may run: all of them but the bodies of ``if TYPE_CHECKING:``."""
-    stack = [tree]
-    while stack:
-        node = stack.pop()
-        yield node
-        if _type_checking_only(node):
-            stack.extend(node.orelse)
-            continue
-        stack.extend(ast.iter_child_nodes(node))
-
-
 def modules_after(statement: str) -> set[str]:
     code = f"{statement}; import sys; print(' '.join(sorted(sys.modules)))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
@@ -62,7 +42,7 @@ def imported_modules(path: Path, package: str) -> set[str]:
     tree = ast.parse(path.read_text(), filename=str(path))
     here = ".".join([package, *path.relative_to(_root(package)).with_suffix("").parts])
     names = set()
-    for node in _walk_run_time(tree):
+    for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             names.update(alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom):
@@ -137,7 +117,7 @@ def test_the_installed_package_is_what_the_tests_import():
 
 
 def _module_graph() -> dict[str, set[str]]:
-    """ranktop module -> the ranktop modules it imports (at the top or inside a function: both run)."""
+    """ranktop module -> the ranktop modules it imports (at the top, inside a function, or for types only)."""
     packages = sorted({".".join(info.name.split(".")[:2]) for info in pkgutil.iter_modules(ranktop.__path__, "ranktop.")})
     graph: dict[str, set[str]] = {}
     for package in packages:
@@ -180,7 +160,7 @@ def _a_circle(graph: dict[str, set[str]]) -> list[str] | None:
 
 
 def test_no_module_imports_itself_through_others():
-    """An import circle patched with a lazy import is a layering fault, not a fix: none anywhere in the package."""
+    """An import circle patched with a lazy or a type-only import is a layering fault, not a fix: none anywhere."""
     graph = _module_graph()
     assert len(graph) > 100 and "ranktop.wire.schema" in graph
     assert _a_circle(graph) is None, " -> ".join(_a_circle(graph))

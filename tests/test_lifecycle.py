@@ -8,6 +8,7 @@ import messages
 from ranktop.watch.aggregator import Aggregator
 from ranktop.watch.lifecycle import ENDED, RUNNING, WAITING, life_line, ordinal
 from ranktop.wire import schema
+from ranktop.watch.json_doc import document
 
 
 class Clock:
@@ -61,7 +62,7 @@ def test_every_rank_saying_it_ended_cleanly_ends_the_job_and_keeps_its_rows():
     assert snap.state == ENDED and before <= snap.ended_at <= time.time()
     assert agg.lifecycle.ended(agg.world_size)
     assert [r.rank for r in snap.ranks] == [0, 1] and all(r.step == 9 for r in snap.ranks)
-    assert snap.to_json()["state"] == "ended"
+    assert document(snap)["state"] == "ended"
     assert life_line(snap.state, snap.ended_at, snap.restarts, snap.restarted_at, snap.not_back).startswith("ended at ")
 
 

@@ -18,6 +18,7 @@ from support import JOBS, run_cli, wait_for
 from ranktop.watch.session import WatchSession, resolve
 from ranktop.tui.panes.status import status_text
 from ranktop.transport import rendezvous
+from ranktop.watch.json_doc import document
 
 pytestmark = pytest.mark.slow
 
@@ -100,7 +101,7 @@ def test_a_node_that_dies_is_lost_with_its_ranks_and_comes_back_when_it_returns(
         assert endpoint_of(snap, "node-b").ranks == (2, 3) and endpoint_of(snap, "node-a").state == "connected"
         assert {r.rank: r.status for r in snap.ranks} == {0: "ok", 1: "ok", 2: "silent", 3: "silent"}
         assert f"lost node-b (ranks 2-3) {first_url}" in status_text(snap).plain
-        lost = [e for e in json.loads(json.dumps(snap.to_json()))["endpoints"] if e["state"] == "lost"]
+        lost = [e for e in json.loads(json.dumps(document(snap)))["endpoints"] if e["state"] == "lost"]
         assert lost == [{"url": first_url, "host": "node-b", "state": "lost", "quiet_s": lost[0]["quiet_s"], "ranks": [2, 3]}]
 
         # A fresh TUI sees the dead node's record for what it is and never dials it.

@@ -15,6 +15,7 @@ from ranktop.watch.aggregator import MAX_REPLIES, Aggregator
 from ranktop.watch.requests import RequestBook
 from ranktop.watch.session import Answers
 from ranktop.wire import schema
+from ranktop.watch.json_doc import document
 
 WORLD = 1024
 
@@ -57,7 +58,7 @@ def test_a_ping_of_1024_ranks_counts_every_answer_in_the_status_line_and_the_pin
 
     lines = answer_lines(Answers("c1", tuple(range(WORLD)), replies, 0.1), timeout=5)
     assert len(lines) == WORLD and not [line for line in lines if "no answer" in line]
-    assert snap.to_json()["requests"][0]["answered"] == WORLD
+    assert document(snap)["requests"][0]["answered"] == WORLD
 
 
 def test_ranks_that_do_not_answer_are_named_after_the_timeout():
@@ -111,4 +112,4 @@ def test_commands_the_ranks_refused_and_their_rate_are_in_the_snapshot_the_statu
     assert {r.rate_hz for r in snap.ranks} == {1.0}
     line = status_text(snap).plain
     assert "commands refused: 4 forged, 2 replayed (ranks 1-2)" in line and "ranks send 1 msg/s" in line
-    assert snap.to_json()["ranks"][1]["rejected"] == {"forged": 2, "replayed": 1}
+    assert document(snap)["ranks"][1]["rejected"] == {"forged": 2, "replayed": 1}

@@ -3,6 +3,7 @@
 from ranktop.watch.aggregator import Aggregator
 from ranktop.watch.stalls import Position, StallPolicy, assess
 from ranktop.watch.verdict import verdict
+from ranktop.watch.json_doc import document
 import messages
 
 STEP_S = 0.05
@@ -76,7 +77,7 @@ def test_the_rank_in_forward_is_the_one_the_others_wait_for_in_backward():
     assert row.stalled_phase == "forward" and row.stalled_step == 30 and row.stalled_s >= 3.0
     assert snap.diagnosis.startswith("ranks 0-1,3 stalled in backward at step 30 for 3s, waiting for rank 2")
     assert "in forward at step 30" in snap.diagnosis
-    assert snap.to_json()["waiting_for"] == [2] and snap.to_json()["ranks"][0]["status"] == "stalled"
+    assert document(snap)["waiting_for"] == [2] and document(snap)["ranks"][0]["status"] == "stalled"
 
 
 def test_the_threshold_is_a_multiple_of_the_median_step_with_a_floor():

@@ -13,6 +13,7 @@ import random
 from test_app_render import job_snapshot, rank_row
 
 from ranktop.watch.snapshot import SILENT, SLOW, STALLED, RankRow, Snapshot
+from ranktop.watch.json_doc import document
 from ranktop.watch.verdict import (
     HEALTHY,
     SILENT_RANKS,
@@ -143,7 +144,7 @@ def test_several_slow_ranks_name_the_worst_and_count_the_others():
 
 
 def test_the_json_document_carries_the_verdict():
-    doc = json.loads(json.dumps(big_job(64, slow_rank=5).to_json()))
+    doc = json.loads(json.dumps(document(big_job(64, slow_rank=5))))
     assert doc["verdict"]["kind"] == "slow_rank" and doc["verdict"]["ranks"] == [5]
     assert doc["verdict"]["text"].startswith("rank 5 slow in forward")
 

@@ -2,13 +2,13 @@
 
 Widgets never read the aggregator's windows; they render one immutable
 :class:`Snapshot`, taken at the UI's refresh rate. ``--json`` prints the same
-object through :meth:`Snapshot.to_json`, so the documented JSON schema and the
-TUI can never disagree.
+object with its verdict (watch/json_doc.py), so the documented JSON schema and
+the TUI can never disagree.
 """
 
 from __future__ import annotations
 
-from dataclasses import MISSING, asdict, dataclass, field, fields
+from dataclasses import MISSING, dataclass, field, fields
 from typing import Any
 
 from ranktop.wire import capture as wire_capture
@@ -24,7 +24,6 @@ from ranktop.watch.statuses import (  # noqa: F401  (read as snapshot.SILENT, ..
     STATUSES,
     WAITING,
 )
-from ranktop.watch.verdict import verdict
 
 
 @dataclass(frozen=True)
@@ -332,18 +331,6 @@ class Snapshot:
             if r.capture is not None and r.capture.state in wire_capture.RUNNING:
                 running.setdefault(r.capture.id, []).append(r.rank)
         return running
-
-    def to_json(self) -> dict:
-        """The ``--json`` document (schema in docs/json-schema.md)."""
-        out = asdict(self)
-        for request in out["requests"]:
-            request["answered_ranks"] = sorted(request["answered_ranks"])
-        out["connected"] = self.connected
-        out["silent"] = self.silent
-        out["clock"] = self.clock
-        out["verdict"] = asdict(verdict(self))
-        out["verdict"]["clock"] = self.clock  # the clock its figures (excess, loss) are on
-        return out
 
 
 EMPTY = Snapshot(

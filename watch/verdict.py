@@ -34,14 +34,12 @@ import collections
 import statistics
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
+from ranktop.watch.snapshot import RankRow, Snapshot
 from ranktop.watch.statuses import SILENT, SLOW, STALLED
 from ranktop.watch.format import ago as _ago
 from ranktop.watch.format import ranks_text
 
-if TYPE_CHECKING:  # the types only: snapshot.py calls verdict() for its --json document
-    from ranktop.watch.snapshot import RankRow, Snapshot
 
 # Kinds, worst first.
 STALLED_JOB = "stalled"

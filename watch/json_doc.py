@@ -1,0 +1,25 @@
+"""The ``--json`` document: a snapshot and its verdict, as ``ranktop watch --json`` prints it (docs/json-schema.md).
+
+It sits above both: the verdict is a function of a snapshot, and the document is the snapshot with its
+verdict, so the JSON schema and the TUI render the same objects and can never disagree.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+
+from ranktop.watch.snapshot import Snapshot
+from ranktop.watch.verdict import verdict
+
+
+def document(snapshot: Snapshot) -> dict:
+    """The ``--json`` document of one snapshot."""
+    out = asdict(snapshot)
+    for request in out["requests"]:
+        request["answered_ranks"] = sorted(request["answered_ranks"])
+    out["connected"] = snapshot.connected
+    out["silent"] = snapshot.silent
+    out["clock"] = snapshot.clock
+    out["verdict"] = asdict(verdict(snapshot))
+    out["verdict"]["clock"] = snapshot.clock  # the clock its figures (excess, loss) are on
+    return out
