@@ -57,12 +57,6 @@ class Endpoints:
     def __init__(self) -> None:
         self._relays: dict[str, _Relay] = {}
 
-    def __contains__(self, url: str) -> bool:
-        return url in self._relays
-
-    def __len__(self) -> int:
-        return len(self._relays)
-
     def urls(self) -> list[str]:
         return list(self._relays)
 
