@@ -170,9 +170,10 @@ class Aggregator:
                     self._ingest_digest(entry, endpoint, now)
                 return
             rank = self._window_of(msg["rank"], endpoint, now)
-            if "state" in msg and isinstance(msg["state"], dict):
-                rank.note_state(msg["state"], now)
-                self._resources.note(msg["rank"], msg["state"], now)
+            state = msg.get("state")  # a map or None: typed at decode (wire/messages.py)
+            if state is not None:
+                rank.note_state(state, now)
+                self._resources.note(msg["rank"], state, now)
             if kind == schema.HELLO:
                 self._note_hello(rank, {k: v for k, v in msg.items() if k not in ("v", "k", "job", "rank", "ts")}, now)
             elif kind == schema.STEPS:
@@ -181,7 +182,7 @@ class Aggregator:
                 for rec in msg["steps"]:
                     rank.add_step(rec)
             elif kind == schema.REPLY:
-                result = msg.get("result") if isinstance(msg.get("result"), dict) else {}
+                result = msg.get("result") or {}  # a plain map or None, checked at decode
                 self._replies.append(self.requests.note_reply(msg["id"], msg["cmd"], msg["rank"], msg["ok"], result))
             else:
                 rank.raw_at = now
