@@ -6,7 +6,7 @@ verdict, so the JSON schema and the TUI render the same objects and can never di
 
 from __future__ import annotations
 
-from dataclasses import asdict
+from dataclasses import asdict, replace
 
 from ranktop.watch.snapshot import Snapshot
 from ranktop.watch.verdict import verdict
@@ -14,7 +14,8 @@ from ranktop.watch.verdict import verdict
 
 def document(snapshot: Snapshot) -> dict:
     """The ``--json`` document of one snapshot."""
-    out = asdict(snapshot)
+    out = asdict(replace(snapshot, ranks=[]))  # the rows one by one: they are built as they are read
+    out["ranks"] = [asdict(row) for row in snapshot.ranks]
     for request in out["requests"]:
         request["answered_ranks"] = sorted(request["answered_ranks"])
     out["connected"] = snapshot.connected

@@ -110,7 +110,7 @@ class Lifecycle:
 def fresh_window(old: RankWindow, now: float) -> RankWindow:
     """The window of a rank's new process: none of the old process's steps, calls or caches; where it is
     heard through and its state as just received (that came from the new process) carry over."""
-    new = RankWindow(old.rank, old.window)
+    new = RankWindow(old.rank, old.window, columns=old.own.columns, own=old.own)  # its row of the job's columns, emptied
     new.endpoint, new.last_seen, new.raw_at = old.endpoint, old.last_seen, old.raw_at
     new.state, new.state_at, new.progress_at = old.state, old.state_at, now
     return new

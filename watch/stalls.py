@@ -257,7 +257,7 @@ def positions_of(ranks: Iterable[Any], now: float, silent: set[int]) -> list[Pos
             state_at=getattr(r, "state_at", 0.0),
             progress_at=getattr(r, "progress_at", 0.0),
             silent=r.rank in silent,
-            window_median_s=r.own.median_wall(refresh=False) if hasattr(r, "own") else window_median(r.steps),
+            window_median_s=r.own.median_wall() if hasattr(r, "own") else window_median(r.steps),
         )
         if p is not None:
             out.append(p)

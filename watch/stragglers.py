@@ -30,6 +30,8 @@ import statistics
 from dataclasses import dataclass
 from typing import Iterable
 
+import numpy as np
+
 from ranktop.watch.snapshot import OK, SILENT, SLOW, STALLED, RankRow
 from ranktop.watch.window import RankWindow
 from ranktop.wire import schema
@@ -68,76 +70,81 @@ class Scores:
         return self.of(rank)[0] / self.median_step_s if self.median_step_s else 0.0
 
 
-def phase_names(windows: Iterable[RankWindow]) -> list[str]:
-    """Column order: standard phases seen, user phases, then "other" (and "comm" before it, with collectives)."""
-    seen: set[str] = set()
-    comm = False
-    for w in windows:
-        seen |= w.own.names
-        comm = comm or w.own.waited
-    standard = [p for p in schema.STANDARD_PHASES if p in seen]
-    custom = sorted(seen - set(schema.STANDARD_PHASES) - {schema.OTHER_PHASE})
-    return standard + custom + ([schema.COMM_PHASE] if comm else []) + [schema.OTHER_PHASE]
-
-
-def rank_stats(w: RankWindow, names: list[str], refresh: bool = True) -> RankStats | None:
-    """Medians over the window (watch/step_window.py keeps them until new steps), or None before
+def rank_stats(w: RankWindow, names: list[str]) -> RankStats | None:
+    """Medians over one rank's window (watch/columns.py works them out), or None before
     :data:`MIN_STEPS_TO_SCORE` steps. Each phase counts the rank's own time: its waits in collectives
-    are taken out and shown as ``comm``."""
-    own = w.own
-    if not (refresh and own.dirty) and w.stats_cache is not None and w.stats_cache[0] == names and w.stats_cache[1] is own.stats_version:
-        return w.stats_cache[2]  # nothing new since: thousands of ranks cost a lookup each
-    stats = own.stats(names, MIN_STEPS_TO_SCORE, refresh)
+    are taken out and shown as ``comm``. A snapshot reads every rank's at once, from the columns."""
+    stats = w.own.stats(names, MIN_STEPS_TO_SCORE)
     if stats is None:
         return None
-    result = RankStats(stats["step"], stats["phases"], stats["rate"], stats["comm"])
-    w.stats_cache = (list(names), own.stats_version, result)
-    return result
+    return RankStats(stats["step"], stats["phases"], stats["rate"], stats["comm"])
 
 
 def score(live: dict[int, RankStats], names: list[str], classes: dict[int, tuple] | None = None) -> Scores:
     """Compare the live ranks' phases with their cross-rank medians; with ``classes`` (rank -> peer class,
     watch/layout.py), with the medians of their own class."""
+    ranks = list(live)
+    phases = np.array([[live[r].phases.get(name, 0.0) for name in names] for r in ranks]).reshape(len(ranks), len(names))
+    steps = np.array([live[r].step_s for r in ranks])
+    class_ids = None
     if classes:
-        by_class: dict[tuple, dict[int, RankStats]] = {}
-        for rank, s in live.items():
-            by_class.setdefault(classes.get(rank, ()), {})[rank] = s
-        excess = {}
-        for members in by_class.values():
-            excess.update(_excess(members, names, statistics.median_low))
+        keys: dict[tuple, int] = {}
+        class_ids = np.array([keys.setdefault(classes.get(r, ()), len(keys)) for r in ranks], np.int64)
+    excess, culprit, floor, median_step = score_columns(phases, steps, names, class_ids)
+    return Scores(
+        {r: (float(excess[i]), names[culprit[i]] if culprit[i] >= 0 else None) for i, r in enumerate(ranks)},
+        floor, median_step,
+    )
+
+
+def score_columns(
+    phases: np.ndarray, steps: np.ndarray, names: list[str], class_ids: np.ndarray | None = None
+) -> tuple[np.ndarray, np.ndarray, float, float | None]:
+    """The comparison over columns: ``phases`` (ranks x names, own seconds) and ``steps`` (seconds) of the
+    live ranks with statistics; ``class_ids`` (a small whole number per rank) their peer classes.
+    Per rank its excess (seconds beyond the medians, summed over phases) and its culprit (an index into
+    ``names``, -1: none); the excess past which a rank is slow; the median step (None: no rank)."""
+    n = len(steps)
+    excess = np.zeros(n)
+    culprit = np.full(n, -1, np.int64)
+    if n == 0:
+        return excess, culprit, float("inf"), None
+    own = np.array([name != schema.COMM_PHASE for name in names], bool)  # waiting is not this rank's own work
+    if class_ids is None:
+        _excess(phases, np.arange(n), own, excess, culprit, low=False)
     else:
-        excess = _excess(live, names)
-    spread = _mad([e for e, _ in excess.values()]) if len(excess) >= 3 else 0.0
-    median_step = statistics.median(s.step_s for s in live.values()) if live else None
+        order = np.argsort(class_ids, kind="stable")
+        bounds = np.flatnonzero(np.diff(class_ids[order])) + 1
+        for members in np.split(order, bounds):
+            _excess(phases, members, own, excess, culprit, low=True)
+    spread = _mad(excess) if n >= 3 else 0.0
+    median_step = float(np.median(steps))
     floor = max(SLOW_FLOOR_S, SLOW_FLOOR_FRACTION * median_step, 3 * spread) if median_step else float("inf")
-    return Scores(excess, floor, median_step)
+    return excess, culprit, floor, median_step
 
 
-def _excess(stats: dict[int, RankStats], names: list[str], middle=statistics.median) -> dict[int, tuple[float, str | None]]:
-    """Per rank: seconds spent beyond the cross-rank median, summed over phases, and the worst phase."""
-    if len(stats) < 2:
-        return {rank: (0.0, None) for rank in stats}
-    names = [name for name in names if name != schema.COMM_PHASE]  # waiting is not this rank's own work
-    medians = [(name, middle([s.phases.get(name, 0.0) for s in stats.values()])) for name in names]
-    out = {}
-    for rank, s in stats.items():
-        phases = s.phases
-        total, culprit, worst = 0.0, None, 0.0
-        for name, median in medians:
-            d = phases.get(name, 0.0) - median
-            if d > 0:
-                total += d
-                if d > worst:
-                    culprit, worst = name, d
-        out[rank] = (total, culprit)
-    return out
+def _excess(phases: np.ndarray, members: np.ndarray, own: np.ndarray, excess: np.ndarray, culprit: np.ndarray, low: bool) -> None:
+    """Per member: seconds spent beyond the members' median (the lower middle with ``low``), summed over
+    its own phases, and the worst phase. A class of one is compared with nobody."""
+    if len(members) < 2:
+        return
+    mine = phases[members][:, own]
+    if low:
+        middle = np.sort(mine, axis=0)[(len(members) - 1) // 2]
+    else:
+        middle = np.median(mine, axis=0)
+    beyond = np.clip(mine - middle, 0.0, None)
+    total = beyond.sum(axis=1)
+    worst = np.argmax(beyond, axis=1)
+    excess[members] = total
+    culprit[members] = np.where(total > 0, np.flatnonzero(own)[worst], -1)
 
 
-def _mad(values: list[float]) -> float:
-    if not values:
+def _mad(values: np.ndarray) -> float:
+    if not len(values):
         return 0.0
-    med = statistics.median(values)
-    return statistics.median(abs(v - med) for v in values)
+    med = np.median(values)
+    return float(np.median(np.abs(values - med)))
 
 
 def slow_hosts(rows: list[RankRow]) -> list[str]:
@@ -178,17 +185,22 @@ IMBALANCE_RATIO = 1.2
 
 def stages(live: dict[int, RankStats], stage_of) -> list[Stage]:
     """Per pipeline stage (``stage_of(rank)``, None: no stage), its own work and its wait per step."""
-    by_stage: dict[int, list[RankStats]] = {}
-    for rank, s in live.items():
-        stage = stage_of(rank)
-        if stage is not None:
-            by_stage.setdefault(stage, []).append(s)
+    at = [(stage, s) for rank, s in live.items() if (stage := stage_of(rank)) is not None]
+    waits = np.array([s.comm_s or 0.0 for _, s in at])
+    work = np.array([s.step_s for _, s in at]) - waits
+    return stage_columns(np.array([stage for stage, _ in at], np.int64), work, waits)
+
+
+def stage_columns(stage: np.ndarray, work: np.ndarray, wait: np.ndarray) -> list[Stage]:
+    """The same over columns: each rank's stage, own work and wait per step. A slow rank's own excess is not
+    its stage's: the lower middle of the work, the upper middle of the waits."""
     out = []
-    for stage in sorted(by_stage):
-        members = by_stage[stage]
-        waits = [s.comm_s or 0.0 for s in members]
-        work = [s.step_s - w for s, w in zip(members, waits)]
-        out.append(Stage(stage, len(members), statistics.median_low(work), statistics.median_high(waits)))  # a slow rank's own excess is not the stage's
+    for number in np.unique(stage).tolist():
+        mine = stage == number
+        count = int(mine.sum())
+        low = np.sort(work[mine])[(count - 1) // 2]
+        high = np.sort(wait[mine])[count // 2]
+        out.append(Stage(number, count, float(low), float(high)))
     return out if len(out) > 1 else []
 
 

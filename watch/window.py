@@ -11,6 +11,7 @@ import collections
 from dataclasses import dataclass, field
 from typing import Any
 
+from ranktop.watch.columns import StepColumns
 from ranktop.watch.step_window import StepWindow
 
 #: Raw collective calls per rank kept (the probes' samples) for the latency percentiles and the alpha-beta fit.
@@ -44,13 +45,16 @@ class RankWindow:
     progress_at: float = 0.0  # ... and when that state's last finished step last changed (watch/stalls.py)
     capture_summary: tuple[str, dict] | None = None  # (capture id, summary): kept after the rank stops sending it
     endpoint: str | None = None  # the relay it was last heard through: a lost relay is shown with its ranks
-    stats_cache: tuple | None = None  # (phase names, own.stats_version, RankStats): watch/stragglers.py
-    row_cache: tuple | None = None  # (state, meta, capture summary, what a row reads of them): watch/aggregator.py
+    row_cache: tuple | None = None  # (state, meta, capture summary, what a row reads of them): watch/rank_rows.py
     raw_at: float = float("-inf")  # viewer clock of its last own steps or heartbeat (not through a node digest)
-    own: StepWindow = field(init=False)  # its last steps: number, start, wall and own time per phase, medians cached
+    columns: StepColumns | None = None  # the job's step columns its steps go in (None: columns of its own)
+    own: StepWindow | None = None  # its last steps: number, start, wall and own time per phase (given: emptied, reused)
 
     def __post_init__(self) -> None:
-        self.own = StepWindow(self.window)
+        if self.own is None:
+            self.own = StepWindow(self.window, self.columns)
+        else:
+            self.own.clear()
 
     @property
     def steps(self) -> list[tuple[int, float, float]]:

@@ -1,0 +1,195 @@
+"""Every rank's last steps in job-wide columns: a row per rank, a slot per step, numpy arrays.
+
+The straggler scoring needs, for every rank, the median over its window of
+each phase's *own* time (its waits in collectives taken out), of its step time
+and its step rate. Kept per rank as Python objects, that is thousands of small
+sorts and dictionaries per refresh at 4,096 ranks. Kept here as one array per
+figure (``own[row, phase, slot]``), a refresh works the medians of every rank
+with new steps out in a few vectorised sorts, and 4,096 ranks x 64 steps x 8
+phases is 17 MB of machine floats rather than a heap of float objects.
+
+Ingest writes a step's figures into its rank's row through memoryviews (tens of
+nanoseconds a figure, as cheap as the ``array('d')`` rings they replace); the
+receiver thread calls the writers and a snapshot :meth:`StepColumns.refresh`,
+both under the aggregator's lock. Each row is a ring: slot ``i`` of every
+column is the same step; a median needs no order, so it sorts a ring as it lies.
+Phases are columns shared by the job (a rank that never names one spent
+nothing in it), in the order first seen.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ranktop.wire.names import COMM_PHASE, OTHER_PHASE, STANDARD_PHASES
+
+
+class StepColumns:
+    """The last ``window`` steps of every rank: number, start, wall time and own time per phase."""
+
+    def __init__(self, window: int, rows: int = 8, phases: int = 4):
+        self.window = window
+        self.phases: list[str] = []  # the column order of ``own``
+        self._index: dict[str, int] = {}
+        self.names: set[str] = set()  # phases the ranks' records named (not "other" and "comm": worked out)
+        self.rows = 0  # rows handed out
+        self._allocate(max(1, rows), max(1, phases))
+
+    # -- storage ---------------------------------------------------------------------------
+
+    def _allocate(self, rows: int, phases: int) -> None:
+        """(Re)allocate for ``rows`` x ``phases``, keeping what is there (rare: the job grows, a phase is new)."""
+        w = self.window
+        old = getattr(self, "num", None)
+        fresh = {
+            "num": np.zeros((rows, w), np.int64),  # step numbers
+            "start": np.zeros((rows, w)),  # unix s, the rank's clock
+            "wall": np.zeros((rows, w)),  # s
+            "own": np.zeros((rows, phases, w)),  # own time per phase, s
+            "head": np.zeros(rows, np.int64),  # the slot the next step goes in
+            "count": np.zeros(rows, np.int64),  # slots in use
+            "waited": np.zeros(rows, np.bool_),  # some step had collective waits: its "comm" is known
+            "changed": np.zeros(rows, np.int64),  # bumped on every write: the medians are stale when it moved
+            "stats_at": np.full(rows, -1, np.int64),  # ``changed`` when the medians were worked out (-1: never)
+            "median_wall": np.full(rows, np.nan),
+            "median_own": np.zeros((rows, phases)),
+            "rate": np.full(rows, np.nan),  # steps per second over the window
+        }
+        if old is not None:
+            n, p = self.num.shape[0], self.own.shape[1]
+            for name, array in fresh.items():
+                current = getattr(self, name)
+                if array.ndim == 3:
+                    array[:n, :p] = current
+                elif name == "median_own":
+                    array[:n, :p] = current
+                else:
+                    array[:n] = current
+        for name, array in fresh.items():
+            setattr(self, name, array)
+        # Writers go through memoryviews: an item store is about half a numpy scalar store's cost.
+        self._num, self._start, self._wall, self._own = (memoryview(a) for a in (self.num, self.start, self.wall, self.own))
+        self._head, self._count, self._changed, self._waited = (memoryview(a) for a in (self.head, self.count, self.changed, self.waited))
+
+    def new_row(self) -> int:
+        if self.rows == self.num.shape[0]:
+            self._allocate(self.rows * 2, self.own.shape[1])
+        self.rows += 1
+        return self.rows - 1
+
+    def clear(self, row: int) -> None:
+        """A row starts afresh (its rank restarted as a new process)."""
+        self.head[row] = self.count[row] = 0
+        self.waited[row] = False
+        self.own[row] = 0.0
+        self.changed[row] += 1
+        self.stats_at[row] = -1
+
+    def column(self, name: str) -> int:
+        """The index of a phase's column, made on first sight (earlier steps spent nothing in it)."""
+        index = self._index.get(name)
+        if index is None:
+            if len(self.phases) == self.own.shape[1]:
+                self._allocate(self.num.shape[0], len(self.phases) * 2)
+            index = self._index[name] = len(self.phases)
+            self.phases.append(name)
+            if name != OTHER_PHASE and name != COMM_PHASE:
+                self.names.add(name)
+        return index
+
+    # -- writes (the receiver thread, under the aggregator's lock) ---------------------------
+
+    def add(self, row: int, n: int, t: float, wall: float, own: dict[str, float]) -> int:
+        """One step (or a node digest's interval) with its own times worked out; its slot."""
+        i = self._head[row]
+        self._num[row, i] = n
+        self._start[row, i] = t
+        self._wall[row, i] = wall
+        self._head[row] = (i + 1) % self.window
+        if self._count[row] < self.window:
+            self._count[row] += 1
+        self.put(row, i, own)
+        return i
+
+    def put(self, row: int, i: int, own: dict[str, float]) -> None:
+        """Slot ``i``'s own times (again, when its waits came after it). The usual record names every column
+        already known: a store per phase; otherwise the slot is cleared first (an old step's figures are
+        not this one's)."""
+        index, mv = self._index, self._own
+        if len(own) != len(index) or not own.keys() <= index.keys():
+            for name in own:
+                if name not in index:
+                    self.column(name)
+                    index, mv = self._index, self._own
+            self.own[row, :, i] = 0.0
+        if not self._waited[row] and COMM_PHASE in own:
+            self._waited[row] = True
+        for name, value in own.items():
+            mv[row, index[name], i] = value
+        self._changed[row] += 1
+
+    def slot_of(self, row: int, n: int) -> int | None:
+        """The slot holding step ``n`` in a row, newest first; None when it is not in the window."""
+        w, head = self.window, self._head[row]
+        for k in range(1, self._count[row] + 1):
+            i = (head - k) % w
+            if self._num[row, i] == n:
+                return i
+        return None
+
+    # -- reads -------------------------------------------------------------------------------
+
+    def oldest(self, row: int) -> int:
+        return (self._head[row] - self._count[row]) % self.window
+
+    def newest(self, row: int) -> int:
+        return (self._head[row] - 1) % self.window
+
+    def steps(self, row: int) -> list[tuple[int, float, float]]:
+        """(number, start, wall) of a row's steps, oldest first."""
+        first, w = self.oldest(row), self.window
+        return [(self._num[row, (first + k) % w], self._start[row, (first + k) % w], self._wall[row, (first + k) % w])
+                for k in range(self._count[row])]  # fmt: skip
+
+    def refresh(self, rows: np.ndarray | None = None, min_steps: int = 1) -> np.ndarray:
+        """Work out again the medians and rate of every row (of ``rows``) with new steps since and at least
+        ``min_steps`` steps; the rows refreshed. A full window's rows go in one sort per column; a filling
+        window's (the job's first seconds) by how many steps they have."""
+        n = self.rows
+        candidates = np.arange(n) if rows is None else np.asarray(rows, np.int64)
+        stale = candidates[(self.changed[candidates] != self.stats_at[candidates]) & (self.count[candidates] >= min_steps)]
+        if not len(stale):
+            return stale
+        counts = self.count[stale]
+        p = len(self.phases)
+        for used in np.unique(counts):
+            which = stale[counts == used]
+            walls = np.sort(self.wall[which, :used], axis=1)
+            owns = np.sort(self.own[which, :p, :used], axis=2)
+            mid = used // 2
+            if used % 2:
+                self.median_wall[which] = walls[:, mid]
+                self.median_own[which, :p] = owns[:, :, mid]
+            else:
+                self.median_wall[which] = (walls[:, mid - 1] + walls[:, mid]) / 2
+                self.median_own[which, :p] = (owns[:, :, mid - 1] + owns[:, :, mid]) / 2
+        first = (self.head[stale] - counts) % self.window
+        last = (self.head[stale] - 1) % self.window
+        span = self.start[stale, last] - self.start[stale, first]
+        steps = (self.num[stale, last] - self.num[stale, first]).astype(np.float64)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            self.rate[stale] = np.where(span > 0, steps / np.where(span > 0, span, 1.0), np.nan)
+        self.stats_at[stale] = self.changed[stale]
+        return stale
+
+    def phase_names(self) -> list[str]:
+        """Column order for the screens: standard phases seen, user phases, then "comm" (when some rank
+        waited in collectives) and "other"."""
+        seen = self.names
+        standard = [p for p in STANDARD_PHASES if p in seen]
+        custom = sorted(seen - set(STANDARD_PHASES) - {OTHER_PHASE, COMM_PHASE})
+        return standard + custom + ([COMM_PHASE] if COMM_PHASE in self._index else []) + [OTHER_PHASE]
+
+    def columns_of(self, names: list[str]) -> list[int | None]:
+        """Each name's column index (None: never seen, its figure is 0)."""
+        return [self._index.get(name) for name in names]

@@ -1,0 +1,221 @@
+"""A snapshot's ranks: columns for every rank, a :class:`RankRow` built only when someone reads it.
+
+At 4,096 ranks a snapshot taken twice a second cannot afford 4,096 row objects
+of 30 fields each, when a screen shows forty of them. So a snapshot keeps its
+ranks as a :class:`RankTable` (one numpy array per figure, in rank order, and
+for each rank the immutable messages its row is read from), and
+:class:`RankRows` builds a row on first access and keeps it. What reads every
+rank (counts by status, the history's per-rank series, the rank map) reads
+the columns; what reads a few (the straggler table, the verdict's culprits, a
+drill screen) reads rows. Iterating builds them all: ``--json`` and the
+report do, once.
+
+A snapshot built from rows (tests, a recording's replay of old snapshots)
+gets its table from them, so column readers work on either.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Callable, Iterator
+
+import numpy as np
+
+from ranktop.wire import capture as wire_capture
+
+from ranktop.watch.rank_row import CaptureStatus, RankRow, build_rank_row
+from ranktop.watch.statuses import STATUSES
+
+STATUS_CODE = {name: code for code, name in enumerate(STATUSES)}
+
+
+@dataclass(frozen=True, eq=False)
+class RankTable:
+    """Every rank of one snapshot as columns, in rank order. A missing figure is NaN (None in a row)."""
+
+    names: list[str]  # the phases of ``phases``' columns
+    rank: np.ndarray  # int64, ascending
+    status: np.ndarray  # int8: an index into statuses.STATUSES
+    host: list[str]
+    step: np.ndarray  # int64: the last step received (-1: none)
+    steps_seen: np.ndarray  # int64
+    missed: np.ndarray  # int64
+    step_s: np.ndarray  # median step time over its window (NaN: not scored yet)
+    phases: np.ndarray  # (ranks, names): median own time per phase
+    score: np.ndarray
+    excess_s: np.ndarray
+    culprit: np.ndarray  # int64: an index into names, -1: none
+    last_seen_s: np.ndarray
+    collective_s: np.ndarray  # NaN: no collective seen
+    last_step_end: np.ndarray  # NaN: no step yet
+    stalled: dict  # rank -> stalls.Position of the stalled ranks
+    captures: dict[str, list[int]]  # captures not yet done or failed: id -> the ranks still at them
+    rest: Callable[[int], dict[str, Any]] | None = None  # the fields of row i read from its messages (None: from rows)
+
+    def __len__(self) -> int:
+        return len(self.rank)
+
+    def index(self, rank: int) -> int | None:
+        i = int(np.searchsorted(self.rank, rank))
+        return i if i < len(self.rank) and self.rank[i] == rank else None
+
+    def statuses(self, *wanted: str) -> np.ndarray:
+        """A mask of the ranks with one of these statuses."""
+        return np.isin(self.status, [STATUS_CODE[s] for s in wanted])
+
+    @classmethod
+    def of_rows(cls, rows: list[RankRow], names: list[str]) -> RankTable:
+        rows = sorted(rows, key=lambda r: r.rank)
+        names = list(names) or sorted({name for r in rows for name in r.phases})
+
+        def column(get, dtype=np.float64) -> np.ndarray:
+            return np.array([_nan(get(r)) for r in rows], dtype).reshape(len(rows))
+
+        return cls(
+            names=names,
+            rank=np.array([r.rank for r in rows], np.int64),
+            status=np.array([STATUS_CODE[r.status] for r in rows], np.int8),
+            host=[r.host for r in rows],
+            step=np.array([r.step for r in rows], np.int64),
+            steps_seen=np.array([r.steps_seen for r in rows], np.int64),
+            missed=np.array([r.missed for r in rows], np.int64),
+            step_s=column(lambda r: r.step_s),
+            phases=np.array([[r.phases.get(name, 0.0) for name in names] for r in rows]).reshape(len(rows), len(names)),
+            score=column(lambda r: r.score),
+            excess_s=column(lambda r: r.excess_s),
+            culprit=np.array([names.index(r.culprit_phase) if r.culprit_phase in names else -1 for r in rows], np.int64),
+            last_seen_s=column(lambda r: r.last_seen_s),
+            collective_s=column(lambda r: r.collective_s),
+            last_step_end=column(lambda r: r.last_step_end),
+            stalled={},
+            captures=_running(rows),
+        )
+
+
+class RankRows(Sequence):
+    """The rows of a snapshot's ranks, in rank order, each built from the table on first access."""
+
+    __slots__ = ("table", "_rows")
+
+    def __init__(self, table: RankTable, rows: list[RankRow] | None = None):
+        self.table = table
+        self._rows: list[RankRow | None] = list(rows) if rows is not None else [None] * len(table)
+
+    @classmethod
+    def of(cls, rows: Sequence[RankRow], names: list[str] = ()) -> RankRows:
+        if isinstance(rows, RankRows):
+            return rows
+        ordered = sorted(rows, key=lambda r: r.rank)
+        return cls(RankTable.of_rows(ordered, list(names)), ordered)
+
+    def __len__(self) -> int:
+        return len(self._rows)
+
+    def __getitem__(self, i):
+        if isinstance(i, slice):
+            return [self[k] for k in range(*i.indices(len(self._rows)))]
+        row = self._rows[i]
+        if row is None:
+            row = self._rows[i] = self._build(i if i >= 0 else i + len(self._rows))
+        return row
+
+    def __iter__(self) -> Iterator[RankRow]:
+        for i in range(len(self._rows)):
+            yield self[i]
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, (RankRows, list, tuple)):
+            return len(self) == len(other) and all(a == b for a, b in zip(self, other))
+        return NotImplemented
+
+    def __repr__(self) -> str:
+        return f"RankRows({len(self)} ranks)"
+
+    def row(self, rank: int) -> RankRow | None:
+        i = self.table.index(rank)
+        return None if i is None else self[i]
+
+    def count(self, status: str) -> int:  # type: ignore[override]  (Sequence.count counts equal rows)
+        """How many ranks have this status."""
+        return int(np.count_nonzero(self.table.status == STATUS_CODE[status]))
+
+    def having(self, *statuses: str) -> list[int]:
+        """The rank numbers with one of these statuses, ascending."""
+        return self.table.rank[self.table.statuses(*statuses)].tolist()
+
+    def _build(self, i: int) -> RankRow:
+        t = self.table
+        excess, culprit, status = float(t.excess_s[i]), int(t.culprit[i]), STATUSES[t.status[i]]
+        stuck = t.stalled.get(int(t.rank[i]))
+        step_s, comm = _none(t.step_s[i]), _none(t.collective_s[i])
+        return build_rank_row(
+            rank=int(t.rank[i]),
+            host=t.host[i],
+            step=int(t.step[i]),
+            steps_seen=int(t.steps_seen[i]),
+            missed=int(t.missed[i]),
+            step_s=step_s,
+            phases={name: float(v) for name, v in zip(t.names, t.phases[i])} if step_s is not None else {},
+            score=float(t.score[i]),
+            excess_s=excess,
+            culprit_phase=t.names[culprit] if culprit >= 0 and status == "slow" else None,
+            status=status,
+            last_seen_s=float(t.last_seen_s[i]),
+            collective_s=comm,
+            compute_s=step_s - comm if step_s is not None and comm is not None else None,
+            stalled_s=stuck.stuck_s if stuck else None,
+            stalled_phase=stuck.phase if stuck else None,
+            stalled_step=stuck.step if stuck else None,
+            last_step_end=_none(t.last_step_end[i]),
+            **t.rest(i),
+        )
+
+
+def message_fields(state: dict, meta: dict, capture_summary: tuple[str, dict] | None) -> dict[str, Any]:
+    """What a rank's row reads of its hello (``meta``) and its last state."""
+    collective = state.get("collective")
+    return {
+        "local_rank": int(meta.get("local_rank", -1)),
+        "pid": int(meta.get("pid", -1)),
+        "dropped": state.get("dropped") or 0,
+        "collective": collective if isinstance(collective, dict) else None,
+        "capture": capture_status(state, capture_summary),
+        "rejected": dict(state.get("rejected") or {}),  # commands it refused, by reason (forged, replayed, ...)
+        "rate_hz": _float(state.get("rate_hz", meta.get("rate_hz"))),
+    }
+
+
+def capture_status(state: dict, kept: tuple[str, dict] | None) -> CaptureStatus | None:
+    """A rank's latest capture (typed at decode, wire/messages.py: Capture), with the summary it sent once."""
+    cap = state.get("cap")
+    if not cap:
+        return None
+    summary = cap.get("sum")
+    if summary is None and kept is not None and kept[0] == cap["id"]:
+        summary = kept[1]
+    return CaptureStatus(
+        id=cap["id"], kind=cap["kind"], state=cap["st"], start=cap["start"], steps=cap["steps"], folder=cap.get("dir"),
+        at=cap.get("at"), path=cap.get("path"), error=cap.get("err"), summary=summary,
+    )
+
+
+def _running(rows: list[RankRow]) -> dict[str, list[int]]:
+    running: dict[str, list[int]] = {}
+    for r in rows:
+        if r.capture is not None and r.capture.state in wire_capture.RUNNING:
+            running.setdefault(r.capture.id, []).append(r.rank)
+    return running
+
+
+def _float(value: float | None) -> float | None:
+    return None if value is None else float(value)
+
+
+def _none(value: float) -> float | None:
+    return None if np.isnan(value) else float(value)
+
+
+def _nan(value: float | None) -> float:
+    return np.nan if value is None else value
+

@@ -1,0 +1,176 @@
+"""A snapshot from a view of the job: scores, statuses, ranking and the job's figures, over columns.
+
+:func:`build` is a pure function of what the job state gathered under the lock
+(watch/job_state.py :class:`JobView`) and what the aggregator adds (relays,
+replies, errors, collective rows): it reads no window and takes no lock, so
+the receiver goes on while it runs. Everything per rank is a numpy operation;
+a rank's :class:`~ranktop.watch.rank_row.RankRow` is built later, if read
+(watch/rank_rows.py). The job medians it works out ride in the snapshot
+(``median_step_s``), so the verdict and the screens do not work them out again.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from ranktop.watch import stragglers
+from ranktop.watch.job_state import JobView
+from ranktop.watch.rank_rows import STATUS_CODE, RankRows, RankTable, message_fields
+from ranktop.watch.resources import job_throughput, rank_throughput, row_fields
+from ranktop.watch.snapshot import Snapshot
+from ranktop.watch.statuses import OK, SILENT, SLOW, STALLED
+
+
+@dataclass(frozen=True)
+class Extras:
+    """What a snapshot says beyond the ranks, from the aggregator's own books."""
+
+    job: str | None
+    elapsed_s: float
+    behind_s: float
+    endpoints: list = field(default_factory=list)
+    replies: list = field(default_factory=list)
+    requests: list = field(default_factory=list)
+    dropped: int = 0
+    errors: list = field(default_factory=list)
+    collectives: Any = None  # a callable: ranking -> collective rows (they follow the ranking)
+
+
+def build(view: JobView, extras: Extras) -> Snapshot:
+    n = len(view.rank)
+    names = view.names
+    live = view.scored & ~view.silent
+    idx = np.flatnonzero(live)
+    excess = np.zeros(n)
+    culprit = np.full(n, -1, np.int64)
+    class_ids = view.class_ids[idx] if view.class_ids is not None else None
+    found, worst, slow_above, median_step = stragglers.score_columns(view.phases[idx], view.step_s[idx], names, class_ids)
+    excess[idx], culprit[idx] = found, worst
+    score = excess / median_step if median_step else np.zeros(n)
+
+    status = np.full(n, STATUS_CODE[OK], np.int8)
+    if median_step is not None:
+        status[excess > slow_above] = STATUS_CODE[SLOW]
+    stalled = view.stalls.stalled
+    if stalled:
+        status[np.isin(view.rank, list(stalled))] = STATUS_CODE[STALLED]
+    status[view.silent] = STATUS_CODE[SILENT]
+
+    table = RankTable(
+        names=names,
+        rank=view.rank,
+        status=status,
+        host=view.host,
+        step=view.step,
+        steps_seen=view.steps_seen,
+        missed=view.missed,
+        step_s=view.step_s,
+        phases=view.phases,
+        score=score,
+        excess_s=excess,
+        culprit=culprit,
+        last_seen_s=view.now - view.last_seen,
+        collective_s=view.comm_s,
+        last_step_end=view.last_step_end,
+        stalled=stalled,
+        captures=view.captures,
+        rest=_messages(view),
+    )
+    ranking = _ranking(table, view.stalls.waiting_for)
+    rates = view.rate[live]
+    rates = rates[~np.isnan(rates) & (rates != 0)]
+    stage_rows = _stages(view, live) if view.stage_ids is not None else []
+    return Snapshot(
+        job=extras.job,
+        world_size=view.world,
+        elapsed_s=extras.elapsed_s,
+        global_step=int(view.step.max()) if n else -1,
+        steps_per_s=float(np.median(rates)) if len(rates) else None,
+        phase_names=names,
+        ranks=RankRows(table),
+        stragglers=ranking,
+        endpoints=extras.endpoints,
+        behind_s=extras.behind_s or None,
+        state=view.life.state,
+        ended_at=view.life.ended_at,
+        restarts=view.life.restarts,
+        restarted_at=view.life.restarted_at,
+        not_back=list(view.life.not_back),
+        failed_ranks=list(view.life.failed),
+        replies=extras.replies,
+        requests=extras.requests,
+        dropped_messages=extras.dropped,
+        errors=extras.errors,
+        collectives=extras.collectives(ranking) if extras.collectives else [],
+        waiting_for=view.stalls.waiting_for,
+        diagnosis=view.stalls.diagnosis,
+        slow_hosts=_slow_hosts(table),
+        device_time_ranks=view.rank[view.device].tolist(),
+        throughput=_throughput(view),
+        layout_roles=list(view.layout.roles),
+        stages=stage_rows,
+        imbalance=stragglers.imbalance(stage_rows, median_step),
+        median_step_s=median_step,
+    )
+
+
+def _messages(view: JobView):
+    """Row i's fields read from its messages and resources: called only for the rows built."""
+
+    def rest(i: int) -> dict[str, Any]:
+        meta = view.metas[i]
+        rate = view.rate[i]
+        return {
+            **message_fields(view.states[i], meta, view.capture_summaries[i]),
+            **row_fields(view.resources[i], meta, None if np.isnan(rate) else float(rate), view.wall),
+            "coords": view.coords[i],
+        }
+
+    return rest
+
+
+def _ranking(table: RankTable, waited_for: list[int]) -> list[int]:
+    """Rank numbers, most suspicious first: those others wait for, then by status, then by score; ranks with
+    statistics, or silent or stalled."""
+    shown = ~np.isnan(table.step_s) | table.statuses(SILENT, STALLED)
+    which = np.flatnonzero(shown)
+    rank = table.rank[which]
+    not_waited = ~np.isin(rank, list(waited_for)) if waited_for else np.ones(len(which), bool)
+    order = np.lexsort((rank, -table.score[which], table.status[which], not_waited))
+    return rank[order].tolist()
+
+
+def _slow_hosts(table: RankTable) -> list[str]:
+    """Hosts whose every rank with statistics is slow, when the job spans several hosts: the node is the suspect."""
+    counted = ~np.isnan(table.step_s) & (table.status != STATUS_CODE[SILENT])
+    which = np.flatnonzero(counted)
+    if not len(which):
+        return []
+    ids: dict[str, int] = {}
+    host_id = np.fromiter((ids.setdefault(table.host[i], len(ids)) for i in which.tolist()), np.int64, len(which))
+    if len(ids) < 2:
+        return []
+    members = np.bincount(host_id, minlength=len(ids))
+    slow = np.bincount(host_id, weights=(table.status[which] == STATUS_CODE[SLOW]), minlength=len(ids))
+    hosts = list(ids)
+    return sorted(hosts[h] for h in np.flatnonzero(slow == members).tolist())
+
+
+def _stages(view: JobView, live: np.ndarray) -> list[stragglers.Stage]:
+    at = live & (view.stage_ids >= 0)
+    waits = np.nan_to_num(view.comm_s[at])
+    return stragglers.stage_columns(view.stage_ids[at], view.step_s[at] - waits, waits)
+
+
+def _throughput(view: JobView):
+    """The job's work per second: sums over the ranks not silent that say their work per step."""
+    per_rank = []
+    for i, meta in enumerate(view.metas):
+        work = meta.get("work")
+        if work is not None and not view.silent[i]:
+            rate = view.rate[i]
+            per_rank.append(rank_throughput(work, None if np.isnan(rate) else float(rate)))
+    return job_throughput(per_rank)
