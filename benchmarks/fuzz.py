@@ -10,7 +10,7 @@ The target is 0.
 
 The inputs, in shares: real frames (the simulator's, and the probe's own
 messages with every optional part: states with memory, GPU, capture and
-collective, 1.3-style raw collective records, replies) mutated where it hurts
+collective, collective summaries with their sample of raw calls, replies) mutated where it hurts
 (a key dropped, a value replaced by another type, NaN, infinities, huge or
 negative numbers, deep nesting), generated structures with the real keys,
 raw byte mutations, signed commands (mutated, then signed with the job's
@@ -39,7 +39,7 @@ from typing import Any, Callable
 import msgpack
 
 from ranktop.watch.aggregator import Aggregator
-from ranktop.wire import auth, schema
+from ranktop.wire import auth, collective_summary, schema
 from ranktop.transport import rendezvous
 from ranktop.watch.json_doc import document
 
@@ -56,7 +56,7 @@ _INTERESTING: tuple[Any, ...] = (
     "\x00", "é" * 3, "a" * 300, b"", b"\xff\x00", [], [1], [None], ["x"], {}, {"x": 1}, {"": None}, {"n": 1},
 )  # fmt: skip
 _KEYS = (
-    "v", "k", "job", "rank", "ts", "host", "world", "local_rank", "pid", "state", "steps", "coll", "cx", "cs", "id", "cmd",
+    "v", "k", "job", "rank", "ts", "host", "world", "local_rank", "pid", "state", "steps", "cx", "cs", "id", "cmd",
     "ok", "result", "work", "relay", "n", "t", "w", "p", "g", "op", "seq", "b", "dt", "d", "ph", "t0", "ops", "mem", "gpu",
     "cap", "rss", "cuda", "alloc", "resv", "peak", "cap", "dev", "na", "util", "throttle", "last", "step", "in_step",
     "phase", "step_age", "dropped", "rejected", "rate_hz", "median_step_s", "collective", "inside", "st", "start", "dir",
@@ -84,7 +84,7 @@ def corpus() -> list[list[bytes]]:
 def _trimmed(frames: list[bytes]) -> list[bytes]:
     """A real message cut to a few records of each list (the checks are per record: a few find what many would)."""
     msg = msgpack.unpackb(frames[1], raw=False)
-    for key in ("steps", "cs", "cx", "coll", "ranks"):
+    for key in ("steps", "cs", "cx", "ranks"):
         if isinstance(msg.get(key), list):
             msg[key] = msg[key][:3]
     for entry in msg.get("cs") or ():
@@ -119,10 +119,11 @@ def probe_messages() -> list[list[bytes]]:
     call = {"op": "all_reduce", "seq": 1, "b": 1024, "dt": "float32", "g": 4, "d": 0.01, "n": 10, "ph": "backward", "t0": 5.0}
     records = [{"n": n, "t": 1.0e9 + n * 0.2, "w": 0.2, "p": {"forward": 0.05, "backward": 0.1}, "g": {"w": 0.18, "p": {"forward": 0.04}}}
                for n in range(8, 12)]  # fmt: skip
-    coll = [dict(call, seq=i, b=1024 * (i + 1), n=8 + i % 4, t0=5.0 + i * 0.05) for i in range(8)]
+    calls = [dict(call, seq=i, b=1024 * (i + 1), n=8 + i % 4, t0=5.0 + i * 0.05) for i in range(8)]
+    summaries, sample = collective_summary.summarise(calls)  # as the probe's sender folds what it drains
     return [
         s.message(schema.HELLO, hello),
-        s.message(schema.STEPS, {"steps": records, "state": state, "coll": coll}),
+        s.message(schema.STEPS, {"steps": records, "state": state, "cs": summaries, "cx": sample}),
         s.message(schema.STEPS, {"steps": records[:2], "state": dict(state, gpu={"na": "rank uses no GPU"}, cap=None)}),
         s.message(schema.HEARTBEAT, {"state": state}),
         s.message(schema.REPLY, {"id": "abc", "cmd": "stacks", "ok": True, "result": {"threads": [], "digest": "d1"}}),

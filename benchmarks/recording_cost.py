@@ -2,8 +2,9 @@
 
 Frames are the probe's own messages (wire/schema.encode) shaped like the demo's:
 a steps message every 1/4 s per rank carrying that quarter second's step records
-(four phases, one allreduce each) and the rank's state (memory, last collective,
-GPU gauges), and a hello every 2 s. Timestamps and durations are noisy floats, as
+(four phases, one allreduce each, folded as the probe folds them: a summary per
+step and a sample of raw calls once a second) and the rank's state (memory, last
+collective, GPU gauges), and a hello every 2 s. Timestamps and durations are noisy floats, as
 real ones are (they are what limits compression).
 
 Measured, for 64 ranks, with and without a FlightRecorder on the receiver's path:
@@ -30,7 +31,7 @@ from pathlib import Path
 
 from ranktop.watch.aggregator import Aggregator
 from ranktop.watch.recording import FlightRecorder, read
-from ranktop.wire import schema
+from ranktop.wire import collective_summary, schema
 
 RANKS = 64
 MSG_HZ = 4.0
@@ -45,6 +46,7 @@ def job_frames(seconds: float, steps_per_s: float, ranks: int = RANKS, seed: int
     n = [0] * ranks
     carry = [0.0] * ranks
     t0 = 1_795_000_000.0
+    sample_every = max(1, round(msg_hz * collective_summary.SAMPLE_EVERY_S))  # messages between two samples
     for tick in range(int(seconds * msg_hz)):
         t = tick / msg_hz
         for r in range(ranks):
@@ -63,7 +65,9 @@ def job_frames(seconds: float, steps_per_s: float, ranks: int = RANKS, seed: int
                      "mem": {"rss": 350_000_000 + rng.randrange(1 << 20)}, "gpu": {"na": "no NVML binding"}, "cap": None}
             body = {"job": "bench", "rank": r, "ts": t0 + t, "steps": recs, "state": state}
             if colls:
-                body["coll"] = colls
+                body["cs"], sample = collective_summary.summarise(colls)
+                if tick % sample_every == 0:
+                    body["cx"] = sample
             out.append((t, schema.encode(schema.STEPS, body)))
             if tick % max(1, int(2 * msg_hz)) == 0:
                 out.append((t, schema.encode(schema.HELLO, {"job": "bench", "rank": r, "ts": t0 + t, "host": f"node{r // 8:03d}",

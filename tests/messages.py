@@ -5,7 +5,8 @@ the hello come from :class:`ranktop.probe.sender.Sender` (no socket, no
 thread: a Sender that is never started), every message goes through
 ``schema.encode`` and back through ``schema.decode``, so a test can never
 feed the viewer something the wire would not carry. Step records, states and
-collective calls are the test's own figures.
+collective calls are the test's own figures; the calls ride as the probe sends
+them, folded into summaries and a sample (:func:`collectives`).
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from typing import Any
 from ranktop.transport.identity import Identity
 from ranktop.probe.recorder import Recorder
 from ranktop.probe.sender import Sender
-from ranktop.wire import schema
+from ranktop.wire import collective_summary, schema
 
 
 @functools.lru_cache(maxsize=None)
@@ -49,13 +50,20 @@ def hello(rank: int, world: int = 4, host: str = "node0", **who: Any) -> dict[st
     return schema.decode(s.message(schema.HELLO, s.hello()))
 
 
-def steps(rank: int, records: list[dict], *, state: dict | None = None, coll: list[dict] | None = None,
+def collectives(calls: list[dict[str, Any]]) -> dict[str, Any]:
+    """The fields a steps message carries for raw ``calls``: ``cs``, one summary per step and phase, and ``cx``,
+    the sample, folded by the probe's own code (wire/collective_summary.py). A few calls are all sampled."""
+    summaries, sample = collective_summary.summarise(calls)
+    return {"cs": summaries, "cx": sample}
+
+
+def steps(rank: int, records: list[dict], *, state: dict | None = None, calls: list[dict] | None = None,
           world: int = 4, **who: Any) -> dict[str, Any]:
     body: dict[str, Any] = {"steps": records}
     if state is not None:
         body["state"] = state
-    if coll is not None:
-        body["coll"] = coll
+    if calls:
+        body.update(collectives(calls))
     return decoded(schema.STEPS, rank, body, world=world, **who)
 
 

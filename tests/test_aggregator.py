@@ -114,13 +114,13 @@ def test_each_kind_of_malformed_message_is_named_once_however_often_it_comes():
     agg = Aggregator("j", clock=Clock())
     call = {"op": "all_reduce", "seq": 1, "b": 1024, "dt": "float32", "g": 4, "d": 0.01, "n": 1, "t0": 5.0}  # no "ph"
     for _ in range(5):
-        agg.ingest_frames(schema.encode("steps", {"job": "j", "rank": 0, "ts": 1.0, "steps": [], "coll": [call]}))
+        agg.ingest_frames(schema.encode("steps", {"job": "j", "rank": 0, "ts": 1.0, "steps": [], "cx": [call]}))
         agg.ingest_frames(schema.encode("heartbeat", {"job": "j", "rank": 0, "ts": 1.0, "state": {"dropped": "many"}}))
     agg.ingest(hello(0))
     snap = agg.snapshot()
     assert snap.dropped_messages == 10 and [r.rank for r in snap.ranks] == [0]
     assert snap.errors == [
-        "dropped malformed steps messages: Object missing required field `ph` - at `$.coll[]`",
+        "dropped malformed steps messages: Object missing required field `ph` - at `$.cx[]`",
         "dropped malformed heartbeat messages: Expected `int | null`, got `str` - at `$.state.dropped`",
     ]
 

@@ -19,7 +19,7 @@ import msgpack
 import zmq
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from messages import frames, hello
+from messages import collectives, frames, hello
 from support import wait_for
 
 from ranktop.watch import verdict
@@ -50,7 +50,7 @@ SUMMARY = {"n": 10, "ph": "backward", "w": 0.02, "ops": {"all_reduce": [2, 2048,
 REAL = [
     frames(schema.HELLO, 1, dict(hello(1), work={"dtype": "bf16", "batch": 32, "flops": 1.2e12, "peak_tflops": 989.0},
                                  relay={"telemetry": "tcp://node0:5555", "control": "tcp://node0:5556"})),  # fmt: skip
-    frames(schema.STEPS, 1, {"steps": RECORDS, "state": STATE, "coll": [dict(CALL, seq=i, b=1024 << i) for i in range(4)]}),
+    frames(schema.STEPS, 1, {"steps": RECORDS, "state": STATE, **collectives([dict(CALL, seq=i, b=1024 << i) for i in range(4)])}),
     frames(schema.STEPS, 2, {"steps": RECORDS, "state": STATE, "cs": [SUMMARY], "cx": [CALL]}),
     frames(schema.HEARTBEAT, 1, {"state": dict(STATE, gpu={"na": "rank uses no GPU"})}),
     frames(schema.REPLY, 1, {"id": "abc", "cmd": "stacks", "ok": False, "result": {"error": "no\nmore", "threads": []}}),

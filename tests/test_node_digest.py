@@ -31,7 +31,7 @@ def wired(body):
 def test_a_ranks_steps_of_an_interval_become_one_record_of_their_mean_own_times():
     digest = NodeDigest("j", "node0")
     digest.add(schema.STEPS, steps(0, [record(1, 0.10, forward=0.04, backward=0.05), record(2, 0.12, forward=0.06, backward=0.05)],
-                                   coll=[call(1, "backward", 5.0, 0.02), call(2, "backward", 6.0, 0.02)]))  # fmt: skip
+                                   calls=[call(1, "backward", 5.0, 0.02), call(2, "backward", 6.0, 0.02)]))  # fmt: skip
     msg = wired(digest.body(now=0.0, wall=1.0))
     (entry,) = msg["ranks"]
     last, count, start, wall, own = entry["s"]
@@ -50,7 +50,7 @@ def test_a_ranks_gpu_times_are_what_its_digest_sums():
     launched = [record(n, 0.003, forward=0.001, backward=0.001) for n in (1, 2)]
     for rec in launched:
         rec["g"] = {"w": 0.10, "p": {"forward": 0.04, "backward": 0.05}}
-    digest.add(schema.STEPS, steps(0, launched, coll=[call(1, "backward", 5.0, 0.02), call(2, "backward", 6.0, 0.02)]))
+    digest.add(schema.STEPS, steps(0, launched, calls=[call(1, "backward", 5.0, 0.02), call(2, "backward", 6.0, 0.02)]))
     (entry,) = wired(digest.body(now=0.0, wall=1.0))["ranks"]
     _, _, _, wall, own = entry["s"]
     assert wall == pytest.approx(0.10) and own["forward"] == pytest.approx(0.04) and own["backward"] == pytest.approx(0.03)
@@ -63,11 +63,11 @@ def test_a_node_sends_one_ranks_raw_calls_at_a_time_its_ranks_in_turn():
     for i in range(int(SAMPLE_EVERY_S / 0.25)):  # digests at 4 Hz, every rank sampling its calls each time
         now = i * 0.25
         for rank in range(2):
-            digest.add(schema.STEPS, steps(rank, [record(i, 0.1, backward=0.05)], coll=[call(i, "backward", now, 0.02)]))
+            digest.add(schema.STEPS, steps(rank, [record(i, 0.1, backward=0.05)], calls=[call(i, "backward", now, 0.02)]))
         sampled += [(now, e["r"]) for e in wired(digest.body(now, 100.0 + now))["ranks"] if "cx" in e]
     assert sampled == [(0.0, 0)]  # one rank's, once in the period: the viewer decodes every sample of 512 nodes
-    digest.add(schema.STEPS, steps(0, [record(9, 0.1, backward=0.05)], coll=[call(9, "backward", 2.0, 0.02)]))
-    digest.add(schema.STEPS, steps(1, [record(9, 0.1, backward=0.05)], coll=[call(9, "backward", 2.0, 0.02)]))
+    digest.add(schema.STEPS, steps(0, [record(9, 0.1, backward=0.05)], calls=[call(9, "backward", 2.0, 0.02)]))
+    digest.add(schema.STEPS, steps(1, [record(9, 0.1, backward=0.05)], calls=[call(9, "backward", 2.0, 0.02)]))
     assert [e["r"] for e in wired(digest.body(SAMPLE_EVERY_S, 102.0))["ranks"] if "cx" in e] == [1]  # the other's turn
 
 
@@ -84,10 +84,10 @@ def test_nothing_said_means_no_digest_and_a_quiet_rank_is_left_out():
 def test_state_and_collectives_ride_once_a_second_but_a_rank_that_made_no_step_sends_its_state_at_once():
     digest = NodeDigest("j", "node0")
     state = {"step": 3, "last": 2, "in_step": True, "phase": "forward", "step_age": 0.01}
-    digest.add(schema.STEPS, steps(0, [record(2, 0.1, forward=0.05)], state=state, coll=[call(2, "forward", 1.0, 0.01)]))
+    digest.add(schema.STEPS, steps(0, [record(2, 0.1, forward=0.05)], state=state, calls=[call(2, "forward", 1.0, 0.01)]))
     first = digest.body(0.0, 1.0)["ranks"][0]
     assert "state" in first and "ops" in first
-    digest.add(schema.STEPS, steps(0, [record(3, 0.1, forward=0.05)], state=state, coll=[call(3, "forward", 2.0, 0.01)]))
+    digest.add(schema.STEPS, steps(0, [record(3, 0.1, forward=0.05)], state=state, calls=[call(3, "forward", 2.0, 0.01)]))
     second = digest.body(0.25, 1.25)["ranks"][0]
     assert "state" not in second and "ops" not in second and second["s"][0] == 3
     digest.add(schema.HEARTBEAT, {"k": "heartbeat", "job": "j", "rank": 0, "ts": 2.0, "state": dict(state, step_age=0.5)})

@@ -86,17 +86,11 @@ OP_WINDOW = 32
 
 
 def add_collectives(w: RankWindow, msg: dict[str, Any], now: float, window: int) -> None:
-    """A steps message's collectives: the probe's summaries and sample, or raw calls (summarised here the
-    same way, wire/collective_summary.py). Call before adding the message's steps."""
-    if "cs" in msg:
-        summaries, sample = msg["cs"], msg.get("cx", ())
-    elif msg.get("coll"):
-        summaries, sample = collective_summary.summarise(msg["coll"])[0], msg["coll"]
-    else:
-        return
-    for entry in summaries:
+    """A steps message's collectives: the probe's summaries per step and phase, and its sample of raw calls
+    (wire/collective_summary.py). Call before adding the message's steps."""
+    for entry in msg.get("cs", ()):
         add_summary(w, entry, now, window)
-    for call in sample:
+    for call in msg.get("cx", ()):
         w.calls.append((now, call))
 
 

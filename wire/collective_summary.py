@@ -3,7 +3,7 @@
 An FSDP job makes tens to hundreds of collective calls per step; at thousands
 of ranks one record per call is hundreds of thousands of records a second into
 one viewer. So the probe's sender thread folds the calls it drains into one
-entry per (step, phase) (protocol 1.4, the ``cs`` field of a steps message)::
+entry per (step, phase) (the ``cs`` field of a steps message)::
 
     {"n": step, "ph": phase or None, "w": seconds waited in this phase of this step,
      "ops": {op: [calls, bytes, waited, total, longest, group size, dtype]}}
@@ -17,10 +17,6 @@ longest single wait. A small sample of raw call records (``cx``, at most
 :data:`SAMPLE_EVERY_S`) rides along for what needs single calls: the
 alpha-beta fit and the latency percentiles. The viewer keeps a window of them
 per rank, so a fit sees many sizes over a few seconds.
-
-A message may carry raw ``coll`` records instead (a probe that does not summarise, the
-tests' hand-made jobs): the viewer folds them with the same :func:`summarise`, so both
-feed one code path.
 """
 
 from __future__ import annotations

@@ -243,7 +243,6 @@ class Steps(_Origin):
     steps: List[Step]
     cs: NotRequired[List[CallSummary]]  # one summary per step and phase
     cx: NotRequired[List[Call]]  # a bounded sample of raw calls (for the alpha-beta fit, latency percentiles)
-    coll: NotRequired[List[Call]]  # raw calls instead of summaries (the viewer summarises them itself)
 
 
 class Heartbeat(_Origin):

@@ -3,8 +3,8 @@
 At 4,096 ranks a viewer cannot decode one message per rank every quarter of a
 second, let alone one record per step (about 65,000 rank-steps a second at 16
 steps/s; msgpack alone takes ~7 µs a rank-step in Python). So the node's relay
-folds its ranks' messages of each interval into one ``node`` message (protocol
-1.5) that says, per rank, what the viewer needs and no more:
+folds its ranks' messages of each interval into one ``node`` message that
+says, per rank, what the viewer needs and no more:
 
 - ``s``: its steps of the interval as one record ``[last step, how many, start,
   mean wall time, {phase: mean own time}]``, own times as wire/own_times.py
@@ -158,14 +158,11 @@ class NodeDigest:
                 phases[name] = phases.get(name, 0.0) + sec
             if g:
                 rank.dev = True
-        summaries = msg.get("cs")
-        if summaries is None and msg.get("coll"):  # a probe older than 1.4: fold its calls the same way
-            summaries = _summary.summarise(msg["coll"])[0]
-        for entry in summaries or ():
+        for entry in msg.get("cs", ()):
             rank.waits[entry["ph"]] = rank.waits.get(entry["ph"], 0.0) + entry["w"]
             for op, fields in entry["ops"].items():
                 _merge_op(rank.ops, op, fields)
-        sample = msg.get("cx") or msg.get("coll")
+        sample = msg.get("cx")
         if sample:
             rank.sample = sample[-_summary.SAMPLE_MAX :]
 

@@ -1,7 +1,7 @@
 """The process groups a rank is in, as its hello describes them, and the role each plays in the job.
 
 One definition for both sides. The probe lists the groups it is a member of
-(``hello["groups"]``, protocol 1.5, optional) and keys its collective summaries
+(``hello["groups"]``, optional) and keys its collective summaries
 by op and role (``"all_reduce@tp"``, ``"send@pp"``; ops on the default group keep
 their bare name), so the viewer's collectives pane shows a row per group kind
 and op with no more decoding. The viewer (watch/layout.py) turns the groups of
