@@ -20,11 +20,11 @@ import ranktop
 #: layer -> the packages (and outside libraries) it must never import.
 CONTRACTS = {
     "ranktop.wire": ("ranktop.transport", "ranktop.relay", "ranktop.probe", "ranktop.watch", "ranktop.cli", "ranktop.tui",
-                     "ranktop.demo", "textual", "torch", "zmq"),
+                     "ranktop.demo", "textual", "torch", "zmq", "numpy"),
     "ranktop.transport": ("ranktop.relay", "ranktop.probe", "ranktop.watch", "ranktop.cli", "ranktop.tui", "ranktop.demo",
-                          "textual", "torch"),
-    "ranktop.relay": ("ranktop.probe", "ranktop.watch", "ranktop.cli", "ranktop.tui", "ranktop.demo", "textual", "torch"),
-    "ranktop.probe": ("ranktop.watch", "ranktop.cli", "ranktop.tui", "ranktop.demo", "textual"),
+                          "textual", "torch", "numpy"),
+    "ranktop.relay": ("ranktop.probe", "ranktop.watch", "ranktop.cli", "ranktop.tui", "ranktop.demo", "textual", "torch", "numpy"),
+    "ranktop.probe": ("ranktop.watch", "ranktop.cli", "ranktop.tui", "ranktop.demo", "textual", "numpy"),
     "ranktop.watch": ("ranktop.probe", "ranktop.relay", "ranktop.cli", "ranktop.tui", "ranktop.demo", "textual", "torch", "rich"),
     "ranktop.cli": ("ranktop.demo", "textual", "torch"),
     "ranktop.tui": ("ranktop.probe", "ranktop.cli", "ranktop.demo", "torch"),
@@ -77,7 +77,7 @@ def test_no_layer_imports_a_layer_above_it(package):
 
 def test_the_probe_imports_neither_torch_nor_the_viewer():
     loaded = modules_after("from ranktop import probe; probe.step(); probe.phase('x')")
-    assert "torch" not in loaded and "textual" not in loaded
+    assert "torch" not in loaded and "textual" not in loaded and "numpy" not in loaded  # numpy is the viewer's
     assert not any(m.startswith(("ranktop.tui", "ranktop.watch", "ranktop.cli")) for m in loaded)
 
 

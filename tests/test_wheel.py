@@ -21,7 +21,7 @@ def test_the_wheel_alone_gives_the_engine_and_the_commands_without_textual_or_to
     env_dir = tmp_path / "bare"
     venv.create(env_dir, with_pip=True)
     python = env_dir / "bin" / "python"
-    subprocess.run([python, "-m", "pip", "install", "-q", str(wheel)], check=True)  # pyzmq, msgspec and msgpack come with it
+    subprocess.run([python, "-m", "pip", "install", "-q", str(wheel)], check=True)  # pyzmq, msgspec, msgpack and numpy come with it
 
     code = (
         "import importlib.util, pkgutil, ranktop, ranktop.watch, ranktop.cli.main, ranktop.wire, ranktop.probe;"

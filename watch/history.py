@@ -17,8 +17,12 @@ job made during the episode: seconds of the whole job's time lost.
 from __future__ import annotations
 
 import collections
-import statistics
+import math
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
+from typing import Iterator
+
+import numpy as np
 
 from ranktop.watch.snapshot import SLOW, STALLED, Snapshot
 
@@ -32,6 +36,9 @@ EPISODE_GAP_S = 3.0
 MIN_EPISODE_S = 2.0
 #: Episodes kept (oldest forgotten first).
 MAX_EPISODES = 500
+#: Bytes the samples' per-rank figures may take: past it a sample keeps them only every k-th second
+#: (at 4,096 ranks x 8 phases, every 3rd over the 15 minutes kept); the job-wide figures are in every sample.
+PER_RANK_BUDGET = 64 * 2**20
 
 STRAGGLER = "straggler"
 NODE = "node"  # every rank of a host slow: the node is the suspect
@@ -45,14 +52,77 @@ class Sample:
     step_s: float | None  # the median rank's step time
     max_step_s: float | None
     steps_per_s: float | None
-    rank_step_s: dict[int, float]  # every rank with a step time
-    rank_phases: dict[int, dict[str, float]]  # every rank's own time per phase
-    rank_excess_s: dict[int, float]  # every rank's time per step beyond the median rank (the straggler signal)
+    rank_step_s: Mapping[int, float]  # every rank with a step time (empty in a sample that keeps no per-rank figures)
+    rank_phases: Mapping[int, Mapping[str, float]]  # every rank's own time per phase
+    rank_excess_s: Mapping[int, float]  # every rank's time per step beyond the median rank (the straggler signal)
     slow: tuple[int, ...]
     stalled: tuple[int, ...]
     connected: int
     mfu: float | None = None
     tflops: float | None = None
+
+
+class RankValues(Mapping):
+    """rank -> a figure, kept as two arrays (float32: a sample of 4,096 ranks is 16 KB, not a dict of floats)."""
+
+    __slots__ = ("_ranks", "_values", "_index")
+
+    def __init__(self, ranks: np.ndarray, values: np.ndarray):
+        self._ranks, self._values = ranks, values.astype(np.float32)
+        self._index: dict[int, int] | None = None
+
+    def _position(self, rank: int) -> int | None:
+        i = int(np.searchsorted(self._ranks, rank))
+        return i if i < len(self._ranks) and self._ranks[i] == rank else None
+
+    def __getitem__(self, rank: int) -> float:
+        i = self._position(rank)
+        if i is None:
+            raise KeyError(rank)
+        return float(self._values[i])
+
+    def __contains__(self, rank: object) -> bool:
+        return isinstance(rank, (int, np.integer)) and self._position(int(rank)) is not None
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(self._ranks.tolist())
+
+    def __len__(self) -> int:
+        return len(self._ranks)
+
+    def items(self):
+        return zip(self._ranks.tolist(), self._values.tolist())
+
+
+class RankPhases(Mapping):
+    """rank -> {phase: own seconds}, kept as a float32 matrix."""
+
+    __slots__ = ("_ranks", "_names", "_values")
+
+    def __init__(self, ranks: np.ndarray, names: list[str], values: np.ndarray):
+        self._ranks, self._names, self._values = ranks, list(names), values.astype(np.float32)
+
+    def __getitem__(self, rank: int) -> dict[str, float]:
+        i = int(np.searchsorted(self._ranks, rank))
+        if i >= len(self._ranks) or self._ranks[i] != rank:
+            raise KeyError(rank)
+        return dict(zip(self._names, self._values[i].tolist()))
+
+    def __contains__(self, rank: object) -> bool:
+        if not isinstance(rank, (int, np.integer)):
+            return False
+        i = int(np.searchsorted(self._ranks, rank))
+        return i < len(self._ranks) and self._ranks[i] == rank
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(self._ranks.tolist())
+
+    def __len__(self) -> int:
+        return len(self._ranks)
+
+
+_NONE = RankValues(np.zeros(0, np.int64), np.zeros(0))
+_NO_PHASES = RankPhases(np.zeros(0, np.int64), [], np.zeros((0, 0)))
 
 
 @dataclass
@@ -92,28 +162,37 @@ class History:
         self._every = every_s
         self._last_t: float | None = None
         self._last_step: int | None = None
+        self._samples_kept = samples or DEFAULT_SAMPLES
+        self._taken = 0  # samples taken: every k-th keeps its per-rank figures (PER_RANK_BUDGET)
 
     def note(self, snap: Snapshot, now: float) -> None:
-        """Keep ``snap`` if a sample is due (the UI may take snapshots faster than once a second)."""
+        """Keep ``snap`` if a sample is due (the UI may take snapshots faster than once a second). Reads the
+        snapshot's columns (watch/rank_rows.py): no rank's row is built but those of the slow and stalled."""
         if self._last_t is not None and now - self._last_t < self._every:
             return
         if not snap.ranks:
             return
         self._last_t = now
-        live = [r for r in snap.ranks if r.step_s is not None]
-        steps = [r.step_s for r in live]
+        table = snap.ranks.table
+        scored = ~np.isnan(table.step_s)
+        steps = table.step_s[scored]
+        ranks = table.rank[scored].astype(np.int32)  # one array for the sample's three maps
+        per_rank_bytes = 4 * len(ranks) * (3 + len(table.names)) * self._samples_kept
+        every = max(1, math.ceil(per_rank_bytes / PER_RANK_BUDGET))
+        keep = self._taken % every == 0
+        self._taken += 1
         job_tp = snap.throughput
         sample = Sample(
             t=now,
             global_step=snap.global_step,
-            step_s=statistics.median(steps) if steps else None,
-            max_step_s=max(steps) if steps else None,
+            step_s=float(np.median(steps)) if len(steps) else None,
+            max_step_s=float(steps.max()) if len(steps) else None,
             steps_per_s=snap.steps_per_s,
-            rank_step_s={r.rank: r.step_s for r in live},
-            rank_phases={r.rank: dict(r.phases) for r in live},
-            rank_excess_s={r.rank: r.excess_s for r in live},
-            slow=tuple(r.rank for r in snap.ranks if r.status == SLOW),
-            stalled=tuple(r.rank for r in snap.ranks if r.status == STALLED),
+            rank_step_s=RankValues(ranks, steps) if keep else _NONE,
+            rank_phases=RankPhases(ranks, table.names, table.phases[scored]) if keep else _NO_PHASES,
+            rank_excess_s=RankValues(ranks, table.excess_s[scored]) if keep else _NONE,
+            slow=tuple(snap.ranks.having(SLOW)),
+            stalled=tuple(snap.ranks.having(STALLED)),
             connected=snap.connected,
             mfu=job_tp.mfu if job_tp else None,
             tflops=job_tp.tflops if job_tp else None,
@@ -128,7 +207,8 @@ class History:
     def _track(self, snap: Snapshot, now: float, made: int) -> None:
         seen: set[tuple[str, str]] = set()
         slow_hosts = set(snap.slow_hosts)
-        for row in snap.ranks:
+        flagged = [snap.ranks[i] for i in np.flatnonzero(snap.ranks.table.statuses(SLOW, STALLED)).tolist()]
+        for row in flagged:
             if row.status == SLOW and row.host not in slow_hosts:
                 key = (STRAGGLER, f"rank {row.rank}")
                 ep = self._extend(key, now, lambda: Episode(STRAGGLER, key[1], row.rank, row.host, row.culprit_phase, now, now))
@@ -149,7 +229,7 @@ class History:
                 ep.cost_s = ep.duration_s
                 seen.add(key)
         for host in slow_hosts:
-            rows = [r for r in snap.ranks if r.host == host and r.status == SLOW]
+            rows = [r for r in flagged if r.host == host and r.status == SLOW]
             key = (NODE, f"node {host}")
             phases = collections.Counter(r.culprit_phase for r in rows if r.culprit_phase)
             ep = self._extend(key, now, lambda: Episode(NODE, key[1], None, host, None, now, now))

@@ -11,6 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
 from ranktop.watch.rank_row import (  # noqa: F401  (read as snapshot.RankRow, ... everywhere)
     CaptureStatus,
     GpuStat,
@@ -181,6 +183,15 @@ class Snapshot:
     def row(self, rank: int) -> RankRow | None:
         """The row of one rank (a job may not have reported every rank)."""
         return self.ranks.row(rank)
+
+    def median_step(self) -> float | None:
+        """The median step of the ranks scored: as the scoring worked it out, or (a snapshot made of rows)
+        from the rows' step times."""
+        if self.median_step_s is not None:
+            return self.median_step_s
+        steps = self.ranks.table.step_s
+        steps = steps[~np.isnan(steps)]
+        return float(np.median(steps)) if len(steps) else None
 
     def where(self, row: RankRow) -> str:
         """A rank's coordinates as text, "pp 1, dp 1" ("" when the layout is not known)."""

@@ -31,9 +31,10 @@ worst flagged rank's, not a sum.
 from __future__ import annotations
 
 import collections
-import statistics
 import time
 from dataclasses import dataclass
+
+import numpy as np
 
 from ranktop.watch.snapshot import RankRow, Snapshot
 from ranktop.watch.statuses import SILENT, SLOW, STALLED
@@ -73,34 +74,35 @@ class Verdict:
 
 
 def verdict(snapshot: Snapshot) -> Verdict:
-    """The verdict on a snapshot (see the module docstring for the order of the checks)."""
+    """The verdict on a snapshot (see the module docstring for the order of the checks). It reads the
+    snapshot's columns and builds the rows of the ranks it names only (watch/rank_rows.py)."""
     rows = snapshot.ranks
+    table = rows.table
     if not rows:
         job = f" of job {snapshot.job}" if snapshot.job else ""
         return Verdict(WAITING, IDLE, f"waiting for the ranks{job} to report", [])
     if snapshot.state == ENDED_JOB and snapshot.ended_at is not None:
         at = time.strftime("%H:%M:%S", time.localtime(snapshot.ended_at))
         return Verdict(ENDED_JOB, IDLE, f"job ended at {at}: every rank exited cleanly, after step {snapshot.global_step}", [])
-    by_rank = {r.rank: r for r in rows}
-    stalled = [r for r in rows if r.status == STALLED]
+    stalled = _with_status(snapshot, STALLED)
     if stalled:
-        return _stalled(snapshot, stalled, by_rank)
-    silent = [r for r in rows if r.status == SILENT]
+        return _stalled(snapshot, stalled)
+    silent = _with_status(snapshot, SILENT)
     if silent:
-        return _silent(rows, silent)
-    slow = _slow_in_order(snapshot, by_rank)
+        return _silent(snapshot, silent)
+    slow = _slow_in_order(snapshot)
     if slow and snapshot.slow_hosts:
         return _slow_node(snapshot, slow)
     if slow:
         return _slow_rank(slow, snapshot)
     if snapshot.imbalance:
         return Verdict(IMBALANCED, WARN, snapshot.imbalance, [])
-    scored = [r for r in rows if r.step_s is not None]
-    if not scored:
-        seen = max((r.steps_seen for r in rows), default=0)
+    scored = np.flatnonzero(~np.isnan(table.step_s))
+    if not len(scored):
+        seen = int(table.steps_seen.max()) if len(table) else 0
         return Verdict(WARMING_UP, IDLE, f"warming up: {_count(len(rows), 'rank')} reporting, {seen} steps seen so far", [])
-    median = statistics.median(r.step_s for r in scored)
-    worst = max(scored, key=lambda r: r.excess_s)
+    median = snapshot.median_step()
+    worst = rows[int(scored[np.argmax(table.excess_s[scored])])]
     text = f"healthy: no straggler among {_count(len(rows), 'rank')}, median step {_ms(median)} ms"
     if worst.excess_s * 1000 >= 0.05:
         text += f", worst rank {worst.rank} +{_ms(worst.excess_s)} ms"
@@ -110,11 +112,17 @@ def verdict(snapshot: Snapshot) -> Verdict:
     return Verdict(HEALTHY, WARN if missing else GOOD, text, [])
 
 
-def _slow_in_order(snapshot: Snapshot, by_rank: dict[int, RankRow]) -> list[RankRow]:
+def _with_status(snapshot: Snapshot, status: str) -> list[RankRow]:
+    rows = snapshot.ranks
+    return [rows[i] for i in np.flatnonzero(rows.table.statuses(status)).tolist()]
+
+
+def _slow_in_order(snapshot: Snapshot) -> list[RankRow]:
     """Slow ranks, most suspicious first: the aggregator's order, then any it did not list, by score."""
-    listed = [by_rank[n] for n in dict.fromkeys(snapshot.stragglers) if n in by_rank and by_rank[n].status == SLOW]
+    slow = {r.rank: r for r in _with_status(snapshot, SLOW)}
+    listed = [slow[n] for n in dict.fromkeys(snapshot.stragglers) if n in slow]
     named = {r.rank for r in listed}
-    rest = sorted((r for r in snapshot.ranks if r.status == SLOW and r.rank not in named), key=lambda r: (-r.score, r.rank))
+    rest = sorted((r for r in slow.values() if r.rank not in named), key=lambda r: (-r.score, r.rank))
     return listed + rest
 
 
@@ -138,7 +146,8 @@ def _slow_node(snapshot: Snapshot, slow: list[RankRow]) -> Verdict:
     on_nodes = [r for r in slow if r.host in hosts]
     worst = on_nodes[0] if on_nodes else slow[0]
     host = worst.host
-    members = sorted(r.rank for r in snapshot.ranks if r.host == host)
+    table = snapshot.ranks.table
+    members = sorted(int(table.rank[i]) for i, h in enumerate(table.host) if h == host)
     phases = collections.Counter(r.culprit_phase for r in on_nodes if r.host == host and r.culprit_phase)
     phase = phases.most_common(1)[0][0] if phases else None
     where = f" in {phase}" if phase else ""
@@ -150,13 +159,13 @@ def _slow_node(snapshot: Snapshot, slow: list[RankRow]) -> Verdict:
                    others=len(hosts) - 1)  # fmt: skip
 
 
-def _stalled(snapshot: Snapshot, stalled: list[RankRow], by_rank: dict[int, RankRow]) -> Verdict:
+def _stalled(snapshot: Snapshot, stalled: list[RankRow]) -> Verdict:
     longest = max(r.stalled_s or 0.0 for r in stalled)
     steps = {r.stalled_step for r in stalled if r.stalled_step is not None}
     at = f" at step {steps.pop()}" if len(steps) == 1 else ""
     head = f"job stalled{at} for {_ago(longest)}"
-    culprits = [by_rank[n] for n in snapshot.waiting_for if n in by_rank]
-    unheard = [n for n in snapshot.waiting_for if n not in by_rank]
+    culprits = [row for n in snapshot.waiting_for if (row := snapshot.row(n)) is not None]
+    unheard = [n for n in snapshot.waiting_for if snapshot.row(n) is None]
     if unheard and not culprits:
         text = f"{head}: waiting for {ranks_text(unheard[:8])}{' …' if len(unheard) > 8 else ''} (never reported)"
         return Verdict(STALLED_JOB, BAD, text, unheard[:8], others=max(0, len(unheard) - 8))
@@ -180,15 +189,17 @@ def _stalled(snapshot: Snapshot, stalled: list[RankRow], by_rank: dict[int, Rank
                    others=max(0, len(culprits) - 8))  # fmt: skip
 
 
-def _silent(rows: list[RankRow], silent: list[RankRow]) -> Verdict:
-    by_host: dict[str, list[RankRow]] = {}
-    for r in rows:
-        by_host.setdefault(r.host, []).append(r)
-    gone = sorted({r.host for r in silent if all(m.status == SILENT for m in by_host[r.host])})
+def _silent(snapshot: Snapshot, silent: list[RankRow]) -> Verdict:
+    table = snapshot.ranks.table
+    by_host: dict[str, list[int]] = {}
+    for i, host in enumerate(table.host):
+        by_host.setdefault(host, []).append(i)
+    quiet = table.statuses(SILENT)
+    gone = sorted({r.host for r in silent if quiet[by_host[r.host]].all()})
     longest = max(r.last_seen_s for r in silent)
     if gone and len(by_host) > 1:
         host = gone[0]
-        members = sorted(r.rank for r in by_host[host])
+        members = sorted(int(table.rank[i]) for i in by_host[host])
         more = f" (+{len(gone) - 1} more silent nodes)" if len(gone) > 1 else ""
         text = f"node {host} silent for {_ago(longest)} ({ranks_text(members)}): dead, frozen or cut off{more}"
         return Verdict(SILENT_RANKS, BAD, text, members[:8], host=host, others=len(silent) - min(8, len(members)))
@@ -202,7 +213,7 @@ def _never_reported(snapshot: Snapshot) -> list[int]:
     world = snapshot.world_size
     if world is None or len(snapshot.ranks) >= world:
         return []
-    heard = {r.rank for r in snapshot.ranks}
+    heard = set(snapshot.ranks.table.rank.tolist())
     return [n for n in range(world) if n not in heard]
 
 
