@@ -217,7 +217,8 @@ class Aggregator:
         cached = self._collectives
         if len(windows) >= COLLECTIVES_CACHED_FROM and cached is not None and now - cached[0] < COLLECTIVES_EVERY_S:
             return cached[1]
-        rows = collective_rows(windows, now, ranking[:PER_RANK_ROWS_SHOWN] if len(windows) > PER_RANK_ROWS_UP_TO else None)
+        rows = collective_rows(self.state.collectives, windows, now,
+                               ranking[:PER_RANK_ROWS_SHOWN] if len(windows) > PER_RANK_ROWS_UP_TO else None)
         self._collectives = (now, rows)
         return rows
 

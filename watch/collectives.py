@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import Any, Iterable
 
 from ranktop.watch.snapshot import CollectiveStat
-from ranktop.watch.window import WAITS_KEPT, RankWindow
+from ranktop.watch.window import CALL_WINDOW, WAITS_KEPT, RankWindow
 from ranktop.wire import collective_summary
 
 MIN_DISTINCT_SIZES = 3
@@ -85,26 +85,45 @@ def fit_alpha_beta(sizes: list[float], times: list[float]) -> AlphaBeta | None:
 OP_WINDOW = 32
 
 
-def add_collectives(w: RankWindow, msg: dict[str, Any], now: float, window: int) -> None:
-    """A steps message's collectives: the probe's summaries per step and phase, and its sample of raw calls
-    (wire/collective_summary.py). Call before adding the message's steps."""
+class JobCollectives:
+    """The whole job's collectives, kept as the ranks' summaries come and go (the job state owns one): a
+    snapshot reads a few numbers per op, not O(ranks x ops). Exact: the same sums as adding every
+    rank's up."""
+
+    def __init__(self) -> None:
+        self.sums: dict[str, list] = {}  # op -> [calls, bytes, summed wait] over the ranks' recent windows
+        self.totals: dict[str, list[int]] = {}  # op -> [calls, bytes] since the viewer started
+        self.last: dict[str, tuple[int, str]] = {}  # op -> (group size, dtype) last seen
+
+    def forget(self, w: RankWindow) -> None:
+        """A rank's window is replaced (a restart): its recent summaries leave the job's sums."""
+        for op, (calls, nbytes, busy) in w.op_sums.items():
+            sums = self.sums[op]
+            sums[0] -= calls
+            sums[1] -= nbytes
+            sums[2] -= busy
+
+
+def add_collectives(w: RankWindow, msg: dict[str, Any], now: float, job: JobCollectives) -> None:
+    """A steps message's collectives: the probe's summaries (wire/collective_summary.py) and its sample of raw
+    calls. Call before adding the message's steps."""
     for entry in msg.get("cs", ()):
-        add_summary(w, entry, now, window)
+        add_summary(w, entry, now, job)
     for call in msg.get("cx", ()):
         w.calls.append((now, call))
 
 
-def add_digest_collectives(w: RankWindow, ops: dict[str, list], sample, now: float) -> None:
+def add_digest_collectives(w: RankWindow, ops: dict[str, list], sample, now: float, job: JobCollectives) -> None:
     """A rank's collectives of one interval of its node's digest (wire/node_digest.py): its ops, summed over the
     interval, and its latest sample of raw calls. The waits came in the digest's step record."""
-    _add_ops(w, ops, now)
+    _add_ops(w, ops, now, job)
     for call in sample:
         w.calls.append((now, call))
 
 
-def add_summary(w: RankWindow, entry: dict[str, Any], now: float, window: int) -> None:
+def add_summary(w: RankWindow, entry: dict[str, Any], now: float, job: JobCollectives) -> None:
     """One step-and-phase summary of a rank's collectives: counted exactly, its wait noted by step and phase."""
-    _add_ops(w, entry["ops"], now)
+    _add_ops(w, entry["ops"], now, job)
     step = entry["n"]
     step_waits = w.waits.get(step)
     if step_waits is None:
@@ -118,95 +137,86 @@ def add_summary(w: RankWindow, entry: dict[str, Any], now: float, window: int) -
         w.own.rewait(step, step_waits)
 
 
-def _add_ops(w: RankWindow, ops: dict[str, list], now: float) -> None:
+def _add_ops(w: RankWindow, ops: dict[str, list], now: float, job: JobCollectives) -> None:
     S = collective_summary
     for op, fields in ops.items():
+        calls, nbytes, busy = fields[S.CALLS], fields[S.BYTES], fields[S.TOTAL]
         totals = w.call_totals.setdefault(op, [0, 0])
-        totals[0] += fields[S.CALLS]
-        totals[1] += fields[S.BYTES]
+        totals[0] += calls
+        totals[1] += nbytes
+        job_totals = job.totals.get(op)
+        if job_totals is None:
+            job_totals = job.totals[op] = [0, 0]
+            job.sums[op] = [0, 0, 0.0]
+        job_totals[0] += calls
+        job_totals[1] += nbytes
         recent = w.op_window.get(op)
         if recent is None:
             recent = w.op_window[op] = collections.deque(maxlen=OP_WINDOW)
             w.op_sums[op] = [0, 0, 0.0]
         sums = w.op_sums[op]  # the window's sums, kept as entries come and go: a snapshot reads three numbers
+        job_sums = job.sums[op]  # ... and the job's, the sum of them all
         if len(recent) == recent.maxlen:
-            _, calls, nbytes, busy = recent[0]
-            sums[0] -= calls
-            sums[1] -= nbytes
-            sums[2] -= busy
-        recent.append((now, fields[S.CALLS], fields[S.BYTES], fields[S.TOTAL]))
-        sums[0] += fields[S.CALLS]
-        sums[1] += fields[S.BYTES]
-        sums[2] += fields[S.TOTAL]
-        w.op_last[op] = (fields[S.GROUP], fields[S.DTYPE])
+            _, old_calls, old_bytes, old_busy = recent[0]
+            sums[0] -= old_calls
+            sums[1] -= old_bytes
+            sums[2] -= old_busy
+            job_sums[0] -= old_calls
+            job_sums[1] -= old_bytes
+            job_sums[2] -= old_busy
+        recent.append((now, calls, nbytes, busy))
+        sums[0] += calls
+        sums[1] += nbytes
+        sums[2] += busy
+        job_sums[0] += calls
+        job_sums[1] += nbytes
+        job_sums[2] += busy
+        w.op_last[op] = job.last[op] = (fields[S.GROUP], fields[S.DTYPE])
 
 
-#: Beyond this many ranks, per-rank rows are only those of the ranks shown first (watch/stragglers.py ranking).
-PER_RANK_ROWS_UP_TO = 64
-#: Raw calls the job-wide rows' p95 and fit read at most, a few from each rank.
+#: Raw calls the job-wide rows' p95 and fit read at most: every rank's up to 128 ranks, then those of ranks
+#: spread evenly over the job (a rank keeps its last CALL_WINDOW calls).
 JOB_SAMPLE = 2048
+#: Windows whose oldest summary gives the job's rates their span, at most (spread evenly over the job).
+SPAN_SAMPLE = 64
 
 
-def collective_rows(windows: Iterable[RankWindow], now: float, ranks: Iterable[int] | None = None) -> list[CollectiveStat]:
+def collective_rows(
+    job: JobCollectives, windows: list[RankWindow], now: float, ranks: Iterable[int] | None = None
+) -> list[CollectiveStat]:
     """Per op for the whole job (rank -1), then per rank and op (for ``ranks`` only, when given).
 
-    Counts, bytes, rates and mean waits come from the per-step summaries (exact,
-    from sums each window keeps); the p95 and the alpha-beta fit from the samples
-    of raw calls (for the job, a bounded number from each rank). O(ranks x ops).
+    Counts, bytes, rates and mean waits come from the per-step summaries (exact: the job's sums and each
+    window's); the p95 and the alpha-beta fit from the samples of raw calls (for the job, those of at most
+    :data:`JOB_SAMPLE` calls). O(ops) for the job, O(ops) per rank shown.
     """
-    windows = list(windows)
     wanted = set(w.rank for w in windows) if ranks is None else set(ranks)
-    per_rank_sample = max(1, JOB_SAMPLE // max(1, len(windows)))
+    shown = [w for w in windows if w.rank in wanted] if ranks is not None else windows
     sums: dict[tuple[int, str], list] = {}  # key -> [calls, bytes, busy, first arrival]
     samples: dict[tuple[int, str], list] = {}
     totals: dict[tuple[int, str], list[int]] = {}
     last: dict[tuple[int, str], tuple[int, str]] = {}
-    job_sums: dict[str, list] = {}
-    job_totals: dict[str, list[int]] = {}
-    for w in windows:  # the whole job: a few additions per rank and op
-        for op, (calls, nbytes, busy) in list(w.op_sums.items()):
-            acc = job_sums.get(op)
-            if acc is None:
-                acc = job_sums[op] = [0, 0, 0.0, now]
-                last[(-1, op)] = w.op_last[op]
-            acc[0] += calls
-            acc[1] += nbytes
-            acc[2] += busy
-        for op, (calls, nbytes) in list(w.call_totals.items()):
-            t = job_totals.get(op)
-            if t is None:
-                t = job_totals[op] = [0, 0]
-            t[0] += calls
-            t[1] += nbytes
-        taken: dict[str, int] = {}  # the rank's latest calls of each op (its last calls alone are all of one op)
-        for _, call in reversed(list(w.calls)):
-            op = call["op"]
-            if taken.get(op, 0) < per_rank_sample:
-                taken[op] = taken.get(op, 0) + 1
-                samples.setdefault((-1, op), []).append(call)
-            elif len(taken) >= len(w.op_sums) and min(taken.values()) >= per_rank_sample:
-                break
-    for w in windows:
-        if w.rank not in wanted:
-            continue
+    for op, (calls, nbytes, busy) in list(job.sums.items()):
+        sums[(-1, op)] = [calls, nbytes, busy, now]
+        totals[(-1, op)] = list(job.totals[op])
+        last[(-1, op)] = job.last[op]
+    stride = max(1, -(-len(windows) * CALL_WINDOW // JOB_SAMPLE))
+    for w in windows[::stride]:
+        for _, call in list(w.calls):
+            samples.setdefault((-1, call["op"]), []).append(call)
+    for w in windows[:: max(1, len(windows) // SPAN_SAMPLE)] + shown:  # the job's rates: over the span of its windows
+        for op, recent in list(w.op_window.items()):
+            if recent and (-1, op) in sums:
+                sums[(-1, op)][3] = min(sums[(-1, op)][3], recent[0][0])
+    for w in shown:
         for op, (calls, nbytes, busy) in list(w.op_sums.items()):
             recent = w.op_window[op]
-            first = recent[0][0] if recent else now
-            sums[(w.rank, op)] = [calls, nbytes, busy, first]
+            sums[(w.rank, op)] = [calls, nbytes, busy, recent[0][0] if recent else now]
             last[(w.rank, op)] = w.op_last[op]
-            job_sums[op][3] = min(job_sums[op][3], first)
         for op, (calls, nbytes) in list(w.call_totals.items()):
             totals[(w.rank, op)] = [calls, nbytes]
         for _, call in list(w.calls):
             samples.setdefault((w.rank, call["op"]), []).append(call)
-    if len(wanted) < len(windows):  # the job's rates: over the span of a sample of its windows
-        for w in windows[:: max(1, len(windows) // 64)]:
-            for op, recent in list(w.op_window.items()):
-                if recent:
-                    job_sums[op][3] = min(job_sums[op][3], recent[0][0])
-    for op, acc in job_sums.items():
-        sums[(-1, op)] = acc
-        totals[(-1, op)] = job_totals.get(op, [0, 0])
     rows = []
     for (rank, op), (count, size, busy, first) in sorted(sums.items()):
         span = now - first

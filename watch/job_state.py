@@ -23,7 +23,7 @@ import numpy as np
 
 from ranktop.watch import layout as layouts
 from ranktop.watch import stalls
-from ranktop.watch.collectives import add_collectives, add_digest_collectives
+from ranktop.watch.collectives import JobCollectives, add_collectives, add_digest_collectives
 from ranktop.watch.columns import StepColumns
 from ranktop.watch.endpoints import Endpoints, EndpointsView
 from ranktop.watch.lifecycle import JobLife, Lifecycle, fresh_window
@@ -77,6 +77,7 @@ class JobState:
         self._silent_after = silent_after_s
         self._on_news = on_news  # the job's size became known or grew: commands waiting for it can go
         self.columns = StepColumns(window)
+        self.collectives = JobCollectives()  # the job's sums per op, kept as the ranks' come and go
         self.ranks: dict[int, RankWindow] = {}
         self._sorted: list[RankWindow] | None = None  # the windows in rank order, until one comes or goes
         self.world: int | None = None  # the largest world size any hello gave
@@ -104,7 +105,7 @@ class JobState:
             self._note_hello(rank, {k: v for k, v in msg.items() if k not in ("v", "k", "job", "rank", "ts")}, now, wall)
         elif kind == schema.STEPS:
             rank.raw_at = now
-            add_collectives(rank, msg, now, self._window)
+            add_collectives(rank, msg, now, self.collectives)
             for rec in msg["steps"]:
                 rank.add_step(rec)
         elif kind == schema.REPLY:
@@ -126,6 +127,7 @@ class JobState:
 
     def _note_hello(self, rank: RankWindow, meta: dict[str, Any], now: float, wall: float) -> RankWindow:
         if self.lifecycle.note_hello(rank.rank, meta.get("pid"), wall):
+            self.collectives.forget(rank)
             rank = self.ranks[rank.rank] = fresh_window(rank, now)  # a new process of the rank: a restart
             self._sorted = None
             self.resources.forget(rank.rank)
@@ -153,7 +155,7 @@ class JobState:
         if now - rank.raw_at < self._silent_after:
             return
         if "ops" in entry or "cx" in entry:
-            add_digest_collectives(rank, entry.get("ops", {}), entry.get("cx", ()), now)
+            add_digest_collectives(rank, entry.get("ops", {}), entry.get("cx", ()), now, self.collectives)
         if "s" in entry:
             rank.add_interval(entry["s"])
         if entry.get("dev"):
@@ -198,7 +200,14 @@ class JobState:
 
         worlds = max(self.world or 0, 0) or None
         sure = bool(worlds and sure_after and relays.settled)
-        if stalls.none_stuck(ws, now - behind, silent_ranks, self._stall):
+        stuck = stalls.stuck_columns(
+            np.fromiter((np.nan if w.step_age is None else w.step_age for w in ws), np.float64, n),
+            np.fromiter((w.state_at for w in ws), np.float64, n),
+            np.fromiter((w.progress_at for w in ws), np.float64, n),
+            now - behind,
+        )
+        with_state = np.fromiter((bool(w.state) for w in ws), np.bool_, n)
+        if stalls.none_stuck(stuck[with_state & ~silent], self._stall):
             report = stalls.StallReport({}, [], None)
         else:
             positions = stalls.positions_of(ws, now - behind, silent_ranks)

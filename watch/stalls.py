@@ -29,6 +29,8 @@ import statistics
 from dataclasses import dataclass
 from typing import Any, Iterable
 
+import numpy as np
+
 from ranktop.watch import format as fmt
 from ranktop.watch.format import ranks_text
 from ranktop.watch.stacks import collective_text
@@ -225,16 +227,17 @@ def _diagnosis(stalled: dict[int, Position], culprits: list[Position], how: str,
     return f"{ranks_text(p.rank for p in waiting)} stalled {where_text(waiting)} for {fmt.ago(longest)}, waiting for {ranks_text(culprit_ranks)}: {what}"
 
 
-def none_stuck(ranks: Iterable[Any], now: float, silent: set[int], policy: StallPolicy) -> bool:
+def none_stuck(stuck: np.ndarray, policy: StallPolicy) -> bool:
     """True when no live rank can be stalled: each finished a step, or began its current one, more recently
-    than the shortest stall (the policy's floor). Then a snapshot of thousands of ranks skips their positions."""
-    floor = policy.floor_s
-    for r in ranks:
-        if r.rank in silent:
-            continue
-        if r.state and stuck_s(r.state, now, r.state_at, r.progress_at) > floor:
-            return False
-    return True
+    than the shortest stall (the policy's floor). ``stuck``: the seconds of each live rank with a state
+    (:func:`stuck_columns`). Then a snapshot of thousands of ranks skips their positions."""
+    return not bool((stuck > policy.floor_s).any())
+
+
+def stuck_columns(step_age: np.ndarray, state_at: np.ndarray, progress_at: np.ndarray, now: float) -> np.ndarray:
+    """:func:`stuck_s` over columns: ``step_age`` is NaN for a rank between steps (or that sent none)."""
+    inside = ~np.isnan(step_age)
+    return np.where(inside, np.nan_to_num(step_age) + np.maximum(0.0, now - state_at), np.maximum(0.0, now - progress_at))
 
 
 def stuck_s(state: dict, now: float, state_at: float, progress_at: float) -> float:

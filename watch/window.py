@@ -43,6 +43,7 @@ class RankWindow:
     waits: collections.OrderedDict = field(default_factory=collections.OrderedDict)
     state_at: float = 0.0  # viewer clock when its last state arrived
     progress_at: float = 0.0  # ... and when that state's last finished step last changed (watch/stalls.py)
+    step_age: float | None = None  # inside a step by its last state: the step's age then (watch/stalls.py)
     capture_summary: tuple[str, dict] | None = None  # (capture id, summary): kept after the rank stops sending it
     endpoint: str | None = None  # the relay it was last heard through: a lost relay is shown with its ranks
     row_cache: tuple | None = None  # (state, meta, capture summary, what a row reads of them): watch/rank_rows.py
@@ -72,6 +73,8 @@ class RankWindow:
             self.progress_at = now
         self.state_at = now
         self.state = state
+        age = state.get("step_age")  # inside a step: how long it has been in it when the state was sent
+        self.step_age = float(age) if age is not None and state.get("in_step") else None
         cap = state.get("cap")
         if cap and cap.get("sum"):
             self.capture_summary = (cap["id"], cap["sum"])
