@@ -27,6 +27,12 @@ The job's timing (its layout, every rank's phase times per step) is
 demo/sim_model.py's; a node's relay, sockets and command answers are
 demo/sim_node.py's; this module runs them (the :class:`Simulator`) and is the
 command line (``python -m ranktop.demo.simulate``).
+
+When the machine cannot keep up (a job of 16,384 ranks on 2 cores, beside its
+viewer), the simulator says so when it ends, in one line that the scale
+benchmark reports: how much of the schedule it skipped, how late its nodes'
+sends went out on average, and what it dropped. A viewer's latency and gaps
+are then partly the simulator's.
 """
 
 from __future__ import annotations
@@ -68,6 +74,10 @@ from .sim_model import (  # noqa: F401  (Scenario, JobModel, Step, node_name: re
 )
 from .sim_node import JOB_FILE, STACK_ROOTS, STACK_TAIL, SimulatedNode, stack_frame
 
+#: Sends this late on average (seconds after their time, the loop's own tick aside) mean the machine did not keep up.
+LATE_S = 0.1
+
+
 class Simulator:
     def __init__(self, scenario: Scenario, directory: str | None = None):
         self.s = scenario
@@ -77,6 +87,9 @@ class Simulator:
         self.secret = rendezvous.load_or_create_secret(scenario.job, directory)
         self.dropped = 0  # messages a full PUB queue refused
         self.skipped_s = 0.0  # schedule time skipped because the machine could not keep up
+        self.sends = 0  # node sends (a flush of its ranks' messages, or a heartbeat, and its digest)
+        self.late_s = 0.0  # summed over them: how long after its time each went out
+        self.latest_s = 0.0  # the latest of them
         self.steps_done = 0
         self.current_step = 0  # the step in progress (what the capture command reads)
         self._done: collections.deque[Step] = collections.deque(maxlen=MAX_HELD_STEPS)  # finished, for the nodes to send
@@ -123,6 +136,19 @@ class Simulator:
             self._context.term()
         self._context = None
 
+    def behind(self) -> str | None:
+        """What the machine could not keep up with, in a line (None: it kept up): schedule skipped, late sends,
+        messages dropped. A viewer's latency and gaps include these; the scale benchmark says them beside its figures."""
+        said = []
+        if self.skipped_s:
+            said.append(f"{self.skipped_s:.1f} s of it skipped")
+        late = self.late_s / self.sends if self.sends else 0.0
+        if late > LATE_S:
+            said.append(f"its nodes' sends went out {late:.2f} s late on average (at worst {self.latest_s:.1f} s)")
+        if self.dropped:
+            said.append(f"{self.dropped} messages dropped at the source (a relay's queue was full)")
+        return "the machine could not keep up with the simulated job: " + "; ".join(said) if said else None
+
     def run(self, stop: threading.Event, duration_s: float | None = None) -> None:
         poller = zmq.Poller()
         for node in self._nodes:
@@ -138,6 +164,10 @@ class Simulator:
                     node.next_hello = now + HELLO_EVERY_S
                 if now >= node.next_flush:
                     self._flush(node, now)
+                    late = time.time() - node.next_flush
+                    self.sends += 1
+                    self.late_s += late
+                    self.latest_s = max(self.latest_s, late)
                     node.next_flush = max(node.next_flush + 1.0 / node.rate_hz, now)
             wake = min(min(n.next_flush for n in self._nodes), self._step_end if self._halted_at is None else now + 0.25)
             wake = max(wake, now + TICK_S)
@@ -476,11 +506,12 @@ def run(scenario: Scenario, directory: str | None = None, duration_s: float | No
     except KeyboardInterrupt:
         pass
     finally:
+        behind = sim.behind()  # said before the relays close: a slow close must not lose it
+        if behind and not quiet:
+            print(f"ranktop: {behind}", file=sys.stderr, flush=True)
         sim.close()
         if previous is not None:
             signal.signal(signal.SIGTERM, previous)
-    if sim.skipped_s and not quiet:
-        print(f"ranktop: the machine could not keep up with the simulated job: {sim.skipped_s:.1f} s of it skipped", file=sys.stderr)
     return 0
 
 
