@@ -3,9 +3,10 @@
 The simulator keeps each node's ranks (4 open files a node) and its relay
 processes the node's real ``Relay`` (14 of its own, 2 more per viewer). These
 tests count what real processes hold, at 64 nodes, and check that a viewer
-finds every rank whichever process relays it.
+finds every rank whichever process relays it, and says it when it cannot.
 """
 
+import json
 import os
 import resource
 import signal
@@ -14,10 +15,12 @@ import sys
 
 import pytest
 
-from support import wait_for
+from support import RANKTOP, wait_for
 from ranktop.demo.sim_node import SimulatedNode
 from ranktop.demo.sim_relays import FDS_PER_RELAY, FDS_PER_VIEWER, processes_for
 from ranktop.transport import rendezvous
+from ranktop.watch.receiver import FDS_BESIDES as VIEWER_FDS_BESIDES
+from ranktop.watch.receiver import FDS_PER_RELAY as VIEWER_FDS_PER_RELAY
 
 NODES = 64
 #: Open files any of these processes holds before its sockets: the interpreter's, libzmq's context, pipes.
@@ -89,6 +92,26 @@ def test_a_killed_simulator_takes_its_relays_and_their_records_with_it(spread_jo
     sim.wait(10)
     wait_for(lambda: not rendezvous.read_nodes(job), 30, "the relays' records outlived the simulator")
     wait_for(lambda: not any(running(pid) for pid in relays), 30, "a relay process outlived the simulator")
+
+
+@pytest.mark.slow
+def test_a_viewer_short_of_open_files_watches_the_relays_that_fit_and_says_so_in_one_line(spread_job):
+    job, _ = spread_job
+    fit = 10
+    limit = VIEWER_FDS_BESIDES + VIEWER_FDS_PER_RELAY * fit
+
+    def cap() -> None:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (limit, limit))
+
+    out = subprocess.run([RANKTOP, "watch", job, "--json", "--duration", "4"], capture_output=True, text=True, timeout=60, preexec_fn=cap)
+    assert out.returncode == 0, out.stderr
+    doc = json.loads(out.stdout)
+    assert doc["connected"] == fit  # a rank a node
+    short = [e for e in doc["errors"] if "open files" in e]
+    assert short == [
+        f"this viewer watches only {fit} relays: each takes {VIEWER_FDS_PER_RELAY} open files and this machine allows {limit} "
+        "(`ulimit -Hn`); raise the hard limit to watch every node"
+    ]
 
 
 def test_a_simulator_its_machine_cannot_hold_stops_with_one_line(rdv):
