@@ -1,12 +1,13 @@
-"""One simulated node: its real relay, the sockets its ranks publish and hear commands on, and its answers.
+"""One simulated node's ranks: the sockets they publish and hear commands on, their digest, and their answers.
 
-Each node runs a real ``Relay`` (relay/proxy.py) and keeps a real ``NodeDigest``;
-its ranks' messages go out through one publishing socket, an XPUB that hears
-which kinds the relay's viewers subscribe to (so nothing is encoded that nobody
-reads). Signed commands are verified once for the node with ``wire/auth.py`` and
-answered rank by rank by ``probe/commands.py``'s own handlers; ``stacks`` answers
-with a simulated training stack (:func:`stacks_of`): the simulator's own threads
-are no rank's.
+Each node's real ``Relay`` (relay/proxy.py) runs in a relay process
+(demo/sim_relays.py); the node's ranks reach it as a real node's do, over its
+IPC sockets, and keep a real ``NodeDigest``. Their messages go out through one
+publishing socket, an XPUB that hears which kinds the relay's viewers subscribe
+to (so nothing is encoded that nobody reads). Signed commands are verified once
+for the node with ``wire/auth.py`` and answered rank by rank by
+``probe/commands.py``'s own handlers; ``stacks`` answers with a simulated
+training stack (:func:`stacks_of`): the simulator's own threads are no rank's.
 """
 
 from __future__ import annotations
@@ -20,7 +21,6 @@ import zmq
 
 from ranktop.probe import commands
 from ranktop.transport.identity import Identity
-from ranktop.relay.proxy import Relay
 from ranktop.transport.ipc import ipc_endpoints
 from ranktop.probe.stacks import answer as stacks_answer
 from ranktop.wire import auth, schema
@@ -51,16 +51,20 @@ class SimulatedRank:
 
 
 class SimulatedNode:
-    def __init__(self, sim: Any, index: int, ranks: range, context: zmq.Context):  # sim: the Simulator that runs it
+    #: File descriptors a node's ranks hold: their two sockets' mailboxes and IPC connections to the relay.
+    FDS = 4
+
+    def __init__(self, sim: Any, index: int, ranks: range, context: zmq.Context, relay: tuple[str, str]):
+        """``sim``: the Simulator that runs it; ``relay``: its relay's (telemetry, control) URLs, which its ranks' hellos
+        and its digest name."""
         self.index = index
         self.host = node_name(index)
         self.ranks = ranks
         self.rate_hz = sim.s.rate_hz
         self._sim = sim
-        self.relay = Relay(self.identity_of(ranks[0]), context, sim.directory, digest=False)
-        self.relay.start()
+        self.relay = {"telemetry": relay[0], "control": relay[1]}
         self.digest = NodeDigest(sim.s.job, self.host)
-        self.digest.relay = {"telemetry": self.relay.telemetry_url, "control": self.relay.control_url}
+        self.digest.relay = dict(self.relay)
         self.topics: set[bytes] = set()  # what the relay's viewers subscribe to, as the XPUB hears it
         tele, ctl = ipc_endpoints(sim.s.job, self.host, sim.directory)
         self.pub = context.socket(zmq.XPUB)
@@ -149,10 +153,9 @@ class SimulatedNode:
         self.rate_hz = view.rate_hz  # set_rate: the node's ranks share one cadence
         self.send(schema.REPLY, rank, {"id": msg["id"], "cmd": msg["cmd"], "ok": ok, "result": result}, now)
 
-    def close(self) -> bool:
+    def close(self) -> None:
         for sock in (self.pub, self.sub):
             sock.close(linger=0)
-        return self.relay.stop()
 
 
 # -- what a simulated rank's main thread is doing ------------------------------------

@@ -5,8 +5,12 @@ shows what ranktop does with a job far bigger than the machine it runs on.
 Only the training is simulated. Everything a viewer meets is the real thing:
 
 - one relay per simulated node (``relay/proxy.py``: ZeroMQ proxies on real TCP
-  ports) and its rendezvous record, so ``ranktop watch JOB``, ``--json``,
-  ``ranktop ping`` and ``ranktop stacks`` find and dial the job as any other;
+  ports, CURVE on both) and its rendezvous record, so ``ranktop watch JOB``,
+  ``--json``, ``ranktop ping`` and ``ranktop stacks`` find and dial the job as
+  any other. As on a real node, the relay is a process apart from the ranks:
+  the relays run in relay processes (demo/sim_relays.py), as few as the limit on
+  open files allows (one up to some 980 nodes on a machine that allows 20,000,
+  three for 2,048 nodes), and the node's ranks reach theirs over its IPC sockets;
 - every rank's messages are built as the probe's sender builds them (hello,
   steps with collective summaries, heartbeats, replies) and encoded by
   ``wire/schema.py``;
@@ -14,19 +18,28 @@ Only the training is simulated. Everything a viewer meets is the real thing:
   ``probe/commands.py``'s handlers, rank by rank (``stacks`` answers with a
   simulated training stack: the simulator's own threads are no rank's).
 
-A node's ranks are batched: one process runs every node, one publishing and
-one SUB socket per node carry its ranks' messages, and a step of the whole job
-is computed in one pass over the ranks. No 4,096 interpreters. Each node also
+A node's ranks are batched: one process runs every node's ranks, one
+publishing and one SUB socket per node carry its ranks' messages, and a step of
+the whole job is computed in one pass over the ranks. No 4,096 interpreters,
+and one clock for the whole job: every rank is at the same step, whichever
+relay process forwards it. Each node also
 sends its digest (wire/node_digest.py, built by the same ``NodeDigest`` a real
 relay runs), and its ranks' own messages only while some viewer subscribes to
 them (its publishing socket is an XPUB, which hears the subscriptions): a
 viewer of a big job takes digests, and encoding 16,000 messages a second that
 nobody reads would take the CPU the viewer needs.
 
+When the machine cannot keep up (a job of 16,384 ranks on 2 cores, beside its
+viewer), the simulator says so when it ends, in one line that the scale
+benchmark reports: how much of the schedule it skipped, how late its nodes'
+sends went out on average, and what it dropped. A viewer's latency and gaps
+are then partly the simulator's.
+
 The job's timing (its layout, every rank's phase times per step) is
-demo/sim_model.py's; a node's relay, sockets and command answers are
-demo/sim_node.py's; this module runs them (the :class:`Simulator`) and is the
-command line (``python -m ranktop.demo.simulate``).
+demo/sim_model.py's; a node's ranks, their sockets and command answers are
+demo/sim_node.py's; the relays' processes demo/sim_relays.py's; this module
+runs them (the :class:`Simulator`) and is the command line
+(``python -m ranktop.demo.simulate``).
 """
 
 from __future__ import annotations
@@ -36,7 +49,6 @@ import collections
 import math
 import os
 import platform
-import resource
 import signal
 import sys
 import threading
@@ -48,7 +60,7 @@ import zmq
 from ranktop.probe.sender import HEARTBEAT_EVERY_S, HELLO_EVERY_S
 from ranktop.wire import __version__ as PROBE_VERSION
 from ranktop.wire import schema, settings
-from ranktop.transport import rendezvous
+from ranktop.transport import fd_limit, rendezvous
 from ranktop.wire.collective_summary import SAMPLE_EVERY_S
 from ranktop.wire.node_digest import NodeDigest
 
@@ -67,21 +79,36 @@ from .sim_model import (  # noqa: F401  (Scenario, JobModel, Step, node_name: re
     node_name,
 )
 from .sim_node import JOB_FILE, STACK_ROOTS, STACK_TAIL, SimulatedNode, stack_frame
+from .sim_relays import RelayProcesses, processes_for
+
+#: What the simulator's process holds open besides its nodes' sockets: the interpreter's files, libzmq's
+#: context, the pipes to its relay processes.
+FDS_BESIDES = 256
+#: Sends this late on average (seconds after their time, the loop's own tick aside) mean the machine did not keep up.
+LATE_S = 0.1
+
 
 class Simulator:
-    def __init__(self, scenario: Scenario, directory: str | None = None):
+    def __init__(self, scenario: Scenario, directory: str | None = None, relay_processes: int | None = None):
+        """``relay_processes``: how many processes run the nodes' relays (default: as few as the limit on open files
+        allows, demo/sim_relays.py)."""
         self.s = scenario
         self.directory = directory
+        self.relay_processes = relay_processes
         self.model = JobModel(scenario)
         self._groups: dict[int, list[dict[str, Any]]] = {}  # rank -> the groups its hello lists (a layout's)
         self.secret = rendezvous.load_or_create_secret(scenario.job, directory)
         self.dropped = 0  # messages a full PUB queue refused
         self.skipped_s = 0.0  # schedule time skipped because the machine could not keep up
+        self.sends = 0  # node sends (a flush of its ranks' messages, or a heartbeat, and its digest)
+        self.late_s = 0.0  # summed over them: how long after its time each went out
+        self.latest_s = 0.0  # the latest of them
         self.steps_done = 0
         self.current_step = 0  # the step in progress (what the capture command reads)
         self._done: collections.deque[Step] = collections.deque(maxlen=MAX_HELD_STEPS)  # finished, for the nodes to send
         self._nodes: list[SimulatedNode] = []
         self._context: zmq.Context | None = None
+        self.relays: RelayProcesses | None = None
         self._started = 0.0
         self._step_start = 0.0
         self._step_end = 0.0
@@ -94,17 +121,25 @@ class Simulator:
     # -- lifecycle ---------------------------------------------------------------
 
     def start(self) -> "Simulator":
-        _raise_fd_limit()
+        """Start the relays' processes, then connect each node's ranks to its relay. A machine whose limit on open
+        files cannot hold the nodes' ranks' sockets in one process is an error that says so (RuntimeError)."""
+        per = self.s.per_node
+        nodes = [r for r in (range(i * per, min((i + 1) * per, self.s.ranks)) for i in range(self.s.nodes)) if len(r)]
+        needed = FDS_BESIDES + SimulatedNode.FDS * len(nodes)
+        if fd_limit.room_for(needed) < needed:
+            raise RuntimeError(
+                f"{len(nodes)} simulated nodes need {needed} open files in the simulator's process, and this machine allows "
+                f"{fd_limit.hard_limit()} (ulimit -Hn): simulate fewer nodes (--nodes), or raise the hard limit"
+            )
         os.environ[settings.BIND.name] = "127.0.0.1"  # every simulated node is this machine
         os.environ[settings.PORT.name] = "0"  # random ports: a pinned one fits one relay, not hundreds
+        processes = self.relay_processes or processes_for(len(nodes), fd_limit.hard_limit())
         ctx = self._context = zmq.Context()
-        ctx.set(zmq.MAX_SOCKETS, 16 * self.s.nodes + 64)
-        per = self.s.per_node
+        ctx.set(zmq.MAX_SOCKETS, 2 * len(nodes) + 64)
         try:
-            for i in range(self.s.nodes):
-                ranks = range(i * per, min((i + 1) * per, self.s.ranks))
-                if len(ranks):
-                    self._nodes.append(SimulatedNode(self, i, ranks, ctx))
+            self.relays = RelayProcesses(self.s.job, self.directory, len(nodes), min(processes, len(nodes)))
+            for i, (ranks, relay) in enumerate(zip(nodes, self.relays.start())):
+                self._nodes.append(SimulatedNode(self, i, ranks, ctx, relay))
         except BaseException:
             self.close()
             raise
@@ -117,11 +152,28 @@ class Simulator:
         return self
 
     def close(self) -> None:
-        closed = all([node.close() for node in self._nodes])
+        for node in self._nodes:
+            node.close()
         self._nodes.clear()
-        if self._context is not None and closed:
+        if self._context is not None:
             self._context.term()
         self._context = None
+        if self.relays is not None:
+            self.relays.close()  # their records go with them
+        self.relays = None
+
+    def behind(self) -> str | None:
+        """What the machine could not keep up with, in a line (None: it kept up): schedule skipped, late sends,
+        messages dropped. A viewer's latency and gaps include these; the scale benchmark says them beside its figures."""
+        said = []
+        if self.skipped_s:
+            said.append(f"{self.skipped_s:.1f} s of it skipped")
+        late = self.late_s / self.sends if self.sends else 0.0
+        if late > LATE_S:
+            said.append(f"its nodes' sends went out {late:.2f} s late on average (at worst {self.latest_s:.1f} s)")
+        if self.dropped:
+            said.append(f"{self.dropped} messages dropped at the source (a relay's queue was full)")
+        return "the machine could not keep up with the simulated job: " + "; ".join(said) if said else None
 
     def run(self, stop: threading.Event, duration_s: float | None = None) -> None:
         poller = zmq.Poller()
@@ -138,6 +190,10 @@ class Simulator:
                     node.next_hello = now + HELLO_EVERY_S
                 if now >= node.next_flush:
                     self._flush(node, now)
+                    late = time.time() - node.next_flush
+                    self.sends += 1
+                    self.late_s += late
+                    self.latest_s = max(self.latest_s, late)
                     node.next_flush = max(node.next_flush + 1.0 / node.rate_hz, now)
             wake = min(min(n.next_flush for n in self._nodes), self._step_end if self._halted_at is None else now + 0.25)
             wake = max(wake, now + TICK_S)
@@ -208,7 +264,7 @@ class Simulator:
         }  # fmt: skip
 
     def _hellos(self, node: SimulatedNode, now: float) -> None:
-        relay = {"telemetry": node.relay.telemetry_url, "control": node.relay.control_url}
+        relay = node.relay
         for rank in node.ranks:
             if self.is_silent(rank):
                 continue
@@ -356,22 +412,16 @@ class Simulator:
         return {"threads": [thread], "omitted_threads": 0, "roots": STACK_ROOTS}
 
 
-def _raise_fd_limit() -> None:
-    """Hundreds of relays hold thousands of sockets: take every file descriptor the hard limit allows."""
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    if hard == resource.RLIM_INFINITY or soft < hard:
-        try:
-            resource.setrlimit(resource.RLIMIT_NOFILE, (hard if hard != resource.RLIM_INFINITY else 65536, hard))
-        except (ValueError, OSError):
-            pass
-
-
 # -- the command line ------------------------------------------------------------------
 
 
 def add_options(p: argparse.ArgumentParser) -> None:
     """The simulator's options (``ranktop demo --simulate N`` reads them from its extra arguments)."""
     p.add_argument("--nodes", type=_count, default=None, metavar="M", help=f"simulated nodes (default: {RANKS_PER_NODE} ranks per node)")
+    p.add_argument("--relay-processes", type=_count, default=None, metavar="P",
+                   help="processes that run the nodes' relays, apart from the simulated ranks as on a real node "
+                   "(default: as few as the limit on open files allows, at 20 files a relay: 3 for 2,048 nodes "
+                   "where `ulimit -Hn` is 20,000)")  # fmt: skip
     p.add_argument("--calls-per-step", type=_count0, default=8, metavar="K", help="collective calls per step and rank (default 8)")
     p.add_argument("--steps-per-s", type=_positive, default=16.0, metavar="S", help="training steps per second (default 16)")
     p.add_argument("--rate", type=_rate, default=settings.DEFAULT_RATE_HZ, metavar="HZ",
@@ -449,7 +499,10 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="python -m ranktop.demo.simulate",
         description="Simulate a big training job through ranktop's real wire, relays and rendezvous; "
-        "watch it with `ranktop watch JOB` (or run `ranktop demo --simulate N` for both at once).",
+        "watch it with `ranktop watch JOB` (or run `ranktop demo --simulate N` for both at once). "
+        "One process runs every simulated rank; the nodes' relays run in processes of their own, as on a real node, "
+        "as many as the limit on open files needs (16,384 ranks on 2,048 nodes fit where `ulimit -Hn` is 20,000). "
+        "When the machine cannot keep up, the simulator says so as it ends: schedule skipped, late sends, drops.",
     )
     p.add_argument("--ranks", type=_count, required=True, metavar="N", help="simulated ranks")
     p.add_argument("--job", default=None, help="job name (default: sim-<pid>)")
@@ -459,35 +512,44 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def run(scenario: Scenario, directory: str | None = None, duration_s: float | None = None, quiet: bool = False) -> int:
+def run(scenario: Scenario, directory: str | None = None, duration_s: float | None = None, quiet: bool = False,
+        relay_processes: int | None = None) -> int:  # fmt: skip
     """Run a simulation in this process until interrupted (or ``duration_s``); SIGTERM ends it cleanly."""
     stop = threading.Event()
     previous = signal.signal(signal.SIGTERM, lambda *_: stop.set()) if threading.current_thread() is threading.main_thread() else None
-    sim = Simulator(scenario, directory).start()
-    if not quiet:
-        s = scenario
-        print(
-            f"ranktop: simulating job {s.job}: {s.ranks} ranks on {len(sim._nodes)} nodes, {s.steps_per_s:g} steps/s, "
-            f"{s.calls_per_step} collective calls per step; watch it with: ranktop watch {s.job}",
-            file=sys.stderr,
-        )
+    sim = Simulator(scenario, directory, relay_processes)
     try:
+        sim.start()
+        if not quiet:
+            s, relays = scenario, len(sim.relays.pids)
+            print(
+                f"ranktop: simulating job {s.job}: {s.ranks} ranks on {len(sim._nodes)} nodes (their relays in {relays} "
+                f"process{'es' if relays > 1 else ''}), {s.steps_per_s:g} steps/s, {s.calls_per_step} collective calls per step; "
+                f"watch it with: ranktop watch {s.job}",
+                file=sys.stderr,
+            )  # fmt: skip
         sim.run(stop, duration_s)
     except KeyboardInterrupt:
         pass
     finally:
+        behind = sim.behind()  # said before the relays close: a slow close must not lose it
+        if behind and not quiet:
+            print(f"ranktop: {behind}", file=sys.stderr, flush=True)
         sim.close()
         if previous is not None:
             signal.signal(signal.SIGTERM, previous)
-    if sim.skipped_s and not quiet:
-        print(f"ranktop: the machine could not keep up with the simulated job: {sim.skipped_s:.1f} s of it skipped", file=sys.stderr)
     return 0
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    return run(scenario_of(args, args.ranks, args.job or f"sim-{os.getpid()}", parser), args.dir, args.duration)
+    scenario = scenario_of(args, args.ranks, args.job or f"sim-{os.getpid()}", parser)
+    try:
+        return run(scenario, args.dir, args.duration, relay_processes=args.relay_processes)
+    except RuntimeError as exc:  # the machine cannot run it: one line, no traceback
+        print(f"ranktop: error: {exc}", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

@@ -145,3 +145,16 @@ def test_a_layout_that_does_not_divide_the_job_is_one_line(rdv):
     assert out.returncode == 2 and "--pp 3 x --tp 1 x --ep 1 does not divide the 64 ranks" in out.stderr
     out = run_cli("demo", "--simulate", "64", "--pp", "4", "--stage-costs", "1,2", "--no-tui")
     assert out.returncode == 2 and "--stage-costs gives 2 stages, --pp 4" in out.stderr
+
+
+def test_a_simulator_that_kept_up_says_nothing_and_one_that_fell_behind_says_how(tmp_path):
+    from ranktop.demo.simulate import Scenario, Simulator
+
+    sim = Simulator(Scenario(job="behind", ranks=16, nodes=2), str(tmp_path))
+    sim.sends, sim.late_s, sim.latest_s = 1000, 20.0, 0.4  # 20 ms late on average: the loop's own tick
+    assert sim.behind() is None
+    sim.skipped_s, sim.late_s, sim.latest_s, sim.dropped = 4.25, 600.0, 1.9, 12
+    assert sim.behind() == (
+        "the machine could not keep up with the simulated job: 4.2 s of it skipped; its nodes' sends went out 0.60 s late "
+        "on average (at worst 1.9 s); 12 messages dropped at the source (a relay's queue was full)"
+    )

@@ -8,6 +8,11 @@ by its host name, and a new endpoint for a host replaces the old one (its
 ranks then come back through the new one). Each socket has a monitor, so a
 connection that drops (a relay killed) shows as a lost node at once, its
 ranks silent rather than stalled.
+
+Each relay costs the viewer a few open files (:data:`FDS_PER_RELAY`), so the
+receiver raises its process's soft limit as relays are found, up to the hard
+limit; a job with more relays than the hard limit allows is said in one line,
+and the relays that fit are watched.
 """
 
 from __future__ import annotations
@@ -26,7 +31,7 @@ from ranktop.watch.aggregator import Aggregator
 from ranktop.watch.errors import RanktopError
 from ranktop.watch.keys import HANDSHAKE_EVENTS, ClientKeys, Handshakes
 from ranktop.wire import auth, schema, settings
-from ranktop.transport import rendezvous
+from ranktop.transport import fd_limit, rendezvous
 
 DISCOVERY_EVERY_S = 1.0
 #: From this many nodes on (``RANKTOP_DIGESTS=auto``) the viewer takes one digest per node and interval instead
@@ -41,6 +46,11 @@ DIGEST_TOPICS = (schema.NODE.encode(), schema.REPLY.encode())
 RECEIVE_QUEUE = 1000
 #: What a socket's monitor reports: a connection dropped, or made (the ZMTP handshake done).
 LINK_EVENTS = zmq.EVENT_DISCONNECTED | zmq.EVENT_HANDSHAKE_SUCCEEDED
+#: Open files a relay costs the viewer: its SUB socket and TCP connection, the socket's monitor (two sockets),
+#: and the PUSH socket and connection that commands go through (watch/requests.py).
+FDS_PER_RELAY = 6
+#: What a viewer holds open besides: the interpreter's files, the terminal, a recording, libzmq's contexts.
+FDS_BESIDES = 256
 
 
 class Tap(Protocol):
@@ -125,6 +135,7 @@ class Receiver(threading.Thread):
         self._urls: dict[zmq.Socket, str] = {}  # and back
         self._monitors: dict[zmq.Socket, str] = {}  # a socket's monitor -> its advertised URL
         self._by_host: dict[str, str] = {}  # discovered node -> its relay's advertised telemetry URL
+        self._room = 0  # relays the limit on open files has room for (see make_room)
         self._context = zmq.Context()
         self._context.set(zmq.MAX_SOCKETS, 16384)  # a SUB socket per relay, and its handshake monitor for a while
         # CURVE keys from the job's secret (watch/keys.py); a failed handshake is said once, in one line
@@ -144,6 +155,7 @@ class Receiver(threading.Thread):
     def run(self) -> None:
         poller = zmq.Poller()
         try:
+            self.make_room(len(self._static))
             for url in self._static:
                 self._connect(poller, url, url)
             next_discovery = 0.0
@@ -174,6 +186,7 @@ class Receiver(threading.Thread):
         except OSError as exc:
             self._aggregator.note_error(f"cannot read rendezvous directory: {exc}")
             return
+        self.make_room(len(records) + len(self._static))
         for rec in records:
             old = self._by_host.get(rec.host)
             if old is not None and old != rec.telemetry and old in self._sockets:
@@ -186,6 +199,8 @@ class Receiver(threading.Thread):
             self._by_host[rec.host] = rec.telemetry
             try:
                 if rec.telemetry not in self._sockets:
+                    if len(self._sockets) >= self._room:
+                        continue  # no room for its sockets: said once, by make_room
                     self._aggregator.add_endpoint(rec.telemetry, rec.host)
                     if self._recorder is not None:
                         self._recorder.endpoint(rec.telemetry, rec.host)
@@ -199,7 +214,22 @@ class Receiver(threading.Thread):
             except ValueError as exc:  # a record whose URL is no URL (a bad port): skip it, say why
                 self._aggregator.note_error(f"node record of {rec.host}: {exc}")
 
+    def make_room(self, relays: int) -> None:
+        """Raise the limit on open files for ``relays`` relays, as far as the hard limit allows; short of it, say once
+        how many fit (the rest stay unwatched: a socket past the limit would fail wherever it came)."""
+        if relays <= self._room:
+            return
+        limit = fd_limit.room_for(FDS_BESIDES + FDS_PER_RELAY * relays)
+        self._room = max(0, (limit - FDS_BESIDES) // FDS_PER_RELAY)
+        if self._room < relays:  # the same words however many relays come: one line
+            self._aggregator.note_error(
+                f"this viewer watches only {self._room} relays: each takes {FDS_PER_RELAY} open files and this machine "
+                f"allows {fd_limit.hard_limit()} (`ulimit -Hn`); raise the hard limit to watch every node"
+            )  # fmt: skip
+
     def _connect(self, poller: zmq.Poller, url: str, dial: str, guessed: bool = False) -> None:
+        if len(self._sockets) >= self._room:
+            return  # no room for its sockets: said once, by make_room
         sock = self._context.socket(zmq.SUB)
         sock.setsockopt(zmq.RCVHWM, RECEIVE_QUEUE)
         sock.setsockopt(zmq.MAXMSGSIZE, schema.MAX_BODY_BYTES + 4096)
