@@ -144,30 +144,34 @@ def viewer(job: str, directory: str, seconds: float, ranks: int, straggler: int)
             if measuring_since is None:
                 if len(snap.ranks) >= ranks or now - started > WARMUP_S:  # every rank heard, or as many as came
                     measuring_since, cpu_start, rss_start = now, cpu_s(), rss_mb()
-                    base = {r.rank: (r.step, r.steps_seen) for r in snap.ranks}
-                    last = {r.rank: r.step for r in snap.ranks}
+                    t = snap.ranks.table  # the columns: reading rows would build every rank's (watch/rank_rows.py)
+                    base = dict(zip(t.rank.tolist(), zip(t.step.tolist(), t.steps_seen.tolist())))
+                    last = dict(zip(t.rank.tolist(), t.step.tolist()))
             else:
                 snapshot_ms.append(took * 1000)
                 snapshot_cpu_ms.append(took_cpu * 1000)
-                for r in snap.ranks:
-                    before = last.get(r.rank)
-                    if before is not None and r.step > before and r.last_step_end is not None:
-                        step_s = r.step_s or 1.0 / STEPS_PER_S
-                        # the oldest step first shown now ended (r.step - before - 1) steps before the newest
-                        latencies.append(now_wall - r.last_step_end + (r.step - before - 1) * step_s)
-                    last[r.rank] = r.step
-                    if r.rank not in base:
-                        base[r.rank] = (r.step, r.steps_seen)
+                t = snap.ranks.table
+                for rank, step, end, step_s, seen in zip(t.rank.tolist(), t.step.tolist(), t.last_step_end.tolist(),
+                                                         t.step_s.tolist(), t.steps_seen.tolist()):  # fmt: skip
+                    before = last.get(rank)
+                    if before is not None and step > before and end == end:  # (NaN: no step yet)
+                        step_s = step_s if step_s == step_s and step_s else 1.0 / STEPS_PER_S
+                        # the oldest step first shown now ended (step - before - 1) steps before the newest
+                        latencies.append(now_wall - end + (step - before - 1) * step_s)
+                    last[rank] = step
+                    if rank not in base:
+                        base[rank] = (step, seen)
                 if now - measuring_since >= seconds:
                     break
             bookkeeping += time.thread_time() - b0
         elapsed = time.monotonic() - measuring_since
         cpu = cpu_s() - cpu_start - bookkeeping
     lost = 0
-    for r in snap.ranks:
-        if r.rank in base:
-            step0, seen0 = base[r.rank]
-            lost += max(0, (r.step - step0) - (r.steps_seen - seen0))
+    t = snap.ranks.table
+    for rank, step, seen in zip(t.rank.tolist(), t.step.tolist(), t.steps_seen.tolist()):
+        if rank in base:
+            step0, seen0 = base[rank]
+            lost += max(0, (step - step0) - (seen - seen0))
     return {
         "viewer_cpu_pct": round(100 * cpu / elapsed, 1),
         "snapshot_ms_p50": _round(percentile(snapshot_ms, 50)),
@@ -180,7 +184,7 @@ def viewer(job: str, directory: str, seconds: float, ranks: int, straggler: int)
         "top_straggler": snap.stragglers[0] if snap.stragglers else None,
         "top_after_s": _round(first_top, 1),
         "ranks_seen": len(snap.ranks),
-        "silent_at_end": sum(1 for r in snap.ranks if r.status == "silent"),
+        "silent_at_end": snap.silent,
         "snapshots": len(snapshot_ms),
         "measured_s": round(elapsed, 1),
     }
