@@ -51,6 +51,13 @@ class RankTable:
     last_step_end: np.ndarray  # NaN: no step yet
     stalled: dict  # rank -> stalls.Position of the stalled ranks
     captures: dict[str, list[int]]  # captures not yet done or failed: id -> the ranks still at them
+    dropped: np.ndarray  # int64: records its probe could not send
+    rate_hz: np.ndarray  # telemetry messages a second it sends at (NaN: not said)
+    rejected: dict[int, dict[str, int]]  # rank -> commands it refused, by reason (only ranks that refused any)
+    with_memory: np.ndarray  # bool: a memory sample came (its row has ``memory``)
+    with_throughput: np.ndarray  # bool: its work per step is known (its row has ``throughput``)
+    with_gpu: np.ndarray  # bool: its row has ``gpu`` (gauges, or why there are none)
+    gpu_sampled: np.ndarray  # bool: ... gauges NVML read
     rest: Callable[[int], dict[str, Any]] | None = None  # the fields of row i read from its messages (None: from rows)
 
     def __len__(self) -> int:
@@ -90,6 +97,13 @@ class RankTable:
             last_step_end=column(lambda r: r.last_step_end),
             stalled={},
             captures=_running(rows),
+            dropped=np.array([r.dropped for r in rows], np.int64),
+            rate_hz=column(lambda r: r.rate_hz),
+            rejected={r.rank: dict(r.rejected) for r in rows if r.rejected},
+            with_memory=np.array([r.memory is not None for r in rows], bool),
+            with_throughput=np.array([r.throughput is not None for r in rows], bool),
+            with_gpu=np.array([r.gpu is not None for r in rows], bool),
+            gpu_sampled=np.array([r.gpu is not None and r.gpu.na is None for r in rows], bool),
         )
 
 

@@ -78,6 +78,7 @@ def build(view: JobView, extras: Extras) -> Snapshot:
         stalled=stalled,
         captures=view.captures,
         rest=_messages(view),
+        **_message_columns(view),
     )
     ranking = _ranking(table, view.stalls.waiting_for)
     rates = view.rate[live]
@@ -130,6 +131,29 @@ def _messages(view: JobView):
         }
 
     return rest
+
+
+def _message_columns(view: JobView) -> dict[str, Any]:
+    """What the screens count over every rank of its messages, as columns: no row is built for them."""
+    n = len(view.rank)
+    states, metas = view.states, view.metas
+    rejected = {int(view.rank[i]): dict(s["rejected"]) for i, s in enumerate(states) if s.get("rejected")}
+    memory = np.fromiter((v is not None and v.memory is not None and v.assessed is not None for v in view.resources), bool, n)
+    gpu = np.fromiter((v is not None and v.gpu is not None for v in view.resources), bool, n)
+    work = np.fromiter((isinstance(m.get("work"), dict) for m in metas), bool, n)
+    return {
+        "dropped": np.fromiter((s.get("dropped") or 0 for s in states), np.int64, n),
+        "rate_hz": np.fromiter((_or_nan(s.get("rate_hz", m.get("rate_hz"))) for s, m in zip(states, metas)), np.float64, n),
+        "rejected": rejected,
+        "with_memory": memory,
+        "with_throughput": work & ~np.isnan(view.rate) & (np.nan_to_num(view.rate) != 0),
+        "with_gpu": gpu,
+        "gpu_sampled": gpu & np.fromiter((v is not None and v.gpu is not None and "na" not in v.gpu for v in view.resources), bool, n),
+    }
+
+
+def _or_nan(value: float | None) -> float:
+    return np.nan if value is None else float(value)
 
 
 def _ranking(table: RankTable, waited_for: list[int]) -> list[int]:

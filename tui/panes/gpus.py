@@ -127,7 +127,7 @@ def panel_text(snapshot: Snapshot, *, selected: int | None = None, width: int = 
 
 
 def has_data(snapshot: Snapshot) -> bool:
-    return any(r.gpu is not None for r in snapshot.ranks)
+    return bool(snapshot.ranks.table.with_gpu.any())  # the columns: no rank's row is built to ask
 
 
 class GpuPanel(LazyLines):
@@ -136,5 +136,5 @@ class GpuPanel(LazyLines):
     def show(self, snapshot: Snapshot, selected: int | None = None) -> None:
         lines = PanelLines(snapshot, selected)
         self.show_lines(len(lines), lines.line)
-        count = sum(1 for r in snapshot.ranks if r.gpu is not None and r.gpu.na is None)
+        count = int(snapshot.ranks.table.gpu_sampled.sum())
         self.border_title = f"GPUs · {count} sampled by NVML" if count else "GPUs"

@@ -24,7 +24,7 @@ def header_text(snapshot: Snapshot, *, title: str, paused: bool) -> Text:
         line1 += [sep, (f"{snapshot.connected} connected", palette.STATUS_STYLES["ok"])]
         silent_style = palette.STATUS_STYLES["silent"] if snapshot.silent else palette.MUTED
         line1 += [sep, (f"{snapshot.silent} silent", silent_style)]
-        stalled = sum(1 for r in snapshot.ranks if r.status == STALLED)
+        stalled = snapshot.ranks.count(STALLED)
         if stalled:
             line1 += [sep, (f"{stalled} stalled", palette.STATUS_STYLES[STALLED])]
         if world is not None and reported < world:

@@ -245,7 +245,8 @@ def panel_text(snapshot: Snapshot, width: int) -> Text:
 
 
 def has_data(snapshot: Snapshot) -> bool:
-    return any(r.memory is not None or r.throughput is not None for r in snapshot.ranks) or snapshot.throughput is not None
+    table = snapshot.ranks.table  # the columns: no rank's row is built to ask
+    return bool(table.with_memory.any() or table.with_throughput.any()) or snapshot.throughput is not None
 
 
 class MemoryPanel(LazyLines):

@@ -9,6 +9,7 @@ look at every rank; the map draws only the lines on screen.
 
 from __future__ import annotations
 
+import numpy as np
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.containers import Vertical
@@ -20,7 +21,7 @@ from ranktop.tui.render.histogram import histogram_lines
 from ranktop.tui.render.rankmap import LEGEND, NODES, Cell, nodes_of, stages_of
 from ranktop.watch import format as fmt
 from ranktop.watch.format import ranks_text
-from ranktop.watch.snapshot import SILENT, SLOW, STALLED, Snapshot
+from ranktop.watch.snapshot import SILENT, SLOW, STALLED, STATUSES, Snapshot
 
 #: Terminal heights below which the distribution gets one line of columns instead of three.
 SHORT = 30
@@ -30,9 +31,11 @@ MAP_SHARE = 0.65
 
 def slowdown_samples(snapshot: Snapshot) -> tuple[list[float], list[tuple[float, str]]]:
     """Every live, scored rank's slowdown in ms, and those of the flagged ones with their status colour."""
-    live = [r for r in snapshot.ranks if r.step_s is not None and r.status != SILENT]
-    values = [r.excess_s * 1000.0 for r in live]
-    marks = [(r.excess_s * 1000.0, palette.STATUS_STYLES[r.status]) for r in live if r.status in (SLOW, STALLED)]
+    table = snapshot.ranks.table  # the columns: the distribution builds no rank's row
+    live = ~np.isnan(table.step_s) & ~table.statuses(SILENT)
+    values = (table.excess_s[live] * 1000.0).tolist()
+    flagged = live & table.statuses(SLOW, STALLED)
+    marks = [(ms, palette.STATUS_STYLES[STATUSES[code]]) for ms, code in zip((table.excess_s[flagged] * 1000.0).tolist(), table.status[flagged].tolist())]
     return values, marks
 
 
@@ -43,8 +46,10 @@ def distribution_text(snapshot: Snapshot, width: int, height: int) -> Text:
     head.append(f"  {len(values):,} ranks scored, columns log-scaled", style=palette.MUTED)
     if not values:
         return head
-    worst = max((r for r in snapshot.ranks if r.step_s is not None and r.status != SILENT), key=lambda r: r.excess_s)
-    label = f"rank {worst.rank}" if worst.excess_s > 0 else None
+    table = snapshot.ranks.table
+    live = np.flatnonzero(~np.isnan(table.step_s) & ~table.statuses(SILENT))
+    worst = live[np.argmax(table.excess_s[live])]
+    label = f"rank {table.rank[worst]}" if table.excess_s[worst] > 0 else None
     lines = histogram_lines(values, width, height, unit="ms", label=label, marks=marks)
     return Text("\n").join([head, *lines])
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
 from rich.text import Text
 from textual.widgets import Static
 
@@ -90,11 +91,10 @@ def refused_text(snapshot: Snapshot) -> str:
     """Commands the ranks refused (forged, replayed, expired, ...): someone without the job's key tried."""
     reasons: dict[str, int] = {}
     ranks = []
-    for r in snapshot.ranks:
-        if r.rejected:
-            ranks.append(r.rank)
-            for reason, count in r.rejected.items():
-                reasons[reason] = reasons.get(reason, 0) + count
+    for rank, refused in sorted(snapshot.ranks.table.rejected.items()):
+        ranks.append(rank)
+        for reason, count in refused.items():
+            reasons[reason] = reasons.get(reason, 0) + count
     if not ranks:
         return ""
     counts = ", ".join(f"{count} {reason}" for reason, count in sorted(reasons.items()))
@@ -111,8 +111,9 @@ def status_text(snapshot: Snapshot, *, notice: Text | None = None, last_command:
         if i == 0 and hidden:
             line.append(f"  (+{hidden} earlier)", style=palette.MUTED)
         lines.append(line)
+    table = snapshot.ranks.table  # the columns: the status line builds no rank's row (watch/rank_rows.py)
     for host in snapshot.slow_hosts:
-        count = sum(1 for r in snapshot.ranks if r.host == host)
+        count = table.host.count(host)
         lines.append(Text(f"node {host} is slow: all {count} of its ranks are stragglers", style=palette.ERROR))
     if snapshot.diagnosis:  # a hang: who is stuck where, and whom they wait for
         lines.append(Text(snapshot.diagnosis, style=palette.STATUS_STYLES[STALLED]))
@@ -127,16 +128,17 @@ def status_text(snapshot: Snapshot, *, notice: Text | None = None, last_command:
         heard.append("  " if heard else "")
         heard.append(f"dropped {snapshot.dropped_messages} malformed or foreign messages", style=palette.WARNING)
     # Records a probe could not send (its buffer was full, or nobody listened): the bars miss those steps.
-    lossy = [r for r in snapshot.ranks if r.dropped]
+    lossy = int(np.count_nonzero(table.dropped))
     if lossy:
         heard.append("  " if heard else "")
-        records = sum(r.dropped for r in lossy)
-        heard.append(f"{records} step records lost by {len(lossy)} probe{'s' if len(lossy) > 1 else ''}", style=palette.WARNING)
+        records = int(table.dropped.sum())
+        heard.append(f"{records} step records lost by {lossy} probe{'s' if lossy > 1 else ''}", style=palette.WARNING)
     refused = refused_text(snapshot)
     if refused:
         heard.append("  " if heard else "")
         heard.append(refused, style=palette.ERROR)
-    rates = sorted({r.rate_hz for r in snapshot.ranks if r.rate_hz is not None and r.status != SILENT})
+    said = ~np.isnan(table.rate_hz) & ~table.statuses(SILENT)
+    rates = sorted(set(table.rate_hz[said].tolist()))
     if rates and rates != [settings.DEFAULT_RATE_HZ]:  # someone asked the ranks to send at another rate (--rate)
         heard.append("  " if heard else "")
         what = f"{rates[0]:g}" if len(rates) == 1 else f"{rates[0]:g}-{rates[-1]:g}"

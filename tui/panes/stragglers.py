@@ -19,7 +19,7 @@ from textual.widgets import DataTable
 
 from ranktop.tui.render import palette
 from ranktop.watch import format as fmt
-from ranktop.watch.snapshot import OK, SILENT, SLOW, STALLED, RankRow, Snapshot
+from ranktop.watch.snapshot import OK, SILENT, SLOW, STALLED, STATUSES, RankRow, Snapshot
 
 #: (key, heading, width) of each column; widths are fixed so values never make the table jump.
 COLUMNS = (
@@ -41,12 +41,13 @@ HOST_WIDTH = dict((k, w) for k, _, w in COLUMNS)["host"]
 
 def straggler_order(snapshot: Snapshot) -> list[int]:
     """Flagged ranks in ``snapshot.stragglers`` order, then the rest by rank number."""
-    flagged = {r.rank for r in snapshot.ranks if r.status != OK}
+    table = snapshot.ranks.table  # the columns: no rank's row is built here (watch/rank_rows.py)
+    flagged = set(snapshot.ranks.having(*(s for s in STATUSES if s != OK)))
     first = [n for n in dict.fromkeys(snapshot.stragglers) if n in flagged]
     # A flagged rank the aggregator did not list still belongs at the top.
     first += sorted(flagged - set(first))
     listed = set(first)
-    return first + sorted(r.rank for r in snapshot.ranks if r.rank not in listed)
+    return first + [n for n in table.rank.tolist() if n not in listed]
 
 
 #: Every rank has a row up to this many ranks; above, the first TOP_ROWS of the same order (flagged
@@ -129,8 +130,7 @@ class StragglerTable(DataTable):
             self.refresh()
         order = table_order(snapshot)
         if len(order) < len(snapshot.ranks):
-            by_rank = {r.rank: r for r in snapshot.ranks}
-            present = {n: by_rank[n] for n in order}
+            present = {n: snapshot.row(n) for n in order}
             self.border_title = f"Stragglers · flagged first, then by rank · {len(order)} of {len(snapshot.ranks):,} ranks"
         else:
             present = {r.rank: r for r in snapshot.ranks}
