@@ -23,6 +23,23 @@ def ms(seconds: float | None) -> str:
     return f"{value:.0f}"
 
 
+def ms_brief(seconds: float) -> str:
+    """A duration in a sentence, in milliseconds: 4.2 under 10 ms, 38 above (the verdict's "+38 ms per step")."""
+    value = seconds * 1000.0
+    return f"{value:.1f}" if value < 10 else f"{value:.0f}"
+
+
+def ms_unit(seconds: float | None) -> str:
+    """A duration with its unit, to a tenth of a millisecond: "12.3 ms" (the report's columns); "–" unknown."""
+    return "–" if seconds is None else f"{seconds * 1000:.1f} ms"
+
+
+def percent(fraction: float) -> str:
+    """A share in a sentence: 4.2% under 10%, 41% above."""
+    pct = fraction * 100
+    return f"{pct:.1f}%" if pct < 10 else f"{pct:.0f}%"
+
+
 def score(fraction: float) -> str:
     """A slowdown against the median rank: +42%, or ±0% when there is none."""
     pct = round(fraction * 100)

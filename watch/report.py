@@ -18,6 +18,7 @@ import statistics
 from typing import Any
 
 from ranktop.watch.collectives import percentile
+from ranktop.watch import format as fmt
 from ranktop.watch.format import ranks_text
 from ranktop.watch.history import NODE, STALL, STRAGGLER, History
 from ranktop.watch.recording import Recording
@@ -246,10 +247,6 @@ def hangs(stalls: list[dict]) -> list[dict]:
 # -- text ------------------------------------------------------------------------------------
 
 
-def _ms(seconds: float | None) -> str:
-    return "–" if seconds is None else f"{seconds * 1000:.1f} ms"
-
-
 def _when(rep: dict, offset: float) -> str:
     start = dt.datetime.fromisoformat(rep["start"])
     return f"{clock_text(offset)} ({(start + dt.timedelta(seconds=offset)).strftime('%H:%M:%S')})"
@@ -260,8 +257,8 @@ def text_lines(rep: dict) -> list[str]:
     rate = f", {rep['steps_per_s']:.2f} steps/s" if rep["steps_per_s"] else ""
     lines.append(f"job {rep['job']}: {rep['ranks']} rank(s) on {len(rep['hosts'])} host(s), "
                  f"{clock_text(rep['duration_s'])} recorded from {rep['start']}")
-    lines.append(f"steps {rep['first_step']} .. {rep['last_step']}{rate}; step time median {_ms(rep['step_s']['median'])}, "
-                 f"p90 {_ms(rep['step_s']['p90'])}, worst {_ms(rep['step_s']['max'])}")
+    lines.append(f"steps {rep['first_step']} .. {rep['last_step']}{rate}; step time median {fmt.ms_unit(rep['step_s']['median'])}, "
+                 f"p90 {fmt.ms_unit(rep['step_s']['p90'])}, worst {fmt.ms_unit(rep['step_s']['max'])}")
     if rep["mfu"] is not None or rep["tflops"] is not None:
         mfu = f"MFU {rep['mfu'] * 100:.1f}%" if rep["mfu"] is not None else "MFU unknown (no peak for the device)"
         tf = f", {rep['tflops']:.2f} TFLOP/s" if rep["tflops"] is not None else ""
@@ -284,7 +281,7 @@ def text_lines(rep: dict) -> list[str]:
         for e in stragglers:
             phase = f" in {e['phase']}" if e["phase"] else ""
             lines.append(f"  {e['who']} slow{phase} from {_when(rep, e['from_s'])} to {_when(rep, e['to_s'])} "
-                         f"({e['share_of_run'] * 100:.0f}% of the run): +{_ms(e['peak_excess_s'])}/step at worst, "
+                         f"({e['share_of_run'] * 100:.0f}% of the run): +{fmt.ms_unit(e['peak_excess_s'])}/step at worst, "
                          f"cost the job {e['cost_s']:.1f} s over {e['steps']} steps")
     else:
         lines.append("stragglers: none (no rank slower than the others for more than a moment)")
@@ -312,18 +309,18 @@ def text_lines(rep: dict) -> list[str]:
             lines.append(f"  {clock_text(p['from_s']):>8} – {clock_text(p['to_s']):<8} no step finished{slow}")
             continue
         rate = f"{p['steps_per_s']:.2f}/s" if p["steps_per_s"] else "–"
-        lines.append(f"  {clock_text(p['from_s']):>8} – {clock_text(p['to_s']):<8} {_ms(p['median_step_s']):>10} / "
-                     f"{_ms(p['slowest_rank_step_s']):>10}  {rate:>8}{slow}")
+        lines.append(f"  {clock_text(p['from_s']):>8} – {clock_text(p['to_s']):<8} {fmt.ms_unit(p['median_step_s']):>10} / "
+                     f"{fmt.ms_unit(p['slowest_rank_step_s']):>10}  {rate:>8}{slow}")
     if rep["median_rank_phases"]:
         lines.append("")
         lines.append("phases of the median rank (own time per step):")
-        lines.append("  " + "  ".join(f"{p['phase']} {_ms(p['seconds'])} ({(p['share'] or 0) * 100:.0f}%)" for p in rep["median_rank_phases"]))
+        lines.append("  " + "  ".join(f"{p['phase']} {fmt.ms_unit(p['seconds'])} ({(p['share'] or 0) * 100:.0f}%)" for p in rep["median_rank_phases"]))
     if rep["per_rank"]:
         lines.append("")
         lines.append("per rank: median step, share of the run slow")
         worst = sorted(rep["per_rank"], key=lambda r: -r["slow_share"])
         for r in worst[:8]:
-            lines.append(f"  rank {r['rank']:>4} {r['host']:<16} {_ms(r['median_step_s']):>10}  slow {r['slow_share'] * 100:3.0f}%")
+            lines.append(f"  rank {r['rank']:>4} {r['host']:<16} {fmt.ms_unit(r['median_step_s']):>10}  slow {r['slow_share'] * 100:3.0f}%")
         if len(worst) > 8:
             lines.append(f"  ... {len(worst) - 8} more (--json for all)")
     lines.append("")
@@ -362,13 +359,13 @@ def compare_lines(a: dict, b: dict) -> list[str]:
     lines.append(row("ranks", str(a["ranks"]), str(b["ranks"])))
     lines.append(row("duration", clock_text(a["duration_s"]), clock_text(b["duration_s"])))
     for key in ("median", "p90", "max"):
-        lines.append(row(f"step time {key}", _ms(a["step_s"][key]), _ms(b["step_s"][key]), pct(a["step_s"][key], b["step_s"][key])))
+        lines.append(row(f"step time {key}", fmt.ms_unit(a["step_s"][key]), fmt.ms_unit(b["step_s"][key]), pct(a["step_s"][key], b["step_s"][key])))
     ra, rb = a["steps_per_s"], b["steps_per_s"]
     lines.append(row("steps/s", f"{ra:.2f}" if ra else "–", f"{rb:.2f}" if rb else "–", pct(ra, rb)))
     pa = {p["phase"]: p["seconds"] for p in a["median_rank_phases"]}
     pb = {p["phase"]: p["seconds"] for p in b["median_rank_phases"]}
     for name in list(pa) + [n for n in pb if n not in pa]:
-        lines.append(row(f"phase {name}", _ms(pa.get(name)), _ms(pb.get(name)), pct(pa.get(name), pb.get(name))))
+        lines.append(row(f"phase {name}", fmt.ms_unit(pa.get(name)), fmt.ms_unit(pb.get(name)), pct(pa.get(name), pb.get(name))))
 
     def who(rep: dict) -> str:
         names = sorted({e["who"] for e in rep["stragglers"]})

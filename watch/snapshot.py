@@ -151,6 +151,7 @@ class Snapshot:
     stages: list = field(default_factory=list)  # per pipeline stage: own work and wait per step (stragglers.Stage)
     imbalance: str | None = None  # one line when the pipeline's stages are unbalanced (never a rank's fault)
     median_step_s: float | None = None  # the median step of the ranks scored: what each rank's excess is measured against
+    median_phases: dict[str, float] = field(default_factory=dict)  # each phase's median over the live, scored ranks
 
     def __post_init__(self) -> None:
         if not isinstance(self.ranks, RankRows):
@@ -192,6 +193,17 @@ class Snapshot:
         steps = self.ranks.table.step_s
         steps = steps[~np.isnan(steps)]
         return float(np.median(steps)) if len(steps) else None
+
+    def phase_medians(self) -> dict[str, float]:
+        """Each phase's median over the live, scored ranks: what "the median rank" does (as the builder worked
+        it out, or, a snapshot made of rows, from them)."""
+        if self.median_phases:
+            return dict(self.median_phases)
+        table = self.ranks.table
+        live = ~np.isnan(table.step_s) & ~table.statuses(SILENT)
+        if not live.any():
+            return {}
+        return dict(zip(table.names, np.median(table.phases[live], axis=0).tolist()))
 
     def where(self, row: RankRow) -> str:
         """A rank's coordinates as text, "pp 1, dp 1" ("" when the layout is not known)."""

@@ -115,6 +115,7 @@ def build(view: JobView, extras: Extras) -> Snapshot:
         stages=stage_rows,
         imbalance=stragglers.imbalance(stage_rows, median_step),
         median_step_s=median_step,
+        median_phases=dict(zip(names, np.median(view.phases[live], axis=0).tolist())) if live.any() else {},
     )
 
 

@@ -113,11 +113,6 @@ def position(
     return Position(rank, silent, step, last, in_step, phase, stuck, median, collective)
 
 
-def window_median(steps: Iterable[tuple]) -> float | None:
-    walls = [w for _, _, w, _ in steps]
-    return statistics.median(walls) if walls else None
-
-
 # -- the verdict ------------------------------------------------------------------------
 
 
@@ -260,7 +255,7 @@ def positions_of(ranks: Iterable[Any], now: float, silent: set[int]) -> list[Pos
             state_at=getattr(r, "state_at", 0.0),
             progress_at=getattr(r, "progress_at", 0.0),
             silent=r.rank in silent,
-            window_median_s=r.own.median_wall() if hasattr(r, "own") else window_median(r.steps),
+            window_median_s=r.own.median_wall(),
         )
         if p is not None:
             out.append(p)

@@ -38,6 +38,7 @@ import numpy as np
 
 from ranktop.watch.snapshot import RankRow, Snapshot
 from ranktop.watch.statuses import SILENT, SLOW, STALLED
+from ranktop.watch import format as fmt
 from ranktop.watch.format import ago as _ago
 from ranktop.watch.format import ranks_text
 
@@ -103,9 +104,9 @@ def verdict(snapshot: Snapshot) -> Verdict:
         return Verdict(WARMING_UP, IDLE, f"warming up: {_count(len(rows), 'rank')} reporting, {seen} steps seen so far", [])
     median = snapshot.median_step()
     worst = rows[int(scored[np.argmax(table.excess_s[scored])])]
-    text = f"healthy: no straggler among {_count(len(rows), 'rank')}, median step {_ms(median)} ms"
+    text = f"healthy: no straggler among {_count(len(rows), 'rank')}, median step {fmt.ms_brief(median)} ms"
     if worst.excess_s * 1000 >= 0.05:
-        text += f", worst rank {worst.rank} +{_ms(worst.excess_s)} ms"
+        text += f", worst rank {worst.rank} +{fmt.ms_brief(worst.excess_s)} ms"
     missing = _never_reported(snapshot)
     if missing:
         text += f"; {ranks_text(missing[:8])}{' …' if len(missing) > 8 else ''} never reported"
@@ -127,7 +128,7 @@ def _slow_in_order(snapshot: Snapshot) -> list[RankRow]:
 
 
 def _cost(row: RankRow) -> str:
-    return f"+{_ms(row.excess_s)} ms per step, the job loses {_pct(row.score)}"
+    return f"+{fmt.ms_brief(row.excess_s)} ms per step, the job loses {fmt.percent(row.score)}"
 
 
 def _slow_rank(slow: list[RankRow], snapshot: Snapshot) -> Verdict:
@@ -223,13 +224,3 @@ def _count(n: int, what: str) -> str:
 
 def _names(ranks) -> str:
     return ", ".join(str(n) for n in ranks)
-
-
-def _ms(seconds: float) -> str:
-    value = seconds * 1000.0
-    return f"{value:.1f}" if value < 10 else f"{value:.0f}"
-
-
-def _pct(fraction: float) -> str:
-    pct = fraction * 100
-    return f"{pct:.1f}%" if pct < 10 else f"{pct:.0f}%"

@@ -11,7 +11,6 @@ collectives, memory and GPU.
 from __future__ import annotations
 
 import collections
-import statistics
 
 from rich.text import Text
 from textual.app import ComposeResult
@@ -130,12 +129,6 @@ class NodeScreen(DrillScreen):
 # -- one rank's detail ---------------------------------------------------------------
 
 
-def phase_medians(snapshot: Snapshot) -> dict[str, float]:
-    """Each phase's median over the live, scored ranks: what "the median rank" does."""
-    live = [r for r in snapshot.ranks if r.step_s is not None and r.status != SILENT]
-    return {name: statistics.median(r.phases.get(name, 0.0) for r in live) for name in snapshot.phase_names} if live else {}
-
-
 def rank_title(row: RankRow, roles: list[str] | None = None) -> Text:
     text = Text(no_wrap=True, overflow="ellipsis")
     text.append(f"rank {row.rank}", style="bold")
@@ -159,7 +152,7 @@ def rank_title(row: RankRow, roles: list[str] | None = None) -> Text:
 
 def phases_text(row: RankRow, snapshot: Snapshot, width: int) -> Text:
     """Per phase: this rank's median time, the median rank's, the difference, and a bar of each."""
-    medians = phase_medians(snapshot)
+    medians = snapshot.phase_medians()
     colours = palette.phase_colours(snapshot.phase_names)
     out = Text(no_wrap=True, overflow="crop")
     out.append(f"{'phase':<12} {'this rank':>9} {'median':>9} {'diff':>9}\n", style="bold")
