@@ -80,7 +80,7 @@ def build(view: JobView, extras: Extras) -> Snapshot:
         rest=_messages(view),
         **_message_columns(view),
     )
-    ranking = _ranking(table, view.stalls.waiting_for)
+    ranking = stragglers.ranking(table, view.stalls.waiting_for)
     rates = view.rate[live]
     rates = rates[~np.isnan(rates) & (rates != 0)]
     stage_rows = _stages(view, live) if view.stage_ids is not None else []
@@ -108,7 +108,7 @@ def build(view: JobView, extras: Extras) -> Snapshot:
         collectives=extras.collectives(ranking) if extras.collectives else [],
         waiting_for=view.stalls.waiting_for,
         diagnosis=view.stalls.diagnosis,
-        slow_hosts=_slow_hosts(table),
+        slow_hosts=stragglers.slow_hosts(table),
         device_time_ranks=view.rank[view.device].tolist(),
         throughput=_throughput(view),
         layout_roles=list(view.layout.roles),
@@ -155,33 +155,6 @@ def _message_columns(view: JobView) -> dict[str, Any]:
 
 def _or_nan(value: float | None) -> float:
     return np.nan if value is None else float(value)
-
-
-def _ranking(table: RankTable, waited_for: list[int]) -> list[int]:
-    """Rank numbers, most suspicious first: those others wait for, then by status, then by score; ranks with
-    statistics, or silent or stalled."""
-    shown = ~np.isnan(table.step_s) | table.statuses(SILENT, STALLED)
-    which = np.flatnonzero(shown)
-    rank = table.rank[which]
-    not_waited = ~np.isin(rank, list(waited_for)) if waited_for else np.ones(len(which), bool)
-    order = np.lexsort((rank, -table.score[which], table.status[which], not_waited))
-    return rank[order].tolist()
-
-
-def _slow_hosts(table: RankTable) -> list[str]:
-    """Hosts whose every rank with statistics is slow, when the job spans several hosts: the node is the suspect."""
-    counted = ~np.isnan(table.step_s) & (table.status != STATUS_CODE[SILENT])
-    which = np.flatnonzero(counted)
-    if not len(which):
-        return []
-    ids: dict[str, int] = {}
-    host_id = np.fromiter((ids.setdefault(table.host[i], len(ids)) for i in which.tolist()), np.int64, len(which))
-    if len(ids) < 2:
-        return []
-    members = np.bincount(host_id, minlength=len(ids))
-    slow = np.bincount(host_id, weights=(table.status[which] == STATUS_CODE[SLOW]), minlength=len(ids))
-    hosts = list(ids)
-    return sorted(hosts[h] for h in np.flatnonzero(slow == members).tolist())
 
 
 def _stages(view: JobView, live: np.ndarray) -> list[stragglers.Stage]:

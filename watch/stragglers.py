@@ -1,4 +1,4 @@
-"""Straggler scoring: which rank holds the job back, and in which phase. Pure Python over rank windows.
+"""Straggler scoring: which rank holds the job back, and in which phase. Numpy over the ranks' columns.
 
 In synchronous data-parallel training every rank's step takes the same wall
 time: the slow rank computes longer and the others wait for it inside a
@@ -26,14 +26,12 @@ its own (:func:`stages`). Within a class the lower median is the reference
 
 from __future__ import annotations
 
-import statistics
 from dataclasses import dataclass
-from typing import Iterable
 
 import numpy as np
 
-from ranktop.watch.snapshot import OK, SILENT, SLOW, STALLED, RankRow
-from ranktop.watch.window import RankWindow
+from ranktop.watch.rank_rows import STATUS_CODE, RankTable
+from ranktop.watch.statuses import SILENT, SLOW, STALLED
 from ranktop.wire import schema
 
 MIN_STEPS_TO_SCORE = 3
@@ -68,16 +66,6 @@ class Scores:
     def score(self, rank: int) -> float:
         """The slowdown as a fraction of the median step (0.25: 25% slower)."""
         return self.of(rank)[0] / self.median_step_s if self.median_step_s else 0.0
-
-
-def rank_stats(w: RankWindow, names: list[str]) -> RankStats | None:
-    """Medians over one rank's window (watch/columns.py works them out), or None before
-    :data:`MIN_STEPS_TO_SCORE` steps. Each phase counts the rank's own time: its waits in collectives
-    are taken out and shown as ``comm``. A snapshot reads every rank's at once, from the columns."""
-    stats = w.own.stats(names, MIN_STEPS_TO_SCORE)
-    if stats is None:
-        return None
-    return RankStats(stats["step"], stats["phases"], stats["rate"], stats["comm"])
 
 
 def score(live: dict[int, RankStats], names: list[str], classes: dict[int, tuple] | None = None) -> Scores:
@@ -147,26 +135,31 @@ def _mad(values: np.ndarray) -> float:
     return float(np.median(np.abs(values - med)))
 
 
-def slow_hosts(rows: list[RankRow]) -> list[str]:
-    """Hosts whose every rank is slow, when the job spans several hosts: then the node is the suspect."""
-    by_host: dict[str, list[RankRow]] = {}
-    for row in rows:
-        if row.status != SILENT and row.step_s is not None:
-            by_host.setdefault(row.host, []).append(row)
-    if len(by_host) < 2:
+def ranking(table: RankTable, waited_for: list[int]) -> list[int]:
+    """Rank numbers, most suspicious first: those others wait for, then by status, then by score; ranks with
+    statistics, or silent or stalled."""
+    shown = ~np.isnan(table.step_s) | table.statuses(SILENT, STALLED)
+    which = np.flatnonzero(shown)
+    rank = table.rank[which]
+    not_waited = ~np.isin(rank, list(waited_for)) if waited_for else np.ones(len(which), bool)
+    order = np.lexsort((rank, -table.score[which], table.status[which], not_waited))
+    return rank[order].tolist()
+
+
+def slow_hosts(table: RankTable) -> list[str]:
+    """Hosts whose every rank with statistics is slow, when the job spans several hosts: the node is the suspect."""
+    counted = ~np.isnan(table.step_s) & (table.status != STATUS_CODE[SILENT])
+    which = np.flatnonzero(counted)
+    if not len(which):
         return []
-    return sorted(host for host, members in by_host.items() if all(r.status == SLOW for r in members))
-
-
-def ranking(rows: list[RankRow], waited_for: Iterable[int]) -> list[int]:
-    """Rank numbers, most suspicious first: those others wait for, then by status, then by score."""
-    order = {SILENT: 0, STALLED: 1, SLOW: 2, OK: 3}
-    waited = set(waited_for)
-    return [
-        row.rank
-        for row in sorted(rows, key=lambda row: (row.rank not in waited, order[row.status], -row.score, row.rank))
-        if row.step_s is not None or row.status in (SILENT, STALLED)
-    ]
+    ids: dict[str, int] = {}
+    host_id = np.fromiter((ids.setdefault(table.host[i], len(ids)) for i in which.tolist()), np.int64, len(which))
+    if len(ids) < 2:
+        return []
+    members = np.bincount(host_id, minlength=len(ids))
+    slow = np.bincount(host_id, weights=(table.status[which] == STATUS_CODE[SLOW]), minlength=len(ids))
+    hosts = list(ids)
+    return sorted(hosts[h] for h in np.flatnonzero(slow == members).tolist())
 
 
 @dataclass(frozen=True)
