@@ -117,20 +117,25 @@ def snapshot_ms_while_streaming(frames, recorder: FlightRecorder | None, seconds
     return statistics.median(times)
 
 
+def tapped(path: Path, frames: list) -> FlightRecorder:
+    """A recorder into ``path`` that has been handed ``frames`` ((seconds into the job, frames) pairs) on their
+    own clock, as the receiver would hand them; not started."""
+    rec = FlightRecorder(path, queue_frames=len(frames) + 1)
+    fake = iter(t for t, _ in frames)
+    rec.clock = lambda: 1e9 + next(fake)
+    for _, f in frames:
+        rec.tap(f, "tcp://node000:5555")
+    return rec
+
+
 def disk(seconds: float, steps_per_s: float, ranks: int, msg_hz: float) -> tuple[float, float]:
     """(compressed bytes per rank per day, writer CPU seconds per recorded second)."""
     frames = job_frames(seconds, steps_per_s, ranks, msg_hz=msg_hz)
     with tempfile.TemporaryDirectory() as d:
-        rec = FlightRecorder(Path(d) / "x.rec", queue_frames=len(frames) + 1)
-        fake = iter(t for t, _ in frames)
-        rec.clock = lambda: 1e9 + next(fake)
-        for _, f in frames:
-            rec.tap(f, "tcp://node000:5555")
-        cpu0 = time.thread_time()
+        rec = tapped(Path(d) / "x.rec", frames)
         t0 = time.process_time()
         rec.start().close(timeout=600)
         cpu = time.process_time() - t0
-        del cpu0
         size = sum(p.stat().st_size for p in Path(d).iterdir())
         assert len(read(Path(d) / "x.rec").entries) == len(frames)
     return size / ranks / seconds * 86400, cpu / seconds
@@ -143,12 +148,7 @@ def replay_and_report_s(seconds: float = 60.0) -> tuple[float, float, float]:
 
     frames = job_frames(seconds, 4.0)
     with tempfile.TemporaryDirectory() as d:
-        rec = FlightRecorder(Path(d) / "r.rec", queue_frames=len(frames) + 1)
-        fake = iter(t for t, _ in frames)
-        rec.clock = lambda: 1e9 + next(fake)
-        for _, f in frames:
-            rec.tap(f, "tcp://node000:5555")
-        rec.start().close(timeout=600)
+        tapped(Path(d) / "r.rec", frames).start().close(timeout=600)
         t0 = time.perf_counter()
         recording = read(Path(d) / "r.rec")
         t1 = time.perf_counter()
