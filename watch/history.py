@@ -37,8 +37,8 @@ MIN_EPISODE_S = 2.0
 #: Episodes kept (oldest forgotten first).
 MAX_EPISODES = 500
 #: Bytes the samples' per-rank figures may take: past it a sample keeps them only every k-th second
-#: (at 4,096 ranks x 8 phases, every 3rd over the 15 minutes kept); the job-wide figures are in every sample.
-PER_RANK_BUDGET = 64 * 2**20
+#: (at 4,096 ranks x 8 phases, every 5th over the 15 minutes kept); the job-wide figures are in every sample.
+PER_RANK_BUDGET = 32 * 2**20
 
 STRAGGLER = "straggler"
 NODE = "node"  # every rank of a host slow: the node is the suspect

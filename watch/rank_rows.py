@@ -58,6 +58,7 @@ class RankTable:
     with_throughput: np.ndarray  # bool: its work per step is known (its row has ``throughput``)
     with_gpu: np.ndarray  # bool: its row has ``gpu`` (gauges, or why there are none)
     gpu_sampled: np.ndarray  # bool: ... gauges NVML read
+    coords: list  # its place in the parallel layout ({"pp": 1, "dp": 1}; None: not known)
     rest: Callable[[int], dict[str, Any]] | None = None  # the fields of row i read from its messages (None: from rows)
 
     def __len__(self) -> int:
@@ -104,6 +105,7 @@ class RankTable:
             with_throughput=np.array([r.throughput is not None for r in rows], bool),
             with_gpu=np.array([r.gpu is not None for r in rows], bool),
             gpu_sampled=np.array([r.gpu is not None and r.gpu.na is None for r in rows], bool),
+            coords=[r.coords for r in rows],
         )
 
 
@@ -182,6 +184,7 @@ class RankRows(Sequence):
             stalled_phase=stuck.phase if stuck else None,
             stalled_step=stuck.step if stuck else None,
             last_step_end=_none(t.last_step_end[i]),
+            coords=t.coords[i],
             **t.rest(i),
         )
 

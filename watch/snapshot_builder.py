@@ -128,7 +128,6 @@ def _messages(view: JobView):
         return {
             **message_fields(view.states[i], meta, view.capture_summaries[i]),
             **row_fields(view.resources[i], meta, None if np.isnan(rate) else float(rate), view.wall),
-            "coords": view.coords[i],
         }
 
     return rest
@@ -149,6 +148,7 @@ def _message_columns(view: JobView) -> dict[str, Any]:
         "with_memory": memory,
         "with_throughput": work & ~np.isnan(view.rate) & (np.nan_to_num(view.rate) != 0),
         "with_gpu": gpu,
+        "coords": view.coords,
         "gpu_sampled": gpu & np.fromiter((v is not None and v.gpu is not None and "na" not in v.gpu for v in view.resources), bool, n),
     }
 

@@ -18,7 +18,7 @@ from textual.widgets import Static
 from ranktop.tui.panes.rankmap import RankMap
 from ranktop.tui.render import palette
 from ranktop.tui.render.histogram import histogram_lines
-from ranktop.tui.render.rankmap import LEGEND, NODES, Cell, nodes_of, stages_of
+from ranktop.tui.render.rankmap import LEGEND, NODES, Cell, nodes_of, ranks_of, stages_of
 from ranktop.watch import format as fmt
 from ranktop.watch.format import ranks_text
 from ranktop.watch.snapshot import SILENT, SLOW, STALLED, STATUSES, Snapshot
@@ -62,7 +62,7 @@ def cell_text(cell: Cell | None, mode: str | None) -> Text:
     worst = cell.worst
     if cell.key[0] == "node":
         text.append(cell.host if cell.host.startswith("stage") else f"node {cell.host}", style="bold")
-        text.append(f" {ranks_text(r.rank for r in cell.rows)}", style=palette.MUTED)
+        text.append(f" {ranks_text(ranks_of(cell.rows))}", style=palette.MUTED)
         text.append(" · worst ", style=palette.MUTED)
         text.append(f"rank {worst.rank}", style="bold")
     else:

@@ -20,7 +20,7 @@ from ranktop.watch.snapshot import RankRow
 
 from ranktop.tui import bindings
 from ranktop.tui.render import palette
-from ranktop.tui.render.rankmap import CELL, RANKS, Cell, Layout, layout, severity
+from ranktop.tui.render.rankmap import CELL, RANKS, Cell, Layout, layout, ranks_of, severity
 
 
 class RankMap(ScrollView, can_focus=True):
@@ -101,7 +101,7 @@ class RankMap(ScrollView, can_focus=True):
         """A cursor key of the other mode: a rank's node, or a node's worst rank."""
         kind, what = key
         for cell in self._layout.cells if self._layout else []:
-            if kind == "rank" and any(r.rank == what for r in cell.rows):
+            if kind == "rank" and what in ranks_of(cell.rows):
                 return cell.key
             if kind == "node" and cell.host == what:
                 return ("rank", cell.worst.rank) if self._layout.mode == RANKS and cell.worst.host == what else cell.key

@@ -9,8 +9,12 @@ its colour; the widget (tui/panes/rankmap.py) draws only the lines on screen.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
+import numpy as np
+
+from ranktop.watch.rank_rows import STATUS_CODE, RankRows
 from ranktop.watch.snapshot import OK, SILENT, SLOW, STALLED, RankRow
 
 CELL = "■"
@@ -25,6 +29,7 @@ SCORE_COLOURS = ((0.01, "green4"), (0.03, "green3"), (float("inf"), "yellow3"))
 LEGEND = (("ok", "green4"), ("a little slower", "yellow3"), ("slow", "dark_orange"), ("stalled", "magenta"),
           ("silent", "red"), ("no data yet", NO_DATA))  # fmt: skip
 _SEVERITY = {SILENT: 0, STALLED: 1, SLOW: 2, OK: 3}
+_OK_CODE = STATUS_CODE[OK]
 
 
 def severity(row: RankRow) -> tuple:
@@ -47,7 +52,7 @@ def colour(row: RankRow) -> str:
 class Cell:
     key: tuple  # ("rank", n) or ("node", host)
     host: str
-    rows: tuple[RankRow, ...]  # the ranks it stands for, by rank
+    rows: Sequence[RankRow]  # the ranks it stands for, by rank (Members: built when read)
     worst: RankRow  # the one that colours it
 
     @property
@@ -73,38 +78,67 @@ class Layout:
         return 0, 0
 
 
-def nodes_of(rows: list[RankRow]) -> list[tuple[str, list[RankRow]]]:
+class Members(Sequence):
+    """A group's ranks (a node's, a stage's), their rows built when read: the map reads the worst of each
+    group, the line labels and the group under the cursor, not 4,096 rows (watch/rank_rows.py)."""
+
+    __slots__ = ("_rows", "_indices", "ranks")
+
+    def __init__(self, rows: RankRows, indices: list[int]):
+        self._rows, self._indices = rows, indices
+        self.ranks: list[int] = rows.table.rank[indices].tolist()  # their numbers, ascending
+
+    def __len__(self) -> int:
+        return len(self._indices)
+
+    def __getitem__(self, k):
+        if isinstance(k, slice):
+            return [self._rows[i] for i in self._indices[k]]
+        return self._rows[self._indices[k]]
+
+    def worst(self) -> RankRow:
+        """The row that colours a group's cell: :func:`severity`'s first, read from the columns."""
+        t = self._rows.table
+        at = np.array(self._indices)
+        nodata = np.isnan(t.step_s[at]) & (t.status[at] == _OK_CODE)
+        order = np.lexsort((t.rank[at], -t.score[at], nodata, t.status[at]))  # statuses are coded worst first
+        return self._rows[self._indices[int(order[0])]]
+
+
+def nodes_of(rows: Sequence[RankRow]) -> list[tuple[str, Members]]:
     """Ranks grouped by host, hosts in the order of their lowest rank, ranks by number."""
-    by_host: dict[str, list[RankRow]] = {}
-    ordered = all(a.rank < b.rank for a, b in zip(rows, rows[1:]))  # a Snapshot's ranks are sorted already
-    for row in rows if ordered else sorted(rows, key=lambda r: r.rank):
-        by_host.setdefault(row.host, []).append(row)
-    return list(by_host.items())
+    rows = RankRows.of(rows)
+    by_host: dict[str, list[int]] = {}
+    for i, host in enumerate(rows.table.host):  # the table is in rank order
+        by_host.setdefault(host, []).append(i)
+    return [(host, Members(rows, indices)) for host, indices in by_host.items()]
 
 
 #: The label of a pipeline stage's group in the map (it stands where a host's name does when grouped by node).
 STAGE_LABEL = "stage {}"
 
 
-def stages_of(rows: list[RankRow]) -> list[tuple[str, list[RankRow]]]:
+def stages_of(rows: Sequence[RankRow]) -> list[tuple[str, Members]]:
     """Ranks grouped by pipeline stage (their ``pp`` coordinate), stages in order, ranks by number; ranks of no
     known stage last, as "no stage"."""
-    by_stage: dict[int, list[RankRow]] = {}
+    rows = RankRows.of(rows)
+    by_stage: dict[int, list[int]] = {}
     rest = []
-    for row in sorted(rows, key=lambda r: r.rank):
-        stage = row.coords.get("pp") if row.coords else None
+    for i in range(len(rows)):
+        coords = rows.table.coords[i]
+        stage = coords.get("pp") if coords else None
         if stage is None:
-            rest.append(row)
+            rest.append(i)
         else:
-            by_stage.setdefault(stage, []).append(row)
-    out = [(STAGE_LABEL.format(stage), members) for stage, members in sorted(by_stage.items())]
-    return out + ([("no stage", rest)] if rest else [])
+            by_stage.setdefault(stage, []).append(i)
+    out = [(STAGE_LABEL.format(stage), Members(rows, members)) for stage, members in sorted(by_stage.items())]
+    return out + ([("no stage", Members(rows, rest))] if rest else [])
 
 
 def layout(nodes: list[tuple[str, list[RankRow]]], width: int, height: int | None = None, mode: str | None = None) -> Layout:
     """Cells per rank when they fit ``height`` lines (or ``mode`` says so), else one per node."""
     total = sum(len(rows) for _, rows in nodes)
-    label_width = len(str(max((rows[-1].rank for _, rows in nodes), default=0))) + 1
+    label_width = len(str(max((_last_rank(rows) for _, rows in nodes), default=0))) + 1
     room = max(1, width - label_width)
     if mode is None:
         fits = height is None or total <= len(nodes) or rank_lines(nodes, room) <= height
@@ -154,7 +188,7 @@ def _node_layout(nodes, room: int, label_width: int) -> Layout:
             lines.append([])
             x = 0
         lines[-1].append((x, len(cells)))
-        cells.append(Cell(("node", host), host, tuple(rows), min(rows, key=severity)))
+        cells.append(Cell(("node", host), host, rows, rows.worst() if isinstance(rows, Members) else min(rows, key=severity)))
         x += 1
         if (len(lines[-1])) % NODES_PER_GROUP == 0:
             x += 1
@@ -162,5 +196,18 @@ def _node_layout(nodes, room: int, label_width: int) -> Layout:
 
 
 def _labels(cells: list[Cell], lines) -> list[str]:
-    return [str(cells[line[0][1]].rows[0].rank) if line else "" for line in lines]
+    return [str(_first_rank(cells[line[0][1]].rows)) if line else "" for line in lines]
+
+
+def _first_rank(rows) -> int:
+    return rows.ranks[0] if isinstance(rows, Members) else rows[0].rank
+
+
+def _last_rank(rows) -> int:
+    return rows.ranks[-1] if isinstance(rows, Members) else rows[-1].rank
+
+
+def ranks_of(rows) -> list[int]:
+    """The rank numbers of a cell's rows (read from the columns where it can)."""
+    return list(rows.ranks) if isinstance(rows, Members) else [r.rank for r in rows]
 
