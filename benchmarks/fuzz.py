@@ -61,6 +61,7 @@ _KEYS = (
     "cap", "rss", "cuda", "alloc", "resv", "peak", "cap", "dev", "na", "util", "throttle", "last", "step", "in_step",
     "phase", "step_age", "dropped", "rejected", "rate_hz", "median_step_s", "collective", "inside", "st", "start", "dir",
     "at", "path", "err", "sum", "kind", "telemetry", "control", "started", "machine", "slurm_job", "args", "ranks",
+    "r", "c", "hello", "exit",
 )  # fmt: skip
 
 
@@ -78,7 +79,8 @@ def corpus() -> list[list[bytes]]:
         frames = sim.hellos(1.0e9) + [f for _, tick in sim.replay(1.0) for f in tick]
     with tempfile.TemporaryDirectory() as folder:  # and what a viewer of a big job takes: the nodes' digests
         frames += [f for _, tick in Simulator(scenario, folder).replay(2.0, digests=True) for f in tick]
-    return [_trimmed(f) for f in frames[:400:3]] + probe_messages()
+    probe = probe_messages()
+    return [_trimmed(f) for f in frames[:400:3]] + probe + [probe_digest(probe)]
 
 
 def _trimmed(frames: list[bytes]) -> list[bytes]:
@@ -129,6 +131,24 @@ def probe_messages() -> list[list[bytes]]:
         s.message(schema.REPLY, {"id": "abc", "cmd": "stacks", "ok": True, "result": {"threads": [], "digest": "d1"}}),
         s.message(schema.REPLY, {"id": "abd", "cmd": "capture", "ok": False, "result": {"error": "disk full\nmore"}}),
     ]
+
+
+def probe_digest(probe: list[list[bytes]]) -> list[bytes]:
+    """A node's digest of the probe's messages: its step columns with device times (``g``) and a phase only some
+    ranks name, its entries with state, ops, sample and hello (the simulator's digests carry neither)."""
+    from ranktop.wire.node_digest import NodeDigest
+
+    fold = NodeDigest(JOB, "node0")
+    for frames in probe:
+        try:
+            msg = schema.decode(frames)
+        except schema.WireError:  # a corpus message the viewer refuses (the fuzz starts from it all the same)
+            continue
+        fold.add(msg["k"], msg)
+        if msg["k"] == schema.STEPS:  # a neighbour on the node: host times only, and a phase of its own
+            records = [{"n": rec["n"], "t": rec["t"], "w": rec["w"], "p": {"data": 0.01}} for rec in msg["steps"]]
+            fold.add(schema.STEPS, dict(msg, rank=2, steps=records))
+    return schema.encode(schema.NODE, fold.body(0.0, 1.0e9))
 
 
 def _nest(depth: int) -> Any:

@@ -333,7 +333,7 @@ class Simulator:
             if self.is_silent(rank):
                 continue
             rank_state = self.state(rank, now) if rank in special else state
-            digest.add_sums(rank, now, rank_state, sample=sample, **self.model.sums(steps, rank, job))
+            digest.add_sums(rank, rank_state, sample=sample, **self.model.sums(steps, rank, job))
 
     def _sample(self, ranks: range, steps: list[Step], now: float) -> list[dict] | None:
         """A node's raw calls to send with its steps, as the probe samples them: once a second at most."""

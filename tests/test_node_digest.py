@@ -28,13 +28,25 @@ def wired(body):
     return schema.decode(schema.encode(schema.NODE, body))
 
 
+def interval(msg, rank):
+    """A rank's steps in a digest's columns: (last step, how many, start, mean wall, {phase: mean own time})."""
+    steps = msg["steps"]
+    i = steps["r"].index(rank)
+    return steps["n"][i], steps["c"][i], steps["t"][i], steps["w"][i], {name: own[i] for name, own in steps["p"].items()}
+
+
+def ranks_in(msg):
+    """The ranks a digest says anything of: in its step columns, in its entries, or both."""
+    return sorted({*msg.get("steps", {}).get("r", ()), *(e["r"] for e in msg["ranks"])})
+
+
 def test_a_ranks_steps_of_an_interval_become_one_record_of_their_mean_own_times():
     digest = NodeDigest("j", "node0")
     digest.add(schema.STEPS, steps(0, [record(1, 0.10, forward=0.04, backward=0.05), record(2, 0.12, forward=0.06, backward=0.05)],
                                    calls=[call(1, "backward", 5.0, 0.02), call(2, "backward", 6.0, 0.02)]))  # fmt: skip
     msg = wired(digest.body(now=0.0, wall=1.0))
     (entry,) = msg["ranks"]
-    last, count, start, wall, own = entry["s"]
+    last, count, start, wall, own = interval(msg, 0)
     assert (entry["r"], last, count) == (0, 2, 2)
     assert wall == pytest.approx(0.11) and start + wall == pytest.approx(100.0 + 2 * 0.12 + 0.12)  # ends with step 2
     assert own["forward"] == pytest.approx(0.05) and own["backward"] == pytest.approx(0.03)  # the 20 ms wait taken out
@@ -51,10 +63,10 @@ def test_a_ranks_gpu_times_are_what_its_digest_sums():
     for rec in launched:
         rec["g"] = {"w": 0.10, "p": {"forward": 0.04, "backward": 0.05}}
     digest.add(schema.STEPS, steps(0, launched, calls=[call(1, "backward", 5.0, 0.02), call(2, "backward", 6.0, 0.02)]))
-    (entry,) = wired(digest.body(now=0.0, wall=1.0))["ranks"]
-    _, _, _, wall, own = entry["s"]
+    msg = wired(digest.body(now=0.0, wall=1.0))
+    _, _, _, wall, own = interval(msg, 0)
     assert wall == pytest.approx(0.10) and own["forward"] == pytest.approx(0.04) and own["backward"] == pytest.approx(0.03)
-    assert entry["dev"] is True
+    assert msg["steps"]["g"] == [True]
 
 
 def test_a_node_sends_one_ranks_raw_calls_at_a_time_its_ranks_in_turn():
@@ -76,9 +88,9 @@ def test_nothing_said_means_no_digest_and_a_quiet_rank_is_left_out():
     assert digest.body(0.0, 1.0) is None
     digest.add(schema.STEPS, steps(0, [record(1, 0.1, forward=0.05)]))
     digest.add(schema.STEPS, steps(1, [record(1, 0.1, forward=0.05)], host="node0"))
-    assert [e["r"] for e in wired(digest.body(0.0, 1.0))["ranks"]] == [0, 1]
+    assert ranks_in(wired(digest.body(0.0, 1.0))) == [0, 1]
     digest.add(schema.STEPS, steps(1, [record(2, 0.1, forward=0.05)]))
-    assert [e["r"] for e in wired(digest.body(0.25, 1.25))["ranks"]] == [1]
+    assert ranks_in(wired(digest.body(0.25, 1.25))) == [1]
 
 
 def test_state_and_collectives_ride_once_a_second_but_a_rank_that_made_no_step_sends_its_state_at_once():
@@ -88,11 +100,11 @@ def test_state_and_collectives_ride_once_a_second_but_a_rank_that_made_no_step_s
     first = digest.body(0.0, 1.0)["ranks"][0]
     assert "state" in first and "ops" in first
     digest.add(schema.STEPS, steps(0, [record(3, 0.1, forward=0.05)], state=state, calls=[call(3, "forward", 2.0, 0.01)]))
-    second = digest.body(0.25, 1.25)["ranks"][0]
-    assert "state" not in second and "ops" not in second and second["s"][0] == 3
+    second = digest.body(0.25, 1.25)
+    assert second["ranks"] == [] and second["steps"]["n"] == [3]  # no state, no ops: its steps alone, no entry
     digest.add(schema.HEARTBEAT, {"k": "heartbeat", "job": "j", "rank": 0, "ts": 2.0, "state": dict(state, step_age=0.5)})
-    stuck = digest.body(0.5, 1.5)["ranks"][0]
-    assert stuck["state"]["step_age"] == 0.5 and "s" not in stuck
+    stuck = digest.body(0.5, 1.5)
+    assert stuck["ranks"][0]["state"]["step_age"] == 0.5 and "steps" not in stuck
     digest.add(schema.STEPS, steps(0, [record(4, 0.1, forward=0.05)], state=state))
     later = digest.body(0.5 + SLOW_EVERY_S, 2.5)["ranks"][0]
     assert later["ops"]["all_reduce"][collective_summary.CALLS] == 1  # the call held back since, not lost
@@ -140,19 +152,67 @@ def test_a_rank_heard_step_by_step_is_not_counted_twice_when_digests_arrive_too(
     assert agg.snapshot().ranks[0].steps_seen == 4
 
 
+def test_a_rank_heard_step_by_step_is_left_out_of_its_nodes_columns_and_the_others_are_taken():
+    digest = NodeDigest("j", "node0")
+    agg = Aggregator("j")
+    for n in range(1, 5):
+        for rank in range(3):
+            msg = steps(rank, [record(n, 0.1 + 0.01 * rank, forward=0.05 + 0.01 * rank)])
+            if rank == 1:
+                agg.ingest(msg)  # rank 1 is heard step by step too
+            digest.add(schema.STEPS, msg)
+    agg.ingest(wired(digest.body(0.0, 1.0)))
+    by_rank = {w.rank: w for w in agg.state.windows()}
+    assert [by_rank[r].steps_seen for r in range(3)] == [4, 4, 4] and [by_rank[r].last_step for r in range(3)] == [4, 4, 4]
+    assert [len(by_rank[r].steps) for r in range(3)] == [1, 4, 1]  # one interval each, rank 1's own four steps
+    assert by_rank[2].steps[0][2] == pytest.approx(0.12) and by_rank[2].last_step_end == pytest.approx(100.0 + 4 * 0.12 + 0.12)
+
+
+def test_a_ranks_steps_are_columns_and_only_a_rank_with_more_to_say_gets_an_entry():
+    """Most intervals most ranks have nothing but steps to say: the digest then carries its ranks' steps as
+    columns, one list per figure, and no entry; a phase a rank spent nothing in is 0.0 in its column."""
+    digest = NodeDigest("j", "node0")
+    digest.add(schema.STEPS, steps(0, [record(1, 0.1, forward=0.05)]))
+    digest.add(schema.STEPS, steps(1, [record(1, 0.1, forward=0.04, data=0.02)]))
+    msg = wired(digest.body(1.0, 1.0))
+    assert msg["ranks"] == [] and msg["steps"]["r"] == [0, 1] and "g" not in msg["steps"]
+    assert msg["steps"]["p"]["data"] == [0.0, pytest.approx(0.02)]
+    columns = [column for name, column in msg["steps"].items() if name != "p"] + list(msg["steps"]["p"].values())
+    assert {len(column) for column in columns} == {2}
+    digest.add(schema.HEARTBEAT, {"k": "heartbeat", "job": "j", "rank": 1, "ts": 2.0})  # alive, with nothing to say
+    alive = wired(digest.body(1.25, 1.25))
+    assert alive["ranks"] == [{"r": 1}] and "steps" not in alive
+
+
 @pytest.mark.parametrize(
-    "entry",
+    "body",
     [
-        {"r": -1, "ts": 1.0},
-        {"r": 0},
-        {"r": 0, "ts": 1.0, "s": [1, 0, 1.0, 0.1, {}]},  # a record standing for no step
-        {"r": 0, "ts": 1.0, "s": [1, 1, 1.0, -0.1, {}]},
-        {"r": 0, "ts": 1.0, "s": [1, 1, 1.0, 0.1, {"forward": "slow"}]},
-        {"r": 0, "ts": 1.0, "ops": {"all_reduce": [1, 2]}},
-        {"r": 0, "ts": 1.0, "hello": {"host": "h"}},
-        {"r": 0, "ts": 1.0, "state": []},
+        {"ranks": [{"r": -1}]},
+        {"ranks": [{"state": {}}]},  # an entry without its rank
+        {"ranks": [{"r": 0, "ops": {"all_reduce": [1, 2]}}]},
+        {"ranks": [{"r": 0, "hello": {"host": "h"}}]},
+        {"ranks": [{"r": 0, "state": []}]},
+        {"steps": {"r": [0], "n": [1], "c": [0], "t": [1.0], "w": [0.1], "p": {}}},  # a record standing for no step
+        {"steps": {"r": [0], "n": [1], "c": [1], "t": [1.0], "w": [-0.1], "p": {}}},
+        {"steps": {"r": [0], "n": [1], "c": [1], "t": [1.0], "w": [0.1], "p": {"forward": ["slow"]}}},
+        {"steps": {"r": [0], "n": [1], "c": [1], "t": [1.0], "p": {}}},  # a column missing
     ],
 )
-def test_a_malformed_digest_is_refused_where_it_is_decoded(entry):
+def test_a_malformed_digest_is_refused_where_it_is_decoded(body):
     with pytest.raises(schema.WireError):
-        wired({"job": "j", "host": "node0", "ts": 1.0, "ranks": [entry]})
+        wired({"job": "j", "host": "node0", "ts": 1.0, "ranks": [], **body})
+
+
+@pytest.mark.parametrize(
+    "columns, fault",
+    [
+        ({"n": [1]}, "node: step columns of unequal length"),
+        ({"p": {"forward": [0.01, 0.01, 0.01]}}, "node: step columns of unequal length"),
+        ({"g": [True]}, "node: step columns of unequal length"),
+        ({"r": [3, 3]}, "node: a rank twice in the step columns"),
+    ],
+)
+def test_step_columns_that_do_not_line_up_are_refused_with_one_fault_text(columns, fault):
+    steps = {"r": [0, 1], "n": [1, 1], "c": [1, 1], "t": [1.0, 1.0], "w": [0.1, 0.1], "p": {"forward": [0.01, 0.02]}}
+    with pytest.raises(schema.WireError, match=f"^{fault}$"):
+        wired({"job": "j", "host": "node0", "ts": 1.0, "ranks": [], "steps": {**steps, **columns}})

@@ -2,8 +2,10 @@
 
 import random
 
+import numpy as np
 import pytest
 
+from ranktop.watch.columns import StepColumns
 from ranktop.watch.step_window import StepWindow, own_times
 
 
@@ -48,3 +50,25 @@ def test_too_few_steps_give_no_statistics():
     window = StepWindow(4)
     window.add(0, 0.0, 0.05, {}, None)
     assert window.stats(["other"], 3) is None
+
+
+def test_a_node_digests_block_of_steps_lands_as_the_same_steps_added_one_by_one():
+    """StepColumns.add_block writes a node's columns (wire/node_digest.py) as add would write each rank's step:
+    past the end of the ring, with a phase new to the job, and a phase the block lacks (its figure is 0.0)."""
+    rng = random.Random(5)
+    by_block, by_step = StepColumns(4, rows=2, phases=1), StepColumns(4, rows=2, phases=1)
+    for columns in (by_block, by_step):
+        for _ in range(3):
+            columns.new_row()
+    rows = [2, 0]  # a block's rows in any order, each once
+    for n in range(7):
+        names = ["forward", "comm"] if n != 4 else ["forward", "data"]  # "data" new to the job, "comm" not in it
+        own = {name: [rng.random() for _ in rows] for name in names}
+        t, wall = [100.0 + n + rng.random() for _ in rows], [rng.random() for _ in rows]
+        by_block.add_block(rows, [n, n], t, wall, own)
+        for k, row in enumerate(rows):
+            by_step.add(row, n, t[k], wall[k], {name: own[name][k] for name in names})
+    assert by_block.phases == by_step.phases == ["forward", "comm", "data"]
+    for name in ("num", "start", "wall", "own", "head", "count", "waited", "changed"):
+        assert np.array_equal(getattr(by_block, name), getattr(by_step, name)), name
+    assert by_block.own[0, by_block.phases.index("comm"), (by_block.head[0] - 3) % 4] == 0.0  # step 4 spent nothing there

@@ -95,6 +95,8 @@ class JobState:
         if kind == schema.NODE:
             for entry in msg["ranks"]:
                 self._take_digest(entry, endpoint, now, wall)
+            if "steps" in msg:
+                self._take_digest_steps(msg["steps"], endpoint, now)
             return
         rank = self._window_of(msg["rank"], endpoint, now)
         state = msg.get("state")  # a map or None: typed at decode (wire/messages.py)
@@ -141,7 +143,7 @@ class JobState:
         return rank
 
     def _take_digest(self, entry: dict[str, Any], endpoint: str | None, now: float, wall: float) -> None:
-        """One rank's part of its node's digest (wire/node_digest.py). A rank whose own messages this viewer
+        """One rank's entry in its node's digest (wire/node_digest.py). A rank whose own messages this viewer
         also hears (it switched to digests a moment ago) is taken from those, not counted twice."""
         rank = self._window_of(entry["r"], endpoint, now)
         state = entry.get("state")
@@ -156,10 +158,30 @@ class JobState:
             return
         if "ops" in entry or "cx" in entry:
             add_digest_collectives(rank, entry.get("ops", {}), entry.get("cx", ()), now, self.collectives)
-        if "s" in entry:
-            rank.add_interval(entry["s"])
-        if entry.get("dev"):
-            rank.device_times = True
+
+    def _take_digest_steps(self, steps: dict[str, Any], endpoint: str | None, now: float) -> None:
+        """The steps of a node's ranks, as its digest's columns (after its entries: a hello there may have
+        started a rank afresh). Each rank's counts in a short loop, the figures of those with new steps into
+        the job's columns at once. A rank heard through its own messages lately is taken from those."""
+        numbers, last, count, start, wall = steps["r"], steps["n"], steps["c"], steps["t"], steps["w"]
+        device = steps.get("g")
+        rows, taken = [], []
+        for i, number in enumerate(numbers):
+            rank = self._window_of(number, endpoint, now)
+            if now - rank.raw_at < self._silent_after:
+                continue
+            if device is not None and device[i]:
+                rank.device_times = True
+            if rank.take_interval(last[i], count[i], start[i] + wall[i]):
+                rows.append(rank.own.row)
+                taken.append(i)
+        if not rows:
+            return
+        own = steps["p"]
+        if len(taken) < len(numbers):  # a few ranks left out: their positions too
+            last, start, wall = ([column[i] for i in taken] for column in (last, start, wall))
+            own = {name: [column[i] for i in taken] for name, column in own.items()}
+        self.columns.add_block(rows, last, start, wall, own)
 
     # -- a snapshot's view (the UI's thread, under the aggregator's lock) ------------------------
 

@@ -69,11 +69,12 @@ class StepWindow:
         self._raw[i] = (wall, phases)
         self.last_end = t + wall
 
-    def add_own(self, n: int, t: float, wall: float, own: dict[str, float]) -> None:
-        """A record whose own times are already worked out (a node digest's interval, wire/node_digest.py)."""
-        i = self.columns.add(self.row, n, t, wall, own)
-        self._raw.pop(i, None)  # its waits are already taken out: nothing to redo
-        self.last_end = t + wall
+    def next_is_interval(self, end: float) -> None:
+        """Its next slot takes a record whose own times came worked out, which ended at ``end``: a node
+        digest's interval, written by StepColumns.add_block with its node's others right after."""
+        if self._raw:  # its waits are already taken out: nothing to redo
+            self._raw.pop(int(self.columns.head[self.row]), None)
+        self.last_end = end
 
     def rewait(self, n: int, waits: dict) -> None:
         """Waits of step ``n`` that came after its record: work its own times out again."""

@@ -103,15 +103,17 @@ class RankWindow:
             return 0
         return max(0, self.last_step - self.first_step + 1 - self.steps_seen)
 
-    def add_interval(self, s: list) -> None:
+    def take_interval(self, last: int, count: int, end: float) -> bool:
         """Its steps of one interval, as a node digest folds them (wire/node_digest.py): one record in the
-        window, with the interval's mean times, counted as the steps it stands for. The medians are then
-        over intervals of a few steps each rather than over single steps: as robust, at a fraction of the cost."""
-        last, count, start, wall, own = s
-        if last <= self.last_step:  # already heard step by step
-            return
-        self.own.add_own(last, start, wall, own)
+        window, with the interval's mean times, counted as the steps it stands for; False when they were
+        already heard step by step. The record's figures go into the job's columns with its node's others'
+        (StepColumns.add_block, which the caller calls next). The medians are then over intervals of a few
+        steps each rather than over single steps: as robust, at a fraction of the cost."""
+        if last <= self.last_step:
+            return False
+        self.own.next_is_interval(end)
         if self.first_step is None:
             self.first_step = last - count + 1
         self.steps_seen += count
         self.last_step = last
+        return True

@@ -8,9 +8,9 @@ code downstream reads what the type says and checks nothing again. Fields not
 listed here are dropped at decode (a newer peer's additions), so a field the
 viewer reads must be listed here first.
 
-Compact records are fixed-length arrays typed position by position (a rank's
-steps in a node digest, an op's summary): small on the wire, and their layout
-is written here, not in index constants alone.
+Compact records are fixed-length arrays typed position by position (an op's
+summary): small on the wire, and their layout is written here, not in index
+constants alone. A node digest's steps are columns, one list per figure.
 
 The probe builds these maps as plain dicts (it must stay cheap and import
 nothing it need not), the relay's digest and the simulator too; the tests hold
@@ -279,21 +279,33 @@ class Command(TypedDict):
     nonce: NotRequired[str]
 
 
-#: A rank's steps of one digest interval: [last step, how many, first start (unix s), mean wall, own times].
-StepDigest = Tuple[Whole, Annotated[int, Meta(gt=0, le=int(MAX_FIGURE))], Figure, Amount, Dict[str, Amount]]
+#: How many steps a digest's interval stands for: one at least.
+Counted = Annotated[int, Meta(gt=0, le=int(MAX_FIGURE))]
+
+
+class NodeSteps(TypedDict):
+    """The steps of a node's ranks in one digest interval, as columns (wire/node_digest.py): position ``i`` of
+    every column is rank ``r[i]``'s interval, so a viewer decodes a few lists and writes a node's steps as one
+    block instead of a record per rank. Every column is as long as ``r`` (wire/schema.py checks it)."""
+
+    r: List[Rank]  # the ranks, each once
+    n: List[Whole]  # the interval's last step
+    c: List[Counted]  # how many steps the interval stands for
+    t: List[Figure]  # its start (unix s), chosen so that start + mean wall is when its last step ended
+    w: List[Amount]  # mean wall time
+    p: Annotated[Dict[str, List[Amount]], Meta(max_length=MAX_PHASES)]  # mean own time per phase (0.0: not in it)
+    g: NotRequired[List[bool]]  # its steps carry device times (absent: no rank's do)
 
 
 class NodeRank(TypedDict):
-    """One rank's entry in its node's digest (wire/node_digest.py)."""
+    """A rank's entry in its node's digest (wire/node_digest.py), for a rank with more to say than its steps,
+    or that said something but made no step (it is alive)."""
 
     r: Rank
-    ts: Figure
     state: NotRequired[State]
     hello: NotRequired[RankInfo]
-    s: NotRequired[StepDigest]
     ops: NotRequired[Dict[str, OpSummary]]
     cx: NotRequired[List[Call]]
-    dev: NotRequired[bool]
     exit: NotRequired[Literal["clean", "error"]]  # its last heartbeat's word: its process is ending
 
 
@@ -306,7 +318,8 @@ class Node(TypedDict):
     host: str
     ts: Figure
     relay: NotRequired[Optional[Dict[str, str]]]
-    ranks: List[NodeRank]
+    ranks: List[NodeRank]  # only the ranks with more to say than their steps
+    steps: NotRequired[NodeSteps]  # absent: no rank of the node made a step in the interval
 
 
 #: The type of each kind's body, by its topic.

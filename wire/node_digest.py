@@ -4,28 +4,38 @@ At 4,096 ranks a viewer cannot decode one message per rank every quarter of a
 second, let alone one record per step (about 65,000 rank-steps a second at 16
 steps/s; msgpack alone takes ~7 µs a rank-step in Python). So the node's relay
 folds its ranks' messages of each interval into one ``node`` message that
-says, per rank, what the viewer needs and no more:
+says what the viewer needs and no more:
 
-- ``s``: its steps of the interval as one record ``[last step, how many, start,
-  mean wall time, {phase: mean own time}]``, own times as wire/own_times.py
-  works them out (waits in collectives taken out and shown as ``comm``; the
-  start is chosen so that start + mean wall is when its last step ended);
-- ``ops``: its collectives since they were last sent (at most every
+- ``steps``: the interval's steps of every rank that made one, as columns
+  (wire/messages.py's ``NodeSteps``): ``r`` the ranks, ``n`` the last step,
+  ``c`` how many, ``t`` the start, ``w`` the mean wall time, ``p`` the mean own
+  time per phase, one list per phase (0.0 for a rank that spent nothing in
+  it), ``g`` whether its steps carry device times. Own times as
+  wire/own_times.py works them out (waits in collectives taken out and shown
+  as ``comm``); the start is chosen so that start + mean wall is when its last
+  step ended. Columns rather than a record per rank: the viewer decodes a
+  handful of lists instead of a map and a tuple per rank, and writes a node's
+  steps into its job-wide step columns as one block (watch/columns.py);
+- ``ranks``: an entry for each rank with more to say, and only then:
+  ``ops``, its collectives since they were last sent (at most every
   :data:`SLOW_EVERY_S`) per op, in the order of wire/collective_summary.py
   (calls, bytes, waited, total, longest, group, dtype); ``cx``, its latest
   sample of raw calls (one rank's every :data:`SAMPLE_EVERY_S`, in turn);
-- ``state``: its latest state, every :data:`SLOW_EVERY_S`, or at once when it
+  ``state``, its latest state, every :data:`SLOW_EVERY_S`, or at once when it
   made no step (a stall is seen as soon as from its own messages) or its
-  capture moved; ``hello``: its hello (less the envelope) when it changed, or
-  every :data:`HELLO_EVERY_S` for viewers that attached late;
-- ``ts``: when it last spoke, by its clock; ``dev``: its steps carry device times;
-  ``exit``: its last heartbeat said its process is ending, and how ("clean" or "error").
+  capture moved; ``hello``, its hello (less the envelope) when it changed, or
+  every :data:`HELLO_EVERY_S` for viewers that attached late; ``exit``, its
+  last heartbeat said its process is ending, and how ("clean" or "error"). A
+  rank that spoke but made no step and has nothing of these to say gets an
+  entry of its rank alone: the viewer hears that it is alive.
 
-A rank that said nothing in the interval is left out (the viewer finds it
-silent by the time it last heard of it). Viewers of small jobs keep taking the
-ranks' own messages, step by step; the digest is for the biggest
-(watch/receiver.py chooses). The relay builds digests in relay/digest.py; the
-simulator (demo/simulate.py) builds them with the same :class:`NodeDigest`.
+Most intervals most ranks have nothing but steps to say, so most digests carry
+the columns and no entry at all. A rank that said nothing in the interval is
+left out of both (the viewer finds it silent by the time it last heard of it).
+Viewers of small jobs keep taking the ranks' own messages, step by step; the
+digest is for the biggest (watch/receiver.py chooses). The relay builds
+digests in relay/digest.py; the simulator (demo/simulate.py) builds them with
+the same :class:`NodeDigest`.
 """
 
 from __future__ import annotations
@@ -47,17 +57,14 @@ SLOW_EVERY_S = 1.0
 #: A node's digest carries one rank's sample of raw calls (for the alpha-beta fit) this often, its ranks in
 #: turn: 256 samples a second from 512 nodes is plenty for the fit, and the viewer decodes every one of them.
 SAMPLE_EVERY_S = 2.0
-#: The positions in a rank's ``s`` record.
-LAST, COUNT, START, WALL, OWN = range(5)
-STEP_FIELDS = 5
 #: Hello fields that say nothing about who the rank is (they ride in the rank's entry on their own).
 _NOT_META = frozenset(("v", "k", "job", "rank", "ts", "state"))
 
 
 class _Rank:
     __slots__ = (
-        "count", "last", "end", "wall", "phases", "waits", "ops", "sample", "state", "ts", "dev", "hello", "hello_sent",
-        "fresh", "state_sent", "sent_cap", "ops_sent", "exit",
+        "count", "last", "end", "wall", "phases", "waits", "ops", "sample", "state", "dev", "hello", "hello_sent", "fresh",
+        "state_sent", "sent_cap", "ops_sent", "exit",
     )  # fmt: skip
 
     def __init__(self) -> None:
@@ -78,7 +85,6 @@ class _Rank:
         self.end = 0.0
         self.wall = 0.0
         self.phases: dict[str, float] = {}
-        self.ts = 0.0
         self.dev = False
         self.fresh = False  # it said something since the last digest
 
@@ -99,7 +105,7 @@ class NodeDigest:
         if kind not in ("hello", "steps", "heartbeat") or msg.get("job") != self.job:
             return
         state = msg.get("state")
-        rank = self._heard(msg["rank"], msg["ts"], state if isinstance(state, dict) else None)
+        rank = self._heard(msg["rank"], state if isinstance(state, dict) else None)
         if kind == "hello":
             meta = {k: v for k, v in msg.items() if k not in _NOT_META}
             if meta.get("relay") is not None and self.relay is None:
@@ -113,14 +119,14 @@ class NodeDigest:
             rank.exit = msg["exit"]
 
     def add_sums(
-        self, number: int, ts: float, state: dict[str, Any] | None, *, count: int, last: int, end: float, wall: float,
+        self, number: int, state: dict[str, Any] | None, *, count: int, last: int, end: float, wall: float,
         phases: dict[str, float], waits: dict[str, float], ops: dict[str, list], sample: list | None = None,
     ) -> None:  # fmt: skip
         """A rank's steps already summed, as :meth:`add` sums their records: ``count`` steps up to ``last``
         (which ended at ``end``), their total wall, own-plus-wait phase times and waits per phase, and their
         collectives per op. For a source that has the sums without the records: the simulator of big jobs
         (demo/simulate.py) would spend most of its core building 65,000 records a second only to sum them."""
-        rank = self._heard(number, ts, state)
+        rank = self._heard(number, state)
         rank.count += count
         rank.wall += wall
         if last >= rank.last:
@@ -133,13 +139,12 @@ class NodeDigest:
         if sample:
             rank.sample = sample[-_summary.SAMPLE_MAX :]
 
-    def _heard(self, number: int, ts: float, state: dict[str, Any] | None) -> _Rank:
-        """Rank ``number`` said something at ``ts`` (with its ``state``, when it sent one): its entry, fresh."""
+    def _heard(self, number: int, state: dict[str, Any] | None) -> _Rank:
+        """Rank ``number`` said something (with its ``state``, when it sent one): its entry, fresh."""
         rank = self._ranks.get(number)
         if rank is None:
             rank = self._ranks[number] = _Rank()
         rank.fresh = True
-        rank.ts = max(rank.ts, ts)
         if state is not None:
             rank.state = state
         return rank
@@ -171,11 +176,12 @@ class NodeDigest:
         wire/schema.py's encode as a ``node`` message. ``now``: a monotonic clock, for the cadences;
         ``wall``: unix time, the message's timestamp."""
         entries = []
+        steps = _StepColumns()
         sampled = now - self._sampled_at < SAMPLE_EVERY_S
         for number, rank in list(self._ranks.items()):
             if not rank.fresh:
                 continue
-            entry: dict[str, Any] = {"r": number, "ts": rank.ts}
+            entry: dict[str, Any] = {"r": number}
             state = rank.state
             if state is not None and (
                 not rank.count or now - rank.state_sent >= SLOW_EVERY_S or state.get("cap") != rank.sent_cap
@@ -186,11 +192,7 @@ class NodeDigest:
                 entry["hello"] = rank.hello
                 rank.hello_sent = now
             if rank.count:
-                k = rank.count
-                wall_mean = rank.wall / k
-                phases = {name: sec / k for name, sec in rank.phases.items()}
-                waits = {phase: sec / k for phase, sec in rank.waits.items()}
-                entry["s"] = [rank.last, k, rank.end - wall_mean, wall_mean, own_times(wall_mean, phases, waits)]
+                steps.add(number, rank)
                 rank.waits = {}
             if rank.ops and now - rank.ops_sent >= SLOW_EVERY_S:
                 entry["ops"] = rank.ops
@@ -199,18 +201,61 @@ class NodeDigest:
                 entry["cx"] = rank.sample
                 rank.sample, sampled, self._sampled_at = None, True, now
                 self._ranks.move_to_end(number)
-            if rank.dev:
-                entry["dev"] = True
             if rank.exit is not None:
                 entry["exit"], rank.exit = rank.exit, None
-            entries.append(entry)
+            if len(entry) > 1 or not rank.count:  # more to say than its steps, or alive without any
+                entries.append(entry)
             rank.reset()
-        if not entries:
+        if not entries and not steps.ranks:
             return None
         body: dict[str, Any] = {"job": self.job, "host": self.host, "ts": wall, "ranks": entries}
+        if steps.ranks:
+            body["steps"] = steps.columns()
         if self.relay is not None:
             body["relay"] = self.relay
         return body
+
+
+class _StepColumns:
+    """The interval's steps of a node's ranks, a column per figure (wire/messages.py's ``NodeSteps``)."""
+
+    def __init__(self) -> None:
+        self.ranks: list[int] = []
+        self.last: list[int] = []
+        self.count: list[int] = []
+        self.start: list[float] = []
+        self.wall: list[float] = []
+        self.own: dict[str, list[float]] = {}
+        self.device: list[bool] = []
+
+    def add(self, number: int, rank: _Rank) -> None:
+        """A rank's steps of the interval, as their means; a phase one rank lacks is 0.0 in its column."""
+        k = rank.count
+        wall = rank.wall / k
+        phases = {name: sec / k for name, sec in rank.phases.items()}
+        waits = {phase: sec / k for phase, sec in rank.waits.items()}
+        at = len(self.ranks)
+        self.ranks.append(number)
+        self.last.append(rank.last)
+        self.count.append(k)
+        self.start.append(rank.end - wall)
+        self.wall.append(wall)
+        self.device.append(rank.dev)
+        own = self.own
+        for name, sec in own_times(wall, phases, waits).items():
+            column = own.get(name)
+            if column is None:
+                column = own[name] = [0.0] * at
+            column.append(sec)
+        for column in own.values():
+            if len(column) == at:
+                column.append(0.0)
+
+    def columns(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"r": self.ranks, "n": self.last, "c": self.count, "t": self.start, "w": self.wall, "p": self.own}
+        if any(self.device):
+            out["g"] = self.device
+        return out
 
 
 def _merge_op(ops: dict[str, list], op: str, fields: list) -> None:

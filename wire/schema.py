@@ -229,6 +229,20 @@ def _check_node(msg: dict) -> None:
         _check_state(entry.get("state"))
         if "hello" in entry:
             _check_groups(entry["hello"])
+    steps = msg.get("steps")
+    if steps is not None:
+        _check_columns(steps)
+
+
+def _check_columns(steps: dict) -> None:
+    """A digest's step columns line up, one position per rank (the viewer writes them by position, a rank's row
+    at most once per message)."""
+    ranks = len(steps["r"])
+    lengths = {len(steps["n"]), len(steps["c"]), len(steps["t"]), len(steps["w"]), *map(len, steps["p"].values())}
+    if lengths != {ranks} or len(steps.get("g", steps["r"])) != ranks:
+        raise WireError("node: step columns of unequal length")
+    if len(set(steps["r"])) != ranks:
+        raise WireError("node: a rank twice in the step columns")
 
 
 #: What each kind's type leaves to code, run by :func:`decode` after the type's own checks.
