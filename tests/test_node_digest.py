@@ -10,7 +10,7 @@ import pytest
 
 from ranktop.watch.aggregator import Aggregator
 from ranktop.wire import collective_summary, schema
-from ranktop.wire.node_digest import HELLO_EVERY_S, SAMPLE_EVERY_S, SLOW_EVERY_S, NodeDigest
+from ranktop.wire.node_digest import HELLO_EVERY_S, OPS_EVERY_S, SAMPLE_EVERY_S, SLOW_EVERY_S, NodeDigest
 
 from .messages import hello, steps
 
@@ -93,7 +93,7 @@ def test_nothing_said_means_no_digest_and_a_quiet_rank_is_left_out():
     assert ranks_in(wired(digest.body(0.25, 1.25))) == [1]
 
 
-def test_state_and_collectives_ride_once_a_second_but_a_rank_that_made_no_step_sends_its_state_at_once():
+def test_state_and_collectives_ride_every_second_or_two_but_a_rank_that_made_no_step_sends_its_state_at_once():
     digest = NodeDigest("j", "node0")
     state = {"step": 3, "last": 2, "in_step": True, "phase": "forward", "step_age": 0.01}
     digest.add(schema.STEPS, steps(0, [record(2, 0.1, forward=0.05)], state=state, calls=[call(2, "forward", 1.0, 0.01)]))
@@ -106,7 +106,9 @@ def test_state_and_collectives_ride_once_a_second_but_a_rank_that_made_no_step_s
     stuck = digest.body(0.5, 1.5)
     assert stuck["ranks"][0]["state"]["step_age"] == 0.5 and "steps" not in stuck
     digest.add(schema.STEPS, steps(0, [record(4, 0.1, forward=0.05)], state=state))
-    later = digest.body(0.5 + SLOW_EVERY_S, 2.5)["ranks"][0]
+    assert "ops" not in digest.body(0.5 + SLOW_EVERY_S, 2.0)["ranks"][0] or OPS_EVERY_S <= SLOW_EVERY_S  # its state alone
+    digest.add(schema.STEPS, steps(0, [record(5, 0.1, forward=0.05)], state=state))
+    later = digest.body(0.5 + OPS_EVERY_S, 2.5)["ranks"][0]
     assert later["ops"]["all_reduce"][collective_summary.CALLS] == 1  # the call held back since, not lost
 
 
