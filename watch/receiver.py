@@ -44,6 +44,9 @@ DIGEST_TOPICS = (schema.NODE.encode(), schema.REPLY.encode())
 #: poll set afresh each time): polled as each message arrives, 512 relays sending four digests a second
 #: cost a fifth of a core in polls alone; polled 50 times a second and drained, a fortieth, for 20 ms more latency.
 POLL_EVERY_S = 0.02
+#: Seconds between two looks at the sockets' monitors (connections made or dropped, handshakes): in a poller of
+#: their own, so the relays' poll is half the size.
+MONITORS_EVERY_S = 0.25
 #: Messages queued per relay while this viewer is behind (about 30 s of a node of 8 ranks at 4 Hz);
 #: past that ZeroMQ drops the newest: a viewer that cannot keep up with 512 nodes loses messages
 #: (counted as gaps in the ranks' steps) instead of its memory.
@@ -138,6 +141,7 @@ class Receiver(threading.Thread):
         self._sockets: dict[str, zmq.Socket] = {}  # advertised URL -> socket
         self._urls: dict[zmq.Socket, str] = {}  # and back
         self._monitors: dict[zmq.Socket, str] = {}  # a socket's monitor -> its advertised URL
+        self._monitor_poller = zmq.Poller()  # the monitors, looked at less often than the relays' sockets
         self._by_host: dict[str, str] = {}  # discovered node -> its relay's advertised telemetry URL
         self._room = 0  # relays the limit on open files has room for (see make_room)
         self._context = zmq.Context()
@@ -157,12 +161,12 @@ class Receiver(threading.Thread):
             self.join(timeout)
 
     def run(self) -> None:
-        poller = zmq.Poller()
+        poller = zmq.Poller()  # the relays' SUB sockets
         try:
             self.make_room(len(self._static))
             for url in self._static:
                 self._connect(poller, url, url)
-            next_discovery = 0.0
+            next_discovery = next_monitors = 0.0
             while not self._stop_event.is_set():
                 if self._discover is not None and time.monotonic() >= next_discovery:
                     self._run_discovery(poller)
@@ -170,10 +174,12 @@ class Receiver(threading.Thread):
                 if not self.digests and self._digest_mode == "auto" and len(self._sockets) >= DIGESTS_FROM_NODES:
                     self._take_digests()
                 polled = time.monotonic()
-                for sock, _ in poller.poll(200):
-                    if sock in self._monitors:
-                        self._monitor_events(sock)
-                    elif sock in self._urls:
+                if polled >= next_monitors:
+                    for monitor, _ in self._monitor_poller.poll(0):
+                        self._monitor_events(monitor)
+                    next_monitors = polled + MONITORS_EVERY_S
+                for sock, _ in poller.poll(min(200, MONITORS_EVERY_S * 1000)):
+                    if sock in self._urls:
                         self._drain(sock)
                 rest = POLL_EVERY_S - (time.monotonic() - polled)
                 if rest > 0:
@@ -266,12 +272,12 @@ class Receiver(threading.Thread):
         self._urls[sock] = url  # the aggregator knows an endpoint by its advertised URL
         poller.register(sock, zmq.POLLIN)
         self._monitors[monitor] = url
-        poller.register(monitor, zmq.POLLIN)
+        self._monitor_poller.register(monitor, zmq.POLLIN)
 
     def _unmonitor(self, poller: zmq.Poller, url: str) -> None:
         for monitor, of in list(self._monitors.items()):
             if of == url:
-                poller.unregister(monitor)
+                self._monitor_poller.unregister(monitor)
                 del self._monitors[monitor]
                 monitor.close(linger=0)
 
@@ -307,6 +313,8 @@ class Receiver(threading.Thread):
         url = self._urls[sock]
         for count in range(limit):
             if count % 256 == 255 and self._stop_event.is_set():  # a backlog of hundreds of relays must not delay a stop
+                return
+            if count and not sock.getsockopt(zmq.EVENTS) & zmq.POLLIN:  # (cheaper than an Again raised per drain)
                 return
             try:
                 frames = sock.recv_multipart(flags=zmq.NOBLOCK)
