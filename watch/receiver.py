@@ -142,6 +142,7 @@ class Receiver(threading.Thread):
         self._urls: dict[zmq.Socket, str] = {}  # and back
         self._monitors: dict[zmq.Socket, str] = {}  # a socket's monitor -> its advertised URL
         self._monitor_poller = zmq.Poller()  # the monitors, looked at less often than the relays' sockets
+        self._controls: dict[str, dict] = {}  # a relay's telemetry URL -> the addresses its messages last gave
         self._by_host: dict[str, str] = {}  # discovered node -> its relay's advertised telemetry URL
         self._room = 0  # relays the limit on open files has room for (see make_room)
         self._context = zmq.Context()
@@ -332,7 +333,8 @@ class Receiver(threading.Thread):
         msg = self._aggregator.ingest_frames(frames, url)
         if msg is not None and self._on_control is not None and msg["k"] in (schema.HELLO, schema.NODE):
             relay = msg.get("relay")
-            if isinstance(relay, dict) and isinstance(relay.get("control"), str):
+            if isinstance(relay, dict) and isinstance(relay.get("control"), str) and self._controls.get(url) != relay:
+                self._controls[url] = relay  # a relay says where it is in every digest: taken once, when it changes
                 try:  # addresses from the network: a malformed one is dropped, never fatal
                     control = relay["control"]
                     if url in self._static and isinstance(relay.get("telemetry"), str):

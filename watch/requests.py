@@ -151,6 +151,7 @@ class Requests:
         self._context = zmq.Context()
         self._lock = threading.Lock()
         self._urls: list[str] = []
+        self._known: set[str] = set()  # the same, to ask (a relay's address rides in each of its digests)
         self._sockets: dict[str, zmq.Socket] = {}
 
     @property
@@ -179,8 +180,9 @@ class Requests:
     def add_endpoint(self, url: str) -> None:
         """Called from the receiver thread as relays are discovered."""
         with self._lock:
-            if url in self._urls:
+            if url in self._known:
                 return
+            self._known.add(url)
             self._urls.append(url)
         self.book.poke()
 
