@@ -135,7 +135,7 @@ class JobState:
             self.resources.forget(rank.rank)
         if meta.get("groups") != rank.meta.get("groups"):
             self._layout_stale = True  # hellos repeat; their groups seldom change: a compare of a few small maps
-        rank.meta = meta
+        rank.take_hello(meta)
         world = meta.get("world")
         if isinstance(world, int) and not isinstance(world, bool) and world > (self.world or 0):
             self.world = world

@@ -112,7 +112,9 @@ def fresh_window(old: RankWindow, now: float) -> RankWindow:
     heard through and its state as just received (that came from the new process) carry over."""
     new = RankWindow(old.rank, old.window, columns=old.own.columns, own=old.own)  # its row of the job's columns, emptied
     new.endpoint, new.last_seen, new.raw_at = old.endpoint, old.last_seen, old.raw_at
-    new.state, new.state_at, new.progress_at = old.state, old.state_at, now
+    new.take_hello(old.meta)
+    new.take_state(old.state)
+    new.state_at, new.progress_at = old.state_at, now
     return new
 
 

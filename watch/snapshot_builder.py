@@ -136,25 +136,25 @@ def _messages(view: JobView):
 def _message_columns(view: JobView) -> dict[str, Any]:
     """What the screens count over every rank of its messages, as columns: no row is built for them."""
     n = len(view.rank)
-    states, metas = view.states, view.metas
-    rejected = {int(view.rank[i]): dict(s["rejected"]) for i, s in enumerate(states) if s.get("rejected")}
-    memory = np.fromiter((v is not None and v.memory is not None and v.assessed is not None for v in view.resources), bool, n)
-    gpu = np.fromiter((v is not None and v.gpu is not None for v in view.resources), bool, n)
-    work = np.fromiter((isinstance(m.get("work"), dict) for m in metas), bool, n)
+    ws = view.windows  # what these read of a rank's messages was read as they came (RankWindow.take_state)
+    rejected = {w.rank: dict(w.rejected) for w in ws if w.rejected}
+    if any(v is not None for v in view.resources):
+        memory = np.fromiter((v is not None and v.memory is not None and v.assessed is not None for v in view.resources), bool, n)
+        gpu = np.fromiter((v is not None and v.gpu is not None for v in view.resources), bool, n)
+        sampled = gpu & np.fromiter((v is not None and v.gpu is not None and "na" not in v.gpu for v in view.resources), bool, n)
+    else:
+        memory = gpu = sampled = np.zeros(n, bool)
+    work = np.fromiter((w.works for w in ws), bool, n)
     return {
-        "dropped": np.fromiter((s.get("dropped") or 0 for s in states), np.int64, n),
-        "rate_hz": np.fromiter((_or_nan(s.get("rate_hz", m.get("rate_hz"))) for s, m in zip(states, metas)), np.float64, n),
+        "dropped": np.fromiter((w.dropped for w in ws), np.int64, n),
+        "rate_hz": np.fromiter((w.rate_hz for w in ws), np.float64, n),
         "rejected": rejected,
         "with_memory": memory,
         "with_throughput": work & ~np.isnan(view.rate) & (np.nan_to_num(view.rate) != 0),
         "with_gpu": gpu,
         "coords": view.coords,
-        "gpu_sampled": gpu & np.fromiter((v is not None and v.gpu is not None and "na" not in v.gpu for v in view.resources), bool, n),
+        "gpu_sampled": sampled,
     }
-
-
-def _or_nan(value: float | None) -> float:
-    return np.nan if value is None else float(value)
 
 
 def _stages(view: JobView, live: np.ndarray) -> list[stragglers.Stage]:

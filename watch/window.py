@@ -44,6 +44,11 @@ class RankWindow:
     state_at: float = 0.0  # viewer clock when its last state arrived
     progress_at: float = 0.0  # ... and when that state's last finished step last changed (watch/stalls.py)
     step_age: float | None = None  # inside a step by its last state: the step's age then (watch/stalls.py)
+    # read of its state and hello as they come (take_state, take_hello): what a snapshot gathers for every rank
+    dropped: int = 0  # records its probe could not send
+    rate_hz: float = float("nan")  # the telemetry rate it says it sends at
+    rejected: dict | None = None  # commands it refused, by reason
+    works: bool = False  # its hello says its work per step
     capture_summary: tuple[str, dict] | None = None  # (capture id, summary): kept after the rank stops sending it
     endpoint: str | None = None  # the relay it was last heard through: a lost relay is shown with its ranks
     row_cache: tuple | None = None  # (state, meta, capture summary, what a row reads of them): watch/rank_rows.py
@@ -72,12 +77,29 @@ class RankWindow:
         if self.state.get("last") != state.get("last") or not self.progress_at:
             self.progress_at = now
         self.state_at = now
-        self.state = state
-        age = state.get("step_age")  # inside a step: how long it has been in it when the state was sent
-        self.step_age = float(age) if age is not None and state.get("in_step") else None
+        self.take_state(state)
         cap = state.get("cap")
         if cap and cap.get("sum"):
             self.capture_summary = (cap["id"], cap["sum"])
+
+    def take_state(self, state: dict[str, Any]) -> None:
+        """Its state, and what a snapshot reads of it for every rank, read here once per state rather than
+        once per snapshot (at 4,096 ranks a snapshot gathers these as columns)."""
+        self.state = state
+        age = state.get("step_age")  # inside a step: how long it has been in it when the state was sent
+        self.step_age = float(age) if age is not None and state.get("in_step") else None
+        self.dropped = state.get("dropped") or 0
+        rate = state.get("rate_hz", self.meta.get("rate_hz"))
+        self.rate_hz = float("nan") if rate is None else float(rate)
+        self.rejected = state.get("rejected")
+
+    def take_hello(self, meta: dict[str, Any]) -> None:
+        """Its hello (less the envelope), and what a snapshot reads of it for every rank."""
+        self.meta = meta
+        self.works = isinstance(meta.get("work"), dict)
+        if "rate_hz" not in self.state:
+            rate = meta.get("rate_hz")
+            self.rate_hz = float("nan") if rate is None else float(rate)
 
     def add_step(self, record: dict[str, Any]) -> None:
         """One step record. Where it carries device times (``g``) they are the step's times: on a GPU the host
