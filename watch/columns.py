@@ -9,7 +9,7 @@ with new steps out in a few vectorised sorts, and 4,096 ranks x 64 steps x 8
 phases is 17 MB of machine floats rather than a heap of float objects.
 
 Ingest writes a step's figures into its rank's row through memoryviews (tens of
-nanoseconds a figure, as cheap as the ``array('d')`` rings they replace); a node
+nanoseconds a figure, as cheap as an ``array('d')`` ring's store); a node
 digest's steps come as columns and go in with one call for all its ranks; the
 receiver thread calls the writers and a snapshot :meth:`StepColumns.refresh`,
 both under the aggregator's lock. Each row is a ring: slot ``i`` of every

@@ -1,7 +1,7 @@
 """One rank as the viewer remembers it: its last steps, its last state, its collective calls.
 
-The aggregator owns one :class:`RankWindow` per rank and updates it as
-messages arrive; the analyses (watch/stragglers.py, watch/stalls.py,
+The job state (watch/job_state.py) owns one :class:`RankWindow` per rank and updates it as
+messages arrive; its steps live in the job's step columns (watch/columns.py); the analyses (watch/stalls.py,
 watch/collectives.py) read these typed fields and never each other's state.
 """
 
@@ -51,7 +51,6 @@ class RankWindow:
     works: bool = False  # its hello says its work per step
     capture_summary: tuple[str, dict] | None = None  # (capture id, summary): kept after the rank stops sending it
     endpoint: str | None = None  # the relay it was last heard through: a lost relay is shown with its ranks
-    row_cache: tuple | None = None  # (state, meta, capture summary, what a row reads of them): watch/rank_rows.py
     raw_at: float = float("-inf")  # viewer clock of its last own steps or heartbeat (not through a node digest)
     columns: StepColumns | None = None  # the job's step columns its steps go in (None: columns of its own)
     own: StepWindow | None = None  # its last steps: number, start, wall and own time per phase (given: emptied, reused)
