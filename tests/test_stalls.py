@@ -207,6 +207,25 @@ def test_a_viewer_that_never_heard_a_rank_names_it_when_the_others_stall_at_one_
     assert verdict(snap).text.endswith("waiting for rank 0 (never reported)")
 
 
+def test_a_rank_never_heard_is_named_before_a_stalled_rank_one_bucket_behind_the_others():
+    """As above, but rank 3 had not yet launched the bucket ranks 1 and 2 wait in: it waits too (rank 0's part of
+    every all-reduce is missing), so the rank never heard is whom they wait for, not rank 3."""
+    clock = Clock()
+    agg = Aggregator("j", clock=clock)
+    for r in (1, 2, 3):
+        agg.ingest(hello(r, 4))
+    where = {r: (55, 54, "backward", {"op": "ddp_allreduce", "inside": True, "seq": 56}) for r in (1, 2)}
+    where[3] = (54, 53, "backward", {"op": "ddp_allreduce", "inside": True, "seq": 55})
+    for _ in range(4):
+        clock.now += 1.0
+        for r in (1, 2, 3):
+            heartbeat(agg, r, state(*where[r][:3], step_age=20.0 + clock.now - 1000.0, collective=where[r][3], median_step_s=STEP_S))
+    snap = agg.snapshot()
+    assert [r.status for r in snap.ranks] == ["stalled"] * 3
+    assert snap.waiting_for == [0]
+    assert snap.diagnosis.endswith("waiting for rank 0: never heard from (silent since this viewer started)")
+
+
 def test_a_node_still_being_connected_is_neither_silent_nor_never_heard():
     """A viewer of a big job connects to its relays over seconds: a node it knows of but has not heard, or
     first heard a moment ago, is still being reached; only once every node has settled are ranks silent or

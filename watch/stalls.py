@@ -134,7 +134,9 @@ def assess(positions: Iterable[Position], policy: StallPolicy = StallPolicy(), w
         return StallReport({}, [], None)
     culprits, how = _culprits(positions, stalled)
     everyone = len(stalled) == sum(1 for p in positions if not p.silent)
-    if not culprits and world is not None:
+    # Every rank heard is stuck and some were never heard: those are whom they wait for, not the one of them a
+    # bucket behind the rest (it waits too: a collective of the unheard rank's never completes).
+    if (not culprits or (everyone and how in ("behind", "collective", "phase"))) and world is not None:
         heard = {p.rank for p in positions}
         unheard = [n for n in range(world) if n not in heard] if len(heard) < world else []
         if unheard:
