@@ -45,8 +45,9 @@ DIGEST_TOPICS = (schema.NODE.encode(), schema.REPLY.encode())
 #: cost a fifth of a core in polls alone; polled 50 times a second and drained, a fortieth, for 20 ms more latency.
 POLL_EVERY_S = 0.02
 #: Seconds between two looks at the sockets' monitors (connections made or dropped, handshakes): in a poller of
-#: their own, so the relays' poll is half the size.
-MONITORS_EVERY_S = 0.25
+#: their own, so the relays' poll is half the size; often enough that a relay dropped and back within a second
+#: is seen dropped (at 0.25 s a CI run under load missed one).
+MONITORS_EVERY_S = 0.05
 #: Messages queued per relay while this viewer is behind (about 30 s of a node of 8 ranks at 4 Hz);
 #: past that ZeroMQ drops the newest: a viewer that cannot keep up with 512 nodes loses messages
 #: (counted as gaps in the ranks' steps) instead of its memory.
