@@ -58,6 +58,10 @@ class JobView:
     device: np.ndarray  # bool: its steps carry device (GPU) times
     states: list[dict]
     metas: list[dict]
+    dropped: np.ndarray  # int64: records its probe could not send (read of its state as it came: RankWindow.take_state)
+    rate_hz: np.ndarray  # the telemetry rate it says it sends at (NaN: not said)
+    rejected: dict[int, dict[str, int]]  # rank -> commands it refused, by reason (those that refused any)
+    works: np.ndarray  # bool: its hello says its work per step
     capture_summaries: list
     resources: list[ResourceView | None]
     coords: list[dict[str, int] | None]
@@ -261,6 +265,10 @@ class JobState:
             device=np.fromiter((w.device_times for w in ws), np.bool_, n),
             states=[w.state for w in ws],
             metas=[w.meta for w in ws],
+            dropped=np.fromiter((w.dropped for w in ws), np.int64, n),
+            rate_hz=np.fromiter((w.rate_hz for w in ws), np.float64, n),
+            rejected={w.rank: dict(w.rejected) for w in ws if w.rejected},
+            works=np.fromiter((w.works for w in ws), np.bool_, n),
             capture_summaries=[w.capture_summary for w in ws],
             resources=self.resources.views(rank.tolist(), now),
             coords=[self.layout.of(r) for r in rank.tolist()] if self.layout.known else [None] * n,
@@ -311,11 +319,10 @@ class JobState:
 
     def ranks_by_endpoint(self, view: JobView) -> dict[str, tuple[int, ...]]:
         """The ranks last heard through each relay (a lost relay is shown with the ranks it took with it)."""
-        out: dict[str, tuple[int, ...]] = {}
+        out: dict[str, list[int]] = {}
         for w in view.windows:
             if w.endpoint is not None:
-                out.setdefault(w.endpoint, [])  # type: ignore[arg-type]
-                out[w.endpoint].append(w.rank)  # type: ignore[attr-defined]
+                out.setdefault(w.endpoint, []).append(w.rank)
         return {url: tuple(ranks) for url, ranks in out.items()}
 
 

@@ -136,21 +136,18 @@ def _messages(view: JobView):
 def _message_columns(view: JobView) -> dict[str, Any]:
     """What the screens count over every rank of its messages, as columns: no row is built for them."""
     n = len(view.rank)
-    ws = view.windows  # what these read of a rank's messages was read as they came (RankWindow.take_state)
-    rejected = {w.rank: dict(w.rejected) for w in ws if w.rejected}
     if any(v is not None for v in view.resources):
         memory = np.fromiter((v is not None and v.memory is not None and v.assessed is not None for v in view.resources), bool, n)
         gpu = np.fromiter((v is not None and v.gpu is not None for v in view.resources), bool, n)
         sampled = gpu & np.fromiter((v is not None and v.gpu is not None and "na" not in v.gpu for v in view.resources), bool, n)
     else:
         memory = gpu = sampled = np.zeros(n, bool)
-    work = np.fromiter((w.works for w in ws), bool, n)
     return {
-        "dropped": np.fromiter((w.dropped for w in ws), np.int64, n),
-        "rate_hz": np.fromiter((w.rate_hz for w in ws), np.float64, n),
-        "rejected": rejected,
+        "dropped": view.dropped,
+        "rate_hz": view.rate_hz,
+        "rejected": view.rejected,
         "with_memory": memory,
-        "with_throughput": work & ~np.isnan(view.rate) & (np.nan_to_num(view.rate) != 0),
+        "with_throughput": view.works & ~np.isnan(view.rate) & (np.nan_to_num(view.rate) != 0),
         "with_gpu": gpu,
         "coords": view.coords,
         "gpu_sampled": sampled,
@@ -166,9 +163,7 @@ def _stages(view: JobView, live: np.ndarray) -> list[stragglers.Stage]:
 def _throughput(view: JobView):
     """The job's work per second: sums over the ranks not silent that say their work per step."""
     per_rank = []
-    for i, meta in enumerate(view.metas):
-        work = meta.get("work")
-        if work is not None and not view.silent[i]:
-            rate = view.rate[i]
-            per_rank.append(rank_throughput(work, None if np.isnan(rate) else float(rate)))
+    for i in np.flatnonzero(view.works & ~view.silent).tolist():
+        rate = view.rate[i]
+        per_rank.append(rank_throughput(view.metas[i]["work"], None if np.isnan(rate) else float(rate)))
     return job_throughput(per_rank)
