@@ -235,10 +235,10 @@ def test_the_receiver_thread_survives_a_message_that_breaks_ingest():
     """A check decode might lack one day: the message is dropped, counted and named once; the thread goes on."""
 
     class Fragile(Aggregator):
-        def ingest(self, msg, endpoint=None):
+        def ingest(self, msg, endpoint=None, **how):
             if msg["rank"] == 13:
                 raise KeyError("ph")
-            super().ingest(msg, endpoint)
+            super().ingest(msg, endpoint, **how)
 
     class BrokenTap:
         def tap(self, frames_, endpoint):

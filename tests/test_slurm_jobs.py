@@ -175,7 +175,9 @@ def test_a_hello_with_a_malformed_relay_address_is_dropped_not_fatal():
 
     sock = OneHello()
     receiver._urls = {sock: "tcp://localhost:7000"}
-    receiver._drain(sock)
+    batch = []
+    receiver._drain(sock, batch)
+    receiver._take(batch)
     assert controls == [] and agg.snapshot().dropped_messages == 1 and agg.snapshot().world_size == 1
     receiver._context.term()
 

@@ -124,6 +124,30 @@ class Aggregator:
 
     def ingest_frames(self, frames: list[bytes], endpoint: str | None = None) -> dict | None:
         """Decode and ingest one message; malformed or foreign frames are dropped and counted."""
+        return self.ingest_batch([(frames, endpoint)])[0]
+
+    def ingest_batch(self, batch: list[tuple[list[bytes], str | None]]) -> list[dict | None]:
+        """Decode and ingest the messages the receiver took in one go (frames, the relay they came through):
+        node digests' steps are written together at the end (watch/job_state.py: settle). Each message
+        decoded, or None where it was dropped (malformed, foreign, another version: counted)."""
+        decoded = [self._decode(frames, endpoint) for frames, endpoint in batch]
+        for i, msg in enumerate(decoded):
+            if msg is None:
+                continue
+            try:
+                self.ingest(msg, batch[i][1], settle=False)
+            except Exception as exc:  # a check decode lacks: the message is lost, never the viewer (benchmarks/fuzz.py hunts these)
+                self.note_dropped(fault=f"dropped {msg['k']} messages the viewer could not read: {exc.__class__.__name__}")
+                decoded[i] = None
+        with self._lock:
+            try:
+                self.state.settle()
+            except Exception as exc:
+                self._drop_locked(fault=f"dropped node messages the viewer could not read: {exc.__class__.__name__}")
+        return decoded
+
+    def _decode(self, frames: list[bytes], endpoint: str | None) -> dict | None:
+        """One message decoded (wire/schema.py), if it is this viewer's to take; else None, counted as dropped."""
         try:
             msg = schema.decode(frames)
         except schema.VersionMismatch as exc:
@@ -135,28 +159,30 @@ class Aggregator:
         if msg["k"] not in schema.TELEMETRY_KINDS:
             self.note_dropped()
             return None
-        try:
-            self.ingest(msg, endpoint)
-        except Exception as exc:  # a check decode lacks: the message is lost, never the viewer (benchmarks/fuzz.py hunts these)
-            self.note_dropped(fault=f"dropped {msg['k']} messages the viewer could not read: {exc.__class__.__name__}")
-            return None
         return msg
 
-    def ingest(self, msg: dict[str, Any], endpoint: str | None = None) -> None:
+    def ingest(self, msg: dict[str, Any], endpoint: str | None = None, settle: bool = True) -> None:
+        """One decoded message. ``settle``: write a node digest's steps now (else with the others of the
+        batch, :meth:`ingest_batch`)."""
         now = self._clock()
         with self._lock:
-            if self._job is None:
-                self._job = msg["job"]
-                self.requests.poke()  # a command waiting for the job's name can go
-            elif msg["job"] != self._job:
-                self._dropped += 1  # another job's traffic on a shared endpoint
-                return
-            if endpoint is not None:
-                self._endpoints.heard(endpoint, now, self._wall_clock() - msg["ts"])
-            self.state.take(msg, endpoint, now, self._wall_clock())
-            if msg["k"] == schema.REPLY:  # an answer to a command: the request book's (watch/requests.py)
-                result = msg.get("result") or {}  # a plain map or None, checked at decode
-                self._replies.append(self.requests.note_reply(msg["id"], msg["cmd"], msg["rank"], msg["ok"], result))
+            self._ingest_locked(msg, endpoint, now)
+            if settle:
+                self.state.settle()
+
+    def _ingest_locked(self, msg: dict[str, Any], endpoint: str | None, now: float) -> None:
+        if self._job is None:
+            self._job = msg["job"]
+            self.requests.poke()  # a command waiting for the job's name can go
+        elif msg["job"] != self._job:
+            self._dropped += 1  # another job's traffic on a shared endpoint
+            return
+        if endpoint is not None:
+            self._endpoints.heard(endpoint, now, self._wall_clock() - msg["ts"])
+        self.state.take(msg, endpoint, now, self._wall_clock())
+        if msg["k"] == schema.REPLY:  # an answer to a command: the request book's (watch/requests.py)
+            result = msg.get("result") or {}  # a plain map or None, checked at decode
+            self._replies.append(self.requests.note_reply(msg["id"], msg["cmd"], msg["rank"], msg["ok"], result))
 
     def replies_to(self, command_id: str) -> list[Reply]:
         """Every rank's answer to one of our last commands, by rank (``snapshot.replies`` keeps only the latest)."""
@@ -170,12 +196,15 @@ class Aggregator:
         """One message dropped; ``error`` goes to the status line, ``fault`` (a kind of fault, a fixed text)
         only the first time it is seen: a peer sending a malformed message four times a second is named once."""
         with self._lock:
-            self._dropped += 1
-            if error:
-                self._note_error_locked(error)
-            if fault and fault not in self._faults and len(self._faults) < MAX_FAULTS:
-                self._faults.add(fault)
-                self._note_error_locked(fault)
+            self._drop_locked(error, fault=fault)
+
+    def _drop_locked(self, error: str | None = None, *, fault: str | None = None) -> None:
+        self._dropped += 1
+        if error:
+            self._note_error_locked(error)
+        if fault and fault not in self._faults and len(self._faults) < MAX_FAULTS:
+            self._faults.add(fault)
+            self._note_error_locked(fault)
 
     def note_error(self, error: str) -> None:
         with self._lock:

@@ -9,8 +9,9 @@ with new steps out in a few vectorised sorts, and 4,096 ranks x 64 steps x 8
 phases is 17 MB of machine floats rather than a heap of float objects.
 
 Ingest writes a step's figures into its rank's row through memoryviews (tens of
-nanoseconds a figure, as cheap as an ``array('d')`` ring's store); a node
-digest's steps come as columns and go in with one call for all its ranks; the
+nanoseconds a figure, as cheap as an ``array('d')`` ring's store); node
+digests' steps come as columns and go in with one call for all the ranks of
+every digest the receiver took in one go (watch/job_state.py); the
 receiver thread calls the writers and a snapshot :meth:`StepColumns.refresh`,
 both under the aggregator's lock. Each row is a ring: slot ``i`` of every
 column is the same step; a median needs no order, so it sorts a ring as it lies.
@@ -36,6 +37,7 @@ class StepColumns:
         self._index: dict[str, int] = {}
         self.names: set[str] = set()  # phases the ranks' records named (not "other" and "comm": worked out)
         self.rows = 0  # rows handed out
+        self.raw_rows: set[int] = set()  # rows that keep some step's raw figures to redo (watch/step_window.py)
         self._allocate(max(1, rows), max(1, phases))
 
     # -- storage ---------------------------------------------------------------------------
@@ -57,6 +59,7 @@ class StepColumns:
             "median_wall": np.full(rows, np.nan),
             "median_own": np.zeros((rows, phases)),
             "rate": np.full(rows, np.nan),  # steps per second over the window
+            "last_end": np.full(rows, np.nan),  # when the newest step ended, unix s (NaN: no step yet)
         }
         if old is not None:
             n, p = self.num.shape[0], self.own.shape[1]
@@ -73,6 +76,7 @@ class StepColumns:
         # Writers go through memoryviews: an item store is about half a numpy scalar store's cost.
         self._num, self._start, self._wall, self._own = (memoryview(a) for a in (self.num, self.start, self.wall, self.own))
         self._head, self._count, self._changed, self._waited = (memoryview(a) for a in (self.head, self.count, self.changed, self.waited))
+        self.views_end = memoryview(self.last_end)
 
     def new_row(self) -> int:
         if self.rows == self.num.shape[0]:
@@ -87,6 +91,7 @@ class StepColumns:
         self.own[row] = 0.0
         self.changed[row] += 1
         self.stats_at[row] = -1
+        self.last_end[row] = np.nan
 
     def column(self, name: str) -> int:
         """The index of a phase's column, made on first sight (earlier steps spent nothing in it)."""
@@ -132,33 +137,33 @@ class StepColumns:
         self._changed[row] += 1
 
     def add_block(self, rows: Sequence[int], n: Sequence[int], t: Sequence[float], wall: Sequence[float],
-                  own: Mapping[str, Sequence[float]]) -> None:  # fmt: skip
-        """One step each for distinct ``rows``, given as columns (a node digest's intervals,
-        wire/node_digest.py) with own times worked out and a phase a row lacks at 0.0: :meth:`add` for every
-        row, the phases' columns looked up once for the block. Stores through the memoryviews, not numpy's
-        fancy indexing: a node's block is a handful of rows, and at 8 a dozen fancy stores (about a
-        microsecond each, whatever the rows) cost more than the rows' item stores."""
+                  own: Mapping[str, Sequence[float]], waited: Sequence[bool] | None = None) -> None:  # fmt: skip
+        """One step each for distinct ``rows``, given as columns (node digests' intervals, wire/node_digest.py,
+        several nodes' at once: watch/job_state.py) with own times worked out and a phase a row lacks at 0.0:
+        :meth:`add` for every row, in a dozen numpy stores whatever the rows. ``waited``: which rows' steps
+        had collective waits (default: all of them when ``own`` has "comm")."""
+        rows = np.asarray(rows, np.int64)
         used = [(self.column(name), values) for name, values in own.items()]  # first: a new phase reallocates
         known = len(self.phases)  # a phase the block lacks: an old step's figure is not this one's
         unused = () if len(used) == known else sorted(set(range(known)) - {c for c, _ in used})
-        comm, w = COMM_PHASE in own, self.window
-        num, start, walls, mv = self._num, self._start, self._wall, self._own
-        head, count, changed, waited = self._head, self._count, self._changed, self._waited
-        for k, row in enumerate(rows):
-            i = head[row]
-            num[row, i] = n[k]
-            start[row, i] = t[k]
-            walls[row, i] = wall[k]
-            for c, values in used:
-                mv[row, c, i] = values[k]
-            for c in unused:
-                mv[row, c, i] = 0.0
-            head[row] = i + 1 if i + 1 < w else 0
-            if count[row] < w:
-                count[row] += 1
-            changed[row] += 1
-            if comm:
-                waited[row] = True
+        w = self.window
+        i = self.head[rows]
+        self.num[rows, i] = n
+        self.start[rows, i] = t
+        self.wall[rows, i] = wall
+        for c, values in used:
+            self.own[rows, c, i] = values
+        for c in unused:
+            self.own[rows, c, i] = 0.0
+        self.head[rows] = np.where(i + 1 < w, i + 1, 0)
+        self.count[rows] = np.minimum(self.count[rows] + 1, w)
+        self.changed[rows] += 1
+        self.last_end[rows] = np.asarray(t, np.float64) + np.asarray(wall, np.float64)
+        if waited is None:
+            if COMM_PHASE in own:
+                self.waited[rows] = True
+        else:
+            self.waited[rows[np.asarray(waited, np.bool_)]] = True
 
     def slot_of(self, row: int, n: int) -> int | None:
         """The slot holding step ``n`` in a row, newest first; None when it is not in the window."""

@@ -17,7 +17,12 @@ glibc serves those from its heap once its mmap threshold has crept up past
 them (it does, after the first frees), and a heap shared with millions of
 small objects hands little back: the viewer's RSS then grows for minutes.
 A fixed threshold keeps every such array in a mapping of its own, returned
-on free.
+on free. What the small objects leave free inside the heap (the stream of
+decoded messages and snapshot rows, freed out of order) glibc keeps until
+asked: the viewer asks every :data:`TRIM_EVERY_S` (``malloc_trim``, whole
+free pages handed back), and keeps to :data:`ARENAS` malloc arenas, since
+every thread that allocates (ZeroMQ's I/O thread, the receiver, the
+snapshot's) would otherwise get a heap of its own to fragment.
 """
 
 from __future__ import annotations
@@ -32,6 +37,11 @@ THRESHOLDS = (20_000, 20, 50)
 #: glibc raising it as big blocks are freed).
 MMAP_FROM_BYTES = 256 * 1024
 _M_MMAP_THRESHOLD = -3
+#: Malloc arenas at most (glibc's M_ARENA_MAX; its default is 8 per core).
+ARENAS = 2
+_M_ARENA_MAX = -8
+#: Seconds between two hand-backs of the heap's free pages (a trim takes about a millisecond, off the GIL).
+TRIM_EVERY_S = 10.0
 
 
 def settle_for_viewing() -> None:
@@ -39,13 +49,30 @@ def settle_for_viewing() -> None:
     at start; never in a rank: the probe leaves the job's interpreter as it found it)."""
     gc.freeze()
     gc.set_threshold(*THRESHOLDS)
-    _fix_mmap_threshold()
-
-
-def _fix_mmap_threshold() -> None:
-    """glibc only (elsewhere, or without it, the allocator is left as it is)."""
-    try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+    libc = _libc()
+    if libc is not None:
         libc.mallopt(_M_MMAP_THRESHOLD, MMAP_FROM_BYTES)
-    except (OSError, AttributeError):
-        pass
+        libc.mallopt(_M_ARENA_MAX, ARENAS)
+
+
+def hand_back() -> None:
+    """Return the heap's whole free pages to the system (glibc's ``malloc_trim``; elsewhere nothing). ctypes
+    releases the GIL for the call: the receiver goes on meanwhile."""
+    libc = _libc()
+    if libc is not None:
+        libc.malloc_trim(0)
+
+
+def _libc():
+    """glibc's functions, or None (elsewhere, or without it, the allocator is left as it is)."""
+    global _LIBC
+    if _LIBC is False:
+        try:
+            lib = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+            _LIBC = lib if hasattr(lib, "mallopt") and hasattr(lib, "malloc_trim") else None
+        except OSError:
+            _LIBC = None
+    return _LIBC
+
+
+_LIBC = False  # not looked for yet

@@ -29,6 +29,7 @@ from ranktop.watch.endpoints import Endpoints, EndpointsView
 from ranktop.watch.lifecycle import JobLife, Lifecycle, fresh_window
 from ranktop.watch.resources import ResourceTracker, ResourceView
 from ranktop.watch.stragglers import MIN_STEPS_TO_SCORE
+from ranktop.watch.rank_scalars import RankScalars
 from ranktop.watch.window import RankWindow
 from ranktop.wire import capture as wire_capture
 from ranktop.wire import schema
@@ -90,6 +91,11 @@ class JobState:
         self.layout = layouts.EMPTY  # coordinates and peer classes, learned from the hellos' groups
         self._layout_stale = False  # some rank's groups changed since it was learned
         self._classes: tuple | None = None  # (layout, windows, class ids, stage ids) of the last view
+        self.scalars = RankScalars()  # every rank's figures a view reads, by its row of the step columns
+        self._row_of: dict[int, int] = {}  # rank -> its row (of the columns and the scalars)
+        self._by_row: list[RankWindow | None] = []  # row -> its rank's window
+        self._order: tuple[np.ndarray, np.ndarray] | None = None  # (ranks, rows) in rank order, with _sorted
+        self._pending: list[tuple[dict, str | None, float]] = []  # digests' steps not yet written (settle)
 
     # -- messages (the receiver thread) -------------------------------------------------------
 
@@ -99,8 +105,8 @@ class JobState:
         if kind == schema.NODE:
             for entry in msg["ranks"]:
                 self._take_digest(entry, endpoint, now, wall)
-            if "steps" in msg:
-                self._take_digest_steps(msg["steps"], endpoint, now)
+            if "steps" in msg:  # written with the other digests' taken in the same go (settle)
+                self._pending.append((msg["steps"], endpoint, now))
             return
         rank = self._window_of(msg["rank"], endpoint, now)
         state = msg.get("state")  # a map or None: typed at decode (wire/messages.py)
@@ -124,8 +130,8 @@ class JobState:
     def _window_of(self, number: int, endpoint: str | None, now: float) -> RankWindow:
         rank = self.ranks.get(number)
         if rank is None:
-            rank = self.ranks[number] = RankWindow(number, self._window, columns=self.columns)
-            self._sorted = None
+            rank = self.ranks[number] = RankWindow(number, self._window, columns=self.columns, scalars=self.scalars)
+            self._placed(rank)
         rank.last_seen = now
         if endpoint is not None:
             rank.endpoint = endpoint
@@ -133,9 +139,10 @@ class JobState:
 
     def _note_hello(self, rank: RankWindow, meta: dict[str, Any], now: float, wall: float) -> RankWindow:
         if self.lifecycle.note_hello(rank.rank, meta.get("pid"), wall):
+            self.settle()  # the old process's steps still waiting go in before its window empties
             self.collectives.forget(rank)
             rank = self.ranks[rank.rank] = fresh_window(rank, now)  # a new process of the rank: a restart
-            self._sorted = None
+            self._placed(rank)
             self.resources.forget(rank.rank)
         if meta.get("groups") != rank.meta.get("groups"):
             self._layout_stale = True  # hellos repeat; their groups seldom change: a compare of a few small maps
@@ -154,7 +161,7 @@ class JobState:
         if state is not None:
             rank.note_state(state, now)
             self.resources.note(entry["r"], state, now)
-        if "hello" in entry:
+        if "hello" in entry and entry["hello"] != rank.meta:  # (it rides every few seconds, mostly the same)
             rank = self._note_hello(rank, entry["hello"], now, wall)
         if "exit" in entry:  # its last word, passed on by its node's relay (watch/lifecycle.py)
             self.lifecycle.note_exit(entry["r"], entry["exit"], wall)
@@ -163,29 +170,93 @@ class JobState:
         if "ops" in entry or "cx" in entry:
             add_digest_collectives(rank, entry.get("ops", {}), entry.get("cx", ()), now, self.collectives)
 
-    def _take_digest_steps(self, steps: dict[str, Any], endpoint: str | None, now: float) -> None:
-        """The steps of a node's ranks, as its digest's columns (after its entries: a hello there may have
-        started a rank afresh). Each rank's counts in a short loop, the figures of those with new steps into
-        the job's columns at once. A rank heard through its own messages lately is taken from those."""
-        numbers, last, count, start, wall = steps["r"], steps["n"], steps["c"], steps["t"], steps["w"]
-        device = steps.get("g")
-        rows, taken = [], []
-        for i, number in enumerate(numbers):
-            rank = self._window_of(number, endpoint, now)
-            if now - rank.raw_at < self._silent_after:
-                continue
-            if device is not None and device[i]:
-                rank.device_times = True
-            if rank.take_interval(last[i], count[i], start[i] + wall[i]):
-                rows.append(rank.own.row)
-                taken.append(i)
-        if not rows:
+    def _placed(self, rank: RankWindow) -> None:
+        """A window new to its row (a new rank, or its new process)."""
+        self._row_of[rank.rank] = rank.row
+        self._by_row.extend([None] * (rank.row + 1 - len(self._by_row)))
+        self._by_row[rank.row] = rank
+        self._sorted = self._order = None
+
+    def settle(self) -> None:
+        """Write the steps of the node digests taken since the last call (the aggregator calls this after each
+        message, or after all it took in one go; a view calls it first). A go of digests from different relays
+        is written in one :meth:`_take_digest_steps`: ranks counted and their intervals stored in a few dozen
+        numpy operations for all of them, rather than a Python loop per digest."""
+        pending, self._pending = self._pending, []
+        group: list[tuple[dict, str | None, float]] = []
+        ranks: set[int] = set()
+        for item in pending:
+            numbers = item[0]["r"]
+            if not ranks.isdisjoint(numbers):  # two digests of one node (the same ranks) go in one after the other
+                self._take_digest_steps(group)
+                group, ranks = [], set()
+            group.append(item)
+            ranks.update(numbers)
+        if group:
+            self._take_digest_steps(group)
+
+    def _take_digest_steps(self, digests: list[tuple[dict, str | None, float]]) -> None:
+        """The steps of node digests' ranks, as their columns (after their entries: a hello there may have
+        started a rank afresh): the ranks heard of now, and the intervals of those with new steps into the
+        job's step columns (each interval a record, with its mean times, counted as the steps it stands for).
+        A rank heard through its own messages lately is taken from those."""
+        ranks: list[int] = []
+        last: list[int] = []
+        count: list[int] = []
+        start: list[float] = []
+        wall: list[float] = []
+        device: list[bool] = []
+        waited: list[bool] = []
+        spans: list[tuple[int, int, float]] = []  # per digest: its ranks, relay, clock
+        names: dict[str, None] = {}
+        for steps, endpoint, now in digests:
+            numbers = steps["r"]
+            k = len(numbers)
+            if not self.ranks.keys() >= set(numbers):
+                for number in numbers:
+                    if number not in self.ranks:
+                        self._window_of(number, endpoint, now)
+            ranks += numbers
+            last += steps["n"]
+            count += steps["c"]
+            start += steps["t"]
+            wall += steps["w"]
+            g = steps.get("g")
+            device += g if g is not None else [False] * k
+            waited += [schema.COMM_PHASE in steps["p"]] * k
+            names.update(dict.fromkeys(steps["p"]))
+            spans.append((k, self.scalars.url_id(endpoint), now))
+        if not ranks:
             return
-        own = steps["p"]
-        if len(taken) < len(numbers):  # a few ranks left out: their positions too
-            last, start, wall = ([column[i] for i in taken] for column in (last, start, wall))
-            own = {name: [column[i] for i in taken] for name, column in own.items()}
-        self.columns.add_block(rows, last, start, wall, own)
+        row_of = self._row_of
+        rows = np.fromiter((row_of[r] for r in ranks), np.int64, len(ranks))
+        sizes = [k for k, _, _ in spans]
+        now_of = np.repeat([t for _, _, t in spans], sizes)
+        sc = self.scalars
+        sc.last_seen[rows] = now_of
+        sc.endpoint[rows] = np.repeat([e for _, e, _ in spans], sizes)
+        fresh = now_of - sc.raw_at[rows] >= self._silent_after
+        sc.device_times[rows[fresh & np.array(device, np.bool_)]] = True
+        last_a = np.array(last, np.int64)
+        new = fresh & (last_a > sc.last_step[rows])
+        if not new.any():
+            return
+        taken = rows[new]
+        last_a, count_a = last_a[new], np.array(count, np.int64)[new]
+        first = sc.first_step[taken]
+        sc.first_step[taken] = np.where(first < 0, last_a - count_a + 1, first)
+        sc.steps_seen[taken] += count_a
+        sc.last_step[taken] = last_a
+        if self.columns.raw_rows:  # ranks that sent their own steps lately: those records are not redone
+            for row in self.columns.raw_rows.intersection(taken.tolist()):
+                self._by_row[row].own.forget_raw()
+        own = {}
+        for name in names:
+            column: list[float] = []
+            for (steps, _, _), (k, _, _) in zip(digests, spans):
+                column += steps["p"].get(name) or [0.0] * k
+            own[name] = np.array(column)[new]
+        self.columns.add_block(taken, last_a, np.array(start)[new], np.array(wall)[new], own, np.array(waited, np.bool_)[new])
 
     # -- a snapshot's view (the UI's thread, under the aggregator's lock) ------------------------
 
@@ -197,16 +268,17 @@ class JobState:
     def view(self, now: float, wall: float, relays: EndpointsView, endpoints: Endpoints, sure_after: bool) -> JobView:
         """The job now, for a snapshot. ``sure_after``: long enough since the viewer started that ranks never
         heard from may be named (once every relay is settled too)."""
+        self.settle()
         ws = self.windows()
         n = len(ws)
         behind = relays.behind_s
-        rank = np.fromiter((w.rank for w in ws), np.int64, n)
-        last_seen = np.fromiter((w.last_seen for w in ws), np.float64, n)
-        silent = self._silent(ws, last_seen, now, relays)
+        rank, rows = self._ordered()
+        sc = self.scalars
+        last_seen = sc.last_seen[rows]
+        silent = self._silent(sc.endpoint[rows], last_seen, now, relays)
         silent_ranks = set(rank[silent].tolist())
 
         cols = self.columns
-        rows = np.fromiter((w.own.row for w in ws), np.int64, n)
         cols.refresh(rows, MIN_STEPS_TO_SCORE)
         names = cols.phase_names()
         scored = (cols.count[rows] >= MIN_STEPS_TO_SCORE) & (cols.stats_at[rows] >= 0)
@@ -219,20 +291,15 @@ class JobState:
         waited = cols.waited[rows] & scored
         comm_s = np.where(waited, cols.median_own[rows, comm], np.nan) if comm is not None else np.full(n, np.nan)
         step_s = np.where(scored, cols.median_wall[rows], np.nan)
-        last = np.fromiter((w.last_step for w in ws), np.int64, n)
-        seen = np.fromiter((w.steps_seen for w in ws), np.int64, n)
-        first = np.fromiter((w.first_step if w.first_step is not None else -1 for w in ws), np.int64, n)
+        last = sc.last_step[rows]
+        seen = sc.steps_seen[rows]
+        first = sc.first_step[rows]
         missed = np.where(first >= 0, np.maximum(0, last - first + 1 - seen), 0)
 
         worlds = max(self.world or 0, 0) or None
         sure = bool(worlds and sure_after and relays.settled)
-        stuck = stalls.stuck_columns(
-            np.fromiter((np.nan if w.step_age is None else w.step_age for w in ws), np.float64, n),
-            np.fromiter((w.state_at for w in ws), np.float64, n),
-            np.fromiter((w.progress_at for w in ws), np.float64, n),
-            now - behind,
-        )
-        with_state = np.fromiter((bool(w.state) for w in ws), np.bool_, n)
+        stuck = stalls.stuck_columns(sc.step_age[rows], sc.state_at[rows], sc.progress_at[rows], now - behind)
+        with_state = sc.stated[rows]
         if stalls.none_stuck(stuck[with_state & ~silent], self._stall):
             report = stalls.StallReport({}, [], None)
         else:
@@ -260,15 +327,15 @@ class JobState:
             rate=np.where(scored, cols.rate[rows], np.nan),
             comm_s=comm_s,
             last_seen=last_seen,
-            last_step_end=np.fromiter((w.own.last_end if w.own.last_end is not None else np.nan for w in ws), np.float64, n),
+            last_step_end=cols.last_end[rows],
             silent=silent,
-            device=np.fromiter((w.device_times for w in ws), np.bool_, n),
+            device=sc.device_times[rows],
             states=[w.state for w in ws],
             metas=[w.meta for w in ws],
-            dropped=np.fromiter((w.dropped for w in ws), np.int64, n),
-            rate_hz=np.fromiter((w.rate_hz for w in ws), np.float64, n),
+            dropped=sc.dropped[rows],
+            rate_hz=sc.rate_hz[rows],
             rejected={w.rank: dict(w.rejected) for w in ws if w.rejected},
-            works=np.fromiter((w.works for w in ws), np.bool_, n),
+            works=sc.works[rows],
             capture_summaries=[w.capture_summary for w in ws],
             resources=self.resources.views(rank.tolist(), now),
             coords=[self.layout.of(r) for r in rank.tolist()] if self.layout.known else [None] * n,
@@ -281,12 +348,19 @@ class JobState:
             captures=_captures(ws),
         )
 
-    def _silent(self, ws: list[RankWindow], last_seen: np.ndarray, now: float, relays: EndpointsView) -> np.ndarray:
+    def _ordered(self) -> tuple[np.ndarray, np.ndarray]:
+        """The ranks in rank order, and their rows (worked out again when a rank comes or restarts)."""
+        if self._order is None:
+            ws = self.windows()
+            self._order = (np.fromiter((w.rank for w in ws), np.int64, len(ws)),
+                           np.fromiter((w.row for w in ws), np.int64, len(ws)))  # fmt: skip
+        return self._order
+
+    def _silent(self, eid: np.ndarray, last_seen: np.ndarray, now: float, relays: EndpointsView) -> np.ndarray:
         """A rank is silent when *it* stopped talking, not when this viewer is behind on the job's messages (a
-        viewer behind on one relay is behind on them all: it serves them in turn); or when its relay is gone."""
-        ids: dict[str | None, int] = {}
-        eid = np.fromiter((ids.setdefault(w.endpoint, len(ids)) for w in ws), np.int64, len(ws))
-        urls = list(ids)
+        viewer behind on one relay is behind on them all: it serves them in turn); or when its relay is gone.
+        ``eid``: each rank's relay, as an index of the scalars' URLs."""
+        urls = self.scalars.urls
         settling = np.array([u in relays.settling for u in urls], bool)
         down = np.array([bool(relays.links.get(u, (False, None))[0]) for u in urls], bool)
         dropped = np.array([_or_inf(relays.links.get(u, (False, None))[1]) for u in urls], np.float64)

@@ -110,11 +110,12 @@ class Lifecycle:
 def fresh_window(old: RankWindow, now: float) -> RankWindow:
     """The window of a rank's new process: none of the old process's steps, calls or caches; where it is
     heard through and its state as just received (that came from the new process) carry over."""
-    new = RankWindow(old.rank, old.window, columns=old.own.columns, own=old.own)  # its row of the job's columns, emptied
-    new.endpoint, new.last_seen, new.raw_at = old.endpoint, old.last_seen, old.raw_at
+    kept = old.endpoint, old.last_seen, old.raw_at, old.state_at  # (read first: the new window empties the row)
+    new = RankWindow(old.rank, old.window, columns=old.own.columns, own=old.own, scalars=old.scalars)  # its rows, emptied
+    new.endpoint, new.last_seen, new.raw_at, new.state_at = kept
     new.take_hello(old.meta)
     new.take_state(old.state)
-    new.state_at, new.progress_at = old.state_at, now
+    new.progress_at = now
     return new
 
 

@@ -48,6 +48,11 @@ POLL_EVERY_S = 0.02
 #: their own, so the relays' poll is half the size; often enough that a relay dropped and back within a second
 #: is seen dropped (at 0.25 s a CI run under load missed one).
 MONITORS_EVERY_S = 0.05
+#: Messages handed to the aggregator in one go at most (watch/aggregator.py: ingest_batch): a poll of 512
+#: relays finds about 40 digests; far behind, it finds up to :data:`DRAIN_MAX` a relay.
+BATCH_MAX = 512
+#: Messages taken off one relay's socket per poll at most.
+DRAIN_MAX = 256
 #: Messages queued per relay while this viewer is behind (about 30 s of a node of 8 ranks at 4 Hz);
 #: past that ZeroMQ drops the newest: a viewer that cannot keep up with 512 nodes loses messages
 #: (counted as gaps in the ranks' steps) instead of its memory.
@@ -180,9 +185,17 @@ class Receiver(threading.Thread):
                     for monitor, _ in self._monitor_poller.poll(0):
                         self._monitor_events(monitor)
                     next_monitors = polled + MONITORS_EVERY_S
+                batch: list[tuple[list[bytes], str]] = []
                 for sock, _ in poller.poll(min(200, MONITORS_EVERY_S * 1000)):
                     if sock in self._urls:
-                        self._drain(sock)
+                        self._drain(sock, batch)
+                    if len(batch) >= BATCH_MAX:  # a viewer far behind: in bounded goes, every relay served in turn
+                        self._take(batch)
+                        batch = []
+                        if self._stop_event.is_set():  # a backlog of hundreds of relays must not delay a stop
+                            break
+                if batch:
+                    self._take(batch)
                 rest = POLL_EVERY_S - (time.monotonic() - polled)
                 if rest > 0:
                     self._stop_event.wait(rest)
@@ -309,37 +322,51 @@ class Receiver(threading.Thread):
                     sock.setsockopt(zmq.UNSUBSCRIBE, topic)
             sock.setsockopt(zmq.SUBSCRIBE, schema.NODE.encode())
 
-    def _drain(self, sock: zmq.Socket, limit: int = 256) -> None:
+    def _drain(self, sock: zmq.Socket, batch: list[tuple[list[bytes], str]], limit: int = DRAIN_MAX) -> None:
         """Take what one relay sent, a bounded number at a time: a viewer behind on hundreds of relays serves
         them in turn rather than one for long (the others would look silent meanwhile)."""
         url = self._urls[sock]
         for count in range(limit):
-            if count % 256 == 255 and self._stop_event.is_set():  # a backlog of hundreds of relays must not delay a stop
-                return
             if count and not sock.getsockopt(zmq.EVENTS) & zmq.POLLIN:  # (cheaper than an Again raised per drain)
                 return
             try:
                 frames = sock.recv_multipart(flags=zmq.NOBLOCK)
             except zmq.Again:
                 return
-            try:
-                self._take(frames, url)
-            except Exception as exc:  # one message, whatever it holds, never ends the thread (the picture would freeze)
-                self._aggregator.note_dropped(fault=f"dropped messages the receiver could not handle: {exc.__class__.__name__}")
+            batch.append((frames, url))
 
-    def _take(self, frames: list[bytes], url: str) -> None:
-        """One message off the wire: to the flight recorder, the aggregator, and (a hello) the relay's control address."""
+    def _take(self, batch: list[tuple[list[bytes], str]]) -> None:
+        """What one poll took off the wire: to the flight recorder, the aggregator (in one go: watch/aggregator.py),
+        and (a hello, a digest) the relay's control address."""
         if self._recorder is not None:
-            self._recorder.tap(frames, url)  # as it came off the wire; never blocks (watch/recording.py)
-        msg = self._aggregator.ingest_frames(frames, url)
-        if msg is not None and self._on_control is not None and msg["k"] in (schema.HELLO, schema.NODE):
-            relay = msg.get("relay")
-            if isinstance(relay, dict) and isinstance(relay.get("control"), str) and self._controls.get(url) != relay:
-                self._controls[url] = relay  # a relay says where it is in every digest: taken once, when it changes
-                try:  # addresses from the network: a malformed one is dropped, never fatal
-                    control = relay["control"]
-                    if url in self._static and isinstance(relay.get("telemetry"), str):
-                        control = tunnelled_control(url, relay["telemetry"], control)
-                    self._on_control(_checked(connect_url(control, msg.get("host"))))
-                except ValueError:
-                    self._aggregator.note_dropped(f"{url}: a hello with a malformed relay address")
+            kept = []
+            for frames, url in batch:
+                try:
+                    self._recorder.tap(frames, url)  # as it came off the wire; never blocks (watch/recording.py)
+                    kept.append((frames, url))
+                except Exception as exc:  # the message is lost, never the thread
+                    self._aggregator.note_dropped(fault=f"dropped messages the receiver could not handle: {exc.__class__.__name__}")
+            batch = kept
+        try:
+            taken = self._aggregator.ingest_batch(batch)
+        except Exception as exc:  # whatever the messages hold, never end the thread (the picture would freeze)
+            self._aggregator.note_dropped(fault=f"dropped messages the receiver could not handle: {exc.__class__.__name__}")
+            return
+        if self._on_control is None:
+            return
+        for msg, (_, url) in zip(taken, batch):
+            if msg is not None and msg["k"] in (schema.HELLO, schema.NODE):
+                self._note_relay(msg, url)
+
+    def _note_relay(self, msg: dict, url: str) -> None:
+        """Where a relay takes commands, as its hello or digest says (told on when it changes)."""
+        relay = msg.get("relay")
+        if isinstance(relay, dict) and isinstance(relay.get("control"), str) and self._controls.get(url) != relay:
+            self._controls[url] = relay  # a relay says where it is in every digest: taken once, when it changes
+            try:  # addresses from the network: a malformed one is dropped, never fatal
+                control = relay["control"]
+                if url in self._static and isinstance(relay.get("telemetry"), str):
+                    control = tunnelled_control(url, relay["telemetry"], control)
+                self._on_control(_checked(connect_url(control, msg.get("host"))))
+            except ValueError:
+                self._aggregator.note_dropped(f"{url}: a hello with a malformed relay address")

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from ranktop.watch import slurm
+from ranktop.watch import heap, slurm
 from ranktop.watch.aggregator import DEFAULT_SILENT_AFTER_S, DEFAULT_WINDOW, Aggregator
 from ranktop.watch.errors import RanktopError
 from ranktop.watch.history import History
@@ -304,6 +304,7 @@ class WatchSession:
         )
         self.history = History()  # step time and episodes over the last minutes, sampled as snapshots are taken
         self._waiting_cache: tuple[float, str] | None = None  # (when, line): _waiting_line
+        self._handed_back = time.monotonic()  # when the heap's free pages were last returned (watch/heap.py)
 
     def _job_name(self) -> str | None:
         """The job's name: as named, as its first message said, or (a SLURM job found by the port convention) its id."""
@@ -328,6 +329,9 @@ class WatchSession:
             self.aggregator.note_error(self.recorder.stats.error)  # said once on the status line; watching goes on
         snap = self.aggregator.snapshot()
         self.history.note(snap, self.aggregator.now())
+        if time.monotonic() - self._handed_back >= heap.TRIM_EVERY_S:  # what the stream of messages left free (watch/heap.py)
+            self._handed_back = time.monotonic()
+            heap.hand_back()
         if not snap.ranks:
             waiting = self._waiting_line()
             if waiting is not None:

@@ -22,13 +22,22 @@ __all__ = ["StepWindow", "own_times"]
 class StepWindow:
     """The last ``window`` steps of one rank, as row ``row`` of ``columns``."""
 
-    __slots__ = ("columns", "row", "_raw", "last_end")
+    __slots__ = ("columns", "row", "_raw")
 
     def __init__(self, window: int, columns: StepColumns | None = None):
         self.columns = columns if columns is not None else StepColumns(window, rows=1)
         self.row = self.columns.new_row()
         self._raw: dict[int, tuple[float, dict]] = {}  # slot -> (wall, phases): to redo a step's own times
-        self.last_end: float | None = None  # when the newest step ended (its start plus its wall time)
+
+    @property
+    def last_end(self) -> float | None:
+        """When the newest step ended (its start plus its wall time); None before any."""
+        end = self.columns.views_end[self.row]
+        return None if end != end else end
+
+    @last_end.setter
+    def last_end(self, end: float | None) -> None:
+        self.columns.views_end[self.row] = float("nan") if end is None else end
 
     @property
     def window(self) -> int:
@@ -62,19 +71,22 @@ class StepWindow:
         """Forget every step (the rank's new process starts afresh in the same row)."""
         self.columns.clear(self.row)
         self._raw.clear()
+        self.columns.raw_rows.discard(self.row)
         self.last_end = None
 
     def add(self, n: int, t: float, wall: float, phases: dict[str, float], waits: dict | None) -> None:
         i = self.columns.add(self.row, n, t, wall, own_times(wall, phases, waits))
         self._raw[i] = (wall, phases)
+        self.columns.raw_rows.add(self.row)
         self.last_end = t + wall
 
-    def next_is_interval(self, end: float) -> None:
-        """Its next slot takes a record whose own times came worked out, which ended at ``end``: a node
-        digest's interval, written by StepColumns.add_block with its node's others right after."""
-        if self._raw:  # its waits are already taken out: nothing to redo
+    def forget_raw(self) -> None:
+        """Its next slot will hold a record whose own times came worked out (a node digest's interval, written
+        by StepColumns.add_block with other ranks' right after): nothing of the slot's to redo."""
+        if self._raw:
             self._raw.pop(int(self.columns.head[self.row]), None)
-        self.last_end = end
+            if not self._raw:
+                self.columns.raw_rows.discard(self.row)
 
     def rewait(self, n: int, waits: dict) -> None:
         """Waits of step ``n`` that came after its record: work its own times out again."""

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ranktop.watch.columns import StepColumns
+from ranktop.watch.rank_scalars import RankScalars
 from ranktop.watch.step_window import StepWindow
 
 #: Raw collective calls per rank kept (the probes' samples) for the latency percentiles and the alpha-beta fit.
@@ -21,17 +22,42 @@ CALL_WINDOW = 16
 WAITS_KEPT = 16
 
 
+def _scalar(name: str, doc: str):
+    """A property over the window's row of the job's :class:`RankScalars` (watch/rank_scalars.py)."""
+
+    def get(self: "RankWindow"):
+        return self.scalars.views[name][self.row]
+
+    def put(self: "RankWindow", value) -> None:
+        self.scalars.views[name][self.row] = value
+
+    return property(get, put, doc=doc)
+
+
+def _optional(name: str, absent, doc: str):
+    """As :func:`_scalar`, for a figure that may be absent: None in Python, ``absent`` in the array."""
+    nan = absent != absent
+
+    def get(self: "RankWindow"):
+        value = self.scalars.views[name][self.row]
+        return None if (value != value if nan else value == absent) else value
+
+    def put(self: "RankWindow", value) -> None:
+        self.scalars.views[name][self.row] = absent if value is None else value
+
+    return property(get, put, doc=doc)
+
+
 @dataclass
 class RankWindow:
+    """One rank: its messages and caches here, its scalar figures in its row of the job's :class:`RankScalars`
+    (gathered for every rank at once by a view, watch/job_state.py), its steps in its row of the job's
+    step columns."""
+
     rank: int
     window: int = 64  # steps (or a node digest's intervals) kept
     meta: dict[str, Any] = field(default_factory=dict)  # its hello, less the envelope
     state: dict[str, Any] = field(default_factory=dict)  # its last state (wire/schema.py)
-    last_seen: float = 0.0  # viewer clock of its last message
-    steps_seen: int = 0
-    first_step: int | None = None  # the first step number received: where counting gaps begins
-    last_step: int = -1
-    device_times: bool = False  # some of its step records carry GPU (device) times
     # collectives (watch/collectives.py fills them): a sample of recent raw calls (arrival, record), exact
     # totals per op, the recent per-step summaries per op (arrival, calls, bytes, summed wait), the group
     # size and dtype last seen per op, and per step the seconds waited, by phase
@@ -41,25 +67,44 @@ class RankWindow:
     op_last: dict[str, tuple[int, str]] = field(default_factory=dict)
     op_sums: dict[str, list] = field(default_factory=dict)  # op -> [calls, bytes, summed wait] over op_window
     waits: collections.OrderedDict = field(default_factory=collections.OrderedDict)
-    state_at: float = 0.0  # viewer clock when its last state arrived
-    progress_at: float = 0.0  # ... and when that state's last finished step last changed (watch/stalls.py)
-    step_age: float | None = None  # inside a step by its last state: the step's age then (watch/stalls.py)
-    # read of its state and hello as they come (take_state, take_hello): what a snapshot gathers for every rank
-    dropped: int = 0  # records its probe could not send
-    rate_hz: float = float("nan")  # the telemetry rate it says it sends at
+    # read of its state and hello as they come (take_state, take_hello)
     rejected: dict | None = None  # commands it refused, by reason
-    works: bool = False  # its hello says its work per step
     capture_summary: tuple[str, dict] | None = None  # (capture id, summary): kept after the rank stops sending it
-    endpoint: str | None = None  # the relay it was last heard through: a lost relay is shown with its ranks
-    raw_at: float = float("-inf")  # viewer clock of its last own steps or heartbeat (not through a node digest)
     columns: StepColumns | None = None  # the job's step columns its steps go in (None: columns of its own)
     own: StepWindow | None = None  # its last steps: number, start, wall and own time per phase (given: emptied, reused)
+    scalars: RankScalars | None = None  # the job's per-rank figures (None: of its own); its row is its steps' row
+
+    last_seen = _scalar("last_seen", "viewer clock of its last message")
+    raw_at = _scalar("raw_at", "viewer clock of its last own steps or heartbeat (not through a node digest)")
+    steps_seen = _scalar("steps_seen", "steps received")
+    first_step = _optional("first_step", -1, "the first step number received: where counting gaps begins")
+    last_step = _scalar("last_step", "the last step number received (-1: none)")
+    device_times = _scalar("device_times", "some of its step records carry GPU (device) times")
+    state_at = _scalar("state_at", "viewer clock when its last state arrived")
+    progress_at = _scalar("progress_at", "... and when that state's last finished step last changed (watch/stalls.py)")
+    step_age = _optional("step_age", float("nan"), "inside a step by its last state: the step's age then (watch/stalls.py)")
+    dropped = _scalar("dropped", "records its probe could not send")
+    rate_hz = _scalar("rate_hz", "the telemetry rate it says it sends at (NaN: not said)")
+    works = _scalar("works", "its hello says its work per step")
 
     def __post_init__(self) -> None:
         if self.own is None:
             self.own = StepWindow(self.window, self.columns)
         else:
             self.own.clear()
+        if self.scalars is None:
+            self.scalars = RankScalars(self.own.row + 1)
+        self.row = self.own.row
+        self.scalars.reset(self.row)
+
+    @property
+    def endpoint(self) -> str | None:
+        """The relay it was last heard through: a lost relay is shown with its ranks."""
+        return self.scalars.urls[self.scalars.views["endpoint"][self.row]]
+
+    @endpoint.setter
+    def endpoint(self, url: str | None) -> None:
+        self.scalars.views["endpoint"][self.row] = self.scalars.url_id(url)
 
     @property
     def steps(self) -> list[tuple[int, float, float]]:
@@ -85,6 +130,7 @@ class RankWindow:
         """Its state, and what a snapshot reads of it for every rank, read here once per state rather than
         once per snapshot (at 4,096 ranks a snapshot gathers these as columns)."""
         self.state = state
+        self.scalars.views["stated"][self.row] = bool(state)
         age = state.get("step_age")  # inside a step: how long it has been in it when the state was sent
         self.step_age = float(age) if age is not None and state.get("in_step") else None
         self.dropped = state.get("dropped") or 0
@@ -123,18 +169,3 @@ class RankWindow:
         if self.first_step is None:
             return 0
         return max(0, self.last_step - self.first_step + 1 - self.steps_seen)
-
-    def take_interval(self, last: int, count: int, end: float) -> bool:
-        """Its steps of one interval, as a node digest folds them (wire/node_digest.py): one record in the
-        window, with the interval's mean times, counted as the steps it stands for; False when they were
-        already heard step by step. The record's figures go into the job's columns with its node's others'
-        (StepColumns.add_block, which the caller calls next). The medians are then over intervals of a few
-        steps each rather than over single steps: as robust, at a fraction of the cost."""
-        if last <= self.last_step:
-            return False
-        self.own.next_is_interval(end)
-        if self.first_step is None:
-            self.first_step = last - count + 1
-        self.steps_seen += count
-        self.last_step = last
-        return True

@@ -1,0 +1,76 @@
+"""Each rank's scalar figures (when it was last heard, its step counts, what its state said) in job-wide arrays.
+
+A snapshot reads a dozen figures of every rank. Kept as attributes of 4,096
+window objects, that is a dozen Python passes over the windows per snapshot;
+kept here, one array per figure with a row per rank (the rank's row of the
+step columns, watch/columns.py), a view gathers each in one fancy index, and
+a node digest's steps update the counts of all its ranks at once
+(watch/job_state.py). A rank's window (watch/window.py) reads and writes its
+own row through properties, one item at a time, through memoryviews (an item
+store through one costs about half a numpy scalar store).
+
+Absent values have a sentinel of their type: -1 for a step number never
+seen, NaN for a time never said.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+#: name -> (dtype, the value of a row nobody wrote yet)
+FIELDS: dict[str, tuple[type, object]] = {
+    "last_seen": (np.float64, 0.0),  # viewer clock of its last message
+    "raw_at": (np.float64, float("-inf")),  # viewer clock of its last own steps or heartbeat (not a node digest's)
+    "steps_seen": (np.int64, 0),
+    "first_step": (np.int64, -1),  # the first step number received (-1: none yet): where counting gaps begins
+    "last_step": (np.int64, -1),
+    "device_times": (np.bool_, False),  # some of its step records carry GPU (device) times
+    "state_at": (np.float64, 0.0),  # viewer clock when its last state arrived
+    "progress_at": (np.float64, 0.0),  # ... and when that state's last finished step last changed (watch/stalls.py)
+    "step_age": (np.float64, float("nan")),  # inside a step by its last state: the step's age then (NaN: not in one)
+    "stated": (np.bool_, False),  # it sent a state
+    "dropped": (np.int64, 0),  # records its probe could not send
+    "rate_hz": (np.float64, float("nan")),  # the telemetry rate it says it sends at
+    "works": (np.bool_, False),  # its hello says its work per step
+    "endpoint": (np.int64, 0),  # the relay it was last heard through, as an index of RankScalars.urls (0: none)
+}
+
+
+class RankScalars:
+    """The figures of :data:`FIELDS` for every row; ``urls`` names the relays that ``endpoint`` indexes."""
+
+    def __init__(self, rows: int = 8):
+        self.urls: list[str | None] = [None]
+        self._url_ids: dict[str | None, int] = {None: 0}
+        self.views: dict[str, memoryview] = {}
+        self._allocate(max(1, rows))
+
+    def _allocate(self, rows: int) -> None:
+        old = getattr(self, "last_seen", None)
+        for name, (dtype, blank) in FIELDS.items():
+            array = np.full(rows, blank, dtype)
+            if old is not None:
+                current = getattr(self, name)
+                array[: len(current)] = current
+            setattr(self, name, array)
+            self.views[name] = memoryview(array)
+
+    def ensure(self, row: int) -> None:
+        """Room for ``row`` (the arrays double as the job grows)."""
+        size = len(self.last_seen)
+        if row >= size:
+            self._allocate(max(row + 1, size * 2))
+
+    def reset(self, row: int) -> None:
+        """A row as nobody wrote it (a new rank, or its new process)."""
+        self.ensure(row)
+        for name, (_, blank) in FIELDS.items():
+            self.views[name][row] = blank
+
+    def url_id(self, url: str | None) -> int:
+        """The index of a relay's URL in :attr:`urls` (given one when first seen)."""
+        found = self._url_ids.get(url)
+        if found is None:
+            found = self._url_ids[url] = len(self.urls)
+            self.urls.append(url)
+        return found
