@@ -52,6 +52,7 @@ def configure(p: argparse.ArgumentParser) -> None:
 
 def cmd_export(args) -> int:
     from ranktop.watch import prometheus
+    from ranktop.watch.optional import MissingDependency
 
     host, port = args.prometheus
     stop_on_sigterm()
@@ -60,7 +61,7 @@ def cmd_export(args) -> int:
         with session:
             try:
                 server = prometheus.serve(session, host, port)
-            except prometheus.MissingDependency as exc:
+            except MissingDependency as exc:
                 raise ExportError(str(exc)) from None
             except OSError as exc:
                 raise ExportError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None

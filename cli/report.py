@@ -47,11 +47,12 @@ def cmd_report(args) -> int:
     if args.html:
         if len(reports) == 2:
             raise ReportError("--html takes one recording (compare two as text or --json)")
-        from ranktop.watch.report_html import MissingPlotly, page
+        from ranktop.watch.optional import MissingDependency
+        from ranktop.watch.report_html import page
 
         try:
             text = page(reports[0])
-        except MissingPlotly as exc:
+        except MissingDependency as exc:
             raise ReportError(str(exc)) from None
         try:
             Path(args.html).write_text(text, encoding="utf-8")

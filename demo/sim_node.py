@@ -15,7 +15,7 @@ from __future__ import annotations
 import os
 import socket
 import time
-from typing import Any
+from typing import Any, Callable, Iterator
 
 import zmq
 
@@ -30,6 +30,15 @@ from ranktop.wire.node_digest import NodeDigest
 from .sim_model import node_name
 
 # -- the nodes: relays, sockets, commands ---------------------------------------------
+
+
+def _queued(recv: Callable[..., Any]) -> Iterator[Any]:
+    """What a socket holds now, one ``recv(flags=NOBLOCK)`` at a time: the node's loop never waits on a socket."""
+    while True:
+        try:
+            yield recv(flags=zmq.NOBLOCK)
+        except zmq.Again:
+            return
 
 
 class SimulatedRank:
@@ -103,11 +112,7 @@ class SimulatedNode:
             self._publish(schema.encode(schema.NODE, body))
 
     def hear_subscriptions(self) -> None:
-        while True:
-            try:
-                event = self.pub.recv(flags=zmq.NOBLOCK)
-            except zmq.Again:
-                return
+        for event in _queued(self.pub.recv):
             if event[:1] == b"\x01":
                 self.topics.add(event[1:])
             elif event[:1] == b"\x00":
@@ -121,11 +126,7 @@ class SimulatedNode:
 
     def handle_commands(self) -> None:
         """Verify each command once for the node (every rank holds the same secret), answer for each rank it targets."""
-        while True:
-            try:
-                frames = self.sub.recv_multipart(flags=zmq.NOBLOCK)
-            except zmq.Again:
-                return
+        for frames in _queued(self.sub.recv_multipart):
             try:
                 msg = self.verifier.verify(frames)
             except auth.AuthError as exc:

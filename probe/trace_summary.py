@@ -26,7 +26,14 @@ import json
 import os
 import re
 import sys
+from pathlib import Path
 from typing import Any, Iterable
+
+if __package__:
+    from ranktop.wire.intervals import union
+else:  # run as a script by probe/capture.py, under ``python -I -S``: no site-packages, so the wire's file by its path
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "wire"))
+    from intervals import union
 
 #: Entries in each top list: enough to see the answer, small enough for one telemetry message.
 TOP = 10
@@ -94,17 +101,6 @@ def shares(events: Iterable[dict], window: tuple[float, float], wall: float) -> 
         "comm": round(comm_us / wall, 4),
         "idle": round((wall - busy_us) / wall, 4),
     }
-
-
-def union(intervals: list[tuple[float, float]]) -> float:
-    """Length covered by possibly overlapping intervals."""
-    total, end = 0.0, float("-inf")
-    for start, stop in sorted(intervals):
-        if stop <= end:
-            continue
-        total += stop - max(start, end)
-        end = stop
-    return total
 
 
 def _span(events: list[dict]) -> tuple[float, float] | None:

@@ -110,15 +110,19 @@ class Claim:
     def _open(self, name: str) -> int:
         return os.open(self.folder / name, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
 
-    # -- the relay's claim ----------------------------------------------------------------
-
-    def hold_relay_lock(self) -> int | None:
-        """In the relay process: take ``relay.lock`` for the life of the process; its fd, or None if another relay has it."""
-        fd = self._open(RELAY_LOCK)
+    def _hold(self, name: str) -> int | None:
+        """The lock file ``name`` taken: its fd, held until closed; or None if another process holds it."""
+        fd = self._open(name)
         if _try_lock(fd):
             return fd
         os.close(fd)
         return None
+
+    # -- the relay's claim ----------------------------------------------------------------
+
+    def hold_relay_lock(self) -> int | None:
+        """In the relay process: take ``relay.lock`` for the life of the process; its fd, or None if another relay has it."""
+        return self._hold(RELAY_LOCK)
 
     def relay_running(self) -> bool:
         """Whether a relay process holds the claim now (a test of the lock, released at once)."""
@@ -133,11 +137,7 @@ class Claim:
 
     def try_spawn_lock(self) -> int | None:
         """In a rank: the right to start the relay now (an fd to close when done), or None if another rank is at it."""
-        fd = self._open(SPAWN_LOCK)
-        if _try_lock(fd):
-            return fd
-        os.close(fd)
-        return None
+        return self._hold(SPAWN_LOCK)
 
     def write_info(self, info: RelayInfo) -> None:
         path = self.folder / RELAY_INFO

@@ -57,6 +57,15 @@ class Script:
         self.wait(ms)
         self.timer.optimizer_end()
 
+    def iteration(self, fetch=True):
+        """One plain training iteration at the default costs (fetch 1, forward 2, backward 4, optimizer 3 ms):
+        the loop most tests vary from; ``fetch=False`` for a script without a DataLoader."""
+        if fetch:
+            self.data()
+        self.forward()
+        self.backward()
+        self.optimizer()
+
     def steps(self):
         return [
             {"n": r["n"], "w": round(r["w"] * 1000, 3), **{k: round(v * 1000, 3) for k, v in r["p"].items()}}
@@ -124,9 +133,7 @@ def test_a_gan_iteration_with_a_dataloader_is_one_step(clock):
 def test_without_a_dataloader_the_next_training_forward_ends_the_step(clock):
     s = Script(clock)
     for _ in range(3):
-        s.forward(2)
-        s.backward(4)
-        s.optimizer(3)
+        s.iteration(fetch=False)
         s.wait(1)
     s.forward(2)
     steps = s.steps()
@@ -136,18 +143,12 @@ def test_without_a_dataloader_the_next_training_forward_ends_the_step(clock):
 def test_an_evaluation_loop_is_not_a_step_and_does_not_swell_the_next(clock):
     s = Script(clock)
     for _ in range(3):
-        s.data(1)
-        s.forward(2)
-        s.backward(4)
-        s.optimizer(3)
+        s.iteration()
     for _ in range(50):  # validation: fetch and forward under no_grad, 50 batches
         s.data(5)
         s.forward(20, training=False)
     for _ in range(3):
-        s.data(1)
-        s.forward(2)
-        s.backward(4)
-        s.optimizer(3)
+        s.iteration()
     s.data(1)
     steps = s.steps()
     assert [x["n"] for x in steps] == [0, 1, 2, 3, 4, 5]
@@ -159,14 +160,10 @@ def test_an_evaluation_loop_is_not_a_step_and_does_not_swell_the_next(clock):
 def test_an_evaluation_loop_without_a_dataloader_is_not_a_step(clock):
     s = Script(clock)
     for _ in range(2):
-        s.forward(2)
-        s.backward(4)
-        s.optimizer(3)
+        s.iteration(fetch=False)
     for _ in range(30):
         s.forward(20, training=False)
-    s.forward(2)
-    s.backward(4)
-    s.optimizer(3)
+    s.iteration(fetch=False)
     s.forward(2)
     steps = s.steps()
     assert [x["w"] for x in steps] == [9, 9, 9], steps
@@ -209,10 +206,7 @@ def test_a_script_that_marks_its_own_steps_gets_phases_only(clock):
     s = Script(clock)
     for _ in range(3):
         s.rec.begin_step()
-        s.data(1)
-        s.forward(2)
-        s.backward(4)
-        s.optimizer(3)
+        s.iteration()
         s.rec.end_step()
     steps = s.steps()
     assert [x["n"] for x in steps] == [0, 1, 2] and all(x["w"] == 10 and x["data"] == 1 for x in steps)

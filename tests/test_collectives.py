@@ -78,8 +78,9 @@ def test_overlapping_buckets_count_once():
     assert row.phases["backward"] == pytest.approx(0.015)
 
 
-def collective_totals(script, job, tmp_path, done):
-    """Run a 2-rank job that starts its collectives on a signal, and collect (rank, op) -> (calls, bytes)."""
+def collective_totals(script, job, tmp_path, op, at_least):
+    """Run a 2-rank job that starts its collectives on a signal, and collect (rank, op) -> (calls, bytes) once
+    both ranks were seen making ``at_least`` calls of ``op``."""
     go = tmp_path / "go"
     env = dict(os.environ, RANKTOP_JOB=job, GO_FILE=str(go), OMP_NUM_THREADS="1")
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", str(JOBS / script)]
@@ -93,7 +94,7 @@ def collective_totals(script, job, tmp_path, done):
 
             def totals():
                 rows = {(c.rank, c.op): (c.calls, c.bytes) for c in session.snapshot().collectives}
-                return rows if done(rows) else None
+                return rows if all(rows.get((r, op), (0,))[0] >= at_least for r in (0, 1)) else None
 
             return wait_for(totals, 60, "the collectives never arrived")
     finally:
@@ -103,10 +104,7 @@ def collective_totals(script, job, tmp_path, done):
 
 @pytest.mark.slow
 def test_counts_and_bytes_of_a_known_sequence_of_collectives_match_exactly(rdv, tmp_path):
-    rows = collective_totals(
-        "known_collectives.py", "coll-job", tmp_path,
-        lambda rows: all(rows.get((r, "barrier"), (0,))[0] >= 5 for r in (0, 1)),
-    )
+    rows = collective_totals("known_collectives.py", "coll-job", tmp_path, "barrier", at_least=5)
     for rank in (0, 1):
         assert rows[(rank, "all_reduce")] == (10, 5 * 4000 + 5 * 512)  # sync float32 + async float16
         assert rows[(rank, "broadcast")] == (5, 5 * 80)
@@ -119,10 +117,7 @@ def test_counts_and_bytes_of_a_known_sequence_of_collectives_match_exactly(rdv, 
 
 @pytest.mark.slow
 def test_fsdp2_all_gathers_and_reduce_scatters_are_counted(rdv, tmp_path):
-    rows = collective_totals(
-        "fsdp2_collectives.py", "fsdp-job", tmp_path,
-        lambda rows: all(rows.get((r, "reduce_scatter_single"), (0,))[0] >= 2 for r in (0, 1)),
-    )
+    rows = collective_totals("fsdp2_collectives.py", "fsdp-job", tmp_path, "reduce_scatter_single", at_least=2)
     for rank in (0, 1):
         # the flat parameter (340 float32) is gathered for forward (and backward) and its gradient reduce-scattered
         calls, nbytes = rows[(rank, "all_gather_single")]

@@ -5,6 +5,7 @@ socket by a publisher that sends what a rank sends, and (slow tests) real rank
 processes watched through the installed ``ranktop`` command.
 """
 
+import contextlib
 import dataclasses
 import json
 import os
@@ -42,33 +43,43 @@ def test_the_keys_come_from_the_secret_and_libzmq_agrees_with_their_public_halve
     assert zmq.has("curve")
 
 
+@contextlib.contextmanager
+def relay_in_process(job):
+    """A relay of ``job`` (1 rank, on node0) in this process, and a PUB socket on its IPC endpoint to send what a
+    rank sends; both closed after, and the relay must stop cleanly."""
+    ctx = zmq.Context()
+    identity = Identity(job=job, rank=0, local_rank=0, world=1, local_world=1, host="node0", pid=os.getpid(), launcher="torchrun")
+    relay = Relay(identity, ctx)
+    relay.start()
+    pub = ctx.socket(zmq.PUB)
+    pub.connect(ipc_endpoints(job, "node0")[0])
+    try:
+        yield relay, ctx, pub
+    finally:
+        pub.close(linger=0)
+        assert relay.stop()
+        ctx.term()
+
+
 @pytest.fixture
 def relay(rdv, monkeypatch):
     """A relay of job "sealed" (1 rank) in this process, fed a hello and a heartbeat every 50 ms over its IPC socket."""
     monkeypatch.setenv("RANKTOP_BIND", "127.0.0.1")
-    ctx = zmq.Context()
-    identity = Identity(job="sealed", rank=0, local_rank=0, world=1, local_world=1, host="node0", pid=os.getpid(), launcher="torchrun")
-    relay = Relay(identity, ctx)
-    relay.start()
-    pub = ctx.socket(zmq.PUB)
-    pub.connect(ipc_endpoints("sealed", "node0")[0])
-    stop = threading.Event()
+    with relay_in_process("sealed") as (relay, ctx, pub):
+        stop = threading.Event()
 
-    def publish():
-        rank = sender(0, world=1, host="node0", job="sealed")
-        while not stop.is_set():
-            pub.send_multipart(rank.message(schema.HELLO, rank.hello()))
-            pub.send_multipart(frames(schema.HEARTBEAT, 0, {"state": {"step": 3}}, world=1, host="node0", job="sealed"))
-            time.sleep(0.05)
+        def publish():
+            rank = sender(0, world=1, host="node0", job="sealed")
+            while not stop.is_set():
+                pub.send_multipart(rank.message(schema.HELLO, rank.hello()))
+                pub.send_multipart(frames(schema.HEARTBEAT, 0, {"state": {"step": 3}}, world=1, host="node0", job="sealed"))
+                time.sleep(0.05)
 
-    thread = threading.Thread(target=publish, daemon=True)
-    thread.start()
-    yield relay, ctx
-    stop.set()
-    thread.join()
-    pub.close(linger=0)
-    assert relay.stop()
-    ctx.term()
+        thread = threading.Thread(target=publish, daemon=True)
+        thread.start()
+        yield relay, ctx
+        stop.set()
+        thread.join()
 
 
 def received(ctx, url, seconds=1.0, keys=None, subscribe=b""):
@@ -172,13 +183,7 @@ def test_encryption_on_one_side_only_is_one_line_either_way(relay, monkeypatch):
 def test_with_encryption_off_on_both_sides_a_plain_subscriber_reads_the_rank(rdv, monkeypatch):
     monkeypatch.setenv("RANKTOP_CURVE", "0")
     monkeypatch.setenv("RANKTOP_BIND", "127.0.0.1")
-    ctx = zmq.Context()
-    identity = Identity(job="open", rank=0, local_rank=0, world=1, local_world=1, host="node0", pid=os.getpid(), launcher="torchrun")
-    relay = Relay(identity, ctx)
-    relay.start()
-    pub = ctx.socket(zmq.PUB)
-    pub.connect(ipc_endpoints("open", "node0")[0])
-    try:
+    with relay_in_process("open") as (relay, ctx, pub):
         sub = ctx.socket(zmq.SUB)
         sub.subscribe(b"")
         sub.connect(relay.telemetry_url)
@@ -186,10 +191,6 @@ def test_with_encryption_off_on_both_sides_a_plain_subscriber_reads_the_rank(rdv
         got = wait_for(lambda: pub.send_multipart(rank.message(schema.HELLO, rank.hello())) or sub.poll(100), 10, "nothing came")
         assert got and schema.decode(sub.recv_multipart())["job"] == "open"
         sub.close(linger=0)
-    finally:
-        pub.close(linger=0)
-        assert relay.stop()
-        ctx.term()
 
 
 # -- real rank processes, through the installed command --------------------------------------------

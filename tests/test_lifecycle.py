@@ -40,6 +40,20 @@ def bye(rank, how="clean", world=2, **who):
     return messages.decoded(schema.HEARTBEAT, rank, {"exit": how}, world=world, **who)
 
 
+def started_three_times(clock):
+    """A job of 2 ranks, 3 steps, started three times (processes 10-11, then 20-21, then 30-31): two restarts."""
+    agg = Aggregator("j", clock=clock)
+    for pid in (10, 20, 30):
+        run(agg, clock, 2, 0, 3, pid=pid)
+    return agg
+
+
+def both_end_cleanly(agg, pid):
+    """Ranks 0 and 1, the processes ``pid`` and ``pid + 1``, each say they ended cleanly."""
+    agg.ingest(bye(0, pid=pid))
+    agg.ingest(bye(1, pid=pid + 1))
+
+
 def test_a_job_is_waiting_then_running():
     clock = Clock()
     agg = Aggregator("j", clock=clock)
@@ -120,13 +134,9 @@ def test_a_restarted_rank_s_memory_history_is_its_new_process_s():
 
 def test_a_second_restart_is_counted_once_for_the_whole_job_and_a_job_that_ended_can_come_back():
     clock = Clock()
-    agg = Aggregator("j", clock=clock)
-    run(agg, clock, 2, 0, 3, pid=10)
-    run(agg, clock, 2, 0, 3, pid=20)
-    run(agg, clock, 2, 0, 3, pid=30)
+    agg = started_three_times(clock)
     assert agg.snapshot().restarts == 2
-    agg.ingest(bye(0, pid=30))
-    agg.ingest(bye(1, pid=31))
+    both_end_cleanly(agg, pid=30)
     assert agg.snapshot().state == ENDED
     run(agg, clock, 2, 0, 3, pid=40)  # requeued: the same ranks again
     snap = agg.snapshot()
@@ -168,15 +178,11 @@ def test_the_header_says_the_restart_and_the_end_and_the_waiting_pane_the_jobs_t
     from ranktop.watch.snapshot import EMPTY
 
     clock = Clock()
-    agg = Aggregator("j", clock=clock)
-    run(agg, clock, 2, 0, 3, pid=10)
-    run(agg, clock, 2, 0, 3, pid=20)
-    run(agg, clock, 2, 0, 3, pid=30)
+    agg = started_three_times(clock)
     snap = agg.snapshot()
     at = time.strftime("%H:%M:%S", time.localtime(snap.restarted_at))
     assert f"restarted at {at} (2nd restart)" in header_text(snap, title="ranktop", paused=False).plain
-    agg.ingest(bye(0, pid=30))
-    agg.ingest(bye(1, pid=31))
+    both_end_cleanly(agg, pid=30)
     snap = agg.snapshot()
     assert "ended at " in header_text(snap, title="ranktop", paused=False).plain
     from ranktop.watch.verdict import verdict

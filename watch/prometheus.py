@@ -18,9 +18,9 @@ import dataclasses
 import re
 from typing import Iterator, Protocol
 
-from ranktop.watch.errors import RanktopError
 from ranktop.watch import verdict
 from ranktop.watch.lifecycle import ENDED, RUNNING
+from ranktop.watch.optional import require
 from ranktop.watch.snapshot import STATUSES, Snapshot
 
 RANK_LABELS = ("job", "rank", "local_rank", "host")
@@ -33,16 +33,8 @@ class SnapshotSource(Protocol):
     def snapshot(self) -> Snapshot: ...
 
 
-class MissingDependency(RanktopError):
-    """prometheus_client is not installed; the message says how to get it."""
-
-
 def _client():
-    try:
-        from prometheus_client import core
-    except ImportError:
-        raise MissingDependency("the Prometheus exporter needs prometheus_client: pip install 'ranktop[export]'") from None
-    return core
+    return require("prometheus_client.core", "the Prometheus exporter", "export")
 
 
 class SnapshotCollector:

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import html
 
-from ranktop.watch.errors import RanktopError
 from ranktop.watch.history import STALL
+from ranktop.watch.optional import require
 from ranktop.watch.report import text_lines
 
 #: Colours of the standard phases, as the TUI draws them (tui/render/palette.py), in CSS names.
@@ -22,16 +22,8 @@ PHASE_COLOURS = {"data": "#1c86ee", "forward": "#00cd00", "backward": "#cd00cd",
 MAX_RANK_LINES = 32
 
 
-class MissingPlotly(RanktopError):
-    """plotly is not installed; the message says how to get it."""
-
-
 def _plotly():
-    try:
-        import plotly.graph_objects as go
-    except ImportError:
-        raise MissingPlotly("the HTML report needs plotly: pip install 'ranktop[report]'") from None
-    return go
+    return require("plotly.graph_objects", "the HTML report", "report")
 
 
 def figures(rep: dict) -> list:

@@ -21,7 +21,9 @@ per rank, so a fit sees many sizes over a few seconds.
 
 from __future__ import annotations
 
-from typing import Any, Iterable
+from typing import Any
+
+from .intervals import union
 
 #: Raw call records kept per op in one message's sample, and in all.
 SAMPLE_PER_OP = 3
@@ -31,17 +33,6 @@ SAMPLE_EVERY_S = 1.0
 #: The positions in an op's summary list.
 CALLS, BYTES, WAITED, TOTAL, LONGEST, GROUP, DTYPE = range(7)
 OP_FIELDS = 7
-
-
-def union(intervals: Iterable[tuple[float, float]]) -> float:
-    """Seconds covered by possibly overlapping intervals."""
-    total, end = 0.0, float("-inf")
-    for start, stop in sorted(intervals):
-        if stop <= end:
-            continue
-        total += stop - max(start, end)
-        end = stop
-    return total
 
 
 def summarise(calls: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:

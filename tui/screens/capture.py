@@ -13,13 +13,11 @@ from __future__ import annotations
 from typing import Callable
 
 from rich.text import Text
-from textual.app import ComposeResult
-from textual.containers import VerticalScroll
-from textual.screen import ModalScreen
 from textual.widgets import Static
 
 from ranktop.tui import bindings
 from ranktop.tui.render import palette
+from ranktop.tui.screens.live_modal import LiveModal
 from ranktop.watch.capture import (
     ASKED,
     REFUSED,
@@ -82,10 +80,13 @@ def capture_text(request: CapturePlan, rows: list[RankProgress]) -> Text:
     return text
 
 
-class CaptureScreen(ModalScreen[None]):
+class CaptureScreen(LiveModal):
     """One capture's progress and outcome, redrawn until every asked rank is done or failed."""
 
     BINDINGS = list(bindings.CAPTURE_KEYS)
+    BOX_ID = "capture"
+    BOX_TITLE = "capture"
+    BOX_SUBTITLE = "esc closes (the capture goes on)"
 
     def __init__(
         self,
@@ -94,7 +95,7 @@ class CaptureScreen(ModalScreen[None]):
         snapshot: Callable[[], Snapshot],
         replies_to: Callable[[str], list[Reply]],
     ):
-        super().__init__()
+        super().__init__(REFRESH_S)
         self.request = request
         self.command_id = command_id
         self._snapshot = snapshot
@@ -102,17 +103,10 @@ class CaptureScreen(ModalScreen[None]):
         self.rows: list[RankProgress] = []
         self._body = Static(id="capture-text")
 
-    def compose(self) -> ComposeResult:
-        with VerticalScroll(id="capture") as box:
-            box.border_title = "capture"
-            box.border_subtitle = "esc closes (the capture goes on)"
-            yield self._body
+    def contents(self) -> tuple[Static]:
+        return (self._body,)
 
-    def on_mount(self) -> None:
-        self._timer = self.set_interval(REFRESH_S, self.refresh_progress)
-        self.refresh_progress()
-
-    def refresh_progress(self) -> None:
+    def redraw(self) -> None:
         try:
             self.rows = progress(self._snapshot(), self.request, self._replies_to(self.command_id))
         except Exception:  # a broken source must not take the screen down; the next tick tries again
@@ -120,6 +114,3 @@ class CaptureScreen(ModalScreen[None]):
         self._body.update(capture_text(self.request, self.rows))
         if finished(self.rows) and all(row.state != wire_capture.DONE or row.status.summary for row in self.rows):
             self._timer.pause()
-
-    def action_close(self) -> None:
-        self.dismiss()

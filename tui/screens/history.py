@@ -12,13 +12,11 @@ from __future__ import annotations
 import statistics
 
 from rich.text import Text
-from textual.app import ComposeResult
-from textual.containers import VerticalScroll
-from textual.screen import ModalScreen
 from textual.widgets import Static
 
 from ranktop.tui import bindings
 from ranktop.tui.render import palette
+from ranktop.tui.screens.live_modal import LiveModal
 from ranktop.watch import format as units
 from ranktop.watch.history import NODE, STALL, Episode, History, Sample
 
@@ -154,28 +152,23 @@ def history_text(history: History, rank: int | None, span_s: float, width: int) 
     return text
 
 
-class HistoryScreen(ModalScreen[None]):
+class HistoryScreen(LiveModal):
     """Redrawn at the app's refresh rate from the source's history; the main screen keeps updating beneath."""
 
     BINDINGS = list(bindings.HISTORY_KEYS)
+    BOX_ID = "history"
+    BOX_TITLE = "history"
+    BOX_SUBTITLE = "[ ] span · esc closes"
 
     def __init__(self, history_of, rank: int | None, refresh_hz: float = 2.0):
-        super().__init__()
+        super().__init__(1.0 / refresh_hz)
         self._history_of = history_of  # the source's history now (a replay seeking back starts a new one)
         self.rank = rank
         self.span_s = DEFAULT_SPAN_S
-        self._refresh_s = 1.0 / refresh_hz
         self._body = Static(id="history-text")
 
-    def compose(self) -> ComposeResult:
-        with VerticalScroll(id="history") as box:
-            box.border_title = "history"
-            box.border_subtitle = "[ ] span · esc closes"
-            yield self._body
-
-    def on_mount(self) -> None:
-        self.set_interval(self._refresh_s, self.redraw)
-        self.redraw()
+    def contents(self) -> tuple[Static]:
+        return (self._body,)
 
     def redraw(self) -> None:
         width = self._body.size.width or (self.app.size.width - 6)
@@ -185,6 +178,3 @@ class HistoryScreen(ModalScreen[None]):
         i = SPANS_S.index(self.span_s) if self.span_s in SPANS_S else SPANS_S.index(DEFAULT_SPAN_S)
         self.span_s = SPANS_S[max(0, min(len(SPANS_S) - 1, i + step))]
         self.redraw()
-
-    def action_close(self) -> None:
-        self.dismiss()

@@ -22,6 +22,7 @@ from textual.widgets.option_list import Option
 
 from ranktop.tui import bindings
 from ranktop.tui.render import palette
+from ranktop.tui.screens.live_modal import LiveModal
 from ranktop.watch.format import ranks_text
 from ranktop.watch.snapshot import STALLED, Reply
 from ranktop.watch.stacks import RankStacks, StackReport, build_report, representatives, thread_lines
@@ -116,10 +117,14 @@ class RankStackScreen(ModalScreen[None]):
         self.dismiss()
 
 
-class StacksScreen(ModalScreen[None]):
+class StacksScreen(LiveModal):
     """Ranks grouped by identical main-thread stack, updated as the answers arrive."""
 
     BINDINGS = list(bindings.STACKS_KEYS)
+    BOX_ID = "stacks"
+    BOX_TITLE = "stacks · ranks grouped by main-thread stack"
+    BOX_SUBTITLE = "enter: a rank's full stacks · esc closes"
+    BOX = Vertical
 
     def __init__(
         self,
@@ -133,7 +138,7 @@ class StacksScreen(ModalScreen[None]):
         """``command_id``: a ``stacks`` command sent to every rank. When it asked for fingerprints only (as
         the App does: 4,096 ranks then send a few bytes each), ``ask_full`` sends a second ``stacks`` to the
         given ranks, one per distinct fingerprint, and returns its id: their stacks stand for their groups."""
-        super().__init__()
+        super().__init__(REFRESH_S)
         self.command_id = command_id
         self.expected = expected
         self._replies_to = replies_to
@@ -148,18 +153,10 @@ class StacksScreen(ModalScreen[None]):
         self._summary = Static(id="stacks-summary")
         self._groups = OptionList(id="stacks-groups")
 
-    def compose(self) -> ComposeResult:
-        with Vertical(id="stacks") as box:
-            box.border_title = "stacks · ranks grouped by main-thread stack"
-            box.border_subtitle = "enter: a rank's full stacks · esc closes"
-            yield self._summary
-            yield self._groups
+    def contents(self) -> tuple[Static, OptionList]:
+        return self._summary, self._groups
 
-    def on_mount(self) -> None:
-        self._timer = self.set_interval(REFRESH_S, self.refresh_report)
-        self.refresh_report()
-
-    def refresh_report(self) -> None:
+    def redraw(self) -> None:
         """Rebuild the groups from every answer so far (each rank's first answer counts)."""
         waited = time.monotonic() - self._started
         replies = [(r.rank, r.ok, r.result) for r in self._replies_to(self.command_id)]
@@ -194,6 +191,3 @@ class StacksScreen(ModalScreen[None]):
 
     def action_other_rank(self, delta: int) -> None:
         pass  # only the rank screen walks ranks
-
-    def action_close(self) -> None:
-        self.dismiss()
