@@ -65,6 +65,8 @@ SLOW_MS = 20.0
 SLOW_PHASE = "forward"
 #: The viewer waits this long for every rank before it starts measuring.
 WARMUP_S = 15.0
+#: Messages per go in the ingest measurement: about what one poll of 512 relays finds (watch/receiver.py).
+INGEST_BATCH = 40
 #: The simulator's relays must all be up within this (2,048 take about 10 s on 2 cores).
 RELAYS_UP_S = 120.0
 KEYS = (
@@ -217,8 +219,8 @@ def ingest_capacity(ranks: int, calls: int, seconds: float = 4.0) -> float:
         frames = [f for _, tick in sim.replay(seconds, digests=digests) for f in tick]
     aggregator = Aggregator("ingest")
     start = time.process_time()
-    for message in frames:
-        aggregator.ingest_frames(message)
+    for i in range(0, len(frames), INGEST_BATCH):  # in goes, as the receiver hands them over (watch/receiver.py)
+        aggregator.ingest_batch([(message, None) for message in frames[i : i + INGEST_BATCH]])
     spent = time.process_time() - start
     return ranks * sim.steps_done / spent
 

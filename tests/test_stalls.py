@@ -1,5 +1,9 @@
 """Stalled ranks and whom the others wait for, from synthetic heartbeats: no sockets, no terminal."""
 
+import numpy as np
+import pytest
+
+from ranktop.watch import stalls
 from ranktop.watch.aggregator import Aggregator
 from ranktop.watch.stalls import Position, StallPolicy, assess
 from ranktop.watch.verdict import verdict
@@ -264,3 +268,17 @@ def test_a_node_still_being_connected_is_neither_silent_nor_never_heard():
         clock.now += 1.0
         beat((1, 2, 3), "tcp://a:1")
     assert {r.rank: r.status for r in agg.snapshot().ranks}[0] == "silent"  # its node settled, and it is quiet
+
+
+def test_a_step_heard_after_a_rank_s_state_bounds_how_long_it_is_stuck():
+    """A node digest carries a running rank's state every few seconds and its steps four times a second: a
+    state that said "in a step for 0.1 s" three seconds ago does not make the rank stuck for 3 s when its
+    steps kept coming; a rank whose steps stopped with that state is stuck the whole time."""
+    state = {"last": 41, "step": 42, "in_step": True, "step_age": 0.1}
+    now, state_at = 103.0, 100.0
+    assert stalls.stuck_s(state, now, state_at, progress_at=100.0) == pytest.approx(3.1)  # no step since: stuck
+    assert stalls.stuck_s(state, now, state_at, progress_at=100.0, stepped_at=102.75) == pytest.approx(0.25)
+    assert stalls.stuck_s(state, now, state_at, progress_at=100.0, stepped_at=99.0) == pytest.approx(3.1)  # older
+    columns = stalls.stuck_columns(np.array([0.1, 0.1, np.nan]), np.array([100.0, 100.0, 100.0]),
+                                   np.array([100.0, 100.0, 99.0]), now, np.array([102.75, 99.0, 102.5]))  # fmt: skip
+    assert columns.tolist() == pytest.approx([0.25, 3.1, 0.5])

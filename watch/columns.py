@@ -197,12 +197,15 @@ class StepColumns:
         stale = candidates[(self.changed[candidates] != self.stats_at[candidates]) & (self.count[candidates] >= min_steps)]
         if not len(stale):
             return stale
+        stale.sort()  # in row order: a run of rows is then a slice
         counts = self.count[stale]
         p = len(self.phases)
         for used in np.unique(counts):
             which = stale[counts == used]
-            walls = np.sort(self.wall[which, :used], axis=1)
-            owns = np.sort(self.own[which, :p, :used], axis=2)
+            # (every row, or a run of them, as most refreshes of a running job: a slice copies far faster)
+            rows = slice(which[0], which[-1] + 1) if which[-1] - which[0] + 1 == len(which) else which
+            walls = np.sort(self.wall[rows, :used], axis=1)
+            owns = np.sort(self.own[rows, :p, :used], axis=2)
             mid = used // 2
             if used % 2:
                 self.median_wall[which] = walls[:, mid]

@@ -17,6 +17,8 @@ medians of every rank with new steps are worked out in a few vectorised sorts.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from itertools import chain
+from operator import itemgetter
 from typing import Any, Callable
 
 import numpy as np
@@ -96,6 +98,8 @@ class JobState:
         self._by_row: list[RankWindow | None] = []  # row -> its rank's window
         self._order: tuple[np.ndarray, np.ndarray] | None = None  # (ranks, rows) in rank order, with _sorted
         self._pending: list[tuple[dict, str | None, float]] = []  # digests' steps not yet written (settle)
+        self._hellos = 0  # hellos taken and windows placed so far: the host list is stale when it moved
+        self._host_list: tuple[int, list[str]] | None = None  # (_hellos, every rank's host) of the last view
 
     # -- messages (the receiver thread) -------------------------------------------------------
 
@@ -120,6 +124,8 @@ class JobState:
             add_collectives(rank, msg, now, self.collectives)
             for rec in msg["steps"]:
                 rank.add_step(rec)
+            if msg["steps"]:
+                rank.stepped_at = now
         elif kind == schema.REPLY:
             return  # its answer is the request book's; its state is noted above
         else:
@@ -132,9 +138,10 @@ class JobState:
         if rank is None:
             rank = self.ranks[number] = RankWindow(number, self._window, columns=self.columns, scalars=self.scalars)
             self._placed(rank)
-        rank.last_seen = now
+        views, row = self.scalars.views, rank.row
+        views["last_seen"][row] = now
         if endpoint is not None:
-            rank.endpoint = endpoint
+            views["endpoint"][row] = self.scalars.url_id(endpoint)
         return rank
 
     def _note_hello(self, rank: RankWindow, meta: dict[str, Any], now: float, wall: float) -> RankWindow:
@@ -147,6 +154,7 @@ class JobState:
         if meta.get("groups") != rank.meta.get("groups"):
             self._layout_stale = True  # hellos repeat; their groups seldom change: a compare of a few small maps
         rank.take_hello(meta)
+        self._hellos += 1
         world = meta.get("world")
         if isinstance(world, int) and not isinstance(world, bool) and world > (self.world or 0):
             self.world = world
@@ -165,9 +173,7 @@ class JobState:
             rank = self._note_hello(rank, entry["hello"], now, wall)
         if "exit" in entry:  # its last word, passed on by its node's relay (watch/lifecycle.py)
             self.lifecycle.note_exit(entry["r"], entry["exit"], wall)
-        if now - rank.raw_at < self._silent_after:
-            return
-        if "ops" in entry or "cx" in entry:
+        if ("ops" in entry or "cx" in entry) and now - rank.raw_at >= self._silent_after:
             add_digest_collectives(rank, entry.get("ops", {}), entry.get("cx", ()), now, self.collectives)
 
     def _placed(self, rank: RankWindow) -> None:
@@ -176,6 +182,7 @@ class JobState:
         self._by_row.extend([None] * (rank.row + 1 - len(self._by_row)))
         self._by_row[rank.row] = rank
         self._sorted = self._order = None
+        self._hellos += 1
 
     def settle(self) -> None:
         """Write the steps of the node digests taken since the last call (the aggregator calls this after each
@@ -199,64 +206,52 @@ class JobState:
         """The steps of node digests' ranks, as their columns (after their entries: a hello there may have
         started a rank afresh): the ranks heard of now, and the intervals of those with new steps into the
         job's step columns (each interval a record, with its mean times, counted as the steps it stands for).
-        A rank heard through its own messages lately is taken from those."""
-        ranks: list[int] = []
-        last: list[int] = []
-        count: list[int] = []
-        start: list[float] = []
-        wall: list[float] = []
-        device: list[bool] = []
-        waited: list[bool] = []
-        spans: list[tuple[int, int, float]] = []  # per digest: its ranks, relay, clock
-        names: dict[str, None] = {}
-        for steps, endpoint, now in digests:
-            numbers = steps["r"]
-            k = len(numbers)
-            if not self.ranks.keys() >= set(numbers):
+        A rank heard through its own messages lately is taken from those. The digests' columns are joined in
+        C (a chain of the lists), not in a Python loop per digest."""
+        steps = [d[0] for d in digests]
+        sizes = [len(s["r"]) for s in steps]
+        ranks = _joined(steps, "r")
+        if not ranks:
+            return
+        try:
+            rows = np.array(itemgetter(*ranks)(self._row_of) if len(ranks) > 1 else [self._row_of[ranks[0]]], np.int64)
+        except KeyError:  # ranks first heard of now
+            for (numbers, endpoint, now) in ((s["r"], d[1], d[2]) for s, d in zip(steps, digests)):
                 for number in numbers:
                     if number not in self.ranks:
                         self._window_of(number, endpoint, now)
-            ranks += numbers
-            last += steps["n"]
-            count += steps["c"]
-            start += steps["t"]
-            wall += steps["w"]
-            g = steps.get("g")
-            device += g if g is not None else [False] * k
-            waited += [schema.COMM_PHASE in steps["p"]] * k
-            names.update(dict.fromkeys(steps["p"]))
-            spans.append((k, self.scalars.url_id(endpoint), now))
-        if not ranks:
-            return
-        row_of = self._row_of
-        rows = np.fromiter((row_of[r] for r in ranks), np.int64, len(ranks))
-        sizes = [k for k, _, _ in spans]
-        now_of = np.repeat([t for _, _, t in spans], sizes)
+            rows = np.array([self._row_of[r] for r in ranks], np.int64)
+        now_of = np.repeat([d[2] for d in digests], sizes)
         sc = self.scalars
         sc.last_seen[rows] = now_of
-        sc.endpoint[rows] = np.repeat([e for _, e, _ in spans], sizes)
+        sc.endpoint[rows] = np.repeat([sc.url_id(d[1]) for d in digests], sizes)
         fresh = now_of - sc.raw_at[rows] >= self._silent_after
-        sc.device_times[rows[fresh & np.array(device, np.bool_)]] = True
-        last_a = np.array(last, np.int64)
-        new = fresh & (last_a > sc.last_step[rows])
+        if any("g" in s for s in steps):
+            device = np.fromiter(_joined(steps, "g", sizes, False), np.bool_, len(ranks))
+            sc.device_times[rows[fresh & device]] = True
+        last = np.array(_joined(steps, "n"), np.int64)
+        new = fresh & (last > sc.last_step[rows])
         if not new.any():
             return
         taken = rows[new]
-        last_a, count_a = last_a[new], np.array(count, np.int64)[new]
+        last, count = last[new], np.array(_joined(steps, "c"), np.int64)[new]
         first = sc.first_step[taken]
-        sc.first_step[taken] = np.where(first < 0, last_a - count_a + 1, first)
-        sc.steps_seen[taken] += count_a
-        sc.last_step[taken] = last_a
+        sc.first_step[taken] = np.where(first < 0, last - count + 1, first)
+        sc.steps_seen[taken] += count
+        sc.last_step[taken] = last
+        sc.stepped_at[taken] = now_of[new]
         if self.columns.raw_rows:  # ranks that sent their own steps lately: those records are not redone
             for row in self.columns.raw_rows.intersection(taken.tolist()):
                 self._by_row[row].own.forget_raw()
-        own = {}
-        for name in names:
-            column: list[float] = []
-            for (steps, _, _), (k, _, _) in zip(digests, spans):
-                column += steps["p"].get(name) or [0.0] * k
-            own[name] = np.array(column)[new]
-        self.columns.add_block(taken, last_a, np.array(start)[new], np.array(wall)[new], own, np.array(waited, np.bool_)[new])
+        phases = [s["p"] for s in steps]
+        names = phases[0].keys()
+        if not all(p.keys() == names for p in phases):  # (digests of nodes whose ranks spent time in other phases)
+            names = dict.fromkeys(name for p in phases for name in p).keys()
+        own = {name: np.array(_joined(phases, name, sizes, 0.0), np.float64)[new] for name in names}
+        waited = np.repeat([schema.COMM_PHASE in p for p in phases], sizes)[new]
+        start = np.array(_joined(steps, "t"), np.float64)[new]
+        wall = np.array(_joined(steps, "w"), np.float64)[new]
+        self.columns.add_block(taken, last, start, wall, own, waited)
 
     # -- a snapshot's view (the UI's thread, under the aggregator's lock) ------------------------
 
@@ -298,7 +293,7 @@ class JobState:
 
         worlds = max(self.world or 0, 0) or None
         sure = bool(worlds and sure_after and relays.settled)
-        stuck = stalls.stuck_columns(sc.step_age[rows], sc.state_at[rows], sc.progress_at[rows], now - behind)
+        stuck = stalls.stuck_columns(sc.step_age[rows], sc.state_at[rows], sc.progress_at[rows], now - behind, sc.stepped_at[rows])
         with_state = sc.stated[rows]
         if stalls.none_stuck(stuck[with_state & ~silent], self._stall):
             report = stalls.StallReport({}, [], None)
@@ -317,7 +312,7 @@ class JobState:
             names=names,
             windows=ws,
             rank=rank,
-            host=[self._host_of(w, endpoints) for w in ws],
+            host=self._hosts(ws, endpoints),
             step=last,
             steps_seen=seen,
             missed=missed,
@@ -334,7 +329,7 @@ class JobState:
             metas=[w.meta for w in ws],
             dropped=sc.dropped[rows],
             rate_hz=sc.rate_hz[rows],
-            rejected={w.rank: dict(w.rejected) for w in ws if w.rejected},
+            rejected={ws[i].rank: dict(ws[i].rejected) for i in np.flatnonzero(sc.refused[rows]).tolist()},
             works=sc.works[rows],
             capture_summaries=[w.capture_summary for w in ws],
             resources=self.resources.views(rank.tolist(), now),
@@ -345,7 +340,7 @@ class JobState:
             life=self.lifecycle.view(worlds, bool(ws), silent_ranks),
             world=worlds,
             layout=self.layout,
-            captures=_captures(ws),
+            captures=_captures([ws[i] for i in np.flatnonzero(sc.capturing[rows]).tolist()]),
         )
 
     def _ordered(self) -> tuple[np.ndarray, np.ndarray]:
@@ -384,6 +379,16 @@ class JobState:
         self._classes = (layout, ws, class_ids, stage_ids)
         return class_ids, stage_ids
 
+    def _hosts(self, ws: list[RankWindow], endpoints: Endpoints) -> list[str]:
+        """Each rank's host, in rank order; the same list again while no hello or rank came and every rank's
+        came from its hello (until then, the relay's host stands in: it may change)."""
+        if self._host_list is not None and self._host_list[0] == self._hellos:
+            return self._host_list[1]
+        hosts = [self._host_of(w, endpoints) for w in ws]
+        if all("host" in w.meta for w in ws):
+            self._host_list = (self._hellos, hosts)
+        return hosts
+
     def _host_of(self, w: RankWindow, endpoints: Endpoints) -> str:
         """The rank's host from its hello; until that arrives, the host of the node's relay it was heard through."""
         host = w.meta.get("host")
@@ -393,15 +398,37 @@ class JobState:
 
     def ranks_by_endpoint(self, view: JobView) -> dict[str, tuple[int, ...]]:
         """The ranks last heard through each relay (a lost relay is shown with the ranks it took with it)."""
-        out: dict[str, list[int]] = {}
-        for w in view.windows:
-            if w.endpoint is not None:
-                out.setdefault(w.endpoint, []).append(w.rank)
-        return {url: tuple(ranks) for url, ranks in out.items()}
+        rank, rows = self._ordered()  # (those of the view, taken under the same hold of the lock)
+        eid = self.scalars.endpoint[rows]
+        order = np.argsort(eid, kind="stable")
+        eid, ranks = eid[order].tolist(), rank[order].tolist()
+        urls = self.scalars.urls
+        out: dict[str, tuple[int, ...]] = {}
+        if not eid:
+            return out
+        start = 0
+        for end in (np.flatnonzero(np.diff(eid)) + 1).tolist() + [len(eid)]:
+            url = urls[eid[start]]
+            if url is not None:
+                out[url] = tuple(ranks[start:end])
+            start = end
+        return out
+
+
+def _joined(maps: list[dict], key: str, sizes: list[int] | None = None, blank: Any = None) -> list:
+    """The lists under ``key`` of every map, end to end (joined in C); with ``sizes``, a map without the key
+    stands for ``sizes[i]`` times ``blank``."""
+    try:
+        return list(chain.from_iterable(map(itemgetter(key), maps)))
+    except KeyError:
+        if sizes is None:
+            raise
+    return list(chain.from_iterable(m[key] if key in m else [blank] * k for m, k in zip(maps, sizes)))
 
 
 def _captures(ws: list[RankWindow]) -> dict[str, list[int]]:
-    """Captures not yet done or failed: id -> the ranks at them (one capture at a time per job)."""
+    """Captures not yet done or failed: id -> the ranks at them (one capture at a time per job); ``ws``: the
+    windows whose state says a capture runs at them."""
     running: dict[str, list[int]] = {}
     for w in ws:
         cap = w.state.get("cap")

@@ -27,8 +27,11 @@ FIELDS: dict[str, tuple[type, object]] = {
     "device_times": (np.bool_, False),  # some of its step records carry GPU (device) times
     "state_at": (np.float64, 0.0),  # viewer clock when its last state arrived
     "progress_at": (np.float64, 0.0),  # ... and when that state's last finished step last changed (watch/stalls.py)
+    "stepped_at": (np.float64, float("-inf")),  # viewer clock when a step of it last arrived (its own or a digest's)
     "step_age": (np.float64, float("nan")),  # inside a step by its last state: the step's age then (NaN: not in one)
     "stated": (np.bool_, False),  # it sent a state
+    "capturing": (np.bool_, False),  # its state says a capture is under way at it
+    "refused": (np.bool_, False),  # its state says it refused commands
     "dropped": (np.int64, 0),  # records its probe could not send
     "rate_hz": (np.float64, float("nan")),  # the telemetry rate it says it sends at
     "works": (np.bool_, False),  # its hello says its work per step

@@ -42,8 +42,9 @@ RANK_TOPICS = tuple(kind.encode() for kind in schema.RANK_KINDS)
 DIGEST_TOPICS = (schema.NODE.encode(), schema.REPLY.encode())
 #: Seconds between two polls of the relays' sockets at least. A poll costs O(relays) (ZeroMQ builds the
 #: poll set afresh each time): polled as each message arrives, 512 relays sending four digests a second
-#: cost a fifth of a core in polls alone; polled 50 times a second and drained, a fortieth, for 20 ms more latency.
-POLL_EVERY_S = 0.02
+#: cost a fifth of a core in polls alone; polled 25 times a second and drained, about a hundredth, for 40 ms
+#: more latency at most (and the messages of a poll are ingested in one go: watch/aggregator.py).
+POLL_EVERY_S = 0.04
 #: Seconds between two looks at the sockets' monitors (connections made or dropped, handshakes): in a poller of
 #: their own, so the relays' poll is half the size; often enough that a relay dropped and back within a second
 #: is seen dropped (at 0.25 s a CI run under load missed one).
@@ -150,6 +151,7 @@ class Receiver(threading.Thread):
         self._monitor_poller = zmq.Poller()  # the monitors, looked at less often than the relays' sockets
         self._controls: dict[str, dict] = {}  # a relay's telemetry URL -> the addresses its messages last gave
         self._by_host: dict[str, str] = {}  # discovered node -> its relay's advertised telemetry URL
+        self._told: dict[str, str] = {}  # discovered node -> its relay's control URL as told to on_control
         self._room = 0  # relays the limit on open files has room for (see make_room)
         self._context = zmq.Context()
         self._context.set(zmq.MAX_SOCKETS, 16384)  # a SUB socket per relay, and its handshake monitor for a while
@@ -238,8 +240,9 @@ class Receiver(threading.Thread):
                         self.handshakes.plain(rec.telemetry)
                     else:
                         self._connect(poller, rec.telemetry, connect_url(rec.telemetry, rec.host), guessed)
-                if self._on_control is not None:
+                if self._on_control is not None and self._told.get(rec.host) != rec.control:  # (once per change)
                     self._on_control(connect_url(rec.control, rec.host))
+                    self._told[rec.host] = rec.control
             except ValueError as exc:  # a record whose URL is no URL (a bad port): skip it, say why
                 self._aggregator.note_error(f"node record of {rec.host}: {exc}")
 

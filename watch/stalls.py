@@ -98,7 +98,8 @@ def _num(value: float | None) -> float | None:
 
 
 def position(
-    rank: int, state: dict, *, now: float, state_at: float, progress_at: float, silent: bool, window_median_s: float | None
+    rank: int, state: dict, *, now: float, state_at: float, progress_at: float, silent: bool, window_median_s: float | None,
+    stepped_at: float = float("-inf"),
 ) -> Position | None:
     """A rank's position from its last state; None if it never sent one."""
     if not state or not isinstance(state.get("last"), int):
@@ -106,7 +107,7 @@ def position(
     last = state["last"]
     in_step = bool(state.get("in_step"))
     step = state.get("step") if in_step and isinstance(state.get("step"), int) else last + 1
-    stuck = stuck_s(state, now, state_at, progress_at)
+    stuck = stuck_s(state, now, state_at, progress_at, stepped_at)
     median = window_median_s if window_median_s is not None else _num(state.get("median_step_s"))
     phase = state.get("phase") if isinstance(state.get("phase"), str) else None
     collective = state.get("collective") if isinstance(state.get("collective"), dict) else None
@@ -231,19 +232,29 @@ def none_stuck(stuck: np.ndarray, policy: StallPolicy) -> bool:
     return not bool((stuck > policy.floor_s).any())
 
 
-def stuck_columns(step_age: np.ndarray, state_at: np.ndarray, progress_at: np.ndarray, now: float) -> np.ndarray:
+def stuck_columns(step_age: np.ndarray, state_at: np.ndarray, progress_at: np.ndarray, now: float,
+                  stepped_at: np.ndarray | None = None) -> np.ndarray:  # fmt: skip
     """:func:`stuck_s` over columns: ``step_age`` is NaN for a rank between steps (or that sent none)."""
     inside = ~np.isnan(step_age)
-    return np.where(inside, np.nan_to_num(step_age) + np.maximum(0.0, now - state_at), np.maximum(0.0, now - progress_at))
+    stuck = np.where(inside, np.nan_to_num(step_age) + np.maximum(0.0, now - state_at), np.maximum(0.0, now - progress_at))
+    if stepped_at is not None:
+        stuck = np.where(stepped_at > state_at, np.minimum(stuck, np.maximum(0.0, now - stepped_at)), stuck)
+    return stuck
 
 
-def stuck_s(state: dict, now: float, state_at: float, progress_at: float) -> float:
+def stuck_s(state: dict, now: float, state_at: float, progress_at: float, stepped_at: float = float("-inf")) -> float:
     """Seconds without finishing a step: inside one, its age when the state was sent plus the time since;
-    between steps, the time since the last step finished."""
+    between steps, the time since the last step finished. A step heard of after the state (``stepped_at``,
+    the viewer's clock: a node digest carries a running rank's state every few seconds only, its steps
+    every quarter of one) finished since: the rank is stuck no longer than since then."""
     step_age = _num(state.get("step_age"))
     if state.get("in_step") and step_age is not None:
-        return step_age + max(0.0, now - state_at)
-    return max(0.0, now - progress_at)
+        stuck = step_age + max(0.0, now - state_at)
+    else:
+        stuck = max(0.0, now - progress_at)
+    if stepped_at > state_at:
+        stuck = min(stuck, max(0.0, now - stepped_at))
+    return stuck
 
 
 def positions_of(ranks: Iterable[Any], now: float, silent: set[int]) -> list[Position]:
@@ -258,6 +269,7 @@ def positions_of(ranks: Iterable[Any], now: float, silent: set[int]) -> list[Pos
             progress_at=getattr(r, "progress_at", 0.0),
             silent=r.rank in silent,
             window_median_s=r.own.median_wall(),
+            stepped_at=getattr(r, "stepped_at", float("-inf")),
         )
         if p is not None:
             out.append(p)

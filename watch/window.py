@@ -14,7 +14,9 @@ from typing import Any
 from ranktop.watch.columns import StepColumns
 from ranktop.watch.rank_scalars import RankScalars
 from ranktop.watch.step_window import StepWindow
+from ranktop.wire.capture import RUNNING
 
+NAN = float("nan")
 #: Raw collective calls per rank kept (the probes' samples) for the latency percentiles and the alpha-beta fit.
 CALL_WINDOW = 16
 #: Steps whose collective waits a window keeps (a step's own times are worked out when it arrives; a few
@@ -82,6 +84,7 @@ class RankWindow:
     device_times = _scalar("device_times", "some of its step records carry GPU (device) times")
     state_at = _scalar("state_at", "viewer clock when its last state arrived")
     progress_at = _scalar("progress_at", "... and when that state's last finished step last changed (watch/stalls.py)")
+    stepped_at = _scalar("stepped_at", "viewer clock when a step of it last arrived (watch/stalls.py: stuck_s)")
     step_age = _optional("step_age", float("nan"), "inside a step by its last state: the step's age then (watch/stalls.py)")
     dropped = _scalar("dropped", "records its probe could not send")
     rate_hz = _scalar("rate_hz", "the telemetry rate it says it sends at (NaN: not said)")
@@ -118,9 +121,10 @@ class RankWindow:
 
     def note_state(self, state: dict[str, Any], now: float) -> None:
         """Take a new state; remember when it came and when the rank last finished a step."""
-        if self.state.get("last") != state.get("last") or not self.progress_at:
-            self.progress_at = now
-        self.state_at = now
+        views, row = self.scalars.views, self.row
+        if self.state.get("last") != state.get("last") or not views["progress_at"][row]:
+            views["progress_at"][row] = now
+        views["state_at"][row] = now
         self.take_state(state)
         cap = state.get("cap")
         if cap and cap.get("sum"):
@@ -128,15 +132,19 @@ class RankWindow:
 
     def take_state(self, state: dict[str, Any]) -> None:
         """Its state, and what a snapshot reads of it for every rank, read here once per state rather than
-        once per snapshot (at 4,096 ranks a snapshot gathers these as columns)."""
+        once per snapshot (at 4,096 ranks a snapshot gathers these as columns). Typed at decode (wire/messages.py)."""
         self.state = state
-        self.scalars.views["stated"][self.row] = bool(state)
+        views, row = self.scalars.views, self.row
+        views["stated"][row] = bool(state)
         age = state.get("step_age")  # inside a step: how long it has been in it when the state was sent
-        self.step_age = float(age) if age is not None and state.get("in_step") else None
-        self.dropped = state.get("dropped") or 0
+        views["step_age"][row] = age if age is not None and state.get("in_step") else NAN
+        views["dropped"][row] = state.get("dropped") or 0
         rate = state.get("rate_hz", self.meta.get("rate_hz"))
-        self.rate_hz = float("nan") if rate is None else float(rate)
+        views["rate_hz"][row] = NAN if rate is None else rate
         self.rejected = state.get("rejected")
+        views["refused"][row] = bool(self.rejected)
+        cap = state.get("cap")
+        views["capturing"][row] = bool(cap) and cap["st"] in RUNNING
 
     def take_hello(self, meta: dict[str, Any]) -> None:
         """Its hello (less the envelope), and what a snapshot reads of it for every rank."""

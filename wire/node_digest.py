@@ -52,8 +52,11 @@ DIGEST_HZ = 4.0
 #: (as often as a rank sends its own: a viewer that watches for a few seconds must not miss it).
 HELLO_EVERY_S = 2.0
 #: A running rank's state rides in the digest this often (what it says changes slowly; it costs the viewer
-#: more than the steps themselves, times thousands of ranks).
-SLOW_EVERY_S = 1.0
+#: more than the steps themselves, times thousands of ranks: at 4,096 ranks every 2 s rather than every
+#: second, 15% less of the viewer's receiving). A rank that made no step has its state sent at once, so a
+#: stall is seen as soon as ever; and a viewer takes a rank's newer steps over its older state's step age
+#: (watch/stalls.py: stuck_s), so a state two seconds old never makes a running rank look stuck.
+SLOW_EVERY_S = 2.0
 #: ... and its collectives, summed since they were last sent, this often: the viewer works its collective rows
 #: out again every 2 s at the sizes that take digests (watch/aggregator.py), and op summaries are most of what
 #: a digest costs it (at 4,096 ranks, every 2 s rather than every second: 35% less decode and ingest per digest).
