@@ -44,7 +44,7 @@ DIGEST_TOPICS = (schema.NODE.encode(), schema.REPLY.encode())
 #: poll set afresh each time): polled as each message arrives, 512 relays sending four digests a second
 #: cost a fifth of a core in polls alone; polled 25 times a second and drained, about a hundredth, for 40 ms
 #: more latency at most (and the messages of a poll are ingested in one go: watch/aggregator.py).
-POLL_EVERY_S = 0.04
+POLL_EVERY_S = 0.1
 #: Seconds between two looks at the sockets' monitors (connections made or dropped, handshakes): in a poller of
 #: their own, so the relays' poll is half the size; often enough that a relay dropped and back within a second
 #: is seen dropped (at 0.25 s a CI run under load missed one).
