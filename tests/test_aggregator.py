@@ -288,3 +288,35 @@ def test_rows_built_the_fast_way_are_the_same_frozen_rows():
         build_rank_row(**dict(values, colour="red"))
     with pytest.raises(TypeError):
         build_rank_row(rank=1)
+
+
+def test_the_receiver_s_messages_wait_while_a_snapshot_is_built():
+    """The interpreter runs one thread at a time: messages that arrive while a snapshot is being built are
+    taken once it is done (the screen first), then all of them, nothing lost."""
+    import threading
+
+    agg = Aggregator("j")
+    agg.ingest(hello(0))
+    building, release = threading.Event(), threading.Event()
+    build = agg._snapshot
+
+    def slow_snapshot():
+        building.set()
+        release.wait(5)
+        return build()
+
+    agg._snapshot = slow_snapshot
+    shown = []
+    snapshotter = threading.Thread(target=lambda: shown.append(agg.snapshot()))
+    snapshotter.start()
+    assert building.wait(5)
+    taken = []
+    rank1 = messages.sender(1)
+    receiver = threading.Thread(target=lambda: taken.extend(agg.ingest_batch([(rank1.message(schema.HELLO, rank1.hello()), None)])))
+    receiver.start()
+    receiver.join(0.1)
+    assert receiver.is_alive() and agg.ranks_heard == 1  # held back: the snapshot comes first
+    release.set()
+    snapshotter.join(5)
+    receiver.join(5)
+    assert [r.rank for r in shown[0].ranks] == [0] and taken[0]["rank"] == 1 and agg.ranks_heard == 2

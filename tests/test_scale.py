@@ -110,3 +110,28 @@ def _close(got, want) -> bool:
         return True
     assert got == want
     return True
+
+
+def test_digests_taken_in_goes_make_the_same_snapshot_as_one_by_one(tmp_path):
+    """The receiver hands the aggregator what one poll took in one go (Aggregator.ingest_batch): the node
+    digests' steps of the go are written together (JobState.settle). That is the same job as ingesting them one
+    message at a time, to the last step count and median; a go may hold two digests of one node."""
+    sim = Simulator(Scenario(job="big", ranks=256, nodes=32, slow_rank=191, slow_phase="forward"), str(tmp_path))
+    clock = [1.0e9]
+    one, goes = (Aggregator("big", clock=lambda: clock[0]) for _ in range(2))
+    ticks = list(sim.replay(6.0, clock[0], digests=True))
+    for k in range(0, len(ticks), 3):  # three ticks of every node's digest in a go
+        batch = []
+        for now, frames in ticks[k : k + 3]:
+            clock[0] = now
+            for message in frames:
+                assert one.ingest_frames(message, "tcp://relay:1") is not None
+                batch.append((message, "tcp://relay:1"))
+        assert all(msg is not None for msg in goes.ingest_batch(batch))
+    a, b = one.snapshot(), goes.snapshot()
+    ta, tb = a.ranks.table, b.ranks.table
+    assert len(ta) == len(tb) == 256 and a.stragglers[:1] == b.stragglers[:1] == [191]
+    for column in ("rank", "step", "steps_seen", "missed"):
+        assert getattr(ta, column).tolist() == getattr(tb, column).tolist(), column
+    for column in ("step_s", "phases", "last_step_end"):
+        assert getattr(ta, column) == pytest.approx(getattr(tb, column), nan_ok=True), column
