@@ -6,10 +6,13 @@ the digest real rank messages (tests/messages.py), send it through the wire's
 encoder and decoder, and read what an aggregator makes of it.
 """
 
+import struct
+
+import msgspec
 import pytest
 
 from ranktop.watch.aggregator import Aggregator
-from ranktop.wire import collective_summary, schema
+from ranktop.wire import collective_summary, schema, step_block
 from ranktop.wire.node_digest import HELLO_EVERY_S, OPS_EVERY_S, SAMPLE_EVERY_S, SLOW_EVERY_S, NodeDigest
 
 from .messages import hello, steps
@@ -28,16 +31,21 @@ def wired(body):
     return schema.decode(schema.encode(schema.NODE, body))
 
 
+def columns(msg):
+    """A digest's packed step columns as lists (wire/step_block.py)."""
+    return step_block.read(msg["steps"])
+
+
 def interval(msg, rank):
     """A rank's steps in a digest's columns: (last step, how many, start, mean wall, {phase: mean own time})."""
-    steps = msg["steps"]
+    steps = columns(msg)
     i = steps["r"].index(rank)
     return steps["n"][i], steps["c"][i], steps["t"][i], steps["w"][i], {name: own[i] for name, own in steps["p"].items()}
 
 
 def ranks_in(msg):
     """The ranks a digest says anything of: in its step columns, in its entries, or both."""
-    return sorted({*msg.get("steps", {}).get("r", ()), *(e["r"] for e in msg["ranks"])})
+    return sorted({*(columns(msg)["r"] if "steps" in msg else ()), *(e["r"] for e in msg["ranks"])})
 
 
 def test_a_ranks_steps_of_an_interval_become_one_record_of_their_mean_own_times():
@@ -66,7 +74,7 @@ def test_a_ranks_gpu_times_are_what_its_digest_sums():
     msg = wired(digest.body(now=0.0, wall=1.0))
     _, _, _, wall, own = interval(msg, 0)
     assert wall == pytest.approx(0.10) and own["forward"] == pytest.approx(0.04) and own["backward"] == pytest.approx(0.03)
-    assert msg["steps"]["g"] == [True]
+    assert columns(msg)["g"] == [True]
 
 
 def test_a_node_sends_one_ranks_raw_calls_at_a_time_its_ranks_in_turn():
@@ -101,7 +109,7 @@ def test_state_and_collectives_ride_every_second_or_two_but_a_rank_that_made_no_
     assert "state" in first and "ops" in first
     digest.add(schema.STEPS, steps(0, [record(3, 0.1, forward=0.05)], state=state, calls=[call(3, "forward", 2.0, 0.01)]))
     second = digest.body(0.25, 1.25)
-    assert second["ranks"] == [] and second["steps"]["n"] == [3]  # no state, no ops: its steps alone, no entry
+    assert second["ranks"] == [] and columns(second)["n"] == [3]  # no state, no ops: its steps alone, no entry
     digest.add(schema.HEARTBEAT, {"k": "heartbeat", "job": "j", "rank": 0, "ts": 2.0, "state": dict(state, step_age=0.5)})
     stuck = digest.body(0.5, 1.5)
     assert stuck["ranks"][0]["state"]["step_age"] == 0.5 and "steps" not in stuck
@@ -178,10 +186,10 @@ def test_a_ranks_steps_are_columns_and_only_a_rank_with_more_to_say_gets_an_entr
     digest.add(schema.STEPS, steps(0, [record(1, 0.1, forward=0.05)]))
     digest.add(schema.STEPS, steps(1, [record(1, 0.1, forward=0.04, data=0.02)]))
     msg = wired(digest.body(1.0, 1.0))
-    assert msg["ranks"] == [] and msg["steps"]["r"] == [0, 1] and "g" not in msg["steps"]
-    assert msg["steps"]["p"]["data"] == [0.0, pytest.approx(0.02)]
-    columns = [column for name, column in msg["steps"].items() if name != "p"] + list(msg["steps"]["p"].values())
-    assert {len(column) for column in columns} == {2}
+    assert msg["ranks"] == [] and columns(msg)["r"] == [0, 1] and "g" not in msg["steps"]
+    assert columns(msg)["p"]["data"] == [0.0, pytest.approx(0.02)]
+    lists = [column for name, column in columns(msg).items() if name != "p"] + list(columns(msg)["p"].values())
+    assert {len(column) for column in lists} == {2}
     digest.add(schema.HEARTBEAT, {"k": "heartbeat", "job": "j", "rank": 1, "ts": 2.0})  # alive, with nothing to say
     alive = wired(digest.body(1.25, 1.25))
     assert alive["ranks"] == [{"r": 1}] and "steps" not in alive
@@ -195,10 +203,17 @@ def test_a_ranks_steps_are_columns_and_only_a_rank_with_more_to_say_gets_an_entr
         {"ranks": [{"r": 0, "ops": {"all_reduce": [1, 2]}}]},
         {"ranks": [{"r": 0, "hello": {"host": "h"}}]},
         {"ranks": [{"r": 0, "state": []}]},
-        {"steps": {"r": [0], "n": [1], "c": [0], "t": [1.0], "w": [0.1], "p": {}}},  # a record standing for no step
-        {"steps": {"r": [0], "n": [1], "c": [1], "t": [1.0], "w": [-0.1], "p": {}}},
-        {"steps": {"r": [0], "n": [1], "c": [1], "t": [1.0], "w": [0.1], "p": {"forward": ["slow"]}}},
-        {"steps": {"r": [0], "n": [1], "c": [1], "t": [1.0], "p": {}}},  # a column missing
+        {"steps": step_block.pack([0], [1], [0], [1.0], [0.1], {})},  # a record standing for no step
+        {"steps": step_block.pack([0], [1], [1], [1.0], [-0.1], {})},
+        {"steps": step_block.pack([0], [1], [1], [1.0], [0.1], {"forward": [float("nan")]})},
+        {"steps": step_block.pack([0], [1], [1], [1.0], [0.1], {"forward": [float("inf")]})},
+        {"steps": step_block.pack([0], [1], [1], [1.0], [2e18], {})},
+        {"steps": step_block.pack([0], [2**62], [1], [1.0], [0.1], {})},
+        {"steps": step_block.pack([schema.MAX_RANKS], [1], [1], [1.0], [0.1], {})},
+        {"steps": step_block.pack([0], [1], [1], [1.0], [0.1], {"forward": [0.1]}) | {"p": ["forward", "forward"]}},
+        {"steps": step_block.pack([0], [1], [1], [1.0], [0.1], {}) | {"g": b"\x02"}},
+        {"steps": step_block.pack([0], [1], [1], [1.0], [0.1], {}) | {"r": [0]}},  # a list where bytes are packed
+        {"steps": {k: v for k, v in step_block.pack([0], [1], [1], [1.0], [0.1], {}).items() if k != "n"}},  # a column missing
     ],
 )
 def test_a_malformed_digest_is_refused_where_it_is_decoded(body):
@@ -207,15 +222,34 @@ def test_a_malformed_digest_is_refused_where_it_is_decoded(body):
 
 
 @pytest.mark.parametrize(
-    "columns, fault",
+    "changed, fault",
     [
-        ({"n": [1]}, "node: step columns of unequal length"),
-        ({"p": {"forward": [0.01, 0.01, 0.01]}}, "node: step columns of unequal length"),
-        ({"g": [True]}, "node: step columns of unequal length"),
-        ({"r": [3, 3]}, "node: a rank twice in the step columns"),
+        ({"n": struct.pack("<q", 1)}, "node: step columns of unequal length"),
+        ({"p": ["forward", "backward"]}, "node: step columns of unequal length"),
+        ({"g": b"\x01"}, "node: step columns of unequal length"),
+        ({"r": b"\x00\x00"}, "node: step columns of unequal length"),
+        ({"r": struct.pack("<2i", 3, 3)}, "node: a rank twice in the step columns"),
     ],
 )
-def test_step_columns_that_do_not_line_up_are_refused_with_one_fault_text(columns, fault):
-    steps = {"r": [0, 1], "n": [1, 1], "c": [1, 1], "t": [1.0, 1.0], "w": [0.1, 0.1], "p": {"forward": [0.01, 0.02]}}
+def test_step_columns_that_do_not_line_up_are_refused_with_one_fault_text(changed, fault):
+    steps = step_block.pack([0, 1], [1, 1], [1, 1], [1.0, 1.0], [0.1, 0.1], {"forward": [0.01, 0.02]})
     with pytest.raises(schema.WireError, match=f"^{fault}$"):
-        wired({"job": "j", "host": "node0", "ts": 1.0, "ranks": [], "steps": {**steps, **columns}})
+        wired({"job": "j", "host": "node0", "ts": 1.0, "ranks": [], "steps": {**steps, **changed}})
+
+
+def test_packed_step_columns_read_back_as_they_were_built_and_a_negative_zero_passes():
+    """The block packs each column as little-endian numbers (wire/step_block.py) and reads back the same lists;
+    -0.0, which a subtraction can make, is a time of nothing, not a negative one."""
+    own = {"forward": [0.04, -0.0], "comm": [0.0, 0.01]}
+    block = step_block.pack([5, 2], [9, 2**40], [3, 1], [1.7e9, 0.0], [0.1, 1e18], own, [False, True])
+    msg = wired({"job": "j", "host": "node0", "ts": 1.0, "ranks": [], "steps": block})
+    assert columns(msg) == {"r": [5, 2], "n": [9, 2**40], "c": [3, 1], "t": [1.7e9, 0.0], "w": [0.1, 1e18], "p": own, "g": [False, True]}
+    assert block["r"] == struct.pack("<2i", 5, 2) and block["n"] == struct.pack("<2q", 9, 2**40)
+
+
+def test_an_older_relay_s_digest_is_named_as_such():
+    """Node digests' steps were lists before protocol 1.6: a viewer tells such a relay to upgrade, in one line."""
+    old = {"job": "j", "host": "node0", "ts": 1.0, "ranks": [],
+           "steps": {"r": [0], "n": [1], "c": [1], "t": [1.0], "w": [0.1], "p": {"forward": [0.05]}}}  # fmt: skip
+    with pytest.raises(schema.VersionMismatch, match="protocol 1.5, this side speaks 1.6: upgrade ranktop on both sides to 1.6"):
+        schema.decode([b"node", msgspec.msgpack.encode(dict(old, v=[1, 5], k="node"))])

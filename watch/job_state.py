@@ -17,7 +17,6 @@ medians of every rank with new steps are worked out in a few vectorised sorts.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from itertools import chain
 from operator import itemgetter
 from typing import Any, Callable
 
@@ -34,7 +33,7 @@ from ranktop.watch.stragglers import MIN_STEPS_TO_SCORE
 from ranktop.watch.rank_scalars import RankScalars
 from ranktop.watch.window import RankWindow
 from ranktop.wire import capture as wire_capture
-from ranktop.wire import schema
+from ranktop.wire import schema, step_block
 
 
 @dataclass(frozen=True, eq=False)
@@ -97,7 +96,7 @@ class JobState:
         self._row_of: dict[int, int] = {}  # rank -> its row (of the columns and the scalars)
         self._by_row: list[RankWindow | None] = []  # row -> its rank's window
         self._order: tuple[np.ndarray, np.ndarray] | None = None  # (ranks, rows) in rank order, with _sorted
-        self._pending: list[tuple[dict, str | None, float]] = []  # digests' steps not yet written (settle)
+        self._pending: list[tuple[dict, str | None, float, str]] = []  # digests' steps not yet written (settle)
         self._hellos = 0  # hellos taken and windows placed so far: the host list is stale when it moved
         self._host_list: tuple[int, list[str]] | None = None  # (_hellos, every rank's host) of the last view
 
@@ -110,7 +109,7 @@ class JobState:
             for entry in msg["ranks"]:
                 self._take_digest(entry, endpoint, now, wall)
             if "steps" in msg:  # written with the other digests' taken in the same go (settle)
-                self._pending.append((msg["steps"], endpoint, now))
+                self._pending.append((msg["steps"], endpoint, now, msg["host"]))
             return
         rank = self._window_of(msg["rank"], endpoint, now)
         state = msg.get("state")  # a map or None: typed at decode (wire/messages.py)
@@ -186,55 +185,59 @@ class JobState:
 
     def settle(self) -> None:
         """Write the steps of the node digests taken since the last call (the aggregator calls this after each
-        message, or after all it took in one go; a view calls it first). A go of digests from different relays
+        message, or after all it took in one go; a view calls it first). A go of digests from different nodes
         is written in one :meth:`_take_digest_steps`: ranks counted and their intervals stored in a few dozen
         numpy operations for all of them, rather than a Python loop per digest."""
         pending, self._pending = self._pending, []
-        group: list[tuple[dict, str | None, float]] = []
-        ranks: set[int] = set()
+        group: list[tuple[dict, str | None, float, str]] = []
+        hosts: set[str] = set()
         for item in pending:
-            numbers = item[0]["r"]
-            if not ranks.isdisjoint(numbers):  # two digests of one node (the same ranks) go in one after the other
+            if item[3] in hosts:  # two digests of one node (the same ranks) go in one after the other
                 self._take_digest_steps(group)
-                group, ranks = [], set()
+                group, hosts = [], set()
             group.append(item)
-            ranks.update(numbers)
+            hosts.add(item[3])
         if group:
             self._take_digest_steps(group)
 
-    def _take_digest_steps(self, digests: list[tuple[dict, str | None, float]]) -> None:
-        """The steps of node digests' ranks, as their columns (after their entries: a hello there may have
-        started a rank afresh): the ranks heard of now, and the intervals of those with new steps into the
-        job's step columns (each interval a record, with its mean times, counted as the steps it stands for).
-        A rank heard through its own messages lately is taken from those. The digests' columns are joined in
-        C (a chain of the lists), not in a Python loop per digest."""
+    def _take_digest_steps(self, digests: list[tuple[dict, str | None, float, str]]) -> None:
+        """The steps of node digests' ranks, as their packed columns (wire/step_block.py; after their entries: a
+        hello there may have started a rank afresh): the ranks heard of now, and the intervals of those with new
+        steps into the job's step columns (each interval a record, with its mean times, counted as the steps it
+        stands for). A rank heard through its own messages lately is taken from those. The digests' columns
+        are joined as bytes and read by numpy, with no Python number made on the way."""
         steps = [d[0] for d in digests]
-        sizes = [len(s["r"]) for s in steps]
-        ranks = _joined(steps, "r")
-        if not ranks:
+        ranks = _column(steps, "r")
+        if len(digests) > 1 and len(np.unique(ranks)) < len(ranks):  # a rank in two nodes' digests (it moved)
+            for digest in digests:
+                self._take_digest_steps([digest])
             return
+        sizes = [len(s["r"]) // 4 for s in steps]
+        numbers = ranks.tolist()
         try:
-            rows = np.array(itemgetter(*ranks)(self._row_of) if len(ranks) > 1 else [self._row_of[ranks[0]]], np.int64)
+            rows = np.array(itemgetter(*numbers)(self._row_of) if len(numbers) > 1 else [self._row_of[numbers[0]]], np.int64)
         except KeyError:  # ranks first heard of now
-            for (numbers, endpoint, now) in ((s["r"], d[1], d[2]) for s, d in zip(steps, digests)):
-                for number in numbers:
+            at = 0
+            for size, (_, endpoint, now, _) in zip(sizes, digests):
+                for number in numbers[at : at + size]:
                     if number not in self.ranks:
                         self._window_of(number, endpoint, now)
-            rows = np.array([self._row_of[r] for r in ranks], np.int64)
+                at += size
+            rows = np.array([self._row_of[r] for r in numbers], np.int64)
         now_of = np.repeat([d[2] for d in digests], sizes)
         sc = self.scalars
         sc.last_seen[rows] = now_of
         sc.endpoint[rows] = np.repeat([sc.url_id(d[1]) for d in digests], sizes)
         fresh = now_of - sc.raw_at[rows] >= self._silent_after
         if any("g" in s for s in steps):
-            device = np.fromiter(_joined(steps, "g", sizes, False), np.bool_, len(ranks))
+            device = np.frombuffer(b"".join([s.get("g", bytes(k)) for s, k in zip(steps, sizes)]), np.uint8) != 0
             sc.device_times[rows[fresh & device]] = True
-        last = np.array(_joined(steps, "n"), np.int64)
+        last = _column(steps, "n")
         new = fresh & (last > sc.last_step[rows])
         if not new.any():
             return
         taken = rows[new]
-        last, count = last[new], np.array(_joined(steps, "c"), np.int64)[new]
+        last, count = last[new], _column(steps, "c")[new]
         first = sc.first_step[taken]
         sc.first_step[taken] = np.where(first < 0, last - count + 1, first)
         sc.steps_seen[taken] += count
@@ -243,15 +246,11 @@ class JobState:
         if self.columns.raw_rows:  # ranks that sent their own steps lately: those records are not redone
             for row in self.columns.raw_rows.intersection(taken.tolist()):
                 self._by_row[row].own.forget_raw()
-        phases = [s["p"] for s in steps]
-        names = phases[0].keys()
-        if not all(p.keys() == names for p in phases):  # (digests of nodes whose ranks spent time in other phases)
-            names = dict.fromkeys(name for p in phases for name in p).keys()
-        own = {name: np.array(_joined(phases, name, sizes, 0.0), np.float64)[new] for name in names}
-        waited = np.repeat([schema.COMM_PHASE in p for p in phases], sizes)[new]
-        start = np.array(_joined(steps, "t"), np.float64)[new]
-        wall = np.array(_joined(steps, "w"), np.float64)[new]
-        self.columns.add_block(taken, last, start, wall, own, waited)
+        names, figures = _figures(steps, sizes)
+        figures = figures[new]
+        own = {name: figures[:, step_block.LEADING + j] for j, name in enumerate(names)}
+        waited = np.repeat([schema.COMM_PHASE in s["p"] for s in steps], sizes)[new]
+        self.columns.add_block(taken, last, figures[:, 0], figures[:, 1], own, waited)
 
     # -- a snapshot's view (the UI's thread, under the aggregator's lock) ------------------------
 
@@ -415,15 +414,28 @@ class JobState:
         return out
 
 
-def _joined(maps: list[dict], key: str, sizes: list[int] | None = None, blank: Any = None) -> list:
-    """The lists under ``key`` of every map, end to end (joined in C); with ``sizes``, a map without the key
-    stands for ``sizes[i]`` times ``blank``."""
-    try:
-        return list(chain.from_iterable(map(itemgetter(key), maps)))
-    except KeyError:
-        if sizes is None:
-            raise
-    return list(chain.from_iterable(m[key] if key in m else [blank] * k for m, k in zip(maps, sizes)))
+def _column(steps: list[dict], key: str) -> np.ndarray:
+    """A packed column of every digest of a go, end to end (wire/step_block.py's types)."""
+    return np.frombuffer(b"".join([s[key] for s in steps]), step_block.DTYPES[key])
+
+
+def _figures(steps: list[dict], sizes: list[int]) -> tuple[list[str], np.ndarray]:
+    """The phases, and every rank's figures of a go of digests (start, mean wall, mean own time per phase) as
+    one matrix, a row per rank. Digests whose ranks spent time in other phases are widened to every phase
+    of the go, 0.0 where a rank spent nothing."""
+    names = steps[0]["p"]
+    if all(s["p"] == names for s in steps):
+        return names, _column(steps, "f").reshape(-1, step_block.LEADING + len(names))
+    names = list(dict.fromkeys(name for s in steps for name in s["p"]))
+    where = {name: step_block.LEADING + j for j, name in enumerate(names)}
+    out = np.zeros((sum(sizes), step_block.LEADING + len(names)))
+    at = 0
+    for s, k in zip(steps, sizes):
+        block = np.frombuffer(s["f"], step_block.DTYPES["f"]).reshape(k, -1)
+        out[at : at + k, : step_block.LEADING] = block[:, : step_block.LEADING]
+        out[at : at + k, [where[name] for name in s["p"]]] = block[:, step_block.LEADING :]
+        at += k
+    return names, out
 
 
 def _captures(ws: list[RankWindow]) -> dict[str, list[int]]:

@@ -10,7 +10,7 @@ viewer reads must be listed here first.
 
 Compact records are fixed-length arrays typed position by position (an op's
 summary): small on the wire, and their layout is written here, not in index
-constants alone. A node digest's steps are columns, one list per figure.
+constants alone. A node digest's steps are columns, packed (wire/step_block.py).
 
 The probe builds these maps as plain dicts (it must stay cheap and import
 nothing it need not), the relay's digest and the simulator too; the tests hold
@@ -279,22 +279,17 @@ class Command(TypedDict):
     nonce: NotRequired[str]
 
 
-#: How many steps a digest's interval stands for: one at least.
-Counted = Annotated[int, Meta(gt=0, le=int(MAX_FIGURE))]
-
-
 class NodeSteps(TypedDict):
-    """The steps of a node's ranks in one digest interval, as columns (wire/node_digest.py): position ``i`` of
-    every column is rank ``r[i]``'s interval, so a viewer decodes a few lists and writes a node's steps as one
-    block instead of a record per rank. Every column is as long as ``r`` (wire/schema.py checks it)."""
+    """The steps of a node's ranks in one digest interval, as packed columns (wire/step_block.py says the layout
+    and checks it): a viewer decodes a few byte strings and writes a node's steps as one block instead of a
+    record, or a hundred numbers, per rank."""
 
-    r: List[Rank]  # the ranks, each once
-    n: List[Whole]  # the interval's last step
-    c: List[Counted]  # how many steps the interval stands for
-    t: List[Figure]  # its start (unix s), chosen so that start + mean wall is when its last step ended
-    w: List[Amount]  # mean wall time
-    p: Annotated[Dict[str, List[Amount]], Meta(max_length=MAX_PHASES)]  # mean own time per phase (0.0: not in it)
-    g: NotRequired[List[bool]]  # its steps carry device times (absent: no rank's do)
+    r: bytes  # the ranks, int32 each
+    n: bytes  # the interval's last step, int64 each
+    c: bytes  # how many steps the interval stands for, int64 each
+    f: bytes  # float64: each rank's start, mean wall time and mean own time per phase of p, rank by rank
+    p: Annotated[List[str], Meta(max_length=MAX_PHASES)]  # the phases of f, in order
+    g: NotRequired[bytes]  # one byte a rank: 1 where its steps carry device times (absent: no rank's do)
 
 
 class NodeRank(TypedDict):

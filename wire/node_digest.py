@@ -6,16 +6,15 @@ steps/s; msgpack alone takes ~7 µs a rank-step in Python). So the node's relay
 folds its ranks' messages of each interval into one ``node`` message that
 says what the viewer needs and no more:
 
-- ``steps``: the interval's steps of every rank that made one, as columns
-  (wire/messages.py's ``NodeSteps``): ``r`` the ranks, ``n`` the last step,
-  ``c`` how many, ``t`` the start, ``w`` the mean wall time, ``p`` the mean own
-  time per phase, one list per phase (0.0 for a rank that spent nothing in
-  it), ``g`` whether its steps carry device times. Own times as
+- ``steps``: the interval's steps of every rank that made one, as packed
+  columns (wire/step_block.py): the ranks, the last step, how many, the
+  start, the mean wall time, the mean own time per phase (0.0 for a rank that
+  spent nothing in it), whether its steps carry device times. Own times as
   wire/own_times.py works them out (waits in collectives taken out and shown
   as ``comm``); the start is chosen so that start + mean wall is when its last
-  step ended. Columns rather than a record per rank: the viewer decodes a
-  handful of lists instead of a map and a tuple per rank, and writes a node's
-  steps into its job-wide step columns as one block (watch/columns.py);
+  step ended. Packed columns rather than a record per rank: the viewer decodes
+  a few byte strings instead of a map and a tuple per rank, and writes a
+  node's steps into its job-wide step columns as one block (watch/columns.py);
 - ``ranks``: an entry for each rank with more to say, and only then:
   ``ops``, its collectives since they were last sent (at most every
   :data:`OPS_EVERY_S`) per op, in the order of wire/collective_summary.py
@@ -44,6 +43,7 @@ import collections
 from typing import Any
 
 from . import collective_summary as _summary
+from . import step_block
 from .own_times import own_times
 
 #: How often a relay sends its node's digest (a rank sends its own steps 4 times a second by default).
@@ -259,10 +259,8 @@ class _StepColumns:
                 column.append(0.0)
 
     def columns(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"r": self.ranks, "n": self.last, "c": self.count, "t": self.start, "w": self.wall, "p": self.own}
-        if any(self.device):
-            out["g"] = self.device
-        return out
+        """The columns packed (wire/step_block.py)."""
+        return step_block.pack(self.ranks, self.last, self.count, self.start, self.wall, self.own, self.device)
 
 
 def _merge_op(ops: dict[str, list], op: str, fields: list) -> None:

@@ -21,6 +21,7 @@ import msgspec
 
 from . import messages as _messages
 from . import parallel_groups as _groups
+from . import step_block
 from .messages import MAX_FIGURE, MAX_PHASES, MAX_RANKS  # noqa: F401  (read as schema.MAX_RANKS, ...)
 from .names import (  # noqa: F401  (re-exported: schema.HELLO, schema.OTHER_PHASE, ... read as they always have)
     COMM_PHASE,
@@ -37,8 +38,12 @@ from .names import (  # noqa: F401  (re-exported: schema.HELLO, schema.OTHER_PHA
     TELEMETRY_KINDS,
 )
 
-#: Bump the major version on any incompatible change; minor versions only add fields.
-PROTOCOL_VERSION = (1, 5)
+#: Bump the major version on any incompatible change; minor versions only add fields. One exception, named
+#: where it is met: node digests' steps are packed since 1.6 (wire/step_block.py); a relay older than that is
+#: told to upgrade, as a peer of another major version is.
+PROTOCOL_VERSION = (1, 6)
+#: The first version whose node digests a viewer reads.
+PACKED_DIGESTS = (1, 6)
 
 #: The largest body we accept. Bigger frames are foreign or malicious; dropped unread.
 MAX_BODY_BYTES = 4 << 20
@@ -58,11 +63,11 @@ class WireError(ValueError):
 class VersionMismatch(WireError):
     """A ranktop peer speaking another major protocol version."""
 
-    def __init__(self, theirs: Any):
+    def __init__(self, theirs: Any, what: str = "the same major version"):
         self.theirs = theirs
         super().__init__(
             f"peer speaks ranktop protocol {_fmt_version(theirs)}, this side speaks "
-            f"{_fmt_version(PROTOCOL_VERSION)}: upgrade ranktop on both sides to the same major version"
+            f"{_fmt_version(PROTOCOL_VERSION)}: upgrade ranktop on both sides to {what}"
         )
 
 
@@ -113,7 +118,7 @@ def decode(frames: list[bytes]) -> dict[str, Any]:
     try:
         msg = decoder.decode(body)
     except msgspec.ValidationError as exc:
-        _envelope(body)  # another major version, or no ranktop message at all: said as such
+        _envelope(body)  # another major version, an older relay's digest, or no ranktop message: said as such
         raise WireError(_fault(topic, exc)) from None
     except Exception:  # msgspec.DecodeError, and whatever a damaged body makes of the decoder
         raise WireError("body is not msgpack") from None
@@ -132,8 +137,9 @@ _ENVELOPE = msgspec.msgpack.Decoder(_Envelope)
 
 
 def _envelope(body: bytes) -> None:
-    """A body that failed its kind's type: a peer of another major version is told so, whatever else it holds;
-    a body that is no map, or no ranktop message, is named as such."""
+    """A body that failed its kind's type: a peer of another major version is told so, whatever else it holds,
+    and so is a relay whose digests are older than this side reads; a body that is no map, or no ranktop message,
+    is named as such."""
     try:
         head = _ENVELOPE.decode(body)
     except msgspec.ValidationError:
@@ -151,6 +157,8 @@ def _envelope(body: bytes) -> None:
         raise VersionMismatch(version)
     if head["k"] not in KINDS:
         raise WireError("unknown message kind")
+    if head["k"] == NODE and tuple(version) < PACKED_DIGESTS:
+        raise VersionMismatch(version, f"{_fmt_version(PACKED_DIGESTS)} or later (node digests changed in it)")
 
 
 _INDEX = re.compile(r"\[\d+\]")
@@ -235,14 +243,12 @@ def _check_node(msg: dict) -> None:
 
 
 def _check_columns(steps: dict) -> None:
-    """A digest's step columns line up, one position per rank (the viewer writes them by position, a rank's row
-    at most once per message)."""
-    ranks = len(steps["r"])
-    lengths = {len(steps["n"]), len(steps["c"]), len(steps["t"]), len(steps["w"]), *map(len, steps["p"].values())}
-    if lengths != {ranks} or len(steps.get("g", steps["r"])) != ranks:
-        raise WireError("node: step columns of unequal length")
-    if len(set(steps["r"])) != ranks:
-        raise WireError("node: a rank twice in the step columns")
+    """A digest's packed step columns line up, one position per rank, each rank once (the viewer writes them by
+    position, a rank's row at most once per message), every figure within bounds (wire/step_block.py)."""
+    try:
+        step_block.check(steps)
+    except ValueError as exc:
+        raise WireError(f"node: {exc}") from None
 
 
 #: What each kind's type leaves to code, run by :func:`decode` after the type's own checks.

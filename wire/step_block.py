@@ -1,0 +1,151 @@
+"""A node digest's steps as packed columns: how the relay packs them, how decode checks them, how to read them.
+
+At 4,096 ranks a viewer takes about 2,000 digests a second. Sent as MessagePack
+lists of numbers, each digest's steps (8 ranks x a dozen figures) became a
+hundred Python floats at decode and went back into numpy arrays after it: a
+fifth of what the viewer spent receiving. Packed, each column is one
+MessagePack ``bin``: decode copies a few byte strings, and the viewer joins a
+go of digests' columns and reads them with ``numpy.frombuffer`` in a few
+operations (watch/job_state.py).
+
+The block (wire/messages.py's ``NodeSteps``), every number little-endian,
+position ``i`` of every column being rank ``r[i]``'s interval:
+
+- ``r``: the ranks, int32, each once;
+- ``n``: the interval's last step, int64; ``c``: how many steps it stands
+  for, int64;
+- ``f``: float64, rank by rank: its start (unix s, chosen so that start +
+  mean wall is when its last step ended), its mean wall time, then its mean
+  own time in each phase of ``p`` (0.0 for a phase it spent nothing in);
+- ``p``: the phases' names, in the order of ``f``;
+- ``g`` (absent when no rank's steps carry device times): one byte a rank,
+  1 where its steps carry device times.
+
+Standard library only: the probe's side imports wire/, and numpy is the
+viewer's alone (tests/test_layering.py). :func:`check` bounds every figure as
+the rest of the wire does (wire/messages.py), with a few C-level passes rather
+than one Python call per number; :func:`read` turns a block into plain lists,
+for readers without numpy and for tests.
+"""
+
+from __future__ import annotations
+
+import struct
+import sys
+from array import array
+from itertools import chain
+from typing import Any
+
+from .messages import MAX_FIGURE, MAX_PHASES, MAX_RANKS
+
+#: The columns' element types, as :mod:`array` and numpy name them.
+RANK, WHOLE, FIGURE, FLAG = "i", "q", "d", "B"
+DTYPES = {"r": "<i4", "n": "<i8", "c": "<i8", "f": "<f8", "g": "u1"}
+#: Figures in ``f`` per rank before its phases: start, mean wall.
+LEADING = 2
+
+_SWAP = sys.byteorder == "big"  # the wire is little-endian; a big-endian host swaps
+#: A figure within [0, MAX_FIGURE], read as the int64 of its bits: from 0 (0.0) to MAX_FIGURE's bits, in order;
+#: NaN, infinities and negative figures fall outside (-0.0, whose bits are int64's least, is let through).
+_TOP_BITS = struct.unpack("<q", struct.pack("<d", MAX_FIGURE))[0]
+_NEG_ZERO_BITS = -(1 << 63)
+_WHOLE = int(MAX_FIGURE)
+#: The top bytes of the float64s in [0, 2**49): sign clear, exponent below 2**49's (0x430).
+_SMALL_TIME_TOPS = bytes(range(0x43))
+#: The third byte of an int32 rank below MAX_RANKS (2**22), whose top byte is 0.
+_RANK_BYTE2 = bytes(range(MAX_RANKS >> 16))
+
+
+def _packed(code: str, values: Any) -> bytes:
+    out = array(code, values)
+    if _SWAP:
+        out.byteswap()
+    return out.tobytes()
+
+
+def _numbers(code: str, data: bytes) -> list:
+    if _SWAP:
+        out = array(code)
+        out.frombytes(data)
+        out.byteswap()
+        return out.tolist()
+    return memoryview(data).cast(code).tolist()
+
+
+def pack(
+    ranks: list[int], last: list[int], count: list[int], start: list[float], wall: list[float],
+    own: dict[str, list[float]], device: list[bool] | None = None,
+) -> dict[str, Any]:  # fmt: skip
+    """The block of the given columns (each as long as ``ranks``; ``own``: a column per phase)."""
+    names = list(own)
+    out: dict[str, Any] = {
+        "r": _packed(RANK, ranks),
+        "n": _packed(WHOLE, last),
+        "c": _packed(WHOLE, count),
+        "f": _packed(FIGURE, chain.from_iterable(zip(start, wall, *own.values()))),
+        "p": names,
+    }
+    if device is not None and any(device):
+        out["g"] = bytes(map(bool, device))
+    return out
+
+
+def check(steps: dict[str, Any]) -> None:
+    """Raises ValueError (its text names the fault, never the data) unless the block is whole and every figure
+    is within the wire's bounds: ranks in [0, MAX_RANKS) and each once, steps within +-MAX_FIGURE, counts at
+    least 1, times in [0, MAX_FIGURE], flags 0 or 1.
+
+    A Python comparison per number would cost what decoding them as lists did. So the common case is read off
+    each number's most significant byte, a few C-level byte operations for the whole column: a time whose top
+    byte is under 0x43 is a float64 in [0, 2**49 s), a step number whose top byte is 0x00 or 0xff is within
+    +-2**56. Only a column with a number outside those is compared number by number."""
+    r = steps["r"]
+    k, rest = divmod(len(r), 4)
+    names = steps["p"]
+    if rest or not k or len(steps["n"]) != 8 * k or len(steps["c"]) != 8 * k:
+        raise ValueError("step columns of unequal length")
+    if len(steps["f"]) != 8 * k * (LEADING + len(names)) or len(steps.get("g", b"\0" * k)) != k:
+        raise ValueError("step columns of unequal length")
+    if len(names) > MAX_PHASES or len(set(names)) != len(names):
+        raise ValueError("step columns name a phase twice or too many phases")
+    ranks = _numbers(RANK, r)
+    if not (_only(r[3::4], b"\0") and _only(r[2::4], _RANK_BYTE2)) and (min(ranks) < 0 or max(ranks) >= MAX_RANKS):
+        raise ValueError("a rank out of range in the step columns")
+    if len(set(ranks)) != k:
+        raise ValueError("a rank twice in the step columns")
+    last = steps["n"]
+    if not _only(last[7::8], b"\0\xff") and not -_WHOLE <= min(_numbers(WHOLE, last)) <= max(_numbers(WHOLE, last)) <= _WHOLE:
+        raise ValueError("a step number out of range in the step columns")
+    count = _numbers(WHOLE, steps["c"])
+    if min(count) < 1 or max(count) > _WHOLE:
+        raise ValueError("a step count out of range in the step columns")
+    figures = steps["f"]
+    if not _only(figures[7::8], _SMALL_TIME_TOPS):
+        bits = _numbers(WHOLE, figures)
+        if max(bits) > _TOP_BITS or (min(bits) < 0 and any(b < 0 and b != _NEG_ZERO_BITS for b in bits)):
+            raise ValueError("a time out of range in the step columns")
+    if "g" in steps and not _only(steps["g"], b"\0\1"):
+        raise ValueError("a device-times flag that is neither 0 nor 1")
+
+
+def _only(data: bytes, allowed: bytes) -> bool:
+    """Every byte of ``data`` is one of ``allowed`` (in C: what deleting them leaves is empty)."""
+    return not data.translate(None, allowed)
+
+
+def read(steps: dict[str, Any]) -> dict[str, Any]:
+    """The block as plain lists, as it was built: ``r``, ``n``, ``c``, ``t``, ``w``, ``p`` (a list per phase
+    name) and ``g`` (a bool per rank, where the block has it)."""
+    width = LEADING + len(steps["p"])
+    figures = _numbers(FIGURE, steps["f"])
+    out: dict[str, Any] = {
+        "r": _numbers(RANK, steps["r"]),
+        "n": _numbers(WHOLE, steps["n"]),
+        "c": _numbers(WHOLE, steps["c"]),
+        "t": figures[0::width],
+        "w": figures[1::width],
+        "p": {name: figures[LEADING + j :: width] for j, name in enumerate(steps["p"])},
+    }
+    if "g" in steps:
+        out["g"] = [bool(b) for b in steps["g"]]
+    return out
