@@ -12,7 +12,7 @@ The inputs, in shares: real frames (the simulator's, and the probe's own
 messages with every optional part: states with memory, GPU, capture and
 collective, collective summaries with their sample of raw calls, replies) mutated where it hurts
 (a key dropped, a value replaced by another type, NaN, infinities, huge or
-negative numbers, deep nesting), generated structures with the real keys,
+negative numbers, deep nesting, a packed column's bytes damaged), generated structures with the real keys,
 raw byte mutations, signed commands (mutated, then signed with the job's
 secret so they reach the decoder), and node records. Hypothesis would take an
 hour for a million inputs; this mutator does it in minutes
@@ -210,7 +210,10 @@ class Mutator:
                     del target[r.choice(keys)]
                 elif keys and op < 0.85:
                     key = r.choice(keys)
-                    target[key] = self.nested() if r.random() < 0.01 else self.value()
+                    if isinstance(target[key], bytes) and r.random() < 0.7:  # a packed column (a digest's steps)
+                        target[key] = self.bytes(target[key])
+                    else:
+                        target[key] = self.nested() if r.random() < 0.01 else self.value()
                 else:
                     target[self.key()] = self.value()
             else:
