@@ -75,6 +75,7 @@ class Relay:
         self._threads: list[threading.Thread] = []
         self._controls: list[zmq.Socket] = []
         self._gate: Gate | None = None
+        self._ipc_files: list[Path] = []  # the node-local sockets it bound (removed when it stops)
         self.record_path: Path | None = None
         self.telemetry_url = ""
         self.control_url = ""
@@ -82,6 +83,7 @@ class Relay:
     def start(self) -> None:
         ctx = self._context
         tele_ipc, ctl_ipc = ipc_endpoints(self._identity.job, self._identity.host, self._directory)
+        self._ipc_files = [Path(url[len("ipc://") :]) for url in (tele_ipc, ctl_ipc)]
         addr = bind_address()
         try:
             wanted = ports.relay_ports()
@@ -179,5 +181,11 @@ class Relay:
             ctl.close(linger=0)
         self._controls.clear()
         self._threads.clear()
+        # ZeroMQ leaves a bound IPC socket's file behind when the socket closes (libzmq 4.3 removes only the ones
+        # it named itself): without this every job left two files a node in the per-user folder, for good. The
+        # relay holds the node's claim until after this, so no newer relay has bound them meanwhile.
+        for path in self._ipc_files:
+            path.unlink(missing_ok=True)
+        self._ipc_files = []
         return closed
 
