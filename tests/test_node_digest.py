@@ -179,6 +179,27 @@ def test_a_rank_heard_step_by_step_is_left_out_of_its_nodes_columns_and_the_othe
     assert by_rank[2].steps[0][2] == pytest.approx(0.12) and by_rank[2].last_step_end == pytest.approx(100.0 + 4 * 0.12 + 0.12)
 
 
+def test_a_go_of_digests_where_a_rank_moved_nodes_counts_its_steps_as_one_by_one():
+    """The receiver hands over a poll's digests in one go, written together (watch/job_state.py: settle). A rank
+    in two nodes' digests of one go (it moved between them) must not be written twice in one numpy go: its
+    steps count as they would one digest at a time."""
+    first, second = NodeDigest("j", "node0"), NodeDigest("j", "node1")
+    for n in (1, 2):
+        first.add(schema.STEPS, steps(4, [record(n, 0.1, forward=0.05)]))
+        first.add(schema.STEPS, steps(5, [record(n, 0.1, forward=0.05)]))
+    for n in (3, 4, 5):
+        second.add(schema.STEPS, steps(5, [record(n, 0.2, forward=0.15)]))
+        second.add(schema.STEPS, steps(6, [record(n, 0.1, forward=0.05)]))
+    frames = [schema.encode(schema.NODE, d.body(0.0, 1.0)) for d in (first, second)]
+    one, go = Aggregator("j"), Aggregator("j")
+    for message in frames:
+        one.ingest_frames(message, "tcp://relay:1")
+    go.ingest_batch([(message, "tcp://relay:1") for message in frames])
+    a, b = one.snapshot(), go.snapshot()
+    assert [(r.rank, r.step, r.steps_seen) for r in a.ranks] == [(r.rank, r.step, r.steps_seen) for r in b.ranks]
+    assert [(r.rank, r.step, r.steps_seen) for r in b.ranks] == [(4, 2, 2), (5, 5, 5), (6, 5, 3)]
+
+
 def test_a_ranks_steps_are_columns_and_only_a_rank_with_more_to_say_gets_an_entry():
     """Most intervals most ranks have nothing but steps to say: the digest then carries its ranks' steps as
     columns, one list per figure, and no entry; a phase a rank spent nothing in is 0.0 in its column."""
