@@ -161,7 +161,9 @@ def test_the_relay_ends_when_its_ranks_are_killed(launch_ranks):
 
 #: A launcher like torchrun's agent: two ranks in its own process group, waited for.
 LAUNCHER = (
-    "import os, subprocess, sys\n"
+    "import os, signal, subprocess, sys\n"
+    # as a launcher in a terminal has it: a test run in the background starts with Ctrl-C ignored, and its ranks would too
+    "signal.signal(signal.SIGINT, signal.default_int_handler)\n"
     "ranks = [subprocess.Popen([sys.executable, sys.argv[1]], env=dict(os.environ, RANK=str(r), LOCAL_RANK=str(r))) for r in (0, 1)]\n"
     "try:\n"
     "    [p.wait() for p in ranks]\n"
