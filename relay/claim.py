@@ -32,7 +32,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from ranktop.transport.ipc import ipc_endpoints
+from ranktop.transport.ipc import ipc_endpoints, socket_file
 
 RELAY_LOCK = "relay.lock"
 SPAWN_LOCK = "spawn.lock"
@@ -104,7 +104,7 @@ class Claim:
 
     def __init__(self, job: str, host: str, directory: str | os.PathLike | None = None):
         tele, _ = ipc_endpoints(job, host, directory)  # creates the per-user 0700 folder
-        self.folder = Path(tele[len("ipc://") :]).with_suffix(".relay")
+        self.folder = socket_file(tele).with_suffix(".relay")
         self.folder.mkdir(mode=0o700, exist_ok=True)
 
     def _open(self, name: str) -> int:

@@ -32,7 +32,7 @@ import zmq
 
 from ranktop.wire import settings
 from ranktop.transport import ports, rendezvous
-from ranktop.transport.ipc import ipc_endpoints
+from ranktop.transport.ipc import ipc_endpoints, socket_file
 from ranktop.wire.node_digest import NodeDigest
 
 from .digest import DigestThread
@@ -83,7 +83,7 @@ class Relay:
     def start(self) -> None:
         ctx = self._context
         tele_ipc, ctl_ipc = ipc_endpoints(self._identity.job, self._identity.host, self._directory)
-        self._ipc_files = [Path(url[len("ipc://") :]) for url in (tele_ipc, ctl_ipc)]
+        self._ipc_files = [socket_file(url) for url in (tele_ipc, ctl_ipc)]
         addr = bind_address()
         try:
             wanted = ports.relay_ports()

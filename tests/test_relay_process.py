@@ -23,7 +23,7 @@ from ranktop.transport.identity import detect
 from ranktop.relay.claim import Claim, process_start
 from ranktop.watch.session import WatchSession, resolve
 from ranktop.transport import rendezvous
-from ranktop.transport.ipc import ipc_endpoints
+from ranktop.transport.ipc import ipc_endpoints, socket_file
 
 HOST = socket.gethostname()
 RELAY = [sys.executable, "-m", "ranktop.relay.process"]
@@ -155,7 +155,7 @@ def test_the_relay_ends_when_its_ranks_are_killed(launch_ranks):
     wait_for(lambda: process_start(relay) is None, 5, "the relay outlived its ranks")
     assert rendezvous.read_nodes("relay-orphan") == [] and relay_pids("relay-orphan") == []
     assert not list(Claim("relay-orphan", HOST).folder.glob("rank-*"))
-    sockets = [Path(url[len("ipc://") :]) for url in ipc_endpoints("relay-orphan", HOST)]
+    sockets = [socket_file(url) for url in ipc_endpoints("relay-orphan", HOST)]
     assert not [path for path in sockets if path.exists()]  # ZeroMQ leaves them; the relay takes them away
 
 

@@ -21,6 +21,11 @@ def ipc_folder() -> Path:
     return folder
 
 
+def socket_file(url: str) -> Path:
+    """The file behind one of :func:`ipc_endpoints`' addresses (``ipc://<path>``)."""
+    return Path(url[len("ipc://") :])
+
+
 def ipc_endpoints(job: str, host: str = "", directory: str | os.PathLike | None = None) -> tuple[str, str]:
     """The node-local (telemetry, control) IPC addresses of a job on one node; every local rank derives the same.
 

@@ -242,8 +242,8 @@ class Aggregator:
                     self._building.notify_all()
 
     def yield_to_snapshots(self, timeout: float = SNAPSHOT_FIRST_S) -> None:
-        """Wait (at most ``timeout``) for the snapshots being built to be done. The receiver calls this before
-        each go of messages: the interpreter runs one thread at a time, and a snapshot that shares it with a
+        """Wait (at most ``timeout``) for the snapshots being built to be done. :meth:`ingest_batch` calls this
+        before each message of the receiver's go: the interpreter runs one thread at a time, and a snapshot that shares it with a
         busy receiver takes twice its CPU time to reach the screen, while the messages wait in ZeroMQ's
         queues at no cost and are taken right after."""
         with self._building:

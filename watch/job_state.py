@@ -30,6 +30,7 @@ from ranktop.watch.endpoints import Endpoints, EndpointsView
 from ranktop.watch.lifecycle import JobLife, Lifecycle, fresh_window
 from ranktop.watch.resources import ResourceTracker, ResourceView
 from ranktop.watch.stragglers import MIN_STEPS_TO_SCORE
+from ranktop.watch.rank_rows import host_ids
 from ranktop.watch.rank_scalars import RankScalars
 from ranktop.watch.window import RankWindow
 from ranktop.wire import capture as wire_capture
@@ -46,6 +47,7 @@ class JobView:
     windows: list[RankWindow]  # in rank order: for what is read of a few ranks only (collective rows)
     rank: np.ndarray
     host: list[str]
+    host_id: np.ndarray  # int64: each rank's host as a number (rank_rows.host_ids)
     step: np.ndarray
     steps_seen: np.ndarray
     missed: np.ndarray
@@ -98,7 +100,7 @@ class JobState:
         self._order: tuple[np.ndarray, np.ndarray] | None = None  # (ranks, rows) in rank order, with _sorted
         self._pending: list[tuple[dict, str | None, float, str]] = []  # digests' steps not yet written (settle)
         self._hellos = 0  # hellos taken and windows placed so far: the host list is stale when it moved
-        self._host_list: tuple[int, list[str]] | None = None  # (_hellos, every rank's host) of the last view
+        self._host_list: tuple[int, list[str], np.ndarray] | None = None  # (_hellos, every rank's host, their ids)
 
     # -- messages (the receiver thread) -------------------------------------------------------
 
@@ -212,7 +214,7 @@ class JobState:
             for digest in digests:
                 self._take_digest_steps([digest])
             return
-        sizes = [len(s["r"]) // 4 for s in steps]
+        sizes = [step_block.size(s) for s in steps]
         numbers = ranks.tolist()
         try:
             rows = np.array(itemgetter(*numbers)(self._row_of) if len(numbers) > 1 else [self._row_of[numbers[0]]], np.int64)
@@ -305,13 +307,15 @@ class JobState:
             self.layout = layouts.learn({w.rank: w.meta.get("groups") for w in ws if w.meta.get("groups")})
             self._classes = None
         class_ids, stage_ids = self._peer_classes(ws, rank)
+        hosts, host_id = self._hosts(ws, endpoints)
         return JobView(
             now=now,
             wall=wall,
             names=names,
             windows=ws,
             rank=rank,
-            host=self._hosts(ws, endpoints),
+            host=hosts,
+            host_id=host_id,
             step=last,
             steps_seen=seen,
             missed=missed,
@@ -378,15 +382,17 @@ class JobState:
         self._classes = (layout, ws, class_ids, stage_ids)
         return class_ids, stage_ids
 
-    def _hosts(self, ws: list[RankWindow], endpoints: Endpoints) -> list[str]:
-        """Each rank's host, in rank order; the same list again while no hello or rank came and every rank's
-        came from its hello (until then, the relay's host stands in: it may change)."""
+    def _hosts(self, ws: list[RankWindow], endpoints: Endpoints) -> tuple[list[str], np.ndarray]:
+        """Each rank's host, in rank order, and the hosts as numbers (rank_rows.host_ids); the same again while no
+        hello or rank came and every rank's came from its hello (until then, the relay's host stands in: it may
+        change)."""
         if self._host_list is not None and self._host_list[0] == self._hellos:
-            return self._host_list[1]
+            return self._host_list[1], self._host_list[2]
         hosts = [self._host_of(w, endpoints) for w in ws]
+        ids = host_ids(hosts)
         if all("host" in w.meta for w in ws):
-            self._host_list = (self._hellos, hosts)
-        return hosts
+            self._host_list = (self._hellos, hosts, ids)
+        return hosts, ids
 
     def _host_of(self, w: RankWindow, endpoints: Endpoints) -> str:
         """The rank's host from its hello; until that arrives, the host of the node's relay it was heard through."""

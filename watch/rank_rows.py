@@ -30,6 +30,14 @@ from ranktop.watch.statuses import STATUSES
 STATUS_CODE = {name: code for code, name in enumerate(STATUSES)}
 
 
+def host_ids(host: list[str]) -> np.ndarray:
+    """Each rank's host as a small whole number (0 for the first host named, 1 for the next, ...): what slow-host
+    counting bins by. Worked out once per host list by its owner (watch/job_state.py keeps one while no hello
+    changes it), not once a snapshot."""
+    ids: dict[str, int] = {}
+    return np.fromiter((ids.setdefault(h, len(ids)) for h in host), np.int64, len(host))
+
+
 @dataclass(frozen=True, eq=False)
 class RankTable:
     """Every rank of one snapshot as columns, in rank order. A missing figure is NaN (None in a row)."""
@@ -38,6 +46,7 @@ class RankTable:
     rank: np.ndarray  # int64, ascending
     status: np.ndarray  # int8: an index into statuses.STATUSES
     host: list[str]
+    host_id: np.ndarray  # int64: each rank's host as a small whole number, the same for ranks of one host (host_ids)
     step: np.ndarray  # int64: the last step received (-1: none)
     steps_seen: np.ndarray  # int64
     missed: np.ndarray  # int64
@@ -85,6 +94,7 @@ class RankTable:
             rank=np.array([r.rank for r in rows], np.int64),
             status=np.array([STATUS_CODE[r.status] for r in rows], np.int8),
             host=[r.host for r in rows],
+            host_id=host_ids([r.host for r in rows]),
             step=np.array([r.step for r in rows], np.int64),
             steps_seen=np.array([r.steps_seen for r in rows], np.int64),
             missed=np.array([r.missed for r in rows], np.int64),

@@ -350,9 +350,8 @@ class Receiver(threading.Thread):
                 except Exception as exc:  # the message is lost, never the thread
                     self._aggregator.note_dropped(fault=f"dropped messages the receiver could not handle: {exc.__class__.__name__}")
             batch = kept
-        self._aggregator.yield_to_snapshots()  # the screen's snapshot first (watch/aggregator.py)
         try:
-            taken = self._aggregator.ingest_batch(batch)
+            taken = self._aggregator.ingest_batch(batch)  # (a snapshot being built goes first: yield_to_snapshots)
         except Exception as exc:  # whatever the messages hold, never end the thread (the picture would freeze)
             self._aggregator.note_dropped(fault=f"dropped messages the receiver could not handle: {exc.__class__.__name__}")
             return

@@ -64,6 +64,7 @@ def build(view: JobView, extras: Extras) -> Snapshot:
         rank=view.rank,
         status=status,
         host=view.host,
+        host_id=view.host_id,
         step=view.step,
         steps_seen=view.steps_seen,
         missed=view.missed,

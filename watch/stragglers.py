@@ -152,26 +152,13 @@ def slow_hosts(table: RankTable) -> list[str]:
     which = np.flatnonzero(counted)
     if not len(which):
         return []
-    host_id, hosts = _host_ids(table.host)
-    host_id = host_id[which]
+    host_id = table.host_id[which]
     if len(np.unique(host_id)) < 2:
         return []
-    members = np.bincount(host_id, minlength=len(hosts))
-    slow = np.bincount(host_id, weights=(table.status[which] == STATUS_CODE[SLOW]), minlength=len(hosts))
-    return sorted(hosts[h] for h in np.flatnonzero((slow == members) & (members > 0)).tolist())
-
-
-def _host_ids(host: list[str]) -> tuple[np.ndarray, list[str]]:
-    """Each rank's host as a small whole number, and the hosts; worked out again only for another list (the
-    job state hands every snapshot the same list while no hello changes it: watch/job_state.py)."""
-    global _HOST_IDS
-    if _HOST_IDS is None or _HOST_IDS[0] is not host:
-        ids: dict[str, int] = {}
-        _HOST_IDS = (host, np.fromiter((ids.setdefault(h, len(ids)) for h in host), np.int64, len(host)), list(ids))
-    return _HOST_IDS[1], _HOST_IDS[2]
-
-
-_HOST_IDS: tuple[list[str], np.ndarray, list[str]] | None = None  # (the list, its ids, the hosts) of the last call
+    members = np.bincount(host_id)
+    slow = np.bincount(host_id, weights=(table.status[which] == STATUS_CODE[SLOW]), minlength=len(members))
+    suspects = np.flatnonzero((slow == members) & (members > 0))
+    return sorted(table.host[which[np.argmax(host_id == h)]] for h in suspects.tolist())  # (a rank of each host names it)
 
 
 @dataclass(frozen=True)

@@ -43,6 +43,8 @@ RANK, WHOLE, FIGURE, FLAG = "i", "q", "d", "B"
 DTYPES = {"r": "<i4", "n": "<i8", "c": "<i8", "f": "<f8", "g": "u1"}
 #: Figures in ``f`` per rank before its phases: start, mean wall.
 LEADING = 2
+#: Bytes of one rank in ``r`` (int32).
+RANK_BYTES = 4
 
 _SWAP = sys.byteorder == "big"  # the wire is little-endian; a big-endian host swaps
 #: A figure within [0, MAX_FIGURE], read as the int64 of its bits: from 0 (0.0) to MAX_FIGURE's bits, in order;
@@ -100,7 +102,7 @@ def check(steps: dict[str, Any]) -> None:
     byte is under 0x43 is a float64 in [0, 2**49 s), a step number whose top byte is 0x00 or 0xff is within
     +-2**56. Only a column with a number outside those is compared number by number."""
     r = steps["r"]
-    k, rest = divmod(len(r), 4)
+    k, rest = divmod(len(r), RANK_BYTES)
     names = steps["p"]
     if rest or not k or len(steps["n"]) != 8 * k or len(steps["c"]) != 8 * k:
         raise ValueError("step columns of unequal length")
@@ -131,6 +133,11 @@ def check(steps: dict[str, Any]) -> None:
 def _only(data: bytes, allowed: bytes) -> bool:
     """Every byte of ``data`` is one of ``allowed`` (in C: what deleting them leaves is empty)."""
     return not data.translate(None, allowed)
+
+
+def size(steps: dict[str, Any]) -> int:
+    """How many ranks a (checked) block holds."""
+    return len(steps["r"]) // RANK_BYTES
 
 
 def read(steps: dict[str, Any]) -> dict[str, Any]:
