@@ -44,10 +44,13 @@ the script has imported it (``ranktop launch``) or from ``probe.automatic()``.
 
 from __future__ import annotations
 
+import sys
 import threading
+import warnings
 import weakref
 from typing import Any, Callable
 
+from . import dynamo_guard
 from .recorder import Recorder
 
 #: Eval-like forwards and fetches in a row, with no backward or optimizer step, that make an evaluation loop.
@@ -187,17 +190,41 @@ class TorchHooks:
 
     ``model``/``optimizer`` (from ``probe.automatic(model, optimizer)``) narrow the
     hooks to those objects: then no global module hook is ever installed.
+
+    Invisible to torch.compile: every hook and wrapper first asks
+    ``torch.compiler.is_compiling()`` (probe/dynamo_guard.py) and, while dynamo traces it, does nothing
+    but what the code would do without it (a hook returns, a wrapper calls the
+    function it wraps). Dynamo folds that question to a constant, so a hook
+    reached inside a compiled region (a submodule of a compiled block, a global
+    hook during discovery, the root of ``model.compile()``) traces to nothing:
+    no graph break, no guard, no recompile, and ``fullgraph=True`` holds. What
+    runs inside a compiled region is therefore timed from its eager boundary
+    (the compiled module's call, ``backward``, the optimizer step); see
+    docs/auto-mode.md for what that means pattern by pattern.
+
+    A fault in any hook (an exception of ours) switches the probe off through
+    ``on_fault`` and never reaches the training loop; the hooks are removed at
+    the next point where torch is not iterating them.
     """
 
-    def __init__(self, timer: AutoTimer, model: Any = None, optimizer: Any = None, on_first_step: Callable[[Any], None] | None = None):
+    def __init__(
+        self,
+        timer: AutoTimer,
+        model: Any = None,
+        optimizer: Any = None,
+        on_first_step: Callable[[Any], None] | None = None,
+        on_fault: Callable[[BaseException], None] | None = None,
+    ):
         import torch
 
+        dynamo_guard.bind(torch)
         self.timer = timer
         self._torch = torch
         self._thread = threading.get_ident()
         self._model = model
         self._optimizer = optimizer
         self._on_first_step = on_first_step
+        self._on_fault = on_fault
         self._handles: list[Any] = []
         self._discovery: list[Any] = []  # the global module hooks, until the roots are known
         self._roots: dict[int, weakref.ref] = {}
@@ -206,7 +233,11 @@ class TorchHooks:
         self._bwd_depth = 0
         self._opt_depth = 0
         self._data_depth = 0
+        self._in_opt_hook = False  # torch is iterating the optimizer's hook dicts: removing one now would break it
+        self._remove_pending = False
+        self._faulted = False
         self._patched: list[tuple[Any, str, Any]] = []
+        self._compiled: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # module -> (our wrapper, its compiled call)
         self.installed = False
 
     # -- installing -------------------------------------------------------------
@@ -226,23 +257,38 @@ class TorchHooks:
         if self._model is not None:
             self._hook_root(self._model)
         else:
+            # torch.compile(module) warns of global hooks firing "an extra time" on its wrapper: ours know
+            # (the wrapper is the root, the module inside it depth 1) and end before dynamo sees them.
+            warnings.filterwarnings("ignore", message=r"Using `torch\.compile\(module\)` when there are global hooks")
             self._discovery = [
                 nn_module.register_module_forward_pre_hook(self._fwd_pre_discover),
                 nn_module.register_module_forward_hook(self._fwd_post_discover, always_call=True),
             ]
         self._patch(torch.autograd, "backward", self._wrap_backward(torch.autograd.backward))
+        if hasattr(torch.nn.Module, "compile"):
+            self._patch(torch.nn.Module, "compile", self._wrap_compile(torch.nn.Module.compile))
         iter_class = dataloader._BaseDataLoaderIter
         self._patch(iter_class, "__next__", self._wrap_next(iter_class.__next__))
         self.installed = True
         return self
 
     def remove(self) -> None:
+        """Take every hook and patch away; while torch runs the optimizer's hooks, at the next safe point."""
+        if self._in_opt_hook:
+            self._remove_pending = True
+            return
+        self._remove_pending = False
         for handle in self._handles + self._discovery:
             handle.remove()
         self._handles, self._discovery = [], []
         for owner, name, original in reversed(self._patched):
-            setattr(owner, name, original)
+            if getattr(owner, name, None) is not original:
+                setattr(owner, name, original)
         self._patched = []
+        for module, (wrapped, compiled) in list(self._compiled.items()):
+            if module.__dict__.get("_compiled_call_impl") is wrapped:
+                module._compiled_call_impl = compiled
+        self._compiled.clear()
         self.installed = False
 
     def _patch(self, owner: Any, name: str, wrapper: Any) -> None:
@@ -256,83 +302,203 @@ class TorchHooks:
         self._hook_module(module)
 
     def _hook_module(self, module: Any) -> None:
+        if module.__dict__.get("_compiled_call_impl") is not None:
+            self._wrap_compiled_call(module)  # its own hooks run inside the compiled region: time its call instead
+            return
         # First of the module's pre-hooks and last of its post-hooks: the script's own hooks are forward time.
         self._handles.append(module.register_forward_pre_hook(self._fwd_pre, prepend=True))
         self._handles.append(module.register_forward_hook(self._fwd_post, always_call=True))
 
     def _end_discovery(self) -> None:
-        """After the first optimizer step: hooks on the root modules seen, none on the rest."""
+        """After the first optimizer step, or before the first compiled module runs: hooks on the root
+        modules seen, none on the rest.
+
+        Dynamo guards a compiled region on how many global module hooks there
+        are; taking ours away after it compiled would recompile it once. So a
+        compiled module's first (eager) call ends discovery before dynamo sees
+        it. That call may be nested (a compiled block inside an eager root): then
+        the modules open around it lose their global post-hooks, and only the
+        root's own hook, registered now, will close; the depth is set to match.
+        """
         for handle in self._discovery:
             handle.remove()
         self._discovery = []
+        if self._fwd_depth > 1:
+            self._fwd_depth = 1
         for ref in list(self._roots.values()):
             module = ref()
             if module is not None:
                 self._hook_module(module)
 
+    def _fault(self, exc: BaseException) -> None:
+        """Our own error inside a hook: automatic mode (and the probe, through ``on_fault``) goes off, training goes on."""
+        if self._faulted:
+            return
+        self._faulted = True
+        self.timer.disable()
+        self._remove_pending = True
+        try:
+            if self._on_fault is not None:
+                self._on_fault(exc)
+            else:
+                print(f"ranktop: automatic mode switched off after an internal error ({exc.__class__.__name__}: {exc}); "
+                      "training continues", file=sys.stderr)  # fmt: skip
+        except Exception:
+            pass
+
+    def _remove_now(self) -> None:
+        """Called where torch iterates no hook dict of ours (a module hook runs over a copy of them)."""
+        try:
+            self.remove()
+        except Exception:
+            self._patched, self._handles, self._discovery = [], [], []
+
     # -- the hooks (hot path) ---------------------------------------------------
+    # Each one: nothing while dynamo traces, nothing off the training thread, and never an exception out.
 
     def _fwd_pre_discover(self, module, args):
-        if self._thread != threading.get_ident():
+        if dynamo_guard.is_compiling() or self._thread != _get_ident():
             return
-        if self._fwd_depth == 0 and not self._bwd_depth:
-            self._roots.setdefault(id(module), weakref.ref(module))
+        try:
+            root = self._fwd_depth == 0 and not self._bwd_depth
+            if root:
+                self._roots.setdefault(id(module), weakref.ref(module))
+            if "dynamo_ctx" in module.__dict__ and self._discovery:  # an OptimizedModule, about to compile
+                self._end_discovery()
+                if not root:
+                    return  # not a root: no hook of ours closes this call
+        except Exception as exc:
+            self._fault(exc)
         self._fwd_pre(module, args)
 
     def _fwd_post_discover(self, module, args, output):
-        if self._thread != threading.get_ident():
+        if dynamo_guard.is_compiling() or self._thread != _get_ident():
             return
         self._fwd_post(module, args, output)
 
     def _fwd_pre(self, module, args):
-        if self._thread != threading.get_ident():
+        if dynamo_guard.is_compiling() or self._thread != _get_ident():
             return
-        depth = self._fwd_depth
-        self._fwd_depth = depth + 1
-        if depth == 0 and not self._bwd_depth:
-            self._fwd_open = self.timer.forward_begin(module.training and self._torch.is_grad_enabled())
+        if self._remove_pending:
+            return self._remove_now()
+        try:
+            depth = self._fwd_depth
+            self._fwd_depth = depth + 1
+            if depth == 0 and not self._bwd_depth:
+                self._fwd_open = self.timer.forward_begin(module.training and self._torch.is_grad_enabled())
+        except Exception as exc:
+            self._fault(exc)
 
     def _fwd_post(self, module, args, output):
-        if self._thread != threading.get_ident():
+        if dynamo_guard.is_compiling() or self._thread != _get_ident():
             return
-        depth = self._fwd_depth - 1
-        self._fwd_depth = depth if depth > 0 else 0
-        if depth <= 0 and self._fwd_open:
-            self._fwd_open = False
-            self.timer.forward_end()
+        if self._remove_pending:
+            return self._remove_now()
+        try:
+            depth = self._fwd_depth - 1
+            self._fwd_depth = depth if depth > 0 else 0
+            if depth <= 0 and self._fwd_open:
+                self._fwd_open = False
+                self.timer.forward_end()
+        except Exception as exc:
+            self._fault(exc)
 
     def _opt_pre(self, optimizer, args, kwargs):
-        if self._thread != threading.get_ident():
+        if dynamo_guard.is_compiling() or self._thread != _get_ident():
             return
-        self._opt_depth += 1
-        if self._opt_depth == 1:
-            self.timer.optimizer_begin()
+        self._in_opt_hook = True
+        try:
+            self._opt_depth += 1
+            if self._opt_depth == 1:
+                self.timer.optimizer_begin()
+        except Exception as exc:
+            self._fault(exc)
+        finally:
+            self._in_opt_hook = False
 
     def _opt_post(self, optimizer, args, kwargs):
-        if self._thread != threading.get_ident() or not self._opt_depth:
+        if dynamo_guard.is_compiling() or self._thread != _get_ident() or not self._opt_depth:
             return
-        self._opt_depth -= 1
-        if self._opt_depth == 0:
-            self.timer.optimizer_end()
-            if self._discovery and self._roots:  # (a step with no module call seen keeps discovering)
-                self._end_discovery()
-            if self._on_first_step is not None:
-                callback, self._on_first_step = self._on_first_step, None
-                callback(optimizer)
+        self._in_opt_hook = True
+        try:
+            self._opt_depth -= 1
+            if self._opt_depth == 0:
+                self.timer.optimizer_end()
+                if self._discovery and self._roots:  # (a step with no module call seen keeps discovering)
+                    self._end_discovery()
+                if self._on_first_step is not None:
+                    callback, self._on_first_step = self._on_first_step, None
+                    callback(optimizer)
+        except Exception as exc:
+            self._fault(exc)
+        finally:
+            self._in_opt_hook = False
+
+    def _wrap_compile(self, original):
+        """``module.compile()`` compiles the module's whole call, its hooks included: time that call from outside."""
+        hooks = self
+
+        def compile(module, *args, **kwargs):
+            result = original(module, *args, **kwargs)
+            try:
+                if hooks.installed and not hooks._faulted:
+                    hooks._wrap_compiled_call(module)
+            except Exception as exc:
+                hooks._fault(exc)
+            return result
+
+        compile.__wrapped__ = original
+        compile.__doc__ = original.__doc__
+        return compile
+
+    def _wrap_compiled_call(self, module: Any) -> None:
+        compiled = module.__dict__.get("_compiled_call_impl")
+        if compiled is None or self._compiled.get(module, (None,))[0] is compiled:
+            return
+        hooks = self
+        ref = weakref.ref(module)
+
+        def call(*args, **kwargs):
+            if dynamo_guard.is_compiling() or hooks._thread != _get_ident():
+                return compiled(*args, **kwargs)
+            owner = ref()
+            if hooks._discovery and owner is not None:  # before dynamo sees the global hooks (see _end_discovery)
+                if hooks._fwd_depth == 0 and not hooks._bwd_depth:
+                    hooks._roots.setdefault(id(owner), ref)
+                hooks._end_discovery()
+            if hooks._fwd_depth or hooks._bwd_depth or owner is None:
+                return compiled(*args, **kwargs)
+            hooks._fwd_pre(owner, args)
+            try:
+                return compiled(*args, **kwargs)
+            finally:
+                hooks._fwd_post(owner, args, None)
+
+        module._compiled_call_impl = call
+        self._compiled[module] = (call, compiled)
 
     def _wrap_backward(self, original):
         hooks = self
 
         def backward(*args, **kwargs):
-            if hooks._thread != threading.get_ident() or hooks._bwd_depth:
+            if dynamo_guard.is_compiling() or hooks._thread != _get_ident() or hooks._bwd_depth:
+                return original(*args, **kwargs)
+            if hooks._remove_pending:
+                hooks._remove_now()
                 return original(*args, **kwargs)
             hooks._bwd_depth = 1
-            hooks.timer.backward_begin()
+            try:
+                hooks.timer.backward_begin()
+            except Exception as exc:
+                hooks._fault(exc)
             try:
                 return original(*args, **kwargs)
             finally:
                 hooks._bwd_depth = 0
-                hooks.timer.backward_end()
+                try:
+                    hooks.timer.backward_end()
+                except Exception as exc:
+                    hooks._fault(exc)
 
         backward.__wrapped__ = original
         backward.__doc__ = original.__doc__
@@ -342,18 +508,30 @@ class TorchHooks:
         hooks = self
 
         def __next__(self):
-            if hooks._thread != threading.get_ident() or hooks._data_depth:
+            if dynamo_guard.is_compiling() or hooks._thread != _get_ident() or hooks._data_depth:
+                return original(self)
+            if hooks._remove_pending:
+                hooks._remove_now()
                 return original(self)
             hooks._data_depth = 1
-            hooks.timer.data_begin()
+            try:
+                hooks.timer.data_begin()
+            except Exception as exc:
+                hooks._fault(exc)
             try:
                 return original(self)
             finally:
                 hooks._data_depth = 0
-                hooks.timer.data_end()
+                try:
+                    hooks.timer.data_end()
+                except Exception as exc:
+                    hooks._fault(exc)
 
         __next__.__wrapped__ = original
         return __next__
+
+
+_get_ident = threading.get_ident
 
 
 # -- the process's automatic mode -----------------------------------------------
@@ -369,7 +547,7 @@ def start(probe: Any, model: Any = None, optimizer: Any = None) -> TorchHooks | 
         if _hooks is not None or not hasattr(probe, "recorder"):
             return _hooks
         timer = AutoTimer(probe.recorder)
-        hooks = TorchHooks(timer, model=model, optimizer=optimizer)
+        hooks = TorchHooks(timer, model=model, optimizer=optimizer, on_fault=getattr(probe, "_fault", None))
         gpu = _gpu_start_callback(probe)
         if gpu is not None:
             hooks._on_first_step = gpu
@@ -383,15 +561,18 @@ def stop(remove: bool = True) -> None:
 
     The timer's methods become no-ops at once. The hooks themselves are removed
     only from the training thread (or a fresh fork): removing them from the
-    sender thread could change torch's hook dicts while training iterates them.
+    sender thread could change torch's hook dicts while training iterates them,
+    so there they are only marked, and the training thread's next hook call
+    takes them away.
     """
     global _hooks
     hooks = _hooks
     if hooks is None:
         return
     hooks.timer.disable()
+    hooks._remove_pending = True
+    _hooks = None
     if remove:
-        _hooks = None
         try:
             hooks.remove()
         except Exception:

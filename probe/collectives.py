@@ -50,6 +50,7 @@ from typing import Any
 
 from ranktop.wire import parallel_groups
 
+from . import dynamo_guard
 from .recorder import Recorder, drain
 
 _perf = time.perf_counter
@@ -226,6 +227,7 @@ def install(tracker: CollectiveTracker) -> bool:
             return False
     if dist is None or not getattr(dist, "is_available", lambda: False)():
         return False
+    dynamo_guard.bind(sys.modules.get("torch"))
     if _installed:
         return True
     c10d = getattr(dist, "distributed_c10d", None)
@@ -450,7 +452,7 @@ def _wrap(name: str, arg: str, original, dist):
     @functools.wraps(original)
     def wrapper(*args, **kwargs):
         tracker = _tracker
-        if tracker is None or getattr(_inside_hook, "active", False):
+        if tracker is None or dynamo_guard.is_compiling() or getattr(_inside_hook, "active", False):
             return original(*args, **kwargs)
         try:
             payload = kwargs.get(arg) if arg in kwargs else (args[position] if position is not None and position < len(args) else None)
@@ -514,6 +516,8 @@ def _timed_wait(original, key: str = "", kind: str = P2P, ident=id):
 
     @functools.wraps(original)
     def wait(handle, *args, **kwargs):
+        if dynamo_guard.is_compiling():
+            return original(handle, *args, **kwargs)
         tracker = _tracker
         what = _pending.pop(ident(handle), None) if _pending else None
         if what is None and key:
@@ -559,7 +563,7 @@ def _install_batch_p2p(dist, c10d) -> None:
     @functools.wraps(original)
     def batch_isend_irecv(p2p_op_list, *args, **kwargs):
         tracker = _tracker
-        if tracker is None or getattr(_inside_hook, "active", False):
+        if tracker is None or dynamo_guard.is_compiling() or getattr(_inside_hook, "active", False):
             return original(p2p_op_list, *args, **kwargs)
         try:
             first = p2p_op_list[0]
@@ -614,7 +618,7 @@ def _functional_launch(name: str, group_position: int, original, funcol):
 
     @functools.wraps(original)
     def launch(*args, **kwargs):
-        if _tracker is None:
+        if _tracker is None or dynamo_guard.is_compiling():
             return original(*args, **kwargs)
         try:
             group = kwargs.get("group") if "group" in kwargs else args[group_position] if len(args) > group_position else None
@@ -668,7 +672,7 @@ def _timed_hook(hook):
     @functools.wraps(hook)
     def timed(state, bucket):
         tracker = _tracker
-        if tracker is None:
+        if tracker is None or dynamo_guard.is_compiling():
             return hook(state, bucket)
         try:
             buffer = bucket.buffer()
@@ -711,7 +715,7 @@ def _install_ddp() -> None:
     def forward(self, *args, **kwargs):
         # DDP accepts one comm hook, registered before the first forward: if the
         # user registered none by then, register the stock all-reduce, timed.
-        if not self.__dict__.get("_ranktop_hooked"):
+        if not dynamo_guard.is_compiling() and not self.__dict__.get("_ranktop_hooked"):
             self.__dict__["_ranktop_hooked"] = True
             if not getattr(self, "_comm_hooks", None):
                 try:

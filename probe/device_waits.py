@@ -47,6 +47,8 @@ import time
 import weakref
 from typing import Any
 
+from . import dynamo_guard
+
 _perf = time.perf_counter
 
 #: Events made up front for collective waits: two per call, so this many calls in flight.
@@ -354,7 +356,7 @@ def watch_work(work_class: Any, waits: DeviceWaits | None) -> None:
     @functools.wraps(original)
     def wait(self, *args, **kwargs):
         waits = _waits
-        if waits is None:
+        if waits is None or dynamo_guard.is_compiling():
             return original(self, *args, **kwargs)
         return waits.waited(self, original, args, kwargs)
 
