@@ -314,3 +314,38 @@ def test_probe_automatic_starts_the_probe_in_automatic_mode_and_shutdown_removes
     finally:
         probe.shutdown()
     assert runtime.active is runtime.DISABLED and torch.autograd.backward is before and auto._hooks is None
+
+
+@pytest.mark.parametrize("where", ["forward_begin", "optimizer_end", "data_begin", "backward_end"])
+def test_a_fault_in_a_hook_switches_the_probe_off_and_training_goes_on(rdv, capfd, monkeypatch, where):
+    """Anything raising inside automatic mode (here the state machine, at each kind of hook; inside the optimizer's
+    hooks torch is iterating them, so they are removed at the next safe point) costs the probe, never the job."""
+    from torch.nn.modules import module as nn_module
+
+    from ranktop import probe
+    from ranktop.probe import runtime
+
+    calls = {"n": 0}
+    original = getattr(AutoTimer, where)
+
+    def faulty(self, *args):
+        calls["n"] += 1
+        if calls["n"] == 3:
+            raise RuntimeError("injected fault")
+        return original(self, *args)
+
+    monkeypatch.setattr(AutoTimer, where, faulty)
+    before = (torch.autograd.backward, dict(nn_module._global_forward_pre_hooks))
+    model = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.Linear(8, 1))
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    p = probe.automatic()
+    try:
+        _loop(model, opt, _data(8))  # would raise here if the fault reached training
+        assert runtime.active is runtime.DISABLED and auto._hooks is None
+        assert (torch.autograd.backward, dict(nn_module._global_forward_pre_hooks)) == before
+        assert model._forward_pre_hooks == {} and model._forward_hooks == {}
+    finally:
+        probe.shutdown()
+    err = capfd.readouterr().err
+    assert err.count("ranktop: probe disabled") == 1 and "injected fault" in err and "training continues" in err
+    assert p.recorder.produced >= 1
