@@ -44,6 +44,7 @@ the script has imported it (``ranktop launch``) or from ``probe.automatic()``.
 
 from __future__ import annotations
 
+import functools
 import sys
 import threading
 import warnings
@@ -249,8 +250,8 @@ class TorchHooks:
         from torch.utils.data import dataloader
 
         if self._optimizer is not None:
-            self._handles.append(self._optimizer.register_step_pre_hook(self._opt_pre))
-            self._handles.append(self._optimizer.register_step_post_hook(self._opt_post))
+            self._handles.append(self._optimizer.register_step_pre_hook(OwnHook(self._opt_pre)))
+            self._handles.append(self._optimizer.register_step_post_hook(OwnHook(self._opt_post)))
         else:
             self._handles.append(optim_module.register_optimizer_step_pre_hook(self._opt_pre))
             self._handles.append(optim_module.register_optimizer_step_post_hook(self._opt_post))
@@ -306,8 +307,8 @@ class TorchHooks:
             self._wrap_compiled_call(module)  # its own hooks run inside the compiled region: time its call instead
             return
         # First of the module's pre-hooks and last of its post-hooks: the script's own hooks are forward time.
-        self._handles.append(module.register_forward_pre_hook(self._fwd_pre, prepend=True))
-        self._handles.append(module.register_forward_hook(self._fwd_post, always_call=True))
+        self._handles.append(module.register_forward_pre_hook(OwnHook(self._fwd_pre), prepend=True))
+        self._handles.append(module.register_forward_hook(OwnHook(self._fwd_post), always_call=True))
 
     def _end_discovery(self) -> None:
         """After the first optimizer step, or before the first compiled module runs: hooks on the root
@@ -532,6 +533,30 @@ class TorchHooks:
 
 
 _get_ident = threading.get_ident
+
+
+class OwnHook(functools.partial):
+    """A hook of ours on the script's own model or optimizer: called as the method it holds (a C-level call,
+    no extra frame), but copied as an inert one.
+
+    ``copy.deepcopy(model)`` (an EMA or teacher copy) and ``torch.save(model)``
+    copy a module's hook dicts; a bound method of ours would drag the whole
+    automatic mode along, torch module included, and fail ("cannot pickle
+    'module' object"). A copy gets ``functools.partial(sys.audit, ...)``
+    instead: a no-op made of the standard library alone, so a checkpoint saved
+    under ranktop loads where ranktop is not installed, and a copy of the model
+    is not timed as the model.
+    """
+
+    def __reduce__(self):
+        return (functools.partial, (sys.audit, INERT_HOOK))
+
+    def __deepcopy__(self, memo):
+        return functools.partial(sys.audit, INERT_HOOK)
+
+
+#: What a copied hook of ours calls: ``sys.audit`` with this event name, which nobody listens to.
+INERT_HOOK = "ranktop.copied_hook"
 
 
 # -- the process's automatic mode -----------------------------------------------

@@ -349,3 +349,30 @@ def test_a_fault_in_a_hook_switches_the_probe_off_and_training_goes_on(rdv, capf
     err = capfd.readouterr().err
     assert err.count("ranktop: probe disabled") == 1 and "injected fault" in err and "training continues" in err
     assert p.recorder.produced >= 1
+
+
+def test_a_watched_model_and_optimizer_still_deepcopy_and_save(tmp_path):
+    """An EMA copy (``copy.deepcopy``) and ``torch.save(model)`` copy a module's hooks: ours copy as inert ones
+    (a checkpoint must not need ranktop to load; before, both failed: "cannot pickle 'module' object")."""
+    import copy
+    import pickle
+
+    rec = Recorder()
+    model = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.Linear(8, 1))
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    h = auto.TorchHooks(AutoTimer(rec), model=model, optimizer=opt).install()
+    try:
+        _loop(model, opt, _data(2))
+        ema = copy.deepcopy(model)
+        opt_copy = copy.deepcopy(opt)
+        torch.save(model, tmp_path / "model.pt")
+        loaded = torch.load(tmp_path / "model.pt", weights_only=False)
+        blob = pickle.dumps(model)
+        assert b"ranktop.probe" not in blob  # no class or function of ours in the pickle
+        x = torch.randn(4, 8)
+        before = rec.produced
+        assert torch.equal(ema(x), model(x)) and torch.equal(loaded(x), model(x))
+        opt_copy.step()
+        assert rec.produced == before  # copies are not the watched model: their calls end no step
+    finally:
+        h.remove()
