@@ -268,6 +268,10 @@ class TorchHooks:
         self._patch(torch.autograd, "backward", self._wrap_backward(torch.autograd.backward))
         if hasattr(torch.nn.Module, "compile"):
             self._patch(torch.nn.Module, "compile", self._wrap_compile(torch.nn.Module.compile))
+        if callable(getattr(torch, "compile", None)):
+            self._patch(torch, "compile", _settling(torch.compile))
+        if "torch._dynamo" in sys.modules:
+            dynamo_guard.settle()
         iter_class = dataloader._BaseDataLoaderIter
         self._patch(iter_class, "__next__", self._wrap_next(iter_class.__next__))
         self.installed = True
@@ -365,6 +369,7 @@ class TorchHooks:
             if root:
                 self._roots.setdefault(id(module), weakref.ref(module))
             if "dynamo_ctx" in module.__dict__ and self._discovery:  # an OptimizedModule, about to compile
+                dynamo_guard.settle()
                 self._end_discovery()
                 if not root:
                     return  # not a root: no hook of ours closes this call
@@ -442,6 +447,7 @@ class TorchHooks:
         def compile(module, *args, **kwargs):
             result = original(module, *args, **kwargs)
             try:
+                dynamo_guard.settle()
                 if hooks.installed and not hooks._faulted:
                     hooks._wrap_compiled_call(module)
             except Exception as exc:
@@ -450,6 +456,7 @@ class TorchHooks:
 
         compile.__wrapped__ = original
         compile.__doc__ = original.__doc__
+        dynamo_guard.keep_out(compile)
         return compile
 
     def _wrap_compiled_call(self, module: Any) -> None:
@@ -475,6 +482,7 @@ class TorchHooks:
             finally:
                 hooks._fwd_post(owner, args, None)
 
+        dynamo_guard.keep_out(call)
         module._compiled_call_impl = call
         self._compiled[module] = (call, compiled)
 
@@ -503,6 +511,7 @@ class TorchHooks:
 
         backward.__wrapped__ = original
         backward.__doc__ = original.__doc__
+        dynamo_guard.keep_out(backward)
         return backward
 
     def _wrap_next(self, original):
@@ -529,10 +538,27 @@ class TorchHooks:
                     hooks._fault(exc)
 
         __next__.__wrapped__ = original
+        dynamo_guard.keep_out(__next__)
         return __next__
 
 
 _get_ident = threading.get_ident
+dynamo_guard.keep_out(
+    TorchHooks._fwd_pre_discover, TorchHooks._fwd_post_discover, TorchHooks._fwd_pre, TorchHooks._fwd_post,
+    TorchHooks._opt_pre, TorchHooks._opt_post,
+)
+
+
+def _settling(compile_fn):
+    """``torch.compile``, unchanged, that then tells dynamo (loaded by now) which frames are ours."""
+
+    @functools.wraps(compile_fn)
+    def compile(*args, **kwargs):
+        result = compile_fn(*args, **kwargs)
+        dynamo_guard.settle()
+        return result
+
+    return compile
 
 
 class OwnHook(functools.partial):

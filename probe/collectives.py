@@ -484,6 +484,7 @@ def _wrap(name: str, arg: str, original, dist):
         finally:
             _inside_hook.active = False
 
+    dynamo_guard.keep_out(wrapper)
     wrapper._ranktop = True
     return wrapper
 
@@ -535,6 +536,7 @@ def _timed_wait(original, key: str = "", kind: str = P2P, ident=id):
             tracker.blocked_since = 0.0
             tracker.end(token)
 
+    dynamo_guard.keep_out(wait)
     wait._ranktop = True
     return wait
 
@@ -586,6 +588,7 @@ def _install_batch_p2p(dist, c10d) -> None:
             pass
         return works
 
+    dynamo_guard.keep_out(batch_isend_irecv)
     batch_isend_irecv._ranktop = True
     _installed["batch_isend_irecv"] = original
     dist.batch_isend_irecv = batch_isend_irecv
@@ -638,6 +641,7 @@ def _functional_launch(name: str, group_position: int, original, funcol):
             pass
         return result
 
+    dynamo_guard.keep_out(launch)
     launch._ranktop = True
     return launch
 
@@ -689,6 +693,7 @@ def _timed_hook(hook):
         tracker.complete(token, fut)
         return fut
 
+    dynamo_guard.keep_out(timed)
     timed._ranktop = True
     return timed
 
@@ -724,5 +729,6 @@ def _install_ddp() -> None:
                     pass
         return original_forward(self, *args, **kwargs)
 
+    dynamo_guard.keep_out(register_comm_hook, forward)
     DDP.register_comm_hook = register_comm_hook
     DDP.forward = forward

@@ -360,6 +360,7 @@ def watch_work(work_class: Any, waits: DeviceWaits | None) -> None:
             return original(self, *args, **kwargs)
         return waits.waited(self, original, args, kwargs)
 
+    dynamo_guard.keep_out(wait)
     wait._ranktop_device = True  # not _ranktop: probe/collectives.py may still wrap it (point-to-point)
     work_class.wait = wait
 

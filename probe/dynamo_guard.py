@@ -17,6 +17,7 @@ torch itself (the probe imports it only after the script has).
 
 from __future__ import annotations
 
+import sys
 from typing import Any, Callable
 
 
@@ -36,3 +37,48 @@ def bind(torch: Any) -> None:
         check = getattr(getattr(torch, "_dynamo", None), "is_compiling", None)
     if callable(check):
         is_compiling = check
+
+
+# -- frames of ours that dynamo must never compile as frames of their own ----------------------------------
+#
+# Inside a compiled region's extent, dynamo also intercepts every Python frame
+# that eager code starts (after a graph break, or under torch's own skipped
+# functions). torch's ``Tensor.backward`` calling ``torch.autograd.backward``
+# is such a case: torch's function is on dynamo's skip list, our wrapper of it
+# is not, so dynamo would try to compile our wrapper, meet the skipped original
+# and count a graph break that the job without ranktop does not have. Each
+# hook and wrapper of ours is therefore registered here, and once dynamo is
+# loaded its code is marked "skip this frame, not what it calls" (dynamo's own
+# ``skip_code``), which is what torch's skip list does for torch's functions.
+# When dynamo traces *into* our code from a compiled frame, that mark does not
+# apply and :func:`is_compiling` does the work.
+
+_codes: set = set()
+_skip: Callable[[Any], None] | None = None
+
+
+def keep_out(*functions: Any) -> None:
+    """Never let dynamo compile a frame of these functions (or of what they wrap) as its own."""
+    for fn in functions:
+        code = getattr(getattr(fn, "__func__", fn), "__code__", None)
+        if code is not None and code not in _codes:
+            _codes.add(code)
+            if _skip is not None:
+                _skip(code)
+
+
+def settle() -> None:
+    """Dynamo may be loaded now (``torch.compile`` was called): mark every registered frame (idempotent)."""
+    global _skip
+    if _skip is not None:
+        return
+    eval_frame = sys.modules.get("torch._dynamo.eval_frame")
+    skip = getattr(eval_frame, "skip_code", None)
+    if skip is None:
+        return
+    try:
+        for code in _codes:
+            skip(code)
+    except Exception:
+        return  # a torch whose internals moved: is_compiling() still keeps the traced path clean
+    _skip = skip

@@ -89,7 +89,7 @@ def build(pattern: str, backend: str):
             fully_shard(net.blocks[i])
         fully_shard(net)
         return net, net
-    if pattern in ("compiled_autograd", "checkpoint", "checkpoint_reentrant"):
+    if pattern in ("compiled_autograd", "checkpoint", "checkpoint_reentrant", "compiled_train_step"):
         return (compile_(net) if pattern == "compiled_autograd" else net), net
     raise SystemExit(f"unknown pattern {pattern}")
 
@@ -116,13 +116,20 @@ def run(pattern: str, backend: str, steps: int, accumulate: int, with_probe: boo
     opt = torch.optim.AdamW(net.parameters(), lr=1e-2)
     data = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(torch.randn(steps * accumulate * 4, DIM)), batch_size=4)
     autograd = torch._dynamo.config.patch(compiled_autograd=True) if pattern == "compiled_autograd" else contextlib.nullcontext()
+
+    def micro_batch(x, last: bool):
+        loss = model(x).square().mean() / accumulate
+        loss.backward()
+        if last:
+            opt.step()
+            opt.zero_grad()
+        return loss
+
+    if pattern == "compiled_train_step":  # the whole step in one compiled function (dynamo breaks at backward)
+        micro_batch = torch.compile(micro_batch, backend=backend)
     with autograd:
         for i, (x,) in enumerate(data):
-            loss = model(x).square().mean() / accumulate
-            loss.backward()
-            if (i + 1) % accumulate == 0:
-                opt.step()
-                opt.zero_grad()
+            loss = micro_batch(x, (i + 1) % accumulate == 0)
     digest = hashlib.sha256()
     for param in net.parameters():
         full = param.full_tensor() if hasattr(param, "full_tensor") else param
