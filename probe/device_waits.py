@@ -79,6 +79,12 @@ class CaptureGuard:
         """A context whose value says whether events may be queried now (no capture in progress)."""
         return _Quiet(self)
 
+    def active(self) -> bool:
+        """Whether a capture runs now: what the training thread asks before recording an event. A plain read:
+        ``torch.cuda.is_current_stream_capturing()`` would ask the thread's current device, which need not
+        be the training's (and would open a context there)."""
+        return self.depth > 0
+
 
 class _Quiet:
     __slots__ = ("guard",)
@@ -140,13 +146,24 @@ def make_events(cuda: Any, count: int) -> list:
 class DeviceWaits:
     """The pool, the waits in flight and their resolution (see the module's docstring)."""
 
-    def __init__(self, cuda: Any, pool_size: int = POOL_SIZE, guard: CaptureGuard = CAPTURES):
+    def __init__(self, cuda: Any, pool_size: int = POOL_SIZE, guard: CaptureGuard = CAPTURES, device: int | None = None):
         self.cuda = cuda
         self.guard = guard
         guard_captures(cuda)
+        # Every event goes on the current stream *of the training device* (the thread's current device may be
+        # another: CUDAEvent::record refuses a stream of another device), and the sender thread queries under
+        # a guard of that device (cudaEventQuery has none: a new thread would open a context on GPU 0).
+        self._stream = functools.partial(cuda.current_stream, device) if device is not None else cuda.current_stream
+        self._on_device = functools.partial(cuda.device, device) if device is not None else _Nothing
+        self.off = False  # a CUDA error on the hot path switched device timing off (see on_error)
+        self.on_error: Any = None
         self._free = collections.deque(make_events(cuda, pool_size))
+        # The reference for t0 goes on a stream of its own, idle, so it completes when it is recorded: on the
+        # training stream it would complete only once the device had caught up with the queue at attach, and
+        # every start would read that much early.
         self._epoch = cuda.Event(enable_timing=True)
-        self._epoch.record(cuda.current_stream())
+        epoch_stream = cuda.Stream(device=device) if device is not None else cuda.current_stream()
+        self._epoch.record(epoch_stream)
         self._epoch_perf = _perf()  # a call's t0 is on the probe's perf_counter clock
         self._pending: collections.deque = collections.deque()  # [record, start, end]: training -> sender
         self._unresolved: list[list] = []  # sender side: pending entries whose end has not completed
@@ -159,21 +176,37 @@ class DeviceWaits:
 
     # -- the training thread --------------------------------------------------------
 
-    def start(self) -> Any:
-        """An event recorded on the current stream now, or None (pool empty, or a capture in progress)."""
+    def _record(self, event: Any) -> bool:
+        """Record ``event`` on the training device's current stream; False (and device timing off) on a CUDA error."""
         try:
-            if self.cuda.is_current_stream_capturing():
-                return None
+            event.record(self._stream())
+            return True
+        except Exception as exc:
+            self.fail(exc)
+            return False
+
+    def fail(self, exc: BaseException) -> None:
+        if not self.off:
+            self.off = True
+            if self.on_error is not None:
+                self.on_error(exc)
+
+    def start(self) -> Any:
+        """An event recorded on the current stream now, or None (pool empty, a capture in progress, timing off)."""
+        if self.off or self.guard.depth:
+            return None
+        try:
             event = self._free.popleft()
         except IndexError:
             return None
-        event.record(self.cuda.current_stream())
+        if not self._record(event):
+            return None  # the event's state is unknown after an error: it is not given back
         return event
 
     def restart(self, start: Any) -> None:
         """Record ``start`` again, now, on the current stream (the wait of an async call begins here)."""
-        if not self.cuda.is_current_stream_capturing():
-            start.record(self.cuda.current_stream())
+        if not self.off and not self.guard.depth:
+            self._record(start)
 
     def stop(self, record: dict[str, Any], start: Any) -> bool:
         """Record the end on the current stream; the sender fills in ``record``'s device times. False when
@@ -183,7 +216,9 @@ class DeviceWaits:
         except IndexError:
             self._free.append(start)
             return False
-        end.record(self.cuda.current_stream())
+        if self.off or not self._record(end):
+            self._free.append(start)
+            return False
         self._pending.append([record, start, end])
         return True
 
@@ -191,7 +226,7 @@ class DeviceWaits:
         """An async call. Its end is recorded where the current stream joins it (``Work.wait()``); until
         then a provisional end is recorded in its future's done-callback (a CUDA future calls back on a
         stream that waits for the kernel): launch to completion, used if the work is dropped unwaited."""
-        entry = [record, start, None]
+        entry = [record, start, None, False]  # the last: closed (waited, settled): no provisional end any more
         try:
             work.get_future().add_done_callback(lambda _f: self._provisional(entry))
         except Exception:
@@ -205,21 +240,28 @@ class DeviceWaits:
         self._works[key] = (ref, entry)
 
     def _provisional(self, entry: list) -> None:
+        """A future's done-callback: a provisional end, for a work dropped unwaited. Nothing for an entry already
+        closed (waited or settled: a future that completes late, gloo's) or that has its end, nor with timing off."""
+        if entry[3] or entry[2] is not None:
+            return
         record = entry[0]
         record["d"] = max(0.0, _perf() - record["t0"])  # the host's view, kept if the device's is lost
         try:
-            end = self._free.popleft()
+            end = None if self.off else self._free.popleft()
         except IndexError:
+            end = None
+        if end is None or not self._record(end):
             start, entry[1] = entry[1], None  # no end to be had: the host's time
             if start is not None:
                 self._free.append(start)
             return
-        end.record(self.cuda.current_stream())
         entry[2] = end
 
     def _settle(self, entry: list) -> None:
         """Send ``entry`` off to the sender: with its events if it has both, else with its host time."""
-        record, start, end = entry
+        record, start, end = entry[:3]
+        if len(entry) > 3:
+            entry[3] = True
         if end is None:
             if start is not None:
                 self._free.append(start)
@@ -234,7 +276,7 @@ class DeviceWaits:
     def future(self, record: dict[str, Any], start: Any, future: Any) -> None:
         """A future (DDP's comm hook): the end is recorded in its done-callback (at once, for a CUDA future,
         on a stream that waits for the kernel)."""
-        entry = [record, start, None]
+        entry = [record, start, None, False]
         try:
             future.add_done_callback(lambda _f: self._provisional(entry))
         except Exception:
@@ -247,7 +289,8 @@ class DeviceWaits:
         item = self._works.pop(id(work), None)
         if item is None or item[0]() is not work:
             return wait(work, *args, **kwargs)
-        record, launch, provisional = item[1]
+        record, launch, provisional = item[1][:3]
+        item[1][3] = True  # closed: a late future callback makes no provisional end for it
         start = self.start()
         try:
             return wait(work, *args, **kwargs)
@@ -277,13 +320,17 @@ class DeviceWaits:
         if not pending:
             self.blocked_since = None
             return []
+        with self._on_device():
+            return self._resolve(pending, final)
+
+    def _resolve(self, pending: list[list], final: bool) -> list[dict[str, Any]]:
         out: list[dict[str, Any]] = []
         keep: list[list] = []
         with self.guard.quiet() as may_query:
             if not may_query:
                 return []
             for entry in pending:
-                record, start, end = entry
+                record, start, end = entry[:3]
                 if start is None:  # no device times to be had: the host's
                     out.append(record)
                     continue
@@ -311,7 +358,7 @@ class DeviceWaits:
             self._note_blocked(keep)
         if len(keep) > MAX_PENDING or final:
             cut = len(keep) if final else len(keep) - MAX_PENDING
-            for record, _start, _end in keep[:cut]:
+            for record, *_ in keep[:cut]:
                 out.append(record)
                 self.host_only += 1
             keep = keep[cut:]  # their events are lost to the pool: a device that far behind is hung
@@ -322,7 +369,7 @@ class DeviceWaits:
     def _note_blocked(self, keep: list[list]) -> None:
         """The oldest wait whose start the device has reached but whose end it has not: a hang on the device
         shows as a rank inside a collective, which a host clock never sees with NCCL."""
-        for record, start, _end in keep:
+        for record, start, *_ in keep:
             try:
                 started = start is not None and start.query()
             except Exception:
@@ -363,6 +410,16 @@ def watch_work(work_class: Any, waits: DeviceWaits | None) -> None:
     dynamo_guard.keep_out(wait)
     wait._ranktop_device = True  # not _ranktop: probe/collectives.py may still wrap it (point-to-point)
     work_class.wait = wait
+
+
+class _Nothing:
+    """No device guard (a waits object with no device of its own: the thread's current one)."""
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, *exc) -> None:
+        return None
 
 
 def unwatch() -> None:

@@ -32,6 +32,7 @@ This module never imports torch itself; it uses the torch the script has importe
 from __future__ import annotations
 
 import collections
+import functools
 import sys
 import time
 from typing import Any, Callable
@@ -108,12 +109,25 @@ class Timeline:
         label: str = "cuda",
         capturing: Callable[[], bool] | None = None,
         guard: Any = None,
+        stream_of: Callable[[], Any] | None = None,
+        on_device: Callable[[], Any] | None = None,
+        on_error: Callable[[BaseException], None] | None = None,
     ):
         self.rec = recorder
         self.pool = pool
-        self.stream = stream  # None: each boundary's event goes on the stream current then
+        self.stream = stream  # None: each boundary's event goes on the stream current then (see stream_of)
+        # On CUDA: the current stream *of the training device* (cuda.current_stream(index)). The thread's current
+        # device may be another one (a model moved to cuda:N without set_device): an event made on device N
+        # cannot be recorded on device 0's stream (CUDAEvent::record refuses it).
+        self.stream_of = stream_of
+        # On CUDA: a device guard for the training device, for the sender thread's queries. cudaEventQuery has
+        # no guard of its own, and a new thread's current device is 0: without it every rank of a node would
+        # open a CUDA context (hundreds of MB) on GPU 0.
+        self.on_device = on_device
+        self.on_error = on_error  # a CUDA error recording an event: device timing off for this rank, once
+        self.off = False
         self.hold_s = hold_s
-        self.capturing = capturing  # on CUDA: torch.cuda.is_current_stream_capturing (no event in a capture)
+        self.capturing = capturing  # on CUDA: whether a CUDA graph is being captured (no event in a capture)
         self.guard = guard  # device_waits.CAPTURES: the sender queries events only while no capture runs
         self.label = label  # what the device times are measured with; shown by the TUI
         self._marks: list[tuple[str, Any, Any]] = []
@@ -127,13 +141,24 @@ class Timeline:
 
     def _mark(self, kind: str, name: Any = None) -> None:
         capturing = self.capturing
-        if capturing is not None and capturing():
+        if self.off or (capturing is not None and capturing()):
             event = None  # a timing event cannot go into a CUDA graph: this step has no device times
         else:
             event = self.pool.take()
             if event is not None:
-                event.record(self.stream)
+                try:
+                    event.record(self.stream_of() if self.stream_of is not None else self.stream)
+                except Exception as exc:  # never into training: this rank's device timing goes off
+                    event = None
+                    self.fail(exc)
         self._marks.append((kind, name, event))
+
+    def fail(self, exc: BaseException) -> None:
+        """A CUDA error on the hot path: no more events from now on (steps go without device times)."""
+        if not self.off:
+            self.off = True
+            if self.on_error is not None:
+                self.on_error(exc)
 
     def _release(self) -> None:
         if self._marks:
@@ -199,10 +224,11 @@ class Timeline:
     def resolve(self, records: list[dict], final: bool = False) -> list[dict]:
         """The records ready to send, in order, with ``g`` where their device times are known."""
         guard = self.guard
-        if guard is None:
-            return self._resolve(records, final, True)
-        with guard.quiet() as may_query:  # no event.query() while a CUDA graph is captured
-            return self._resolve(records, final, may_query)
+        with self.on_device() if self.on_device is not None else _nothing():
+            if guard is None:
+                return self._resolve(records, final, True)
+            with guard.quiet() as may_query:  # no event.query() while a CUDA graph is captured
+                return self._resolve(records, final, may_query)
 
     def _resolve(self, records: list[dict], final: bool, may_query: bool) -> list[dict]:
         while True:
@@ -299,9 +325,18 @@ def attach_cuda(probe: Any, cuda: Any, device: Any = None, work_class: Any = Non
         index = cuda.current_device()
         note_device(probe, f"cuda:{index} {cuda.get_device_name(index)}")
         pool = EventPool(None, POOL_SIZE, events=device_waits.make_events(cuda, POOL_SIZE))
-        waits = device_waits.DeviceWaits(cuda)
-    Timeline(rec, pool, capturing=cuda.is_current_stream_capturing, guard=device_waits.CAPTURES).attach()
+        waits = device_waits.DeviceWaits(cuda, device=index)
     tracker = getattr(probe, "collectives", None)
+    timeline = Timeline(
+        rec,
+        pool,
+        capturing=device_waits.CAPTURES.active,
+        guard=device_waits.CAPTURES,
+        stream_of=functools.partial(cuda.current_stream, index),
+        on_device=functools.partial(cuda.device, index),
+    )
+    timeline.on_error = waits.on_error = _switch_off(probe, timeline, waits, index)
+    timeline.attach()
     if tracker is not None:
         tracker.device = waits
         if work_class is None:
@@ -310,6 +345,23 @@ def attach_cuda(probe: Any, cuda: Any, device: Any = None, work_class: Any = Non
         if work_class is not None:
             device_waits.watch_work(work_class, waits)
     return True
+
+
+def _switch_off(probe: Any, timeline: Timeline, waits: Any, index: int) -> Callable[[BaseException], None]:
+    """What a CUDA error on the training thread does: one line, and this rank's device timing off for good
+    (phases and collective waits go on with host times); never an exception into training."""
+    said = []
+
+    def off(exc: BaseException) -> None:
+        timeline.off = True
+        waits.off = True
+        if not said:
+            said.append(exc)
+            rank = getattr(getattr(probe, "identity", None), "rank", "?")
+            print(f"ranktop: device timing off on rank {rank} (cuda:{index}) after a CUDA error "
+                  f"({exc.__class__.__name__}: {exc}); host times go on", file=sys.stderr)  # fmt: skip
+
+    return off
 
 
 def attach_cpu(probe: Any) -> bool:
@@ -367,10 +419,17 @@ def arm(probe: Any, find_cuda: Callable[[], Any] = _script_cuda) -> None:
 
     def begin_step_armed(number: int | None = None) -> None:
         cuda = find_cuda()
-        if cuda is None or cuda.is_current_stream_capturing():  # no event may be made inside a graph capture
+        if cuda is None:
+            return original(number)
+        device = _training_device(cuda)
+        try:  # asked of the training device's stream: the thread's current device may be another (no context there)
+            with cuda.device(device) if device is not None else _nothing():
+                if cuda.is_current_stream_capturing():  # no event may be made inside a graph capture
+                    return original(number)
+        except Exception:
             return original(number)
         rec.replace_boundaries(begin_step=original)
-        _attach_or_say(probe, cuda, _training_device(cuda))
+        _attach_or_say(probe, cuda, device)
         rec.begin_step(number)
 
     begin_step_armed._ranktop_armed = True

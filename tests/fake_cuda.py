@@ -16,12 +16,30 @@ not see:
   stream is an error too;
 - ``torch.cuda`` is not initialised until the script uses it; ``current_device()``
   is per thread (a new thread starts on device 0);
+- devices are separate: each has its own default stream, and each thread its
+  current stream per device (``current_stream(device)``; ``stream(s)`` also
+  makes ``s``'s device current, as ``torch.cuda.StreamContext`` does); an
+  event belongs to the device of the stream it was first recorded on, and
+  recording it on another device's stream raises (``CUDAEvent::record``:
+  "Event device ... does not match recording stream's device");
+- a CUDA call opens the (primary) context of the device it runs on, and
+  :attr:`FakeCuda.contexts` keeps which: ``record`` and ``elapsed_time`` run
+  on the event's device (they hold a device guard), ``query`` on the calling
+  thread's current device (``cudaEventQuery`` has none: a new thread asking
+  opens a context on device 0), ``is_current_stream_capturing`` on the current
+  device, ``set_device`` and ``device(i)`` on ``i``;
 - NVML (:func:`fake_nvml`): one H100 at bus 0000:3B:00.0, any function removable or raising NVMLError;
 - NCCL: a collective queues its kernel on the group's own stream after the
   caller's current stream, returns at once, and its Work and future are complete
   at once (ProcessGroupNCCL marks them so at enqueue); ``Work.wait()`` makes the
   caller's current stream wait for the kernel; a future's callbacks run with the
-  current stream set to one that waits for the kernel (as CUDAFuture does).
+  current stream set to one of the device's pool streams, made to wait for the
+  kernel (as CUDAFuture does); the pool stream is shared, round-robin, with
+  anyone else's work (:meth:`FakeCuda.pool_stream`);
+- a collective issued with a side stream current (FSDP2's all-gather and
+  reduce-scatter, ``async_op=False`` inside ``with stream(side)``) runs after
+  that stream's work and makes only that stream wait; the compute stream waits
+  for it when the script says so (``wait_stream``/``wait_event``).
 
 Nothing here sleeps: the device clock is a number the test moves.
 """
@@ -38,9 +56,11 @@ class CaptureError(RuntimeError):
 
 
 class FakeStream:
-    def __init__(self, cuda: "FakeCuda", name: str = "stream"):
+    def __init__(self, cuda: "FakeCuda | None" = None, name: str = "stream", device: int | None = None):
+        cuda = cuda or FakeCuda.active  # torch.cuda.Stream(device=...) as the probe calls it
         self.cuda = cuda
         self.name = name
+        self.device = cuda.current_device() if device is None else int(device)  # torch.cuda.Stream(): the current device
         self.tail = 0.0  # device time at which everything queued so far is done
 
     def launch(self, seconds: float) -> None:
@@ -61,6 +81,11 @@ class FakeStream:
         self.cuda.check_query()
         return self.cuda.now >= self.tail
 
+    def record_event(self, event: "FakeEvent | None" = None) -> "FakeEvent":
+        event = event or FakeEvent()
+        event.record(self)
+        return event
+
 
 class FakeEvent:
     def __init__(self, enable_timing: bool = False, blocking: bool = False, interprocess: bool = False):
@@ -68,14 +93,21 @@ class FakeEvent:
         self.t: float | None = None  # device time at which it completes, once recorded
         self.cuda: FakeCuda | None = None
         self.created = False
+        self.device: int | None = None  # the device of the stream it was first recorded on
 
     def record(self, stream: FakeStream | None = None) -> None:
         cuda = FakeCuda.active
         stream = stream or cuda.current_stream()
+        if self.device is not None and stream.device != self.device:
+            raise RuntimeError(
+                f"Event device index {self.device} does not match recording stream's device index {stream.device}."
+            )
+        cuda.touch(stream.device)
         if cuda.capturing and self.enable_timing:
             raise CaptureError("operation not permitted when stream is capturing (timing event)")
         if not self.created:
             self.created = True
+            self.device = stream.device
             cuda.created += 1
         self.cuda = cuda
         self.t = max(stream.tail, cuda.host_now)
@@ -84,6 +116,7 @@ class FakeEvent:
     def query(self) -> bool:
         if self.cuda is None:
             return True  # never recorded: nothing to wait for
+        self.cuda.touch(self.cuda.current_device(note=False))  # cudaEventQuery: no device guard
         self.cuda.check_query()
         return self.cuda.now >= self.t
 
@@ -93,6 +126,7 @@ class FakeEvent:
                 raise RuntimeError("Both events must be recorded before calculating elapsed time.")
             if not e.enable_timing:
                 raise RuntimeError("Both events must be created with argument 'enable_timing=True'.")
+            e.cuda.touch(e.device)  # elapsed_time holds a device guard
             e.cuda.check_query()
             if e.cuda.now < e.t:
                 raise RuntimeError("CUDA error: device not ready")
@@ -146,9 +180,13 @@ class FakeCuda:
         self.capturing = False
         self.capture_invalidated = False
         self.calls_by_thread: dict[str, list[str]] = {}  # which thread called what (a CUDA side effect)
+        self.contexts: set[int] = set()  # devices with a CUDA context opened in this process
         self._initialized = False
         self._local = threading.local()
-        self._default = FakeStream(self, "default")
+        self._defaults = [FakeStream(self, f"default:{d}", device=d) for d in range(max(1, devices))]
+        self._default = self._defaults[0]
+        self._pools = [[FakeStream(self, f"pool:{d}:{i}", device=d) for i in range(4)] for d in range(max(1, devices))]
+        self._pool_next = [0] * max(1, devices)
         self.syncs = 0
         self.reserved: dict[int, int] = {}  # device -> bytes the caching allocator holds there
         self.CUDAGraph = type("CUDAGraph", (FakeGraph,), {"cuda": self})  # a class per fake: patches stay in it
@@ -167,7 +205,19 @@ class FakeCuda:
         self.host_now += seconds
 
     def _streams(self):
-        return [getattr(self._local, "stream", self._default)]
+        return [*self._defaults, *getattr(self._local, "streams", {}).values(), *(s for pool in self._pools for s in pool)]
+
+    def touch(self, device: int | None) -> None:
+        """A CUDA call ran on ``device``: its context is open from now on."""
+        if device is not None:
+            self.contexts.add(int(device))
+
+    def pool_stream(self, device: int | None = None) -> FakeStream:
+        """The next of the device's pool streams (round-robin, shared by everyone: CUDAFuture's callbacks too)."""
+        d = self.current_device(note=False) if device is None else int(device)
+        stream = self._pools[d][self._pool_next[d] % len(self._pools[d])]
+        self._pool_next[d] += 1
+        return stream
 
     def check_query(self) -> None:
         if self.capturing:
@@ -189,6 +239,7 @@ class FakeCuda:
     def init(self) -> None:
         self._note("init")
         self._initialized = True
+        self.touch(self.current_device(note=False))
 
     def device_count(self) -> int:
         self._note("device_count")
@@ -201,10 +252,12 @@ class FakeCuda:
             raise RuntimeError("CUDA error: invalid device ordinal")
         self._initialized = True
         self._local.device = int(index)
+        self.touch(int(index))
 
-    def current_device(self) -> int:
-        self._note("current_device")
-        self._initialized = True
+    def current_device(self, note: bool = True) -> int:
+        if note:
+            self._note("current_device")
+            self._initialized = True
         return getattr(self._local, "device", 0)
 
     def get_device_name(self, device=None) -> str:
@@ -222,25 +275,39 @@ class FakeCuda:
         return self.reserved.get(int(getattr(device, "index", device) or 0), 0)
 
     def current_stream(self, device=None) -> FakeStream:
-        return getattr(self._local, "stream", self._default)
+        d = self.current_device(note=False) if device is None else int(getattr(device, "index", device))
+        return getattr(self._local, "streams", {}).get(d) or self._defaults[d]
+
+    def default_stream(self, device=None) -> FakeStream:
+        return self._defaults[self.current_device(note=False) if device is None else int(getattr(device, "index", device))]
 
     def set_stream(self, stream: FakeStream) -> None:
-        self._local.stream = stream
+        if not hasattr(self._local, "streams"):
+            self._local.streams = {}
+        self._local.streams[stream.device] = stream
 
     @contextlib.contextmanager
     def stream(self, stream: FakeStream):
-        before = self.current_stream()
-        self._local.stream = stream
+        """``torch.cuda.stream(s)``: ``s`` current on its device, and its device current, for the block."""
+        before = self.current_stream(stream.device)
+        device_before = getattr(self._local, "device", None)
+        self.set_stream(stream)
+        self._local.device = stream.device
         try:
             yield stream
         finally:
-            self._local.stream = before
+            self.set_stream(before)
+            if device_before is None:
+                del self._local.device
+            else:
+                self._local.device = device_before
 
     def synchronize(self, device=None) -> None:
         self.syncs += 1
         raise AssertionError("the probe synchronised the device")
 
     def is_current_stream_capturing(self) -> bool:
+        self.touch(self.current_device(note=False))  # asks the current device's current stream
         return self.capturing
 
     @contextlib.contextmanager
@@ -283,9 +350,10 @@ class FakeFuture:
         return None
 
     def add_done_callback(self, callback) -> None:
-        """Run now (the future is complete), with the current stream one that waits for the kernel."""
+        """Run now (the future is complete), with the current stream one of the device's pool streams, made to
+        wait for the kernel (shared: whatever else was queued on it comes first)."""
         cuda = self._cuda
-        joined = FakeStream(cuda, "callback")
+        joined = cuda.pool_stream()
         joined.wait_until(self._end)
         with cuda.stream(joined):
             callback(self)
@@ -320,7 +388,7 @@ class FakeNcclGroup:
         self._size = size
         self.kernel_s = kernel_s
         self.peer_late = 0.0
-        self.stream = FakeStream(cuda, "nccl")
+        self.stream = FakeStream(cuda, "nccl", device=cuda.current_device(note=False))
 
     def size(self) -> int:
         return self._size
