@@ -5,13 +5,15 @@ Two doors lead into communication, and both are watched:
 - the Python functions of ``torch.distributed`` (all_reduce, all_gather, broadcast,
   barrier, send/recv, ...), wrapped once at install time;
 - DDP's bucketed gradient all-reduce, which bypasses those functions (its
-  reducer is C++). A DDP communication hook sees every bucket: the user's hook,
-  if they register one, is wrapped; otherwise the stock all-reduce hook is
-  registered, wrapped, just before the model's first forward.
+  reducer is C++). It is left as it is (no communication hook of ours): the
+  training waits for it only where the reducer finalizes backward, and that
+  wait is timed from two final callbacks of the autograd engine around it
+  (:func:`watch_ddp_backward`).
 
-A blocking call is timed around the call; an ``async_op`` call and a DDP bucket
-are timed from launch to the completion callback of their future (on gloo, the
-work's completion; nothing here ever synchronizes a device). The duration is
+A blocking call is timed around the call; an ``async_op`` call from launch to
+the completion callback of its future (on gloo, the work's completion; nothing
+here ever synchronizes a device), or, on the device, where its ``wait()`` makes
+the stream wait. The duration is
 therefore what this rank *waited* for the collective: a rank that arrives last
 waits least, which is how the aggregator tells the slow rank from those it
 holds up.
@@ -170,7 +172,7 @@ class CollectiveTracker:
 
     def complete(self, token: list, work: Any) -> None:
         """An async call was launched: ``work`` is its Work (a Work.wait() ends it on the device) or a
-        future (DDP's comm hook); on the host, it ends when its future completes."""
+        future; on the host, it ends when its future completes."""
         device = self.device
         if token[4] is not None and device is not None:
             self.produced += 1
@@ -208,12 +210,12 @@ class CollectiveTracker:
 # -- installation ---------------------------------------------------------------
 
 _installed: dict[str, Any] = {}  # name -> original function, for uninstall
-_inside_hook = threading.local()  # set while a counted call (or a DDP comm hook) runs on this thread
+_inside_hook = threading.local()  # set while a counted call runs on this thread (one torch function may call another)
 _tracker: CollectiveTracker | None = None
 
 
 def install(tracker: CollectiveTracker) -> bool:
-    """Wrap torch.distributed's collectives and DDP's comm hooks; False if torch.distributed is absent.
+    """Wrap torch.distributed's collectives and DDP's forward; False if torch.distributed is absent.
 
     Idempotent; a later call only swaps the tracker (a new probe after a shutdown).
     """
@@ -273,7 +275,6 @@ def uninstall() -> None:
                 setattr(funcol, name[len("funcol."):], original)
     ddp = _installed.get("ddp.class")
     if ddp is not None:
-        ddp.register_comm_hook = _installed["ddp.register_comm_hook"]
         ddp.forward = _installed["ddp.forward"]
     _installed.clear()
     _pending.clear()
@@ -464,7 +465,7 @@ def _wrap(name: str, arg: str, original, dist):
             key = _key(name, _label(info, p2p))
             if p2p and is_async:  # timed in its Work.wait(), where the training thread blocks
                 work = original(*args, **kwargs)
-                _wait_later(work, (key, _nbytes(payload), _dtype(payload), info[2], info[1], kind))
+                _wait_later(work, (key, _nbytes(payload), _dtype(payload), info[2], info[1], kind, on_cuda(payload)))
                 return work
             token = tracker.begin(key, _nbytes(payload), _dtype(payload), info[2], info[1], kind, on_device=on_cuda(payload))
         except Exception:
@@ -526,7 +527,8 @@ def _timed_wait(original, key: str = "", kind: str = P2P, ident=id):
         if tracker is None or (what is None and not key) or getattr(_inside_hook, "active", False):
             return original(handle, *args, **kwargs)
         try:
-            token = tracker.begin(*what) if what is not None else tracker.begin(key, _nbytes(handle), _dtype(handle), 0, "", kind)
+            token = (tracker.begin(*what) if what is not None
+                     else tracker.begin(key, _nbytes(handle), _dtype(handle), 0, "", kind, on_device=on_cuda(handle)))  # fmt: skip
         except Exception:
             return original(handle, *args, **kwargs)
         tracker.blocked_since = token[1]
@@ -573,7 +575,8 @@ def _install_batch_p2p(dist, c10d) -> None:
             for op in p2p_op_list:
                 _note_p2p(dist, info, (None, op.peer), None, "batch_isend_irecv")
             what = ("batch_isend_irecv" if info[4] else _key("batch_isend_irecv", _label(info, True)),
-                    _nbytes([op.tensor for op in p2p_op_list]), _dtype(first.tensor), info[2], info[1], P2P)  # fmt: skip
+                    _nbytes([op.tensor for op in p2p_op_list]), _dtype(first.tensor), info[2], info[1], P2P,
+                    on_cuda(first.tensor))  # fmt: skip
         except Exception:
             return original(p2p_op_list, *args, **kwargs)
         _inside_hook.active = True
@@ -627,7 +630,8 @@ def _functional_launch(name: str, group_position: int, original, funcol):
             group = kwargs.get("group") if "group" in kwargs else args[group_position] if len(args) > group_position else None
             info = _functional_group(funcol, group, kwargs.get("tag", ""))
             payload = args[0] if args else kwargs.get("self", kwargs.get("input"))
-            what = (_key(op, _label(info, False)), _nbytes(payload), _dtype(payload), info[2], info[1], FUNCTIONAL)
+            what = (_key(op, _label(info, False)), _nbytes(payload), _dtype(payload), info[2], info[1], FUNCTIONAL,
+                    on_cuda(payload))  # fmt: skip
         except Exception:
             return original(*args, **kwargs)
         _launching.what = what  # a launch that waits at once (while tracing, or autograd's) waits inside the call
@@ -665,70 +669,115 @@ def _functional_group(funcol, group, tag: str) -> list:
     return info
 
 
-def _on_complete(work, tracker: CollectiveTracker, token: list) -> None:
-    """The completion path of an async call (kept for wrappers that call it): ``tracker.complete``."""
-    tracker.complete(token, work)
+def _ddp_output_node(output: Any) -> Any:
+    """The autograd node of a DDP forward's output (a tensor, or the first of a tuple, list or dict), or None."""
+    for _ in range(3):
+        if isinstance(output, (tuple, list)):
+            output = output[0] if output else None
+        elif isinstance(output, dict):
+            output = next(iter(output.values()), None)
+        else:
+            break
+    return getattr(output, "grad_fn", None)
 
 
-def _timed_hook(hook):
-    """Wrap a DDP comm hook so each bucket's all-reduce is timed from launch to completion."""
+def _compiled_autograd() -> bool:
+    dynamo = sys.modules.get("torch._dynamo")
+    return bool(dynamo is not None and getattr(getattr(dynamo, "config", None), "compiled_autograd", False))
 
-    @functools.wraps(hook)
-    def timed(state, bucket):
-        tracker = _tracker
-        if tracker is None or dynamo_guard.is_compiling():
-            return hook(state, bucket)
+
+def _queue_callback(callback) -> None:
+    """A final callback of the backward in progress (it runs after every gradient, in the order queued)."""
+    sys.modules["torch"].autograd.Variable._execution_engine.queue_callback(callback)
+
+
+def _ddp_what(ddp: Any) -> tuple:
+    """What one backward's gradient all-reduce moves (every gradient, once), worked out once per DDP module."""
+    what = ddp.__dict__.get("_ranktop_what")
+    if what is None:
+        params = [p for p in ddp.module.parameters() if p.requires_grad]
+        group = getattr(ddp, "process_group", None)
+        size = group.size() if group is not None and hasattr(group, "size") else _group_size(sys.modules["torch.distributed"], None)
+        what = (_nbytes(params), _dtype(params), size, on_cuda(params))
+        ddp.__dict__["_ranktop_what"] = what
+    return what
+
+
+def watch_ddp_backward(ddp: Any, output: Any, queue=_queue_callback) -> bool:
+    """Time where DDP's backward waits for its gradients' all-reduce, leaving DDP on its built-in C++ one.
+
+    DDP's reducer launches each bucket's all-reduce as soon as the bucket is
+    ready, overlapped with the rest of backward; the training waits only in
+    ``Reducer::finalize_backward``, a final callback of the autograd engine
+    queued when the last bucket is ready, where the compute stream (on NCCL) or
+    the host (on gloo) waits for every bucket. So: a pre-hook on the output's
+    autograd node, which runs before any gradient, queues a final callback of
+    ours *before* DDP's; it begins the wait, and queues a second one, which runs
+    after DDP's finalize and ends it. Both run on the caller's current streams
+    (the engine sets them for final callbacks), so on the device the wait is
+    the compute stream's stall, not the buckets' time in flight. One record per
+    synchronised backward: ``ddp_allreduce``, every gradient's bytes.
+    """
+    node = _ddp_output_node(output)
+    if node is None or not hasattr(node, "register_prehook"):
+        return False
+    tracker = _tracker
+    what = _ddp_what(ddp)
+
+    def begin() -> None:
+        if _tracker is not tracker or tracker is None:
+            return
         try:
-            buffer = bucket.buffer()
-            group = state if state is not None and hasattr(state, "size") else None
-            size = group.size() if group is not None else _group_size(sys.modules["torch.distributed"], None)
-            token = tracker.begin(DDP_OP, _nbytes(buffer), _dtype(buffer), size, on_device=on_cuda(buffer))
+            token = tracker.begin(DDP_OP, what[0], what[1], what[2], on_device=what[3])
+            tracker.blocked_since = token[1]
         except Exception:
-            return hook(state, bucket)
-        _inside_hook.active = True  # the hook's own dist.all_reduce is this bucket: count it once
-        try:
-            fut = hook(state, bucket)
-        finally:
-            _inside_hook.active = False
-        tracker.complete(token, fut)
-        return fut
+            return
 
-    dynamo_guard.keep_out(timed)
-    timed._ranktop = True
-    return timed
+        def end() -> None:
+            tracker.blocked_since = 0.0
+            tracker.end(token)
+
+        try:
+            queue(end)
+        except Exception:
+            tracker.blocked_since = 0.0
+
+    def prehook(grad_outputs):
+        try:
+            queue(begin)
+        except Exception:
+            pass
+        return None
+
+    dynamo_guard.keep_out(prehook, begin)
+    node.register_prehook(prehook)
+    return True
 
 
 def _install_ddp() -> None:
+    """DDP keeps its own C++ all-reduce (no comm hook of ours: a Python hook loses the reducer's fused
+    divide-while-copying, takes the GIL per bucket, and stops a script registering its own after the first
+    forward); its forward gets :func:`watch_ddp_backward` for the backward that follows."""
     try:
-        from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
         from torch.nn.parallel import DistributedDataParallel as DDP
     except Exception:
         return
-    original_register = DDP.register_comm_hook
     original_forward = DDP.forward
     _installed["ddp.class"] = DDP
-    _installed["ddp.register_comm_hook"] = original_register
     _installed["ddp.forward"] = original_forward
-
-    @functools.wraps(original_register)
-    def register_comm_hook(self, state, hook):
-        if not getattr(hook, "_ranktop", False):
-            hook = _timed_hook(hook)
-        return original_register(self, state, hook)
 
     @functools.wraps(original_forward)
     def forward(self, *args, **kwargs):
-        # DDP accepts one comm hook, registered before the first forward: if the
-        # user registered none by then, register the stock all-reduce, timed.
-        if not dynamo_guard.is_compiling() and not self.__dict__.get("_ranktop_hooked"):
-            self.__dict__["_ranktop_hooked"] = True
-            if not getattr(self, "_comm_hooks", None):
-                try:
-                    register_comm_hook(self, self.process_group, default_hooks.allreduce_hook)
-                except Exception:
-                    pass
-        return original_forward(self, *args, **kwargs)
+        output = original_forward(self, *args, **kwargs)
+        if _tracker is None or dynamo_guard.is_compiling():
+            return output
+        try:
+            if (self.require_backward_grad_sync and sys.modules["torch"].is_grad_enabled()
+                    and not getattr(self, "_use_python_reducer", False) and not _compiled_autograd()):  # fmt: skip
+                watch_ddp_backward(self, output)
+        except Exception:
+            pass  # never let bookkeeping break the forward
+        return output
 
-    dynamo_guard.keep_out(register_comm_hook, forward)
-    DDP.register_comm_hook = register_comm_hook
+    dynamo_guard.keep_out(forward)
     DDP.forward = forward

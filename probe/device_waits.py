@@ -155,6 +155,10 @@ class DeviceWaits:
         # a guard of that device (cudaEventQuery has none: a new thread would open a context on GPU 0).
         self._stream = functools.partial(cuda.current_stream, device) if device is not None else cuda.current_stream
         self._on_device = functools.partial(cuda.device, device) if device is not None else _Nothing
+        # The compute stream: the training thread's current stream at attach. A call made with another stream
+        # current (FSDP2 all-gathers and reduce-scatters with async_op=False inside `with stream(side)`) runs
+        # and waits on that side stream; timed there it would be kernel time, not a stall of the compute stream.
+        self.compute = self._stream()
         self.off = False  # a CUDA error on the hot path switched device timing off (see on_error)
         self.on_error: Any = None
         self._free = collections.deque(make_events(cuda, pool_size))
@@ -192,12 +196,16 @@ class DeviceWaits:
                 self.on_error(exc)
 
     def start(self) -> Any:
-        """An event recorded on the current stream now, or None (pool empty, a capture in progress, timing off)."""
+        """An event recorded on the current stream now, or None: pool empty, a capture in progress, timing off,
+        or a side stream current (what waits there is not the compute stream: the call keeps its host time,
+        the launch, and the compute stream's own wait for the side stream stays in its phase)."""
         if self.off or self.guard.depth:
             return None
         try:
+            if self._stream() != self.compute:
+                return None
             event = self._free.popleft()
-        except IndexError:
+        except Exception:
             return None
         if not self._record(event):
             return None  # the event's state is unknown after an error: it is not given back

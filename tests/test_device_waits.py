@@ -11,7 +11,7 @@ import types
 
 import pytest
 
-from fake_cuda import FakeCuda, FakeNcclGroup, FakeWork
+from fake_cuda import FakeCuda, FakeEvent, FakeNcclGroup, FakeWork
 from ranktop.probe import collectives, device_waits, gpu_timing
 from ranktop.probe.collectives import CollectiveTracker
 from ranktop.probe.recorder import Recorder
@@ -29,6 +29,7 @@ class FakeDist:
 
 class Tensor:
     dtype = "torch.bfloat16"
+    requires_grad = True
 
     def __init__(self, numel=1024, is_cuda=True):
         self._n = numel
@@ -145,22 +146,92 @@ def test_an_async_work_without_a_future_dropped_unwaited_keeps_its_host_time_and
     assert attached.collectives.device.available == before  # its start event back in the pool
 
 
-def test_a_ddp_bucket_ends_on_the_device_in_its_future_callback(cuda, attached):
-    group = FakeNcclGroup(cuda, kernel_s=0.002)
-    group.peer_late = 0.030
+class FakeDDP:
+    """What :func:`collectives.watch_ddp_backward` reads of a DDP module: its parameters and its group."""
 
-    class Bucket:
-        def buffer(self):
-            return Tensor(4096)
+    def __init__(self, group, params=2):
+        self.module = types.SimpleNamespace(parameters=lambda: [Tensor(4096) for _ in range(params)])
+        self.process_group = group
 
-    def hook(state, bucket):
-        return group.collective(bucket.buffer(), async_op=True).get_future()
 
-    timed = collectives._timed_hook(hook)
-    timed(group, Bucket())
+class OutputNode:
+    """The autograd node of DDP's output: the engine runs its pre-hooks first, before any gradient."""
+
+    def register_prehook(self, fn):
+        self.prehook = fn
+
+
+def run_final_callbacks(queue):
+    """The engine's final callbacks, in the order queued; one queued while they run runs too (after the rest)."""
+    i = 0
+    while i < len(queue):
+        queue[i]()
+        i += 1
+
+
+def test_ddp_waits_where_finalize_stalls_the_compute_stream_not_for_its_buckets_in_flight(cuda, attached):
+    """A bucket's all-reduce is launched 10 ms into backward and takes 25 ms on the wire, overlapped with 20 ms
+    more of backward: the compute stream stalls 5 ms, in the reducer's finalize. The old comm-hook timing read
+    the bucket's 25 ms in flight (ready to done) as the wait, and took it out of backward."""
+    group = FakeNcclGroup(cuda, kernel_s=0.025)
+    rec, tracker = attached.recorder, attached.collectives
+    queue = []
+    output = types.SimpleNamespace(grad_fn=OutputNode())
+    assert collectives.watch_ddp_backward(FakeDDP(group), output, queue=queue.append)
+    rec.begin_step()
+    rec.begin_phase("backward")
+    output.grad_fn.prehook(None)  # backward starts at the output's node
+    compute = cuda.current_stream()
+    compute.launch(0.010)
+    work = group.collective(Tensor(4096), async_op=True)  # the reducer launches the ready bucket
+    compute.launch(0.020)
+    queue.append(lambda: work.wait())  # the last bucket ready: the reducer queues finalize (waits for every bucket)
+    run_final_callbacks(queue)
+    rec.end_phase()
+    rec.end_step()
     cuda.run(1.0)
-    (call,) = attached.collectives.drain()
-    assert call["op"].startswith(collectives.DDP_OP) and call["d"] == pytest.approx(0.032)
+    (call,) = tracker.drain()
+    assert call["op"] == collectives.DDP_OP and call["b"] == 2 * 4096 * 2 and call["ph"] == "backward"
+    assert call["d"] == pytest.approx(0.005)
+    (step,) = rec.timeline.resolve(rec.drain())
+    assert step["g"]["p"]["backward"] == pytest.approx(0.035)
+
+
+def test_ddp_keeps_its_own_all_reduce_and_a_comm_hook_registered_after_the_first_forward_works(tmp_path):
+    """No comm hook of ours (the reducer's fused C++ all-reduce stays), so a script may register its own late;
+    the wait is still one ddp_allreduce record per synchronised backward, with every gradient's bytes."""
+    import torch
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path}/store", rank=0, world_size=1)
+    rec = Recorder()
+    tracker = CollectiveTracker(rec)
+    try:
+        assert collectives.install(tracker)
+        model = DDP(torch.nn.Linear(8, 4))
+        assert model._comm_hooks == [] if hasattr(model, "_comm_hooks") else True
+        model(torch.randn(2, 8)).sum().backward()  # the first forward and backward
+        calls = []
+
+        def own_hook(state, bucket):
+            calls.append(bucket.buffer().numel())
+            fut = torch.futures.Future()
+            fut.set_result(bucket.buffer())
+            return fut
+
+        model.register_comm_hook(None, own_hook)  # after the first forward: worked before ranktop, works now
+        with model.no_sync():
+            model(torch.randn(2, 8)).sum().backward()  # no sync: no wait to time
+        model(torch.randn(2, 8)).sum().backward()
+        assert calls == [8 * 4 + 4]
+        records = tracker.drain()
+        assert [r["op"] for r in records] == [collectives.DDP_OP] * 2
+        assert all(r["b"] == (8 * 4 + 4) * 4 and r["dt"] == "float32" and r["g"] == 1 and r["d"] >= 0 for r in records)
+        assert tracker.blocked_since == 0.0
+    finally:
+        collectives.uninstall()
+        dist.destroy_process_group()
 
 
 def test_a_hung_collective_shows_as_a_rank_inside_it_though_the_host_returned(cuda, attached):
@@ -426,3 +497,150 @@ def test_the_work_wait_wrapper_passes_real_gloo_works_through(tmp_path, cuda):
         device_waits.unwatch()
         work_class.wait = original
         dist.destroy_process_group()
+
+
+# -- 6. what a read of CUDA's, NCCL's and DDP's own source says (issue 33) ------------------------------------
+
+
+def test_a_model_on_another_device_than_the_thread_s_is_timed_there_and_no_context_opens_elsewhere(cuda, monkeypatch):
+    """The model on cuda:2, no set_device: the training thread's current device stays 0. Events made on device 2
+    must be recorded on device 2's stream (CUDAEvent::record refuses another device's), and the sender thread's
+    queries must run under device 2 (cudaEventQuery has no device guard: a new thread is on device 0, and every
+    rank of a node would open a context on GPU 0)."""
+    probe = probe_on(cuda)
+    assert cuda.current_device() == 0
+    assert gpu_timing.attach_cuda(probe, cuda, device=2, work_class=FakeWork)
+    monkeypatch.setattr(collectives, "_tracker", probe.collectives)
+    with cuda.device(2):
+        group = FakeNcclGroup(cuda, kernel_s=0.001)
+    rec = probe.recorder
+    all_reduce = wrapped("all_reduce", group)
+    for _ in range(3):
+        rec.begin_step()
+        rec.begin_phase("forward")
+        cuda.current_stream(2).launch(0.004)
+        rec.end_phase()
+        all_reduce(Tensor())
+        rec.end_step()
+    cuda.run(1.0)
+    out = {}
+
+    def sender():
+        out["steps"] = rec.timeline.resolve(rec.drain())
+        out["calls"] = probe.collectives.drain()
+
+    thread = threading.Thread(target=sender, name="ranktop-sender")
+    thread.start()
+    thread.join()
+    assert [("g" in r) for r in out["steps"]] == [True] * 3
+    assert out["steps"][0]["g"]["p"]["forward"] == pytest.approx(0.004) and len(out["calls"]) == 3
+    assert cuda.contexts == {2}  # nothing on device 0, from either thread
+    assert cuda.current_device() == 0
+
+
+def test_a_cuda_error_recording_an_event_turns_device_timing_off_with_one_line_never_an_exception(cuda, attached, capsys, monkeypatch):
+    rec, tracker = attached.recorder, attached.collectives
+    group = FakeNcclGroup(cuda)
+    all_reduce = wrapped("all_reduce", group)
+    timed_steps(rec, cuda, 1)
+    original, count = FakeEvent.record, [0]
+
+    def failing(self, stream=None):
+        count[0] += 1
+        if count[0] >= 2:
+            raise RuntimeError("CUDA error: an illegal memory access was encountered")
+        return original(self, stream)
+
+    monkeypatch.setattr(FakeEvent, "record", failing)
+    timed_steps(rec, cuda, 2)  # would raise into the training loop before
+    all_reduce(Tensor())
+    work = all_reduce(Tensor(), async_op=True)
+    work.wait()  # Work.wait: the device path is off, the wait itself goes through
+    monkeypatch.setattr(FakeEvent, "record", original)
+    timed_steps(rec, cuda, 1)
+    cuda.run(1.0)
+    steps = rec.timeline.resolve(rec.drain(), final=True)
+    assert [r["n"] for r in steps] == [0, 1, 2, 3]
+    assert "g" in steps[0] and all("g" not in r for r in steps[2:])  # off for good, host times go on
+    calls = tracker.drain(final=True)
+    assert len(calls) == 2 and all(c["d"] >= 0 for c in calls)
+    err = capsys.readouterr().err
+    assert err.count("ranktop: device timing off on rank") == 1 and "illegal memory access" in err
+
+
+def test_a_side_stream_collective_is_not_a_stall_of_the_compute_stream(cuda, attached):
+    """FSDP2 all-gathers with async_op=False inside ``with stream(all_gather_stream)``: no Work comes back, the
+    kernel runs and waits on the side stream. Timed there, its 20 ms of kernel were taken out of forward, though
+    the compute stream kept computing; the compute stream's own wait for it stays in forward."""
+    group = FakeNcclGroup(cuda, kernel_s=0.020)
+    all_gather = wrapped("all_gather_into_tensor", group)
+    rec = attached.recorder
+    compute = cuda.current_stream()
+    side = cuda.Stream(device=cuda.current_device())
+    rec.begin_step()
+    rec.begin_phase("forward")
+    with cuda.stream(side):
+        all_gather(Tensor())
+    compute.launch(0.005)  # forward work that does not need the gathered parameters
+    compute.wait_stream(side)  # FSDP2's wait_for_unshard
+    rec.end_phase()
+    rec.end_step()
+    cuda.run(1.0)
+    (call,) = attached.collectives.drain()
+    (step,) = rec.timeline.resolve(rec.drain())
+    assert call["d"] < 0.001  # the launch, on the host
+    assert step["g"]["p"]["forward"] == pytest.approx(0.020)
+
+
+def test_a_wait_on_a_collective_of_cpu_tensors_keeps_its_host_time(cuda, attached):
+    """``wait_tensor`` (and ``Work.wait``) of a gloo collective in a GPU job: the host blocks, the streams know
+    nothing; device timing read ~0 for it before."""
+    import time
+
+    wait = collectives._timed_wait(lambda handle: time.sleep(0.02), "wait_tensor", collectives.FUNCTIONAL)
+    cuda.current_stream().launch(5.0)  # a busy stream: events around the wait would read nothing useful
+    wait(Tensor(is_cuda=False))
+    (call,) = attached.collectives.drain()
+    assert call["d"] >= 0.02
+
+
+def test_a_future_completing_after_its_wait_takes_no_event_from_the_pool(cuda, attached):
+    """A work whose future calls back late (after ``wait()``, as gloo's may): no provisional end for a closed
+    wait, so every event goes back to the pool."""
+
+    class LateFuture:
+        def add_done_callback(self, callback):
+            self.callback = callback
+
+    class LateWork(FakeWork):
+        future = LateFuture()
+
+        def get_future(self):
+            return self.future
+
+    tracker = attached.collectives
+    before = tracker.device.available
+    work = collectives._wrap("all_reduce", "tensor", lambda tensor, async_op=False: LateWork(cuda, 0.0),
+                             FakeDist(FakeNcclGroup(cuda)))(Tensor(), async_op=True)  # fmt: skip
+    work.wait()
+    LateWork.future.callback(LateWork.future)  # completes now, after the wait
+    cuda.run(1.0)
+    assert len(tracker.drain()) == 1
+    assert tracker.device.available == before
+
+
+def test_call_starts_are_not_shifted_by_the_queue_at_attach(cuda, monkeypatch):
+    """t0's reference event goes on an idle stream: on the training stream, 5 s behind at attach, it completed
+    only then, and every start read 5 s early."""
+    probe = probe_on(cuda)
+    cuda.set_device(2)
+    cuda.current_stream().launch(5.0)  # the device is 5 s behind the host when timing attaches
+    assert gpu_timing.attach_cuda(probe, cuda, work_class=FakeWork)
+    monkeypatch.setattr(collectives, "_tracker", probe.collectives)
+    epoch_perf = probe.collectives.device._epoch_perf
+    cuda.host(6.0)
+    cuda.run(6.0)  # 6 s later the device has caught up
+    wrapped("all_reduce", FakeNcclGroup(cuda))(Tensor())
+    cuda.run(1.0)
+    (call,) = probe.collectives.drain()
+    assert call["t0"] - epoch_perf == pytest.approx(6.0)
