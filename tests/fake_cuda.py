@@ -412,8 +412,18 @@ class NVMLError(Exception):
     pass
 
 
+#: The fake GPU's UUID and its MIG slice's, as NVML and ``torch.cuda.get_device_properties(i).uuid`` name them.
+GPU_UUID = "GPU-00000001-aaaa-bbbb-cccc-dddddddddddd"
+MIG_UUID = "MIG-00000001-aaaa-bbbb-cccc-dddddddddddd"
+
+
 def fake_nvml(*, count=1, missing=(), failing=(), init_error=None):
-    """A stand-in for pynvml: one H100 at bus 0000:3B:00.0, functions removable or raising NVMLError."""
+    """A stand-in for pynvml: one H100 at bus 0000:3B:00.0, functions removable or raising NVMLError.
+
+    As the real library: ``nvmlDeviceGetMemoryInfo(h, nvmlMemory_v2)`` reports memory in use without the
+    driver's reserve (512 MiB here), as nvidia-smi does, the v1 call counts that reserve as used; a handle is
+    found by PCI bus id, by index, or by UUID: ``GPU-...`` for the GPU, ``MIG-...`` for its one MIG slice
+    (10 GB, 3 GB of it in use), whose bus id is its parent's."""
     calls = []
 
     def f(name, result):
@@ -429,17 +439,34 @@ def fake_nvml(*, count=1, missing=(), failing=(), init_error=None):
         if init_error:
             raise NVMLError(init_error)
 
-    handle = object()
+    handle = types.SimpleNamespace(kind="gpu", used=70 << 30, total=80 << 30)
+    mig = types.SimpleNamespace(kind="mig", used=3 << 30, total=10 << 30)
+    uuids = {GPU_UUID: handle, MIG_UUID: mig}
+    reserve = 512 << 20
+    v2 = object()
+
+    def memory_info(h, version=None):
+        used = h.used + (0 if version is v2 else reserve)
+        return types.SimpleNamespace(used=used, total=h.total, free=h.total - used)
+
+    def by_uuid(uuid):
+        if isinstance(uuid, bytes):
+            uuid = uuid.decode()
+        if uuid not in uuids:
+            raise NVMLError("Not Found")
+        return uuids[uuid]
+
     funcs = {
         "nvmlInit": f("nvmlInit", lambda: init()),
         "nvmlShutdown": f("nvmlShutdown", None),
         "nvmlDeviceGetCount": f("nvmlDeviceGetCount", count),
         "nvmlDeviceGetHandleByPciBusId": f("nvmlDeviceGetHandleByPciBusId", lambda bus: handle if bus == "00000000:3B:00.0" else (_ for _ in ()).throw(NVMLError("Not Found"))),
         "nvmlDeviceGetHandleByIndex": f("nvmlDeviceGetHandleByIndex", lambda i: handle),
+        "nvmlDeviceGetHandleByUUID": f("nvmlDeviceGetHandleByUUID", by_uuid),
         "nvmlDeviceGetName": f("nvmlDeviceGetName", b"NVIDIA H100 80GB HBM3"),
         "nvmlDeviceGetPciInfo": f("nvmlDeviceGetPciInfo", types.SimpleNamespace(busId=b"00000000:3B:00.0")),
         "nvmlDeviceGetUtilizationRates": f("nvmlDeviceGetUtilizationRates", types.SimpleNamespace(gpu=97, memory=41)),
-        "nvmlDeviceGetMemoryInfo": f("nvmlDeviceGetMemoryInfo", types.SimpleNamespace(used=70 << 30, total=80 << 30, free=10 << 30)),
+        "nvmlDeviceGetMemoryInfo": f("nvmlDeviceGetMemoryInfo", memory_info),
         "nvmlDeviceGetPowerUsage": f("nvmlDeviceGetPowerUsage", 650_000),
         "nvmlDeviceGetEnforcedPowerLimit": f("nvmlDeviceGetEnforcedPowerLimit", 700_000),
         "nvmlDeviceGetPowerManagementLimit": f("nvmlDeviceGetPowerManagementLimit", 690_000),
@@ -453,7 +480,7 @@ def fake_nvml(*, count=1, missing=(), failing=(), init_error=None):
     for name in missing:
         funcs.pop(name)
     module = types.SimpleNamespace(
-        NVMLError=NVMLError, NVML_TEMPERATURE_GPU=0, NVML_CLOCK_SM=1,
+        NVMLError=NVMLError, NVML_TEMPERATURE_GPU=0, NVML_CLOCK_SM=1, nvmlMemory_v2=v2,
         NVML_PCIE_UTIL_TX_BYTES=0, NVML_PCIE_UTIL_RX_BYTES=1, **funcs,
     )  # fmt: skip
     module.calls = calls

@@ -95,18 +95,26 @@ def test_throttle_reasons_by_name_idle_is_not_one():
 
 
 def test_memory_used_is_nvmls_v2_figure_as_nvidia_smi_shows_it():
-    nvml = fake_nvml()
-    reserved = 512 << 20  # v1 counts the driver's reserve as used
-
-    def memory_info(handle, version=None):
-        used = 70 << 30
-        return types.SimpleNamespace(used=used + (0 if version == "v2" else reserved), total=80 << 30)
-
-    nvml.nvmlDeviceGetMemoryInfo = memory_info
-    nvml.nvmlMemory_v2 = "v2"
-    s = sampler(nvml)
+    s = sampler(fake_nvml())
     assert s.open()
-    assert s.sample()["mem_used"] == 70 << 30
+    assert s.sample()["mem_used"] == 70 << 30  # v1 would count the driver's 512 MiB reserve as used
+    old = fake_nvml()
+    del old.nvmlMemory_v2  # a binding older than v2: its figure, reserve included
+    s = sampler(old)
+    assert s.open() and s.sample()["mem_used"] == (70 << 30) + (512 << 20)
+
+
+def test_a_mig_slice_is_sampled_through_its_own_uuid_with_its_own_memory(monkeypatch):
+    """The rank runs on a MIG slice: located by its MIG UUID (its bus id is the parent GPU's), opened by UUID,
+    and its memory is the slice's, not the whole GPU's."""
+    from fake_cuda import MIG_UUID
+
+    where = _locate(monkeypatch, "NVIDIA H100 80GB HBM3 MIG 1g.10gb", {})
+    assert where == {"uuid": MIG_UUID}
+    s = sampler(fake_nvml(), where=where)
+    assert s.open()
+    out = s.sample()
+    assert (out["mem_used"], out["mem_total"]) == (3 << 30, 10 << 30)
 
 
 def test_the_slow_pcie_reads_are_taken_once_every_ten_samples_and_repeated_between():
