@@ -137,19 +137,21 @@ class CollectiveTracker:
         self.device: Any = None
 
     def begin(
-        self, op: str, nbytes: int, dtype: str, group_size: int, gid: str = "", kind: str = COLLECTIVE, on_device: bool = True
+        self, op: str, nbytes: int, dtype: str, group_size: int, gid: str = "", kind: str = COLLECTIVE, on_device: bool = True,
+        blocking: bool = True,
     ) -> list:
         """A call starts: its token, for :meth:`end` (a blocking call) or :meth:`complete` (an async one).
 
         ``on_device``: its tensors are on the GPU (see :func:`on_cuda`), so its wait is timed there once
         device timing is attached; a call on CPU tensors (gloo, objects, a barrier) blocks the host, and
-        is timed on the host."""
+        is timed on the host. ``blocking``: the wait is here, on the current stream, which must then be the
+        compute stream (a call on a side stream keeps its host time); an async call's wait comes later."""
         self.seq += 1
         rec = self._recorder
         entry = {"op": op, "seq": self.seq, "b": nbytes, "dt": dtype, "g": group_size, "gi": gid, "k": kind}
         self.last = entry
         device = self.device
-        start = device.start() if device is not None and on_device else None
+        start = device.start(any_stream=not blocking) if device is not None and on_device else None
         return [entry, _perf(), rec.current_step, rec.current_phase, start]
 
     def _record(self, token: list, duration: float) -> dict[str, Any]:
@@ -467,7 +469,8 @@ def _wrap(name: str, arg: str, original, dist):
                 work = original(*args, **kwargs)
                 _wait_later(work, (key, _nbytes(payload), _dtype(payload), info[2], info[1], kind, on_cuda(payload)))
                 return work
-            token = tracker.begin(key, _nbytes(payload), _dtype(payload), info[2], info[1], kind, on_device=on_cuda(payload))
+            token = tracker.begin(key, _nbytes(payload), _dtype(payload), info[2], info[1], kind, on_device=on_cuda(payload),
+                                  blocking=not is_async)  # fmt: skip
         except Exception:
             return original(*args, **kwargs)  # never let bookkeeping break a collective
         _inside_hook.active = True  # one torch function may call another (all_gather_into_tensor does): count one

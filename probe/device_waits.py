@@ -195,14 +195,15 @@ class DeviceWaits:
             if self.on_error is not None:
                 self.on_error(exc)
 
-    def start(self) -> Any:
+    def start(self, any_stream: bool = False) -> Any:
         """An event recorded on the current stream now, or None: pool empty, a capture in progress, timing off,
-        or a side stream current (what waits there is not the compute stream: the call keeps its host time,
-        the launch, and the compute stream's own wait for the side stream stays in its phase)."""
+        or a side stream current where the wait is now (what waits there is not the compute stream: a blocking
+        call keeps its host time, the launch, and the compute stream's own wait for the side stream stays in
+        its phase). ``any_stream``: an async launch, whose wait is timed later where the compute stream joins."""
         if self.off or self.guard.depth:
             return None
         try:
-            if self._stream() != self.compute:
+            if not any_stream and self._stream() != self.compute:
                 return None
             event = self._free.popleft()
         except Exception:

@@ -644,3 +644,18 @@ def test_call_starts_are_not_shifted_by_the_queue_at_attach(cuda, monkeypatch):
     cuda.run(1.0)
     (call,) = probe.collectives.drain()
     assert call["t0"] - epoch_perf == pytest.approx(6.0)
+
+
+def test_an_async_collective_launched_on_a_side_stream_is_timed_where_the_compute_stream_waits_for_it(cuda, attached):
+    """What benchmarks/gpu_check.py checks on a GPU: a side stream holds an async all-reduce back 10 ms; the
+    compute stream, idle, waits for it at ``work.wait()``: that is the wait, 10 ms and the kernel."""
+    group = FakeNcclGroup(cuda, kernel_s=0.001)
+    all_reduce = wrapped("all_reduce", group)
+    side = cuda.Stream(device=cuda.current_device())
+    with cuda.stream(side):
+        side.launch(0.010)
+        work = all_reduce(Tensor(), async_op=True)
+    work.wait()
+    cuda.run(1.0)
+    (call,) = attached.collectives.drain()
+    assert call["d"] == pytest.approx(0.011)
