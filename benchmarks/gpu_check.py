@@ -18,13 +18,24 @@ demo's model (TinyLM, fp32, sized to about 20 ms a step on an H100) under
 - syncs: ``torch.cuda.set_sync_debug_mode("warn")`` warnings, by thread (the
   probe's threads must have none);
 - the probe's cost per step: median step time by CUDA events, probe on vs off;
-- what ranktop's Python DDP comm hook costs next to DDP's built-in C++
-  all-reduce (one rank, NCCL);
+- DDP's step time with and without the probe (one rank, NCCL): the probe
+  registers no comm hook, so DDP keeps its built-in C++ all-reduce, and the
+  probe's ``ddp_allreduce`` waits (where the reducer's finalize stalls the
+  compute stream) are printed beside it;
+- a side stream holding an async all-reduce back by ~10 ms (one rank, NCCL):
+  the probe's wait, taken where the compute stream waits for it, must read
+  ~10 ms;
+- a CUDA-graph capture loop (``torch.cuda.graph``) with the probe's phases
+  around it: the capture stays valid, replays match, no event goes into it;
+- with 2 GPUs or more, a model on ``cuda:1`` with device 0 current (no
+  ``set_device``): it trains under automatic mode, gets device times, and the
+  process opens no context on GPU 0 (``nvidia-smi --query-compute-apps``);
 - a trace capture (its kernels; HTA loads it where installed) and a memory
   capture (memory_viz draws it), taken by probe/capture.py as the capture
   command takes them.
 
-Figures are for people (docs/gpu.md records them), not assertions.
+Figures are for people (docs/gpu.md records them), not assertions; the issue-33 checks
+also print PASS or FAIL against their reference.
 """
 
 from __future__ import annotations
@@ -306,9 +317,15 @@ def check_captures() -> None:
             row("memsnap events", str(events), "> 0", viz)
 
 
-def check_ddp_hook(steps: int) -> None:
-    """What ranktop's Python comm hook (probe/collectives.py: the stock all-reduce hook, wrapped) costs next to
-    DDP's built-in C++ all-reduce: the same single-rank NCCL DDP job, without and then with the probe."""
+def verdict(ok: bool) -> str:
+    return "PASS" if ok else "FAIL"
+
+
+def check_ddp(steps: int) -> None:
+    """DDP's step with and without the probe, same single-rank NCCL job: the probe leaves DDP's C++ all-reduce as
+    it is (no comm hook) and times the wait where its finalize stalls the compute stream."""
+    import time
+
     import torch
     import torch.distributed as dist
     from torch.nn.parallel import DistributedDataParallel as DDP
@@ -318,32 +335,209 @@ def check_ddp_hook(steps: int) -> None:
     os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
     os.environ.setdefault("MASTER_PORT", "29672")
     dist.init_process_group("nccl", rank=0, world_size=1, device_id=torch.device("cuda", 0))
-    results = []
-    for with_probe in (False, True):
+    results, waits, hooked = [], [], False
+    for with_probe in (False, True, False, True):
         if with_probe:
             probe.init(job=f"gpu-check-ddp-{os.getpid()}")
+            log: list = []
+            sender = probe.get().sender
+            original = sender.message
+
+            def message(kind, body, original=original, log=log):
+                if kind == "steps":
+                    log.extend(body.get("cx", []))
+                return original(kind, body)
+
+            sender.message = message
         _, model, _, batch = model_and_step(torch.device("cuda", 0))
-        ddp = DDP(model, device_ids=[0], bucket_cap_mb=4)  # many buckets: the hook's cost per bucket shows
+        ddp = DDP(model, device_ids=[0], bucket_cap_mb=4)  # many buckets
         opt = torch.optim.SGD(ddp.parameters(), lr=1e-4)
         marks = []
         for _ in range(steps):
             begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             begin.record()
-            logits = ddp(batch[:, :-1])
-            torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), batch[:, 1:].reshape(-1)).backward()
-            opt.step()
-            opt.zero_grad(set_to_none=True)
+            with probe.step():
+                logits = ddp(batch[:, :-1])
+                torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), batch[:, 1:].reshape(-1)).backward()
+                opt.step()
+                opt.zero_grad(set_to_none=True)
             end.record()
             marks.append((begin, end))
         torch.cuda.synchronize()
-        results.append(statistics.median(b.elapsed_time(e) for b, e in marks[len(marks) // 4 :]))
-        hooked = bool(getattr(ddp, "_comm_hooks", None))
+        results.append((with_probe, statistics.median(b.elapsed_time(e) for b, e in marks[len(marks) // 4 :])))
+        hooked |= bool(getattr(ddp, "_comm_hooks", None))
         if with_probe:
+            time.sleep(1.5)
+            waits.extend(c["d"] * 1000 for c in log if c.get("op") == "ddp_allreduce")
             probe.shutdown()
     dist.destroy_process_group()
-    off, on = results
-    row("DDP step (ms), C++ / hook", f"{on:.3f}", f"{off:.3f}",
-        f"Python comm hook {'registered' if hooked else 'NOT registered'}: {100 * (on - off) / off:+.2f}%")
+    off = statistics.median(t for p, t in results if not p)
+    on = statistics.median(t for p, t in results if p)
+    cost = 100 * (on - off) / off
+    row("DDP step (ms), probe on/off", f"{on:.3f}", f"{off:.3f}",
+        f"{verdict(not hooked and cost <= 1.0)}: comm hook {'REGISTERED' if hooked else 'none (C++ all-reduce kept)'}, "
+        f"cost {cost:+.2f}% (target <= 1%)")  # fmt: skip
+    wait = f"{statistics.median(waits):.3f}" if waits else "none"
+    row("DDP finalize wait (ms)", wait, "~0 on one rank", f"{verdict(bool(waits))}: {len(waits)} ddp_allreduce records")
+
+
+SIDE_STREAM_RANK = r"""
+import os, sys, json, time, torch, torch.distributed as dist
+out = sys.argv[1]
+os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT="29673", RANK="0", WORLD_SIZE="1", LOCAL_RANK="0")
+torch.cuda.set_device(0)
+from ranktop import probe
+probe.init(job="gpu-check-side")
+dist.init_process_group("nccl", device_id=torch.device("cuda", 0))
+log = []
+sender = probe.get().sender; orig = sender.message
+def message(kind, body):
+    if kind == "steps": log.extend(body.get("cx", []))
+    return orig(kind, body)
+sender.message = message
+x = torch.ones(1 << 20, device="cuda")
+side = torch.cuda.Stream()
+cycles = int(sys.argv[2])
+start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+refs = []
+for n in range(30):
+    with probe.step():
+        with probe.phase("backward"):
+            with torch.cuda.stream(side):
+                torch.cuda._sleep(cycles)  # the side stream holds the all-reduce back
+                work = dist.all_reduce(x, async_op=True)
+            start.record()
+            work.wait()  # the compute stream, idle, waits for it here
+            stop.record()
+    torch.cuda.synchronize()
+    refs.append(start.elapsed_time(stop))
+time.sleep(1.5)
+json.dump({"calls": log, "refs": refs}, open(out, "w"))
+probe.shutdown(); dist.destroy_process_group()
+"""
+
+
+def sleep_cycles(ms: float) -> int:
+    """``torch.cuda._sleep`` cycles for about ``ms`` milliseconds on this GPU (measured once)."""
+    import torch
+
+    a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    a.record()
+    torch.cuda._sleep(1_000_000)
+    b.record()
+    torch.cuda.synchronize()
+    return int(1_000_000 * ms / max(a.elapsed_time(b), 1e-3))
+
+
+def check_side_stream_wait() -> None:
+    """A single-rank NCCL job where a side stream holds an async all-reduce back ~10 ms: the probe's wait must
+    read what the compute stream waited (CUDA events around work.wait(), the reference)."""
+    folder = tempfile.mkdtemp(prefix="ranktop-gpu-check-side-")
+    script, out = os.path.join(folder, "rank.py"), os.path.join(folder, "out.json")
+    with open(script, "w") as f:
+        f.write(SIDE_STREAM_RANK)
+    proc = subprocess.run([sys.executable, script, out, str(sleep_cycles(10.0))], capture_output=True, text=True, timeout=300)
+    if proc.returncode != 0:
+        row("side-stream wait (ms)", "failed", "", f"FAIL: {proc.stderr.strip().splitlines()[-1:]}")
+        return
+    with open(out) as f:
+        found = json.load(f)
+    mine = [c["d"] * 1000 for c in found["calls"] if str(c.get("op", "")).startswith("all_reduce")][5:]
+    ref = found["refs"][5:]
+    if not mine:
+        row("side-stream wait (ms)", "none", f"{statistics.median(ref):.3f}", "FAIL: no all_reduce records")
+        return
+    m, r = statistics.median(mine), statistics.median(ref)
+    row("side-stream wait (ms)", f"{m:.3f}", f"{r:.3f}", f"{verdict(abs(m - r) <= max(1.0, 0.1 * r) and r > 5)}: "
+        "events around work.wait() on the compute stream")  # fmt: skip
+
+
+def check_graph_capture() -> None:
+    """A CUDA-graph capture loop with the probe's phases around it: capture valid, replay equal, no event in it."""
+    import torch
+
+    from ranktop import probe
+
+    probe.init(job=f"gpu-check-graph-{os.getpid()}")
+    try:
+        model = torch.nn.Sequential(torch.nn.Linear(256, 256), torch.nn.ReLU(), torch.nn.Linear(256, 256)).cuda()
+        static_in = torch.randn(64, 256, device="cuda")
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):  # warm up on a side stream, as torch.cuda.graph's docs ask
+            for _ in range(3):
+                with probe.step(), probe.phase("forward"):
+                    model(static_in)
+        torch.cuda.current_stream().wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        with probe.step():  # the probe's step and phase boundaries fall inside the capture
+            with torch.cuda.graph(graph):
+                with probe.phase("forward"):
+                    static_out = model(static_in)
+        expected = model(static_in)
+        outs = []
+        for _ in range(20):
+            with probe.step(), probe.phase("forward"):
+                graph.replay()
+            outs.append(static_out.clone())
+        torch.cuda.synchronize()
+        same = all(torch.allclose(o, expected) for o in outs)
+        row("CUDA graph capture", "valid" if same else "replay differs", "valid",
+            f"{verdict(same)}: capture and 20 replays with the probe's boundaries around them")  # fmt: skip
+    except Exception as exc:
+        row("CUDA graph capture", "error", "valid", f"FAIL: {exc.__class__.__name__}: {exc}")
+    finally:
+        probe.shutdown()
+
+
+OTHER_DEVICE_RANK = r"""
+import os, sys, json, time, subprocess, torch
+out = sys.argv[1]
+os.environ["RANKTOP_JOB"] = "gpu-check-device"
+from ranktop import probe
+model = torch.nn.Linear(1024, 1024).to("cuda:1")  # no set_device: the thread's current device stays 0
+opt = torch.optim.SGD(model.parameters(), lr=1e-3)
+p = probe.automatic()
+log = []
+orig = p.sender.message
+def message(kind, body):
+    if kind == "steps": log.extend(body.get("steps", []))
+    return orig(kind, body)
+p.sender.message = message
+x = torch.randn(256, 1024, device="cuda:1")
+for _ in range(30):
+    model(x).square().mean().backward(); opt.step(); opt.zero_grad()
+torch.cuda.synchronize(1); time.sleep(1.5)
+apps = subprocess.run(["nvidia-smi", "--query-compute-apps=pid,gpu_bus_id", "--format=csv,noheader"],
+                      capture_output=True, text=True).stdout
+buses = [line.split(",")[1].strip() for line in apps.splitlines() if line.split(",")[0].strip() == str(os.getpid())]
+json.dump({"timed": sum("g" in r for r in log), "steps": len(log), "buses": buses,
+           "gpu0": torch.cuda.get_device_properties(0).pci_bus_id}, open(out, "w"))
+probe.shutdown()
+"""
+
+
+def check_other_device() -> None:
+    import torch
+
+    if torch.cuda.device_count() < 2:
+        row("model on cuda:1, device 0 current", "skipped", "", "needs 2 GPUs")
+        return
+    folder = tempfile.mkdtemp(prefix="ranktop-gpu-check-device-")
+    script, out = os.path.join(folder, "rank.py"), os.path.join(folder, "out.json")
+    with open(script, "w") as f:
+        f.write(OTHER_DEVICE_RANK)
+    env = dict(os.environ, RANKTOP_DIR=folder)
+    proc = subprocess.run([sys.executable, script, out], capture_output=True, text=True, timeout=300, env=env)
+    if proc.returncode != 0:
+        row("model on cuda:1, device 0 current", "failed", "", f"FAIL: {proc.stderr.strip().splitlines()[-1:]}")
+        return
+    with open(out) as f:
+        found = json.load(f)
+    contexts = len(found["buses"])
+    ok = found["timed"] > 0 and contexts == 1
+    row("model on cuda:1, device 0 current", f"{found['timed']} of {found['steps']} timed", "no error",
+        f"{verdict(ok)}: contexts of this process: {contexts} (one, on cuda:1: {found['buses']})")  # fmt: skip
 
 
 NCCL_RANK = r"""
@@ -409,7 +603,10 @@ def main() -> int:
         return 0
     versions()
     row("", "ranktop", "reference")
-    check_ddp_hook(max(20, args.steps // 2))  # first: once the probe has run, every DDP model gets its hook
+    check_ddp(max(20, args.steps // 2))
+    check_side_stream_wait()
+    check_graph_capture()
+    check_other_device()
     check_phases(args.steps)
     check_syncs(max(10, args.steps // 4))
     check_cost(args.steps)
