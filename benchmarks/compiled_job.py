@@ -1,8 +1,10 @@
-"""The whole-job benchmark's job: 2-rank DDP around a compiled TinyLM, gradient accumulation, torchrun'd.
+"""The whole-job benchmark's job: a compiled 2-rank DDP TinyLM, gradient accumulation, torchrun'd.
 
 Run by ``benchmarks/probe_overhead.py --job`` with and without ``ranktop launch``, alternated; it knows
 nothing of ranktop. Rank 0 prints ``optimizer steps/s: X`` over ``--steps`` optimizer steps after
-``--warmup`` (compilation, the allocator's first steps). ``--fullgraph`` compiles with ``fullgraph=True``.
+``--warmup`` (compilation, the allocator's first steps). The model is ``torch.compile(DDP(model))`` (dynamo's
+DDPOptimizer splits the graph at DDP's buckets), or with ``--ddp-outside`` ``DDP(torch.compile(model))``;
+``--fullgraph`` compiles with ``fullgraph=True`` (with ``--ddp-outside`` only).
 
     torchrun --nproc_per_node 2 benchmarks/compiled_job.py [--backend inductor] [--micro-batches 4]
 """
@@ -21,6 +23,7 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--backend", default="inductor")
     parser.add_argument("--fullgraph", action="store_true")
+    parser.add_argument("--ddp-outside", action="store_true")
     parser.add_argument("--micro-batches", type=int, default=4)
     parser.add_argument("--batch-size", type=int, default=8)
     parser.add_argument("--warmup", type=int, default=10)
@@ -30,7 +33,10 @@ def main() -> None:
     dist.init_process_group("gloo")
     torch.manual_seed(0)
     net = TinyLM(ModelConfig())
-    model = DDP(torch.compile(net, backend=args.backend, fullgraph=args.fullgraph))
+    if args.ddp_outside:
+        model = DDP(torch.compile(net, backend=args.backend, fullgraph=args.fullgraph))
+    else:
+        model = torch.compile(DDP(net), backend=args.backend)
     opt = torch.optim.AdamW(net.parameters(), lr=1e-3)
     data = torch.randint(0, net.cfg.vocab, (64, args.batch_size, net.cfg.seq_len + 1))
     start = 0.0

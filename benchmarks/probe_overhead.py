@@ -18,8 +18,8 @@ DataLoader):
   ``fullgraph=True``; ``--backend``, inductor by default): automatic mode's
   hooks sit on the compiled module, outside the compiled region.
 
-And the whole job (``--no-job`` skips it): benchmarks/compiled_job.py, 2-rank
-DDP around a compiled TinyLM with 4-micro-batch gradient accumulation, under
+And the whole job (``--no-job`` skips it): benchmarks/compiled_job.py, a 2-rank
+``torch.compile(DDP(TinyLM))`` with 4-micro-batch gradient accumulation, under
 torchrun with and without ``ranktop launch``, alternated ``--job-rounds``
 times; the ratio of the median optimizer steps per second. It counts what the
 training thread pays and what the sender threads and the relay take from the
@@ -348,7 +348,7 @@ def report_job(args, ok: bool) -> int:
     rounds, steps = (1, 40) if args.quick else (args.job_rounds, args.job_steps)
     without, launched = whole_job(rounds, steps, args.backend, fullgraph=False)
     ratio = statistics.median(launched) / statistics.median(without)
-    print(f"\nwhole job (2-rank DDP around a compiled TinyLM, 4 micro-batches, backend {args.backend}; "
+    print(f"\nwhole job (2-rank torch.compile(DDP(TinyLM)), 4 micro-batches, backend {args.backend}; "
           f"{rounds} alternated runs each after one of each not counted, {steps} optimizer steps a run; benchmarks/compiled_job.py)")
     print(f"  without ranktop: {', '.join(f'{r:.3f}' for r in without)} optimizer steps/s")
     print(f"  ranktop launch:  {', '.join(f'{r:.3f}' for r in launched)} optimizer steps/s")
