@@ -207,16 +207,21 @@ def make_tiny_torch(probe) -> dict[str, Callable[[], None]]:
 
 
 def automatic(probe, model, bare: Callable[[], None]) -> Callable[[], None]:
-    """The bare step, with automatic mode's hooks installed around each block of it (``fn.block``)."""
-    from ranktop.probe import auto
+    """The bare step, with automatic mode's hooks installed around each block of it (``fn.block``), as
+    ``ranktop launch`` runs them: the step-mode arming of device timing (a ``torch.cuda.is_initialized()``
+    per step, for ``probe.init()`` scripts) is off, as automatic mode turns it off."""
+    from ranktop.probe import auto, gpu_timing
 
     @contextlib.contextmanager
     def hooked():
-        hooks = auto.TorchHooks(auto.AutoTimer(probe.get().recorder), model=model).install()
+        p = probe.get()
+        gpu_timing.disarm(p)
+        hooks = auto.TorchHooks(auto.AutoTimer(p.recorder), model=model).install()
         try:
             yield
         finally:
             hooks.remove()
+            gpu_timing.arm(p)
 
     def step() -> None:
         bare()
