@@ -18,7 +18,7 @@ from textual.widgets import DataTable
 
 from ranktop.tui.render import palette
 from ranktop.watch import format as fmt
-from ranktop.watch.collectives import ranks_that_matter
+from ranktop.watch.collectives import LEAST_WAIT, MOST_WAIT, ranks_that_matter
 from ranktop.watch.snapshot import CollectiveStat, Snapshot
 
 COLUMNS = (
@@ -85,16 +85,18 @@ def shown_stats(snapshot: Snapshot) -> list[tuple[CollectiveStat, str]]:
 
 
 def title(snapshot: Snapshot, shown: list[tuple[CollectiveStat, str]]) -> str:
-    """The pane's title: what its rows are, and when no rank stands out, that none does."""
+    """The pane's title: in a big job, which ranks have rows and why (the why column may be off an
+    80-column screen), and when no rank stands out, that none does."""
     text = "Collectives · wait per call, launch to completion"
     if len(snapshot.ranks) <= ALL_RANKS_UP_TO:
         return text
-    reasons = [why for s, why in shown if s.rank >= 0]
+    reasons = dict((s.rank, why) for s, why in shown if s.rank >= 0)
     if not reasons:
         return text + " · job rows only: no rank has collectives of its own yet"
-    if not any(why not in ("most wait", "least wait") for why in reasons):
-        return text + " · no rank flagged: the ranks that wait most and least"
-    return text + " · then the ranks that matter (a rank's detail has its own)"
+    listed = ", ".join(f"{rank} {why}" for rank, why in reasons.items())
+    if all(why in (MOST_WAIT, LEAST_WAIT) for why in reasons.values()):
+        return text + f" · no rank flagged; per rank: {listed}"
+    return text + f" · per rank: {listed}"
 
 
 class CollectiveTable(DataTable):
