@@ -28,10 +28,11 @@ COLUMNS = (
     ("rate", "calls/s", 7),
     ("bytes", "bytes/s", 9),
     ("mean", "mean ms", 7),
-    ("p95", "p95 ms", 7),
-    ("algbw", "algbw GB/s", 10),
-    ("busbw", "busbw GB/s", 10),
-    ("alpha", "α µs", 6),
+    ("p95", "p95 ms", 6),
+    # nccl-tests' algorithm and bus bandwidths (algbw, busbw), headed short so that a 120-column terminal shows "fit".
+    ("algbw", "alg GB/s", 8),
+    ("busbw", "bus GB/s", 8),
+    ("alpha", "α µs", 5),
     ("beta", "β GB/s", 6),
     ("fit", "fit", 6),
     # Last, so that the numbers keep their columns: why this rank has rows of its own (flagged, waited for, ...).
