@@ -12,16 +12,24 @@ Two jobs, the ones a new user meets first:
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from unittest import mock
 
-from test_main_screen import demo_job  # noqa: F401  (re-exported: the 4-rank demo)
+import test_main_screen
 
 from ranktop.demo.simulate import Scenario, Simulator
 from ranktop.watch.aggregator import Aggregator
-from ranktop.watch.snapshot import Snapshot
+from ranktop.watch.snapshot import Endpoint, Snapshot
 
 START = 1.0e9
+
+
+def demo_job() -> Snapshot:
+    """The 4-rank demo with rank 2 slow in data, connected to its relay as the real one is (the status line's fact)."""
+    relay = Endpoint("tcp://vm:45815", "vm", "connected", 0.1, (0, 1, 2, 3))
+    return dataclasses.replace(test_main_screen.demo_job(), endpoints=[relay])
+
 SIMULATED_S = 5.0
 
 

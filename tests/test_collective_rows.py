@@ -75,3 +75,21 @@ def test_a_big_healthy_job_s_pane_says_no_rank_is_flagged():
     assert "no rank flagged; per rank: 60 most wait, 2 least wait" in title(snap, shown_stats(snap))
     bare = job_snapshot([rank_row(r) for r in range(64)], collectives=[stat(-1)])
     assert "job rows only: no rank has collectives of its own yet" in title(bare, shown_stats(bare))
+
+
+def test_rows_the_engine_chose_a_moment_ago_stay_with_a_reason_though_the_extremes_moved():
+    """A big job's rows are worked out every few seconds; the healthy rank that waits the most changes with the noise."""
+    rows = job(r9=dict(status=SLOW, score=0.3), r2=dict(collective_s=0.001), r60=dict(collective_s=0.2),
+               r11=dict(collective_s=0.05), r12=dict(collective_s=0.035))  # fmt: skip
+    snap = job_snapshot(rows, collectives=[stat(-1), stat(9), stat(11), stat(12)])  # chosen when 11 and 12 were the extremes
+    shown = shown_stats(snap)
+    assert [(s.rank, why) for s, why in shown] == [(-1, ""), (9, SLOW), (11, MOST_WAIT), (12, LEAST_WAIT)]
+
+
+def test_the_engine_keeps_rows_of_the_ranks_that_matter_in_a_big_job():
+    from screen_jobs import simulated_job
+
+    snap = simulated_job()
+    ranks = {c.rank for c in snap.collectives if c.rank >= 0}
+    assert 3071 in ranks and len(ranks) == 3  # the slow rank, and the healthy ranks that wait most and least
+    assert ranks == {n for n, _ in ranks_that_matter(snap.ranks.table, snap.waiting_for, 8)}

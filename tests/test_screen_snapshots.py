@@ -16,6 +16,7 @@ tests use. Nothing on screen depends on the clock.
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
 
 import pytest
 from screen_jobs import demo_job, simulated_job
@@ -187,3 +188,21 @@ def test_a_light_terminal_theme(snap_compare):
         await settle(pilot)
 
     assert snap_compare(app_of(demo_job()), terminal_size=(120, 36), run_before=light)
+
+
+# -- the README's pictures are these snapshots -------------------------------------------------------
+
+#: docs/ file -> the snapshot it is a copy of (README.md shows them: real screens, not drawings).
+README_PICTURES = {
+    "screen-demo-120x36.svg": "test_main_screen_of_the_4_rank_demo_with_rank_2_slow[120x36].svg",
+    "screen-4096-200x50.svg": "test_main_screen_of_4096_simulated_ranks_with_rank_3071_slow_in_forward[200x50].svg",
+}
+
+
+@pytest.mark.parametrize("picture", sorted(README_PICTURES))
+def test_the_readme_pictures_are_the_accepted_snapshots(picture):
+    """After accepting new snapshots: cp "tests/__snapshots__/test_screen_snapshots/<snapshot>" docs/<picture>."""
+    root = Path(__file__).resolve().parent.parent
+    snapshot = root / "tests" / "__snapshots__" / "test_screen_snapshots" / README_PICTURES[picture]
+    assert (root / "docs" / picture).read_bytes() == snapshot.read_bytes(), f"docs/{picture} is not the snapshot {snapshot.name}"
+    assert f"docs/{picture}" in (root / "README.md").read_text()

@@ -262,6 +262,8 @@ def collective_rows(
 
 #: Why a rank has per-rank rows (the pane says it beside them): besides its status word when it is flagged.
 WAITED_FOR, MOST_WAIT, LEAST_WAIT = "waited for", "most wait", "least wait"
+#: Ranks of a big job whose own rows a snapshot carries, at most: the pane shows them all.
+RANKS_THAT_MATTER = 8
 
 
 def ranks_that_matter(table: RankTable, waited_for: list[int], limit: int) -> list[tuple[int, str]]:
@@ -291,3 +293,20 @@ def ranks_that_matter(table: RankTable, waited_for: list[int], limit: int) -> li
                 extremes.setdefault(n, why)
     first = list(out.items())[: max(0, limit - len(extremes))]
     return (first + list(extremes.items()))[:limit]
+
+
+def why_shown(table: RankTable, waited_for: list[int], rank: int) -> str:
+    """Why a rank chosen by :func:`ranks_that_matter` a moment ago has rows (the rows of a big job are worked out
+    every few seconds, and which healthy rank waits the most changes with the noise): its status when flagged,
+    waited for, else whether it waits more or less than the median rank."""
+    if rank in waited_for:
+        return WAITED_FOR
+    i = table.index(rank)
+    if i is None:
+        return ""
+    if table.status[i] != STATUS_CODE[OK]:
+        return STATUSES[int(table.status[i])]
+    wait = table.collective_s[i]
+    if np.isnan(wait):
+        return ""
+    return MOST_WAIT if wait >= np.nanmedian(table.collective_s) else LEAST_WAIT

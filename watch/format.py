@@ -110,6 +110,7 @@ _SI = ((1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k"))
 def significant(value: float) -> str:
     """A plain number in three significant digits, never an exponent: 0.0123, 1.05, 17.1, 968 (a unit or
     :func:`si` keeps values under 1000: above, every digit is written)."""
+    value = float(f"{value:.3g}")  # rounded first: 0.9996 is 1.00, not 1.000
     magnitude = abs(value)
     if magnitude >= 100 or magnitude == 0:
         return f"{value:.0f}"

@@ -17,15 +17,12 @@ from typing import Any
 import numpy as np
 
 from ranktop.watch import stragglers
-from ranktop.watch.collectives import ranks_that_matter
+from ranktop.watch.collectives import RANKS_THAT_MATTER, ranks_that_matter
 from ranktop.watch.job_state import JobView
 from ranktop.watch.rank_rows import STATUS_CODE, RankRows, RankTable, message_fields
 from ranktop.watch.resources import job_throughput, rank_throughput, row_fields
 from ranktop.watch.snapshot import Snapshot
 from ranktop.watch.statuses import OK, SILENT, SLOW, STALLED
-
-#: Ranks whose own collective rows a big job's snapshot carries, at most (the pane shows the first of them).
-COLLECTIVE_RANKS = 16
 
 
 @dataclass(frozen=True)
@@ -110,7 +107,7 @@ def build(view: JobView, extras: Extras) -> Snapshot:
         requests=extras.requests,
         dropped_messages=extras.dropped,
         errors=extras.errors,
-        collectives=extras.collectives([n for n, _ in ranks_that_matter(table, view.stalls.waiting_for, COLLECTIVE_RANKS)])
+        collectives=extras.collectives([n for n, _ in ranks_that_matter(table, view.stalls.waiting_for, RANKS_THAT_MATTER)])
         if extras.collectives else [],
         waiting_for=view.stalls.waiting_for,
         diagnosis=view.stalls.diagnosis,

@@ -18,8 +18,8 @@ from textual.widgets import DataTable
 
 from ranktop.tui.render import palette
 from ranktop.watch import format as fmt
-from ranktop.watch.collectives import LEAST_WAIT, MOST_WAIT, ranks_that_matter
-from ranktop.watch.snapshot import CollectiveStat, Snapshot
+from ranktop.watch.collectives import LEAST_WAIT, MOST_WAIT, RANKS_THAT_MATTER, WAITED_FOR, ranks_that_matter, why_shown
+from ranktop.watch.snapshot import STATUSES, CollectiveStat, Snapshot
 
 COLUMNS = (
     ("rank", "rank", 4),
@@ -69,29 +69,35 @@ def cells(stat: CollectiveStat, why: str = "") -> tuple[Text, ...]:
 
 #: Above this many ranks, per-rank rows are kept for the ranks that matter only: 64 near-identical rows hide the answer.
 ALL_RANKS_UP_TO = 16
-TOP_RANKS = 8
+TOP_RANKS = RANKS_THAT_MATTER
 
 
 def shown_stats(snapshot: Snapshot) -> list[tuple[CollectiveStat, str]]:
     """The job's rows (rank -1) first, then per-rank rows with why each is shown: every rank's in a small job
-    (the flagged ones say so), in a big one those of the ranks that matter (watch/collectives.py)."""
+    (those that stand out say so), in a big one those of the ranks that matter (watch/collectives.py): the
+    engine's choice when it made one (past 64 ranks; worked out every few seconds), else this snapshot's."""
     stats = snapshot.collectives
-    matter = dict(ranks_that_matter(snapshot.ranks.table, snapshot.waiting_for, TOP_RANKS))
+    table = snapshot.ranks.table
+    matter = dict(ranks_that_matter(table, snapshot.waiting_for, TOP_RANKS))
     job = [(s, "") for s in stats if s.rank < 0]
     if len(snapshot.ranks) <= ALL_RANKS_UP_TO:
         return job + [(s, matter.get(s.rank, "")) for s in stats if s.rank >= 0]
+    present = {s.rank for s in stats if s.rank >= 0}
+    keep = present if len(present) <= TOP_RANKS else set(matter)
+    why = {n: matter.get(n) or why_shown(table, snapshot.waiting_for, n) for n in keep}
     order = {n: i for i, n in enumerate(matter)}
-    mine = [(s, matter[s.rank]) for s in stats if s.rank in order]
-    return job + sorted(mine, key=lambda pair: order[pair[0].rank])
+    rank_of = {reason: i for i, reason in enumerate((WAITED_FOR, *STATUSES, MOST_WAIT, LEAST_WAIT, ""))}
+    mine = [(s, why[s.rank]) for s in stats if s.rank in keep]
+    return job + sorted(mine, key=lambda pair: (order.get(pair[0].rank, len(order)), rank_of.get(pair[1], 0), pair[0].rank))
 
 
 def title(snapshot: Snapshot, shown: list[tuple[CollectiveStat, str]]) -> str:
-    """The pane's title: in a big job, which ranks have rows and why (the why column may be off an
-    80-column screen), and when no rank stands out, that none does."""
+    """The pane's title: which ranks stand out and why (the why column is off a narrow screen); in a big job,
+    which ranks have rows, and when no rank is flagged, that none is."""
     text = "Collectives · wait per call, launch to completion"
-    if len(snapshot.ranks) <= ALL_RANKS_UP_TO:
-        return text
-    reasons = dict((s.rank, why) for s, why in shown if s.rank >= 0)
+    reasons = dict((s.rank, why) for s, why in shown if s.rank >= 0 and why)
+    if len(snapshot.ranks) <= ALL_RANKS_UP_TO:  # every rank has rows: the title names those that stand out
+        return text + "".join(f" · rank {rank} {why}" for rank, why in reasons.items())
     if not reasons:
         return text + " · job rows only: no rank has collectives of its own yet"
     listed = ", ".join(f"{rank} {why}" for rank, why in reasons.items())
