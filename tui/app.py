@@ -43,7 +43,7 @@ from ranktop.tui.panes.overview import Overview
 from ranktop.tui.panes.rankmap import RankMap
 from ranktop.tui.panes.resources import ResourcePanes, ResourceTabs
 from ranktop.tui.panes.stragglers import COLUMNS as STRAGGLER_COLUMNS
-from ranktop.tui.panes.stragglers import table_order
+from ranktop.tui.panes.stragglers import table_rows
 from ranktop.tui.panes.verdict import VerdictLine
 from ranktop.tui.render import palette, room
 from ranktop.tui.screens.drill import DrillScreen, NodeScreen, RankScreen
@@ -58,6 +58,8 @@ from ranktop.wire import capture as wire_capture
 READ_ONLY = "read-only: no job secret, commands disabled"
 #: The refresher waits at most this long for a snapshot to be drawn before it builds the next (a busy loop).
 DRAW_WAIT_S = 5.0
+#: The straggler table's width beside the bars on a wide terminal (tui/ranktop.tcss, .-wide #stragglers).
+WIDE_TABLE = 98
 #: Views of the ranks, in the order the view key cycles through them.
 VIEWS = ("auto", "bars", "overview")
 
@@ -258,11 +260,8 @@ class RanktopApp(App[None]):
 
     def _room(self, *, tabs: bool) -> int:
         """The rows between the verdict and the status line (the panes' room), with or without the tabs' line."""
-        fixed = 2 + 1 + 1 + min(5, self._status_lines())  # header, verdict, footer, status
+        fixed = 2 + 1 + 1 + min(5, max(1, self._status.line_count))  # header, verdict, footer, status (max-height 5)
         return self.screen.size.height - fixed - (1 if tabs else 0)
-
-    def _status_lines(self) -> int:
-        return max(1, getattr(self._status, "_lines", 1))
 
     def _wants(self, snapshot: Snapshot, overview: bool, wanted: dict[str, bool], gpu_lines) -> list[room.Want]:
         """What each pane's content asks of the room, most important first (tui/render/room.py)."""
@@ -273,7 +272,7 @@ class RanktopApp(App[None]):
             main = room.ANY  # the map takes what it is given; the table scrolls
         else:
             bars = len(snapshot.ranks) + 2  # border, legend, a bar per rank
-            table = 2 + len(table_order(snapshot)) + (0 if short else _scrollbar(STRAGGLER_COLUMNS, 98 if wide else width))
+            table = 2 + table_rows(len(snapshot.ranks)) + (0 if short else _scrollbar(STRAGGLER_COLUMNS, WIDE_TABLE if wide else width))
             main = max(bars, table) if wide else bars + table
         wants = [room.Want("main", main, floor=9, share=0.6)]
         if wanted["collectives"]:
