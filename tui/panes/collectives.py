@@ -120,10 +120,16 @@ class CollectiveTable(DataTable):
         keys = []
         stats = shown_stats(snapshot)
         self.border_title = title(snapshot, stats)
+        # The why column is last: where the screen cuts it, it stays empty (the title says why) rather than
+        # showing the first letter of each reason.
+        whole = self.size.width == 0 or sum(w + 2 for _, _, w in COLUMNS) + 1 <= self.size.width
+        if self.columns["why"].label.plain != ("why" if whole else ""):
+            self.columns["why"].label = Text("why" if whole else "")
+            self.refresh()
         for stat, why in stats:
             key = f"{stat.rank}:{stat.op}"
             keys.append(key)
-            new = cells(stat, why)
+            new = cells(stat, why if whole else "")
             old = self._shown.get(key)
             if old is None:
                 self.add_row(*new, key=key)
