@@ -93,3 +93,11 @@ def test_the_engine_keeps_rows_of_the_ranks_that_matter_in_a_big_job():
     ranks = {c.rank for c in snap.collectives if c.rank >= 0}
     assert 3071 in ranks and len(ranks) == 3  # the slow rank, and the healthy ranks that wait most and least
     assert ranks == {n for n, _ in ranks_that_matter(snap.ranks.table, snap.waiting_for, 8)}
+
+
+def test_a_small_job_s_title_names_the_ranks_that_stand_out_most_telling_first():
+    rows = job(4, waits=lambda r: {0: 3.0, 1: 90.0}.get(r, 40.0), r2=dict(status=SLOW, score=0.48))
+    snap = job_snapshot(rows, collectives=[stat(-1)] + [stat(n) for n in range(4)])
+    shown = shown_stats(snap)
+    assert [s.rank for s, _ in shown] == [-1, 0, 1, 2, 3]  # every rank of a small job has its rows
+    assert title(snap, shown).endswith(" · rank 2 slow · rank 1 most wait · rank 0 least wait")

@@ -72,6 +72,10 @@ ALL_RANKS_UP_TO = 16
 TOP_RANKS = RANKS_THAT_MATTER
 
 
+#: Reasons, most telling first (as ranks_that_matter orders them).
+_REASON_ORDER = {reason: i for i, reason in enumerate((WAITED_FOR, *STATUSES, MOST_WAIT, LEAST_WAIT, ""))}
+
+
 def shown_stats(snapshot: Snapshot) -> list[tuple[CollectiveStat, str]]:
     """The job's rows (rank -1) first, then per-rank rows with why each is shown: every rank's in a small job
     (those that stand out say so), in a big one those of the ranks that matter (watch/collectives.py): the
@@ -86,16 +90,15 @@ def shown_stats(snapshot: Snapshot) -> list[tuple[CollectiveStat, str]]:
     keep = present if len(present) <= TOP_RANKS else set(matter)
     why = {n: matter.get(n) or why_shown(table, snapshot.waiting_for, n) for n in keep}
     order = {n: i for i, n in enumerate(matter)}
-    rank_of = {reason: i for i, reason in enumerate((WAITED_FOR, *STATUSES, MOST_WAIT, LEAST_WAIT, ""))}
     mine = [(s, why[s.rank]) for s in stats if s.rank in keep]
-    return job + sorted(mine, key=lambda pair: (order.get(pair[0].rank, len(order)), rank_of.get(pair[1], 0), pair[0].rank))
+    return job + sorted(mine, key=lambda pair: (order.get(pair[0].rank, len(order)), _REASON_ORDER.get(pair[1], 0), pair[0].rank))
 
 
 def title(snapshot: Snapshot, shown: list[tuple[CollectiveStat, str]]) -> str:
     """The pane's title: which ranks stand out and why (the why column is off a narrow screen); in a big job,
     which ranks have rows, and when no rank is flagged, that none is."""
     text = "Collectives · wait per call, launch to completion"
-    reasons = dict((s.rank, why) for s, why in shown if s.rank >= 0 and why)
+    reasons = dict(sorted(((s.rank, why) for s, why in shown if s.rank >= 0 and why), key=lambda pair: _REASON_ORDER.get(pair[1], 0)))
     if len(snapshot.ranks) <= ALL_RANKS_UP_TO:  # every rank has rows: the title names those that stand out
         return text + "".join(f" · rank {rank} {why}" for rank, why in reasons.items())
     if not reasons:
