@@ -18,6 +18,7 @@ from typing import Protocol
 from rich.text import Text
 from textual.app import App, ComposeResult
 from textual.containers import Container
+from textual.css.scalar import Scalar
 from textual.reactive import reactive
 from textual.widgets import DataTable, Footer
 
@@ -33,13 +34,18 @@ from ranktop.tui.panes import (
     StragglerTable,
     Waiting,
 )
+from ranktop.tui.panes import gpus
+from ranktop.tui.panes.collectives import COLUMNS as COLLECTIVE_COLUMNS
+from ranktop.tui.panes.collectives import shown_stats
 from ranktop.tui.panes.gpus import has_data as gpus_have_data
 from ranktop.tui.panes.memory import has_data as memory_has_data
 from ranktop.tui.panes.overview import Overview
 from ranktop.tui.panes.rankmap import RankMap
 from ranktop.tui.panes.resources import ResourcePanes, ResourceTabs
+from ranktop.tui.panes.stragglers import COLUMNS as STRAGGLER_COLUMNS
+from ranktop.tui.panes.stragglers import table_rows
 from ranktop.tui.panes.verdict import VerdictLine
-from ranktop.tui.render import palette
+from ranktop.tui.render import palette, room
 from ranktop.tui.screens.drill import DrillScreen, NodeScreen, RankScreen
 from ranktop.tui.screens.capture import CaptureScreen
 from ranktop.tui.screens.help import HelpScreen
@@ -52,6 +58,8 @@ from ranktop.wire import capture as wire_capture
 READ_ONLY = "read-only: no job secret, commands disabled"
 #: The refresher waits at most this long for a snapshot to be drawn before it builds the next (a busy loop).
 DRAW_WAIT_S = 5.0
+#: The straggler table's width beside the bars on a wide terminal (tui/ranktop.tcss, .-wide #stragglers).
+WIDE_TABLE = 98
 #: Views of the ranks, in the order the view key cycles through them.
 VIEWS = ("auto", "bars", "overview")
 
@@ -220,17 +228,20 @@ class RanktopApp(App[None]):
         self._verdict.show(snapshot)
         self._waiting.display = empty
         self._panes.display = not empty
-        shown = self._tabs.choose(
-            {"collectives": not empty and self.show_collectives and bool(snapshot.collectives),
-             "memory": not empty and self.show_memory and memory_has_data(snapshot),
-             "gpus": not empty and self.show_gpus and gpus_have_data(snapshot)},
-            tabbed=self.screen.has_class("-short"),
-        )  # fmt: skip
+        selected = self._stragglers.selected_rank() if self._stragglers.has_focus else None
+        wanted = {"collectives": not empty and self.show_collectives and bool(snapshot.collectives),
+                  "memory": not empty and self.show_memory and memory_has_data(snapshot),
+                  "gpus": not empty and self.show_gpus and gpus_have_data(snapshot)}  # fmt: skip
+        overview = not empty and self._overview_shown(len(snapshot.ranks))
+        gpu_lines = gpus.PanelLines(snapshot, selected) if wanted["gpus"] else None
+        wants = self._wants(snapshot, overview, wanted, gpu_lines)
+        # A short terminal shows one of the lower panes at a time, as tabs, unless all of them fit as they are.
+        fits = room.total(wants) <= self._room(tabs=False)
+        shown = self._tabs.choose(wanted, tabbed=self.screen.has_class("-short") and not fits)
         self._collectives.display = shown["collectives"]
         if empty:
             self._waiting.show(snapshot)
         else:
-            overview = self._overview_shown(len(snapshot.ranks))
             self._set_view(overview)
             if overview:
                 self._overview.show(snapshot)
@@ -239,12 +250,47 @@ class RanktopApp(App[None]):
             self._stragglers.show(snapshot)
             if self._collectives.display:
                 self._collectives.show(snapshot)
-        selected = self._stragglers.selected_rank() if self._stragglers.has_focus else None
-        self._resources.show(snapshot, show_memory=shown["memory"], show_gpus=shown["gpus"], selected=selected)
+        self._resources.show(snapshot, show_memory=shown["memory"], show_gpus=shown["gpus"], selected=selected, gpu_lines=gpu_lines)
+        if not empty:
+            self._fit([w for w in wants if w.name == "main" or shown.get(w.name)])
         screen = self.screen
         if isinstance(screen, DrillScreen):
             screen.show(snapshot)
         self._draw_status()
+
+    def _room(self, *, tabs: bool) -> int:
+        """The rows between the verdict and the status line (the panes' room), with or without the tabs' line."""
+        fixed = 2 + 1 + 1 + min(5, max(1, self._status.line_count))  # header, verdict, footer, status (max-height 5)
+        return self.screen.size.height - fixed - (1 if tabs else 0)
+
+    def _wants(self, snapshot: Snapshot, overview: bool, wanted: dict[str, bool], gpu_lines) -> list[room.Want]:
+        """What each pane's content asks of the room, most important first (tui/render/room.py)."""
+        width = self.screen.size.width
+        wide = self.screen.has_class("-wide")
+        short = self.screen.has_class("-short")
+        if overview:
+            main = room.ANY  # the map takes what it is given; the table scrolls
+        else:
+            bars = len(snapshot.ranks) + 2  # border, legend, a bar per rank
+            table = 2 + table_rows(len(snapshot.ranks)) + (0 if short else _scrollbar(STRAGGLER_COLUMNS, WIDE_TABLE if wide else width))
+            main = max(bars, table) if wide else bars + table
+        wants = [room.Want("main", main, floor=9, share=0.6)]
+        if wanted["collectives"]:
+            rows = len(shown_stats(snapshot)) + 2 + (0 if short else _scrollbar(COLLECTIVE_COLUMNS, width))
+            wants.append(room.Want("collectives", rows, floor=4, share=0.35))
+        if wanted["memory"]:
+            wants.append(room.Want("memory", 1 + len(snapshot.ranks) + 2, floor=4, share=0.3))
+        if wanted["gpus"]:
+            wants.append(room.Want("gpus", 1 + len(gpu_lines), floor=3, share=0.25))
+        return wants
+
+    def _fit(self, wants: list[room.Want]) -> None:
+        """Give each pane the rows its content needs, up to a share, and the rest to those that need more."""
+        heights = room.share(self._room(tabs=self._tabs.display), wants)
+        for name, widget in (("main", self._panes), ("collectives", self._collectives),
+                             ("memory", self._resources.query_one("#memory")), ("gpus", self._resources.query_one("#gpus"))):  # fmt: skip
+            if name in heights and widget.styles.height != Scalar.from_number(heights[name]):
+                widget.styles.height = heights[name]
 
     def _overview_shown(self, ranks: int) -> bool:
         """Whether the overview replaces the bars: by choice, or ("auto") when the ranks do not fit as bars."""
@@ -426,6 +472,11 @@ class RanktopApp(App[None]):
                 self._notice = None
                 self._last_command = SentCommand(command_id, cmd, ranks, self.snapshot.elapsed_s)
         self._draw_status()
+
+
+def _scrollbar(columns: tuple, width: int) -> int:
+    """1 when a table's columns (and a cell's padding each side) are wider than ``width``: its scrollbar takes a row."""
+    return int(sum(w + 2 for _, _, w in columns) + 1 > width)
 
 
 def _one_line(exc: BaseException) -> str:

@@ -35,9 +35,9 @@ MAX_REPLIES = 256
 MAX_ERRORS = 8
 #: Kinds of malformed message named in the status line, at most (the decoder's fault texts are a small fixed set).
 MAX_FAULTS = 64
-#: Past this many ranks the snapshot's per-rank collective rows are those of the first ranks of the ranking only.
+#: Past this many ranks the snapshot's per-rank collective rows are those of the ranks that matter only
+#: (watch/collectives.py ranks_that_matter: flagged, waited for, the extremes of wait).
 PER_RANK_ROWS_UP_TO = 64
-PER_RANK_ROWS_SHOWN = 16
 #: Seconds the receiver waits at most for a snapshot being built before it takes its messages (a snapshot of
 #: 4,096 ranks takes 10 to 40 ms of CPU).
 SNAPSHOT_FIRST_S = 0.25
@@ -267,18 +267,18 @@ class Aggregator:
             requests=self.requests.statuses(),
             dropped=dropped,
             errors=errors,
-            collectives=lambda ranking: self._collective_rows(view.windows, now, ranking),
+            collectives=lambda ranks: self._collective_rows(view.windows, now, ranks),
         )
         return build(view, extras)
 
-    def _collective_rows(self, windows: list, now: float, ranking: list[int]) -> list:
+    def _collective_rows(self, windows: list, now: float, ranks: list[int]) -> list:
         """The collectives pane's rows; past :data:`COLLECTIVES_CACHED_FROM` ranks worked out again every
         :data:`COLLECTIVES_EVERY_S` only (what they say moves slowly; the rows cost O(ranks x ops))."""
         cached = self._collectives
         if len(windows) >= COLLECTIVES_CACHED_FROM and cached is not None and now - cached[0] < COLLECTIVES_EVERY_S:
             return cached[1]
         rows = collective_rows(self.state.collectives, windows, now,
-                               ranking[:PER_RANK_ROWS_SHOWN] if len(windows) > PER_RANK_ROWS_UP_TO else None)
+                               ranks if len(windows) > PER_RANK_ROWS_UP_TO else None)
         self._collectives = (now, rows)
         return rows
 

@@ -21,7 +21,11 @@ import statistics
 from dataclasses import dataclass
 from typing import Any, Iterable
 
+import numpy as np
+
+from ranktop.watch.rank_rows import STATUS_CODE, RankTable
 from ranktop.watch.snapshot import CollectiveStat
+from ranktop.watch.statuses import OK, STATUSES
 from ranktop.watch.window import CALL_WINDOW, WAITS_KEPT, RankWindow
 from ranktop.wire import collective_summary
 
@@ -251,3 +255,58 @@ def collective_rows(
             )
         )
     return rows
+
+
+# -- which ranks get rows of their own under the job's --------------------------------
+
+
+#: Why a rank has per-rank rows (the pane says it beside them): besides its status word when it is flagged.
+WAITED_FOR, MOST_WAIT, LEAST_WAIT = "waited for", "most wait", "least wait"
+#: Ranks of a big job whose own rows a snapshot carries, at most: the pane shows them all.
+RANKS_THAT_MATTER = 8
+
+
+def ranks_that_matter(table: RankTable, waited_for: list[int], limit: int) -> list[tuple[int, str]]:
+    """The ranks whose own collective rows say something, with why, most telling first: those the others wait
+    for, the flagged ones (slow, stalled, silent: by score), then the ranks that wait the most and the least.
+
+    The healthy ranks of a big job differ only by noise: listing "the top stragglers" among them names ranks
+    that are not slow at all. The extremes of wait are always worth a row (the least-waiting rank of a
+    data-parallel group is the one the others wait for). At most ``limit`` ranks, the two extremes kept;
+    empty when no rank has a collective yet. O(ranks) in numpy.
+    """
+    out: dict[int, str] = {}
+    known = set(table.rank.tolist()) if waited_for else set()
+    for n in waited_for:
+        if n in known:
+            out.setdefault(int(n), WAITED_FOR)
+    flagged = np.flatnonzero(table.status != STATUS_CODE[OK])
+    for i in flagged[np.argsort(-np.nan_to_num(table.score[flagged], nan=-np.inf), kind="stable")][:limit].tolist():
+        out.setdefault(int(table.rank[i]), STATUSES[int(table.status[i])])
+    waits = table.collective_s
+    seen = np.flatnonzero(~np.isnan(waits) & (table.status == STATUS_CODE[OK]))
+    extremes: dict[int, str] = {}
+    if len(seen):
+        for i, why in ((seen[np.argmax(waits[seen])], MOST_WAIT), (seen[np.argmin(waits[seen])], LEAST_WAIT)):
+            n = int(table.rank[i])
+            if n not in out:
+                extremes.setdefault(n, why)
+    first = list(out.items())[: max(0, limit - len(extremes))]
+    return (first + list(extremes.items()))[:limit]
+
+
+def why_shown(table: RankTable, waited_for: list[int], rank: int) -> str:
+    """Why a rank chosen by :func:`ranks_that_matter` a moment ago has rows (the rows of a big job are worked out
+    every few seconds, and which healthy rank waits the most changes with the noise): its status when flagged,
+    waited for, else whether it waits more or less than the median rank."""
+    if rank in waited_for:
+        return WAITED_FOR
+    i = table.index(rank)
+    if i is None:
+        return ""
+    if table.status[i] != STATUS_CODE[OK]:
+        return STATUSES[int(table.status[i])]
+    wait = table.collective_s[i]
+    if np.isnan(wait):
+        return ""
+    return MOST_WAIT if wait >= np.nanmedian(table.collective_s) else LEAST_WAIT

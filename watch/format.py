@@ -1,8 +1,10 @@
-"""How sizes, durations, ages, ratios, rank lists and host names are written, everywhere alike.
+"""How sizes, durations, ages, ratios, rates, rank lists, op keys and host names are written, everywhere alike.
 
 The screen, the commands' lines, the diagnosis and the capture summaries all
 write through these functions, so 1000 bytes or three hours read the same in
-each of them.
+each of them. Numbers are written for people: three significant digits and a
+unit or an SI suffix (``140k``, ``968 GB/s``), never ``140120.`` or
+``991755.7``; ``--json`` keeps the raw numbers (watch/json_doc.py).
 """
 
 from __future__ import annotations
@@ -99,6 +101,70 @@ def size(nbytes: float | None, *, decimal: bool = False) -> str:
             return f"{value:.1f} {unit}" if decimal or abs(value) < 100 else f"{value:.0f} {unit}"
         value /= 1024
     return NA
+
+
+#: SI suffixes, largest first, for counts and rates: 1234 -> 1.23k.
+_SI = ((1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k"))
+
+
+def significant(value: float) -> str:
+    """A plain number in three significant digits, never an exponent: 0.0123, 1.05, 17.1, 968 (a unit or
+    :func:`si` keeps values under 1000: above, every digit is written)."""
+    value = float(f"{value:.3g}")  # rounded first: 0.9996 is 1.00, not 1.000
+    magnitude = abs(value)
+    if magnitude >= 100 or magnitude == 0:
+        return f"{value:.0f}"
+    if magnitude >= 10:
+        return f"{value:.1f}"
+    if magnitude >= 1:
+        return f"{value:.2f}"
+    digits = 3
+    while magnitude < 0.1 and digits < 8:
+        magnitude *= 10
+        digits += 1
+    return f"{value:.{digits}f}"
+
+
+def si(value: float | None, unit: str = "") -> str:
+    """A count or rate with an SI suffix and three significant digits: 960, 1.23k, 140k, 1.25M; "–" unknown.
+
+    ``unit`` follows the number directly ("140k/s"); a value that rounds up to
+    1000 takes the next suffix (999,999 is 1.00M, not 1000k).
+    """
+    if value is None:
+        return "–"
+    for scale, suffix in _SI:
+        if abs(value) >= scale * 0.9995:
+            return f"{value / scale:.3g}{suffix}{unit}"
+    return f"{value:.3g}{unit}"
+
+
+def bandwidth(bytes_per_s: float | None) -> str:
+    """Bytes per second in decimal units, as nccl-tests and link specs count them: 126 MB/s, 968 GB/s; "–" unknown."""
+    if bytes_per_s is None:
+        return "–"
+    value = float(bytes_per_s)
+    for unit in ("B/s", "KB/s", "MB/s", "GB/s", "TB/s"):
+        if abs(value) < 999.5 or unit == "TB/s":
+            return f"{significant(value)} {unit}"
+        value /= 1000
+    return "–"  # unreachable: TB/s takes the rest
+
+
+def op_key(op: str, width: int, group_size: int | None = None) -> str:
+    """A collective's key in at most ``width`` cells, its role kept: ``reduce_scatter_t…@dp ×64``.
+
+    On a job with several parallel dimensions the role (``@tp``, ``@dp``) says
+    which group waits; so the op's name is shortened, never its role or group size.
+    """
+    name, at, role = op.partition("@")
+    tail = f"{at}{role}" + (f" ×{group_size}" if group_size is not None else "")
+    if len(name) + len(tail) <= width:
+        return name + tail
+    room = width - len(tail)
+    if room < 2:  # not even a letter and the ellipsis: the role still fits, or its start
+        return (name[:1] + tail)[:width]
+    return name[: room - 1] + "…" + tail
 
 
 # -- rank lists -----------------------------------------------------------------------

@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from ranktop.watch import stragglers
+from ranktop.watch.collectives import RANKS_THAT_MATTER, ranks_that_matter
 from ranktop.watch.job_state import JobView
 from ranktop.watch.rank_rows import STATUS_CODE, RankRows, RankTable, message_fields
 from ranktop.watch.resources import job_throughput, rank_throughput, row_fields
@@ -36,7 +37,7 @@ class Extras:
     requests: list = field(default_factory=list)
     dropped: int = 0
     errors: list = field(default_factory=list)
-    collectives: Any = None  # a callable: ranking -> collective rows (they follow the ranking)
+    collectives: Any = None  # a callable: the ranks that matter (collectives.ranks_that_matter) -> collective rows
 
 
 def build(view: JobView, extras: Extras) -> Snapshot:
@@ -106,7 +107,8 @@ def build(view: JobView, extras: Extras) -> Snapshot:
         requests=extras.requests,
         dropped_messages=extras.dropped,
         errors=extras.errors,
-        collectives=extras.collectives(ranking) if extras.collectives else [],
+        collectives=extras.collectives([n for n, _ in ranks_that_matter(table, view.stalls.waiting_for, RANKS_THAT_MATTER)])
+        if extras.collectives else [],
         waiting_for=view.stalls.waiting_for,
         diagnosis=view.stalls.diagnosis,
         slow_hosts=stragglers.slow_hosts(table),

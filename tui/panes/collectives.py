@@ -1,10 +1,14 @@
-"""The collectives panel: per op for the job, then per rank and op.
+"""The collectives panel: per op for the job, then per rank and op, for the ranks that matter.
 
 Latency is this rank's wait for the call, launch to completion; bandwidths
 follow nccl-tests (algorithm bandwidth = bytes / time, bus bandwidth scaled by
 the op's data movement); alpha and beta are the least-squares fit of
 T = alpha + n/beta, shown once three sizes were seen, and "fit" says how far
 the latest calls sit from it (+40% = 40% slower than the model predicts).
+
+Every number goes through watch/format.py: counts and rates with an SI suffix
+(``124k``), byte rates with their unit (``879 GB/s``); an op key is shortened
+in its name, never in its role (``reduce_scatter…@dp ×64``).
 """
 
 from __future__ import annotations
@@ -14,63 +18,95 @@ from textual.widgets import DataTable
 
 from ranktop.tui.render import palette
 from ranktop.watch import format as fmt
-from ranktop.watch.snapshot import CollectiveStat, Snapshot
+from ranktop.watch.collectives import LEAST_WAIT, MOST_WAIT, RANKS_THAT_MATTER, WAITED_FOR, ranks_that_matter, why_shown
+from ranktop.watch.snapshot import STATUSES, CollectiveStat, Snapshot
 
 COLUMNS = (
     ("rank", "rank", 4),
     ("op", "op", 22),
-    ("calls", "calls", 7),
+    ("calls", "calls", 6),
     ("rate", "calls/s", 7),
-    ("mbps", "MB/s", 8),
-    ("mean", "mean ms", 8),
-    ("p95", "p95 ms", 8),
-    ("algbw", "algbw GB/s", 10),
-    ("busbw", "busbw GB/s", 10),
-    ("alpha", "α µs", 7),
-    ("beta", "β GB/s", 7),
+    ("bytes", "bytes/s", 9),
+    ("mean", "mean ms", 7),
+    ("p95", "p95 ms", 6),
+    # nccl-tests' algorithm and bus bandwidths (algbw, busbw), headed short so that a 120-column terminal shows "fit".
+    ("algbw", "alg GB/s", 8),
+    ("busbw", "bus GB/s", 8),
+    ("alpha", "α µs", 5),
+    ("beta", "β GB/s", 6),
     ("fit", "fit", 6),
+    # Last, so that the numbers keep their columns: why this rank has rows of its own (flagged, waited for, ...).
+    ("why", "why", 10),
 )
+OP_WIDTH = dict((k, w) for k, _, w in COLUMNS)["op"]
 
 
-def _num(value: float | None, scale: float = 1.0, digits: int = 1) -> str:
-    return "–" if value is None else f"{value * scale:.{digits}f}"
+def _gbps(value: float | None) -> str:
+    return "–" if value is None else fmt.significant(value / 1e9)
 
 
-def cells(stat: CollectiveStat) -> tuple[Text, ...]:
+def cells(stat: CollectiveStat, why: str = "") -> tuple[Text, ...]:
     job = stat.rank < 0
     style = "bold" if job else ""
     fit_style = palette.WARNING if stat.fit_dev is not None and stat.fit_dev > 0.5 else ""
     values = (
         ("all" if job else str(stat.rank), style),
-        (f"{stat.op} ×{stat.group_size}", style),
-        (str(stat.calls), style),
-        (_num(stat.calls_per_s), style),
-        (_num(stat.bytes_per_s, 1e-6), style),
+        (fmt.op_key(stat.op, OP_WIDTH, stat.group_size), style),
+        (fmt.si(stat.calls), style),
+        (fmt.si(stat.calls_per_s), style),
+        (fmt.bandwidth(stat.bytes_per_s), style),
         (fmt.ms(stat.mean_s), style),
         (fmt.ms(stat.p95_s), style),
-        (_num(stat.algbw_bps, 1e-9, 3), style),
-        (_num(stat.busbw_bps, 1e-9, 3), style),
-        (_num(stat.alpha_s, 1e6, 0), style),
-        (_num(stat.beta_bps, 1e-9, 2), style),
+        (_gbps(stat.algbw_bps), style),
+        (_gbps(stat.busbw_bps), style),
+        ("–" if stat.alpha_s is None else fmt.si(stat.alpha_s * 1e6), style),
+        (_gbps(stat.beta_bps), style),
         ("–" if stat.fit_dev is None else fmt.score(stat.fit_dev), fit_style),
+        (why, palette.STATUS_STYLES.get(why, palette.MUTED)),
     )
-    return tuple(Text(text, style=s, justify="left" if i < 2 else "right") for i, (text, s) in enumerate(values))
+    return tuple(Text(text, style=s, justify="left" if i < 2 or i == len(values) - 1 else "right") for i, (text, s) in enumerate(values))
 
 
-#: Above this many ranks, per-rank rows are kept for the top stragglers only: 64 near-identical rows hide the answer.
+#: Above this many ranks, per-rank rows are kept for the ranks that matter only: 64 near-identical rows hide the answer.
 ALL_RANKS_UP_TO = 16
-TOP_RANKS = 8
+TOP_RANKS = RANKS_THAT_MATTER
 
 
-def shown_stats(snapshot: Snapshot) -> list[CollectiveStat]:
-    """The job's rows (rank -1) first, then per-rank rows: every rank's in a small job, the top stragglers' in a big one."""
+#: Reasons, most telling first (as ranks_that_matter orders them).
+_REASON_ORDER = {reason: i for i, reason in enumerate((WAITED_FOR, *STATUSES, MOST_WAIT, LEAST_WAIT, ""))}
+
+
+def shown_stats(snapshot: Snapshot) -> list[tuple[CollectiveStat, str]]:
+    """The job's rows (rank -1) first, then per-rank rows with why each is shown: every rank's in a small job
+    (those that stand out say so), in a big one those of the ranks that matter (watch/collectives.py): the
+    engine's choice when it made one (past 64 ranks; worked out every few seconds), else this snapshot's."""
     stats = snapshot.collectives
-    job = [s for s in stats if s.rank < 0]
+    table = snapshot.ranks.table
+    matter = dict(ranks_that_matter(table, snapshot.waiting_for, TOP_RANKS))
+    job = [(s, "") for s in stats if s.rank < 0]
     if len(snapshot.ranks) <= ALL_RANKS_UP_TO:
-        return job + [s for s in stats if s.rank >= 0]
-    top = {n: i for i, n in enumerate(snapshot.stragglers[:TOP_RANKS])}
-    mine = [s for s in stats if s.rank in top]
-    return job + sorted(mine, key=lambda s: top[s.rank])
+        return job + [(s, matter.get(s.rank, "")) for s in stats if s.rank >= 0]
+    present = {s.rank for s in stats if s.rank >= 0}
+    keep = present if len(present) <= TOP_RANKS else set(matter)
+    why = {n: matter.get(n) or why_shown(table, snapshot.waiting_for, n) for n in keep}
+    order = {n: i for i, n in enumerate(matter)}
+    mine = [(s, why[s.rank]) for s in stats if s.rank in keep]
+    return job + sorted(mine, key=lambda pair: (order.get(pair[0].rank, len(order)), _REASON_ORDER.get(pair[1], 0), pair[0].rank))
+
+
+def title(snapshot: Snapshot, shown: list[tuple[CollectiveStat, str]]) -> str:
+    """The pane's title: which ranks stand out and why (the why column is off a narrow screen); in a big job,
+    which ranks have rows, and when no rank is flagged, that none is."""
+    text = "Collectives · wait per call, launch to completion"
+    reasons = dict(sorted(((s.rank, why) for s, why in shown if s.rank >= 0 and why), key=lambda pair: _REASON_ORDER.get(pair[1], 0)))
+    if len(snapshot.ranks) <= ALL_RANKS_UP_TO:  # every rank has rows: the title names those that stand out
+        return text + "".join(f" · rank {rank} {why}" for rank, why in reasons.items())
+    if not reasons:
+        return text + " · job rows only: no rank has collectives of its own yet"
+    listed = ", ".join(f"{rank} {why}" for rank, why in reasons.items())
+    if all(why in (MOST_WAIT, LEAST_WAIT) for why in reasons.values()):
+        return text + f" · no rank flagged; per rank: {listed}"
+    return text + f" · per rank: {listed}"
 
 
 class CollectiveTable(DataTable):
@@ -86,15 +122,17 @@ class CollectiveTable(DataTable):
                 self.add_column(heading, key=key, width=width)
         keys = []
         stats = shown_stats(snapshot)
-        ranks = len(snapshot.ranks)
-        title = "Collectives · wait per call, launch to completion"
-        if ranks > ALL_RANKS_UP_TO:
-            title += f" · job rows, then the top {TOP_RANKS} stragglers (a rank's detail has its own)"
-        self.border_title = title
-        for stat in stats:
+        self.border_title = title(snapshot, stats)
+        # The why column is last: where the screen cuts it, it stays empty (the title says why) rather than
+        # showing the first letter of each reason.
+        whole = self.size.width == 0 or sum(w + 2 for _, _, w in COLUMNS) + 1 <= self.size.width
+        if self.columns["why"].label.plain != ("why" if whole else ""):
+            self.columns["why"].label = Text("why" if whole else "")
+            self.refresh()
+        for stat, why in stats:
             key = f"{stat.rank}:{stat.op}"
             keys.append(key)
-            new = cells(stat)
+            new = cells(stat, why if whole else "")
             old = self._shown.get(key)
             if old is None:
                 self.add_row(*new, key=key)
@@ -107,3 +145,6 @@ class CollectiveTable(DataTable):
         for key in [k for k in self._shown if k not in keyset]:
             self.remove_row(key)
             del self._shown[key]
+        if [row.key.value for row in self.ordered_rows] != keys:  # a rank that starts to matter goes to its place
+            position = {(row[0].plain, row[1].plain): i for i, row in enumerate(self._shown[k] for k in keys)}
+            self.sort("rank", "op", key=lambda pair: position.get((pair[0].plain, pair[1].plain), len(position)))

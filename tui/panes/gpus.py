@@ -133,8 +133,9 @@ def has_data(snapshot: Snapshot) -> bool:
 class GpuPanel(LazyLines):
     """Gauges per GPU grouped by host, or one line per host without one."""
 
-    def show(self, snapshot: Snapshot, selected: int | None = None) -> None:
-        lines = PanelLines(snapshot, selected)
+    def show(self, snapshot: Snapshot, selected: int | None = None, lines: PanelLines | None = None) -> None:
+        """``lines``: the pane's lines, when the caller built them already (to know how tall the pane wants to be)."""
+        lines = lines if lines is not None else PanelLines(snapshot, selected)
         self.show_lines(len(lines), lines.line)
         count = int(snapshot.ranks.table.gpu_sampled.sum())
         self.border_title = f"GPUs · {count} sampled by NVML" if count else "GPUs"

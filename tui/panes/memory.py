@@ -70,16 +70,6 @@ def gauge(used: float, total: float, width: int, *, behind: float | None = None,
     return text
 
 
-def _rate(value: float | None, unit: str = "") -> str:
-    """1234.5 -> 1.23k: a rate in 5 cells or so."""
-    if value is None:
-        return "–"
-    for scale, suffix in ((1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
-        if abs(value) >= scale:
-            return f"{value / scale:.3g}{suffix}{unit}"
-    return f"{value:.3g}{unit}"
-
-
 def tflops_text(value: float | None) -> str:
     if value is None:
         return "–"
@@ -174,8 +164,8 @@ def row_text(row: RankRow, cols: Columns, rss_scale: float) -> Text:
     text.append(" ")
     if cols.throughput:
         t = row.throughput
-        text.append(f"{_rate(t.samples_per_s if t else None):>{cols.rate}} ", style=muted)
-        text.append(f"{_rate(t.tokens_per_s if t else None):>{cols.rate}} ", style=muted)
+        text.append(f"{fmt.si(t.samples_per_s if t else None):>{cols.rate}} ", style=muted)
+        text.append(f"{fmt.si(t.tokens_per_s if t else None):>{cols.rate}} ", style=muted)
         text.append(f"{tflops_text(t.tflops if t else None):>{cols.flops}} ", style=muted)
         text.append(f"{mfu_text(t):>{cols.mfu}}", style=palette.MUTED if mfu_text(t) == "unknown" else muted)
     return text
@@ -199,7 +189,7 @@ def job_text(snapshot: Snapshot) -> Text:
         parts = [(t.samples_per_s, "samples/s"), (t.tokens_per_s, "tokens/s")]
         for value, unit in parts:
             if value is not None:
-                text.append(f"{_rate(value)} ", style="bold")
+                text.append(f"{fmt.si(value)} ", style="bold")
                 text.append(f"{unit}  ", style=palette.MUTED)
         if t.tflops is not None:
             text.append(f"{tflops_text(t.tflops)} ", style="bold")

@@ -88,8 +88,8 @@ def legend_text(mode: str | None, nodes: int, group: str = "node") -> Text:
     text = Text(no_wrap=True, overflow="ellipsis")
     text.append(f"a cell per {group} (its worst rank)" if mode == NODES else f"a cell per rank, grouped by {group}", style="bold")
     text.append(f" · {nodes:,} {group}{'s' if nodes != 1 else ''} ·", style=palette.MUTED)
-    for name, colour in LEGEND:
-        text.append(" ■", style=colour)
+    for name, colour, mark in LEGEND:
+        text.append(f" {mark}", style=colour)
         text.append(f" {name}", style=palette.MUTED)
     return text
 

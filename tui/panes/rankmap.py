@@ -20,7 +20,7 @@ from ranktop.watch.snapshot import RankRow
 
 from ranktop.tui import bindings
 from ranktop.tui.render import palette
-from ranktop.tui.render.rankmap import CELL, RANKS, Cell, Layout, layout, ranks_of, severity
+from ranktop.tui.render.rankmap import RANKS, Cell, Layout, layout, ranks_of, severity
 
 
 class RankMap(ScrollView, can_focus=True):
@@ -187,7 +187,7 @@ class RankMap(ScrollView, can_focus=True):
             style = base + Style.parse(cell.style)
             if i == cursor:
                 style += Style(reverse=True, bold=True) if focused else Style(underline=True, bold=True)
-            segments.append(Segment(CELL, style))
+            segments.append(Segment(cell.glyph, style))
             at = x + 1
         return Strip(segments).crop_extend(0, width, base)
 

@@ -2,7 +2,7 @@
 
 Full width below the bars and the straggler table whatever the terminal's
 width, each pane as tall as its lines (up to a share of the screen, then it
-scrolls), and hidden when the job reports nothing for it (a probe older than
+scrolls: the app deals the rows, tui/render/room.py), and hidden when the job reports nothing for it (a probe older than
 protocol 1.2).
 """
 
@@ -63,7 +63,7 @@ class ResourcePanes(Vertical):
         yield memory.MemoryPanel(id="memory")
         yield gpus.GpuPanel(id="gpus")
 
-    def show(self, snapshot: Snapshot, *, show_memory: bool, show_gpus: bool, selected: int | None = None) -> None:
+    def show(self, snapshot: Snapshot, *, show_memory: bool, show_gpus: bool, selected: int | None = None, gpu_lines=None) -> None:
         mem = self.query_one(memory.MemoryPanel)
         gpu = self.query_one(gpus.GpuPanel)
         mem.display = show_memory and memory.has_data(snapshot)
@@ -71,5 +71,5 @@ class ResourcePanes(Vertical):
         if mem.display:
             mem.show(snapshot)
         if gpu.display:
-            gpu.show(snapshot, selected)
+            gpu.show(snapshot, selected, gpu_lines)
         self.display = mem.display or gpu.display

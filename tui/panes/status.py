@@ -160,6 +160,11 @@ class StatusLine(Static):
 
     _lines = 0
 
+    @property
+    def line_count(self) -> int:
+        """Its lines at the last refresh (the app leaves it that many rows)."""
+        return self._lines
+
     def show(self, snapshot: Snapshot, *, notice: Text | None, last_command: SentCommand | None) -> None:
         text = status_text(snapshot, notice=notice, last_command=last_command)
         # Its height follows its lines; only a change in their number needs a layout pass.

@@ -18,6 +18,10 @@ from ranktop.watch.rank_rows import STATUS_CODE, RankRows
 from ranktop.watch.snapshot import OK, SILENT, SLOW, STALLED, RankRow
 
 CELL = "■"
+#: Cell glyphs of the flagged statuses and of ranks without data: the colour is never the only signal (NO_COLOR,
+#: a monochrome or light terminal, a colour-blind eye). ``▲`` is the verdict line's mark of a slow rank.
+STATUS_GLYPHS = {SILENT: "×", STALLED: "◆", SLOW: "▲"}
+NO_DATA_GLYPH = "□"
 RANKS, NODES = "ranks", "nodes"
 NODES_PER_GROUP = 8  # in node cells, a space every this many nodes so the eye can count
 
@@ -26,8 +30,9 @@ STATUS_COLOURS = {SILENT: "red", STALLED: "magenta", SLOW: "dark_orange"}
 NO_DATA = "grey35"
 #: (score below which, colour) for healthy ranks.
 SCORE_COLOURS = ((0.01, "green4"), (0.03, "green3"), (float("inf"), "yellow3"))
-LEGEND = (("ok", "green4"), ("a little slower", "yellow3"), ("slow", "dark_orange"), ("stalled", "magenta"),
-          ("silent", "red"), ("no data yet", NO_DATA))  # fmt: skip
+LEGEND = (("ok", "green4", CELL), ("a little slower", "yellow3", CELL), ("slow", "dark_orange", STATUS_GLYPHS[SLOW]),
+          ("stalled", "magenta", STATUS_GLYPHS[STALLED]), ("silent", "red", STATUS_GLYPHS[SILENT]),
+          ("no data yet", NO_DATA, NO_DATA_GLYPH))  # fmt: skip
 _SEVERITY = {SILENT: 0, STALLED: 1, SLOW: 2, OK: 3}
 _OK_CODE = STATUS_CODE[OK]
 
@@ -48,6 +53,13 @@ def colour(row: RankRow) -> str:
     return SCORE_COLOURS[-1][1]
 
 
+def glyph(row: RankRow) -> str:
+    """The cell's character: its status's glyph when flagged, an empty square before any data, else a full one."""
+    if row.status in STATUS_GLYPHS:
+        return STATUS_GLYPHS[row.status]
+    return NO_DATA_GLYPH if row.step_s is None else CELL
+
+
 @dataclass(frozen=True)
 class Cell:
     key: tuple  # ("rank", n) or ("node", host)
@@ -58,6 +70,10 @@ class Cell:
     @property
     def style(self) -> str:
         return colour(self.worst)
+
+    @property
+    def glyph(self) -> str:
+        return glyph(self.worst)
 
 
 @dataclass(frozen=True)
