@@ -659,3 +659,40 @@ def test_an_async_collective_launched_on_a_side_stream_is_timed_where_the_comput
     cuda.run(1.0)
     (call,) = attached.collectives.drain()
     assert call["d"] == pytest.approx(0.011)
+
+
+def test_automatic_mode_records_no_event_inside_a_cuda_graph_capture(cuda, attached):
+    """``torch.cuda.graph`` / ``mode="reduce-overhead"``: the script's module calls run during the capture, and
+    automatic mode's hooks fire there; no timing event may go into the graph, and nothing may be queried while
+    it is captured (both would ruin the capture). Steps around it keep their device times."""
+    import torch
+
+    from ranktop.probe import auto
+
+    rec = attached.recorder
+    model = torch.nn.Linear(4, 1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    hooks = auto.TorchHooks(auto.AutoTimer(rec), model=model, optimizer=opt).install()
+    try:
+
+        def step():
+            model(torch.ones(4)).sum().backward()
+            opt.step()
+            opt.zero_grad()
+
+        step()
+        with cuda.graph_capture():
+            before = cuda.records
+            step()  # captured: hooks fire, the recorder's boundaries come, no event is recorded
+            assert cuda.records == before
+            assert rec.timeline.resolve(rec.drain()) == []  # the sender during the capture: no query
+        step()
+        step()
+        cuda.run(1.0)
+        out = rec.timeline.resolve(rec.drain())
+    finally:
+        hooks.remove()
+    assert not cuda.capture_invalidated
+    # steps are contiguous (one ends at the next training forward): the step before the capture ends inside it and
+    # the captured one begins there, so both go without device times; the next one has them again
+    assert [("g" in r) for r in out] == [False, False, True]
