@@ -113,7 +113,8 @@ def fresh_window(old: RankWindow, now: float) -> RankWindow:
     kept = old.endpoint, old.last_seen, old.raw_at, old.state_at  # (read first: the new window empties the row)
     new = RankWindow(old.rank, old.window, columns=old.own.columns, own=old.own, scalars=old.scalars)  # its rows, emptied
     new.endpoint, new.last_seen, new.raw_at, new.state_at = kept
-    new.take_hello(old.meta)
+    if old.meta is not None:
+        new.take_hello(old.meta)
     new.take_state(old.state)
     new.progress_at = now
     return new
