@@ -23,12 +23,15 @@ from ranktop.watch import stalls
 from ranktop.watch.collectives import collective_rows
 from ranktop.watch.endpoints import Endpoints
 from ranktop.watch.job_state import JobState
+from ranktop.watch.lifecycle import Lifecycle
 from ranktop.watch.requests import RequestBook
-from ranktop.watch.snapshot import Reply, Snapshot
+from ranktop.watch.snapshot import CollectiveStat, Reply, Snapshot
 from ranktop.watch.snapshot_builder import Extras, build
 from ranktop.wire import schema
 from ranktop.wire.messages import Command, Node, RankMessage
 from ranktop.wire.messages import Reply as WireReply
+from ranktop.wire.names import KINDS
+from ranktop.watch.window import RankWindow
 
 #: What the viewer takes: what ranks send, and their nodes' digests.
 Telemetry = Union[RankMessage, Node]
@@ -78,7 +81,7 @@ class Aggregator:
         self._replies: collections.deque[Reply] = collections.deque(maxlen=MAX_REPLIES)
         self._errors: list[str] = []
         self._dropped = 0
-        self._collectives: tuple[float, list] | None = None  # (when, rows) of the last collective rows
+        self._collectives: tuple[float, list[CollectiveStat]] | None = None  # (when, rows) of the last collective rows
         self._faults: set[str] = set()  # kinds of malformed message already named (note_dropped)
         self._building = threading.Condition()  # snapshots being built, and their end (yield_to_snapshots)
         self._snapshots = 0
@@ -94,7 +97,7 @@ class Aggregator:
         return len(self.state.ranks)
 
     @property
-    def lifecycle(self):
+    def lifecycle(self) -> Lifecycle:
         """Restarts and the job's end (watch/lifecycle.py)."""
         return self.state.lifecycle
 
@@ -276,7 +279,7 @@ class Aggregator:
         )
         return build(view, extras)
 
-    def _collective_rows(self, windows: list, now: float, ranking: list[int]) -> list:
+    def _collective_rows(self, windows: list[RankWindow], now: float, ranking: list[int]) -> list[CollectiveStat]:
         """The collectives pane's rows; past :data:`COLLECTIVES_CACHED_FROM` ranks worked out again every
         :data:`COLLECTIVES_EVERY_S` only (what they say moves slowly; the rows cost O(ranks x ops))."""
         cached = self._collectives
@@ -291,7 +294,7 @@ class Aggregator:
 def malformed(frames: list[bytes], exc: Exception) -> str:
     """The status line's name of a kind of fault: ``"dropped malformed steps messages: collective record lacks phase"``."""
     topic = frames[0] if frames else b""
-    kind = next((k for k in schema.KINDS if topic == k.encode()), None)
+    kind = next((k for k in KINDS if topic == k.encode()), None)
     detail = str(exc)
     if kind is not None and detail.startswith(f"{kind}: "):
         detail = detail[len(kind) + 2 :]

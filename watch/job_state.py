@@ -35,7 +35,20 @@ from ranktop.watch.rank_scalars import RankScalars
 from ranktop.watch.window import RankWindow
 from ranktop.wire import capture as wire_capture
 from ranktop.wire import schema, step_block
-from ranktop.wire.messages import Heartbeat, Hello, Node, NodeRank, NodeSteps, RankInfo, RankMessage, Reply, State, Steps
+from ranktop.wire.messages import (
+    CaptureSummary,
+    Heartbeat,
+    Hello,
+    Node,
+    NodeRank,
+    NodeSteps,
+    RankInfo,
+    RankMessage,
+    Reply,
+    State,
+    Steps,
+)
+from ranktop.wire.names import COMM_PHASE
 
 
 @dataclass(frozen=True, eq=False)
@@ -67,7 +80,7 @@ class JobView:
     rate_hz: np.ndarray  # the telemetry rate it says it sends at (NaN: not said)
     rejected: dict[int, dict[str, int]]  # rank -> commands it refused, by reason (those that refused any)
     works: np.ndarray  # bool: its hello says its work per step
-    capture_summaries: list
+    capture_summaries: list[tuple[str, CaptureSummary] | None]
     resources: list[ResourceView | None]
     coords: list[dict[str, int] | None]
     class_ids: np.ndarray | None  # peer classes (None: one class)
@@ -94,7 +107,8 @@ class JobState:
         self.lifecycle = Lifecycle()  # restarts and the job's end (watch/lifecycle.py)
         self.layout = layouts.EMPTY  # coordinates and peer classes, learned from the hellos' groups
         self._layout_stale = False  # some rank's groups changed since it was learned
-        self._classes: tuple | None = None  # (layout, windows, class ids, stage ids) of the last view
+        # (layout, windows, class ids, stage ids) of the last view
+        self._classes: tuple[layouts.Layout, list[RankWindow], np.ndarray | None, np.ndarray | None] | None = None
         self.scalars = RankScalars()  # every rank's figures a view reads, by its row of the step columns
         self._row_of: dict[int, int] = {}  # rank -> its row (of the columns and the scalars)
         self._by_row: list[RankWindow | None] = []  # row -> its rank's window
@@ -247,11 +261,13 @@ class JobState:
         sc.stepped_at[taken] = now_of[new]
         if self.columns.raw_rows:  # ranks that sent their own steps lately: those records are not redone
             for row in self.columns.raw_rows.intersection(taken.tolist()):
-                self._by_row[row].own.forget_raw()
+                window = self._by_row[row]
+                if window is not None and window.own is not None:
+                    window.own.forget_raw()
         names, figures = _figures(steps, sizes)
         figures = figures[new]
         own = {name: figures[:, step_block.LEADING + j] for j, name in enumerate(names)}
-        waited = np.repeat([schema.COMM_PHASE in s.p for s in steps], sizes)[new]
+        waited = np.repeat([COMM_PHASE in s.p for s in steps], sizes)[new]
         self.columns.add_block(taken, last, figures[:, 0], figures[:, 1], own, waited)
 
     # -- a snapshot's view (the UI's thread, under the aggregator's lock) ------------------------
@@ -283,7 +299,7 @@ class JobState:
         for j, c in enumerate(index):
             if c is not None:
                 phases[:, j] = cols.median_own[rows, c]
-        comm = index[names.index(schema.COMM_PHASE)] if schema.COMM_PHASE in names else None
+        comm = index[names.index(COMM_PHASE)] if COMM_PHASE in names else None
         waited = cols.waited[rows] & scored
         comm_s = np.where(waited, cols.median_own[rows, comm], np.nan) if comm is not None else np.full(n, np.nan)
         step_s = np.where(scored, cols.median_wall[rows], np.nan)
@@ -332,7 +348,7 @@ class JobState:
             metas=[w.meta for w in ws],
             dropped=sc.dropped[rows],
             rate_hz=sc.rate_hz[rows],
-            rejected={ws[i].rank: dict(ws[i].rejected) for i in np.flatnonzero(sc.refused[rows]).tolist()},
+            rejected={ws[i].rank: dict(ws[i].rejected or {}) for i in np.flatnonzero(sc.refused[rows]).tolist()},
             works=sc.works[rows],
             capture_summaries=[w.capture_summary for w in ws],
             resources=self.resources.views(rank.tolist(), now),
@@ -360,8 +376,9 @@ class JobState:
         ``eid``: each rank's relay, as an index of the scalars' URLs."""
         urls = self.scalars.urls
         settling = np.array([u in relays.settling for u in urls], bool)
-        down = np.array([bool(relays.links.get(u, (False, None))[0]) for u in urls], bool)
-        dropped = np.array([_or_inf(relays.links.get(u, (False, None))[1]) for u in urls], np.float64)
+        links = [relays.links.get(u, (False, None)) if u is not None else (False, None) for u in urls]
+        down = np.array([bool(link[0]) for link in links], np.bool_)
+        dropped = np.array([_or_inf(link[1]) for link in links], np.float64)
         quiet = (now - last_seen > self._silent_after + relays.behind_s) & ~settling[eid]
         return quiet | down[eid] | (last_seen <= dropped[eid])
 
@@ -374,7 +391,7 @@ class JobState:
         classes = layout.classes(rank.tolist()) if layout.known else None
         class_ids = None
         if classes:
-            keys: dict[tuple, int] = {}
+            keys: dict[tuple[int, ...], int] = {}
             class_ids = np.fromiter((keys.setdefault(classes.get(r, ()), len(keys)) for r in rank.tolist()), np.int64, len(rank))
         stage_ids = None
         if layout.known:

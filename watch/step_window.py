@@ -8,7 +8,7 @@ snapshot asks. A window made on its own (a test, a tool) gets columns of its own
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Mapping
 
 import numpy as np
 
@@ -27,7 +27,7 @@ class StepWindow:
     def __init__(self, window: int, columns: StepColumns | None = None):
         self.columns = columns if columns is not None else StepColumns(window, rows=1)
         self.row = self.columns.new_row()
-        self._raw: dict[int, tuple[float, dict]] = {}  # slot -> (wall, phases): to redo a step's own times
+        self._raw: dict[int, tuple[float, dict[str, float]]] = {}  # slot -> (wall, phases): to redo a step's own times
 
     @property
     def last_end(self) -> float | None:
@@ -74,7 +74,7 @@ class StepWindow:
         self.columns.raw_rows.discard(self.row)
         self.last_end = None
 
-    def add(self, n: int, t: float, wall: float, phases: dict[str, float], waits: dict | None) -> None:
+    def add(self, n: int, t: float, wall: float, phases: dict[str, float], waits: Mapping[str | None, float] | None) -> None:
         i = self.columns.add(self.row, n, t, wall, own_times(wall, phases, waits))
         self._raw[i] = (wall, phases)
         self.columns.raw_rows.add(self.row)
@@ -88,11 +88,11 @@ class StepWindow:
             if not self._raw:
                 self.columns.raw_rows.discard(self.row)
 
-    def rewait(self, n: int, waits: dict) -> None:
+    def rewait(self, n: int, waits: Mapping[str | None, float]) -> None:
         """Waits of step ``n`` that came after its record: work its own times out again."""
         i = self.columns.slot_of(self.row, n)
         raw = self._raw.get(i) if i is not None else None
-        if raw is not None:  # None: not in the window, or a digest's interval (its own times came worked out)
+        if i is not None and raw is not None:  # None: not in the window, or a digest's interval (its own times came worked out)
             self.columns.put(self.row, i, own_times(raw[0], raw[1], waits))
 
     def median_wall(self) -> float | None:

@@ -71,7 +71,7 @@ class RankWindow:
     op_sums: dict[str, list] = field(default_factory=dict)  # op -> [calls, bytes, summed wait] over op_window
     waits: collections.OrderedDict = field(default_factory=collections.OrderedDict)
     # read of its state and hello as they come (take_state, take_hello)
-    rejected: dict | None = None  # commands it refused, by reason
+    rejected: dict[str, int] | None = None  # commands it refused, by reason
     capture_summary: tuple[str, CaptureSummary] | None = None  # (capture id, summary): kept after the rank stops sending it
     columns: StepColumns | None = None  # the job's step columns its steps go in (None: columns of its own)
     own: StepWindow | None = None  # its last steps: number, start, wall and own time per phase (given: emptied, reused)
