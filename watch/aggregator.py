@@ -31,7 +31,6 @@ from ranktop.wire import schema
 from ranktop.wire.messages import Command, Node, RankMessage
 from ranktop.wire.messages import Reply as WireReply
 from ranktop.wire.names import KINDS
-from ranktop.watch.window import RankWindow
 
 #: What the viewer takes: what ranks send, and their nodes' digests.
 Telemetry = Union[RankMessage, Node]
@@ -275,20 +274,27 @@ class Aggregator:
             requests=self.requests.statuses(),
             dropped=dropped,
             errors=errors,
-            collectives=lambda ranking: self._collective_rows(view.windows, now, ranking),
+            collectives=lambda ranking: self._collective_rows(now, ranking),
         )
         return build(view, extras)
 
-    def _collective_rows(self, windows: list[RankWindow], now: float, ranking: list[int]) -> list[CollectiveStat]:
+    def _collective_rows(self, now: float, ranking: list[int]) -> list[CollectiveStat]:
         """The collectives pane's rows; past :data:`COLLECTIVES_CACHED_FROM` ranks worked out again every
-        :data:`COLLECTIVES_EVERY_S` only (what they say moves slowly; the rows cost O(ranks x ops))."""
-        cached = self._collectives
-        if len(windows) >= COLLECTIVES_CACHED_FROM and cached is not None and now - cached[0] < COLLECTIVES_EVERY_S:
-            return cached[1]
-        rows = collective_rows(self.state.collectives, windows, now,
-                               ranking[:PER_RANK_ROWS_SHOWN] if len(windows) > PER_RANK_ROWS_UP_TO else None)
-        self._collectives = (now, rows)
-        return rows
+        :data:`COLLECTIVES_EVERY_S` only (what they say moves slowly; the rows cost O(ranks x ops)).
+
+        Which ranks get rows of their own depends on the snapshot's ranking, known only once the view is
+        scored, with the lock released: so the rows are worked out in a second, short hold of the lock (the
+        windows' collective sums are written under it; no window is read without it). They may be a few
+        messages newer than the rest of the snapshot, never half-written."""
+        with self._lock:
+            windows = self.state.windows()
+            cached = self._collectives
+            if len(windows) >= COLLECTIVES_CACHED_FROM and cached is not None and now - cached[0] < COLLECTIVES_EVERY_S:
+                return cached[1]
+            rows = collective_rows(self.state.collectives, windows, now,
+                                   ranking[:PER_RANK_ROWS_SHOWN] if len(windows) > PER_RANK_ROWS_UP_TO else None)
+            self._collectives = (now, rows)
+            return rows
 
 
 def malformed(frames: list[bytes], exc: Exception) -> str:

@@ -6,7 +6,8 @@ memory and GPU samples (watch/resources.py), the job's life
 (watch/lifecycle.py) and its parallel layout (watch/layout.py). The
 aggregator calls :meth:`JobState.take` for each decoded message and
 :meth:`JobState.view` for each snapshot, both under its lock; what a view
-holds is copied or immutable, so the snapshot is built from it
+holds is copied or immutable (arrays gathered by index, the messages' frozen
+Structs), never a live window, so the snapshot is built from it
 (watch/snapshot_builder.py) with the lock released.
 
 A view is O(ranks) but in C where it counts: a handful of list
@@ -58,7 +59,6 @@ class JobView:
     now: float
     wall: float
     names: list[str]  # phase columns of ``phases``
-    windows: list[RankWindow]  # in rank order: for what is read of a few ranks only (collective rows)
     rank: np.ndarray
     host: list[str]
     host_id: np.ndarray  # int64: each rank's host as a number (rank_rows.host_ids)
@@ -328,7 +328,6 @@ class JobState:
             now=now,
             wall=wall,
             names=names,
-            windows=ws,
             rank=rank,
             host=hosts,
             host_id=host_id,
