@@ -33,7 +33,7 @@ import numpy as np
 
 from ranktop.watch import format as fmt
 from ranktop.watch.format import ranks_text
-from ranktop.watch.stacks import collective_text
+from ranktop.watch.stacks import common_place
 from ranktop.wire import schema
 from ranktop.wire.messages import State
 
@@ -168,18 +168,10 @@ def _culprits(positions: list[Position], stalled: dict[int, Position]) -> tuple[
 
 def where_text(positions: list[Position]) -> str:
     """``"in backward at step 30"`` when they agree; what they share otherwise."""
-    phases = {p.phase for p in positions}
-    steps = {p.step for p in positions}
-    parts = []
-    if len(phases) == 1:
-        phase = phases.pop()
-        parts.append(f"in {phase}" if phase else "between phases")
-    if len(steps) == 1:
-        parts.append(f"at step {steps.pop()}")
-    else:
-        parts.append(f"at steps {min(steps)}-{max(steps)}")
-    colls = {collective_text(p.collective) for p in positions}
-    if len(colls) == 1 and (coll := colls.pop()):
+    phases, steps, coll = common_place(positions)
+    parts = [f"in {phase}" if (phase := phases.pop()) else "between phases"] if len(phases) == 1 else []
+    parts.append(f"at step {steps.pop()}" if len(steps) == 1 else f"at steps {min(steps)}-{max(steps)}")
+    if coll:
         parts.append(f"({coll})")
     return " ".join(parts)
 

@@ -101,14 +101,14 @@ class TopEntry(Record, array_like=True, frozen=True):
 class CaptureSummary(Record, kw_only=True, frozen=True):
     """probe/trace_summary.py (a trace) or probe/capture.py (a memory snapshot): what watch/capture.py reads."""
 
-    compute: Optional[Figure] = None
-    comm: Optional[Figure] = None
-    idle: Optional[Figure] = None
-    wall_us: Optional[Figure] = None
-    allocated: Optional[Figure] = None
-    reserved: Optional[Figure] = None
-    segments: Optional[Figure] = None
-    events: Optional[Figure] = None
+    compute: Optional[Figure] = None  # a trace: the share of the captured steps spent computing
+    comm: Optional[Figure] = None  # ... in communication
+    idle: Optional[Figure] = None  # ... idle (the three come together: wire/schema.py)
+    wall_us: Optional[Figure] = None  # the captured steps' wall time, microseconds
+    allocated: Optional[Figure] = None  # a memory snapshot: bytes allocated
+    reserved: Optional[Figure] = None  # ... bytes the caching allocator reserved
+    segments: Optional[Figure] = None  # ... its segments
+    events: Optional[Figure] = None  # ... allocator events recorded
     steps: Optional[Annotated[List[int], Meta(min_length=2, max_length=2)]] = None  # first and last
     train_ms: Optional[Annotated[List[Figure], Meta(min_length=2)]] = None
     ops: Optional[List[TopEntry]] = None  # the top ops
@@ -181,14 +181,14 @@ class RankInfo(Record, kw_only=True, frozen=True):
     rate_hz: Optional[Amount] = None
     work: Optional[Dict[str, Union[str, Figure]]] = None  # probe/flops.py: dtype, batch, tokens, flops, device, peak_tflops
     relay: Optional[Dict[str, str]] = None  # its node's relay: {"telemetry": url, "control": url}
-    local_world: Optional[Whole] = None
-    launcher: Optional[str] = None
-    device: Optional[str] = None
-    torch: Optional[str] = None
-    probe: Optional[str] = None
-    python: Optional[str] = None
-    argv: Optional[List[str]] = None
-    cwd: Optional[str] = None
+    local_world: Optional[Whole] = None  # ranks on its node
+    launcher: Optional[str] = None  # torchrun, srun, mp.spawn, ...
+    device: Optional[str] = None  # "cuda:3 NVIDIA H100 ...", or "cpu"
+    torch: Optional[str] = None  # torch's version, if the script imported it
+    probe: Optional[str] = None  # ranktop's version
+    python: Optional[str] = None  # the interpreter's version
+    argv: Optional[List[str]] = None  # the first words of its command line
+    cwd: Optional[str] = None  # its working folder
     groups: Optional[Annotated[List[Group], Meta(max_length=64)]] = None  # its process groups (wire/parallel_groups.py)
 
 
