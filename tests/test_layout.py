@@ -12,6 +12,7 @@ from ranktop.wire import parallel_groups, schema
 from ranktop.wire.messages import Group
 
 import messages
+import rank_stats
 
 
 def mesh_groups(world: int, dims: list[tuple[str, int]]) -> dict[int, list[dict]]:
@@ -30,8 +31,8 @@ def typed(groups_of: dict) -> dict:
     return {rank: msgspec.convert(groups, list[Group]) for rank, groups in groups_of.items()}
 
 
-def stats(step: float, **phases: float) -> stragglers.RankStats:
-    return stragglers.RankStats(step, dict(phases), 1 / step, phases.get("comm"))
+def stats(step: float, **phases: float) -> rank_stats.RankStats:
+    return rank_stats.RankStats(step, dict(phases), 1 / step, phases.get("comm"))
 
 
 def test_roles_come_from_mesh_and_megatron_descriptions():
@@ -73,20 +74,20 @@ def test_peer_classes_compare_a_rank_with_its_own_stage_only():
     live = {0: stats(0.2, forward=0.02, comm=0.15), 1: stats(0.2, forward=0.02, comm=0.15),
             2: stats(0.2, forward=0.04, comm=0.13), 3: stats(0.2, forward=0.06, comm=0.11)}  # fmt: skip
     names = ["forward", "comm", "other"]
-    everyone = stragglers.score(live, names)
+    everyone = rank_stats.score(live, names)
     assert everyone.of(2)[0] > 0.005  # compared with everyone, the heavier stage's healthy rank looks slow
     layout = learn(typed(mesh_groups(4, [("pp", 2), ("dp", 2)])))
-    peers = stragglers.score(live, names, layout.classes(live))
+    peers = rank_stats.score(live, names, layout.classes(live))
     assert peers.of(3) == (pytest.approx(0.02), "forward")
     assert [peers.of(r)[0] for r in (0, 1, 2)] == [0.0, 0.0, 0.0]
 
 
 def test_unbalanced_stages_are_a_finding_of_their_own():
     live = {0: stats(0.2, forward=0.05, comm=0.15), 1: stats(0.2, forward=0.1, comm=0.1)}
-    rows = stragglers.stages(live, {0: 0, 1: 1}.get)
+    rows = rank_stats.stages(live, {0: 0, 1: 1}.get)
     assert [(s.stage, s.work_s) for s in rows] == [(0, pytest.approx(0.05)), (1, pytest.approx(0.1))]
     assert stragglers.imbalance(rows, 0.2) == "stage 1 does 2.0x the work of stage 0: the pipeline idles 62% of each step"
-    even = stragglers.stages({0: stats(0.2, comm=0.1), 1: stats(0.2, comm=0.1)}, {0: 0, 1: 1}.get)
+    even = rank_stats.stages({0: stats(0.2, comm=0.1), 1: stats(0.2, comm=0.1)}, {0: 0, 1: 1}.get)
     assert stragglers.imbalance(even, 0.2) is None
 
 

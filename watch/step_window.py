@@ -8,12 +8,11 @@ snapshot asks. A window made on its own (a test, a tool) gets columns of its own
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from typing import Mapping
 
 import numpy as np
 
 from ranktop.watch.columns import StepColumns
-from ranktop.wire.names import COMM_PHASE
 from ranktop.wire.own_times import own_times
 
 __all__ = ["StepWindow", "own_times"]
@@ -99,21 +98,3 @@ class StepWindow:
         """The median step time over the window as last worked out (None before)."""
         value = self.columns.median_wall[self.row]
         return None if self.columns.stats_at[self.row] < 0 or np.isnan(value) else float(value)
-
-    def stats(self, names: list[str], min_steps: int) -> dict[str, Any] | None:
-        """Medians over the window: ``{"step", "phases" (in the order of names), "rate", "comm"}``; None with
-        fewer than ``min_steps`` steps. A snapshot reads the columns of every rank at once instead."""
-        cols, row = self.columns, self.row
-        if cols.count[row] < min_steps:
-            return None
-        cols.refresh(np.array([row]), min_steps)
-        medians = cols.median_own[row]
-        phases = {name: (float(medians[i]) if i is not None else 0.0) for name, i in zip(names, cols.columns_of(names))}
-        comm = cols.columns_of([COMM_PHASE])[0]
-        rate = float(cols.rate[row])
-        return {
-            "step": float(cols.median_wall[row]),
-            "phases": phases,
-            "rate": None if np.isnan(rate) else rate,
-            "comm": (float(medians[comm]) if comm is not None else 0.0) if self.waited else None,
-        }
