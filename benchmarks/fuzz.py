@@ -37,9 +37,11 @@ from pathlib import Path
 from typing import Any, Callable
 
 import msgpack
+import msgspec
 
 from ranktop.watch.aggregator import Aggregator
 from ranktop.wire import auth, collective_summary, schema
+from ranktop.wire.messages import Reply, Step, Steps
 from ranktop.transport import rendezvous
 from ranktop.watch.json_doc import document
 
@@ -123,13 +125,19 @@ def probe_messages() -> list[list[bytes]]:
                for n in range(8, 12)]  # fmt: skip
     calls = [dict(call, seq=i, b=1024 * (i + 1), n=8 + i % 4, t0=5.0 + i * 0.05) for i in range(8)]
     summaries, sample = collective_summary.summarise(calls)  # as the probe's sender folds what it drains
+
+    def message(kind: str, body: dict[str, Any]) -> list[bytes]:
+        """The rank's envelope and ``body`` as a plain map (some of the corpus is what the types refuse)."""
+        return [kind.encode(), msgpack.packb({**s.origin(), **body, "v": list(schema.PROTOCOL_VERSION), "k": kind}, use_bin_type=True)]
+
     return [
-        s.message(schema.HELLO, hello),
-        s.message(schema.STEPS, {"steps": records, "state": state, "cs": summaries, "cx": sample}),
-        s.message(schema.STEPS, {"steps": records[:2], "state": dict(state, gpu={"na": "rank uses no GPU"}, cap=None)}),
-        s.message(schema.HEARTBEAT, {"state": state}),
-        s.message(schema.REPLY, {"id": "abc", "cmd": "stacks", "ok": True, "result": {"threads": [], "digest": "d1"}}),
-        s.message(schema.REPLY, {"id": "abd", "cmd": "capture", "ok": False, "result": {"error": "disk full\nmore"}}),
+        message(schema.HELLO, hello),
+        s.message(s.steps_message(records, summaries, sample)),
+        message(schema.STEPS, {"steps": records, "state": state, "cs": msgspec.to_builtins(summaries), "cx": msgspec.to_builtins(sample)}),
+        message(schema.STEPS, {"steps": records[:2], "state": dict(state, gpu={"na": "rank uses no GPU"}, cap=None)}),
+        message(schema.HEARTBEAT, {"state": state}),
+        s.message(Reply(**s.origin(), id="abc", cmd="stacks", ok=True, result={"threads": [], "digest": "d1"})),
+        s.message(Reply(**s.origin(), id="abd", cmd="capture", ok=False, result={"error": "disk full\nmore"})),
     ]
 
 
@@ -144,11 +152,13 @@ def probe_digest(probe: list[list[bytes]]) -> list[bytes]:
             msg = schema.decode(frames)
         except schema.WireError:  # a corpus message the viewer refuses (the fuzz starts from it all the same)
             continue
-        fold.add(msg["k"], msg)
-        if msg["k"] == schema.STEPS:  # a neighbour on the node: host times only, and a phase of its own
-            records = [{"n": rec["n"], "t": rec["t"], "w": rec["w"], "p": {"data": 0.01}} for rec in msg["steps"]]
-            fold.add(schema.STEPS, dict(msg, rank=2, steps=records))
-    return schema.encode(schema.NODE, fold.body(0.0, 1.0e9))
+        fold.add(msg)
+        if isinstance(msg, Steps):  # a neighbour on the node: host times only, and a phase of its own
+            records = [Step(n=rec.n, t=rec.t, w=rec.w, p={"data": 0.01}) for rec in msg.steps]
+            fold.add(msgspec.structs.replace(msg, rank=2, steps=records))
+    body = fold.body(0.0, 1.0e9)
+    assert body is not None
+    return schema.encode(body)
 
 
 def _nest(depth: int) -> Any:
@@ -318,7 +328,7 @@ class IngestTarget:
         except Exception as exc:  # noqa: BLE001 - a crash class
             self.crashes.note(exc, example, "decode")
             return
-        if msg["k"] not in schema.TELEMETRY_KINDS:
+        if msg.KIND not in schema.TELEMETRY_KINDS:
             return
         self.recent.append(example)
         del self.recent[:-8]

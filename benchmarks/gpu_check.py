@@ -50,6 +50,8 @@ import tempfile
 import threading
 import warnings
 
+import msgspec
+
 
 def no_cuda() -> bool:
     try:
@@ -114,10 +116,10 @@ def train(steps: int, probe_on: bool, profile: bool, sender_log: list):
         sender = probe.get().sender
         original = sender.message
 
-        def message(kind, body):  # what the probe sends, as it sends it
-            if kind == "steps":
-                sender_log.append(json.loads(json.dumps(body, default=str)))
-            return original(kind, body)
+        def message(msg):  # what the probe sends, as it sends it (wire/messages.py's Structs, as plain maps)
+            if msg.KIND == "steps":
+                sender_log.append(msgspec.to_builtins(msg))
+            return original(msg)
 
         sender.message = message
     step_scope = probe.step if probe_on else (lambda: _Null())
@@ -541,7 +543,7 @@ def check_other_device() -> None:
 
 
 NCCL_RANK = r"""
-import os, sys, json, time, torch, torch.distributed as dist
+import os, sys, json, time, msgspec, torch, torch.distributed as dist
 rank = int(sys.argv[1]); out = sys.argv[2]
 os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT="29671", RANK=str(rank), WORLD_SIZE="2", LOCAL_RANK=str(rank))
 torch.cuda.set_device(rank)
@@ -550,9 +552,11 @@ probe.init(job="gpu-check-nccl")
 dist.init_process_group("nccl", device_id=torch.device("cuda", rank))
 log = []
 sender = probe.get().sender; orig = sender.message
-def message(kind, body):
-    if kind == "steps": log.extend(body.get("cx", []) + [{"cs": body.get("cs", [])}])
-    return orig(kind, body)
+def message(msg):
+    if msg.KIND == "steps":
+        body = msgspec.to_builtins(msg)
+        log.extend(body.get("cx", []) + [{"cs": body.get("cs", [])}])
+    return orig(msg)
 sender.message = message
 x = torch.ones(64 << 20, device="cuda")
 from torch.profiler import profile, ProfilerActivity

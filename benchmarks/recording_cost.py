@@ -29,9 +29,12 @@ import threading
 import time
 from pathlib import Path
 
+import msgspec
+
 from ranktop.watch.aggregator import Aggregator
 from ranktop.watch.recording import FlightRecorder, read
 from ranktop.wire import collective_summary, schema
+from ranktop.wire.messages import Hello, Steps
 
 RANKS = 64
 MSG_HZ = 4.0
@@ -63,17 +66,14 @@ def job_frames(seconds: float, steps_per_s: float, ranks: int = RANKS, seed: int
                      "dropped": 0, "rejected": {}, "rate_hz": msg_hz, "median_step_s": step_s * rng.uniform(0.99, 1.01),
                      "collective": {"op": "ddp_allreduce", "seq": n[r], "b": 547840, "dt": "float32", "g": ranks, "inside": False, "age": 0.0},
                      "mem": {"rss": 350_000_000 + rng.randrange(1 << 20)}, "gpu": {"na": "no NVML binding"}, "cap": None}
-            body = {"job": "bench", "rank": r, "ts": t0 + t, "steps": recs, "state": state}
-            if colls:
-                body["cs"], sample = collective_summary.summarise(colls)
-                if tick % sample_every == 0:
-                    body["cx"] = sample
-            out.append((t, schema.encode(schema.STEPS, body)))
+            summaries, sample = collective_summary.summarise(colls) if colls else ([], [])
+            steps = msgspec.convert({"job": "bench", "rank": r, "ts": t0 + t, "steps": recs, "state": state}, Steps)
+            steps = msgspec.structs.replace(steps, cs=summaries or None, cx=sample if colls and tick % sample_every == 0 else None)
+            out.append((t, schema.encode(steps)))
             if tick % max(1, int(2 * msg_hz)) == 0:
-                out.append((t, schema.encode(schema.HELLO, {"job": "bench", "rank": r, "ts": t0 + t, "host": f"node{r // 8:03d}",
-                                                            "pid": 1000 + r, "world": ranks, "local_rank": r % 8, "local_world": 8,
-                                                            "rate_hz": msg_hz, "device": "cuda",
-                                                            "work": {"batch": 8, "tokens": 4096, "flops": 4e12, "peak_tflops": 989.0}})))
+                out.append((t, schema.encode(Hello(job="bench", rank=r, ts=t0 + t, host=f"node{r // 8:03d}", pid=1000 + r, world=ranks,
+                                                   local_rank=r % 8, local_world=8, rate_hz=msg_hz, device="cuda",
+                                                   work={"batch": 8, "tokens": 4096, "flops": 4e12, "peak_tflops": 989.0}))))  # fmt: skip
     return out
 
 

@@ -6,6 +6,7 @@ import argparse
 
 from ranktop.cli.errors import Sayer, UserError
 from ranktop.cli.options import Command, add_job_target, add_wait_option, positive_float, rank_list
+from ranktop.watch import format as fmt
 from ranktop.watch.aggregator import DEFAULT_WINDOW
 from ranktop.watch.session import Answers, WatchSession, resolve_waiting
 
@@ -43,7 +44,7 @@ def answer_lines(answers: Answers, timeout: float) -> list[str]:
         if reply is None:
             lines.append(f"rank {rank}: no answer within {timeout:g}s")
         elif reply.rtt_s is not None:
-            lines.append(f"rank {rank}: pong in {reply.rtt_s * 1000:.1f} ms")
+            lines.append(f"rank {rank}: pong in {fmt.ms_unit(reply.rtt_s)}")
         else:
             lines.append(f"rank {rank}: pong")
     return lines

@@ -28,6 +28,8 @@ from typing import Any
 
 from ranktop.probe.collectives import state_layout
 from ranktop.wire import parallel_groups, settings
+from ranktop.wire.messages import Call, CallSummary, Group, OpSummary
+from ranktop.wire.messages import Step as StepRecord
 
 RANKS_PER_NODE = 8
 #: Each phase's share of a step; "other" gets the rest.
@@ -104,15 +106,17 @@ class Scenario:
             return self.stage_costs
         return (1.0,) * (self.pp - 1) + (LAST_STAGE_COST,) if self.pp > 1 else (1.0,)
 
-    def groups(self, rank: int) -> list[dict[str, Any]]:
+    def groups(self, rank: int) -> list[Group]:
         """The groups this rank's hello lists, as a DeviceMesh job's probe describes them."""
         if self.layout is None:
             return []
         out = []
         for entry in state_layout(self.layout, rank, self.ranks):
             role = entry["role"]
-            start = parallel_groups.members(entry)[0]
-            out.append(dict(entry, id=f"{role}{start}", desc=f"mesh_{role}", p2p=role == "pp"))
+            group = Group(id="", size=entry["size"], ranks=entry["ranks"], role=role, compact=entry.get("compact", False))
+            start = parallel_groups.members(group)[0]
+            out.append(Group(id=f"{role}{start}", desc=f"mesh_{role}", size=group.size, ranks=group.ranks, role=role,
+                             compact=group.compact, p2p=role == "pp"))  # fmt: skip
         return out
 
     def host_of(self, rank: int) -> str:
@@ -216,7 +220,7 @@ class JobModel:
         latest = tuple(max(row[1][j] for row in rows) for j in range(len(self.ops)))
         return Step(n, start, rows, latest, sum(latest) + max(row[3] for row in rows))
 
-    def records(self, step: Step, rank: int) -> tuple[dict, list[dict]]:
+    def records(self, step: Step, rank: int) -> tuple[StepRecord, list[CallSummary]]:
         """Rank ``rank``'s step record and collective summaries (wire 1.4) of ``step``, as its probe sends them."""
         own, arrivals, moved, tail, _ = step.rows[rank]
         phases = {"data": own[0], "forward": own[1], "backward": own[2], "optimizer": own[3]}
@@ -226,10 +230,10 @@ class JobModel:
             waited = wait + moved[j]
             phases[PHASES[i]] += waited
             summaries.append(
-                {"n": step.n, "ph": PHASES[i], "w": waited,
-                 "ops": {op: [count, sum(self.sizes[j]), waited, waited, wait + self.longest[j], self.group_sizes[j], DTYPE]}}
+                CallSummary(n=step.n, ph=PHASES[i], w=waited,
+                            ops={op: OpSummary(count, sum(self.sizes[j]), waited, waited, wait + self.longest[j], self.group_sizes[j], DTYPE)})
             )  # fmt: skip
-        return {"n": step.n, "t": step.start, "w": sum(step.latest) + tail, "p": phases}, summaries
+        return StepRecord(n=step.n, t=step.start, w=sum(step.latest) + tail, p=phases), summaries
 
     @staticmethod
     def job_sums(steps: list[Step]) -> tuple[float, tuple[float, ...], float]:
@@ -258,11 +262,11 @@ class JobModel:
                 longest += steps[0].latest[j] - rows[0][1][j]
             else:
                 longest += max([st.latest[j] - row[1][j] for st, row in zip(steps, rows)])
-            ops[op] = [calls * k, size * k, waited, waited, longest, self.group_sizes[j], DTYPE]
+            ops[op] = OpSummary(calls * k, size * k, waited, waited, longest, self.group_sizes[j], DTYPE)
         end = steps[-1].start + job_last + rows[-1][3]
         return {"count": k, "last": steps[-1].n, "end": end, "wall": job_total + summed[n], "phases": phases, "waits": waits, "ops": ops}
 
-    def sample(self, step: Step, rank: int, seq: int, t0: float) -> list[dict]:
+    def sample(self, step: Step, rank: int, seq: int, t0: float) -> list[Call]:
         """A few raw calls of ``step`` (two sizes per op, in turn), as ``rank``'s probe samples them for the alpha-beta
         fit: launch to completion, so a call also takes its share of the rank's wait for the last to arrive."""
         calls = []
@@ -273,5 +277,5 @@ class JobModel:
             wait = (step.latest[j] - arrivals[j]) / count
             for b in {sizes[(n + k) % len(sizes)] for k in range(2)}:  # sizes in turn: the fit sees them all
                 d = wait + (ALPHA_S + b / BETA_BPS) * self._multiplier()
-                calls.append({"op": op, "seq": seq, "b": b, "dt": DTYPE, "g": self.group_sizes[j], "d": d, "n": n, "ph": PHASES[i], "t0": t0})
+                calls.append(Call(op=op, seq=seq, b=b, dt=DTYPE, g=self.group_sizes[j], d=d, n=n, ph=PHASES[i], t0=t0))
         return calls

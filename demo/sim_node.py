@@ -17,6 +17,7 @@ import socket
 import time
 from typing import Any, Callable, Iterator
 
+import msgspec
 import zmq
 
 from ranktop.probe import commands
@@ -24,6 +25,7 @@ from ranktop.transport.identity import Identity
 from ranktop.transport.ipc import ipc_endpoints
 from ranktop.probe.stacks import answer as stacks_answer
 from ranktop.wire import auth, schema
+from ranktop.wire.messages import Command, RankMessage, Reply
 from ranktop.transport.captures import capture_folder
 from ranktop.wire.node_digest import NodeDigest
 
@@ -53,7 +55,8 @@ class SimulatedRank:
         self._rank = rank
 
     def state(self) -> dict[str, Any]:
-        return self._sim.state(self._rank, self._sim._clock())
+        """Its state as plain values, as the probe's commands read it (probe/sender.py: Sender.state)."""
+        return msgspec.to_builtins(self._sim.state(self._rank, self._sim._clock()))
 
     def capture_folder(self, capture_id: str):
         return capture_folder(self._sim.s.job, capture_id, self._sim.directory)
@@ -98,18 +101,17 @@ class SimulatedNode:
             host=self.host, pid=os.getpid(), launcher="simulated", machine=socket.gethostname(),
         )  # fmt: skip
 
-    def send(self, kind: str, rank: int, body: dict[str, Any], now: float) -> None:
+    def send(self, msg: RankMessage) -> None:
         """One rank's message: into the node's digest, and on the wire if a viewer takes the ranks' own."""
-        body["job"], body["rank"], body["ts"] = self._sim.s.job, rank, now
-        self.digest.add(kind, body)
-        if kind.encode() in self.topics or kind == schema.REPLY:
-            self._publish(schema.encode(kind, body))
+        self.digest.add(msg)
+        if msg.KIND.encode() in self.topics or isinstance(msg, Reply):
+            self._publish(schema.encode(msg))
 
     def send_digest(self, now: float) -> None:
         self.hear_subscriptions()
         body = self.digest.body(time.monotonic(), now)
         if body is not None and schema.NODE.encode() in self.topics:
-            self._publish(schema.encode(schema.NODE, body))
+            self._publish(schema.encode(body))
 
     def hear_subscriptions(self) -> None:
         for event in _queued(self.pub.recv):
@@ -135,24 +137,24 @@ class SimulatedNode:
             except schema.WireError:
                 self.rejected["malformed"] = self.rejected.get("malformed", 0) + 1
                 continue
-            targets = msg.get("ranks")
+            targets = msg.ranks
             for rank in self.ranks:
                 if (targets is not None and rank not in targets) or self._sim.is_silent(rank):
                     continue
                 self._answer(rank, msg)
 
-    def _answer(self, rank: int, msg: dict[str, Any]) -> None:
+    def _answer(self, rank: int, msg: Command) -> None:
         now = time.time()
         view = SimulatedRank(self._sim, self, rank)
         try:
-            if msg["cmd"] == "stacks" and isinstance(msg["args"].get("fingerprint", False), bool):
-                ok, result = True, stacks_answer(self._sim.stacks(rank), view.state(), msg["args"].get("fingerprint", False))
+            if msg.cmd == "stacks" and isinstance(msg.args.get("fingerprint", False), bool):
+                ok, result = True, stacks_answer(self._sim.stacks(rank), view.state(), msg.args.get("fingerprint", False))
             else:
-                ok, result = commands.run(view, msg["cmd"], msg["args"])
+                ok, result = commands.run(view, msg.cmd, msg.args)
         except Exception as exc:  # as the probe does: a broken handler answers with its error
             ok, result = False, {"error": f"{exc.__class__.__name__}: {exc}"}
         self.rate_hz = view.rate_hz  # set_rate: the node's ranks share one cadence
-        self.send(schema.REPLY, rank, {"id": msg["id"], "cmd": msg["cmd"], "ok": ok, "result": result}, now)
+        self.send(Reply(job=self._sim.s.job, rank=rank, ts=now, id=msg.id, cmd=msg.cmd, ok=ok, result=result))
 
     def close(self) -> None:
         for sock in (self.pub, self.sub):

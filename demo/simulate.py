@@ -53,7 +53,7 @@ import signal
 import sys
 import threading
 import time
-from typing import Any
+from typing import Any, Iterator
 
 import zmq
 
@@ -62,6 +62,7 @@ from ranktop.wire import __version__ as PROBE_VERSION
 from ranktop.wire import schema, settings
 from ranktop.transport import fd_limit, rendezvous
 from ranktop.wire.collective_summary import SAMPLE_EVERY_S
+from ranktop.wire.messages import Call, Heartbeat, Hello, State, Steps
 from ranktop.wire.node_digest import NodeDigest
 
 from .sim_model import (  # noqa: F401  (Scenario, JobModel, Step, node_name: read as ranktop.demo.simulate's too)
@@ -236,7 +237,7 @@ class Simulator:
 
     # -- what each rank says -----------------------------------------------------
 
-    def state(self, rank: int, now: float) -> dict[str, Any]:
+    def state(self, rank: int, now: float) -> State:
         """The state the probe's sender reports (probe/sender.py), for one simulated rank."""
         n = self.current_step
         halted = self._halted_at is not None
@@ -257,31 +258,26 @@ class Simulator:
             into = (now - self._step_start) / max(self._step_end - self._step_start, 1e-9)
             phase = PHASES[min(3, int(into * 4))]
         walls = self._walls
-        return {
-            "step": n, "last": n - 1, "in_step": True, "phase": phase, "step_age": max(0.0, now - self._step_start),
-            "dropped": 0, "rejected": {}, "rate_hz": self.s.rate_hz,
-            "median_step_s": sorted(walls)[len(walls) // 2] if walls else None, "cap": None, "collective": collective,
-        }  # fmt: skip
+        return State(
+            step=n, last=n - 1, in_step=True, phase=phase, step_age=max(0.0, now - self._step_start), dropped=0, rejected={},
+            rate_hz=self.s.rate_hz, median_step_s=sorted(walls)[len(walls) // 2] if walls else None, collective=collective,
+        )  # fmt: skip
 
     def _hellos(self, node: SimulatedNode, now: float) -> None:
         relay = node.relay
         for rank in node.ranks:
             if self.is_silent(rank):
                 continue
-            hello = {
-                "host": node.host, "pid": os.getpid(), "world": self.s.ranks, "local_rank": rank - node.ranks[0],
-                "local_world": len(node.ranks), "launcher": "simulated", "device": "cpu (simulated)", "torch": None,
-                "probe": PROBE_VERSION, "python": platform.python_version(), "argv": ["simulate"], "cwd": os.getcwd(),
-                "rate_hz": node.rate_hz, "state": self.state(rank, now),
-            }  # fmt: skip
-            if rank == node.ranks[0]:
-                hello["relay"] = relay
             groups = self._groups.get(rank)
             if groups is None and self.s.layout is not None:
                 groups = self._groups[rank] = self.s.groups(rank)
-            if groups:
-                hello["groups"] = groups
-            node.send(schema.HELLO, rank, hello, now)
+            hello = Hello(
+                job=self.s.job, rank=rank, ts=now, host=node.host, pid=os.getpid(), world=self.s.ranks,
+                local_rank=rank - node.ranks[0], local_world=len(node.ranks), launcher="simulated", device="cpu (simulated)",
+                probe=PROBE_VERSION, python=platform.python_version(), argv=["simulate"], cwd=os.getcwd(), rate_hz=node.rate_hz,
+                state=self.state(rank, now), relay=relay if rank == node.ranks[0] else None, groups=groups or None,
+            )  # fmt: skip
+            node.send(hello)
 
     def _flush(self, node: SimulatedNode, now: float) -> None:
         """Every rank of the node sends the steps it finished since its last send, or a heartbeat."""
@@ -291,36 +287,33 @@ class Simulator:
             if steps and schema.STEPS.encode() not in node.topics:  # only digests are read: no records to build
                 self.fold(node.ranks, steps, now, node.digest)
             else:
-                for kind, rank, body in self.messages(node.ranks, steps, now):
-                    node.send(kind, rank, body, now)
+                for msg in self.messages(node.ranks, steps, now):
+                    node.send(msg)
             if steps:
                 node.sent_upto = steps[-1].n
         node.send_digest(now)
 
-    def messages(self, ranks: range, steps: list[Step], now: float):
-        """(kind, rank, body) of what ``ranks`` send now: their records of ``steps``, or heartbeats without any."""
+    def messages(self, ranks: range, steps: list[Step], now: float) -> Iterator[Steps | Heartbeat]:
+        """What ``ranks`` send now: their records of ``steps``, or heartbeats without any."""
         state = self.state(ranks[0], now)  # the same for every rank of a node but a stuck one
         special = {self.s.stall_rank, self.s.silent_rank}
         sample = self._sample(ranks, steps, now)
         records = self.model.records
+        job = self.s.job
         for rank in ranks:
             if self.is_silent(rank):
                 continue
             rank_state = self.state(rank, now) if rank in special else state
             if not steps:
-                yield schema.HEARTBEAT, rank, {"state": rank_state}
+                yield Heartbeat(job=job, rank=rank, ts=now, state=rank_state)
                 continue
-            body: dict[str, Any] = {"steps": [], "state": rank_state}
-            summaries = []
+            made, summaries = [], []
             for st in steps:
                 record, cs = records(st, rank)
-                body["steps"].append(record)
+                made.append(record)
                 summaries += cs
-            if summaries:
-                body["cs"] = summaries
-                if sample:
-                    body["cx"] = sample
-            yield schema.STEPS, rank, body
+            yield Steps(job=job, rank=rank, ts=now, state=rank_state, steps=made, cs=summaries or None,
+                        cx=sample if summaries and sample else None)  # fmt: skip
 
     def fold(self, ranks: range, steps: list[Step], now: float, digest: NodeDigest) -> None:
         """What ``ranks`` would send with their records of ``steps`` (:meth:`messages`), summed straight into
@@ -335,7 +328,7 @@ class Simulator:
             rank_state = self.state(rank, now) if rank in special else state
             digest.add_sums(rank, rank_state, sample=sample, **self.model.sums(steps, rank, job))
 
-    def _sample(self, ranks: range, steps: list[Step], now: float) -> list[dict] | None:
+    def _sample(self, ranks: range, steps: list[Step], now: float) -> list[Call] | None:
         """A node's raw calls to send with its steps, as the probe samples them: once a second at most."""
         if not steps or now < self._next_sample.get(ranks[0], 0.0) or not self.model.ops:
             return None
@@ -359,7 +352,8 @@ class Simulator:
         if digests:
             for message in self.hellos(start):
                 msg = schema.decode(message)
-                folds[msg["rank"] // per].add(schema.HELLO, msg)
+                assert isinstance(msg, Hello)
+                folds[msg.rank // per].add(msg)
         sent_upto, last_sent = -1, start
         for i in range(1, int(seconds * self.s.rate_hz) + 1):
             now = clock[0] = start + i / self.s.rate_hz
@@ -374,18 +368,17 @@ class Simulator:
                     self.fold(ranks, steps, now, fold)
                     digest = fold.body(now, now)
                     if digest is not None:
-                        frames.append(schema.encode(schema.NODE, digest))
+                        frames.append(schema.encode(digest))
                     continue
-                for kind, rank, body in self.messages(ranks, steps, now):
-                    body["job"], body["rank"], body["ts"] = self.s.job, rank, now
+                for msg in self.messages(ranks, steps, now):
                     if digests:
-                        fold.add(kind, body)
+                        fold.add(msg)
                     else:
-                        frames.append(schema.encode(kind, body))
+                        frames.append(schema.encode(msg))
                 if digests:
                     digest = fold.body(now, now)
                     if digest is not None:
-                        frames.append(schema.encode(schema.NODE, digest))
+                        frames.append(schema.encode(digest))
             if steps:
                 sent_upto = steps[-1].n
             yield now, frames
@@ -394,17 +387,18 @@ class Simulator:
         """Every rank's hello, encoded (what replay's consumers need first)."""
         out = []
         for rank in range(self.s.ranks):
-            body = {"host": self.s.host_of(rank), "pid": os.getpid(), "world": self.s.ranks, "local_rank": rank % self.s.per_node,
-                    "local_world": self.s.per_node, "job": self.s.job, "rank": rank, "ts": now}  # fmt: skip
-            if self.s.layout is not None:
-                body["groups"] = self.s.groups(rank)
-            out.append(schema.encode(schema.HELLO, body))
+            hello = Hello(
+                host=self.s.host_of(rank), pid=os.getpid(), world=self.s.ranks, local_rank=rank % self.s.per_node,
+                local_world=self.s.per_node, job=self.s.job, rank=rank, ts=now,
+                groups=self.s.groups(rank) if self.s.layout is not None else None,
+            )  # fmt: skip
+            out.append(schema.encode(hello))
         return out
 
     def stacks(self, rank: int) -> dict[str, Any]:
         """A training stack where this rank is now, shaped as probe/stacks.py's answer."""
         stuck = self._halted_at is not None and rank in (self.s.stall_rank, self.s.silent_rank)
-        phase = "data" if stuck else self.state(rank, self._clock())["phase"]
+        phase = "data" if stuck else self.state(rank, self._clock()).phase
         if self._halted_at is not None and not stuck:
             phase = "forward"  # inside the collective the stuck rank never joins
         frames = [stack_frame(JOB_FILE, 210, "<module>", "main()")] + STACK_TAIL[phase]

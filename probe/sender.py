@@ -18,10 +18,24 @@ import threading
 import time
 from typing import Any, Callable
 
+import msgspec
 import zmq
 
 from ranktop.wire import __version__ as PROBE_VERSION
 from ranktop.wire import auth, collective_summary, schema
+from ranktop.wire.messages import (
+    RANK_INFO_FIELDS,
+    Call,
+    CallSummary,
+    DeviceTimes,
+    Heartbeat,
+    Hello,
+    Message,
+    Reply,
+    State,
+    Step,
+    Steps,
+)
 from ranktop.transport import rendezvous
 from ranktop.transport.captures import capture_folder
 
@@ -83,7 +97,7 @@ class Sender(threading.Thread):
         self._rejected: dict[str, int] = {}
         self._command_budget = MAX_COMMANDS_PER_S  # a token bucket (see MAX_COMMANDS_PER_S)
         self._budget_at = time.monotonic()
-        self._meta: dict[str, Any] | None = None
+        self._meta: dict[str, Any] | None = None  # the hello's fields that never change
         # Recent step wall times: the state carries their median, so a TUI that attaches to a
         # job already hung still knows how long a step usually takes on this rank.
         self._recent_walls: collections.deque[float] = collections.deque(maxlen=32)
@@ -102,19 +116,24 @@ class Sender(threading.Thread):
             self.add_state("collective", collectives.state)
 
     def add_state(self, key: str, source: Callable[[], Any]) -> None:
-        """Send ``source()`` as ``key`` in every state (wire/schema.py lists the keys), read on this thread.
+        """Send ``source()`` as ``key`` in every state (a field of wire/messages.py's ``State``), read on this thread.
 
         Register before :meth:`start`. A source runs on the sender thread, never
-        the training thread, so it may take a moment (a memory sample); it must
-        return msgpack-able values.
+        the training thread, so it may take a moment (a memory sample); it returns
+        plain values, which the state's type checks and converts (a value it refuses
+        is left out, and the rest of the state goes).
         """
         if key in _CORE_STATE:
             raise ValueError(f"state key {key!r} belongs to the sender")
+        if key not in State.__struct_fields__:
+            raise ValueError(f"state key {key!r} is no field of wire/messages.py's State")
         self._state_sources[key] = source
 
     def add_hello(self, key: str, source: Callable[[], Any]) -> None:
-        """Send ``source()`` as ``key`` in every hello when it is not empty (the work per step may be
-        learnt after init, so it is read each time)."""
+        """Send ``source()`` as ``key`` (a field of wire/messages.py's ``RankInfo``) in every hello when it is
+        not empty (the work per step may be learnt after init, so it is read each time)."""
+        if key not in RANK_INFO_FIELDS:
+            raise ValueError(f"hello key {key!r} is no field of wire/messages.py's RankInfo")
         self._hello_sources[key] = source
 
     def capture_folder(self, capture_id: str):
@@ -161,7 +180,7 @@ class Sender(threading.Thread):
             self._loop(pub, sub, verifier)
             self._flush(pub, final=True)
             # The last word (wire/schema.py EXITS): a viewer that hears every rank say it knows the job ended.
-            self._send(pub, schema.HEARTBEAT, {"state": self.state(), "exit": exit_kind()})
+            self._send(pub, Heartbeat(**self.origin(), state=self.wire_state(), exit=exit_kind()))
             # ... given a moment to leave the node: the last rank to go lets the relay end at once, and a relay
             # ending drops what it has not sent on yet. On this thread, at exit only.
             time.sleep(LAST_WORD_S)
@@ -183,13 +202,13 @@ class Sender(threading.Thread):
             if self._relay.due(now):
                 self._relay.check()
             if now >= next_hello:
-                self._send(pub, schema.HELLO, self.hello())
+                self._send(pub, self.wire_hello())
                 next_hello = now + HELLO_EVERY_S
             if now >= next_flush:
                 if self._flush(pub):
                     last_sent = now
                 elif now - last_sent >= HEARTBEAT_EVERY_S:
-                    self._send(pub, schema.HEARTBEAT, {"state": self.state()})
+                    self._send(pub, Heartbeat(**self.origin(), state=self.wire_state()))
                     last_sent = now
                 next_flush = max(next_flush + 1.0 / self.rate_hz, now)  # never a burst to catch up
             timeout_ms = max(0, int((min(next_flush, next_hello) - time.monotonic()) * 1000))
@@ -198,18 +217,17 @@ class Sender(threading.Thread):
 
     # -- telemetry ------------------------------------------------------------
 
-    def _origin(self) -> dict[str, Any]:
+    def origin(self) -> dict[str, Any]:
+        """The envelope of this rank's next message: job, rank, time (unix s)."""
         return {"job": self.identity.job, "rank": self.identity.rank, "ts": time.time()}
 
-    def message(self, kind: str, body: dict[str, Any]) -> list[bytes]:
-        """The frames of one message of this rank: its origin (job, rank, time) and ``body``, encoded."""
-        payload = self._origin()
-        payload.update(body)
-        return schema.encode(kind, payload)
+    def message(self, msg: Message) -> list[bytes]:
+        """The frames of one message of this rank."""
+        return schema.encode(msg)
 
-    def _send(self, pub: zmq.Socket, kind: str, body: dict[str, Any]) -> None:
+    def _send(self, pub: zmq.Socket, msg: Message) -> None:
         try:
-            pub.send_multipart(self.message(kind, body), flags=zmq.NOBLOCK)
+            pub.send_multipart(self.message(msg), flags=zmq.NOBLOCK)
         except zmq.Again:
             pass  # PUB drops at its high-water mark; nothing to do but move on
 
@@ -226,16 +244,25 @@ class Sender(threading.Thread):
         summaries, sample = self._collective_summaries(final)
         chunks = max(len(records), len(summaries))
         for i in range(0, chunks, MAX_RECORDS_PER_MESSAGE):
-            body = {"steps": records[i : i + MAX_RECORDS_PER_MESSAGE], "state": self.state()}
-            if summaries:
-                body["cs"] = summaries[i : i + MAX_RECORDS_PER_MESSAGE]
-                if i == 0 and (final or time.monotonic() >= self._next_sample):
-                    body["cx"] = sample
-                    self._next_sample = time.monotonic() + collective_summary.SAMPLE_EVERY_S
-            self._send(pub, schema.STEPS, body)
+            cs = summaries[i : i + MAX_RECORDS_PER_MESSAGE]
+            cx = None
+            if cs and i == 0 and (final or time.monotonic() >= self._next_sample):
+                cx = sample
+                self._next_sample = time.monotonic() + collective_summary.SAMPLE_EVERY_S
+            self._send(pub, self.steps_message(records[i : i + MAX_RECORDS_PER_MESSAGE], cs, cx))
         return bool(chunks)
 
-    def _collective_summaries(self, final: bool) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    def steps_message(self, records: list[dict[str, Any]], cs: list[CallSummary] | None = None, cx: list[Call] | None = None) -> Steps:
+        """A steps message of the recorder's ``records`` (and the device timeline's), the collectives' summaries and
+        sample, and the state now. The records' figures are checked where they are read: a record the viewer
+        refuses is dropped there, never a fault here."""
+        steps = [
+            Step(n=rec["n"], t=rec["t"], w=rec["w"], p=rec["p"], g=DeviceTimes(w=rec["g"]["w"], p=rec["g"]["p"]) if rec.get("g") else None)
+            for rec in records
+        ]  # fmt: skip
+        return Steps(**self.origin(), steps=steps, state=self.wire_state(), cs=cs or None, cx=cx or None)
+
+    def _collective_summaries(self, final: bool) -> tuple[list[CallSummary], list[Any]]:
         """The drained calls as one summary per step and phase (wire/collective_summary.py), and a sample.
 
         The calls of the step in progress wait for the next flush, so that a step's waits are
@@ -255,6 +282,8 @@ class Sender(threading.Thread):
         return collective_summary.summarise(calls) if calls else ([], [])
 
     def state(self) -> dict[str, Any]:
+        """Where the training thread is, and what the registered sources say, as plain values (what a command's
+        answer carries; :meth:`wire_state` is the same as the wire's ``State``)."""
         rec = self.recorder
         started = rec.step_started
         state = {
@@ -273,6 +302,10 @@ class Sender(threading.Thread):
             state[key] = source()
         return state
 
+    def wire_state(self) -> State:
+        """:meth:`state` as the wire's ``State``, each registered source's value checked by its type."""
+        return _typed(State, self.state(), self._state_sources)
+
     def _capture_progress(self) -> dict[str, Any] | None:
         capture = self.capture
         if capture is None:
@@ -281,6 +314,8 @@ class Sender(threading.Thread):
         return capture.progress()
 
     def hello(self) -> dict[str, Any]:
+        """Who this rank is: its identity, its relay, what the registered sources say, as plain values
+        (:meth:`wire_hello` is the same as the wire's ``Hello``)."""
         if self._meta is None:
             ident = self.identity
             torch = sys.modules.get("torch")  # reported if the script imported it; never imported here
@@ -291,7 +326,7 @@ class Sender(threading.Thread):
                 "local_rank": ident.local_rank,
                 "local_world": ident.local_world,
                 "launcher": ident.launcher,
-                "torch": getattr(torch, "__version__", None),
+                "torch": str(torch.__version__) if hasattr(torch, "__version__") else None,  # a str subclass
                 "probe": PROBE_VERSION,
                 "python": platform.python_version(),
                 "argv": sys.argv[:8],
@@ -306,6 +341,10 @@ class Sender(threading.Thread):
             if value:
                 hello[key] = value
         return hello
+
+    def wire_hello(self) -> Hello:
+        """:meth:`hello` as the wire's ``Hello``, each registered source's value checked by its type."""
+        return _typed(Hello, {**self.hello(), **self.origin()}, self._hello_sources)
 
     # -- control --------------------------------------------------------------
 
@@ -333,14 +372,31 @@ class Sender(threading.Thread):
             except schema.WireError:
                 self._reject("malformed")
                 continue
-            ranks = msg.get("ranks")
-            if ranks is not None and self.identity.rank not in ranks:
+            if msg.ranks is not None and self.identity.rank not in msg.ranks:
                 continue
             try:
-                ok, result = commands.run(self, msg["cmd"], msg["args"])
+                ok, result = commands.run(self, msg.cmd, msg.args)
             except Exception as exc:  # a broken handler answers with its error, the probe lives on
                 ok, result = False, {"error": f"{exc.__class__.__name__}: {exc}"}
-            self._send(pub, schema.REPLY, {"id": msg["id"], "cmd": msg["cmd"], "ok": ok, "result": result})
+            self._send(pub, Reply(**self.origin(), id=msg.id, cmd=msg.cmd, ok=ok, result=result))
 
     def _reject(self, reason: str) -> None:
         self._rejected[reason] = self._rejected.get(reason, 0) + 1
+
+
+def _typed(kind: Any, fields: dict[str, Any], sourced: Any) -> Any:
+    """``kind`` (``State``, ``Hello``) of ``fields``, checked and converted by msgspec against the type; a value of
+    a registered source (a key of ``sourced``) the type refuses is left out: a gauge gone wrong costs its field,
+    never the message, never the probe."""
+    try:
+        return msgspec.convert(fields, kind)
+    except msgspec.ValidationError:
+        own = {key: value for key, value in fields.items() if key not in sourced}
+        for key in sourced:
+            if key in fields:
+                try:
+                    msgspec.convert({**own, key: fields[key]}, kind)
+                except msgspec.ValidationError:
+                    continue
+                own[key] = fields[key]
+        return msgspec.convert(own, kind)

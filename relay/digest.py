@@ -62,7 +62,7 @@ class DigestThread(threading.Thread):
                     body = self._digest.body(now, time.time())
                     if body is not None:
                         try:
-                            pub.send_multipart(schema.encode(schema.NODE, body), flags=zmq.NOBLOCK)
+                            pub.send_multipart(schema.encode(body), flags=zmq.NOBLOCK)
                             self.sent += 1
                         except zmq.Again:
                             pass
@@ -84,6 +84,6 @@ class DigestThread(threading.Thread):
                 self.malformed += 1
                 continue
             try:
-                self._digest.add(msg["k"], msg)
+                self._digest.add(msg)
             except (KeyError, TypeError, ValueError):  # a shape the digest does not expect: leave it out
                 self.malformed += 1

@@ -31,10 +31,12 @@ from pathlib import Path
 
 import zmq
 from support import start_job  # tests/support.py: the same start every live test uses
+import messages  # tests/messages.py: raw bodies
 
 from ranktop.watch import keys
 from ranktop.watch.session import WatchSession, resolve
 from ranktop.wire import auth, schema
+from ranktop.wire.messages import Steps
 from ranktop.transport import rendezvous
 
 # -- processes ------------------------------------------------------------------
@@ -124,7 +126,7 @@ def malformed_commands() -> list[list[bytes]]:
     """Frames on the command topic that are no signed command: unsigned, garbage, a frame too many,
     a signature cut short. A rank cannot tell them from forgeries before checking the MAC, and
     counts them as ``forged``."""
-    body = schema.encode(schema.COMMAND, {"job": "x", "id": "y", "cmd": "ping", "args": {}, "ranks": None, "ts": time.time()})[1]
+    body = messages.raw(schema.COMMAND, {"job": "x", "id": "y", "cmd": "ping", "args": {}, "ranks": None, "ts": time.time()})[1]
     return [
         [schema.COMMAND.encode(), body],
         [schema.COMMAND.encode(), secrets.token_bytes(64), secrets.token_bytes(32)],
@@ -251,12 +253,12 @@ class StepLog:
             msg = schema.decode(frames)
         except schema.WireError:
             return
-        if msg["k"] != schema.STEPS:
+        if not isinstance(msg, Steps):
             return
         with self._lock:
-            mine = self._steps.setdefault(msg["rank"], {})
-            for rec in msg["steps"]:
-                mine[rec["n"]] = (rec["t"], rec["w"])
+            mine = self._steps.setdefault(msg.rank, {})
+            for rec in msg.steps:
+                mine[rec.n] = (rec.t, rec.w)
 
     # what a scenario asks
     def ranks(self) -> list[int]:

@@ -2,17 +2,20 @@
 
 Tests that feed the aggregator build their messages here: the envelope and
 the hello come from :class:`ranktop.probe.sender.Sender` (no socket, no
-thread: a Sender that is never started), every message goes through
-``schema.encode`` and back through ``schema.decode``, so a test can never
+thread: a Sender that is never started), every message goes through the
+wire's encoding and back through ``schema.decode``, so a test can never
 feed the viewer something the wire would not carry. Step records, states and
-collective calls are the test's own figures; the calls ride as the probe sends
-them, folded into summaries and a sample (:func:`collectives`).
+collective calls are the test's own figures, written as plain maps (as any
+peer might send them: :func:`raw`); the calls ride as the probe sends them,
+folded into summaries and a sample (:func:`collectives`).
 """
 
 from __future__ import annotations
 
 import functools
 from typing import Any
+
+import msgspec
 
 from ranktop.transport.identity import Identity
 from ranktop.probe.recorder import Recorder
@@ -35,30 +38,37 @@ def _raise(exc: BaseException) -> None:
     raise exc
 
 
+def raw(kind: str, body: dict[str, Any]) -> list[bytes]:
+    """The frames of a body written as a plain map, with the version and kind every body carries: what any peer,
+    a damaged or a foreign one too, might send (the Structs of wire/messages.py encode as such maps)."""
+    return [kind.encode(), msgspec.msgpack.encode({**body, "v": list(schema.PROTOCOL_VERSION), "k": kind})]
+
+
 def frames(kind: str, rank: int, body: dict[str, Any], **who: Any) -> list[bytes]:
-    """One message of ``rank`` as it leaves the probe."""
-    return sender(rank, **who).message(kind, body)
+    """One message of ``rank``: its envelope as the probe makes it, the test's body."""
+    return raw(kind, {**sender(rank, **who).origin(), **body})
 
 
-def decoded(kind: str, rank: int, body: dict[str, Any], **who: Any) -> dict[str, Any]:
+def decoded(kind: str, rank: int, body: dict[str, Any], **who: Any) -> Any:
     """The same message as the viewer's decoder hands it on."""
     return schema.decode(frames(kind, rank, body, **who))
 
 
-def hello(rank: int, world: int = 4, host: str = "node0", **who: Any) -> dict[str, Any]:
+def hello(rank: int, world: int = 4, host: str = "node0", **who: Any) -> Any:
     s = sender(rank, world, host, **who)
-    return schema.decode(s.message(schema.HELLO, s.hello()))
+    return schema.decode(s.message(s.wire_hello()))
 
 
 def collectives(calls: list[dict[str, Any]]) -> dict[str, Any]:
     """The fields a steps message carries for raw ``calls``: ``cs``, one summary per step and phase, and ``cx``,
-    the sample, folded by the probe's own code (wire/collective_summary.py). A few calls are all sampled."""
+    the sample, folded by the probe's own code (wire/collective_summary.py), as plain maps and lists. A few
+    calls are all sampled."""
     summaries, sample = collective_summary.summarise(calls)
-    return {"cs": summaries, "cx": sample}
+    return {"cs": plain(summaries), "cx": plain(sample)}
 
 
 def steps(rank: int, records: list[dict], *, state: dict | None = None, calls: list[dict] | None = None,
-          world: int = 4, **who: Any) -> dict[str, Any]:
+          world: int = 4, **who: Any) -> Any:
     body: dict[str, Any] = {"steps": records}
     if state is not None:
         body["state"] = state
@@ -67,11 +77,36 @@ def steps(rank: int, records: list[dict], *, state: dict | None = None, calls: l
     return decoded(schema.STEPS, rank, body, world=world, **who)
 
 
-def heartbeat(rank: int, state: dict[str, Any], world: int = 4, **who: Any) -> dict[str, Any]:
+def heartbeat(rank: int, state: dict[str, Any], world: int = 4, **who: Any) -> Any:
     return decoded(schema.HEARTBEAT, rank, {"state": state}, world=world, **who)
 
 
 def reply(rank: int, command_id: str, cmd: str, ok: bool = True, result: dict | None = None, world: int = 4,
-          **who: Any) -> dict[str, Any]:
+          **who: Any) -> Any:
     body = {"id": command_id, "cmd": cmd, "ok": ok, "result": result if result is not None else {}}
     return decoded(schema.REPLY, rank, body, world=world, **who)
+
+
+def plain(msg: Any) -> Any:
+    """A decoded message (or any part of one) as plain maps and lists, as it went on the wire (fields left at
+    their default are left out, as the probe leaves out what it does not know)."""
+    return msgspec.msgpack.decode(msgspec.msgpack.encode(msg))
+
+
+def fields(msg: Any) -> Any:
+    """A decoded message (or any part of one) as plain maps and lists with every field its type lists, those left at
+    their default too: what the decoder read, to hold what was sent against."""
+    if isinstance(msg, msgspec.Struct):
+        values = [fields(getattr(msg, name)) for name in msg.__struct_fields__]
+        if msg.__struct_config__.array_like:
+            return values
+        out = dict(zip(msg.__struct_fields__, values))
+        tag = msg.__struct_config__.tag
+        if tag is not None:
+            out[msg.__struct_config__.tag_field] = tag
+        return out
+    if isinstance(msg, dict):
+        return {key: fields(value) for key, value in msg.items()}
+    if isinstance(msg, (list, tuple)):
+        return [fields(value) for value in msg]
+    return msg

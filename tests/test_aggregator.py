@@ -101,8 +101,8 @@ def test_a_rank_that_stops_talking_is_marked_silent_not_removed():
 def test_malformed_foreign_and_other_version_frames_are_dropped_and_counted():
     agg = Aggregator("j", clock=Clock())
     agg.ingest_frames([b"hello", b"garbage"])
-    agg.ingest_frames(schema.encode("hello", dict(hello(0), job="another-job")))
-    agg.ingest_frames([b"hello", msgpack.packb(dict(hello(0), v=[9, 0]))], "tcp://node7:5555")
+    agg.ingest_frames(messages.raw("hello", dict(messages.plain(hello(0)), job="another-job")))
+    agg.ingest_frames([b"hello", msgpack.packb(dict(messages.plain(hello(0)), v=[9, 0]))], "tcp://node7:5555")
     snap = agg.snapshot()
     assert snap.dropped_messages == 3 and snap.ranks == []
     garbage, version = snap.errors  # another job's traffic is only counted
@@ -114,8 +114,8 @@ def test_each_kind_of_malformed_message_is_named_once_however_often_it_comes():
     agg = Aggregator("j", clock=Clock())
     call = {"op": "all_reduce", "seq": 1, "b": 1024, "dt": "float32", "g": 4, "d": 0.01, "n": 1, "t0": 5.0}  # no "ph"
     for _ in range(5):
-        agg.ingest_frames(schema.encode("steps", {"job": "j", "rank": 0, "ts": 1.0, "steps": [], "cx": [call]}))
-        agg.ingest_frames(schema.encode("heartbeat", {"job": "j", "rank": 0, "ts": 1.0, "state": {"dropped": "many"}}))
+        agg.ingest_frames(messages.raw("steps", {"job": "j", "rank": 0, "ts": 1.0, "steps": [], "cx": [call]}))
+        agg.ingest_frames(messages.raw("heartbeat", {"job": "j", "rank": 0, "ts": 1.0, "state": {"dropped": "many"}}))
     agg.ingest(hello(0))
     snap = agg.snapshot()
     assert snap.dropped_messages == 10 and [r.rank for r in snap.ranks] == [0]
@@ -260,7 +260,7 @@ def test_a_viewer_behind_on_a_nodes_messages_says_so_and_calls_no_rank_silent_fo
     def heard(sent_at: float, now: float) -> None:
         clock[0], wall[0] = now, 1000.0 + now
         body = {"job": "j", "rank": 0, "ts": sent_at, "state": {"last": 1, "step": 2, "in_step": True, "step_age": 0.1, "median_step_s": 0.1}}
-        agg.ingest(schema.decode(schema.encode(schema.HEARTBEAT, body)), "tcp://n0:1")
+        agg.ingest(schema.decode(messages.raw(schema.HEARTBEAT, body)), "tcp://n0:1")
 
     heard(1000.0, 0.0)  # on time: the least age seen, whatever the hosts' clocks
     assert agg.snapshot().behind_s is None
@@ -312,11 +312,11 @@ def test_the_receiver_s_messages_wait_while_a_snapshot_is_built():
     assert building.wait(5)
     taken = []
     rank1 = messages.sender(1)
-    receiver = threading.Thread(target=lambda: taken.extend(agg.ingest_batch([(rank1.message(schema.HELLO, rank1.hello()), None)])))
+    receiver = threading.Thread(target=lambda: taken.extend(agg.ingest_batch([(rank1.message(rank1.wire_hello()), None)])))
     receiver.start()
     receiver.join(0.1)
     assert receiver.is_alive() and agg.ranks_heard == 1  # held back: the snapshot comes first
     release.set()
     snapshotter.join(5)
     receiver.join(5)
-    assert [r.rank for r in shown[0].ranks] == [0] and taken[0]["rank"] == 1 and agg.ranks_heard == 2
+    assert [r.rank for r in shown[0].ranks] == [0] and taken[0].rank == 1 and agg.ranks_heard == 2

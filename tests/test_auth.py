@@ -10,7 +10,7 @@ SECRET = b"s" * 64
 def test_a_signed_command_verifies():
     cid, frames = auth.sign_command(SECRET, "job", "ping", {"a": 1}, [0, 2], now=1000.0)
     msg = auth.CommandVerifier(SECRET, "job").verify(frames, now=1000.5)
-    assert (msg["id"], msg["cmd"], msg["args"], msg["ranks"]) == (cid, "ping", {"a": 1}, [0, 2])
+    assert (msg.id, msg.cmd, msg.args, msg.ranks) == (cid, "ping", {"a": 1}, [0, 2])
 
 
 def test_a_command_signed_with_another_key_is_forged():

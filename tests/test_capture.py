@@ -292,11 +292,11 @@ def progress_state(**cap):
 
 
 def test_capture_progress_rides_in_the_state_and_a_malformed_one_is_dropped():
-    frames = schema.encode(schema.HEARTBEAT, {"job": "j", "rank": 0, "ts": 1.0, "state": {"cap": progress_state()}})
-    assert schema.decode(frames)["state"]["cap"]["st"] == "waiting"
+    frames = messages.raw(schema.HEARTBEAT, {"job": "j", "rank": 0, "ts": 1.0, "state": {"cap": progress_state()}})
+    assert schema.decode(frames).state.cap.st == "waiting"
     for bad in ({"id": "c1", "st": "exploded"}, progress_state(start="20"), progress_state(path=7), "c1"):
         with pytest.raises(schema.WireError):
-            schema.decode(schema.encode(schema.HEARTBEAT, {"job": "j", "rank": 0, "ts": 1.0, "state": {"cap": bad}}))
+            schema.decode(messages.raw(schema.HEARTBEAT, {"job": "j", "rank": 0, "ts": 1.0, "state": {"cap": bad}}))
     assert schema.PROTOCOL_VERSION >= (1, 3)  # the capture state came with 1.3
 
 

@@ -17,7 +17,7 @@ def test_overlapping_waits_count_once_per_phase_and_per_op():
         call(3, op="all_gather_into_tensor", b=800, d=0.004, t0=5.012),  # inside the buckets' span
         call(4, ph="forward", d=0.002, t0=4.0),
     ]
-    summaries, sample = collective_summary.summarise(calls)
+    summaries, sample = messages.plain(collective_summary.summarise(calls))  # as the wire carries them
     by_phase = {s["ph"]: s for s in summaries}
     backward = by_phase["backward"]
     assert backward["n"] == 0 and backward["w"] == pytest.approx(0.016)  # 5.000 .. 5.016
@@ -30,16 +30,16 @@ def test_overlapping_waits_count_once_per_phase_and_per_op():
 
 def test_the_sample_is_bounded_and_spans_several_sizes_per_op():
     calls = [call(i, b=1000 * (i % 5 + 1), t0=5.0 + i) for i in range(400)]
-    _, sample = collective_summary.summarise(calls)
+    _, sample = messages.plain(collective_summary.summarise(calls))  # as the wire carries them
     assert len(sample) <= collective_summary.SAMPLE_MAX
     assert len({c["b"] for c in sample}) >= 3  # enough for the alpha-beta fit
 
 
 def test_summaries_ride_in_a_steps_message_and_malformed_ones_are_refused():
-    summaries, sample = collective_summary.summarise([call(1), call(2, t0=5.005)])
+    summaries, sample = messages.plain(collective_summary.summarise([call(1), call(2, t0=5.005)]))  # as the wire carries them
     body = {"job": "j", "rank": 0, "ts": 1.0, "steps": [], "cs": summaries, "cx": sample}
-    msg = schema.decode(schema.encode(schema.STEPS, body))
-    assert msg["cs"] == summaries and msg["cx"] == sample and msg["v"] >= [1, 4]
+    msg = schema.decode(messages.raw(schema.STEPS, body))
+    assert messages.plain(msg)["cs"] == summaries and messages.plain(msg)["cx"] == sample and messages.plain(msg)["v"] >= [1, 4]
     good = summaries[0]
     for bad in (
         dict(good, w=-1.0),
@@ -50,7 +50,7 @@ def test_summaries_ride_in_a_steps_message_and_malformed_ones_are_refused():
         "not a map",
     ):
         with pytest.raises(schema.WireError):
-            schema.decode(schema.encode(schema.STEPS, dict(body, cs=[bad])))
+            schema.decode(messages.raw(schema.STEPS, dict(body, cs=[bad])))
 
 
 def test_raw_calls_sent_beside_the_summaries_are_dropped_and_the_viewer_reads_the_summaries_alone():
@@ -63,7 +63,7 @@ def test_raw_calls_sent_beside_the_summaries_are_dropped_and_the_viewer_reads_th
         body = {"steps": [{"n": n, "t": 1.0 + n, "w": 0.05, "p": {"backward": 0.03}}], **messages.collectives(calls),
                 "coll": calls + [call(100 + n, op="all_gather_into_tensor", n=n)]}
         msg = messages.decoded(schema.STEPS, 0, body, world=1)
-        assert "coll" not in msg
+        assert "coll" not in messages.plain(msg)
         agg.ingest(msg)
     snap = agg.snapshot()
     assert snap.ranks[0].collective_s == pytest.approx(0.015)

@@ -19,7 +19,7 @@ import msgpack
 import zmq
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from messages import collectives, frames, hello
+from messages import collectives, frames, hello, plain
 from support import wait_for
 
 from ranktop.watch import verdict
@@ -48,7 +48,7 @@ SUMMARY = {"n": 10, "ph": "backward", "w": 0.02, "ops": {"all_reduce": [2, 2048,
 
 #: Real messages, as the probe's Sender encodes them.
 REAL = [
-    frames(schema.HELLO, 1, dict(hello(1), work={"dtype": "bf16", "batch": 32, "flops": 1.2e12, "peak_tflops": 989.0},
+    frames(schema.HELLO, 1, dict(plain(hello(1)), work={"dtype": "bf16", "batch": 32, "flops": 1.2e12, "peak_tflops": 989.0},
                                  relay={"telemetry": "tcp://node0:5555", "control": "tcp://node0:5556"})),  # fmt: skip
     frames(schema.STEPS, 1, {"steps": RECORDS, "state": STATE, **collectives([dict(CALL, seq=i, b=1024 << i) for i in range(4)])}),
     frames(schema.STEPS, 2, {"steps": RECORDS, "state": STATE, "cs": [SUMMARY], "cx": [CALL]}),
@@ -61,10 +61,9 @@ def _digest() -> list[bytes]:
     """A node's digest of ranks 1 and 2 (wire/node_digest.py), from the messages above."""
     fold = NodeDigest(JOB, "node0")
     for message in REAL[:4]:
-        msg = schema.decode(message)
-        fold.add(msg["k"], msg)
-    fold.add(schema.STEPS, schema.decode(frames(schema.STEPS, 2, {"steps": RECORDS[:2], "state": STATE, "cs": [SUMMARY]})))
-    return schema.encode(schema.NODE, fold.body(0.0, 1.0e9))
+        fold.add(schema.decode(message))
+    fold.add(schema.decode(frames(schema.STEPS, 2, {"steps": RECORDS[:2], "state": STATE, "cs": [SUMMARY]})))
+    return schema.encode(fold.body(0.0, 1.0e9))
 
 
 REAL.append(_digest())
@@ -149,7 +148,7 @@ def _must_survive(kind: str, msg: dict) -> None:
         decoded = schema.decode([kind.encode(), body])
     except schema.WireError:
         decoded = None
-    if decoded is not None and decoded["k"] in schema.TELEMETRY_KINDS:
+    if decoded is not None and decoded.KIND in schema.TELEMETRY_KINDS:
         agg.ingest(decoded)  # not ingest_frames: its safety net would hide a check decode lacks
     snap = agg.snapshot()
     json.dumps(document(snap))
@@ -236,7 +235,7 @@ def test_the_receiver_thread_survives_a_message_that_breaks_ingest():
 
     class Fragile(Aggregator):
         def ingest(self, msg, endpoint=None, **how):
-            if msg["rank"] == 13:
+            if getattr(msg, "rank", None) == 13:
                 raise KeyError("ph")
             super().ingest(msg, endpoint, **how)
 

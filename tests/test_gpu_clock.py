@@ -10,6 +10,7 @@ from ranktop.tui.panes.header import header_text
 from ranktop.watch.aggregator import Aggregator
 from ranktop.watch.verdict import verdict
 from ranktop.watch.json_doc import document
+from ranktop.wire import schema
 
 import messages
 
@@ -47,9 +48,8 @@ def feed(agg, world=8, slow_rank=5, steps=30, gpu_ranks=None):
         agg.ingest(messages.hello(r, world))
     for n in range(steps):
         for r in range(world):
-            msg = messages.steps(r, [gpu_step(n, r, slow_rank, gpu_ranks is None or r in gpu_ranks)], world=world)
-            msg["cs"] = [waits(n, r, slow_rank)]
-            agg.ingest(msg)
+            body = {"steps": [gpu_step(n, r, slow_rank, gpu_ranks is None or r in gpu_ranks)], "cs": [waits(n, r, slow_rank)]}
+            agg.ingest(messages.decoded(schema.STEPS, r, body, world=world))
 
 
 def test_ranks_that_send_gpu_times_are_scored_on_them_and_the_header_names_the_clock():

@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import msgspec
 import pytest
 
 from ranktop.probe.collectives import state_layout
 from ranktop.watch import stragglers
 from ranktop.watch.layout import learn
 from ranktop.wire import parallel_groups, schema
+from ranktop.wire.messages import Group
+
+import messages
+import rank_stats
 
 
 def mesh_groups(world: int, dims: list[tuple[str, int]]) -> dict[int, list[dict]]:
@@ -21,8 +26,13 @@ def mesh_groups(world: int, dims: list[tuple[str, int]]) -> dict[int, list[dict]
     return out
 
 
-def stats(step: float, **phases: float) -> stragglers.RankStats:
-    return stragglers.RankStats(step, dict(phases), 1 / step, phases.get("comm"))
+def typed(groups_of: dict) -> dict:
+    """Each rank's groups (written as plain maps) as a decoded hello holds them (wire/messages.py's Group)."""
+    return {rank: msgspec.convert(groups, list[Group]) for rank, groups in groups_of.items()}
+
+
+def stats(step: float, **phases: float) -> rank_stats.RankStats:
+    return rank_stats.RankStats(step, dict(phases), 1 / step, phases.get("comm"))
 
 
 def test_roles_come_from_mesh_and_megatron_descriptions():
@@ -34,7 +44,7 @@ def test_roles_come_from_mesh_and_megatron_descriptions():
 
 
 def test_a_3d_mesh_gives_each_rank_its_coordinates_and_pipeline_peers():
-    layout = learn(mesh_groups(16, [("pp", 2), ("tp", 2), ("dp", 4)]))
+    layout = learn(typed(mesh_groups(16, [("pp", 2), ("tp", 2), ("dp", 4)])))
     assert layout.roles == ("pp", "tp", "dp")
     assert layout.of(13) == {"pp": 1, "tp": 1, "dp": 1}  # 13 = 1*8 + 1*4 + 1
     assert layout.text(13) == "pp 1, tp 1, dp 1"
@@ -44,18 +54,18 @@ def test_a_3d_mesh_gives_each_rank_its_coordinates_and_pipeline_peers():
 
 def test_a_group_used_for_send_and_recv_is_the_pipeline_and_unnamed_chains_are_stages():
     named_by_use = {r: [{"id": str(r % 2), "desc": "", "size": 2, "ranks": [r % 2, r % 2 + 2], "p2p": True}] for r in range(4)}
-    layout = learn(named_by_use)
+    layout = learn(typed(named_by_use))
     assert [layout.stage(r) for r in range(4)] == [0, 0, 1, 1]
     # point-to-point on the default group: each rank lists its peers; a chain 0-1-2-3 and one 4-5-6-7
     peers = {r: [{"id": "p2p:x", "desc": "p2p peers", "size": 2, "ranks": sorted({r, r + 1 if r % 4 < 3 else r - 1}), "p2p": True}]
              for r in range(8)}  # fmt: skip
-    layout = learn(peers)
+    layout = learn(typed(peers))
     assert [layout.stage(r) for r in range(8)] == [0, 1, 2, 3, 0, 1, 2, 3]
     assert layout.classes([0, 4])[0] == layout.classes([0, 4])[4]
 
 
 def test_without_a_pipeline_every_rank_is_one_class():
-    layout = learn(mesh_groups(4, [("dp", 2), ("tp", 2)]))
+    layout = learn(typed(mesh_groups(4, [("dp", 2), ("tp", 2)])))
     assert layout.known and layout.classes(range(4)) is None
 
 
@@ -64,25 +74,25 @@ def test_peer_classes_compare_a_rank_with_its_own_stage_only():
     live = {0: stats(0.2, forward=0.02, comm=0.15), 1: stats(0.2, forward=0.02, comm=0.15),
             2: stats(0.2, forward=0.04, comm=0.13), 3: stats(0.2, forward=0.06, comm=0.11)}  # fmt: skip
     names = ["forward", "comm", "other"]
-    everyone = stragglers.score(live, names)
+    everyone = rank_stats.score(live, names)
     assert everyone.of(2)[0] > 0.005  # compared with everyone, the heavier stage's healthy rank looks slow
-    layout = learn(mesh_groups(4, [("pp", 2), ("dp", 2)]))
-    peers = stragglers.score(live, names, layout.classes(live))
+    layout = learn(typed(mesh_groups(4, [("pp", 2), ("dp", 2)])))
+    peers = rank_stats.score(live, names, layout.classes(live))
     assert peers.of(3) == (pytest.approx(0.02), "forward")
     assert [peers.of(r)[0] for r in (0, 1, 2)] == [0.0, 0.0, 0.0]
 
 
 def test_unbalanced_stages_are_a_finding_of_their_own():
     live = {0: stats(0.2, forward=0.05, comm=0.15), 1: stats(0.2, forward=0.1, comm=0.1)}
-    rows = stragglers.stages(live, {0: 0, 1: 1}.get)
+    rows = rank_stats.stages(live, {0: 0, 1: 1}.get)
     assert [(s.stage, s.work_s) for s in rows] == [(0, pytest.approx(0.05)), (1, pytest.approx(0.1))]
     assert stragglers.imbalance(rows, 0.2) == "stage 1 does 2.0x the work of stage 0: the pipeline idles 62% of each step"
-    even = stragglers.stages({0: stats(0.2, comm=0.1), 1: stats(0.2, comm=0.1)}, {0: 0, 1: 1}.get)
+    even = rank_stats.stages({0: stats(0.2, comm=0.1), 1: stats(0.2, comm=0.1)}, {0: 0, 1: 1}.get)
     assert stragglers.imbalance(even, 0.2) is None
 
 
 def test_a_stated_layout_lays_ranks_out_as_init_device_mesh_does():
-    groups = {g["role"]: parallel_groups.members(g) for g in state_layout("pp=2,tp=2,dp=-1", 13, 16)}
+    groups = {g["role"]: parallel_groups.members(msgspec.convert(g, Group)) for g in state_layout("pp=2,tp=2,dp=-1", 13, 16)}
     assert groups == {"pp": [5, 13], "tp": [9, 13], "dp": [12, 13, 14, 15]}
     with pytest.raises(ValueError, match="does not divide"):
         state_layout("pp=3,dp=-1", 0, 16)
@@ -96,11 +106,11 @@ def _hello(groups) -> dict:
 
 def test_the_wire_checks_the_groups_of_a_hello():
     good = state_layout("pp=2,dp=2", 0, 4)
-    schema.decode(schema.encode(schema.HELLO, _hello(good)))
+    schema.decode(messages.raw(schema.HELLO, _hello(good)))
     for bad in ([{"id": "1", "size": 2, "ranks": [0, 9]}], [{"id": 1, "size": 1, "ranks": [0]}], "x",
                 [{"id": "1", "size": 4, "ranks": [0, 4, 1], "compact": True}]):  # fmt: skip
         with pytest.raises(schema.WireError, match="groups"):
-            schema.decode(schema.encode(schema.HELLO, _hello(bad)))
+            schema.decode(messages.raw(schema.HELLO, _hello(bad)))
 
 
 def test_a_bad_layout_in_the_environment_is_said_and_ignored_a_bad_argument_raises(monkeypatch, capsys):

@@ -202,15 +202,15 @@ def test_a_viewer_of_node_digests_learns_the_end_from_the_ranks_last_heartbeats(
     agg = Aggregator("j", clock=clock)
     digest = NodeDigest("j", "node0")
     for r in range(2):
-        digest.add(schema.HELLO, messages.hello(r, 2, host="node0", pid=50 + r))
+        digest.add(messages.hello(r, 2, host="node0", pid=50 + r))
         for n in range(4):
-            digest.add(schema.STEPS, messages.steps(r, [step(n)], world=2, host="node0", pid=50 + r))
-    agg.ingest(schema.decode(schema.encode(schema.NODE, digest.body(1.0, 100.0))))
+            digest.add(messages.steps(r, [step(n)], world=2, host="node0", pid=50 + r))
+    agg.ingest(schema.decode(schema.encode(digest.body(1.0, 100.0))))
     assert agg.snapshot().state == RUNNING
     for r in range(2):
-        digest.add(schema.HEARTBEAT, bye(r, host="node0", pid=50 + r))
+        digest.add(bye(r, host="node0", pid=50 + r))
     body = digest.body(2.0, 101.0)
-    assert [e.get("exit") for e in body["ranks"]] == ["clean", "clean"]
-    agg.ingest(schema.decode(schema.encode(schema.NODE, body)))
+    assert [e.exit for e in body.ranks] == ["clean", "clean"]
+    agg.ingest(schema.decode(schema.encode(body)))
     assert agg.snapshot().state == ENDED
     assert digest.body(3.0, 102.0) is None  # said once: nothing more to say

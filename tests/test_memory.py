@@ -3,6 +3,7 @@
 import random
 
 import msgpack
+import msgspec
 import pytest
 
 from ranktop.probe import memory
@@ -122,7 +123,7 @@ def test_throughput_and_mfu_per_rank_and_for_the_job():
         work = {"dtype": "bf16", "batch": 8, "tokens": 8 * 2048, "flops": 2e12}
         if r == 0:
             work.update(device="NVIDIA H100 80GB HBM3", peak_tflops=989.4)
-        agg.ingest(dict(hello(r, world=2), work=work))
+        agg.ingest(msgspec.structs.replace(hello(r, world=2), work=work))
     for n in range(20):  # 10 steps per second
         for r in range(2):
             agg.ingest(steps(r, [{"n": n, "t": 100.0 + n * 0.1, "w": 0.09, "p": {"forward": 0.05}}]))
@@ -148,18 +149,18 @@ def test_no_work_per_step_no_throughput():
 
 
 def frames(kind, body):
-    return [kind.encode(), msgpack.packb(dict(body, v=[1, 1], k=kind))]
+    return [kind.encode(), msgpack.packb(dict(messages.plain(body), v=[1, 1], k=kind))]
 
 
 def test_memory_and_gpu_state_pass_the_wire_and_bad_ones_are_dropped():
-    good = heartbeat(0, {"rss": 1 << 30, "cuda": {"dev": 0, "alloc": 1, "resv": 2}})
+    good = messages.plain(heartbeat(0, {"rss": 1 << 30, "cuda": {"dev": 0, "alloc": 1, "resv": 2}}))
     good["state"]["gpu"] = {"na": "no NVIDIA GPU"}
-    assert schema.decode(frames("heartbeat", good))["state"]["mem"]["rss"] == 1 << 30
+    assert schema.decode(frames("heartbeat", good)).state.mem.rss == 1 << 30
     assert schema.decode(frames("heartbeat", heartbeat(0, {"rss": None})))  # no /proc
     for bad in ({"rss": "lots"}, {"rss": 1, "cuda": {"alloc": "x"}}, [1, 2]):
         with pytest.raises(schema.WireError):
             schema.decode(frames("heartbeat", heartbeat(0, bad)))
     with pytest.raises(schema.WireError):
-        schema.decode(frames("hello", dict(hello(0), work={"batch": [8]})))
+        schema.decode(frames("hello", dict(messages.plain(hello(0)), work={"batch": [8]})))
     # A 1.1 peer sends none of these: its messages still decode.
     assert schema.decode(frames("heartbeat", {"job": "j", "rank": 0, "ts": 0.0, "state": {"step": 3}}))

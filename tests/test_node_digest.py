@@ -13,9 +13,10 @@ import pytest
 
 from ranktop.watch.aggregator import Aggregator
 from ranktop.wire import collective_summary, schema, step_block
+from ranktop.wire.messages import NodeSteps, OpSummary
 from ranktop.wire.node_digest import HELLO_EVERY_S, OPS_EVERY_S, SAMPLE_EVERY_S, SLOW_EVERY_S, NodeDigest
 
-from .messages import hello, steps
+from .messages import heartbeat, hello, plain, raw, steps
 
 
 def record(n, wall, **phases):
@@ -27,13 +28,30 @@ def call(n, ph, t0, d, op="all_reduce", b=1024):
 
 
 def wired(body):
-    """The digest as a viewer receives it."""
-    return schema.decode(schema.encode(schema.NODE, body))
+    """The digest as a viewer receives it, as plain maps and lists (messages.plain); ``body``: a digest as the
+    relay builds it, or a body written as a plain map (as any peer might send it)."""
+    frames = schema.encode(body) if isinstance(body, msgspec.Struct) else raw(schema.NODE, body)
+    return plain(schema.decode(frames))
+
+
+def packed(*columns):
+    """wire/step_block.py's block of ``columns``, as a plain map (for a test to damage)."""
+    return {k: v for k, v in msgspec.structs.asdict(step_block.pack(*columns)).items() if v is not None}
+
+
+def decoded(body):
+    """The digest as the viewer's decoder hands it on."""
+    return schema.decode(schema.encode(body))
+
+
+def summary(fields):
+    """An op's summary, read by name (a list on the wire: wire/messages.py's OpSummary)."""
+    return msgspec.convert(fields, OpSummary)
 
 
 def columns(msg):
     """A digest's packed step columns as lists (wire/step_block.py)."""
-    return step_block.read(msg["steps"])
+    return step_block.read(msgspec.convert(msg["steps"], NodeSteps))
 
 
 def interval(msg, rank):
@@ -50,7 +68,7 @@ def ranks_in(msg):
 
 def test_a_ranks_steps_of_an_interval_become_one_record_of_their_mean_own_times():
     digest = NodeDigest("j", "node0")
-    digest.add(schema.STEPS, steps(0, [record(1, 0.10, forward=0.04, backward=0.05), record(2, 0.12, forward=0.06, backward=0.05)],
+    digest.add(steps(0, [record(1, 0.10, forward=0.04, backward=0.05), record(2, 0.12, forward=0.06, backward=0.05)],
                                    calls=[call(1, "backward", 5.0, 0.02), call(2, "backward", 6.0, 0.02)]))  # fmt: skip
     msg = wired(digest.body(now=0.0, wall=1.0))
     (entry,) = msg["ranks"]
@@ -60,7 +78,7 @@ def test_a_ranks_steps_of_an_interval_become_one_record_of_their_mean_own_times(
     assert own["forward"] == pytest.approx(0.05) and own["backward"] == pytest.approx(0.03)  # the 20 ms wait taken out
     assert own["comm"] == pytest.approx(0.02) and own["other"] == pytest.approx(0.01)
     ops = entry["ops"]["all_reduce"]
-    assert ops[collective_summary.CALLS] == 2 and ops[collective_summary.BYTES] == 2048
+    assert summary(ops).calls == 2 and summary(ops).bytes == 2048
     assert len(entry["cx"]) == 2  # the raw calls' sample, for the fit
 
 
@@ -70,7 +88,7 @@ def test_a_ranks_gpu_times_are_what_its_digest_sums():
     launched = [record(n, 0.003, forward=0.001, backward=0.001) for n in (1, 2)]
     for rec in launched:
         rec["g"] = {"w": 0.10, "p": {"forward": 0.04, "backward": 0.05}}
-    digest.add(schema.STEPS, steps(0, launched, calls=[call(1, "backward", 5.0, 0.02), call(2, "backward", 6.0, 0.02)]))
+    digest.add(steps(0, launched, calls=[call(1, "backward", 5.0, 0.02), call(2, "backward", 6.0, 0.02)]))
     msg = wired(digest.body(now=0.0, wall=1.0))
     _, _, _, wall, own = interval(msg, 0)
     assert wall == pytest.approx(0.10) and own["forward"] == pytest.approx(0.04) and own["backward"] == pytest.approx(0.03)
@@ -83,58 +101,58 @@ def test_a_node_sends_one_ranks_raw_calls_at_a_time_its_ranks_in_turn():
     for i in range(int(SAMPLE_EVERY_S / 0.25)):  # digests at 4 Hz, every rank sampling its calls each time
         now = i * 0.25
         for rank in range(2):
-            digest.add(schema.STEPS, steps(rank, [record(i, 0.1, backward=0.05)], calls=[call(i, "backward", now, 0.02)]))
+            digest.add(steps(rank, [record(i, 0.1, backward=0.05)], calls=[call(i, "backward", now, 0.02)]))
         sampled += [(now, e["r"]) for e in wired(digest.body(now, 100.0 + now))["ranks"] if "cx" in e]
     assert sampled == [(0.0, 0)]  # one rank's, once in the period: the viewer decodes every sample of 512 nodes
-    digest.add(schema.STEPS, steps(0, [record(9, 0.1, backward=0.05)], calls=[call(9, "backward", 2.0, 0.02)]))
-    digest.add(schema.STEPS, steps(1, [record(9, 0.1, backward=0.05)], calls=[call(9, "backward", 2.0, 0.02)]))
+    digest.add(steps(0, [record(9, 0.1, backward=0.05)], calls=[call(9, "backward", 2.0, 0.02)]))
+    digest.add(steps(1, [record(9, 0.1, backward=0.05)], calls=[call(9, "backward", 2.0, 0.02)]))
     assert [e["r"] for e in wired(digest.body(SAMPLE_EVERY_S, 102.0))["ranks"] if "cx" in e] == [1]  # the other's turn
 
 
 def test_nothing_said_means_no_digest_and_a_quiet_rank_is_left_out():
     digest = NodeDigest("j", "node0")
     assert digest.body(0.0, 1.0) is None
-    digest.add(schema.STEPS, steps(0, [record(1, 0.1, forward=0.05)]))
-    digest.add(schema.STEPS, steps(1, [record(1, 0.1, forward=0.05)], host="node0"))
+    digest.add(steps(0, [record(1, 0.1, forward=0.05)]))
+    digest.add(steps(1, [record(1, 0.1, forward=0.05)], host="node0"))
     assert ranks_in(wired(digest.body(0.0, 1.0))) == [0, 1]
-    digest.add(schema.STEPS, steps(1, [record(2, 0.1, forward=0.05)]))
+    digest.add(steps(1, [record(2, 0.1, forward=0.05)]))
     assert ranks_in(wired(digest.body(0.25, 1.25))) == [1]
 
 
 def test_state_and_collectives_ride_every_second_or_two_but_a_rank_that_made_no_step_sends_its_state_at_once():
     digest = NodeDigest("j", "node0")
     state = {"step": 3, "last": 2, "in_step": True, "phase": "forward", "step_age": 0.01}
-    digest.add(schema.STEPS, steps(0, [record(2, 0.1, forward=0.05)], state=state, calls=[call(2, "forward", 1.0, 0.01)]))
-    first = digest.body(0.0, 1.0)["ranks"][0]
+    digest.add(steps(0, [record(2, 0.1, forward=0.05)], state=state, calls=[call(2, "forward", 1.0, 0.01)]))
+    first = wired(digest.body(0.0, 1.0))["ranks"][0]
     assert "state" in first and "ops" in first
-    digest.add(schema.STEPS, steps(0, [record(3, 0.1, forward=0.05)], state=state, calls=[call(3, "forward", 2.0, 0.01)]))
-    second = digest.body(0.25, 1.25)
+    digest.add(steps(0, [record(3, 0.1, forward=0.05)], state=state, calls=[call(3, "forward", 2.0, 0.01)]))
+    second = wired(digest.body(0.25, 1.25))
     assert second["ranks"] == [] and columns(second)["n"] == [3]  # no state, no ops: its steps alone, no entry
-    digest.add(schema.HEARTBEAT, {"k": "heartbeat", "job": "j", "rank": 0, "ts": 2.0, "state": dict(state, step_age=0.5)})
-    stuck = digest.body(0.5, 1.5)
+    digest.add(heartbeat(0, dict(state, step_age=0.5)))
+    stuck = wired(digest.body(0.5, 1.5))
     assert stuck["ranks"][0]["state"]["step_age"] == 0.5 and "steps" not in stuck
-    digest.add(schema.STEPS, steps(0, [record(4, 0.1, forward=0.05)], state=state))
-    ops_due = digest.body(OPS_EVERY_S + 0.125, 1.75)["ranks"][0]  # its collectives due, its state not yet
-    assert "state" not in ops_due and ops_due["ops"]["all_reduce"][collective_summary.CALLS] == 1  # held back, not lost
-    digest.add(schema.STEPS, steps(0, [record(5, 0.1, forward=0.05)], state=state))
-    later = digest.body(0.5 + SLOW_EVERY_S, 2.5)["ranks"][0]  # its state, SLOW_EVERY_S after it last rode
+    digest.add(steps(0, [record(4, 0.1, forward=0.05)], state=state))
+    ops_due = wired(digest.body(OPS_EVERY_S + 0.125, 1.75))["ranks"][0]  # its collectives due, its state not yet
+    assert "state" not in ops_due and summary(ops_due["ops"]["all_reduce"]).calls == 1  # held back, not lost
+    digest.add(steps(0, [record(5, 0.1, forward=0.05)], state=state))
+    later = wired(digest.body(0.5 + SLOW_EVERY_S, 2.5))["ranks"][0]  # its state, SLOW_EVERY_S after it last rode
     assert later["state"] == state and "ops" not in later
 
 
 def test_hellos_ride_when_they_change_and_every_two_seconds_for_late_viewers():
     digest = NodeDigest("j", "node0")
-    digest.add(schema.HELLO, hello(0))
+    digest.add(hello(0))
     assert wired(digest.body(0.0, 1.0))["ranks"][0]["hello"]["host"] == "node0"
-    digest.add(schema.HELLO, hello(0))
-    assert "hello" not in digest.body(1.0, 2.0)["ranks"][0]
-    digest.add(schema.HELLO, hello(0))
-    assert "hello" in digest.body(HELLO_EVERY_S, 11.0)["ranks"][0]
+    digest.add(hello(0))
+    assert "hello" not in wired(digest.body(1.0, 2.0))["ranks"][0]
+    digest.add(hello(0))
+    assert "hello" in wired(digest.body(HELLO_EVERY_S, 11.0))["ranks"][0]
 
 
 def test_an_aggregator_reads_a_digest_as_the_steps_it_stands_for():
     digest = NodeDigest("j", "node0")
     for rank in range(4):
-        digest.add(schema.HELLO, hello(rank))
+        digest.add(hello(rank))
     clock = [0.0]
     agg = Aggregator("j", clock=lambda: clock[0])
     n = 0
@@ -143,9 +161,9 @@ def test_an_aggregator_reads_a_digest_as_the_steps_it_stands_for():
             n += 1
             for rank in range(4):
                 data = 0.05 if rank == 2 else 0.01  # rank 2 is slow in data
-                digest.add(schema.STEPS, steps(rank, [record(n, 0.1 + data, data=data, forward=0.04, backward=0.05)]))
+                digest.add(steps(rank, [record(n, 0.1 + data, data=data, forward=0.04, backward=0.05)]))
         clock[0] = interval * 0.25
-        agg.ingest(wired(digest.body(clock[0], 1000.0 + clock[0])), "tcp://node0:1")
+        agg.ingest(decoded(digest.body(clock[0], 1000.0 + clock[0])), "tcp://node0:1")
     snap = agg.snapshot()
     assert [r.steps_seen for r in snap.ranks] == [32] * 4 and [r.step for r in snap.ranks] == [32] * 4
     assert snap.stragglers[0] == 2 and snap.ranks[2].culprit_phase == "data" and snap.ranks[2].status == "slow"
@@ -158,8 +176,8 @@ def test_a_rank_heard_step_by_step_is_not_counted_twice_when_digests_arrive_too(
     for n in range(1, 5):
         msg = steps(0, [record(n, 0.1, forward=0.05)])
         agg.ingest(msg)
-        digest.add(schema.STEPS, msg)
-    agg.ingest(wired(digest.body(0.0, 1.0)))
+        digest.add(msg)
+    agg.ingest(decoded(digest.body(0.0, 1.0)))
     assert agg.snapshot().ranks[0].steps_seen == 4
 
 
@@ -171,8 +189,8 @@ def test_a_rank_heard_step_by_step_is_left_out_of_its_nodes_columns_and_the_othe
             msg = steps(rank, [record(n, 0.1 + 0.01 * rank, forward=0.05 + 0.01 * rank)])
             if rank == 1:
                 agg.ingest(msg)  # rank 1 is heard step by step too
-            digest.add(schema.STEPS, msg)
-    agg.ingest(wired(digest.body(0.0, 1.0)))
+            digest.add(msg)
+    agg.ingest(decoded(digest.body(0.0, 1.0)))
     by_rank = {w.rank: w for w in agg.state.windows()}
     assert [by_rank[r].steps_seen for r in range(3)] == [4, 4, 4] and [by_rank[r].last_step for r in range(3)] == [4, 4, 4]
     assert [len(by_rank[r].steps) for r in range(3)] == [1, 4, 1]  # one interval each, rank 1's own four steps
@@ -185,12 +203,12 @@ def test_a_go_of_digests_where_a_rank_moved_nodes_counts_its_steps_as_one_by_one
     steps count as they would one digest at a time."""
     first, second = NodeDigest("j", "node0"), NodeDigest("j", "node1")
     for n in (1, 2):
-        first.add(schema.STEPS, steps(4, [record(n, 0.1, forward=0.05)]))
-        first.add(schema.STEPS, steps(5, [record(n, 0.1, forward=0.05)]))
+        first.add(steps(4, [record(n, 0.1, forward=0.05)]))
+        first.add(steps(5, [record(n, 0.1, forward=0.05)]))
     for n in (3, 4, 5):
-        second.add(schema.STEPS, steps(5, [record(n, 0.2, forward=0.15)]))
-        second.add(schema.STEPS, steps(6, [record(n, 0.1, forward=0.05)]))
-    frames = [schema.encode(schema.NODE, d.body(0.0, 1.0)) for d in (first, second)]
+        second.add(steps(5, [record(n, 0.2, forward=0.15)]))
+        second.add(steps(6, [record(n, 0.1, forward=0.05)]))
+    frames = [schema.encode(d.body(0.0, 1.0)) for d in (first, second)]
     one, go = Aggregator("j"), Aggregator("j")
     for message in frames:
         one.ingest_frames(message, "tcp://relay:1")
@@ -204,14 +222,14 @@ def test_a_ranks_steps_are_columns_and_only_a_rank_with_more_to_say_gets_an_entr
     """Most intervals most ranks have nothing but steps to say: the digest then carries its ranks' steps as
     columns, one list per figure, and no entry; a phase a rank spent nothing in is 0.0 in its column."""
     digest = NodeDigest("j", "node0")
-    digest.add(schema.STEPS, steps(0, [record(1, 0.1, forward=0.05)]))
-    digest.add(schema.STEPS, steps(1, [record(1, 0.1, forward=0.04, data=0.02)]))
+    digest.add(steps(0, [record(1, 0.1, forward=0.05)]))
+    digest.add(steps(1, [record(1, 0.1, forward=0.04, data=0.02)]))
     msg = wired(digest.body(1.0, 1.0))
     assert msg["ranks"] == [] and columns(msg)["r"] == [0, 1] and "g" not in msg["steps"]
     assert columns(msg)["p"]["data"] == [0.0, pytest.approx(0.02)]
     lists = [column for name, column in columns(msg).items() if name != "p"] + list(columns(msg)["p"].values())
     assert {len(column) for column in lists} == {2}
-    digest.add(schema.HEARTBEAT, {"k": "heartbeat", "job": "j", "rank": 1, "ts": 2.0})  # alive, with nothing to say
+    digest.add(schema.decode(raw(schema.HEARTBEAT, {"job": "j", "rank": 1, "ts": 2.0})))  # alive, with nothing to say
     alive = wired(digest.body(1.25, 1.25))
     assert alive["ranks"] == [{"r": 1}] and "steps" not in alive
 
@@ -224,17 +242,17 @@ def test_a_ranks_steps_are_columns_and_only_a_rank_with_more_to_say_gets_an_entr
         {"ranks": [{"r": 0, "ops": {"all_reduce": [1, 2]}}]},
         {"ranks": [{"r": 0, "hello": {"host": "h"}}]},
         {"ranks": [{"r": 0, "state": []}]},
-        {"steps": step_block.pack([0], [1], [0], [1.0], [0.1], {})},  # a record standing for no step
-        {"steps": step_block.pack([0], [1], [1], [1.0], [-0.1], {})},
-        {"steps": step_block.pack([0], [1], [1], [1.0], [0.1], {"forward": [float("nan")]})},
-        {"steps": step_block.pack([0], [1], [1], [1.0], [0.1], {"forward": [float("inf")]})},
-        {"steps": step_block.pack([0], [1], [1], [1.0], [2e18], {})},
-        {"steps": step_block.pack([0], [2**62], [1], [1.0], [0.1], {})},
-        {"steps": step_block.pack([schema.MAX_RANKS], [1], [1], [1.0], [0.1], {})},
-        {"steps": step_block.pack([0], [1], [1], [1.0], [0.1], {"forward": [0.1]}) | {"p": ["forward", "forward"]}},
-        {"steps": step_block.pack([0], [1], [1], [1.0], [0.1], {}) | {"g": b"\x02"}},
-        {"steps": step_block.pack([0], [1], [1], [1.0], [0.1], {}) | {"r": [0]}},  # a list where bytes are packed
-        {"steps": {k: v for k, v in step_block.pack([0], [1], [1], [1.0], [0.1], {}).items() if k != "n"}},  # a column missing
+        {"steps": packed([0], [1], [0], [1.0], [0.1], {})},  # a record standing for no step
+        {"steps": packed([0], [1], [1], [1.0], [-0.1], {})},
+        {"steps": packed([0], [1], [1], [1.0], [0.1], {"forward": [float("nan")]})},
+        {"steps": packed([0], [1], [1], [1.0], [0.1], {"forward": [float("inf")]})},
+        {"steps": packed([0], [1], [1], [1.0], [2e18], {})},
+        {"steps": packed([0], [2**62], [1], [1.0], [0.1], {})},
+        {"steps": packed([schema.MAX_RANKS], [1], [1], [1.0], [0.1], {})},
+        {"steps": packed([0], [1], [1], [1.0], [0.1], {"forward": [0.1]}) | {"p": ["forward", "forward"]}},
+        {"steps": packed([0], [1], [1], [1.0], [0.1], {}) | {"g": b"\x02"}},
+        {"steps": packed([0], [1], [1], [1.0], [0.1], {}) | {"r": [0]}},  # a list where bytes are packed
+        {"steps": {k: v for k, v in packed([0], [1], [1], [1.0], [0.1], {}).items() if k != "n"}},  # a column missing
     ],
 )
 def test_a_malformed_digest_is_refused_where_it_is_decoded(body):
@@ -253,7 +271,7 @@ def test_a_malformed_digest_is_refused_where_it_is_decoded(body):
     ],
 )
 def test_step_columns_that_do_not_line_up_are_refused_with_one_fault_text(changed, fault):
-    steps = step_block.pack([0, 1], [1, 1], [1, 1], [1.0, 1.0], [0.1, 0.1], {"forward": [0.01, 0.02]})
+    steps = packed([0, 1], [1, 1], [1, 1], [1.0, 1.0], [0.1, 0.1], {"forward": [0.01, 0.02]})
     with pytest.raises(schema.WireError, match=f"^{fault}$"):
         wired({"job": "j", "host": "node0", "ts": 1.0, "ranks": [], "steps": {**steps, **changed}})
 
@@ -265,7 +283,7 @@ def test_packed_step_columns_read_back_as_they_were_built_and_a_negative_zero_pa
     block = step_block.pack([5, 2], [9, 2**40], [3, 1], [1.7e9, 0.0], [0.1, 1e18], own, [False, True])
     msg = wired({"job": "j", "host": "node0", "ts": 1.0, "ranks": [], "steps": block})
     assert columns(msg) == {"r": [5, 2], "n": [9, 2**40], "c": [3, 1], "t": [1.7e9, 0.0], "w": [0.1, 1e18], "p": own, "g": [False, True]}
-    assert block["r"] == struct.pack("<2i", 5, 2) and block["n"] == struct.pack("<2q", 9, 2**40)
+    assert block.r == struct.pack("<2i", 5, 2) and block.n == struct.pack("<2q", 9, 2**40)
 
 
 def test_an_older_relay_s_digest_is_named_as_such():

@@ -17,6 +17,8 @@ from ranktop.watch.replay import Replay, parse_offset, snapshot_at
 from ranktop.watch.report import build, text_lines
 from ranktop.wire import schema
 
+import messages
+
 PHASES = {"data": 0.002, "forward": 0.004, "backward": 0.006, "optimizer": 0.002}
 
 
@@ -24,7 +26,7 @@ def hello(rank: int, world: int = 3, groups: list | None = None) -> list[bytes]:
     body = {"job": "j", "rank": rank, "ts": time.time(), "host": "h", "pid": 1, "world": world, "local_rank": rank}
     if groups:
         body["groups"] = groups
-    return schema.encode(schema.HELLO, body)
+    return messages.raw(schema.HELLO, body)
 
 
 def steps(rank: int, first: int, count: int, slow_ms: float = 0.0) -> list[bytes]:
@@ -32,7 +34,7 @@ def steps(rank: int, first: int, count: int, slow_ms: float = 0.0) -> list[bytes
     for n in range(first, first + count):
         phases = dict(PHASES, forward=PHASES["forward"] + slow_ms / 1000)
         recs.append({"n": n, "t": 1000.0 + n * 0.02, "w": sum(phases.values()), "p": phases})
-    return schema.encode(schema.STEPS, {"job": "j", "rank": rank, "ts": time.time(), "steps": recs})
+    return messages.raw(schema.STEPS, {"job": "j", "rank": rank, "ts": time.time(), "steps": recs})
 
 
 def write(path, messages, **kwargs) -> FlightRecorder:
@@ -93,7 +95,7 @@ def test_rotation_caps_the_size_and_keeps_the_newest_segments(tmp_path):
     assert rec.stats.segments > 3  # older ones were deleted
     assert all(f.stat().st_size < 2000 + 4096 for f in files)
     got = read(path)
-    steps_seen = [schema.decode(e.frames)["steps"][0]["n"] for e in got.entries if e.frames]
+    steps_seen = [schema.decode(e.frames).steps[0].n for e in got.entries if e.frames]
     assert steps_seen == sorted(steps_seen) and steps_seen[-1] == 59 * 5  # the newest survive, in order
 
 

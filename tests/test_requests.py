@@ -24,7 +24,7 @@ def job_of(world: int) -> Aggregator:
     agg = Aggregator("j")
     for rank in range(world):
         s = messages.sender(rank, world)
-        agg.ingest_frames(s.message(schema.HELLO, s.hello()))
+        agg.ingest_frames(s.message(s.wire_hello()))
     return agg
 
 

@@ -12,6 +12,8 @@ import pytest
 from ranktop.demo.simulate import Scenario, Simulator
 from ranktop.watch.aggregator import Aggregator
 
+import messages
+
 RANKS = 4096
 
 
@@ -84,14 +86,13 @@ def test_a_digest_summed_from_the_draws_is_the_one_the_ranks_messages_make(tmp_p
     steps = [sim.model.step(n, 100.0 + n * 0.07) for n in range(5)]
     ranks = range(0, 8)
     by_records, by_sums = NodeDigest("big", "sim0000"), NodeDigest("big", "sim0000")
-    for kind, rank, body in sim.messages(ranks, steps, 101.0):
-        body["job"], body["rank"], body["ts"] = "big", rank, 101.0
-        by_records.add(kind, body)
+    for msg in sim.messages(ranks, steps, 101.0):
+        by_records.add(msg)
     sim._next_sample.clear()  # the sample is due again, as it was for the records
     sim.fold(ranks, steps, 101.0, by_sums)
-    want, got = (schema.decode(schema.encode(schema.NODE, d.body(5.0, 101.0))) for d in (by_records, by_sums))
-    for msg in (want, got):  # the packed columns as lists, their floats compared to 1e-9 below
-        msg["steps"] = step_block.read(msg["steps"])
+    decoded = [schema.decode(schema.encode(d.body(5.0, 101.0))) for d in (by_records, by_sums)]
+    # the packed columns as lists, their floats compared to 1e-9 below
+    want, got = (dict(messages.plain(msg), steps=step_block.read(msg.steps)) for msg in decoded)
     assert len(got["ranks"]) == 8
     for entry in want["ranks"] + got["ranks"]:  # the raw calls' durations are drawn afresh for each: their shape only
         if "cx" in entry:

@@ -14,6 +14,8 @@ from ranktop.cli.attach import ssh_command
 from ranktop.watch.receiver import tunnelled_control
 from ranktop.transport import ports, rendezvous
 
+import messages
+
 DATA = Path(__file__).parent / "data" / "slurm"
 
 
@@ -171,7 +173,7 @@ def test_a_hello_with_a_malformed_relay_address_is_dropped_not_fatal():
             self.sent = True
             hello = {"job": "j", "rank": 0, "ts": 0.0, "host": "n1", "world": 1, "local_rank": 0, "pid": 1,
                      "relay": {"telemetry": "tcp://n1:24018", "control": "tcp://n1:notaport"}}
-            return schema.encode(schema.HELLO, hello)
+            return messages.raw(schema.HELLO, hello)
 
     sock = OneHello()
     receiver._urls = {sock: "tcp://localhost:7000"}

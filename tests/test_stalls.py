@@ -6,6 +6,7 @@ import pytest
 from ranktop.watch import stalls
 from ranktop.watch.aggregator import Aggregator
 from ranktop.watch.stalls import Position, StallPolicy, assess
+from ranktop.wire.messages import State
 from ranktop.watch.verdict import verdict
 from ranktop.watch.json_doc import document
 import messages
@@ -274,7 +275,7 @@ def test_a_step_heard_after_a_rank_s_state_bounds_how_long_it_is_stuck():
     """A node digest carries a running rank's state every few seconds and its steps four times a second: a
     state that said "in a step for 0.1 s" three seconds ago does not make the rank stuck for 3 s when its
     steps kept coming; a rank whose steps stopped with that state is stuck the whole time."""
-    state = {"last": 41, "step": 42, "in_step": True, "step_age": 0.1}
+    state = State(last=41, step=42, in_step=True, step_age=0.1)
     now, state_at = 103.0, 100.0
     assert stalls.stuck_s(state, now, state_at, progress_at=100.0) == pytest.approx(3.1)  # no step since: stuck
     assert stalls.stuck_s(state, now, state_at, progress_at=100.0, stepped_at=102.75) == pytest.approx(0.25)

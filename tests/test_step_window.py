@@ -7,6 +7,26 @@ import pytest
 
 from ranktop.watch.columns import StepColumns
 from ranktop.watch.step_window import StepWindow, own_times
+from ranktop.wire.names import COMM_PHASE
+
+
+def window_stats(window: StepWindow, names: list[str], min_steps: int) -> dict | None:
+    """One rank's medians over its window, read from the job's columns as a snapshot reads every rank's:
+    ``{"step", "phases" (in the order of names), "rate", "comm"}``; None with fewer than ``min_steps`` steps."""
+    cols, row = window.columns, window.row
+    if cols.count[row] < min_steps:
+        return None
+    cols.refresh(np.array([row]), min_steps)
+    medians = cols.median_own[row]
+    phases = {name: (float(medians[i]) if i is not None else 0.0) for name, i in zip(names, cols.columns_of(names))}
+    comm = cols.columns_of([COMM_PHASE])[0]
+    rate = float(cols.rate[row])
+    return {
+        "step": float(cols.median_wall[row]),
+        "phases": phases,
+        "rate": None if np.isnan(rate) else rate,
+        "comm": (float(medians[comm]) if comm is not None else 0.0) if window.waited else None,
+    }
 
 
 def test_the_window_gives_the_medians_of_own_times_with_waits_taken_out():
@@ -22,7 +42,7 @@ def test_the_window_gives_the_medians_of_own_times_with_waits_taken_out():
         window.add(n, 100.0 + n * 0.05, wall, phases, waits)
         steps.append((n, wall, own_times(wall, phases, waits)))
     names = ["forward", "backward", "mine", "comm", "other"]
-    stats = window.stats(names, 3)
+    stats = window_stats(window, names, 3)
     kept = steps[-8:]
     for name in names:
         values = sorted(times.get(name, 0.0) for _, _, times in kept)
@@ -37,19 +57,19 @@ def test_waits_that_come_after_their_step_are_taken_out_too():
     window = StepWindow(4)
     for n in range(3):
         window.add(n, float(n), 0.05, {"backward": 0.03}, None)
-    assert window.stats(["backward"], 3)["phases"]["backward"] == pytest.approx(0.03)
+    assert window_stats(window, ["backward"], 3)["phases"]["backward"] == pytest.approx(0.03)
     assert not window.dirty
     for n in range(3):
         window.rewait(n, {"backward": 0.01})
     assert window.dirty
-    stats = window.stats(["backward", "comm"], 3)
+    stats = window_stats(window, ["backward", "comm"], 3)
     assert stats["phases"]["backward"] == pytest.approx(0.02) and stats["comm"] == pytest.approx(0.01)
 
 
 def test_too_few_steps_give_no_statistics():
     window = StepWindow(4)
     window.add(0, 0.0, 0.05, {}, None)
-    assert window.stats(["other"], 3) is None
+    assert window_stats(window, ["other"], 3) is None
 
 
 def test_a_node_digests_block_of_steps_lands_as_the_same_steps_added_one_by_one():

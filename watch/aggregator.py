@@ -17,16 +17,23 @@ from __future__ import annotations
 import collections
 import threading
 import time
-from typing import Any, Callable
+from typing import Callable, Union
 
 from ranktop.watch import stalls
 from ranktop.watch.collectives import collective_rows
 from ranktop.watch.endpoints import Endpoints
 from ranktop.watch.job_state import JobState
+from ranktop.watch.lifecycle import Lifecycle
 from ranktop.watch.requests import RequestBook
-from ranktop.watch.snapshot import Reply, Snapshot
+from ranktop.watch.snapshot import CollectiveStat, Reply, Snapshot
 from ranktop.watch.snapshot_builder import Extras, build
 from ranktop.wire import schema
+from ranktop.wire.messages import Command, Node, RankMessage
+from ranktop.wire.messages import Reply as WireReply
+from ranktop.wire.names import KINDS
+
+#: What the viewer takes: what ranks send, and their nodes' digests.
+Telemetry = Union[RankMessage, Node]
 
 DEFAULT_WINDOW = 64
 DEFAULT_SILENT_AFTER_S = 3.0
@@ -73,7 +80,7 @@ class Aggregator:
         self._replies: collections.deque[Reply] = collections.deque(maxlen=MAX_REPLIES)
         self._errors: list[str] = []
         self._dropped = 0
-        self._collectives: tuple[float, list] | None = None  # (when, rows) of the last collective rows
+        self._collectives: tuple[float, list[CollectiveStat]] | None = None  # (when, rows) of the last collective rows
         self._faults: set[str] = set()  # kinds of malformed message already named (note_dropped)
         self._building = threading.Condition()  # snapshots being built, and their end (yield_to_snapshots)
         self._snapshots = 0
@@ -89,7 +96,7 @@ class Aggregator:
         return len(self.state.ranks)
 
     @property
-    def lifecycle(self):
+    def lifecycle(self) -> Lifecycle:
         """Restarts and the job's end (watch/lifecycle.py)."""
         return self.state.lifecycle
 
@@ -127,11 +134,11 @@ class Aggregator:
         with self._lock:
             self._endpoints.note_link(url, up, self._clock())
 
-    def ingest_frames(self, frames: list[bytes], endpoint: str | None = None) -> dict | None:
+    def ingest_frames(self, frames: list[bytes], endpoint: str | None = None) -> Telemetry | None:
         """Decode and ingest one message; malformed or foreign frames are dropped and counted."""
         return self.ingest_batch([(frames, endpoint)])[0]
 
-    def ingest_batch(self, batch: list[tuple[list[bytes], str | None]]) -> list[dict | None]:
+    def ingest_batch(self, batch: list[tuple[list[bytes], str | None]]) -> list[Telemetry | None]:
         """Decode and ingest the messages the receiver took in one go (frames, the relay they came through):
         node digests' steps are written together at the end (watch/job_state.py: settle). Each message
         decoded, or None where it was dropped (malformed, foreign, another version: counted)."""
@@ -148,7 +155,7 @@ class Aggregator:
             try:
                 self.ingest(msg, batch[i][1], settle=False)
             except Exception as exc:  # a check decode lacks: the message is lost, never the viewer (benchmarks/fuzz.py hunts these)
-                self.note_dropped(fault=f"dropped {msg['k']} messages the viewer could not read: {exc.__class__.__name__}")
+                self.note_dropped(fault=f"dropped {msg.KIND} messages the viewer could not read: {exc.__class__.__name__}")
                 decoded[i] = None
         with self._lock:
             try:
@@ -157,7 +164,7 @@ class Aggregator:
                 self._drop_locked(fault=f"dropped node messages the viewer could not read: {exc.__class__.__name__}")
         return decoded
 
-    def _decode(self, frames: list[bytes], endpoint: str | None) -> dict | None:
+    def _decode(self, frames: list[bytes], endpoint: str | None) -> Telemetry | None:
         """One message decoded (wire/schema.py), if it is this viewer's to take; else None, counted as dropped."""
         try:
             msg = schema.decode(frames)
@@ -167,12 +174,12 @@ class Aggregator:
         except schema.WireError as exc:
             self.note_dropped(fault=malformed(frames, exc))
             return None
-        if msg["k"] not in schema.TELEMETRY_KINDS:
+        if isinstance(msg, Command):
             self.note_dropped()
             return None
         return msg
 
-    def ingest(self, msg: dict[str, Any], endpoint: str | None = None, settle: bool = True) -> None:
+    def ingest(self, msg: Telemetry, endpoint: str | None = None, settle: bool = True) -> None:
         """One decoded message. ``settle``: write a node digest's steps now (else with the others of the
         batch, :meth:`ingest_batch`)."""
         now = self._clock()
@@ -181,19 +188,19 @@ class Aggregator:
             if settle:
                 self.state.settle()
 
-    def _ingest_locked(self, msg: dict[str, Any], endpoint: str | None, now: float) -> None:
+    def _ingest_locked(self, msg: Telemetry, endpoint: str | None, now: float) -> None:
         if self._job is None:
-            self._job = msg["job"]
+            self._job = msg.job
             self.requests.poke()  # a command waiting for the job's name can go
-        elif msg["job"] != self._job:
+        elif msg.job != self._job:
             self._dropped += 1  # another job's traffic on a shared endpoint
             return
         if endpoint is not None:
-            self._endpoints.heard(endpoint, now, self._wall_clock() - msg["ts"])
+            self._endpoints.heard(endpoint, now, self._wall_clock() - msg.ts)
         self.state.take(msg, endpoint, now, self._wall_clock())
-        if msg["k"] == schema.REPLY:  # an answer to a command: the request book's (watch/requests.py)
-            result = msg.get("result") or {}  # a plain map or None, checked at decode
-            self._replies.append(self.requests.note_reply(msg["id"], msg["cmd"], msg["rank"], msg["ok"], result))
+        if isinstance(msg, WireReply):  # an answer to a command: the request book's (watch/requests.py)
+            result = msg.result or {}  # a plain map or None, checked at decode
+            self._replies.append(self.requests.note_reply(msg.id, msg.cmd, msg.rank, msg.ok, result))
 
     def replies_to(self, command_id: str) -> list[Reply]:
         """Every rank's answer to one of our last commands, by rank (``snapshot.replies`` keeps only the latest)."""
@@ -267,26 +274,33 @@ class Aggregator:
             requests=self.requests.statuses(),
             dropped=dropped,
             errors=errors,
-            collectives=lambda ranks: self._collective_rows(view.windows, now, ranks),
+            collectives=lambda ranks: self._collective_rows(now, ranks),
         )
         return build(view, extras)
 
-    def _collective_rows(self, windows: list, now: float, ranks: list[int]) -> list:
+    def _collective_rows(self, now: float, ranks: list[int]) -> list[CollectiveStat]:
         """The collectives pane's rows; past :data:`COLLECTIVES_CACHED_FROM` ranks worked out again every
-        :data:`COLLECTIVES_EVERY_S` only (what they say moves slowly; the rows cost O(ranks x ops))."""
-        cached = self._collectives
-        if len(windows) >= COLLECTIVES_CACHED_FROM and cached is not None and now - cached[0] < COLLECTIVES_EVERY_S:
-            return cached[1]
-        rows = collective_rows(self.state.collectives, windows, now,
-                               ranks if len(windows) > PER_RANK_ROWS_UP_TO else None)
-        self._collectives = (now, rows)
-        return rows
+        :data:`COLLECTIVES_EVERY_S` only (what they say moves slowly; the rows cost O(ranks x ops)).
+
+        Which ranks get rows of their own (``ranks``: the ranks that matter, watch/collectives.py) depends on
+        the snapshot's ranking, known only once the view is scored, with the lock released: so the rows are
+        worked out in a second, short hold of the lock (the windows' collective sums are written under it; no
+        window is read without it). They may be a few messages newer than the rest of the snapshot, never
+        half-written."""
+        with self._lock:
+            windows = self.state.windows()
+            cached = self._collectives
+            if len(windows) >= COLLECTIVES_CACHED_FROM and cached is not None and now - cached[0] < COLLECTIVES_EVERY_S:
+                return cached[1]
+            rows = collective_rows(self.state.collectives, windows, now, ranks if len(windows) > PER_RANK_ROWS_UP_TO else None)
+            self._collectives = (now, rows)
+            return rows
 
 
 def malformed(frames: list[bytes], exc: Exception) -> str:
     """The status line's name of a kind of fault: ``"dropped malformed steps messages: collective record lacks phase"``."""
     topic = frames[0] if frames else b""
-    kind = next((k for k in schema.KINDS if topic == k.encode()), None)
+    kind = next((k for k in KINDS if topic == k.encode()), None)
     detail = str(exc)
     if kind is not None and detail.startswith(f"{kind}: "):
         detail = detail[len(kind) + 2 :]

@@ -116,7 +116,7 @@ def table_lines(rows: list[RankProgress]) -> list[str]:
     for row in traced:
         s = row.status.summary
         ops = s.get("ops") or []
-        top = f"{ops[0][0]} {ops[0][1] / 1000:.1f} ms" if ops else ""
+        top = f"{ops[0][0]} {fmt.ms_unit(ops[0][1] / 1e6)}" if ops else ""
         lines.append(f"{row.rank:>4}  {s['compute']:>7.0%} {s['comm']:>6.0%} {s['idle']:>6.0%} {s.get('wall_us', 0) / 1000:>10.1f}  {top}")
     return lines
 
@@ -138,7 +138,7 @@ def summary_lines(status: CaptureStatus, top: int = 5) -> list[str]:
         steps = s.get("steps") or [status.start, status.start + status.steps - 1]
         basis = "device timeline" if s.get("basis") == "device" else "training thread + collectives"
         lines.append(
-            f"compute {s['compute']:.0%} · comm {s['comm']:.0%} · idle {s['idle']:.0%} of {s.get('wall_us', 0) / 1000:.1f} ms "
+            f"compute {s['compute']:.0%} · comm {s['comm']:.0%} · idle {s['idle']:.0%} of {fmt.ms_unit(s.get('wall_us', 0) / 1e6)} "
             f"(steps {steps[0]}-{steps[1]}, {basis})"
         )
     cost = s.get("train_ms")

@@ -27,7 +27,7 @@ from ranktop.watch.rank_rows import STATUS_CODE, RankTable
 from ranktop.watch.snapshot import CollectiveStat
 from ranktop.watch.statuses import OK, STATUSES
 from ranktop.watch.window import CALL_WINDOW, WAITS_KEPT, RankWindow
-from ranktop.wire import collective_summary
+from ranktop.wire.messages import Call, CallSummary, OpSummary, Steps
 
 MIN_DISTINCT_SIZES = 3
 
@@ -108,16 +108,17 @@ class JobCollectives:
             sums[2] -= busy
 
 
-def add_collectives(w: RankWindow, msg: dict[str, Any], now: float, job: JobCollectives) -> None:
+def add_collectives(w: RankWindow, msg: Steps, now: float, job: JobCollectives) -> None:
     """A steps message's collectives: the probe's summaries (wire/collective_summary.py) and its sample of raw
     calls. Call before adding the message's steps."""
-    for entry in msg.get("cs", ()):
+    for entry in msg.cs or ():
         add_summary(w, entry, now, job)
-    for call in msg.get("cx", ()):
+    for call in msg.cx or ():
         w.calls.append((now, call))
 
 
-def add_digest_collectives(w: RankWindow, ops: dict[str, list], sample, now: float, job: JobCollectives) -> None:
+def add_digest_collectives(w: RankWindow, ops: dict[str, OpSummary], sample: Iterable[Call], now: float,
+                           job: JobCollectives) -> None:
     """A rank's collectives of one interval of its node's digest (wire/node_digest.py): its ops, summed over the
     interval, and its latest sample of raw calls. The waits came in the digest's step record."""
     _add_ops(w, ops, now, job)
@@ -125,26 +126,25 @@ def add_digest_collectives(w: RankWindow, ops: dict[str, list], sample, now: flo
         w.calls.append((now, call))
 
 
-def add_summary(w: RankWindow, entry: dict[str, Any], now: float, job: JobCollectives) -> None:
+def add_summary(w: RankWindow, entry: CallSummary, now: float, job: JobCollectives) -> None:
     """One step-and-phase summary of a rank's collectives: counted exactly, its wait noted by step and phase."""
-    _add_ops(w, entry["ops"], now, job)
-    step = entry["n"]
+    _add_ops(w, entry.ops, now, job)
+    step = entry.n
     step_waits = w.waits.get(step)
     if step_waits is None:
         step_waits = w.waits[step] = {}
         while len(w.waits) > WAITS_KEPT:
             w.waits.popitem(last=False)
     # A step whose calls came in two messages (a late completion) adds up: they no longer overlap.
-    step_waits[entry["ph"]] = step_waits.get(entry["ph"], 0.0) + entry["w"]
+    step_waits[entry.ph] = step_waits.get(entry.ph, 0.0) + entry.w
     first = w.own.first_number
     if first is not None and first <= step <= w.last_step:  # its step came first: its own times change
         w.own.rewait(step, step_waits)
 
 
-def _add_ops(w: RankWindow, ops: dict[str, list], now: float, job: JobCollectives) -> None:
-    S = collective_summary
-    for op, fields in ops.items():
-        calls, nbytes, busy = fields[S.CALLS], fields[S.BYTES], fields[S.TOTAL]
+def _add_ops(w: RankWindow, ops: dict[str, OpSummary], now: float, job: JobCollectives) -> None:
+    for op, summary in ops.items():
+        calls, nbytes, busy = summary.calls, summary.bytes, summary.total
         totals = w.call_totals.setdefault(op, [0, 0])
         totals[0] += calls
         totals[1] += nbytes
@@ -175,7 +175,7 @@ def _add_ops(w: RankWindow, ops: dict[str, list], now: float, job: JobCollective
         job_sums[0] += calls
         job_sums[1] += nbytes
         job_sums[2] += busy
-        w.op_last[op] = job.last[op] = (fields[S.GROUP], fields[S.DTYPE])
+        w.op_last[op] = job.last[op] = (summary.group, summary.dtype)
 
 
 #: Raw calls the job-wide rows' p95 and fit read at most: every rank's up to 128 ranks, then those of ranks
@@ -207,7 +207,7 @@ def collective_rows(
     stride = max(1, -(-len(windows) * CALL_WINDOW // JOB_SAMPLE))
     for w in windows[::stride]:
         for _, call in list(w.calls):
-            samples.setdefault((-1, call["op"]), []).append(call)
+            samples.setdefault((-1, call.op), []).append(call)
     for w in windows[:: max(1, len(windows) // SPAN_SAMPLE)] + shown:  # the job's rates: over the span of its windows
         for op, recent in list(w.op_window.items()):
             if recent and (-1, op) in sums:
@@ -220,21 +220,21 @@ def collective_rows(
         for op, (calls, nbytes) in list(w.call_totals.items()):
             totals[(w.rank, op)] = [calls, nbytes]
         for _, call in list(w.calls):
-            samples.setdefault((w.rank, call["op"]), []).append(call)
+            samples.setdefault((w.rank, call.op), []).append(call)
     rows = []
     for (rank, op), (count, size, busy, first) in sorted(sums.items()):
         span = now - first
         group, dtype = last[(rank, op)]
         sampled = samples.get((rank, op), [])
-        durations = [c["d"] for c in sampled]
+        durations = [c.d for c in sampled]
         algbw = size / busy if busy > 0 and size else None
-        fit = fit_alpha_beta([float(c["b"]) for c in sampled], durations) if sampled else None
+        fit = fit_alpha_beta([float(c.b) for c in sampled], durations) if sampled else None
         dev = None
         if fit is not None:
             latest = sampled[-5:]
-            predicted = statistics.fmean(fit.predict(c["b"]) for c in latest)
+            predicted = statistics.fmean(fit.predict(c.b) for c in latest)
             if predicted > 0:
-                dev = statistics.fmean(c["d"] for c in latest) / predicted - 1
+                dev = statistics.fmean(c.d for c in latest) / predicted - 1
         rows.append(
             CollectiveStat(
                 rank=rank,

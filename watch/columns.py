@@ -23,6 +23,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
+from typing import Any
+
 import numpy as np
 
 from ranktop.wire.names import COMM_PHASE, OTHER_PHASE, STANDARD_PHASES
@@ -35,6 +37,31 @@ SORT_FIGURES = 1 << 19
 
 class StepColumns:
     """The last ``window`` steps of every rank: number, start, wall time and own time per phase."""
+
+    # The arrays, a row per rank (:meth:`_allocate` says each one's shape and meaning), and the memoryviews their
+    # writers store items through.
+    num: np.ndarray
+    start: np.ndarray
+    wall: np.ndarray
+    own: np.ndarray
+    head: np.ndarray
+    count: np.ndarray
+    waited: np.ndarray
+    changed: np.ndarray
+    stats_at: np.ndarray
+    median_wall: np.ndarray
+    median_own: np.ndarray
+    rate: np.ndarray
+    last_end: np.ndarray
+    _num: memoryview[Any]
+    _start: memoryview[Any]
+    _wall: memoryview[Any]
+    _own: memoryview[Any]
+    _head: memoryview[Any]
+    _count: memoryview[Any]
+    _changed: memoryview[Any]
+    _waited: memoryview[Any]
+    views_end: memoryview[Any]
 
     def __init__(self, window: int, rows: int = 8, phases: int = 4):
         self.window = window
@@ -80,9 +107,9 @@ class StepColumns:
         for name, array in fresh.items():
             setattr(self, name, array)
         # Writers go through memoryviews: an item store is about half a numpy scalar store's cost.
-        self._num, self._start, self._wall, self._own = (memoryview(a) for a in (self.num, self.start, self.wall, self.own))
-        self._head, self._count, self._changed, self._waited = (memoryview(a) for a in (self.head, self.count, self.changed, self.waited))
-        self.views_end = memoryview(self.last_end)
+        self._num, self._start, self._wall, self._own = (a.data for a in (self.num, self.start, self.wall, self.own))
+        self._head, self._count, self._changed, self._waited = (a.data for a in (self.head, self.count, self.changed, self.waited))
+        self.views_end = self.last_end.data
 
     def new_row(self) -> int:
         if self.rows == self.num.shape[0]:
@@ -148,28 +175,28 @@ class StepColumns:
         several nodes' at once: watch/job_state.py) with own times worked out and a phase a row lacks at 0.0:
         :meth:`add` for every row, in a dozen numpy stores whatever the rows. ``waited``: which rows' steps
         had collective waits (default: all of them when ``own`` has "comm")."""
-        rows = np.asarray(rows, np.int64)
+        at = np.asarray(rows, np.int64)
         used = [(self.column(name), values) for name, values in own.items()]  # first: a new phase reallocates
         known = len(self.phases)  # a phase the block lacks: an old step's figure is not this one's
         unused = () if len(used) == known else sorted(set(range(known)) - {c for c, _ in used})
         w = self.window
-        i = self.head[rows]
-        self.num[rows, i] = n
-        self.start[rows, i] = t
-        self.wall[rows, i] = wall
+        i = self.head[at]
+        self.num[at, i] = n
+        self.start[at, i] = t
+        self.wall[at, i] = wall
         for c, values in used:
-            self.own[rows, c, i] = values
+            self.own[at, c, i] = values
         for c in unused:
-            self.own[rows, c, i] = 0.0
-        self.head[rows] = np.where(i + 1 < w, i + 1, 0)
-        self.count[rows] = np.minimum(self.count[rows] + 1, w)
-        self.changed[rows] += 1
-        self.last_end[rows] = np.asarray(t, np.float64) + np.asarray(wall, np.float64)
+            self.own[at, c, i] = 0.0
+        self.head[at] = np.where(i + 1 < w, i + 1, 0)
+        self.count[at] = np.minimum(self.count[at] + 1, w)
+        self.changed[at] += 1
+        self.last_end[at] = np.asarray(t, np.float64) + np.asarray(wall, np.float64)
         if waited is None:
             if COMM_PHASE in own:
-                self.waited[rows] = True
+                self.waited[at] = True
         else:
-            self.waited[rows[np.asarray(waited, np.bool_)]] = True
+            self.waited[at[np.asarray(waited, np.bool_)]] = True
 
     def slot_of(self, row: int, n: int) -> int | None:
         """The slot holding step ``n`` in a row, newest first; None when it is not in the window."""
@@ -212,9 +239,9 @@ class StepColumns:
             for at in range(0, len(which), step):
                 part = which[at : at + step]
                 # (every row, or a run of them, as most refreshes of a running job: a slice copies far faster)
-                rows = slice(part[0], part[-1] + 1) if part[-1] - part[0] + 1 == len(part) else part
-                self.median_wall[part] = self._middle(self.wall[rows, :used])
-                self.median_own[part, :p] = self._middle(self.own[rows, :p, :used])
+                these: slice | np.ndarray = slice(part[0], part[-1] + 1) if part[-1] - part[0] + 1 == len(part) else part
+                self.median_wall[part] = self._middle(self.wall[these, :used])
+                self.median_own[part, :p] = self._middle(self.own[these, :p, :used])
         first = (self.head[stale] - counts) % self.window
         last = (self.head[stale] - 1) % self.window
         span = self.start[stale, last] - self.start[stale, first]

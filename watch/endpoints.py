@@ -11,7 +11,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ranktop.watch.snapshot import CONNECTED, LOST, WAITING, Endpoint
+from ranktop.watch.snapshot import Endpoint
+from ranktop.watch.statuses import CONNECTED, LOST, WAITING
 
 #: Messages reaching this viewer this much later than they used to: it is behind (too much to decode), and says so.
 BEHIND_AFTER_S = 1.0

@@ -185,7 +185,7 @@ class History:
         sample = Sample(
             t=now,
             global_step=snap.global_step,
-            step_s=float(np.median(steps)) if len(steps) else None,
+            step_s=snap.median_step(),  # the median rank's, as the snapshot worked it out
             max_step_s=float(steps.max()) if len(steps) else None,
             steps_per_s=snap.steps_per_s,
             rank_step_s=RankValues(ranks, steps) if keep else _NONE,

@@ -6,7 +6,8 @@ memory and GPU samples (watch/resources.py), the job's life
 (watch/lifecycle.py) and its parallel layout (watch/layout.py). The
 aggregator calls :meth:`JobState.take` for each decoded message and
 :meth:`JobState.view` for each snapshot, both under its lock; what a view
-holds is copied or immutable, so the snapshot is built from it
+holds is copied or immutable (arrays gathered by index, the messages' frozen
+Structs), never a live window, so the snapshot is built from it
 (watch/snapshot_builder.py) with the lock released.
 
 A view is O(ranks) but in C where it counts: a handful of list
@@ -35,6 +36,20 @@ from ranktop.watch.rank_scalars import RankScalars
 from ranktop.watch.window import RankWindow
 from ranktop.wire import capture as wire_capture
 from ranktop.wire import schema, step_block
+from ranktop.wire.messages import (
+    CaptureSummary,
+    Heartbeat,
+    Hello,
+    Node,
+    NodeRank,
+    NodeSteps,
+    RankInfo,
+    RankMessage,
+    Reply,
+    State,
+    Steps,
+)
+from ranktop.wire.names import COMM_PHASE
 
 
 @dataclass(frozen=True, eq=False)
@@ -44,7 +59,6 @@ class JobView:
     now: float
     wall: float
     names: list[str]  # phase columns of ``phases``
-    windows: list[RankWindow]  # in rank order: for what is read of a few ranks only (collective rows)
     rank: np.ndarray
     host: list[str]
     host_id: np.ndarray  # int64: each rank's host as a number (rank_rows.host_ids)
@@ -60,13 +74,13 @@ class JobView:
     last_step_end: np.ndarray
     silent: np.ndarray  # bool
     device: np.ndarray  # bool: its steps carry device (GPU) times
-    states: list[dict]
-    metas: list[dict]
+    states: list[State]  # immutable, as decoded
+    metas: list[RankInfo | None]
     dropped: np.ndarray  # int64: records its probe could not send (read of its state as it came: RankWindow.take_state)
     rate_hz: np.ndarray  # the telemetry rate it says it sends at (NaN: not said)
     rejected: dict[int, dict[str, int]]  # rank -> commands it refused, by reason (those that refused any)
     works: np.ndarray  # bool: its hello says its work per step
-    capture_summaries: list
+    capture_summaries: list[tuple[str, CaptureSummary] | None]
     resources: list[ResourceView | None]
     coords: list[dict[str, int] | None]
     class_ids: np.ndarray | None  # peer classes (None: one class)
@@ -93,46 +107,46 @@ class JobState:
         self.lifecycle = Lifecycle()  # restarts and the job's end (watch/lifecycle.py)
         self.layout = layouts.EMPTY  # coordinates and peer classes, learned from the hellos' groups
         self._layout_stale = False  # some rank's groups changed since it was learned
-        self._classes: tuple | None = None  # (layout, windows, class ids, stage ids) of the last view
+        # (layout, windows, class ids, stage ids) of the last view
+        self._classes: tuple[layouts.Layout, list[RankWindow], np.ndarray | None, np.ndarray | None] | None = None
         self.scalars = RankScalars()  # every rank's figures a view reads, by its row of the step columns
         self._row_of: dict[int, int] = {}  # rank -> its row (of the columns and the scalars)
         self._by_row: list[RankWindow | None] = []  # row -> its rank's window
         self._order: tuple[np.ndarray, np.ndarray] | None = None  # (ranks, rows) in rank order, with _sorted
-        self._pending: list[tuple[dict, str | None, float, str]] = []  # digests' steps not yet written (settle)
+        self._pending: list[tuple[NodeSteps, str | None, float, str]] = []  # digests' steps not yet written (settle)
         self._hellos = 0  # hellos taken and windows placed so far: the host list is stale when it moved
         self._host_list: tuple[int, list[str], np.ndarray] | None = None  # (_hellos, every rank's host, their ids)
 
     # -- messages (the receiver thread) -------------------------------------------------------
 
-    def take(self, msg: dict[str, Any], endpoint: str | None, now: float, wall: float) -> None:
+    def take(self, msg: RankMessage | Node, endpoint: str | None, now: float, wall: float) -> None:
         """One decoded telemetry message of this job."""
-        kind = msg["k"]
-        if kind == schema.NODE:
-            for entry in msg["ranks"]:
+        if isinstance(msg, Node):
+            for entry in msg.ranks:
                 self._take_digest(entry, endpoint, now, wall)
-            if "steps" in msg:  # written with the other digests' taken in the same go (settle)
-                self._pending.append((msg["steps"], endpoint, now, msg["host"]))
+            if msg.steps is not None:  # written with the other digests' taken in the same go (settle)
+                self._pending.append((msg.steps, endpoint, now, msg.host))
             return
-        rank = self._window_of(msg["rank"], endpoint, now)
-        state = msg.get("state")  # a map or None: typed at decode (wire/messages.py)
+        rank = self._window_of(msg.rank, endpoint, now)
+        state = msg.state  # typed at decode (wire/messages.py)
         if state is not None:
             rank.note_state(state, now)
-            self.resources.note(msg["rank"], state, now)
-        if kind == schema.HELLO:
-            self._note_hello(rank, {k: v for k, v in msg.items() if k not in ("v", "k", "job", "rank", "ts")}, now, wall)
-        elif kind == schema.STEPS:
+            self.resources.note(msg.rank, state, now)
+        if isinstance(msg, Hello):
+            self._note_hello(rank, msg.info(), now, wall)
+        elif isinstance(msg, Steps):
             rank.raw_at = now
             add_collectives(rank, msg, now, self.collectives)
-            for rec in msg["steps"]:
+            for rec in msg.steps:
                 rank.add_step(rec)
-            if msg["steps"]:
+            if msg.steps:
                 rank.stepped_at = now
-        elif kind == schema.REPLY:
+        elif isinstance(msg, Reply):
             return  # its answer is the request book's; its state is noted above
-        else:
+        elif isinstance(msg, Heartbeat):
             rank.raw_at = now
-            if "exit" in msg:  # its last word: the process is ending (watch/lifecycle.py)
-                self.lifecycle.note_exit(msg["rank"], msg["exit"], wall)
+            if msg.exit is not None:  # its last word: the process is ending (watch/lifecycle.py)
+                self.lifecycle.note_exit(msg.rank, msg.exit, wall)
 
     def _window_of(self, number: int, endpoint: str | None, now: float) -> RankWindow:
         rank = self.ranks.get(number)
@@ -145,37 +159,37 @@ class JobState:
             views["endpoint"][row] = self.scalars.url_id(endpoint)
         return rank
 
-    def _note_hello(self, rank: RankWindow, meta: dict[str, Any], now: float, wall: float) -> RankWindow:
-        if self.lifecycle.note_hello(rank.rank, meta.get("pid"), wall):
+    def _note_hello(self, rank: RankWindow, meta: RankInfo, now: float, wall: float) -> RankWindow:
+        if self.lifecycle.note_hello(rank.rank, meta.pid, wall):
             self.settle()  # the old process's steps still waiting go in before its window empties
             self.collectives.forget(rank)
             rank = self.ranks[rank.rank] = fresh_window(rank, now)  # a new process of the rank: a restart
             self._placed(rank)
             self.resources.forget(rank.rank)
-        if meta.get("groups") != rank.meta.get("groups"):
+        if meta.groups != (rank.meta.groups if rank.meta is not None else None):
             self._layout_stale = True  # hellos repeat; their groups seldom change: a compare of a few small maps
         rank.take_hello(meta)
         self._hellos += 1
-        world = meta.get("world")
-        if isinstance(world, int) and not isinstance(world, bool) and world > (self.world or 0):
+        world = meta.world
+        if world > (self.world or 0):
             self.world = world
             self._on_news()
         return rank
 
-    def _take_digest(self, entry: dict[str, Any], endpoint: str | None, now: float, wall: float) -> None:
+    def _take_digest(self, entry: NodeRank, endpoint: str | None, now: float, wall: float) -> None:
         """One rank's entry in its node's digest (wire/node_digest.py). A rank whose own messages this viewer
         also hears (it switched to digests a moment ago) is taken from those, not counted twice."""
-        rank = self._window_of(entry["r"], endpoint, now)
-        state = entry.get("state")
+        rank = self._window_of(entry.r, endpoint, now)
+        state = entry.state
         if state is not None:
             rank.note_state(state, now)
-            self.resources.note(entry["r"], state, now)
-        if "hello" in entry and entry["hello"] != rank.meta:  # (it rides every few seconds, mostly the same)
-            rank = self._note_hello(rank, entry["hello"], now, wall)
-        if "exit" in entry:  # its last word, passed on by its node's relay (watch/lifecycle.py)
-            self.lifecycle.note_exit(entry["r"], entry["exit"], wall)
-        if ("ops" in entry or "cx" in entry) and now - rank.raw_at >= self._silent_after:
-            add_digest_collectives(rank, entry.get("ops", {}), entry.get("cx", ()), now, self.collectives)
+            self.resources.note(entry.r, state, now)
+        if entry.hello is not None and entry.hello != rank.meta:  # (it rides every few seconds, mostly the same)
+            rank = self._note_hello(rank, entry.hello, now, wall)
+        if entry.exit is not None:  # its last word, passed on by its node's relay (watch/lifecycle.py)
+            self.lifecycle.note_exit(entry.r, entry.exit, wall)
+        if (entry.ops or entry.cx) and now - rank.raw_at >= self._silent_after:
+            add_digest_collectives(rank, entry.ops or {}, entry.cx or (), now, self.collectives)
 
     def _placed(self, rank: RankWindow) -> None:
         """A window new to its row (a new rank, or its new process)."""
@@ -191,7 +205,7 @@ class JobState:
         is written in one :meth:`_take_digest_steps`: ranks counted and their intervals stored in a few dozen
         numpy operations for all of them, rather than a Python loop per digest."""
         pending, self._pending = self._pending, []
-        group: list[tuple[dict, str | None, float, str]] = []
+        group: list[tuple[NodeSteps, str | None, float, str]] = []
         hosts: set[str] = set()
         for item in pending:
             if item[3] in hosts:  # two digests of one node (the same ranks) go in one after the other
@@ -202,7 +216,7 @@ class JobState:
         if group:
             self._take_digest_steps(group)
 
-    def _take_digest_steps(self, digests: list[tuple[dict, str | None, float, str]]) -> None:
+    def _take_digest_steps(self, digests: list[tuple[NodeSteps, str | None, float, str]]) -> None:
         """The steps of node digests' ranks, as their packed columns (wire/step_block.py; after their entries: a
         hello there may have started a rank afresh): the ranks heard of now, and the intervals of those with new
         steps into the job's step columns (each interval a record, with its mean times, counted as the steps it
@@ -231,8 +245,8 @@ class JobState:
         sc.last_seen[rows] = now_of
         sc.endpoint[rows] = np.repeat([sc.url_id(d[1]) for d in digests], sizes)
         fresh = now_of - sc.raw_at[rows] >= self._silent_after
-        if any("g" in s for s in steps):
-            device = np.frombuffer(b"".join([s.get("g", bytes(k)) for s, k in zip(steps, sizes)]), np.uint8) != 0
+        if any(s.g is not None for s in steps):
+            device = np.frombuffer(b"".join([s.g if s.g is not None else bytes(k) for s, k in zip(steps, sizes)]), np.uint8) != 0
             sc.device_times[rows[fresh & device]] = True
         last = _column(steps, "n")
         new = fresh & (last > sc.last_step[rows])
@@ -247,11 +261,13 @@ class JobState:
         sc.stepped_at[taken] = now_of[new]
         if self.columns.raw_rows:  # ranks that sent their own steps lately: those records are not redone
             for row in self.columns.raw_rows.intersection(taken.tolist()):
-                self._by_row[row].own.forget_raw()
+                window = self._by_row[row]
+                if window is not None and window.own is not None:
+                    window.own.forget_raw()
         names, figures = _figures(steps, sizes)
         figures = figures[new]
         own = {name: figures[:, step_block.LEADING + j] for j, name in enumerate(names)}
-        waited = np.repeat([schema.COMM_PHASE in s["p"] for s in steps], sizes)[new]
+        waited = np.repeat([COMM_PHASE in s.p for s in steps], sizes)[new]
         self.columns.add_block(taken, last, figures[:, 0], figures[:, 1], own, waited)
 
     # -- a snapshot's view (the UI's thread, under the aggregator's lock) ------------------------
@@ -283,7 +299,7 @@ class JobState:
         for j, c in enumerate(index):
             if c is not None:
                 phases[:, j] = cols.median_own[rows, c]
-        comm = index[names.index(schema.COMM_PHASE)] if schema.COMM_PHASE in names else None
+        comm = index[names.index(COMM_PHASE)] if COMM_PHASE in names else None
         waited = cols.waited[rows] & scored
         comm_s = np.where(waited, cols.median_own[rows, comm], np.nan) if comm is not None else np.full(n, np.nan)
         step_s = np.where(scored, cols.median_wall[rows], np.nan)
@@ -304,7 +320,7 @@ class JobState:
 
         if self._layout_stale:
             self._layout_stale = False
-            self.layout = layouts.learn({w.rank: w.meta.get("groups") for w in ws if w.meta.get("groups")})
+            self.layout = layouts.learn({w.rank: w.meta.groups for w in ws if w.meta is not None and w.meta.groups})
             self._classes = None
         class_ids, stage_ids = self._peer_classes(ws, rank)
         hosts, host_id = self._hosts(ws, endpoints)
@@ -312,7 +328,6 @@ class JobState:
             now=now,
             wall=wall,
             names=names,
-            windows=ws,
             rank=rank,
             host=hosts,
             host_id=host_id,
@@ -332,7 +347,7 @@ class JobState:
             metas=[w.meta for w in ws],
             dropped=sc.dropped[rows],
             rate_hz=sc.rate_hz[rows],
-            rejected={ws[i].rank: dict(ws[i].rejected) for i in np.flatnonzero(sc.refused[rows]).tolist()},
+            rejected={ws[i].rank: dict(ws[i].rejected or {}) for i in np.flatnonzero(sc.refused[rows]).tolist()},
             works=sc.works[rows],
             capture_summaries=[w.capture_summary for w in ws],
             resources=self.resources.views(rank.tolist(), now),
@@ -360,8 +375,9 @@ class JobState:
         ``eid``: each rank's relay, as an index of the scalars' URLs."""
         urls = self.scalars.urls
         settling = np.array([u in relays.settling for u in urls], bool)
-        down = np.array([bool(relays.links.get(u, (False, None))[0]) for u in urls], bool)
-        dropped = np.array([_or_inf(relays.links.get(u, (False, None))[1]) for u in urls], np.float64)
+        links = [relays.links.get(u, (False, None)) if u is not None else (False, None) for u in urls]
+        down = np.array([bool(link[0]) for link in links], np.bool_)
+        dropped = np.array([_or_inf(link[1]) for link in links], np.float64)
         quiet = (now - last_seen > self._silent_after + relays.behind_s) & ~settling[eid]
         return quiet | down[eid] | (last_seen <= dropped[eid])
 
@@ -374,7 +390,7 @@ class JobState:
         classes = layout.classes(rank.tolist()) if layout.known else None
         class_ids = None
         if classes:
-            keys: dict[tuple, int] = {}
+            keys: dict[tuple[int, ...], int] = {}
             class_ids = np.fromiter((keys.setdefault(classes.get(r, ()), len(keys)) for r in rank.tolist()), np.int64, len(rank))
         stage_ids = None
         if layout.known:
@@ -390,13 +406,13 @@ class JobState:
             return self._host_list[1], self._host_list[2]
         hosts = [self._host_of(w, endpoints) for w in ws]
         ids = host_ids(hosts)
-        if all("host" in w.meta for w in ws):
+        if all(w.meta is not None for w in ws):
             self._host_list = (self._hellos, hosts, ids)
         return hosts, ids
 
     def _host_of(self, w: RankWindow, endpoints: Endpoints) -> str:
         """The rank's host from its hello; until that arrives, the host of the node's relay it was heard through."""
-        host = w.meta.get("host")
+        host = w.meta.host if w.meta is not None else None
         if host is None:
             host = endpoints.host_of(w.endpoint)
         return str(host) if host is not None else "?"
@@ -420,26 +436,26 @@ class JobState:
         return out
 
 
-def _column(steps: list[dict], key: str) -> np.ndarray:
+def _column(steps: list[NodeSteps], key: str) -> np.ndarray:
     """A packed column of every digest of a go, end to end (wire/step_block.py's types)."""
-    return np.frombuffer(b"".join([s[key] for s in steps]), step_block.DTYPES[key])
+    return np.frombuffer(b"".join([getattr(s, key) for s in steps]), step_block.DTYPES[key])
 
 
-def _figures(steps: list[dict], sizes: list[int]) -> tuple[list[str], np.ndarray]:
+def _figures(steps: list[NodeSteps], sizes: list[int]) -> tuple[list[str], np.ndarray]:
     """The phases, and every rank's figures of a go of digests (start, mean wall, mean own time per phase) as
     one matrix, a row per rank. Digests whose ranks spent time in other phases are widened to every phase
     of the go, 0.0 where a rank spent nothing."""
-    names = steps[0]["p"]
-    if all(s["p"] == names for s in steps):
+    names = steps[0].p
+    if all(s.p == names for s in steps):
         return names, _column(steps, "f").reshape(-1, step_block.LEADING + len(names))
-    names = list(dict.fromkeys(name for s in steps for name in s["p"]))
+    names = list(dict.fromkeys(name for s in steps for name in s.p))
     where = {name: step_block.LEADING + j for j, name in enumerate(names)}
     out = np.zeros((sum(sizes), step_block.LEADING + len(names)))
     at = 0
     for s, k in zip(steps, sizes):
-        block = np.frombuffer(s["f"], step_block.DTYPES["f"]).reshape(k, -1)
+        block = np.frombuffer(s.f, step_block.DTYPES["f"]).reshape(k, -1)
         out[at : at + k, : step_block.LEADING] = block[:, : step_block.LEADING]
-        out[at : at + k, [where[name] for name in s["p"]]] = block[:, step_block.LEADING :]
+        out[at : at + k, [where[name] for name in s.p]] = block[:, step_block.LEADING :]
         at += k
     return names, out
 
@@ -449,9 +465,9 @@ def _captures(ws: list[RankWindow]) -> dict[str, list[int]]:
     windows whose state says a capture runs at them."""
     running: dict[str, list[int]] = {}
     for w in ws:
-        cap = w.state.get("cap")
-        if cap and cap["st"] in wire_capture.RUNNING:
-            running.setdefault(cap["id"], []).append(w.rank)
+        cap = w.state.cap
+        if cap is not None and cap.st in wire_capture.RUNNING:
+            running.setdefault(cap.id, []).append(w.rank)
     return running
 
 

@@ -28,9 +28,10 @@ on every refresh.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Iterable
+from typing import Iterable, Mapping
 
 from ranktop.wire import parallel_groups
+from ranktop.wire.messages import Group
 
 #: The role of a group used for point-to-point and named by nothing else.
 PIPELINE = "pp"
@@ -87,22 +88,22 @@ class Layout:
 EMPTY = Layout()
 
 
-def role_of(entry: dict[str, Any]) -> str:
+def role_of(entry: Group) -> str:
     """A group's role: as the probe named it, from its description, or from its use (send/recv: pipeline)."""
-    role = entry.get("role") or parallel_groups.role_of(str(entry.get("desc", "")))
-    if not role and entry.get("p2p"):
+    role = entry.role or parallel_groups.role_of(entry.desc)
+    if not role and entry.p2p:
         role = PIPELINE
     return role
 
 
-def learn(groups_of: dict[int, list[dict[str, Any]]]) -> Layout:
+def learn(groups_of: Mapping[int, list[Group] | None]) -> Layout:
     """The layout from each rank's hello groups (``{rank: hello["groups"]}``)."""
     coords: dict[int, dict[str, int]] = {}
     sizes: dict[str, int] = {}
     chains: dict[int, set[int]] = {}  # point-to-point peers on the default group, to be joined into chains
     for rank, groups in groups_of.items():
         for entry in groups or ():
-            if str(entry.get("id", "")).startswith("p2p:"):
+            if entry.id.startswith("p2p:"):
                 for member in parallel_groups.members(entry):
                     chains.setdefault(rank, set()).add(member)
                 continue

@@ -21,7 +21,7 @@ the view is O(ranks), taken with each snapshot.
 from __future__ import annotations
 
 import time
-from collections.abc import Collection
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 
 from ranktop.watch import format as fmt
@@ -111,9 +111,11 @@ def fresh_window(old: RankWindow, now: float) -> RankWindow:
     """The window of a rank's new process: none of the old process's steps, calls or caches; where it is
     heard through and its state as just received (that came from the new process) carry over."""
     kept = old.endpoint, old.last_seen, old.raw_at, old.state_at  # (read first: the new window empties the row)
+    assert old.own is not None  # (set in every window's __post_init__)
     new = RankWindow(old.rank, old.window, columns=old.own.columns, own=old.own, scalars=old.scalars)  # its rows, emptied
     new.endpoint, new.last_seen, new.raw_at, new.state_at = kept
-    new.take_hello(old.meta)
+    if old.meta is not None:
+        new.take_hello(old.meta)
     new.take_state(old.state)
     new.progress_at = now
     return new
@@ -125,7 +127,7 @@ def ordinal(n: int) -> str:
     return f"{n}{suffix}"
 
 
-def life_line(state: str, ended_at: float | None, restarts: int, restarted_at: float | None, not_back) -> str | None:
+def life_line(state: str, ended_at: float | None, restarts: int, restarted_at: float | None, not_back: Sequence[int]) -> str | None:
     """The viewer's one line on the job's life: "ended at 12:09:55", "restarted at 12:04:31 (2nd restart);
     rank 3 not back"; None while it simply runs."""
     parts = []

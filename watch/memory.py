@@ -33,6 +33,8 @@ import collections
 import math
 from dataclasses import dataclass
 
+from ranktop.wire.messages import Memory
+
 MB = 2**20
 SAMPLE_EVERY_S = 0.5
 HISTORY_S = 120.0
@@ -103,15 +105,14 @@ class MemoryHistory:
 
     def __init__(self) -> None:
         self.samples: collections.deque[tuple[float, float | None, float | None]] = collections.deque()
-        self.latest: dict | None = None
+        self.latest: Memory | None = None
 
-    def note(self, mem: dict, now: float) -> None:
+    def note(self, mem: Memory, now: float) -> None:
         self.latest = mem
         if self.samples and now - self.samples[-1][0] < SAMPLE_EVERY_S:
             return
-        cuda = mem.get("cuda") if isinstance(mem.get("cuda"), dict) else None
-        rss = mem.get("rss")
-        alloc = cuda.get("alloc") if cuda else None
+        rss = mem.rss
+        alloc = mem.cuda.get("alloc") if mem.cuda else None
         self.samples.append((now, float(rss) if rss is not None else None, float(alloc) if alloc is not None else None))
         while self.samples and self.samples[0][0] < now - HISTORY_S:
             self.samples.popleft()

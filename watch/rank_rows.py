@@ -20,9 +20,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator
 
+import msgspec
 import numpy as np
 
 from ranktop.wire import capture as wire_capture
+from ranktop.wire.messages import CaptureSummary, RankInfo, State
 
 from ranktop.watch.rank_row import CaptureStatus, RankRow, build_rank_row
 from ranktop.watch.statuses import STATUSES
@@ -199,31 +201,32 @@ class RankRows(Sequence):
         )
 
 
-def message_fields(state: dict, meta: dict, capture_summary: tuple[str, dict] | None) -> dict[str, Any]:
-    """What a rank's row reads of its hello (``meta``) and its last state."""
-    collective = state.get("collective")
+def message_fields(state: State, meta: RankInfo | None, capture_summary: tuple[str, CaptureSummary] | None) -> dict[str, Any]:
+    """What a rank's row reads of its hello (``meta``) and its last state (both typed at decode)."""
+    rate = state.rate_hz if state.rate_hz is not None else meta.rate_hz if meta is not None else None
     return {
-        "local_rank": int(meta.get("local_rank", -1)),
-        "pid": int(meta.get("pid", -1)),
-        "dropped": state.get("dropped") or 0,
-        "collective": collective if isinstance(collective, dict) else None,
+        "local_rank": meta.local_rank if meta is not None else -1,
+        "pid": meta.pid if meta is not None else -1,
+        "dropped": state.dropped or 0,
+        "collective": state.collective,
         "capture": capture_status(state, capture_summary),
-        "rejected": dict(state.get("rejected") or {}),  # commands it refused, by reason (forged, replayed, ...)
-        "rate_hz": _float(state.get("rate_hz", meta.get("rate_hz"))),
+        "rejected": dict(state.rejected or {}),  # commands it refused, by reason (forged, replayed, ...)
+        "rate_hz": _float(rate),
     }
 
 
-def capture_status(state: dict, kept: tuple[str, dict] | None) -> CaptureStatus | None:
-    """A rank's latest capture (typed at decode, wire/messages.py: Capture), with the summary it sent once."""
-    cap = state.get("cap")
-    if not cap:
+def capture_status(state: State, kept: tuple[str, CaptureSummary] | None) -> CaptureStatus | None:
+    """A rank's latest capture (typed at decode, wire/messages.py: Capture), with the summary it sent once
+    (as a plain map, as ``--json`` prints it and the capture screen reads it)."""
+    cap = state.cap
+    if cap is None:
         return None
-    summary = cap.get("sum")
-    if summary is None and kept is not None and kept[0] == cap["id"]:
+    summary = cap.sum
+    if summary is None and kept is not None and kept[0] == cap.id:
         summary = kept[1]
     return CaptureStatus(
-        id=cap["id"], kind=cap["kind"], state=cap["st"], start=cap["start"], steps=cap["steps"], folder=cap.get("dir"),
-        at=cap.get("at"), path=cap.get("path"), error=cap.get("err"), summary=summary,
+        id=cap.id, kind=cap.kind, state=cap.st, start=cap.start, steps=cap.steps, folder=cap.dir, at=cap.at, path=cap.path,
+        error=cap.err, summary=msgspec.to_builtins(summary) if summary is not None else None,
     )
 
 

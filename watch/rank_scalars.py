@@ -15,10 +15,12 @@ seen, NaN for a time never said.
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 #: name -> (dtype, the value of a row nobody wrote yet)
-FIELDS: dict[str, tuple[type, object]] = {
+FIELDS: dict[str, tuple[type, Any]] = {
     "last_seen": (np.float64, 0.0),  # viewer clock of its last message
     "raw_at": (np.float64, float("-inf")),  # viewer clock of its last own steps or heartbeat (not a node digest's)
     "steps_seen": (np.int64, 0),
@@ -42,21 +44,40 @@ FIELDS: dict[str, tuple[type, object]] = {
 class RankScalars:
     """The figures of :data:`FIELDS` for every row; ``urls`` names the relays that ``endpoint`` indexes."""
 
+    # One array per figure of FIELDS, a row per rank.
+    last_seen: np.ndarray
+    raw_at: np.ndarray
+    steps_seen: np.ndarray
+    first_step: np.ndarray
+    last_step: np.ndarray
+    device_times: np.ndarray
+    state_at: np.ndarray
+    progress_at: np.ndarray
+    stepped_at: np.ndarray
+    step_age: np.ndarray
+    stated: np.ndarray
+    capturing: np.ndarray
+    refused: np.ndarray
+    dropped: np.ndarray
+    rate_hz: np.ndarray
+    works: np.ndarray
+    endpoint: np.ndarray
+
     def __init__(self, rows: int = 8):
         self.urls: list[str | None] = [None]
         self._url_ids: dict[str | None, int] = {None: 0}
-        self.views: dict[str, memoryview] = {}
+        self.views: dict[str, memoryview[Any]] = {}  # the same arrays, for a window's item stores
         self._allocate(max(1, rows))
 
     def _allocate(self, rows: int) -> None:
         old = getattr(self, "last_seen", None)
         for name, (dtype, blank) in FIELDS.items():
-            array = np.full(rows, blank, dtype)
+            array: np.ndarray = np.full(rows, blank, dtype)
             if old is not None:
                 current = getattr(self, name)
                 array[: len(current)] = current
             setattr(self, name, array)
-            self.views[name] = memoryview(array)
+            self.views[name] = array.data
 
     def ensure(self, row: int) -> None:
         """Room for ``row`` (the arrays double as the job grows)."""

@@ -31,6 +31,7 @@ from ranktop.watch.aggregator import Aggregator
 from ranktop.watch.errors import RanktopError
 from ranktop.watch.keys import HANDSHAKE_EVENTS, ClientKeys, Handshakes
 from ranktop.wire import auth, schema, settings
+from ranktop.wire.messages import Hello, Node
 from ranktop.transport import fd_limit, rendezvous
 
 DISCOVERY_EVERY_S = 1.0
@@ -358,18 +359,18 @@ class Receiver(threading.Thread):
         if self._on_control is None:
             return
         for msg, (_, url) in zip(taken, batch):
-            if msg is not None and msg["k"] in (schema.HELLO, schema.NODE):
+            if isinstance(msg, (Hello, Node)):
                 self._note_relay(msg, url)
 
-    def _note_relay(self, msg: dict, url: str) -> None:
+    def _note_relay(self, msg: Hello | Node, url: str) -> None:
         """Where a relay takes commands, as its hello or digest says (told on when it changes)."""
-        relay = msg.get("relay")
-        if isinstance(relay, dict) and isinstance(relay.get("control"), str) and self._controls.get(url) != relay:
+        relay = msg.relay
+        if relay is not None and isinstance(relay.get("control"), str) and self._controls.get(url) != relay:
             self._controls[url] = relay  # a relay says where it is in every digest: taken once, when it changes
             try:  # addresses from the network: a malformed one is dropped, never fatal
                 control = relay["control"]
                 if url in self._static and isinstance(relay.get("telemetry"), str):
                     control = tunnelled_control(url, relay["telemetry"], control)
-                self._on_control(_checked(connect_url(control, msg.get("host"))))
+                self._on_control(_checked(connect_url(control, msg.host)))
             except ValueError:
                 self._aggregator.note_dropped(f"{url}: a hello with a malformed relay address")

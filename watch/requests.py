@@ -14,7 +14,7 @@ from __future__ import annotations
 import collections
 import threading
 import time
-from typing import Callable, Iterable
+from typing import Any, Callable, Iterable
 
 import zmq
 
@@ -59,7 +59,7 @@ class RequestBook:
             while len(self._sent) > self._keep:
                 self._sent.popitem(last=False)
 
-    def note_reply(self, command_id: str, cmd: str, rank: int, ok: bool, result: dict) -> Reply:
+    def note_reply(self, command_id: str, cmd: str, rank: int, ok: bool, result: dict[str, Any]) -> Reply:
         """Record one rank's answer; the :class:`Reply` (with its round trip when the command was ours)."""
         with self._changed:
             sent = self._sent.get(command_id)
@@ -152,7 +152,7 @@ class Requests:
         self._lock = threading.Lock()
         self._urls: list[str] = []
         self._known: set[str] = set()  # the same, to ask (a relay's address rides in each of its digests)
-        self._sockets: dict[str, zmq.Socket] = {}
+        self._sockets: dict[str, zmq.Socket[bytes]] = {}
 
     @property
     def available(self) -> bool:
@@ -190,7 +190,7 @@ class Requests:
         """A command can go out: the job's name and at least one relay are known."""
         return self.job is not None and bool(self.endpoints())
 
-    def send(self, cmd: str, args: dict | None = None, ranks: list[int] | None = None, *, wait_s: float = 0.0) -> str:
+    def send(self, cmd: str, args: dict[str, Any] | None = None, ranks: list[int] | None = None, *, wait_s: float = 0.0) -> str:
         """Sign and send a command to every known relay; its id (answers quote it).
 
         ``wait_s``: how long to wait for the job's name and a relay, which may be
@@ -207,12 +207,15 @@ class Requests:
         urls = self.endpoints()
         if not urls:
             raise RuntimeError("no relay control endpoint known yet")
-        command_id, frames = auth.sign_command(self._secret, job, cmd, args, ranks)
+        secret = self._secret
+        if secret is None:  # (available says so, above)
+            raise PermissionError(self.unavailable_reason)
+        command_id, frames = auth.sign_command(secret, job, cmd, args, ranks)
         self.book.note_sent(command_id, cmd)
         self.send_frames(frames, urls)
         return command_id
 
-    def ask(self, cmd: str, ranks: Iterable[int], args: dict | None = None, *, only: list[int] | None = None,
+    def ask(self, cmd: str, ranks: Iterable[int], args: dict[str, Any] | None = None, *, only: list[int] | None = None,
             timeout: float, wait_s: float = 0.0) -> tuple[str, list[Reply]]:
         """Send ``cmd`` (to ``only`` those ranks, or all) and wait up to ``timeout`` for each of ``ranks`` to answer."""
         command_id = self.send(cmd, args, only, wait_s=wait_s)

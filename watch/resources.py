@@ -17,6 +17,7 @@ from typing import Any, NamedTuple
 
 from ranktop.watch.memory import MemoryHistory
 from ranktop.watch.snapshot import GpuStat, MemoryStat, Throughput
+from ranktop.wire.messages import Memory, RankInfo, State
 
 #: GPU busy (kernel-active) samples kept per rank for the GPU sparkline.
 GPU_HISTORY = 60
@@ -27,7 +28,7 @@ ASSESS_EVERY_S = 2.0
 class ResourceView(NamedTuple):
     """One rank's resources as a snapshot holds them: nothing in it changes after."""
 
-    memory: dict | None  # the latest ``mem`` of its state
+    memory: Memory | None  # the latest ``mem`` of its state
     assessed: tuple | None  # (tracked series, creep verdict, sparkline MB) of MemoryHistory.assess
     gpu: dict | None  # the latest ``gpu`` of its state
     gpu_history: tuple[float, ...]  # recent SM utilisation, oldest first
@@ -47,13 +48,13 @@ class ResourceTracker:
         self._views: dict[int, tuple[float, ResourceView]] = {}  # rank -> (when its memory was assessed, view)
         self._changed: set[int] = set()  # ranks with samples newer than their view
 
-    def note(self, rank: int, state: dict[str, Any], now: float) -> None:
-        mem = state.get("mem")
-        if isinstance(mem, dict):
+    def note(self, rank: int, state: State, now: float) -> None:
+        mem = state.mem
+        if mem is not None:
             self._memory.setdefault(rank, MemoryHistory()).note(mem, now)
             self._changed.add(rank)
-        gpu = state.get("gpu")
-        if isinstance(gpu, dict):
+        gpu = state.gpu
+        if gpu is not None:
             self._gpu[rank] = gpu
             self._changed.add(rank)
             seq = gpu.get("seq")
@@ -90,11 +91,11 @@ class ResourceTracker:
         return [views[r][1] if r in views else None for r in ranks]
 
 
-def row_fields(view: ResourceView | None, meta: dict[str, Any], steps_per_s: float | None, wall_now: float) -> dict[str, Any]:
+def row_fields(view: ResourceView | None, meta: RankInfo | None, steps_per_s: float | None, wall_now: float) -> dict[str, Any]:
     """``memory``, ``throughput`` and ``gpu`` of one RankRow."""
     return {
         "memory": memory_stat(view),
-        "throughput": rank_throughput(meta.get("work"), steps_per_s),
+        "throughput": rank_throughput(meta.work if meta is not None else None, steps_per_s),
         "gpu": gpu_stat(view, wall_now),
     }
 
@@ -103,11 +104,11 @@ def memory_stat(view: ResourceView | None) -> MemoryStat | None:
     if view is None or view.memory is None or view.assessed is None:
         return None
     mem = view.memory
-    cuda = mem.get("cuda") if isinstance(mem.get("cuda"), dict) else {}
+    cuda = mem.cuda or {}
     tracked, verdict, spark = view.assessed
     allocated, reserved = cuda.get("alloc"), cuda.get("resv")
     return MemoryStat(
-        rss_bytes=_int(mem.get("rss")),
+        rss_bytes=_int(mem.rss),
         cuda_device=_int(cuda.get("dev")),
         allocated=_int(allocated),
         reserved=_int(reserved),

@@ -168,5 +168,6 @@ def _throughput(view: JobView):
     per_rank = []
     for i in np.flatnonzero(view.works & ~view.silent).tolist():
         rate = view.rate[i]
-        per_rank.append(rank_throughput(view.metas[i]["work"], None if np.isnan(rate) else float(rate)))
+        meta = view.metas[i]
+        per_rank.append(rank_throughput(meta.work if meta is not None else None, None if np.isnan(rate) else float(rate)))
     return job_throughput(per_rank)

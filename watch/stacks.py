@@ -20,7 +20,7 @@ import keyword
 import os
 import re
 from dataclasses import dataclass, field, replace
-from typing import Any, Iterable
+from typing import Any, Iterable, Sequence
 
 from ranktop.watch import format as fmt
 from ranktop.watch.format import ranks_text
@@ -239,9 +239,16 @@ def collective_text(collective: dict | None) -> str:
     return text
 
 
+def common_place(members: Sequence[Any]) -> tuple[set[str | None], set[int | None], str | None]:
+    """Where a group of ranks stands, as the group shares it: their phases, their steps, and the last collective
+    when they all name the same one (``members``: anything with ``phase``, ``step`` and ``collective``: a
+    rank's stacks here, its position in watch/stalls.py)."""
+    colls = {collective_text(m.collective) for m in members}
+    return {m.phase for m in members}, {m.step for m in members}, colls.pop() if len(colls) == 1 else None
+
+
 def _where(members: list[RankStacks]) -> str:
-    phases = {m.phase for m in members}
-    steps = {m.step for m in members}
+    phases, steps, coll = common_place(members)
     parts = []
     if len(phases) == 1:
         phase = phases.pop()
@@ -256,8 +263,7 @@ def _where(members: list[RankStacks]) -> str:
         known = [s for s in steps if s is not None]
         if known:
             parts.append(f"steps {min(known)}-{max(known)}")
-    colls = {collective_text(m.collective) for m in members}
-    if len(colls) == 1 and (coll := colls.pop()):
+    if coll:
         parts.append(coll)
     return ", ".join(parts)
 

@@ -33,8 +33,9 @@ import numpy as np
 
 from ranktop.watch import format as fmt
 from ranktop.watch.format import ranks_text
-from ranktop.watch.stacks import collective_text
+from ranktop.watch.stacks import common_place
 from ranktop.wire import schema
+from ranktop.wire.messages import State
 
 DEFAULT_STALL_FACTOR = 5.0
 DEFAULT_STALL_FLOOR_S = 2.0
@@ -78,40 +79,19 @@ class StallReport:
     diagnosis: str | None  # one line for the user; None when nothing is stalled
 
 
-# -- bookkeeping the aggregator does on every state it receives ----------------------
-
-
-def note_state(rank: Any, state: dict, now: float) -> None:
-    """Record when a rank's state arrived and when it last finished a step (the TUI's clock).
-
-    ``rank`` is the aggregator's per-rank record; it gains ``state_at`` and ``progress_at``.
-    """
-    previous = rank.state.get("last") if rank.state else None
-    if previous != state.get("last") or not getattr(rank, "progress_at", 0.0):
-        rank.progress_at = now
-    rank.state_at = now
-
-
-def _num(value: float | None) -> float | None:
-    """A figure of a state, typed at decode (wire/messages.py: State): a number or None."""
-    return None if value is None else float(value)
-
-
 def position(
-    rank: int, state: dict, *, now: float, state_at: float, progress_at: float, silent: bool, window_median_s: float | None,
+    rank: int, state: State, *, now: float, state_at: float, progress_at: float, silent: bool, window_median_s: float | None,
     stepped_at: float = float("-inf"),
 ) -> Position | None:
     """A rank's position from its last state; None if it never sent one."""
-    if not state or not isinstance(state.get("last"), int):
+    last = state.last
+    if last is None:
         return None
-    last = state["last"]
-    in_step = bool(state.get("in_step"))
-    step = state.get("step") if in_step and isinstance(state.get("step"), int) else last + 1
+    in_step = bool(state.in_step)
+    step = state.step if in_step and state.step is not None else last + 1
     stuck = stuck_s(state, now, state_at, progress_at, stepped_at)
-    median = window_median_s if window_median_s is not None else _num(state.get("median_step_s"))
-    phase = state.get("phase") if isinstance(state.get("phase"), str) else None
-    collective = state.get("collective") if isinstance(state.get("collective"), dict) else None
-    return Position(rank, silent, step, last, in_step, phase, stuck, median, collective)
+    median = window_median_s if window_median_s is not None else state.median_step_s
+    return Position(rank, silent, step, last, in_step, state.phase, stuck, median, state.collective)
 
 
 # -- the verdict ------------------------------------------------------------------------
@@ -188,18 +168,10 @@ def _culprits(positions: list[Position], stalled: dict[int, Position]) -> tuple[
 
 def where_text(positions: list[Position]) -> str:
     """``"in backward at step 30"`` when they agree; what they share otherwise."""
-    phases = {p.phase for p in positions}
-    steps = {p.step for p in positions}
-    parts = []
-    if len(phases) == 1:
-        phase = phases.pop()
-        parts.append(f"in {phase}" if phase else "between phases")
-    if len(steps) == 1:
-        parts.append(f"at step {steps.pop()}")
-    else:
-        parts.append(f"at steps {min(steps)}-{max(steps)}")
-    colls = {collective_text(p.collective) for p in positions}
-    if len(colls) == 1 and (coll := colls.pop()):
+    phases, steps, coll = common_place(positions)
+    parts = [f"in {phase}" if (phase := phases.pop()) else "between phases"] if len(phases) == 1 else []
+    parts.append(f"at step {steps.pop()}" if len(steps) == 1 else f"at steps {min(steps)}-{max(steps)}")
+    if coll:
         parts.append(f"({coll})")
     return " ".join(parts)
 
@@ -242,13 +214,13 @@ def stuck_columns(step_age: np.ndarray, state_at: np.ndarray, progress_at: np.nd
     return stuck
 
 
-def stuck_s(state: dict, now: float, state_at: float, progress_at: float, stepped_at: float = float("-inf")) -> float:
+def stuck_s(state: State, now: float, state_at: float, progress_at: float, stepped_at: float = float("-inf")) -> float:
     """Seconds without finishing a step: inside one, its age when the state was sent plus the time since;
     between steps, the time since the last step finished. A step heard of after the state (``stepped_at``,
     the viewer's clock: a node digest carries a running rank's state every few seconds only, its steps
     every quarter of one) finished since: the rank is stuck no longer than since then."""
-    step_age = _num(state.get("step_age"))
-    if state.get("in_step") and step_age is not None:
+    step_age = state.step_age
+    if state.in_step and step_age is not None:
         stuck = step_age + max(0.0, now - state_at)
     else:
         stuck = max(0.0, now - progress_at)

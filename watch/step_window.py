@@ -8,12 +8,11 @@ snapshot asks. A window made on its own (a test, a tool) gets columns of its own
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Mapping
 
 import numpy as np
 
 from ranktop.watch.columns import StepColumns
-from ranktop.wire.names import COMM_PHASE
 from ranktop.wire.own_times import own_times
 
 __all__ = ["StepWindow", "own_times"]
@@ -27,7 +26,7 @@ class StepWindow:
     def __init__(self, window: int, columns: StepColumns | None = None):
         self.columns = columns if columns is not None else StepColumns(window, rows=1)
         self.row = self.columns.new_row()
-        self._raw: dict[int, tuple[float, dict]] = {}  # slot -> (wall, phases): to redo a step's own times
+        self._raw: dict[int, tuple[float, dict[str, float]]] = {}  # slot -> (wall, phases): to redo a step's own times
 
     @property
     def last_end(self) -> float | None:
@@ -74,7 +73,7 @@ class StepWindow:
         self.columns.raw_rows.discard(self.row)
         self.last_end = None
 
-    def add(self, n: int, t: float, wall: float, phases: dict[str, float], waits: dict | None) -> None:
+    def add(self, n: int, t: float, wall: float, phases: dict[str, float], waits: Mapping[str | None, float] | None) -> None:
         i = self.columns.add(self.row, n, t, wall, own_times(wall, phases, waits))
         self._raw[i] = (wall, phases)
         self.columns.raw_rows.add(self.row)
@@ -88,32 +87,14 @@ class StepWindow:
             if not self._raw:
                 self.columns.raw_rows.discard(self.row)
 
-    def rewait(self, n: int, waits: dict) -> None:
+    def rewait(self, n: int, waits: Mapping[str | None, float]) -> None:
         """Waits of step ``n`` that came after its record: work its own times out again."""
         i = self.columns.slot_of(self.row, n)
         raw = self._raw.get(i) if i is not None else None
-        if raw is not None:  # None: not in the window, or a digest's interval (its own times came worked out)
+        if i is not None and raw is not None:  # None: not in the window, or a digest's interval (its own times came worked out)
             self.columns.put(self.row, i, own_times(raw[0], raw[1], waits))
 
     def median_wall(self) -> float | None:
         """The median step time over the window as last worked out (None before)."""
         value = self.columns.median_wall[self.row]
         return None if self.columns.stats_at[self.row] < 0 or np.isnan(value) else float(value)
-
-    def stats(self, names: list[str], min_steps: int) -> dict[str, Any] | None:
-        """Medians over the window: ``{"step", "phases" (in the order of names), "rate", "comm"}``; None with
-        fewer than ``min_steps`` steps. A snapshot reads the columns of every rank at once instead."""
-        cols, row = self.columns, self.row
-        if cols.count[row] < min_steps:
-            return None
-        cols.refresh(np.array([row]), min_steps)
-        medians = cols.median_own[row]
-        phases = {name: (float(medians[i]) if i is not None else 0.0) for name, i in zip(names, cols.columns_of(names))}
-        comm = cols.columns_of([COMM_PHASE])[0]
-        rate = float(cols.rate[row])
-        return {
-            "step": float(cols.median_wall[row]),
-            "phases": phases,
-            "rate": None if np.isnan(rate) else rate,
-            "comm": (float(medians[comm]) if comm is not None else 0.0) if self.waited else None,
-        }

@@ -15,6 +15,7 @@ from ranktop.watch.columns import StepColumns
 from ranktop.watch.rank_scalars import RankScalars
 from ranktop.watch.step_window import StepWindow
 from ranktop.wire.capture import RUNNING
+from ranktop.wire.messages import NO_STATE, CaptureSummary, RankInfo, State, Step
 
 NAN = float("nan")
 #: Raw collective calls per rank kept (the probes' samples) for the latency percentiles and the alpha-beta fit.
@@ -58,8 +59,8 @@ class RankWindow:
 
     rank: int
     window: int = 64  # steps (or a node digest's intervals) kept
-    meta: dict[str, Any] = field(default_factory=dict)  # its hello, less the envelope
-    state: dict[str, Any] = field(default_factory=dict)  # its last state (wire/schema.py)
+    meta: RankInfo | None = None  # its hello, less the envelope (None: none heard yet)
+    state: State = NO_STATE  # its last state (immutable, as decoded: a view hands it on as it is)
     # collectives (watch/collectives.py fills them): a sample of recent raw calls (arrival, record), exact
     # totals per op, the recent per-step summaries per op (arrival, calls, bytes, summed wait), the group
     # size and dtype last seen per op, and per step the seconds waited, by phase
@@ -70,8 +71,8 @@ class RankWindow:
     op_sums: dict[str, list] = field(default_factory=dict)  # op -> [calls, bytes, summed wait] over op_window
     waits: collections.OrderedDict = field(default_factory=collections.OrderedDict)
     # read of its state and hello as they come (take_state, take_hello)
-    rejected: dict | None = None  # commands it refused, by reason
-    capture_summary: tuple[str, dict] | None = None  # (capture id, summary): kept after the rank stops sending it
+    rejected: dict[str, int] | None = None  # commands it refused, by reason
+    capture_summary: tuple[str, CaptureSummary] | None = None  # (capture id, summary): kept after the rank stops sending it
     columns: StepColumns | None = None  # the job's step columns its steps go in (None: columns of its own)
     own: StepWindow | None = None  # its last steps: number, start, wall and own time per phase (given: emptied, reused)
     scalars: RankScalars | None = None  # the job's per-rank figures (None: of its own); its row is its steps' row
@@ -119,53 +120,54 @@ class RankWindow:
         """When its latest step ended, unix seconds by its clock."""
         return self.own.last_end
 
-    def note_state(self, state: dict[str, Any], now: float) -> None:
+    def note_state(self, state: State, now: float) -> None:
         """Take a new state; remember when it came and when the rank last finished a step."""
         views, row = self.scalars.views, self.row
-        if self.state.get("last") != state.get("last") or not views["progress_at"][row]:
+        if self.state.last != state.last or not views["progress_at"][row]:
             views["progress_at"][row] = now
         views["state_at"][row] = now
         self.take_state(state)
-        cap = state.get("cap")
-        if cap and cap.get("sum"):
-            self.capture_summary = (cap["id"], cap["sum"])
+        cap = state.cap
+        if cap is not None and cap.sum is not None:
+            self.capture_summary = (cap.id, cap.sum)
 
-    def take_state(self, state: dict[str, Any]) -> None:
+    def take_state(self, state: State) -> None:
         """Its state, and what a snapshot reads of it for every rank, read here once per state rather than
         once per snapshot (at 4,096 ranks a snapshot gathers these as columns). Typed at decode (wire/messages.py)."""
         self.state = state
         views, row = self.scalars.views, self.row
-        views["stated"][row] = bool(state)
-        age = state.get("step_age")  # inside a step: how long it has been in it when the state was sent
-        views["step_age"][row] = age if age is not None and state.get("in_step") else NAN
-        views["dropped"][row] = state.get("dropped") or 0
-        rate = state.get("rate_hz", self.meta.get("rate_hz"))
+        views["stated"][row] = state != NO_STATE
+        age = state.step_age  # inside a step: how long it has been in it when the state was sent
+        views["step_age"][row] = age if age is not None and state.in_step else NAN
+        views["dropped"][row] = state.dropped or 0
+        rate = state.rate_hz if state.rate_hz is not None else self.meta.rate_hz if self.meta is not None else None
         views["rate_hz"][row] = NAN if rate is None else rate
-        self.rejected = state.get("rejected")
+        self.rejected = state.rejected
         views["refused"][row] = bool(self.rejected)
-        cap = state.get("cap")
-        views["capturing"][row] = bool(cap) and cap["st"] in RUNNING
+        cap = state.cap
+        views["capturing"][row] = cap is not None and cap.st in RUNNING
 
-    def take_hello(self, meta: dict[str, Any]) -> None:
+    def take_hello(self, meta: RankInfo) -> None:
         """Its hello (less the envelope), and what a snapshot reads of it for every rank."""
         self.meta = meta
-        self.works = isinstance(meta.get("work"), dict)
-        if "rate_hz" not in self.state:
-            rate = meta.get("rate_hz")
+        self.works = meta.work is not None
+        if self.state.rate_hz is None:
+            rate = meta.rate_hz
             self.rate_hz = float("nan") if rate is None else float(rate)
 
-    def add_step(self, record: dict[str, Any]) -> None:
+    def add_step(self, record: Step) -> None:
         """One step record. Where it carries device times (``g``) they are the step's times: on a GPU the host
         only launches the work, and the rank's collective waits are timed on the device too."""
-        g = record.get("g")
-        wall, phases = (g["w"], g["p"]) if g else (record["w"], record["p"])
-        if g:
+        g = record.g
+        wall, phases = (g.w, g.p) if g is not None else (record.w, record.p)
+        if g is not None:
             self.device_times = True
-        self.own.add(record["n"], record["t"], wall, phases, self.waits.get(record["n"]))
+        n = record.n
+        self.own.add(n, record.t, wall, phases, self.waits.get(n))
         self.steps_seen += 1
-        if self.first_step is None or record["n"] < self.first_step:
-            self.first_step = record["n"]
-        self.last_step = max(self.last_step, record["n"])
+        if self.first_step is None or n < self.first_step:
+            self.first_step = n
+        self.last_step = max(self.last_step, n)
 
     @property
     def missed(self) -> int:

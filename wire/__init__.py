@@ -4,7 +4,9 @@
 this package and nothing of each other.
 """
 
-from .schema import OTHER_PHASE, PROTOCOL_VERSION, STANDARD_PHASES, VersionMismatch, WireError
+from .messages import PROTOCOL_VERSION
+from .names import OTHER_PHASE, STANDARD_PHASES
+from .schema import VersionMismatch, WireError
 
 __version__ = "0.1.0"
 

@@ -21,6 +21,7 @@ import time
 from typing import Any
 
 from . import schema, settings
+from .messages import Command
 
 #: A command older or newer than this many seconds is refused. Generous, since the
 #: clocks of a cluster's nodes are only roughly in step.
@@ -55,17 +56,8 @@ def sign_command(
 ) -> tuple[str, list[bytes]]:
     """Build a signed command; returns its id (replies quote it) and its frames."""
     command_id = command_id or secrets.token_hex(8)
-    topic, body = schema.encode(
-        schema.COMMAND,
-        {
-            "job": job,
-            "id": command_id,
-            "cmd": cmd,
-            "args": args or {},
-            "ranks": ranks,
-            "ts": time.time() if now is None else now,
-        },
-    )
+    command = Command(job=job, id=command_id, cmd=cmd, args=args or {}, ranks=ranks, ts=time.time() if now is None else now)
+    topic, body = schema.encode(command)
     return command_id, [topic, body, _mac(secret, topic, body)]
 
 
@@ -78,24 +70,24 @@ class CommandVerifier:
         self._seen: collections.OrderedDict[str, None] = collections.OrderedDict()
         self._remember = remember
 
-    def verify(self, frames: list[bytes], *, now: float | None = None) -> dict[str, Any]:
-        """Return the command's body, or raise :class:`AuthError` / :class:`~ranktop.wire.schema.WireError`."""
+    def verify(self, frames: list[bytes], *, now: float | None = None) -> Command:
+        """Return the command, or raise :class:`AuthError` / :class:`~ranktop.wire.schema.WireError`."""
         if len(frames) != 3:
             raise AuthError("forged", f"command has {len(frames)} frames, expected 3 (unsigned?)")
         topic, body, mac = frames
         if not hmac.compare_digest(_mac(self._secret, topic, body), mac):
             raise AuthError("forged", "command signature does not match this job's secret")
         msg = schema.decode([topic, body])
-        if msg["k"] != schema.COMMAND:
+        if not isinstance(msg, Command):
             raise AuthError("forged", "signed frame is not a command")
-        if msg["job"] != self._job:
-            raise AuthError("foreign-job", f"command for job {msg['job']!r}, this is {self._job!r}")
+        if msg.job != self._job:
+            raise AuthError("foreign-job", f"command for job {msg.job!r}, this is {self._job!r}")
         now = time.time() if now is None else now
-        if abs(now - msg["ts"]) > MAX_SKEW_S:
-            raise AuthError("expired", f"command timestamp is {now - msg['ts']:.0f}s off")
-        if msg["id"] in self._seen:
-            raise AuthError("replayed", f"command id {msg['id']} was already used")
-        self._seen[msg["id"]] = None
+        if abs(now - msg.ts) > MAX_SKEW_S:
+            raise AuthError("expired", f"command timestamp is {now - msg.ts:.0f}s off")
+        if msg.id in self._seen:
+            raise AuthError("replayed", f"command id {msg.id} was already used")
+        self._seen[msg.id] = None
         if len(self._seen) > self._remember:
             self._seen.popitem(last=False)
         return msg

@@ -5,8 +5,8 @@ of ranks one record per call is hundreds of thousands of records a second into
 one viewer. So the probe's sender thread folds the calls it drains into one
 entry per (step, phase) (the ``cs`` field of a steps message)::
 
-    {"n": step, "ph": phase or None, "w": seconds waited in this phase of this step,
-     "ops": {op: [calls, bytes, waited, total, longest, group size, dtype]}}
+    CallSummary(n=step, ph=phase or None, w=seconds waited in this phase of this step,
+                ops={op: OpSummary(calls, bytes, waited, total, longest, group, dtype)})
 
 ``w`` is the union of every call's wait in that phase, whatever the op (DDP's
 buckets and FSDP's prefetches overlap: summing them would count the same
@@ -24,37 +24,44 @@ from __future__ import annotations
 from typing import Any
 
 from .intervals import union
+from .messages import Call, CallSummary, OpSummary
 
 #: Raw call records kept per op in one message's sample, and in all.
 SAMPLE_PER_OP = 3
 SAMPLE_MAX = 12
 #: A rank sends a sample this often at most (each costs the viewer a decode per call, times thousands of ranks).
 SAMPLE_EVERY_S = 1.0
-#: The positions in an op's summary list.
-CALLS, BYTES, WAITED, TOTAL, LONGEST, GROUP, DTYPE = range(7)
-OP_FIELDS = 7
 
 
-def summarise(calls: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """Fold raw call records (wire/messages.py: Call) into (summaries, sample)."""
-    groups: dict[tuple[int, str | None], dict[str, list]] = {}
+def summarise(calls: list[dict[str, Any]]) -> tuple[list[CallSummary], list[Call]]:
+    """Fold raw call records (the probe's, as wire/messages.py's ``Call`` names their fields) into (summaries,
+    sample), as the Structs a steps message carries."""
+    groups: dict[tuple[int, str | None], dict[str, list[dict[str, Any]]]] = {}
     for call in calls:
         by_op = groups.setdefault((call["n"], call["ph"]), {})
         by_op.setdefault(call["op"], []).append(call)
-    summaries = []
+    summaries: list[CallSummary] = []
     for (step, phase), by_op in groups.items():
-        ops = {}
+        ops: dict[str, OpSummary] = {}
         everything = []
         for op, members in by_op.items():
             intervals = [(c["t0"], c["t0"] + c["d"]) for c in members]
             everything.extend(intervals)
             last = members[-1]
-            ops[op] = (
-                len(members), sum(c["b"] for c in members), union(intervals), sum(c["d"] for c in members),
-                max(c["d"] for c in members), last["g"], last["dt"],
-            )  # fmt: skip  (a tuple, as wire/messages.py's OpSummary decodes)
-        summaries.append({"n": step, "ph": phase, "w": union(everything), "ops": ops})
-    return summaries, sample(calls)
+            ops[op] = OpSummary(
+                calls=len(members), bytes=sum(c["b"] for c in members), waited=union(intervals),
+                total=sum(c["d"] for c in members), longest=max(c["d"] for c in members), group=last["g"], dtype=last["dt"],
+            )  # fmt: skip
+        summaries.append(CallSummary(n=step, ph=phase, w=union(everything), ops=ops))
+    return summaries, [as_call(call) for call in sample(calls)]
+
+
+def as_call(call: dict[str, Any]) -> Call:
+    """A raw call record as the wire's ``Call`` (what else the record holds stays on the rank)."""
+    return Call(
+        op=call["op"], seq=call["seq"], b=call["b"], dt=call["dt"], g=call["g"], d=call["d"], n=call["n"], ph=call["ph"],
+        t0=call["t0"], gi=call.get("gi"), k=call.get("k"),
+    )  # fmt: skip
 
 
 def sample(calls: list[dict[str, Any]], per_op: int = SAMPLE_PER_OP, limit: int = SAMPLE_MAX) -> list[dict[str, Any]]:

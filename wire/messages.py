@@ -1,32 +1,36 @@
-"""Every message that crosses the wire, defined once as types: the schema, its bounds and its documentation.
+"""Every message that crosses the wire, defined once as msgspec Structs: the schema, its bounds, its documentation.
 
-A message body is one MessagePack map. Each kind below is a ``TypedDict`` whose
-fields carry their types and bounds (``Annotated[float, Meta(ge=0, le=...)]``);
-:mod:`.schema` hands the matching type to msgspec's decoder, which reads and
-checks a body in one call in C and yields plain dicts, lists and numbers: the
-code downstream reads what the type says and checks nothing again. Fields not
-listed here are dropped at decode (a newer peer's additions), so a field the
-viewer reads must be listed here first.
+A message body is one MessagePack map. Each kind below is a ``Struct`` tagged
+with its kind (the ``k`` field: ``Hello``, ``Steps``, ... form one tagged
+union, :data:`Message`), whose fields carry their types and bounds
+(``Annotated[float, Meta(ge=0, le=...)]``). The producers build these Structs
+(the probe's Sender, the relay's digest, the simulator): a misspelt field is
+an error where it is written. :mod:`.schema` decodes any kind in one call, in
+C, into the same Structs, checking every field on the way: the code downstream
+reads attributes and checks nothing again. Fields not listed here are dropped
+at decode (a newer peer's additions), so a field the viewer reads must be
+listed here first.
 
-Compact records are fixed-length arrays typed position by position (an op's
-summary): small on the wire, and their layout is written here, not in index
-constants alone. A node digest's steps are columns, packed (wire/step_block.py).
+Compact records are ``array_like`` Structs (an op's summary, a top entry of a
+capture's summary): small on the wire, read by name, with no index constants.
+A node digest's steps are columns, packed (wire/step_block.py).
 
-The probe builds these maps as plain dicts (it must stay cheap and import
-nothing it need not), the relay's digest and the simulator too; the tests hold
-what they build to these types through the same decoder.
+On the wire the Structs encode as the maps and lists of protocol 1.6 did (a
+field left at its default, ``None``, is left out, as the probe always left out
+what it did not know): peers of 1.6 and of this version read each other.
 """
 
 from __future__ import annotations
 
-from typing import Any, Dict, List, Literal, Optional, Tuple, TypedDict, Union
+from typing import Annotated, Any, ClassVar, Dict, List, Literal, Optional, Tuple, Union
 
-from msgspec import Meta
+from msgspec import Meta, Struct, field
 
-try:
-    from typing import Annotated, NotRequired
-except ImportError:  # Python < 3.11
-    from typing_extensions import Annotated, NotRequired
+
+#: Bump the major version on any incompatible change; minor versions only add fields. One exception, named
+#: where it is met: node digests' steps are packed since 1.6 (wire/step_block.py); a relay older than that is
+#: told to upgrade, as a peer of another major version is.
+PROTOCOL_VERSION = (1, 6)
 
 #: The most ranks a job may have: a rank or world size beyond it is no job's (a world of 2**60 would make
 #: the viewer count the ranks that never reported for ever).
@@ -55,16 +59,30 @@ World = Annotated[int, Meta(gt=0, le=MAX_RANKS)]
 Scalar = Union[str, int, Figure, bool, None]
 #: A map of seconds per phase (a step's self times, its device times, its own times).
 Phases = Annotated[Dict[str, Amount], Meta(max_length=MAX_PHASES)]
+#: A short name: a group's id, description or role.
+Name = Annotated[str, Meta(max_length=64)]
+#: The protocol version every body carries, ``[major, minor]``.
+Version = Tuple[int, int]
+#: How a rank's process is ending, as its last heartbeat says ("error": the script died of an uncaught exception).
+Exit = Literal["clean", "error"]
+
+
+class Record(Struct, kw_only=True, omit_defaults=True, frozen=True, gc=False):
+    """What every type here is: built by keyword (a misspelt field fails where it is written), immutable once
+    built (a view may hand it on without a copy), left out of the garbage collector's walks (a viewer holds
+    one per rank, and none refers back to another), and encoded without the fields left at their default.
+    Each subclass says ``kw_only`` and ``frozen`` again: msgspec applies ``kw_only`` to a class's own fields
+    only, and a type checker wants ``frozen`` said on every class of a frozen family."""
 
 
 # -- a rank's state: where its training thread is --------------------------------------------------------
 
 
-class Memory(TypedDict, total=False):
+class Memory(Record, kw_only=True, frozen=True):
     """probe/memory.py: the process's RSS and, on CUDA, the caching allocator's figures (bytes and counts)."""
 
-    rss: Optional[Amount]
-    cuda: Optional[Dict[str, Amount]]  # dev, alloc, resv, peak, retries, ooms, cap
+    rss: Optional[Amount] = None
+    cuda: Optional[Dict[str, Amount]] = None  # dev, alloc, resv, peak, retries, ooms, cap
 
 
 #: probe/gpu_sampler.py: NVML gauges ({"seq", "t", "name", "bus", "util", ..., "throttle": [reasons]}), or
@@ -72,30 +90,34 @@ class Memory(TypedDict, total=False):
 Gpu = Dict[str, Union[str, int, Figure, List[str], None]]
 
 
-#: One of a summary's top entries, [name, microseconds, calls]: a list, shown as it came.
-TopEntry = Annotated[List[Union[str, Count, Amount]], Meta(min_length=3, max_length=3)]
+class TopEntry(Record, array_like=True, frozen=True):
+    """One of a capture summary's top entries, ``[name, microseconds, calls]`` on the wire."""
+
+    name: str
+    us: Amount
+    calls: Count
 
 
-class CaptureSummary(TypedDict, total=False):
+class CaptureSummary(Record, kw_only=True, frozen=True):
     """probe/trace_summary.py (a trace) or probe/capture.py (a memory snapshot): what watch/capture.py reads."""
 
-    compute: Optional[Figure]
-    comm: Optional[Figure]
-    idle: Optional[Figure]
-    wall_us: Optional[Figure]
-    allocated: Optional[Figure]
-    reserved: Optional[Figure]
-    segments: Optional[Figure]
-    events: Optional[Figure]
-    steps: Optional[Annotated[List[int], Meta(min_length=2, max_length=2)]]  # first and last
-    train_ms: Optional[Annotated[List[Figure], Meta(min_length=2)]]
-    ops: Optional[List[TopEntry]]  # the top entries: [name, microseconds, calls] (schema.py checks the positions)
-    kernels: Optional[List[TopEntry]]
-    basis: Optional[str]
-    note: Optional[str]
+    compute: Optional[Figure] = None  # a trace: the share of the captured steps spent computing
+    comm: Optional[Figure] = None  # ... in communication
+    idle: Optional[Figure] = None  # ... idle (the three come together: wire/schema.py)
+    wall_us: Optional[Figure] = None  # the captured steps' wall time, microseconds
+    allocated: Optional[Figure] = None  # a memory snapshot: bytes allocated
+    reserved: Optional[Figure] = None  # ... bytes the caching allocator reserved
+    segments: Optional[Figure] = None  # ... its segments
+    events: Optional[Figure] = None  # ... allocator events recorded
+    steps: Optional[Annotated[List[int], Meta(min_length=2, max_length=2)]] = None  # first and last
+    train_ms: Optional[Annotated[List[Figure], Meta(min_length=2)]] = None
+    ops: Optional[List[TopEntry]] = None  # the top ops
+    kernels: Optional[List[TopEntry]] = None  # the top kernels
+    basis: Optional[str] = None
+    note: Optional[str] = None
 
 
-class Capture(TypedDict):
+class Capture(Record, kw_only=True, frozen=True):
     """A rank's latest capture (wire/capture.py's states, probe/capture.py)."""
 
     id: str
@@ -103,90 +125,98 @@ class Capture(TypedDict):
     st: Literal["waiting", "recording", "writing", "done", "failed"]  # wire/capture.STATES
     start: Whole
     steps: Whole
-    dir: NotRequired[Optional[str]]  # the capture folder on the rank's host
-    at: NotRequired[Optional[Whole]]  # the step being recorded
-    path: NotRequired[Optional[str]]  # the rank's file, once written
-    err: NotRequired[Optional[str]]  # why it failed
-    sum: NotRequired[Optional[CaptureSummary]]
+    dir: Optional[str] = None  # the capture folder on the rank's host
+    at: Optional[Whole] = None  # the step being recorded
+    path: Optional[str] = None  # the rank's file, once written
+    err: Optional[str] = None  # why it failed
+    sum: Optional[CaptureSummary] = None
 
 
-class State(TypedDict, total=False):
+class State(Record, kw_only=True, frozen=True):
     """Where a rank's training thread is, sent with its steps and heartbeats (probe/sender.py)."""
 
-    step: Optional[Whole]  # the step it is in (or the next one, between steps)
-    last: Optional[Whole]  # the last step it finished
-    in_step: Optional[bool]
-    phase: Optional[str]  # the phase it is in
-    step_age: Optional[Amount]  # seconds since the current step began
-    median_step_s: Optional[Amount]
-    rate_hz: Optional[Amount]  # telemetry messages a second
-    dropped: Optional[Count]  # records lost (buffer full, nobody listening)
-    rejected: Optional[Dict[str, Count]]  # refused commands, by reason
-    collective: Optional[Dict[str, Scalar]]  # the last collective entered: op, seq, b, dt, g, inside, age (shown as sent)
-    mem: Optional[Memory]
-    gpu: Optional[Gpu]
-    cap: Optional[Capture]
+    step: Optional[Whole] = None  # the step it is in (or the next one, between steps)
+    last: Optional[Whole] = None  # the last step it finished
+    in_step: Optional[bool] = None
+    phase: Optional[str] = None  # the phase it is in
+    step_age: Optional[Amount] = None  # seconds since the current step began
+    median_step_s: Optional[Amount] = None
+    rate_hz: Optional[Amount] = None  # telemetry messages a second
+    dropped: Optional[Count] = None  # records lost (buffer full, nobody listening)
+    rejected: Optional[Dict[str, Count]] = None  # refused commands, by reason
+    collective: Optional[Dict[str, Scalar]] = None  # the last collective entered: op, seq, b, dt, g, inside, age (shown as sent)
+    mem: Optional[Memory] = None
+    gpu: Optional[Gpu] = None
+    cap: Optional[Capture] = None
+
+
+#: The state of a rank that has sent none yet.
+NO_STATE = State()
 
 
 # -- who a rank is ----------------------------------------------------------------------------------------
 
 
-class Group(TypedDict):
+class Group(Record, kw_only=True, frozen=True):
     """A process group the rank is in (wire/parallel_groups.py): torch's group name (the same on every
     member), its description and role, its members (``[start, count, stride]`` when ``compact``), and
     whether point-to-point ops ran on it."""
 
-    id: Annotated[str, Meta(max_length=64)]
+    id: Name
     size: World
     ranks: Annotated[List[Rank], Meta(max_length=MAX_RANKS)]
-    desc: NotRequired[Annotated[str, Meta(max_length=64)]]
-    role: NotRequired[Annotated[str, Meta(max_length=16)]]
-    compact: NotRequired[bool]
-    p2p: NotRequired[bool]
+    desc: Name = ""
+    role: Annotated[str, Meta(max_length=16)] = ""
+    compact: bool = False
+    p2p: bool = False
 
 
-class RankInfo(TypedDict):
+class RankInfo(Record, kw_only=True, frozen=True):
     """Who a rank is: its hello's own fields (a node digest carries them for its ranks too)."""
 
     host: str
     world: World
     local_rank: Whole
     pid: Whole
-    rate_hz: NotRequired[Optional[Amount]]
-    work: NotRequired[Optional[Dict[str, Union[str, Figure]]]]  # probe/flops.py: dtype, batch, tokens, flops, device, peak_tflops
-    relay: NotRequired[Optional[Dict[str, str]]]  # its node's relay: {"telemetry": url, "control": url}
-    local_world: NotRequired[Optional[Whole]]
-    launcher: NotRequired[Optional[str]]
-    device: NotRequired[Optional[str]]
-    torch: NotRequired[Optional[str]]
-    probe: NotRequired[Optional[str]]
-    python: NotRequired[Optional[str]]
-    argv: NotRequired[Optional[List[str]]]
-    cwd: NotRequired[Optional[str]]
-    groups: NotRequired[Annotated[List[Group], Meta(max_length=64)]]  # its process groups (wire/parallel_groups.py)
+    rate_hz: Optional[Amount] = None
+    work: Optional[Dict[str, Union[str, Figure]]] = None  # probe/flops.py: dtype, batch, tokens, flops, device, peak_tflops
+    relay: Optional[Dict[str, str]] = None  # its node's relay: {"telemetry": url, "control": url}
+    local_world: Optional[Whole] = None  # ranks on its node
+    launcher: Optional[str] = None  # torchrun, srun, mp.spawn, ...
+    device: Optional[str] = None  # "cuda:3 NVIDIA H100 ...", or "cpu"
+    torch: Optional[str] = None  # torch's version, if the script imported it
+    probe: Optional[str] = None  # ranktop's version
+    python: Optional[str] = None  # the interpreter's version
+    argv: Optional[List[str]] = None  # the first words of its command line
+    cwd: Optional[str] = None  # its working folder
+    groups: Optional[Annotated[List[Group], Meta(max_length=64)]] = None  # its process groups (wire/parallel_groups.py)
+
+
+#: A rank's hello fields, by name: what a hello carries beyond its envelope.
+RANK_INFO_FIELDS = RankInfo.__struct_fields__
 
 
 # -- step records and collectives ------------------------------------------------------------------------
 
 
-class DeviceTimes(TypedDict):
+class DeviceTimes(Record, kw_only=True, frozen=True):
     """A step's device-side times, where the rank measured them (CUDA events, probe/gpu_timing.py)."""
 
     w: Amount
     p: Phases
 
 
-class Step(TypedDict):
+class Step(Record, kw_only=True, frozen=True):
     """One completed step: number, wall-clock start (unix s), wall duration (s), self time per phase."""
 
     n: Whole
     t: Figure
     w: Amount
     p: Phases  # "other" is w less the sum of p
-    g: NotRequired[DeviceTimes]
+    g: Optional[DeviceTimes] = None
 
 
-class Call(TypedDict):
+class Call(Record, kw_only=True, frozen=True):
     """One collective call (raw): op, the rank's call counter, bytes, dtype, group size, seconds waited
     (launch to completion), step, phase (None: outside every phase), start on the rank's monotonic clock."""
 
@@ -199,16 +229,24 @@ class Call(TypedDict):
     n: Whole
     ph: Optional[str]  # present, even when None
     t0: Figure
-    gi: NotRequired[Annotated[str, Meta(max_length=64)]]  # its group's id (torch's group name)
-    k: NotRequired[Literal["c", "p", "f"]]  # a collective, a point-to-point op, a functional collective
+    gi: Optional[Name] = None  # its group's id (torch's group name)
+    k: Optional[Literal["c", "p", "f"]] = None  # a collective, a point-to-point op, a functional collective
 
 
-#: One op's summary over a step and phase (wire/collective_summary.py):
-#: [calls, bytes, waited (the union), total (the sum), longest, group size, dtype].
-OpSummary = Tuple[Annotated[int, Meta(gt=0, le=int(MAX_FIGURE))], Count, Amount, Amount, Amount, Whole, str]
+class OpSummary(Record, array_like=True, frozen=True):
+    """One op's collectives over a step and phase (wire/collective_summary.py), a list on the wire:
+    ``[calls, bytes, waited (the union of their waits), total (the sum), longest, group size, dtype]``."""
+
+    calls: Annotated[int, Meta(gt=0, le=int(MAX_FIGURE))]
+    bytes: Count
+    waited: Amount
+    total: Amount
+    longest: Amount
+    group: Whole
+    dtype: str
 
 
-class CallSummary(TypedDict):
+class CallSummary(Record, kw_only=True, frozen=True):
     """The collectives of one step and phase: the union of their waits, and a summary per op."""
 
     n: Whole
@@ -219,67 +257,86 @@ class CallSummary(TypedDict):
 
 # -- the kinds ------------------------------------------------------------------------------------------
 
-Version = Annotated[List[int], Meta(min_length=2, max_length=2)]
+
+def _version() -> Version:
+    """The version a body is built with: a factory, so that the field is always encoded (omit_defaults leaves
+    out only a field equal to a plain default)."""
+    return PROTOCOL_VERSION
 
 
-class _Origin(TypedDict):
-    v: Version
+class Kind(Record, tag_field="k", kw_only=True, frozen=True):
+    """A message: ``k`` (its kind, the union's tag) and ``v`` (the protocol version) ride in every body."""
+
+    KIND: ClassVar[str]
+    v: Version = field(default_factory=_version)
+
+
+class Origin(Kind, kw_only=True, frozen=True):
+    """What a rank sends: which job and rank, when (unix s), and where its training thread is."""
+
     job: str
     rank: Rank
     ts: Figure
-    state: NotRequired[Optional[State]]
+    state: Optional[State] = None
 
 
-class Hello(_Origin, RankInfo):
-    """A rank's metadata; re-sent periodically so late viewers learn it."""
+class Hello(RankInfo, tag_field="k", tag="hello", kw_only=True, frozen=True):
+    """A rank's metadata; re-sent periodically so late viewers learn it. Its own fields are a ``RankInfo``'s
+    (a node digest carries those alone); its envelope is an ``Origin``'s, spelt again (a Struct has one base)."""
 
-    k: Literal["hello"]
+    KIND: ClassVar[str] = "hello"
+    v: Version = field(default_factory=_version)
+    job: str
+    rank: Rank
+    ts: Figure
+    state: Optional[State] = None
+
+    def info(self) -> RankInfo:
+        """Who the rank is, less the envelope (what a node digest carries, what a viewer keeps)."""
+        return RankInfo(**{name: getattr(self, name) for name in RANK_INFO_FIELDS})
 
 
-class Steps(_Origin):
+class Steps(Origin, tag="steps", kw_only=True, frozen=True):
     """A batch of completed steps, with the collectives they waited in."""
 
-    k: Literal["steps"]
+    KIND: ClassVar[str] = "steps"
     steps: List[Step]
-    cs: NotRequired[List[CallSummary]]  # one summary per step and phase
-    cx: NotRequired[List[Call]]  # a bounded sample of raw calls (for the alpha-beta fit, latency percentiles)
+    cs: Optional[List[CallSummary]] = None  # one summary per step and phase
+    cx: Optional[List[Call]] = None  # a bounded sample of raw calls (for the alpha-beta fit, latency percentiles)
 
 
-class Heartbeat(_Origin):
+class Heartbeat(Origin, tag="heartbeat", kw_only=True, frozen=True):
     """Sent when a rank has nothing else to say: it is alive, and where it is."""
 
-    k: Literal["heartbeat"]
-    # A rank's last heartbeat, sent as its probe shuts down: how its process is ending ("error": the script died
-    # of an uncaught exception). A viewer that hears every rank end cleanly says the job ended (watch/lifecycle.py).
-    exit: NotRequired[Literal["clean", "error"]]
+    KIND: ClassVar[str] = "heartbeat"
+    # A rank's last heartbeat, sent as its probe shuts down: how its process is ending. A viewer that hears
+    # every rank end cleanly says the job ended (watch/lifecycle.py).
+    exit: Optional[Exit] = None
 
 
-class Reply(_Origin):
+class Reply(Origin, tag="reply", kw_only=True, frozen=True):
     """A rank's answer to a command."""
 
-    k: Literal["reply"]
+    KIND: ClassVar[str] = "reply"
     id: str
     cmd: str
     ok: bool
-    result: NotRequired[Optional[Dict[str, Any]]]  # a plain map, at most MAX_DEPTH deep (checked by schema.py)
+    result: Optional[Dict[str, Any]] = None  # a plain map, at most MAX_DEPTH deep (checked by schema.py)
 
 
-class Command(TypedDict):
+class Command(Kind, tag="command", kw_only=True, frozen=True):
     """A viewer's command to the ranks, always signed (wire/auth.py)."""
 
-    v: Version
-    k: Literal["command"]
+    KIND: ClassVar[str] = "command"
     job: str
     id: str
     cmd: str
     ts: Figure
-    args: Dict[str, Any]
-    ranks: NotRequired[Optional[List[Whole]]]  # None: every rank
-    sig: NotRequired[str]
-    nonce: NotRequired[str]
+    args: Dict[str, Any]  # a plain map, at most MAX_DEPTH deep (checked by schema.py)
+    ranks: Optional[List[Whole]] = None  # None: every rank
 
 
-class NodeSteps(TypedDict):
+class NodeSteps(Record, kw_only=True, frozen=True):
     """The steps of a node's ranks in one digest interval, as packed columns (wire/step_block.py says the layout
     and checks it): a viewer decodes a few byte strings and writes a node's steps as one block instead of a
     record, or a hundred numbers, per rank."""
@@ -289,40 +346,37 @@ class NodeSteps(TypedDict):
     c: bytes  # how many steps the interval stands for, int64 each
     f: bytes  # float64: each rank's start, mean wall time and mean own time per phase of p, rank by rank
     p: Annotated[List[str], Meta(max_length=MAX_PHASES)]  # the phases of f, in order
-    g: NotRequired[bytes]  # one byte a rank: 1 where its steps carry device times (absent: no rank's do)
+    g: Optional[bytes] = None  # one byte a rank: 1 where its steps carry device times (absent: no rank's do)
 
 
-class NodeRank(TypedDict):
+class NodeRank(Record, kw_only=True, frozen=True):
     """A rank's entry in its node's digest (wire/node_digest.py), for a rank with more to say than its steps,
     or that said something but made no step (it is alive)."""
 
     r: Rank
-    state: NotRequired[State]
-    hello: NotRequired[RankInfo]
-    ops: NotRequired[Dict[str, OpSummary]]
-    cx: NotRequired[List[Call]]
-    exit: NotRequired[Literal["clean", "error"]]  # its last heartbeat's word: its process is ending
+    state: Optional[State] = None
+    hello: Optional[RankInfo] = None
+    ops: Optional[Dict[str, OpSummary]] = None
+    cx: Optional[List[Call]] = None
+    exit: Optional[Exit] = None  # its last heartbeat's word: its process is ending
 
 
-class Node(TypedDict):
+class Node(Kind, tag="node", kw_only=True, frozen=True):
     """A relay's digest of its node's ranks, for the biggest jobs."""
 
-    v: Version
-    k: Literal["node"]
+    KIND: ClassVar[str] = "node"
     job: str
     host: str
     ts: Figure
-    relay: NotRequired[Optional[Dict[str, str]]]
+    relay: Optional[Dict[str, str]] = None
     ranks: List[NodeRank]  # only the ranks with more to say than their steps
-    steps: NotRequired[NodeSteps]  # absent: no rank of the node made a step in the interval
+    steps: Optional[NodeSteps] = None  # absent: no rank of the node made a step in the interval
 
 
-#: The type of each kind's body, by its topic.
-BY_KIND: dict[str, Any] = {
-    "hello": Hello,
-    "steps": Steps,
-    "heartbeat": Heartbeat,
-    "reply": Reply,
-    "command": Command,
-    "node": Node,
-}
+#: Any message: one tagged union, decoded in one call (wire/schema.py).
+Message = Union[Hello, Steps, Heartbeat, Reply, Command, Node]
+#: What a rank itself sends.
+RankMessage = Union[Hello, Steps, Heartbeat, Reply]
+
+#: The type of each kind's body, by its kind.
+BY_KIND: Dict[str, Any] = {kind.KIND: kind for kind in (Hello, Steps, Heartbeat, Reply, Command, Node)}

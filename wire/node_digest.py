@@ -44,6 +44,7 @@ from typing import Any
 
 from . import collective_summary as _summary
 from . import step_block
+from .messages import Call, Exit, Heartbeat, Hello, Message, Node, NodeRank, NodeSteps, OpSummary, RankInfo, State, Steps
 from .own_times import own_times
 
 #: How often a relay sends its node's digest (a rank sends its own steps 4 times a second by default).
@@ -64,8 +65,6 @@ OPS_EVERY_S = 2.0
 #: A node's digest carries one rank's sample of raw calls (for the alpha-beta fit) this often, its ranks in
 #: turn: 256 samples a second from 512 nodes is plenty for the fit, and the viewer decodes every one of them.
 SAMPLE_EVERY_S = 2.0
-#: Hello fields that say nothing about who the rank is (they ride in the rank's entry on their own).
-_NOT_META = frozenset(("v", "k", "job", "rank", "ts", "state"))
 
 
 class _Rank:
@@ -75,14 +74,14 @@ class _Rank:
     )  # fmt: skip
 
     def __init__(self) -> None:
-        self.hello: dict[str, Any] | None = None
+        self.hello: RankInfo | None = None
         self.hello_sent = self.state_sent = self.ops_sent = float("-inf")
-        self.state: dict[str, Any] | None = None
+        self.state: State | None = None
         self.sent_cap: Any = None
-        self.ops: dict[str, list] = {}
-        self.sample: list | None = None
+        self.ops: dict[str, OpSummary] = {}
+        self.sample: list[Call] | None = None
         self.waits: dict[str | None, float] = {}
-        self.exit: str | None = None  # its last word, passed on once
+        self.exit: Exit | None = None  # its last word, passed on once
         self.reset()
 
     def reset(self) -> None:
@@ -97,8 +96,8 @@ class _Rank:
 
 
 class NodeDigest:
-    """Folds the messages of a node's ranks (decoded maps, as wire/schema.py yields them) into one digest body
-    per interval. Pure: the caller owns sockets and timing. Memory is O(ranks of the node x phases x ops)."""
+    """Folds the messages of a node's ranks (as wire/schema.py decodes them) into one ``Node`` message per
+    interval. Pure: the caller owns sockets and timing. Memory is O(ranks of the node x phases x ops)."""
 
     def __init__(self, job: str, host: str):
         self.job = job
@@ -107,27 +106,26 @@ class NodeDigest:
         self.relay: dict[str, str] | None = None  # the node relay's own addresses, told to every viewer
         self._sampled_at = float("-inf")  # when a digest last carried a rank's raw calls
 
-    def add(self, kind: str, msg: dict[str, Any]) -> None:
+    def add(self, msg: Message) -> None:
         """One rank's hello, steps or heartbeat (other kinds pass the digest by)."""
-        if kind not in ("hello", "steps", "heartbeat") or msg.get("job") != self.job:
+        if not isinstance(msg, (Hello, Steps, Heartbeat)) or msg.job != self.job:
             return
-        state = msg.get("state")
-        rank = self._heard(msg["rank"], state if isinstance(state, dict) else None)
-        if kind == "hello":
-            meta = {k: v for k, v in msg.items() if k not in _NOT_META}
-            if meta.get("relay") is not None and self.relay is None:
-                self.relay = meta["relay"]
-            if meta != rank.hello:
-                rank.hello = meta
+        rank = self._heard(msg.rank, msg.state)
+        if isinstance(msg, Hello):
+            info = msg.info()
+            if info.relay is not None and self.relay is None:
+                self.relay = info.relay
+            if info != rank.hello:
+                rank.hello = info
                 rank.hello_sent = float("-inf")
-        elif kind == "steps":
+        elif isinstance(msg, Steps):
             self._add_steps(rank, msg)
-        elif "exit" in msg:  # a heartbeat's last word: a viewer of digests learns the job ended from it too
-            rank.exit = msg["exit"]
+        elif msg.exit is not None:  # a heartbeat's last word: a viewer of digests learns the job ended from it too
+            rank.exit = msg.exit
 
     def add_sums(
-        self, number: int, state: dict[str, Any] | None, *, count: int, last: int, end: float, wall: float,
-        phases: dict[str, float], waits: dict[str, float], ops: dict[str, list], sample: list | None = None,
+        self, number: int, state: State | None, *, count: int, last: int, end: float, wall: float,
+        phases: dict[str, float], waits: dict[str | None, float], ops: dict[str, OpSummary], sample: list[Call] | None = None,
     ) -> None:  # fmt: skip
         """A rank's steps already summed, as :meth:`add` sums their records: ``count`` steps up to ``last``
         (which ended at ``end``), their total wall, own-plus-wait phase times and waits per phase, and their
@@ -138,15 +136,16 @@ class NodeDigest:
         rank.wall += wall
         if last >= rank.last:
             rank.last, rank.end = last, end
-        for acc, more in ((rank.phases, phases), (rank.waits, waits)):
-            for name, sec in more.items():
-                acc[name] = acc.get(name, 0.0) + sec
+        for name, sec in phases.items():
+            rank.phases[name] = rank.phases.get(name, 0.0) + sec
+        for phase, sec in waits.items():
+            rank.waits[phase] = rank.waits.get(phase, 0.0) + sec
         for op, fields in ops.items():
             _merge_op(rank.ops, op, fields)
         if sample:
             rank.sample = sample[-_summary.SAMPLE_MAX :]
 
-    def _heard(self, number: int, state: dict[str, Any] | None) -> _Rank:
+    def _heard(self, number: int, state: State | None) -> _Rank:
         """Rank ``number`` said something (with its ``state``, when it sent one): its entry, fresh."""
         rank = self._ranks.get(number)
         if rank is None:
@@ -157,44 +156,41 @@ class NodeDigest:
         return rank
 
     @staticmethod
-    def _add_steps(rank: _Rank, msg: dict[str, Any]) -> None:
+    def _add_steps(rank: _Rank, msg: Steps) -> None:
         phases = rank.phases
-        for rec in msg["steps"]:
+        for rec in msg.steps:
             rank.count += 1
-            g = rec.get("g")  # device times where the rank has them: its waits are on the device too
-            rank.wall += g["w"] if g else rec["w"]
-            end = rec["t"] + rec["w"]
-            if rec["n"] >= rank.last:
-                rank.last, rank.end = rec["n"], end
-            for name, sec in (g["p"] if g else rec["p"]).items():
+            g = rec.g  # device times where the rank has them: its waits are on the device too
+            rank.wall += g.w if g else rec.w
+            end = rec.t + rec.w
+            if rec.n >= rank.last:
+                rank.last, rank.end = rec.n, end
+            for name, sec in (g.p if g else rec.p).items():
                 phases[name] = phases.get(name, 0.0) + sec
             if g:
                 rank.dev = True
-        for entry in msg.get("cs", ()):
-            rank.waits[entry["ph"]] = rank.waits.get(entry["ph"], 0.0) + entry["w"]
-            for op, fields in entry["ops"].items():
+        for entry in msg.cs or ():
+            rank.waits[entry.ph] = rank.waits.get(entry.ph, 0.0) + entry.w
+            for op, fields in entry.ops.items():
                 _merge_op(rank.ops, op, fields)
-        sample = msg.get("cx")
-        if sample:
-            rank.sample = sample[-_summary.SAMPLE_MAX :]
+        if msg.cx:
+            rank.sample = msg.cx[-_summary.SAMPLE_MAX :]
 
-    def body(self, now: float, wall: float) -> dict[str, Any] | None:
+    def body(self, now: float, wall: float) -> Node | None:
         """The digest of everything added since the last call (None when no rank said anything), ready for
-        wire/schema.py's encode as a ``node`` message. ``now``: a monotonic clock, for the cadences;
-        ``wall``: unix time, the message's timestamp."""
+        wire/schema.py's encode. ``now``: a monotonic clock, for the cadences; ``wall``: unix time, the
+        message's timestamp."""
         entries = []
         steps = _StepColumns()
         sampled = now - self._sampled_at < SAMPLE_EVERY_S
         for number, rank in list(self._ranks.items()):
             if not rank.fresh:
                 continue
-            entry: dict[str, Any] = {"r": number}
+            entry: dict[str, Any] = {}
             state = rank.state
-            if state is not None and (
-                not rank.count or now - rank.state_sent >= SLOW_EVERY_S or state.get("cap") != rank.sent_cap
-            ):
+            if state is not None and (not rank.count or now - rank.state_sent >= SLOW_EVERY_S or state.cap != rank.sent_cap):
                 entry["state"] = state
-                rank.state_sent, rank.sent_cap = now, state.get("cap")
+                rank.state_sent, rank.sent_cap = now, state.cap
             if rank.hello is not None and now - rank.hello_sent >= HELLO_EVERY_S:
                 entry["hello"] = rank.hello
                 rank.hello_sent = now
@@ -210,17 +206,14 @@ class NodeDigest:
                 self._ranks.move_to_end(number)
             if rank.exit is not None:
                 entry["exit"], rank.exit = rank.exit, None
-            if len(entry) > 1 or not rank.count:  # more to say than its steps, or alive without any
-                entries.append(entry)
+            if entry or not rank.count:  # more to say than its steps, or alive without any
+                entries.append(NodeRank(r=number, **entry))
             rank.reset()
         if not entries and not steps.ranks:
             return None
-        body: dict[str, Any] = {"job": self.job, "host": self.host, "ts": wall, "ranks": entries}
-        if steps.ranks:
-            body["steps"] = steps.columns()
-        if self.relay is not None:
-            body["relay"] = self.relay
-        return body
+        return Node(
+            job=self.job, host=self.host, ts=wall, ranks=entries, steps=steps.columns() if steps.ranks else None, relay=self.relay
+        )
 
 
 class _StepColumns:
@@ -258,20 +251,15 @@ class _StepColumns:
             if len(column) == at:
                 column.append(0.0)
 
-    def columns(self) -> dict[str, Any]:
+    def columns(self) -> NodeSteps:
         """The columns packed (wire/step_block.py)."""
         return step_block.pack(self.ranks, self.last, self.count, self.start, self.wall, self.own, self.device)
 
 
-def _merge_op(ops: dict[str, list], op: str, fields: list) -> None:
-    """Adds one op's summary (wire/collective_summary.py's fields) to a rank's since its last digest."""
+def _merge_op(ops: dict[str, OpSummary], op: str, more: OpSummary) -> None:
+    """Adds one op's summary (wire/collective_summary.py) to a rank's since its last digest."""
     acc = ops.get(op)
-    if acc is None:
-        ops[op] = list(fields)
-        return
-    acc[_summary.CALLS] += fields[_summary.CALLS]
-    acc[_summary.BYTES] += fields[_summary.BYTES]
-    acc[_summary.WAITED] += fields[_summary.WAITED]
-    acc[_summary.TOTAL] += fields[_summary.TOTAL]
-    acc[_summary.LONGEST] = max(acc[_summary.LONGEST], fields[_summary.LONGEST])
-    acc[_summary.GROUP], acc[_summary.DTYPE] = fields[_summary.GROUP], fields[_summary.DTYPE]
+    ops[op] = more if acc is None else OpSummary(
+        calls=acc.calls + more.calls, bytes=acc.bytes + more.bytes, waited=acc.waited + more.waited,
+        total=acc.total + more.total, longest=max(acc.longest, more.longest), group=more.group, dtype=more.dtype,
+    )  # fmt: skip

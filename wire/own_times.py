@@ -7,10 +7,12 @@ digest (wire/node_digest.py).
 
 from __future__ import annotations
 
+from typing import Mapping
+
 from .names import COMM_PHASE, OTHER_PHASE
 
 
-def own_times(wall: float, phases: dict[str, float], waits: dict | None) -> dict[str, float]:
+def own_times(wall: float, phases: dict[str, float], waits: Mapping[str | None, float] | None) -> dict[str, float]:
     """A step's time per phase with its waits in collectives taken out (and summed as ``comm``); the time
     outside every named phase is ``other``. ``waits``: seconds waited per phase (None: a phase of none)."""
     out = dict(phases)

@@ -21,7 +21,7 @@ group is): ``[start, count, stride]`` with ``compact`` true; else the list.
 
 from __future__ import annotations
 
-from typing import Any
+from .messages import Group
 
 #: Roles, in the order coordinates are written ("rank 3 (pp 1, tp 0, dp 1)").
 ROLES = ("pp", "vpp", "cp", "ep", "tp", "dp_replicate", "dp_shard", "dp")
@@ -66,13 +66,12 @@ def compact(ranks: list[int]) -> list[int]:
     return list(ranks)
 
 
-def members(entry: dict[str, Any]) -> list[int]:
-    """The member ranks of a group entry, in group-rank order."""
-    ranks = entry.get("ranks") or []
-    if entry.get("compact"):
-        start, count, stride = ranks
+def members(group: Group) -> list[int]:
+    """The member ranks of a group, in group-rank order."""
+    if group.compact:
+        start, count, stride = group.ranks
         return list(range(start, start + count * stride, stride))
-    return list(ranks)
+    return list(group.ranks)
 
 
 def label(role: str, size: int) -> str:
@@ -86,25 +85,17 @@ def split_op(key: str) -> tuple[str, str | None]:
     return op, role or None
 
 
-def check(groups: Any, max_rank: int) -> bool:
-    """Whether ``hello["groups"]`` is well formed (wire/schema.py calls this on every hello)."""
-    if type(groups) is not list or len(groups) > MAX_GROUPS:
-        return False
+def check(groups: list[Group], world: int) -> bool:
+    """Whether a hello's groups hold together (wire/schema.py calls this on every hello; the types have checked
+    each field): every member within the world, as many members as the size says, or ``[start, count, stride]``
+    that stay within it."""
     for g in groups:
-        if type(g) is not dict:
+        ranks, size = g.ranks, g.size
+        if size > world or any(r >= world for r in ranks):
             return False
-        gid, desc, size, ranks, role = g.get("id"), g.get("desc", ""), g.get("size"), g.get("ranks"), g.get("role", "")
-        if not (type(gid) is str and len(gid) <= MAX_DESC and type(desc) is str and len(desc) <= MAX_DESC):
-            return False
-        if not (type(role) is str and len(role) <= 16 and type(size) is int and 0 < size <= max_rank):
-            return False
-        if type(ranks) is not list or not all(type(r) is int and 0 <= r < max_rank for r in ranks):
-            return False
-        if g.get("compact"):
-            if len(ranks) != 3 or ranks[1] != size or ranks[2] <= 0 or ranks[0] + (size - 1) * ranks[2] >= max_rank:
+        if g.compact:
+            if len(ranks) != 3 or ranks[1] != size or ranks[2] <= 0 or ranks[0] + (size - 1) * ranks[2] >= world:
                 return False
         elif len(ranks) != size:
-            return False
-        if type(g.get("p2p", False)) is not bool:
             return False
     return True

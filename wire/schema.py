@@ -1,28 +1,41 @@
 """The messages that cross the wire, and the only code that encodes or decodes them.
 
-Both ends import this module: the probe inside each rank and the TUI. A message is
+Both ends import this module: the probe inside each rank and the viewer. A message is
 a ZeroMQ multipart frame list ``[topic, body]``: the topic (the message kind, as
 bytes) lets a subscriber filter without decoding, and the body is one msgpack map.
 Every body carries ``v`` (the protocol version as ``[major, minor]``), so a peer
 of another major version is recognised before anything else is read.
 
-What each kind holds is written once, as types, in :mod:`.messages`; :func:`decode`
-hands the kind's type to msgspec, which reads and checks the body in one call
-and yields plain maps, lists, strings and numbers. Nothing here unpickles or
-evaluates what arrives, and nothing downstream checks a field again.
+What each kind holds is written once, as msgspec Structs, in :mod:`.messages`:
+producers build them and :func:`encode` writes them; :func:`decode` reads any
+kind in one call (the tagged union) into the same Structs, every field checked
+by its type and bounds. What a type cannot say is checked here, once (``_CHECKS``).
+Nothing here unpickles or evaluates what arrives, and nothing downstream checks a
+field again.
 """
 
 from __future__ import annotations
 
 import re
-from typing import Any, TypedDict
+from typing import Any, Callable
 
 import msgspec
 
-from . import messages as _messages
 from . import parallel_groups as _groups
 from . import step_block
-from .messages import MAX_FIGURE, MAX_PHASES, MAX_RANKS  # noqa: F401  (read as schema.MAX_RANKS, ...)
+from .messages import (  # noqa: F401  (read as schema.MAX_RANKS, schema.PROTOCOL_VERSION, ...)
+    MAX_FIGURE,
+    MAX_PHASES,
+    MAX_RANKS,
+    PROTOCOL_VERSION,
+    Command,
+    Hello,
+    Message,
+    Node,
+    RankInfo,
+    Reply,
+    State,
+)
 from .names import (  # noqa: F401  (re-exported: schema.HELLO, schema.OTHER_PHASE, ... read as they always have)
     COMM_PHASE,
     COMMAND,
@@ -38,10 +51,6 @@ from .names import (  # noqa: F401  (re-exported: schema.HELLO, schema.OTHER_PHA
     TELEMETRY_KINDS,
 )
 
-#: Bump the major version on any incompatible change; minor versions only add fields. One exception, named
-#: where it is met: node digests' steps are packed since 1.6 (wire/step_block.py); a relay older than that is
-#: told to upgrade, as a peer of another major version is.
-PROTOCOL_VERSION = (1, 6)
 #: The first version whose node digests a viewer reads.
 PACKED_DIGESTS = (1, 6)
 
@@ -78,12 +87,9 @@ def _fmt_version(v: Any) -> str:
         return repr(v)
 
 
-def encode(kind: str, body: dict[str, Any]) -> list[bytes]:
-    """Frames for one message: ``[topic, msgpack(body + version + kind)]``."""
-    payload = dict(body)
-    payload["v"] = list(PROTOCOL_VERSION)
-    payload["k"] = kind
-    return [kind.encode(), _encode(payload)]
+def encode(message: Message) -> list[bytes]:
+    """Frames for one message: ``[topic, msgpack(body)]``; the body carries its kind and version."""
+    return [message.KIND.encode(), _ENCODER.encode(message)]
 
 
 def _plain_value(value: Any) -> Any:
@@ -97,12 +103,14 @@ def _plain_value(value: Any) -> Any:
     raise TypeError(f"Encoding objects of type {type(value).__name__} is unsupported")
 
 
-def _encode(payload: dict) -> bytes:
-    return msgspec.msgpack.encode(payload, enc_hook=_plain_value)
+_ENCODER = msgspec.msgpack.Encoder(enc_hook=_plain_value)
+#: Any kind, in one call: the union is tagged by ``k`` (wire/messages.py).
+_DECODER: msgspec.msgpack.Decoder[Message] = msgspec.msgpack.Decoder(Message)
+_TOPICS = frozenset(kind.encode() for kind in KINDS)
 
 
-def decode(frames: list[bytes]) -> dict[str, Any]:
-    """Parse and check one telemetry or command message against its kind's type (wire/messages.py).
+def decode(frames: list[bytes]) -> Message:
+    """Parse and check one telemetry or command message: the Struct of its kind (wire/messages.py).
 
     Raises :class:`VersionMismatch` for a ranktop peer of another major version and
     :class:`WireError` for anything else that is not a well-formed message.
@@ -112,23 +120,26 @@ def decode(frames: list[bytes]) -> dict[str, Any]:
     topic, body = frames[0], frames[1]
     if len(body) > MAX_BODY_BYTES:
         raise WireError(f"message body over {MAX_BODY_BYTES} bytes")
-    decoder = _DECODERS.get(topic)
-    if decoder is None:
+    if topic not in _TOPICS:
         raise WireError("unknown message kind")
     try:
-        msg = decoder.decode(body)
+        msg = _DECODER.decode(body)
     except msgspec.ValidationError as exc:
         _envelope(body)  # another major version, an older relay's digest, or no ranktop message: said as such
         raise WireError(_fault(topic, exc)) from None
     except Exception:  # msgspec.DecodeError, and whatever a damaged body makes of the decoder
         raise WireError("body is not msgpack") from None
-    if msg["v"][0] != PROTOCOL_VERSION[0]:
-        raise VersionMismatch(list(msg["v"]))
-    _CHECKS[msg["k"]](msg)
+    if msg.v[0] != PROTOCOL_VERSION[0]:
+        raise VersionMismatch(list(msg.v))
+    if msg.KIND.encode() != topic:
+        raise WireError(f"{topic.decode()}: the body is of another kind")
+    _CHECKS[msg.KIND](msg)
     return msg
 
 
-class _Envelope(TypedDict):
+class _Envelope(msgspec.Struct):
+    """What every body has, whatever its version: read when a body fails its kind's type, to say why."""
+
     v: Any
     k: Any
 
@@ -150,14 +161,14 @@ def _envelope(body: bytes) -> None:
         raise WireError("body is not a map with a protocol version and a kind") from None
     except Exception:
         raise WireError("body is not msgpack") from None
-    version = head["v"]
+    version = head.v
     if not (isinstance(version, list) and len(version) == 2 and all(type(x) is int for x in version)):
         raise WireError("missing or malformed protocol version")
     if version[0] != PROTOCOL_VERSION[0]:
         raise VersionMismatch(version)
-    if head["k"] not in KINDS:
+    if head.k not in KINDS:
         raise WireError("unknown message kind")
-    if head["k"] == NODE and tuple(version) < PACKED_DIGESTS:
+    if head.k == NODE and tuple(version) < PACKED_DIGESTS:
         raise VersionMismatch(version, f"{_fmt_version(PACKED_DIGESTS)} or later (node digests changed in it)")
 
 
@@ -181,7 +192,7 @@ def _plain(value: Any, depth: int = 0) -> bool:
     if kind is str or kind is bool or kind is int or value is None:
         return True
     if kind is float:
-        return -_BIG <= value <= _BIG
+        return bool(-_BIG <= value <= _BIG)
     if depth >= MAX_DEPTH:
         return False
     if kind is dict:
@@ -191,68 +202,53 @@ def _plain(value: Any, depth: int = 0) -> bool:
     return False
 
 
-def _check_state(state: dict | None) -> None:
-    cap = state.get("cap") if state else None
-    summary = cap.get("sum") if cap else None
-    if not summary:
-        return
-    if summary.get("compute") is not None and (summary.get("comm") is None or summary.get("idle") is None):
+def _check_state(state: State | None) -> None:
+    """A capture summary of a trace has its three shares together, or none."""
+    summary = state.cap.sum if state is not None and state.cap is not None else None
+    if summary is not None and summary.compute is not None and (summary.comm is None or summary.idle is None):
         raise WireError("state: bad capture summary")
-    for key in ("ops", "kernels"):
-        for name, micros, calls in summary.get(key) or ():
-            if type(name) is not str or type(micros) not in (int, float) or type(calls) is not int:
-                raise WireError("state: bad capture summary")
 
 
-def _check_groups(info: dict) -> None:
+def _check_groups(info: RankInfo) -> None:
     """A hello's groups: members within the world, as many as the size says (wire/parallel_groups.py)."""
-    groups = info.get("groups")
-    if groups is not None and not _groups.check(groups, info["world"]):
+    if info.groups is not None and not _groups.check(info.groups, info.world):
         raise WireError("hello: bad groups")
 
 
-def _check_origin(msg: dict) -> None:
-    _check_state(msg.get("state"))
+def _check_origin(msg: Any) -> None:
+    _check_state(msg.state)
 
 
-def _check_hello(msg: dict) -> None:
-    _check_state(msg.get("state"))
+def _check_hello(msg: Hello) -> None:
+    _check_state(msg.state)
     _check_groups(msg)
 
 
-def _check_reply(msg: dict) -> None:
-    _check_state(msg.get("state"))
-    result = msg.get("result")
-    if result is not None and not _plain(result):
+def _check_reply(msg: Reply) -> None:
+    _check_state(msg.state)
+    if msg.result is not None and not _plain(msg.result):
         raise WireError("reply: result is not a plain map")
 
 
-def _check_command(msg: dict) -> None:
-    if not _plain(msg["args"]):
+def _check_command(msg: Command) -> None:
+    if not _plain(msg.args):
         raise WireError("command: args is not a plain map")
 
 
-def _check_node(msg: dict) -> None:
-    for entry in msg["ranks"]:
-        _check_state(entry.get("state"))
-        if "hello" in entry:
-            _check_groups(entry["hello"])
-    steps = msg.get("steps")
-    if steps is not None:
-        _check_columns(steps)
-
-
-def _check_columns(steps: dict) -> None:
-    """A digest's packed step columns line up, one position per rank, each rank once (the viewer writes them by
-    position, a rank's row at most once per message), every figure within bounds (wire/step_block.py)."""
-    try:
-        step_block.check(steps)
-    except ValueError as exc:
-        raise WireError(f"node: {exc}") from None
+def _check_node(msg: Node) -> None:
+    for entry in msg.ranks:
+        _check_state(entry.state)
+        if entry.hello is not None:
+            _check_groups(entry.hello)
+    if msg.steps is not None:
+        try:
+            step_block.check(msg.steps)
+        except ValueError as exc:
+            raise WireError(f"node: {exc}") from None
 
 
 #: What each kind's type leaves to code, run by :func:`decode` after the type's own checks.
-_CHECKS = {
+_CHECKS: dict[str, Callable[[Any], None]] = {
     HELLO: _check_hello,
     STEPS: _check_origin,
     HEARTBEAT: _check_origin,
@@ -260,6 +256,3 @@ _CHECKS = {
     COMMAND: _check_command,
     NODE: _check_node,
 }
-
-#: One decoder per kind, by topic: the kind's type (wire/messages.py) checks every field it reads.
-_DECODERS = {kind.encode(): msgspec.msgpack.Decoder(_messages.BY_KIND[kind]) for kind in KINDS}

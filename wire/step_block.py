@@ -34,12 +34,16 @@ import struct
 import sys
 from array import array
 from itertools import chain
-from typing import Any
+from typing import Any, Final, Literal
 
-from .messages import MAX_FIGURE, MAX_PHASES, MAX_RANKS
+from .messages import MAX_FIGURE, MAX_PHASES, MAX_RANKS, NodeSteps
 
 #: The columns' element types, as :mod:`array` and numpy name them.
-RANK, WHOLE, FIGURE, FLAG = "i", "q", "d", "B"
+Code = Literal["i", "q", "d", "B"]
+RANK: Final = "i"
+WHOLE: Final = "q"
+FIGURE: Final = "d"
+FLAG: Final = "B"
 DTYPES = {"r": "<i4", "n": "<i8", "c": "<i8", "f": "<f8", "g": "u1"}
 #: Figures in ``f`` per rank before its phases: start, mean wall.
 LEADING = 2
@@ -58,14 +62,14 @@ _SMALL_TIME_TOPS = bytes(range(0x43))
 _RANK_BYTE2 = bytes(range(MAX_RANKS >> 16))
 
 
-def _packed(code: str, values: Any) -> bytes:
+def _packed(code: Code, values: Any) -> bytes:
     out = array(code, values)
     if _SWAP:
         out.byteswap()
     return out.tobytes()
 
 
-def _numbers(code: str, data: bytes) -> list:
+def _numbers(code: Code, data: bytes) -> list[Any]:
     if _SWAP:
         out = array(code)
         out.frombytes(data)
@@ -77,22 +81,19 @@ def _numbers(code: str, data: bytes) -> list:
 def pack(
     ranks: list[int], last: list[int], count: list[int], start: list[float], wall: list[float],
     own: dict[str, list[float]], device: list[bool] | None = None,
-) -> dict[str, Any]:  # fmt: skip
+) -> NodeSteps:  # fmt: skip
     """The block of the given columns (each as long as ``ranks``; ``own``: a column per phase)."""
-    names = list(own)
-    out: dict[str, Any] = {
-        "r": _packed(RANK, ranks),
-        "n": _packed(WHOLE, last),
-        "c": _packed(WHOLE, count),
-        "f": _packed(FIGURE, chain.from_iterable(zip(start, wall, *own.values()))),
-        "p": names,
-    }
-    if device is not None and any(device):
-        out["g"] = bytes(map(bool, device))
-    return out
+    return NodeSteps(
+        r=_packed(RANK, ranks),
+        n=_packed(WHOLE, last),
+        c=_packed(WHOLE, count),
+        f=_packed(FIGURE, chain.from_iterable(zip(start, wall, *own.values()))),
+        p=list(own),
+        g=bytes(map(bool, device)) if device is not None and any(device) else None,
+    )
 
 
-def check(steps: dict[str, Any]) -> None:
+def check(steps: NodeSteps) -> None:
     """Raises ValueError (its text names the fault, never the data) unless the block is whole and every figure
     is within the wire's bounds: ranks in [0, MAX_RANKS) and each once, steps within +-MAX_FIGURE, counts at
     least 1, times in [0, MAX_FIGURE], flags 0 or 1.
@@ -101,12 +102,12 @@ def check(steps: dict[str, Any]) -> None:
     each number's most significant byte, a few C-level byte operations for the whole column: a time whose top
     byte is under 0x43 is a float64 in [0, 2**49 s), a step number whose top byte is 0x00 or 0xff is within
     +-2**56. Only a column with a number outside those is compared number by number."""
-    r = steps["r"]
+    r = steps.r
     k, rest = divmod(len(r), RANK_BYTES)
-    names = steps["p"]
-    if rest or not k or len(steps["n"]) != 8 * k or len(steps["c"]) != 8 * k:
+    names = steps.p
+    if rest or not k or len(steps.n) != 8 * k or len(steps.c) != 8 * k:
         raise ValueError("step columns of unequal length")
-    if len(steps["f"]) != 8 * k * (LEADING + len(names)) or len(steps.get("g", b"\0" * k)) != k:
+    if len(steps.f) != 8 * k * (LEADING + len(names)) or (steps.g is not None and len(steps.g) != k):
         raise ValueError("step columns of unequal length")
     if len(names) > MAX_PHASES or len(set(names)) != len(names):
         raise ValueError("step columns name a phase twice or too many phases")
@@ -115,18 +116,18 @@ def check(steps: dict[str, Any]) -> None:
         raise ValueError("a rank out of range in the step columns")
     if len(set(ranks)) != k:
         raise ValueError("a rank twice in the step columns")
-    last = steps["n"]
+    last = steps.n
     if not _only(last[7::8], b"\0\xff") and not -_WHOLE <= min(_numbers(WHOLE, last)) <= max(_numbers(WHOLE, last)) <= _WHOLE:
         raise ValueError("a step number out of range in the step columns")
-    count = _numbers(WHOLE, steps["c"])
+    count = _numbers(WHOLE, steps.c)
     if min(count) < 1 or max(count) > _WHOLE:
         raise ValueError("a step count out of range in the step columns")
-    figures = steps["f"]
+    figures = steps.f
     if not _only(figures[7::8], _SMALL_TIME_TOPS):
         bits = _numbers(WHOLE, figures)
         if max(bits) > _TOP_BITS or (min(bits) < 0 and any(b < 0 and b != _NEG_ZERO_BITS for b in bits)):
             raise ValueError("a time out of range in the step columns")
-    if "g" in steps and not _only(steps["g"], b"\0\1"):
+    if steps.g is not None and not _only(steps.g, b"\0\1"):
         raise ValueError("a device-times flag that is neither 0 nor 1")
 
 
@@ -135,24 +136,24 @@ def _only(data: bytes, allowed: bytes) -> bool:
     return not data.translate(None, allowed)
 
 
-def size(steps: dict[str, Any]) -> int:
+def size(steps: NodeSteps) -> int:
     """How many ranks a (checked) block holds."""
-    return len(steps["r"]) // RANK_BYTES
+    return len(steps.r) // RANK_BYTES
 
 
-def read(steps: dict[str, Any]) -> dict[str, Any]:
+def read(steps: NodeSteps) -> dict[str, Any]:
     """The block as plain lists, as it was built: ``r``, ``n``, ``c``, ``t``, ``w``, ``p`` (a list per phase
     name) and ``g`` (a bool per rank, where the block has it)."""
-    width = LEADING + len(steps["p"])
-    figures = _numbers(FIGURE, steps["f"])
+    width = LEADING + len(steps.p)
+    figures = _numbers(FIGURE, steps.f)
     out: dict[str, Any] = {
-        "r": _numbers(RANK, steps["r"]),
-        "n": _numbers(WHOLE, steps["n"]),
-        "c": _numbers(WHOLE, steps["c"]),
+        "r": _numbers(RANK, steps.r),
+        "n": _numbers(WHOLE, steps.n),
+        "c": _numbers(WHOLE, steps.c),
         "t": figures[0::width],
         "w": figures[1::width],
-        "p": {name: figures[LEADING + j :: width] for j, name in enumerate(steps["p"])},
+        "p": {name: figures[LEADING + j :: width] for j, name in enumerate(steps.p)},
     }
-    if "g" in steps:
-        out["g"] = [bool(b) for b in steps["g"]]
+    if steps.g is not None:
+        out["g"] = [bool(b) for b in steps.g]
     return out

@@ -1,0 +1,100 @@
+"""Snapshots taken on one thread while the job changes on another are each whole: nothing half-written.
+
+The receiver thread ingests messages under the aggregator's lock; the UI thread takes snapshots, gathering
+under the same lock and building with it released (watch/aggregator.py). Nothing the built snapshot reads may
+be a live window another thread is writing. Here a feeder ingests a DDP-like job as fast as it can, with the
+interpreter switching threads every few microseconds, while snapshots are taken in a loop; every snapshot must
+hold together: the job's collective totals are the sum of its ranks', every rank's counts agree with its steps.
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+
+import messages
+
+from ranktop.watch.aggregator import Aggregator
+from ranktop.wire import schema
+
+WORLD = 8
+STEPS = 400
+OPS = ("ddp_allreduce", "all_gather_into_tensor")
+
+
+def _bodies(world: int, steps: int) -> list[tuple[int, dict]]:
+    """Each rank's steps messages, one step each with two collectives of different ops, as plain bodies."""
+    out = []
+    seq = 0
+    for n in range(steps):
+        for r in range(world):
+            calls = []
+            for i, op in enumerate(OPS):
+                seq += 1
+                calls.append({"op": op, "seq": seq, "b": 1024 << i, "dt": "float32", "g": world, "d": 0.002,
+                              "n": n, "ph": "backward", "t0": 10.0 + n + i * 0.003})  # fmt: skip
+            p = {"forward": 0.010, "backward": 0.015}
+            body = {"steps": [{"n": n, "t": 100.0 + n, "w": 0.03, "p": p}], **messages.collectives(calls),
+                    "state": {"step": n + 1, "last": n, "in_step": False, "phase": None}}  # fmt: skip
+            out.append((r, body))
+    return out
+
+
+def _check(snap) -> None:
+    """What must hold in any snapshot of the job, however far along it is."""
+    by_key = {(c.rank, c.op): c for c in snap.collectives}
+    for op in OPS:
+        job = by_key.get((-1, op))
+        if job is None:
+            continue
+        ranks = [c for (rank, o), c in by_key.items() if o == op and rank >= 0]
+        assert job.calls == sum(c.calls for c in ranks), (op, job.calls, [c.calls for c in ranks])
+        assert job.bytes == sum(c.bytes for c in ranks)
+    for row in snap.ranks:
+        assert row.steps_seen == row.step + 1 and row.missed == 0  # one step a message, in order, none lost
+
+
+def test_snapshots_taken_while_the_job_changes_each_hold_together():
+    agg = Aggregator("j")
+    for r in range(WORLD):
+        agg.ingest(messages.hello(r, WORLD, "h", pid=r))
+    decoded = [messages.decoded(schema.STEPS, r, body, world=WORLD, pid=r) for r, body in _bodies(WORLD, STEPS)]
+    done, snapped = threading.Event(), threading.Event()
+    failures: list[BaseException] = []
+    taken = [0]
+
+    def feed() -> None:  # ingest, not ingest_batch: no holding back while a snapshot is built, the lock alone
+        try:
+            for i, msg in enumerate(decoded):
+                agg.ingest(msg, "tcp://h:1")
+                if i % 100 == 99:  # every so often, a snapshot done before going on (and the next one begun)
+                    snapped.clear()
+                    snapped.wait(5)
+        finally:
+            done.set()
+
+    def watch() -> None:
+        try:
+            while not done.is_set():
+                _check(agg.snapshot())
+                taken[0] += 1
+                snapped.set()
+        except BaseException as exc:  # noqa: BLE001 - handed to the test's thread
+            failures.append(exc)
+
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-5)  # switch threads every few bytecodes: any window read unlocked shows
+    try:
+        threads = [threading.Thread(target=feed), threading.Thread(target=watch)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(120)
+    finally:
+        sys.setswitchinterval(interval)
+    assert not failures, failures[0]
+    assert taken[0] >= len(decoded) // 100  # snapshots really were taken while it changed
+    snap = agg.snapshot()
+    _check(snap)
+    assert {r.steps_seen for r in snap.ranks} == {STEPS}
+    assert {(c.rank, c.op): c.calls for c in snap.collectives if c.rank < 0} == {(-1, op): WORLD * STEPS for op in OPS}

@@ -1,0 +1,51 @@
+"""The contract and the viewer's engine pass a type checker: mypy over the installed package.
+
+The wire's Structs (wire/messages.py) are the one definition of every field; the type checker holds the code
+that builds and reads them to it: a misspelt field, a field read that may be None, a message of one kind taken
+for another fail here rather than at a user's. Strict over wire/ and the engine's modules that take messages in
+and hand views out (numpy's many untyped returns aside: ``--no-warn-return-any``).
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+#: Checked with ``--strict``: the contract, and the engine's modules that hold the job.
+STRICT = [
+    "ranktop.wire",
+    "ranktop.watch.aggregator",
+    "ranktop.watch.job_state",
+    "ranktop.watch.step_window",
+    "ranktop.watch.columns",
+    "ranktop.watch.rank_scalars",
+    "ranktop.watch.endpoints",
+    "ranktop.watch.lifecycle",
+    "ranktop.watch.requests",
+]
+
+
+def test_the_contract_and_the_engine_pass_the_type_checker_strictly(tmp_path):
+    targets = [arg for name in STRICT for arg in (("-p", name) if name == "ranktop.wire" else ("-m", name))]
+    out = subprocess.run(
+        [sys.executable, "-m", "mypy", "--strict", "--no-warn-return-any", "--follow-imports=silent",
+         "--cache-dir", str(tmp_path / "cache"), *targets],
+        cwd=tmp_path, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stdout[-4000:] + out.stderr[-2000:]
+
+
+def test_the_type_checker_finds_a_misspelt_field(tmp_path):
+    """The check is no formality: a producer that misspells a field, or reads one a type does not have, fails."""
+    bad = tmp_path / "bad.py"
+    bad.write_text(
+        "from ranktop.wire.messages import Heartbeat, State\n"
+        "def beat() -> Heartbeat:\n"
+        "    return Heartbeat(job='j', rank=0, ts=1.0, stat=State())\n"
+        "def last(state: State) -> int:\n"
+        "    return state.last_step\n"
+    )
+    out = subprocess.run([sys.executable, "-m", "mypy", "--strict", "--cache-dir", str(tmp_path / "cache"), str(bad)],
+                         cwd=tmp_path, capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert out.returncode == 1
+    assert 'Unexpected keyword argument "stat"' in out.stdout and '"State" has no attribute "last_step"' in out.stdout
