@@ -345,10 +345,10 @@ def check_ddp(steps: int) -> None:
             sender = probe.get().sender
             original = sender.message
 
-            def message(kind, body, original=original, log=log):
-                if kind == "steps":
-                    log.extend(body.get("cx", []))
-                return original(kind, body)
+            def message(msg, original=original, log=log):
+                if msg.KIND == "steps":
+                    log.extend(msgspec.to_builtins(msg).get("cx", []))
+                return original(msg)
 
             sender.message = message
         _, model, _, batch = model_and_step(torch.device("cuda", 0))
@@ -392,10 +392,11 @@ from ranktop import probe
 probe.init(job="gpu-check-side")
 dist.init_process_group("nccl", device_id=torch.device("cuda", 0))
 log = []
+import msgspec
 sender = probe.get().sender; orig = sender.message
-def message(kind, body):
-    if kind == "steps": log.extend(body.get("cx", []))
-    return orig(kind, body)
+def message(msg):
+    if msg.KIND == "steps": log.extend(msgspec.to_builtins(msg).get("cx", []))
+    return orig(msg)
 sender.message = message
 x = torch.ones(1 << 20, device="cuda")
 side = torch.cuda.Stream()
@@ -501,10 +502,11 @@ model = torch.nn.Linear(1024, 1024).to("cuda:1")  # no set_device: the thread's 
 opt = torch.optim.SGD(model.parameters(), lr=1e-3)
 p = probe.automatic()
 log = []
+import msgspec
 orig = p.sender.message
-def message(kind, body):
-    if kind == "steps": log.extend(body.get("steps", []))
-    return orig(kind, body)
+def message(msg):
+    if msg.KIND == "steps": log.extend(msgspec.to_builtins(msg).get("steps", []))
+    return orig(msg)
 p.sender.message = message
 x = torch.randn(256, 1024, device="cuda:1")
 for _ in range(30):
