@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
@@ -51,3 +52,38 @@ def start_job(cmd: list[str], job: str, ranks: int, cwd: Path, env: dict) -> sub
         proc.wait()
         raise
     return proc
+
+
+#: torchrun with 4 ranks on this machine, as the multi-rank tests start it.
+TORCHRUN4 = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=4"]
+
+
+class LaunchedJobs:
+    """4-rank jobs started as a user starts them (``ranktop launch -- torchrun ... tests/jobs/SCRIPT``), each read
+    once, when every rank trains, with ``ranktop watch --json``; :meth:`close` ends the ones still running."""
+
+    def __init__(self, folder: Path):
+        self.folder = folder
+        self.procs: list[subprocess.Popen] = []
+
+    def launch(self, name: str, script: str, *args: str) -> dict:
+        env = dict(os.environ, OMP_NUM_THREADS="1")
+        command = [RANKTOP, "launch", "--job", name, "--", *TORCHRUN4, str(JOBS / script), *args]
+        self.procs.append(start_job(command, name, 4, self.folder, env))
+        out = run_cli("watch", name, "--json", "--duration", "6", timeout=90)
+        assert out.returncode == 0, out.stderr
+        return json.loads(out.stdout)
+
+    def log(self, name: str) -> str:
+        """What the job printed (its ranks' output and the launcher's)."""
+        return (self.folder / f"{name}.log").read_text()
+
+    def close(self) -> None:
+        for proc in self.procs:
+            if proc.poll() is None:
+                proc.terminate()
+                try:
+                    proc.wait(30)
+                except subprocess.TimeoutExpired:
+                    os.killpg(proc.pid, signal.SIGKILL)
+                    proc.wait()

@@ -15,39 +15,15 @@ pipeline's, not a rank's) and with rank 3 slowed in forward (named first and
 alone, in forward, with its coordinates). Read with ``ranktop watch --json``.
 """
 
-import json
-import os
-import signal
-import subprocess
-import sys
-
 import pytest
-from support import JOBS, RANKTOP, run_cli, start_job
-
-TORCHRUN = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=4"]
+from support import LaunchedJobs
 
 
 @pytest.fixture
 def job(rdv, tmp_path):
-    procs = []
-
-    def launch(name, script, *args):
-        env = dict(os.environ, OMP_NUM_THREADS="1")
-        command = [RANKTOP, "launch", "--job", name, "--", *TORCHRUN, str(JOBS / script), *args]
-        procs.append(start_job(command, name, 4, tmp_path, env))
-        out = run_cli("watch", name, "--json", "--duration", "6", timeout=90)
-        assert out.returncode == 0, out.stderr
-        return json.loads(out.stdout)
-
-    yield launch
-    for proc in procs:
-        if proc.poll() is None:
-            proc.terminate()
-            try:
-                proc.wait(30)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
+    jobs = LaunchedJobs(tmp_path)
+    yield jobs.launch
+    jobs.close()
 
 
 def _job_ops(doc) -> set[str]:

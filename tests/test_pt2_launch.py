@@ -5,49 +5,26 @@ mode's hooks); now each trains, and rank 3 is named first and alone, slow in for
 ``ranktop watch --json``.
 """
 
-import json
-import os
-import signal
-import subprocess
-import sys
-
 import pytest
-from support import JOBS, RANKTOP, run_cli, start_job
+from support import LaunchedJobs
 
 pytest.importorskip("torch")
 
-TORCHRUN = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=4"]
 LAYOUTS = ("ddp-fullgraph", "compile-ddp", "fsdp2-blocks")
 
 
 @pytest.fixture
-def job(rdv, tmp_path):
-    procs = []
-
-    def launch(name, *args):
-        env = dict(os.environ, OMP_NUM_THREADS="1")
-        command = [RANKTOP, "launch", "--job", name, "--", *TORCHRUN, str(JOBS / "compiled_ranks.py"), *args]
-        procs.append(start_job(command, name, 4, tmp_path, env))
-        out = run_cli("watch", name, "--json", "--duration", "6", timeout=90)
-        assert out.returncode == 0, out.stderr
-        log = (tmp_path / f"{name}.log").read_text()
-        return json.loads(out.stdout), log
-
-    yield launch
-    for proc in procs:
-        if proc.poll() is None:
-            proc.terminate()
-            try:
-                proc.wait(30)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
+def jobs(rdv, tmp_path):
+    launched = LaunchedJobs(tmp_path)
+    yield launched
+    launched.close()
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("layout", LAYOUTS)
-def test_a_compiled_job_under_launch_names_its_slow_rank_first_and_alone_in_forward(job, layout):
-    doc, log = job("pt2-slow", "--layout", layout, "--slow-rank", "3", "--slow-ms", "15")
+def test_a_compiled_job_under_launch_names_its_slow_rank_first_and_alone_in_forward(jobs, layout):
+    doc = jobs.launch("pt2-slow", "compiled_ranks.py", "--layout", layout, "--slow-rank", "3", "--slow-ms", "15")
+    log = jobs.log("pt2-slow")
     assert "Unsupported" not in log and "graph break" not in log.lower(), log[-3000:]
     assert doc["stragglers"][0] == 3, doc["stragglers"]
     slow = doc["ranks"][3]
