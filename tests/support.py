@@ -87,3 +87,16 @@ class LaunchedJobs:
                 except subprocess.TimeoutExpired:
                     os.killpg(proc.pid, signal.SIGKILL)
                     proc.wait()
+
+
+def assert_named_first_and_alone(doc: dict, rank: int, phase: str, text: str) -> dict:
+    """``watch --json`` of a job with one slowed rank: it tops the stragglers, slow in ``phase``, every other rank
+    is ok, and the verdict names it alone, starting with ``text``. Returns its row."""
+    assert doc["stragglers"][0] == rank, doc["stragglers"]
+    slow = doc["ranks"][rank]
+    assert slow["status"] == "slow" and slow["culprit_phase"] == phase, slow
+    assert [r["status"] for r in doc["ranks"] if r["rank"] != rank] == ["ok"] * (len(doc["ranks"]) - 1), doc["ranks"]
+    verdict = doc["verdict"]
+    assert verdict["kind"] == "slow_rank" and verdict["ranks"] == [rank] and verdict["others"] == 0, verdict
+    assert verdict["text"].startswith(text), verdict
+    return slow

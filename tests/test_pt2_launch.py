@@ -6,7 +6,7 @@ mode's hooks); now each trains, and rank 3 is named first and alone, slow in for
 """
 
 import pytest
-from support import LaunchedJobs
+from support import LaunchedJobs, assert_named_first_and_alone
 
 pytest.importorskip("torch")
 
@@ -26,13 +26,7 @@ def test_a_compiled_job_under_launch_names_its_slow_rank_first_and_alone_in_forw
     doc = jobs.launch("pt2-slow", "compiled_ranks.py", "--layout", layout, "--slow-rank", "3", "--slow-ms", "15")
     log = jobs.log("pt2-slow")
     assert "Unsupported" not in log and "graph break" not in log.lower(), log[-3000:]
-    assert doc["stragglers"][0] == 3, doc["stragglers"]
-    slow = doc["ranks"][3]
-    assert slow["status"] == "slow" and slow["culprit_phase"] == "forward", slow
-    assert [r["status"] for r in doc["ranks"][:3]] == ["ok"] * 3, doc["ranks"]
-    verdict = doc["verdict"]
-    assert verdict["kind"] == "slow_rank" and verdict["ranks"] == [3] and verdict["others"] == 0, verdict
-    assert verdict["text"].startswith("rank 3 slow in forward: +"), verdict
+    slow = assert_named_first_and_alone(doc, 3, "forward", "rank 3 slow in forward: +")
     assert 0.040 < slow["excess_s"] < 0.090, slow  # 4 micro-batches of 15 ms
     for row in doc["ranks"]:  # every phase seen from the eager boundary of the compiled region
         assert {"data", "forward", "backward", "optimizer"} <= set(row["phases"]), row
