@@ -543,9 +543,11 @@ class TorchHooks:
 
 
 _get_ident = threading.get_ident
+# The hooks call nothing of the script's: dynamo compiles none of their frames, nor any they start (the state
+# machine, the recorder, device timing), as when torch's own skipped code calls them within a compiled region.
 dynamo_guard.keep_out(
     TorchHooks._fwd_pre_discover, TorchHooks._fwd_post_discover, TorchHooks._fwd_pre, TorchHooks._fwd_post,
-    TorchHooks._opt_pre, TorchHooks._opt_post,
+    TorchHooks._opt_pre, TorchHooks._opt_post, recursive=True,
 )
 
 

@@ -724,37 +724,35 @@ def watch_ddp_backward(ddp: Any, output: Any, queue=_queue_callback) -> bool:
     node = _ddp_output_node(output)
     if node is None or not hasattr(node, "register_prehook"):
         return False
-    tracker = _tracker
-    what = _ddp_what(ddp)
-
-    def begin() -> None:
-        if _tracker is not tracker or tracker is None:
-            return
-        try:
-            token = tracker.begin(DDP_OP, what[0], what[1], what[2], on_device=what[3])
-            tracker.blocked_since = token[1]
-        except Exception:
-            return
-
-        def end() -> None:
-            tracker.blocked_since = 0.0
-            tracker.end(token)
-
-        try:
-            queue(end)
-        except Exception:
-            tracker.blocked_since = 0.0
-
-    def prehook(grad_outputs):
-        try:
-            queue(begin)
-        except Exception:
-            pass
-        return None
-
-    dynamo_guard.keep_out(prehook, begin)
-    node.register_prehook(prehook)
+    node.register_prehook(functools.partial(_ddp_prehook, _tracker, _ddp_what(ddp), queue))
     return True
+
+
+def _ddp_prehook(tracker: Any, what: tuple, queue, grad_outputs) -> None:
+    """Backward reached the DDP output's node, before any gradient: queue the final callback that begins the wait."""
+    try:
+        queue(functools.partial(_ddp_wait_begins, tracker, what, queue))
+    except Exception:
+        pass
+    return None
+
+
+def _ddp_wait_begins(tracker: Any, what: tuple, queue) -> None:
+    """Every gradient is done; DDP's finalize (queued after this) is next: the wait begins, and its end is queued."""
+    if tracker is None or _tracker is not tracker:
+        return
+    try:
+        token = tracker.begin(DDP_OP, what[0], what[1], what[2], on_device=what[3])
+        tracker.blocked_since = token[1]
+        queue(functools.partial(_ddp_wait_ends, tracker, token))
+    except Exception:
+        tracker.blocked_since = 0.0
+
+
+def _ddp_wait_ends(tracker: Any, token: list) -> None:
+    """DDP's finalize returned (on the device: the compute stream now waits for every bucket)."""
+    tracker.blocked_since = 0.0
+    tracker.end(token)
 
 
 def _install_ddp() -> None:
@@ -771,9 +769,9 @@ def _install_ddp() -> None:
 
     @functools.wraps(original_forward)
     def forward(self, *args, **kwargs):
-        output = original_forward(self, *args, **kwargs)
         if _tracker is None or dynamo_guard.is_compiling():
-            return output
+            return original_forward(self, *args, **kwargs)  # traced: a tail call, the graph as without us
+        output = original_forward(self, *args, **kwargs)
         try:
             if (self.require_backward_grad_sync and sys.modules["torch"].is_grad_enabled()
                     and not getattr(self, "_use_python_reducer", False) and not _compiled_autograd()):  # fmt: skip
@@ -782,5 +780,15 @@ def _install_ddp() -> None:
             pass  # never let bookkeeping break the forward
         return output
 
-    dynamo_guard.keep_out(forward)
+    # Not kept out of dynamo: with torch.compile(DDP(model)) this wrapper is the frame dynamo compiles in place of
+    # DDP.forward (it then inlines DDP.forward, as without ranktop); is_compiling() keeps the traced path clean.
     DDP.forward = forward
+
+
+# Our own, all the way down: dynamo compiles none of their frames, nor any they start (see probe/dynamo_guard.py).
+# The wrappers reach them from eager code that may run inside a compiled region's extent (after a graph break).
+dynamo_guard.keep_out(
+    watch_ddp_backward, _ddp_prehook, _ddp_wait_begins, _ddp_wait_ends, _nbytes, _dtype, on_cuda, _group_info,
+    _note_p2p, _key, _label, _wait_later, _storage, _functional_group, CollectiveTracker.begin, CollectiveTracker.end,
+    CollectiveTracker.complete, CollectiveTracker.at_wait, recursive=True,
+)

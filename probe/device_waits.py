@@ -421,6 +421,9 @@ def watch_work(work_class: Any, waits: DeviceWaits | None) -> None:
     work_class.wait = wait
 
 
+dynamo_guard.keep_out(DeviceWaits.waited, recursive=True)  # ours all the way down (probe/dynamo_guard.py)
+
+
 class _Nothing:
     """No device guard (a waits object with no device of its own: the thread's current one)."""
 

@@ -53,18 +53,19 @@ def bind(torch: Any) -> None:
 # When dynamo traces *into* our code from a compiled frame, that mark does not
 # apply and :func:`is_compiling` does the work.
 
-_codes: set = set()
-_skip: Callable[[Any], None] | None = None
+_codes: dict = {}  # code -> whether the frames it starts are skipped too
+_skip: Callable[[Any, bool], None] | None = None
 
 
-def keep_out(*functions: Any) -> None:
-    """Never let dynamo compile a frame of these functions (or of what they wrap) as its own."""
+def keep_out(*functions: Any, recursive: bool = False) -> None:
+    """Never let dynamo compile a frame of these functions as its own. ``recursive``: nor any frame they start
+    (for code of ours all the way down; a wrapper that calls the script's code, or torch's, leaves that to dynamo)."""
     for fn in functions:
         code = getattr(getattr(fn, "__func__", fn), "__code__", None)
         if code is not None and code not in _codes:
-            _codes.add(code)
+            _codes[code] = recursive
             if _skip is not None:
-                _skip(code)
+                _skip(code, recursive)
 
 
 def settle() -> None:
@@ -72,13 +73,32 @@ def settle() -> None:
     global _skip
     if _skip is not None:
         return
-    eval_frame = sys.modules.get("torch._dynamo.eval_frame")
-    skip = getattr(eval_frame, "skip_code", None)
+    skip = _skipper()
     if skip is None:
         return
     try:
-        for code in _codes:
-            skip(code)
+        for code, recursive in _codes.items():
+            skip(code, recursive)
     except Exception:
         return  # a torch whose internals moved: is_compiling() still keeps the traced path clean
     _skip = skip
+
+
+def _skipper() -> Callable[[Any, bool], None] | None:
+    """Dynamo's own way to mark a code object (``skip_code``; for a whole call tree, SKIP for its callees too)."""
+    eval_frame = sys.modules.get("torch._dynamo.eval_frame")
+    skip_code = getattr(eval_frame, "skip_code", None)
+    if skip_code is None:
+        return None
+    types = sys.modules.get("torch._dynamo.types")
+    set_strategy = getattr(eval_frame, "set_code_exec_strategy", None)
+    action = getattr(types, "FrameAction", None)
+    strategy = getattr(types, "FrameExecStrategy", None)
+
+    def skip(code: Any, recursive: bool) -> None:
+        if recursive and set_strategy is not None and action is not None and strategy is not None:
+            set_strategy(code, strategy(action.SKIP, action.SKIP))
+        else:
+            skip_code(code)
+
+    return skip
