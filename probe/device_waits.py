@@ -180,10 +180,11 @@ class DeviceWaits:
 
     # -- the training thread --------------------------------------------------------
 
-    def _record(self, event: Any) -> bool:
-        """Record ``event`` on the training device's current stream; False (and device timing off) on a CUDA error."""
+    def _record(self, event: Any, stream: Any = None) -> bool:
+        """Record ``event`` on the training device's current stream (``stream``, when the caller has it already);
+        False (and device timing off) on a CUDA error."""
         try:
-            event.record(self._stream())
+            event.record(self._stream() if stream is None else stream)
             return True
         except Exception as exc:
             self.fail(exc)
@@ -203,12 +204,13 @@ class DeviceWaits:
         if self.off or self.guard.depth:
             return None
         try:
-            if not any_stream and self._stream() != self.compute:
+            stream = self._stream()
+            if not any_stream and stream != self.compute:
                 return None
             event = self._free.popleft()
         except Exception:
             return None
-        if not self._record(event):
+        if not self._record(event, stream):
             return None  # the event's state is unknown after an error: it is not given back
         return event
 
