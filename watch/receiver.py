@@ -20,6 +20,7 @@ from __future__ import annotations
 import socket
 import sys
 import threading
+import itertools
 import time
 from typing import Callable, Iterable, Protocol
 from urllib.parse import urlsplit
@@ -59,6 +60,8 @@ DRAIN_MAX = 256
 #: past that ZeroMQ drops the newest: a viewer that cannot keep up with 512 nodes loses messages
 #: (counted as gaps in the ranks' steps) instead of its memory.
 RECEIVE_QUEUE = 1000
+#: Names each socket's monitor endpoint uniquely within this process (see _connect).
+_MONITOR_IDS = itertools.count()
 #: What a socket's monitor reports: a connection dropped, or made (the ZMTP handshake done).
 LINK_EVENTS = zmq.EVENT_DISCONNECTED | zmq.EVENT_HANDSHAKE_SUCCEEDED
 #: Open files a relay costs the viewer: its SUB socket and TCP connection, the socket's monitor (two sockets),
@@ -225,7 +228,7 @@ class Receiver(threading.Thread):
                 sock = self._sockets.pop(old)
                 del self._urls[sock]
                 poller.unregister(sock)
-                self._unmonitor(poller, old)
+                self._unmonitor(sock, old)
                 sock.close(linger=0)
                 self._aggregator.replace_endpoint(old, rec.telemetry, rec.host)
             self._by_host[rec.host] = rec.telemetry
@@ -278,7 +281,9 @@ class Receiver(threading.Thread):
             return
         # One monitor per socket (a socket has one): its handshakes (a refused key is said in one line,
         # watch/keys.py) and its connection dropped or made (the node lost or back at once).
-        monitor = sock.get_monitor_socket(LINK_EVENTS | HANDSHAKE_EVENTS)
+        # An endpoint of our own: pyzmq's default names it after the socket's file descriptor, which a relay's new
+        # socket may reuse while the old one's monitor is still being torn down ("Address already in use").
+        monitor = sock.get_monitor_socket(LINK_EVENTS | HANDSHAKE_EVENTS, f"inproc://ranktop-monitor-{next(_MONITOR_IDS)}")
         try:
             sock.connect(dial)
         except zmq.ZMQError as exc:  # a record or host name that is no address: say so, keep the others
@@ -293,7 +298,11 @@ class Receiver(threading.Thread):
         self._monitors[monitor] = url
         self._monitor_poller.register(monitor, zmq.POLLIN)
 
-    def _unmonitor(self, poller: zmq.Poller, url: str) -> None:
+    def _unmonitor(self, sock: zmq.Socket, url: str) -> None:
+        try:
+            sock.disable_monitor()
+        except zmq.ZMQError:
+            pass
         for monitor, of in list(self._monitors.items()):
             if of == url:
                 self._monitor_poller.unregister(monitor)
