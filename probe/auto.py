@@ -44,6 +44,7 @@ the script has imported it (``ranktop launch``) or from ``probe.automatic()``.
 
 from __future__ import annotations
 
+import copy
 import functools
 import sys
 import threading
@@ -75,17 +76,14 @@ class AutoTimer:
 
     # -- step boundaries --------------------------------------------------------
 
-    def _ours(self) -> bool:
-        """Whether the recorder's state is still what we left; if the script marks steps, stop marking them."""
-        rec = self.rec
-        if self.open:
-            if rec.step_started and rec.current_step == self._number:
-                return True
-        elif not rec.step_started:
-            return True
+    # Each event first asks whether the recorder's state is still what we left (the step we opened, or none);
+    # if not, the script marks steps itself. That question is asked inline: a frame per event is a tenth of
+    # automatic mode's budget on the training thread.
+
+    def _lose(self) -> None:
+        """The script marks steps itself (``probe.step()``): from now on only phases are ours."""
         self.user_steps = True
         self.open = False
-        return False
 
     def _begin_step(self) -> None:
         rec = self.rec
@@ -106,29 +104,42 @@ class AutoTimer:
         self.open = self.complete = self.fetched = self.pending_fetch = False
 
     # -- events (outermost only, training thread only) --------------------------
+    # ``*_end`` only closes the phase: the hooks call ``timer.rec.end_phase()`` themselves (one frame less);
+    # these methods are the same events for whoever drives the timer by hand.
 
     def data_begin(self) -> None:
         self.idle += 1
-        if not self.user_steps and self._ours():
+        rec = self.rec
+        if not self.user_steps:
             if self.open:
-                if self.complete:
+                if not (rec.step_started and rec.current_step == self._number):
+                    self._lose()
+                elif self.complete:
                     self._begin_step()
                 elif self.idle > self.eval_after:
                     self._drop()
-            if self.open:
-                self.fetched = True
-            else:
-                self.rec.discard()  # between steps only the latest fetch is carried into the next step
-                self.pending_fetch = True
-        self.rec.begin_phase("data")
+            elif rec.step_started:
+                self._lose()
+            if not self.user_steps:
+                if self.open:
+                    self.fetched = True
+                else:
+                    rec.discard()  # between steps only the latest fetch is carried into the next step
+                    self.pending_fetch = True
+        rec.begin_phase("data")
 
     def data_end(self) -> None:
         self.rec.end_phase()
 
     def forward_begin(self, training: bool) -> bool:
         """Returns whether a forward phase was begun (and ``forward_end`` must follow)."""
-        if self.user_steps or not self._ours():
-            self.rec.begin_phase("forward")
+        rec = self.rec
+        if not self.user_steps and (
+            not (rec.step_started and rec.current_step == self._number) if self.open else rec.step_started
+        ):
+            self._lose()
+        if self.user_steps:
+            rec.begin_phase("forward")
             return True
         if training:
             self.idle = 0
@@ -141,31 +152,47 @@ class AutoTimer:
             elif self.open and self.idle > self.eval_after:
                 self._drop()
             if not self.open and self.idle > self.eval_after:
-                self.rec.discard()
+                rec.discard()
                 self.pending_fetch = False
                 return False  # an evaluation loop outside training steps is not timed
             # else: timed, and outside a step carried into the next (a teacher's forward before the first step)
-        self.rec.begin_phase("forward")
+        rec.begin_phase("forward")
         return True
 
     def forward_end(self) -> None:
         self.rec.end_phase()
 
     def _train_event(self) -> None:
+        """A backward or an optimizer step: training goes on (a step begins here if none is open)."""
         self.idle = 0
-        if not self.user_steps and self._ours() and not self.open:
-            self._begin_step()
+        if not self.user_steps:
+            rec = self.rec
+            if self.open:
+                if not (rec.step_started and rec.current_step == self._number):
+                    self._lose()
+            elif rec.step_started:
+                self._lose()
+            else:
+                self._begin_step()
 
     def backward_begin(self) -> None:
-        self._train_event()
-        self.rec.begin_phase("backward")
+        rec = self.rec
+        if self.open and rec.step_started and rec.current_step == self._number:
+            self.idle = 0  # (the usual case of _train_event, inline)
+        else:
+            self._train_event()
+        rec.begin_phase("backward")
 
     def backward_end(self) -> None:
         self.rec.end_phase()
 
     def optimizer_begin(self) -> None:
-        self._train_event()
-        self.rec.begin_phase("optimizer")
+        rec = self.rec
+        if self.open and rec.step_started and rec.current_step == self._number:
+            self.idle = 0  # (the usual case of _train_event, inline)
+        else:
+            self._train_event()
+        rec.begin_phase("optimizer")
 
     def optimizer_end(self) -> None:
         self.rec.end_phase()
@@ -176,6 +203,17 @@ class AutoTimer:
         for name in ("data_begin", "data_end", "forward_end", "backward_begin", "backward_end", "optimizer_begin", "optimizer_end"):
             setattr(self, name, _noop)
         self.forward_begin = _false
+        self.rec = _OFF  # what the hooks close phases through
+
+
+class _Off:
+    """A recorder whose boundaries do nothing: a disabled timer's, so that hooks still in place record nothing."""
+
+    def __getattr__(self, name: str) -> Callable[..., None]:
+        return _noop
+
+
+_OFF = _Off()
 
 
 def _noop(*args, **kwargs) -> None:
@@ -193,7 +231,7 @@ class TorchHooks:
     hooks to those objects: then no global module hook is ever installed.
 
     Invisible to torch.compile: every hook and wrapper first asks
-    ``torch.compiler.is_compiling()`` (probe/dynamo_guard.py) and, while dynamo traces it, does nothing
+    ``torch.compiler.is_dynamo_compiling()`` (probe/dynamo_guard.py) and, while dynamo traces it, does nothing
     but what the code would do without it (a hook returns, a wrapper calls the
     function it wraps). Dynamo folds that question to a constant, so a hook
     reached inside a compiled region (a submodule of a compiled block, a global
@@ -238,7 +276,8 @@ class TorchHooks:
         self._remove_pending = False
         self._faulted = False
         self._patched: list[tuple[Any, str, Any]] = []
-        self._compiled: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # module -> (our wrapper, its compiled call)
+        self._timed: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # module -> (our TimedCall, what it replaced)
+        self._open_root: weakref.ref | None = None  # during discovery: the root module whose call began last
         self.installed = False
 
     # -- installing -------------------------------------------------------------
@@ -290,10 +329,13 @@ class TorchHooks:
             if getattr(owner, name, None) is not original:
                 setattr(owner, name, original)
         self._patched = []
-        for module, (wrapped, compiled) in list(self._compiled.items()):
-            if module.__dict__.get("_compiled_call_impl") is wrapped:
-                module._compiled_call_impl = compiled
-        self._compiled.clear()
+        for module, (timed, replaced) in list(self._timed.items()):
+            if module.__dict__.get("_compiled_call_impl") is timed:
+                if replaced is None:
+                    del module._compiled_call_impl
+                else:
+                    module._compiled_call_impl = replaced
+        self._timed.clear()
         self.installed = False
 
     def _patch(self, owner: Any, name: str, wrapper: Any) -> None:
@@ -307,12 +349,14 @@ class TorchHooks:
         self._hook_module(module)
 
     def _hook_module(self, module: Any) -> None:
-        if module.__dict__.get("_compiled_call_impl") is not None:
-            self._wrap_compiled_call(module)  # its own hooks run inside the compiled region: time its call instead
+        """Time the root's calls from around its ``_call_impl`` (see :class:`TimedCall`), not with module hooks:
+        hooks put every call of it on torch's slow path, which cost more than the rest of automatic mode."""
+        current = module.__dict__.get("_compiled_call_impl")
+        if isinstance(current, TimedCall) and self._timed.get(module, (None,))[0] is current:
             return
-        # First of the module's pre-hooks and last of its post-hooks: the script's own hooks are forward time.
-        self._handles.append(module.register_forward_pre_hook(OwnHook(self._fwd_pre), prepend=True))
-        self._handles.append(module.register_forward_hook(OwnHook(self._fwd_post), always_call=True))
+        timed = TimedCall(self, module, current)
+        module._compiled_call_impl = timed
+        self._timed[module] = (timed, current)
 
     def _end_discovery(self) -> None:
         """After the first optimizer step, or before the first compiled module runs: hooks on the root
@@ -322,18 +366,35 @@ class TorchHooks:
         are; taking ours away after it compiled would recompile it once. So a
         compiled module's first (eager) call ends discovery before dynamo sees
         it. That call may be nested (a compiled block inside an eager root): then
-        the modules open around it lose their global post-hooks, and only the
-        root's own hook, registered now, will close; the depth is set to match.
+        the modules open around it lose their global post-hooks, and the root
+        open now is closed by a hook of its own, registered for this one call;
+        the depth is set to match.
         """
         for handle in self._discovery:
             handle.remove()
         self._discovery = []
-        if self._fwd_depth > 1:
+        if self._fwd_depth:
             self._fwd_depth = 1
+            self._close_on_return()
         for ref in list(self._roots.values()):
             module = ref()
             if module is not None:
                 self._hook_module(module)
+
+    def _close_on_return(self) -> None:
+        """The root whose call is under way when discovery ends: its forward ends when that call returns."""
+        module = self._open_root() if self._open_root is not None else None
+        if module is None:
+            return
+        handles: list[Any] = []
+
+        def close(module, args, output):
+            for handle in handles:
+                handle.remove()
+            self._fwd_post(module, args, output)
+
+        handles.append(module.register_forward_hook(OwnHook(close), always_call=True))
+        self._handles.extend(handles)
 
     def _fault(self, exc: BaseException) -> None:
         """Our own error inside a hook: automatic mode (and the probe, through ``on_fault``) goes off, training goes on."""
@@ -362,28 +423,29 @@ class TorchHooks:
     # Each one: nothing while dynamo traces, nothing off the training thread, and never an exception out.
 
     def _fwd_pre_discover(self, module, args):
-        if dynamo_guard.is_compiling() or self._thread != _get_ident():
+        if dynamo_guard.is_tracing() or self._thread != _get_ident():
             return
         try:
             root = self._fwd_depth == 0 and not self._bwd_depth
             if root:
-                self._roots.setdefault(id(module), weakref.ref(module))
+                self._open_root = self._roots.setdefault(id(module), weakref.ref(module))
             if "dynamo_ctx" in module.__dict__ and self._discovery:  # an OptimizedModule, about to compile
                 dynamo_guard.settle()
+                if root:
+                    self._fwd_pre(module, args)  # (closed when this call returns: see _end_discovery)
                 self._end_discovery()
-                if not root:
-                    return  # not a root: no hook of ours closes this call
+                return
         except Exception as exc:
             self._fault(exc)
         self._fwd_pre(module, args)
 
     def _fwd_post_discover(self, module, args, output):
-        if dynamo_guard.is_compiling() or self._thread != _get_ident():
+        if dynamo_guard.is_tracing() or self._thread != _get_ident():
             return
         self._fwd_post(module, args, output)
 
     def _fwd_pre(self, module, args):
-        if dynamo_guard.is_compiling() or self._thread != _get_ident():
+        if dynamo_guard.is_tracing() or self._thread != _get_ident():
             return
         if self._remove_pending:
             return self._remove_now()
@@ -396,7 +458,7 @@ class TorchHooks:
             self._fault(exc)
 
     def _fwd_post(self, module, args, output):
-        if dynamo_guard.is_compiling() or self._thread != _get_ident():
+        if dynamo_guard.is_tracing() or self._thread != _get_ident():
             return
         if self._remove_pending:
             return self._remove_now()
@@ -405,12 +467,12 @@ class TorchHooks:
             self._fwd_depth = depth if depth > 0 else 0
             if depth <= 0 and self._fwd_open:
                 self._fwd_open = False
-                self.timer.forward_end()
+                self.timer.rec.end_phase()
         except Exception as exc:
             self._fault(exc)
 
     def _opt_pre(self, optimizer, args, kwargs):
-        if dynamo_guard.is_compiling() or self._thread != _get_ident():
+        if dynamo_guard.is_tracing() or self._thread != _get_ident():
             return
         self._in_opt_hook = True
         try:
@@ -423,7 +485,7 @@ class TorchHooks:
             self._in_opt_hook = False
 
     def _opt_post(self, optimizer, args, kwargs):
-        if dynamo_guard.is_compiling() or self._thread != _get_ident() or not self._opt_depth:
+        if dynamo_guard.is_tracing() or self._thread != _get_ident() or not self._opt_depth:
             return
         self._in_opt_hook = True
         try:
@@ -449,7 +511,7 @@ class TorchHooks:
             try:
                 dynamo_guard.settle()
                 if hooks.installed and not hooks._faulted:
-                    hooks._wrap_compiled_call(module)
+                    hooks._hook_module(module)
             except Exception as exc:
                 hooks._fault(exc)
             return result
@@ -459,38 +521,11 @@ class TorchHooks:
         dynamo_guard.keep_out(compile)
         return compile
 
-    def _wrap_compiled_call(self, module: Any) -> None:
-        compiled = module.__dict__.get("_compiled_call_impl")
-        if compiled is None or self._compiled.get(module, (None,))[0] is compiled:
-            return
-        hooks = self
-        ref = weakref.ref(module)
-
-        def call(*args, **kwargs):
-            if dynamo_guard.is_compiling() or hooks._thread != _get_ident():
-                return compiled(*args, **kwargs)
-            owner = ref()
-            if hooks._discovery and owner is not None:  # before dynamo sees the global hooks (see _end_discovery)
-                if hooks._fwd_depth == 0 and not hooks._bwd_depth:
-                    hooks._roots.setdefault(id(owner), ref)
-                hooks._end_discovery()
-            if hooks._fwd_depth or hooks._bwd_depth or owner is None:
-                return compiled(*args, **kwargs)
-            hooks._fwd_pre(owner, args)
-            try:
-                return compiled(*args, **kwargs)
-            finally:
-                hooks._fwd_post(owner, args, None)
-
-        dynamo_guard.keep_out(call)
-        module._compiled_call_impl = call
-        self._compiled[module] = (call, compiled)
-
     def _wrap_backward(self, original):
         hooks = self
 
         def backward(*args, **kwargs):
-            if dynamo_guard.is_compiling() or hooks._thread != _get_ident() or hooks._bwd_depth:
+            if dynamo_guard.is_tracing() or hooks._thread != _get_ident() or hooks._bwd_depth:
                 return original(*args, **kwargs)
             if hooks._remove_pending:
                 hooks._remove_now()
@@ -505,7 +540,7 @@ class TorchHooks:
             finally:
                 hooks._bwd_depth = 0
                 try:
-                    hooks.timer.backward_end()
+                    hooks.timer.rec.end_phase()
                 except Exception as exc:
                     hooks._fault(exc)
 
@@ -518,7 +553,7 @@ class TorchHooks:
         hooks = self
 
         def __next__(self):
-            if dynamo_guard.is_compiling() or hooks._thread != _get_ident() or hooks._data_depth:
+            if dynamo_guard.is_tracing() or hooks._thread != _get_ident() or hooks._data_depth:
                 return original(self)
             if hooks._remove_pending:
                 hooks._remove_now()
@@ -533,7 +568,7 @@ class TorchHooks:
             finally:
                 hooks._data_depth = 0
                 try:
-                    hooks.timer.data_end()
+                    hooks.timer.rec.end_phase()
                 except Exception as exc:
                     hooks._fault(exc)
 
@@ -542,9 +577,77 @@ class TorchHooks:
         return __next__
 
 
+class TimedCall:
+    """A root module's call timed as forward: set as the module's ``_compiled_call_impl``, the slot that
+    ``Module.__call__`` calls instead of ``_call_impl`` when it is set (``module.compile()`` puts its compiled
+    call there; then this wraps that one).
+
+    Why not module hooks: any hook on a module sends each of its calls down
+    torch's slow path (a few µs), and the hooks themselves are two more calls;
+    here the module keeps torch's fast path and the timing is one frame. The
+    script's own hooks on the module run inside ``_call_impl``, so they are
+    forward time, as before.
+
+    Invisible where it must be: dynamo, tracing a call of the module from a
+    compiled region, goes to ``_call_impl`` or ``forward`` directly and never
+    reads this slot; were it to trace this, ``is_tracing()`` makes it the plain
+    call. ``copy.deepcopy(model)`` gives the copy no timed call (it is the
+    model's, not the copy's), and ``Module.__getstate__`` already leaves the
+    slot out of ``torch.save``.
+    """
+
+    __slots__ = ("hooks", "module", "inner", "__weakref__")
+
+    def __init__(self, hooks: TorchHooks, module: Any, inner: Any):
+        self.hooks = hooks
+        self.module = weakref.ref(module)
+        self.inner = inner  # the compiled call this replaced, or None: the module's own _call_impl
+
+    def __call__(self, *args, **kwargs):
+        hooks = self.hooks
+        module = self.module()
+        inner = self.inner or module._call_impl
+        if dynamo_guard.is_tracing() or hooks._thread != _get_ident() or hooks._bwd_depth:
+            return inner(*args, **kwargs)
+        if hooks._discovery:  # a compiled module's first call: before dynamo sees the global hooks (see _end_discovery)
+            try:
+                if hooks._fwd_depth == 0:
+                    hooks._roots.setdefault(id(module), self.module)
+                hooks._end_discovery()
+            except Exception as exc:
+                hooks._fault(exc)
+        if hooks._fwd_depth:
+            return inner(*args, **kwargs)
+        if hooks._remove_pending:
+            hooks._remove_now()
+            return inner(*args, **kwargs)
+        hooks._fwd_depth = 1
+        try:
+            opened = hooks.timer.forward_begin(module.training and hooks._torch.is_grad_enabled())
+        except Exception as exc:
+            hooks._fault(exc)
+            opened = False
+        try:
+            return inner(*args, **kwargs)
+        finally:
+            hooks._fwd_depth = 0
+            if opened:
+                try:
+                    hooks.timer.rec.end_phase()
+                except Exception as exc:
+                    hooks._fault(exc)
+
+    def __deepcopy__(self, memo: dict) -> Any:
+        return copy.deepcopy(self.inner, memo)  # what the copy would have had without ranktop
+
+    def __reduce__(self):
+        return (copy.copy, (None,))  # loads as the slot's default, where ranktop is not installed too
+
+
 _get_ident = threading.get_ident
 # The hooks call nothing of the script's: dynamo compiles none of their frames, nor any they start (the state
 # machine, the recorder, device timing), as when torch's own skipped code calls them within a compiled region.
+dynamo_guard.keep_out(TimedCall.__call__)  # it calls the script's module: dynamo may compile what that calls
 dynamo_guard.keep_out(
     TorchHooks._fwd_pre_discover, TorchHooks._fwd_post_discover, TorchHooks._fwd_pre, TorchHooks._fwd_post,
     TorchHooks._opt_pre, TorchHooks._opt_post, recursive=True,

@@ -25,18 +25,29 @@ def _never() -> bool:
     return False
 
 
-#: True while dynamo traces the caller (``torch.compiler.is_compiling``), once :func:`bind` has run.
+#: True while dynamo traces the caller, or torch compiles or exports (``torch.compiler.is_compiling``), once
+#: :func:`bind` has run. For wrappers that touch tensors or devices (the collectives, device waits).
 is_compiling: Callable[[], bool] = _never
+
+#: True while dynamo traces the caller (``torch.compiler.is_dynamo_compiling``: one frame that returns False,
+#: half the cost of :data:`is_compiling`). For automatic mode's hooks, which only read clocks: in the eager code
+#: that runs while torch compiles or exports (AOTAutograd calling a graph module, a non-strict export of the
+#: model) they would time a call and do no harm.
+is_tracing: Callable[[], bool] = _never
 
 
 def bind(torch: Any) -> None:
-    """Ask ``torch``'s own question from now on (idempotent)."""
-    global is_compiling
-    check = getattr(getattr(torch, "compiler", None), "is_compiling", None)
+    """Ask ``torch``'s own questions from now on (idempotent)."""
+    global is_compiling, is_tracing
+    compiler = getattr(torch, "compiler", None)
+    check = getattr(compiler, "is_compiling", None)
     if check is None:
         check = getattr(getattr(torch, "_dynamo", None), "is_compiling", None)
     if callable(check):
-        is_compiling = check
+        is_compiling = is_tracing = check
+    tracing = getattr(compiler, "is_dynamo_compiling", None)
+    if callable(tracing):
+        is_tracing = tracing
 
 
 # -- frames of ours that dynamo must never compile as frames of their own ----------------------------------

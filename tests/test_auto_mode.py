@@ -251,10 +251,13 @@ def test_torch_hooks_time_a_real_loop_and_keep_hooks_off_submodules(hooks):
     assert len(steps) == 8  # 8 optimizer steps; the fetch that ends the epoch ends the last
     assert all(set(r["p"]) == {"data", "forward", "backward", "optimizer"} for r in steps)
     assert all(r["p"]["data"] > 0 and r["w"] >= sum(r["p"].values()) for r in steps)
-    # discovery is over: only the root module carries hooks, the global hook dicts are ours no more
+    # discovery is over: only the root module's call is timed (torch's fast path kept: no module hook on it,
+    # probe/auto.py TimedCall), the submodules are untouched, the global hook dicts are ours no more
     assert h._discovery == [] and list(h._roots) == [id(model)]
     assert not any(hook.__self__ is h for hook in nn_module._global_forward_pre_hooks.values() if hasattr(hook, "__self__"))
-    assert model[0]._forward_pre_hooks == {} and len(model._forward_pre_hooks) == 1
+    assert model[0]._forward_pre_hooks == {} and model[0].__dict__.get("_compiled_call_impl") is None
+    assert isinstance(model.__dict__["_compiled_call_impl"], auto.TimedCall)
+    assert model._forward_pre_hooks == {} and model._forward_hooks == {}
 
 
 def test_torch_hooks_ignore_other_threads(hooks):
@@ -316,25 +319,29 @@ def test_probe_automatic_starts_the_probe_in_automatic_mode_and_shutdown_removes
     assert runtime.active is runtime.DISABLED and torch.autograd.backward is before and auto._hooks is None
 
 
-@pytest.mark.parametrize("where", ["forward_begin", "optimizer_end", "data_begin", "backward_end"])
+@pytest.mark.parametrize("where", ["forward_begin", "optimizer_end", "data_begin", "end_phase"])
 def test_a_fault_in_a_hook_switches_the_probe_off_and_training_goes_on(rdv, capfd, monkeypatch, where):
     """Anything raising inside automatic mode (here the state machine, at each kind of hook; inside the optimizer's
-    hooks torch is iterating them, so they are removed at the next safe point) costs the probe, never the job."""
+    hooks torch is iterating them, so they are removed at the next safe point) costs the probe, never the job.
+    ``end_phase``: the recorder boundary the hooks close data, forward and backward with, raising out of it (as a
+    replaced boundary, a device timeline's, could)."""
     from torch.nn.modules import module as nn_module
 
     from ranktop import probe
     from ranktop.probe import runtime
 
     calls = {"n": 0}
-    original = getattr(AutoTimer, where)
+    owner = recorder.Recorder if where == "end_phase" else AutoTimer
+    original = getattr(owner, where)
+    fault_at = 11 if where == "end_phase" else 3  # in the third step (four phases end in each)
 
     def faulty(self, *args):
         calls["n"] += 1
-        if calls["n"] == 3:
+        if calls["n"] == fault_at:
             raise RuntimeError("injected fault")
         return original(self, *args)
 
-    monkeypatch.setattr(AutoTimer, where, faulty)
+    monkeypatch.setattr(owner, where, faulty)
     before = (torch.autograd.backward, dict(nn_module._global_forward_pre_hooks))
     model = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.Linear(8, 1))
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
