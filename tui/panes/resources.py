@@ -15,7 +15,7 @@ from textual.widgets import Static
 
 from ranktop.tui.panes import gpus, memory
 from ranktop.tui.render import palette
-from ranktop.watch.snapshot import Snapshot
+from ranktop.watch.model.snapshot import Snapshot
 
 #: The panes under the main ones, in tab order, with the key that brings each to the top.
 TABS = (("collectives", "c", "Collectives"), ("memory", "m", "Memory"), ("gpus", "g", "GPUs"))
