@@ -23,6 +23,7 @@ from ranktop.watch.analysis import stalls
 from ranktop.watch.analysis.collectives import collective_rows
 from ranktop.watch.analysis.judge import Extras, build
 from ranktop.watch.analysis.peers import PeerClasses
+from ranktop.watch.engine.collective_sums import gather as gather_collectives
 from ranktop.watch.engine.endpoints import Endpoints
 from ranktop.watch.engine.job_state import JobState
 from ranktop.watch.engine.lifecycle import Lifecycle
@@ -286,17 +287,19 @@ class Aggregator:
 
         Which ranks get rows of their own (``ranks``: the ranks that matter, watch/analysis/collectives.py) depends on
         the snapshot's ranking, known only once the view is scored, with the lock released: so the rows are
-        worked out in a second, short hold of the lock (the windows' collective sums are written under it; no
-        window is read without it). They may be a few messages newer than the rest of the snapshot, never
-        half-written."""
+        gathered in a second, short hold of the lock (the windows' collective sums are written under it; no
+        window is read without it), as copies the rows are made of with it released. They may be a few
+        messages newer than the rest of the snapshot, never half-written."""
         with self._lock:
             windows = self.state.windows()
             cached = self._collectives
             if len(windows) >= COLLECTIVES_CACHED_FROM and cached is not None and now - cached[0] < COLLECTIVES_EVERY_S:
                 return cached[1]
-            rows = collective_rows(self.state.collectives, windows, now, ranks if len(windows) > PER_RANK_ROWS_UP_TO else None)
+            gathered = gather_collectives(self.state.collectives, windows, now, ranks if len(windows) > PER_RANK_ROWS_UP_TO else None)
+        rows = collective_rows(gathered)
+        with self._lock:
             self._collectives = (now, rows)
-            return rows
+        return rows
 
 
 def malformed(frames: list[bytes], exc: Exception) -> str:

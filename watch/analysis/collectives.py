@@ -1,7 +1,7 @@
 """The job's collectives: per-op rows, bandwidths by the nccl-tests conventions and the alpha-beta fit.
 
-Pure functions over plain numbers and rank windows, so they are tested without a job; the sums they read are
-kept as messages arrive by watch/engine/collective_sums.py.
+Pure functions over plain numbers, so they are tested without a job; the sums they read are kept as messages
+arrive, and gathered under the lock as copies, by watch/engine/collective_sums.py.
 
 Bandwidths follow nccl-tests (doc/PERFORMANCE.md): *algorithm bandwidth* is
 bytes / time; *bus bandwidth* scales it by how much data each rank really
@@ -19,12 +19,10 @@ from __future__ import annotations
 
 import statistics
 from dataclasses import dataclass
-from typing import Any, Iterable
 
 import numpy as np
 
-from ranktop.watch.engine.collective_sums import JobCollectives
-from ranktop.watch.engine.rank_window import CALL_WINDOW, RankWindow
+from ranktop.watch.engine.collective_sums import GatheredCollectives
 from ranktop.watch.model.rank_table import STATUS_CODE, RankTable
 from ranktop.watch.model.snapshot import CollectiveStat
 from ranktop.watch.statuses import OK, STATUSES
@@ -85,49 +83,15 @@ def fit_alpha_beta(sizes: list[float], times: list[float]) -> AlphaBeta | None:
 # -- the job's collectives, from the ranks' windows ------------------------------------
 
 
-#: Raw calls the job-wide rows' p95 and fit read at most: every rank's up to 128 ranks, then those of ranks
-#: spread evenly over the job (a rank keeps its last CALL_WINDOW calls).
-JOB_SAMPLE = 2048
-#: Windows whose oldest summary gives the job's rates their span, at most (spread evenly over the job).
-SPAN_SAMPLE = 64
-
-
-def collective_rows(
-    job: JobCollectives, windows: list[RankWindow], now: float, ranks: Iterable[int] | None = None
-) -> list[CollectiveStat]:
-    """Per op for the whole job (rank -1), then per rank and op (for ``ranks`` only, when given).
+def collective_rows(gathered: GatheredCollectives) -> list[CollectiveStat]:
+    """Per op for the whole job (rank -1), then per rank and op (for the ranks gathered), from the copies the
+    job state gathered under the lock (watch/engine/collective_sums.py :func:`gather`): no window is read here.
 
     Counts, bytes, rates and mean waits come from the per-step summaries (exact: the job's sums and each
     window's); the p95 and the alpha-beta fit from the samples of raw calls (for the job, those of at most
-    :data:`JOB_SAMPLE` calls). O(ops) for the job, O(ops) per rank shown.
+    :data:`~ranktop.watch.engine.collective_sums.JOB_SAMPLE` calls). O(ops) for the job, O(ops) per rank shown.
     """
-    wanted = set(w.rank for w in windows) if ranks is None else set(ranks)
-    shown = [w for w in windows if w.rank in wanted] if ranks is not None else windows
-    sums: dict[tuple[int, str], list] = {}  # key -> [calls, bytes, busy, first arrival]
-    samples: dict[tuple[int, str], list] = {}
-    totals: dict[tuple[int, str], list[int]] = {}
-    last: dict[tuple[int, str], tuple[int, str]] = {}
-    for op, (calls, nbytes, busy) in list(job.sums.items()):
-        sums[(-1, op)] = [calls, nbytes, busy, now]
-        totals[(-1, op)] = list(job.totals[op])
-        last[(-1, op)] = job.last[op]
-    stride = max(1, -(-len(windows) * CALL_WINDOW // JOB_SAMPLE))
-    for w in windows[::stride]:
-        for _, call in list(w.calls):
-            samples.setdefault((-1, call.op), []).append(call)
-    for w in windows[:: max(1, len(windows) // SPAN_SAMPLE)] + shown:  # the job's rates: over the span of its windows
-        for op, recent in list(w.op_window.items()):
-            if recent and (-1, op) in sums:
-                sums[(-1, op)][3] = min(sums[(-1, op)][3], recent[0][0])
-    for w in shown:
-        for op, (calls, nbytes, busy) in list(w.op_sums.items()):
-            recent = w.op_window[op]
-            sums[(w.rank, op)] = [calls, nbytes, busy, recent[0][0] if recent else now]
-            last[(w.rank, op)] = w.op_last[op]
-        for op, (calls, nbytes) in list(w.call_totals.items()):
-            totals[(w.rank, op)] = [calls, nbytes]
-        for _, call in list(w.calls):
-            samples.setdefault((w.rank, call.op), []).append(call)
+    now, sums, samples, totals, last = gathered.now, gathered.sums, gathered.samples, gathered.totals, gathered.last
     rows = []
     for (rank, op), (count, size, busy, first) in sorted(sums.items()):
         span = now - first

@@ -8,9 +8,10 @@ alpha-beta fit) are worked out from what they keep by watch/analysis/collectives
 from __future__ import annotations
 
 import collections
+from dataclasses import dataclass
 from typing import Iterable
 
-from ranktop.watch.engine.rank_window import WAITS_KEPT, RankWindow
+from ranktop.watch.engine.rank_window import CALL_WINDOW, WAITS_KEPT, RankWindow
 from ranktop.wire.messages import Call, CallSummary, OpSummary, Steps
 
 
@@ -107,3 +108,54 @@ def _add_ops(w: RankWindow, ops: dict[str, OpSummary], now: float, job: JobColle
         job_sums[1] += nbytes
         job_sums[2] += busy
         w.op_last[op] = job.last[op] = (summary.group, summary.dtype)
+
+
+#: Raw calls the job-wide rows' p95 and fit read at most: every rank's up to 128 ranks, then those of ranks
+#: spread evenly over the job (a rank keeps its last CALL_WINDOW calls).
+JOB_SAMPLE = 2048
+#: Windows whose oldest summary gives the job's rates their span, at most (spread evenly over the job).
+SPAN_SAMPLE = 64
+
+
+@dataclass(frozen=True)
+class GatheredCollectives:
+    """What the collective rows read, copied under the lock: keys are (rank, op), rank -1 the whole job."""
+
+    now: float
+    sums: dict[tuple[int, str], list[float]]  # [calls, bytes, summed wait, first arrival]
+    samples: dict[tuple[int, str], list[Call]]  # raw calls (frozen), oldest first
+    totals: dict[tuple[int, str], list[int]]  # [calls, bytes] since the viewer started
+    last: dict[tuple[int, str], tuple[int, str]]  # (group size, dtype) last seen
+
+
+def gather(job: JobCollectives, windows: list[RankWindow], now: float, ranks: Iterable[int] | None = None) -> GatheredCollectives:
+    """The job's sums, and those of ``ranks`` (every rank's when None), as copies a snapshot may read with the
+    lock released (watch/analysis/collectives.py makes the rows of them)."""
+    wanted = set(w.rank for w in windows) if ranks is None else set(ranks)
+    shown = [w for w in windows if w.rank in wanted] if ranks is not None else windows
+    sums: dict[tuple[int, str], list[float]] = {}  # key -> [calls, bytes, busy, first arrival]
+    samples: dict[tuple[int, str], list[Call]] = {}
+    totals: dict[tuple[int, str], list[int]] = {}
+    last: dict[tuple[int, str], tuple[int, str]] = {}
+    for op, (calls, nbytes, busy) in list(job.sums.items()):
+        sums[(-1, op)] = [calls, nbytes, busy, now]
+        totals[(-1, op)] = list(job.totals[op])
+        last[(-1, op)] = job.last[op]
+    stride = max(1, -(-len(windows) * CALL_WINDOW // JOB_SAMPLE))
+    for w in windows[::stride]:
+        for _, call in list(w.calls):
+            samples.setdefault((-1, call.op), []).append(call)
+    for w in windows[:: max(1, len(windows) // SPAN_SAMPLE)] + shown:  # the job's rates: over the span of its windows
+        for op, recent in list(w.op_window.items()):
+            if recent and (-1, op) in sums:
+                sums[(-1, op)][3] = min(sums[(-1, op)][3], recent[0][0])
+    for w in shown:
+        for op, (calls, nbytes, busy) in list(w.op_sums.items()):
+            recent = w.op_window[op]
+            sums[(w.rank, op)] = [calls, nbytes, busy, recent[0][0] if recent else now]
+            last[(w.rank, op)] = w.op_last[op]
+        for op, (calls, nbytes) in list(w.call_totals.items()):
+            totals[(w.rank, op)] = [calls, nbytes]
+        for _, call in list(w.calls):
+            samples.setdefault((w.rank, call.op), []).append(call)
+    return GatheredCollectives(now, sums, samples, totals, last)
