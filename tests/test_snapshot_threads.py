@@ -113,13 +113,13 @@ def _check_judged(snap, restarts_before: int) -> int:
     """What the analysis side works out of a gathered view must agree with itself: the peers and stages with the
     layout learned, the life with the ranks, the statuses with the stalls."""
     roles = set(snap.layout_roles)
-    assert len(snap.ranks) == WORLD
+    assert len(snap.ranks) <= WORLD
     for row in snap.ranks:
         assert row.coords is None or set(row.coords) <= roles, (row.rank, row.coords, roles)
         assert row.missed == 0 and row.steps_seen <= row.step + 1
     if snap.stages:
         assert "pp" in roles and sum(s.ranks for s in snap.stages) <= WORLD
-        assert len(snap.stages) == max(row.coords["pp"] for row in snap.ranks if row.coords and "pp" in row.coords) + 1
+        assert {s.stage for s in snap.stages} <= {row.coords["pp"] for row in snap.ranks if row.coords and "pp" in row.coords}
     assert snap.restarts >= restarts_before  # counted, never forgotten
     assert set(snap.not_back) <= set(range(WORLD)) and set(snap.failed_ranks) == set()
     assert set(snap.waiting_for) <= set(range(WORLD))
@@ -176,4 +176,4 @@ def test_judging_a_job_whose_layout_and_processes_change_under_it_holds_together
     assert taken[0] >= 4  # snapshots really were judged while it changed
     snap = agg.snapshot()
     _check_judged(snap, 0)
-    assert snap.restarts == 3 and snap.layout_roles == ["pp", "dp"] and len(snap.stages) == 4
+    assert len(snap.ranks) == WORLD and snap.restarts == 3 and snap.layout_roles == ["pp", "dp"] and len(snap.stages) == 4
