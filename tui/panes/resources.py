@@ -2,8 +2,7 @@
 
 Full width below the bars and the straggler table whatever the terminal's
 width, each pane as tall as its lines (up to a share of the screen, then it
-scrolls: the app deals the rows, tui/render/room.py), and hidden when the job reports nothing for it (a probe older than
-protocol 1.2).
+scrolls: the app deals the rows, tui/render/room.py), and hidden when the job reports nothing for it.
 """
 
 from __future__ import annotations

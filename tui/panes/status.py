@@ -74,7 +74,7 @@ def command_text(sent: SentCommand, snapshot: Snapshot) -> Text:
     complete = tally.answered >= expected
     text.append(f"{tally.answered}/{expected} ranks answered", style="" if complete else palette.WARNING)
     if tally.max_rtt_s is not None:
-        text.append(f", max rtt {tally.max_rtt_s * 1000:.1f} ms")
+        text.append(f", max rtt {fmt.ms_unit(tally.max_rtt_s)}")
     if tally.failed:
         rank, reason = tally.first_failure or (-1, "failed")
         text.append(f", {tally.failed} failed (rank {rank}: {reason})", style=palette.ERROR)

@@ -24,7 +24,7 @@ from ranktop.watch.analysis.stalls import StallPolicy, stall_report
 from ranktop.watch.analysis.collectives import RANKS_THAT_MATTER, ranks_that_matter
 from ranktop.watch.engine.job_state import JobView
 from ranktop.watch.engine.lifecycle import JobLife
-from ranktop.watch.model.rank_table import STATUS_CODE, RankRows, RankTable, message_fields
+from ranktop.watch.model.rank_table import STATUS_CODE, RankRows, RankTable, message_fields, phase_medians
 from ranktop.watch.analysis.resources import job_throughput, rank_throughput, row_fields
 from ranktop.watch.model.snapshot import Snapshot
 from ranktop.watch.statuses import OK, SILENT, SLOW, STALLED
@@ -128,7 +128,7 @@ def build(view: JobView, extras: Extras, policy: StallPolicy = StallPolicy(), pe
         stages=stage_rows,
         imbalance=stragglers.imbalance(stage_rows, median_step),
         median_step_s=median_step,
-        median_phases=dict(zip(names, np.median(view.phases[live], axis=0).tolist())) if live.any() else {},
+        median_phases=phase_medians(names, view.phases, live),
     )
 
 

@@ -63,8 +63,8 @@ RANK_TOPICS = tuple(kind.encode() for kind in schema.RANK_KINDS)
 DIGEST_TOPICS = (schema.NODE.encode(), schema.REPLY.encode())
 #: Seconds between two polls of the relays' sockets at least. A poll costs O(relays) (ZeroMQ builds the
 #: poll set afresh each time): polled as each message arrives, 512 relays sending four digests a second
-#: cost a fifth of a core in polls alone; polled 25 times a second and drained, about a hundredth, for 40 ms
-#: more latency at most (and the messages of a poll are ingested in one go: watch/aggregator.py).
+#: cost a fifth of a core in polls alone; polled at most 10 times a second and drained, under a hundredth (about a
+#: hundredth at 25 polls a second), for 100 ms more latency at most (and the messages of a poll are ingested in one go: watch/aggregator.py).
 POLL_EVERY_S = 0.1
 #: Seconds between two looks at the sockets' monitors (connections made or dropped, handshakes): in a poller of
 #: their own, so the relays' poll is half the size; often enough that a relay dropped and back within a second

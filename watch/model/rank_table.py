@@ -33,6 +33,14 @@ from ranktop.watch.statuses import STATUSES
 STATUS_CODE = {name: code for code, name in enumerate(STATUSES)}
 
 
+def phase_medians(names: list[str], phases: np.ndarray, live: np.ndarray) -> dict[str, float]:
+    """Each phase's median over the ``live`` rows of ``phases`` (ranks x names): what "the median rank" does.
+    The one place it is worked out: the judge for a snapshot, a snapshot made of rows for itself."""
+    if not live.any():
+        return {}
+    return dict(zip(names, np.median(phases[live], axis=0).tolist()))
+
+
 @dataclass(frozen=True, eq=False)
 class RankTable:
     """Every rank of one snapshot as columns, in rank order. A missing figure is NaN (None in a row)."""

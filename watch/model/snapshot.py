@@ -24,7 +24,7 @@ from ranktop.watch.model.rank_row import (  # noqa: F401  (read as snapshot.Rank
 )
 from ranktop.watch.engine.endpoints import Endpoint  # noqa: F401  (read as snapshot.Endpoint)
 from ranktop.watch.engine.requests import Reply, RequestStatus, failure_reason  # noqa: F401  (read as snapshot.Reply, ...)
-from ranktop.watch.model.rank_table import RankRows
+from ranktop.watch.model.rank_table import RankRows, phase_medians
 
 from ranktop.watch.statuses import (  # noqa: F401  (read as snapshot.SILENT, ... everywhere)
     CONNECTED,
@@ -143,10 +143,7 @@ class Snapshot:
         if self.median_phases:
             return dict(self.median_phases)
         table = self.ranks.table
-        live = ~np.isnan(table.step_s) & ~table.statuses(SILENT)
-        if not live.any():
-            return {}
-        return dict(zip(table.names, np.median(table.phases[live], axis=0).tolist()))
+        return phase_medians(table.names, table.phases, ~np.isnan(table.step_s) & ~table.statuses(SILENT))
 
     def where(self, row: RankRow) -> str:
         """A rank's coordinates as text, "pp 1, dp 1" ("" when the layout is not known)."""
