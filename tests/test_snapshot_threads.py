@@ -55,6 +55,21 @@ def _check(snap) -> None:
         assert row.steps_seen == row.step + 1 and row.missed == 0  # one step a message, in order, none lost
 
 
+def _race(*targets) -> None:
+    """Run each target on a thread of its own, switching threads every few bytecodes: any window read unlocked
+    shows."""
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-5)
+    try:
+        threads = [threading.Thread(target=t) for t in targets]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(120)
+    finally:
+        sys.setswitchinterval(interval)
+
+
 def test_snapshots_taken_while_the_job_changes_each_hold_together():
     agg = Aggregator("j")
     for r in range(WORLD):
@@ -83,16 +98,7 @@ def test_snapshots_taken_while_the_job_changes_each_hold_together():
         except BaseException as exc:  # noqa: BLE001 - handed to the test's thread
             failures.append(exc)
 
-    interval = sys.getswitchinterval()
-    sys.setswitchinterval(1e-5)  # switch threads every few bytecodes: any window read unlocked shows
-    try:
-        threads = [threading.Thread(target=feed), threading.Thread(target=watch)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join(120)
-    finally:
-        sys.setswitchinterval(interval)
+    _race(feed, watch)
     assert not failures, failures[0]
     assert taken[0] >= len(decoded) // 100  # snapshots really were taken while it changed
     snap = agg.snapshot()
@@ -162,16 +168,7 @@ def test_judging_a_job_whose_layout_and_processes_change_under_it_holds_together
         except BaseException as exc:  # noqa: BLE001 - handed to the test's thread
             failures.append(exc)
 
-    interval = sys.getswitchinterval()
-    sys.setswitchinterval(1e-5)
-    try:
-        threads = [threading.Thread(target=feed), threading.Thread(target=watch), threading.Thread(target=watch)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join(120)
-    finally:
-        sys.setswitchinterval(interval)
+    _race(feed, watch, watch)
     assert not failures, failures[0]
     assert taken[0] >= 4  # snapshots really were judged while it changed
     snap = agg.snapshot()
