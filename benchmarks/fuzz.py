@@ -43,7 +43,7 @@ from ranktop.watch.aggregator import Aggregator
 from ranktop.wire import auth, collective_summary, schema
 from ranktop.wire.messages import Reply, Step, Steps
 from ranktop.transport import rendezvous
-from ranktop.watch.json_doc import document
+from ranktop.watch.model.json_doc import document
 
 #: Snapshots are taken every this many ingested inputs, and the aggregator replaced every RESET_EVERY.
 SNAPSHOT_EVERY = 250
@@ -354,7 +354,7 @@ class IngestTarget:
 
 def _views(snap: Any) -> None:
     """What reads a snapshot besides --json: the verdict line and the prometheus gauges' figures."""
-    from ranktop.watch import verdict
+    from ranktop.watch.model import verdict
 
     verdict.verdict(snap)
 

@@ -24,7 +24,7 @@ import statistics
 import time
 
 from ranktop.tui.app import RanktopApp
-from ranktop.watch.snapshot import OK, SLOW, RankRow, Snapshot
+from ranktop.watch.model.snapshot import OK, SLOW, RankRow, Snapshot
 
 PHASES = ["data", "forward", "backward", "optimizer", "other"]
 SHARES = {"data": 0.1, "forward": 0.3, "backward": 0.5, "optimizer": 0.05, "other": 0.05}

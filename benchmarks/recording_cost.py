@@ -32,7 +32,7 @@ from pathlib import Path
 import msgspec
 
 from ranktop.watch.aggregator import Aggregator
-from ranktop.watch.recording import FlightRecorder, read
+from ranktop.watch.offline.recording import FlightRecorder, read
 from ranktop.wire import collective_summary, schema
 from ranktop.wire.messages import Hello, Steps
 
@@ -143,8 +143,8 @@ def disk(seconds: float, steps_per_s: float, ranks: int, msg_hz: float) -> tuple
 
 def replay_and_report_s(seconds: float = 60.0) -> tuple[float, float, float]:
     """(seconds to read, to seek to the end of, and to report on) a recording of 64 ranks at 4 steps/s."""
-    from ranktop.watch.replay import Replay
-    from ranktop.watch.report import build
+    from ranktop.watch.offline.replay import Replay
+    from ranktop.watch.offline.report import build
 
     frames = job_frames(seconds, 4.0)
     with tempfile.TemporaryDirectory() as d:

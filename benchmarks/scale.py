@@ -24,14 +24,14 @@ the interpreter two thirds of the time). The viewer process reports:
 Ingest capacity (rank-steps/s on one core) is measured apart, in this
 process: the frames the viewer would receive for a few seconds of the job
 (the ranks' own messages, or from 16 nodes up the nodes' digests, as
-watch/receiver.py chooses), fed to a fresh aggregator, by CPU time.
+watch/engine/receiver.py chooses), fed to a fresh aggregator, by CPU time.
 
 16,384 ranks (``--ranks 16384``: 2,048 nodes of 8) fit on a machine whose
 hard limit on open files (``ulimit -Hn``) is 20,000: the simulated ranks take 4
 files a node in the simulator's process, and their relays run in processes of
 their own (demo/sim_relays.py), 14 files a relay and 2 more per viewer, three
 processes for 2,048; the viewer takes 6 a relay and raises its own soft limit
-to fit them (watch/receiver.py). On 2 cores the simulator of 16,384 ranks may not keep up
+to fit them (watch/engine/receiver.py). On 2 cores the simulator of 16,384 ranks may not keep up
 with 16 steps/s beside the viewer: when it does not, it says how (schedule
 skipped, late sends, messages dropped at the source) and the table's notes
 repeat it, since the viewer's latency and drops then include the simulator's.
@@ -66,7 +66,7 @@ SLOW_MS = 20.0
 SLOW_PHASE = "forward"
 #: The viewer waits this long for every rank before it starts measuring.
 WARMUP_S = 15.0
-#: Messages per go in the ingest measurement: about what one poll of 512 relays finds (watch/receiver.py).
+#: Messages per go in the ingest measurement: about what one poll of 512 relays finds (watch/engine/receiver.py).
 INGEST_BATCH = 40
 #: The simulator's relays must all be up within this (2,048 take about 10 s on 2 cores).
 RELAYS_UP_S = 120.0
@@ -176,7 +176,7 @@ def viewer(job: str, directory: str, seconds: float, ranks: int, straggler: int)
             if measuring_since is None:
                 if len(snap.ranks) >= ranks or now - started > WARMUP_S:  # every rank heard, or as many as came
                     measuring_since, cpu_start, rss_start = now, cpu_s(), rss_mb()
-                    t = snap.ranks.table  # the columns: reading rows would build every rank's (watch/rank_rows.py)
+                    t = snap.ranks.table  # the columns: reading rows would build every rank's (watch/model/rank_table.py)
                     base = dict(zip(t.rank.tolist(), zip(t.step.tolist(), t.steps_seen.tolist())))
                     last = dict(zip(t.rank.tolist(), t.step.tolist()))
             else:
@@ -235,7 +235,7 @@ def ingest_capacity(ranks: int, calls: int, seconds: float = 4.0) -> float:
     from ranktop.demo.simulate import Scenario, Simulator
     from ranktop.watch.aggregator import Aggregator
     from ranktop.watch.heap import settle_for_viewing
-    from ranktop.watch.receiver import DIGESTS_FROM_NODES
+    from ranktop.watch.engine.receiver import DIGESTS_FROM_NODES
 
     settle_for_viewing()
 
@@ -243,13 +243,13 @@ def ingest_capacity(ranks: int, calls: int, seconds: float = 4.0) -> float:
         job="ingest", ranks=ranks, nodes=max(1, ranks // 8), calls_per_step=calls, steps_per_s=STEPS_PER_S,
         slow_rank=straggler_of(ranks), slow_ms=SLOW_MS, slow_phase=SLOW_PHASE,
     )  # fmt: skip
-    digests = scenario.nodes >= DIGESTS_FROM_NODES  # what the viewer takes at this size (watch/receiver.py)
+    digests = scenario.nodes >= DIGESTS_FROM_NODES  # what the viewer takes at this size (watch/engine/receiver.py)
     with tempfile.TemporaryDirectory() as folder:
         sim = Simulator(scenario, folder)
         frames = [f for _, tick in sim.replay(seconds, digests=digests) for f in tick]
     aggregator = Aggregator("ingest")
     start = time.process_time()
-    for i in range(0, len(frames), INGEST_BATCH):  # in goes, as the receiver hands them over (watch/receiver.py)
+    for i in range(0, len(frames), INGEST_BATCH):  # in goes, as the receiver hands them over (watch/engine/receiver.py)
         aggregator.ingest_batch([(message, None) for message in frames[i : i + INGEST_BATCH]])
     spent = time.process_time() - start
     return ranks * sim.steps_done / spent

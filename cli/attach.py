@@ -6,7 +6,7 @@ the port convention of transport/ports.py). ``--print-ssh`` prints instead the o
 ``ssh -L`` command that forwards every node's telemetry and control ports to a
 laptop, and the ``ranktop watch`` line to run there: the control port of each
 node is forwarded next to its telemetry port, which is how the TUI finds it
-through a tunnel (watch/receiver.py, :func:`~ranktop.watch.receiver.tunnelled_control`).
+through a tunnel (watch/engine/receiver.py, :func:`~ranktop.watch.engine.receiver.tunnelled_control`).
 """
 
 from __future__ import annotations

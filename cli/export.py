@@ -1,7 +1,7 @@
 """``ranktop export JOB --prometheus [HOST:]PORT``: a job's live metrics on /metrics for Prometheus.
 
 Runs a watch session without a screen and serves what its snapshot says at
-each scrape (watch/prometheus.py). Binds 127.0.0.1 unless a host is given: the
+each scrape (watch/offline/prometheus.py). Binds 127.0.0.1 unless a host is given: the
 metrics name hosts and ranks of a job, which is not for every network.
 """
 
@@ -51,7 +51,7 @@ def configure(p: argparse.ArgumentParser) -> None:
 
 
 def cmd_export(args) -> int:
-    from ranktop.watch import prometheus
+    from ranktop.watch.offline import prometheus
     from ranktop.watch.optional import MissingDependency
 
     host, port = args.prometheus

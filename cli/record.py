@@ -1,7 +1,7 @@
 """``ranktop record JOB FILE``: the flight recorder without a screen (a login node's tmux).
 
 Receives the job's telemetry like ``ranktop watch`` and writes every frame to
-FILE (watch/recording.py) until ``--duration`` runs out or Ctrl-C, with a status
+FILE (watch/offline/recording.py) until ``--duration`` runs out or Ctrl-C, with a status
 line every ``--every`` seconds. ``ranktop watch JOB --record FILE`` records
 while watching; both use :func:`make_recorder`.
 """
@@ -14,7 +14,7 @@ import time
 
 from ranktop.cli.errors import UserError, say, stop_on_sigterm
 from ranktop.cli.options import Command, positive_float, rate
-from ranktop.watch.recording import DEFAULT_KEEP, DEFAULT_MAX_BYTES, FlightRecorder, RecordingError
+from ranktop.watch.offline.recording import DEFAULT_KEEP, DEFAULT_MAX_BYTES, FlightRecorder, RecordingError
 from ranktop.watch.session import WatchSession, resolve_waiting
 
 HELP = "record a running job's telemetry to a file, headless (replay, report)"

@@ -15,7 +15,7 @@ from pathlib import Path
 from ranktop.cli.errors import UserError
 from ranktop.cli.options import Command
 from ranktop.cli.replay import load
-from ranktop.watch.report import build, compare_lines, text_lines
+from ranktop.watch.offline.report import build, compare_lines, text_lines
 
 HELP = "end-of-run summary of a recording: stragglers, stalls, step time, phases (or compare two)"
 DESCRIPTION = (
@@ -48,7 +48,7 @@ def cmd_report(args) -> int:
         if len(reports) == 2:
             raise ReportError("--html takes one recording (compare two as text or --json)")
         from ranktop.watch.optional import MissingDependency
-        from ranktop.watch.report_html import page
+        from ranktop.watch.offline.report_html import page
 
         try:
             text = page(reports[0])

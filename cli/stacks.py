@@ -4,7 +4,7 @@ Sends the signed ``stacks`` command, waits up to ``--timeout`` seconds for every
 rank of the job to answer (each rank answers from its probe's thread, so a
 hung training thread does not stop it), then prints one line per group of
 ranks with identical main-thread stacks, the ranks that did not answer, and
-each group's stack. The grouping is :mod:`ranktop.watch.stacks`.
+each group's stack. The grouping is :mod:`ranktop.watch.analysis.stacks`.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import json
 from ranktop.cli.errors import Sayer, UserError
 from ranktop.cli.options import Command, add_job_target, add_wait_option, positive_float
 from ranktop.watch.session import WatchSession, resolve_waiting
-from ranktop.watch.stacks import build_report, report_json, report_lines, representatives
+from ranktop.watch.analysis.stacks import build_report, report_json, report_lines, representatives
 
 
 class StacksError(UserError):

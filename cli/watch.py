@@ -11,8 +11,8 @@ from ranktop.cli import record
 from ranktop.cli.errors import UserError, say
 from ranktop.cli.options import Command, add_view_options, add_wait_option
 from ranktop.watch.session import Target, WatchSession, resolve_waiting
-from ranktop.watch.snapshot import WAITING
-from ranktop.watch.json_doc import document
+from ranktop.watch.model.snapshot import WAITING
+from ranktop.watch.model.json_doc import document
 
 #: How long an endpoint may stay silent before the user is told (then we keep waiting).
 WAITING_NOTICE_S = 3.0

@@ -221,7 +221,7 @@ class JobModel:
         return Step(n, start, rows, latest, sum(latest) + max(row[3] for row in rows))
 
     def records(self, step: Step, rank: int) -> tuple[StepRecord, list[CallSummary]]:
-        """Rank ``rank``'s step record and collective summaries (wire 1.4) of ``step``, as its probe sends them."""
+        """Rank ``rank``'s step record and collective summaries of ``step``, as its probe sends them."""
         own, arrivals, moved, tail, _ = step.rows[rank]
         phases = {"data": own[0], "forward": own[1], "backward": own[2], "optimizer": own[3]}
         summaries = []

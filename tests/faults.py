@@ -33,7 +33,7 @@ import zmq
 from support import start_job  # tests/support.py: the same start every live test uses
 import messages  # tests/messages.py: raw bodies
 
-from ranktop.watch import keys
+from ranktop.watch.engine import keys
 from ranktop.watch.session import WatchSession, resolve
 from ranktop.wire import auth, schema
 from ranktop.wire.messages import Steps
@@ -238,7 +238,7 @@ class StepLog:
         self._lock = threading.Lock()
         self._steps: dict[int, dict[int, tuple[float, float]]] = {}
 
-    # the recorder's interface (watch/receiver.py Tap, and what WatchSession calls)
+    # the recorder's interface (watch/engine/receiver.py Tap, and what WatchSession calls)
     def start(self) -> None:
         pass
 

@@ -1,4 +1,4 @@
-"""The straggler scoring of watch/stragglers.py with a rank's figures as a record each: what the tests write.
+"""The straggler scoring of watch/analysis/stragglers.py with a rank's figures as a record each: what the tests write.
 
 The viewer scores columns (``score_columns``, ``stage_columns``: every rank at once, from the job's arrays);
 a test states a few ranks' medians by hand. These wrappers lay such records out as the columns and read the
@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ranktop.watch.stragglers import Stage, score_columns, stage_columns
+from ranktop.watch.analysis.stragglers import Stage, score_columns, stage_columns
 
 
 @dataclass(frozen=True)
@@ -45,7 +45,7 @@ class Scores:
 
 def score(live: dict[int, RankStats], names: list[str], classes: dict[int, tuple] | None = None) -> Scores:
     """Compare the live ranks' phases with their cross-rank medians; with ``classes`` (rank -> peer class,
-    watch/layout.py), with the medians of their own class."""
+    watch/analysis/layout.py), with the medians of their own class."""
     ranks = list(live)
     phases = np.array([[live[r].phases.get(name, 0.0) for name in names] for r in ranks]).reshape(len(ranks), len(names))
     steps = np.array([live[r].step_s for r in ranks])

@@ -20,7 +20,7 @@ import test_main_screen
 
 from ranktop.demo.simulate import Scenario, Simulator
 from ranktop.watch.aggregator import Aggregator
-from ranktop.watch.snapshot import Endpoint, Snapshot
+from ranktop.watch.model.snapshot import Endpoint, Snapshot
 
 START = 1.0e9
 

@@ -15,7 +15,7 @@ from textual.widget import Widget
 
 from ranktop.tui import bindings
 from ranktop.tui.app import READ_ONLY, RanktopApp
-from ranktop.watch.snapshot import OK, SILENT, SLOW, Endpoint, RankRow, Reply, Snapshot
+from ranktop.watch.model.snapshot import OK, SILENT, SLOW, Endpoint, RankRow, Reply, Snapshot
 from ranktop.tui.render import palette
 from ranktop.tui.panes.breakdown import BLOCK, RankBars, bar, sort_rows
 from ranktop.tui.screens.help import HelpScreen, key_names
@@ -477,7 +477,7 @@ def test_tiny_terminals_do_not_crash():
 
 
 def test_status_styles_cover_every_status():
-    from ranktop.watch.snapshot import STATUSES
+    from ranktop.watch.model.snapshot import STATUSES
 
     assert set(palette.STATUS_STYLES) == set(STATUSES)
     assert isinstance(status_text(eight_ranks()), Text)

@@ -21,7 +21,7 @@ from ranktop.probe.capture import Capture
 from ranktop.probe.recorder import Recorder
 from ranktop.watch.aggregator import Aggregator
 from ranktop.watch.capture import CaptureRefused, plan, progress, summary_lines, table_lines
-from ranktop.watch.snapshot import CaptureStatus, Reply
+from ranktop.watch.model.snapshot import CaptureStatus, Reply
 from ranktop.tui.screens.capture import capture_text
 from ranktop.transport import captures
 from ranktop.wire import capture as wire_capture

@@ -1,4 +1,4 @@
-"""Which ranks get collective rows of their own under the job's (watch/collectives.py ranks_that_matter), and what
+"""Which ranks get collective rows of their own under the job's (watch/analysis/collectives.py ranks_that_matter), and what
 the pane says about them: the ranks that matter, never "the top stragglers" of a job where only one is slow."""
 
 import dataclasses
@@ -8,9 +8,9 @@ from test_collectives_panel import stat
 
 from ranktop.tui.panes import CollectiveTable
 from ranktop.tui.panes.collectives import shown_stats, title
-from ranktop.watch.collectives import LEAST_WAIT, MOST_WAIT, WAITED_FOR, ranks_that_matter
-from ranktop.watch.rank_rows import RankTable
-from ranktop.watch.snapshot import SILENT, SLOW, STALLED
+from ranktop.watch.analysis.collectives import LEAST_WAIT, MOST_WAIT, WAITED_FOR, ranks_that_matter
+from ranktop.watch.model.rank_table import RankTable
+from ranktop.watch.model.snapshot import SILENT, SLOW, STALLED
 
 
 def job(n: int = 64, waits=None, **changed):

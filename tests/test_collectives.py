@@ -9,7 +9,7 @@ import pytest
 from support import JOBS, wait_for
 
 from ranktop.watch.aggregator import Aggregator
-from ranktop.watch.collectives import bus_factor, fit_alpha_beta, percentile
+from ranktop.watch.analysis.collectives import bus_factor, fit_alpha_beta, percentile
 from ranktop.watch.session import WatchSession, resolve
 from ranktop.transport import rendezvous
 import messages

@@ -4,7 +4,7 @@ import dataclasses
 
 from test_app_render import drive, eight_ranks
 
-from ranktop.watch.snapshot import CollectiveStat
+from ranktop.watch.model.snapshot import CollectiveStat
 from ranktop.tui.panes import CollectiveTable
 
 

@@ -26,7 +26,7 @@ from ranktop.relay.proxy import Relay
 from ranktop.transport.ipc import ipc_endpoints
 from ranktop.tui.panes.status import status_text
 from ranktop.tui.panes.waiting import waiting_text
-from ranktop.watch.requests import RequestError
+from ranktop.watch.engine.requests import RequestError
 from ranktop.watch.session import WatchSession, resolve
 from ranktop.wire import auth, schema
 from ranktop.transport import curve, rendezvous

@@ -23,8 +23,8 @@ from faults import DemoJob, Throttle, Window, expired_commands, file_size_limit,
 from faults import kill_relay, malformed_commands, relay_pid, valid_command
 from support import RANKTOP, run_cli, wait_for
 
-from ranktop.watch.receiver import connect_url
-from ranktop.watch.snapshot import CONNECTED, LOST, SILENT
+from ranktop.watch.engine.receiver import connect_url
+from ranktop.watch.model.snapshot import CONNECTED, LOST, SILENT
 from ranktop.transport import rendezvous
 
 pytestmark = pytest.mark.slow

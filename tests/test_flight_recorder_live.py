@@ -17,8 +17,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from support import RANKTOP, run_cli, wait_for
 
-from ranktop.watch.recording import FlightRecorder, read
-from ranktop.watch.replay import snapshot_at
+from ranktop.watch.offline.recording import FlightRecorder, read
+from ranktop.watch.offline.replay import snapshot_at
 from ranktop.watch.session import WatchSession, resolve
 
 pytestmark = pytest.mark.slow

@@ -22,13 +22,13 @@ from hypothesis import strategies as st
 from messages import collectives, frames, hello, plain
 from support import wait_for
 
-from ranktop.watch import verdict
+from ranktop.watch.model import verdict
 from ranktop.watch.aggregator import Aggregator
-from ranktop.watch.receiver import Receiver
+from ranktop.watch.engine.receiver import Receiver
 from ranktop.wire import auth, schema
 from ranktop.transport import rendezvous
 from ranktop.wire.node_digest import NodeDigest
-from ranktop.watch.json_doc import document
+from ranktop.watch.model.json_doc import document
 
 FUZZ = settings(max_examples=100, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow])
 

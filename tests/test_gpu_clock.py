@@ -8,8 +8,8 @@ from support import run_cli
 
 from ranktop.tui.panes.header import header_text
 from ranktop.watch.aggregator import Aggregator
-from ranktop.watch.verdict import verdict
-from ranktop.watch.json_doc import document
+from ranktop.watch.model.verdict import verdict
+from ranktop.watch.model.json_doc import document
 from ranktop.wire import schema
 
 import messages

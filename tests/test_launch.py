@@ -126,7 +126,7 @@ def test_a_slow_phase_in_the_uninstrumented_demo_is_found_on_the_right_rank(laun
 
 @pytest.mark.slow
 def test_a_slow_backward_lands_in_the_slow_ranks_backward(launched):
-    """Under DDP a slow backward cannot be told from the others' wait by phase times (see watch/stragglers.py):
+    """Under DDP a slow backward cannot be told from the others' wait by phase times (see watch/analysis/stragglers.py):
     every rank's backward grows. What automatic mode must get right is where the slow rank's own sleep
     goes: into its backward (at least the 40 ms injected), not into other."""
     launched("auto-backward", *TORCHRUN, TRAIN, "--no-probe", "--slow-rank", "1", "--slow-ms", "40", "--slow-phase", "backward")

@@ -1,7 +1,9 @@
 """The architecture's import rules (docs/architecture.md), checked on the installed package.
 
 Layers import downward only: wire <- transport <- relay <- probe, transport <- watch <- cli, watch <- tui;
-and no module imports itself through others (no import circle, anywhere).
+inside watch, its rooms too: engine (gathers) <- model (what a snapshot says) <- analysis (judges) <- offline,
+and the top-level modules that join them (aggregator, session, refresher, capture) above all four; the engine
+never imports analysis or model. And no module imports itself through others (no import circle, anywhere).
 Two kinds of check: every import statement in the source, wherever it stands
 (a lazy import inside a function counts as much as one at the top), and what
 a fresh interpreter really loads.
@@ -17,6 +19,9 @@ import pytest
 
 import ranktop
 
+#: watch's top-level modules that join its rooms (the aggregator builds snapshots of what the engine gathered).
+_JOINERS = ("ranktop.watch.aggregator", "ranktop.watch.session", "ranktop.watch.refresher", "ranktop.watch.capture")
+
 #: layer -> the packages (and outside libraries) it must never import.
 CONTRACTS = {
     "ranktop.wire": ("ranktop.transport", "ranktop.relay", "ranktop.probe", "ranktop.watch", "ranktop.cli", "ranktop.tui",
@@ -28,7 +33,15 @@ CONTRACTS = {
     "ranktop.watch": ("ranktop.probe", "ranktop.relay", "ranktop.cli", "ranktop.tui", "ranktop.demo", "textual", "torch", "rich"),
     "ranktop.cli": ("ranktop.demo", "textual", "torch"),
     "ranktop.tui": ("ranktop.probe", "ranktop.cli", "ranktop.demo", "torch"),
+    # watch's rooms (docs/architecture.md): the engine gathers and judges nothing; the model is what a snapshot
+    # says (it reads the engine's records); analysis judges both; nothing of them imports what joins them.
+    "ranktop.watch.engine": ("ranktop.watch.analysis", "ranktop.watch.model", "ranktop.watch.offline", *_JOINERS),
+    "ranktop.watch.model": ("ranktop.watch.analysis", "ranktop.watch.offline", *_JOINERS),
+    "ranktop.watch.analysis": ("ranktop.watch.offline", *_JOINERS),
 }
+
+#: watch's top-level leaves: what every room may import; they import no room (``errors`` only, of watch).
+LEAVES = ("ranktop.watch.errors", "ranktop.watch.format", "ranktop.watch.statuses", "ranktop.watch.optional")
 
 
 def modules_after(statement: str) -> set[str]:
@@ -75,6 +88,21 @@ def test_no_layer_imports_a_layer_above_it(package):
     assert not broken, f"{package} imports what it must not: {broken}"
 
 
+@pytest.mark.parametrize("leaf", LEAVES)
+def test_the_top_level_leaves_of_watch_import_no_room(leaf):
+    path = _root("ranktop.watch") / (leaf.rsplit(".", 1)[1] + ".py")
+    watch = {n for n in imported_modules(path, "ranktop.watch") if n.startswith("ranktop.watch.")}
+    assert all(n == "ranktop.watch.errors" or n.startswith("ranktop.watch.errors.") for n in watch), f"{leaf} imports {sorted(watch)}"
+
+
+def test_watch_is_rooms_not_a_hallway():
+    """At most 12 modules at watch's top level (``__init__`` counted): the rest lives in rooms named after who lives there."""
+    top = sorted(p.name for p in _root("ranktop.watch").glob("*.py"))
+    rooms = sorted(p.name for p in _root("ranktop.watch").iterdir() if (p / "__init__.py").is_file())
+    assert len(top) <= 12, top
+    assert rooms == ["analysis", "engine", "model", "offline"]
+
+
 def test_the_probe_imports_neither_torch_nor_the_viewer():
     loaded = modules_after("from ranktop import probe; probe.step(); probe.phase('x')")
     assert "torch" not in loaded and "textual" not in loaded and "numpy" not in loaded  # numpy is the viewer's
@@ -106,7 +134,7 @@ def test_every_module_of_the_installed_package_imports():
     )
     out = subprocess.run([sys.executable, "-c", code, *wanted], capture_output=True, text=True, check=True)
     assert out.stdout == ""
-    assert {"ranktop.watch.requests", "ranktop.cli.ping", "ranktop.tui.panes.status", "ranktop.tui.screens.help",
+    assert {"ranktop.watch.engine.requests", "ranktop.cli.ping", "ranktop.tui.panes.status", "ranktop.tui.screens.help",
             "ranktop.tui.render.palette", "ranktop.wire.settings"} <= set(names)
 
 

@@ -6,8 +6,8 @@ import msgspec
 import pytest
 
 from ranktop.probe.collectives import state_layout
-from ranktop.watch import stragglers
-from ranktop.watch.layout import learn
+from ranktop.watch.analysis import stragglers
+from ranktop.watch.analysis.layout import learn
 from ranktop.wire import parallel_groups, schema
 from ranktop.wire.messages import Group
 

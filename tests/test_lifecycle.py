@@ -6,9 +6,9 @@ import time
 
 import messages
 from ranktop.watch.aggregator import Aggregator
-from ranktop.watch.lifecycle import ENDED, RUNNING, WAITING, life_line, ordinal
+from ranktop.watch.engine.lifecycle import ENDED, RUNNING, WAITING, life_line, ordinal
 from ranktop.wire import schema
-from ranktop.watch.json_doc import document
+from ranktop.watch.model.json_doc import document
 
 
 class Clock:
@@ -175,7 +175,7 @@ def test_the_header_says_the_restart_and_the_end_and_the_waiting_pane_the_jobs_t
 
     from ranktop.tui.panes.header import header_text
     from ranktop.tui.panes.waiting import waiting_text
-    from ranktop.watch.snapshot import EMPTY
+    from ranktop.watch.model.snapshot import EMPTY
 
     clock = Clock()
     agg = started_three_times(clock)
@@ -185,7 +185,7 @@ def test_the_header_says_the_restart_and_the_end_and_the_waiting_pane_the_jobs_t
     both_end_cleanly(agg, pid=30)
     snap = agg.snapshot()
     assert "ended at " in header_text(snap, title="ranktop", paused=False).plain
-    from ranktop.watch.verdict import verdict
+    from ranktop.watch.model.verdict import verdict
 
     answer = verdict(snap)
     assert answer.kind == "ended" and answer.text.startswith("job ended at ") and answer.text.endswith("after step 2")

@@ -23,7 +23,7 @@ from ranktop.tui.panes.stragglers import TOP_ROWS
 from ranktop.tui.render.histogram import histogram_lines
 from ranktop.tui.render.rankmap import NODES, RANKS, layout, nodes_of
 from ranktop.tui.screens.drill import NodeScreen, RankScreen
-from ranktop.watch.snapshot import SLOW
+from ranktop.watch.model.snapshot import SLOW
 
 SMALL, BIG = (80, 24), (200, 60)
 

@@ -7,9 +7,9 @@ import msgspec
 import pytest
 
 from ranktop.probe import memory
-from ranktop.watch import memory as memory_stats
+from ranktop.watch.engine import memory_history as memory_stats
 from ranktop.watch.aggregator import Aggregator
-from ranktop.watch.memory import MB, creep
+from ranktop.watch.engine.memory_history import MB, creep
 from ranktop.wire import schema
 
 from test_aggregator import Clock, hello, steps

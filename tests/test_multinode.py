@@ -18,7 +18,7 @@ from support import JOBS, run_cli, wait_for
 from ranktop.watch.session import WatchSession, resolve
 from ranktop.tui.panes.status import status_text
 from ranktop.transport import rendezvous
-from ranktop.watch.json_doc import document
+from ranktop.watch.model.json_doc import document
 
 pytestmark = pytest.mark.slow
 

@@ -1,7 +1,7 @@
 """A node's digest (wire/node_digest.py): what its ranks said in one interval, folded into one message.
 
 The relay of every node builds one (relay/digest.py) and viewers of big jobs take
-them instead of every rank's own messages (watch/receiver.py). These tests feed
+them instead of every rank's own messages (watch/engine/receiver.py). These tests feed
 the digest real rank messages (tests/messages.py), send it through the wire's
 encoder and decoder, and read what an aggregator makes of it.
 """
@@ -198,7 +198,7 @@ def test_a_rank_heard_step_by_step_is_left_out_of_its_nodes_columns_and_the_othe
 
 
 def test_a_go_of_digests_where_a_rank_moved_nodes_counts_its_steps_as_one_by_one():
-    """The receiver hands over a poll's digests in one go, written together (watch/job_state.py: settle). A rank
+    """The receiver hands over a poll's digests in one go, written together (watch/engine/job_state.py: settle). A rank
     in two nodes' digests of one go (it moved between them) must not be written twice in one numpy go: its
     steps count as they would one digest at a time."""
     first, second = NodeDigest("j", "node0"), NodeDigest("j", "node1")

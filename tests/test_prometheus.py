@@ -10,8 +10,8 @@ from __future__ import annotations
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from ranktop.watch.prometheus import SnapshotCollector
-from ranktop.watch.snapshot import OK, SLOW, GpuStat, MemoryStat, RankRow, Snapshot, Throughput
+from ranktop.watch.offline.prometheus import SnapshotCollector
+from ranktop.watch.model.snapshot import OK, SLOW, GpuStat, MemoryStat, RankRow, Snapshot, Throughput
 
 UNITS = ("_seconds", "_bytes", "_ratio", "_watts", "_celsius", "_per_second", "_bytes_per_second")
 COUNTS = ("ranktop_rank_coordinates", "ranktop_rank_status", "ranktop_rank_slow_phase", "ranktop_rank_gpu_throttle", "ranktop_rank_last_step",
@@ -79,7 +79,7 @@ def test_each_rank_s_place_in_the_parallel_layout_is_one_series_labelled_with_it
 
 
 def test_a_job_not_heard_yet_scrapes_empty_not_broken():
-    from ranktop.watch.snapshot import EMPTY
+    from ranktop.watch.model.snapshot import EMPTY
 
     families = scrape(EMPTY)
     assert families["ranktop_job_ranks_connected"].samples[0].value == 0

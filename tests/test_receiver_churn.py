@@ -9,7 +9,7 @@ from __future__ import annotations
 import itertools
 import time
 
-import ranktop.watch.receiver as receiver_module
+import ranktop.watch.engine.receiver as receiver_module
 from ranktop.transport.rendezvous import NodeRecord
 from ranktop.watch.aggregator import Aggregator
 

@@ -10,11 +10,11 @@ import time
 
 import pytest
 
-from ranktop.watch import recording
-from ranktop.watch.history import History
-from ranktop.watch.recording import FlightRecorder, RecordingError, read, segments_of
-from ranktop.watch.replay import Replay, parse_offset, snapshot_at
-from ranktop.watch.report import build, text_lines
+from ranktop.watch.offline import recording
+from ranktop.watch.analysis.history import History
+from ranktop.watch.offline.recording import FlightRecorder, RecordingError, read, segments_of
+from ranktop.watch.offline.replay import Replay, parse_offset, snapshot_at
+from ranktop.watch.offline.report import build, text_lines
 from ranktop.wire import schema
 
 import messages
@@ -176,7 +176,7 @@ def test_paused_replay_stands_still_and_speed_scales_time(tmp_path):
 
 
 def test_history_turns_a_slow_spell_into_one_episode_with_its_cost(tmp_path):
-    from ranktop.watch.replay import Player
+    from ranktop.watch.offline.replay import Player
 
     rec = recorded_job(tmp_path)
     history = History()
@@ -214,7 +214,7 @@ def test_history_is_bounded():
 
 
 def test_two_runs_side_by_side(tmp_path):
-    from ranktop.watch.report import compare_lines
+    from ranktop.watch.offline.report import compare_lines
 
     (tmp_path / "a").mkdir()
     (tmp_path / "b").mkdir()
@@ -229,7 +229,7 @@ def test_two_runs_side_by_side(tmp_path):
 
 
 def test_the_html_report_is_one_self_contained_page_with_its_plots(tmp_path):
-    from ranktop.watch.report_html import page
+    from ranktop.watch.offline.report_html import page
 
     html = page(build(recorded_job(tmp_path)))
     assert html.count('class="plotly-graph-div"') == 4

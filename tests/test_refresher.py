@@ -4,7 +4,7 @@ import threading
 import time
 
 from ranktop.watch.refresher import BUSY_RATIO, Refresher
-from ranktop.watch.snapshot import EMPTY
+from ranktop.watch.model.snapshot import EMPTY
 
 
 def test_snapshots_are_taken_off_the_callers_thread_and_errors_are_handed_over_too():

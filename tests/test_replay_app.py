@@ -13,7 +13,7 @@ from test_recording import recorded_job
 from ranktop.tui.panes.status import StatusLine
 from ranktop.tui.replay import NO_COMMANDS, ReplayApp
 from ranktop.tui.screens.history import HistoryScreen, history_text
-from ranktop.watch.replay import Replay
+from ranktop.watch.offline.replay import Replay
 
 
 def text_of(widget) -> str:

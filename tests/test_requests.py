@@ -12,10 +12,10 @@ import messages
 from ranktop.cli.ping import answer_lines
 from ranktop.tui.panes.status import SentCommand, command_text
 from ranktop.watch.aggregator import MAX_REPLIES, Aggregator
-from ranktop.watch.requests import RequestBook
+from ranktop.watch.engine.requests import RequestBook
 from ranktop.watch.session import Answers
 from ranktop.wire import schema
-from ranktop.watch.json_doc import document
+from ranktop.watch.model.json_doc import document
 
 WORLD = 1024
 

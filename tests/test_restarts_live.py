@@ -28,8 +28,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from support import JOBS, RANKTOP, wait_for
 
-from ranktop.watch.lifecycle import life_line, ordinal
-from ranktop.watch.recording import read
+from ranktop.watch.engine.lifecycle import life_line, ordinal
+from ranktop.watch.offline.recording import read
 from ranktop.watch.session import WatchSession, resolve_waiting
 
 pytestmark = pytest.mark.slow

@@ -29,9 +29,9 @@ from ranktop.tui.replay import ReplayApp
 from ranktop.tui.screens.capture import CaptureScreen
 from ranktop.tui.screens.drill import NodeScreen, RankScreen
 from ranktop.watch.capture import CapturePlan
-from ranktop.watch.rank_row import CaptureStatus
-from ranktop.watch.replay import Replay
-from ranktop.watch.snapshot import Reply
+from ranktop.watch.model.rank_row import CaptureStatus
+from ranktop.watch.offline.replay import Replay
+from ranktop.watch.model.snapshot import Reply
 from ranktop.wire import capture as wire_capture
 
 SIZES = [(80, 24), (120, 36), (200, 50)]

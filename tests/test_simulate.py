@@ -117,7 +117,7 @@ def _replayed(**layout):
 
 
 def test_a_simulated_3d_job_shows_its_stage_imbalance_and_flags_nobody(rdv):
-    from ranktop.watch.verdict import verdict
+    from ranktop.watch.model.verdict import verdict
 
     snap = _replayed(ranks=512, pp=4, tp=8)  # dp 16; the last stage 1.6x the others' forward and backward
     assert snap.layout_roles == ["pp", "tp", "dp"]
@@ -131,7 +131,7 @@ def test_a_simulated_3d_job_shows_its_stage_imbalance_and_flags_nobody(rdv):
 
 @pytest.mark.slow
 def test_a_slow_rank_of_a_4096_rank_3d_job_is_named_with_its_coordinates_and_alone(rdv):
-    from ranktop.watch.verdict import verdict
+    from ranktop.watch.model.verdict import verdict
 
     snap = _replayed(ranks=4096, pp=8, tp=8, slow_rank=3071, slow_phase="forward")
     answer = verdict(snap)

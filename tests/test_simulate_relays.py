@@ -19,8 +19,8 @@ from support import RANKTOP, wait_for
 from ranktop.demo.sim_node import SimulatedNode
 from ranktop.demo.sim_relays import FDS_PER_RELAY, FDS_PER_VIEWER, processes_for
 from ranktop.transport import rendezvous
-from ranktop.watch.receiver import FDS_BESIDES as VIEWER_FDS_BESIDES
-from ranktop.watch.receiver import FDS_PER_RELAY as VIEWER_FDS_PER_RELAY
+from ranktop.watch.engine.receiver import FDS_BESIDES as VIEWER_FDS_BESIDES
+from ranktop.watch.engine.receiver import FDS_PER_RELAY as VIEWER_FDS_PER_RELAY
 
 NODES = 64
 #: Open files any of these processes holds before its sockets: the interpreter's, libzmq's context, pipes.

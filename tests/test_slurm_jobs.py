@@ -11,7 +11,7 @@ import pytest
 
 from ranktop.watch import slurm
 from ranktop.cli.attach import ssh_command
-from ranktop.watch.receiver import tunnelled_control
+from ranktop.watch.engine.receiver import tunnelled_control
 from ranktop.transport import ports, rendezvous
 
 import messages
@@ -151,7 +151,7 @@ def test_a_job_with_a_numeric_name_outside_slurm_is_still_watched_by_name(rdv, t
 
 def test_a_hello_with_a_malformed_relay_address_is_dropped_not_fatal():
     from ranktop.watch.aggregator import Aggregator
-    from ranktop.watch.receiver import Receiver
+    from ranktop.watch.engine.receiver import Receiver
     from ranktop.wire import schema
 
     agg, controls = Aggregator(), []

@@ -14,6 +14,7 @@ import threading
 
 import messages
 
+from ranktop.probe.collectives import state_layout
 from ranktop.watch.aggregator import Aggregator
 from ranktop.wire import schema
 
@@ -54,6 +55,21 @@ def _check(snap) -> None:
         assert row.steps_seen == row.step + 1 and row.missed == 0  # one step a message, in order, none lost
 
 
+def _race(*targets) -> None:
+    """Run each target on a thread of its own, switching threads every few bytecodes: any window read unlocked
+    shows."""
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-5)
+    try:
+        threads = [threading.Thread(target=t) for t in targets]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(120)
+    finally:
+        sys.setswitchinterval(interval)
+
+
 def test_snapshots_taken_while_the_job_changes_each_hold_together():
     agg = Aggregator("j")
     for r in range(WORLD):
@@ -82,19 +98,79 @@ def test_snapshots_taken_while_the_job_changes_each_hold_together():
         except BaseException as exc:  # noqa: BLE001 - handed to the test's thread
             failures.append(exc)
 
-    interval = sys.getswitchinterval()
-    sys.setswitchinterval(1e-5)  # switch threads every few bytecodes: any window read unlocked shows
-    try:
-        threads = [threading.Thread(target=feed), threading.Thread(target=watch)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join(120)
-    finally:
-        sys.setswitchinterval(interval)
+    _race(feed, watch)
     assert not failures, failures[0]
     assert taken[0] >= len(decoded) // 100  # snapshots really were taken while it changed
     snap = agg.snapshot()
     _check(snap)
     assert {r.steps_seen for r in snap.ranks} == {STEPS}
     assert {(c.rank, c.op): c.calls for c in snap.collectives if c.rank < 0} == {(-1, op): WORLD * STEPS for op in OPS}
+
+
+def _layout_hello(rank: int, dims: str, pid: int):
+    """A hello of an init_device_mesh job of ``dims`` (e.g. "pp=2,dp=4"), as rank ``rank``'s process ``pid``."""
+    groups = [dict(entry, desc="mesh_" + entry["role"], role="") for entry in state_layout(dims, rank, WORLD)]
+    body = {"job": "j", "rank": rank, "ts": 1.0, "host": f"h{rank // 4}", "world": WORLD, "local_rank": rank % 4,
+            "pid": pid, "groups": groups}  # fmt: skip
+    return schema.decode(messages.raw(schema.HELLO, body))
+
+
+def _check_judged(snap, restarts_before: int) -> int:
+    """What the analysis side works out of a gathered view must agree with itself: the peers and stages with the
+    layout learned, the life with the ranks, the statuses with the stalls."""
+    roles = set(snap.layout_roles)
+    assert len(snap.ranks) <= WORLD
+    for row in snap.ranks:
+        assert row.coords is None or set(row.coords) <= roles, (row.rank, row.coords, roles)
+        assert row.missed == 0 and row.steps_seen <= row.step + 1
+    if snap.stages:
+        assert "pp" in roles and sum(s.ranks for s in snap.stages) <= WORLD
+        assert {s.stage for s in snap.stages} <= {row.coords["pp"] for row in snap.ranks if row.coords and "pp" in row.coords}
+    assert snap.restarts >= restarts_before  # counted, never forgotten
+    assert set(snap.not_back) <= set(range(WORLD)) and set(snap.failed_ranks) == set()
+    assert set(snap.waiting_for) <= set(range(WORLD))
+    return snap.restarts
+
+
+def test_judging_a_job_whose_layout_and_processes_change_under_it_holds_together():
+    """The feeder restarts ranks (new processes, fresh windows) and changes the job's layout (the hellos' groups:
+    two pipeline stages, then four) while snapshots are judged on another thread with the lock released: every
+    snapshot's peers, stages and life agree with its own ranks."""
+    agg = Aggregator("j")
+    feed_msgs = []
+    for k in range(24):
+        dims = "pp=2,dp=4" if k % 2 == 0 else "pp=4,dp=2"
+        pid = 1000 + k // 6  # every sixth round, every rank a new process: a restart
+        for r in range(WORLD):
+            feed_msgs.append(_layout_hello(r, dims, pid))
+            for n in range(k * 8, k * 8 + 8):
+                p = {"forward": 0.010 * (1 + r // 4), "backward": 0.015}
+                feed_msgs.append(messages.decoded(schema.STEPS, r, {"steps": [{"n": n, "t": 100.0 + n, "w": 0.03, "p": p}],
+                                                                      "state": {"step": n + 1, "last": n, "in_step": False, "phase": None}},
+                                                  world=WORLD, pid=pid))  # fmt: skip
+    done = threading.Event()
+    failures: list[BaseException] = []
+    taken = [0]
+
+    def feed() -> None:
+        try:
+            for msg in feed_msgs:
+                agg.ingest(msg, "tcp://h:1")
+        finally:
+            done.set()
+
+    def watch() -> None:
+        restarts = 0
+        try:
+            while not done.is_set():
+                restarts = _check_judged(agg.snapshot(), restarts)
+                taken[0] += 1
+        except BaseException as exc:  # noqa: BLE001 - handed to the test's thread
+            failures.append(exc)
+
+    _race(feed, watch, watch)
+    assert not failures, failures[0]
+    assert taken[0] >= 4  # snapshots really were judged while it changed
+    snap = agg.snapshot()
+    _check_judged(snap, 0)
+    assert len(snap.ranks) == WORLD and snap.restarts == 3 and snap.layout_roles == ["pp", "dp"] and len(snap.stages) == 4

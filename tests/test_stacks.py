@@ -8,7 +8,7 @@ from ranktop.probe import commands
 from ranktop.probe import stacks as probe_stacks
 import messages
 from ranktop.watch.format import compress_ranks
-from ranktop.watch.stacks import (
+from ranktop.watch.analysis.stacks import (
     LIBRARY,
     THIRD_PARTY,
     USER,
@@ -199,7 +199,7 @@ def test_every_rank_s_answer_to_our_own_command_is_kept_however_many_ranks():
 def test_thousands_of_ranks_send_a_fingerprint_and_one_rank_per_group_its_stacks():
     """At scale ``stacks`` goes in two rounds: every rank's fingerprint, then the full stacks of one rank per fingerprint."""
     from ranktop.probe import stacks as probe_stacks
-    from ranktop.watch.stacks import representatives
+    from ranktop.watch.analysis.stacks import representatives
 
     def collected(frames):
         stacks = reply(frames, "x")

@@ -6,7 +6,7 @@ from test_app_render import FakeController, job_snapshot, rank_row, text_of
 from test_stacks import ddp_rank, hung_rank, reply
 
 from ranktop.tui.app import READ_ONLY, RanktopApp
-from ranktop.watch.snapshot import STALLED, Reply
+from ranktop.watch.model.snapshot import STALLED, Reply
 from ranktop.probe import stacks as probe_stacks
 from ranktop.tui.screens.stacks import RankStackScreen, StacksScreen
 from ranktop.tui.panes.status import StatusLine

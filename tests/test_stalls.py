@@ -3,12 +3,12 @@
 import numpy as np
 import pytest
 
-from ranktop.watch import stalls
+from ranktop.watch.analysis import stalls
 from ranktop.watch.aggregator import Aggregator
-from ranktop.watch.stalls import Position, StallPolicy, assess
+from ranktop.watch.analysis.stalls import Position, StallPolicy, assess
 from ranktop.wire.messages import State
-from ranktop.watch.verdict import verdict
-from ranktop.watch.json_doc import document
+from ranktop.watch.model.verdict import verdict
+from ranktop.watch.model.json_doc import document
 import messages
 
 STEP_S = 0.05

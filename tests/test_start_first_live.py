@@ -18,7 +18,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from support import RANKTOP, run_cli, wait_for
 
-from ranktop.watch.recording import read
+from ranktop.watch.offline.recording import read
 from ranktop.watch.session import WatchSession, resolve_waiting
 
 pytestmark = pytest.mark.slow

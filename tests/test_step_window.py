@@ -5,8 +5,8 @@ import random
 import numpy as np
 import pytest
 
-from ranktop.watch.columns import StepColumns
-from ranktop.watch.step_window import StepWindow, own_times
+from ranktop.watch.engine.step_columns import StepColumns
+from ranktop.watch.engine.step_window import StepWindow, own_times
 from ranktop.wire.names import COMM_PHASE
 
 

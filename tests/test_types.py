@@ -15,13 +15,17 @@ import sys
 STRICT = [
     "ranktop.wire",
     "ranktop.watch.aggregator",
-    "ranktop.watch.job_state",
-    "ranktop.watch.step_window",
-    "ranktop.watch.columns",
-    "ranktop.watch.rank_scalars",
-    "ranktop.watch.endpoints",
-    "ranktop.watch.lifecycle",
-    "ranktop.watch.requests",
+    "ranktop.watch.engine.job_state",
+    "ranktop.watch.engine.step_window",
+    "ranktop.watch.engine.step_columns",
+    "ranktop.watch.engine.rank_scalars",
+    "ranktop.watch.engine.endpoints",
+    "ranktop.watch.engine.lifecycle",
+    "ranktop.watch.engine.requests",
+    "ranktop.watch.engine.collective_sums",
+    "ranktop.watch.engine.resource_samples",
+    "ranktop.watch.analysis.silence",
+    "ranktop.watch.analysis.peers",
 ]
 
 

@@ -12,9 +12,9 @@ import random
 
 from test_app_render import job_snapshot, rank_row
 
-from ranktop.watch.snapshot import SILENT, SLOW, STALLED, RankRow, Snapshot
-from ranktop.watch.json_doc import document
-from ranktop.watch.verdict import (
+from ranktop.watch.model.snapshot import SILENT, SLOW, STALLED, RankRow, Snapshot
+from ranktop.watch.model.json_doc import document
+from ranktop.watch.model.verdict import (
     HEALTHY,
     SILENT_RANKS,
     SLOW_NODE,

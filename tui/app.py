@@ -52,7 +52,7 @@ from ranktop.tui.screens.help import HelpScreen
 from ranktop.tui.screens.stacks import StacksScreen
 from ranktop.watch.capture import CaptureRefused, plan
 from ranktop.watch.refresher import Refresher
-from ranktop.watch.snapshot import EMPTY, Snapshot
+from ranktop.watch.model.snapshot import EMPTY, Snapshot, SnapshotSource
 from ranktop.wire import capture as wire_capture
 
 READ_ONLY = "read-only: no job secret, commands disabled"
@@ -62,10 +62,6 @@ DRAW_WAIT_S = 5.0
 WIDE_TABLE = 98
 #: Views of the ranks, in the order the view key cycles through them.
 VIEWS = ("auto", "bars", "overview")
-
-
-class SnapshotSource(Protocol):
-    def snapshot(self) -> Snapshot: ...
 
 
 class Controller(Protocol):
@@ -390,7 +386,7 @@ class RanktopApp(App[None]):
             self.push_screen(HelpScreen(self.extra_keys))
 
     def action_history(self) -> None:
-        """The step-time history the engine keeps (watch/history.py), with the selected rank's phases."""
+        """The step-time history the engine keeps (watch/analysis/history.py), with the selected rank's phases."""
         from ranktop.tui.screens.history import HistoryScreen
 
         if isinstance(self.screen, HistoryScreen):

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from textual.message import Message
 
-from ranktop.watch.snapshot import Snapshot
+from ranktop.watch.model.snapshot import Snapshot
 
 
 class SnapshotReady(Message):

@@ -1,7 +1,7 @@
 """``ranktop replay``'s App: the live App on a recording, with the playback keys.
 
 Everything on screen is the live App's (the same panes, screens and keys);
-what changes is the source (watch/replay.py: the same Aggregator on the
+what changes is the source (watch/offline/replay.py: the same Aggregator on the
 recording's clock), the header's title (position, length, speed, paused), the
 space key (pauses the playback itself, not just the screen), and commands:
 there is no job to send them to, and a command key says so.
@@ -16,7 +16,7 @@ from textual.widgets import Input, Static
 
 from ranktop.tui import bindings
 from ranktop.tui.app import RanktopApp
-from ranktop.watch.replay import Replay, clock_text, parse_offset
+from ranktop.watch.offline.replay import Replay, clock_text, parse_offset
 
 NO_COMMANDS = "replay: commands go to a live job, not to a recording (ranktop watch JOB to send them)"
 

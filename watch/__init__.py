@@ -12,13 +12,14 @@ script of yours build on the same pieces::
         answers = session.request("ping", timeout=5)    # every rank's answer, however many ranks
         print(answers.missing)
 
-The map of the package is docs/architecture.md.
+The package is four rooms under the modules that join them: ``engine/`` receives and gathers, ``model/`` is
+what a snapshot says, ``analysis/`` judges, ``offline/`` records, replays and exports (docs/architecture.md).
 """
 
 from ranktop.watch.errors import RanktopError
-from ranktop.watch.requests import RequestError
+from ranktop.watch.engine.requests import RequestError
 from ranktop.watch.session import Answers, Target, TargetError, WatchSession, resolve
-from ranktop.watch.snapshot import (
+from ranktop.watch.model.snapshot import (
     OK,
     SILENT,
     SLOW,

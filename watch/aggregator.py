@@ -2,14 +2,14 @@
 
 The receiver thread hands each message's frames to :meth:`Aggregator.ingest_frames`,
 which decodes them in one call (wire/schema.py) and routes them: telemetry to
-the job state (watch/job_state.py, the ranks' windows), answers to our
-commands to the request book (watch/requests.py), relays' news to the
-endpoints (watch/endpoints.py). The UI (or ``--json``) takes a
-:class:`~ranktop.watch.snapshot.Snapshot` at its own pace: the job state
+the job state (watch/engine/job_state.py, the ranks' windows), answers to our
+commands to the request book (watch/engine/requests.py), relays' news to the
+endpoints (watch/engine/endpoints.py). The UI (or ``--json``) takes a
+:class:`~ranktop.watch.model.snapshot.Snapshot` at its own pace: the job state
 gathers a view under the lock (arrays and immutable messages, the medians of
 the ranks with new steps worked out in a few vectorised sorts), and a pure
 function builds the snapshot from it with the lock released
-(watch/snapshot_builder.py), so the receiver never waits for a frame.
+(watch/analysis/judge.py), so the receiver never waits for a frame.
 """
 
 from __future__ import annotations
@@ -19,14 +19,16 @@ import threading
 import time
 from typing import Callable, Union
 
-from ranktop.watch import stalls
-from ranktop.watch.collectives import collective_rows
-from ranktop.watch.endpoints import Endpoints
-from ranktop.watch.job_state import JobState
-from ranktop.watch.lifecycle import Lifecycle
-from ranktop.watch.requests import RequestBook
-from ranktop.watch.snapshot import CollectiveStat, Reply, Snapshot
-from ranktop.watch.snapshot_builder import Extras, build
+from ranktop.watch.analysis import stalls
+from ranktop.watch.analysis.collectives import collective_rows
+from ranktop.watch.analysis.judge import Extras, build
+from ranktop.watch.analysis.peers import PeerClasses
+from ranktop.watch.engine.collective_sums import gather as gather_collectives
+from ranktop.watch.engine.endpoints import Endpoints
+from ranktop.watch.engine.job_state import JobState
+from ranktop.watch.engine.lifecycle import Lifecycle
+from ranktop.watch.engine.requests import Reply, RequestBook
+from ranktop.watch.model.snapshot import CollectiveStat, Snapshot
 from ranktop.wire import schema
 from ranktop.wire.messages import Command, Node, RankMessage
 from ranktop.wire.messages import Reply as WireReply
@@ -37,13 +39,13 @@ Telemetry = Union[RankMessage, Node]
 
 DEFAULT_WINDOW = 64
 DEFAULT_SILENT_AFTER_S = 3.0
-#: Latest replies kept for the snapshot, whoever sent the command (ours are all kept: watch/requests.py).
+#: Latest replies kept for the snapshot, whoever sent the command (ours are all kept: watch/engine/requests.py).
 MAX_REPLIES = 256
 MAX_ERRORS = 8
 #: Kinds of malformed message named in the status line, at most (the decoder's fault texts are a small fixed set).
 MAX_FAULTS = 64
 #: Past this many ranks the snapshot's per-rank collective rows are those of the ranks that matter only
-#: (watch/collectives.py ranks_that_matter: flagged, waited for, the extremes of wait).
+#: (watch/analysis/collectives.py ranks_that_matter: flagged, waited for, the extremes of wait).
 PER_RANK_ROWS_UP_TO = 64
 #: Seconds the receiver waits at most for a snapshot being built before it takes its messages (a snapshot of
 #: 4,096 ranks takes 10 to 40 ms of CPU).
@@ -71,12 +73,13 @@ class Aggregator:
         self._silent_after = silent_after_s
         self._stall = stalls.StallPolicy(stall_factor, stall_floor_s)
         self._clock = clock
-        self._wall_clock = wall_clock  # a replay's virtual time (watch/replay.py); the ranks' own timestamps are wall time
+        self._wall_clock = wall_clock  # a replay's virtual time (watch/offline/replay.py); the ranks' own timestamps are wall time
         self.requests = requests if requests is not None else RequestBook(clock)  # our commands and every answer
         self._started = clock()
         self._lock = threading.Lock()
-        self.state = JobState(window, self._stall, silent_after_s, self.requests.poke)  # the ranks' windows
-        self._endpoints = Endpoints()  # the relays it hears the job through (watch/endpoints.py)
+        self.state = JobState(window, silent_after_s, self.requests.poke)  # the ranks' windows
+        self._peers = PeerClasses()  # who is compared with whom, kept while the layout and the ranks stay (watch/analysis/peers.py)
+        self._endpoints = Endpoints()  # the relays it hears the job through (watch/engine/endpoints.py)
         self._replies: collections.deque[Reply] = collections.deque(maxlen=MAX_REPLIES)
         self._errors: list[str] = []
         self._dropped = 0
@@ -97,7 +100,7 @@ class Aggregator:
 
     @property
     def lifecycle(self) -> Lifecycle:
-        """Restarts and the job's end (watch/lifecycle.py)."""
+        """Restarts and the job's end (watch/engine/lifecycle.py)."""
         return self.state.lifecycle
 
     @property
@@ -140,7 +143,7 @@ class Aggregator:
 
     def ingest_batch(self, batch: list[tuple[list[bytes], str | None]]) -> list[Telemetry | None]:
         """Decode and ingest the messages the receiver took in one go (frames, the relay they came through):
-        node digests' steps are written together at the end (watch/job_state.py: settle). Each message
+        node digests' steps are written together at the end (watch/engine/job_state.py: settle). Each message
         decoded, or None where it was dropped (malformed, foreign, another version: counted)."""
         decoded = []
         for frames, endpoint in batch:
@@ -198,7 +201,7 @@ class Aggregator:
         if endpoint is not None:
             self._endpoints.heard(endpoint, now, self._wall_clock() - msg.ts)
         self.state.take(msg, endpoint, now, self._wall_clock())
-        if isinstance(msg, WireReply):  # an answer to a command: the request book's (watch/requests.py)
+        if isinstance(msg, WireReply):  # an answer to a command: the request book's (watch/engine/requests.py)
             result = msg.result or {}  # a plain map or None, checked at decode
             self._replies.append(self.requests.note_reply(msg.id, msg.cmd, msg.rank, msg.ok, result))
 
@@ -207,7 +210,7 @@ class Aggregator:
         return self.requests.replies_to(command_id)
 
     def note_sent(self, command_id: str, cmd: str = "") -> None:
-        """A command this viewer sent (watch/requests.py does it for the commands it sends)."""
+        """A command this viewer sent (watch/engine/requests.py does it for the commands it sends)."""
         self.requests.note_sent(command_id, cmd)
 
     def note_dropped(self, error: str | None = None, *, fault: str | None = None) -> None:
@@ -236,8 +239,8 @@ class Aggregator:
     # -- output (UI thread) ---------------------------------------------------
 
     def snapshot(self) -> Snapshot:
-        """The job now: a view gathered under the lock (watch/job_state.py), the snapshot built from it
-        outside (watch/snapshot_builder.py). While one is built the receiver holds back (yield_to_snapshots)."""
+        """The job now: a view gathered under the lock (watch/engine/job_state.py), the snapshot built from it
+        outside (watch/analysis/judge.py). While one is built the receiver holds back (yield_to_snapshots)."""
         with self._building:
             self._snapshots += 1
         try:
@@ -276,25 +279,27 @@ class Aggregator:
             errors=errors,
             collectives=lambda ranks: self._collective_rows(now, ranks),
         )
-        return build(view, extras)
+        return build(view, extras, self._stall, self._peers)
 
     def _collective_rows(self, now: float, ranks: list[int]) -> list[CollectiveStat]:
         """The collectives pane's rows; past :data:`COLLECTIVES_CACHED_FROM` ranks worked out again every
         :data:`COLLECTIVES_EVERY_S` only (what they say moves slowly; the rows cost O(ranks x ops)).
 
-        Which ranks get rows of their own (``ranks``: the ranks that matter, watch/collectives.py) depends on
+        Which ranks get rows of their own (``ranks``: the ranks that matter, watch/analysis/collectives.py) depends on
         the snapshot's ranking, known only once the view is scored, with the lock released: so the rows are
-        worked out in a second, short hold of the lock (the windows' collective sums are written under it; no
-        window is read without it). They may be a few messages newer than the rest of the snapshot, never
-        half-written."""
+        gathered in a second, short hold of the lock (the windows' collective sums are written under it; no
+        window is read without it), as copies the rows are made of with it released. They may be a few
+        messages newer than the rest of the snapshot, never half-written."""
         with self._lock:
             windows = self.state.windows()
             cached = self._collectives
             if len(windows) >= COLLECTIVES_CACHED_FROM and cached is not None and now - cached[0] < COLLECTIVES_EVERY_S:
                 return cached[1]
-            rows = collective_rows(self.state.collectives, windows, now, ranks if len(windows) > PER_RANK_ROWS_UP_TO else None)
+            gathered = gather_collectives(self.state.collectives, windows, now, ranks if len(windows) > PER_RANK_ROWS_UP_TO else None)
+        rows = collective_rows(gathered)
+        with self._lock:
             self._collectives = (now, rows)
-            return rows
+        return rows
 
 
 def malformed(frames: list[bytes], exc: Exception) -> str:

@@ -2,7 +2,7 @@
 
 Shared by ``ranktop capture`` / ``ranktop memsnap`` (cli/capture.py) and the
 capture screen of the TUI (tui/screens/capture.py); pure functions of a
-:class:`~ranktop.watch.snapshot.Snapshot` and the ranks' replies, so they are
+:class:`~ranktop.watch.model.snapshot.Snapshot` and the ranks' replies, so they are
 tested without sockets or a terminal.
 """
 
@@ -14,7 +14,7 @@ from pathlib import PurePath as Path
 from ranktop.watch import format as fmt
 from ranktop.watch.errors import RanktopError
 from ranktop.watch.format import ranks_text
-from ranktop.watch.snapshot import CaptureStatus, Reply, Snapshot
+from ranktop.watch.model.snapshot import CaptureStatus, Reply, Snapshot
 from ranktop.wire import capture as wire_capture
 
 # A rank's progress before it reports a capture state of its own.

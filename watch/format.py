@@ -4,7 +4,7 @@ The screen, the commands' lines, the diagnosis and the capture summaries all
 write through these functions, so 1000 bytes or three hours read the same in
 each of them. Numbers are written for people: three significant digits and a
 unit or an SI suffix (``140k``, ``968 GB/s``), never ``140120.`` or
-``991755.7``; ``--json`` keeps the raw numbers (watch/json_doc.py).
+``991755.7``; ``--json`` keeps the raw numbers (watch/model/json_doc.py).
 """
 
 from __future__ import annotations

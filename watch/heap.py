@@ -12,7 +12,7 @@ made per message), so it collects young objects far less often, and what
 exists once the viewer is up (modules, the app) is frozen out of every scan.
 
 The C allocator too: each snapshot of a big job makes and frees arrays of a
-few hundred KB to a few MB (the engine is numpy columns, watch/columns.py).
+few hundred KB to a few MB (the engine is numpy columns, watch/engine/step_columns.py).
 glibc serves those from its heap once its mmap threshold has crept up past
 them (it does, after the first frees), and a heap shared with millions of
 small objects hands little back: the viewer's RSS then grows for minutes.

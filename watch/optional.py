@@ -1,7 +1,7 @@
 """The engine's optional dependencies (pyproject's extras), imported only by the feature that needs them.
 
-prometheus_client (``ranktop[export]``, watch/prometheus.py) and plotly
-(``ranktop[report]``, watch/report_html.py) are imported when their feature is
+prometheus_client (``ranktop[export]``, watch/offline/prometheus.py) and plotly
+(``ranktop[report]``, watch/offline/report_html.py) are imported when their feature is
 used, never by the rest of the engine; when one is missing, that feature fails
 with one line naming the extra that brings it, the same way for both.
 """

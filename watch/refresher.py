@@ -15,7 +15,7 @@ import threading
 import time
 from typing import Callable
 
-from ranktop.watch.snapshot import Snapshot
+from ranktop.watch.model.snapshot import Snapshot
 
 #: After a snapshot that took T seconds, the next starts at least this many times T later.
 BUSY_RATIO = 2.0

@@ -2,7 +2,7 @@
 
 :func:`resolve` turns what the user typed into a :class:`Target` or a one-line
 :class:`TargetError`; :class:`WatchSession` wires discovery, the receiver
-thread, the aggregator and the requests (watch/requests.py) together. It is
+thread, the aggregator and the requests (watch/engine/requests.py) together. It is
 the ``source`` the App (and ``--json``) takes snapshots from, and what every
 command asks the ranks through (:meth:`WatchSession.request`).
 """
@@ -21,13 +21,13 @@ from urllib.parse import urlsplit
 from ranktop.watch import heap, slurm
 from ranktop.watch.aggregator import DEFAULT_SILENT_AFTER_S, DEFAULT_WINDOW, Aggregator
 from ranktop.watch.errors import RanktopError
-from ranktop.watch.history import History
-from ranktop.watch.keys import ClientKeys
-from ranktop.watch.receiver import Receiver, parse_endpoint
-from ranktop.watch.recording import FlightRecorder
-from ranktop.watch.requests import RequestError, Requests
-from ranktop.watch.snapshot import Reply, Snapshot
-from ranktop.watch.stalls import DEFAULT_STALL_FACTOR, DEFAULT_STALL_FLOOR_S
+from ranktop.watch.analysis.history import History
+from ranktop.watch.engine.keys import ClientKeys
+from ranktop.watch.engine.receiver import Receiver, parse_endpoint
+from ranktop.watch.offline.recording import FlightRecorder
+from ranktop.watch.engine.requests import RequestError, Requests
+from ranktop.watch.model.snapshot import Reply, Snapshot
+from ranktop.watch.analysis.stalls import DEFAULT_STALL_FACTOR, DEFAULT_STALL_FLOOR_S
 from ranktop.wire import auth
 from ranktop.transport import ports, rendezvous
 
@@ -280,7 +280,7 @@ class WatchSession:
         recorder: FlightRecorder | None = None,
     ):
         self.target = target
-        self.recorder = recorder  # the flight recorder (watch/recording.py): hears every frame the receiver gets
+        self.recorder = recorder  # the flight recorder (watch/offline/recording.py): hears every frame the receiver gets
         self.rate_hz = rate_hz  # messages/s to ask every rank for once attached (--rate), None: leave theirs
         self.aggregator = Aggregator(
             target.job, window=window, silent_after_s=silent_after_s, stall_factor=stall_factor, stall_floor_s=stall_floor_s

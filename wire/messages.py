@@ -310,7 +310,7 @@ class Heartbeat(Origin, tag="heartbeat", kw_only=True, frozen=True):
 
     KIND: ClassVar[str] = "heartbeat"
     # A rank's last heartbeat, sent as its probe shuts down: how its process is ending. A viewer that hears
-    # every rank end cleanly says the job ended (watch/lifecycle.py).
+    # every rank end cleanly says the job ended (watch/engine/lifecycle.py).
     exit: Optional[Exit] = None
 
 

@@ -14,7 +14,7 @@ says what the viewer needs and no more:
   as ``comm``); the start is chosen so that start + mean wall is when its last
   step ended. Packed columns rather than a record per rank: the viewer decodes
   a few byte strings instead of a map and a tuple per rank, and writes a
-  node's steps into its job-wide step columns as one block (watch/columns.py);
+  node's steps into its job-wide step columns as one block (watch/engine/step_columns.py);
 - ``ranks``: an entry for each rank with more to say, and only then:
   ``ops``, its collectives since they were last sent (at most every
   :data:`OPS_EVERY_S`) per op, in the order of wire/collective_summary.py
@@ -32,7 +32,7 @@ Most intervals most ranks have nothing but steps to say, so most digests carry
 the columns and no entry at all. A rank that said nothing in the interval is
 left out of both (the viewer finds it silent by the time it last heard of it).
 Viewers of small jobs keep taking the ranks' own messages, step by step; the
-digest is for the biggest (watch/receiver.py chooses). The relay builds
+digest is for the biggest (watch/engine/receiver.py chooses). The relay builds
 digests in relay/digest.py; the simulator (demo/simulate.py) builds them with
 the same :class:`NodeDigest`.
 """
@@ -56,7 +56,7 @@ HELLO_EVERY_S = 2.0
 #: more than the steps themselves, times thousands of ranks: at 4,096 ranks every 2 s rather than every
 #: second, 15% less of the viewer's receiving). A rank that made no step has its state sent at once, so a
 #: stall is seen as soon as ever; and a viewer takes a rank's newer steps over its older state's step age
-#: (watch/stalls.py: stuck_s), so a state two seconds old never makes a running rank look stuck.
+#: (watch/analysis/stalls.py: stuck_s), so a state two seconds old never makes a running rank look stuck.
 SLOW_EVERY_S = 2.0
 #: ... and its collectives, summed since they were last sent, this often: the viewer works its collective rows
 #: out again every 2 s at the sizes that take digests (watch/aggregator.py), and op summaries are most of what

@@ -1,7 +1,7 @@
 """A step's own time per phase: the time its waits in collectives are taken out of.
 
 One definition for both sides: the viewer works it out per step from a rank's
-own messages (watch/step_window.py), a node's relay per interval for its
+own messages (watch/engine/step_window.py), a node's relay per interval for its
 digest (wire/node_digest.py).
 """
 

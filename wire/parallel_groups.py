@@ -4,7 +4,7 @@ One definition for both sides. The probe lists the groups it is a member of
 (``hello["groups"]``, optional) and keys its collective summaries
 by op and role (``"all_reduce@tp"``, ``"send@pp"``; ops on the default group keep
 their bare name), so the viewer's collectives pane shows a row per group kind
-and op with no more decoding. The viewer (watch/layout.py) turns the groups of
+and op with no more decoding. The viewer (watch/analysis/layout.py) turns the groups of
 every rank into coordinates and peer classes.
 
 A group entry::

@@ -23,7 +23,7 @@ from textual.widgets import Static
 
 from ranktop.tui.render import palette
 from ranktop.watch import format as fmt
-from ranktop.watch.snapshot import SILENT, SLOW, STALLED, RankRow, Snapshot
+from ranktop.watch.model.snapshot import SILENT, SLOW, STALLED, RankRow, Snapshot
 
 #: Sort modes, in the order the sort key cycles through them.
 SORTS = ("rank", "score", "step")

@@ -18,8 +18,8 @@ from textual.widgets import DataTable
 
 from ranktop.tui.render import palette
 from ranktop.watch import format as fmt
-from ranktop.watch.collectives import LEAST_WAIT, MOST_WAIT, RANKS_THAT_MATTER, WAITED_FOR, ranks_that_matter, why_shown
-from ranktop.watch.snapshot import STATUSES, CollectiveStat, Snapshot
+from ranktop.watch.analysis.collectives import LEAST_WAIT, MOST_WAIT, RANKS_THAT_MATTER, WAITED_FOR, ranks_that_matter, why_shown
+from ranktop.watch.model.snapshot import STATUSES, CollectiveStat, Snapshot
 
 COLUMNS = (
     ("rank", "rank", 4),
@@ -78,7 +78,7 @@ _REASON_ORDER = {reason: i for i, reason in enumerate((WAITED_FOR, *STATUSES, MO
 
 def shown_stats(snapshot: Snapshot) -> list[tuple[CollectiveStat, str]]:
     """The job's rows (rank -1) first, then per-rank rows with why each is shown: every rank's in a small job
-    (those that stand out say so), in a big one those of the ranks that matter (watch/collectives.py): the
+    (those that stand out say so), in a big one those of the ranks that matter (watch/analysis/collectives.py): the
     engine's choice when it made one (past 64 ranks; worked out every few seconds), else this snapshot's."""
     stats = snapshot.collectives
     table = snapshot.ranks.table

@@ -17,7 +17,7 @@ from ranktop.tui.panes.memory import gauge, sparkline
 from ranktop.tui.render import palette
 from ranktop.tui.render.lines import LazyLines
 from ranktop.watch import format as fmt
-from ranktop.watch.snapshot import GpuStat, RankRow, Snapshot
+from ranktop.watch.model.snapshot import GpuStat, RankRow, Snapshot
 
 THROTTLE_STYLE = "bold red"
 BAR = 8

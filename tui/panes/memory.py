@@ -5,7 +5,7 @@ The bar is CUDA allocated against the device's capacity (reserved, the
 allocator's cache, drawn lighter behind it) where the rank uses CUDA, else the
 process RSS against the largest RSS shown. The sparkline is the recent history
 of the same figure; the trend is its slope, in red with ``creep`` when the
-aggregator flags memory creep (watch/memory.py). The first line is the
+aggregator flags memory creep (watch/engine/memory_history.py). The first line is the
 job's throughput; MFU is "unknown" where no peak FLOP/s is known (a CPU).
 """
 
@@ -18,7 +18,7 @@ from rich.text import Text
 from ranktop.tui.render import palette
 from ranktop.tui.render.lines import LazyLines
 from ranktop.watch import format as fmt
-from ranktop.watch.snapshot import SILENT, RankRow, Snapshot, Throughput
+from ranktop.watch.model.snapshot import SILENT, RankRow, Snapshot, Throughput
 
 SPARKS = "▁▂▃▄▅▆▇█"
 BLOCK, SHADE, EMPTY = "█", "▓", "░"

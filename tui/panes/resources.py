@@ -2,8 +2,7 @@
 
 Full width below the bars and the straggler table whatever the terminal's
 width, each pane as tall as its lines (up to a share of the screen, then it
-scrolls: the app deals the rows, tui/render/room.py), and hidden when the job reports nothing for it (a probe older than
-protocol 1.2).
+scrolls: the app deals the rows, tui/render/room.py), and hidden when the job reports nothing for it.
 """
 
 from __future__ import annotations
@@ -15,7 +14,7 @@ from textual.widgets import Static
 
 from ranktop.tui.panes import gpus, memory
 from ranktop.tui.render import palette
-from ranktop.watch.snapshot import Snapshot
+from ranktop.watch.model.snapshot import Snapshot
 
 #: The panes under the main ones, in tab order, with the key that brings each to the top.
 TABS = (("collectives", "c", "Collectives"), ("memory", "m", "Memory"), ("gpus", "g", "GPUs"))

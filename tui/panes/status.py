@@ -11,7 +11,7 @@ from textual.widgets import Static
 from ranktop.tui.render import palette
 from ranktop.watch import format as fmt
 from ranktop.watch.format import ranks_text
-from ranktop.watch.snapshot import CONNECTED, ENDPOINT_STATES, LOST, SILENT, STALLED, WAITING, Endpoint, Snapshot
+from ranktop.watch.model.snapshot import CONNECTED, ENDPOINT_STATES, LOST, SILENT, STALLED, WAITING, Endpoint, Snapshot
 from ranktop.wire import settings
 
 MAX_ERRORS_SHOWN = 3
@@ -74,7 +74,7 @@ def command_text(sent: SentCommand, snapshot: Snapshot) -> Text:
     complete = tally.answered >= expected
     text.append(f"{tally.answered}/{expected} ranks answered", style="" if complete else palette.WARNING)
     if tally.max_rtt_s is not None:
-        text.append(f", max rtt {tally.max_rtt_s * 1000:.1f} ms")
+        text.append(f", max rtt {fmt.ms_unit(tally.max_rtt_s)}")
     if tally.failed:
         rank, reason = tally.first_failure or (-1, "failed")
         text.append(f", {tally.failed} failed (rank {rank}: {reason})", style=palette.ERROR)
@@ -111,7 +111,7 @@ def status_text(snapshot: Snapshot, *, notice: Text | None = None, last_command:
         if i == 0 and hidden:
             line.append(f"  (+{hidden} earlier)", style=palette.MUTED)
         lines.append(line)
-    table = snapshot.ranks.table  # the columns: the status line builds no rank's row (watch/rank_rows.py)
+    table = snapshot.ranks.table  # the columns: the status line builds no rank's row (watch/model/rank_table.py)
     for host in snapshot.slow_hosts:
         count = table.host.count(host)
         lines.append(Text(f"node {host} is slow: all {count} of its ranks are stragglers", style=palette.ERROR))

@@ -19,7 +19,7 @@ from textual.widgets import DataTable
 
 from ranktop.tui.render import palette
 from ranktop.watch import format as fmt
-from ranktop.watch.snapshot import OK, SILENT, SLOW, STALLED, STATUSES, RankRow, Snapshot
+from ranktop.watch.model.snapshot import OK, SILENT, SLOW, STALLED, STATUSES, RankRow, Snapshot
 
 #: (key, heading, width) of each column; widths are fixed so values never make the table jump.
 COLUMNS = (
@@ -41,7 +41,7 @@ HOST_WIDTH = dict((k, w) for k, _, w in COLUMNS)["host"]
 
 def straggler_order(snapshot: Snapshot) -> list[int]:
     """Flagged ranks in ``snapshot.stragglers`` order, then the rest by rank number."""
-    table = snapshot.ranks.table  # the columns: no rank's row is built here (watch/rank_rows.py)
+    table = snapshot.ranks.table  # the columns: no rank's row is built here (watch/model/rank_table.py)
     flagged = set(snapshot.ranks.having(*(s for s in STATUSES if s != OK)))
     first = [n for n in dict.fromkeys(snapshot.stragglers) if n in flagged]
     # A flagged rank the aggregator did not list still belongs at the top.

@@ -1,6 +1,6 @@
 """The verdict line under the header: who holds the job back, in which phase, and what it costs.
 
-The answer is computed by the engine (watch/verdict.py) so ``--json`` says the
+The answer is computed by the engine (watch/model/verdict.py) so ``--json`` says the
 same; this pane only colours it. One line, never wrapped: it is the one line
 that must survive the smallest terminal.
 """
@@ -10,8 +10,8 @@ from __future__ import annotations
 from rich.text import Text
 from textual.widgets import Static
 
-from ranktop.watch.snapshot import SILENT, SLOW, STALLED, Snapshot
-from ranktop.watch.verdict import HEALTHY, IMBALANCED, SILENT_RANKS, SLOW_NODE, SLOW_RANK, STALLED_JOB, Verdict, verdict
+from ranktop.watch.model.snapshot import SILENT, SLOW, STALLED, Snapshot
+from ranktop.watch.model.verdict import HEALTHY, IMBALANCED, SILENT_RANKS, SLOW_NODE, SLOW_RANK, STALLED_JOB, Verdict, verdict
 
 from ranktop.tui.render import palette
 

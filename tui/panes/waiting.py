@@ -6,7 +6,7 @@ from rich.text import Text
 from textual.widgets import Static
 
 from ranktop.tui.render import palette
-from ranktop.watch.snapshot import Snapshot
+from ranktop.watch.model.snapshot import Snapshot
 
 
 def waiting_text(snapshot: Snapshot) -> Text:

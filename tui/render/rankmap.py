@@ -14,8 +14,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ranktop.watch.rank_rows import STATUS_CODE, RankRows
-from ranktop.watch.snapshot import OK, SILENT, SLOW, STALLED, RankRow
+from ranktop.watch.model.rank_table import STATUS_CODE, RankRows
+from ranktop.watch.model.snapshot import OK, SILENT, SLOW, STALLED, RankRow
 
 CELL = "■"
 #: Cell glyphs of the flagged statuses and of ranks without data: the colour is never the only signal (NO_COLOR,
@@ -96,7 +96,7 @@ class Layout:
 
 class Members(Sequence):
     """A group's ranks (a node's, a stage's), their rows built when read: the map reads the worst of each
-    group, the line labels and the group under the cursor, not 4,096 rows (watch/rank_rows.py)."""
+    group, the line labels and the group under the cursor, not 4,096 rows (watch/model/rank_table.py)."""
 
     __slots__ = ("_rows", "_indices", "ranks")
 

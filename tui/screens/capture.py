@@ -29,7 +29,7 @@ from ranktop.watch.capture import (
     table_lines,
 )
 from ranktop.watch.format import ranks_text
-from ranktop.watch.snapshot import Reply, Snapshot
+from ranktop.watch.model.snapshot import Reply, Snapshot
 from ranktop.wire import capture as wire_capture
 
 REFRESH_S = 0.25

@@ -27,7 +27,7 @@ from ranktop.tui.render import palette
 from ranktop.tui.render.rankmap import nodes_of, severity, stages_of
 from ranktop.watch import format as fmt
 from ranktop.watch.format import ranks_text
-from ranktop.watch.snapshot import SILENT, SLOW, STALLED, RankRow, Snapshot, coords_text
+from ranktop.watch.model.snapshot import SILENT, SLOW, STALLED, RankRow, Snapshot, coords_text
 
 HISTORY = 120  # refreshes of a rank's step time kept while its detail is open
 

@@ -1,6 +1,6 @@
 """The history screen: the job's step time over the last minutes, episodes marked, and one rank's phases.
 
-The engine keeps the history (watch/history.py: one sample a second, bounded);
+The engine keeps the history (watch/analysis/history.py: one sample a second, bounded);
 this screen only draws it. :func:`history_text` is a plain function of the
 history, the span and the width, so it is tested without a terminal. Time runs
 left to right and ends at the latest sample ("now" live, the playing position
@@ -18,7 +18,7 @@ from ranktop.tui import bindings
 from ranktop.tui.render import palette
 from ranktop.tui.screens.live_modal import LiveModal
 from ranktop.watch import format as units
-from ranktop.watch.history import NODE, STALL, Episode, History, Sample
+from ranktop.watch.analysis.history import NODE, STALL, Episode, History, Sample
 
 SPANS_S = (60, 120, 300, 600, 900)
 DEFAULT_SPAN_S = 300

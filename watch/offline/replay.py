@@ -20,10 +20,10 @@ import time
 from typing import Callable
 
 from ranktop.watch.aggregator import DEFAULT_SILENT_AFTER_S, DEFAULT_WINDOW, Aggregator
-from ranktop.watch.history import DEFAULT_SAMPLES, SAMPLE_EVERY_S, History
-from ranktop.watch.recording import Recording
-from ranktop.watch.snapshot import Reply, Snapshot
-from ranktop.watch.stalls import DEFAULT_STALL_FACTOR, DEFAULT_STALL_FLOOR_S
+from ranktop.watch.analysis.history import DEFAULT_SAMPLES, SAMPLE_EVERY_S, History
+from ranktop.watch.offline.recording import Recording
+from ranktop.watch.model.snapshot import Reply, Snapshot
+from ranktop.watch.analysis.stalls import DEFAULT_STALL_FACTOR, DEFAULT_STALL_FLOOR_S
 
 #: A seek back replays this much of the recording before the target, so the windows are full again.
 WARMUP_S = 300.0

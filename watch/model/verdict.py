@@ -1,6 +1,6 @@
 """The answer first: who holds the job back, in which phase, and what it costs, as one line.
 
-A pure function of a :class:`~ranktop.watch.snapshot.Snapshot`, so the TUI's
+A pure function of a :class:`~ranktop.watch.model.snapshot.Snapshot`, so the TUI's
 verdict line, ``--json`` and the tests read the same answer. The checks go
 from the worst news to the best, and the first that applies is the verdict:
 
@@ -36,7 +36,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ranktop.watch.snapshot import RankRow, Snapshot
+from ranktop.watch.model.snapshot import RankRow, Snapshot
 from ranktop.watch.statuses import SILENT, SLOW, STALLED
 from ranktop.watch import format as fmt
 from ranktop.watch.format import ago as _ago
@@ -52,7 +52,7 @@ IMBALANCED = "imbalanced"
 WARMING_UP = "warming_up"
 HEALTHY = "healthy"
 WAITING = "waiting"
-ENDED_JOB = "ended"  # every rank exited cleanly (watch/lifecycle.py): its ranks are silent because they are done
+ENDED_JOB = "ended"  # every rank exited cleanly (watch/engine/lifecycle.py): its ranks are silent because they are done
 KINDS = (STALLED_JOB, SILENT_RANKS, SLOW_NODE, SLOW_RANK, IMBALANCED, WARMING_UP, HEALTHY, WAITING, ENDED_JOB)
 
 # How bad it is, for the colour of the line.
@@ -76,7 +76,7 @@ class Verdict:
 
 def verdict(snapshot: Snapshot) -> Verdict:
     """The verdict on a snapshot (see the module docstring for the order of the checks). It reads the
-    snapshot's columns and builds the rows of the ranks it names only (watch/rank_rows.py)."""
+    snapshot's columns and builds the rows of the ranks it names only (watch/model/rank_table.py)."""
     rows = snapshot.ranks
     table = rows.table
     if not rows:

@@ -14,19 +14,69 @@ from __future__ import annotations
 import collections
 import threading
 import time
+from dataclasses import dataclass
 from typing import Any, Callable, Iterable
 
 import zmq
 
-from ranktop.watch import keys
+from ranktop.watch.engine import keys
 from ranktop.watch.errors import RanktopError
-from ranktop.watch.snapshot import Reply, RequestStatus
 from ranktop.wire import auth
 
 #: Our own commands whose answers are all kept (the oldest is forgotten first).
 MAX_COMMANDS_KEPT = 8
 #: How many times a second a waiter may re-check a condition that needs a snapshot.
 CHECKS_PER_S = 10
+
+
+@dataclass(frozen=True)
+class Reply:
+    id: str
+    cmd: str
+    rank: int
+    ok: bool
+    result: dict[str, Any]
+    rtt_s: float | None  # seconds from sending the command, when this TUI sent it
+
+
+@dataclass(frozen=True)
+class RequestStatus:
+    """The tally of one command this viewer sent, over every rank's answer (exact at any job size; watch/engine/requests.py)."""
+
+    id: str
+    cmd: str
+    sent_s: float  # when it was sent, on the viewer's clock
+    answered: int
+    failed: int
+    answered_ranks: frozenset[int]
+    max_rtt_s: float | None
+    first_failure: tuple[int, str] | None = None  # (rank, reason) of the lowest failing rank
+
+    @classmethod
+    def count(cls, command_id: str, cmd: str, sent_s: float, replies: dict[int, Reply]) -> RequestStatus:
+        """The tally of one command's answers, by rank."""
+        rtts = [r.rtt_s for r in replies.values() if r.rtt_s is not None]
+        failures = [r for r in replies.values() if not r.ok]
+        first = min(failures, key=lambda r: r.rank) if failures else None
+        return cls(
+            command_id, cmd, sent_s, len(replies), len(failures), frozenset(replies),
+            max(rtts) if rtts else None, (first.rank, failure_reason(first.result)) if first is not None else None,
+        )
+
+    @classmethod
+    def of_replies(cls, command_id: str, replies: list[Reply]) -> RequestStatus | None:
+        """The tally counted from a list of replies (a snapshot built without a request book), None if none."""
+        mine = {r.rank: r for r in replies if r.id == command_id}
+        if not mine:
+            return None
+        return cls.count(command_id, next(iter(mine.values())).cmd, 0.0, mine)
+
+
+def failure_reason(result: Any) -> str:
+    """The first line of a failed answer's error, or "failed" when it gives none."""
+    error = result.get("error") if isinstance(result, dict) else None
+    lines = str(error).splitlines() if error is not None else []
+    return lines[0] if lines else "failed"
 
 
 class RequestError(RanktopError):
@@ -234,7 +284,7 @@ class Requests:
                 sock = self._sockets[url] = self._context.socket(zmq.PUSH)
                 sock.setsockopt(zmq.LINGER, 500)
                 sock.setsockopt(zmq.SNDHWM, 100)
-                keys.secure(sock, self.secret)  # CURVE, as the relay's control port demands (watch/keys.py)
+                keys.secure(sock, self.secret)  # CURVE, as the relay's control port demands (watch/engine/keys.py)
                 sock.connect(url)
             try:
                 sock.send_multipart(frames, flags=zmq.NOBLOCK)

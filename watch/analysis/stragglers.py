@@ -17,7 +17,7 @@ spread of everyone's slowdown (3 x MAD), so noise on a healthy job flags no one.
 With collectives seen, each phase counts only the rank's *own* time: the wait
 in collectives is taken out of the phase it happened in and shown as ``comm``.
 
-On a job whose layout is known (watch/layout.py) ranks are compared within
+On a job whose layout is known (watch/analysis/layout.py) ranks are compared within
 their **peer class** only: the ranks at the same pipeline stage. A stage with
 more layers is not a slow rank; it is the pipeline's imbalance, a finding of
 its own (:func:`stage_columns`). Within a class the lower median is the reference
@@ -30,11 +30,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ranktop.watch.rank_rows import STATUS_CODE, RankTable
+from ranktop.watch.engine.step_columns import MIN_STEPS_TO_SCORE  # noqa: F401  (read as stragglers.MIN_STEPS_TO_SCORE)
+from ranktop.watch.model.rank_table import STATUS_CODE, RankTable
 from ranktop.watch.statuses import SILENT, SLOW, STALLED
 from ranktop.wire import schema
 
-MIN_STEPS_TO_SCORE = 3
 SLOW_FLOOR_FRACTION = 0.05
 SLOW_FLOOR_S = 0.001
 

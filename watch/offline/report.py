@@ -1,14 +1,14 @@
 """The end-of-run report of a recording: what a person wants to know in a minute.
 
-The recording is played through the live engine (watch/replay.py's Player) and
-sampled into a :class:`~ranktop.watch.history.History`, the same one the TUI's
+The recording is played through the live engine (watch/offline/replay.py's Player) and
+sampled into a :class:`~ranktop.watch.analysis.history.History`, the same one the TUI's
 history screen draws, so the report's episodes are the ones a person watching
 would have seen. On top of the history this module keeps what only a whole run
 shows: memory creep, GPU throttling, MFU, the captures taken.
 
 :func:`build` returns plain dicts and lists (the ``--json`` document);
 :func:`text_lines` and :func:`compare_lines` print them; the HTML page is in
-watch/report_html.py (plotly, optional).
+watch/offline/report_html.py (plotly, optional).
 """
 
 from __future__ import annotations
@@ -17,13 +17,13 @@ import datetime as dt
 import statistics
 from typing import Any
 
-from ranktop.watch.collectives import percentile
+from ranktop.watch.analysis.collectives import percentile
 from ranktop.watch import format as fmt
 from ranktop.watch.format import ranks_text
-from ranktop.watch.history import NODE, STALL, STRAGGLER, History
-from ranktop.watch.recording import Recording
-from ranktop.watch.replay import Player, clock_text
-from ranktop.watch.snapshot import SLOW, Snapshot
+from ranktop.watch.analysis.history import NODE, STALL, STRAGGLER, History
+from ranktop.watch.offline.recording import Recording
+from ranktop.watch.offline.replay import Player, clock_text
+from ranktop.watch.model.snapshot import SLOW, Snapshot
 
 #: The report samples the run this often (seconds), more sparsely for long runs (at most MAX_SAMPLES: a
 #: snapshot of 64 ranks costs about 80 ms here, so 900 samples are about a minute and a quarter).
@@ -112,7 +112,7 @@ def _assemble(recording: Recording, history: History, obs: _Observer, final: Sna
         "last_step": final.global_step,
         "steps_per_s": (final.global_step - first_step) / duration if duration > 0 and first_step >= 0 else None,
         "damaged_chunks": list(recording.torn),
-        # the job's life (watch/lifecycle.py): restarts of its ranks as new processes, and its end
+        # the job's life (watch/engine/lifecycle.py): restarts of its ranks as new processes, and its end
         "restarts": final.restarts,
         "restarted_at": _iso(final.restarted_at) if final.restarted_at is not None else None,
         "not_back": list(final.not_back),

@@ -26,18 +26,19 @@ import numpy as np
 from ranktop.wire import capture as wire_capture
 from ranktop.wire.messages import CaptureSummary, RankInfo, State
 
-from ranktop.watch.rank_row import CaptureStatus, RankRow, build_rank_row
+from ranktop.watch.engine.rank_scalars import host_ids
+from ranktop.watch.model.rank_row import CaptureStatus, RankRow, build_rank_row
 from ranktop.watch.statuses import STATUSES
 
 STATUS_CODE = {name: code for code, name in enumerate(STATUSES)}
 
 
-def host_ids(host: list[str]) -> np.ndarray:
-    """Each rank's host as a small whole number (0 for the first host named, 1 for the next, ...): what slow-host
-    counting bins by. Worked out once per host list by its owner (watch/job_state.py keeps one while no hello
-    changes it), not once a snapshot."""
-    ids: dict[str, int] = {}
-    return np.fromiter((ids.setdefault(h, len(ids)) for h in host), np.int64, len(host))
+def phase_medians(names: list[str], phases: np.ndarray, live: np.ndarray) -> dict[str, float]:
+    """Each phase's median over the ``live`` rows of ``phases`` (ranks x names): what "the median rank" does.
+    The one place it is worked out: the judge for a snapshot, a snapshot made of rows for itself."""
+    if not live.any():
+        return {}
+    return dict(zip(names, np.median(phases[live], axis=0).tolist()))
 
 
 @dataclass(frozen=True, eq=False)

@@ -1,18 +1,19 @@
-"""The job as the viewer knows it: every rank's window, updated as messages arrive, read into a view.
+"""The job as the viewer knows it: every rank's window, updated as messages arrive, gathered into a view.
 
-:class:`JobState` owns the per-rank windows (watch/window.py), the job-wide
-step columns they write their steps into (watch/columns.py), the ranks'
-memory and GPU samples (watch/resources.py), the job's life
-(watch/lifecycle.py) and its parallel layout (watch/layout.py). The
-aggregator calls :meth:`JobState.take` for each decoded message and
-:meth:`JobState.view` for each snapshot, both under its lock; what a view
-holds is copied or immutable (arrays gathered by index, the messages' frozen
-Structs), never a live window, so the snapshot is built from it
-(watch/snapshot_builder.py) with the lock released.
+:class:`JobState` owns the per-rank windows (watch/engine/rank_window.py), the
+job-wide step columns they write their steps into (watch/engine/step_columns.py),
+the ranks' memory and GPU samples (watch/engine/resource_samples.py), the job's
+collective sums (watch/engine/collective_sums.py) and its life
+(watch/engine/lifecycle.py). The aggregator calls :meth:`JobState.take` for
+each decoded message and :meth:`JobState.view` for each snapshot, both under
+its lock. A view *gathers* only: arrays copied by index, the messages' frozen
+Structs, never a live window. Judging it (which ranks are silent or stalled,
+the parallel layout and peer classes, scores, statuses) is the analysis
+side's (watch/analysis/), with the lock released: this module imports none of it.
 
-A view is O(ranks) but in C where it counts: a handful of list
-comprehensions over the windows gather their scalars into arrays, and the
-medians of every rank with new steps are worked out in a few vectorised sorts.
+A view is O(ranks) but in C where it counts: a handful of fancy indexes
+gather the ranks' scalars, and the medians of every rank with new steps are
+worked out in a few vectorised sorts.
 """
 
 from __future__ import annotations
@@ -23,17 +24,13 @@ from typing import Any, Callable
 
 import numpy as np
 
-from ranktop.watch import layout as layouts
-from ranktop.watch import stalls
-from ranktop.watch.collectives import JobCollectives, add_collectives, add_digest_collectives
-from ranktop.watch.columns import StepColumns
-from ranktop.watch.endpoints import Endpoints, EndpointsView
-from ranktop.watch.lifecycle import JobLife, Lifecycle, fresh_window
-from ranktop.watch.resources import ResourceTracker, ResourceView
-from ranktop.watch.stragglers import MIN_STEPS_TO_SCORE
-from ranktop.watch.rank_rows import host_ids
-from ranktop.watch.rank_scalars import RankScalars
-from ranktop.watch.window import RankWindow
+from ranktop.watch.engine.collective_sums import JobCollectives, add_collectives, add_digest_collectives
+from ranktop.watch.engine.step_columns import MIN_STEPS_TO_SCORE, StepColumns
+from ranktop.watch.engine.endpoints import Endpoints, EndpointsView
+from ranktop.watch.engine.lifecycle import JobLife, Lifecycle, fresh_window
+from ranktop.watch.engine.resource_samples import ResourceTracker, ResourceView
+from ranktop.watch.engine.rank_scalars import RankScalars, host_ids
+from ranktop.watch.engine.rank_window import RankWindow
 from ranktop.wire import capture as wire_capture
 from ranktop.wire import schema, step_block
 from ranktop.wire.messages import (
@@ -54,25 +51,36 @@ from ranktop.wire.names import COMM_PHASE
 
 @dataclass(frozen=True, eq=False)
 class JobView:
-    """What one snapshot reads of the job, gathered under the lock: arrays in rank order, immutable messages."""
+    """What one snapshot reads of the job, gathered under the lock: arrays in rank order (copies), immutable
+    messages. Nothing in it is judged yet, and nothing in it changes after."""
 
     now: float
     wall: float
     names: list[str]  # phase columns of ``phases``
     rank: np.ndarray
     host: list[str]
-    host_id: np.ndarray  # int64: each rank's host as a number (rank_rows.host_ids)
+    host_id: np.ndarray  # int64: each rank's host as a number (rank_scalars.host_ids)
     step: np.ndarray
     steps_seen: np.ndarray
     missed: np.ndarray
     scored: np.ndarray  # bool: enough steps for medians
     step_s: np.ndarray  # medians over the window (NaN: not scored)
+    median_wall: np.ndarray  # the median step time as last worked out, scored or not (NaN: none yet)
     phases: np.ndarray  # (ranks, names)
     rate: np.ndarray
     comm_s: np.ndarray  # NaN: no collective wait seen
     last_seen: np.ndarray
     last_step_end: np.ndarray
-    silent: np.ndarray  # bool
+    relay: np.ndarray  # int64: the relay each rank was last heard through, an index of ``relay_urls``
+    relay_urls: tuple[str | None, ...]
+    relays: EndpointsView
+    silent_after_s: float
+    sure: bool  # long enough since the viewer started, and every relay settled: ranks never heard of may be named
+    stated: np.ndarray  # bool: it sent a state
+    step_age: np.ndarray  # its state's age of the step in progress (NaN: between steps, or none said)
+    state_at: np.ndarray  # when its state arrived, and when its progress last did, on the viewer's clock
+    progress_at: np.ndarray
+    stepped_at: np.ndarray  # when its last step was heard of
     device: np.ndarray  # bool: its steps carry device (GPU) times
     states: list[State]  # immutable, as decoded
     metas: list[RankInfo | None]
@@ -82,20 +90,16 @@ class JobView:
     works: np.ndarray  # bool: its hello says its work per step
     capture_summaries: list[tuple[str, CaptureSummary] | None]
     resources: list[ResourceView | None]
-    coords: list[dict[str, int] | None]
-    class_ids: np.ndarray | None  # peer classes (None: one class)
-    stage_ids: np.ndarray | None  # pipeline stage per rank (-1: none; None: no pipeline known)
-    stalls: stalls.StallReport
-    life: JobLife
+    life: JobLife  # not_back: those of an older process that ended; ``restarted``: those that may not be back
     world: int | None
-    layout: layouts.Layout
+    roster: int  # changes when a rank comes or restarts
+    groups: int  # changes when some rank's hello names other process groups
     captures: dict[str, list[int]]
 
 
 class JobState:
-    def __init__(self, window: int, stall: stalls.StallPolicy, silent_after_s: float, on_news: Callable[[], None]):
+    def __init__(self, window: int, silent_after_s: float, on_news: Callable[[], None]):
         self._window = window
-        self._stall = stall
         self._silent_after = silent_after_s
         self._on_news = on_news  # the job's size became known or grew: commands waiting for it can go
         self.columns = StepColumns(window)
@@ -103,12 +107,10 @@ class JobState:
         self.ranks: dict[int, RankWindow] = {}
         self._sorted: list[RankWindow] | None = None  # the windows in rank order, until one comes or goes
         self.world: int | None = None  # the largest world size any hello gave
-        self.resources = ResourceTracker()  # memory history and creep, GPU gauges (watch/resources.py)
-        self.lifecycle = Lifecycle()  # restarts and the job's end (watch/lifecycle.py)
-        self.layout = layouts.EMPTY  # coordinates and peer classes, learned from the hellos' groups
-        self._layout_stale = False  # some rank's groups changed since it was learned
-        # (layout, windows, class ids, stage ids) of the last view
-        self._classes: tuple[layouts.Layout, list[RankWindow], np.ndarray | None, np.ndarray | None] | None = None
+        self.resources = ResourceTracker()  # memory history and creep, GPU gauges (watch/engine/resource_samples.py)
+        self.lifecycle = Lifecycle()  # restarts and the job's end (watch/engine/lifecycle.py)
+        self._roster = 0  # ranks come or restart: a view's rank order (and what is learned of it) changes
+        self._groups = 0  # some rank's hello named other groups: the layout is learned again (watch/analysis/peers.py)
         self.scalars = RankScalars()  # every rank's figures a view reads, by its row of the step columns
         self._row_of: dict[int, int] = {}  # rank -> its row (of the columns and the scalars)
         self._by_row: list[RankWindow | None] = []  # row -> its rank's window
@@ -145,7 +147,7 @@ class JobState:
             return  # its answer is the request book's; its state is noted above
         elif isinstance(msg, Heartbeat):
             rank.raw_at = now
-            if msg.exit is not None:  # its last word: the process is ending (watch/lifecycle.py)
+            if msg.exit is not None:  # its last word: the process is ending (watch/engine/lifecycle.py)
                 self.lifecycle.note_exit(msg.rank, msg.exit, wall)
 
     def _window_of(self, number: int, endpoint: str | None, now: float) -> RankWindow:
@@ -167,7 +169,7 @@ class JobState:
             self._placed(rank)
             self.resources.forget(rank.rank)
         if meta.groups != (rank.meta.groups if rank.meta is not None else None):
-            self._layout_stale = True  # hellos repeat; their groups seldom change: a compare of a few small maps
+            self._groups += 1  # hellos repeat; their groups seldom change: a compare of a few small maps
         rank.take_hello(meta)
         self._hellos += 1
         world = meta.world
@@ -186,7 +188,7 @@ class JobState:
             self.resources.note(entry.r, state, now)
         if entry.hello is not None and entry.hello != rank.meta:  # (it rides every few seconds, mostly the same)
             rank = self._note_hello(rank, entry.hello, now, wall)
-        if entry.exit is not None:  # its last word, passed on by its node's relay (watch/lifecycle.py)
+        if entry.exit is not None:  # its last word, passed on by its node's relay (watch/engine/lifecycle.py)
             self.lifecycle.note_exit(entry.r, entry.exit, wall)
         if (entry.ops or entry.cx) and now - rank.raw_at >= self._silent_after:
             add_digest_collectives(rank, entry.ops or {}, entry.cx or (), now, self.collectives)
@@ -198,6 +200,7 @@ class JobState:
         self._by_row[rank.row] = rank
         self._sorted = self._order = None
         self._hellos += 1
+        self._roster += 1
 
     def settle(self) -> None:
         """Write the steps of the node digests taken since the last call (the aggregator calls this after each
@@ -278,17 +281,13 @@ class JobState:
         return self._sorted
 
     def view(self, now: float, wall: float, relays: EndpointsView, endpoints: Endpoints, sure_after: bool) -> JobView:
-        """The job now, for a snapshot. ``sure_after``: long enough since the viewer started that ranks never
-        heard from may be named (once every relay is settled too)."""
+        """The job now, gathered for a snapshot. ``sure_after``: long enough since the viewer started that ranks
+        never heard from may be named (once every relay is settled too)."""
         self.settle()
         ws = self.windows()
         n = len(ws)
-        behind = relays.behind_s
         rank, rows = self._ordered()
         sc = self.scalars
-        last_seen = sc.last_seen[rows]
-        silent = self._silent(sc.endpoint[rows], last_seen, now, relays)
-        silent_ranks = set(rank[silent].tolist())
 
         cols = self.columns
         cols.refresh(rows, MIN_STEPS_TO_SCORE)
@@ -307,22 +306,7 @@ class JobState:
         seen = sc.steps_seen[rows]
         first = sc.first_step[rows]
         missed = np.where(first >= 0, np.maximum(0, last - first + 1 - seen), 0)
-
         worlds = max(self.world or 0, 0) or None
-        sure = bool(worlds and sure_after and relays.settled)
-        stuck = stalls.stuck_columns(sc.step_age[rows], sc.state_at[rows], sc.progress_at[rows], now - behind, sc.stepped_at[rows])
-        with_state = sc.stated[rows]
-        if stalls.none_stuck(stuck[with_state & ~silent], self._stall):
-            report = stalls.StallReport({}, [], None)
-        else:
-            positions = stalls.positions_of(ws, now - behind, silent_ranks)
-            report = stalls.assess(positions, self._stall, world=worlds if sure else None)
-
-        if self._layout_stale:
-            self._layout_stale = False
-            self.layout = layouts.learn({w.rank: w.meta.groups for w in ws if w.meta is not None and w.meta.groups})
-            self._classes = None
-        class_ids, stage_ids = self._peer_classes(ws, rank)
         hosts, host_id = self._hosts(ws, endpoints)
         return JobView(
             now=now,
@@ -336,12 +320,22 @@ class JobState:
             missed=missed,
             scored=scored,
             step_s=step_s,
+            median_wall=np.where(cols.stats_at[rows] >= 0, cols.median_wall[rows], np.nan),
             phases=phases,
             rate=np.where(scored, cols.rate[rows], np.nan),
             comm_s=comm_s,
-            last_seen=last_seen,
+            last_seen=sc.last_seen[rows],
             last_step_end=cols.last_end[rows],
-            silent=silent,
+            relay=sc.endpoint[rows],
+            relay_urls=tuple(sc.urls),
+            relays=relays,
+            silent_after_s=self._silent_after,
+            sure=bool(worlds and sure_after and relays.settled),
+            stated=sc.stated[rows],
+            step_age=sc.step_age[rows],
+            state_at=sc.state_at[rows],
+            progress_at=sc.progress_at[rows],
+            stepped_at=sc.stepped_at[rows],
             device=sc.device_times[rows],
             states=[w.state for w in ws],
             metas=[w.meta for w in ws],
@@ -351,13 +345,10 @@ class JobState:
             works=sc.works[rows],
             capture_summaries=[w.capture_summary for w in ws],
             resources=self.resources.views(rank.tolist(), now),
-            coords=[self.layout.of(r) for r in rank.tolist()] if self.layout.known else [None] * n,
-            class_ids=class_ids,
-            stage_ids=stage_ids,
-            stalls=report,
-            life=self.lifecycle.view(worlds, bool(ws), silent_ranks),
+            life=self.lifecycle.view(worlds, bool(ws)),
             world=worlds,
-            layout=self.layout,
+            roster=self._roster,
+            groups=self._groups,
             captures=_captures([ws[i] for i in np.flatnonzero(sc.capturing[rows]).tolist()]),
         )
 
@@ -369,37 +360,8 @@ class JobState:
                            np.fromiter((w.row for w in ws), np.int64, len(ws)))  # fmt: skip
         return self._order
 
-    def _silent(self, eid: np.ndarray, last_seen: np.ndarray, now: float, relays: EndpointsView) -> np.ndarray:
-        """A rank is silent when *it* stopped talking, not when this viewer is behind on the job's messages (a
-        viewer behind on one relay is behind on them all: it serves them in turn); or when its relay is gone.
-        ``eid``: each rank's relay, as an index of the scalars' URLs."""
-        urls = self.scalars.urls
-        settling = np.array([u in relays.settling for u in urls], bool)
-        links = [relays.links.get(u, (False, None)) if u is not None else (False, None) for u in urls]
-        down = np.array([bool(link[0]) for link in links], np.bool_)
-        dropped = np.array([_or_inf(link[1]) for link in links], np.float64)
-        quiet = (now - last_seen > self._silent_after + relays.behind_s) & ~settling[eid]
-        return quiet | down[eid] | (last_seen <= dropped[eid])
-
-    def _peer_classes(self, ws: list[RankWindow], rank: np.ndarray) -> tuple[np.ndarray | None, np.ndarray | None]:
-        """Peer class and pipeline stage of each rank, as small whole numbers; worked out again when the
-        layout or the ranks change."""
-        layout = self.layout
-        if self._classes is not None and self._classes[0] is layout and self._classes[1] is ws:
-            return self._classes[2], self._classes[3]
-        classes = layout.classes(rank.tolist()) if layout.known else None
-        class_ids = None
-        if classes:
-            keys: dict[tuple[int, ...], int] = {}
-            class_ids = np.fromiter((keys.setdefault(classes.get(r, ()), len(keys)) for r in rank.tolist()), np.int64, len(rank))
-        stage_ids = None
-        if layout.known:
-            stage_ids = np.fromiter((_stage(layout.stage(r)) for r in rank.tolist()), np.int64, len(rank))
-        self._classes = (layout, ws, class_ids, stage_ids)
-        return class_ids, stage_ids
-
     def _hosts(self, ws: list[RankWindow], endpoints: Endpoints) -> tuple[list[str], np.ndarray]:
-        """Each rank's host, in rank order, and the hosts as numbers (rank_rows.host_ids); the same again while no
+        """Each rank's host, in rank order, and the hosts as numbers (rank_scalars.host_ids); the same again while no
         hello or rank came and every rank's came from its hello (until then, the relay's host stands in: it may
         change)."""
         if self._host_list is not None and self._host_list[0] == self._hellos:
@@ -470,10 +432,3 @@ def _captures(ws: list[RankWindow]) -> dict[str, list[int]]:
             running.setdefault(cap.id, []).append(w.rank)
     return running
 
-
-def _stage(stage: int | None) -> int:
-    return -1 if stage is None else stage
-
-
-def _or_inf(value: float | None) -> float:
-    return float("-inf") if value is None else value

@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import html
 
-from ranktop.watch.history import STALL
+from ranktop.watch.analysis.history import STALL
 from ranktop.watch.optional import require
-from ranktop.watch.report import text_lines
+from ranktop.watch.offline.report import text_lines
 
 #: Colours of the standard phases, as the TUI draws them (tui/render/palette.py), in CSS names.
 PHASE_COLOURS = {"data": "#1c86ee", "forward": "#00cd00", "backward": "#cd00cd", "optimizer": "#ffd700", "comm": "#00cdcd", "other": "#7f7f7f"}

@@ -242,7 +242,7 @@ def collective_text(collective: dict | None) -> str:
 def common_place(members: Sequence[Any]) -> tuple[set[str | None], set[int | None], str | None]:
     """Where a group of ranks stands, as the group shares it: their phases, their steps, and the last collective
     when they all name the same one (``members``: anything with ``phase``, ``step`` and ``collective``: a
-    rank's stacks here, its position in watch/stalls.py)."""
+    rank's stacks here, its position in watch/analysis/stalls.py)."""
     colls = {collective_text(m.collective) for m in members}
     return {m.phase for m in members}, {m.step for m in members}, colls.pop() if len(colls) == 1 else None
 

@@ -16,21 +16,17 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from typing import Iterator, Protocol
+from typing import Iterator
 
-from ranktop.watch import verdict
-from ranktop.watch.lifecycle import ENDED, RUNNING
+from ranktop.watch.model import verdict
+from ranktop.watch.engine.lifecycle import ENDED, RUNNING
 from ranktop.watch.optional import require
-from ranktop.watch.snapshot import STATUSES, Snapshot
+from ranktop.watch.model.snapshot import STATUSES, Snapshot, SnapshotSource
 
 RANK_LABELS = ("job", "rank", "local_rank", "host")
 #: A layout role usable as a label name (they all are: pp, tp, dp_shard, ...; anything else is left out).
 _LABEL = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]*$")
 PREFIX = "ranktop"
-
-
-class SnapshotSource(Protocol):
-    def snapshot(self) -> Snapshot: ...
 
 
 def _client():

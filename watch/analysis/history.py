@@ -5,7 +5,7 @@ cost*. :class:`History` keeps one small :class:`Sample` per second of the
 aggregator's clock (live: wall time; replay: the recording's) in a bounded deque,
 and turns the statuses it sees into :class:`Episode` s: a rank (or a whole node)
 slow in one phase from a time to a time, or stalled waiting for others. The
-TUI's history screen and the end-of-run report (watch/report.py) both read it,
+TUI's history screen and the end-of-run report (watch/offline/report.py) both read it,
 so the two can never tell different stories.
 
 Cost of a straggler episode: in synchronous training every rank waits for the
@@ -24,7 +24,7 @@ from typing import Iterator
 
 import numpy as np
 
-from ranktop.watch.snapshot import SLOW, STALLED, Snapshot
+from ranktop.watch.model.snapshot import SLOW, STALLED, Snapshot
 
 #: Seconds between samples (of the aggregator's clock).
 SAMPLE_EVERY_S = 1.0
@@ -167,7 +167,7 @@ class History:
 
     def note(self, snap: Snapshot, now: float) -> None:
         """Keep ``snap`` if a sample is due (the UI may take snapshots faster than once a second). Reads the
-        snapshot's columns (watch/rank_rows.py): no rank's row is built but those of the slow and stalled."""
+        snapshot's columns (watch/model/rank_table.py): no rank's row is built but those of the slow and stalled."""
         if self._last_t is not None and now - self._last_t < self._every:
             return
         if not snap.ranks:

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from dataclasses import asdict, replace
 
-from ranktop.watch.snapshot import Snapshot
-from ranktop.watch.verdict import verdict
+from ranktop.watch.model.snapshot import Snapshot
+from ranktop.watch.model.verdict import verdict
 
 
 def document(snapshot: Snapshot) -> dict:

@@ -21,11 +21,11 @@ the view is O(ranks), taken with each snapshot.
 from __future__ import annotations
 
 import time
-from collections.abc import Collection, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from ranktop.watch import format as fmt
-from ranktop.watch.window import RankWindow
+from ranktop.watch.engine.rank_window import RankWindow
 
 #: Job states a snapshot says (``Snapshot.state``).
 WAITING = "waiting"  # no rank heard yet
@@ -44,6 +44,10 @@ class JobLife:
     restarted_at: float | None = None  # when the latest restart was seen (unix seconds)
     not_back: tuple[int, ...] = ()  # ranks of the job not heard from as a new process since the latest restart
     failed: tuple[int, ...] = ()  # ranks whose process said it died of an exception
+    # ranks still of an older process, that did not end: not back if they are silent too (a rank of an older
+    # generation still talking was not restarted at all: one node's ranks may come back alone); the analysis
+    # side, which knows who is silent, adds those to ``not_back`` (watch/analysis/judge.py)
+    older: tuple[int, ...] = ()
 
 
 class Lifecycle:
@@ -89,22 +93,21 @@ class Lifecycle:
             return False
         return all(self._exits.get(r, ("", 0.0))[0] == "clean" for r in range(world))
 
-    def view(self, world: int | None, heard: bool, silent: Collection[int] = ()) -> JobLife:
-        """The job's life now; ``silent``: the ranks not heard from lately (a rank of an older generation
-        still talking was not restarted at all: one node's ranks may come back alone)."""
+    def view(self, world: int | None, heard: bool) -> JobLife:
+        """The job's life now, as far as its hellos and last words tell (who is silent is the analysis side's)."""
         if not heard:
             return JobLife(WAITING)
         failed = tuple(sorted(r for r, (how, _) in self._exits.items() if how != "clean"))
         not_back: tuple[int, ...] = ()
+        older: tuple[int, ...] = ()
         if self._restarts:
-            not_back = tuple(sorted(
-                r for r, g in self._generation.items()
-                if g < self._latest and (world is None or r < world) and (r in silent or r in self._exits)
-            ))
+            behind = [r for r, g in self._generation.items() if g < self._latest and (world is None or r < world)]
+            not_back = tuple(sorted(r for r in behind if r in self._exits))
+            older = tuple(sorted(r for r in behind if r not in self._exits))
         if self.ended(world):
             ended_at = max(self._exits[r][1] for r in range(world or 0))
-            return JobLife(ENDED, ended_at, self._restarts, self._restarted_at, not_back, failed)
-        return JobLife(RUNNING, None, self._restarts, self._restarted_at, not_back, failed)
+            return JobLife(ENDED, ended_at, self._restarts, self._restarted_at, not_back, failed, older)
+        return JobLife(RUNNING, None, self._restarts, self._restarted_at, not_back, failed, older)
 
 
 def fresh_window(old: RankWindow, now: float) -> RankWindow:

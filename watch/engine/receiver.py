@@ -28,12 +28,31 @@ from urllib.parse import urlsplit
 import zmq
 from zmq.utils.monitor import recv_monitor_message
 
-from ranktop.watch.aggregator import Aggregator
 from ranktop.watch.errors import RanktopError
-from ranktop.watch.keys import HANDSHAKE_EVENTS, ClientKeys, Handshakes
+from ranktop.watch.engine.keys import HANDSHAKE_EVENTS, ClientKeys, Handshakes
 from ranktop.wire import auth, schema, settings
-from ranktop.wire.messages import Hello, Node
+from ranktop.wire.messages import Hello, Node, RankMessage
 from ranktop.transport import fd_limit, rendezvous
+
+
+class Aggregator(Protocol):
+    """What the receiver hands what it hears to (watch/aggregator.py's ``Aggregator``): the engine's receiver
+    never imports the aggregator, which builds snapshots with the analysis side."""
+
+    @property
+    def job(self) -> str | None: ...
+
+    def add_endpoint(self, url: str, host: str | None = None) -> None: ...
+
+    def replace_endpoint(self, old: str, new: str, host: str | None = None) -> None: ...
+
+    def note_link(self, url: str, up: bool) -> None: ...
+
+    def ingest_batch(self, batch: list[tuple[list[bytes], str | None]]) -> list[RankMessage | Node | None]: ...
+
+    def note_dropped(self, error: str | None = None, *, fault: str | None = None) -> None: ...
+
+    def note_error(self, error: str) -> None: ...
 
 DISCOVERY_EVERY_S = 1.0
 #: From this many nodes on (``RANKTOP_DIGESTS=auto``) the viewer takes one digest per node and interval instead
@@ -44,8 +63,8 @@ RANK_TOPICS = tuple(kind.encode() for kind in schema.RANK_KINDS)
 DIGEST_TOPICS = (schema.NODE.encode(), schema.REPLY.encode())
 #: Seconds between two polls of the relays' sockets at least. A poll costs O(relays) (ZeroMQ builds the
 #: poll set afresh each time): polled as each message arrives, 512 relays sending four digests a second
-#: cost a fifth of a core in polls alone; polled 25 times a second and drained, about a hundredth, for 40 ms
-#: more latency at most (and the messages of a poll are ingested in one go: watch/aggregator.py).
+#: cost a fifth of a core in polls alone; polled at most 10 times a second and drained, under a hundredth (about a
+#: hundredth at 25 polls a second), for 100 ms more latency at most (and the messages of a poll are ingested in one go: watch/aggregator.py).
 POLL_EVERY_S = 0.1
 #: Seconds between two looks at the sockets' monitors (connections made or dropped, handshakes): in a poller of
 #: their own, so the relays' poll is half the size; often enough that a relay dropped and back within a second
@@ -65,7 +84,7 @@ _MONITOR_IDS = itertools.count()
 #: What a socket's monitor reports: a connection dropped, or made (the ZMTP handshake done).
 LINK_EVENTS = zmq.EVENT_DISCONNECTED | zmq.EVENT_HANDSHAKE_SUCCEEDED
 #: Open files a relay costs the viewer: its SUB socket and TCP connection, the socket's monitor (two sockets),
-#: and the PUSH socket and connection that commands go through (watch/requests.py).
+#: and the PUSH socket and connection that commands go through (watch/engine/requests.py).
 FDS_PER_RELAY = 6
 #: What a viewer holds open besides: the interpreter's files, the terminal, a recording, libzmq's contexts.
 FDS_BESIDES = 256
@@ -159,7 +178,7 @@ class Receiver(threading.Thread):
         self._room = 0  # relays the limit on open files has room for (see make_room)
         self._context = zmq.Context()
         self._context.set(zmq.MAX_SOCKETS, 16384)  # a SUB socket per relay, and its handshake monitor for a while
-        # CURVE keys from the job's secret (watch/keys.py); a failed handshake is said once, in one line
+        # CURVE keys from the job's secret (watch/engine/keys.py); a failed handshake is said once, in one line
         keys = keys or ClientKeys(auth.read_secret_env, "RANKTOP_SECRET", lambda: aggregator.job)
         self._keys = keys
         self.handshakes = Handshakes(keys, aggregator.note_error)
@@ -280,7 +299,7 @@ class Receiver(threading.Thread):
             self.handshakes.no_key(url)
             return
         # One monitor per socket (a socket has one): its handshakes (a refused key is said in one line,
-        # watch/keys.py) and its connection dropped or made (the node lost or back at once).
+        # watch/engine/keys.py) and its connection dropped or made (the node lost or back at once).
         # An endpoint of our own: pyzmq's default names it after the socket's file descriptor, which a relay's new
         # socket may reuse while the old one's monitor is still being torn down ("Address already in use").
         monitor = sock.get_monitor_socket(LINK_EVENTS | HANDSHAKE_EVENTS, f"inproc://ranktop-monitor-{next(_MONITOR_IDS)}")
@@ -311,7 +330,7 @@ class Receiver(threading.Thread):
 
     def _monitor_events(self, monitor: zmq.Socket) -> None:
         """A connection made or dropped (the aggregator shows the node connected or lost from now on), or a
-        handshake that failed (the key is refused: said once, watch/keys.py)."""
+        handshake that failed (the key is refused: said once, watch/engine/keys.py)."""
         url = self._monitors[monitor]
         sock = self._sockets.get(url)
         for _ in range(64):
@@ -355,7 +374,7 @@ class Receiver(threading.Thread):
             kept = []
             for frames, url in batch:
                 try:
-                    self._recorder.tap(frames, url)  # as it came off the wire; never blocks (watch/recording.py)
+                    self._recorder.tap(frames, url)  # as it came off the wire; never blocks (watch/offline/recording.py)
                     kept.append((frames, url))
                 except Exception as exc:  # the message is lost, never the thread
                     self._aggregator.note_dropped(fault=f"dropped messages the receiver could not handle: {exc.__class__.__name__}")

@@ -3,9 +3,9 @@
 A snapshot reads a dozen figures of every rank. Kept as attributes of 4,096
 window objects, that is a dozen Python passes over the windows per snapshot;
 kept here, one array per figure with a row per rank (the rank's row of the
-step columns, watch/columns.py), a view gathers each in one fancy index, and
+step columns, watch/engine/step_columns.py), a view gathers each in one fancy index, and
 a node digest's steps update the counts of all its ranks at once
-(watch/job_state.py). A rank's window (watch/window.py) reads and writes its
+(watch/engine/job_state.py). A rank's window (watch/engine/rank_window.py) reads and writes its
 own row through properties, one item at a time, through memoryviews (an item
 store through one costs about half a numpy scalar store).
 
@@ -28,7 +28,7 @@ FIELDS: dict[str, tuple[type, Any]] = {
     "last_step": (np.int64, -1),
     "device_times": (np.bool_, False),  # some of its step records carry GPU (device) times
     "state_at": (np.float64, 0.0),  # viewer clock when its last state arrived
-    "progress_at": (np.float64, 0.0),  # ... and when that state's last finished step last changed (watch/stalls.py)
+    "progress_at": (np.float64, 0.0),  # ... and when that state's last finished step last changed (watch/analysis/stalls.py)
     "stepped_at": (np.float64, float("-inf")),  # viewer clock when a step of it last arrived (its own or a digest's)
     "step_age": (np.float64, float("nan")),  # inside a step by its last state: the step's age then (NaN: not in one)
     "stated": (np.bool_, False),  # it sent a state
@@ -98,3 +98,11 @@ class RankScalars:
             found = self._url_ids[url] = len(self.urls)
             self.urls.append(url)
         return found
+
+
+def host_ids(host: list[str]) -> np.ndarray:
+    """Each rank's host as a small whole number (0 for the first host named, 1 for the next, ...): what slow-host
+    counting bins by. Worked out once per host list by its owner (watch/engine/job_state.py keeps one while no hello
+    changes it), not once a snapshot."""
+    ids: dict[str, int] = {}
+    return np.fromiter((ids.setdefault(h, len(ids)) for h in host), np.int64, len(host))

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ranktop.watch.snapshot import Endpoint
 from ranktop.watch.statuses import CONNECTED, LOST, WAITING
 
 #: Messages reaching this viewer this much later than they used to: it is behind (too much to decode), and says so.
@@ -20,6 +19,15 @@ BEHIND_AFTER_S = 1.0
 #: connecting (CURVE handshakes with hundreds of relays take seconds) its ranks are not silent, and the ranks of the
 #: nodes it has not reached yet are not "never heard from".
 SETTLING_S = 5.0
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    url: str
+    host: str | None
+    state: str  # one of ENDPOINT_STATES
+    quiet_s: float  # seconds since the last message (or since we started waiting)
+    ranks: tuple[int, ...] = ()  # the ranks last heard through it: those a lost relay took with it
 
 
 @dataclass

@@ -11,7 +11,7 @@ phases is 17 MB of machine floats rather than a heap of float objects.
 Ingest writes a step's figures into its rank's row through memoryviews (tens of
 nanoseconds a figure, as cheap as an ``array('d')`` ring's store); node
 digests' steps come as columns and go in with one call for all the ranks of
-every digest the receiver took in one go (watch/job_state.py); the
+every digest the receiver took in one go (watch/engine/job_state.py); the
 receiver thread calls the writers and a snapshot :meth:`StepColumns.refresh`,
 both under the aggregator's lock. Each row is a ring: slot ``i`` of every
 column is the same step; a median needs no order, so it sorts a ring as it lies.
@@ -30,6 +30,8 @@ import numpy as np
 from ranktop.wire.names import COMM_PHASE, OTHER_PHASE, STANDARD_PHASES
 
 
+#: Steps a rank's window needs before its medians count (a straggler is scored on them: watch/analysis/stragglers.py).
+MIN_STEPS_TO_SCORE = 3
 #: Figures a refresh sorts in one go, at most: its scratch buffer's size (4 MB), and a block that stays in the
 #: processor's caches while it is sorted and read.
 SORT_FIGURES = 1 << 19
@@ -69,7 +71,7 @@ class StepColumns:
         self._index: dict[str, int] = {}
         self.names: set[str] = set()  # phases the ranks' records named (not "other" and "comm": worked out)
         self.rows = 0  # rows handed out
-        self.raw_rows: set[int] = set()  # rows that keep some step's raw figures to redo (watch/step_window.py)
+        self.raw_rows: set[int] = set()  # rows that keep some step's raw figures to redo (watch/engine/step_window.py)
         self._scratch = np.empty(0)  # where refresh sorts (see _middle)
         self._allocate(max(1, rows), max(1, phases))
 
@@ -172,7 +174,7 @@ class StepColumns:
     def add_block(self, rows: Sequence[int], n: Sequence[int], t: Sequence[float], wall: Sequence[float],
                   own: Mapping[str, Sequence[float]], waited: Sequence[bool] | None = None) -> None:  # fmt: skip
         """One step each for distinct ``rows``, given as columns (node digests' intervals, wire/node_digest.py,
-        several nodes' at once: watch/job_state.py) with own times worked out and a phase a row lacks at 0.0:
+        several nodes' at once: watch/engine/job_state.py) with own times worked out and a phase a row lacks at 0.0:
         :meth:`add` for every row, in a dozen numpy stores whatever the rows. ``waited``: which rows' steps
         had collective waits (default: all of them when ``own`` has "comm")."""
         at = np.asarray(rows, np.int64)

@@ -2,18 +2,18 @@
 
 Widgets never read the aggregator's windows; they render one immutable
 :class:`Snapshot`, taken at the UI's refresh rate. ``--json`` prints the same
-object with its verdict (watch/json_doc.py), so the documented JSON schema and
+object with its verdict (watch/model/json_doc.py), so the documented JSON schema and
 the TUI can never disagree.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
-from ranktop.watch.rank_row import (  # noqa: F401  (read as snapshot.RankRow, ... everywhere)
+from ranktop.watch.model.rank_row import (  # noqa: F401  (read as snapshot.RankRow, ... everywhere)
     CaptureStatus,
     GpuStat,
     MemoryStat,
@@ -22,7 +22,9 @@ from ranktop.watch.rank_row import (  # noqa: F401  (read as snapshot.RankRow, .
     build_rank_row,
     coords_text,
 )
-from ranktop.watch.rank_rows import RankRows
+from ranktop.watch.engine.endpoints import Endpoint  # noqa: F401  (read as snapshot.Endpoint)
+from ranktop.watch.engine.requests import Reply, RequestStatus, failure_reason  # noqa: F401  (read as snapshot.Reply, ...)
+from ranktop.watch.model.rank_table import RankRows, phase_medians
 
 from ranktop.watch.statuses import (  # noqa: F401  (read as snapshot.SILENT, ... everywhere)
     CONNECTED,
@@ -59,65 +61,6 @@ class CollectiveStat:
 
 
 @dataclass(frozen=True)
-class Endpoint:
-    url: str
-    host: str | None
-    state: str  # one of ENDPOINT_STATES
-    quiet_s: float  # seconds since the last message (or since we started waiting)
-    ranks: tuple[int, ...] = ()  # the ranks last heard through it: those a lost relay took with it
-
-
-@dataclass(frozen=True)
-class Reply:
-    id: str
-    cmd: str
-    rank: int
-    ok: bool
-    result: dict
-    rtt_s: float | None  # seconds from sending the command, when this TUI sent it
-
-
-@dataclass(frozen=True)
-class RequestStatus:
-    """The tally of one command this viewer sent, over every rank's answer (exact at any job size; watch/requests.py)."""
-
-    id: str
-    cmd: str
-    sent_s: float  # when it was sent, on the viewer's clock
-    answered: int
-    failed: int
-    answered_ranks: frozenset[int]
-    max_rtt_s: float | None
-    first_failure: tuple[int, str] | None = None  # (rank, reason) of the lowest failing rank
-
-    @classmethod
-    def count(cls, command_id: str, cmd: str, sent_s: float, replies: dict[int, Reply]) -> RequestStatus:
-        """The tally of one command's answers, by rank."""
-        rtts = [r.rtt_s for r in replies.values() if r.rtt_s is not None]
-        failures = [r for r in replies.values() if not r.ok]
-        first = min(failures, key=lambda r: r.rank) if failures else None
-        return cls(
-            command_id, cmd, sent_s, len(replies), len(failures), frozenset(replies),
-            max(rtts) if rtts else None, (first.rank, failure_reason(first.result)) if first is not None else None,
-        )
-
-    @classmethod
-    def of_replies(cls, command_id: str, replies: list[Reply]) -> RequestStatus | None:
-        """The tally counted from a list of replies (a snapshot built without a request book), None if none."""
-        mine = {r.rank: r for r in replies if r.id == command_id}
-        if not mine:
-            return None
-        return cls.count(command_id, next(iter(mine.values())).cmd, 0.0, mine)
-
-
-def failure_reason(result: Any) -> str:
-    """The first line of a failed answer's error, or "failed" when it gives none."""
-    error = result.get("error") if isinstance(result, dict) else None
-    lines = str(error).splitlines() if error is not None else []
-    return lines[0] if lines else "failed"
-
-
-@dataclass(frozen=True)
 class Snapshot:
     job: str | None
     world_size: int | None  # as the ranks report it; None before any hello
@@ -125,7 +68,7 @@ class Snapshot:
     global_step: int  # the furthest step any rank completed (-1 before any)
     steps_per_s: float | None  # median over ranks of steps per second (recent)
     phase_names: list[str]  # column order: standard phases, user phases, then "other"
-    ranks: RankRows  # sorted by rank; a list of rows given is made RankRows (watch/rank_rows.py)
+    ranks: RankRows  # sorted by rank; a list of rows given is made RankRows (watch/model/rank_table.py)
     stragglers: list[int]  # rank numbers, most suspicious first; only ranks with data
     endpoints: list[Endpoint] = field(default_factory=list)
     replies: list[Reply] = field(default_factory=list)  # the latest answers heard, to anyone's command, most recent last
@@ -133,13 +76,13 @@ class Snapshot:
     dropped_messages: int = 0  # malformed or foreign frames this TUI threw away
     errors: list[str] = field(default_factory=list)  # one-line problems to show the user
     collectives: list[CollectiveStat] = field(default_factory=list)  # job-wide rows (rank -1) first
-    waiting_for: list[int] = field(default_factory=list)  # ranks the stalled ones wait for (see watch/stalls.py)
+    waiting_for: list[int] = field(default_factory=list)  # ranks the stalled ones wait for (see watch/analysis/stalls.py)
     diagnosis: str | None = None  # one line on a hang: who is stalled where, waiting for whom
     slow_hosts: list[str] = field(default_factory=list)  # hosts all of whose ranks are slow: the node, not a rank
     throughput: Throughput | None = None  # the job's: sums over live ranks (MFU: their TFLOP/s over their peaks)
     device_time_ranks: list[int] = field(default_factory=list)  # ranks whose step records carry device (GPU) times ("g"): their figures are GPU time
     behind_s: float | None = None  # this viewer is this many seconds behind the job's messages (None: keeping up)
-    # The job's life (watch/lifecycle.py): waiting (no rank yet), running, or ended (every rank ended cleanly)
+    # The job's life (watch/engine/lifecycle.py): waiting (no rank yet), running, or ended (every rank ended cleanly)
     state: str = "waiting"
     ended_at: float | None = None  # when it ended (unix seconds)
     restarts: int = 0  # times its ranks came back as new processes (torchrun --max-restarts, a requeue)
@@ -200,10 +143,7 @@ class Snapshot:
         if self.median_phases:
             return dict(self.median_phases)
         table = self.ranks.table
-        live = ~np.isnan(table.step_s) & ~table.statuses(SILENT)
-        if not live.any():
-            return {}
-        return dict(zip(table.names, np.median(table.phases[live], axis=0).tolist()))
+        return phase_medians(table.names, table.phases, ~np.isnan(table.step_s) & ~table.statuses(SILENT))
 
     def where(self, row: RankRow) -> str:
         """A rank's coordinates as text, "pp 1, dp 1" ("" when the layout is not known)."""
@@ -231,3 +171,9 @@ EMPTY = Snapshot(
     ranks=[],
     stragglers=[],
 )
+
+
+class SnapshotSource(Protocol):
+    """Anything a view takes snapshots of: a live session, its aggregator, a replay (the TUI, the exporter)."""
+
+    def snapshot(self) -> Snapshot: ...

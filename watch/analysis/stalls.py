@@ -27,13 +27,14 @@ from __future__ import annotations
 import collections
 import statistics
 from dataclasses import dataclass
-from typing import Any, Iterable
+from typing import Iterable
 
 import numpy as np
 
 from ranktop.watch import format as fmt
 from ranktop.watch.format import ranks_text
-from ranktop.watch.stacks import common_place
+from ranktop.watch.analysis.stacks import common_place
+from ranktop.watch.engine.job_state import JobView
 from ranktop.wire import schema
 from ranktop.wire.messages import State
 
@@ -229,20 +230,35 @@ def stuck_s(state: State, now: float, state_at: float, progress_at: float, stepp
     return stuck
 
 
-def positions_of(ranks: Iterable[Any], now: float, silent: set[int]) -> list[Position]:
-    """Positions of the aggregator's per-rank records (those that sent a state)."""
+def positions_of(view: JobView, now: float, silent: set[int]) -> list[Position]:
+    """Positions of a gathered view's ranks (those that sent a state)."""
     out = []
-    for r in ranks:
+    ranks = view.rank.tolist()
+    state_at, progress_at, stepped_at = view.state_at.tolist(), view.progress_at.tolist(), view.stepped_at.tolist()
+    medians = view.median_wall.tolist()
+    for i, state in enumerate(view.states):
+        median = medians[i]
         p = position(
-            r.rank,
-            r.state,
+            ranks[i],
+            state,
             now=now,
-            state_at=getattr(r, "state_at", 0.0),
-            progress_at=getattr(r, "progress_at", 0.0),
-            silent=r.rank in silent,
-            window_median_s=r.own.median_wall(),
-            stepped_at=getattr(r, "stepped_at", float("-inf")),
+            state_at=state_at[i],
+            progress_at=progress_at[i],
+            silent=ranks[i] in silent,
+            window_median_s=None if median != median else median,
+            stepped_at=stepped_at[i],
         )
         if p is not None:
             out.append(p)
     return out
+
+
+def stall_report(view: JobView, silent: np.ndarray, policy: StallPolicy) -> StallReport:
+    """The stalled ranks of a gathered view, and whom they wait for; ``silent``: bool per rank
+    (watch/analysis/silence.py). A job none of whose live ranks can be stalled yet skips the ranks' positions."""
+    now = view.now - view.relays.behind_s
+    stuck = stuck_columns(view.step_age, view.state_at, view.progress_at, now, view.stepped_at)
+    if none_stuck(stuck[view.stated & ~silent], policy):
+        return StallReport({}, [], None)
+    positions = positions_of(view, now, set(view.rank[silent].tolist()))
+    return assess(positions, policy, world=view.world if view.sure else None)

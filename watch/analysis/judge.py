@@ -1,27 +1,32 @@
-"""A snapshot from a view of the job: scores, statuses, ranking and the job's figures, over columns.
+"""A snapshot from a gathered view of the job: silence, stalls, peers, scores, statuses, ranking, the job's figures.
 
-:func:`build` is a pure function of what the job state gathered under the lock
-(watch/job_state.py :class:`JobView`) and what the aggregator adds (relays,
+:func:`build` judges what the job state gathered under the lock
+(watch/engine/job_state.py :class:`JobView`) and what the aggregator adds (relays,
 replies, errors, collective rows): it reads no window and takes no lock, so
-the receiver goes on while it runs. Everything per rank is a numpy operation;
-a rank's :class:`~ranktop.watch.rank_row.RankRow` is built later, if read
-(watch/rank_rows.py). The job medians it works out ride in the snapshot
+the receiver goes on while it runs. The only state it keeps between snapshots is
+the peer classes' cache (watch/analysis/peers.py), which it is handed. Everything per rank is a numpy operation;
+a rank's :class:`~ranktop.watch.model.rank_row.RankRow` is built later, if read
+(watch/model/rank_table.py). The job medians it works out ride in the snapshot
 (``median_step_s``), so the verdict and the screens do not work them out again.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
 
-from ranktop.watch import stragglers
-from ranktop.watch.collectives import RANKS_THAT_MATTER, ranks_that_matter
-from ranktop.watch.job_state import JobView
-from ranktop.watch.rank_rows import STATUS_CODE, RankRows, RankTable, message_fields
-from ranktop.watch.resources import job_throughput, rank_throughput, row_fields
-from ranktop.watch.snapshot import Snapshot
+from ranktop.watch.analysis import stragglers
+from ranktop.watch.analysis.peers import PeerClasses, Peers
+from ranktop.watch.analysis.silence import silent_ranks
+from ranktop.watch.analysis.stalls import StallPolicy, stall_report
+from ranktop.watch.analysis.collectives import RANKS_THAT_MATTER, ranks_that_matter
+from ranktop.watch.engine.job_state import JobView
+from ranktop.watch.engine.lifecycle import JobLife
+from ranktop.watch.model.rank_table import STATUS_CODE, RankRows, RankTable, message_fields, phase_medians
+from ranktop.watch.analysis.resources import job_throughput, rank_throughput, row_fields
+from ranktop.watch.model.snapshot import Snapshot
 from ranktop.watch.statuses import OK, SILENT, SLOW, STALLED
 
 
@@ -40,14 +45,18 @@ class Extras:
     collectives: Any = None  # a callable: the ranks that matter (collectives.ranks_that_matter) -> collective rows
 
 
-def build(view: JobView, extras: Extras) -> Snapshot:
+def build(view: JobView, extras: Extras, policy: StallPolicy = StallPolicy(), peer_classes: PeerClasses | None = None) -> Snapshot:
+    """The snapshot of ``view``; ``peer_classes``: the cache of the peers of the views before (None: worked out)."""
     n = len(view.rank)
     names = view.names
-    live = view.scored & ~view.silent
+    silent = silent_ranks(view)
+    stalls = stall_report(view, silent, policy)
+    peers = (peer_classes or PeerClasses()).of(view)
+    live = view.scored & ~silent
     idx = np.flatnonzero(live)
     excess = np.zeros(n)
     culprit = np.full(n, -1, np.int64)
-    class_ids = view.class_ids[idx] if view.class_ids is not None else None
+    class_ids = peers.class_ids[idx] if peers.class_ids is not None else None
     found, worst, slow_above, median_step = stragglers.score_columns(view.phases[idx], view.step_s[idx], names, class_ids)
     excess[idx], culprit[idx] = found, worst
     score = excess / median_step if median_step else np.zeros(n)
@@ -55,10 +64,10 @@ def build(view: JobView, extras: Extras) -> Snapshot:
     status = np.full(n, STATUS_CODE[OK], np.int8)
     if median_step is not None:
         status[excess > slow_above] = STATUS_CODE[SLOW]
-    stalled = view.stalls.stalled
+    stalled = stalls.stalled
     if stalled:
         status[np.isin(view.rank, list(stalled))] = STATUS_CODE[STALLED]
-    status[view.silent] = STATUS_CODE[SILENT]
+    status[silent] = STATUS_CODE[SILENT]
 
     table = RankTable(
         names=names,
@@ -80,12 +89,13 @@ def build(view: JobView, extras: Extras) -> Snapshot:
         stalled=stalled,
         captures=view.captures,
         rest=_messages(view),
-        **_message_columns(view),
+        **_message_columns(view, peers),
     )
-    ranking = stragglers.ranking(table, view.stalls.waiting_for)
+    ranking = stragglers.ranking(table, stalls.waiting_for)
     rates = view.rate[live]
     rates = rates[~np.isnan(rates) & (rates != 0)]
-    stage_rows = _stages(view, live) if view.stage_ids is not None else []
+    stage_rows = _stages(view, live, peers.stage_ids) if peers.stage_ids is not None else []
+    life = _life(view, silent)
     return Snapshot(
         job=extras.job,
         world_size=view.world,
@@ -97,28 +107,28 @@ def build(view: JobView, extras: Extras) -> Snapshot:
         stragglers=ranking,
         endpoints=extras.endpoints,
         behind_s=extras.behind_s or None,
-        state=view.life.state,
-        ended_at=view.life.ended_at,
-        restarts=view.life.restarts,
-        restarted_at=view.life.restarted_at,
-        not_back=list(view.life.not_back),
-        failed_ranks=list(view.life.failed),
+        state=life.state,
+        ended_at=life.ended_at,
+        restarts=life.restarts,
+        restarted_at=life.restarted_at,
+        not_back=list(life.not_back),
+        failed_ranks=list(life.failed),
         replies=extras.replies,
         requests=extras.requests,
         dropped_messages=extras.dropped,
         errors=extras.errors,
-        collectives=extras.collectives([n for n, _ in ranks_that_matter(table, view.stalls.waiting_for, RANKS_THAT_MATTER)])
+        collectives=extras.collectives([n for n, _ in ranks_that_matter(table, stalls.waiting_for, RANKS_THAT_MATTER)])
         if extras.collectives else [],
-        waiting_for=view.stalls.waiting_for,
-        diagnosis=view.stalls.diagnosis,
+        waiting_for=stalls.waiting_for,
+        diagnosis=stalls.diagnosis,
         slow_hosts=stragglers.slow_hosts(table),
         device_time_ranks=view.rank[view.device].tolist(),
-        throughput=_throughput(view),
-        layout_roles=list(view.layout.roles),
+        throughput=_throughput(view, silent),
+        layout_roles=list(peers.layout.roles),
         stages=stage_rows,
         imbalance=stragglers.imbalance(stage_rows, median_step),
         median_step_s=median_step,
-        median_phases=dict(zip(names, np.median(view.phases[live], axis=0).tolist())) if live.any() else {},
+        median_phases=phase_medians(names, view.phases, live),
     )
 
 
@@ -136,7 +146,16 @@ def _messages(view: JobView):
     return rest
 
 
-def _message_columns(view: JobView) -> dict[str, Any]:
+def _life(view: JobView, silent: np.ndarray) -> JobLife:
+    """The job's life as its state told it, with the ranks of an older process that are silent counted not back."""
+    life = view.life
+    if not life.older:
+        return life
+    quiet = set(view.rank[silent].tolist())
+    return replace(life, not_back=tuple(sorted({*life.not_back, *(r for r in life.older if r in quiet)})))
+
+
+def _message_columns(view: JobView, peers: Peers) -> dict[str, Any]:
     """What the screens count over every rank of its messages, as columns: no row is built for them."""
     n = len(view.rank)
     if any(v is not None for v in view.resources):
@@ -152,21 +171,21 @@ def _message_columns(view: JobView) -> dict[str, Any]:
         "with_memory": memory,
         "with_throughput": view.works & ~np.isnan(view.rate) & (np.nan_to_num(view.rate) != 0),
         "with_gpu": gpu,
-        "coords": view.coords,
+        "coords": peers.coords,
         "gpu_sampled": sampled,
     }
 
 
-def _stages(view: JobView, live: np.ndarray) -> list[stragglers.Stage]:
-    at = live & (view.stage_ids >= 0)
+def _stages(view: JobView, live: np.ndarray, stage_ids: np.ndarray) -> list[stragglers.Stage]:
+    at = live & (stage_ids >= 0)
     waits = np.nan_to_num(view.comm_s[at])
-    return stragglers.stage_columns(view.stage_ids[at], view.step_s[at] - waits, waits)
+    return stragglers.stage_columns(stage_ids[at], view.step_s[at] - waits, waits)
 
 
-def _throughput(view: JobView):
+def _throughput(view: JobView, silent: np.ndarray):
     """The job's work per second: sums over the ranks not silent that say their work per step."""
     per_rank = []
-    for i in np.flatnonzero(view.works & ~view.silent).tolist():
+    for i in np.flatnonzero(view.works & ~silent).tolist():
         rate = view.rate[i]
         meta = view.metas[i]
         per_rank.append(rank_throughput(meta.work if meta is not None else None, None if np.isnan(rate) else float(rate)))

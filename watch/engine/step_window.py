@@ -1,4 +1,4 @@
-"""One rank's last steps: its row of the job's step columns (watch/columns.py), with the writes ingest makes.
+"""One rank's last steps: its row of the job's step columns (watch/engine/step_columns.py), with the writes ingest makes.
 
 A step's own times (its waits in collectives taken out, wire/own_times.py) are
 worked out once, when it arrives, and again only if its waits come later; the
@@ -12,7 +12,7 @@ from typing import Mapping
 
 import numpy as np
 
-from ranktop.watch.columns import StepColumns
+from ranktop.watch.engine.step_columns import StepColumns
 from ranktop.wire.own_times import own_times
 
 __all__ = ["StepWindow", "own_times"]

@@ -1,8 +1,8 @@
 """One rank as the viewer remembers it: its last steps, its last state, its collective calls.
 
-The job state (watch/job_state.py) owns one :class:`RankWindow` per rank and updates it as
-messages arrive; its steps live in the job's step columns (watch/columns.py); the analyses (watch/stalls.py,
-watch/collectives.py) read these typed fields and never each other's state.
+The job state (watch/engine/job_state.py) owns one :class:`RankWindow` per rank and updates it as
+messages arrive; its steps live in the job's step columns (watch/engine/step_columns.py); the analyses (watch/analysis/stalls.py,
+watch/analysis/collectives.py) read these typed fields and never each other's state.
 """
 
 from __future__ import annotations
@@ -11,9 +11,9 @@ import collections
 from dataclasses import dataclass, field
 from typing import Any
 
-from ranktop.watch.columns import StepColumns
-from ranktop.watch.rank_scalars import RankScalars
-from ranktop.watch.step_window import StepWindow
+from ranktop.watch.engine.step_columns import StepColumns
+from ranktop.watch.engine.rank_scalars import RankScalars
+from ranktop.watch.engine.step_window import StepWindow
 from ranktop.wire.capture import RUNNING
 from ranktop.wire.messages import NO_STATE, CaptureSummary, RankInfo, State, Step
 
@@ -26,7 +26,7 @@ WAITS_KEPT = 16
 
 
 def _scalar(name: str, doc: str):
-    """A property over the window's row of the job's :class:`RankScalars` (watch/rank_scalars.py)."""
+    """A property over the window's row of the job's :class:`RankScalars` (watch/engine/rank_scalars.py)."""
 
     def get(self: "RankWindow"):
         return self.scalars.views[name][self.row]
@@ -54,14 +54,14 @@ def _optional(name: str, absent, doc: str):
 @dataclass
 class RankWindow:
     """One rank: its messages and caches here, its scalar figures in its row of the job's :class:`RankScalars`
-    (gathered for every rank at once by a view, watch/job_state.py), its steps in its row of the job's
+    (gathered for every rank at once by a view, watch/engine/job_state.py), its steps in its row of the job's
     step columns."""
 
     rank: int
     window: int = 64  # steps (or a node digest's intervals) kept
     meta: RankInfo | None = None  # its hello, less the envelope (None: none heard yet)
     state: State = NO_STATE  # its last state (immutable, as decoded: a view hands it on as it is)
-    # collectives (watch/collectives.py fills them): a sample of recent raw calls (arrival, record), exact
+    # collectives (watch/analysis/collectives.py fills them): a sample of recent raw calls (arrival, record), exact
     # totals per op, the recent per-step summaries per op (arrival, calls, bytes, summed wait), the group
     # size and dtype last seen per op, and per step the seconds waited, by phase
     calls: collections.deque = field(default_factory=lambda: collections.deque(maxlen=CALL_WINDOW))
@@ -84,9 +84,9 @@ class RankWindow:
     last_step = _scalar("last_step", "the last step number received (-1: none)")
     device_times = _scalar("device_times", "some of its step records carry GPU (device) times")
     state_at = _scalar("state_at", "viewer clock when its last state arrived")
-    progress_at = _scalar("progress_at", "... and when that state's last finished step last changed (watch/stalls.py)")
-    stepped_at = _scalar("stepped_at", "viewer clock when a step of it last arrived (watch/stalls.py: stuck_s)")
-    step_age = _optional("step_age", float("nan"), "inside a step by its last state: the step's age then (watch/stalls.py)")
+    progress_at = _scalar("progress_at", "... and when that state's last finished step last changed (watch/analysis/stalls.py)")
+    stepped_at = _scalar("stepped_at", "viewer clock when a step of it last arrived (watch/analysis/stalls.py: stuck_s)")
+    step_age = _optional("step_age", float("nan"), "inside a step by its last state: the step's age then (watch/analysis/stalls.py)")
     dropped = _scalar("dropped", "records its probe could not send")
     rate_hz = _scalar("rate_hz", "the telemetry rate it says it sends at (NaN: not said)")
     works = _scalar("works", "its hello says its work per step")

@@ -25,7 +25,7 @@ from ranktop.transport import curve
 MORE = "docs/security.md"
 #: Handshakes a relay ends without a reason before this viewer says its key was refused.
 VAGUE_FAILURES = 3
-#: The monitor events a handshake reports (watch/receiver.py dispatches them here).
+#: The monitor events a handshake reports (watch/engine/receiver.py dispatches them here).
 HANDSHAKE_EVENTS = (
     zmq.EVENT_HANDSHAKE_SUCCEEDED
     | zmq.EVENT_HANDSHAKE_FAILED_AUTH

@@ -1,6 +1,6 @@
 """One rank's row of a snapshot and what it holds: its memory, GPU, throughput and capture.
 
-Rows are built only when read (watch/rank_rows.py), so at 4,096 ranks a screen
+Rows are built only when read (watch/model/rank_table.py), so at 4,096 ranks a screen
 that shows forty pays for forty.
 """
 
@@ -32,7 +32,7 @@ class RankRow:
     stalled_phase: str | None = None  # when stalled: the phase it is in (None: between phases or steps)
     stalled_step: int | None = None  # when stalled: the step it is in (or the next one, between steps)
     collective: dict | None = None  # the last collective it entered, as its probe reports it (op, seq, b, inside, ...)
-    memory: MemoryStat | None = None  # RSS, CUDA allocator, history and creep (watch/memory.py); None before any
+    memory: MemoryStat | None = None  # RSS, CUDA allocator, history and creep (watch/engine/memory_history.py); None before any
     throughput: Throughput | None = None  # samples/s, tokens/s, TFLOP/s, MFU, when the probe knows its work per step
     gpu: GpuStat | None = None  # NVML gauges of its GPU, or why there are none (probe/gpu_sampler.py)
     capture: CaptureStatus | None = None  # its latest trace or memory capture (wire/capture.py), running or finished
@@ -40,7 +40,7 @@ class RankRow:
     rate_hz: float | None = None  # telemetry messages a second it sends at (set_rate, --rate)
     last_step_end: float | None = None  # when its last step received ended: unix time by the rank's clock (t + w)
     missed: int = 0  # step records lost on the way to this viewer (gaps in the step numbers it received)
-    coords: dict[str, int] | None = None  # its place in the parallel layout ({"pp": 1, "dp": 1}; watch/layout.py)
+    coords: dict[str, int] | None = None  # its place in the parallel layout ({"pp": 1, "dp": 1}; watch/analysis/layout.py)
 
 
 def coords_text(coords: dict[str, int] | None, roles: list[str]) -> str:
@@ -100,7 +100,7 @@ class CaptureStatus:
 
 @dataclass(frozen=True)
 class MemoryStat:
-    """One rank's memory as its probe last reported it, with its recent history (watch/memory.py)."""
+    """One rank's memory as its probe last reported it, with its recent history (watch/engine/memory_history.py)."""
 
     rss_bytes: int | None  # process resident set size
     cuda_device: int | None = None  # the CUDA device index (None: the rank uses no CUDA)

@@ -1,0 +1,29 @@
+"""Which ranks are silent: they stopped talking, or the relay they were heard through is gone.
+
+Not when this viewer is behind on the job's messages: a viewer behind on one relay is behind on them all (it
+serves them in turn), so the time it is behind is added to the silence allowed; nor while a relay is still
+being connected. Worked out from a gathered view (watch/engine/job_state.py), with no lock held.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ranktop.watch.engine.job_state import JobView
+
+
+def silent_ranks(view: JobView) -> np.ndarray:
+    """bool per rank of the view: silent."""
+    relays = view.relays
+    urls = view.relay_urls
+    settling = np.array([u in relays.settling for u in urls], bool)
+    links = [relays.links.get(u, (False, None)) if u is not None else (False, None) for u in urls]
+    down = np.array([bool(link[0]) for link in links], np.bool_)
+    dropped = np.array([_or_inf(link[1]) for link in links], np.float64)
+    eid = view.relay
+    quiet = (view.now - view.last_seen > view.silent_after_s + relays.behind_s) & ~settling[eid]
+    return quiet | down[eid] | (view.last_seen <= dropped[eid])
+
+
+def _or_inf(value: float | None) -> float:
+    return float("-inf") if value is None else value
