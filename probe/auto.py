@@ -6,11 +6,12 @@ which is the one whose events count; events on other threads are ignored):
 - **optimizer**: an optimizer's ``step()`` (the global optimizer step pre/post
   hooks), outermost call only. The end of the last optimizer step of an
   iteration *completes* the step.
-- **forward**: the outermost module call (module forward pre/post hooks,
-  counting depth). Global module hooks put every module call on torch's slow
-  path (a few µs each), so they only serve to *discover* the outermost modules
-  during the first iteration; from the first optimizer step on, hooks sit on
-  those root modules only and the rest of the model runs hook-free. A module
+- **forward**: the outermost module call (counting depth). Global module hooks
+  put every module call on torch's slow path (a few µs each), so they only
+  serve to *discover* the outermost modules during the first iteration; from
+  the first optimizer step on, only those root modules' calls are timed (by a
+  :class:`TimedCall` in their ``_compiled_call_impl`` slot, no hook) and the
+  whole model runs hook-free. A module
   first called later, at top level, is not timed (its time shows as other).
 - **backward**: ``torch.autograd.backward``, which ``Tensor.backward`` calls.
   Module calls inside it (activation-checkpoint recomputation) stay backward.

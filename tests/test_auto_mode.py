@@ -371,6 +371,8 @@ def test_a_watched_model_and_optimizer_still_deepcopy_and_save(tmp_path):
     try:
         _loop(model, opt, _data(2))
         ema = copy.deepcopy(model)
+        assert isinstance(model.__dict__["_compiled_call_impl"], auto.TimedCall)
+        assert ema.__dict__.get("_compiled_call_impl") is None  # the copy's calls are its own, untimed
         opt_copy = copy.deepcopy(opt)
         torch.save(model, tmp_path / "model.pt")
         loaded = torch.load(tmp_path / "model.pt", weights_only=False)
