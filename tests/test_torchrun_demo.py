@@ -41,4 +41,3 @@ def test_a_bad_demo_switch_is_reported_before_any_tui(rdv, tmp_path):
     out = run_cli("demo", "--nproc", "2", "--slow-rank", "9", "--slow-ms", "10", timeout=120, cwd=tmp_path)
     assert out.returncode == 1 and "Traceback" not in out.stderr.splitlines()[0]
     assert "the demo job exited" in out.stderr and "slow-rank" in out.stderr
-
