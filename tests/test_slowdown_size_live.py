@@ -1,4 +1,4 @@
-"""The size of a slowdown, told right: real torchrun/gloo jobs (tests/jobs/sleepy_gloo.py, own work made of
+"""The size of a slowdown, told right: real torchrun/gloo jobs (tests/jobs/sleepy_rank.py --gloo: own work made of
 sleeps, waits in a real all_reduce) under ``ranktop launch``, read with ``ranktop watch --json``.
 
 A rank's excess is measured against what a healthy peer does (with two peers the faster one), so a 2-rank
@@ -25,7 +25,7 @@ def _watch(job: str) -> dict:
 @pytest.mark.parametrize("world", [2, 4])
 def test_a_20_ms_slowdown_reads_20_ms_and_its_share_of_the_step_at_any_world_size(launched, world):
     torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={world}"]
-    launched(f"size-{world}", *torchrun, str(JOBS / "sleepy_gloo.py"), "--slow-rank", "1", "--slow-ms", "20", ranks=world)
+    launched(f"size-{world}", *torchrun, str(JOBS / "sleepy_rank.py"), "--gloo", "--slow-rank", "1", "--slow-ms", "20", ranks=world)
     doc = _watch(f"size-{world}")
     verdict = doc["verdict"]
     rows = [(r["rank"], r["status"], r["excess_s"], r["phases"]) for r in doc["ranks"]]
@@ -40,7 +40,7 @@ def test_a_20_ms_slowdown_reads_20_ms_and_its_share_of_the_step_at_any_world_siz
 
 def test_a_healthy_2_rank_job_flags_nobody(launched):
     torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2"]
-    launched("size-healthy", *torchrun, str(JOBS / "sleepy_gloo.py"))
+    launched("size-healthy", *torchrun, str(JOBS / "sleepy_rank.py"), "--gloo")
     doc = _watch("size-healthy")
     assert doc["verdict"]["kind"] == "healthy", doc["verdict"]
     assert [r["status"] for r in doc["ranks"]] == ["ok", "ok"]
