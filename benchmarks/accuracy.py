@@ -39,8 +39,8 @@ Figures:
 - **size error** (p90): ``|excess_s - injected| / injected`` at the fault's
   last verdict (its window full of slow steps), slow-rank faults of 5% or more.
 
-    python benchmarks/accuracy.py              # about 1,300 scenarios
-    python benchmarks/accuracy.py --quick      # about 150, under 2 minutes
+    python benchmarks/accuracy.py              # 1,138 scenarios
+    python benchmarks/accuracy.py --quick      # 106 scenarios of the small layouts
     python benchmarks/accuracy.py --json
 """
 
