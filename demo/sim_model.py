@@ -148,6 +148,9 @@ class JobModel:
     built, per rank, when its node sends them (:meth:`records`).
     """
 
+    #: Rows drawn per table (a rank's step picks one): many enough that a window of 64 steps repeats none.
+    TABLE_ROWS = 8192
+
     def __init__(self, s: Scenario):
         self.s = s
         rng = random.Random(s.seed)
@@ -172,7 +175,7 @@ class JobModel:
         self.transfer = [sum(ALPHA_S + b / BETA_BPS for b in sizes) for sizes in self.sizes]
         self.longest = [ALPHA_S + max(sizes) / BETA_BPS for sizes in self.sizes]
         self._op_sums = [(j, PHASES[i], op, count, sum(self.sizes[j]), self.longest[j]) for j, (i, op, count) in enumerate(ops)]
-        self._table = [self._row([b * self._multiplier() for b in self.base], self._multiplier()) for _ in range(8192)]
+        self._table = [self._row([b * self._multiplier() for b in self.base], self._multiplier()) for _ in range(self.TABLE_ROWS)]
         # Pipeline stages of unequal cost: a table per cost, forward and backward scaled.
         self._tables: list[list] | None = None
         if s.pp > 1:
@@ -183,7 +186,7 @@ class JobModel:
                     by_cost[cost] = self._table
                     continue
                 base = [b * cost if i in scaled else b for i, b in enumerate(self.base)]
-                by_cost[cost] = [self._row([b * self._multiplier() for b in base], self._multiplier()) for _ in range(8192)]
+                by_cost[cost] = [self._row([b * self._multiplier() for b in base], self._multiplier()) for _ in range(self.TABLE_ROWS)]
             self._tables = [by_cost[s.costs()[s.stage_of(r)]] for r in range(s.ranks)]
         self.extra: dict[int, list[float]] = {}
         slow = [s.slow_rank] if s.slow_rank is not None else []

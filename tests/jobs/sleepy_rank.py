@@ -2,6 +2,9 @@
 
 Run several with RANK/LOCAL_RANK/WORLD_SIZE/LOCAL_WORLD_SIZE/RANKTOP_JOB set, as a
 launcher would. ``--slow-rank R --slow-ms MS --slow-phase P`` makes one rank slow.
+``--gloo`` (under torchrun): backward ends in a gloo all_reduce where the ranks wait for the slowest, as
+in data-parallel training, while their own work stays sleeps (no compute competing for the machine's cores,
+so a test reads how ranktop measures a slowdown, not the machine's noise).
 """
 
 import argparse
@@ -17,14 +20,25 @@ parser.add_argument("--steps", type=int, default=10_000)
 parser.add_argument("--slow-rank", type=int, default=-1)
 parser.add_argument("--slow-ms", type=float, default=0.0)
 parser.add_argument("--slow-phase", default="forward")
+parser.add_argument("--gloo", action="store_true")
 args = parser.parse_args()
 
 rank = int(os.environ.get("RANK", "0"))
 probe.init()
+all_reduce = None
+if args.gloo:
+    import torch
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo")
+    grads = torch.ones(1024)
+    all_reduce = lambda: dist.all_reduce(grads)  # noqa: E731
 for n in range(args.steps):
     with probe.step():
         for name, seconds in PHASES.items():
             with probe.phase(name):
                 extra = args.slow_ms / 1000 if rank == args.slow_rank and name == args.slow_phase else 0.0
                 time.sleep(seconds + extra)
+                if name == "backward" and all_reduce is not None:
+                    all_reduce()
 probe.shutdown()

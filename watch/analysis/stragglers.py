@@ -8,8 +8,9 @@ each phase of each rank is compared with the median of that phase across
 ranks: the slow rank stands out in the phase it is slow in, while the waiting
 ranks, being the majority, *are* the median of the phase they wait in. A
 rank's slowdown is the sum of its phases' excess over those medians (only the
-positive part: time it spent that others did not), and the phase with the
-largest excess is named as the culprit. Medians over a window make one slow
+positive part: time it spent that others did not; a phase where it is *faster*
+may be the others' wait for it, where no collective is seen), and the phase
+with the largest excess is named as the culprit. Medians over a window make one slow
 step count for nothing: only a persistent slowdown scores. A rank is *slow*
 when its slowdown exceeds a floor (5% of the median step, 1 ms) and a robust
 spread of everyone's slowdown (3 x MAD), so noise on a healthy job flags no one.
@@ -20,8 +21,15 @@ in collectives is taken out of the phase it happened in and shown as ``comm``.
 On a job whose layout is known (watch/analysis/layout.py) ranks are compared within
 their **peer class** only: the ranks at the same pipeline stage. A stage with
 more layers is not a slow rank; it is the pipeline's imbalance, a finding of
-its own (:func:`stage_columns`). Within a class the lower median is the reference
-(with two peers, the faster one: the slower one's whole excess is its own).
+its own (:func:`stage_columns`).
+
+The reference is what a **healthy peer** does, in every class and on a job
+with no layout alike: with two peers the faster one (by its own time in all,
+phase by phase: it has no excess, and the slower one's whole excess is its
+own: a 2-rank job's 20 ms slowdown reads 20 ms, not the 10 ms its midpoint
+would say); with more, each phase's lower median, as the healthy majority does
+the step. The size told is then what the rank adds to the job's
+step, whatever the world size (benchmarks/accuracy.py measures how close).
 """
 
 from __future__ import annotations
@@ -53,28 +61,29 @@ def score_columns(
         return excess, culprit, float("inf"), None
     own = np.array([name != schema.COMM_PHASE for name in names], bool)  # waiting is not this rank's own work
     if class_ids is None:
-        _excess(phases, np.arange(n), own, excess, culprit, low=False)
+        _excess(phases, np.arange(n), own, excess, culprit)
     else:
         order = np.argsort(class_ids, kind="stable")
         bounds = np.flatnonzero(np.diff(class_ids[order])) + 1
         for members in np.split(order, bounds):
-            _excess(phases, members, own, excess, culprit, low=True)
+            _excess(phases, members, own, excess, culprit)
     spread = _mad(excess) if n >= 3 else 0.0
     median_step = float(np.median(steps))
     floor = max(SLOW_FLOOR_S, SLOW_FLOOR_FRACTION * median_step, 3 * spread) if median_step else float("inf")
     return excess, culprit, floor, median_step
 
 
-def _excess(phases: np.ndarray, members: np.ndarray, own: np.ndarray, excess: np.ndarray, culprit: np.ndarray, low: bool) -> None:
-    """Per member: seconds spent beyond the members' median (the lower middle with ``low``), summed over
-    its own phases, and the worst phase. A class of one is compared with nobody."""
+def _excess(phases: np.ndarray, members: np.ndarray, own: np.ndarray, excess: np.ndarray, culprit: np.ndarray) -> None:
+    """Per member: seconds spent beyond a healthy peer's (with two members the faster one's, phase by phase;
+    with more each phase's lower median), summed over its own phases, and the worst phase. A class of one
+    is compared with nobody."""
     if len(members) < 2:
         return
     mine = phases[members][:, own]
-    if low:
-        middle = np.sort(mine, axis=0)[(len(members) - 1) // 2]
+    if len(members) == 2:  # the faster peer, whole: it has no excess, the slower's is all its own
+        middle = mine[np.argmin(mine.sum(axis=1))]
     else:
-        middle = np.median(mine, axis=0)
+        middle = np.sort(mine, axis=0)[(len(members) - 1) // 2]
     beyond = np.clip(mine - middle, 0.0, None)
     total = beyond.sum(axis=1)
     worst = np.argmax(beyond, axis=1)

@@ -22,8 +22,8 @@ On a job whose layout is known a rank is named with its coordinates:
 
 What a straggler costs. In synchronous training every rank waits for the
 slowest inside a collective, so the job's step is the median step, and the
-straggler's excess (its own time beyond the median rank, summed over phases)
-is the share of that step the job loses: ``excess_s / median step``, which is
+straggler's excess (its own time beyond a healthy peer's: the lower median of
+its peers, summed over phases) is the share of that step the job loses: ``excess_s / median step``, which is
 the straggler's ``score``. The job waits for the worst one, so the cost is the
 worst flagged rank's, not a sum.
 """
