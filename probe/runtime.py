@@ -16,6 +16,7 @@ import threading
 from ranktop.wire import settings
 
 from . import auto, collectives, device_waits, flops, gpu_timing
+from .evidence import Evidence
 from .collectives import CollectiveTracker
 from ranktop.transport.identity import Identity, detect
 from .recorder import NOOP, PhaseScope, Recorder, StepScope
@@ -37,6 +38,8 @@ class Probe:
             identity, self.recorder, rate_hz=rate_hz, directory=directory, on_fault=self._fault, collectives=self.collectives
         )
         self.resources = RankResources(identity, self.sender, work or {})  # memory, GPU gauges, work per step
+        self.evidence = Evidence()  # built on the training thread (the one that calls init): the thread it watches
+        self.sender.add_state("ev", self.evidence.sample)
         self._step = StepScope(self.recorder)
         self._phases: dict[str, PhaseScope] = {}
         self._disabled = False
@@ -116,6 +119,7 @@ def init(
         gpu_timing.arm(probe)  # device timing, from the first step once the script has CUDA up
         probe.sender.start()
         probe.resources.start()
+        probe.evidence.start()
         return probe
 
 
@@ -145,6 +149,7 @@ def _deactivate(probe: Probe) -> None:
     if active is probe:
         active = DISABLED
     probe.resources.stop()
+    probe.evidence.stop()
     probe.sender.stop(timeout=0 if threading.current_thread() is probe.sender else 2.0)
 
 
@@ -166,6 +171,7 @@ def _after_fork_in_child() -> None:
         active._disabled = True
         active.recorder.disable()
         collectives.detach(active.collectives)
+        active.evidence.stop()  # the child's collections are no training step's
     device_waits.unwatch()  # a forked child has no CUDA of its own: its Work.wait passes straight through
     auto.stop(remove=True)
     active = DISABLED

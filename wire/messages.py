@@ -132,6 +132,17 @@ class Capture(Record, kw_only=True, frozen=True):
     sum: Optional[CaptureSummary] = None
 
 
+class Evidence(Record, kw_only=True, frozen=True):
+    """probe/evidence.py: what may explain a slow rank, as rates over the last ``win`` seconds, held against its
+    peers' by watch/analysis/causes.py. A figure the rank cannot measure is left out."""
+
+    win: Annotated[float, Meta(gt=0, le=86400)]  # the seconds the rates are over
+    gc: Optional[Amount] = None  # seconds per second its training thread spent in Python's garbage collector
+    gc_n: Optional[Amount] = None  # ... collections per second
+    runq: Optional[Amount] = None  # seconds per second its training thread waited on a run queue for a CPU
+    nvcsw: Optional[Amount] = None  # ... involuntary context switches per second
+
+
 class State(Record, kw_only=True, frozen=True):
     """Where a rank's training thread is, sent with its steps and heartbeats (probe/sender.py)."""
 
@@ -148,6 +159,7 @@ class State(Record, kw_only=True, frozen=True):
     mem: Optional[Memory] = None
     gpu: Optional[Gpu] = None
     cap: Optional[Capture] = None
+    ev: Optional[Evidence] = None  # what may explain a slowdown (probe/evidence.py)
 
 
 #: The state of a rank that has sent none yet.

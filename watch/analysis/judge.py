@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from ranktop.watch.analysis import stragglers
+from ranktop.watch.analysis import causes, stragglers
 from ranktop.watch.analysis.peers import PeerClasses, Peers
 from ranktop.watch.analysis.silence import silent_ranks
 from ranktop.watch.analysis.stalls import StallPolicy, stall_report
@@ -68,6 +68,8 @@ def build(view: JobView, extras: Extras, policy: StallPolicy = StallPolicy(), pe
     if stalled:
         status[np.isin(view.rank, list(stalled))] = STATUS_CODE[STALLED]
     status[silent] = STATUS_CODE[SILENT]
+    slow = status == STATUS_CODE[SLOW]
+    why = causes.of_ranks(view.states, view.step_s, excess, slow, live, peers.class_ids) if slow.any() else {}
 
     table = RankTable(
         names=names,
@@ -89,6 +91,7 @@ def build(view: JobView, extras: Extras, policy: StallPolicy = StallPolicy(), pe
         stalled=stalled,
         captures=view.captures,
         rest=_messages(view),
+        causes=why,
         **_message_columns(view, peers),
     )
     ranking = stragglers.ranking(table, stalls.waiting_for)

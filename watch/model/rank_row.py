@@ -41,6 +41,7 @@ class RankRow:
     last_step_end: float | None = None  # when its last step received ended: unix time by the rank's clock (t + w)
     missed: int = 0  # step records lost on the way to this viewer (gaps in the step numbers it received)
     coords: dict[str, int] | None = None  # its place in the parallel layout ({"pp": 1, "dp": 1}; watch/analysis/layout.py)
+    causes: list[Cause] = field(default_factory=list)  # when slow: what explains it, against its peers, likeliest first
 
 
 def coords_text(coords: dict[str, int] | None, roles: list[str]) -> str:
@@ -80,6 +81,20 @@ def _fast_constructor(cls):
 
 #: RankRow(**values), faster: what the aggregator builds every row with.
 build_rank_row = _fast_constructor(RankRow)
+
+
+@dataclass(frozen=True)
+class Cause:
+    """Why a slow rank is slow: a figure of its own far beyond its peers' (watch/analysis/causes.py)."""
+
+    kind: str  # gc_pause | cpu_contention
+    text: str  # "it spends 12 ms per step in Python's garbage collector, 9.5x its peers' 1.3 ms (gc pause)"
+    value: float  # its figure, per second (seconds per second for time)
+    peers: float  # a healthy peer's (its peers' lower median)
+    ratio: float | None  # value / peers (None: the peers' is nil)
+    extra_s: float  # what the difference costs it per step, seconds
+    switches_per_s: float | None = None  # cpu_contention: its training thread's involuntary context switches a second
+    peers_switches_per_s: float | None = None  # ... a healthy peer's
 
 
 @dataclass(frozen=True)

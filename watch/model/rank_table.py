@@ -17,7 +17,7 @@ gets its table from them, so column readers work on either.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator
 
 import msgspec
@@ -72,6 +72,7 @@ class RankTable:
     gpu_sampled: np.ndarray  # bool: ... gauges NVML read
     coords: list  # its place in the parallel layout ({"pp": 1, "dp": 1}; None: not known)
     rest: Callable[[int], dict[str, Any]] | None = None  # the fields of row i read from its messages (None: from rows)
+    causes: dict[int, list] = field(default_factory=dict)  # row index -> its causes (watch/analysis/causes.py), slow rows only
 
     def __len__(self) -> int:
         return len(self.rank)
@@ -119,6 +120,7 @@ class RankTable:
             with_gpu=np.array([r.gpu is not None for r in rows], bool),
             gpu_sampled=np.array([r.gpu is not None and r.gpu.na is None for r in rows], bool),
             coords=[r.coords for r in rows],
+            causes={i: list(r.causes) for i, r in enumerate(rows) if r.causes},
         )
 
 
@@ -198,6 +200,7 @@ class RankRows(Sequence):
             stalled_step=stuck.step if stuck else None,
             last_step_end=_none(t.last_step_end[i]),
             coords=t.coords[i],
+            causes=t.causes.get(i, []),
             **t.rest(i),
         )
 

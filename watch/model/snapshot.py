@@ -15,6 +15,7 @@ import numpy as np
 
 from ranktop.watch.model.rank_row import (  # noqa: F401  (read as snapshot.RankRow, ... everywhere)
     CaptureStatus,
+    Cause,
     GpuStat,
     MemoryStat,
     RankRow,

@@ -10,7 +10,8 @@ from the worst news to the best, and the first that applies is the verdict:
    silent is named as the node.
 3. ``slow_node``: every rank of a node is slow (``snapshot.slow_hosts``): the
    node is the suspect, not one rank.
-4. ``slow_rank``: the top straggler, with its culprit phase.
+4. ``slow_rank``: the top straggler, with its culprit phase, and why when its evidence says
+   (", because it spends 12 ms per step in Python's garbage collector, ...": watch/analysis/causes.py).
 5. ``imbalanced``: nobody is flagged, but the pipeline's stages are unbalanced
    (``snapshot.imbalance``): a finding about the model's split, never a rank's.
 6. ``warming_up``: no rank has steps enough to be scored yet.
@@ -36,7 +37,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ranktop.watch.model.snapshot import RankRow, Snapshot
+from ranktop.watch.model.snapshot import Cause, RankRow, Snapshot
 from ranktop.watch.statuses import SILENT, SLOW, STALLED
 from ranktop.watch import format as fmt
 from ranktop.watch.format import ago as _ago
@@ -72,6 +73,7 @@ class Verdict:
     excess_s: float | None = None  # what the culprit adds to every step
     loss: float | None = None  # the share of the job's step time lost to it (0.41 = 41%)
     others: int = 0  # further ranks flagged the same way, not named
+    cause: Cause | None = None  # why the culprit is slow, when its evidence says (watch/analysis/causes.py)
 
 
 def verdict(snapshot: Snapshot) -> Verdict:
@@ -138,8 +140,11 @@ def _slow_rank(slow: list[RankRow], snapshot: Snapshot) -> Verdict:
     text = f"rank {top.rank}{f' ({where})' if where else ''} slow{phase}: {_cost(top)}"
     if len(slow) > 1:
         text += f" (+{len(slow) - 1} more slow: {_names(r.rank for r in slow[1:4])}{' …' if len(slow) > 4 else ''})"
+    cause = top.causes[0] if top.causes else None
+    if cause is not None:
+        text += f", because {cause.text}"
     return Verdict(SLOW_RANK, BAD, text, [r.rank for r in slow[:8]], host=top.host, phase=top.culprit_phase,
-                   excess_s=top.excess_s, loss=top.score, others=len(slow) - 1)  # fmt: skip
+                   excess_s=top.excess_s, loss=top.score, others=len(slow) - 1, cause=cause)  # fmt: skip
 
 
 def _slow_node(snapshot: Snapshot, slow: list[RankRow]) -> Verdict:
