@@ -63,7 +63,7 @@ _KEYS = (
     "cap", "rss", "cuda", "alloc", "resv", "peak", "cap", "dev", "na", "util", "throttle", "last", "step", "in_step",
     "phase", "step_age", "dropped", "rejected", "rate_hz", "median_step_s", "collective", "inside", "st", "start", "dir",
     "at", "path", "err", "sum", "kind", "telemetry", "control", "started", "machine", "slurm_job", "args", "ranks",
-    "r", "c", "hello", "exit",
+    "r", "c", "hello", "exit", "ev", "win", "gc", "gc_n", "runq", "nvcsw",
 )  # fmt: skip
 
 
@@ -119,6 +119,7 @@ def probe_messages() -> list[list[bytes]]:
                 "throttle": ["power"], "pcie_tx": 1e9, "pcie_rx": 2e9},
         "cap": {"id": "c1", "kind": "trace", "st": "done", "start": 20, "steps": 3, "dir": "/tmp/c", "at": 22, "path": "/tmp/c/r1.json",
                 "err": None, "sum": {"steps": 3, "ops": 10, "kernels": 5, "basis": "gpu", "wall_us": 1000, "compute": 0.5, "comm": 0.3, "idle": 0.2}},
+        "ev": {"win": 10.0, "gc": 0.02, "gc_n": 40.0, "runq": 0.3, "nvcsw": 900.0},
     }  # fmt: skip
     call = {"op": "all_reduce", "seq": 1, "b": 1024, "dt": "float32", "g": 4, "d": 0.01, "n": 10, "ph": "backward", "t0": 5.0}
     records = [{"n": n, "t": 1.0e9 + n * 0.2, "w": 0.2, "p": {"forward": 0.05, "backward": 0.1}, "g": {"w": 0.18, "p": {"forward": 0.04}}}
