@@ -403,8 +403,8 @@ def state_layout(text: str, rank: int, world: int) -> list[dict[str, Any]]:
 def groups_hello() -> list[dict[str, Any]]:
     """The groups this rank is in, for its hello (wire/parallel_groups.py); read by the sender thread.
 
-    A stated layout wins. Else every group torch knows this rank to be in but the default one, with its
-    members, description and role, and whether point-to-point ops ran on it.
+    A stated layout wins. Else every group torch knows with this rank among its members, but the default
+    one, with its members, description and role, and whether point-to-point ops ran on it.
     """
     if _stated:
         return _stated
@@ -414,9 +414,10 @@ def groups_hello() -> list[dict[str, Any]]:
         c10d = dist.distributed_c10d
         world = c10d._world
         default = c10d._get_default_group() if dist.is_initialized() else None
+        me = dist.get_rank() if default is not None else -1
         for pg, ranks_map in list(world.pg_group_ranks.items()):
-            if pg is default or len(out) >= parallel_groups.MAX_GROUPS:
-                continue
+            if pg is default or len(out) >= parallel_groups.MAX_GROUPS or me not in ranks_map:
+                continue  # torch may register groups this rank is not in (Megatron's): not its layout
             members = [g for g, _ in sorted(ranks_map.items(), key=lambda kv: kv[1])]
             name = str(getattr(pg, "group_name", "") or "")[: parallel_groups.MAX_DESC]
             desc = str(getattr(pg, "group_desc", "") or "")[: parallel_groups.MAX_DESC]

@@ -28,7 +28,7 @@ from ranktop.watch.requests import RequestBook
 from ranktop.watch.snapshot import CollectiveStat, Reply, Snapshot
 from ranktop.watch.snapshot_builder import Extras, build
 from ranktop.wire import schema
-from ranktop.wire.messages import Command, Node, RankMessage
+from ranktop.wire.messages import Command, Hello, Node, RankMessage
 from ranktop.wire.messages import Reply as WireReply
 from ranktop.wire.names import KINDS
 
@@ -177,6 +177,8 @@ class Aggregator:
         if isinstance(msg, Command):
             self.note_dropped()
             return None
+        if _bad_groups(msg):
+            self.note_error(BAD_GROUPS)  # the hello stands, less its groups that did not fit (wire/schema.py)
         return msg
 
     def ingest(self, msg: Telemetry, endpoint: str | None = None, settle: bool = True) -> None:
@@ -295,6 +297,19 @@ class Aggregator:
             rows = collective_rows(self.state.collectives, windows, now, ranks if len(windows) > PER_RANK_ROWS_UP_TO else None)
             self._collectives = (now, rows)
             return rows
+
+
+#: The status line's word on hellos whose groups the decoder thinned (said once: hellos repeat).
+BAD_GROUPS = "dropped malformed process groups from hellos (the rest of each hello kept)"
+
+
+def _bad_groups(msg: Telemetry) -> bool:
+    """Whether the decoder dropped some group of a hello (its own, or one a node digest carries)."""
+    if isinstance(msg, Hello):
+        return bool(msg.bad_groups)
+    if isinstance(msg, Node):
+        return any(e.hello is not None and e.hello.bad_groups for e in msg.ranks)
+    return False
 
 
 def malformed(frames: list[bytes], exc: Exception) -> str:

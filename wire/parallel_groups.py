@@ -16,12 +16,18 @@ A group entry::
 collectively, in the same order, on every rank), so the viewer can tell two
 ranks in the *same* group from two ranks in groups of the same kind. ``ranks``
 is compact when the members are an arithmetic progression (every DeviceMesh
-group is): ``[start, count, stride]`` with ``compact`` true; else the list.
+group is): ``[start, count, stride]`` (wire/messages.py's ``Span``) with
+``compact`` true; else the list. The decoder checks each group by its shape
+(:func:`fits`) and drops the ones that do not hold, counting them, and keeps the
+rest: a group spanning every rank (``[0, world, 1]``) is as good as any other.
+A rank lists only the groups it is a member of.
 """
 
 from __future__ import annotations
 
-from .messages import Group
+import msgspec
+
+from .messages import Group, Span
 
 #: Roles, in the order coordinates are written ("rank 3 (pp 1, tp 0, dp 1)").
 ROLES = ("pp", "vpp", "cp", "ep", "tp", "dp_replicate", "dp_shard", "dp")
@@ -69,7 +75,7 @@ def compact(ranks: list[int]) -> list[int]:
 def members(group: Group) -> list[int]:
     """The member ranks of a group, in group-rank order."""
     if group.compact:
-        start, count, stride = group.ranks
+        start, count, stride = group.ranks  # a decoded hello's compact groups are spans (fits)
         return list(range(start, start + count * stride, stride))
     return list(group.ranks)
 
@@ -85,17 +91,31 @@ def split_op(key: str) -> tuple[str, str | None]:
     return op, role or None
 
 
-def check(groups: list[Group], world: int) -> bool:
-    """Whether a hello's groups hold together (wire/schema.py calls this on every hello; the types have checked
-    each field): every member within the world, as many members as the size says, or ``[start, count, stride]``
-    that stay within it."""
-    for g in groups:
-        ranks, size = g.ranks, g.size
-        if size > world or any(r >= world for r in ranks):
-            return False
-        if g.compact:
-            if len(ranks) != 3 or ranks[1] != size or ranks[2] <= 0 or ranks[0] + (size - 1) * ranks[2] >= world:
-                return False
-        elif len(ranks) != size:
-            return False
-    return True
+def span(group: Group) -> Span | None:
+    """A compact group's ``[start, count, stride]`` as the type it is, or None where the three numbers are not
+    one (each is bounded by what it is: a rank, a group's size, a positive step)."""
+    try:
+        return msgspec.convert(group.ranks, Span)
+    except msgspec.ValidationError:
+        return None
+
+
+def fits(group: Group, world: int) -> bool:
+    """Whether one group holds together in a job of ``world`` ranks, checked by what it is: a compact group's
+    span counts as many members as its size says and ends within the world; a listed group has as many
+    members as its size says, each within the world, none twice."""
+    size = group.size
+    if size > world:
+        return False
+    if group.compact:
+        s = span(group)
+        return s is not None and s.count == size and s.start + (size - 1) * s.stride < world
+    ranks = group.ranks
+    return len(ranks) == size and all(r < world for r in ranks) and len(set(ranks)) == size
+
+
+def sound(groups: list[Group], world: int) -> tuple[list[Group], int]:
+    """The groups of a hello that hold together (wire/schema.py keeps only these on every hello and node
+    digest), and how many did not: one bad group is dropped and counted, never the rank's whole list."""
+    kept = [g for g in groups if fits(g, world)]
+    return kept, len(groups) - len(kept)
