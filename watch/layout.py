@@ -111,8 +111,8 @@ def learn(groups_of: Mapping[int, list[Group] | None]) -> Layout:
             if not role:
                 continue
             members = parallel_groups.members(entry)
-            if rank not in members:
-                continue
+            if rank not in members or len(members) < 2:
+                continue  # a group of one is a dimension of size 1 (Megatron makes cp, ep, dp ones): no coordinate
             coords.setdefault(rank, {})[role] = members.index(rank)
             sizes[role] = max(sizes.get(role, 0), len(members))
     for component in _components(chains):

@@ -48,6 +48,16 @@ _ALIASES = {
     "dp_replicate": "dp_replicate", "replicate": "dp_replicate",
     "dp_shard": "dp_shard", "shard": "dp_shard", "fsdp": "dp_shard", "dp_shard_cp": "dp_shard",
 }  # fmt: skip
+#: Groups that are no dimension of the layout but that a framework names: the label their ops are keyed by
+#: ("all_reduce@embd"), never a coordinate. Megatron-LM's embedding groups join the first and last pipeline
+#: stages (tied embeddings' gradients), its model-parallel group is tp x pp, and so on.
+_LABELS = {
+    "embedding_group": "embd", "position_embedding_group": "pos_embd", "model_parallel_group": "tp_pp",
+    "tensor_and_data_parallel_group": "tp_dp", "tensor_and_data_parallel_group_with_cp": "tp_dp",
+    "tensor_and_context_parallel_group": "tp_cp", "data_parallel_group_with_cp": "dp_cp",
+    "expert_tensor_parallel_group": "ep_tp", "expert_data_parallel_group": "ep_dp",
+    "expert_tensor_and_model_parallel_group": "ep_tp_pp", "expert_tensor_model_pipeline_parallel_group": "ep_tp_pp",
+}  # fmt: skip
 #: A hello lists at most this many groups (a rank is in a handful; more is a job creating groups in a loop).
 MAX_GROUPS = 64
 #: Longest description kept.
@@ -61,6 +71,12 @@ def role_of(desc: str) -> str:
         if key.startswith(prefix):
             key = key[len(prefix) :]
     return _ALIASES.get(key, "")
+
+
+def label_of(desc: str) -> str:
+    """What ops on a group of this description are keyed by: its role, else the name a framework gives a group
+    that is no dimension ("EMBEDDING_GROUP" -> "embd"), else "" (its size will do)."""
+    return role_of(desc) or _LABELS.get(desc.strip().lower(), "")
 
 
 def compact(ranks: list[int]) -> list[int]:

@@ -1,0 +1,71 @@
+"""The big frameworks' own layouts, learned from their own groups: real training jobs on 4 CPU ranks (gloo)
+under ``ranktop launch``, read with ``ranktop watch --json``.
+
+- Megatron-Core (tests/jobs/megatron_gpt.py): its GPTModel, DDP, optimizer and pipeline schedules, tensor
+  parallel 2 x pipeline parallel 2, with 1F1B and with the interleaved schedule (two virtual stages per rank,
+  one direction of whose pipeline traffic goes on the default group).
+
+The frameworks come with pyproject's ``frameworks`` extra, which ``make test`` installs where CI or SLOW is
+set. Where one is missing a test skips and says so, except in CI, where a missing framework fails.
+"""
+
+import importlib
+import os
+
+import pytest
+from support import LaunchedJobs, assert_named_first_and_alone
+
+
+def need(module: str) -> None:
+    """Skip (fail in CI) where a framework is not installed."""
+    try:
+        importlib.import_module(module)
+    except ImportError as exc:
+        message = f"{module} is not installed ({exc}): `make test SLOW=1` installs pyproject's frameworks extra"
+        if os.environ.get("CI"):
+            pytest.fail(message)
+        pytest.skip(message)
+
+
+@pytest.fixture
+def job(rdv, tmp_path):
+    jobs = LaunchedJobs(tmp_path)
+    yield jobs.launch
+    jobs.close()
+
+
+def _job_ops(doc) -> set[str]:
+    return {row["op"] for row in doc["collectives"] if row["rank"] == -1}
+
+
+#: Megatron-Core's schedules (the job's options), and the pipeline ops each must show.
+MEGATRON = {
+    "1f1b": ([], {"batch_isend_irecv@pp"}),
+    # with pipeline groups of two, Megatron sends one direction on the default group: pipeline traffic still
+    "interleaved": (["--interleaved"], {"isend@pp", "irecv@pp"}),
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("schedule", MEGATRON)
+def test_a_healthy_megatron_tp_x_pp_job_gives_every_rank_its_coordinates_and_flags_nobody(job, schedule):
+    need("megatron.core")
+    options, ops = MEGATRON[schedule]
+    doc = job(f"mcore-{schedule}", "megatron_gpt.py", *options)
+    assert not [e for e in doc["errors"] if "groups" in e or "malformed" in e], doc["errors"]  # no hello or group dropped
+    assert doc["layout_roles"] == ["pp", "tp"]  # Megatron's dimensions of size 1 (dp, cp, ep) are no coordinate
+    assert [r["coords"] for r in doc["ranks"]] == [{"pp": r // 2, "tp": r % 2} for r in range(4)]
+    assert [r["status"] for r in doc["ranks"]] == ["ok"] * 4, doc["ranks"]
+    assert doc["verdict"]["ranks"] == [], doc["verdict"]  # the last stage's loss head is its stage's work, no rank's
+    assert [s["stage"] for s in doc["stages"]] == [0, 1]
+    assert ops | {"all_reduce@tp"} <= _job_ops(doc), _job_ops(doc)
+    assert not {"isend", "irecv", "batch_isend_irecv"} & _job_ops(doc)  # no pipeline traffic left unattributed
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("schedule", MEGATRON)
+def test_a_megatron_rank_slowed_in_forward_is_named_first_and_alone_with_its_coordinates(job, schedule):
+    need("megatron.core")
+    doc = job(f"mcore-{schedule}-slow", "megatron_gpt.py", *MEGATRON[schedule][0], "--slow-rank", "3", "--slow-ms", "15")
+    slow = assert_named_first_and_alone(doc, 3, "forward", "rank 3 (pp 1, tp 1) slow in forward: +")
+    assert 0.040 < slow["excess_s"] < 0.110, slow  # 4 micro-batches of 15 ms
