@@ -322,7 +322,7 @@ def _group_info(dist, group) -> list:
         info[1] = str(getattr(pg, "group_name", "") or "")[: parallel_groups.MAX_DESC]
         info[2] = int(dist.get_world_size(pg))
         info[4] = pg is c10d._get_default_group()
-        info[3] = "" if info[4] else parallel_groups.label_of(str(getattr(pg, "group_desc", "") or ""))
+        info[3] = "" if info[4] else _describe(pg)
     except Exception:
         pass
     if len(_groups) < 4 * parallel_groups.MAX_GROUPS:
@@ -330,6 +330,27 @@ def _group_info(dist, group) -> list:
         if info[1]:
             _groups_by_name[info[1]] = info
     return info
+
+
+def framework_roles() -> dict[int, str]:
+    """id(process group) -> role, for the groups a framework names in its own objects rather than in their
+    description: DeepSpeed's pipeline grid (``PipelineParallelGrid``, its ``pipe`` x ``data`` x ``model``
+    topology, registered by its pipeline engine in ``deepspeed.runtime.pipe.p2p``) makes its groups with no
+    description. Read where groups are described (cheap: a module lookup and a few attributes)."""
+    grid = getattr(sys.modules.get("deepspeed.runtime.pipe.p2p"), "_grid", None)
+    if grid is None:
+        return {}
+    roles = {}
+    for attribute, role in (("pp_proc_group", "pp"), ("dp_proc_group", "dp"), ("slice_proc_group", "tp")):
+        group = getattr(grid, attribute, None)
+        if group is not None:
+            roles[id(group)] = role
+    return roles
+
+
+def _describe(pg) -> str:
+    """A group's label: from its description, else from the framework that made it (:func:`framework_roles`)."""
+    return parallel_groups.label_of(str(getattr(pg, "group_desc", "") or "")) or framework_roles().get(id(pg), "")
 
 
 def _label(info: list, p2p: bool) -> str:
@@ -382,7 +403,7 @@ def _learn_pipeline_ranks(dist) -> frozenset:
                 ranks.update(range(start, start + rest[0] * rest[1], rest[1]) if entry.get("compact") else entry["ranks"])
         me = dist.get_rank()
         for pg, ranks_map in list(dist.distributed_c10d._world.pg_group_ranks.items()):
-            if me in ranks_map and parallel_groups.role_of(str(getattr(pg, "group_desc", "") or "")) == "pp":
+            if me in ranks_map and _describe(pg) == PIPELINE:
                 ranks.update(ranks_map)
         ranks.discard(me)
     except Exception:
@@ -449,13 +470,17 @@ def groups_hello() -> list[dict[str, Any]]:
         world = c10d._world
         default = c10d._get_default_group() if dist.is_initialized() else None
         me = dist.get_rank() if default is not None else -1
+        named = framework_roles()
+        for info in list(_groups.values()) if named else ():
+            if not info[3] and not info[4] and id(info[0]) in named:
+                info[3] = named[id(info[0])]  # a group used before its framework said what it is (one str store)
         for pg, ranks_map in list(world.pg_group_ranks.items()):
             if pg is default or len(out) >= parallel_groups.MAX_GROUPS or me not in ranks_map:
                 continue  # torch may register groups this rank is not in (Megatron's): not its layout
             members = [g for g, _ in sorted(ranks_map.items(), key=lambda kv: kv[1])]
             name = str(getattr(pg, "group_name", "") or "")[: parallel_groups.MAX_DESC]
             desc = str(getattr(pg, "group_desc", "") or "")[: parallel_groups.MAX_DESC]
-            role = parallel_groups.role_of(desc) or ("pp" if name in _p2p_groups else "")
+            role = parallel_groups.role_of(desc) or named.get(id(pg)) or (PIPELINE if name in _p2p_groups else "")
             ranks = parallel_groups.compact(members)
             entry = {"id": name, "desc": desc, "size": len(members), "ranks": ranks, "role": role}
             if len(ranks) != len(members):

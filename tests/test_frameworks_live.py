@@ -4,6 +4,8 @@ under ``ranktop launch``, read with ``ranktop watch --json``.
 - Megatron-Core (tests/jobs/megatron_gpt.py): its GPTModel, DDP, optimizer and pipeline schedules, tensor
   parallel 2 x pipeline parallel 2, with 1F1B and with the interleaved schedule (two virtual stages per rank,
   one direction of whose pipeline traffic goes on the default group).
+- DeepSpeed's pipeline engine (tests/jobs/deepspeed_pipeline.py): a ``PipelineModule`` of 2 stages x 2
+  data-parallel replicas, ``engine.train_batch``; its groups have no description, ranktop reads its grid.
 
 The frameworks come with pyproject's ``frameworks`` extra, which ``make test`` installs where CI or SLOW is
 set. Where one is missing a test skips and says so, except in CI, where a missing framework fails.
@@ -69,3 +71,23 @@ def test_a_megatron_rank_slowed_in_forward_is_named_first_and_alone_with_its_coo
     doc = job(f"mcore-{schedule}-slow", "megatron_gpt.py", *MEGATRON[schedule][0], "--slow-rank", "3", "--slow-ms", "15")
     slow = assert_named_first_and_alone(doc, 3, "forward", "rank 3 (pp 1, tp 1) slow in forward: +")
     assert 0.040 < slow["excess_s"] < 0.110, slow  # 4 micro-batches of 15 ms
+
+
+@pytest.mark.slow
+def test_a_healthy_deepspeed_pipeline_job_is_learned_from_its_grid_and_flags_nobody(job):
+    need("deepspeed")
+    doc = job("ds-pipe", "deepspeed_pipeline.py")
+    assert not [e for e in doc["errors"] if "groups" in e or "malformed" in e], doc["errors"]
+    assert doc["layout_roles"] == ["pp", "dp"]  # DeepSpeed's pipe x data topology: pipe-major
+    assert [r["coords"] for r in doc["ranks"]] == [{"pp": r // 2, "dp": r % 2} for r in range(4)]
+    assert [r["status"] for r in doc["ranks"]] == ["ok"] * 4, doc["ranks"]
+    assert doc["verdict"]["ranks"] == [] and doc["verdict"]["kind"] == "imbalanced", doc["verdict"]  # stage 1 costs twice
+    assert {"send@pp", "recv@pp", "all_reduce@dp"} <= _job_ops(doc), _job_ops(doc)
+
+
+@pytest.mark.slow
+def test_a_deepspeed_pipeline_rank_slowed_in_forward_is_named_first_and_alone_with_its_coordinates(job):
+    need("deepspeed")
+    doc = job("ds-pipe-slow", "deepspeed_pipeline.py", "--slow-rank", "3", "--slow-ms", "15")
+    slow = assert_named_first_and_alone(doc, 3, "forward", "rank 3 (pp 1, dp 1) slow in forward: +")
+    assert 0.040 < slow["excess_s"] < 0.090, slow  # 4 micro-batches of 15 ms

@@ -10,12 +10,18 @@ import os
 
 os.environ.setdefault("DS_ACCELERATOR", "cpu")
 
+import sys  # noqa: E402
+
 import deepspeed  # noqa: E402
+import deepspeed.comm.torch  # noqa: E402,F401  (the module: deepspeed.comm's own `torch` name is torch)
 import torch  # noqa: E402
 from deepspeed.pipe import PipelineModule  # noqa: E402
 from parallel_common import Layer, options  # noqa: E402
 
 WIDTH, MICRO_BATCH = 32, 2
+
+# DeepSpeed's CPU backend compiles a shared-memory all-reduce (a C++ op, built at the first run): gloo does it here.
+sys.modules["deepspeed.comm.torch"].build_shm_op = lambda: None
 
 args = options()
 deepspeed.init_distributed(dist_backend="gloo")
