@@ -6,6 +6,8 @@ under ``ranktop launch``, read with ``ranktop watch --json``.
   one direction of whose pipeline traffic goes on the default group).
 - DeepSpeed's pipeline engine (tests/jobs/deepspeed_pipeline.py): a ``PipelineModule`` of 2 stages x 2
   data-parallel replicas, ``engine.train_batch``; its groups have no description, ranktop reads its grid.
+- torchtitan's way (tests/jobs/titan_3d.py, torch only, 8 ranks): a ("pp", "dp_shard", "tp") mesh of 2 x 2 x 2,
+  DTensor tensor parallel, FSDP2 over dp_shard, ``torch.distributed.pipelining`` over pp.
 
 The frameworks come with pyproject's ``frameworks`` extra, which ``make test`` installs where CI or SLOW is
 set. Where one is missing a test skips and says so, except in CI, where a missing framework fails.
@@ -90,4 +92,18 @@ def test_a_deepspeed_pipeline_rank_slowed_in_forward_is_named_first_and_alone_wi
     need("deepspeed")
     doc = job("ds-pipe-slow", "deepspeed_pipeline.py", "--slow-rank", "3", "--slow-ms", "15")
     slow = assert_named_first_and_alone(doc, 3, "forward", "rank 3 (pp 1, dp 1) slow in forward: +")
+    assert 0.040 < slow["excess_s"] < 0.090, slow  # 4 micro-batches of 15 ms
+
+
+#: A torchtitan-style mesh's coordinates, rank by rank: pp outermost, tp innermost.
+TITAN_COORDS = [{"pp": r // 4, "dp_shard": r // 2 % 2, "tp": r % 2} for r in range(8)]
+
+
+@pytest.mark.slow
+def test_a_torchtitan_style_3d_mesh_gives_every_rank_three_coordinates_and_names_a_slowed_rank_alone(job):
+    doc = job("titan-3d-slow", "titan_3d.py", "--slow-rank", "7", "--slow-ms", "15", ranks=8)
+    assert doc["layout_roles"] == ["pp", "tp", "dp_shard"]
+    assert [r["coords"] for r in doc["ranks"]] == TITAN_COORDS
+    assert {"isend@pp", "irecv@pp", "all_reduce@tp", "all_gather_single@dp_shard", "reduce_scatter_single@dp_shard"} <= _job_ops(doc)
+    slow = assert_named_first_and_alone(doc, 7, "forward", "rank 7 (pp 1, tp 1, dp_shard 1) slow in forward: +")
     assert 0.040 < slow["excess_s"] < 0.090, slow  # 4 micro-batches of 15 ms
