@@ -90,6 +90,11 @@ class LaunchedJobs:
                     proc.wait()
 
 
+def job_ops(doc: dict) -> set[str]:
+    """The ops of a ``watch --json`` document's job-wide collectives rows ("all_reduce@tp", "isend@pp", ...)."""
+    return {row["op"] for row in doc["collectives"] if row["rank"] == -1}
+
+
 def assert_named_first_and_alone(doc: dict, rank: int, phase: str, text: str) -> dict:
     """``watch --json`` of a job with one slowed rank: it tops the stragglers, slow in ``phase``, every other rank
     is ok, and the verdict names it alone, starting with ``text``. Returns its row."""

@@ -17,7 +17,8 @@ import importlib
 import os
 
 import pytest
-from support import LaunchedJobs, assert_named_first_and_alone
+from support import assert_named_first_and_alone
+from support import job_ops as _job_ops
 
 
 def need(module: str) -> None:
@@ -29,17 +30,6 @@ def need(module: str) -> None:
         if os.environ.get("CI"):
             pytest.fail(message)
         pytest.skip(message)
-
-
-@pytest.fixture
-def job(rdv, tmp_path):
-    jobs = LaunchedJobs(tmp_path)
-    yield jobs.launch
-    jobs.close()
-
-
-def _job_ops(doc) -> set[str]:
-    return {row["op"] for row in doc["collectives"] if row["rank"] == -1}
 
 
 #: Megatron-Core's schedules (the job's options), and the pipeline ops each must show.

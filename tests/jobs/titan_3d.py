@@ -7,11 +7,9 @@ collectives), sharded over "dp_shard" with FSDP2 (``fully_shard``), and the stag
 run it under ``ranktop launch``.
 """
 
-import time
-
 import torch
 import torch.distributed as dist
-from parallel_common import options
+from parallel_common import Block, options, train_pipeline
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import fully_shard
 from torch.distributed.pipelining import PipelineStage, ScheduleGPipe
@@ -19,27 +17,12 @@ from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, 
 
 WIDTH, BATCH = 32, 4
 
-
-class Block(torch.nn.Module):
-    """A tensor-parallel MLP whose every rank's shard costs ``ms`` (a sleep) per forward."""
-
-    def __init__(self, ms: float):
-        super().__init__()
-        self.up = torch.nn.Linear(WIDTH, 2 * WIDTH)
-        self.down = torch.nn.Linear(2 * WIDTH, WIDTH)
-        self.seconds = ms / 1000
-
-    def forward(self, x):
-        time.sleep(self.seconds)
-        return x + self.down(torch.relu(self.up(x)))
-
-
 args = options()
 dist.init_process_group("gloo")
 mesh = init_device_mesh("cpu", (2, 2, 2), mesh_dim_names=("pp", "dp_shard", "tp"))
 stage_index = mesh.get_local_rank("pp")
 blocks = 1 if stage_index == 0 else 2
-model = torch.nn.Sequential(*(Block(args.layer_ms + (args.extra_ms if i == 0 else 0.0)) for i in range(blocks)))
+model = torch.nn.Sequential(*(Block(WIDTH, args.layer_ms + (args.extra_ms if i == 0 else 0.0)) for i in range(blocks)))
 for block in model:
     parallelize_module(block, mesh["tp"], {"up": ColwiseParallel(), "down": RowwiseParallel()})
     fully_shard(block, mesh=mesh["dp_shard"])
@@ -48,12 +31,5 @@ stage = PipelineStage(model, stage_index, 2, torch.device("cpu"), group=mesh["pp
 schedule = ScheduleGPipe(stage, n_microbatches=args.micro_batches, loss_fn=lambda out, target: out.pow(2).mean())
 opt = torch.optim.SGD(model.parameters(), lr=0.01)
 
-for _ in range(args.steps):
-    x = torch.randn(BATCH * args.micro_batches, WIDTH)
-    if stage_index == 0:
-        schedule.step(x)
-    else:
-        schedule.step(target=x)
-    opt.step()
-    opt.zero_grad()
+train_pipeline(schedule, stage_index, args, opt, lambda: torch.randn(BATCH * args.micro_batches, WIDTH))
 dist.destroy_process_group()
