@@ -171,3 +171,13 @@ def test_a_viewer_learns_the_layout_from_hellos_with_a_group_over_every_rank_and
     assert snap.layout_roles == ["pp", "tp"]
     assert [r.coords for r in snap.ranks] == [{"pp": r // 2, "tp": r % 2} for r in range(4)]
     assert BAD_GROUPS in snap.errors and not any("malformed hello" in e for e in snap.errors), snap.errors
+
+
+def test_a_rank_s_place_in_a_compact_group_is_worked_out_without_listing_its_members():
+    every = msgspec.convert({"id": "1", "desc": "mesh_dp", "size": 1 << 21, "ranks": [0, 1 << 21, 2], "compact": True}, Group)
+    assert parallel_groups.position(every, 4_000_000) == 2_000_000
+    assert parallel_groups.position(every, 3) is None and parallel_groups.position(every, 1 << 22) is None
+    listed = msgspec.convert({"id": "2", "size": 2, "ranks": [5, 1]}, Group)
+    assert parallel_groups.position(listed, 1) == 1 and parallel_groups.position(listed, 0) is None
+    layout = learn({r: [every] for r in (0, 2, 4_194_302)})
+    assert [layout.of(r) for r in (0, 2, 4_194_302)] == [{"dp": 0}, {"dp": 1}, {"dp": 2_097_151}]

@@ -96,6 +96,21 @@ def members(group: Group) -> list[int]:
     return list(group.ranks)
 
 
+def position(group: Group, rank: int) -> int | None:
+    """``rank``'s place in the group (its group rank), or None where it is no member: without listing a compact
+    group's members (a group of every rank of a big job is millions of them)."""
+    if group.compact:
+        start, count, stride = group.ranks
+        offset = rank - start
+        if offset < 0 or offset % stride or offset // stride >= count:
+            return None
+        return offset // stride
+    try:
+        return group.ranks.index(rank)
+    except ValueError:
+        return None
+
+
 def label(role: str, size: int) -> str:
     """What an op on a group is keyed by in a summary: its role, else its size ("g4")."""
     return role or f"g{size}"
