@@ -458,7 +458,8 @@ def run(inputs: int, seed: int = 0, progress: Callable[[int], None] | None = Non
                 ingest.feed(frames, frames)
             elif roll < 0.96:  # a command: mutated, then signed (so it reaches the decoder), or damaged after signing
                 shares["command"] += 1
-                obj = mut.mutate(dict(command, id=f"c{i}", args={"limit": 3}, ranks=[0, 1]))
+                # every container fresh: a shared one ("v") grown by mutations would slow every later input
+                obj = mut.mutate(dict(command, id=f"c{i}", args={"limit": 3}, ranks=[0, 1], v=list(command["v"])))
                 body = _pack(obj)
                 if body is not None:
                     topic = _topic(obj, r) if r.random() < 0.2 else b"command"
