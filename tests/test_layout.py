@@ -123,6 +123,7 @@ def test_one_group_that_does_not_fit_is_dropped_and_counted_never_the_hello_or_t
         {"id": "6", "size": 4, "ranks": [0, 3, 1], "compact": True},  # counts other than its size
         {"id": "7", "size": 4, "ranks": [0, 4, 0], "compact": True},  # no step
         {"id": "8", "size": 4, "ranks": [0, 4], "compact": True},  # not three numbers
+        {"id": "10", "size": 4, "ranks": [0, 4, 1, 9], "compact": True},  # nor four (benchmarks/fuzz.py found it)
     ]
     hello = schema.decode(messages.raw(schema.HELLO, _hello([every, *unfit, pair])))
     assert [g.id for g in hello.groups] == ["9", "2"] and hello.bad_groups == len(unfit)

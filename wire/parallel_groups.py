@@ -125,6 +125,8 @@ def split_op(key: str) -> tuple[str, str | None]:
 def span(group: Group) -> Span | None:
     """A compact group's ``[start, count, stride]`` as the type it is, or None where the three numbers are not
     one (each is bounded by what it is: a rank, a group's size, a positive step)."""
+    if len(group.ranks) != 3:  # msgspec would read the first three of more (array_like takes trailing extras)
+        return None
     try:
         return msgspec.convert(group.ranks, Span)
     except msgspec.ValidationError:
