@@ -18,6 +18,11 @@ $(VENV)/.deps: $(BIN)/python pyproject.toml
 	$(BIN)/pip install -q ".[tui,dev]"
 	touch $@
 
+# The real frameworks of the slow tests (pyproject's `frameworks` extra: Megatron-Core, DeepSpeed), where those run.
+$(VENV)/.frameworks: $(VENV)/.deps
+	$(BIN)/pip install -q ".[frameworks]"
+	touch $@
+
 # The project itself is reinstalled every time (not editable): tests run against the installed package.
 # setuptools builds in ./build and never deletes from it: a module moved or removed would live on there.
 install: $(VENV)/.deps
@@ -32,9 +37,11 @@ demo: install
 # `make test` runs the rest in a few minutes.
 ifeq ($(CI)$(SLOW),)
 TEST_MARK := -m "not slow"
+else
+FRAMEWORKS := $(VENV)/.frameworks
 endif
 
-test: install slurm prometheus
+test: $(FRAMEWORKS) install slurm prometheus
 	$(BIN)/pytest $(TEST_MARK) $(PYTEST_ARGS)
 
 # The SLURM tests start a private one-node cluster (tests/slurm_cluster.py) from Debian's

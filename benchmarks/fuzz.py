@@ -63,7 +63,8 @@ _KEYS = (
     "cap", "rss", "cuda", "alloc", "resv", "peak", "cap", "dev", "na", "util", "throttle", "last", "step", "in_step",
     "phase", "step_age", "dropped", "rejected", "rate_hz", "median_step_s", "collective", "inside", "st", "start", "dir",
     "at", "path", "err", "sum", "kind", "telemetry", "control", "started", "machine", "slurm_job", "args", "ranks",
-    "r", "c", "hello", "exit", "ev", "win", "gc", "gc_n", "runq", "nvcsw",
+    "r", "c", "hello", "exit", "ev", "win", "gc", "gc_n", "runq", "nvcsw", "groups", "desc", "size", "role", "compact",
+    "p2p", "bad_groups",
 )  # fmt: skip
 
 
@@ -75,7 +76,8 @@ def corpus() -> list[list[bytes]]:
     nodes' digests) and the probe's own messages carrying every optional part."""
     from ranktop.demo.simulate import Scenario, Simulator
 
-    scenario = Scenario(job=JOB, ranks=8, nodes=2, calls_per_step=6, steps_per_s=20.0, slow_rank=3, slow_ms=20.0, slow_phase="backward")
+    scenario = Scenario(job=JOB, ranks=8, nodes=2, calls_per_step=6, steps_per_s=20.0, slow_rank=3, slow_ms=20.0, slow_phase="backward",
+                        pp=2, tp=2)  # fmt: skip  (a layout: the hellos and digests carry process groups)
     with tempfile.TemporaryDirectory() as folder:
         sim = Simulator(scenario, folder)
         frames = sim.hellos(1.0e9) + [f for _, tick in sim.replay(1.0) for f in tick]
@@ -96,6 +98,16 @@ def _trimmed(frames: list[bytes]) -> list[bytes]:
     return [frames[0], msgpack.packb(msg, use_bin_type=True)]
 
 
+#: A rank's process groups as a Megatron-style job's probe lists them: one spanning every rank (compact), a
+#: tensor-parallel pair, a pipeline group that carried point-to-point ops, and a listed one the rank is not first in.
+GROUPS = [
+    {"id": "1", "desc": "DATA_PARALLEL_GROUP", "size": 4, "ranks": [0, 4, 1], "role": "dp", "compact": True},
+    {"id": "2", "desc": "TENSOR_MODEL_PARALLEL_GROUP", "size": 2, "ranks": [0, 1], "role": "tp"},
+    {"id": "3", "desc": "PIPELINE_MODEL_PARALLEL_GROUP", "size": 2, "ranks": [1, 3], "role": "pp", "p2p": True},
+    {"id": "4", "desc": "EMBEDDING_GROUP", "size": 3, "ranks": [3, 1, 2]},
+]
+
+
 def probe_messages() -> list[list[bytes]]:
     """The probe's messages with everything a rank may send (built by its own Sender, as tests/messages.py does)."""
     from ranktop.transport.identity import Identity
@@ -108,7 +120,7 @@ def probe_messages() -> list[list[bytes]]:
     identity = Identity(job=JOB, rank=1, local_rank=1, world=4, local_world=4, host="node0", pid=101, launcher="torchrun")
     s = Sender(identity, Recorder(), rate_hz=4.0, directory=None, on_fault=fail)
     hello = dict(s.hello(), work={"dtype": "bf16", "batch": 32, "tokens": 4096, "flops": 1.2e12, "device": "cuda:0", "peak_tflops": 989.0},
-                 relay={"telemetry": "tcp://node0:5555", "control": "tcp://node0:5556"})  # fmt: skip
+                 relay={"telemetry": "tcp://node0:5555", "control": "tcp://node0:5556"}, groups=GROUPS)  # fmt: skip
     state = {
         "step": 12, "last": 11, "in_step": True, "phase": "backward", "step_age": 0.25, "dropped": 3, "rejected": {"forged": 2},
         "rate_hz": 4.0, "median_step_s": 0.2,
@@ -448,7 +460,8 @@ def run(inputs: int, seed: int = 0, progress: Callable[[int], None] | None = Non
                 ingest.feed(frames, frames)
             elif roll < 0.96:  # a command: mutated, then signed (so it reaches the decoder), or damaged after signing
                 shares["command"] += 1
-                obj = mut.mutate(dict(command, id=f"c{i}", args={"limit": 3}, ranks=[0, 1]))
+                # every container fresh: a shared one ("v") grown by mutations would slow every later input
+                obj = mut.mutate(dict(command, id=f"c{i}", args={"limit": 3}, ranks=[0, 1], v=list(command["v"])))
                 body = _pack(obj)
                 if body is not None:
                     topic = _topic(obj, r) if r.random() < 0.2 else b"command"

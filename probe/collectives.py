@@ -94,6 +94,8 @@ FUNCTIONAL_OPS: dict[str, int] = {
 }  # fmt: skip
 #: Kinds of call (the ``k`` of a record).
 COLLECTIVE, P2P, FUNCTIONAL = "c", "p", "f"
+#: The role of pipeline traffic (wire/parallel_groups.py).
+PIPELINE = "pp"
 #: Launched waits not yet waited on, at most (an ``isend`` nobody waits on leaks no memory).
 MAX_PENDING = 4096
 
@@ -291,7 +293,8 @@ def _group_size(dist, group) -> int:
 
 # -- groups ---------------------------------------------------------------------
 
-#: id(group object) -> [group object (kept alive so the id stays its own), id, size, role, default group?]
+#: id(group object) -> [group object (kept alive so the id stays its own), id, size, label (its role, or the name
+#: a framework gives a group that is no dimension), default group?]
 _groups: dict[int, list] = {}
 #: torch group name -> the same list, for functional collectives (which name their group).
 _groups_by_name: dict[str, list] = {}
@@ -319,7 +322,7 @@ def _group_info(dist, group) -> list:
         info[1] = str(getattr(pg, "group_name", "") or "")[: parallel_groups.MAX_DESC]
         info[2] = int(dist.get_world_size(pg))
         info[4] = pg is c10d._get_default_group()
-        info[3] = "" if info[4] else parallel_groups.role_of(str(getattr(pg, "group_desc", "") or ""))
+        info[3] = "" if info[4] else _describe(pg)
     except Exception:
         pass
     if len(_groups) < 4 * parallel_groups.MAX_GROUPS:
@@ -327,6 +330,27 @@ def _group_info(dist, group) -> list:
         if info[1]:
             _groups_by_name[info[1]] = info
     return info
+
+
+def framework_roles() -> dict[int, str]:
+    """id(process group) -> role, for the groups a framework names in its own objects rather than in their
+    description: DeepSpeed's pipeline grid (``PipelineParallelGrid``, its ``pipe`` x ``data`` x ``model``
+    topology, registered by its pipeline engine in ``deepspeed.runtime.pipe.p2p``) makes its groups with no
+    description. Read where groups are described (cheap: a module lookup and a few attributes)."""
+    grid = getattr(sys.modules.get("deepspeed.runtime.pipe.p2p"), "_grid", None)
+    if grid is None:
+        return {}
+    roles = {}
+    for attribute, role in (("pp_proc_group", "pp"), ("dp_proc_group", "dp"), ("slice_proc_group", "tp")):
+        group = getattr(grid, attribute, None)
+        if group is not None:
+            roles[id(group)] = role
+    return roles
+
+
+def _describe(pg) -> str:
+    """A group's label: from its description, else from the framework that made it (:func:`framework_roles`)."""
+    return parallel_groups.label_of(str(getattr(pg, "group_desc", "") or "")) or framework_roles().get(id(pg), "")
 
 
 def _label(info: list, p2p: bool) -> str:
@@ -337,7 +361,7 @@ def _label(info: list, p2p: bool) -> str:
     if info[3]:
         return info[3]
     if p2p or info[1] in _p2p_groups:
-        return "pp"
+        return PIPELINE
     return parallel_groups.label("", info[2])
 
 
@@ -345,16 +369,47 @@ def _key(op: str, label: str) -> str:
     return f"{op}@{label}" if label else op
 
 
-def _note_p2p(dist, info: list, args, kwargs, name: str) -> None:
-    """Mark the group as carrying point-to-point traffic; on the default group, remember the peer."""
+def _note_p2p(dist, info: list, args, kwargs, name: str) -> bool:
+    """Mark the group as carrying point-to-point traffic; on the default group, remember the peer. True where
+    the op is on the default group with a peer of this rank's pipeline group: pipeline traffic (Megatron's
+    interleaved schedule sends one direction there when its pipeline groups hold two ranks), keyed ``@pp``."""
     if info[4]:
         peer = kwargs.get("dst", kwargs.get("src")) if kwargs else None
         if peer is None and len(args) > 1:
             peer = args[1]
-        if isinstance(peer, int) and len(_p2p_peers) < 64:
+        if not isinstance(peer, int):
+            return False
+        if peer in (_pipeline_ranks if _pipeline_ranks is not None else _learn_pipeline_ranks(dist)):
+            return True
+        if len(_p2p_peers) < 64:
             _p2p_peers.add(peer)
     elif info[1] not in _p2p_groups:
         _p2p_groups.add(info[1])
+    return False
+
+
+#: The other ranks of this rank's pipeline groups (named pp by their description, or by a stated layout),
+#: learned at its first point-to-point op on the default group (groups are made before training).
+_pipeline_ranks: frozenset | None = None
+
+
+def _learn_pipeline_ranks(dist) -> frozenset:
+    global _pipeline_ranks
+    ranks: set[int] = set()
+    try:
+        for entry in _stated:
+            if entry["role"] == "pp":
+                start, *rest = entry["ranks"]
+                ranks.update(range(start, start + rest[0] * rest[1], rest[1]) if entry.get("compact") else entry["ranks"])
+        me = dist.get_rank()
+        for pg, ranks_map in list(dist.distributed_c10d._world.pg_group_ranks.items()):
+            if me in ranks_map and _describe(pg) == PIPELINE:
+                ranks.update(ranks_map)
+        ranks.discard(me)
+    except Exception:
+        pass
+    _pipeline_ranks = frozenset(ranks)
+    return _pipeline_ranks
 
 
 def state_layout(text: str, rank: int, world: int) -> list[dict[str, Any]]:
@@ -403,8 +458,8 @@ def state_layout(text: str, rank: int, world: int) -> list[dict[str, Any]]:
 def groups_hello() -> list[dict[str, Any]]:
     """The groups this rank is in, for its hello (wire/parallel_groups.py); read by the sender thread.
 
-    A stated layout wins. Else every group torch knows this rank to be in but the default one, with its
-    members, description and role, and whether point-to-point ops ran on it.
+    A stated layout wins. Else every group torch knows with this rank among its members, but the default
+    one, with its members, description and role, and whether point-to-point ops ran on it.
     """
     if _stated:
         return _stated
@@ -414,13 +469,18 @@ def groups_hello() -> list[dict[str, Any]]:
         c10d = dist.distributed_c10d
         world = c10d._world
         default = c10d._get_default_group() if dist.is_initialized() else None
+        me = dist.get_rank() if default is not None else -1
+        named = framework_roles()
+        for info in list(_groups.values()) if named else ():
+            if not info[3] and not info[4] and id(info[0]) in named:
+                info[3] = named[id(info[0])]  # a group used before its framework said what it is (one str store)
         for pg, ranks_map in list(world.pg_group_ranks.items()):
-            if pg is default or len(out) >= parallel_groups.MAX_GROUPS:
-                continue
+            if pg is default or len(out) >= parallel_groups.MAX_GROUPS or me not in ranks_map:
+                continue  # torch may register groups this rank is not in (Megatron's): not its layout
             members = [g for g, _ in sorted(ranks_map.items(), key=lambda kv: kv[1])]
             name = str(getattr(pg, "group_name", "") or "")[: parallel_groups.MAX_DESC]
             desc = str(getattr(pg, "group_desc", "") or "")[: parallel_groups.MAX_DESC]
-            role = parallel_groups.role_of(desc) or ("pp" if name in _p2p_groups else "")
+            role = parallel_groups.role_of(desc) or named.get(id(pg)) or (PIPELINE if name in _p2p_groups else "")
             ranks = parallel_groups.compact(members)
             entry = {"id": name, "desc": desc, "size": len(members), "ranks": ranks, "role": role}
             if len(ranks) != len(members):
@@ -462,9 +522,8 @@ def _wrap(name: str, arg: str, original, dist):
             group = kwargs.get("group") if "group" in kwargs else (args[group_position] if group_position is not None and group_position < len(args) else None)
             is_async = always_async or bool(kwargs.get("async_op") if "async_op" in kwargs else (args[async_position] if async_position is not None and async_position < len(args) else False))
             info = _groups.get(id(group)) or _group_info(dist, group)
-            if p2p:
-                _note_p2p(dist, info, args, kwargs, name)
-            key = _key(name, _label(info, p2p))
+            pipeline = p2p and _note_p2p(dist, info, args, kwargs, name)
+            key = _key(name, PIPELINE if pipeline else _label(info, p2p))
             if p2p and is_async:  # timed in its Work.wait(), where the training thread blocks
                 work = original(*args, **kwargs)
                 _wait_later(work, (key, _nbytes(payload), _dtype(payload), info[2], info[1], kind, on_cuda(payload)))
@@ -575,9 +634,9 @@ def _install_batch_p2p(dist, c10d) -> None:
         try:
             first = p2p_op_list[0]
             info = _groups.get(id(first.group)) or _group_info(dist, first.group)
-            for op in p2p_op_list:
-                _note_p2p(dist, info, (None, op.peer), None, "batch_isend_irecv")
-            what = ("batch_isend_irecv" if info[4] else _key("batch_isend_irecv", _label(info, True)),
+            pipeline = [_note_p2p(dist, info, (None, op.peer), None, "batch_isend_irecv") for op in p2p_op_list]
+            label = PIPELINE if all(pipeline) else "" if info[4] else _label(info, True)
+            what = (_key("batch_isend_irecv", label),
                     _nbytes([op.tensor for op in p2p_op_list]), _dtype(first.tensor), info[2], info[1], P2P,
                     on_cuda(first.tensor))  # fmt: skip
         except Exception:

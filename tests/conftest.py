@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from support import JOBS, RANKTOP, start_job, wait_for
+from support import JOBS, RANKTOP, LaunchedJobs, start_job, wait_for
 
 
 #: The demo's training script, as torchrun runs it.
@@ -94,6 +94,15 @@ def torchrun(rdv, tmp_path):
                 proc.wait(20)
             except subprocess.TimeoutExpired:
                 os.killpg(proc.pid, signal.SIGKILL)
+
+
+@pytest.fixture
+def job(rdv, tmp_path):
+    """job(name, script, *args, ranks=4): a tests/jobs script under ``ranktop launch -- torchrun``, its
+    ``ranktop watch --json`` document once every rank trains (support.LaunchedJobs); ended after the test."""
+    jobs = LaunchedJobs(tmp_path)
+    yield jobs.launch
+    jobs.close()
 
 
 @pytest.fixture

@@ -59,17 +59,18 @@ TORCHRUN4 = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--n
 
 
 class LaunchedJobs:
-    """4-rank jobs started as a user starts them (``ranktop launch -- torchrun ... tests/jobs/SCRIPT``), each read
+    """4-rank jobs (or ``ranks``) started as a user starts them (``ranktop launch -- torchrun ... tests/jobs/SCRIPT``), each read
     once, when every rank trains, with ``ranktop watch --json``; :meth:`close` ends the ones still running."""
 
     def __init__(self, folder: Path):
         self.folder = folder
         self.procs: list[subprocess.Popen] = []
 
-    def launch(self, name: str, script: str, *args: str) -> dict:
+    def launch(self, name: str, script: str, *args: str, ranks: int = 4) -> dict:
         env = dict(os.environ, OMP_NUM_THREADS="1")
-        command = [RANKTOP, "launch", "--job", name, "--", *TORCHRUN4, str(JOBS / script), *args]
-        self.procs.append(start_job(command, name, 4, self.folder, env))
+        torchrun = [*TORCHRUN4[:-1], f"--nproc_per_node={ranks}"]
+        command = [RANKTOP, "launch", "--job", name, "--", *torchrun, str(JOBS / script), *args]
+        self.procs.append(start_job(command, name, ranks, self.folder, env))
         out = run_cli("watch", name, "--json", "--duration", "6", timeout=90)
         assert out.returncode == 0, out.stderr
         return json.loads(out.stdout)
@@ -87,6 +88,11 @@ class LaunchedJobs:
                 except subprocess.TimeoutExpired:
                     os.killpg(proc.pid, signal.SIGKILL)
                     proc.wait()
+
+
+def job_ops(doc: dict) -> set[str]:
+    """The ops of a ``watch --json`` document's job-wide collectives rows ("all_reduce@tp", "isend@pp", ...)."""
+    return {row["op"] for row in doc["collectives"] if row["rank"] == -1}
 
 
 def assert_named_first_and_alone(doc: dict, rank: int, phase: str, text: str) -> dict:

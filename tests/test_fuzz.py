@@ -49,7 +49,10 @@ SUMMARY = {"n": 10, "ph": "backward", "w": 0.02, "ops": {"all_reduce": [2, 2048,
 #: Real messages, as the probe's Sender encodes them.
 REAL = [
     frames(schema.HELLO, 1, dict(plain(hello(1)), work={"dtype": "bf16", "batch": 32, "flops": 1.2e12, "peak_tflops": 989.0},
-                                 relay={"telemetry": "tcp://node0:5555", "control": "tcp://node0:5556"})),  # fmt: skip
+                                 relay={"telemetry": "tcp://node0:5555", "control": "tcp://node0:5556"},
+                                 groups=[{"id": "1", "size": 4, "ranks": [0, 4, 1], "role": "dp", "compact": True},
+                                         {"id": "2", "desc": "mesh_tp", "size": 2, "ranks": [0, 1]},
+                                         {"id": "3", "size": 2, "ranks": [1, 3], "role": "pp", "p2p": True}])),  # fmt: skip
     frames(schema.STEPS, 1, {"steps": RECORDS, "state": STATE, **collectives([dict(CALL, seq=i, b=1024 << i) for i in range(4)])}),
     frames(schema.STEPS, 2, {"steps": RECORDS, "state": STATE, "cs": [SUMMARY], "cx": [CALL]}),
     frames(schema.HEARTBEAT, 1, {"state": dict(STATE, gpu={"na": "rank uses no GPU"})}),

@@ -107,10 +107,28 @@ def _hello(groups) -> dict:
 def test_the_wire_checks_the_groups_of_a_hello():
     good = state_layout("pp=2,dp=2", 0, 4)
     schema.decode(messages.raw(schema.HELLO, _hello(good)))
-    for bad in ([{"id": "1", "size": 2, "ranks": [0, 9]}], [{"id": 1, "size": 1, "ranks": [0]}], "x",
-                [{"id": "1", "size": 4, "ranks": [0, 4, 1], "compact": True}]):  # fmt: skip
-        with pytest.raises(schema.WireError, match="groups"):
+    for bad in ([{"id": 1, "size": 1, "ranks": [0]}], "x", [{"id": "1", "size": 4, "ranks": [0, -4, 1], "compact": True}]):
+        with pytest.raises(schema.WireError, match="groups"):  # not a group list at all: the hello is malformed
             schema.decode(messages.raw(schema.HELLO, _hello(bad)))
+
+
+def test_one_group_that_does_not_fit_is_dropped_and_counted_never_the_hello_or_the_rest():
+    every = {"id": "9", "desc": "mesh_dp", "size": 4, "ranks": [0, 4, 1], "compact": True}  # a group of all 4 ranks
+    pair = {"id": "2", "desc": "mesh_tp", "size": 2, "ranks": [0, 1]}
+    unfit = [
+        {"id": "1", "size": 2, "ranks": [0, 9]},  # a member beyond the world
+        {"id": "3", "size": 3, "ranks": [0, 1]},  # fewer members than its size
+        {"id": "4", "size": 2, "ranks": [1, 1]},  # a member twice
+        {"id": "5", "size": 4, "ranks": [1, 4, 1], "compact": True},  # runs past the world
+        {"id": "6", "size": 4, "ranks": [0, 3, 1], "compact": True},  # counts other than its size
+        {"id": "7", "size": 4, "ranks": [0, 4, 0], "compact": True},  # no step
+        {"id": "8", "size": 4, "ranks": [0, 4], "compact": True},  # not three numbers
+        {"id": "10", "size": 4, "ranks": [0, 4, 1, 9], "compact": True},  # nor four (benchmarks/fuzz.py found it)
+    ]
+    hello = schema.decode(messages.raw(schema.HELLO, _hello([every, *unfit, pair])))
+    assert [g.id for g in hello.groups] == ["9", "2"] and hello.bad_groups == len(unfit)
+    assert parallel_groups.members(hello.groups[0]) == [0, 1, 2, 3]
+    assert schema.decode(messages.raw(schema.HELLO, _hello([every, pair]))).bad_groups is None
 
 
 def test_a_bad_layout_in_the_environment_is_said_and_ignored_a_bad_argument_raises(monkeypatch, capsys):
@@ -137,3 +155,30 @@ def test_the_rank_detail_title_names_the_rank_s_coordinates():
     row = dataclasses.replace(rank_row(3), coords={"pp": 1, "dp": 1})
     assert rank_title(row, ["pp", "dp"]).plain.startswith("rank 3 (pp 1, dp 1)  on ")
     assert rank_title(rank_row(3)).plain.startswith("rank 3  on ")
+
+
+def test_a_viewer_learns_the_layout_from_hellos_with_a_group_over_every_rank_and_says_what_it_dropped():
+    from ranktop.watch.aggregator import BAD_GROUPS, Aggregator
+
+    agg = Aggregator("j")
+    for rank in range(4):  # Megatron-style: tp pairs, pp across them, and a group of every rank (compact)
+        groups = [{"id": "all", "desc": "DATA_PARALLEL_GROUP_WITH_CP", "size": 4, "ranks": [0, 4, 1], "compact": True},
+                  {"id": f"tp{rank // 2}", "desc": "TENSOR_MODEL_PARALLEL_GROUP", "size": 2, "ranks": [rank // 2 * 2, rank // 2 * 2 + 1]},
+                  {"id": f"pp{rank % 2}", "desc": "PIPELINE_MODEL_PARALLEL_GROUP", "size": 2, "ranks": [rank % 2, rank % 2 + 2]}]  # fmt: skip
+        if rank == 3:
+            groups.append({"id": "x", "size": 2, "ranks": [3, 7]})  # beyond the world: this group goes, no other
+        agg.ingest_frames(messages.frames(schema.HELLO, rank, dict(messages.plain(messages.hello(rank)), groups=groups)))
+    snap = agg.snapshot()
+    assert snap.layout_roles == ["pp", "tp"]
+    assert [r.coords for r in snap.ranks] == [{"pp": r // 2, "tp": r % 2} for r in range(4)]
+    assert BAD_GROUPS in snap.errors and not any("malformed hello" in e for e in snap.errors), snap.errors
+
+
+def test_a_rank_s_place_in_a_compact_group_is_worked_out_without_listing_its_members():
+    every = msgspec.convert({"id": "1", "desc": "mesh_dp", "size": 1 << 21, "ranks": [0, 1 << 21, 2], "compact": True}, Group)
+    assert parallel_groups.position(every, 4_000_000) == 2_000_000
+    assert parallel_groups.position(every, 3) is None and parallel_groups.position(every, 1 << 22) is None
+    listed = msgspec.convert({"id": "2", "size": 2, "ranks": [5, 1]}, Group)
+    assert parallel_groups.position(listed, 1) == 1 and parallel_groups.position(listed, 0) is None
+    layout = learn({r: [every] for r in (0, 2, 4_194_302)})
+    assert [layout.of(r) for r in (0, 2, 4_194_302)] == [{"dp": 0}, {"dp": 1}, {"dp": 2_097_151}]

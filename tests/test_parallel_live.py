@@ -16,18 +16,8 @@ alone, in forward, with its coordinates). Read with ``ranktop watch --json``.
 """
 
 import pytest
-from support import LaunchedJobs, assert_named_first_and_alone
-
-
-@pytest.fixture
-def job(rdv, tmp_path):
-    jobs = LaunchedJobs(tmp_path)
-    yield jobs.launch
-    jobs.close()
-
-
-def _job_ops(doc) -> set[str]:
-    return {row["op"] for row in doc["collectives"] if row["rank"] == -1}
+from support import assert_named_first_and_alone
+from support import job_ops as _job_ops
 
 
 #: The pipeline jobs (script and options), and the point-to-point ops each must show.

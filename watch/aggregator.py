@@ -30,7 +30,7 @@ from ranktop.watch.engine.lifecycle import Lifecycle
 from ranktop.watch.engine.requests import Reply, RequestBook
 from ranktop.watch.model.snapshot import CollectiveStat, Snapshot
 from ranktop.wire import schema
-from ranktop.wire.messages import Command, Node, RankMessage
+from ranktop.wire.messages import Command, Hello, Node, RankMessage
 from ranktop.wire.messages import Reply as WireReply
 from ranktop.wire.names import KINDS
 
@@ -180,6 +180,8 @@ class Aggregator:
         if isinstance(msg, Command):
             self.note_dropped()
             return None
+        if _bad_groups(msg):
+            self.note_error(BAD_GROUPS)  # the hello stands, less its groups that did not fit (wire/schema.py)
         return msg
 
     def ingest(self, msg: Telemetry, endpoint: str | None = None, settle: bool = True) -> None:
@@ -300,6 +302,19 @@ class Aggregator:
         with self._lock:
             self._collectives = (now, rows)
         return rows
+
+
+#: The status line's word on hellos whose groups the decoder thinned (said once: hellos repeat).
+BAD_GROUPS = "dropped malformed process groups from hellos (the rest of each hello kept)"
+
+
+def _bad_groups(msg: Telemetry) -> bool:
+    """Whether the decoder dropped some group of a hello (its own, or one a node digest carries)."""
+    if isinstance(msg, Hello):
+        return bool(msg.bad_groups)
+    if isinstance(msg, Node):
+        return any(e.hello is not None and e.hello.bad_groups for e in msg.ranks)
+    return False
 
 
 def malformed(frames: list[bytes], exc: Exception) -> str:

@@ -169,10 +169,24 @@ NO_STATE = State()
 # -- who a rank is ----------------------------------------------------------------------------------------
 
 
+class Span(Record, array_like=True, frozen=True):
+    """A compact group's members, ``[start, count, stride]`` on the wire: ranks ``start``, ``start + stride``, ...,
+    ``count`` of them. Each number is bounded by what it is (a rank, a group's size, a positive step); that the
+    last member is within the job's world is wire/parallel_groups.py's to check."""
+
+    start: Rank
+    count: World
+    stride: Annotated[int, Meta(gt=0, lt=MAX_RANKS)]
+
+
 class Group(Record, kw_only=True, frozen=True):
     """A process group the rank is in (wire/parallel_groups.py): torch's group name (the same on every
-    member), its description and role, its members (``[start, count, stride]`` when ``compact``), and
-    whether point-to-point ops ran on it."""
+    member), its description and role, its members, and whether point-to-point ops ran on it.
+
+    ``ranks`` has two shapes, told apart by ``compact``: the member ranks in group-rank order, or (``compact``)
+    a :class:`Span`'s three numbers, ``[start, count, stride]`` (every DeviceMesh group steps evenly: a group
+    of 4,096 ranks travels as three numbers). Read members with ``parallel_groups.members``; the decoder
+    (wire/schema.py) drops a group whose shape does not hold and counts it in ``RankInfo.bad_groups``."""
 
     id: Name
     size: World
@@ -202,6 +216,7 @@ class RankInfo(Record, kw_only=True, frozen=True):
     argv: Optional[List[str]] = None  # the first words of its command line
     cwd: Optional[str] = None  # its working folder
     groups: Optional[Annotated[List[Group], Meta(max_length=64)]] = None  # its process groups (wire/parallel_groups.py)
+    bad_groups: Optional[Count] = None  # groups the decoder dropped from ``groups`` (they did not fit the world)
 
 
 #: A rank's hello fields, by name: what a hello carries beyond its envelope.

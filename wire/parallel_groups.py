@@ -16,12 +16,18 @@ A group entry::
 collectively, in the same order, on every rank), so the viewer can tell two
 ranks in the *same* group from two ranks in groups of the same kind. ``ranks``
 is compact when the members are an arithmetic progression (every DeviceMesh
-group is): ``[start, count, stride]`` with ``compact`` true; else the list.
+group is): ``[start, count, stride]`` (wire/messages.py's ``Span``) with
+``compact`` true; else the list. The decoder checks each group by its shape
+(:func:`fits`) and drops the ones that do not hold, counting them, and keeps the
+rest: a group spanning every rank (``[0, world, 1]``) is as good as any other.
+A rank lists only the groups it is a member of.
 """
 
 from __future__ import annotations
 
-from .messages import Group
+import msgspec
+
+from .messages import Group, Span
 
 #: Roles, in the order coordinates are written ("rank 3 (pp 1, tp 0, dp 1)").
 ROLES = ("pp", "vpp", "cp", "ep", "tp", "dp_replicate", "dp_shard", "dp")
@@ -42,6 +48,16 @@ _ALIASES = {
     "dp_replicate": "dp_replicate", "replicate": "dp_replicate",
     "dp_shard": "dp_shard", "shard": "dp_shard", "fsdp": "dp_shard", "dp_shard_cp": "dp_shard",
 }  # fmt: skip
+#: Groups that are no dimension of the layout but that a framework names: the label their ops are keyed by
+#: ("all_reduce@embd"), never a coordinate. Megatron-LM's embedding groups join the first and last pipeline
+#: stages (tied embeddings' gradients), its model-parallel group is tp x pp, and so on.
+_LABELS = {
+    "embedding_group": "embd", "position_embedding_group": "pos_embd", "model_parallel_group": "tp_pp",
+    "tensor_and_data_parallel_group": "tp_dp", "tensor_and_data_parallel_group_with_cp": "tp_dp",
+    "tensor_and_context_parallel_group": "tp_cp", "data_parallel_group_with_cp": "dp_cp",
+    "expert_tensor_parallel_group": "ep_tp", "expert_data_parallel_group": "ep_dp",
+    "expert_tensor_and_model_parallel_group": "ep_tp_pp", "expert_tensor_model_pipeline_parallel_group": "ep_tp_pp",
+}  # fmt: skip
 #: A hello lists at most this many groups (a rank is in a handful; more is a job creating groups in a loop).
 MAX_GROUPS = 64
 #: Longest description kept.
@@ -57,6 +73,12 @@ def role_of(desc: str) -> str:
     return _ALIASES.get(key, "")
 
 
+def label_of(desc: str) -> str:
+    """What ops on a group of this description are keyed by: its role, else the name a framework gives a group
+    that is no dimension ("EMBEDDING_GROUP" -> "embd"), else "" (its size will do)."""
+    return role_of(desc) or _LABELS.get(desc.strip().lower(), "")
+
+
 def compact(ranks: list[int]) -> list[int]:
     """Members as ``[start, count, stride]`` when they step evenly (and more than three), else as they are."""
     if len(ranks) > 3:
@@ -69,9 +91,24 @@ def compact(ranks: list[int]) -> list[int]:
 def members(group: Group) -> list[int]:
     """The member ranks of a group, in group-rank order."""
     if group.compact:
-        start, count, stride = group.ranks
+        start, count, stride = group.ranks  # a decoded hello's compact groups are spans (fits)
         return list(range(start, start + count * stride, stride))
     return list(group.ranks)
+
+
+def position(group: Group, rank: int) -> int | None:
+    """``rank``'s place in the group (its group rank), or None where it is no member: without listing a compact
+    group's members (a group of every rank of a big job is millions of them)."""
+    if group.compact:
+        start, count, stride = group.ranks
+        offset = rank - start
+        if offset < 0 or offset % stride or offset // stride >= count:
+            return None
+        return offset // stride
+    try:
+        return group.ranks.index(rank)
+    except ValueError:
+        return None
 
 
 def label(role: str, size: int) -> str:
@@ -85,17 +122,33 @@ def split_op(key: str) -> tuple[str, str | None]:
     return op, role or None
 
 
-def check(groups: list[Group], world: int) -> bool:
-    """Whether a hello's groups hold together (wire/schema.py calls this on every hello; the types have checked
-    each field): every member within the world, as many members as the size says, or ``[start, count, stride]``
-    that stay within it."""
-    for g in groups:
-        ranks, size = g.ranks, g.size
-        if size > world or any(r >= world for r in ranks):
-            return False
-        if g.compact:
-            if len(ranks) != 3 or ranks[1] != size or ranks[2] <= 0 or ranks[0] + (size - 1) * ranks[2] >= world:
-                return False
-        elif len(ranks) != size:
-            return False
-    return True
+def span(group: Group) -> Span | None:
+    """A compact group's ``[start, count, stride]`` as the type it is, or None where the three numbers are not
+    one (each is bounded by what it is: a rank, a group's size, a positive step)."""
+    if len(group.ranks) != 3:  # msgspec would read the first three of more (array_like takes trailing extras)
+        return None
+    try:
+        return msgspec.convert(group.ranks, Span)
+    except msgspec.ValidationError:
+        return None
+
+
+def fits(group: Group, world: int) -> bool:
+    """Whether one group holds together in a job of ``world`` ranks, checked by what it is: a compact group's
+    span counts as many members as its size says and ends within the world; a listed group has as many
+    members as its size says, each within the world, none twice."""
+    size = group.size
+    if size > world:
+        return False
+    if group.compact:
+        s = span(group)
+        return s is not None and s.count == size and s.start + (size - 1) * s.stride < world
+    ranks = group.ranks
+    return len(ranks) == size and all(r < world for r in ranks) and len(set(ranks)) == size
+
+
+def sound(groups: list[Group], world: int) -> tuple[list[Group], int]:
+    """The groups of a hello that hold together (wire/schema.py keeps only these on every hello and node
+    digest), and how many did not: one bad group is dropped and counted, never the rank's whole list."""
+    kept = [g for g in groups if fits(g, world)]
+    return kept, len(groups) - len(kept)

@@ -133,8 +133,7 @@ def decode(frames: list[bytes]) -> Message:
         raise VersionMismatch(list(msg.v))
     if msg.KIND.encode() != topic:
         raise WireError(f"{topic.decode()}: the body is of another kind")
-    _CHECKS[msg.KIND](msg)
-    return msg
+    return _CHECKS[msg.KIND](msg) or msg
 
 
 class _Envelope(msgspec.Struct):
@@ -209,19 +208,24 @@ def _check_state(state: State | None) -> None:
         raise WireError("state: bad capture summary")
 
 
-def _check_groups(info: RankInfo) -> None:
-    """A hello's groups: members within the world, as many as the size says (wire/parallel_groups.py)."""
-    if info.groups is not None and not _groups.check(info.groups, info.world):
-        raise WireError("hello: bad groups")
+def _sound_groups(info: Any) -> Any:
+    """A hello (or a digest's hello) with only the groups that hold together (wire/parallel_groups.py), the
+    others counted in ``bad_groups``: one bad group costs that group, never the hello or the rank's list."""
+    if info.groups is None:
+        return info
+    kept, bad = _groups.sound(info.groups, info.world)
+    if not bad:
+        return info
+    return msgspec.structs.replace(info, groups=kept, bad_groups=(info.bad_groups or 0) + bad)
 
 
 def _check_origin(msg: Any) -> None:
     _check_state(msg.state)
 
 
-def _check_hello(msg: Hello) -> None:
+def _check_hello(msg: Hello) -> Hello:
     _check_state(msg.state)
-    _check_groups(msg)
+    return _sound_groups(msg)
 
 
 def _check_reply(msg: Reply) -> None:
@@ -235,20 +239,27 @@ def _check_command(msg: Command) -> None:
         raise WireError("command: args is not a plain map")
 
 
-def _check_node(msg: Node) -> None:
-    for entry in msg.ranks:
+def _check_node(msg: Node) -> Node:
+    entries = msg.ranks
+    for i, entry in enumerate(msg.ranks):
         _check_state(entry.state)
         if entry.hello is not None:
-            _check_groups(entry.hello)
+            hello = _sound_groups(entry.hello)
+            if hello is not entry.hello:
+                if entries is msg.ranks:
+                    entries = list(msg.ranks)
+                entries[i] = msgspec.structs.replace(entry, hello=hello)
     if msg.steps is not None:
         try:
             step_block.check(msg.steps)
         except ValueError as exc:
             raise WireError(f"node: {exc}") from None
+    return msg if entries is msg.ranks else msgspec.structs.replace(msg, ranks=entries)
 
 
-#: What each kind's type leaves to code, run by :func:`decode` after the type's own checks.
-_CHECKS: dict[str, Callable[[Any], None]] = {
+#: What each kind's type leaves to code, run by :func:`decode` after the type's own checks: each raises
+#: :class:`WireError`, or returns None (the message stands) or the message with what did not hold taken out.
+_CHECKS: dict[str, Callable[[Any], Any]] = {
     HELLO: _check_hello,
     STEPS: _check_origin,
     HEARTBEAT: _check_origin,

@@ -40,6 +40,37 @@ class Layer(torch.nn.Module):
         return _Sleep.apply(torch.tanh(self.linear(x)), self.forward_s, self.backward_s)
 
 
+class Block(torch.nn.Module):
+    """A tensor-parallel MLP (``up`` and ``down``, for ColwiseParallel/RowwiseParallel) whose every rank's
+    shard costs ``ms`` of compute (a sleep) per forward."""
+
+    def __init__(self, width: int, ms: float):
+        super().__init__()
+        self.up = torch.nn.Linear(width, 2 * width)
+        self.down = torch.nn.Linear(2 * width, width)
+        self.seconds = ms / 1000
+
+    def forward(self, x):
+        h = torch.relu(self.up(x))
+        time.sleep(self.seconds)
+        return self.down(h)
+
+
+def train_pipeline(schedule, stage_index: int, args: argparse.Namespace, optimizer, inputs, after_backward=None) -> None:
+    """``args.steps`` steps of a ``torch.distributed.pipelining`` schedule: the first stage feeds ``inputs()``,
+    the last has it as its target; ``after_backward()`` (a gradient all-reduce) before the optimizer's step."""
+    for _ in range(args.steps):
+        x = inputs()
+        if stage_index == 0:
+            schedule.step(x)
+        else:
+            schedule.step(target=x)
+        if after_backward is not None:
+            after_backward()
+        optimizer.step()
+        optimizer.zero_grad()
+
+
 def options(fsdp: bool = False, default_group: bool = False) -> argparse.Namespace:
     parser = argparse.ArgumentParser()
     if default_group:

@@ -7,7 +7,7 @@ data group. Stage 1 has twice stage 0's layers. The script never imports ranktop
 
 import torch
 import torch.distributed as dist
-from parallel_common import Layer, options
+from parallel_common import Layer, options, train_pipeline
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.pipelining import PipelineStage, ScheduleGPipe
 
@@ -24,14 +24,12 @@ stage = PipelineStage(model, stage_index, 2, torch.device("cpu"), group=pp)
 schedule = ScheduleGPipe(stage, n_microbatches=args.micro_batches, loss_fn=lambda out, target: out.pow(2).mean())
 opt = torch.optim.SGD(model.parameters(), lr=0.01)
 
-for _ in range(args.steps):
-    x = torch.randn(BATCH * args.micro_batches, WIDTH)
-    if stage_index == 0:
-        schedule.step(x)
-    else:
-        schedule.step(target=x)
+
+
+def reduce_gradients():
     for p in model.parameters():
         dist.all_reduce(p.grad, group=dp)
-    opt.step()
-    opt.zero_grad()
+
+
+train_pipeline(schedule, stage_index, args, opt, lambda: torch.randn(BATCH * args.micro_batches, WIDTH), reduce_gradients)
 dist.destroy_process_group()

@@ -8,11 +8,10 @@ mesh's data dimension: FSDP2 + TP on a 2-D mesh). Each layer costs a fixed sleep
 imports ranktop: run it under ``ranktop launch``.
 """
 
-import time
 
 import torch
 import torch.distributed as dist
-from parallel_common import options
+from parallel_common import Block, options
 from torch.distributed.fsdp import fully_shard
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
@@ -20,26 +19,11 @@ from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, 
 WIDTH, BATCH = 32, 8
 
 
-class Block(torch.nn.Module):
-    """A tensor-parallel MLP whose every rank's shard costs ``ms`` of compute (a sleep) per forward."""
-
-    def __init__(self, ms: float):
-        super().__init__()
-        self.up = torch.nn.Linear(WIDTH, 2 * WIDTH)
-        self.down = torch.nn.Linear(2 * WIDTH, WIDTH)
-        self.seconds = ms / 1000
-
-    def forward(self, x):
-        h = torch.relu(self.up(x))
-        time.sleep(self.seconds)
-        return self.down(h)
-
-
 args = options(fsdp=True)
 dist.init_process_group("gloo")
 mesh = init_device_mesh("cpu", (2, 2), mesh_dim_names=("dp", "tp"))
 dp = mesh["dp"].get_group()
-model = torch.nn.Sequential(*(Block(args.layer_ms + (args.extra_ms if i == 0 else 0.0)) for i in range(4)))
+model = torch.nn.Sequential(*(Block(WIDTH, args.layer_ms + (args.extra_ms if i == 0 else 0.0)) for i in range(4)))
 for block in model:
     parallelize_module(block, mesh["tp"], {"up": ColwiseParallel(), "down": RowwiseParallel()})
     if args.fsdp:

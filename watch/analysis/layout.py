@@ -35,6 +35,8 @@ from ranktop.wire.messages import Group
 
 #: The role of a group used for point-to-point and named by nothing else.
 PIPELINE = "pp"
+#: The most point-to-point peers a probe lists (probe/collectives.py keeps 64, and the rank itself).
+MAX_PEERS = 65
 
 
 @dataclass(frozen=True)
@@ -104,17 +106,19 @@ def learn(groups_of: Mapping[int, list[Group] | None]) -> Layout:
     for rank, groups in groups_of.items():
         for entry in groups or ():
             if entry.id.startswith("p2p:"):
+                if entry.size > MAX_PEERS:
+                    continue  # no probe lists more: not a rank's peers
                 for member in parallel_groups.members(entry):
                     chains.setdefault(rank, set()).add(member)
                 continue
             role = role_of(entry)
             if not role:
                 continue
-            members = parallel_groups.members(entry)
-            if rank not in members:
-                continue
-            coords.setdefault(rank, {})[role] = members.index(rank)
-            sizes[role] = max(sizes.get(role, 0), len(members))
+            place = parallel_groups.position(entry, rank)
+            if place is None or entry.size < 2:
+                continue  # a group of one is a dimension of size 1 (Megatron makes cp, ep, dp ones): no coordinate
+            coords.setdefault(rank, {})[role] = place
+            sizes[role] = max(sizes.get(role, 0), entry.size)
     for component in _components(chains):
         ordered = sorted(component)
         for position, rank in enumerate(ordered):
