@@ -164,7 +164,7 @@ class JobState:
     def _note_hello(self, rank: RankWindow, meta: RankInfo, now: float, wall: float) -> RankWindow:
         if self.lifecycle.note_hello(rank.rank, meta.pid, wall):
             self.settle()  # the old process's steps still waiting go in before its window empties
-            self.collectives.forget(rank)
+            self.collectives.forget(rank.row)
             rank = self.ranks[rank.rank] = fresh_window(rank, now)  # a new process of the rank: a restart
             self._placed(rank)
             self.resources.forget(rank.rank)
@@ -207,6 +207,7 @@ class JobState:
         message, or after all it took in one go; a view calls it first). A go of digests from different nodes
         is written in one :meth:`_take_digest_steps`: ranks counted and their intervals stored in a few dozen
         numpy operations for all of them, rather than a Python loop per digest."""
+        self.collectives.flush()
         pending, self._pending = self._pending, []
         group: list[tuple[NodeSteps, str | None, float, str]] = []
         hosts: set[str] = set()
