@@ -45,6 +45,7 @@ class JobCollectives:
     calls: np.ndarray
     nbytes: np.ndarray
     busy: np.ndarray
+    sums: np.ndarray
     head: np.ndarray
     count: np.ndarray
     totals: np.ndarray
@@ -62,6 +63,7 @@ class JobCollectives:
         self._op_index: dict[str, int] = {}
         self.dtypes: list[str] = []  # dtype names, indexed by ``dtype``
         self._dtype_index: dict[str, int] = {}
+        self.job_sums: dict[str, list[float]] = {}  # op -> the sum of every row's ``sums`` (rows forgotten leave it)
         self.job_totals: dict[str, list[int]] = {}  # op -> [calls, bytes] since the viewer started (restarts kept)
         self.job_last: dict[str, tuple[int, str]] = {}  # op -> (group size, dtype) last seen
         # notes not yet written: (row, op, calls, bytes, summed wait, group, dtype, arrival) and (row, op, bytes, wait, arrival)
@@ -79,6 +81,7 @@ class JobCollectives:
             "busy": np.zeros((rows, ops, w)),  # its summed wait, s
             "head": np.zeros((rows, ops), np.int64),  # the slot the next summary goes in
             "count": np.zeros((rows, ops), np.int64),  # slots in use
+            "sums": np.zeros((rows, ops, 3)),  # [calls, bytes, summed wait] over each ring, kept as slots are written
             "totals": np.zeros((rows, ops, 2), np.int64),  # [calls, bytes] since the rank's process started
             "seen": np.zeros((rows, ops), np.bool_),  # some summary of the op came from the rank's process
             "group": np.zeros((rows, ops), np.int64),  # last seen
@@ -164,6 +167,14 @@ class JobCollectives:
             k, times = k - (times - np.minimum(times, w)), np.minimum(times, w)
         head = self.head[row, op]
         slot = (head + k) % w
+        # a ring fills from slot 0: a slot under its count holds an older summary, which leaves the sums
+        old = np.where((slot < self.count[row, op])[:, None], np.stack([a[row, op, slot] for a in (self.calls, self.nbytes, self.busy)], axis=1), 0.0)
+        change = np.stack([calls, nbytes, busy], axis=1).astype(np.float64) - old
+        np.add.at(self.sums, (row, op), change)
+        for j, delta in zip(np.unique(op).tolist(), _sum_by(op, change).tolist()):
+            job_sums = self.job_sums.setdefault(self.ops[j], [0.0, 0.0, 0.0])
+            for i in range(3):
+                job_sums[i] += delta[i]
         self.at[row, op, slot] = at
         self.calls[row, op, slot] = calls
         self.nbytes[row, op, slot] = nbytes
@@ -202,7 +213,13 @@ class JobCollectives:
         self.flush()
         if row >= self.head.shape[0]:
             return
+        for j, op in enumerate(self.ops[: self.sums.shape[1]]):
+            if self.seen[row, j]:
+                job_sums = self.job_sums[op]
+                for i, value in enumerate(self.sums[row, j].tolist()):
+                    job_sums[i] -= value
         self.head[row] = self.count[row] = 0
+        self.sums[row] = 0.0
         self.totals[row] = 0
         self.seen[row] = False
         self.call_head[row] = self.call_count[row] = 0
@@ -215,12 +232,6 @@ class JobCollectives:
         first = (self.head[rows] - count) % OP_WINDOW
         at = np.take_along_axis(self.at[rows], first[..., None], axis=2)[..., 0]
         return np.where(count > 0, at, np.inf)
-
-    def window_sums(self, rows: np.ndarray | slice) -> np.ndarray:
-        """(rows, ops, 3): [calls, bytes, summed wait] over each ring (slots beyond its count are not summed)."""
-        count = self.count[rows]
-        used = np.arange(OP_WINDOW) < count[..., None]  # a ring fills from slot 0: its used slots are its first
-        return np.stack([np.where(used, a[rows], 0.0).sum(axis=-1) for a in (self.calls, self.nbytes, self.busy)], axis=-1)
 
     def samples(self, row: int) -> list[tuple[int, CallSample]]:
         """A row's raw calls, oldest first, as (op index, sample)."""
@@ -318,13 +329,11 @@ def gather(job: JobCollectives, windows: list[RankWindow], now: float, ranks: It
     samples: dict[tuple[int, str], list[CallSample]] = {}
     totals: dict[tuple[int, str], list[int]] = {}
     last: dict[tuple[int, str], tuple[int, str]] = {}
-    every = np.fromiter((w.row for w in windows), np.int64, len(windows))
-    if len(every):
-        job._fit(int(every.max()) + 1)
-    job_sums = job.window_sums(every).sum(axis=0) if len(every) else np.zeros((len(ops), 3))
-    for j, op in enumerate(ops):
+    if windows:
+        job._fit(max(w.row for w in windows) + 1)
+    for op in ops:
         if op in job.job_totals:
-            calls, nbytes, busy = job_sums[j].tolist()
+            calls, nbytes, busy = job.job_sums[op]
             sums[(-1, op)] = [calls, nbytes, busy, now]
             totals[(-1, op)] = list(job.job_totals[op])
             last[(-1, op)] = job.job_last[op]
@@ -341,7 +350,7 @@ def gather(job: JobCollectives, windows: list[RankWindow], now: float, ranks: It
     if shown:
         rows = np.fromiter((w.row for w in shown), np.int64, len(shown))
         seen, count = job.seen[rows], job.count[rows]
-        window, first = job.window_sums(rows).tolist(), job.oldest_at(rows).tolist()
+        window, first = job.sums[rows].tolist(), job.oldest_at(rows).tolist()
         rank_totals, group, dtype = job.totals[rows].tolist(), job.group[rows].tolist(), job.dtype[rows].tolist()
         for i, jj in zip(*np.nonzero(seen)):
             i, j = int(i), int(jj)

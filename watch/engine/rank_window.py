@@ -51,6 +51,18 @@ def _optional(name: str, absent, doc: str):
     return property(get, put, doc=doc)
 
 
+def _held(name: str, doc: str):
+    """A property over the window's row of one of the job's object arrays (rank_scalars.HELD): a message's Struct."""
+
+    def get(self: "RankWindow"):
+        return getattr(self.scalars, name)[self.row]
+
+    def put(self: "RankWindow", value) -> None:
+        getattr(self.scalars, name)[self.row] = value
+
+    return property(get, put, doc=doc)
+
+
 @dataclass
 class RankWindow:
     """One rank: its messages and caches here, its scalar figures in its row of the job's :class:`RankScalars`
@@ -59,18 +71,18 @@ class RankWindow:
 
     rank: int
     window: int = 64  # steps (or a node digest's intervals) kept
-    meta: RankInfo | None = None  # its hello, less the envelope (None: none heard yet)
-    state: State = NO_STATE  # its last state (immutable, as decoded: a view hands it on as it is)
     # per step the seconds its collectives waited, by phase (its summaries and calls are kept by row in the job's
     # collective store, watch/engine/collective_sums.py)
     waits: collections.OrderedDict = field(default_factory=collections.OrderedDict)
     # read of its state and hello as they come (take_state, take_hello)
     rejected: dict[str, int] | None = None  # commands it refused, by reason
-    capture_summary: tuple[str, CaptureSummary] | None = None  # (capture id, summary): kept after the rank stops sending it
     columns: StepColumns | None = None  # the job's step columns its steps go in (None: columns of its own)
     own: StepWindow | None = None  # its last steps: number, start, wall and own time per phase (given: emptied, reused)
     scalars: RankScalars | None = None  # the job's per-rank figures (None: of its own); its row is its steps' row
 
+    meta = _held("meta", "its hello, less the envelope (None: none heard yet)")
+    state = _held("state", "its last state (immutable, as decoded: a view hands it on as it is)")
+    capture_summary = _held("capture_summary", "(capture id, summary): kept after the rank stops sending it")
     last_seen = _scalar("last_seen", "viewer clock of its last message")
     raw_at = _scalar("raw_at", "viewer clock of its last own steps or heartbeat (not through a node digest)")
     steps_seen = _scalar("steps_seen", "steps received")
