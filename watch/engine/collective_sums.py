@@ -104,18 +104,10 @@ class JobCollectives:
         self.__dict__.update(fresh)
 
     def _op(self, name: str) -> int:
-        index = self._op_index.get(name)
-        if index is None:
-            index = self._op_index[name] = len(self.ops)
-            self.ops.append(name)
-        return index
+        return _number(self.ops, self._op_index, name)
 
     def _dtype(self, name: str) -> int:
-        index = self._dtype_index.get(name)
-        if index is None:
-            index = self._dtype_index[name] = len(self.dtypes)
-            self.dtypes.append(name)
-        return index
+        return _number(self.dtypes, self._dtype_index, name)
 
     # -- writes (the receiver thread, under the aggregator's lock) ---------------------------
 
@@ -240,6 +232,15 @@ class JobCollectives:
         slots = [(first + i) % w for i in range(count)]
         ops, b, d = self.call_op[row, slots].tolist(), self.call_b[row, slots].tolist(), self.call_d[row, slots].tolist()
         return [(o, CallSample(x, y)) for o, x, y in zip(ops, b, d)]
+
+
+def _number(names: list[str], index: dict[str, int], name: str) -> int:
+    """``name``'s place in ``names`` (appended when new): an op or a dtype as an array's whole number."""
+    found = index.get(name)
+    if found is None:
+        found = index[name] = len(names)
+        names.append(name)
+    return found
 
 
 def _occurrences(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
