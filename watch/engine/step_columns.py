@@ -32,8 +32,8 @@ from ranktop.wire.names import COMM_PHASE, OTHER_PHASE, STANDARD_PHASES
 
 #: Steps a rank's window needs before its medians count (a straggler is scored on them: watch/analysis/stragglers.py).
 MIN_STEPS_TO_SCORE = 3
-#: From this many rows on a refresh works out the medians of half the rows with new steps, in turn (odd rows, then
-#: even ones): each rank's are at most two refreshes old (a second at the screen's 2 Hz, over a window of 16 s of
+#: From this many rows on a refresh works out the medians of half the rows with new steps, in turn (the first half
+#: of the rows, then the second: runs of rows, which a sort reads as slices): each rank's are at most two refreshes old (a second at the screen's 2 Hz, over a window of 16 s of
 #: digests), for half the sorting. A row never worked out yet is always worked out (a new rank is scored at once).
 SHARED_FROM = 8192
 #: Figures a refresh sorts in one go, at most: its scratch buffer's size (4 MB), and a block that stays in the
@@ -237,7 +237,7 @@ class StepColumns:
         stale = candidates[(self.changed[candidates] != self.stats_at[candidates]) & (self.count[candidates] >= min_steps)]
         if len(candidates) >= SHARED_FROM:
             self._turn ^= 1
-            stale = stale[(stale % 2 == self._turn) | (self.stats_at[stale] < 0)]
+            stale = stale[((stale < self.rows // 2) == bool(self._turn)) | (self.stats_at[stale] < 0)]
         if not len(stale):
             return stale
         stale.sort()  # in row order: a run of rows is then a slice
