@@ -330,8 +330,6 @@ def gather(job: JobCollectives, windows: list[RankWindow], now: float, ranks: It
     samples: dict[tuple[int, str], list[CallSample]] = {}
     totals: dict[tuple[int, str], list[int]] = {}
     last: dict[tuple[int, str], tuple[int, str]] = {}
-    if windows:
-        job._fit(max(w.row for w in windows) + 1)
     for op in ops:
         if op in job.job_totals:
             calls, nbytes, busy = job.job_sums[op]
@@ -339,10 +337,13 @@ def gather(job: JobCollectives, windows: list[RankWindow], now: float, ranks: It
             totals[(-1, op)] = list(job.job_totals[op])
             last[(-1, op)] = job.job_last[op]
     stride = max(1, -(-len(windows) * CALL_WINDOW // JOB_SAMPLE))
+    spanned = windows[:: max(1, len(windows) // SPAN_SAMPLE)] + shown  # the job's rates: over the span of its windows
+    read = windows[::stride] + spanned  # every window read below
+    if read:
+        job._fit(max(w.row for w in read) + 1)  # (a rank with no collectives yet may be past the arrays)
     for w in windows[::stride]:
         for j, sample in job.samples(w.row):
             samples.setdefault((-1, ops[j]), []).append(sample)
-    spanned = windows[:: max(1, len(windows) // SPAN_SAMPLE)] + shown  # the job's rates: over the span of its windows
     if spanned:
         oldest = job.oldest_at(np.fromiter((w.row for w in spanned), np.int64, len(spanned))).min(axis=0)
         for j, op in enumerate(ops):
