@@ -25,6 +25,10 @@ from ranktop.wire.messages import Call, CallSummary, OpSummary, Steps
 
 #: Per-step summaries kept per rank and op for the rates (the window's sums are read off the ring).
 OP_WINDOW = 32
+#: Notes written at the end of a batch once there are this many (:meth:`JobCollectives.settle`; a read writes them
+#: all first): a flush costs a few dozen numpy calls whatever its size, and a batch of a 4,096-rank job's digests
+#: carries a handful of summaries (a rank's ops ride every 2 s).
+FLUSH_FROM = 1024
 
 
 class CallSample(NamedTuple):
@@ -38,7 +42,7 @@ class JobCollectives:
     """Every rank's collectives by its row, and the job's: the last :data:`OP_WINDOW` summaries of each op (arrival,
     calls, bytes, summed wait) as rings, the totals since the viewer started, the group size and dtype last seen,
     and the last :data:`CALL_WINDOW` raw calls. Writes are noted (:meth:`add_ops`, :meth:`add_calls`) and made
-    by :meth:`flush`; :func:`gather` and :meth:`forget` flush first."""
+    by :meth:`flush` (:meth:`settle`: once there are enough of them); :func:`gather` and :meth:`forget` flush first."""
 
     # The arrays, a row per rank (:meth:`_allocate` says each one's shape and meaning).
     at: np.ndarray
@@ -123,6 +127,11 @@ class JobCollectives:
         note = self._calls.append
         for c in calls:
             note((row, self._op(c.op), float(c.b), c.d, now))
+
+    def settle(self) -> None:
+        """The end of a batch: the notes written if there are :data:`FLUSH_FROM` of them (else they wait for more)."""
+        if len(self._ops) + len(self._calls) >= FLUSH_FROM:
+            self.flush()
 
     def flush(self) -> None:
         """Write every note taken since the last flush, in a few numpy operations for all of them."""

@@ -207,7 +207,7 @@ class JobState:
         message, or after all it took in one go; a view calls it first). A go of digests from different nodes
         is written in one :meth:`_take_digest_steps`: ranks counted and their intervals stored in a few dozen
         numpy operations for all of them, rather than a Python loop per digest."""
-        self.collectives.flush()
+        self.collectives.settle()
         pending, self._pending = self._pending, []
         group: list[tuple[NodeSteps, str | None, float, str]] = []
         hosts: set[str] = set()
