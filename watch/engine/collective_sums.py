@@ -117,9 +117,14 @@ class JobCollectives:
 
     def add_ops(self, row: int, ops: dict[str, OpSummary], now: float) -> None:
         """One summary per op of a rank (a step and phase's, or a digest interval's), written at the next flush."""
-        note, job_last = self._ops.append, self.job_last
+        note, job_last, op_index, dtype_index = self._ops.append, self.job_last, self._op_index, self._dtype_index
         for op, s in ops.items():
-            note((row, self._op(op), s.calls, s.bytes, s.total, s.group, self._dtype(s.dtype), now))
+            j, d = op_index.get(op), dtype_index.get(s.dtype)  # (known but the first time: no call per summary)
+            if j is None:
+                j = self._op(op)
+            if d is None:
+                d = self._dtype(s.dtype)
+            note((row, j, s.calls, s.bytes, s.total, s.group, d, now))
             job_last[op] = (s.group, s.dtype)
 
     def add_calls(self, row: int, calls: Iterable[Call], now: float) -> None:
