@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
 import tempfile
@@ -24,6 +23,9 @@ from pathlib import Path
 from ranktop.relay.claim import process_start
 from ranktop.watch.session import WatchSession, resolve
 from ranktop.transport import rendezvous
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))  # the process-group helper is the tests'
+from support import stop_group  # noqa: E402
 
 RANKTOP = str(Path(sys.executable).parent / "ranktop")
 SCRIPT = Path(__file__).resolve().parent.parent / "tests" / "jobs" / "lightning_ddp.py"
@@ -67,12 +69,7 @@ def one_run(job: str, logs: Path) -> tuple[bool, str]:
         ok = [r[:2] for r in ranks] == [(0, 0), (1, 1)] and relays == records == 1
         return ok, f"ranks (rank, local rank, status) {ranks}, {relays} relay, {records} record, {time.monotonic() - started:.0f} s to see"
     finally:
-        os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(20)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
+        stop_group(proc, 20)
 
 
 def main() -> None:

@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import importlib.util
 import os
-import signal
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from support import JOBS, RANKTOP, LaunchedJobs, start_job, wait_for
+from support import JOBS, RANKTOP, LaunchedJobs, start_job, stop_group, wait_for
 
 
 #: The demo's training script, as torchrun runs it.
@@ -89,11 +88,7 @@ def torchrun(rdv, tmp_path):
     yield launch
     for proc in procs:
         if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGTERM)
-            try:
-                proc.wait(20)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
+            stop_group(proc, 20)
 
 
 @pytest.fixture
@@ -119,12 +114,7 @@ def launched(rdv, tmp_path):
     yield launch
     for proc in procs:
         if proc.poll() is None:
-            proc.terminate()  # ranktop launch passes it on to torchrun, which stops its ranks
-            try:
-                proc.wait(30)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
+            stop_group(proc, 30, group=False)  # ranktop launch passes it on to torchrun, which stops its ranks
 
 
 @pytest.fixture(scope="session")

@@ -54,6 +54,21 @@ def start_job(cmd: list[str], job: str, ranks: int, cwd: Path, env: dict) -> sub
     return proc
 
 
+def stop_group(proc: subprocess.Popen, timeout: float, *, group: bool = True) -> None:
+    """End a job started in a process group of its own: SIGTERM to the group (``group=False``: to the process
+    alone, e.g. ``ranktop launch``, which passes it on to torchrun), then, after ``timeout`` s, SIGKILL to the
+    group (whatever is left of it: stuck ranks, workers)."""
+    if group:
+        os.killpg(proc.pid, signal.SIGTERM)
+    else:
+        proc.terminate()
+    try:
+        proc.wait(timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+
+
 #: torchrun with 4 ranks on this machine, as the multi-rank tests start it.
 TORCHRUN4 = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=4"]
 
@@ -82,12 +97,7 @@ class LaunchedJobs:
     def close(self) -> None:
         for proc in self.procs:
             if proc.poll() is None:
-                proc.terminate()
-                try:
-                    proc.wait(30)
-                except subprocess.TimeoutExpired:
-                    os.killpg(proc.pid, signal.SIGKILL)
-                    proc.wait()
+                stop_group(proc, 30, group=False)
 
 
 def job_ops(doc: dict) -> set[str]:

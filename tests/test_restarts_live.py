@@ -26,7 +26,7 @@ import urllib.request
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from support import JOBS, RANKTOP, wait_for
+from support import JOBS, RANKTOP, stop_group, wait_for
 
 from ranktop.watch.engine.lifecycle import life_line, ordinal
 from ranktop.watch.offline.recording import read
@@ -109,12 +109,7 @@ def test_a_killed_rank_under_torchrun_max_restarts_is_a_restart_with_nothing_sta
         wait_for(exported, 30, "the exporter's series did not go on with the restart counter")
         assert record.poll() is None  # the recording goes on through the restart
     finally:
-        os.killpg(torchrun.pid, signal.SIGTERM)
-        try:
-            torchrun.wait(30)
-        except subprocess.TimeoutExpired:
-            os.killpg(torchrun.pid, signal.SIGKILL)
-            torchrun.wait()
+        stop_group(torchrun, 30)
         session.close()
         export.terminate()
         export.wait(10)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
-#: Checked with ``--strict``: the contract, and the engine's modules that hold the job.
+#: Checked with ``--strict``: the contract, and the engine's modules that receive and hold the job.
 STRICT = [
     "ranktop.wire",
     "ranktop.watch.aggregator",
@@ -24,6 +24,7 @@ STRICT = [
     "ranktop.watch.engine.requests",
     "ranktop.watch.engine.collective_sums",
     "ranktop.watch.engine.resource_samples",
+    "ranktop.watch.engine.receiver",
     "ranktop.watch.analysis.silence",
     "ranktop.watch.analysis.peers",
 ]

@@ -145,21 +145,18 @@ class Aggregator:
         """Decode and ingest the messages the receiver took in one go (frames, the relay they came through):
         node digests' steps are written together at the end (watch/engine/job_state.py: settle). Each message
         decoded, or None where it was dropped (malformed, foreign, another version: counted)."""
-        decoded = []
-        for frames, endpoint in batch:
+        decoded: list[Telemetry | None] = []
+        for frames, endpoint in batch:  # each taken as it is decoded: a go's decoded messages are not all alive at once
             if self._snapshots:  # one began meanwhile: it goes first (yield_to_snapshots)
                 self.yield_to_snapshots()
-            decoded.append(self._decode(frames, endpoint))
-        for i, msg in enumerate(decoded):
-            if msg is None:
-                continue
-            if self._snapshots:
-                self.yield_to_snapshots()
-            try:
-                self.ingest(msg, batch[i][1], settle=False)
-            except Exception as exc:  # a check decode lacks: the message is lost, never the viewer (benchmarks/fuzz.py hunts these)
-                self.note_dropped(fault=f"dropped {msg.KIND} messages the viewer could not read: {exc.__class__.__name__}")
-                decoded[i] = None
+            msg = self._decode(frames, endpoint)
+            if msg is not None:
+                try:
+                    self.ingest(msg, endpoint, settle=False)
+                except Exception as exc:  # a check decode lacks: the message is lost, never the viewer (benchmarks/fuzz.py hunts these)
+                    self.note_dropped(fault=f"dropped {msg.KIND} messages the viewer could not read: {exc.__class__.__name__}")
+                    msg = None
+            decoded.append(msg)
         with self._lock:
             try:
                 self.state.settle()

@@ -117,7 +117,7 @@ def table_lines(rows: list[RankProgress]) -> list[str]:
         s = row.status.summary
         ops = s.get("ops") or []
         top = f"{ops[0][0]} {fmt.ms_unit(ops[0][1] / 1e6)}" if ops else ""
-        lines.append(f"{row.rank:>4}  {s['compute']:>7.0%} {s['comm']:>6.0%} {s['idle']:>6.0%} {s.get('wall_us', 0) / 1000:>10.1f}  {top}")
+        lines.append(f"{row.rank:>4}  {s['compute']:>7.0%} {s['comm']:>6.0%} {s['idle']:>6.0%} {fmt.ms_fixed(s.get('wall_us', 0) / 1e6):>10}  {top}")
     return lines
 
 
@@ -143,11 +143,12 @@ def summary_lines(status: CaptureStatus, top: int = 5) -> list[str]:
         )
     cost = s.get("train_ms")
     if cost:
-        export = f", export {cost[2]:.0f} ms (holds the GIL)" if len(cost) > 2 else ""
-        lines.append(f"cost to the training thread: profiler start {cost[0]:.0f} ms, stop {cost[1]:.0f} ms{export}")
+        start, stop, *export = (fmt.ms_fixed(ms / 1000, 0) for ms in cost)  # (train_ms: milliseconds)
+        held = f", export {export[0]} ms (holds the GIL)" if export else ""
+        lines.append(f"cost to the training thread: profiler start {start} ms, stop {stop} ms{held}")
     for title, key in (("operators", "ops"), ("kernels", "kernels")):
         entries = (s.get(key) or [])[:top]
         if entries:
             lines.append(f"top {title} by self time:")
-            lines.extend(f"  {us / 1000:8.2f} ms  ×{calls:<5} {name}" for name, us, calls in entries)
+            lines.extend(f"  {fmt.ms_fixed(us / 1e6, 2):>8} ms  ×{calls:<5} {name}" for name, us, calls in entries)
     return lines

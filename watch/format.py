@@ -33,7 +33,12 @@ def ms_brief(seconds: float) -> str:
 
 def ms_unit(seconds: float | None) -> str:
     """A duration with its unit, to a tenth of a millisecond: "12.3 ms" (the report's columns); "–" unknown."""
-    return "–" if seconds is None else f"{seconds * 1000:.1f} ms"
+    return "–" if seconds is None else f"{ms_fixed(seconds)} ms"
+
+
+def ms_fixed(seconds: float, decimals: int = 1) -> str:
+    """A duration in milliseconds to a fixed number of decimals, for columns whose points line up: "3.0", "1.50"."""
+    return f"{seconds * 1000:.{decimals}f}"
 
 
 def percent(fraction: float) -> str:

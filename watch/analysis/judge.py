@@ -161,7 +161,7 @@ def _life(view: JobView, silent: np.ndarray) -> JobLife:
 def _message_columns(view: JobView, peers: Peers) -> dict[str, Any]:
     """What the screens count over every rank of its messages, as columns: no row is built for them."""
     n = len(view.rank)
-    if any(v is not None for v in view.resources):
+    if view.resources.count(None) < n:  # (counted in C: no Python pass over thousands of ranks without samples)
         memory = np.fromiter((v is not None and v.memory is not None and v.assessed is not None for v in view.resources), bool, n)
         gpu = np.fromiter((v is not None and v.gpu is not None for v in view.resources), bool, n)
         sampled = gpu & np.fromiter((v is not None and v.gpu is not None and "na" not in v.gpu for v in view.resources), bool, n)

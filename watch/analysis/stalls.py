@@ -25,7 +25,6 @@ world this viewer never heard from (a viewer that attached after a rank froze).
 from __future__ import annotations
 
 import collections
-import statistics
 from dataclasses import dataclass
 from typing import Iterable
 
@@ -35,6 +34,7 @@ from ranktop.watch import format as fmt
 from ranktop.watch.format import ranks_text
 from ranktop.watch.analysis.stacks import common_place
 from ranktop.watch.engine.job_state import JobView
+from ranktop.watch.model.rank_table import median_of
 from ranktop.wire import schema
 from ranktop.wire.messages import State
 
@@ -101,8 +101,7 @@ def position(
 def assess(positions: Iterable[Position], policy: StallPolicy = StallPolicy(), world: int | None = None) -> StallReport:
     """``world``: the job's size, when ranks never heard from may be named (None: they may not)."""
     positions = sorted(positions, key=lambda p: p.rank)
-    medians = [p.median_step_s for p in positions if p.median_step_s is not None]
-    job_median = statistics.median(medians) if medians else None
+    job_median = median_of(p.median_step_s for p in positions if p.median_step_s is not None)
     stalled = {}
     for p in positions:
         if p.silent:

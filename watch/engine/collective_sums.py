@@ -1,41 +1,281 @@
-"""The job's collectives as they arrive: each rank's per-op sums and the job's, kept as summaries come and go.
+"""The job's collectives as they arrive: every rank's per-op summaries and its sample of raw calls, in job-wide arrays.
 
 The job state (watch/engine/job_state.py) hands every steps message's collective summaries, and every node
-digest's per-rank ops, to these writers under the aggregator's lock; the rows a snapshot shows (bandwidths, the
-alpha-beta fit) are worked out from what they keep by watch/analysis/collectives.py.
+digest's per-rank ops and call samples, to :class:`JobCollectives` under the aggregator's lock; the rows a
+snapshot shows (bandwidths, the alpha-beta fit) are worked out from what it keeps by watch/analysis/collectives.py.
+
+One store, one write path: a rank's collectives live in its row (the row of the job's step columns,
+watch/engine/step_columns.py) of a few numpy arrays, not in its window. Kept per rank as deques of tuples and
+of decoded ``Call`` Structs, 16,384 ranks' last 32 summaries per op and 16 calls were 300 MB of small Python
+objects (each number a boxed int or float) and a Python pass over every op of every summary as it came. Here a
+summary or a call is noted as it comes (a few list appends), and every note of a batch is written in one go
+(:meth:`JobCollectives.flush`: a dozen numpy operations for all of them), as the node digests' steps are.
 """
 
 from __future__ import annotations
 
-import collections
 from dataclasses import dataclass
-from typing import Iterable
+from typing import Iterable, NamedTuple
+
+import numpy as np
 
 from ranktop.watch.engine.rank_window import CALL_WINDOW, WAITS_KEPT, RankWindow
 from ranktop.wire.messages import Call, CallSummary, OpSummary, Steps
 
 
-#: Per-step summaries kept per rank and op for the rates (their sums are kept as they come and go).
+#: Per-step summaries kept per rank and op for the rates (the window's sums are read off the ring).
 OP_WINDOW = 32
+#: Notes written at the end of a batch once there are this many (:meth:`JobCollectives.settle`; a read writes them
+#: all first): a flush costs a few dozen numpy calls whatever its size, and a batch of a 4,096-rank job's digests
+#: carries a handful of summaries (a rank's ops ride every 2 s).
+FLUSH_FROM = 1024
+
+
+class CallSample(NamedTuple):
+    """One raw call as the collective rows read it (its size and its wait): what is kept of a ``Call``."""
+
+    b: float
+    d: float
 
 
 class JobCollectives:
-    """The whole job's collectives, kept as the ranks' summaries come and go (the job state owns one): a
-    snapshot reads a few numbers per op, not O(ranks x ops). Exact: the same sums as adding every
-    rank's up."""
+    """Every rank's collectives by its row, and the job's: the last :data:`OP_WINDOW` summaries of each op (arrival,
+    calls, bytes, summed wait) as rings, the totals since the viewer started, the group size and dtype last seen,
+    and the last :data:`CALL_WINDOW` raw calls. Writes are noted (:meth:`add_ops`, :meth:`add_calls`) and made
+    by :meth:`flush` (:meth:`settle`: once there are enough of them); :func:`gather` and :meth:`forget` flush first."""
 
-    def __init__(self) -> None:
-        self.sums: dict[str, list[float]] = {}  # op -> [calls, bytes, summed wait] over the ranks' recent windows
-        self.totals: dict[str, list[int]] = {}  # op -> [calls, bytes] since the viewer started
-        self.last: dict[str, tuple[int, str]] = {}  # op -> (group size, dtype) last seen
+    # The arrays, a row per rank (:meth:`_allocate` says each one's shape and meaning).
+    at: np.ndarray
+    calls: np.ndarray
+    nbytes: np.ndarray
+    busy: np.ndarray
+    sums: np.ndarray
+    head: np.ndarray
+    count: np.ndarray
+    totals: np.ndarray
+    seen: np.ndarray
+    group: np.ndarray
+    dtype: np.ndarray
+    call_op: np.ndarray
+    call_b: np.ndarray
+    call_d: np.ndarray
+    call_head: np.ndarray
+    call_count: np.ndarray
 
-    def forget(self, w: RankWindow) -> None:
-        """A rank's window is replaced (a restart): its recent summaries leave the job's sums."""
-        for op, (calls, nbytes, busy) in w.op_sums.items():
-            sums = self.sums[op]
-            sums[0] -= calls
-            sums[1] -= nbytes
-            sums[2] -= busy
+    def __init__(self, rows: int = 8, ops: int = 2) -> None:
+        self.ops: list[str] = []  # op names, in the order first seen: the arrays' second axis
+        self._op_index: dict[str, int] = {}
+        self.dtypes: list[str] = []  # dtype names, indexed by ``dtype``
+        self._dtype_index: dict[str, int] = {}
+        self.job_sums: dict[str, list[float]] = {}  # op -> the sum of every row's ``sums`` (rows forgotten leave it)
+        self.job_totals: dict[str, list[int]] = {}  # op -> [calls, bytes] since the viewer started (restarts kept)
+        self.job_last: dict[str, tuple[int, str]] = {}  # op -> (group size, dtype) last seen
+        # notes not yet written: (row, op, calls, bytes, summed wait, group, dtype, arrival) and (row, op, bytes, wait, arrival)
+        self._ops: list[tuple[int, int, int, int, float, int, int, float]] = []
+        self._calls: list[tuple[int, int, float, float, float]] = []
+        self._allocate(max(1, rows), max(1, ops))
+
+    def _allocate(self, rows: int, ops: int) -> None:
+        """(Re)allocate for ``rows`` x ``ops``, keeping what is there (rare: the job grows, an op is new)."""
+        w = OP_WINDOW
+        fresh = {
+            "at": np.zeros((rows, ops, w)),  # a summary's arrival, viewer clock
+            "calls": np.zeros((rows, ops, w)),  # (float64: exact for whole numbers up to 2**53)
+            "nbytes": np.zeros((rows, ops, w)),
+            "busy": np.zeros((rows, ops, w)),  # its summed wait, s
+            "head": np.zeros((rows, ops), np.int64),  # the slot the next summary goes in
+            "count": np.zeros((rows, ops), np.int64),  # slots in use
+            "sums": np.zeros((rows, ops, 3)),  # [calls, bytes, summed wait] over each ring, kept as slots are written
+            "totals": np.zeros((rows, ops, 2), np.int64),  # [calls, bytes] since the rank's process started
+            "seen": np.zeros((rows, ops), np.bool_),  # some summary of the op came from the rank's process
+            "group": np.zeros((rows, ops), np.int64),  # last seen
+            "dtype": np.zeros((rows, ops), np.int64),  # ... as an index of ``dtypes``
+            "call_op": np.zeros((rows, CALL_WINDOW), np.int64),  # raw calls, a ring per row
+            "call_b": np.zeros((rows, CALL_WINDOW)),
+            "call_d": np.zeros((rows, CALL_WINDOW)),
+            "call_head": np.zeros(rows, np.int64),
+            "call_count": np.zeros(rows, np.int64),
+        }
+        old = getattr(self, "at", None)
+        if old is not None:
+            n, p = old.shape[0], old.shape[1]
+            for name, array in fresh.items():
+                current = getattr(self, name)
+                if name.startswith("call_"):
+                    array[:n] = current
+                else:
+                    array[:n, :p] = current
+        self.__dict__.update(fresh)
+
+    def _op(self, name: str) -> int:
+        return _number(self.ops, self._op_index, name)
+
+    def _dtype(self, name: str) -> int:
+        return _number(self.dtypes, self._dtype_index, name)
+
+    # -- writes (the receiver thread, under the aggregator's lock) ---------------------------
+
+    def add_ops(self, row: int, ops: dict[str, OpSummary], now: float) -> None:
+        """One summary per op of a rank (a step and phase's, or a digest interval's), written at the next flush."""
+        note, job_last, op_index, dtype_index = self._ops.append, self.job_last, self._op_index, self._dtype_index
+        for op, s in ops.items():
+            j, d = op_index.get(op), dtype_index.get(s.dtype)  # (known but the first time: no call per summary)
+            if j is None:
+                j = self._op(op)
+            if d is None:
+                d = self._dtype(s.dtype)
+            note((row, j, s.calls, s.bytes, s.total, s.group, d, now))
+            job_last[op] = (s.group, s.dtype)
+
+    def add_calls(self, row: int, calls: Iterable[Call], now: float) -> None:
+        """A rank's sample of raw calls, written at the next flush."""
+        note = self._calls.append
+        for c in calls:
+            note((row, self._op(c.op), float(c.b), c.d, now))
+
+    def settle(self) -> None:
+        """The end of a batch: the notes written if there are :data:`FLUSH_FROM` of them (else they wait for more)."""
+        if len(self._ops) + len(self._calls) >= FLUSH_FROM:
+            self.flush()
+
+    def flush(self) -> None:
+        """Write every note taken since the last flush, in a few numpy operations for all of them."""
+        if self._ops:
+            self._flush_ops()
+        if self._calls:
+            self._flush_calls()
+
+    def _fit(self, rows: int) -> None:
+        """Room for ``rows`` rows and every op named so far."""
+        have_rows, have_ops = self.head.shape
+        if rows > have_rows or len(self.ops) > have_ops:
+            self._allocate(max(have_rows, 1 << (rows - 1).bit_length()), max(have_ops, 1 << (len(self.ops) - 1).bit_length()))
+
+    def _flush_ops(self) -> None:
+        notes, self._ops = self._ops, []
+        row, op, calls, nbytes, busy, group, dtype, at = (np.array(column) for column in zip(*notes))
+        row, op = row.astype(np.int64), op.astype(np.int64)
+        self._fit(int(row.max()) + 1)
+        # each (row, op) may come several times in a batch: the k-th goes k slots after the ring's head
+        totals = np.stack([calls, nbytes], axis=1).astype(np.int64)  # every summary counts, kept in a ring or not
+        np.add.at(self.totals, (row, op), totals)
+        for j, (c, b) in zip(np.unique(op).tolist(), _sum_by(op, totals).tolist()):
+            job = self.job_totals.setdefault(self.ops[j], [0, 0])
+            job[0] += c
+            job[1] += b
+        k, times = _occurrences(row * len(self.ops) + op)
+        w = OP_WINDOW
+        keep = k >= times - w  # more than a ring's worth of one (row, op): the oldest are overwritten anyway
+        if not keep.all():
+            row, op, calls, nbytes, busy, group, dtype, at, k, times = (
+                a[keep] for a in (row, op, calls, nbytes, busy, group, dtype, at, k, times)
+            )  # fmt: skip
+            k, times = k - (times - np.minimum(times, w)), np.minimum(times, w)
+        head = self.head[row, op]
+        slot = (head + k) % w
+        # a ring fills from slot 0: a slot under its count holds an older summary, which leaves the sums
+        old = np.where((slot < self.count[row, op])[:, None], np.stack([a[row, op, slot] for a in (self.calls, self.nbytes, self.busy)], axis=1), 0.0)
+        change = np.stack([calls, nbytes, busy], axis=1).astype(np.float64) - old
+        np.add.at(self.sums, (row, op), change)
+        for j, delta in zip(np.unique(op).tolist(), _sum_by(op, change).tolist()):
+            job_sums = self.job_sums.setdefault(self.ops[j], [0.0, 0.0, 0.0])
+            for i in range(3):
+                job_sums[i] += delta[i]
+        self.at[row, op, slot] = at
+        self.calls[row, op, slot] = calls
+        self.nbytes[row, op, slot] = nbytes
+        self.busy[row, op, slot] = busy
+        last = k == times - 1  # one per (row, op): its newest
+        lr, lo = row[last], op[last]
+        self.head[lr, lo] = (head[last] + times[last]) % w
+        self.count[lr, lo] = np.minimum(self.count[lr, lo] + times[last], w)
+        self.seen[lr, lo] = True
+        self.group[lr, lo] = group[last]
+        self.dtype[lr, lo] = dtype[last]
+
+    def _flush_calls(self) -> None:
+        notes, self._calls = self._calls, []
+        row, op, b, d, _ = (np.array(column) for column in zip(*notes))
+        row = row.astype(np.int64)
+        self._fit(int(row.max()) + 1)
+        k, times = _occurrences(row)
+        w = CALL_WINDOW
+        keep = k >= times - w
+        if not keep.all():
+            row, op, b, d, k, times = (a[keep] for a in (row, op, b, d, k, times))
+            k, times = k - (times - np.minimum(times, w)), np.minimum(times, w)
+        head = self.call_head[row]
+        slot = (head + k) % w
+        self.call_op[row, slot] = op
+        self.call_b[row, slot] = b
+        self.call_d[row, slot] = d
+        last = k == times - 1
+        lr = row[last]
+        self.call_head[lr] = (head[last] + times[last]) % w
+        self.call_count[lr] = np.minimum(self.call_count[lr] + times[last], w)
+
+    def forget(self, row: int) -> None:
+        """A rank's row starts afresh (its new process): its summaries, totals and calls go; the job's totals stay."""
+        self.flush()
+        if row >= self.head.shape[0]:
+            return
+        for j, op in enumerate(self.ops[: self.sums.shape[1]]):
+            if self.seen[row, j]:
+                job_sums = self.job_sums[op]
+                for i, value in enumerate(self.sums[row, j].tolist()):
+                    job_sums[i] -= value
+        self.head[row] = self.count[row] = 0
+        self.sums[row] = 0.0
+        self.totals[row] = 0
+        self.seen[row] = False
+        self.call_head[row] = self.call_count[row] = 0
+
+    # -- reads (under the lock) -------------------------------------------------------------
+
+    def oldest_at(self, rows: np.ndarray) -> np.ndarray:
+        """(rows, ops): the arrival of each ring's oldest summary (inf: none)."""
+        count = self.count[rows]
+        first = (self.head[rows] - count) % OP_WINDOW
+        at = np.take_along_axis(self.at[rows], first[..., None], axis=2)[..., 0]
+        return np.where(count > 0, at, np.inf)
+
+    def samples(self, row: int) -> list[tuple[int, CallSample]]:
+        """A row's raw calls, oldest first, as (op index, sample)."""
+        count, w = int(self.call_count[row]), CALL_WINDOW
+        first = (int(self.call_head[row]) - count) % w
+        slots = [(first + i) % w for i in range(count)]
+        ops, b, d = self.call_op[row, slots].tolist(), self.call_b[row, slots].tolist(), self.call_d[row, slots].tolist()
+        return [(o, CallSample(x, y)) for o, x, y in zip(ops, b, d)]
+
+
+def _number(names: list[str], index: dict[str, int], name: str) -> int:
+    """``name``'s place in ``names`` (appended when new): an op or a dtype as an array's whole number."""
+    found = index.get(name)
+    if found is None:
+        found = index[name] = len(names)
+        names.append(name)
+    return found
+
+
+def _occurrences(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """For each key, which occurrence of its value it is (0, 1, ... in order) and how many there are."""
+    order = np.argsort(keys, kind="stable")
+    ordered = keys[order]
+    starts = np.flatnonzero(np.r_[True, ordered[1:] != ordered[:-1]])
+    sizes = np.diff(np.r_[starts, len(keys)])
+    k_sorted = np.arange(len(keys)) - np.repeat(starts, sizes)
+    k, times = np.empty_like(order), np.empty_like(order)
+    k[order] = k_sorted
+    times[order] = np.repeat(sizes, sizes)
+    return k, times
+
+
+def _sum_by(keys: np.ndarray, values: np.ndarray) -> np.ndarray:
+    """The rows of ``values`` summed by key, in the order of the keys' unique values."""
+    _, inverse = np.unique(keys, return_inverse=True)
+    out = np.zeros((int(inverse.max()) + 1, values.shape[1]), values.dtype)
+    np.add.at(out, inverse, values)
+    return out
 
 
 def add_collectives(w: RankWindow, msg: Steps, now: float, job: JobCollectives) -> None:
@@ -43,22 +283,23 @@ def add_collectives(w: RankWindow, msg: Steps, now: float, job: JobCollectives) 
     calls. Call before adding the message's steps."""
     for entry in msg.cs or ():
         add_summary(w, entry, now, job)
-    for call in msg.cx or ():
-        w.calls.append((now, call))
+    if msg.cx:
+        job.add_calls(w.row, msg.cx, now)
 
 
 def add_digest_collectives(w: RankWindow, ops: dict[str, OpSummary], sample: Iterable[Call], now: float,
                            job: JobCollectives) -> None:
     """A rank's collectives of one interval of its node's digest (wire/node_digest.py): its ops, summed over the
     interval, and its latest sample of raw calls. The waits came in the digest's step record."""
-    _add_ops(w, ops, now, job)
-    for call in sample:
-        w.calls.append((now, call))
+    if ops:
+        job.add_ops(w.row, ops, now)
+    if sample:
+        job.add_calls(w.row, sample, now)
 
 
 def add_summary(w: RankWindow, entry: CallSummary, now: float, job: JobCollectives) -> None:
     """One step-and-phase summary of a rank's collectives: counted exactly, its wait noted by step and phase."""
-    _add_ops(w, entry.ops, now, job)
+    job.add_ops(w.row, entry.ops, now)
     step = entry.n
     step_waits = w.waits.get(step)
     if step_waits is None:
@@ -74,42 +315,6 @@ def add_summary(w: RankWindow, entry: CallSummary, now: float, job: JobCollectiv
         own.rewait(step, step_waits)
 
 
-def _add_ops(w: RankWindow, ops: dict[str, OpSummary], now: float, job: JobCollectives) -> None:
-    for op, summary in ops.items():
-        calls, nbytes, busy = summary.calls, summary.bytes, summary.total
-        totals = w.call_totals.setdefault(op, [0, 0])
-        totals[0] += calls
-        totals[1] += nbytes
-        job_totals = job.totals.get(op)
-        if job_totals is None:
-            job_totals = job.totals[op] = [0, 0]
-            job.sums[op] = [0, 0, 0.0]
-        job_totals[0] += calls
-        job_totals[1] += nbytes
-        recent = w.op_window.get(op)
-        if recent is None:
-            recent = w.op_window[op] = collections.deque(maxlen=OP_WINDOW)
-            w.op_sums[op] = [0, 0, 0.0]
-        sums = w.op_sums[op]  # the window's sums, kept as entries come and go: a snapshot reads three numbers
-        job_sums = job.sums[op]  # ... and the job's, the sum of them all
-        if len(recent) == recent.maxlen:
-            _, old_calls, old_bytes, old_busy = recent[0]
-            sums[0] -= old_calls
-            sums[1] -= old_bytes
-            sums[2] -= old_busy
-            job_sums[0] -= old_calls
-            job_sums[1] -= old_bytes
-            job_sums[2] -= old_busy
-        recent.append((now, calls, nbytes, busy))
-        sums[0] += calls
-        sums[1] += nbytes
-        sums[2] += busy
-        job_sums[0] += calls
-        job_sums[1] += nbytes
-        job_sums[2] += busy
-        w.op_last[op] = job.last[op] = (summary.group, summary.dtype)
-
-
 #: Raw calls the job-wide rows' p95 and fit read at most: every rank's up to 128 ranks, then those of ranks
 #: spread evenly over the job (a rank keeps its last CALL_WINDOW calls).
 JOB_SAMPLE = 2048
@@ -123,39 +328,54 @@ class GatheredCollectives:
 
     now: float
     sums: dict[tuple[int, str], list[float]]  # [calls, bytes, summed wait, first arrival]
-    samples: dict[tuple[int, str], list[Call]]  # raw calls (frozen), oldest first
+    samples: dict[tuple[int, str], list[CallSample]]  # raw calls, oldest first
     totals: dict[tuple[int, str], list[int]]  # [calls, bytes] since the viewer started
     last: dict[tuple[int, str], tuple[int, str]]  # (group size, dtype) last seen
 
 
 def gather(job: JobCollectives, windows: list[RankWindow], now: float, ranks: Iterable[int] | None = None) -> GatheredCollectives:
     """The job's sums, and those of ``ranks`` (every rank's when None), as copies a snapshot may read with the
-    lock released (watch/analysis/collectives.py makes the rows of them)."""
-    wanted = set(w.rank for w in windows) if ranks is None else set(ranks)
-    shown = [w for w in windows if w.rank in wanted] if ranks is not None else windows
+    lock released (watch/analysis/collectives.py makes the rows of them). ``windows``: every rank's, in rank order."""
+    job.flush()
+    wanted = None if ranks is None else set(ranks)
+    shown = windows if wanted is None else [w for w in windows if w.rank in wanted]
+    ops = job.ops
     sums: dict[tuple[int, str], list[float]] = {}  # key -> [calls, bytes, busy, first arrival]
-    samples: dict[tuple[int, str], list[Call]] = {}
+    samples: dict[tuple[int, str], list[CallSample]] = {}
     totals: dict[tuple[int, str], list[int]] = {}
     last: dict[tuple[int, str], tuple[int, str]] = {}
-    for op, (calls, nbytes, busy) in list(job.sums.items()):
-        sums[(-1, op)] = [calls, nbytes, busy, now]
-        totals[(-1, op)] = list(job.totals[op])
-        last[(-1, op)] = job.last[op]
+    for op in ops:
+        if op in job.job_totals:
+            calls, nbytes, busy = job.job_sums[op]
+            sums[(-1, op)] = [calls, nbytes, busy, now]
+            totals[(-1, op)] = list(job.job_totals[op])
+            last[(-1, op)] = job.job_last[op]
     stride = max(1, -(-len(windows) * CALL_WINDOW // JOB_SAMPLE))
+    spanned = windows[:: max(1, len(windows) // SPAN_SAMPLE)] + shown  # the job's rates: over the span of its windows
+    read = windows[::stride] + spanned  # every window read below
+    if read:
+        job._fit(max(w.row for w in read) + 1)  # (a rank with no collectives yet may be past the arrays)
     for w in windows[::stride]:
-        for _, call in list(w.calls):
-            samples.setdefault((-1, call.op), []).append(call)
-    for w in windows[:: max(1, len(windows) // SPAN_SAMPLE)] + shown:  # the job's rates: over the span of its windows
-        for op, recent in list(w.op_window.items()):
-            if recent and (-1, op) in sums:
-                sums[(-1, op)][3] = min(sums[(-1, op)][3], recent[0][0])
-    for w in shown:
-        for op, (calls, nbytes, busy) in list(w.op_sums.items()):
-            recent = w.op_window[op]
-            sums[(w.rank, op)] = [calls, nbytes, busy, recent[0][0] if recent else now]
-            last[(w.rank, op)] = w.op_last[op]
-        for op, (calls, nbytes) in list(w.call_totals.items()):
-            totals[(w.rank, op)] = [calls, nbytes]
-        for _, call in list(w.calls):
-            samples.setdefault((w.rank, call.op), []).append(call)
+        for j, sample in job.samples(w.row):
+            samples.setdefault((-1, ops[j]), []).append(sample)
+    if spanned:
+        oldest = job.oldest_at(np.fromiter((w.row for w in spanned), np.int64, len(spanned))).min(axis=0)
+        for j, op in enumerate(ops):
+            if (-1, op) in sums and oldest[j] < sums[(-1, op)][3]:
+                sums[(-1, op)][3] = float(oldest[j])
+    if shown:
+        rows = np.fromiter((w.row for w in shown), np.int64, len(shown))
+        seen, count = job.seen[rows], job.count[rows]
+        window, first = job.sums[rows].tolist(), job.oldest_at(rows).tolist()
+        rank_totals, group, dtype = job.totals[rows].tolist(), job.group[rows].tolist(), job.dtype[rows].tolist()
+        for i, jj in zip(*np.nonzero(seen)):
+            i, j = int(i), int(jj)
+            key = (shown[i].rank, ops[j])
+            calls, nbytes, busy = window[i][j]
+            sums[key] = [calls, nbytes, busy, first[i][j] if count[i, j] else now]
+            totals[key] = rank_totals[i][j]
+            last[key] = (group[i][j], job.dtypes[dtype[i][j]])
+        for w in shown:
+            for j, sample in job.samples(w.row):
+                samples.setdefault((w.rank, ops[j]), []).append(sample)
     return GatheredCollectives(now, sums, samples, totals, last)

@@ -164,7 +164,7 @@ class JobState:
     def _note_hello(self, rank: RankWindow, meta: RankInfo, now: float, wall: float) -> RankWindow:
         if self.lifecycle.note_hello(rank.rank, meta.pid, wall):
             self.settle()  # the old process's steps still waiting go in before its window empties
-            self.collectives.forget(rank)
+            self.collectives.forget(rank.row)
             rank = self.ranks[rank.rank] = fresh_window(rank, now)  # a new process of the rank: a restart
             self._placed(rank)
             self.resources.forget(rank.rank)
@@ -207,6 +207,7 @@ class JobState:
         message, or after all it took in one go; a view calls it first). A go of digests from different nodes
         is written in one :meth:`_take_digest_steps`: ranks counted and their intervals stored in a few dozen
         numpy operations for all of them, rather than a Python loop per digest."""
+        self.collectives.settle()
         pending, self._pending = self._pending, []
         group: list[tuple[NodeSteps, str | None, float, str]] = []
         hosts: set[str] = set()
@@ -337,13 +338,13 @@ class JobState:
             progress_at=sc.progress_at[rows],
             stepped_at=sc.stepped_at[rows],
             device=sc.device_times[rows],
-            states=[w.state for w in ws],
-            metas=[w.meta for w in ws],
+            states=sc.state[rows].tolist(),
+            metas=sc.meta[rows].tolist(),
             dropped=sc.dropped[rows],
             rate_hz=sc.rate_hz[rows],
             rejected={ws[i].rank: dict(ws[i].rejected or {}) for i in np.flatnonzero(sc.refused[rows]).tolist()},
             works=sc.works[rows],
-            capture_summaries=[w.capture_summary for w in ws],
+            capture_summaries=sc.capture_summary[rows].tolist(),
             resources=self.resources.views(rank.tolist(), now),
             life=self.lifecycle.view(worlds, bool(ws)),
             world=worlds,

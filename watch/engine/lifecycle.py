@@ -114,12 +114,13 @@ def fresh_window(old: RankWindow, now: float) -> RankWindow:
     """The window of a rank's new process: none of the old process's steps, calls or caches; where it is
     heard through and its state as just received (that came from the new process) carry over."""
     kept = old.endpoint, old.last_seen, old.raw_at, old.state_at  # (read first: the new window empties the row)
+    meta, state = old.meta, old.state
     assert old.own is not None  # (set in every window's __post_init__)
     new = RankWindow(old.rank, old.window, columns=old.own.columns, own=old.own, scalars=old.scalars)  # its rows, emptied
     new.endpoint, new.last_seen, new.raw_at, new.state_at = kept
-    if old.meta is not None:
-        new.take_hello(old.meta)
-    new.take_state(old.state)
+    if meta is not None:
+        new.take_hello(meta)
+    new.take_state(state)
     new.progress_at = now
     return new
 

@@ -19,6 +19,8 @@ from typing import Any
 
 import numpy as np
 
+from ranktop.wire.messages import NO_STATE
+
 #: name -> (dtype, the value of a row nobody wrote yet)
 FIELDS: dict[str, tuple[type, Any]] = {
     "last_seen": (np.float64, 0.0),  # viewer clock of its last message
@@ -38,6 +40,14 @@ FIELDS: dict[str, tuple[type, Any]] = {
     "rate_hz": (np.float64, float("nan")),  # the telemetry rate it says it sends at
     "works": (np.bool_, False),  # its hello says its work per step
     "endpoint": (np.int64, 0),  # the relay it was last heard through, as an index of RankScalars.urls (0: none)
+}
+
+#: name -> the value of a row nobody wrote yet: what each rank's messages said, the frozen Structs themselves, in
+#: object arrays (a view gathers every rank's with one fancy index, not a Python pass over the windows).
+HELD: dict[str, Any] = {
+    "state": NO_STATE,  # its last state
+    "meta": None,  # its hello, less the envelope
+    "capture_summary": None,  # (capture id, summary) of its last capture: kept after the rank stops sending it
 }
 
 
@@ -62,6 +72,9 @@ class RankScalars:
     rate_hz: np.ndarray
     works: np.ndarray
     endpoint: np.ndarray
+    state: np.ndarray  # (object) the figures of HELD
+    meta: np.ndarray
+    capture_summary: np.ndarray
 
     def __init__(self, rows: int = 8):
         self.urls: list[str | None] = [None]
@@ -78,6 +91,12 @@ class RankScalars:
                 array[: len(current)] = current
             setattr(self, name, array)
             self.views[name] = array.data
+        for name, blank in HELD.items():
+            held = np.full(rows, blank, object)
+            if old is not None:
+                current = getattr(self, name)
+                held[: len(current)] = current
+            setattr(self, name, held)
 
     def ensure(self, row: int) -> None:
         """Room for ``row`` (the arrays double as the job grows)."""
@@ -90,6 +109,7 @@ class RankScalars:
         self.ensure(row)
         for name, (_, blank) in FIELDS.items():
             self.views[name][row] = blank
+        self.state[row], self.meta[row], self.capture_summary[row] = NO_STATE, None, None
 
     def url_id(self, url: str | None) -> int:
         """The index of a relay's URL in :attr:`urls` (given one when first seen)."""

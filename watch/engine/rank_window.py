@@ -1,4 +1,4 @@
-"""One rank as the viewer remembers it: its last steps, its last state, its collective calls.
+"""One rank as the viewer remembers it: its last state and hello, its collective waits by step; its figures by row elsewhere.
 
 The job state (watch/engine/job_state.py) owns one :class:`RankWindow` per rank and updates it as
 messages arrive; its steps live in the job's step columns (watch/engine/step_columns.py); the analyses (watch/analysis/stalls.py,
@@ -51,6 +51,18 @@ def _optional(name: str, absent, doc: str):
     return property(get, put, doc=doc)
 
 
+def _held(name: str, doc: str):
+    """A property over the window's row of one of the job's object arrays (rank_scalars.HELD): a message's Struct."""
+
+    def get(self: "RankWindow"):
+        return getattr(self.scalars, name)[self.row]
+
+    def put(self: "RankWindow", value) -> None:
+        getattr(self.scalars, name)[self.row] = value
+
+    return property(get, put, doc=doc)
+
+
 @dataclass
 class RankWindow:
     """One rank: its messages and caches here, its scalar figures in its row of the job's :class:`RankScalars`
@@ -59,24 +71,18 @@ class RankWindow:
 
     rank: int
     window: int = 64  # steps (or a node digest's intervals) kept
-    meta: RankInfo | None = None  # its hello, less the envelope (None: none heard yet)
-    state: State = NO_STATE  # its last state (immutable, as decoded: a view hands it on as it is)
-    # collectives (watch/analysis/collectives.py fills them): a sample of recent raw calls (arrival, record), exact
-    # totals per op, the recent per-step summaries per op (arrival, calls, bytes, summed wait), the group
-    # size and dtype last seen per op, and per step the seconds waited, by phase
-    calls: collections.deque = field(default_factory=lambda: collections.deque(maxlen=CALL_WINDOW))
-    call_totals: dict[str, list[int]] = field(default_factory=dict)
-    op_window: dict[str, collections.deque] = field(default_factory=dict)
-    op_last: dict[str, tuple[int, str]] = field(default_factory=dict)
-    op_sums: dict[str, list] = field(default_factory=dict)  # op -> [calls, bytes, summed wait] over op_window
+    # per step the seconds its collectives waited, by phase (its summaries and calls are kept by row in the job's
+    # collective store, watch/engine/collective_sums.py)
     waits: collections.OrderedDict = field(default_factory=collections.OrderedDict)
     # read of its state and hello as they come (take_state, take_hello)
     rejected: dict[str, int] | None = None  # commands it refused, by reason
-    capture_summary: tuple[str, CaptureSummary] | None = None  # (capture id, summary): kept after the rank stops sending it
     columns: StepColumns | None = None  # the job's step columns its steps go in (None: columns of its own)
     own: StepWindow | None = None  # its last steps: number, start, wall and own time per phase (given: emptied, reused)
     scalars: RankScalars | None = None  # the job's per-rank figures (None: of its own); its row is its steps' row
 
+    meta = _held("meta", "its hello, less the envelope (None: none heard yet)")
+    state = _held("state", "its last state (immutable, as decoded: a view hands it on as it is)")
+    capture_summary = _held("capture_summary", "(capture id, summary): kept after the rank stops sending it")
     last_seen = _scalar("last_seen", "viewer clock of its last message")
     raw_at = _scalar("raw_at", "viewer clock of its last own steps or heartbeat (not through a node digest)")
     steps_seen = _scalar("steps_seen", "steps received")

@@ -22,7 +22,7 @@ import sys
 import threading
 import itertools
 import time
-from typing import Callable, Iterable, Protocol
+from typing import Any, Callable, Iterable, Protocol, Sequence, cast
 from urllib.parse import urlsplit
 
 import zmq
@@ -32,6 +32,7 @@ from ranktop.watch.errors import RanktopError
 from ranktop.watch.engine.keys import HANDSHAKE_EVENTS, ClientKeys, Handshakes
 from ranktop.wire import auth, schema, settings
 from ranktop.wire.messages import Hello, Node, RankMessage
+from ranktop.wire.names import NODE, RANK_KINDS, REPLY
 from ranktop.transport import fd_limit, rendezvous
 
 
@@ -48,7 +49,7 @@ class Aggregator(Protocol):
 
     def note_link(self, url: str, up: bool) -> None: ...
 
-    def ingest_batch(self, batch: list[tuple[list[bytes], str | None]]) -> list[RankMessage | Node | None]: ...
+    def ingest_batch(self, batch: Sequence[tuple[list[bytes], str | None]]) -> list[RankMessage | Node | None]: ...
 
     def note_dropped(self, error: str | None = None, *, fault: str | None = None) -> None: ...
 
@@ -59,8 +60,8 @@ DISCOVERY_EVERY_S = 1.0
 #: of every rank's own messages (wire/node_digest.py): a few ranks are seen step by step, thousands in digests.
 DIGESTS_FROM_NODES = 16
 #: What a viewer subscribes to, step by step or in digests (replies to its commands always come from the ranks).
-RANK_TOPICS = tuple(kind.encode() for kind in schema.RANK_KINDS)
-DIGEST_TOPICS = (schema.NODE.encode(), schema.REPLY.encode())
+RANK_TOPICS = tuple(kind.encode() for kind in RANK_KINDS)
+DIGEST_TOPICS = (NODE.encode(), REPLY.encode())
 #: Seconds between two polls of the relays' sockets at least. A poll costs O(relays) (ZeroMQ builds the
 #: poll set afresh each time): polled as each message arrives, 512 relays sending four digests a second
 #: cost a fifth of a core in polls alone; polled at most 10 times a second and drained, under a hundredth (about a
@@ -139,7 +140,7 @@ def tunnelled_control(dialled: str, telemetry: str, control: str) -> str:
     the relay (``ranktop attach --print-ssh`` forwards them that way).
     """
     d, t, c = urlsplit(dialled), urlsplit(telemetry), urlsplit(control)
-    if dialled == telemetry or None in (d.port, t.port, c.port) or d.hostname in (t.hostname, None):
+    if dialled == telemetry or d.port is None or t.port is None or c.port is None or d.hostname in (t.hostname, None):
         return control
     return f"tcp://{d.hostname}:{d.port + c.port - t.port}"
 
@@ -168,11 +169,11 @@ class Receiver(threading.Thread):
         self._discover = discover
         self._on_control = on_control
         self._stop_event = threading.Event()
-        self._sockets: dict[str, zmq.Socket] = {}  # advertised URL -> socket
-        self._urls: dict[zmq.Socket, str] = {}  # and back
-        self._monitors: dict[zmq.Socket, str] = {}  # a socket's monitor -> its advertised URL
+        self._sockets: dict[str, zmq.Socket[bytes]] = {}  # advertised URL -> socket
+        self._urls: dict[zmq.Socket[bytes], str] = {}  # and back
+        self._monitors: dict[zmq.Socket[bytes], str] = {}  # a socket's monitor -> its advertised URL
         self._monitor_poller = zmq.Poller()  # the monitors, looked at less often than the relays' sockets
-        self._controls: dict[str, dict] = {}  # a relay's telemetry URL -> the addresses its messages last gave
+        self._controls: dict[str, dict[str, Any]] = {}  # a relay's telemetry URL -> the addresses its messages last gave
         self._by_host: dict[str, str] = {}  # discovered node -> its relay's advertised telemetry URL
         self._told: dict[str, str] = {}  # discovered node -> its relay's control URL as told to on_control
         self._room = 0  # relays the limit on open files has room for (see make_room)
@@ -211,7 +212,7 @@ class Receiver(threading.Thread):
                         self._monitor_events(monitor)
                     next_monitors = polled + MONITORS_EVERY_S
                 batch: list[tuple[list[bytes], str]] = []
-                for sock, _ in poller.poll(min(200, MONITORS_EVERY_S * 1000)):
+                for sock, _ in poller.poll(int(min(200, MONITORS_EVERY_S * 1000))):
                     if sock in self._urls:
                         self._drain(sock, batch)
                     if len(batch) >= BATCH_MAX:  # a viewer far behind: in bounded goes, every relay served in turn
@@ -235,8 +236,11 @@ class Receiver(threading.Thread):
             self._context.term()
 
     def _run_discovery(self, poller: zmq.Poller) -> None:
+        discover, on_control = self._discover, self._on_control
+        if discover is None:
+            return
         try:
-            records = list(self._discover())
+            records = list(discover())
         except OSError as exc:
             self._aggregator.note_error(f"cannot read rendezvous directory: {exc}")
             return
@@ -263,8 +267,8 @@ class Receiver(threading.Thread):
                         self.handshakes.plain(rec.telemetry)
                     else:
                         self._connect(poller, rec.telemetry, connect_url(rec.telemetry, rec.host), guessed)
-                if self._on_control is not None and self._told.get(rec.host) != rec.control:  # (once per change)
-                    self._on_control(connect_url(rec.control, rec.host))
+                if on_control is not None and self._told.get(rec.host) != rec.control:  # (once per change)
+                    on_control(connect_url(rec.control, rec.host))
                     self._told[rec.host] = rec.control
             except ValueError as exc:  # a record whose URL is no URL (a bad port): skip it, say why
                 self._aggregator.note_error(f"node record of {rec.host}: {exc}")
@@ -317,7 +321,7 @@ class Receiver(threading.Thread):
         self._monitors[monitor] = url
         self._monitor_poller.register(monitor, zmq.POLLIN)
 
-    def _unmonitor(self, sock: zmq.Socket, url: str) -> None:
+    def _unmonitor(self, sock: zmq.Socket[bytes], url: str) -> None:
         try:
             sock.disable_monitor()
         except zmq.ZMQError:
@@ -328,7 +332,7 @@ class Receiver(threading.Thread):
                 del self._monitors[monitor]
                 monitor.close(linger=0)
 
-    def _monitor_events(self, monitor: zmq.Socket) -> None:
+    def _monitor_events(self, monitor: zmq.Socket[bytes]) -> None:
         """A connection made or dropped (the aggregator shows the node connected or lost from now on), or a
         handshake that failed (the key is refused: said once, watch/engine/keys.py)."""
         url = self._monitors[monitor]
@@ -352,14 +356,14 @@ class Receiver(threading.Thread):
             for topic in RANK_TOPICS:
                 if topic not in DIGEST_TOPICS:
                     sock.setsockopt(zmq.UNSUBSCRIBE, topic)
-            sock.setsockopt(zmq.SUBSCRIBE, schema.NODE.encode())
+            sock.setsockopt(zmq.SUBSCRIBE, NODE.encode())
 
-    def _drain(self, sock: zmq.Socket, batch: list[tuple[list[bytes], str]], limit: int = DRAIN_MAX) -> None:
+    def _drain(self, sock: zmq.Socket[bytes], batch: list[tuple[list[bytes], str]], limit: int = DRAIN_MAX) -> None:
         """Take what one relay sent, a bounded number at a time: a viewer behind on hundreds of relays serves
         them in turn rather than one for long (the others would look silent meanwhile)."""
         url = self._urls[sock]
         for count in range(limit):
-            if count and not sock.getsockopt(zmq.EVENTS) & zmq.POLLIN:  # (cheaper than an Again raised per drain)
+            if count and not cast(int, sock.getsockopt(zmq.EVENTS)) & zmq.POLLIN:  # (cheaper than an Again raised per drain)
                 return
             try:
                 frames = sock.recv_multipart(flags=zmq.NOBLOCK)
@@ -392,13 +396,13 @@ class Receiver(threading.Thread):
 
     def _note_relay(self, msg: Hello | Node, url: str) -> None:
         """Where a relay takes commands, as its hello or digest says (told on when it changes)."""
-        relay = msg.relay
-        if relay is not None and isinstance(relay.get("control"), str) and self._controls.get(url) != relay:
+        relay, on_control = msg.relay, self._on_control
+        if on_control is not None and relay is not None and isinstance(relay.get("control"), str) and self._controls.get(url) != relay:
             self._controls[url] = relay  # a relay says where it is in every digest: taken once, when it changes
             try:  # addresses from the network: a malformed one is dropped, never fatal
                 control = relay["control"]
                 if url in self._static and isinstance(relay.get("telemetry"), str):
                     control = tunnelled_control(url, relay["telemetry"], control)
-                self._on_control(_checked(connect_url(control, msg.host)))
+                on_control(_checked(connect_url(control, msg.host)))
             except ValueError:
                 self._aggregator.note_dropped(f"{url}: a hello with a malformed relay address")

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterable, Iterator
 
 import msgspec
 import numpy as np
@@ -31,6 +31,14 @@ from ranktop.watch.model.rank_row import CaptureStatus, RankRow, build_rank_row
 from ranktop.watch.statuses import STATUSES
 
 STATUS_CODE = {name: code for code, name in enumerate(STATUSES)}
+
+
+def median_of(values: Iterable[float]) -> float | None:
+    """The median of ``values``, NaN left out (None: none left): the job's median step, wherever it is worked out
+    (the judge through :func:`phase_medians`' sibling columns, the stall verdict, a snapshot made of rows)."""
+    found = np.fromiter(values, np.float64)
+    found = found[~np.isnan(found)]
+    return float(np.median(found)) if len(found) else None
 
 
 def phase_medians(names: list[str], phases: np.ndarray, live: np.ndarray) -> dict[str, float]:

@@ -25,7 +25,7 @@ from ranktop.watch.model.rank_row import (  # noqa: F401  (read as snapshot.Rank
 )
 from ranktop.watch.engine.endpoints import Endpoint  # noqa: F401  (read as snapshot.Endpoint)
 from ranktop.watch.engine.requests import Reply, RequestStatus, failure_reason  # noqa: F401  (read as snapshot.Reply, ...)
-from ranktop.watch.model.rank_table import RankRows, phase_medians
+from ranktop.watch.model.rank_table import RankRows, median_of, phase_medians
 
 from ranktop.watch.statuses import (  # noqa: F401  (read as snapshot.SILENT, ... everywhere)
     CONNECTED,
@@ -134,9 +134,7 @@ class Snapshot:
         from the rows' step times."""
         if self.median_step_s is not None:
             return self.median_step_s
-        steps = self.ranks.table.step_s
-        steps = steps[~np.isnan(steps)]
-        return float(np.median(steps)) if len(steps) else None
+        return median_of(self.ranks.table.step_s)
 
     def phase_medians(self) -> dict[str, float]:
         """Each phase's median over the live, scored ranks: what "the median rank" does (as the builder worked
