@@ -86,8 +86,8 @@ class NodeScreen(DrillScreen):
 
     def show(self, snapshot: Snapshot) -> None:
         self._snapshot = snapshot
-        if not self.query("#drill-title"):
-            return  # pushed, not composed yet: on_mount draws it
+        if not self.query("#node-ranks"):
+            return  # pushed, not composed yet (the list comes last): on_mount draws it
         rows = dict(self._groups(snapshot.ranks)).get(self.host, [])
         self.query_one("#drill-title", Static).update(node_title(self.host, rows))
         listing = self.query_one(OptionList)
@@ -259,8 +259,8 @@ class RankScreen(DrillScreen):
 
     def show(self, snapshot: Snapshot) -> None:
         self._snapshot = snapshot
-        if not self.query("#drill-title"):
-            return  # pushed, not composed yet: on_mount draws it
+        if not self.query("#rank-body"):
+            return  # pushed, not composed yet (the body, inside its scroll, comes last): on_mount draws it
         row = next((r for r in snapshot.ranks if r.rank == self.rank), None)
         title = self.query_one("#drill-title", Static)
         body = self.query_one("#rank-body", Static)
