@@ -123,7 +123,7 @@ def fingerprint(collected: dict[str, Any]) -> str:
     """A short fingerprint of the main thread's stack: what a viewer groups ranks by.
 
     At thousands of ranks a viewer first asks every rank for this alone, then one
-    rank per distinct fingerprint for its full stacks (see watch/stacks.py).
+    rank per distinct fingerprint for its full stacks (see watch/analysis/stacks.py).
     The same frames (file, line, function) give the same fingerprint on every rank.
     """
     main = next((t for t in collected.get("threads", ()) if t.get("main")), None)
