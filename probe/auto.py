@@ -176,29 +176,33 @@ class AutoTimer:
             else:
                 self._begin_step()
 
-    def backward_begin(self) -> None:
-        rec = self.rec
-        if self.open and rec.step_started and rec.current_step == self._number:
-            self.idle = 0  # (the usual case of _train_event, inline)
-        else:
-            self._train_event()
-        rec.begin_phase("backward")
+    def _training_phase(phase: str) -> Callable[["AutoTimer"], None]:  # type: ignore[misc]
+        """``backward_begin`` and ``optimizer_begin``: a training event, then the phase (one frame each)."""
+
+        def begin(self: "AutoTimer") -> None:
+            rec = self.rec
+            if self.open and rec.step_started and rec.current_step == self._number:
+                self.idle = 0  # (the usual case of _train_event, inline)
+            else:
+                self._train_event()
+            rec.begin_phase(phase)
+
+        begin.__name__ = begin.__qualname__ = f"{phase}_begin"
+        return begin
+
+    backward_begin = _training_phase("backward")
 
     def backward_end(self) -> None:
         self.rec.end_phase()
 
-    def optimizer_begin(self) -> None:
-        rec = self.rec
-        if self.open and rec.step_started and rec.current_step == self._number:
-            self.idle = 0  # (the usual case of _train_event, inline)
-        else:
-            self._train_event()
-        rec.begin_phase("optimizer")
+    optimizer_begin = _training_phase("optimizer")
 
     def optimizer_end(self) -> None:
         self.rec.end_phase()
         if self.open:
             self.complete = True
+
+    del _training_phase
 
     def disable(self) -> None:
         for name in ("data_begin", "data_end", "forward_end", "backward_begin", "backward_end", "optimizer_begin", "optimizer_end"):
