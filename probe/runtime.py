@@ -103,6 +103,10 @@ def init(
     global active
     with _lock:
         if isinstance(active, Probe):
+            # A script that called init() before importing torch: automatic mode (``ranktop launch``) calls
+            # again once torch is in, and the collectives are wrapped then (idempotent), or their waits would
+            # count as the phase's own work.
+            collectives.install(active.collectives)
             return active
         if settings.DISABLE.on():
             return DISABLED

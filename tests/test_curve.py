@@ -248,7 +248,7 @@ class Tunnel:
             try:
                 ctl.bind(("127.0.0.1", tele.getsockname()[1] + control_port - telemetry_port))
                 break
-            except OSError:
+            except (OSError, OverflowError):  # taken, or past 65535 (OverflowError): another free port
                 tele.close()
                 ctl.close()
         self.port = tele.getsockname()[1]
