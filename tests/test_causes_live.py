@@ -81,6 +81,7 @@ def test_a_rank_sharing_its_cpu_with_a_busy_process_is_named_with_cpu_contention
     assert verdict["kind"] == "slow_rank" and verdict["ranks"] == [1], verdict
     cause = verdict["cause"]
     assert cause is not None and cause["kind"] == "cpu_contention", verdict
-    assert cause["switches_per_s"] > cause["peers_switches_per_s"], cause
+    # the figure that names it: the run-queue wait (its preemptions may be fewer and longer than its peers')
+    assert cause["extra_s"] > cause["peers"], cause
     assert verdict["text"].endswith("(cpu contention)") and ", because its training thread waits " in verdict["text"]
     assert doc["ranks"][0]["causes"] == []
