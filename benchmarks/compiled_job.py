@@ -2,7 +2,10 @@
 
 Run by ``benchmarks/probe_overhead.py --job`` with and without ``ranktop launch``, alternated; it knows
 nothing of ranktop. Rank 0 prints ``optimizer steps/s: X`` over ``--steps`` optimizer steps after
-``--warmup`` (compilation, the allocator's first steps). The model is ``torch.compile(DDP(model))`` (dynamo's
+``--warmup`` (compilation, the allocator's first steps), and the CPU time the ranks spent per optimizer step
+over the same steps (mean of the ranks): ``training-thread cpu ms/step`` (the thread that runs the loop) and
+``process cpu ms/step`` (every thread of the rank: the probe's sender thread too, when launched). Those two do
+not depend on what else runs on the machine the way the rate does. The model is ``torch.compile(DDP(model))`` (dynamo's
 DDPOptimizer splits the graph at DDP's buckets), or with ``--ddp-outside`` ``DDP(torch.compile(model))``;
 ``--fullgraph`` compiles with ``fullgraph=True`` (with ``--ddp-outside`` only).
 
@@ -39,21 +42,27 @@ def main() -> None:
         model = torch.compile(DDP(net), backend=args.backend)
     opt = torch.optim.AdamW(net.parameters(), lr=1e-3)
     data = torch.randint(0, net.cfg.vocab, (64, args.batch_size, net.cfg.seq_len + 1))
-    start = 0.0
+    start = cpu_thread = cpu_process = 0.0
     for step in range(args.warmup + args.steps):
         if step == args.warmup:
             dist.barrier()
             start = time.perf_counter()
+            cpu_thread, cpu_process = time.thread_time(), time.process_time()
         for i in range(args.micro_batches):
             batch = data[(step * args.micro_batches + i) % len(data)]
             with model.no_sync() if i + 1 < args.micro_batches else _nothing():
                 lm_loss(model, batch[:, :-1], batch[:, 1:]).div(args.micro_batches).backward()
         opt.step()
         opt.zero_grad(set_to_none=True)
+    cpu = torch.tensor([time.thread_time() - cpu_thread, time.process_time() - cpu_process], dtype=torch.float64)
     dist.barrier()
     elapsed = time.perf_counter() - start
+    dist.all_reduce(cpu)  # after the timed window
+    cpu_ms = (cpu / dist.get_world_size() / args.steps * 1e3).tolist()
     if dist.get_rank() == 0:
         print(f"optimizer steps/s: {args.steps / elapsed:.4f}", flush=True)
+        print(f"training-thread cpu ms/step: {cpu_ms[0]:.4f}", flush=True)
+        print(f"process cpu ms/step: {cpu_ms[1]:.4f}", flush=True)
     dist.destroy_process_group()
 
 
