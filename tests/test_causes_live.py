@@ -85,3 +85,20 @@ def test_a_rank_sharing_its_cpu_with_a_busy_process_is_named_with_cpu_contention
     assert cause["extra_s"] > cause["peers"], cause
     assert verdict["text"].endswith("(cpu contention)") and ", because its training thread waits " in verdict["text"]
     assert doc["ranks"][0]["causes"] == []
+
+
+def test_a_rank_that_hosts_a_hot_expert_is_named_with_expert_load(jobs):
+    # 70% of every rank's tokens go to the expert on rank 3: it receives about 2.7x the all-to-all rows of its peers
+    doc = jobs.launch("hot-expert", "moe_experts.py", "--hot-rank", "3")
+    row = assert_named_first_and_alone(doc, 3, "forward", "rank 3 slow in forward")
+    cause = doc["verdict"]["cause"]
+    assert cause is not None and cause["kind"] == "expert_load", doc["verdict"]
+    assert ", because it receives " in doc["verdict"]["text"] and doc["verdict"]["text"].endswith("(expert load)")
+    assert row["causes"][0] == cause and cause["ratio"] >= 2.0, cause
+    assert [r["causes"] for r in doc["ranks"] if r["rank"] != 3] == [[]] * 3
+
+
+def test_a_healthy_expert_parallel_job_names_nobody(jobs):
+    doc = jobs.launch("even-experts", "moe_experts.py")
+    assert doc["verdict"]["kind"] == "healthy", doc["verdict"]
+    assert_no_cause(doc)
