@@ -226,8 +226,8 @@ class Evidence:
             value = _call(source)
             if value is not None:
                 reading[name] = value
-        if inputs.calls:
-            reading["samples"], reading["tokens"] = inputs.samples, inputs.tokens
+        # counted from nothing: the first window after the job starts counting is short of what it took in
+        reading["samples"], reading["tokens"], reading["counted"] = inputs.samples, inputs.tokens, inputs.calls > 0
         children = _call(self._children)
         if children is not None:
             reading["kids"], reading["kids_n"] = children
@@ -261,7 +261,7 @@ def rates(first: dict[str, Any], last: dict[str, Any]) -> dict[str, Any] | None:
         if name in first and name in last:
             out[wire] = max(0.0, (last[name] - first[name]) / span)
     steps = last.get("steps", 0) - first.get("steps", 0) if "steps" in first and "steps" in last else 0
-    if steps > 0:
+    if steps > 0 and last.get("counted"):
         for name in PER_STEP:
             if name in first and name in last:
                 out[name] = max(0.0, (last[name] - first[name]) / steps)
@@ -275,7 +275,7 @@ def levels(reading: dict[str, Any], work: Callable[[], dict] | None) -> dict[str
         out["kids_n"] = reading["kids_n"]
     if "swap" in reading:
         out["swap"] = float(reading["swap"])
-    declared = _call(work) if "samples" not in reading else None
+    declared = _call(work) if not reading.get("counted") else None
     if declared:
         for name, key in (("samples", "batch"), ("tokens", "tokens")):
             value = declared.get(key)
