@@ -130,3 +130,11 @@ def test_the_cpu_of_child_processes_is_read_from_proc():
         child.kill()
         child.wait()
     assert evidence.read_children(2**22 + 12345) is None  # no such process: nothing, no error
+
+
+def test_add_inputs_before_init_or_after_shutdown_does_nothing_and_never_raises():
+    from ranktop import probe
+
+    assert probe.get() is None
+    probe.add_inputs(samples=8, tokens=4096)
+    probe.add_inputs()
