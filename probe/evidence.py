@@ -24,9 +24,9 @@ rank's latest state only, compares like with like:
 - ``samples`` and ``tokens``: what the rank took in per step, as the job says it
   (:func:`ranktop.probe.add_inputs`, two integer adds per call; else the work
   per step it declared with ``set_work``).
-- ``kids`` and ``kids_n``: CPUs the rank's child processes (its DataLoader
-  workers) used, and how many there are (``/proc/<pid>/task/*/children`` and each
-  child's ``stat``; Linux only).
+- ``kids`` and ``kids_n``: CPUs the training thread's child processes (its
+  DataLoader workers) used, and how many there are (``/proc/<pid>/task/<tid>/children``
+  and each child's ``stat``; Linux only).
 - ``swap``: bytes of the process swapped out (``VmSwap``), and ``retries``:
   the CUDA caching allocator's retries per second (a ``cudaMalloc`` that failed,
   so the cache was freed and the call tried again: a synchronisation each).
@@ -113,22 +113,23 @@ def read_thread(native_id: int) -> tuple[float, int, int | None] | None:
     return None
 
 
-def read_children(pid: int | None = None, clock_ticks: int = 0) -> tuple[float, int] | None:
-    """CPU seconds the live child processes of ``pid`` (this process) have used, and how many there are; None
-    where /proc does not list children (not Linux, a kernel without ``CONFIG_PROC_CHILDREN``)."""
+def read_children(native_id: int | None = None, pid: int | None = None, clock_ticks: int = 0) -> tuple[float, int] | None:
+    """CPU seconds the live child processes of thread ``native_id`` of process ``pid`` (this process's calling
+    thread) have used, and how many there are; None where /proc does not list children (not Linux, a kernel
+    without ``CONFIG_PROC_CHILDREN``). A DataLoader forks its workers from the thread that iterates it: the
+    training thread; reading its children alone is one file, where every thread's would be dozens."""
     pid = os.getpid() if pid is None else pid
+    native_id = threading.get_native_id() if native_id is None else native_id
     ticks = clock_ticks or _CLOCK_TICKS
-    kids: list[str] = []
     try:
-        for task in os.listdir(f"/proc/{pid}/task"):
-            with open(f"/proc/{pid}/task/{task}/children", "rb") as f:
-                kids.extend(f.read().decode().split())
-    except (OSError, ValueError):
+        with open(f"/proc/{pid}/task/{native_id}/children", "rb") as f:
+            kids = f.read().split()
+    except OSError:
         return None
     seconds = 0.0
     for kid in kids[:MAX_CHILDREN]:
         try:
-            with open(f"/proc/{kid}/stat", "rb") as f:
+            with open(b"/proc/%s/stat" % kid, "rb") as f:
                 fields = f.read().rsplit(b")", 1)[1].split()  # after the name, which may hold spaces
             seconds += (int(fields[11]) + int(fields[12])) / ticks  # utime, stime
         except (OSError, ValueError, IndexError):
@@ -177,7 +178,7 @@ class Evidence:
         self, thread_ident: int | None = None, native_id: int | None = None, *, clock=time.monotonic,
         rows_in: Callable[[], int] | None = None, steps: Callable[[], int] | None = None,
         work: Callable[[], dict] | None = None, retries: Callable[[], int | None] | None = None,
-        children: Callable[[], tuple[float, int] | None] = read_children,
+        children: Callable[[int], tuple[float, int] | None] = read_children,
     ):  # fmt: skip
         self.gc = GcTimer(threading.get_ident() if thread_ident is None else thread_ident)
         self.inputs = Inputs()
@@ -228,17 +229,17 @@ class Evidence:
                 reading[name] = value
         # counted from nothing: the first window after the job starts counting is short of what it took in
         reading["samples"], reading["tokens"], reading["counted"] = inputs.samples, inputs.tokens, inputs.calls > 0
-        children = _call(self._children)
+        children = _call(self._children, self.native_id)
         if children is not None:
             reading["kids"], reading["kids_n"] = children
         return reading
 
 
-def _call(source: Callable[[], Any] | None) -> Any:
+def _call(source: Callable[..., Any] | None, *args: Any) -> Any:
     if source is None:
         return None
     try:
-        return source()
+        return source(*args)
     except Exception:
         return None  # a figure the rank cannot read is left out, never the state
 

@@ -84,7 +84,7 @@ def test_rows_received_inputs_and_allocator_retries_go_out_per_second_or_per_ste
     clock = [0.0]
     totals = {"rows": 0, "steps": 0, "retries": 3}
     ev = evidence.Evidence(clock=lambda: clock[0], rows_in=lambda: totals["rows"], steps=lambda: totals["steps"],
-                           retries=lambda: totals["retries"], children=lambda: (1.0, 2))  # fmt: skip
+                           retries=lambda: totals["retries"], children=lambda tid: (1.0, 2))  # fmt: skip
     ev.sample()
     clock[0] += 2.0
     totals.update(rows=800, steps=20, retries=4)
@@ -129,7 +129,7 @@ def test_the_cpu_of_child_processes_is_read_from_proc():
     finally:
         child.kill()
         child.wait()
-    assert evidence.read_children(2**22 + 12345) is None  # no such process: nothing, no error
+    assert evidence.read_children(pid=2**22 + 12345) is None  # no such process: nothing, no error
 
 
 def test_add_inputs_before_init_or_after_shutdown_does_nothing_and_never_raises():
@@ -138,3 +138,39 @@ def test_add_inputs_before_init_or_after_shutdown_does_nothing_and_never_raises(
     assert probe.get() is None
     probe.add_inputs(samples=8, tokens=4096)
     probe.add_inputs()
+
+
+DATALOADER_SCRIPT = r"""
+import time, torch
+from torch.utils.data import DataLoader, Dataset
+from ranktop.probe import evidence
+
+class Busy(Dataset):
+    def __len__(self):
+        return 10_000
+    def __getitem__(self, i):
+        end = time.process_time() + 0.01  # a transform that costs CPU
+        while time.process_time() < end:
+            pass
+        return torch.zeros(4)
+
+ev = evidence.Evidence()
+ev.sample()
+loader = iter(DataLoader(Busy(), batch_size=4, num_workers=2))
+end = time.monotonic() + 3.0
+while time.monotonic() < end:
+    next(loader)
+    rates = ev.sample()
+print(rates["kids_n"], rates["kids"])
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc/<pid>/task/*/children is Linux's")
+def test_a_dataloader_s_workers_and_the_cpu_they_use_are_in_the_evidence():
+    import subprocess
+
+    out = subprocess.run([sys.executable, "-c", DATALOADER_SCRIPT], capture_output=True, text=True, timeout=120,
+                         env=dict(__import__("os").environ, OMP_NUM_THREADS="1"))  # fmt: skip
+    assert out.returncode == 0, out.stderr[-2000:]
+    workers, cpus = out.stdout.split()
+    assert int(workers) == 2 and float(cpus) > 0.2, out.stdout  # two busy workers on a 2-core machine use CPU
