@@ -87,4 +87,6 @@ def get():
     return active if isinstance(active, runtime.Probe) else None
 
 
-__all__ = ["init", "shutdown", "step", "phase", "automatic", "get", "set_work", "add_inputs", "count_flops", "STANDARD_PHASES", "__version__"]
+__all__ = [
+    "init", "shutdown", "step", "phase", "automatic", "get", "set_work", "add_inputs", "count_flops", "STANDARD_PHASES", "__version__",
+]  # fmt: skip

@@ -522,8 +522,8 @@ def _wrap(name: str, arg: str, original, dist):
     position = params.index(arg) if arg in params else None
     group_position = params.index("group") if "group" in params else None
     async_position = params.index("async_op") if "async_op" in params else None
-    received = RECEIVES.get(name)
-    received_position = params.index(received) if received in params else None
+    received = RECEIVES.get(name) if RECEIVES.get(name) in params else None  # an all-to-all: where its output is
+    received_position = params.index(received) if received is not None else 0
     always_async = name in ("isend", "irecv")
     p2p = name in P2P_OPS
     kind = P2P if p2p else COLLECTIVE
@@ -538,9 +538,9 @@ def _wrap(name: str, arg: str, original, dist):
             group = kwargs.get("group") if "group" in kwargs else (args[group_position] if group_position is not None and group_position < len(args) else None)
             is_async = always_async or bool(kwargs.get("async_op") if "async_op" in kwargs else (args[async_position] if async_position is not None and async_position < len(args) else False))
             info = _groups.get(id(group)) or _group_info(dist, group)
-            if received is not None:  # an all-to-all: the rows it receives (an int add)
-                tracker.rows_in += rows(kwargs.get(received) if received in kwargs else
-                                        args[received_position] if received_position is not None and received_position < len(args) else None)  # fmt: skip
+            if received is not None:  # the rows it receives (an int add)
+                output = kwargs.get(received) if received in kwargs else args[received_position] if received_position < len(args) else None
+                tracker.rows_in += rows(output)
             pipeline = p2p and _note_p2p(dist, info, args, kwargs, name)
             key = _key(name, PIPELINE if pipeline else _label(info, p2p))
             if p2p and is_async:  # timed in its Work.wait(), where the training thread blocks

@@ -118,7 +118,8 @@ def test_the_cpu_of_child_processes_is_read_from_proc():
 
     before = evidence.read_children()
     assert before is not None
-    child = subprocess.Popen([sys.executable, "-c", "import time\nend = time.process_time() + 0.3\nwhile time.process_time() < end: pass\ntime.sleep(30)"])
+    busy = "import time\nend = time.process_time() + 0.3\nwhile time.process_time() < end: pass\ntime.sleep(30)"
+    child = subprocess.Popen([sys.executable, "-c", busy])
     try:
         for _ in range(100):
             seconds, count = evidence.read_children()

@@ -14,7 +14,8 @@ from ranktop.watch.offline.prometheus import SnapshotCollector
 from ranktop.watch.model.snapshot import OK, SLOW, GpuStat, MemoryStat, RankRow, Snapshot, Throughput
 
 UNITS = ("_seconds", "_bytes", "_ratio", "_watts", "_celsius", "_per_second", "_bytes_per_second")
-COUNTS = ("ranktop_rank_coordinates", "ranktop_rank_status", "ranktop_rank_slow_phase", "ranktop_rank_cause", "ranktop_rank_gpu_throttle", "ranktop_rank_last_step",
+COUNTS = ("ranktop_rank_coordinates", "ranktop_rank_status", "ranktop_rank_slow_phase", "ranktop_rank_cause",
+          "ranktop_rank_gpu_throttle", "ranktop_rank_last_step",
           "ranktop_job_step", "ranktop_job_world_size", "ranktop_job_ranks_connected", "ranktop_job_slow_ranks",
           "ranktop_job_stalled_ranks", "ranktop_job_silent_ranks", "ranktop_job_dropped_messages", "ranktop_job_up",
           "ranktop_job_restarts", "ranktop_job_ranks_not_back", "ranktop_job_verdict", "ranktop_job_device_time_ranks")

@@ -76,17 +76,14 @@ class Load:
     name: str
     field: str  # of wire/messages.py's Evidence
     per_second: bool
-    says: Callable[[float, str, str], str]  # (its ratio to its peers, its figure per step, its peers') -> the text
+    says: str  # the text's start, formatted with its ratio to its peers
 
 
 LOADS = (
-    Load("expert_load", "a2a_rows", True,
-         lambda ratio, mine, peers: f"it receives {ratio:.1f}x the all-to-all rows of its peers, {mine} a step against {peers} (expert load)"),
-    Load("input_imbalance", "tokens", False,
-         lambda ratio, mine, peers: f"it takes in {ratio:.1f}x the tokens of its peers, {mine} a step against {peers} (input imbalance)"),
-    Load("input_imbalance", "samples", False,
-         lambda ratio, mine, peers: f"it takes in {ratio:.1f}x the samples of its peers, {mine} a step against {peers} (input imbalance)"),
-)  # fmt: skip
+    Load("expert_load", "a2a_rows", True, "it receives {:.1f}x the all-to-all rows of its peers"),
+    Load("input_imbalance", "tokens", False, "it takes in {:.1f}x the tokens of its peers"),
+    Load("input_imbalance", "samples", False, "it takes in {:.1f}x the samples of its peers"),
+)
 #: The phase a slow data loader shows in.
 DATA_PHASE = "data"
 
@@ -159,8 +156,9 @@ def judge_load(
             continue
         per_step = step if load.per_second else 1.0
         ratio = value / ref
-        out.append(Cause(kind=load.name, text=load.says(ratio, _count(value * per_step), _count(ref * per_step)),
-                         value=value, peers=ref, ratio=ratio, extra_s=_scaled(step, excess, ratio)))  # fmt: skip
+        mine, peers = _count(value * per_step), _count(ref * per_step)
+        text = f"{load.says.format(ratio)}, {mine} a step against {peers} ({load.name.replace('_', ' ')})"
+        out.append(Cause(kind=load.name, text=text, value=value, peers=ref, ratio=ratio, extra_s=_scaled(step, excess, ratio)))
     return out
 
 

@@ -185,7 +185,8 @@ def families(snap: Snapshot, core) -> list:
         job_gauge("device_time_ranks", "Ranks whose step and phase times are GPU time (CUDA events); the others' are "
                   "CPU wall time.", len(snap.device_time_ranks)),
     ]
-    rank_families = [coords, step, phase, score, excess, status, culprit, cause, comm, last_step, last_seen, stalled, rss, alloc, resv, peak,
+    rank_families = [coords, step, phase, score, excess, status, culprit, cause, comm, last_step, last_seen, stalled, rss, alloc, resv,
+                     peak,
                      creep, gutil, gmem, gpow, gtemp, gthr, samples, tokens, flops, mfu]
     return job_families + rank_families
 
