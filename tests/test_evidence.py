@@ -71,10 +71,13 @@ print(tracker.rows_in)
 
 
 def test_the_rows_an_all_to_all_receives_are_counted_in_the_wrappers(tmp_path):
-    import random
+    import socket
     import subprocess
 
-    env = dict(__import__("os").environ, PORT=str(random.randint(20000, 40000)), OMP_NUM_THREADS="1")
+    with socket.socket() as free:  # a port nobody holds now (a random one met another session's, here)
+        free.bind(("127.0.0.1", 0))
+        port = free.getsockname()[1]
+    env = dict(__import__("os").environ, PORT=str(port), OMP_NUM_THREADS="1")
     out = subprocess.run([sys.executable, "-c", ALL_TO_ALL_SCRIPT], capture_output=True, text=True, env=env, timeout=120)
     assert out.returncode == 0, out.stderr[-2000:]
     assert int(out.stdout.split()[-1]) == 6 + 2 + 7  # each call's output rows (the functional one: its split sizes)
