@@ -84,6 +84,8 @@ LOADS = (
     Load("input_imbalance", "tokens", False, "it takes in {:.1f}x the tokens of its peers"),
     Load("input_imbalance", "samples", False, "it takes in {:.1f}x the samples of its peers"),
 )
+#: The least figure a load or a clock is worth reading the peers' for (any above nothing).
+_TINY = 1e-12
 #: The phase a slow data loader shows in.
 DATA_PHASE = "data"
 
@@ -101,6 +103,19 @@ def figures(states: Sequence[State], field: str, part: str = "ev") -> np.ndarray
         if isinstance(value, (int, float)) and not isinstance(value, bool):
             out[i] = value
     return out
+
+
+def column(
+    states: Sequence[State], field: str, which: np.ndarray, peers_of: np.ndarray, at_least: float, part: str = "ev"
+) -> np.ndarray | None:
+    """:func:`figures` of ``field``, NaN for the ranks that are nobody's peers (``peers_of`` False), or None when no
+    rank of ``which`` (the slow ones) has a figure of ``at_least``, the least that could make it a cause: a job of
+    thousands of ranks pays a pass over every state only for a figure that may name one."""
+    if not (figures([states[i] for i in which.tolist()], field, part) >= at_least).any():  # (NaN: False)
+        return None
+    values = figures(states, field, part)
+    values[~peers_of] = np.nan
+    return values
 
 
 def peer_reference(values: np.ndarray, class_ids: np.ndarray | None, which: np.ndarray) -> np.ndarray:
@@ -225,15 +240,15 @@ def of_ranks(
     switches = None
     peers_of = live | slow
     for load in LOADS:
-        values = figures(states, load.field)
-        values[~peers_of] = np.nan
+        values = column(states, load.field, which, peers_of, _TINY)
+        if values is None:
+            continue
         reference = peer_reference(values, class_ids, which)
         for i, cause in zip(which.tolist(), judge_load(values[which], reference, step_s[which], excess_s[which], load)):
             if cause is not None and not any(c.kind == cause.kind for c in found.get(i, ())):
                 found.setdefault(i, []).append(cause)
-    clocks = figures(states, "sm_mhz", "gpu")
-    if not np.isnan(clocks[which]).all():
-        clocks[~peers_of] = np.nan
+    clocks = column(states, "sm_mhz", which, peers_of, _TINY, "gpu")
+    if clocks is not None:
         reasons = [(states[i].gpu or {}).get("throttle") for i in which.tolist()]
         reference = peer_reference(clocks, class_ids, which)
         for i, cause in zip(which.tolist(), judge_clock(clocks[which], reference, step_s[which], excess_s[which], reasons)):
@@ -243,8 +258,9 @@ def of_ranks(
     if culprit is not None and phases is not None and DATA_PHASE in names:
         _data_loader(states, which, peers_of, class_ids, culprit, list(names).index(DATA_PHASE), phases, found)
     for kind in KINDS:
-        values = figures(states, kind.field)
-        values[~live & ~slow] = np.nan
+        values = column(states, kind.field, which, peers_of, FLOOR)
+        if values is None:
+            continue
         reference = peer_reference(values, class_ids, which)
         for i, cause in zip(which.tolist(), judge(values[which], reference, step_s[which], excess_s[which], kind)):
             if cause is None:
@@ -259,10 +275,11 @@ def of_ranks(
 
 def _memory(states: Sequence[State], which: np.ndarray, peers_of: np.ndarray, class_ids: np.ndarray | None,
             found: dict[int, list[Cause]]) -> None:  # fmt: skip
-    retries, swap = figures(states, "retries"), figures(states, "swap")
-    if np.isnan(retries[which]).all() and np.isnan(swap[which]).all():
+    retries, swap = column(states, "retries", which, peers_of, RETRIES_FLOOR), column(states, "swap", which, peers_of, SWAP_FLOOR)
+    if retries is None and swap is None:
         return
-    retries[~peers_of] = swap[~peers_of] = np.nan
+    nothing = np.full(len(states), np.nan)
+    retries, swap = nothing if retries is None else retries, nothing if swap is None else swap
     peers_retries, peers_swap = peer_reference(retries, class_ids, which), peer_reference(swap, class_ids, which)
     for k, i in enumerate(which.tolist()):
         cause = judge_memory(retries[i], peers_retries[k], swap[i], peers_swap[k])
