@@ -239,32 +239,28 @@ def of_ranks(
     found: dict[int, list[Cause]] = {}
     switches = None
     peers_of = live | slow
-    for load in LOADS:
-        values = column(states, load.field, which, peers_of, _TINY)
+    step, excess = step_s[which], excess_s[which]
+
+    def judged(field: str, at_least: float, judge_columns, part: str = "ev") -> list[tuple[int, Cause]]:
+        """(row, cause) of each slow rank its figure ``field`` names, by ``judge_columns(its figures, its peers')``."""
+        values = column(states, field, which, peers_of, at_least, part)
         if values is None:
-            continue
-        reference = peer_reference(values, class_ids, which)
-        for i, cause in zip(which.tolist(), judge_load(values[which], reference, step_s[which], excess_s[which], load)):
-            if cause is not None and not any(c.kind == cause.kind for c in found.get(i, ())):
+            return []
+        found_here = judge_columns(values[which], peer_reference(values, class_ids, which))
+        return [(i, cause) for i, cause in zip(which.tolist(), found_here) if cause is not None]
+
+    for load in LOADS:
+        for i, cause in judged(load.field, _TINY, lambda mine, peers, load=load: judge_load(mine, peers, step, excess, load)):
+            if not any(c.kind == cause.kind for c in found.get(i, ())):
                 found.setdefault(i, []).append(cause)
-    clocks = column(states, "sm_mhz", which, peers_of, _TINY, "gpu")
-    if clocks is not None:
-        reasons = [(states[i].gpu or {}).get("throttle") for i in which.tolist()]
-        reference = peer_reference(clocks, class_ids, which)
-        for i, cause in zip(which.tolist(), judge_clock(clocks[which], reference, step_s[which], excess_s[which], reasons)):
-            if cause is not None:
-                found.setdefault(i, []).append(cause)
+    reasons = [(states[i].gpu or {}).get("throttle") for i in which.tolist()]
+    for i, cause in judged("sm_mhz", _TINY, lambda mine, peers: judge_clock(mine, peers, step, excess, reasons), "gpu"):
+        found.setdefault(i, []).append(cause)
     _memory(states, which, peers_of, class_ids, found)
     if culprit is not None and phases is not None and DATA_PHASE in names:
         _data_loader(states, which, peers_of, class_ids, culprit, list(names).index(DATA_PHASE), phases, found)
     for kind in KINDS:
-        values = column(states, kind.field, which, peers_of, FLOOR)
-        if values is None:
-            continue
-        reference = peer_reference(values, class_ids, which)
-        for i, cause in zip(which.tolist(), judge(values[which], reference, step_s[which], excess_s[which], kind)):
-            if cause is None:
-                continue
+        for i, cause in judged(kind.field, FLOOR, lambda mine, peers, kind=kind: judge(mine, peers, step, excess, kind)):
             if kind.name == "cpu_contention":
                 switches = figures(states, "nvcsw") if switches is None else switches
                 peers = peer_reference(switches, class_ids, np.array([i]))[0]
