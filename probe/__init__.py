@@ -44,6 +44,15 @@ def set_work(*, batch_size: int | None = None, tokens_per_step: int | None = Non
         active.resources.set_work(batch=batch_size, tokens=tokens_per_step, flops=flops_per_step)
 
 
+def add_inputs(samples: int = 0, tokens: int = 0) -> None:
+    """Say what this step took in (call it once a step, or once per micro-batch): samples and tokens.
+
+    Two integer adds; the probe sends the average per step, and the viewer names a slow rank that takes in
+    more than its peers (``input_imbalance``, docs/detection.md). Without it, the ``batch_size`` and
+    ``tokens_per_step`` given to :func:`set_work` or ``init`` stand for every step."""
+    runtime.active.add_inputs(samples, tokens)
+
+
 def count_flops(fn, *args, **kwargs) -> int:
     """Run ``fn(*args, **kwargs)`` once (a forward and backward) under PyTorch's FLOP counter,
     report the count as this rank's FLOPs per step, and return it. See probe/flops.py."""
@@ -78,4 +87,6 @@ def get():
     return active if isinstance(active, runtime.Probe) else None
 
 
-__all__ = ["init", "shutdown", "step", "phase", "automatic", "get", "set_work", "count_flops", "STANDARD_PHASES", "__version__"]
+__all__ = [
+    "init", "shutdown", "step", "phase", "automatic", "get", "set_work", "add_inputs", "count_flops", "STANDARD_PHASES", "__version__",
+]  # fmt: skip

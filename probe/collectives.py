@@ -81,6 +81,8 @@ OPS: dict[str, str] = {
     "irecv": "tensor",
     "broadcast_object_list": "",
 }
+#: All-to-alls, and the argument that holds what this rank receives: its rows are counted (an expert's load).
+RECEIVES: dict[str, str] = {"all_to_all": "output_tensor_list", "all_to_all_single": "output"}
 #: The name DDP's bucketed gradient all-reduce is reported under.
 DDP_OP = "ddp_allreduce"
 #: Point-to-point ops: timed in their wait, and what marks a group as a pipeline group.
@@ -111,6 +113,17 @@ def _nbytes(value: Any) -> int:
         return 0
 
 
+def rows(value: Any) -> int:
+    """The rows of a tensor (its first dimension; a scalar is one), or of a list of them, summed."""
+    if isinstance(value, (list, tuple)):
+        return sum(rows(v) for v in value)
+    try:
+        shape = value.shape
+        return int(shape[0]) if len(shape) else 1
+    except Exception:
+        return 0
+
+
 def on_cuda(value: Any) -> bool:
     """Whether a collective's tensor (or the first of a list) is on a CUDA device."""
     if isinstance(value, (list, tuple)):
@@ -130,6 +143,7 @@ class CollectiveTracker:
         self.buffer: collections.deque[dict[str, Any]] = collections.deque(maxlen=capacity)
         self.produced = 0
         self.seq = 0
+        self.rows_in = 0  # rows received in all-to-alls (written by the training thread, read by the sender's)
         self._recorder = recorder
         # What the sender reports while a rank hangs: the last collective entered, and
         # when a blocking one began (0.0 once it returned).
@@ -508,6 +522,8 @@ def _wrap(name: str, arg: str, original, dist):
     position = params.index(arg) if arg in params else None
     group_position = params.index("group") if "group" in params else None
     async_position = params.index("async_op") if "async_op" in params else None
+    received = RECEIVES.get(name) if RECEIVES.get(name) in params else None  # an all-to-all: where its output is
+    received_position = params.index(received) if received is not None else 0
     always_async = name in ("isend", "irecv")
     p2p = name in P2P_OPS
     kind = P2P if p2p else COLLECTIVE
@@ -522,6 +538,9 @@ def _wrap(name: str, arg: str, original, dist):
             group = kwargs.get("group") if "group" in kwargs else (args[group_position] if group_position is not None and group_position < len(args) else None)
             is_async = always_async or bool(kwargs.get("async_op") if "async_op" in kwargs else (args[async_position] if async_position is not None and async_position < len(args) else False))
             info = _groups.get(id(group)) or _group_info(dist, group)
+            if received is not None:  # the rows it receives (an int add)
+                output = kwargs.get(received) if received in kwargs else args[received_position] if received_position < len(args) else None
+                tracker.rows_in += rows(output)
             pipeline = p2p and _note_p2p(dist, info, args, kwargs, name)
             key = _key(name, PIPELINE if pipeline else _label(info, p2p))
             if p2p and is_async:  # timed in its Work.wait(), where the training thread blocks
@@ -692,6 +711,9 @@ def _functional_launch(name: str, group_position: int, original, funcol):
             group = kwargs.get("group") if "group" in kwargs else args[group_position] if len(args) > group_position else None
             info = _functional_group(funcol, group, kwargs.get("tag", ""))
             payload = args[0] if args else kwargs.get("self", kwargs.get("input"))
+            if op == "all_to_all_single":  # the rows it receives: its output split sizes' sum, else its input's
+                split = kwargs.get("output_split_sizes") if "output_split_sizes" in kwargs else args[1] if len(args) > 1 else None
+                _tracker.rows_in += sum(split) if split else rows(payload)
             what = (_key(op, _label(info, False)), _nbytes(payload), _dtype(payload), info[2], info[1], FUNCTIONAL,
                     on_cuda(payload))  # fmt: skip
         except Exception:
@@ -848,6 +870,6 @@ def _install_ddp() -> None:
 # The wrappers reach them from eager code that may run inside a compiled region's extent (after a graph break).
 dynamo_guard.keep_out(
     watch_ddp_backward, _ddp_prehook, _ddp_wait_begins, _ddp_wait_ends, _nbytes, _dtype, on_cuda, _group_info,
-    _note_p2p, _key, _label, _wait_later, _storage, _functional_group, CollectiveTracker.begin, CollectiveTracker.end,
+    _note_p2p, _key, _label, _wait_later, _storage, rows, _functional_group, CollectiveTracker.begin, CollectiveTracker.end,
     CollectiveTracker.complete, CollectiveTracker.at_wait, recursive=True,
 )

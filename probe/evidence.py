@@ -1,4 +1,5 @@
-"""Why a rank may be slow, as figures its peers can be held against: time in the garbage collector, waits for a CPU.
+"""Why a rank may be slow, as figures its peers can be held against: time in the garbage collector, waits for a CPU,
+the rows its experts receive, the inputs it takes, its DataLoader workers' CPU, memory under pressure.
 
 The viewer names a slow rank and its phase from the step times; these figures
 say why (watch/analysis/causes.py compares each with the rank's peers'). Each
@@ -15,17 +16,33 @@ rank's latest state only, compares like with like:
   on its core shows there first. Read by the sender thread (Linux only;
   elsewhere the fields are left out).
 
-Everything but the GC callback runs on the sender thread with each state
-(:meth:`Evidence.sample`), at most every :data:`SAMPLE_EVERY_S`.
+- ``a2a_rows``: rows per second this rank *received* in ``all_to_all`` /
+  ``all_to_all_single`` (the output's first dimension, which the split sizes
+  already fix): a rank that hosts a hot expert of a mixture of experts receives
+  more tokens than its peers. The collective wrappers (probe/collectives.py)
+  add one integer per call; nothing more on the training thread.
+- ``samples`` and ``tokens``: what the rank took in per step, as the job says it
+  (:func:`ranktop.probe.add_inputs`, two integer adds per call; else the work
+  per step it declared with ``set_work``).
+- ``kids`` and ``kids_n``: CPUs the training thread's child processes (its
+  DataLoader workers) used, and how many there are (``/proc/<pid>/task/<tid>/children``
+  and each child's ``stat``; Linux only).
+- ``swap``: bytes of the process swapped out (``VmSwap``), and ``retries``:
+  the CUDA caching allocator's retries per second (a ``cudaMalloc`` that failed,
+  so the cache was freed and the call tried again: a synchronisation each).
+
+Everything but the GC callback and the counters' adds runs on the sender thread
+with each state (:meth:`Evidence.sample`), at most every :data:`SAMPLE_EVERY_S`.
 """
 
 from __future__ import annotations
 
 import collections
 import gc
+import os
 import threading
 import time
-from typing import Any
+from typing import Any, Callable
 
 #: The window the rates are over: long enough to smooth a step's noise, short enough to follow a change.
 WINDOW_S = 10.0
@@ -73,28 +90,104 @@ class GcTimer:
 def read_sched(native_id: int) -> tuple[float, int] | None:
     """The thread's run-queue wait (seconds, since it began) and involuntary context switches, or None where
     /proc does not say them (not Linux, schedstats off)."""
+    sched = read_thread(native_id)
+    return None if sched is None else (sched[0], sched[1])
+
+
+def read_thread(native_id: int) -> tuple[float, int, int | None] | None:
+    """:func:`read_sched`'s two figures and the process's bytes swapped out (None: not said), in one pass over
+    the thread's ``status``."""
     base = f"/proc/self/task/{native_id}/"
     try:
         with open(base + "schedstat", "rb") as f:
             wait_ns = int(f.read().split()[1])
+        swap = None
         with open(base + "status", "rb") as f:
             for line in f:
-                if line.startswith(b"nonvoluntary_ctxt_switches:"):
-                    return wait_ns / 1e9, int(line.split()[1])
+                if line.startswith(b"VmSwap:"):
+                    swap = int(line.split()[1]) * 1024  # kB
+                elif line.startswith(b"nonvoluntary_ctxt_switches:"):  # the last line of the file
+                    return wait_ns / 1e9, int(line.split()[1]), swap
     except (OSError, ValueError, IndexError):
         return None
     return None
 
 
+def read_children(native_id: int | None = None, pid: int | None = None, clock_ticks: int = 0) -> tuple[float, int] | None:
+    """CPU seconds the live child processes of thread ``native_id`` of process ``pid`` (this process's calling
+    thread) have used, and how many there are; None where /proc does not list children (not Linux, a kernel
+    without ``CONFIG_PROC_CHILDREN``). A DataLoader forks its workers from the thread that iterates it: the
+    training thread; reading its children alone is one file, where every thread's would be dozens."""
+    pid = os.getpid() if pid is None else pid
+    native_id = threading.get_native_id() if native_id is None else native_id
+    ticks = clock_ticks or _CLOCK_TICKS
+    try:
+        with open(f"/proc/{pid}/task/{native_id}/children", "rb") as f:
+            kids = f.read().split()
+    except OSError:
+        return None
+    seconds = 0.0
+    for kid in kids[:MAX_CHILDREN]:
+        try:
+            with open(b"/proc/%s/stat" % kid, "rb") as f:
+                fields = f.read().rsplit(b")", 1)[1].split()  # after the name, which may hold spaces
+            seconds += (int(fields[11]) + int(fields[12])) / ticks  # utime, stime
+        except (OSError, ValueError, IndexError):
+            continue  # ended between the two reads
+    return seconds, len(kids)
+
+
+def _clock_ticks() -> int:
+    try:
+        return int(os.sysconf("SC_CLK_TCK")) or 100
+    except (AttributeError, ValueError, OSError):
+        return 100
+
+
+_CLOCK_TICKS = _clock_ticks()
+#: The most child processes read per sample (a DataLoader has a few; a fork bomb is not ours to walk).
+MAX_CHILDREN = 64
+
+
+class Inputs:
+    """What the rank took in, as running totals the job adds to (:func:`ranktop.probe.add_inputs`): two integer
+    adds on the training thread, read by the sender's."""
+
+    __slots__ = ("samples", "tokens", "calls")
+
+    def __init__(self) -> None:
+        self.samples = 0
+        self.tokens = 0
+        self.calls = 0
+
+    def add(self, samples: int = 0, tokens: int = 0) -> None:
+        self.samples += samples
+        self.tokens += tokens
+        self.calls += 1
+
+
 class Evidence:
     """The rates a rank's state carries as ``ev`` (wire/messages.py ``Evidence``), from running totals kept over
-    :data:`WINDOW_S`. Built on the training thread (which it times), sampled by the sender thread."""
+    :data:`WINDOW_S`. Built on the training thread (which it times), sampled by the sender thread.
 
-    def __init__(self, thread_ident: int | None = None, native_id: int | None = None, *, clock=time.monotonic):
+    ``rows_in``: the rows received in all-to-alls so far (probe/collectives.py); ``steps``: the steps finished
+    so far (the recorder's); ``work``: the work per step the job declared (``set_work``); ``retries``: the CUDA
+    allocator's retries so far (None: no CUDA). Each is read on the sender thread; any may be left out."""
+
+    def __init__(
+        self, thread_ident: int | None = None, native_id: int | None = None, *, clock=time.monotonic,
+        rows_in: Callable[[], int] | None = None, steps: Callable[[], int] | None = None,
+        work: Callable[[], dict] | None = None, retries: Callable[[], int | None] | None = None,
+        children: Callable[[int], tuple[float, int] | None] = read_children,
+    ):  # fmt: skip
         self.gc = GcTimer(threading.get_ident() if thread_ident is None else thread_ident)
+        self.inputs = Inputs()
         self.native_id = threading.get_native_id() if native_id is None else native_id
         self._clock = clock
-        self._totals: collections.deque[tuple[float, float, int, float | None, int | None]] = collections.deque()
+        self._sources = {"rows": rows_in, "steps": steps, "retries": retries}
+        self._work = work
+        self._children = children
+        self._totals: collections.deque[dict[str, Any]] = collections.deque()
         self._next = 0.0
         self._latest: dict[str, Any] | None = None
 
@@ -110,27 +203,83 @@ class Evidence:
         if now < self._next:
             return self._latest
         self._next = now + SAMPLE_EVERY_S
-        sched = read_sched(self.native_id)
-        runq, switches = sched if sched is not None else (None, None)
+        reading = self.read(now)
         totals = self._totals
-        totals.append((now, self.gc.seconds, self.gc.collections, runq, switches))
-        while len(totals) > 2 and now - totals[1][0] >= WINDOW_S:
+        totals.append(reading)
+        while len(totals) > 2 and now - totals[1]["t"] >= WINDOW_S:
             totals.popleft()
-        self._latest = rates(totals[0], totals[-1])
-        return self._latest
+        out = rates(totals[0], reading)
+        if out is not None:
+            out.update(levels(reading, self._work))
+        self._latest = out
+        return out
+
+    def read(self, now: float) -> dict[str, Any]:
+        """The running totals now: ``t``, ``gc``, ``gc_n`` always, the rest where known."""
+        inputs = self.inputs
+        reading: dict[str, Any] = {"t": now, "gc": self.gc.seconds, "gc_n": self.gc.collections}
+        thread = read_thread(self.native_id)
+        if thread is not None:
+            reading["runq"], reading["nvcsw"], swap = thread
+            if swap is not None:
+                reading["swap"] = swap
+        for name, source in self._sources.items():
+            value = _call(source)
+            if value is not None:
+                reading[name] = value
+        # counted from nothing: the first window after the job starts counting is short of what it took in
+        reading["samples"], reading["tokens"], reading["counted"] = inputs.samples, inputs.tokens, inputs.calls > 0
+        children = _call(self._children, self.native_id)
+        if children is not None:
+            reading["kids"], reading["kids_n"] = children
+        return reading
 
 
-def rates(first: tuple, last: tuple) -> dict[str, Any] | None:
-    """Per second between two readings of the totals ``(t, gc_s, gc_n, runq_s, nvcsw)``; None below :data:`MIN_SPAN_S`."""
-    span = last[0] - first[0]
+def _call(source: Callable[..., Any] | None, *args: Any) -> Any:
+    if source is None:
+        return None
+    try:
+        return source(*args)
+    except Exception:
+        return None  # a figure the rank cannot read is left out, never the state
+
+
+#: Running totals sent as a rate per second: the reading's name -> the wire's.
+PER_SECOND = {"gc": "gc", "gc_n": "gc_n", "runq": "runq", "nvcsw": "nvcsw", "rows": "a2a_rows", "kids": "kids",
+              "retries": "retries"}  # fmt: skip
+#: Running totals sent per step (over the steps the window holds).
+PER_STEP = ("samples", "tokens")
+
+
+def rates(first: dict[str, Any], last: dict[str, Any]) -> dict[str, Any] | None:
+    """Per second (or per step) between two readings of the totals (:meth:`Evidence.read`); None below
+    :data:`MIN_SPAN_S`. A figure one of them lacks is left out."""
+    span = last["t"] - first["t"]
     if span < MIN_SPAN_S:
         return None
-    out: dict[str, Any] = {
-        "win": span,
-        "gc": max(0.0, (last[1] - first[1]) / span),
-        "gc_n": max(0.0, (last[2] - first[2]) / span),
-    }
-    if first[3] is not None and last[3] is not None:
-        out["runq"] = max(0.0, (last[3] - first[3]) / span)
-        out["nvcsw"] = max(0.0, (last[4] - first[4]) / span)
+    out: dict[str, Any] = {"win": span}
+    for name, wire in PER_SECOND.items():
+        if name in first and name in last:
+            out[wire] = max(0.0, (last[name] - first[name]) / span)
+    steps = last.get("steps", 0) - first.get("steps", 0) if "steps" in first and "steps" in last else 0
+    if steps > 0 and last.get("counted"):
+        for name in PER_STEP:
+            if name in first and name in last:
+                out[name] = max(0.0, (last[name] - first[name]) / steps)
+    return out
+
+
+def levels(reading: dict[str, Any], work: Callable[[], dict] | None) -> dict[str, Any]:
+    """The figures sent as they are now: workers, swap, and the declared work per step where nothing was counted."""
+    out: dict[str, Any] = {}
+    if "kids_n" in reading:
+        out["kids_n"] = reading["kids_n"]
+    if "swap" in reading:
+        out["swap"] = float(reading["swap"])
+    declared = _call(work) if not reading.get("counted") else None
+    if declared:
+        for name, key in (("samples", "batch"), ("tokens", "tokens")):
+            value = declared.get(key)
+            if isinstance(value, (int, float)) and value > 0:
+                out[name] = float(value)
     return out

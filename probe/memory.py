@@ -136,6 +136,11 @@ class MemorySampler:
         self._last, self._at = out, now
         return out
 
+    def retries(self) -> int | None:
+        """The CUDA allocator's retries so far, as the last sample read them (None: no CUDA sampled)."""
+        cuda = (self._last or {}).get("cuda")
+        return cuda.get("retries") if cuda else None
+
     @property
     def device(self) -> int | None:
         """The CUDA device index the training uses, once certain (it holds memory there)."""

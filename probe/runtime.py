@@ -38,7 +38,11 @@ class Probe:
             identity, self.recorder, rate_hz=rate_hz, directory=directory, on_fault=self._fault, collectives=self.collectives
         )
         self.resources = RankResources(identity, self.sender, work or {})  # memory, GPU gauges, work per step
-        self.evidence = Evidence()  # built on the training thread (the one that calls init): the thread it watches
+        # built on the training thread (the one that calls init): the thread it watches
+        self.evidence = Evidence(
+            rows_in=lambda: self.collectives.rows_in, steps=lambda: self.recorder.produced,
+            work=lambda: self.resources.work, retries=self.resources.memory.retries,
+        )  # fmt: skip
         self.sender.add_state("ev", self.evidence.sample)
         self._step = StepScope(self.recorder)
         self._phases: dict[str, PhaseScope] = {}
@@ -52,6 +56,9 @@ class Probe:
         if scope is None:
             scope = self._phases[name] = PhaseScope(self.recorder, str(name))
         return scope
+
+    def add_inputs(self, samples: int = 0, tokens: int = 0) -> None:
+        self.evidence.inputs.add(samples, tokens)
 
     def _fault(self, exc: BaseException) -> None:
         if not self._disabled:
@@ -73,6 +80,9 @@ class _Disabled:
 
     def phase(self, name: str):
         return NOOP
+
+    def add_inputs(self, samples: int = 0, tokens: int = 0) -> None:
+        pass
 
 
 DISABLED = _Disabled()

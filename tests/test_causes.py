@@ -66,3 +66,93 @@ def test_cpu_contention_says_the_involuntary_switches_and_causes_come_costliest_
 def test_a_rank_that_sends_no_evidence_gets_no_cause():
     st = [State(), State(), State()]
     assert causes.of_ranks(st, np.full(3, 0.1), np.array([0.04, 0, 0]), np.array([True, False, False]), np.ones(3, bool), None) == {}
+
+
+def slow_first(n: int) -> np.ndarray:
+    return np.array([True] + [False] * (n - 1))
+
+
+def test_a_rank_that_receives_far_more_all_to_all_rows_is_named_with_expert_load():
+    st = [State(ev=Evidence(win=10.0, a2a_rows=rows)) for rows in (31_000.0, 10_000.0, 9_000.0, 11_000.0)]
+    found = causes.of_ranks(st, np.full(4, 0.1), np.array([0.03, 0, 0, 0]), slow_first(4), np.ones(4, bool), None)
+    (cause,) = found[0]
+    assert cause.kind == "expert_load" and cause.ratio == pytest.approx(3.1) and cause.peers == 10_000.0
+    assert cause.text == "it receives 3.1x the all-to-all rows of its peers, 3,100 a step against 1,000 (expert load)"
+    # if its whole step grew with its rows, 3.1x costs it 2/3 of its step; it cannot cost more than its excess
+    assert cause.extra_s == pytest.approx(0.03)
+
+
+def test_routing_noise_under_half_again_its_peers_rows_is_no_expert_load():
+    st = [State(ev=Evidence(win=10.0, a2a_rows=rows)) for rows in (14_000.0, 10_000.0, 9_000.0, 11_000.0)]
+    assert causes.of_ranks(st, np.full(4, 0.1), np.array([0.03, 0, 0, 0]), slow_first(4), np.ones(4, bool), None) == {}
+
+
+def test_more_tokens_per_step_than_its_peers_is_input_imbalance_tokens_before_samples():
+    st = [State(ev=Evidence(win=10.0, tokens=t, samples=8.0)) for t in (8192.0, 4096.0, 4096.0)]
+    found = causes.of_ranks(st, np.full(3, 0.2), np.array([0.08, 0, 0]), slow_first(3), np.ones(3, bool), None)
+    (cause,) = found[0]  # one input_imbalance a rank (the samples are even anyway)
+    assert cause.kind == "input_imbalance" and cause.ratio == 2.0
+    assert cause.text == "it takes in 2.0x the tokens of its peers, 8,192 a step against 4,096 (input imbalance)"
+    assert cause.extra_s == pytest.approx(0.08)  # half its 200 ms step, at most its 80 ms excess
+    st = [State(ev=Evidence(win=10.0, samples=s)) for s in (48.0, 16.0, 16.0)]
+    (cause,) = causes.of_ranks(st, np.full(3, 0.2), np.array([0.08, 0, 0]), slow_first(3), np.ones(3, bool), None)[0]
+    assert cause.text == "it takes in 3.0x the samples of its peers, 48 a step against 16 (input imbalance)"
+
+
+def _gpu_sample(clock_mhz: int, reasons: int) -> dict:
+    """A GPU's gauges as probe/gpu_sampler.py reads them, from the fake NVML with this SM clock and throttle mask."""
+    from fake_cuda import fake_nvml
+    from ranktop.probe.gpu_sampler import GpuSampler
+
+    nvml = fake_nvml()
+    nvml.nvmlDeviceGetClockInfo = lambda handle, which: clock_mhz
+    nvml.nvmlDeviceGetCurrentClocksEventReasons = lambda handle: reasons
+    sampler = GpuSampler(lambda: {"bus": "00000000:3B:00.0", "index": 0}, nvml=nvml, clock=lambda: 1.0)
+    assert sampler.open()
+    return sampler.sample()
+
+
+def test_a_gpu_clocked_below_its_peers_is_named_with_gpu_throttle_and_its_reasons():
+    st = [State(gpu=_gpu_sample(1200, 0x20)), State(gpu=_gpu_sample(1980, 0)), State(gpu=_gpu_sample(1965, 0))]
+    (cause,) = causes.of_ranks(st, np.full(3, 0.1), np.array([0.05, 0, 0]), slow_first(3), np.ones(3, bool), None)[0]
+    assert cause.kind == "gpu_throttle" and cause.value == 1200 and cause.peers == 1965
+    assert cause.text == "its GPU runs at 1200 MHz against its peers' 1965 (thermal throttling) (gpu throttle)"
+    assert cause.extra_s == pytest.approx(0.1 * (1 - 1200 / 1965))
+    # clocks within 10% of each other: no throttling worth the name, whatever the reasons say
+    st = [State(gpu=_gpu_sample(1900, 0x4)), State(gpu=_gpu_sample(1980, 0)), State(gpu=_gpu_sample(1965, 0))]
+    assert causes.of_ranks(st, np.full(3, 0.1), np.array([0.05, 0, 0]), slow_first(3), np.ones(3, bool), None) == {}
+
+
+def test_allocator_retries_or_swapped_memory_beyond_its_peers_is_memory_pressure_with_no_cost_told():
+    st = [State(ev=Evidence(win=10.0, retries=r)) for r in (2.5, 0.0, 0.0)]
+    (cause,) = causes.of_ranks(st, np.full(3, 0.1), np.array([0.05, 0, 0]), slow_first(3), np.ones(3, bool), None)[0]
+    assert cause.kind == "memory_pressure" and cause.extra_s == 0.0 and cause.ratio is None
+    assert cause.text.startswith("its CUDA allocator retries 2.5 allocations a second against its peers' 0.0")
+    st = [State(ev=Evidence(win=10.0, swap=s, gc=g)) for s, g in ((3 * 2.0**30, 0.4), (0.0, 0.0), (2.0**20, 0.0))]
+    first, second = causes.of_ranks(st, np.full(3, 0.1), np.array([0.05, 0, 0]), slow_first(3), np.ones(3, bool), None)[0]
+    assert (first.kind, second.kind) == ("gc_pause", "memory_pressure")  # a measured cost before one not told
+    assert second.text == "3.0 GB of its memory is swapped out against its peers' 0 B (memory pressure)"  # lower median
+    st = [State(ev=Evidence(win=10.0, swap=s)) for s in (2.0**27, 0.0, 0.0)]  # 128 MiB: under the floor
+    assert causes.of_ranks(st, np.full(3, 0.1), np.array([0.05, 0, 0]), slow_first(3), np.ones(3, bool), None) == {}
+
+
+def test_a_rank_slow_in_its_data_phase_is_named_with_data_loader_and_its_workers_cpu():
+    names = ["data", "forward"]
+    phases = np.array([[0.060, 0.02], [0.010, 0.02], [0.012, 0.02]])
+    st = [State(ev=Evidence(win=10.0, kids=k, kids_n=n)) for k, n in ((3.8, 4), (1.1, 4), (1.2, 4))]
+    culprit = np.array([0, -1, -1])
+    found = causes.of_ranks(st, np.full(3, 0.1), np.array([0.05, 0, 0]), slow_first(3), np.ones(3, bool), None,
+                            culprit=culprit, names=names, phases=phases)  # fmt: skip
+    (cause,) = found[0]
+    assert cause.kind == "data_loader" and cause.extra_s == pytest.approx(0.05) and cause.workers_cpus == 3.8
+    assert cause.text == (
+        "its data phase takes 60 ms per step against its peers' 10 ms; its 4 DataLoader workers use 3.8 CPUs "
+        "against its peers' 1.1 (data loader)"
+    )
+    st = [State(ev=Evidence(win=10.0, kids=0.0, kids_n=0)) for _ in range(3)]
+    (cause,) = causes.of_ranks(st, np.full(3, 0.1), np.array([0.05, 0, 0]), slow_first(3), np.ones(3, bool), None,
+                               culprit=culprit, names=names, phases=phases)[0]  # fmt: skip
+    assert cause.text.endswith("loaded on its training thread (no DataLoader workers) (data loader)")
+    # slow in forward: its data phase is no cause
+    assert causes.of_ranks(st, np.full(3, 0.1), np.array([0.05, 0, 0]), slow_first(3), np.ones(3, bool), None,
+                           culprit=np.array([1, -1, -1]), names=names, phases=phases) == {}  # fmt: skip

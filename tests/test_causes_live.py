@@ -85,3 +85,33 @@ def test_a_rank_sharing_its_cpu_with_a_busy_process_is_named_with_cpu_contention
     assert cause["extra_s"] > cause["peers"], cause
     assert verdict["text"].endswith("(cpu contention)") and ", because its training thread waits " in verdict["text"]
     assert doc["ranks"][0]["causes"] == []
+
+
+def test_a_rank_that_hosts_a_hot_expert_is_named_with_expert_load(jobs):
+    # 70% of every rank's tokens go to the expert on rank 3: it receives about 2.7x the all-to-all rows of its peers
+    doc = jobs.launch("hot-expert", "moe_experts.py", "--hot-rank", "3")
+    row = assert_named_first_and_alone(doc, 3, "forward", "rank 3 slow in forward")
+    cause = doc["verdict"]["cause"]
+    assert cause is not None and cause["kind"] == "expert_load", doc["verdict"]
+    assert ", because it receives " in doc["verdict"]["text"] and doc["verdict"]["text"].endswith("(expert load)")
+    assert row["causes"][0] == cause and cause["ratio"] >= 2.0, cause
+    assert [r["causes"] for r in doc["ranks"] if r["rank"] != 3] == [[]] * 3
+
+
+def test_a_healthy_expert_parallel_job_names_nobody(jobs):
+    doc = jobs.launch("even-experts", "moe_experts.py")
+    assert doc["verdict"]["kind"] == "healthy", doc["verdict"]
+    assert_no_cause(doc)
+
+
+def test_a_rank_given_twice_the_tokens_of_its_peers_is_named_with_input_imbalance(jobs):
+    # every rank says what it takes in (probe.add_inputs); rank 1's batches hold 8,192 tokens, the others' 4,096
+    doc = jobs.launch("heavy-inputs", "cause_rank.py", "--heavy-rank", "1", "--compute-ms", "6")
+    verdict = doc["verdict"]
+    assert verdict["kind"] == "slow_rank" and verdict["ranks"] == [1], verdict
+    cause = verdict["cause"]
+    assert cause is not None and cause["kind"] == "input_imbalance" and 1.95 <= cause["ratio"] <= 2.05, verdict
+    # per step over the window: the step in progress when the counters are read puts it a step's worth off at most
+    assert 0.9 * 4096 <= cause["peers"] <= 1.1 * 4096 and 0.9 * 8192 <= cause["value"] <= 1.1 * 8192, cause
+    assert ", because it takes in 2.0x the tokens of its peers, " in verdict["text"] and verdict["text"].endswith("(input imbalance)")
+    assert [r["causes"] for r in doc["ranks"] if r["rank"] != 1] == [[]] * 3

@@ -50,3 +50,131 @@ def test_the_training_threads_run_queue_wait_and_involuntary_switches_are_read()
     sched = evidence.read_sched(threading.get_native_id())
     assert sched is not None and sched[0] >= 0 and sched[1] >= 0
     assert evidence.read_sched(2**31 - 1) is None  # no such thread: nothing, no error
+
+
+ALL_TO_ALL_SCRIPT = r"""
+import os
+os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=os.environ["PORT"], RANK="0", WORLD_SIZE="1")
+import torch, torch.distributed as dist
+dist.init_process_group("gloo")
+from ranktop.probe import collectives
+from ranktop.probe.recorder import Recorder
+tracker = collectives.CollectiveTracker(Recorder())
+collectives.install(tracker)
+dist.all_to_all_single(torch.empty(6, 3), torch.ones(6, 3), output_split_sizes=[6], input_split_sizes=[6])
+dist.all_to_all_single(output=torch.empty(2, 3), input=torch.ones(2, 3), async_op=True).wait()
+dist.all_reduce(torch.ones(9, 3))  # no all-to-all: no rows
+import torch.distributed._functional_collectives as funcol
+funcol.all_to_all_single(torch.ones(7, 2), [7], [7], dist.group.WORLD).sum()
+print(tracker.rows_in)
+"""
+
+
+def test_the_rows_an_all_to_all_receives_are_counted_in_the_wrappers(tmp_path):
+    import socket
+    import subprocess
+
+    with socket.socket() as free:  # a port nobody holds now (a random one met another session's, here)
+        free.bind(("127.0.0.1", 0))
+        port = free.getsockname()[1]
+    env = dict(__import__("os").environ, PORT=str(port), OMP_NUM_THREADS="1")
+    out = subprocess.run([sys.executable, "-c", ALL_TO_ALL_SCRIPT], capture_output=True, text=True, env=env, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert int(out.stdout.split()[-1]) == 6 + 2 + 7  # each call's output rows (the functional one: its split sizes)
+
+
+def test_rows_received_inputs_and_allocator_retries_go_out_per_second_or_per_step():
+    clock = [0.0]
+    totals = {"rows": 0, "steps": 0, "retries": 3}
+    ev = evidence.Evidence(clock=lambda: clock[0], rows_in=lambda: totals["rows"], steps=lambda: totals["steps"],
+                           retries=lambda: totals["retries"], children=lambda tid: (1.0, 2))  # fmt: skip
+    ev.sample()
+    clock[0] += 2.0
+    totals.update(rows=800, steps=20, retries=4)
+    for _ in range(20):
+        ev.inputs.add(samples=8, tokens=1000)
+    rates = ev.sample()
+    assert rates["a2a_rows"] == 400.0 and rates["retries"] == 0.5
+    assert rates["tokens"] == 1000.0 and rates["samples"] == 8.0
+    clock[0] += 2.0
+    totals.update(steps=40)
+    for _ in range(20):
+        ev.inputs.add(samples=8, tokens=3000)
+    rates = ev.sample()
+    assert rates["tokens"] == 2000.0 and rates["samples"] == 8.0  # the mean per step over the window's steps
+    assert rates["kids"] == 0.0 and rates["kids_n"] == 2  # workers that used no more CPU: none a second
+    State(ev=Evidence(**rates))
+
+
+def test_a_declared_work_per_step_stands_for_inputs_never_counted():
+    clock = [0.0]
+    ev = evidence.Evidence(clock=lambda: clock[0], work=lambda: {"batch": 32, "tokens": 4096, "dtype": "bf16"})
+    ev.sample()
+    clock[0] += 2.0
+    rates = ev.sample()
+    assert rates["samples"] == 32.0 and rates["tokens"] == 4096.0
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc/<pid>/task/*/children is Linux's")
+def test_the_cpu_of_child_processes_is_read_from_proc():
+    import subprocess
+
+    before = evidence.read_children()
+    assert before is not None
+    busy = "import time\nend = time.process_time() + 0.3\nwhile time.process_time() < end: pass\ntime.sleep(30)"
+    child = subprocess.Popen([sys.executable, "-c", busy])
+    try:
+        for _ in range(100):
+            seconds, count = evidence.read_children()
+            if seconds >= 0.25:
+                break
+            __import__("time").sleep(0.05)
+        assert count == before[1] + 1 and seconds >= 0.25
+    finally:
+        child.kill()
+        child.wait()
+    assert evidence.read_children(pid=2**22 + 12345) is None  # no such process: nothing, no error
+
+
+def test_add_inputs_before_init_or_after_shutdown_does_nothing_and_never_raises():
+    from ranktop import probe
+
+    assert probe.get() is None
+    probe.add_inputs(samples=8, tokens=4096)
+    probe.add_inputs()
+
+
+DATALOADER_SCRIPT = r"""
+import time, torch
+from torch.utils.data import DataLoader, Dataset
+from ranktop.probe import evidence
+
+class Busy(Dataset):
+    def __len__(self):
+        return 10_000
+    def __getitem__(self, i):
+        end = time.process_time() + 0.01  # a transform that costs CPU
+        while time.process_time() < end:
+            pass
+        return torch.zeros(4)
+
+ev = evidence.Evidence()
+ev.sample()
+loader = iter(DataLoader(Busy(), batch_size=4, num_workers=2))
+end = time.monotonic() + 3.0
+while time.monotonic() < end:
+    next(loader)
+    rates = ev.sample()
+print(rates["kids_n"], rates["kids"])
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc/<pid>/task/*/children is Linux's")
+def test_a_dataloader_s_workers_and_the_cpu_they_use_are_in_the_evidence():
+    import subprocess
+
+    out = subprocess.run([sys.executable, "-c", DATALOADER_SCRIPT], capture_output=True, text=True, timeout=120,
+                         env=dict(__import__("os").environ, OMP_NUM_THREADS="1"))  # fmt: skip
+    assert out.returncode == 0, out.stderr[-2000:]
+    workers, cpus = out.stdout.split()
+    assert int(workers) == 2 and float(cpus) > 0.2, out.stdout  # two busy workers on a 2-core machine use CPU

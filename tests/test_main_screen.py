@@ -329,3 +329,26 @@ def test_4096_ranks_through_the_real_aggregator_name_the_slow_rank_and_drill_to_
             assert "forward" in text_of(app.screen.query_one("#drill-title"))
 
     asyncio.run(main())
+
+
+def test_a_slow_rank_s_detail_says_first_why_it_is_slow():
+    from ranktop.watch.model.snapshot import Cause
+
+    snap = eight_ranks()
+    rows = list(snap.ranks)
+    hot = Cause(kind="expert_load", text="it receives 3.1x the all-to-all rows of its peers, 3,100 a step against 1,000 (expert load)",
+                value=31_000.0, peers=10_000.0, ratio=3.1, extra_s=0.03)  # fmt: skip
+    rows[5] = dataclasses.replace(rows[5], causes=[hot])
+    snap = dataclasses.replace(snap, ranks=rows)
+
+    async def scenario(app, pilot):
+        app.push_screen(RankScreen(5, app.snapshot))
+        await pilot.pause()
+        body = str(app.screen.query_one("#rank-body").render())
+        assert body.startswith("Why · its evidence against its peers'\nexpert load: it receives 3.1x the all-to-all rows")
+        assert "(expert load)" not in body  # said once, by the kind in front
+        app.push_screen(RankScreen(1, app.snapshot))  # a healthy rank: no such section
+        await pilot.pause()
+        assert "Why" not in str(app.screen.query_one("#rank-body").render())
+
+    drive(snap, scenario, size=SMALL)

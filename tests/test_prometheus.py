@@ -14,7 +14,8 @@ from ranktop.watch.offline.prometheus import SnapshotCollector
 from ranktop.watch.model.snapshot import OK, SLOW, GpuStat, MemoryStat, RankRow, Snapshot, Throughput
 
 UNITS = ("_seconds", "_bytes", "_ratio", "_watts", "_celsius", "_per_second", "_bytes_per_second")
-COUNTS = ("ranktop_rank_coordinates", "ranktop_rank_status", "ranktop_rank_slow_phase", "ranktop_rank_gpu_throttle", "ranktop_rank_last_step",
+COUNTS = ("ranktop_rank_coordinates", "ranktop_rank_status", "ranktop_rank_slow_phase", "ranktop_rank_cause",
+          "ranktop_rank_gpu_throttle", "ranktop_rank_last_step",
           "ranktop_job_step", "ranktop_job_world_size", "ranktop_job_ranks_connected", "ranktop_job_slow_ranks",
           "ranktop_job_stalled_ranks", "ranktop_job_silent_ranks", "ranktop_job_dropped_messages", "ranktop_job_up",
           "ranktop_job_restarts", "ranktop_job_ranks_not_back", "ranktop_job_verdict", "ranktop_job_device_time_ranks")
@@ -76,6 +77,21 @@ def test_each_rank_s_place_in_the_parallel_layout_is_one_series_labelled_with_it
     assert sorted((s.labels["rank"], s.labels["pp"], s.labels["tp"], s.value) for s in samples) == [
         ("0", "0", "0", 1.0), ("1", "0", "1", 1.0), ("2", "1", "0", 1.0), ("3", "1", "1", 1.0)]
     assert scrape(dataclasses.replace(snap, layout_roles=[]))["ranktop_rank_coordinates"].samples == []  # no layout: no series
+
+
+def test_a_slow_rank_s_causes_are_one_series_each_labelled_with_its_kind():
+    import dataclasses
+
+    from ranktop.watch.model.snapshot import Cause
+
+    hot = Cause(kind="expert_load", text="it receives 3.1x the all-to-all rows of its peers, ... (expert load)",
+                value=31_000.0, peers=10_000.0, ratio=3.1, extra_s=0.09)  # fmt: skip
+    gc = Cause(kind="gc_pause", text="...", value=0.1, peers=0.01, ratio=10.0, extra_s=0.02)
+    ranks = [gpu_rank(0), dataclasses.replace(gpu_rank(1, slow=True), causes=[hot, gc])]
+    snap = Snapshot(job="moe", world_size=2, elapsed_s=60, global_step=41, steps_per_s=2.0, phase_names=["forward"],
+                    ranks=ranks, stragglers=[1, 0])  # fmt: skip
+    samples = scrape(snap)["ranktop_rank_cause"].samples
+    assert sorted((s.labels["rank"], s.labels["kind"], s.value) for s in samples) == [("1", "expert_load", 1.0), ("1", "gc_pause", 1.0)]
 
 
 def test_a_job_not_heard_yet_scrapes_empty_not_broken():

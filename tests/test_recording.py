@@ -29,12 +29,15 @@ def hello(rank: int, world: int = 3, groups: list | None = None) -> list[bytes]:
     return messages.raw(schema.HELLO, body)
 
 
-def steps(rank: int, first: int, count: int, slow_ms: float = 0.0) -> list[bytes]:
+def steps(rank: int, first: int, count: int, slow_ms: float = 0.0, ev: dict | None = None) -> list[bytes]:
     recs = []
     for n in range(first, first + count):
         phases = dict(PHASES, forward=PHASES["forward"] + slow_ms / 1000)
         recs.append({"n": n, "t": 1000.0 + n * 0.02, "w": sum(phases.values()), "p": phases})
-    return messages.raw(schema.STEPS, {"job": "j", "rank": rank, "ts": time.time(), "steps": recs})
+    body = {"job": "j", "rank": rank, "ts": time.time(), "steps": recs}
+    if ev is not None:  # the evidence its state carries (probe/evidence.py)
+        body["state"] = {"ev": ev}
+    return messages.raw(schema.STEPS, body)
 
 
 def write(path, messages, **kwargs) -> FlightRecorder:
@@ -125,7 +128,7 @@ def test_times_in_a_recording():
         parse_offset("soon", 100.0)
 
 
-def recorded_job(tmp_path, seconds: int = 40, slow_from: int = 10, slow_to: int = 30, groups=lambda rank: None):
+def recorded_job(tmp_path, seconds: int = 40, slow_from: int = 10, slow_to: int = 30, groups=lambda rank: None, ev=lambda rank, slow: None):
     """A 3-rank job of ``seconds`` seconds at 10 steps/s, rank 1 slow in forward in [slow_from, slow_to), written by the
     real FlightRecorder; the arrival times are then stretched onto a virtual timeline (no test sleeps for 40 s)."""
     path = tmp_path / "job.rec"
@@ -133,7 +136,7 @@ def recorded_job(tmp_path, seconds: int = 40, slow_from: int = 10, slow_to: int 
     for second in range(seconds):
         for r in range(3):
             slow = 30.0 if r == 1 and slow_from <= second < slow_to else 0.0
-            msgs.append((second + 0.5, steps(r, second * 10, 10, slow)))
+            msgs.append((second + 0.5, steps(r, second * 10, 10, slow, ev(r, slow))))
             if second % 2 == 0:
                 msgs.append((second + 0.6, hello(r, groups=groups(r))))
     rec = FlightRecorder(path, job="j")
@@ -198,6 +201,17 @@ def test_the_report_names_the_straggler_its_phase_and_its_spell(tmp_path):
     text = "\n".join(text_lines(rep))
     assert "rank 1 slow in forward from 0:1" in text and "stalls and hangs: none" in text
     assert {p["phase"] for p in rep["median_rank_phases"]} >= set(PHASES)
+
+
+def test_the_report_says_why_the_straggler_was_slow_as_its_evidence_said(tmp_path):
+    # rank 1's slow spell is time in its garbage collector: 60% of its time against its peers' 1%
+    rep = build(recorded_job(tmp_path, ev=lambda rank, slow: {"win": 10.0, "gc": 0.6 if slow else 0.01}))
+    (cause,) = rep["causes"]
+    assert (cause["rank"], cause["kind"]) == (1, "gc_pause") and cause["text"].endswith("(gc pause)")
+    assert 10 <= cause["first_s"] <= 16 and 10 <= cause["seconds"] <= 26  # while it was flagged slow
+    text = "\n".join(text_lines(rep))
+    assert "  because rank 1 (gc_pause, from 0:1" in text and "in Python's garbage collector" in text
+    assert build(recorded_job(tmp_path / "plain"))["causes"] == []  # no evidence sent: no cause
 
 
 def test_the_report_carries_each_rank_s_coordinates(tmp_path):

@@ -141,6 +141,13 @@ class Evidence(Record, kw_only=True, frozen=True):
     gc_n: Optional[Amount] = None  # ... collections per second
     runq: Optional[Amount] = None  # seconds per second its training thread waited on a run queue for a CPU
     nvcsw: Optional[Amount] = None  # ... involuntary context switches per second
+    a2a_rows: Optional[Amount] = None  # rows per second it received in all_to_all / all_to_all_single
+    samples: Optional[Amount] = None  # samples it took in per step (probe.add_inputs, else its declared batch)
+    tokens: Optional[Amount] = None  # ... tokens per step (probe.add_inputs, else its declared tokens_per_step)
+    kids: Optional[Amount] = None  # CPUs its child processes (DataLoader workers) used: CPU seconds per second
+    kids_n: Optional[Annotated[int, Meta(ge=0, le=4096)]] = None  # ... how many child processes it has
+    swap: Optional[Amount] = None  # bytes of the process swapped out (VmSwap)
+    retries: Optional[Amount] = None  # the CUDA caching allocator's retries per second (a failed cudaMalloc each)
 
 
 class State(Record, kw_only=True, frozen=True):

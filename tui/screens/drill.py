@@ -235,6 +235,18 @@ def resources_text(row: RankRow, width: int) -> Text:
     return out
 
 
+def causes_text(row: RankRow) -> Text:
+    """Why it is slow, as its evidence says against its peers' (watch/analysis/causes.py): likeliest first, one
+    a line, the first in the slow style."""
+    out = Text()
+    for k, cause in enumerate(row.causes):
+        if k:
+            out.append("\n")
+        out.append(f"{cause.kind.replace('_', ' ')}: ", style=palette.STATUS_STYLES[SLOW] if k == 0 else "bold")
+        out.append(cause.text.rsplit(" (", 1)[0] if cause.text.endswith(")") else cause.text)
+    return out
+
+
 def section(title: str) -> Text:
     return Text(title, style="bold underline")
 
@@ -272,7 +284,9 @@ class RankScreen(DrillScreen):
             self._steps.append(row.step_s * 1000.0)
         width = max(40, self.size.width - 2)
         title.update(rank_title(row, snapshot.layout_roles))
+        why = [section("Why · its evidence against its peers'"), causes_text(row), Text("")] if row.causes else []
         parts = [
+            *why,
             section(f"Phases · median per step, {'GPU time' if row.rank in snapshot.device_time_ranks else 'CPU wall time'}"),
             phases_text(row, snapshot, width), Text(""),
             section("History"), history_text(list(self._steps), row, width), Text(""),

@@ -87,7 +87,7 @@ build_rank_row = _fast_constructor(RankRow)
 class Cause:
     """Why a slow rank is slow: a figure of its own far beyond its peers' (watch/analysis/causes.py)."""
 
-    kind: str  # gc_pause | cpu_contention
+    kind: str  # gc_pause | cpu_contention | expert_load | input_imbalance | data_loader | gpu_throttle | memory_pressure
     text: str  # "it spends 12 ms per step in Python's garbage collector, 9.5x its peers' 1.3 ms (gc pause)"
     value: float  # its figure, per second (seconds per second for time)
     peers: float  # a healthy peer's (its peers' lower median)
@@ -95,6 +95,9 @@ class Cause:
     extra_s: float  # what the difference costs it per step, seconds
     switches_per_s: float | None = None  # cpu_contention: its training thread's involuntary context switches a second
     peers_switches_per_s: float | None = None  # ... a healthy peer's
+    workers: float | None = None  # data_loader: its DataLoader workers (child processes), where /proc shows them
+    workers_cpus: float | None = None  # ... the CPUs they use
+    peers_workers_cpus: float | None = None  # ... a healthy peer's
 
 
 @dataclass(frozen=True)

@@ -72,6 +72,8 @@ def families(snap: Snapshot, core) -> list:
     excess = rank_gauge("straggler_excess_seconds", "Time per step beyond the median rank, summed over phases.")
     status = rank_gauge("status", "1 for the rank's status (ok, slow, stalled, silent), 0 for the others.", ("status",))
     culprit = rank_gauge("slow_phase", "1 for the phase a slow rank is slow in.", ("phase",))
+    cause = rank_gauge("cause", "1 for each cause its evidence names for a slow rank (gc_pause, cpu_contention, expert_load, "
+                       "input_imbalance, data_loader, gpu_throttle, memory_pressure; docs/detection.md).", ("kind",))
     comm = rank_gauge("collective_wait_seconds", "Median time per step the rank waited in collectives.")
     last_step = rank_gauge("last_step", "The last step the rank completed.")
     last_seen = rank_gauge("last_seen_seconds", "Seconds since the rank's last message.")
@@ -110,6 +112,8 @@ def families(snap: Snapshot, core) -> list:
             status.add_metric([*lv, s], 1.0 if r.status == s else 0.0)
         if r.culprit_phase:
             culprit.add_metric([*lv, r.culprit_phase], 1.0)
+        for why in r.causes:
+            cause.add_metric([*lv, why.kind], 1.0)
         if r.collective_s is not None:
             comm.add_metric(lv, r.collective_s)
         last_step.add_metric(lv, r.step)
@@ -181,7 +185,8 @@ def families(snap: Snapshot, core) -> list:
         job_gauge("device_time_ranks", "Ranks whose step and phase times are GPU time (CUDA events); the others' are "
                   "CPU wall time.", len(snap.device_time_ranks)),
     ]
-    rank_families = [coords, step, phase, score, excess, status, culprit, comm, last_step, last_seen, stalled, rss, alloc, resv, peak,
+    rank_families = [coords, step, phase, score, excess, status, culprit, cause, comm, last_step, last_seen, stalled, rss, alloc, resv,
+                     peak,
                      creep, gutil, gmem, gpow, gtemp, gthr, samples, tokens, flops, mfu]
     return job_families + rank_families
 

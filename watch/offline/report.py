@@ -42,6 +42,7 @@ class _Observer:
         self.memory_first: dict[int, tuple[str, float]] = {}
         self.memory_last: dict[int, tuple[str, float]] = {}
         self.throttle: dict[int, dict] = {}
+        self.causes: dict[tuple[int, str], dict] = {}
         self.captures: dict[str, dict] = {}
         self.hosts: dict[int, str] = {}
         self.last: Snapshot | None = None
@@ -65,6 +66,11 @@ class _Observer:
                     c["seconds"] += dt_s
                     c["last_t"] = t
                     c["max_mb_per_min"] = max(c["max_mb_per_min"], m.creep_mb_per_min or 0.0)
+            for cause in r.causes:  # why a slow rank was slow, as its evidence said (watch/analysis/causes.py)
+                c = self.causes.setdefault((r.rank, cause.kind), {"rank": r.rank, "host": r.host, "kind": cause.kind,
+                                                                  "seconds": 0.0, "first_t": t})  # fmt: skip
+                c["seconds"] += dt_s
+                c["text"] = cause.text  # the latest
             if r.gpu is not None and r.gpu.throttle:
                 th = self.throttle.setdefault(r.rank, {"rank": r.rank, "host": r.host, "reasons": set(), "seconds": 0.0, "first_t": t})
                 th["reasons"].update(r.gpu.throttle)
@@ -196,6 +202,7 @@ def _assemble(recording: Recording, history: History, obs: _Observer, final: Sna
     out["stragglers"] = [episode(e) for e in lasting if e.kind in (STRAGGLER, NODE)]
     out["stalls"] = [episode(e) for e in lasting if e.kind == STALL]
     out["hangs"] = hangs(out["stalls"])
+    out["causes"] = [{**c, "first_s": c["first_t"] - start} for c in sorted(obs.causes.values(), key=lambda c: -c["seconds"])]
     # -- memory, GPUs, throughput, captures
     creep = []
     for rank, c in sorted(obs.creep.items()):
@@ -285,6 +292,8 @@ def text_lines(rep: dict) -> list[str]:
                          f"cost the job {e['cost_s']:.1f} s over {e['steps']} steps")
     else:
         lines.append("stragglers: none (no rank slower than the others for more than a moment)")
+    for c in rep.get("causes", [])[:8]:  # why, as their evidence said against their peers'
+        lines.append(f"  because rank {c['rank']} ({c['kind']}, from {_when(rep, c['first_s'])}, {clock_text(c['seconds'])}): {c['text']}")
     if rep.get("imbalance"):
         lines.append(f"pipeline: {rep['imbalance']} (the model's split, no rank's fault)")
     if rep["hangs"]:
