@@ -371,13 +371,14 @@ def main(argv: list[str] | None = None) -> int:
     # Automatic mode hooks the same events on the demo model as on the tiny torch step (after the first step,
     # the root module's call, backward, the optimizer step; no per-layer hook), so its cost per step is the
     # tiny step's; measured on the model step directly, it is under that step's own run-to-run noise.
-    rows = [("", model, model_cpu)] + [
-        (", torch.compile " + ("fullgraph=True" if fullgraph else "default") + f", backend {args.backend}", *clocks)
+    rows = [(f"demo model step (TinyLM, batch {args.batch_size} x seq {args.seq_len}, 1 thread; noise ±1%)", model, model_cpu)] + [
+        (f"demo model step compiled (torch.compile, {'fullgraph=True' if fullgraph else 'default'}, backend {args.backend}; "
+         "noise ±1%)", *clocks)
         for fullgraph, clocks in compiled.items()
     ]
     worst = 0.0
-    for how, wall, cpu in rows:
-        report(f"demo model step (TinyLM{how}, batch {args.batch_size} x seq {args.seq_len}, 1 thread; noise ±1%)", wall, False)
+    for title, wall, cpu in rows:
+        report(title, wall, False)
         share = auto_cpu_us * 1e-6 / cpu["none"]
         worst = max(worst, share)
         print(f"  training thread's CPU per step: none {cpu['none'] * 1e3:.2f} ms, explicit "
@@ -413,7 +414,7 @@ def report_job(args, ok: bool) -> int:
         print(f"  {name + ':':<16} {', '.join(f'{r:.3f}' for r in figures['rate'])} optimizer steps/s; "
               f"CPU per step: training thread {', '.join(f'{r:.2f}' for r in figures['thread_ms'])} ms, "
               f"whole rank {', '.join(f'{r:.2f}' for r in figures['process_ms'])} ms")
-    print(f"  ratio of median rates: {ratio:.4f} (target >= 0.97 with the sender and relay on the same 2 cores)")
+    print(f"  ratio of medians (rates): {ratio:.4f} (target >= 0.97 with the sender and relay on the same 2 cores)")
     print(f"  training thread's CPU per step, without / with: {thread:.4f} (target >= 0.99: the job's rate where the "
           "sender and relay do not compete for its cores)")
     print(f"  whole rank's CPU per step, without / with: {process:.4f} (the sender thread included)")
