@@ -331,6 +331,29 @@ def test_4096_ranks_through_the_real_aggregator_name_the_slow_rank_and_drill_to_
     asyncio.run(main())
 
 
+def test_the_verdict_names_the_cause_at_80_columns_and_gives_its_figures_where_they_fit():
+    from ranktop.watch.model.snapshot import Cause
+
+    gc = Cause(kind="gc_pause", text="it spends 175 ms per step in Python's garbage collector, 58x its peers' 3.0 ms (gc pause)",
+               value=1.75, peers=0.03, ratio=58.0, extra_s=0.17)  # fmt: skip
+    job = demo_job()
+    rows = list(job.ranks)
+    rows[2] = dataclasses.replace(rows[2], causes=[gc])
+    job = dataclasses.replace(job, ranks=rows)
+    for size, expected in ((SMALL, "rank 2 slow in data: +40 ms per step, the job loses"), (BIG, "because it spends 175 ms per step")):
+
+        async def scenario(app, pilot):
+            await settle(app, pilot)
+            line = verdict_of(app)
+            assert expected in line and len(line.rstrip()) <= size[0]
+            if size == SMALL:
+                assert line.rstrip().endswith(", because: gc pause"), line
+            else:
+                assert line.rstrip().endswith("(gc pause)"), line
+
+        drive(job, scenario, size=size)
+
+
 def test_a_slow_rank_s_detail_says_first_why_it_is_slow():
     from ranktop.watch.model.snapshot import Cause
 

@@ -2,7 +2,10 @@
 
 The answer is computed by the engine (watch/model/verdict.py) so ``--json`` says the
 same; this pane only colours it. One line, never wrapped: it is the one line
-that must survive the smallest terminal.
+that must survive the smallest terminal. When it is too long for the screen,
+the cause's figures give way to the cause's name (", because: gc pause"), so
+that who, where, how much and why still show at 80 columns; the rank's detail
+screen has the figures.
 """
 
 from __future__ import annotations
@@ -26,12 +29,23 @@ STYLES = {
 MARKS = {STALLED_JOB: "■", SILENT_RANKS: "■", SLOW_NODE: "▲", SLOW_RANK: "▲", IMBALANCED: "◆", HEALTHY: "✔"}
 
 
-def verdict_text(answer: Verdict) -> Text:
+def verdict_text(answer: Verdict, width: int = 0) -> Text:
+    """The line, in ``width`` columns when given (0: as long as it is)."""
     style = STYLES.get(answer.kind, palette.MUTED)
     text = Text(no_wrap=True, overflow="ellipsis")
-    text.append(f"{MARKS.get(answer.kind, '…')} ", style=style)
-    text.append(answer.text, style=style)
+    mark = f"{MARKS.get(answer.kind, '…')} "
+    text.append(mark, style=style)
+    text.append(fitted(answer, width - len(mark)) if width else answer.text, style=style)
     return text
+
+
+def fitted(answer: Verdict, room: int) -> str:
+    """The verdict's text, its cause cut to the cause's name where the whole does not fit in ``room``."""
+    cause = answer.cause
+    said = f", because {cause.text}" if cause is not None else ""
+    if len(answer.text) <= room or not said or not answer.text.endswith(said):
+        return answer.text
+    return f"{answer.text[: -len(said)]}, because: {cause.kind.replace('_', ' ')}"
 
 
 class VerdictLine(Static):
@@ -39,4 +53,9 @@ class VerdictLine(Static):
 
     def show(self, snapshot: Snapshot) -> None:
         self.verdict = verdict(snapshot)
-        self.update(verdict_text(self.verdict), layout=False)
+        self.update(verdict_text(self.verdict, self.size.width), layout=False)
+
+    def on_resize(self, event) -> None:
+        answer = getattr(self, "verdict", None)
+        if answer is not None:
+            self.update(verdict_text(answer, event.size.width), layout=False)
