@@ -22,7 +22,7 @@ its pipeline stage), like its steps.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, Sequence
+from typing import Callable, Mapping, Sequence
 
 import numpy as np
 
@@ -106,24 +106,29 @@ def judge(
 
 def of_ranks(
     states: Sequence[State], step_s: np.ndarray, excess_s: np.ndarray, slow: np.ndarray, live: np.ndarray,
-    class_ids: np.ndarray | None,
+    class_ids: np.ndarray | None, evidence: Mapping[str, np.ndarray] | None = None,
 ) -> dict[int, list[Cause]]:  # fmt: skip
     """Row index -> the causes of each slow rank that has any, the one that costs most per step first. ``live``:
-    the ranks whose figures count as peers' (not silent, scored)."""
+    the ranks whose figures count as peers' (not silent, scored). ``evidence``: each field's figures as columns
+    (a gathered view's, watch/engine/rank_scalars.py), read instead of a pass over the states (None: read there)."""
+
+    def figures_of(field: str) -> np.ndarray:
+        return evidence[field].copy() if evidence is not None else figures(states, field)
+
     which = np.flatnonzero(slow)
     if not len(which):
         return {}
     found: dict[int, list[Cause]] = {}
     switches = None
     for kind in KINDS:
-        values = figures(states, kind.field)
+        values = figures_of(kind.field)
         values[~live & ~slow] = np.nan
         reference = peer_reference(values, class_ids, which)
         for i, cause in zip(which.tolist(), judge(values[which], reference, step_s[which], excess_s[which], kind)):
             if cause is None:
                 continue
             if kind.name == "cpu_contention":
-                switches = figures(states, "nvcsw") if switches is None else switches
+                switches = figures_of("nvcsw") if switches is None else switches
                 peers = peer_reference(switches, class_ids, np.array([i]))[0]
                 cause = _with_switches(cause, switches[i], peers)
             found.setdefault(i, []).append(cause)

@@ -82,6 +82,19 @@ class JobView:
     progress_at: np.ndarray
     stepped_at: np.ndarray  # when its last step was heard of
     device: np.ndarray  # bool: its steps carry device (GPU) times
+    # where its state says it is (rank_scalars.RankScalars.take_state: NO_STEP where not said; ``phase`` and
+    # ``coll_op`` index ``state_names``), its last collective, its evidence (name -> column, NaN where not said)
+    state_last: np.ndarray
+    state_step: np.ndarray
+    in_step: np.ndarray
+    phase: np.ndarray
+    state_median: np.ndarray
+    coll_op: np.ndarray
+    coll_seq: np.ndarray
+    coll_b: np.ndarray
+    coll_flags: np.ndarray
+    state_names: tuple[str | None, ...]
+    evidence: dict[str, np.ndarray]
     states: list[State]  # immutable, as decoded
     metas: list[RankInfo | None]
     dropped: np.ndarray  # int64: records its probe could not send (read of its state as it came: RankWindow.take_state)
@@ -338,6 +351,17 @@ class JobState:
             progress_at=sc.progress_at[rows],
             stepped_at=sc.stepped_at[rows],
             device=sc.device_times[rows],
+            state_last=sc.state_last[rows],
+            state_step=sc.state_step[rows],
+            in_step=sc.in_step[rows],
+            phase=sc.phase[rows],
+            state_median=sc.state_median[rows],
+            coll_op=sc.coll_op[rows],
+            coll_seq=sc.coll_seq[rows],
+            coll_b=sc.coll_b[rows],
+            coll_flags=sc.coll_flags[rows],
+            state_names=tuple(sc.names),
+            evidence={"gc": sc.ev_gc[rows], "runq": sc.ev_runq[rows], "nvcsw": sc.ev_nvcsw[rows]},
             states=sc.state[rows].tolist(),
             metas=sc.meta[rows].tolist(),
             dropped=sc.dropped[rows],

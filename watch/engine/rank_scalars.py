@@ -19,7 +19,17 @@ from typing import Any
 
 import numpy as np
 
-from ranktop.wire.messages import NO_STATE
+from ranktop.wire.messages import NO_STATE, State
+
+#: A step number a state did not say (``last``, ``step``): below any the wire allows (wire/messages.py ``Whole``).
+NO_STEP = np.iinfo(np.int64).min
+#: Bits of ``coll_flags``: what a rank's last collective says beyond its op, number and size
+#: (watch/analysis/stalls.py reads them, and tells two collectives apart by them).
+INSIDE, HAS_SEQ, SEQ_BOOL, B_BOOL = 1, 2, 4, 8
+#: Phase and op names kept as numbers at most; past this many (a peer sending made-up names) the table starts
+#: again from the names the ranks' last states hold.
+MAX_NAMES = 65536
+_INT64 = (int(np.iinfo(np.int64).min), int(np.iinfo(np.int64).max))
 
 #: name -> (dtype, the value of a row nobody wrote yet)
 FIELDS: dict[str, tuple[type, Any]] = {
@@ -40,6 +50,20 @@ FIELDS: dict[str, tuple[type, Any]] = {
     "rate_hz": (np.float64, float("nan")),  # the telemetry rate it says it sends at
     "works": (np.bool_, False),  # its hello says its work per step
     "endpoint": (np.int64, 0),  # the relay it was last heard through, as an index of RankScalars.urls (0: none)
+    # where its last state says its training thread is (watch/analysis/stalls.py), read once per state
+    "state_last": (np.int64, NO_STEP),  # the last step it finished (NO_STEP: not said)
+    "state_step": (np.int64, NO_STEP),  # the step it is in, or the next one between steps
+    "in_step": (np.bool_, False),
+    "phase": (np.int64, 0),  # the phase it is in, an index of RankScalars.names (0: none)
+    "state_median": (np.float64, float("nan")),  # the median step time it says (NaN: not said)
+    "coll_op": (np.int64, 0),  # its last collective's op, an index of RankScalars.names (0: none, or not a name)
+    "coll_seq": (np.int64, 0),  # ... its number (when HAS_SEQ)
+    "coll_b": (np.int64, 0),  # ... its bytes (0: not said, or not a positive whole number)
+    "coll_flags": (np.uint8, 0),  # INSIDE, HAS_SEQ, SEQ_BOOL, B_BOOL
+    # its evidence (watch/analysis/causes.py: NaN where not said)
+    "ev_gc": (np.float64, float("nan")),
+    "ev_runq": (np.float64, float("nan")),
+    "ev_nvcsw": (np.float64, float("nan")),
 }
 
 #: name -> the value of a row nobody wrote yet: what each rank's messages said, the frozen Structs themselves, in
@@ -79,6 +103,8 @@ class RankScalars:
     def __init__(self, rows: int = 8):
         self.urls: list[str | None] = [None]
         self._url_ids: dict[str | None, int] = {None: 0}
+        self.names: list[str | None] = [None]  # phases' and ops' names that ``phase`` and ``coll_op`` index
+        self._name_ids: dict[str | None, int] = {None: 0}
         self.views: dict[str, memoryview[Any]] = {}  # the same arrays, for a window's item stores
         self._allocate(max(1, rows))
 
@@ -111,6 +137,59 @@ class RankScalars:
             self.views[name][row] = blank
         self.state[row], self.meta[row], self.capture_summary[row] = NO_STATE, None, None
 
+    def take_state(self, row: int, state: State) -> None:
+        """What a snapshot reads of every rank's state as columns (where it is, its last collective, its
+        evidence), read here once per state rather than once per snapshot: at 16,384 ranks a Python pass over
+        the states costs a snapshot tens of milliseconds."""
+        views, last, step = self.views, state.last, state.step
+        in_step = bool(state.in_step)
+        views["state_last"][row] = NO_STEP if last is None else last
+        views["state_step"][row] = step if in_step and step is not None else (NO_STEP if last is None else last + 1)
+        views["in_step"][row] = in_step
+        views["phase"][row] = self.name_id(state.phase)
+        median = state.median_step_s
+        views["state_median"][row] = NAN if median is None else median
+        coll = state.collective
+        if coll:
+            op, seq, size = coll.get("op"), coll.get("seq"), coll.get("b")
+            flags = INSIDE if coll.get("inside") else 0
+            if isinstance(seq, int):
+                flags |= HAS_SEQ | (SEQ_BOOL if seq is True or seq is False else 0)
+            if isinstance(size, int) and size > 0:
+                flags |= B_BOOL if size is True else 0
+            else:
+                size = 0
+            views["coll_op"][row] = self.name_id(op) if isinstance(op, str) else 0
+            views["coll_seq"][row] = _clamped(seq) if flags & HAS_SEQ else 0
+            views["coll_b"][row] = _clamped(size)
+            views["coll_flags"][row] = flags
+        else:
+            views["coll_op"][row] = views["coll_seq"][row] = views["coll_b"][row] = views["coll_flags"][row] = 0
+        ev = state.ev
+        if ev is None:
+            views["ev_gc"][row] = views["ev_runq"][row] = views["ev_nvcsw"][row] = NAN
+        else:
+            views["ev_gc"][row] = NAN if ev.gc is None else ev.gc
+            views["ev_runq"][row] = NAN if ev.runq is None else ev.runq
+            views["ev_nvcsw"][row] = NAN if ev.nvcsw is None else ev.nvcsw
+
+    def name_id(self, name: str | None) -> int:
+        """The index of a phase's or op's name in :attr:`names` (given one when first seen)."""
+        found = self._name_ids.get(name)
+        if found is None:
+            if len(self.names) >= MAX_NAMES:
+                self._forget_names()
+            found = self._name_ids[name] = len(self.names)
+            self.names.append(name)
+        return found
+
+    def _forget_names(self) -> None:
+        """The names table full (made-up names): started again from those the rows' last states hold."""
+        self.names, self._name_ids = [None], {None: 0}
+        for row, state in enumerate(self.state.tolist()):
+            if state is not NO_STATE:
+                self.take_state(row, state)
+
     def url_id(self, url: str | None) -> int:
         """The index of a relay's URL in :attr:`urls` (given one when first seen)."""
         found = self._url_ids.get(url)
@@ -118,6 +197,14 @@ class RankScalars:
             found = self._url_ids[url] = len(self.urls)
             self.urls.append(url)
         return found
+
+
+NAN = float("nan")
+
+
+def _clamped(value: int) -> int:
+    """A whole number from the wire as an int64 column holds it (beyond its range: its end)."""
+    return min(max(int(value), _INT64[0]), _INT64[1])
 
 
 def host_ids(host: list[str]) -> np.ndarray:
