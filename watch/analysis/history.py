@@ -16,6 +16,7 @@ job made during the episode: seconds of the whole job's time lost.
 
 from __future__ import annotations
 
+import bisect
 import collections
 import math
 from collections.abc import Mapping
@@ -266,7 +267,11 @@ class History:
         before = self._union_of.get(key, _NO_WAITS)
         union, ordered = self._merged(before, self._waits[1])
         if union is not before or key not in self._union_of:
-            ep.waiting_for = [r for r in ordered if r != rank] if rank in union else ordered
+            if rank in union:  # (itself left out: a slice either side, in C)
+                at = bisect.bisect_left(ordered, rank)
+                ep.waiting_for = ordered[:at] + ordered[at + 1 :]
+            else:
+                ep.waiting_for = ordered
             self._union_of[key] = union
         ep.diagnosis = snap.diagnosis or ep.diagnosis
         ep.cost_s = ep.duration_s
