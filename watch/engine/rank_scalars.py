@@ -29,7 +29,7 @@ INSIDE, HAS_SEQ, SEQ_BOOL, B_BOOL = 1, 2, 4, 8
 #: Phase and op names kept as numbers at most; past this many (a peer sending made-up names) the table starts
 #: again from the names the ranks' last states hold.
 MAX_NAMES = 65536
-_INT64 = (int(np.iinfo(np.int64).min), int(np.iinfo(np.int64).max))
+_LOW, _HIGH = int(np.iinfo(np.int64).min), int(np.iinfo(np.int64).max)
 
 #: name -> (dtype, the value of a row nobody wrote yet)
 FIELDS: dict[str, tuple[type, Any]] = {
@@ -140,28 +140,52 @@ class RankScalars:
     def take_state(self, row: int, state: State) -> None:
         """What a snapshot reads of every rank's state as columns (where it is, its last collective, its
         evidence), read here once per state rather than once per snapshot: at 16,384 ranks a Python pass over
-        the states costs a snapshot tens of milliseconds."""
-        views, last, step = self.views, state.last, state.step
+        the states costs a snapshot tens of milliseconds. (Written for speed: it runs for every state taken.)"""
+        views, last, step, names = self.views, state.last, state.step, self._name_ids
         in_step = bool(state.in_step)
         views["state_last"][row] = NO_STEP if last is None else last
         views["state_step"][row] = step if in_step and step is not None else (NO_STEP if last is None else last + 1)
         views["in_step"][row] = in_step
-        views["phase"][row] = self.name_id(state.phase)
+        phase = names.get(state.phase)
+        views["phase"][row] = self.name_id(state.phase) if phase is None else phase
         median = state.median_step_s
         views["state_median"][row] = NAN if median is None else median
         coll = state.collective
         if coll:
-            op, seq, size = coll.get("op"), coll.get("seq"), coll.get("b")
-            flags = INSIDE if coll.get("inside") else 0
-            if isinstance(seq, int):
-                flags |= HAS_SEQ | (SEQ_BOOL if seq is True or seq is False else 0)
-            if isinstance(size, int) and size > 0:
-                flags |= B_BOOL if size is True else 0
+            get = coll.get
+            op, seq, size = get("op"), get("seq"), get("b")
+            flags = INSIDE if get("inside") else 0
+            kind = type(seq)
+            if kind is int:
+                flags |= HAS_SEQ
+                if not _LOW <= seq <= _HIGH:
+                    seq = _clamped(seq)
+            elif kind is bool:
+                flags |= HAS_SEQ | SEQ_BOOL
+            elif isinstance(seq, int):  # (an int subclass: msgspec makes none, a test might)
+                flags |= HAS_SEQ
+                seq = _clamped(seq)
+            else:
+                seq = 0
+            kind = type(size)
+            if kind is int:
+                if size <= 0:
+                    size = 0
+                elif size > _HIGH:
+                    size = _HIGH
+            elif kind is bool:
+                flags |= B_BOOL if size else 0
+            elif isinstance(size, int):
+                size = _clamped(size) if size > 0 else 0
             else:
                 size = 0
-            views["coll_op"][row] = self.name_id(op) if isinstance(op, str) else 0
-            views["coll_seq"][row] = _clamped(seq) if flags & HAS_SEQ else 0
-            views["coll_b"][row] = _clamped(size)
+            if type(op) is str:
+                found = names.get(op)
+                views["coll_op"][row] = self.name_id(op) if found is None else found
+            else:
+                views["coll_op"][row] = self.name_id(op) if isinstance(op, str) else 0
+            views["coll_seq"][row] = seq
+            views["coll_b"][row] = size
             views["coll_flags"][row] = flags
         else:
             views["coll_op"][row] = views["coll_seq"][row] = views["coll_b"][row] = views["coll_flags"][row] = 0
@@ -169,9 +193,10 @@ class RankScalars:
         if ev is None:
             views["ev_gc"][row] = views["ev_runq"][row] = views["ev_nvcsw"][row] = NAN
         else:
-            views["ev_gc"][row] = NAN if ev.gc is None else ev.gc
-            views["ev_runq"][row] = NAN if ev.runq is None else ev.runq
-            views["ev_nvcsw"][row] = NAN if ev.nvcsw is None else ev.nvcsw
+            gc, runq, nvcsw = ev.gc, ev.runq, ev.nvcsw
+            views["ev_gc"][row] = NAN if gc is None else gc
+            views["ev_runq"][row] = NAN if runq is None else runq
+            views["ev_nvcsw"][row] = NAN if nvcsw is None else nvcsw
 
     def name_id(self, name: str | None) -> int:
         """The index of a phase's or op's name in :attr:`names` (given one when first seen)."""
@@ -204,7 +229,7 @@ NAN = float("nan")
 
 def _clamped(value: int) -> int:
     """A whole number from the wire as an int64 column holds it (beyond its range: its end)."""
-    return min(max(int(value), _INT64[0]), _INT64[1])
+    return min(max(int(value), _LOW), _HIGH)
 
 
 def host_ids(host: list[str]) -> np.ndarray:
