@@ -272,7 +272,10 @@ def test_a_jobs_columns_give_the_verdict_its_states_give(seed):
     policy = StallPolicy()
     now = view.now - view.relays.behind_s
     new = stalls.assess_places(stalls.places(view, now, silent), policy, world)
-    same(new, reference(positions_of(view, now, silent), policy, world))
+    old = reference(positions_of(view, now, silent), policy, world)
+    same(new, old)
+    for rank, p in old.stalled.items():
+        assert new.stalled.where(rank) == (p.phase, p.stuck_s, p.step)
     for field in ("gc", "runq", "nvcsw"):  # the evidence columns: what a pass over the states read
         np.testing.assert_array_equal(view.evidence[field], causes.figures(view.states, field))
 
@@ -295,4 +298,7 @@ def test_a_hang_of_thousands_of_ranks_builds_the_positions_it_is_asked_for_only(
     assert report.diagnosis.endswith("waiting for rank 77: in backward at step 10 (last: all_reduce #41), not in a collective")
     assert report.stalled[77].collective["seq"] == 41 and report.stalled[5].phase == "backward"
     assert len(report.stalled._built) == 2  # (only the two read)
-    assert 5000 not in report.stalled and report.stalled.get(5000) is None
+    assert 5000 not in report.stalled and report.stalled.get(5000) is None and "5" not in report.stalled
+    for rank in (5, 77, 2047):  # what the history reads of each without building its Position
+        p = report.stalled[rank]
+        assert report.stalled.where(rank) == (p.phase, p.stuck_s, p.step)

@@ -260,8 +260,14 @@ class History:
         key = (STALL, f"rank {rank}")
 
         def opened() -> Episode:
-            stuck = table.stalled[rank]  # (watch/analysis/stalls.py: its Position, as its row reads it)
-            return Episode(STALL, key[1], rank, table.host[i], stuck.phase, now - (stuck.stuck_s or 0.0), now, step=stuck.step)
+            # its Position as its row reads it (watch/analysis/stalls.py), off the columns where they are kept
+            where = getattr(table.stalled, "where", None)
+            if where is not None:
+                phase, stuck_s, step = where(rank)
+            else:
+                stuck = table.stalled[rank]
+                phase, stuck_s, step = stuck.phase, stuck.stuck_s, stuck.step
+            return Episode(STALL, key[1], rank, table.host[i], phase, now - (stuck_s or 0.0), now, step=step)
 
         ep = self._extend(key, now, opened)
         before = self._union_of.get(key, _NO_WAITS)

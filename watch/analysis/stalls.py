@@ -107,20 +107,33 @@ class StalledPositions(Mapping[int, Position]):
     """Rank -> :class:`Position` of the stalled ranks, each built when read: a hang of 16,384 ranks stalls every
     one, and a snapshot reads a few (the rows it shows). ``ranks``: the stalled ranks, ascending."""
 
-    def __init__(self, ranks: np.ndarray, rows: np.ndarray, make: Callable[[int], Position]):
-        self.ranks = ranks
-        self._rows = rows
-        self._make = make
+    def __init__(self, places: "Places", stalled: np.ndarray):
+        self.ranks = places.rank[stalled]
+        self._rows = np.flatnonzero(stalled)
+        self._places = places
         self._built: dict[int, Position] = {}
 
-    def __getitem__(self, rank: int) -> Position:
-        at = int(np.searchsorted(self.ranks, rank))
-        if not isinstance(rank, (int, np.integer)) or at >= len(self.ranks) or self.ranks[at] != rank:
+    def _at(self, rank: object) -> int:
+        if not isinstance(rank, (int, np.integer)):
             raise KeyError(rank)
+        at = int(np.searchsorted(self.ranks, rank))
+        if at >= len(self.ranks) or self.ranks[at] != rank:
+            raise KeyError(rank)
+        return at
+
+    def __getitem__(self, rank: int) -> Position:
+        at = self._at(rank)
         found = self._built.get(at)
         if found is None:
-            found = self._built[at] = self._make(int(self._rows[at]))
+            found = self._built[at] = self._places.position(int(self._rows[at]))
         return found
+
+    def where(self, rank: int) -> tuple[str | None, float, int]:
+        """Its Position's ``phase``, ``stuck_s`` and ``step``, read off the columns without building it (the
+        history opens an episode per stalled rank: thousands at once in a big hang)."""
+        row = int(self._rows[self._at(rank)])
+        at = self._places
+        return at.names[int(at.phase[row])], float(at.stuck[row]), int(at.step[row])
 
     def __iter__(self) -> Iterator[int]:
         return iter(self.ranks.tolist())
@@ -199,7 +212,7 @@ def assess_places(at: Places, policy: StallPolicy = StallPolicy(), world: int | 
     culprits, how = _culprits(at, stalled)
     live = ~at.silent
     everyone = int(stalled.sum()) == int(live.sum())
-    report = StalledPositions(at.rank[stalled], np.flatnonzero(stalled), at.position)
+    report = StalledPositions(at, stalled)
     # Every rank heard is stuck and some were never heard: those are whom they wait for, not the one of them a
     # bucket behind the rest (it waits too: a collective of the unheard rank's never completes).
     if (culprits is None or (everyone and how in ("behind", "collective", "phase"))) and world is not None:
