@@ -96,6 +96,18 @@ class RankScalars:
     rate_hz: np.ndarray
     works: np.ndarray
     endpoint: np.ndarray
+    state_last: np.ndarray
+    state_step: np.ndarray
+    in_step: np.ndarray
+    phase: np.ndarray
+    state_median: np.ndarray
+    coll_op: np.ndarray
+    coll_seq: np.ndarray
+    coll_b: np.ndarray
+    coll_flags: np.ndarray
+    ev_gc: np.ndarray
+    ev_runq: np.ndarray
+    ev_nvcsw: np.ndarray
     state: np.ndarray  # (object) the figures of HELD
     meta: np.ndarray
     capture_summary: np.ndarray
@@ -155,37 +167,26 @@ class RankScalars:
             get = coll.get
             op, seq, size = get("op"), get("seq"), get("b")
             flags = INSIDE if get("inside") else 0
-            kind = type(seq)
-            if kind is int:
+            number = 0
+            if type(seq) is int:
                 flags |= HAS_SEQ
-                if not _LOW <= seq <= _HIGH:
-                    seq = _clamped(seq)
-            elif kind is bool:
-                flags |= HAS_SEQ | SEQ_BOOL
-            elif isinstance(seq, int):  # (an int subclass: msgspec makes none, a test might)
-                flags |= HAS_SEQ
-                seq = _clamped(seq)
-            else:
-                seq = 0
-            kind = type(size)
-            if kind is int:
-                if size <= 0:
-                    size = 0
-                elif size > _HIGH:
-                    size = _HIGH
-            elif kind is bool:
-                flags |= B_BOOL if size else 0
-            elif isinstance(size, int):
-                size = _clamped(size) if size > 0 else 0
-            else:
-                size = 0
+                number = seq if _LOW <= seq <= _HIGH else _clamped(seq)
+            elif isinstance(seq, int):  # a bool (or an int subclass: msgspec makes none)
+                flags |= HAS_SEQ | (SEQ_BOOL if type(seq) is bool else 0)
+                number = _clamped(seq)
+            bytes_ = 0
+            if type(size) is int:
+                bytes_ = size if 0 < size <= _HIGH else (_HIGH if size > 0 else 0)
+            elif isinstance(size, int) and size > 0:  # True (a bool), or an int subclass
+                flags |= B_BOOL if type(size) is bool else 0
+                bytes_ = _clamped(size)
             if type(op) is str:
                 found = names.get(op)
                 views["coll_op"][row] = self.name_id(op) if found is None else found
             else:
                 views["coll_op"][row] = self.name_id(op) if isinstance(op, str) else 0
-            views["coll_seq"][row] = seq
-            views["coll_b"][row] = size
+            views["coll_seq"][row] = number
+            views["coll_b"][row] = bytes_
             views["coll_flags"][row] = flags
         else:
             views["coll_op"][row] = views["coll_seq"][row] = views["coll_b"][row] = views["coll_flags"][row] = 0
