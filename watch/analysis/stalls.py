@@ -352,10 +352,11 @@ def stuck_s(state: State, now: float, state_at: float, progress_at: float, stepp
 def places(view: JobView, now: float, silent: np.ndarray) -> Places:
     """The places of a gathered view's ranks that said one (a state with a last step), from the columns the job
     state keeps of their states (watch/engine/rank_scalars.py: RankScalars.take_state)."""
-    rows = np.flatnonzero(view.state_last != NO_STEP)
+    where = view.where
+    rows = np.flatnonzero(where["state_last"] != NO_STEP)
     stuck = stuck_columns(view.step_age[rows], view.state_at[rows], view.progress_at[rows], now, view.stepped_at[rows])
     window = view.median_wall[rows]
-    flags = view.coll_flags[rows]
+    flags = where["coll_flags"][rows]
     states, rank = view.states, view.rank
 
     def position_of(i: int) -> Position:
@@ -371,16 +372,16 @@ def places(view: JobView, now: float, silent: np.ndarray) -> Places:
     return Places(
         rank=rank[rows],
         silent=silent[rows],
-        step=view.state_step[rows],
-        last=view.state_last[rows],
-        phase=view.phase[rows],
+        step=where["state_step"][rows],
+        last=where["state_last"][rows],
+        phase=where["phase"][rows],
         names=view.state_names,
         stuck=stuck,
-        median=np.where(np.isnan(window), view.state_median[rows], window),
+        median=np.where(np.isnan(window), where["state_median"][rows], window),
         inside=(flags & INSIDE) != 0,
-        seq=view.coll_seq[rows],
+        seq=where["coll_seq"][rows],
         has_seq=(flags & HAS_SEQ) != 0,
-        coll=np.stack([view.coll_op[rows], view.coll_seq[rows], view.coll_b[rows], flags.astype(np.int64)], axis=1),
+        coll=np.stack([where["coll_op"][rows], where["coll_seq"][rows], where["coll_b"][rows], flags.astype(np.int64)], axis=1),
         coll_text=lambda i: collective_text(states[int(rows[i])].collective),
         position=position_of,
     )

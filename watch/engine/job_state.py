@@ -29,7 +29,7 @@ from ranktop.watch.engine.step_columns import MIN_STEPS_TO_SCORE, StepColumns
 from ranktop.watch.engine.endpoints import Endpoints, EndpointsView
 from ranktop.watch.engine.lifecycle import JobLife, Lifecycle, fresh_window
 from ranktop.watch.engine.resource_samples import ResourceTracker, ResourceView
-from ranktop.watch.engine.rank_scalars import RankScalars, host_ids
+from ranktop.watch.engine.rank_scalars import WHERE, RankScalars, host_ids
 from ranktop.watch.engine.rank_window import RankWindow
 from ranktop.wire import capture as wire_capture
 from ranktop.wire import schema, step_block
@@ -82,17 +82,9 @@ class JobView:
     progress_at: np.ndarray
     stepped_at: np.ndarray  # when its last step was heard of
     device: np.ndarray  # bool: its steps carry device (GPU) times
-    # where its state says it is (rank_scalars.RankScalars.take_state: NO_STEP where not said; ``phase`` and
-    # ``coll_op`` index ``state_names``), its last collective, its evidence (name -> column, NaN where not said)
-    state_last: np.ndarray
-    state_step: np.ndarray
-    in_step: np.ndarray
-    phase: np.ndarray
-    state_median: np.ndarray
-    coll_op: np.ndarray
-    coll_seq: np.ndarray
-    coll_b: np.ndarray
-    coll_flags: np.ndarray
+    # where its state says it is and its last collective (rank_scalars.WHERE -> column: NO_STEP where not said;
+    # ``phase`` and ``coll_op`` index ``state_names``), its evidence (name -> column, NaN where not said)
+    where: dict[str, np.ndarray]
     state_names: tuple[str | None, ...]
     evidence: dict[str, np.ndarray]
     states: list[State]  # immutable, as decoded
@@ -351,15 +343,7 @@ class JobState:
             progress_at=sc.progress_at[rows],
             stepped_at=sc.stepped_at[rows],
             device=sc.device_times[rows],
-            state_last=sc.state_last[rows],
-            state_step=sc.state_step[rows],
-            in_step=sc.in_step[rows],
-            phase=sc.phase[rows],
-            state_median=sc.state_median[rows],
-            coll_op=sc.coll_op[rows],
-            coll_seq=sc.coll_seq[rows],
-            coll_b=sc.coll_b[rows],
-            coll_flags=sc.coll_flags[rows],
+            where={name: getattr(sc, name)[rows] for name in WHERE},
             state_names=tuple(sc.names),
             evidence={"gc": sc.ev_gc[rows], "runq": sc.ev_runq[rows], "nvcsw": sc.ev_nvcsw[rows]},
             states=sc.state[rows].tolist(),

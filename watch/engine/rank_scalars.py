@@ -66,6 +66,9 @@ FIELDS: dict[str, tuple[type, Any]] = {
     "ev_nvcsw": (np.float64, float("nan")),
 }
 
+#: The columns of FIELDS that say where a rank's state says it is (watch/analysis/stalls.py reads them, as a view's ``where``).
+WHERE = ("state_last", "state_step", "in_step", "phase", "state_median", "coll_op", "coll_seq", "coll_b", "coll_flags")
+
 #: name -> the value of a row nobody wrote yet: what each rank's messages said, the frozen Structs themselves, in
 #: object arrays (a view gathers every rank's with one fancy index, not a Python pass over the windows).
 HELD: dict[str, Any] = {
