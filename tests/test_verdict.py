@@ -164,6 +164,21 @@ def test_the_aggregator_s_snapshot_of_a_slow_rank_gives_its_verdict():
     assert answer.text.startswith("rank 300 slow in data: +30 ms per step, the job loses ")
 
 
+def test_a_rank_slow_in_its_data_phase_is_named_with_data_loader_through_the_aggregator():
+    from test_aggregator import Clock, feed
+
+    from ranktop.watch.aggregator import Aggregator
+
+    agg = Aggregator("j", clock=Clock(), window=16)
+    feed(agg, 64, 16, slow_rank=30, slow_s=0.030, phase="data", hosts=[host_of(r) for r in range(64)])
+    answer = verdict(agg.snapshot())
+    assert answer.cause is not None and answer.cause.kind == "data_loader", answer.text
+    assert answer.text.endswith("(data loader)") and "its data phase takes 32 ms per step" in answer.text
+    feed(agg := Aggregator("j", clock=Clock(), window=16), 64, 16, slow_rank=30, slow_s=0.030, phase="forward",
+         hosts=[host_of(r) for r in range(64)])  # fmt: skip
+    assert verdict(agg.snapshot()).cause is None  # slow in forward: the data phase says nothing
+
+
 def test_the_aggregator_s_snapshot_of_a_slow_node_names_the_node():
     from test_aggregator import Clock, ddp_step, hello, steps
 

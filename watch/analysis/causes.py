@@ -32,7 +32,7 @@ its pipeline stage), like its steps.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, Sequence
+from typing import Callable, Mapping, Sequence
 
 import numpy as np
 
@@ -226,24 +226,33 @@ def data_loader(data_s: float, peers_data_s: float, workers: float, peers_worker
 
 def of_ranks(
     states: Sequence[State], step_s: np.ndarray, excess_s: np.ndarray, slow: np.ndarray, live: np.ndarray,
-    class_ids: np.ndarray | None, *, culprit: np.ndarray | None = None, names: Sequence[str] = (),
-    phases: np.ndarray | None = None,
+    class_ids: np.ndarray | None, evidence: Mapping[str, np.ndarray] | None = None, *, culprit: np.ndarray | None = None,
+    names: Sequence[str] = (), phases: np.ndarray | None = None,
 ) -> dict[int, list[Cause]]:  # fmt: skip
     """Row index -> the causes of each slow rank that has any, the one that costs most per step first. ``live``:
-    the ranks whose figures count as peers' (not silent, scored). ``culprit`` (an index into ``names`` per rank,
-    -1: none) and ``phases`` (ranks x names, seconds per step): where given, a rank slow in its data phase is
-    named with ``data_loader``."""
+    the ranks whose figures count as peers' (not silent, scored). ``evidence``: the fields a gathered view keeps
+    as columns (watch/engine/rank_scalars.py), read instead of a pass over the states. ``culprit`` (an index into
+    ``names`` per rank, -1: none) and ``phases`` (ranks x names, seconds per step): where given, a rank slow in
+    its data phase is named with ``data_loader``."""
     which = np.flatnonzero(slow)
     if not len(which):
         return {}
     found: dict[int, list[Cause]] = {}
     switches = None
     peers_of = live | slow
+
+    def kept(field: str) -> np.ndarray | None:
+        return evidence[field].copy() if evidence is not None and field in evidence else None
+
     step, excess = step_s[which], excess_s[which]
 
     def judged(field: str, at_least: float, judge_columns, part: str = "ev") -> list[tuple[int, Cause]]:
         """(row, cause) of each slow rank its figure ``field`` names, by ``judge_columns(its figures, its peers')``."""
-        values = column(states, field, which, peers_of, at_least, part)
+        values = kept(field) if part == "ev" else None
+        if values is not None:
+            values[~peers_of] = np.nan
+        else:
+            values = column(states, field, which, peers_of, at_least, part)
         if values is None:
             return []
         found_here = judge_columns(values[which], peer_reference(values, class_ids, which))
@@ -262,7 +271,9 @@ def of_ranks(
     for kind in KINDS:
         for i, cause in judged(kind.field, FLOOR, lambda mine, peers, kind=kind: judge(mine, peers, step, excess, kind)):
             if kind.name == "cpu_contention":
-                switches = figures(states, "nvcsw") if switches is None else switches
+                if switches is None:
+                    switches = kept("nvcsw")
+                    switches = figures(states, "nvcsw") if switches is None else switches
                 peers = peer_reference(switches, class_ids, np.array([i]))[0]
                 cause = _with_switches(cause, switches[i], peers)
             found.setdefault(i, []).append(cause)

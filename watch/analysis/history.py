@@ -16,6 +16,7 @@ job made during the episode: seconds of the whole job's time lost.
 
 from __future__ import annotations
 
+import bisect
 import collections
 import math
 from collections.abc import Mapping
@@ -24,6 +25,7 @@ from typing import Iterator
 
 import numpy as np
 
+from ranktop.watch.model.rank_table import STATUS_CODE
 from ranktop.watch.model.snapshot import SLOW, STALLED, Snapshot
 
 #: Seconds between samples (of the aggregator's clock).
@@ -121,6 +123,7 @@ class RankPhases(Mapping):
         return len(self._ranks)
 
 
+_NO_WAITS: frozenset[int] = frozenset()
 _NONE = RankValues(np.zeros(0, np.int64), np.zeros(0))
 _NO_PHASES = RankPhases(np.zeros(0, np.int64), [], np.zeros((0, 0)))
 
@@ -164,6 +167,11 @@ class History:
         self._last_step: int | None = None
         self._samples_kept = samples or DEFAULT_SAMPLES
         self._taken = 0  # samples taken: every k-th keeps its per-rank figures (PER_RANK_BUDGET)
+        # The ranks stalled ranks waited for, merged into each stall episode once per change, not once per rank
+        # and sample: at 16,384 stalled ranks waiting for thousands, merging per episode took seconds a sample.
+        self._waits: tuple[tuple[int, ...], frozenset[int]] = ((), frozenset())  # the last snapshot's waiting_for
+        self._union_of: dict[tuple[str, str], frozenset[int]] = {}  # open stall episode -> the waits merged into it
+        self._unions: dict[tuple[int, int], tuple[frozenset[int], frozenset[int], frozenset[int], list[int]]] = {}
 
     def note(self, snap: Snapshot, now: float) -> None:
         """Keep ``snap`` if a sample is due (the UI may take snapshots faster than once a second). Reads the
@@ -207,26 +215,26 @@ class History:
     def _track(self, snap: Snapshot, now: float, made: int) -> None:
         seen: set[tuple[str, str]] = set()
         slow_hosts = set(snap.slow_hosts)
-        flagged = [snap.ranks[i] for i in np.flatnonzero(snap.ranks.table.statuses(SLOW, STALLED)).tolist()]
-        for row in flagged:
-            if row.status == SLOW and row.host not in slow_hosts:
+        table = snap.ranks.table
+        if tuple(snap.waiting_for) != self._waits[0]:
+            self._waits = (tuple(snap.waiting_for), frozenset(snap.waiting_for))
+        # A stalled rank's episode is kept from the columns (a row is built for the slow ranks only: a hang of
+        # 16,384 ranks would build every rank's row each second).
+        flagged = []  # the slow ranks' rows
+        stalled = STATUS_CODE[STALLED]
+        for i in np.flatnonzero(table.statuses(SLOW, STALLED)).tolist():  # (episodes opened in rank order)
+            if table.status[i] == stalled:
+                self._stalled(table, i, snap, now, seen)
+                continue
+            row = snap.ranks[i]
+            flagged.append(row)
+            if row.host not in slow_hosts:
                 key = (STRAGGLER, f"rank {row.rank}")
                 ep = self._extend(key, now, lambda: Episode(STRAGGLER, key[1], row.rank, row.host, row.culprit_phase, now, now))
                 ep.cost_s += row.excess_s * made
                 ep.steps += made
                 ep.peak_excess_s = max(ep.peak_excess_s, row.excess_s)
                 ep.phase = ep.phase or row.culprit_phase
-                seen.add(key)
-            elif row.status == STALLED:
-                key = (STALL, f"rank {row.rank}")
-                ep = self._extend(
-                    key, now,
-                    lambda: Episode(STALL, key[1], row.rank, row.host, row.stalled_phase, now - (row.stalled_s or 0.0), now,
-                                    step=row.stalled_step),
-                )
-                ep.waiting_for = sorted((set(ep.waiting_for) | set(snap.waiting_for)) - {row.rank})
-                ep.diagnosis = snap.diagnosis or ep.diagnosis
-                ep.cost_s = ep.duration_s
                 seen.add(key)
         for host in slow_hosts:
             rows = [r for r in flagged if r.host == host and r.status == SLOW]
@@ -243,6 +251,49 @@ class History:
             if key not in seen and now - ep.end > EPISODE_GAP_S:
                 ep.open = False
                 del self._open[key]
+                self._union_of.pop(key, None)
+
+    def _stalled(self, table, i: int, snap: Snapshot, now: float, seen: set[tuple[str, str]]) -> None:
+        """Row ``i`` of the snapshot's columns is stalled: its episode opened or extended, with the ranks it
+        waited for (every snapshot's ``waiting_for`` while it was stalled, less itself)."""
+        rank = int(table.rank[i])
+        key = (STALL, f"rank {rank}")
+
+        def opened() -> Episode:
+            # its Position as its row reads it (watch/analysis/stalls.py), off the columns where they are kept
+            where = getattr(table.stalled, "where", None)
+            if where is not None:
+                phase, stuck_s, step = where(rank)
+            else:
+                stuck = table.stalled[rank]
+                phase, stuck_s, step = stuck.phase, stuck.stuck_s, stuck.step
+            return Episode(STALL, key[1], rank, table.host[i], phase, now - (stuck_s or 0.0), now, step=step)
+
+        ep = self._extend(key, now, opened)
+        before = self._union_of.get(key, _NO_WAITS)
+        union, ordered = self._merged(before, self._waits[1])
+        if union is not before or key not in self._union_of:
+            if rank in union:  # (itself left out: a slice either side, in C)
+                at = bisect.bisect_left(ordered, rank)
+                ep.waiting_for = ordered[:at] + ordered[at + 1 :]
+            else:
+                ep.waiting_for = ordered
+            self._union_of[key] = union
+        ep.diagnosis = snap.diagnosis or ep.diagnosis
+        ep.cost_s = ep.duration_s
+        seen.add(key)
+
+    def _merged(self, before: frozenset[int], waits: frozenset[int]) -> tuple[frozenset[int], list[int]]:
+        """``before | waits`` (``before`` itself when it holds them) and its ranks in order, worked out once per
+        pair: the episodes of ranks stalled together share them. The pairs kept hold their sets, so that the
+        ids they are found by stay theirs."""
+        found = self._unions.get((id(before), id(waits)))
+        if found is None:
+            if len(self._unions) > 4096:
+                self._unions.clear()
+            union = before if waits <= before else before | waits
+            found = self._unions[(id(before), id(waits))] = (before, waits, union, sorted(union))
+        return found[2], found[3]
 
     def _extend(self, key: tuple[str, str], now: float, new) -> Episode:
         ep = self._open.get(key)
@@ -257,6 +308,7 @@ class History:
         for ep in self._open.values():
             ep.open = False
         self._open.clear()
+        self._union_of.clear()
 
     # -- reading -------------------------------------------------------------------------
 

@@ -66,10 +66,15 @@ def build(view: JobView, extras: Extras, policy: StallPolicy = StallPolicy(), pe
         status[excess > slow_above] = STATUS_CODE[SLOW]
     stalled = stalls.stalled
     if stalled:
-        status[np.isin(view.rank, list(stalled))] = STATUS_CODE[STALLED]
+        status[np.isin(view.rank, stalls.stalled_ranks())] = STATUS_CODE[STALLED]
     status[silent] = STATUS_CODE[SILENT]
     slow = status == STATUS_CODE[SLOW]
-    why = causes.of_ranks(view.states, view.step_s, excess, slow, live, peers.class_ids) if slow.any() else {}
+    why = (
+        causes.of_ranks(view.states, view.step_s, excess, slow, live, peers.class_ids, view.evidence,
+                        culprit=culprit, names=names, phases=view.phases)  # fmt: skip
+        if slow.any()
+        else {}
+    )
 
     table = RankTable(
         names=names,

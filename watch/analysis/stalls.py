@@ -24,17 +24,16 @@ world this viewer never heard from (a viewer that attached after a rank froze).
 
 from __future__ import annotations
 
-import collections
 from dataclasses import dataclass
-from typing import Iterable
+from typing import Callable, Iterable, Iterator, Mapping, Sequence
 
 import numpy as np
 
 from ranktop.watch import format as fmt
 from ranktop.watch.format import ranks_text
-from ranktop.watch.analysis.stacks import common_place
+from ranktop.watch.analysis.stacks import collective_text
 from ranktop.watch.engine.job_state import JobView
-from ranktop.watch.model.rank_table import median_of
+from ranktop.watch.engine.rank_scalars import HAS_SEQ, INSIDE, NO_STEP
 from ranktop.wire import schema
 from ranktop.wire.messages import State
 
@@ -75,9 +74,15 @@ class Position:
 
 @dataclass(frozen=True)
 class StallReport:
-    stalled: dict[int, Position]  # rank -> where it is stuck
+    stalled: Mapping[int, Position]  # rank -> where it is stuck (StalledPositions: built when read)
     waiting_for: list[int]  # the ranks the stalled ones wait for (empty if none stands out)
     diagnosis: str | None  # one line for the user; None when nothing is stalled
+
+    def stalled_ranks(self) -> np.ndarray:
+        """The stalled ranks, ascending, as an array (without building their positions)."""
+        if isinstance(self.stalled, StalledPositions):
+            return self.stalled.ranks
+        return np.array(sorted(self.stalled), np.int64)
 
 
 def position(
@@ -98,103 +103,218 @@ def position(
 # -- the verdict ------------------------------------------------------------------------
 
 
+class StalledPositions(Mapping[int, Position]):
+    """Rank -> :class:`Position` of the stalled ranks, each built when read: a hang of 16,384 ranks stalls every
+    one, and a snapshot reads a few (the rows it shows). ``ranks``: the stalled ranks, ascending."""
+
+    def __init__(self, places: "Places", stalled: np.ndarray):
+        self.ranks = places.rank[stalled]
+        self._rows = np.flatnonzero(stalled)
+        self._places = places
+        self._built: dict[int, Position] = {}
+
+    def _at(self, rank: object) -> int:
+        if not isinstance(rank, (int, np.integer)):
+            raise KeyError(rank)
+        at = int(np.searchsorted(self.ranks, rank))
+        if at >= len(self.ranks) or self.ranks[at] != rank:
+            raise KeyError(rank)
+        return at
+
+    def __getitem__(self, rank: int) -> Position:
+        at = self._at(rank)
+        found = self._built.get(at)
+        if found is None:
+            found = self._built[at] = self._places.position(int(self._rows[at]))
+        return found
+
+    def where(self, rank: int) -> tuple[str | None, float, int]:
+        """Its Position's ``phase``, ``stuck_s`` and ``step``, read off the columns without building it (the
+        history opens an episode per stalled rank: thousands at once in a big hang)."""
+        row = int(self._rows[self._at(rank)])
+        at = self._places
+        return at.names[int(at.phase[row])], float(at.stuck[row]), int(at.step[row])
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(self.ranks.tolist())
+
+    def __len__(self) -> int:
+        return len(self.ranks)
+
+
+@dataclass(frozen=True)
+class Places:
+    """Where each rank with a position is, as columns in rank order: what the verdict reads of every rank, so
+    that a hang of thousands of ranks is judged in a few numpy operations (rule 5: no Python pass per rank).
+    ``phase`` indexes ``names``; ``coll``: a row per rank that two ranks share when their last collectives
+    read the same (op, number, size, inside: ``coll_text`` gives its words); ``position(i)``: row i's
+    :class:`Position`, built only for the ranks a report names."""
+
+    rank: np.ndarray
+    silent: np.ndarray
+    step: np.ndarray
+    last: np.ndarray
+    phase: np.ndarray
+    names: Sequence[str | None]
+    stuck: np.ndarray
+    median: np.ndarray  # NaN: none known
+    inside: np.ndarray
+    seq: np.ndarray
+    has_seq: np.ndarray
+    coll: np.ndarray  # (ranks, k) int64
+    coll_text: Callable[[int], str]  # row i's last collective in words (stacks.collective_text)
+    position: Callable[[int], Position]
+
+
+def places_of(positions: Sequence[Position]) -> Places:
+    """The columns of a few positions (sorted by rank): how :func:`assess` judges a list of them."""
+    names: dict[str | None, int] = {None: 0}
+    texts: dict[str, int] = {}
+    phase = [names.setdefault(p.phase, len(names)) for p in positions]
+    coll = [[texts.setdefault(collective_text(p.collective), len(texts))] for p in positions]
+    seqs = [p.collective.get("seq") if p.collective else None for p in positions]
+    has_seq = [isinstance(seq, int) for seq in seqs]
+    return Places(
+        rank=np.array([p.rank for p in positions], np.int64),
+        silent=np.array([p.silent for p in positions], bool),
+        step=np.array([p.step for p in positions], np.int64),
+        last=np.array([p.last for p in positions], np.int64),
+        phase=np.array(phase, np.int64),
+        names=list(names),
+        stuck=np.array([p.stuck_s for p in positions], np.float64),
+        median=np.array([np.nan if p.median_step_s is None else p.median_step_s for p in positions], np.float64),
+        inside=np.array([p.inside_collective for p in positions], bool),
+        seq=np.array([seq if has else 0 for seq, has in zip(seqs, has_seq)], np.int64),
+        has_seq=np.array(has_seq, bool),
+        coll=np.array(coll, np.int64).reshape(len(positions), 1),
+        coll_text=lambda i: collective_text(positions[i].collective),
+        position=lambda i: positions[i],
+    )
+
+
 def assess(positions: Iterable[Position], policy: StallPolicy = StallPolicy(), world: int | None = None) -> StallReport:
     """``world``: the job's size, when ranks never heard from may be named (None: they may not)."""
-    positions = sorted(positions, key=lambda p: p.rank)
-    job_median = median_of(p.median_step_s for p in positions if p.median_step_s is not None)
-    stalled = {}
-    for p in positions:
-        if p.silent:
-            continue
-        median = p.median_step_s if p.median_step_s is not None else job_median
-        if p.last < 0 and median is None:
-            continue  # never finished a step and nobody has: still starting up, not stalled
-        if p.stuck_s > policy.limit(median):
-            stalled[p.rank] = p
-    if not stalled:
+    ordered = sorted(positions, key=lambda p: p.rank)
+    return assess_places(places_of(ordered), policy, world)
+
+
+def assess_places(at: Places, policy: StallPolicy = StallPolicy(), world: int | None = None) -> StallReport:
+    """:func:`assess` over columns (a snapshot's ranks: :func:`stall_report`)."""
+    known = ~np.isnan(at.median)
+    job_median = float(np.median(at.median[known])) if known.any() else None  # (rank_table.median_of, NaN left out)
+    median = np.where(known, at.median, np.nan if job_median is None else job_median)
+    # policy.limit over the column: factor * floor without a median, else factor * median and never under the floor
+    limit = np.where(np.isnan(median), policy.factor * policy.floor_s, np.maximum(policy.factor * median, policy.floor_s))
+    starting = (at.last < 0) & np.isnan(median)  # never finished a step and nobody has: still starting up, not stalled
+    stalled = ~at.silent & ~starting & (at.stuck > limit)
+    if not stalled.any():
         return StallReport({}, [], None)
-    culprits, how = _culprits(positions, stalled)
-    everyone = len(stalled) == sum(1 for p in positions if not p.silent)
+    culprits, how = _culprits(at, stalled)
+    live = ~at.silent
+    everyone = int(stalled.sum()) == int(live.sum())
+    report = StalledPositions(at, stalled)
     # Every rank heard is stuck and some were never heard: those are whom they wait for, not the one of them a
     # bucket behind the rest (it waits too: a collective of the unheard rank's never completes).
-    if (not culprits or (everyone and how in ("behind", "collective", "phase"))) and world is not None:
-        heard = {p.rank for p in positions}
-        unheard = [n for n in range(world) if n not in heard] if len(heard) < world else []
+    if (culprits is None or (everyone and how in ("behind", "collective", "phase"))) and world is not None:
+        unheard = np.setdiff1d(np.arange(world), at.rank).tolist() if len(np.unique(at.rank)) < world else []
         if unheard:
-            group = list(stalled.values())
             text = (
-                f"{ranks_text(stalled)} stalled {where_text(group)} for {fmt.ago(max(p.stuck_s for p in group))}, "
+                f"{ranks_text(report.ranks.tolist())} stalled {_where(at, stalled)} for {fmt.ago(float(at.stuck[stalled].max()))}, "
                 f"waiting for {ranks_text(unheard)}: never heard from (silent since this viewer started)"
             )
-            return StallReport(stalled, unheard, text)
-    return StallReport(stalled, [p.rank for p in culprits], _diagnosis(stalled, culprits, how, everyone))
+            return StallReport(report, unheard, text)
+    waiting_for = at.rank[culprits].tolist() if culprits is not None else []
+    return StallReport(report, waiting_for, _diagnosis(at, stalled, culprits, how, everyone))
 
 
-def _culprits(positions: list[Position], stalled: dict[int, Position]) -> tuple[list[Position], str]:
-    silent = [p for p in positions if p.silent]
-    if silent:
-        return silent, "silent"
-    live = [p for p in positions if not p.silent]
-    front = max(p.step for p in stalled.values())
-    behind = [p for p in live if p.step < front]
-    if behind:
+def _culprits(at: Places, stalled: np.ndarray) -> tuple[np.ndarray | None, str]:
+    """Whom the stalled ranks wait for (a mask), and by which evidence; None when no rank stands out."""
+    if at.silent.any():
+        return at.silent, "silent"
+    live = ~at.silent
+    front = at.step[stalled].max()
+    behind = live & (at.step < front)
+    if behind.any():
         return behind, "behind"
-    at_front = [p for p in live if p.step == front]
-    inside = [p for p in at_front if p.inside_collective]
-    outside = [p for p in at_front if not p.inside_collective]
-    if inside and outside and any(p.rank in stalled for p in inside):
+    at_front = live & (at.step == front)
+    inside = at_front & at.inside
+    outside = at_front & ~at.inside
+    if inside.any() and outside.any() and (inside & stalled).any():
         return outside, "outside"
     # The last collective each rank entered: one that has not reached the others' latest never arrived.
-    seqs = {p.rank: p.collective.get("seq") for p in at_front if p.collective and isinstance(p.collective.get("seq"), int)}
-    if seqs and len(seqs) == len(at_front):
-        latest = max(seq for rank, seq in seqs.items() if rank in stalled) if set(seqs) & set(stalled) else None
-        missing = [p for p in at_front if latest is not None and seqs[p.rank] < latest]
-        if missing and len(missing) < len(at_front):
-            return missing, "collective"
-    phases = collections.Counter(p.phase for p in at_front if p.rank in stalled)
-    if len({p.phase for p in at_front}) > 1 and phases:
-        (top, count), *rest = phases.most_common()
-        odd = [p for p in at_front if p.phase != top]
-        if count > len(odd):
+    front_count = int(at_front.sum())
+    if front_count and at.has_seq[at_front].all():
+        mine = at_front & stalled
+        if mine.any():
+            missing = at_front & (at.seq < at.seq[mine].max())
+            if missing.any() and int(missing.sum()) < front_count:
+                return missing, "collective"
+    phases = at.phase[at_front & stalled]
+    if len(np.unique(at.phase[at_front])) > 1 and len(phases):
+        ids, first, counts = np.unique(phases, return_index=True, return_counts=True)
+        best = counts.max()
+        top = ids[counts == best][np.argmin(first[counts == best])]  # (a tie goes to the lowest rank's: Counter's order)
+        odd = at_front & (at.phase != top)
+        if best > int(odd.sum()):
             return odd, "phase"
         order = {name: i for i, name in enumerate(schema.STANDARD_PHASES)}
-        if all(p.phase in order for p in at_front):
-            first = min(order[p.phase] for p in at_front)
-            earliest = [p for p in at_front if order[p.phase] == first]
-            if len(earliest) < len(at_front):
+        present = np.unique(at.phase[at_front]).tolist()
+        if all(at.names[p] in order for p in present):
+            rank_of = np.full(len(at.names), len(order), np.int64)
+            rank_of[present] = [order[at.names[p]] for p in present]
+            place = rank_of[at.phase]
+            earliest = at_front & (place == place[at_front].min())
+            if int(earliest.sum()) < front_count:
                 return earliest, "phase"
-    return [], ""
+    return None, ""
 
 
-def where_text(positions: list[Position]) -> str:
-    """``"in backward at step 30"`` when they agree; what they share otherwise."""
-    phases, steps, coll = common_place(positions)
-    parts = [f"in {phase}" if (phase := phases.pop()) else "between phases"] if len(phases) == 1 else []
-    parts.append(f"at step {steps.pop()}" if len(steps) == 1 else f"at steps {min(steps)}-{max(steps)}")
+def _where(at: Places, members: np.ndarray) -> str:
+    """``"in backward at step 30"`` when they agree; what they share otherwise (stacks.common_place)."""
+    phases = np.unique(at.phase[members])
+    steps = at.step[members]
+    parts = []
+    if len(phases) == 1:
+        phase = at.names[int(phases[0])]
+        parts.append(f"in {phase}" if phase else "between phases")
+    low, high = int(steps.min()), int(steps.max())
+    parts.append(f"at step {low}" if low == high else f"at steps {low}-{high}")
+    rows = np.flatnonzero(members)
+    colls = at.coll[rows]
+    if (colls == colls[0]).all():
+        coll = at.coll_text(int(rows[0]))
+    else:  # different collectives may still read the same
+        texts = {at.coll_text(int(rows[k])) for k in np.unique(colls, axis=0, return_index=True)[1].tolist()}
+        coll = texts.pop() if len(texts) == 1 else ""
     if coll:
         parts.append(f"({coll})")
     return " ".join(parts)
 
 
-def _diagnosis(stalled: dict[int, Position], culprits: list[Position], how: str, everyone: bool) -> str:
-    culprit_ranks = {p.rank for p in culprits}
-    waiting = [p for p in stalled.values() if p.rank not in culprit_ranks]
-    if not culprits:
-        group = list(stalled.values())
-        text = f"{ranks_text(stalled)} stalled {where_text(group)} for {fmt.ago(max(p.stuck_s for p in group))}"
+def where_text(positions: list[Position]) -> str:
+    """``"in backward at step 30"`` when they agree; what they share otherwise."""
+    ordered = sorted(positions, key=lambda p: p.rank)
+    return _where(places_of(ordered), np.ones(len(ordered), bool))
+
+
+def _diagnosis(at: Places, stalled: np.ndarray, culprits: np.ndarray | None, how: str, everyone: bool) -> str:
+    if culprits is None:
+        text = f"{ranks_text(at.rank[stalled].tolist())} stalled {_where(at, stalled)} for {fmt.ago(float(at.stuck[stalled].max()))}"
         return text + ("; no rank stands out (all at the same place)" if everyone else "")
     if how == "silent":
-        what = f"silent, last seen {where_text(culprits)}"
+        what = f"silent, last seen {_where(at, culprits)}"
     else:
-        what = where_text(culprits)
+        what = _where(at, culprits)
         if how == "outside":
             what += ", not in a collective"
         elif how == "collective":
             what += ", never entered the others' last collective"
-    if not waiting:
+    culprit_ranks = at.rank[culprits].tolist()
+    waiting = stalled & ~culprits
+    if not waiting.any():
         return f"{ranks_text(culprit_ranks)} stalled {what}"
-    longest = max(p.stuck_s for p in waiting)
-    return f"{ranks_text(p.rank for p in waiting)} stalled {where_text(waiting)} for {fmt.ago(longest)}, waiting for {ranks_text(culprit_ranks)}: {what}"
+    longest = float(at.stuck[waiting].max())
+    return f"{ranks_text(at.rank[waiting].tolist())} stalled {_where(at, waiting)} for {fmt.ago(longest)}, waiting for {ranks_text(culprit_ranks)}: {what}"
 
 
 def none_stuck(stuck: np.ndarray, policy: StallPolicy) -> bool:
@@ -229,35 +349,49 @@ def stuck_s(state: State, now: float, state_at: float, progress_at: float, stepp
     return stuck
 
 
-def positions_of(view: JobView, now: float, silent: set[int]) -> list[Position]:
-    """Positions of a gathered view's ranks (those that sent a state)."""
-    out = []
-    ranks = view.rank.tolist()
-    state_at, progress_at, stepped_at = view.state_at.tolist(), view.progress_at.tolist(), view.stepped_at.tolist()
-    medians = view.median_wall.tolist()
-    for i, state in enumerate(view.states):
-        median = medians[i]
-        p = position(
-            ranks[i],
-            state,
-            now=now,
-            state_at=state_at[i],
-            progress_at=progress_at[i],
-            silent=ranks[i] in silent,
-            window_median_s=None if median != median else median,
-            stepped_at=stepped_at[i],
-        )
-        if p is not None:
-            out.append(p)
-    return out
+def places(view: JobView, now: float, silent: np.ndarray) -> Places:
+    """The places of a gathered view's ranks that said one (a state with a last step), from the columns the job
+    state keeps of their states (watch/engine/rank_scalars.py: RankScalars.take_state)."""
+    where = view.where
+    rows = np.flatnonzero(where["state_last"] != NO_STEP)
+    stuck = stuck_columns(view.step_age[rows], view.state_at[rows], view.progress_at[rows], now, view.stepped_at[rows])
+    window = view.median_wall[rows]
+    flags = where["coll_flags"][rows]
+    states, rank = view.states, view.rank
+
+    def position_of(i: int) -> Position:
+        row = int(rows[i])
+        median = float(window[i])
+        found = position(
+            int(rank[row]), states[row], now=now, state_at=float(view.state_at[row]), progress_at=float(view.progress_at[row]),
+            silent=bool(silent[row]), window_median_s=None if median != median else median, stepped_at=float(view.stepped_at[row]),
+        )  # fmt: skip
+        assert found is not None  # (a row with a last step)
+        return found
+
+    return Places(
+        rank=rank[rows],
+        silent=silent[rows],
+        step=where["state_step"][rows],
+        last=where["state_last"][rows],
+        phase=where["phase"][rows],
+        names=view.state_names,
+        stuck=stuck,
+        median=np.where(np.isnan(window), where["state_median"][rows], window),
+        inside=(flags & INSIDE) != 0,
+        seq=where["coll_seq"][rows],
+        has_seq=(flags & HAS_SEQ) != 0,
+        coll=np.stack([where["coll_op"][rows], where["coll_seq"][rows], where["coll_b"][rows], flags.astype(np.int64)], axis=1),
+        coll_text=lambda i: collective_text(states[int(rows[i])].collective),
+        position=position_of,
+    )
 
 
 def stall_report(view: JobView, silent: np.ndarray, policy: StallPolicy) -> StallReport:
     """The stalled ranks of a gathered view, and whom they wait for; ``silent``: bool per rank
-    (watch/analysis/silence.py). A job none of whose live ranks can be stalled yet skips the ranks' positions."""
+    (watch/analysis/silence.py). A job none of whose live ranks can be stalled yet skips the ranks' places."""
     now = view.now - view.relays.behind_s
     stuck = stuck_columns(view.step_age, view.state_at, view.progress_at, now, view.stepped_at)
     if none_stuck(stuck[view.stated & ~silent], policy):
         return StallReport({}, [], None)
-    positions = positions_of(view, now, set(view.rank[silent].tolist()))
-    return assess(positions, policy, world=view.world if view.sure else None)
+    return assess_places(places(view, now, silent), policy, world=view.world if view.sure else None)

@@ -29,7 +29,7 @@ from ranktop.watch.engine.step_columns import MIN_STEPS_TO_SCORE, StepColumns
 from ranktop.watch.engine.endpoints import Endpoints, EndpointsView
 from ranktop.watch.engine.lifecycle import JobLife, Lifecycle, fresh_window
 from ranktop.watch.engine.resource_samples import ResourceTracker, ResourceView
-from ranktop.watch.engine.rank_scalars import RankScalars, host_ids
+from ranktop.watch.engine.rank_scalars import WHERE, RankScalars, host_ids
 from ranktop.watch.engine.rank_window import RankWindow
 from ranktop.wire import capture as wire_capture
 from ranktop.wire import schema, step_block
@@ -82,6 +82,11 @@ class JobView:
     progress_at: np.ndarray
     stepped_at: np.ndarray  # when its last step was heard of
     device: np.ndarray  # bool: its steps carry device (GPU) times
+    # where its state says it is and its last collective (rank_scalars.WHERE -> column: NO_STEP where not said;
+    # ``phase`` and ``coll_op`` index ``state_names``), its evidence (name -> column, NaN where not said)
+    where: dict[str, np.ndarray]
+    state_names: tuple[str | None, ...]
+    evidence: dict[str, np.ndarray]
     states: list[State]  # immutable, as decoded
     metas: list[RankInfo | None]
     dropped: np.ndarray  # int64: records its probe could not send (read of its state as it came: RankWindow.take_state)
@@ -338,6 +343,9 @@ class JobState:
             progress_at=sc.progress_at[rows],
             stepped_at=sc.stepped_at[rows],
             device=sc.device_times[rows],
+            where={name: getattr(sc, name)[rows] for name in WHERE},
+            state_names=tuple(sc.names),
+            evidence={"gc": sc.ev_gc[rows], "runq": sc.ev_runq[rows], "nvcsw": sc.ev_nvcsw[rows]},
             states=sc.state[rows].tolist(),
             metas=sc.meta[rows].tolist(),
             dropped=sc.dropped[rows],

@@ -19,7 +19,17 @@ from typing import Any
 
 import numpy as np
 
-from ranktop.wire.messages import NO_STATE
+from ranktop.wire.messages import NO_STATE, State
+
+#: A step number a state did not say (``last``, ``step``): below any the wire allows (wire/messages.py ``Whole``).
+NO_STEP = np.iinfo(np.int64).min
+#: Bits of ``coll_flags``: what a rank's last collective says beyond its op, number and size
+#: (watch/analysis/stalls.py reads them, and tells two collectives apart by them).
+INSIDE, HAS_SEQ, SEQ_BOOL, B_BOOL = 1, 2, 4, 8
+#: Phase and op names kept as numbers at most; past this many (a peer sending made-up names) the table starts
+#: again from the names the ranks' last states hold.
+MAX_NAMES = 65536
+_LOW, _HIGH = int(np.iinfo(np.int64).min), int(np.iinfo(np.int64).max)
 
 #: name -> (dtype, the value of a row nobody wrote yet)
 FIELDS: dict[str, tuple[type, Any]] = {
@@ -40,7 +50,24 @@ FIELDS: dict[str, tuple[type, Any]] = {
     "rate_hz": (np.float64, float("nan")),  # the telemetry rate it says it sends at
     "works": (np.bool_, False),  # its hello says its work per step
     "endpoint": (np.int64, 0),  # the relay it was last heard through, as an index of RankScalars.urls (0: none)
+    # where its last state says its training thread is (watch/analysis/stalls.py), read once per state
+    "state_last": (np.int64, NO_STEP),  # the last step it finished (NO_STEP: not said)
+    "state_step": (np.int64, NO_STEP),  # the step it is in, or the next one between steps
+    "in_step": (np.bool_, False),
+    "phase": (np.int64, 0),  # the phase it is in, an index of RankScalars.names (0: none)
+    "state_median": (np.float64, float("nan")),  # the median step time it says (NaN: not said)
+    "coll_op": (np.int64, 0),  # its last collective's op, an index of RankScalars.names (0: none, or not a name)
+    "coll_seq": (np.int64, 0),  # ... its number (when HAS_SEQ)
+    "coll_b": (np.int64, 0),  # ... its bytes (0: not said, or not a positive whole number)
+    "coll_flags": (np.uint8, 0),  # INSIDE, HAS_SEQ, SEQ_BOOL, B_BOOL
+    # its evidence (watch/analysis/causes.py: NaN where not said)
+    "ev_gc": (np.float64, float("nan")),
+    "ev_runq": (np.float64, float("nan")),
+    "ev_nvcsw": (np.float64, float("nan")),
 }
+
+#: The columns of FIELDS that say where a rank's state says it is (watch/analysis/stalls.py reads them, as a view's ``where``).
+WHERE = ("state_last", "state_step", "in_step", "phase", "state_median", "coll_op", "coll_seq", "coll_b", "coll_flags")
 
 #: name -> the value of a row nobody wrote yet: what each rank's messages said, the frozen Structs themselves, in
 #: object arrays (a view gathers every rank's with one fancy index, not a Python pass over the windows).
@@ -72,6 +99,18 @@ class RankScalars:
     rate_hz: np.ndarray
     works: np.ndarray
     endpoint: np.ndarray
+    state_last: np.ndarray
+    state_step: np.ndarray
+    in_step: np.ndarray
+    phase: np.ndarray
+    state_median: np.ndarray
+    coll_op: np.ndarray
+    coll_seq: np.ndarray
+    coll_b: np.ndarray
+    coll_flags: np.ndarray
+    ev_gc: np.ndarray
+    ev_runq: np.ndarray
+    ev_nvcsw: np.ndarray
     state: np.ndarray  # (object) the figures of HELD
     meta: np.ndarray
     capture_summary: np.ndarray
@@ -79,6 +118,8 @@ class RankScalars:
     def __init__(self, rows: int = 8):
         self.urls: list[str | None] = [None]
         self._url_ids: dict[str | None, int] = {None: 0}
+        self.names: list[str | None] = [None]  # phases' and ops' names that ``phase`` and ``coll_op`` index
+        self._name_ids: dict[str | None, int] = {None: 0}
         self.views: dict[str, memoryview[Any]] = {}  # the same arrays, for a window's item stores
         self._allocate(max(1, rows))
 
@@ -111,6 +152,73 @@ class RankScalars:
             self.views[name][row] = blank
         self.state[row], self.meta[row], self.capture_summary[row] = NO_STATE, None, None
 
+    def take_state(self, row: int, state: State) -> None:
+        """What a snapshot reads of every rank's state as columns (where it is, its last collective, its
+        evidence), read here once per state rather than once per snapshot: at 16,384 ranks a Python pass over
+        the states costs a snapshot tens of milliseconds. (Written for speed: it runs for every state taken.)"""
+        views, last, step, names = self.views, state.last, state.step, self._name_ids
+        in_step = bool(state.in_step)
+        views["state_last"][row] = NO_STEP if last is None else last
+        views["state_step"][row] = step if in_step and step is not None else (NO_STEP if last is None else last + 1)
+        views["in_step"][row] = in_step
+        phase = names.get(state.phase)
+        views["phase"][row] = self.name_id(state.phase) if phase is None else phase
+        median = state.median_step_s
+        views["state_median"][row] = NAN if median is None else median
+        coll = state.collective
+        if coll:
+            get = coll.get
+            op, seq, size = get("op"), get("seq"), get("b")
+            flags = INSIDE if get("inside") else 0
+            number = 0
+            if type(seq) is int:
+                flags |= HAS_SEQ
+                number = seq if _LOW <= seq <= _HIGH else _clamped(seq)
+            elif isinstance(seq, int):  # a bool (or an int subclass: msgspec makes none)
+                flags |= HAS_SEQ | (SEQ_BOOL if type(seq) is bool else 0)
+                number = _clamped(seq)
+            bytes_ = 0
+            if type(size) is int:
+                bytes_ = size if 0 < size <= _HIGH else (_HIGH if size > 0 else 0)
+            elif isinstance(size, int) and size > 0:  # True (a bool), or an int subclass
+                flags |= B_BOOL if type(size) is bool else 0
+                bytes_ = _clamped(size)
+            if type(op) is str:
+                found = names.get(op)
+                views["coll_op"][row] = self.name_id(op) if found is None else found
+            else:
+                views["coll_op"][row] = self.name_id(op) if isinstance(op, str) else 0
+            views["coll_seq"][row] = number
+            views["coll_b"][row] = bytes_
+            views["coll_flags"][row] = flags
+        else:
+            views["coll_op"][row] = views["coll_seq"][row] = views["coll_b"][row] = views["coll_flags"][row] = 0
+        ev = state.ev
+        if ev is None:
+            views["ev_gc"][row] = views["ev_runq"][row] = views["ev_nvcsw"][row] = NAN
+        else:
+            gc, runq, nvcsw = ev.gc, ev.runq, ev.nvcsw
+            views["ev_gc"][row] = NAN if gc is None else gc
+            views["ev_runq"][row] = NAN if runq is None else runq
+            views["ev_nvcsw"][row] = NAN if nvcsw is None else nvcsw
+
+    def name_id(self, name: str | None) -> int:
+        """The index of a phase's or op's name in :attr:`names` (given one when first seen)."""
+        found = self._name_ids.get(name)
+        if found is None:
+            if len(self.names) >= MAX_NAMES:
+                self._forget_names()
+            found = self._name_ids[name] = len(self.names)
+            self.names.append(name)
+        return found
+
+    def _forget_names(self) -> None:
+        """The names table full (made-up names): started again from those the rows' last states hold."""
+        self.names, self._name_ids = [None], {None: 0}
+        for row, state in enumerate(self.state.tolist()):
+            if state is not NO_STATE:
+                self.take_state(row, state)
+
     def url_id(self, url: str | None) -> int:
         """The index of a relay's URL in :attr:`urls` (given one when first seen)."""
         found = self._url_ids.get(url)
@@ -118,6 +226,14 @@ class RankScalars:
             found = self._url_ids[url] = len(self.urls)
             self.urls.append(url)
         return found
+
+
+NAN = float("nan")
+
+
+def _clamped(value: int) -> int:
+    """A whole number from the wire as an int64 column holds it (beyond its range: its end)."""
+    return min(max(int(value), _LOW), _HIGH)
 
 
 def host_ids(host: list[str]) -> np.ndarray:

@@ -142,6 +142,7 @@ class RankWindow:
         once per snapshot (at 4,096 ranks a snapshot gathers these as columns). Typed at decode (wire/messages.py)."""
         self.state = state
         views, row = self.scalars.views, self.row
+        self.scalars.take_state(row, state)
         views["stated"][row] = state != NO_STATE
         age = state.step_age  # inside a step: how long it has been in it when the state was sent
         views["step_age"][row] = age if age is not None and state.in_step else NAN

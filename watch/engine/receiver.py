@@ -30,6 +30,7 @@ from zmq.utils.monitor import recv_monitor_message
 
 from ranktop.watch.errors import RanktopError
 from ranktop.watch.engine.keys import HANDSHAKE_EVENTS, ClientKeys, Handshakes
+from ranktop.watch.engine.socket_set import SocketSet
 from ranktop.wire import auth, schema, settings
 from ranktop.wire.messages import Hello, Node, RankMessage
 from ranktop.wire.names import NODE, RANK_KINDS, REPLY
@@ -62,15 +63,13 @@ DIGESTS_FROM_NODES = 16
 #: What a viewer subscribes to, step by step or in digests (replies to its commands always come from the ranks).
 RANK_TOPICS = tuple(kind.encode() for kind in RANK_KINDS)
 DIGEST_TOPICS = (NODE.encode(), REPLY.encode())
-#: Seconds between two polls of the relays' sockets at least. A poll costs O(relays) (ZeroMQ builds the
-#: poll set afresh each time): polled as each message arrives, 512 relays sending four digests a second
-#: cost a fifth of a core in polls alone; polled at most 10 times a second and drained, under a hundredth (about a
-#: hundredth at 25 polls a second), for 100 ms more latency at most (and the messages of a poll are ingested in one go: watch/aggregator.py).
+#: Seconds between two waits on the relays' sockets and their monitors at least. A wait costs what is ready
+#: (watch/engine/socket_set.py: the sockets are registered with the kernel once), and each ready socket is
+#: drained: waited on as each message arrives, 512 relays sending four digests a second would wake the receiver
+#: 2,000 times a second; at most 10 times, their messages are ingested in goes (watch/aggregator.py), for 100 ms
+#: more latency at most. Monitors (connections made or dropped, handshakes) are read in the same wait: often
+#: enough that a relay dropped and back within a second is seen dropped (at 0.25 s a CI run under load missed one).
 POLL_EVERY_S = 0.1
-#: Seconds between two looks at the sockets' monitors (connections made or dropped, handshakes): in a poller of
-#: their own, so the relays' poll is half the size; often enough that a relay dropped and back within a second
-#: is seen dropped (at 0.25 s a CI run under load missed one).
-MONITORS_EVERY_S = 0.05
 #: Messages handed to the aggregator in one go at most (watch/aggregator.py: ingest_batch): a poll of 512
 #: relays finds about 40 digests; far behind, it finds up to :data:`DRAIN_MAX` a relay.
 BATCH_MAX = 512
@@ -172,7 +171,7 @@ class Receiver(threading.Thread):
         self._sockets: dict[str, zmq.Socket[bytes]] = {}  # advertised URL -> socket
         self._urls: dict[zmq.Socket[bytes], str] = {}  # and back
         self._monitors: dict[zmq.Socket[bytes], str] = {}  # a socket's monitor -> its advertised URL
-        self._monitor_poller = zmq.Poller()  # the monitors, looked at less often than the relays' sockets
+        self._waiting = SocketSet()  # the relays' SUB sockets and their monitors, registered once
         self._controls: dict[str, dict[str, Any]] = {}  # a relay's telemetry URL -> the addresses its messages last gave
         self._by_host: dict[str, str] = {}  # discovered node -> its relay's advertised telemetry URL
         self._told: dict[str, str] = {}  # discovered node -> its relay's control URL as told to on_control
@@ -194,26 +193,23 @@ class Receiver(threading.Thread):
             self.join(timeout)
 
     def run(self) -> None:
-        poller = zmq.Poller()  # the relays' SUB sockets
         try:
             self.make_room(len(self._static))
             for url in self._static:
-                self._connect(poller, url, url)
-            next_discovery = next_monitors = 0.0
+                self._connect(url, url)
+            next_discovery = 0.0
             while not self._stop_event.is_set():
                 if self._discover is not None and time.monotonic() >= next_discovery:
-                    self._run_discovery(poller)
+                    self._run_discovery()
                     next_discovery = time.monotonic() + DISCOVERY_EVERY_S
                 if not self.digests and self._digest_mode == "auto" and len(self._sockets) >= DIGESTS_FROM_NODES:
                     self._take_digests()
                 polled = time.monotonic()
-                if polled >= next_monitors:
-                    for monitor, _ in self._monitor_poller.poll(0):
-                        self._monitor_events(monitor)
-                    next_monitors = polled + MONITORS_EVERY_S
                 batch: list[tuple[list[bytes], str]] = []
-                for sock, _ in poller.poll(int(min(200, MONITORS_EVERY_S * 1000))):
-                    if sock in self._urls:
+                for sock in self._waiting.wait(POLL_EVERY_S / 2):
+                    if sock in self._monitors:
+                        self._monitor_events(sock)
+                    elif sock in self._urls:
                         self._drain(sock, batch)
                     if len(batch) >= BATCH_MAX:  # a viewer far behind: in bounded goes, every relay served in turn
                         self._take(batch)
@@ -229,13 +225,14 @@ class Receiver(threading.Thread):
             self._aggregator.note_error(f"receiver stopped: {exc.__class__.__name__}: {exc}")
             print(f"ranktop: receiver stopped: {exc}", file=sys.stderr)
         finally:
+            self._waiting.close()
             for monitor in self._monitors:
                 monitor.close(linger=0)
             for sock in self._sockets.values():
                 sock.close(linger=0)
             self._context.term()
 
-    def _run_discovery(self, poller: zmq.Poller) -> None:
+    def _run_discovery(self) -> None:
         discover, on_control = self._discover, self._on_control
         if discover is None:
             return
@@ -250,7 +247,7 @@ class Receiver(threading.Thread):
             if old is not None and old != rec.telemetry and old in self._sockets:
                 sock = self._sockets.pop(old)
                 del self._urls[sock]
-                poller.unregister(sock)
+                self._waiting.remove(sock)
                 self._unmonitor(sock, old)
                 sock.close(linger=0)
                 self._aggregator.replace_endpoint(old, rec.telemetry, rec.host)
@@ -266,7 +263,7 @@ class Receiver(threading.Thread):
                     if rec.encrypted is False and self._keys.encrypted:  # its record says: it reads nothing either way
                         self.handshakes.plain(rec.telemetry)
                     else:
-                        self._connect(poller, rec.telemetry, connect_url(rec.telemetry, rec.host), guessed)
+                        self._connect(rec.telemetry, connect_url(rec.telemetry, rec.host), guessed)
                 if on_control is not None and self._told.get(rec.host) != rec.control:  # (once per change)
                     on_control(connect_url(rec.control, rec.host))
                     self._told[rec.host] = rec.control
@@ -286,7 +283,7 @@ class Receiver(threading.Thread):
                 f"allows {fd_limit.hard_limit()} (`ulimit -Hn`); raise the hard limit to watch every node"
             )  # fmt: skip
 
-    def _connect(self, poller: zmq.Poller, url: str, dial: str, guessed: bool = False) -> None:
+    def _connect(self, url: str, dial: str, guessed: bool = False) -> None:
         if len(self._sockets) >= self._room:
             return  # no room for its sockets: said once, by make_room
         sock = self._context.socket(zmq.SUB)
@@ -317,9 +314,9 @@ class Receiver(threading.Thread):
             return
         self._sockets[url] = sock
         self._urls[sock] = url  # the aggregator knows an endpoint by its advertised URL
-        poller.register(sock, zmq.POLLIN)
+        self._waiting.add(sock)
         self._monitors[monitor] = url
-        self._monitor_poller.register(monitor, zmq.POLLIN)
+        self._waiting.add(monitor)
 
     def _unmonitor(self, sock: zmq.Socket[bytes], url: str) -> None:
         try:
@@ -328,7 +325,7 @@ class Receiver(threading.Thread):
             pass
         for monitor, of in list(self._monitors.items()):
             if of == url:
-                self._monitor_poller.unregister(monitor)
+                self._waiting.remove(monitor)
                 del self._monitors[monitor]
                 monitor.close(linger=0)
 
@@ -341,12 +338,13 @@ class Receiver(threading.Thread):
             try:
                 event = recv_monitor_message(monitor, flags=zmq.NOBLOCK)
             except zmq.Again:
-                return
+                return  # (all read: its descriptor is raised again by the next event)
             kind = event["event"]
             if kind & HANDSHAKE_EVENTS and sock is not None:
                 self.handshakes.event(sock, url, kind, event["value"])
             if kind & (zmq.EVENT_DISCONNECTED | zmq.EVENT_HANDSHAKE_SUCCEEDED):
                 self._aggregator.note_link(url, up=bool(kind & zmq.EVENT_HANDSHAKE_SUCCEEDED))
+        self._waiting.again(monitor)  # more than it reads in one go: the rest in the next wait
 
     def _take_digests(self) -> None:
         """The job is big: from now on one digest per node, not every rank's messages (the ranks' own messages
@@ -364,12 +362,13 @@ class Receiver(threading.Thread):
         url = self._urls[sock]
         for count in range(limit):
             if count and not cast(int, sock.getsockopt(zmq.EVENTS)) & zmq.POLLIN:  # (cheaper than an Again raised per drain)
-                return
+                return  # (all taken: its descriptor is raised again by the next message, watch/engine/socket_set.py)
             try:
                 frames = sock.recv_multipart(flags=zmq.NOBLOCK)
             except zmq.Again:
                 return
             batch.append((frames, url))
+        self._waiting.again(sock)  # more than one go's share: the rest in the next wait
 
     def _take(self, batch: list[tuple[list[bytes], str]]) -> None:
         """What one poll took off the wire: to the flight recorder, the aggregator (in one go: watch/aggregator.py),
