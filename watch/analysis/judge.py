@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from ranktop.watch.analysis import causes, stragglers
+from ranktop.watch.analysis import arrivals, causes, stragglers
 from ranktop.watch.analysis.peers import PeerClasses, Peers
 from ranktop.watch.analysis.silence import silent_ranks
 from ranktop.watch.analysis.stalls import StallPolicy, stall_report
@@ -57,18 +57,21 @@ def build(view: JobView, extras: Extras, policy: StallPolicy = StallPolicy(), pe
     excess = np.zeros(n)
     culprit = np.full(n, -1, np.int64)
     class_ids = peers.class_ids[idx] if peers.class_ids is not None else None
-    found, worst, slow_above, median_step = stragglers.score_columns(view.phases[idx], view.step_s[idx], names, class_ids)
+    found, worst, slow_above, median_step = stragglers.score_columns(
+        view.phases[idx], view.step_s[idx], names, class_ids, view.own_sd[idx], view.window_steps[idx])
     excess[idx], culprit[idx] = found, worst
     score = excess / median_step if median_step else np.zeros(n)
 
     status = np.full(n, STATUS_CODE[OK], np.int8)
     if median_step is not None:
-        status[excess > slow_above] = STATUS_CODE[SLOW]
+        status[idx[found > slow_above]] = STATUS_CODE[SLOW]
     stalled = stalls.stalled
     if stalled:
         status[np.isin(view.rank, list(stalled))] = STATUS_CODE[STALLED]
     status[silent] = STATUS_CODE[SILENT]
     slow = status == STATUS_CODE[SLOW]
+    last = np.full(n, np.nan)
+    last[idx] = arrivals.last_arrivals(view.recent_steps[idx], view.recent_waits[idx], class_ids)[0]
     why = causes.of_ranks(view.states, view.step_s, excess, slow, live, peers.class_ids) if slow.any() else {}
 
     table = RankTable(
@@ -92,6 +95,7 @@ def build(view: JobView, extras: Extras, policy: StallPolicy = StallPolicy(), pe
         captures=view.captures,
         rest=_messages(view),
         causes=why,
+        last_arrivals=last,
         **_message_columns(view, peers),
     )
     ranking = stragglers.ranking(table, stalls.waiting_for)

@@ -43,52 +43,81 @@ from ranktop.watch.model.rank_table import STATUS_CODE, RankTable
 from ranktop.watch.statuses import SILENT, SLOW, STALLED
 from ranktop.wire import schema
 
-SLOW_FLOOR_FRACTION = 0.05
+#: A rank is slow when its excess passes all of: this share of the step the job would take without it (above
+#: the 2% a healthy rank's hardware may differ by, below the 5% worth a look), ...
+SLOW_FLOOR_FRACTION = 0.025
+#: ... this many seconds, ...
 SLOW_FLOOR_S = 0.001
+#: ... and this many standard errors of its window's median (its own step-to-step noise and its reference's):
+#: noise alone passes it about once in 30,000 looks at a rank (one-sided, gaussian).
+NOISE_Z = 4.0
+#: Without the ranks' noise (rows made by hand, old recordings): this many MADs of every rank's excess instead.
+SPREAD_MADS = 3.0
+#: A window's median is about this many standard deviations of its steps / sqrt(steps) off (gaussian noise).
+MEDIAN_ERROR = 1.2533
 
 
 def score_columns(
-    phases: np.ndarray, steps: np.ndarray, names: list[str], class_ids: np.ndarray | None = None
-) -> tuple[np.ndarray, np.ndarray, float, float | None]:
+    phases: np.ndarray, steps: np.ndarray, names: list[str], class_ids: np.ndarray | None = None,
+    own_sd: np.ndarray | None = None, window_steps: np.ndarray | None = None,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, float | None]:  # fmt: skip
     """The comparison over columns: ``phases`` (ranks x names, own seconds) and ``steps`` (seconds) of the
-    live ranks with statistics; ``class_ids`` (a small whole number per rank) their peer classes.
-    Per rank its excess (seconds beyond the medians, summed over phases) and its culprit (an index into
-    ``names``, -1: none); the excess past which a rank is slow; the median step (None: no rank)."""
+    live ranks with statistics; ``class_ids`` (a small whole number per rank) their peer classes; ``own_sd``
+    and ``window_steps`` how much each one's own time varies from step to step (a robust SD) over how many
+    steps (None: not known, the spread of everyone's excess stands in).
+    Per rank its excess (seconds beyond a healthy peer's, summed over phases, less what every peer shows of
+    noise) and its culprit (an index into ``names``, -1: none); per rank the excess past which it is slow;
+    the median step (None: no rank)."""
     n = len(steps)
     excess = np.zeros(n)
     culprit = np.full(n, -1, np.int64)
     if n == 0:
-        return excess, culprit, float("inf"), None
+        return excess, culprit, np.full(0, np.inf), None
     own = np.array([name != schema.COMM_PHASE for name in names], bool)  # waiting is not this rank's own work
+    peers = np.ones(n)  # how many peers the reference is drawn from
     if class_ids is None:
-        _excess(phases, np.arange(n), own, excess, culprit)
+        _excess(phases, np.arange(n), own, excess, culprit, peers)
     else:
         order = np.argsort(class_ids, kind="stable")
         bounds = np.flatnonzero(np.diff(class_ids[order])) + 1
         for members in np.split(order, bounds):
-            _excess(phases, members, own, excess, culprit)
-    spread = _mad(excess) if n >= 3 else 0.0
+            _excess(phases, members, own, excess, culprit, peers)
     median_step = float(np.median(steps))
-    floor = max(SLOW_FLOOR_S, SLOW_FLOOR_FRACTION * median_step, 3 * spread) if median_step else float("inf")
+    if not median_step:
+        return excess, culprit, np.full(n, np.inf), median_step
+    healthy = np.maximum(median_step - excess, 0.5 * median_step)  # the job's step without this rank's excess
+    floor = np.maximum(SLOW_FLOOR_S, SLOW_FLOOR_FRACTION * healthy)
+    if own_sd is not None and window_steps is not None:
+        error = MEDIAN_ERROR * np.nan_to_num(own_sd) / np.sqrt(np.maximum(window_steps, 1))
+        floor = np.maximum(floor, NOISE_Z * error * np.sqrt(1.0 + 1.0 / peers))
+    elif n >= 3:
+        floor = np.maximum(floor, SPREAD_MADS * _mad(excess))
     return excess, culprit, floor, median_step
 
 
-def _excess(phases: np.ndarray, members: np.ndarray, own: np.ndarray, excess: np.ndarray, culprit: np.ndarray) -> None:
+def _excess(phases: np.ndarray, members: np.ndarray, own: np.ndarray, excess: np.ndarray, culprit: np.ndarray,
+            peers: np.ndarray) -> None:  # fmt: skip
     """Per member: seconds spent beyond a healthy peer's (with two members the faster one's, phase by phase;
-    with more each phase's lower median), summed over its own phases, and the worst phase. A class of one
-    is compared with nobody."""
-    if len(members) < 2:
+    with more each phase's lower median), summed over its own phases, and the worst phase. From three
+    members on, what the class's median member shows is taken off: every phase's noise has a positive part
+    beyond the reference, and summed over phases it is no one's slowdown (the size told is then what the
+    rank adds to the step, not that plus noise). A class of one is compared with nobody."""
+    count = len(members)
+    if count < 2:
         return
     mine = phases[members][:, own]
-    if len(members) == 2:  # the faster peer, whole: it has no excess, the slower's is all its own
+    if count == 2:  # the faster peer, whole: it has no excess, the slower's is all its own
         middle = mine[np.argmin(mine.sum(axis=1))]
     else:
-        middle = np.sort(mine, axis=0)[(len(members) - 1) // 2]
+        middle = np.sort(mine, axis=0)[(count - 1) // 2]
     beyond = np.clip(mine - middle, 0.0, None)
     total = beyond.sum(axis=1)
     worst = np.argmax(beyond, axis=1)
+    if count >= 3:
+        total = np.clip(total - np.median(total), 0.0, None)
     excess[members] = total
     culprit[members] = np.where(total > 0, np.flatnonzero(own)[worst], -1)
+    peers[members] = 1 if count == 2 else count / 2
 
 
 def _mad(values: np.ndarray) -> float:
