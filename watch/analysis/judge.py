@@ -45,8 +45,11 @@ class Extras:
     collectives: Any = None  # a callable: the ranks that matter (collectives.ranks_that_matter) -> collective rows
 
 
-def build(view: JobView, extras: Extras, policy: StallPolicy = StallPolicy(), peer_classes: PeerClasses | None = None) -> Snapshot:
-    """The snapshot of ``view``; ``peer_classes``: the cache of the peers of the views before (None: worked out)."""
+def build(view: JobView, extras: Extras, policy: StallPolicy = StallPolicy(), peer_classes: PeerClasses | None = None,
+          history: stragglers.ExcessHistory | None = None) -> Snapshot:  # fmt: skip
+    """The snapshot of ``view``; ``peer_classes``: the cache of the peers of the views before (None: worked out);
+    ``history``: each rank's excess when last seen healthy, kept from the views before (None: not known, a rank
+    is judged on this view alone)."""
     n = len(view.rank)
     names = view.names
     silent = silent_ranks(view)
@@ -57,8 +60,12 @@ def build(view: JobView, extras: Extras, policy: StallPolicy = StallPolicy(), pe
     excess = np.zeros(n)
     culprit = np.full(n, -1, np.int64)
     class_ids = peers.class_ids[idx] if peers.class_ids is not None else None
+    ranks = view.rank[idx]
     found, worst, slow_above, median_step = stragglers.score_columns(
-        view.phases[idx], view.step_s[idx], names, class_ids, view.own_sd[idx], view.window_steps[idx])
+        view.phases[idx], view.step_s[idx], names, class_ids, view.own_sd[idx], view.window_steps[idx],
+        history.before(ranks) if history is not None else None)  # fmt: skip
+    if history is not None:
+        history.note(ranks, found, found > slow_above, view.now)
     excess[idx], culprit[idx] = found, worst
     score = excess / median_step if median_step else np.zeros(n)
 
