@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass
+from statistics import NormalDist
 
 import numpy as np
 
@@ -50,9 +51,12 @@ from ranktop.wire import schema
 SLOW_FLOOR_FRACTION = 0.03
 #: ... this many seconds, ...
 SLOW_FLOOR_S = 0.001
-#: ... this many standard errors of its window's median (its own step-to-step noise and its reference's):
-#: noise alone passes it about once in 30,000 looks at a rank (one-sided, gaussian), ...
+#: ... this many standard errors of its window's median (its own step-to-step noise and its reference's), at
+#: least: noise alone passes 4 about once in 30,000 looks at a rank (one-sided, gaussian). A class of many
+#: ranks has as many chances to show one by chance, so the bar rises with its size: noise flags any of its ranks
+#: at a look with a chance of at most NOISE_ANY (4.3 standard errors at 64 ranks, 5.0 at 4,096), ...
 NOISE_Z = 4.0
+NOISE_ANY = 1e-3
 #: ... and, unless its excess grew by the floor since it was last seen healthy (:class:`ExcessHistory`), the floor
 #: plus what healthy hardware may differ by: a rank may be this much slower than the median rank for good (a
 #: typical reference, from three peers on), twice that against a single peer (the faster of two may itself be
@@ -99,7 +103,7 @@ def score_columns(
     floor = np.maximum(SLOW_FLOOR_S, SLOW_FLOOR_FRACTION * healthy)
     if own_sd is not None and window_steps is not None:
         error = MEDIAN_ERROR * noise / np.sqrt(np.maximum(window_steps, 1))
-        floor = np.maximum(floor, NOISE_Z * error * np.sqrt(1.0 + 1.0 / peers))
+        floor = np.maximum(floor, _noise_z(peers) * error * np.sqrt(1.0 + 1.0 / peers))
     elif n >= 3:
         floor = np.maximum(floor, SPREAD_MADS * _mad(excess))
     spread = np.where(peers > 1, 1.0, 2.0) * HARDWARE_SPREAD * healthy
@@ -107,15 +111,24 @@ def score_columns(
     return excess, culprit, np.where(grew, floor, floor + spread), median_step
 
 
+def _noise_z(peers: np.ndarray) -> np.ndarray:
+    """The standard errors past which a rank of a class of ``2 x peers`` ranks is not noise (NOISE_Z, NOISE_ANY)."""
+    sizes, at = np.unique(np.maximum(2.0, 2.0 * peers), return_inverse=True)
+    z = [max(NOISE_Z, NormalDist().inv_cdf(1.0 - NOISE_ANY / size)) for size in sizes.tolist()]
+    return np.asarray(z)[at.reshape(-1)]
+
+
 class ExcessHistory:
     """Each rank's excess when it was last seen healthy, from one snapshot to the next: the judge asks what it was
-    (:meth:`before`) and tells what it is (:meth:`note`). It follows a healthy rank's excess down at once and up
-    slowly (:data:`FOLLOW_S`), and stands still while the rank is slow: a rank that is a little slower for good
+    (:meth:`before`) and tells what it is (:meth:`note`). It follows a healthy rank's excess down fast (a job's
+    warm-up is over in seconds) and up slowly (:data:`FOLLOW_S`), and stands still while the rank is slow: not at
+    once down, or its level would be the lowest its noise ever took it to. A rank that is a little slower for good
     (its hardware) has that as its own level, a rank that became slower stands out from its own level. Kept by
     the aggregator as it keeps the peer classes (snapshots taken on two threads at once share it: a lock)."""
 
-    #: How long the excess a healthy rank shows takes to become its level (1 - 1/e of it), seconds.
+    #: How long the excess a healthy rank shows takes to become its level (1 - 1/e of it), seconds: up, down.
     FOLLOW_S = 30.0
+    FOLLOW_DOWN_S = 1.0
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -132,8 +145,9 @@ class ExcessHistory:
         """What ``ranks`` showed at ``now`` (the viewer's clock): their excess and which were judged slow."""
         with self._lock:
             level = self._lookup(ranks)
-            follow = 1.0 - np.exp(-max(0.0, now - self._at) / self.FOLLOW_S) if np.isfinite(self._at) else 1.0
-            moved = np.minimum(excess, level + follow * (excess - level))
+            since = max(0.0, now - self._at) if np.isfinite(self._at) else np.inf
+            up, down = (1.0 - np.exp(-since / s) for s in (self.FOLLOW_S, self.FOLLOW_DOWN_S))
+            moved = level + np.where(excess > level, up, down) * (excess - level)
             level = np.where(np.isnan(level), excess, np.where(slow, level, moved))
             order = np.argsort(ranks, kind="stable")
             self._ranks, self._level, self._at = np.asarray(ranks, np.int64)[order], level[order], max(self._at, now)
