@@ -54,7 +54,7 @@ SLOW_FLOOR_S = 0.001
 #: ... this many standard errors of its window's median (its own step-to-step noise and its reference's), at
 #: least: noise alone passes 4 about once in 30,000 looks at a rank (one-sided, gaussian). A class of many
 #: ranks has as many chances to show one by chance, so the bar rises with its size: noise flags any of its ranks
-#: at a look with a chance of at most NOISE_ANY (4.3 standard errors at 64 ranks, 5.0 at 4,096), ...
+#: at a look with a chance of at most NOISE_ANY (4.2 standard errors at 64 ranks, 5.0 at 4,096), ...
 NOISE_Z = 4.0
 NOISE_ANY = 1e-3
 #: ... and, unless its excess grew by the floor since it was last seen healthy (:class:`ExcessHistory`), the floor
