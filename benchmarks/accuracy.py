@@ -22,7 +22,8 @@ Faults: one slow rank at 2, 5, 10, 20 and 50% of a step (in data, forward,
 backward or optimizer, in turn), a slow node (all 8 ranks of one), a slow
 link (a rank's collectives only), a slowdown that starts mid-run, a transient
 episode (30 s; 10 min on the 8-rank job), a throttling ramp (0 to 30% in
-40 s), and none (healthy jobs, for false alarms).
+40 s), and none (healthy jobs, for false alarms: 30 s each, and one of 4,096
+ranks with every noise for 15 minutes, 1,000 rank-hours).
 
 Figures:
 
@@ -39,7 +40,7 @@ Figures:
 - **size error** (p90): ``|excess_s - injected| / injected`` at the fault's
   last verdict (its window full of slow steps), slow-rank faults of 5% or more.
 
-    python benchmarks/accuracy.py              # 1,138 scenarios
+    python benchmarks/accuracy.py              # 1,139 scenarios
     python benchmarks/accuracy.py --quick      # 106 scenarios of the small layouts
     python benchmarks/accuracy.py --json
 """
@@ -88,6 +89,9 @@ INPUT_SD = 0.15
 WARMUP_S, WARMUP_SLOWER = 5.0, (1.0, 3.0)
 #: When a fault starts (the windows are full by then), how long a scenario runs after, a healthy job's length.
 ONSET_S, AFTER_S, HEALTHY_S = 8.0, 12.0, 30.0
+#: The long healthy job of the full matrix: 4,096 ranks for 15 minutes are 1,000 rank-hours, enough for a rate of
+#: false alarms per 1,000 rank-hours to mean something.
+LONG_HEALTHY = dict(layout="dp4096", lasts_s=900.0)
 #: A verdict this long after its fault ended still sees the fault's steps in its windows.
 LINGER_S = DEFAULT_WINDOW / STEPS_PER_S + 1.0
 #: The faults whose recall counts toward recall_at_5pct (a slow link is communication: not a rank's own time).
@@ -108,7 +112,7 @@ class Case:
     @property
     def length_s(self) -> float:
         if self.fault == "none":
-            return HEALTHY_S + (WARMUP_S if self.noisy("warmup") else 0.0)
+            return (self.lasts_s or HEALTHY_S) + (WARMUP_S if self.noisy("warmup") else 0.0)
         if self.fault == "transient":
             return self.onset_s + (self.lasts_s or 0.0) + LINGER_S + 2.0
         if self.fault == "ramp":
@@ -315,6 +319,7 @@ def matrix(quick: bool, seeds: int | None = None) -> list[Case]:
                 cases.append(replace(base, fault="ramp", size=0.30, phase=FAULT_PHASES[(k + seed + 3) % 4]))
     if not quick:
         cases.append(Case("dp8", "all", "transient", 0.10, "backward", lasts_s=600.0, seed=77))
+        cases.append(Case(LONG_HEALTHY["layout"], "all", "none", lasts_s=LONG_HEALTHY["lasts_s"], seed=99))
         for seed in range(seeds):
             for layout in ("dp1024", "dp4096"):
                 cases.append(Case(layout, "all", "none", seed=seed))

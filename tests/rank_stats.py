@@ -29,14 +29,14 @@ class Scores:
     """The cross-rank comparison of one refresh."""
 
     excess: dict[int, tuple[float, str | None]]  # rank -> (seconds beyond the medians, worst phase)
-    slow_above_s: float  # a rank whose excess passes this is slow
+    slow_above_s: dict[int, float]  # rank -> the excess past which it is slow
     median_step_s: float | None
 
     def of(self, rank: int) -> tuple[float, str | None]:
         return self.excess.get(rank, (0.0, None))
 
     def is_slow(self, rank: int) -> bool:
-        return self.median_step_s is not None and self.of(rank)[0] > self.slow_above_s
+        return self.median_step_s is not None and self.of(rank)[0] > self.slow_above_s.get(rank, float("inf"))
 
     def score(self, rank: int) -> float:
         """The slowdown as a fraction of the median step (0.25: 25% slower)."""
@@ -56,7 +56,7 @@ def score(live: dict[int, RankStats], names: list[str], classes: dict[int, tuple
     excess, culprit, floor, median_step = score_columns(phases, steps, names, class_ids)
     return Scores(
         {r: (float(excess[i]), names[culprit[i]] if culprit[i] >= 0 else None) for i, r in enumerate(ranks)},
-        floor, median_step,
+        {r: float(floor[i]) for i, r in enumerate(ranks)}, median_step,
     )
 
 

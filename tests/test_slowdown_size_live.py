@@ -44,3 +44,18 @@ def test_a_healthy_2_rank_job_flags_nobody(launched):
     doc = _watch("size-healthy")
     assert doc["verdict"]["kind"] == "healthy", doc["verdict"]
     assert [r["status"] for r in doc["ranks"]] == ["ok", "ok"]
+
+
+def test_the_slowed_rank_of_4_is_the_one_the_others_wait_for_at_the_collectives(launched):
+    """The second signal (watch/analysis/arrivals.py): the others' waits in the all_reduce say whom they waited
+    for. The slowed rank arrives last at nearly every step's collective, and the verdict says so beside its phase
+    times; the others about never."""
+    torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=4"]
+    launched("arrivals-4", *torchrun, str(JOBS / "sleepy_rank.py"), "--gloo", "--slow-rank", "2", "--slow-ms", "20", ranks=4)
+    doc = _watch("arrivals-4")
+    shares = {r["rank"]: r["last_arrivals"] for r in doc["ranks"]}
+    assert shares[2] is not None and shares[2] >= 0.8, shares
+    assert all(share is not None and share <= 0.2 for rank, share in shares.items() if rank != 2), shares
+    verdict = doc["verdict"]
+    assert verdict["ranks"] == [2] and verdict["last_arrivals"] == shares[2], verdict
+    assert re.search(r"arrives last at \d+% of its steps' collectives", verdict["text"]), verdict["text"]

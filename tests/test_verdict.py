@@ -195,3 +195,22 @@ def test_the_aggregator_s_snapshot_of_a_slow_node_names_the_node():
     answer = verdict(agg.snapshot())
     assert answer.kind == SLOW_NODE and answer.host == "node-005" and answer.phase == "forward"
     assert answer.ranks == list(range(40, 48))
+
+
+def test_the_culprit_s_last_arrivals_back_its_phase_times_or_cast_doubt_on_them():
+    """The second signal (watch/analysis/arrivals.py): said when the culprit is last at most of its collectives,
+    and when a costly culprit never is; a share between says nothing either way."""
+
+    def with_arrivals(share, excess_ms=38.0):
+        snap = big_job(64, slow_rank=7)
+        rows = list(snap.ranks)
+        rows[7] = dataclasses.replace(slow(rows[7], excess_ms=excess_ms), last_arrivals=share)
+        return verdict(job_snapshot(rows, stragglers=snap.stragglers))
+
+    backed = with_arrivals(0.92)
+    assert backed.text == "rank 7 slow in forward: +38 ms per step, the job loses 41%, and arrives last at 92% of its steps' collectives"
+    assert backed.last_arrivals == 0.92 and backed.kind == SLOW_RANK
+    doubted = with_arrivals(0.0)
+    assert doubted.text.endswith("the job loses 41%, though it is never the last to arrive at its collectives")
+    assert with_arrivals(0.0, excess_ms=5.0).text.endswith("the job loses 5.4%")  # too small to be sure it should be
+    assert with_arrivals(0.3).text.endswith("the job loses 41%") and with_arrivals(None).last_arrivals is None

@@ -23,6 +23,7 @@ from ranktop.watch.analysis import stalls
 from ranktop.watch.analysis.collectives import collective_rows
 from ranktop.watch.analysis.judge import Extras, build
 from ranktop.watch.analysis.peers import PeerClasses
+from ranktop.watch.analysis.stragglers import ExcessHistory
 from ranktop.watch.engine.collective_sums import gather as gather_collectives
 from ranktop.watch.engine.endpoints import Endpoints
 from ranktop.watch.engine.job_state import JobState
@@ -79,6 +80,7 @@ class Aggregator:
         self._lock = threading.Lock()
         self.state = JobState(window, silent_after_s, self.requests.poke)  # the ranks' windows
         self._peers = PeerClasses()  # who is compared with whom, kept while the layout and the ranks stay (watch/analysis/peers.py)
+        self._history = ExcessHistory()  # each rank's excess when last seen healthy (watch/analysis/stragglers.py)
         self._endpoints = Endpoints()  # the relays it hears the job through (watch/engine/endpoints.py)
         self._replies: collections.deque[Reply] = collections.deque(maxlen=MAX_REPLIES)
         self._errors: list[str] = []
@@ -278,7 +280,7 @@ class Aggregator:
             errors=errors,
             collectives=lambda ranks: self._collective_rows(now, ranks),
         )
-        return build(view, extras, self._stall, self._peers)
+        return build(view, extras, self._stall, self._peers, self._history)
 
     def _collective_rows(self, now: float, ranks: list[int]) -> list[CollectiveStat]:
         """The collectives pane's rows; past :data:`COLLECTIVES_CACHED_FROM` ranks worked out again every

@@ -199,6 +199,9 @@ def collectives_text(row: RankRow, snapshot: Snapshot) -> Text:
     stats = [s for s in snapshot.collectives if s.rank == row.rank]
     jobs = {s.op: s for s in snapshot.collectives if s.rank < 0}
     out = Text(no_wrap=True, overflow="crop")
+    if row.last_arrivals is not None:  # the peers' waits say whom they waited for (watch/analysis/arrivals.py)
+        out.append(f"{'arrives last':<12}", style="bold")
+        out.append(f" at {fmt.percent(row.last_arrivals)} of its last steps' collectives\n")
     if not stats:
         out.append("no collectives seen from this rank", style=palette.MUTED)
         return out

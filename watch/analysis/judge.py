@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from ranktop.watch.analysis import causes, stragglers
+from ranktop.watch.analysis import arrivals, causes, stragglers
 from ranktop.watch.analysis.peers import PeerClasses, Peers
 from ranktop.watch.analysis.silence import silent_ranks
 from ranktop.watch.analysis.stalls import StallPolicy, stall_report
@@ -45,8 +45,11 @@ class Extras:
     collectives: Any = None  # a callable: the ranks that matter (collectives.ranks_that_matter) -> collective rows
 
 
-def build(view: JobView, extras: Extras, policy: StallPolicy = StallPolicy(), peer_classes: PeerClasses | None = None) -> Snapshot:
-    """The snapshot of ``view``; ``peer_classes``: the cache of the peers of the views before (None: worked out)."""
+def build(view: JobView, extras: Extras, policy: StallPolicy = StallPolicy(), peer_classes: PeerClasses | None = None,
+          history: stragglers.ExcessHistory | None = None) -> Snapshot:  # fmt: skip
+    """The snapshot of ``view``; ``peer_classes``: the cache of the peers of the views before (None: worked out);
+    ``history``: each rank's excess when last seen healthy, kept from the views before (None: not known, a rank
+    is judged on this view alone)."""
     n = len(view.rank)
     names = view.names
     silent = silent_ranks(view)
@@ -57,18 +60,25 @@ def build(view: JobView, extras: Extras, policy: StallPolicy = StallPolicy(), pe
     excess = np.zeros(n)
     culprit = np.full(n, -1, np.int64)
     class_ids = peers.class_ids[idx] if peers.class_ids is not None else None
-    found, worst, slow_above, median_step = stragglers.score_columns(view.phases[idx], view.step_s[idx], names, class_ids)
+    ranks = view.rank[idx]
+    found, worst, slow_above, median_step = stragglers.score_columns(
+        view.phases[idx], view.step_s[idx], names, class_ids, view.own_sd[idx], view.window_steps[idx],
+        history.before(ranks) if history is not None else None)  # fmt: skip
+    if history is not None:
+        history.note(ranks, found, found > slow_above, view.now)
     excess[idx], culprit[idx] = found, worst
     score = excess / median_step if median_step else np.zeros(n)
 
     status = np.full(n, STATUS_CODE[OK], np.int8)
     if median_step is not None:
-        status[excess > slow_above] = STATUS_CODE[SLOW]
+        status[idx[found > slow_above]] = STATUS_CODE[SLOW]
     stalled = stalls.stalled
     if stalled:
         status[np.isin(view.rank, stalls.stalled_ranks())] = STATUS_CODE[STALLED]
     status[silent] = STATUS_CODE[SILENT]
     slow = status == STATUS_CODE[SLOW]
+    last = np.full(n, np.nan)
+    last[idx] = arrivals.last_arrivals(view.recent_steps[idx], view.recent_waits[idx], class_ids)[0]
     why = (
         causes.of_ranks(view.states, view.step_s, excess, slow, live, peers.class_ids, view.evidence,
                         culprit=culprit, names=names, phases=view.phases)  # fmt: skip
@@ -97,6 +107,7 @@ def build(view: JobView, extras: Extras, policy: StallPolicy = StallPolicy(), pe
         captures=view.captures,
         rest=_messages(view),
         causes=why,
+        last_arrivals=last,
         **_message_columns(view, peers),
     )
     ranking = stragglers.ranking(table, stalls.waiting_for)

@@ -34,7 +34,9 @@ step, whatever the world size (benchmarks/accuracy.py measures how close).
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass
+from statistics import NormalDist
 
 import numpy as np
 
@@ -43,53 +45,148 @@ from ranktop.watch.model.rank_table import STATUS_CODE, RankTable
 from ranktop.watch.statuses import SILENT, SLOW, STALLED
 from ranktop.wire import schema
 
-SLOW_FLOOR_FRACTION = 0.05
+#: A rank is slow when its excess passes all of: this share of a healthy peer's own work per step (a rank 3%
+#: slower does 3% more work than its peers; the job's step, longer by its waits and a pipeline's bubbles, would
+#: hide it), ...
+SLOW_FLOOR_FRACTION = 0.03
+#: ... this many seconds, ...
 SLOW_FLOOR_S = 0.001
+#: ... this many standard errors of its window's median (its own step-to-step noise and its reference's), at
+#: least: noise alone passes 4 about once in 30,000 looks at a rank (one-sided, gaussian). A class of many
+#: ranks has as many chances to show one by chance, so the bar rises with its size: noise flags any of its ranks
+#: at a look with a chance of at most NOISE_ANY (4.2 standard errors at 64 ranks, 5.0 at 4,096), ...
+NOISE_Z = 4.0
+NOISE_ANY = 1e-3
+#: ... and, unless its excess grew by the floor since it was last seen healthy (:class:`ExcessHistory`), the floor
+#: plus what healthy hardware may differ by: a rank may be this much slower than the median rank for good (a
+#: typical reference, from three peers on), twice that against a single peer (the faster of two may itself be
+#: that much faster). A rank 2% slower for good is no straggler; one that became 3% slower, or is 5%, is.
+HARDWARE_SPREAD = 0.02
+#: Without the ranks' noise (rows made by hand, old recordings): this many MADs of every rank's excess instead.
+SPREAD_MADS = 3.0
+#: A window's median is about this many standard deviations of its steps / sqrt(steps) off (gaussian noise).
+MEDIAN_ERROR = 1.2533
 
 
 def score_columns(
-    phases: np.ndarray, steps: np.ndarray, names: list[str], class_ids: np.ndarray | None = None
-) -> tuple[np.ndarray, np.ndarray, float, float | None]:
+    phases: np.ndarray, steps: np.ndarray, names: list[str], class_ids: np.ndarray | None = None,
+    own_sd: np.ndarray | None = None, window_steps: np.ndarray | None = None, before: np.ndarray | None = None,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, float | None]:  # fmt: skip
     """The comparison over columns: ``phases`` (ranks x names, own seconds) and ``steps`` (seconds) of the
-    live ranks with statistics; ``class_ids`` (a small whole number per rank) their peer classes.
-    Per rank its excess (seconds beyond the medians, summed over phases) and its culprit (an index into
-    ``names``, -1: none); the excess past which a rank is slow; the median step (None: no rank)."""
+    live ranks with statistics; ``class_ids`` (a small whole number per rank) their peer classes; ``own_sd``
+    and ``window_steps`` how much each one's own time varies from step to step (a robust SD) over how many
+    steps (None: not known, the spread of everyone's excess stands in); ``before`` each one's excess when it was
+    last seen healthy (NaN or None: not known, :class:`ExcessHistory`).
+    Per rank its excess (seconds beyond a healthy peer's, summed over phases, less what every peer shows of
+    noise) and its culprit (an index into ``names``, -1: none); per rank the excess past which it is slow;
+    the median step (None: no rank)."""
     n = len(steps)
     excess = np.zeros(n)
     culprit = np.full(n, -1, np.int64)
     if n == 0:
-        return excess, culprit, float("inf"), None
+        return excess, culprit, np.full(0, np.inf), None
     own = np.array([name != schema.COMM_PHASE for name in names], bool)  # waiting is not this rank's own work
+    peers = np.ones(n)  # how many peers the reference is drawn from
+    noise = np.full(n, np.nan) if own_sd is None else np.nan_to_num(own_sd)
+    work = np.zeros(n)  # the reference's own time per step: what a healthy peer does
     if class_ids is None:
-        _excess(phases, np.arange(n), own, excess, culprit)
+        _excess(phases, np.arange(n), own, excess, culprit, peers, noise, work)
     else:
         order = np.argsort(class_ids, kind="stable")
         bounds = np.flatnonzero(np.diff(class_ids[order])) + 1
         for members in np.split(order, bounds):
-            _excess(phases, members, own, excess, culprit)
-    spread = _mad(excess) if n >= 3 else 0.0
+            _excess(phases, members, own, excess, culprit, peers, noise, work)
     median_step = float(np.median(steps))
-    floor = max(SLOW_FLOOR_S, SLOW_FLOOR_FRACTION * median_step, 3 * spread) if median_step else float("inf")
-    return excess, culprit, floor, median_step
+    if not median_step:
+        return excess, culprit, np.full(n, np.inf), median_step
+    healthy = np.where(work > 0, work, median_step)  # the shares below are of a healthy peer's own work per step
+    floor = np.maximum(SLOW_FLOOR_S, SLOW_FLOOR_FRACTION * healthy)
+    if own_sd is not None and window_steps is not None:
+        error = MEDIAN_ERROR * noise / np.sqrt(np.maximum(window_steps, 1))
+        floor = np.maximum(floor, _noise_z(peers) * error * np.sqrt(1.0 + 1.0 / peers))
+    elif n >= 3:
+        floor = np.maximum(floor, SPREAD_MADS * _mad(excess))
+    spread = np.where(peers > 1, 1.0, 2.0) * HARDWARE_SPREAD * healthy
+    grew = excess - before > SLOW_FLOOR_FRACTION * healthy if before is not None else np.zeros(n, bool)
+    return excess, culprit, np.where(grew, floor, floor + spread), median_step
 
 
-def _excess(phases: np.ndarray, members: np.ndarray, own: np.ndarray, excess: np.ndarray, culprit: np.ndarray) -> None:
+def _noise_z(peers: np.ndarray) -> np.ndarray:
+    """The standard errors past which a rank of a class of ``2 x peers`` ranks is not noise (NOISE_Z, NOISE_ANY)."""
+    sizes, at = np.unique(np.maximum(2.0, 2.0 * peers), return_inverse=True)
+    z = [max(NOISE_Z, NormalDist().inv_cdf(1.0 - NOISE_ANY / size)) for size in sizes.tolist()]
+    return np.asarray(z)[at.reshape(-1)]
+
+
+class ExcessHistory:
+    """Each rank's excess when it was last seen healthy, from one snapshot to the next: the judge asks what it was
+    (:meth:`before`) and tells what it is (:meth:`note`). It follows a healthy rank's excess down fast (a job's
+    warm-up is over in seconds) and up slowly (:data:`FOLLOW_S`), and stands still while the rank is slow: not at
+    once down, or its level would be the lowest its noise ever took it to. A rank that is a little slower for good
+    (its hardware) has that as its own level, a rank that became slower stands out from its own level. Kept by
+    the aggregator as it keeps the peer classes (snapshots taken on two threads at once share it: a lock)."""
+
+    #: How long the excess a healthy rank shows takes to become its level (1 - 1/e of it), seconds: up, down.
+    FOLLOW_S = 30.0
+    FOLLOW_DOWN_S = 1.0
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._ranks = np.zeros(0, np.int64)  # ascending
+        self._level = np.zeros(0)
+        self._at = -np.inf
+
+    def before(self, ranks: np.ndarray) -> np.ndarray:
+        """The level of each of ``ranks`` (NaN: not seen yet)."""
+        with self._lock:
+            return self._lookup(ranks)
+
+    def note(self, ranks: np.ndarray, excess: np.ndarray, slow: np.ndarray, now: float) -> None:
+        """What ``ranks`` showed at ``now`` (the viewer's clock): their excess and which were judged slow."""
+        with self._lock:
+            level = self._lookup(ranks)
+            since = max(0.0, now - self._at) if np.isfinite(self._at) else np.inf
+            up, down = (1.0 - np.exp(-since / s) for s in (self.FOLLOW_S, self.FOLLOW_DOWN_S))
+            moved = level + np.where(excess > level, up, down) * (excess - level)
+            level = np.where(np.isnan(level), excess, np.where(slow, level, moved))
+            order = np.argsort(ranks, kind="stable")
+            self._ranks, self._level, self._at = np.asarray(ranks, np.int64)[order], level[order], max(self._at, now)
+
+    def _lookup(self, ranks: np.ndarray) -> np.ndarray:
+        out = np.full(len(ranks), np.nan)
+        if len(self._ranks):
+            at = np.minimum(np.searchsorted(self._ranks, ranks), len(self._ranks) - 1)
+            known = self._ranks[at] == ranks
+            out[known] = self._level[at[known]]
+        return out
+
+
+def _excess(phases: np.ndarray, members: np.ndarray, own: np.ndarray, excess: np.ndarray, culprit: np.ndarray,
+            peers: np.ndarray, noise: np.ndarray, work: np.ndarray) -> None:  # fmt: skip
     """Per member: seconds spent beyond a healthy peer's (with two members the faster one's, phase by phase;
-    with more each phase's lower median), summed over its own phases, and the worst phase. A class of one
-    is compared with nobody."""
-    if len(members) < 2:
+    with more each phase's median), summed over its own phases, and the worst phase. From three
+    members on, what the class's median member shows is taken off: every phase's noise has a positive part
+    beyond the reference, and summed over phases it is no one's slowdown (the size told is then what the
+    rank adds to the step, not that plus noise); and a member's noise is at least its class's median
+    member's (a window of a few steps says little of its own spread). A class of one is compared with nobody."""
+    count = len(members)
+    if count < 2:
         return
     mine = phases[members][:, own]
-    if len(members) == 2:  # the faster peer, whole: it has no excess, the slower's is all its own
+    if count == 2:  # the faster peer, whole: it has no excess, the slower's is all its own
         middle = mine[np.argmin(mine.sum(axis=1))]
     else:
-        k = (len(members) - 1) // 2  # the lower median: a partition, not a sort, of thousands of ranks
-        middle = np.partition(mine, k, axis=0)[k]
+        middle = np.median(mine, axis=0)  # (a partition inside: no full sort of thousands of ranks)
+        noise[members] = np.maximum(noise[members], np.median(noise[members]))
     beyond = np.clip(mine - middle, 0.0, None)
     total = beyond.sum(axis=1)
     worst = np.argmax(beyond, axis=1)
+    if count >= 3:
+        total = np.clip(total - np.median(total), 0.0, None)
     excess[members] = total
     culprit[members] = np.where(total > 0, np.flatnonzero(own)[worst], -1)
+    peers[members] = 1 if count == 2 else count / 2
+    work[members] = middle.sum()
 
 
 def _mad(values: np.ndarray) -> float:

@@ -25,7 +25,7 @@ from typing import Any, Callable
 import numpy as np
 
 from ranktop.watch.engine.collective_sums import JobCollectives, add_collectives, add_digest_collectives
-from ranktop.watch.engine.step_columns import MIN_STEPS_TO_SCORE, StepColumns
+from ranktop.watch.engine.step_columns import MIN_STEPS_TO_SCORE, RECENT_STEPS, StepColumns
 from ranktop.watch.engine.endpoints import Endpoints, EndpointsView
 from ranktop.watch.engine.lifecycle import JobLife, Lifecycle, fresh_window
 from ranktop.watch.engine.resource_samples import ResourceTracker, ResourceView
@@ -67,8 +67,12 @@ class JobView:
     step_s: np.ndarray  # medians over the window (NaN: not scored)
     median_wall: np.ndarray  # the median step time as last worked out, scored or not (NaN: none yet)
     phases: np.ndarray  # (ranks, names)
+    own_sd: np.ndarray  # how much its own time varies from step to step, a robust SD over its window (NaN: not scored)
+    window_steps: np.ndarray  # int64: steps in its window
     rate: np.ndarray
     comm_s: np.ndarray  # NaN: no collective wait seen
+    recent_steps: np.ndarray  # int64 (ranks, RECENT_STEPS): its last steps' numbers, newest first (-1: none, or no wait seen)
+    recent_waits: np.ndarray  # (ranks, RECENT_STEPS): ... their collective waits, s
     last_seen: np.ndarray
     last_step_end: np.ndarray
     relay: np.ndarray  # int64: the relay each rank was last heard through, an index of ``relay_urls``
@@ -308,6 +312,7 @@ class JobState:
         waited = cols.waited[rows] & scored
         comm_s = np.where(waited, cols.median_own[rows, comm], np.nan) if comm is not None else np.full(n, np.nan)
         step_s = np.where(scored, cols.median_wall[rows], np.nan)
+        recent_steps, recent_waits = cols.recent_waits(rows, RECENT_STEPS)
         last = sc.last_step[rows]
         seen = sc.steps_seen[rows]
         first = sc.first_step[rows]
@@ -328,8 +333,12 @@ class JobState:
             step_s=step_s,
             median_wall=np.where(cols.stats_at[rows] >= 0, cols.median_wall[rows], np.nan),
             phases=phases,
+            own_sd=np.where(scored, cols.own_sd[rows], np.nan),
+            window_steps=cols.count[rows],
             rate=np.where(scored, cols.rate[rows], np.nan),
             comm_s=comm_s,
+            recent_steps=recent_steps,
+            recent_waits=recent_waits,
             last_seen=sc.last_seen[rows],
             last_step_end=cols.last_end[rows],
             relay=sc.endpoint[rows],

@@ -42,6 +42,7 @@ class RankRow:
     missed: int = 0  # step records lost on the way to this viewer (gaps in the step numbers it received)
     coords: dict[str, int] | None = None  # its place in the parallel layout ({"pp": 1, "dp": 1}; watch/analysis/layout.py)
     causes: list[Cause] = field(default_factory=list)  # when slow: what explains it, against its peers, likeliest first
+    last_arrivals: float | None = None  # share of its last steps it arrived last at the collectives (watch/analysis/arrivals.py)
 
 
 def coords_text(coords: dict[str, int] | None, roles: list[str]) -> str:

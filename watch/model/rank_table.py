@@ -81,6 +81,7 @@ class RankTable:
     coords: list  # its place in the parallel layout ({"pp": 1, "dp": 1}; None: not known)
     rest: Callable[[int], dict[str, Any]] | None = None  # the fields of row i read from its messages (None: from rows)
     causes: dict[int, list] = field(default_factory=dict)  # row index -> its causes (watch/analysis/causes.py), slow rows only
+    last_arrivals: np.ndarray | None = None  # share of its recent steps it arrived last at the collectives (NaN: none counted)
 
     def __len__(self) -> int:
         return len(self.rank)
@@ -129,6 +130,7 @@ class RankTable:
             gpu_sampled=np.array([r.gpu is not None and r.gpu.na is None for r in rows], bool),
             coords=[r.coords for r in rows],
             causes={i: list(r.causes) for i, r in enumerate(rows) if r.causes},
+            last_arrivals=column(lambda r: r.last_arrivals),
         )
 
 
@@ -209,6 +211,7 @@ class RankRows(Sequence):
             last_step_end=_none(t.last_step_end[i]),
             coords=t.coords[i],
             causes=t.causes.get(i, []),
+            last_arrivals=_none(t.last_arrivals[i]) if t.last_arrivals is not None else None,
             **t.rest(i),
         )
 

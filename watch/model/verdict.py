@@ -74,6 +74,7 @@ class Verdict:
     loss: float | None = None  # the share of the job's step time lost to it (0.41 = 41%)
     others: int = 0  # further ranks flagged the same way, not named
     cause: Cause | None = None  # why the culprit is slow, when its evidence says (watch/analysis/causes.py)
+    last_arrivals: float | None = None  # the culprit's share of its last steps it arrived last at the collectives
 
 
 def verdict(snapshot: Snapshot) -> Verdict:
@@ -140,11 +141,32 @@ def _slow_rank(slow: list[RankRow], snapshot: Snapshot) -> Verdict:
     text = f"rank {top.rank}{f' ({where})' if where else ''} slow{phase}: {_cost(top)}"
     if len(slow) > 1:
         text += f" (+{len(slow) - 1} more slow: {_names(r.rank for r in slow[1:4])}{' …' if len(slow) > 4 else ''})"
+    text += _arrivals(top.last_arrivals, top.score)
     cause = top.causes[0] if top.causes else None
     if cause is not None:
         text += f", because {cause.text}"
     return Verdict(SLOW_RANK, BAD, text, [r.rank for r in slow[:8]], host=top.host, phase=top.culprit_phase,
-                   excess_s=top.excess_s, loss=top.score, others=len(slow) - 1, cause=cause)  # fmt: skip
+                   excess_s=top.excess_s, loss=top.score, others=len(slow) - 1, cause=cause,
+                   last_arrivals=top.last_arrivals)  # fmt: skip
+
+
+#: A culprit last at the collectives of this share of its steps is corroborated by its peers' waits.
+CORROBORATES = 0.5
+#: A culprit costing the job this much is expected to arrive last at some of its collectives, whatever the noise.
+EXPECTED_LAST_FROM = 0.10
+
+
+def _arrivals(share: float | None, loss: float) -> str:
+    """The second signal beside the phase times (watch/analysis/arrivals.py): the peers' waits corroborate the
+    culprit when it arrives last at most of its steps' collectives; when a culprit that costs the job a tenth
+    of its step is never last, the phase times are doubted aloud (its excess holds nobody back there)."""
+    if share is None:
+        return ""
+    if share >= CORROBORATES:
+        return f", and arrives last at {fmt.percent(share)} of its steps' collectives"
+    if share == 0.0 and loss >= EXPECTED_LAST_FROM:
+        return ", though it is never the last to arrive at its collectives"
+    return ""
 
 
 def _slow_node(snapshot: Snapshot, slow: list[RankRow]) -> Verdict:

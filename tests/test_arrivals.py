@@ -1,0 +1,75 @@
+"""Who arrives last at the collectives (watch/analysis/arrivals.py): the rank the others waited for, step by step."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ranktop.watch.analysis.arrivals import SETTLING, last_arrivals
+from ranktop.watch.engine.step_columns import StepColumns
+
+
+def steps_of(ranks: int, steps: int, slow: int | None = None, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """Every rank's last ``steps`` steps (newest first) and their waits: each step every rank works 100 ms, give or take 5 ms,
+    and waits for the slowest; rank ``slow`` works 20% longer."""
+    rnd = np.random.default_rng(seed)
+    work = rnd.normal(0.1, 0.005, (ranks, steps))
+    if slow is not None:
+        work[slow] += 0.02
+    waits = work.max(axis=0) - work + 0.001  # the transfer every rank waits for, the last one too
+    nums = np.tile(np.arange(100 + steps - 1, 99, -1), (ranks, 1))
+    return nums, waits
+
+
+def test_a_slowed_rank_arrives_last_at_nearly_every_step_and_the_others_almost_never():
+    nums, waits = steps_of(8, 32, slow=5)
+    share, counted = last_arrivals(nums, waits)
+    assert counted.tolist() == [32 - SETTLING] * 8  # the job's newest steps are left out: their waits may still come
+    assert share[5] > 0.9
+    assert np.delete(share, 5).max() < 0.1
+
+
+def test_on_a_healthy_job_each_rank_is_last_about_its_fair_share():
+    nums, waits = steps_of(4, 32 * 8, seed=3)
+    share, _ = last_arrivals(nums, waits)
+    assert abs(share.sum() - 1.0) < 1e-9  # one last arrival per step
+    assert share.min() > 0.15 and share.max() < 0.35  # 1 in 4, give or take
+
+
+def test_peer_classes_are_counted_apart():
+    """Ranks of two pipeline stages meet at different collectives: each stage has its own last arrival."""
+    a_nums, a_waits = steps_of(4, 32, slow=1, seed=1)
+    b_nums, b_waits = steps_of(4, 32, slow=2, seed=2)
+    share, _ = last_arrivals(np.vstack([a_nums, b_nums]), np.vstack([a_waits, b_waits]), np.array([0, 0, 0, 0, 1, 1, 1, 1]))
+    assert share[1] > 0.9 and share[4 + 2] > 0.9
+    assert abs(share[:4].sum() - 1.0) < 1e-9 and abs(share[4:].sum() - 1.0) < 1e-9
+
+
+def test_a_step_counts_only_when_every_peer_has_it_and_someone_waited():
+    nums, waits = steps_of(3, 8, slow=0)
+    nums[1, :3] = -1  # rank 1 has not sent its newest steps yet (or they left its window)
+    waits[:, 5] = 0.0  # a step without collectives: nobody waited for anybody
+    share, counted = last_arrivals(nums, waits)
+    # the job's newest 2 steps are left out, rank 1 lacks one more, and one step had no wait
+    assert counted.tolist() == [8 - SETTLING - 1 - 1] * 3
+    assert share[0] == 1.0
+
+
+def test_nothing_to_say_without_waits_or_peers():
+    share, counted = last_arrivals(np.full((3, 4), -1), np.zeros((3, 4)))
+    assert np.isnan(share).all() and not counted.any()
+    share, _ = last_arrivals(*steps_of(1, 8))
+    assert np.isnan(share).all()
+
+
+def test_the_step_columns_hand_over_each_rank_s_last_waits_newest_first():
+    cols = StepColumns(window=4, rows=2)
+    rows = [cols.new_row(), cols.new_row()]
+    for n in range(6):
+        cols.add(rows[0], n, float(n), 0.1, {"forward": 0.05, "comm": 0.01 * n})
+        if n < 2:
+            cols.add(rows[1], n, float(n), 0.1, {"forward": 0.05, "comm": 0.02})
+    nums, waits = cols.recent_waits(np.array(rows), 3)
+    assert nums.tolist() == [[5, 4, 3], [1, 0, -1]]
+    assert np.allclose(waits[0], [0.05, 0.04, 0.03])
+    nums, _ = StepColumns(window=4).recent_waits(np.array([0]), 3)
+    assert (nums == -1).all()  # no wait seen yet: nothing to compare

@@ -1,0 +1,91 @@
+"""When a rank is slow (watch/analysis/stragglers.py, docs/detection.md "When a rank is slow"): past 3% of a
+healthy peer's own work, past its window's noise, and past what healthy hardware differs by unless it grew."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from ranktop.watch.analysis.stragglers import ExcessHistory, score_columns
+
+NAMES = ["data", "forward", "backward", "optimizer", "comm", "other"]
+WORK = np.array([0.006, 0.019, 0.025, 0.0075, 0.0, 0.005])  # own seconds per phase: 62.5 ms of work a step
+STEPS = 64
+
+
+def job(ranks: int, slower: dict[int, float], comm: float = 0.005, sd: float = 0.001, seed: int = 0):
+    """Every rank's window medians: the same work, ``slower[r]`` more of it (a share of the work, in forward),
+    and ``comm`` waited; ``sd``: how much each rank's own time varies from step to step."""
+    rnd = np.random.default_rng(seed)
+    phases = np.tile(WORK, (ranks, 1)) * (1 + rnd.normal(0, 0.002, (ranks, len(NAMES))))
+    for r, share in slower.items():
+        phases[r, 1] += share * WORK.sum()
+    phases[:, 4] = comm
+    steps = phases.sum(axis=1).max() + 0.001 + np.zeros(ranks)  # everyone waits for the slowest
+    return phases, steps, np.full(ranks, sd), np.full(ranks, STEPS)
+
+
+def slow(phases, steps, sd, counts, before=None) -> list[int]:
+    excess, _, floor, _ = score_columns(phases, steps, NAMES, None, sd, counts, before)
+    return np.flatnonzero(excess > floor).tolist()
+
+
+@pytest.mark.parametrize("ranks", [2, 8, 64])
+def test_a_rank_2_percent_slower_for_good_is_no_straggler_and_one_6_percent_slower_is(ranks):
+    """Seen slower from the start (no history): past 3% + the 2% healthy hardware may differ by (4% against one
+    peer, which may itself be 2% fast)."""
+    assert slow(*job(ranks, {1: 0.02})) == []
+    assert slow(*job(ranks, {1: 0.06})) == ([1] if ranks > 2 else [])
+    assert slow(*job(ranks, {1: 0.08})) == [1]
+
+
+@pytest.mark.parametrize("ranks", [2, 8, 64])
+def test_a_rank_that_became_3_5_percent_slower_than_it_was_is_slow(ranks):
+    phases, steps, sd, counts = job(ranks, {1: 0.035})
+    assert slow(phases, steps, sd, counts) == []  # alone, no different from hardware a little slower
+    before = np.zeros(ranks)  # seen healthy, level with its peers, a while ago
+    assert slow(phases, steps, sd, counts, before) == [1]
+    before[1] = 0.02 * WORK.sum()  # it was 2% slower already: it grew by 1.5% only
+    assert slow(phases, steps, sd, counts, before) == []
+
+
+def test_the_same_excess_in_a_noisy_job_is_noise_and_in_a_quiet_one_a_straggler():
+    phases, steps, sd, counts = job(8, {3: 0.06})
+    assert slow(phases, steps, sd, counts) == [3]
+    noisy = np.full(8, 0.012)  # input sizes that vary step to step: the median of 64 steps is 1.9 ms off
+    assert slow(phases, steps, noisy, counts) == []
+    assert slow(phases, steps, noisy, counts * 16) == [3]  # the same noise over a longer window: it stands out
+
+
+def test_the_floor_is_a_share_of_a_healthy_peer_s_work_not_of_a_step_long_with_waits():
+    """A pipeline's bubbles make the step long; a rank 6% slower at its work is slow all the same."""
+    phases, steps, sd, counts = job(8, {5: 0.06}, comm=0.060)
+    assert steps[0] > 2 * WORK.sum()
+    assert slow(phases, steps, sd, counts) == [5]
+
+
+def test_the_size_told_is_the_slowdown_not_the_slowdown_plus_every_peer_s_noise():
+    rnd = np.random.default_rng(7)
+    phases, steps, sd, counts = job(64, {9: 0.20})
+    phases[:, :4] *= 1 + rnd.normal(0, 0.02, (64, 4))  # each phase's median a little off, every rank
+    excess, culprit, _, _ = score_columns(phases, steps, NAMES, None, sd, counts)
+    assert excess[9] == pytest.approx(0.20 * WORK.sum(), rel=0.08)
+    assert NAMES[culprit[9]] == "forward"
+    assert (excess == 0.0).sum() >= 32  # half the ranks show no slowdown at all: noise is not one
+
+
+def test_the_history_follows_a_healthy_rank_down_fast_up_slowly_and_holds_while_it_is_slow():
+    history = ExcessHistory()
+    ranks = np.array([0, 1, 2])
+    assert np.isnan(history.before(ranks)).all()
+    history.note(ranks, np.array([0.010, 0.002, 0.0]), np.zeros(3, bool), now=0.0)  # warming up: high at first
+    for now in (1.0, 2.0, 3.0, 4.0):
+        history.note(ranks, np.array([0.001, 0.002, 0.0]), np.zeros(3, bool), now=now)
+    assert history.before(ranks)[0] == pytest.approx(0.001, abs=0.0002)  # down in seconds: the warm-up is over
+    history.note(ranks, np.array([0.001, 0.002, 0.0]), np.zeros(3, bool), now=10.0)
+    history.note(ranks, np.array([0.004, 0.002, 0.0]), np.zeros(3, bool), now=11.0)
+    level = history.before(ranks)[0]
+    assert 0.001 < level < 0.0012  # up over about 30 s: a second is 3% of the way
+    history.note(ranks, np.array([0.020, 0.002, 0.0]), np.array([True, False, False]), now=100.0)
+    assert history.before(ranks)[0] == level  # slow: its level stands still however long
+    assert np.isnan(history.before(np.array([2, 7]))[1])  # never seen
