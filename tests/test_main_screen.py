@@ -7,6 +7,7 @@ Driven headless at 80x24 (a plain SSH session) and at 200x60, with 4 and
 from __future__ import annotations
 
 import dataclasses
+import re
 
 from test_app_render import drive, eight_ranks, table_ranks, text_of
 from test_collectives_panel import stat
@@ -338,17 +339,19 @@ def test_the_verdict_names_the_cause_at_80_columns_and_gives_its_figures_where_t
                value=1.75, peers=0.03, ratio=58.0, extra_s=0.17)  # fmt: skip
     job = demo_job()
     rows = list(job.ranks)
-    rows[2] = dataclasses.replace(rows[2], causes=[gc])
+    rows[2] = dataclasses.replace(rows[2], causes=[gc], last_arrivals=0.92)
     job = dataclasses.replace(job, ranks=rows)
-    for size, expected in ((SMALL, "rank 2 slow in data: +40 ms per step, the job loses"), (BIG, "because it spends 175 ms per step")):
+    wide = (260, 40)
+    for size, expected in ((SMALL, "rank 2 slow in data: +40 ms per step, the job loses"), (wide, "because it spends 175 ms per step")):
 
         async def scenario(app, pilot):
             await settle(app, pilot)
             line = verdict_of(app)
             assert expected in line and len(line.rstrip()) <= size[0]
-            if size == SMALL:
-                assert line.rstrip().endswith(", because: gc pause"), line
+            if size == SMALL:  # the cause by its name; the arrivals are the rank detail's
+                assert re.search(r"the job loses \d+%, because: gc pause$", line.rstrip()), line
             else:
+                assert "and arrives last at 92% of its steps' collectives, because" in line
                 assert line.rstrip().endswith("(gc pause)"), line
 
         drive(job, scenario, size=size)

@@ -3,9 +3,9 @@
 The answer is computed by the engine (watch/model/verdict.py) so ``--json`` says the
 same; this pane only colours it. One line, never wrapped: it is the one line
 that must survive the smallest terminal. When it is too long for the screen,
-the cause's figures give way to the cause's name (", because: gc pause"), so
-that who, where, how much and why still show at 80 columns; the rank's detail
-screen has the figures.
+the cause's figures give way to the cause's name (", because: gc pause") and
+the last arrivals are left out, so that who, where, how much and why still
+show at 80 columns; the rank's detail screen has the rest.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from rich.text import Text
 from textual.widgets import Static
 
 from ranktop.watch.model.snapshot import SILENT, SLOW, STALLED, Snapshot
-from ranktop.watch.model.verdict import HEALTHY, IMBALANCED, SILENT_RANKS, SLOW_NODE, SLOW_RANK, STALLED_JOB, Verdict, verdict
+from ranktop.watch.model.verdict import HEALTHY, IMBALANCED, SILENT_RANKS, SLOW_NODE, SLOW_RANK, STALLED_JOB, Verdict, brief, verdict
 
 from ranktop.tui.render import palette
 
@@ -40,12 +40,8 @@ def verdict_text(answer: Verdict, width: int = 0) -> Text:
 
 
 def fitted(answer: Verdict, room: int) -> str:
-    """The verdict's text, its cause cut to the cause's name where the whole does not fit in ``room``."""
-    cause = answer.cause
-    said = f", because {cause.text}" if cause is not None else ""
-    if len(answer.text) <= room or not said or not answer.text.endswith(said):
-        return answer.text
-    return f"{answer.text[: -len(said)]}, because: {cause.kind.replace('_', ' ')}"
+    """The verdict's text, or its brief form (watch/model/verdict.py) where the whole does not fit in ``room``."""
+    return answer.text if len(answer.text) <= room else brief(answer)
 
 
 class VerdictLine(Static):

@@ -32,6 +32,7 @@ worst flagged rank's, not a sum.
 from __future__ import annotations
 
 import collections
+import re
 import time
 from dataclasses import dataclass
 
@@ -156,6 +157,18 @@ CORROBORATES = 0.5
 EXPECTED_LAST_FROM = 0.10
 
 
+def brief(answer: Verdict) -> str:
+    """The verdict for a narrow screen: the cause by its name alone and the arrivals left out (a rank's detail
+    says both), so that who, where, how much and why fit in 80 columns."""
+    text = answer.text
+    cause = answer.cause
+    said = f", because {cause.text}" if cause is not None else ""
+    if said and text.endswith(said):
+        text = text[: -len(said)]
+    text = _SAID_OF_ARRIVALS.sub("", text)
+    return f"{text}, because: {cause.kind.replace('_', ' ')}" if cause is not None else text
+
+
 def _arrivals(share: float | None, loss: float) -> str:
     """The second signal beside the phase times (watch/analysis/arrivals.py): the peers' waits corroborate the
     culprit when it arrives last at most of its steps' collectives; when a culprit that costs the job a tenth
@@ -167,6 +180,10 @@ def _arrivals(share: float | None, loss: float) -> str:
     if share == 0.0 and loss >= EXPECTED_LAST_FROM:
         return ", though it is never the last to arrive at its collectives"
     return ""
+
+
+#: What :func:`_arrivals` adds, as :func:`brief` takes it out again.
+_SAID_OF_ARRIVALS = re.compile(r", and arrives last at [^,]+ of its steps' collectives|, though it is never the last to arrive at its collectives")
 
 
 def _slow_node(snapshot: Snapshot, slow: list[RankRow]) -> Verdict:
