@@ -365,7 +365,8 @@ def summarize(outcomes: list[Outcome]) -> dict:
     for key in ("layout", "noise", "fault"):
         doc[f"by_{key}"] = {name: figures([o for o in outcomes if getattr(o.case, key) == name])
                             for name in dict.fromkeys(getattr(o.case, key) for o in outcomes)}  # fmt: skip
-    doc["by_fault"]["slow_link"]["recall"] = _share(*_counts([o for o in outcomes if o.case.fault == "slow_link"]))
+    if "slow_link" in doc["by_fault"]:  # (not in every selection of layouts)
+        doc["by_fault"]["slow_link"]["recall"] = _share(*_counts([o for o in outcomes if o.case.fault == "slow_link"]))
     doc["missed"] = [_brief(o) for o in outcomes if o.case.fault in RANK_FAULTS and o.case.size >= 0.05 and not o.detected][:20]
     doc["wrong"] = [_brief(o) for o in outcomes if o.wrong][:20]
     return doc

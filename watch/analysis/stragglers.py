@@ -64,6 +64,13 @@ NOISE_ANY = 1e-3
 HARDWARE_SPREAD = 0.02
 #: Without the ranks' noise (rows made by hand, old recordings): this many MADs of every rank's excess instead.
 SPREAD_MADS = 3.0
+#: The noise test above weighs an excess (positive parts beyond the reference, summed over phases) with the
+#: standard error of a rank's whole own time, which understates how such a sum spreads, and node digests carry
+#: no noise figure: alone, those bars flagged healthy ranks of a noisy 4,096-rank job every few seconds
+#: (benchmarks/accuracy.py, dp4096). From this many ranks on, the bar is also the ranks' own excesses' median
+#: plus as many of their standard deviations (from their MAD) as the noise test asks for.
+EMPIRICAL_FROM = 8
+MAD_SIGMA = 1.4826
 #: A window's median is about this many standard deviations of its steps / sqrt(steps) off (gaussian noise).
 MEDIAN_ERROR = 1.2533
 
@@ -106,6 +113,8 @@ def score_columns(
         floor = np.maximum(floor, _noise_z(peers) * error * np.sqrt(1.0 + 1.0 / peers))
     elif n >= 3:
         floor = np.maximum(floor, SPREAD_MADS * _mad(excess))
+    if n >= EMPIRICAL_FROM:  # and past what the ranks' excess itself spreads, at the same odds
+        floor = np.maximum(floor, float(np.median(excess)) + _noise_z(peers) * MAD_SIGMA * _mad(excess))
     spread = np.where(peers > 1, 1.0, 2.0) * HARDWARE_SPREAD * healthy
     grew = excess - before > SLOW_FLOOR_FRACTION * healthy if before is not None else np.zeros(n, bool)
     return excess, culprit, np.where(grew, floor, floor + spread), median_step
