@@ -19,6 +19,8 @@ from __future__ import annotations
 
 import numpy as np
 
+#: Steps counted, at least, before "never last" overrules the phase times (watch/analysis/judge.py).
+VETO_AFTER = 16
 #: The job's newest steps left out: a step's waits may come in a message after its step's.
 SETTLING = 2
 

@@ -76,9 +76,13 @@ def build(view: JobView, extras: Extras, policy: StallPolicy = StallPolicy(), pe
     if stalled:
         status[np.isin(view.rank, stalls.stalled_ranks())] = STATUS_CODE[STALLED]
     status[silent] = STATUS_CODE[SILENT]
-    slow = status == STATUS_CODE[SLOW]
     last = np.full(n, np.nan)
-    last[idx] = arrivals.last_arrivals(view.recent_steps[idx], view.recent_waits[idx], class_ids)[0]
+    counted = np.zeros(n, np.int64)
+    last[idx], counted[idx] = arrivals.last_arrivals(view.recent_steps[idx], view.recent_waits[idx], class_ids)
+    # Flagged by its phase times but never the last to arrive at a collective over many steps: it holds nobody
+    # back (its excess is spent where nobody waits for it, or is noise). Where the waits say nothing, no veto.
+    status[(status == STATUS_CODE[SLOW]) & (last == 0.0) & (counted >= arrivals.VETO_AFTER)] = STATUS_CODE[OK]
+    slow = status == STATUS_CODE[SLOW]
     why = (
         causes.of_ranks(view.states, view.step_s, excess, slow, live, peers.class_ids, view.evidence,
                         culprit=culprit, names=names, phases=view.phases)  # fmt: skip
