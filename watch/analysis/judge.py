@@ -64,24 +64,24 @@ def build(view: JobView, extras: Extras, policy: StallPolicy = StallPolicy(), pe
     found, worst, slow_above, median_step = stragglers.score_columns(
         view.phases[idx], view.step_s[idx], names, class_ids, view.own_sd[idx], view.window_steps[idx],
         history.before(ranks) if history is not None else None)  # fmt: skip
-    if history is not None:
-        history.note(ranks, found, found > slow_above, view.now)
-    excess[idx], culprit[idx] = found, worst
-    score = excess / median_step if median_step else np.zeros(n)
-
-    status = np.full(n, STATUS_CODE[OK], np.int8)
-    if median_step is not None:
-        status[idx[found > slow_above]] = STATUS_CODE[SLOW]
-    stalled = stalls.stalled
-    if stalled:
-        status[np.isin(view.rank, stalls.stalled_ranks())] = STATUS_CODE[STALLED]
-    status[silent] = STATUS_CODE[SILENT]
     last = np.full(n, np.nan)
     counted = np.zeros(n, np.int64)
     last[idx], counted[idx] = arrivals.last_arrivals(view.recent_steps[idx], view.recent_waits[idx], class_ids)
     # Flagged by its phase times but never the last to arrive at a collective over many steps: it holds nobody
     # back (its excess is spent where nobody waits for it, or is noise). Where the waits say nothing, no veto.
-    status[(status == STATUS_CODE[SLOW]) & (last == 0.0) & (counted >= arrivals.VETO_AFTER)] = STATUS_CODE[OK]
+    judged_slow = (found > slow_above) & ~((last[idx] == 0.0) & (counted[idx] >= arrivals.VETO_AFTER))
+    if history is not None:  # what was judged, the veto included: a vetoed rank's level follows its excess
+        history.note(ranks, found, judged_slow, view.now)
+    excess[idx], culprit[idx] = found, worst
+    score = excess / median_step if median_step else np.zeros(n)
+
+    status = np.full(n, STATUS_CODE[OK], np.int8)
+    if median_step is not None:
+        status[idx[judged_slow]] = STATUS_CODE[SLOW]
+    stalled = stalls.stalled
+    if stalled:
+        status[np.isin(view.rank, stalls.stalled_ranks())] = STATUS_CODE[STALLED]
+    status[silent] = STATUS_CODE[SILENT]
     slow = status == STATUS_CODE[SLOW]
     why = (
         causes.of_ranks(view.states, view.step_s, excess, slow, live, peers.class_ids, view.evidence,
