@@ -108,13 +108,14 @@ def score_columns(
         return excess, culprit, np.full(n, np.inf), median_step
     healthy = np.where(work > 0, work, median_step)  # the shares below are of a healthy peer's own work per step
     floor = np.maximum(SLOW_FLOOR_S, SLOW_FLOOR_FRACTION * healthy)
+    mad = _mad(excess) if n >= 3 else 0.0
     if own_sd is not None and window_steps is not None:
         error = MEDIAN_ERROR * noise / np.sqrt(np.maximum(window_steps, 1))
         floor = np.maximum(floor, _noise_z(peers) * error * np.sqrt(1.0 + 1.0 / peers))
     elif n >= 3:
-        floor = np.maximum(floor, SPREAD_MADS * _mad(excess))
+        floor = np.maximum(floor, SPREAD_MADS * mad)
     if n >= EMPIRICAL_FROM:  # and past what the ranks' excess itself spreads, at the same odds
-        floor = np.maximum(floor, float(np.median(excess)) + _noise_z(peers) * MAD_SIGMA * _mad(excess))
+        floor = np.maximum(floor, float(np.median(excess)) + _noise_z(peers) * MAD_SIGMA * mad)
     spread = np.where(peers > 1, 1.0, 2.0) * HARDWARE_SPREAD * healthy
     grew = excess - before > SLOW_FLOOR_FRACTION * healthy if before is not None else np.zeros(n, bool)
     return excess, culprit, np.where(grew, floor, floor + spread), median_step
