@@ -357,6 +357,30 @@ def test_the_verdict_names_the_cause_at_80_columns_and_gives_its_figures_where_t
         drive(job, scenario, size=size)
 
 
+def test_at_80_columns_the_longest_cause_name_shows_whole_and_the_line_is_never_cut():
+    """The demo's own verdict (rank 2 slow in data, data loader workers the cause) on an 80x24 screen: the line
+    is shortened word by word (the cause's figures, then "per step"), never cut with an ellipsis."""
+    from ranktop.watch.model.snapshot import Cause
+
+    loader = Cause(kind="data_loader", text="its data phase takes 42 ms per step against its peers' 2.2 ms (data loader)",
+                   value=0.042, peers=0.0022, ratio=19.0, extra_s=0.04)  # fmt: skip
+    job = demo_job()
+    rows = list(job.ranks)
+    rows[2] = dataclasses.replace(rows[2], causes=[loader], last_arrivals=0.92, score=0.59)
+    job = dataclasses.replace(job, ranks=rows)
+
+    async def scenario(app, pilot):
+        await settle(app, pilot)
+        line = verdict_of(app).rstrip()
+        assert "…" not in line and line.endswith("because: data loader"), line
+        assert line.lstrip("▲ ").startswith("rank 2 slow in data: +40 ms"), line
+        assert "loses 59%" in line, line
+        widget = app.query_one("#verdict")
+        assert widget.region.right <= SMALL[0]
+
+    drive(job, scenario, size=SMALL)
+
+
 def test_a_slow_rank_s_detail_says_first_why_it_is_slow():
     from ranktop.watch.model.snapshot import Cause
 

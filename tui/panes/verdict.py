@@ -3,9 +3,10 @@
 The answer is computed by the engine (watch/model/verdict.py) so ``--json`` says the
 same; this pane only colours it. One line, never wrapped: it is the one line
 that must survive the smallest terminal. When it is too long for the screen,
-the cause's figures give way to the cause's name (", because: gc pause") and
-the last arrivals are left out, so that who, where, how much and why still
-show at 80 columns; the rank's detail screen has the rest.
+the cause's figures give way to the cause's name (", because: gc pause"), the
+last arrivals are left out, and then a few words are shortened
+(watch/model/verdict.py ``brief``), so that who, where, how much and why
+still show at 80 columns; the rank's detail screen has the rest.
 """
 
 from __future__ import annotations
@@ -41,7 +42,7 @@ def verdict_text(answer: Verdict, width: int = 0) -> Text:
 
 def fitted(answer: Verdict, room: int) -> str:
     """The verdict's text, or its brief form (watch/model/verdict.py) where the whole does not fit in ``room``."""
-    return answer.text if len(answer.text) <= room else brief(answer)
+    return answer.text if len(answer.text) <= room else brief(answer, room)
 
 
 class VerdictLine(Static):
@@ -53,5 +54,5 @@ class VerdictLine(Static):
 
     def on_resize(self, event) -> None:
         answer = getattr(self, "verdict", None)
-        if answer is not None:
-            self.update(verdict_text(answer, event.size.width), layout=False)
+        if answer is not None:  # the room inside the padding (the event's size is the whole widget's)
+            self.update(verdict_text(answer, self.size.width), layout=False)

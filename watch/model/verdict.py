@@ -157,16 +157,45 @@ CORROBORATES = 0.5
 EXPECTED_LAST_FROM = 0.10
 
 
-def brief(answer: Verdict) -> str:
-    """The verdict for a narrow screen: the cause by its name alone and the arrivals left out (a rank's detail
-    says both), so that who, where, how much and why fit in 80 columns."""
+def brief(answer: Verdict, room: int = 0) -> str:
+    """The verdict for a narrow screen, in ``room`` characters where it can be (0: the first brief form).
+
+    Shortened step by step, each step only where the one before does not fit: the cause by its name alone and
+    the arrivals left out (a rank's detail says both); "ms per step" as "ms/step"; "the job loses" as "job
+    loses"; the other slow ranks as their count; the rank's place in the layout written tight, then left out. Who, where, how much and why stay, so that the
+    answer fits in 80 columns with the longest cause's name; past the last form the screen cuts it."""
     text = answer.text
     cause = answer.cause
     said = f", because {cause.text}" if cause is not None else ""
     if said and text.endswith(said):
         text = text[: -len(said)]
     text = _SAID_OF_ARRIVALS.sub("", text)
-    return f"{text}, because: {cause.kind.replace('_', ' ')}" if cause is not None else text
+    why = f", because: {cause.kind.replace('_', ' ')}" if cause is not None else ""
+    for shorten in _SHORTER:
+        if not room or len(text) + len(why) <= room:
+            break
+        text = shorten(text)
+    return text + why
+
+
+def _compact_place(text: str) -> str:
+    """"rank 3071 (pp 5, tp 7, dp 63) slow ..." as "rank 3071 (pp5 tp7 dp63) slow ..."."""
+    match = re.match(r"rank \d+ \(([^)]*)\)", text)
+    if match is None:
+        return text
+    place = re.sub(r"([a-z]+) (\d+)", r"\1\2", match.group(1)).replace(", ", " ")
+    return text[: match.start(1)] + place + text[match.end(1) :]
+
+
+#: Each step of :func:`brief` past the first, in order.
+_SHORTER = (
+    lambda text: text,
+    lambda text: text.replace(" ms per step, ", " ms/step, ", 1),
+    lambda text: text.replace(", the job loses ", ", job loses ", 1),
+    lambda text: re.sub(r" \(\+(\d+) more slow: [^)]*\)", r" (+\1 more slow)", text, count=1),
+    _compact_place,
+    lambda text: re.sub(r"^(rank \d+) \([^)]*\)", r"\1", text, count=1),
+)
 
 
 def _arrivals(share: float | None, loss: float) -> str:
