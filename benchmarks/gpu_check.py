@@ -8,8 +8,8 @@ demo's model (TinyLM, fp32, sized to about 20 ms a step on an H100) under
 ``probe.init()`` + ``probe.step()`` + ``probe.phase()`` and prints:
 
 - phases: the probe's GPU time per phase (CUDA events, ``g`` of its step
-  records) against torch.profiler's GPU span of the same phase (the
-  ``gpu_user_annotation`` of a ``record_function`` around it), per step;
+  records) against torch.profiler's kernels of the same phase (those launched,
+  from any thread, while a ``record_function`` around it was open), per step;
 - NCCL: with 2 GPUs or more, two ranks (one made late by a sleep kernel) and
   the probe's device-timed all-reduce waits against the profiler's NCCL kernel
   durations; with one GPU this line says it was skipped;
@@ -32,7 +32,12 @@ demo's model (TinyLM, fp32, sized to about 20 ms a step on an H100) under
   process opens no context on GPU 0 (``nvidia-smi --query-compute-apps``);
 - a trace capture (its kernels; HTA loads it where installed) and a memory
   capture (memory_viz draws it), taken by probe/capture.py as the capture
-  command takes them.
+  command takes them;
+- the PyTorch 2 patterns on the GPU (tests/jobs/pt2_patterns.py ``--device cuda``:
+  torch.compile with inductor, fullgraph, DDP and FSDP2 on NCCL, checkpointing,
+  compiled autograd, ``mode="reduce-overhead"`` and ``make_graphed_callables``),
+  each without and then under automatic mode: dynamo's counters equal, the
+  parameters bit-identical, every step timed, with device times.
 
 Figures are for people (docs/gpu.md records them), not assertions; the issue-33 checks
 also print PASS or FAIL against their reference.
@@ -159,14 +164,22 @@ class _Null:
 
 
 def gpu_spans(trace_path: str) -> dict[str, list[float]]:
-    """GPU span (ms) of each phase per step, from the profiler's gpu_user_annotation events."""
+    """GPU span (ms) of each phase per step, from the profiler's trace: the kernels launched (from any thread:
+    backward's come from autograd's device thread) while the phase's ``record_function`` was open on the host,
+    first kernel start to last kernel end."""
     with open(trace_path) as f:
         events = json.load(f).get("traceEvents", [])
+    windows = sorted((float(e["ts"]), float(e["ts"]) + float(e.get("dur", 0)), str(e["name"])[6:])
+                     for e in events if e.get("cat") == "user_annotation" and str(e.get("name", "")).startswith("phase:"))  # fmt: skip
+    launched = {e["args"]["correlation"]: float(e["ts"]) for e in events
+                if e.get("cat") in ("cuda_runtime", "cuda_driver") and "correlation" in (e.get("args") or {})}  # fmt: skip
+    kernels = [(launched[e["args"]["correlation"]], float(e["ts"]), float(e["ts"]) + float(e.get("dur", 0))) for e in events
+               if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset") and (e.get("args") or {}).get("correlation") in launched]  # fmt: skip
     spans: dict[str, list[float]] = {}
-    for e in events:
-        name = str(e.get("name", ""))
-        if e.get("cat") == "gpu_user_annotation" and name.startswith("phase:"):
-            spans.setdefault(name[6:], []).append(float(e.get("dur", 0)) / 1000.0)
+    for begin, end, name in windows:
+        inside = [(k0, k1) for at, k0, k1 in kernels if begin <= at <= end]
+        if inside:
+            spans.setdefault(name, []).append((max(k1 for _, k1 in inside) - min(k0 for k0, _ in inside)) / 1000.0)
     return spans
 
 
@@ -190,7 +203,7 @@ def check_phases(steps: int) -> None:
         ref = spans.get(name, [])[-len(mine):] if mine else []
         if mine and ref:
             row(f"phase {name} (ms, GPU)", f"{statistics.median(mine):.3f}", f"{statistics.median(ref):.3f}",
-                f"profiler span; host said {statistics.median(r['p'].get(name, 0.0) * 1000 for r in last):.3f}")
+                f"profiler's kernels; host said {statistics.median(r['p'].get(name, 0.0) * 1000 for r in last):.3f}")
         else:
             row(f"phase {name} (ms, GPU)", "?" if not mine else f"{statistics.median(mine):.3f}", "?", "missing")
     state = log[-1].get("state", {}) if log else {}
@@ -414,9 +427,9 @@ for n in range(30):
             stop.record()
     torch.cuda.synchronize()
     refs.append(start.elapsed_time(stop))
-time.sleep(1.5)
+probe.shutdown()  # its final flush sends the calls' sample
 json.dump({"calls": log, "refs": refs}, open(out, "w"))
-probe.shutdown(); dist.destroy_process_group()
+dist.destroy_process_group()
 """
 
 
@@ -424,6 +437,8 @@ def sleep_cycles(ms: float) -> int:
     """``torch.cuda._sleep`` cycles for about ``ms`` milliseconds on this GPU (measured once)."""
     import torch
 
+    torch.cuda._sleep(1_000)  # the first launch loads the kernel: not part of the rate
+    torch.cuda.synchronize()
     a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     a.record()
     torch.cuda._sleep(1_000_000)
@@ -569,10 +584,11 @@ with profile(activities=[ProfilerActivity.CUDA]) as prof:
                 if rank == 1:
                     torch.cuda._sleep(20_000_000)  # rank 1 late by ~10 ms of GPU time
                 dist.all_reduce(x)
-torch.cuda.synchronize(); time.sleep(1.5)
+torch.cuda.synchronize()
 prof.export_chrome_trace(out + f".trace{rank}.json")
+probe.shutdown()  # its final flush sends the calls' sample
 json.dump(log, open(out + f".{rank}.json", "w"))
-probe.shutdown(); dist.destroy_process_group()
+dist.destroy_process_group()
 """
 
 
@@ -601,14 +617,70 @@ def check_nccl() -> None:
         row(f"NCCL all_reduce rank {r} (ms)", f"{mine:.3f}", f"{ref:.3f}", "wait on the device vs NCCL kernel (rank 0 waits for 1)")
 
 
+#: (backend, patterns) run on the GPU by check_pt2: everything with aot_eager (fast to compile), the patterns a
+#: compiled trainer runs with inductor, and inductor's CUDA graphs (reduce-overhead needs inductor).
+PT2_RUNS = (
+    ("aot_eager", ("compile", "compile_fullgraph", "compile_dynamic", "module_compile", "per_block_compile",
+                   "checkpoint", "checkpoint_reentrant", "checkpoint_compiled", "compiled_autograd",
+                   "ddp_compile_outside", "ddp_compile_inside", "fsdp2_per_block_compile", "cuda_graph")),
+    ("inductor", ("compile_fullgraph", "ddp_compile_inside", "ddp_compile_outside", "fsdp2_per_block_compile",
+                  "checkpoint_compiled", "reduce_overhead")),
+)  # fmt: skip
+PT2_COUNTERS = ("graph_breaks", "unique_graphs", "calls_captured", "recompiles")
+
+
+def check_pt2(steps: int = 6, accumulate: int = 2) -> None:
+    """Each PyTorch 2 pattern without and then under automatic mode, on the GPU: the probe is invisible to dynamo
+    (equal counters), changes no number (identical parameters) and times each step, with device times."""
+    job = os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir, "tests", "jobs", "pt2_patterns.py")
+    if not os.path.exists(job):
+        row("PyTorch 2 patterns", "skipped", "", "tests/jobs/pt2_patterns.py not here (an installed copy)")
+        return
+    for backend, patterns in PT2_RUNS:
+        env = {**os.environ, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29563", "RANKTOP_DIR": tempfile.mkdtemp()}
+        env.pop("RANKTOP_AUTO", None)
+        try:
+            out = subprocess.run([sys.executable, job, "--device", "cuda", "--backend", backend, "--steps", str(steps),
+                                  "--accumulate", str(accumulate), *patterns],
+                                 capture_output=True, text=True, timeout=420, env=env)  # fmt: skip
+        except subprocess.TimeoutExpired:
+            row(f"pt2 {backend}", "timed out", "", "FAIL: over 420 s")
+            continue
+        lines = [json.loads(line) for line in out.stdout.splitlines() if line.startswith("{")]
+        if out.returncode or not lines:
+            row(f"pt2 {backend}", "failed", "", f"FAIL: rc {out.returncode}: {out.stderr[-600:]}")
+        for result in lines:
+            row(f"pt2 {backend} {result['pattern']}", *pt2_verdict(result, steps))
+
+
+def pt2_verdict(result: dict, steps: int) -> tuple[str, str, str]:
+    without, with_probe = result["without"], result["with"]
+    if "error" in without:
+        return "job fails alone", "", f"SKIP: {without['error'][:300]}"
+    if "error" in with_probe:
+        return "fails with probe", "runs", f"FAIL: {with_probe['error'][:300]}"
+    differs = [k for k in PT2_COUNTERS if without[k] != with_probe[k]]
+    same = with_probe["params"] == without["params"]
+    timed = with_probe.get("steps", [])
+    on_device = sum(1 for s in timed if s.get("g"))
+    ok = not differs and same and len(timed) >= steps - 1
+    counters = " ".join(f"{k}={with_probe[k]}" for k in PT2_COUNTERS)
+    figures = f"{len(timed)} steps, {on_device} with device times, params {'same' if same else 'DIFFER'}"
+    return figures, "counters equal" if not differs else f"differ: {differs}", f"{verdict(ok)}: {counters}"
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--steps", type=int, default=100)
+    ap.add_argument("--only", choices=("pt2", "core"), help="run only the PyTorch 2 patterns, or all but them")
     args = ap.parse_args()
     if no_cuda():
         return 0
     versions()
     row("", "ranktop", "reference")
+    if args.only == "pt2":
+        check_pt2()
+        return 0
     check_ddp(max(20, args.steps // 2))
     check_side_stream_wait()
     check_graph_capture()
@@ -618,6 +690,8 @@ def main() -> int:
     check_cost(args.steps)
     check_nccl()
     check_captures()
+    if args.only != "core":
+        check_pt2()
     return 0
 
 

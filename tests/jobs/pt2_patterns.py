@@ -2,9 +2,13 @@
 under automatic mode (``probe.automatic()``, what ``ranktop launch`` starts). Prints one JSON line per pattern:
 dynamo's counters and the final parameters' checksum of both runs, and the steps automatic mode timed.
 
-    python pt2_patterns.py [--backend aot_eager|inductor|eager] [--steps N] PATTERN ...
+    python pt2_patterns.py [--backend aot_eager|inductor|eager] [--steps N] [--device cuda] PATTERN ...
 
-Distributed patterns (DDP, FSDP2) run on a one-rank gloo group. Used by tests/test_pt2_compat.py.
+Distributed patterns (DDP, FSDP2) run on a one-rank group (gloo; NCCL with ``--device cuda``). Used by
+tests/test_pt2_compat.py on CPU, and by benchmarks/gpu_check.py on a GPU, where two more patterns exist:
+``reduce_overhead`` (``torch.compile(mode="reduce-overhead")``: inductor's CUDA graphs) and ``cuda_graph``
+(``torch.cuda.make_graphed_callables``: forward and backward captured once, replayed each step, automatic
+mode's global hooks firing while they are captured).
 """
 
 from __future__ import annotations
@@ -55,11 +59,19 @@ class Net(torch.nn.Module):
         return self.head(x)
 
 
-def build(pattern: str, backend: str):
+#: Patterns that exist on a GPU only: CUDA graphs.
+CUDA_ONLY = ("reduce_overhead", "cuda_graph")
+
+
+def build(pattern: str, backend: str, device: str, micro: int):
     """The model as the pattern wraps it (what the loop calls) and the module whose parameters train."""
     ckpt = "reentrant" if pattern == "checkpoint_reentrant" else "nonreentrant" if pattern.startswith("checkpoint") else ""
-    net = Net(ckpt)
+    net = Net(ckpt).to(device)
     compile_ = lambda m, **kw: torch.compile(m, backend=backend, **kw)  # noqa: E731
+    if pattern == "reduce_overhead":
+        return torch.compile(net, mode="reduce-overhead"), net
+    if pattern == "cuda_graph":
+        return torch.cuda.make_graphed_callables(net, (torch.randn(micro, DIM, device=device),)), net
     if pattern == "compile":
         return compile_(net), net
     if pattern == "compile_fullgraph":
@@ -94,7 +106,7 @@ def build(pattern: str, backend: str):
     raise SystemExit(f"unknown pattern {pattern}")
 
 
-def run(pattern: str, backend: str, steps: int, accumulate: int, with_probe: bool) -> dict:
+def run(pattern: str, backend: str, steps: int, accumulate: int, with_probe: bool, device: str = "cpu") -> dict:
     torch._dynamo.reset()
     counters.clear()
     torch.manual_seed(0)
@@ -112,12 +124,17 @@ def run(pattern: str, backend: str, steps: int, accumulate: int, with_probe: boo
             return out
 
         p.recorder.drain = tap
-    model, net = build(pattern, backend)
+    if pattern == "reduce_overhead":  # one micro-batch a step, as the CUDA-graph trees' training loop runs
+        accumulate = 1
+    model, net = build(pattern, backend, device, 4)
     opt = torch.optim.AdamW(net.parameters(), lr=1e-2)
     data = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(torch.randn(steps * accumulate * 4, DIM)), batch_size=4)
     autograd = torch._dynamo.config.patch(compiled_autograd=True) if pattern == "compiled_autograd" else contextlib.nullcontext()
 
     def micro_batch(x, last: bool):
+        x = x.to(device)
+        if pattern == "reduce_overhead":  # a new iteration: the graphs' last outputs may be overwritten
+            torch.compiler.cudagraph_mark_step_begin()
         loss = model(x).square().mean() / accumulate
         loss.backward()
         if last:
@@ -133,7 +150,7 @@ def run(pattern: str, backend: str, steps: int, accumulate: int, with_probe: boo
     digest = hashlib.sha256()
     for param in net.parameters():
         full = param.full_tensor() if hasattr(param, "full_tensor") else param
-        digest.update(full.detach().contiguous().numpy().tobytes())
+        digest.update(full.detach().contiguous().cpu().numpy().tobytes())
     found = {
         "graph_breaks": sum(counters["graph_break"].values()),
         "unique_graphs": counters["stats"]["unique_graphs"],
@@ -147,7 +164,7 @@ def run(pattern: str, backend: str, steps: int, accumulate: int, with_probe: boo
         from ranktop import probe
 
         probe.shutdown()
-        found["steps"] = [{"n": r["n"], "w": r["w"], "p": r["p"]} for r in taken]
+        found["steps"] = [{"n": r["n"], "w": r["w"], "p": r["p"], **({"g": r["g"]} if "g" in r else {})} for r in taken]
     return found
 
 
@@ -157,16 +174,21 @@ def main() -> None:
     parser.add_argument("--backend", default="aot_eager")
     parser.add_argument("--steps", type=int, default=6)
     parser.add_argument("--accumulate", type=int, default=2)
+    parser.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
     args = parser.parse_args()
+    if args.device == "cuda":  # the same numbers twice: no atomics-ordered kernels, one cuBLAS workspace
+        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+        torch.use_deterministic_algorithms(True, warn_only=True)
+        torch.cuda.set_device(0)
     os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
     os.environ.setdefault("MASTER_PORT", "29533")
     if any(p.startswith(("ddp", "fsdp")) for p in args.patterns):
-        dist.init_process_group("gloo", rank=0, world_size=1)
+        dist.init_process_group("nccl" if args.device == "cuda" else "gloo", rank=0, world_size=1)
     for pattern in args.patterns:
         result = {"pattern": pattern}
         for name, with_probe in (("without", False), ("with", True)):
             try:
-                result[name] = run(pattern, args.backend, args.steps, args.accumulate, with_probe)
+                result[name] = run(pattern, args.backend, args.steps, args.accumulate, with_probe, args.device)
             except Exception as exc:  # the pattern itself failing is a result too
                 result[name] = {"error": f"{exc.__class__.__name__}: {str(exc)[:2000]}"}
         print(json.dumps(result), flush=True)
