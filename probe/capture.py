@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib
+import inspect
 import json
 import os
 import pickle
@@ -146,7 +147,8 @@ class Capture:
         if self.kind == MEMORY:
             # Python stacks only: stacks="all" (the default) unwinds C++ on every allocation of the training
             # thread, and symbolising those frames is what makes _snapshot() slow at the end
-            torch.cuda.memory._record_memory_history(stacks="python", max_entries=MEMORY_MAX_ENTRIES)
+            record = torch.cuda.memory._record_memory_history
+            record(stacks="python", max_entries=MEMORY_MAX_ENTRIES, **_global_annotations(record))
         else:
             if _profiler_running(torch):  # starting ours would end the script's own profiling session
                 raise RuntimeError("torch.profiler is already running in this process (the script's own?)")
@@ -311,6 +313,22 @@ def why_unwritable(folder: Path) -> str:
     if limit >= 0 and limit != getattr(resource, "RLIM_INFINITY", -1):
         return f"this process may write files of {limit:,} bytes at most (ulimit -f)"
     return "the disk may be full or failing (see the job's log)"
+
+
+def _global_annotations(record: Any) -> dict[str, bool]:
+    """``global_record_annotations=True`` where this torch has it (2.6 on).
+
+    With history on, torch also notes ``record_function`` annotations through a
+    RecordFunction callback, registered on the calling thread unless asked to
+    be global. The history is switched off by the writer thread (after the
+    snapshot); a thread-local callback cannot be removed from there: torch
+    prints "Requested callback is not found" into the job's log and the
+    callback stays on the training thread, one more after each capture (seen on
+    an H100). A global one is removed from any thread."""
+    try:
+        return {"global_record_annotations": True} if "global_record_annotations" in inspect.signature(record).parameters else {}
+    except (TypeError, ValueError):
+        return {}
 
 
 def _lower_priority() -> None:

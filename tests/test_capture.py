@@ -213,17 +213,33 @@ def test_a_rank_already_past_the_start_step_fails_with_the_reason(tmp_path):
 
 
 class FakeCudaMemory:
-    """The few calls of torch.cuda.memory a memory capture makes, recorded (no GPU on the test machine)."""
+    """The few calls of torch.cuda.memory a memory capture makes, recorded (no GPU on the test machine).
+
+    As torch's own: history on registers a RecordFunction callback for annotations, on the calling thread unless
+    ``global_record_annotations``; history off removes it, and from another thread a thread-local one is not
+    found (torch warns "Requested callback is not found" and the callback stays on its thread)."""
 
     def __init__(self):
         self.calls = []
         self.stacks = []
         self.threads = []
+        self.callback = None  # (thread it is registered on, or "global")
+        self.left_on = []  # callbacks torch could not remove
+        self.warnings = []
 
-    def _record_memory_history(self, enabled="all", context="all", stacks="all", max_entries=0):
+    def _record_memory_history(self, enabled="all", context="all", stacks="all", max_entries=0, device=None,
+                               clear_history=False, compile_context=False, global_record_annotations=False):  # fmt: skip
         self.calls.append(("record", enabled))
+        here = threading.current_thread().name
         if enabled is not None:
             self.stacks.append(stacks)
+            if self.callback is None:
+                self.callback = "global" if global_record_annotations else here
+        elif self.callback is not None:
+            if self.callback not in ("global", here):
+                self.warnings.append("Requested callback is not found")
+                self.left_on.append(self.callback)
+            self.callback = None
 
     def _snapshot(self):
         self.calls.append(("snapshot",))
@@ -250,6 +266,36 @@ def test_a_memory_capture_records_the_allocator_history_over_the_steps_and_dumps
     with open(cap.path, "rb") as f:
         assert pickle.load(f)["segments"][0]["total_size"] == 4 << 20
     assert {k: v for k, v in cap.summary.items() if k != "train_ms"} == {"segments": 1, "reserved": 4 << 20, "allocated": 1 << 20, "events": 7}
+
+
+def test_a_memory_capture_leaves_no_annotation_callback_on_the_training_thread_and_no_warning_in_the_log(tmp_path):
+    """History is switched off by the writer thread: torch's annotation callback must be one it can remove there
+    (before: "Requested callback is not found" in the job's log after each capture on an H100, and one more
+    callback left on the training thread)."""
+    memory = FakeCudaMemory()
+    fake_torch = types.SimpleNamespace(cuda=types.SimpleNamespace(memory=memory))
+    recorder = Recorder()
+    for first in (0, 10):  # two captures in a row
+        cap = Capture(f"m{first}", wire_capture.MEMORY, first + 2, 2, tmp_path, rank=0, host="gpu-node", torch=fake_torch)
+        cap.attach(recorder)
+        train(recorder, range(first, first + 6))
+        assert wait_final(cap).state == wire_capture.DONE, cap.error
+    assert memory.warnings == [] and memory.left_on == [] and memory.callback is None
+
+
+def test_on_a_torch_without_global_annotations_the_memory_capture_still_runs(tmp_path):
+    calls = []
+
+    def _record_memory_history(enabled="all", context="all", stacks="all", max_entries=0):  # torch before 2.6
+        calls.append(enabled)
+
+    memory = types.SimpleNamespace(_record_memory_history=_record_memory_history, _snapshot=FakeCudaMemory()._snapshot)
+    recorder = Recorder()
+    cap = Capture("old", wire_capture.MEMORY, 2, 2, tmp_path, rank=0, host="vm", torch=types.SimpleNamespace(cuda=types.SimpleNamespace(memory=memory)))
+    cap.attach(recorder)
+    train(recorder, range(6))
+    assert wait_final(cap).state == wire_capture.DONE, cap.error
+    assert calls == ["all", None]
 
 
 # -- the summary (probe/trace_summary.py) ----------------------------------------------
