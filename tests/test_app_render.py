@@ -108,11 +108,11 @@ class BrokenController:
         raise ConnectionError("relay control socket refused\nsecond line never shown")
 
 
-def drive(snapshot: Snapshot, scenario, *, controller=None, size=(100, 30)):
+def drive(snapshot: Snapshot, scenario, *, controller=None, size=(100, 30), title="ranktop"):
     """Run ``await scenario(app, pilot)`` against a headless app showing ``snapshot``."""
 
     async def main():
-        app = RanktopApp(FakeSource(snapshot), controller, refresh_hz=2.0, title="ranktop")
+        app = RanktopApp(FakeSource(snapshot), controller, refresh_hz=2.0, title=title)
         async with app.run_test(size=size) as pilot:
             await pilot.pause()
             await scenario(app, pilot)

@@ -24,7 +24,7 @@ from ranktop.tui.panes.stragglers import TOP_ROWS
 from ranktop.tui.render.histogram import histogram_lines
 from ranktop.tui.render.rankmap import NODES, RANKS, layout, nodes_of
 from ranktop.tui.screens.drill import NodeScreen, RankScreen
-from ranktop.watch.model.snapshot import SLOW
+from ranktop.watch.model.snapshot import SLOW, STALLED
 
 SMALL, BIG = (80, 24), (200, 60)
 
@@ -379,6 +379,22 @@ def test_at_80_columns_the_longest_cause_name_shows_whole_and_the_line_is_never_
         assert widget.region.right <= SMALL[0]
 
     drive(job, scenario, size=SMALL)
+
+
+def test_at_80x24_a_hung_demo_keeps_both_header_lines_one_line_each():
+    """The demo hung (`--hang-rank 1`): the first header line grows a stalled count; it is cut at the edge, never
+    wrapped over the step line, and the stalled count comes before the connected and silent ones."""
+    job = demo_job()
+    rows = [dataclasses.replace(r, status=STALLED, stalled_s=34.0, stalled_phase="backward", stalled_step=40) for r in job.ranks]
+    job = dataclasses.replace(job, ranks=rows, job="demo-2238")
+
+    async def scenario(app, pilot):
+        await settle(app, pilot)
+        lines = text_of(app.query_one("#header")).splitlines()
+        assert len(lines) == 2 and lines[1].lstrip().startswith("step "), lines
+        assert "4 stalled" in lines[0] and lines[0].index("4 stalled") < lines[0].index("connected"), lines
+
+    drive(job, scenario, size=SMALL, title="ranktop demo (4 ranks)")
 
 
 def test_a_slow_rank_s_detail_says_first_why_it_is_slow():

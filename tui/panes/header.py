@@ -21,12 +21,12 @@ def header_text(snapshot: Snapshot, *, title: str, paused: bool) -> Text:
         line1 += [sep, (life, "bold reverse" if snapshot.state == ENDED else palette.WARNING)]
     line1 += [sep, ("world ", palette.MUTED), (str(world) if world is not None else "?", "bold")]
     if snapshot.ranks:
+        stalled = snapshot.ranks.count(STALLED)
+        if stalled:  # the news before the counts that are always there (a narrow screen cuts the line's end)
+            line1 += [sep, (f"{stalled} stalled", palette.STATUS_STYLES[STALLED])]
         line1 += [sep, (f"{snapshot.connected} connected", palette.STATUS_STYLES["ok"])]
         silent_style = palette.STATUS_STYLES["silent"] if snapshot.silent else palette.MUTED
         line1 += [sep, (f"{snapshot.silent} silent", silent_style)]
-        stalled = snapshot.ranks.count(STALLED)
-        if stalled:
-            line1 += [sep, (f"{stalled} stalled", palette.STATUS_STYLES[STALLED])]
         if world is not None and reported < world:
             line1 += [sep, (f"{world - reported} never reported", palette.WARNING)]
     step = str(snapshot.global_step) if snapshot.global_step >= 0 else "–"
