@@ -7,6 +7,7 @@ ranks wait in the gradient all-reduce.
 
 import asyncio
 import json
+import time
 
 import pytest
 from support import JOBS, run_cli, wait_for
@@ -36,8 +37,18 @@ def test_watch_json_names_the_rank_the_others_wait_for(launch_ranks, tmp_path):
     assert doc["diagnosis"].endswith("waiting for rank 2: in forward at step 20")
 
 
+def waiting_at_the_barrier(tmp_path, job, world=4, hang_rank=2, at_step=20) -> None:
+    """Until every rank but the hung one has reached the hang step's barrier, and is asleep in its wait (the
+    wait's naps grow to 0.1 s within a second): on a loaded machine a rank may still be on its way there."""
+    folder = tmp_path / f"{job}-barrier"
+    others = [r for r in range(world) if r != hang_rank]
+    wait_for(lambda: all((folder / f"{at_step}.{r}").exists() for r in others), 60, "the ranks never reached the hang step")
+    time.sleep(1.5)
+
+
 def test_ranktop_stacks_groups_the_waiting_ranks_apart_from_the_hung_one(launch_ranks, tmp_path):
     hung_job(launch_ranks, tmp_path, "hang-b")
+    waiting_at_the_barrier(tmp_path, "hang-b")
     out = run_cli("stacks", "hang-b")
     assert out.returncode == 0, out.stderr
     lines = out.stdout.splitlines()
