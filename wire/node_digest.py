@@ -82,6 +82,7 @@ class _Rank:
         self.sample: list[Call] | None = None
         self.waits: dict[str | None, float] = {}
         self.exit: Exit | None = None  # its last word, passed on once
+        self.phases: dict[str, float] = {}
         self.reset()
 
     def reset(self) -> None:
@@ -90,7 +91,8 @@ class _Rank:
         self.last = -1
         self.end = 0.0
         self.wall = 0.0
-        self.phases: dict[str, float] = {}
+        if self.phases:  # (an empty one is kept: the ranks of a simulated node fill none, NodeDigest.add_columns)
+            self.phases = {}
         self.dev = False
         self.fresh = False  # it said something since the last digest
         self.columned = False  # its steps of the interval came as columns (NodeDigest.add_columns)
@@ -112,18 +114,23 @@ class NodeDigest:
         """One rank's hello, steps or heartbeat (other kinds pass the digest by)."""
         if not isinstance(msg, (Hello, Steps, Heartbeat)) or msg.job != self.job:
             return
-        rank = self._heard(msg.rank, msg.state)
         if isinstance(msg, Hello):
-            info = msg.info()
-            if info.relay is not None and self.relay is None:
-                self.relay = info.relay
-            if info != rank.hello:
-                rank.hello = info
-                rank.hello_sent = float("-inf")
-        elif isinstance(msg, Steps):
+            self.add_hello(msg.rank, msg.info(), msg.state)
+            return
+        rank = self._heard(msg.rank, msg.state)
+        if isinstance(msg, Steps):
             self._add_steps(rank, msg)
         elif msg.exit is not None:  # a heartbeat's last word: a viewer of digests learns the job ended from it too
             rank.exit = msg.exit
+
+    def add_hello(self, number: int, info: RankInfo, state: State | None) -> None:
+        """A rank's hello, as its fields (a source that keeps them need not build the message: the simulator)."""
+        rank = self._heard(number, state)
+        if info.relay is not None and self.relay is None:
+            self.relay = info.relay
+        if info is not rank.hello and info != rank.hello:
+            rank.hello = info
+            rank.hello_sent = float("-inf")
 
     def add_columns(
         self, ranks: list[int], states: list[State | None], *, last: list[int], count: list[int], start: list[float],
