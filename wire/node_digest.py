@@ -108,7 +108,7 @@ class NodeDigest:
         self._ranks: collections.OrderedDict[int, _Rank] = collections.OrderedDict()
         self.relay: dict[str, str] | None = None  # the node relay's own addresses, told to every viewer
         self._sampled_at = float("-inf")  # when a digest last carried a rank's raw calls
-        self._columns: list[tuple] = []  # steps of the interval added as columns (add_columns), for the next body
+        self._columns: list[tuple[Any, ...]] = []  # steps of the interval added as columns (add_columns), for the next body
 
     def add(self, msg: Message) -> None:
         """One rank's hello, steps or heartbeat (other kinds pass the digest by)."""
