@@ -22,8 +22,11 @@ from __future__ import annotations
 
 import math
 import random
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from operator import itemgetter
 from typing import Any
+
+import numpy as np
 
 
 from ranktop.probe.collectives import state_layout
@@ -135,6 +138,8 @@ class Step:
     rows: list  # per rank: JobModel row (own times, arrivals, transfers, tail)
     latest: tuple  # per phase that ends in collectives: the last rank's arrival (seconds into its segment)
     duration: float
+    picks: np.ndarray | None = None  # per rank: its row's index in JobModel's arrays (where rows drawn from a table)
+    special: dict = field(default_factory=dict)  # rank -> its row, for the ranks whose row is no table's (a slowed rank)
 
 
 class JobModel:
@@ -188,6 +193,18 @@ class JobModel:
                 base = [b * cost if i in scaled else b for i, b in enumerate(self.base)]
                 by_cost[cost] = [self._row([b * self._multiplier() for b in base], self._multiplier()) for _ in range(self.TABLE_ROWS)]
             self._tables = [by_cost[s.costs()[s.stage_of(r)]] for r in range(s.ranks)]
+        # The tables as arrays, one after the other, for sums over many ranks at once (:meth:`node_sums`): what each
+        # row adds to a sum of steps, its arrivals at the collectives, its tail; and each rank's table's first row.
+        tables = [self._table] if self._tables is None else list({id(t): t for t in self._tables}.values())
+        every = [row for table in tables for row in table]
+        self._summed = np.array([row[4] for row in every], np.float64).reshape(len(every), -1)
+        self._arrivals = np.array([row[1] for row in every], np.float64).reshape(len(every), -1)
+        self._tails = np.array([row[3] for row in every], np.float64)
+        if self._tables is None:
+            self._first_row = None
+        else:
+            first = {id(t): i * self.TABLE_ROWS for i, t in enumerate(tables)}
+            self._first_row = np.array([first[id(t)] for t in self._tables], np.int64)
         self.extra: dict[int, list[float]] = {}
         slow = [s.slow_rank] if s.slow_rank is not None else []
         if s.slow_node is not None:
@@ -212,16 +229,24 @@ class JobModel:
         return (own, tuple(arrivals), tuple(moved), tail, summed)
 
     def step(self, n: int, start: float) -> Step:
+        """Step ``n`` of every rank: a row each, drawn (the same draws a pick of rows from the table makes)."""
+        picks = self._rng.choices(range(self.TABLE_ROWS), k=self.s.ranks)
         if self._tables is None:
-            rows = self._rng.choices(self._table, k=self.s.ranks)
+            rows = list(itemgetter(*picks)(self._table)) if len(picks) > 1 else [self._table[picks[0]]]
         else:
-            picks = self._rng.choices(range(len(self._table)), k=self.s.ranks)
             rows = [table[i] for table, i in zip(self._tables, picks)]
+        at = np.array(picks, np.int64)
+        if self._first_row is not None:
+            at += self._first_row
+        special = {}
         for r, more in self.extra.items():
             own, _, moved, _, _ = rows[r]
-            rows[r] = self._row([a + b for a, b in zip(own, more)], moved[0] / self.transfer[0] if moved else 1.0)
-        latest = tuple(max(row[1][j] for row in rows) for j in range(len(self.ops)))
-        return Step(n, start, rows, latest, sum(latest) + max(row[3] for row in rows))
+            rows[r] = special[r] = self._row([a + b for a, b in zip(own, more)], moved[0] / self.transfer[0] if moved else 1.0)
+        arrivals, tails = self._arrivals[at], self._tails[at]
+        for r, row in special.items():
+            arrivals[r], tails[r] = row[1], row[3]
+        latest = tuple(arrivals.max(axis=0).tolist()) if len(self.ops) else ()
+        return Step(n, start, rows, latest, sum(latest) + float(tails.max()), at, special)
 
     def records(self, step: Step, rank: int) -> tuple[StepRecord, list[CallSummary]]:
         """Rank ``rank``'s step record and collective summaries of ``step``, as its probe sends them."""
@@ -245,29 +270,40 @@ class JobModel:
         per = tuple(map(sum, zip(*(st.latest for st in steps))))
         return sum(per), per, sum(steps[-1].latest)
 
-    def sums(self, steps: list[Step], rank: int, job: tuple[float, tuple[float, ...], float]) -> dict[str, Any]:
-        """The sums :meth:`records` of ``steps`` add up to for ``rank``, as NodeDigest.add_sums takes them,
-        without building the records: one pass over the rank's rows, and ``job`` (:meth:`job_sums`) once
-        for every rank. A digest of 4,096 ranks at 16 steps/s costs about a third of its records this way."""
-        rows = [st.rows[rank] for st in steps]
-        k = len(rows)
-        summed = rows[0][4] if k == 1 else [sum(column) for column in zip(*[row[4] for row in rows])]
+    def node_sums(self, steps: list[Step], ranks: np.ndarray) -> dict[str, Any]:
+        """The sums :meth:`records` of ``steps`` add up to for each of ``ranks`` (an array of ranks) for ``steps``, as arrays, a row per rank, in
+        a few numpy operations for all of them: ``last``, ``count`` (ints), ``end``, ``wall`` (total wall time),
+        ``phases`` (ranks x PHASES, own plus waits), ``waits`` (ranks x ops: each op's wait, in its phase) and
+        ``longest`` (ranks x ops: each op's longest call). The simulator of big jobs sums thousands of ranks' steps
+        a tick this way (demo/simulate.py: fold): one rank at a time, 16,384 ranks took it more than a core."""
+        picks = np.stack([st.picks[ranks] for st in steps])  # (steps, ranks)
+        summed, arrivals, tails = self._summed[picks], self._arrivals[picks], self._tails[picks[-1]]
+        for i, st in enumerate(steps):  # a slowed rank's rows are its own
+            for r, row in st.special.items():
+                for at in np.flatnonzero(ranks == r).tolist():
+                    summed[i, at], arrivals[i, at] = row[4], row[1]
+                    if i == len(steps) - 1:
+                        tails[at] = row[3]
+        total = summed.sum(axis=0)
         n = len(PHASES)
-        phases = dict(zip(PHASES, summed))
-        waits: dict[str, float] = {}
-        ops = {}
-        job_total, job_per, job_last = job
-        for j, phase, op, calls, size, longest in self._op_sums:
-            waited = job_per[j] + summed[n + 1 + j]
-            phases[phase] += waited
-            waits[phase] = waits.get(phase, 0.0) + waited
-            if k == 1:
-                longest += steps[0].latest[j] - rows[0][1][j]
-            else:
-                longest += max([st.latest[j] - row[1][j] for st, row in zip(steps, rows)])
-            ops[op] = OpSummary(calls * k, size * k, waited, waited, longest, self.group_sizes[j], DTYPE)
-        end = steps[-1].start + job_last + rows[-1][3]
-        return {"count": k, "last": steps[-1].n, "end": end, "wall": job_total + summed[n], "phases": phases, "waits": waits, "ops": ops}
+        job_total, job_per, job_last = self.job_sums(steps)
+        phases = total[:, :n].copy()
+        waits = np.empty((len(ranks), len(self.ops)))
+        longest = np.empty((len(ranks), len(self.ops)))
+        latest = np.array([st.latest for st in steps]).reshape(len(steps), len(self.ops))
+        for j, phase, _, _, _, op_longest in self._op_sums:
+            waits[:, j] = job_per[j] + total[:, n + 1 + j]
+            phases[:, PHASES.index(phase)] += waits[:, j]
+            longest[:, j] = op_longest + (latest[:, None, j] - arrivals[:, :, j]).max(axis=0)
+        return {
+            "count": len(steps), "last": steps[-1].n, "end": steps[-1].start + job_last + tails, "wall": job_total + total[:, n],
+            "phases": phases, "waits": waits, "longest": longest,
+        }  # fmt: skip
+
+    def op_summaries(self, count: int, waits: list[float], longest: list[float]) -> dict[str, OpSummary]:
+        """One rank's collectives of ``count`` steps per op, from its waits and longest calls per op (:meth:`node_sums`)."""
+        return {op: OpSummary(calls * count, size * count, waits[j], waits[j], longest[j], self.group_sizes[j], DTYPE)
+                for j, _, op, calls, size, _ in self._op_sums}  # fmt: skip
 
     def sample(self, step: Step, rank: int, seq: int, t0: float) -> list[Call]:
         """A few raw calls of ``step`` (two sizes per op, in turn), as ``rank``'s probe samples them for the alpha-beta

@@ -55,6 +55,8 @@ import threading
 import time
 from typing import Any, Iterator
 
+import msgspec
+import numpy as np
 import zmq
 
 from ranktop.probe.sender import HEARTBEAT_EVERY_S, HELLO_EVERY_S
@@ -62,8 +64,9 @@ from ranktop.wire import __version__ as PROBE_VERSION
 from ranktop.wire import schema, settings
 from ranktop.transport import fd_limit, rendezvous
 from ranktop.wire.collective_summary import SAMPLE_EVERY_S
-from ranktop.wire.messages import Call, Heartbeat, Hello, State, Steps
-from ranktop.wire.node_digest import NodeDigest
+from ranktop.wire.messages import Call, Heartbeat, Hello, RankInfo, State, Steps
+from ranktop.wire.names import COMM_PHASE, OTHER_PHASE
+from ranktop.wire.node_digest import OPS_EVERY_S, NodeDigest
 
 from .sim_model import (  # noqa: F401  (Scenario, JobModel, Step, node_name: read as ranktop.demo.simulate's too)
     BUCKET_BYTES,
@@ -98,6 +101,7 @@ class Simulator:
         self.relay_processes = relay_processes
         self.model = JobModel(scenario)
         self._groups: dict[int, list[dict[str, Any]]] = {}  # rank -> the groups its hello lists (a layout's)
+        self._infos: dict[int, RankInfo] = {}  # rank -> its hello's fields (made again when its node's rate changes)
         self.secret = rendezvous.load_or_create_secret(scenario.job, directory)
         self.dropped = 0  # messages a full PUB queue refused
         self.skipped_s = 0.0  # schedule time skipped because the machine could not keep up
@@ -118,6 +122,9 @@ class Simulator:
         self._walls: list[float] = []
         self._clock = time.time  # replay() runs the job on a clock of its own
         self._next_sample: dict[int, float] = {}  # per node (by its first rank): when it next sends a sample
+        ops = len(self.model.ops)  # every rank's collectives since they last went to its node's digest: steps, waits, longest
+        self._op_sums = (np.zeros(scenario.ranks, np.int64), np.zeros((scenario.ranks, ops)), np.zeros((scenario.ranks, ops)))
+        self._ops_due: dict[int, float] = {}  # per node (by its first rank): when its ranks' collectives next go to its digest
 
     # -- lifecycle ---------------------------------------------------------------
 
@@ -185,13 +192,18 @@ class Simulator:
         while not stop.is_set() and (end is None or time.time() < end):
             now = time.time()
             self._advance(now)
+            due = []
             for node in self._nodes:
                 if now >= node.next_hello:
                     self._hellos(node, now)
                     node.next_hello = now + HELLO_EVERY_S
                 if now >= node.next_flush:
-                    self._flush(node, now)
-                    late = time.time() - node.next_flush
+                    due.append(node)
+            if due:
+                self._flush(due, now)
+                sent = time.time()
+                for node in due:
+                    late = sent - node.next_flush
                     self.sends += 1
                     self.late_s += late
                     self.latest_s = max(self.latest_s, late)
@@ -264,34 +276,57 @@ class Simulator:
         )  # fmt: skip
 
     def _hellos(self, node: SimulatedNode, now: float) -> None:
-        relay = node.relay
+        """Every rank of the node says hello: into its digest, and on the wire where a viewer takes the ranks' own
+        (a rank's fields are made once, while its node's rate stands: 8,192 hellos a second at 16,384 ranks)."""
+        published = schema.HELLO.encode() in node.topics
         for rank in node.ranks:
             if self.is_silent(rank):
                 continue
-            groups = self._groups.get(rank)
-            if groups is None and self.s.layout is not None:
-                groups = self._groups[rank] = self.s.groups(rank)
-            hello = Hello(
-                job=self.s.job, rank=rank, ts=now, host=node.host, pid=os.getpid(), world=self.s.ranks,
-                local_rank=rank - node.ranks[0], local_world=len(node.ranks), launcher="simulated", device="cpu (simulated)",
-                probe=PROBE_VERSION, python=platform.python_version(), argv=["simulate"], cwd=os.getcwd(), rate_hz=node.rate_hz,
-                state=self.state(rank, now), relay=relay if rank == node.ranks[0] else None, groups=groups or None,
-            )  # fmt: skip
-            node.send(hello)
-
-    def _flush(self, node: SimulatedNode, now: float) -> None:
-        """Every rank of the node sends the steps it finished since its last send, or a heartbeat."""
-        steps = [st for st in self._done if st.n > node.sent_upto]
-        if steps or now - node.last_sent >= HEARTBEAT_EVERY_S:
-            node.last_sent = now
-            if steps and schema.STEPS.encode() not in node.topics:  # only digests are read: no records to build
-                self.fold(node.ranks, steps, now, node.digest)
+            info = self._infos.get(rank)
+            if info is None or info.rate_hz != node.rate_hz:
+                info = self._infos[rank] = self._info(node, rank)
+            if published:
+                node.send(Hello(job=self.s.job, rank=rank, ts=now, state=self.state(rank, now), **msgspec.structs.asdict(info)))
             else:
-                for msg in self.messages(node.ranks, steps, now):
-                    node.send(msg)
-            if steps:
-                node.sent_upto = steps[-1].n
-        node.send_digest(now)
+                node.digest.add_hello(rank, info, self.state(rank, now))
+
+    def _info(self, node: SimulatedNode, rank: int) -> RankInfo:
+        """A simulated rank's hello fields."""
+        groups = self._groups.get(rank)
+        if groups is None and self.s.layout is not None:
+            groups = self._groups[rank] = self.s.groups(rank)
+        return RankInfo(
+            host=node.host, pid=os.getpid(), world=self.s.ranks, local_rank=rank - node.ranks[0], local_world=len(node.ranks),
+            launcher="simulated", device="cpu (simulated)", probe=PROBE_VERSION, python=platform.python_version(),
+            argv=["simulate"], cwd=os.getcwd(), rate_hz=node.rate_hz, relay=node.relay if rank == node.ranks[0] else None,
+            groups=groups or None,
+        )  # fmt: skip
+
+    def _flush(self, nodes: list[SimulatedNode], now: float) -> None:
+        """Every rank of ``nodes`` (those due now) sends the steps it finished since its last send, or a heartbeat;
+        then each node its digest. Nodes that sent up to the same step share their new steps, and those whose
+        ranks' own messages no viewer takes have them summed in one go (:meth:`fold_nodes`)."""
+        by_sent: dict[int, list[SimulatedNode]] = {}
+        for node in nodes:
+            by_sent.setdefault(node.sent_upto, []).append(node)
+        for sent_upto, group in by_sent.items():
+            steps = [st for st in self._done if st.n > sent_upto]
+            folded = []
+            for node in group:
+                if not steps and now - node.last_sent < HEARTBEAT_EVERY_S:
+                    continue
+                node.last_sent = now
+                if steps and schema.STEPS.encode() not in node.topics:  # only digests are read: no records to build
+                    folded.append((node.ranks, node.digest))
+                else:
+                    for msg in self.messages(node.ranks, steps, now):
+                        node.send(msg)
+                if steps:
+                    node.sent_upto = steps[-1].n
+            if folded:
+                self.fold_nodes(folded, steps, now)
+        for node in nodes:
+            node.send_digest(now)
 
     def messages(self, ranks: range, steps: list[Step], now: float) -> Iterator[Steps | Heartbeat]:
         """What ``ranks`` send now: their records of ``steps``, or heartbeats without any."""
@@ -317,16 +352,75 @@ class Simulator:
 
     def fold(self, ranks: range, steps: list[Step], now: float, digest: NodeDigest) -> None:
         """What ``ranks`` would send with their records of ``steps`` (:meth:`messages`), summed straight into
-        their node's digest: how a node whose ranks' own messages no viewer takes spends a third of the CPU."""
-        state = self.state(ranks[0], now)
+        their node's digest (:meth:`fold_nodes`, for one node)."""
+        self.fold_nodes([(ranks, digest)], steps, now)
+
+    def fold_nodes(self, nodes: list[tuple[range, NodeDigest]], steps: list[Step], now: float) -> None:
+        """What the ranks of ``nodes`` (each node's ranks and digest) would send with their records of ``steps``,
+        summed straight into each node's digest as the columns its body packs (NodeDigest.add_columns) and, every
+        :data:`~ranktop.wire.node_digest.OPS_EVERY_S`, each rank's collectives since: the sums for every rank of
+        every node in a few numpy operations (JobModel.node_sums). One rank at a time, the simulator of 16,384
+        ranks needed more than a core for this alone, and fell behind its own job."""
+        model = self.model
+        every = np.concatenate([np.arange(ranks.start, ranks.stop) for ranks, _ in nodes])
+        sums = model.node_sums(steps, every)
+        k = sums["count"]
+        wall = sums["wall"] / k
+        phases = sums["phases"] / k
+        own = {name: phases[:, i] for i, name in enumerate(PHASES)}  # wire/own_times.py, for every rank at once
+        own[OTHER_PHASE] = np.maximum(0.0, wall - phases.sum(axis=1))
+        by_phase: dict[str, np.ndarray] = {}
+        for j, (i, _, _) in enumerate(model.ops):
+            by_phase[PHASES[i]] = by_phase.get(PHASES[i], 0.0) + sums["waits"][:, j] / k
+        if by_phase:
+            for phase, waited in by_phase.items():
+                own[phase] = np.maximum(0.0, own[phase] - waited)
+            own[COMM_PHASE] = np.minimum(sum(by_phase.values()), wall)
+        columns = {name: column.tolist() for name, column in own.items()}
+        if model.ops:  # every rank's collectives, summed until its node's digest is due to have them (_note_ops)
+            count, waits, longest = self._op_sums
+            count[every] += k
+            waits[every] += sums["waits"]
+            longest[every] = np.maximum(longest[every], sums["longest"])
+        starts, walls = (sums["end"] - wall).tolist(), wall.tolist()
+        state = self.state(nodes[0][0][0], now)  # the same for every rank but a stuck one
         special = {self.s.stall_rank, self.s.silent_rank}
-        sample = self._sample(ranks, steps, now)
-        job = self.model.job_sums(steps)
-        for rank in ranks:
-            if self.is_silent(rank):
+        at = 0
+        for ranks, digest in nodes:
+            rows: range | list[int] = range(at, at + len(ranks))
+            at += len(ranks)
+            numbers = list(ranks)
+            if not special.isdisjoint(numbers):
+                numbers = [r for r in numbers if not self.is_silent(r)]
+                rows = [row for row, r in zip(rows, ranks) if not self.is_silent(r)]
+            if not numbers:
                 continue
-            rank_state = self.state(rank, now) if rank in special else state
-            digest.add_sums(rank, rank_state, sample=sample, **self.model.sums(steps, rank, job))
+            if isinstance(rows, range):  # (a slice of each column: no Python loop over its ranks)
+                part = slice(rows.start, rows.stop)
+                start, walls_of, own_of = starts[part], walls[part], {name: column[part] for name, column in columns.items()}
+            else:
+                start, walls_of = [starts[i] for i in rows], [walls[i] for i in rows]
+                own_of = {name: [column[i] for i in rows] for name, column in columns.items()}
+            digest.add_columns(
+                numbers, [self.state(r, now) if r in special else state for r in numbers], last=[steps[-1].n] * len(numbers),
+                count=[k] * len(numbers), start=start, wall=walls_of, own=own_of, sample=self._sample(ranks, steps, now),
+            )  # fmt: skip
+            if model.ops:
+                self._note_ops(digest, numbers, now)
+
+    def _note_ops(self, digest: NodeDigest, numbers: list[int], now: float) -> None:
+        """Hand a node's ranks' collectives summed since they were last handed (:attr:`_op_sums`) to its digest as
+        op summaries, when due (it sends them every OPS_EVERY_S: built at every send, thousands of ranks four times
+        a second, they would cost what the columns save)."""
+        if now < self._ops_due.get(numbers[0], float("-inf")):
+            return
+        self._ops_due[numbers[0]] = now + OPS_EVERY_S
+        count, waits, longest = self._op_sums
+        counts, waits_of, longest_of = count[numbers].tolist(), waits[numbers].tolist(), longest[numbers].tolist()
+        for i, number in enumerate(numbers):
+            if counts[i]:
+                digest.add_ops(number, self.model.op_summaries(counts[i], waits_of[i], longest_of[i]))
+        count[numbers], waits[numbers], longest[numbers] = 0, 0.0, 0.0
 
     def _sample(self, ranks: range, steps: list[Step], now: float) -> list[Call] | None:
         """A node's raw calls to send with its steps, as the probe samples them: once a second at most."""
@@ -363,9 +457,10 @@ class Simulator:
                 continue
             last_sent = now
             frames = []
+            if digests and steps:  # every node's ranks summed in one go, as live (fold_nodes)
+                self.fold_nodes(list(zip(nodes, folds)), steps, now)
             for ranks, fold in zip(nodes, folds):
                 if digests and steps:
-                    self.fold(ranks, steps, now, fold)
                     digest = fold.body(now, now)
                     if digest is not None:
                         frames.append(schema.encode(digest))

@@ -73,3 +73,44 @@ def test_the_step_columns_hand_over_each_rank_s_last_waits_newest_first():
     assert np.allclose(waits[0], [0.05, 0.04, 0.03])
     nums, _ = StepColumns(window=4).recent_waits(np.array([0]), 3)
     assert (nums == -1).all()  # no wait seen yet: nothing to compare
+
+
+def by_hand(nums: np.ndarray, waits: np.ndarray, class_ids) -> tuple[list, list]:
+    """The rule as it reads, a step and a class at a time: the last arrivals of every step every member of the
+    class has (the window's newest settled steps), where someone waited longer than another."""
+    n, width = nums.shape
+    held = nums[nums >= 0]
+    if n < 2 or not len(held):
+        return [None] * n, [0] * n
+    newest = int(held.max()) - SETTLING
+    window = range(newest - width + 1, newest + 1)
+    classes = [0] * n if class_ids is None else list(class_ids)
+    counted, lasts = [0] * n, [0] * n
+    for c in set(classes):
+        members = [r for r in range(n) if classes[r] == c]
+        for step in window:
+            at = {r: [waits[r, j] for j in range(width) if nums[r, j] == step] for r in members}
+            if len(members) < 2 or not all(at.values()):
+                continue
+            wait = {r: at[r][-1] for r in members}  # (a step held twice: its oldest slot's wait)
+            least, most = min(wait.values()), max(wait.values())
+            if not most > least:
+                continue
+            for r in members:
+                counted[r] += 1
+                lasts[r] += wait[r] <= least
+    return [lasts[r] / counted[r] if counted[r] else None for r in range(n)], counted
+
+
+def test_the_whole_array_passes_give_what_the_rule_says_step_by_step():
+    rnd = np.random.default_rng(7)
+    for trial in range(400):
+        n, k = int(rnd.integers(1, 10)), int(rnd.integers(1, 8))
+        nums = rnd.integers(16, 30, n)[:, None] - np.arange(k)[None, :] * rnd.integers(1, 3)
+        nums = np.where(rnd.random((n, k)) < 0.2, -1, nums)  # steps missing, or not yet come
+        waits = np.round(rnd.random((n, k)), 1) * (rnd.random((n, k)) < 0.9)  # ties, and steps nobody waited in
+        classes = rnd.integers(0, 3, n) if trial % 2 else None
+        share, counted = last_arrivals(nums, waits, classes)
+        want_share, want_counted = by_hand(nums, waits, classes)
+        assert counted.tolist() == want_counted, (nums, waits, classes)
+        assert [None if np.isnan(s) else round(s, 12) for s in share] == [None if s is None else round(s, 12) for s in want_share]

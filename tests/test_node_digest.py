@@ -13,7 +13,7 @@ import pytest
 
 from ranktop.watch.aggregator import Aggregator
 from ranktop.wire import collective_summary, schema, step_block
-from ranktop.wire.messages import NodeSteps, OpSummary
+from ranktop.wire.messages import NodeSteps, OpSummary, State
 from ranktop.wire.node_digest import HELLO_EVERY_S, OPS_EVERY_S, SAMPLE_EVERY_S, SLOW_EVERY_S, NodeDigest
 
 from .messages import heartbeat, hello, plain, raw, steps
@@ -292,3 +292,39 @@ def test_an_older_relay_s_digest_is_named_as_such():
            "steps": {"r": [0], "n": [1], "c": [1], "t": [1.0], "w": [0.1], "p": {"forward": [0.05]}}}  # fmt: skip
     with pytest.raises(schema.VersionMismatch, match="protocol 1.5, this side speaks 1.6: upgrade ranktop on both sides to 1.6"):
         schema.decode([b"node", msgspec.msgpack.encode(dict(old, v=[1, 5], k="node"))])
+
+
+def test_a_hello_given_as_its_fields_is_the_hello_a_message_gives():
+    """The simulator keeps each rank's hello fields and hands them over as they are (NodeDigest.add_hello): the
+    digest is the one its ranks' hello messages make, and a hello unchanged is not sent again before its time."""
+    by_message, by_fields = NodeDigest("j", "node0"), NodeDigest("j", "node0")
+    for digest in (by_message, by_fields):
+        for rank in (0, 1):
+            msg = hello(rank)
+            digest.add(msg) if digest is by_message else digest.add_hello(rank, msg.info(), msg.state)
+    assert wired(by_fields.body(0.0, 1.0)) == wired(by_message.body(0.0, 1.0))
+    by_fields.add_hello(0, hello(0).info(), None)
+    assert "hello" not in wired(by_fields.body(1.0, 2.0))["ranks"][0]
+
+
+def test_steps_given_as_columns_go_out_as_the_digest_s_columns_with_each_rank_s_entry_at_its_time():
+    """Ranks whose steps come as ready columns (NodeDigest.add_columns) are in the digest's step columns, beside a
+    rank that sent its records; their states ride every SLOW_EVERY_S and their collectives when given (add_ops)."""
+    digest = NodeDigest("j", "node0")
+    digest.add(steps(0, [record(7, 0.1, forward=0.06)]))
+    state = State(step=8, last=7, in_step=True, phase="forward")
+    own = {"forward": [0.05, 0.07], "other": [0.02, 0.01]}
+    digest.add_columns([1, 2], [state, state], last=[7, 7], count=[2, 2], start=[99.0, 99.5], wall=[0.08, 0.09], own=own)
+    op = OpSummary(calls=4, bytes=4096, waited=0.01, total=0.01, longest=0.004, group=4, dtype="float32")
+    digest.add_ops(1, {"all_reduce": op})
+    msg = wired(digest.body(0.0, 1.0))
+    assert ranks_in(msg) == [0, 1, 2]
+    assert interval(msg, 1) == (7, 2, 99.0, 0.08, {"forward": 0.05, "other": 0.02})
+    assert interval(msg, 2)[4] == {"forward": 0.07, "other": 0.01}
+    entries = {e["r"]: e for e in msg["ranks"]}
+    assert summary(entries[1]["ops"]["all_reduce"]) == op and "state" in entries[2]
+    digest.add_columns([1, 2], [state, state], last=[8, 8], count=[1, 1], start=[100.0, 100.0], wall=[0.1, 0.1], own=own)
+    later = wired(digest.body(1.0, 2.0))
+    assert later["ranks"] == [] and columns(later)["r"] == [1, 2]  # steps alone: no entry until the state is due
+    digest.add_columns([1], [state], last=[9], count=[1], start=[100.0], wall=[0.1], own={"forward": [0.05]})
+    assert [e["r"] for e in wired(digest.body(SLOW_EVERY_S, 3.0))["ranks"]] == [1]

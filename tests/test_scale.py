@@ -138,3 +138,36 @@ def test_digests_taken_in_goes_make_the_same_snapshot_as_one_by_one(tmp_path):
         assert getattr(ta, column).tolist() == getattr(tb, column).tolist(), column
     for column in ("step_s", "phases", "last_step_end"):
         assert getattr(ta, column) == pytest.approx(getattr(tb, column), nan_ok=True), column
+
+
+def test_a_node_s_collectives_summed_over_many_sends_reach_its_digest_every_two_seconds_none_lost(tmp_path):
+    """The simulator hands a node's ranks' collectives to its digest every OPS_EVERY_S, summed over the sends
+    between (Simulator.fold): over the same steps, the digests carry the calls, bytes and waits the ranks'
+    own messages would, and no op summary is built at the sends in between."""
+    from ranktop.wire import schema
+    from ranktop.wire.node_digest import OPS_EVERY_S, NodeDigest
+
+    sim = Simulator(Scenario(job="big", ranks=16, nodes=2, calls_per_step=8, slow_rank=3, slow_phase="forward"), str(tmp_path))
+    steps = [sim.model.step(n, 100.0 + n * 0.07) for n in range(12)]
+    ranks = range(0, 8)
+    by_records, by_sums = NodeDigest("big", "sim0000"), NodeDigest("big", "sim0000")
+    sends = [(steps[0:3], 101.0), (steps[3:6], 101.25), (steps[6:9], 101.5), (steps[9:12], 101.0 + OPS_EVERY_S)]
+    totals = {}
+    for digest, fold in ((by_records, False), (by_sums, True)):
+        got = totals[fold] = {}
+        for i, (part, now) in enumerate(sends):
+            if fold:
+                sim.fold(ranks, part, now, digest)
+            else:
+                for msg in sim.messages(ranks, part, now):
+                    digest.add(msg)
+            body = schema.decode(schema.encode(digest.body(now - 100.0, now)))
+            with_ops = [e for e in body.ranks if e.ops]
+            assert len(with_ops) == (8 if i in (0, 3) else 0), i  # the first send, then OPS_EVERY_S later
+            for e in with_ops:
+                for op, s in e.ops.items():
+                    calls, nbytes, waited = got.get((e.r, op), (0, 0, 0.0))
+                    got[(e.r, op)] = (calls + s.calls, nbytes + s.bytes, waited + s.waited)
+    assert totals[True].keys() == totals[False].keys() and len(totals[True]) == 16
+    for key, (calls, nbytes, waited) in totals[False].items():
+        assert totals[True][key][:2] == (calls, nbytes) and totals[True][key][2] == pytest.approx(waited, rel=1e-9)

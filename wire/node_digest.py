@@ -70,7 +70,7 @@ SAMPLE_EVERY_S = 2.0
 class _Rank:
     __slots__ = (
         "count", "last", "end", "wall", "phases", "waits", "ops", "sample", "state", "dev", "hello", "hello_sent", "fresh",
-        "state_sent", "sent_cap", "ops_sent", "exit",
+        "state_sent", "sent_cap", "ops_sent", "exit", "columned",
     )  # fmt: skip
 
     def __init__(self) -> None:
@@ -82,6 +82,7 @@ class _Rank:
         self.sample: list[Call] | None = None
         self.waits: dict[str | None, float] = {}
         self.exit: Exit | None = None  # its last word, passed on once
+        self.phases: dict[str, float] = {}
         self.reset()
 
     def reset(self) -> None:
@@ -90,9 +91,11 @@ class _Rank:
         self.last = -1
         self.end = 0.0
         self.wall = 0.0
-        self.phases: dict[str, float] = {}
+        if self.phases:  # (an empty one is kept: the ranks of a simulated node fill none, NodeDigest.add_columns)
+            self.phases = {}
         self.dev = False
         self.fresh = False  # it said something since the last digest
+        self.columned = False  # its steps of the interval came as columns (NodeDigest.add_columns)
 
 
 class NodeDigest:
@@ -105,45 +108,53 @@ class NodeDigest:
         self._ranks: collections.OrderedDict[int, _Rank] = collections.OrderedDict()
         self.relay: dict[str, str] | None = None  # the node relay's own addresses, told to every viewer
         self._sampled_at = float("-inf")  # when a digest last carried a rank's raw calls
+        self._columns: list[tuple[Any, ...]] = []  # steps of the interval added as columns (add_columns), for the next body
 
     def add(self, msg: Message) -> None:
         """One rank's hello, steps or heartbeat (other kinds pass the digest by)."""
         if not isinstance(msg, (Hello, Steps, Heartbeat)) or msg.job != self.job:
             return
-        rank = self._heard(msg.rank, msg.state)
         if isinstance(msg, Hello):
-            info = msg.info()
-            if info.relay is not None and self.relay is None:
-                self.relay = info.relay
-            if info != rank.hello:
-                rank.hello = info
-                rank.hello_sent = float("-inf")
-        elif isinstance(msg, Steps):
+            self.add_hello(msg.rank, msg.info(), msg.state)
+            return
+        rank = self._heard(msg.rank, msg.state)
+        if isinstance(msg, Steps):
             self._add_steps(rank, msg)
         elif msg.exit is not None:  # a heartbeat's last word: a viewer of digests learns the job ended from it too
             rank.exit = msg.exit
 
-    def add_sums(
-        self, number: int, state: State | None, *, count: int, last: int, end: float, wall: float,
-        phases: dict[str, float], waits: dict[str | None, float], ops: dict[str, OpSummary], sample: list[Call] | None = None,
-    ) -> None:  # fmt: skip
-        """A rank's steps already summed, as :meth:`add` sums their records: ``count`` steps up to ``last``
-        (which ended at ``end``), their total wall, own-plus-wait phase times and waits per phase, and their
-        collectives per op. For a source that has the sums without the records: the simulator of big jobs
-        (demo/simulate.py) would spend most of its core building 65,000 records a second only to sum them."""
+    def add_hello(self, number: int, info: RankInfo, state: State | None) -> None:
+        """A rank's hello, as its fields (a source that keeps them need not build the message: the simulator)."""
         rank = self._heard(number, state)
-        rank.count += count
-        rank.wall += wall
-        if last >= rank.last:
-            rank.last, rank.end = last, end
-        for name, sec in phases.items():
-            rank.phases[name] = rank.phases.get(name, 0.0) + sec
-        for phase, sec in waits.items():
-            rank.waits[phase] = rank.waits.get(phase, 0.0) + sec
+        if info.relay is not None and self.relay is None:
+            self.relay = info.relay
+        if info is not rank.hello and info != rank.hello:
+            rank.hello = info
+            rank.hello_sent = float("-inf")
+
+    def add_columns(
+        self, ranks: list[int], states: list[State | None], *, last: list[int], count: list[int], start: list[float],
+        wall: list[float], own: dict[str, list[float]], sample: list[Call] | None = None,
+    ) -> None:  # fmt: skip
+        """Ranks' steps of the interval already as columns, as :meth:`body` packs a rank's summed records: the
+        last step, how many, start and mean wall, mean own time per phase (a column per phase, each as long as
+        ``ranks``; wire/own_times.py), with each rank's state and the node's latest raw calls. For a source that
+        has the columns without the records: the simulator of big jobs (demo/simulate.py) works them out for
+        thousands of ranks at once, where building 65,000 records a second only to sum them took more than a core."""
+        for number, state in zip(ranks, states):
+            rank = self._heard(number, state)
+            rank.columned = True
+            if sample:
+                rank.sample = sample[-_summary.SAMPLE_MAX :]
+        self._columns.append((ranks, last, count, start, wall, own))
+
+    def add_ops(self, number: int, ops: dict[str, OpSummary]) -> None:
+        """A rank's collectives per op since they were last added (for a source that has no records: add_columns)."""
+        rank = self._ranks.get(number)
+        if rank is None:
+            rank = self._ranks[number] = _Rank()
         for op, fields in ops.items():
             _merge_op(rank.ops, op, fields)
-        if sample:
-            rank.sample = sample[-_summary.SAMPLE_MAX :]
 
     def _heard(self, number: int, state: State | None) -> _Rank:
         """Rank ``number`` said something (with its ``state``, when it sent one): its entry, fresh."""
@@ -188,7 +199,8 @@ class NodeDigest:
                 continue
             entry: dict[str, Any] = {}
             state = rank.state
-            if state is not None and (not rank.count or now - rank.state_sent >= SLOW_EVERY_S or state.cap != rank.sent_cap):
+            stepped = rank.count or rank.columned
+            if state is not None and (not stepped or now - rank.state_sent >= SLOW_EVERY_S or state.cap != rank.sent_cap):
                 entry["state"] = state
                 rank.state_sent, rank.sent_cap = now, state.cap
             if rank.hello is not None and now - rank.hello_sent >= HELLO_EVERY_S:
@@ -206,9 +218,12 @@ class NodeDigest:
                 self._ranks.move_to_end(number)
             if rank.exit is not None:
                 entry["exit"], rank.exit = rank.exit, None
-            if entry or not rank.count:  # more to say than its steps, or alive without any
+            if entry or not stepped:  # more to say than its steps, or alive without any
                 entries.append(NodeRank(r=number, **entry))
             rank.reset()
+        for block in self._columns:
+            steps.extend(*block)
+        self._columns = []
         if not entries and not steps.ranks:
             return None
         return Node(
@@ -250,6 +265,25 @@ class _StepColumns:
         for column in own.values():
             if len(column) == at:
                 column.append(0.0)
+
+    def extend(self, ranks: list[int], last: list[int], count: list[int], start: list[float], wall: list[float],
+               own: dict[str, list[float]]) -> None:  # fmt: skip
+        """Ranks' steps already as columns (NodeDigest.add_columns); a phase one side lacks is 0.0 in its column."""
+        at, size = len(self.ranks), len(ranks)
+        self.ranks += ranks
+        self.last += last
+        self.count += count
+        self.start += start
+        self.wall += wall
+        self.device += [False] * size
+        for name, values in own.items():
+            column = self.own.get(name)
+            if column is None:
+                column = self.own[name] = [0.0] * at
+            column += values
+        for column in self.own.values():
+            if len(column) < at + size:
+                column += [0.0] * (at + size - len(column))
 
     def columns(self) -> NodeSteps:
         """The columns packed (wire/step_block.py)."""

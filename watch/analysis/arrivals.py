@@ -11,7 +11,7 @@ Per step and peer class (watch/analysis/peers.py: the ranks that do the same wor
 collectives) the rank with the least wait ("comm", every collective of the step summed) is that step's last
 arrival. A step counts only where every rank of the class has it in its window and someone waited longer
 than another (a step with no collective says nothing), and the job's newest steps are left out (their waits
-may still be on their way: watch/engine/step_columns.py ``put``). All of it is a few numpy operations over
+may still be on their way: watch/engine/step_columns.py ``put``). All of it is a few whole-array numpy operations over
 the ranks' last steps (watch/engine/step_columns.py ``recent_waits``): O(1) per rank.
 """
 
@@ -28,35 +28,51 @@ SETTLING = 2
 def last_arrivals(nums: np.ndarray, waits: np.ndarray, class_ids: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Per rank (a row of ``nums``, its last steps' numbers, -1: none; ``waits``, their collective waits), the
     share of its counted steps at which it arrived last among its peer class (NaN: none counted), and how many
-    steps counted."""
-    n = len(nums)
+    steps counted.
+
+    Each rank's steps are laid out in a grid, a column per step of the window (the newest ``nums.shape[1]``
+    settled ones): per class and column, whether every member has that step, the least and the most wait, in
+    a few whole-array passes (no ``ufunc.at``, which is an element at a time). Where no step can count (the
+    steps of node digests end at each node's own moment, so a big job's ranks seldom share a step number),
+    the grid of waits is never made."""
+    n, width = nums.shape
     share = np.full(n, np.nan)
     counted = np.zeros(n, np.int64)
-    held = nums >= 0
-    if n < 2 or not held.any():
+    if n < 2 or not width:
         return share, counted
-    newest = int(nums[held].max()) - SETTLING
-    oldest = newest - nums.shape[1] + 1
-    held &= (nums <= newest) & (nums >= oldest)
-    if not held.any():
+    newest = int(nums.max()) - SETTLING
+    if newest < 0:
         return share, counted
-    group = np.zeros(n, np.int64) if class_ids is None else np.asarray(class_ids, np.int64)
-    width = newest - oldest + 1
-    row, slot = np.nonzero(held)
-    cell = group[row] * width + (nums[row, slot] - oldest)
-    wait = waits[row, slot]
-    cells = (int(group.max()) + 1) * width
-    members = np.bincount(group, minlength=int(group.max()) + 1)
-    present = np.bincount(cell, minlength=cells)
-    least = np.full(cells, np.inf)
-    most = np.full(cells, -np.inf)
-    np.minimum.at(least, cell, wait)
-    np.maximum.at(most, cell, wait)
-    full = (present == np.repeat(members, width)) & (most > least) & (np.repeat(members, width) >= 2)
-    counts = full[cell]
-    last = counts & (wait <= least[cell])
-    counted = np.bincount(row, weights=counts, minlength=n).astype(np.int64)
-    lasts = np.bincount(row, weights=last, minlength=n)
+    at = nums - (newest - width + 1)  # the step's column; what is outside the window goes in a last column, dropped
+    at[(nums < 0) | (at < 0) | (at >= width)] = width
+    if class_ids is None:
+        of, members = np.zeros(n, np.intp), np.array([n])
+    else:
+        _, of, members = np.unique(np.asarray(class_ids, np.int64), return_inverse=True, return_counts=True)
+    classes = len(members)
+    present = np.bincount((at + (of * (width + 1))[:, None]).ravel(), minlength=classes * (width + 1))
+    full = present.reshape(classes, width + 1)[:, :width] == members[:, None]
+    full &= (members >= 2)[:, None]
+    if not full.any():
+        return share, counted
+    grid = np.full((n, width + 1), np.nan)
+    np.put_along_axis(grid, at, waits, axis=1)
+    grid = grid[:, :width]
+    if classes == 1:
+        order, ordered, starts = None, grid, np.zeros(1, np.intp)
+    else:
+        order = np.argsort(of, kind="stable")  # the classes' members together, for whole-class reductions
+        ordered, starts = grid[order], np.r_[0, np.cumsum(members)[:-1]]
+    least = np.fmin.reduceat(ordered, starts, axis=0)  # (the class's members have every full column's step)
+    full &= np.fmax.reduceat(ordered, starts, axis=0) > least  # someone waited longer than another
+    bar = np.where(full, least, -np.inf)  # a counted step's least wait (a wait at no other step is ever at it)
+    last = (ordered <= (bar[0] if order is None else np.repeat(bar, members, axis=0))).sum(axis=1)
+    counted = full.sum(axis=1)[of]
+    if order is None:
+        lasts = last
+    else:
+        lasts = np.empty(n, np.int64)
+        lasts[order] = last
     with np.errstate(invalid="ignore", divide="ignore"):
         share = np.where(counted > 0, lasts / np.maximum(counted, 1), np.nan)
     return share, counted
