@@ -276,6 +276,8 @@ class JobModel:
         ``phases`` (ranks x PHASES, own plus waits), ``waits`` (ranks x ops: each op's wait, in its phase) and
         ``longest`` (ranks x ops: each op's longest call). The simulator of big jobs sums thousands of ranks' steps
         a tick this way (demo/simulate.py: fold): one rank at a time, 16,384 ranks took it more than a core."""
+        if any(st.picks is None for st in steps):  # steps of rows given whole (a subclass's own draws: accuracy.py)
+            return self._sums_of(steps, ranks, *self._row_arrays(steps, ranks))
         picks = np.stack([st.picks[ranks] for st in steps])  # (steps, ranks)
         summed, arrivals, tails = self._summed[picks], self._arrivals[picks], self._tails[picks[-1]]
         for i, st in enumerate(steps):  # a slowed rank's rows are its own
@@ -284,6 +286,18 @@ class JobModel:
                     summed[i, at], arrivals[i, at] = row[4], row[1]
                     if i == len(steps) - 1:
                         tails[at] = row[3]
+        return self._sums_of(steps, ranks, summed, arrivals, tails)
+
+    def _row_arrays(self, steps: list[Step], ranks: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """:meth:`node_sums`' arrays (steps x ranks x what a row adds, its arrivals; the last step's tails), from the
+        steps' rows themselves."""
+        chosen = ranks.tolist()
+        summed = np.array([[st.rows[r][4] for r in chosen] for st in steps], np.float64).reshape(len(steps), len(chosen), -1)
+        arrivals = np.array([[st.rows[r][1] for r in chosen] for st in steps], np.float64).reshape(len(steps), len(chosen), -1)
+        tails = np.array([steps[-1].rows[r][3] for r in chosen], np.float64)
+        return summed, arrivals, tails
+
+    def _sums_of(self, steps: list[Step], ranks: np.ndarray, summed: np.ndarray, arrivals: np.ndarray, tails: np.ndarray) -> dict[str, Any]:
         total = summed.sum(axis=0)
         n = len(PHASES)
         job_total, job_per, job_last = self.job_sums(steps)

@@ -7,6 +7,8 @@ so that is what these feed; one test feeds every rank's own messages too. The
 same job runs live, over relays, in test_simulate.py.
 """
 
+import dataclasses
+
 import pytest
 
 from ranktop.demo.simulate import Scenario, Simulator
@@ -76,14 +78,18 @@ def test_a_healthy_job_of_4096_ranks_flags_nobody(tmp_path):
 
 
 @pytest.mark.parametrize("calls_per_step", [0, 1, 8, 32])
-def test_a_digest_summed_from_the_draws_is_the_one_the_ranks_messages_make(tmp_path, calls_per_step):
+@pytest.mark.parametrize("drawn", ["from the tables", "as rows"])
+def test_a_digest_summed_from_the_draws_is_the_one_the_ranks_messages_make(tmp_path, calls_per_step, drawn):
     """A node whose ranks' own messages no viewer takes sums its steps straight into its digest (Simulator.fold):
-    that digest must be the one its ranks' records would make, or the simulator would test a different job."""
+    that digest must be the one its ranks' records would make, or the simulator would test a different job. Steps
+    given as rows alone (a model of its own draws, as benchmarks/accuracy.py's) sum alike."""
     from ranktop.wire import schema, step_block
     from ranktop.wire.node_digest import NodeDigest
 
     sim = Simulator(Scenario(job="big", ranks=16, nodes=2, calls_per_step=calls_per_step, slow_rank=3, slow_phase="forward"), str(tmp_path))
     steps = [sim.model.step(n, 100.0 + n * 0.07) for n in range(5)]
+    if drawn == "as rows":
+        steps = [dataclasses.replace(st, picks=None, special={}) for st in steps]
     ranks = range(0, 8)
     by_records, by_sums = NodeDigest("big", "sim0000"), NodeDigest("big", "sim0000")
     for msg in sim.messages(ranks, steps, 101.0):
