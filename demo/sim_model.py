@@ -135,6 +135,10 @@ class Step:
     rows: list  # per rank: JobModel row (own times, arrivals, transfers, tail)
     latest: tuple  # per phase that ends in collectives: the last rank's arrival (seconds into its segment)
     duration: float
+    early: tuple = ()  # per rank: how long before ``start`` it began the step (it ended the one before sooner); () none
+
+    def early_of(self, rank: int) -> float:
+        return self.early[rank] if self.early else 0.0
 
 
 class JobModel:
@@ -188,6 +192,7 @@ class JobModel:
                 base = [b * cost if i in scaled else b for i, b in enumerate(self.base)]
                 by_cost[cost] = [self._row([b * self._multiplier() for b in base], self._multiplier()) for _ in range(self.TABLE_ROWS)]
             self._tables = [by_cost[s.costs()[s.stage_of(r)]] for r in range(s.ranks)]
+        self._early: tuple = ()  # per rank, from the step before: how much sooner than the last it ended it
         self.extra: dict[int, list[float]] = {}
         slow = [s.slow_rank] if s.slow_rank is not None else []
         if s.slow_node is not None:
@@ -220,23 +225,39 @@ class JobModel:
         for r, more in self.extra.items():
             own, _, moved, _, _ = rows[r]
             rows[r] = self._row([a + b for a, b in zip(own, more)], moved[0] / self.transfer[0] if moved else 1.0)
-        latest = tuple(max(row[1][j] for row in rows) for j in range(len(self.ops)))
-        return Step(n, start, rows, latest, sum(latest) + max(row[3] for row in rows))
+        return self.settle(n, start, rows)
+
+    def settle(self, n: int, start: float, rows: list) -> Step:
+        """The step of every rank's ``rows``: when the last rank reached each collective, and how long it lasts.
+        A rank that ended the step before sooner than the last (its tail, optimizer and other, was shorter)
+        begins this one that much earlier and waits that much longer at its first collective: a rank slow after
+        its step's last collective holds the others back at the next step's first one, as in a real job (and
+        arrives last there: watch/analysis/arrivals.py). Called once per step, in order."""
+        count = len(self.ops)
+        tails = [row[3] for row in rows]
+        longest = max(tails)
+        early = self._early if count and len(self._early) == len(rows) else ()
+        latest = [max(row[1][j] for row in rows) for j in range(count)]
+        if early:
+            latest[0] = max([row[1][0] - e for row, e in zip(rows, early)])
+        self._early = tuple([longest - t for t in tails]) if count else ()
+        return Step(n, start, rows, tuple(latest), sum(latest) + longest, early)
 
     def records(self, step: Step, rank: int) -> tuple[StepRecord, list[CallSummary]]:
         """Rank ``rank``'s step record and collective summaries of ``step``, as its probe sends them."""
         own, arrivals, moved, tail, _ = step.rows[rank]
         phases = {"data": own[0], "forward": own[1], "backward": own[2], "optimizer": own[3]}
         summaries = []
+        early = step.early_of(rank)
         for j, (i, op, count) in enumerate(self.ops):
-            wait = step.latest[j] - arrivals[j]  # for the last rank to arrive
+            wait = step.latest[j] - arrivals[j] + (early if j == 0 else 0.0)  # for the last rank to arrive
             waited = wait + moved[j]
             phases[PHASES[i]] += waited
             summaries.append(
                 CallSummary(n=step.n, ph=PHASES[i], w=waited,
                             ops={op: OpSummary(count, sum(self.sizes[j]), waited, waited, wait + self.longest[j], self.group_sizes[j], DTYPE)})
             )  # fmt: skip
-        return StepRecord(n=step.n, t=step.start, w=sum(step.latest) + tail, p=phases), summaries
+        return StepRecord(n=step.n, t=step.start - early, w=sum(step.latest) + tail + early, p=phases), summaries
 
     @staticmethod
     def job_sums(steps: list[Step]) -> tuple[float, tuple[float, ...], float]:
@@ -257,17 +278,20 @@ class JobModel:
         waits: dict[str, float] = {}
         ops = {}
         job_total, job_per, job_last = job
+        early = [st.early_of(rank) for st in steps]  # begun that much sooner, waited that much longer at the first
         for j, phase, op, calls, size, longest in self._op_sums:
-            waited = job_per[j] + summed[n + 1 + j]
+            waited = job_per[j] + summed[n + 1 + j] + (sum(early) if j == 0 else 0.0)
             phases[phase] += waited
             waits[phase] = waits.get(phase, 0.0) + waited
+            sooner = early if j == 0 else [0.0] * k
             if k == 1:
-                longest += steps[0].latest[j] - rows[0][1][j]
+                longest += steps[0].latest[j] - rows[0][1][j] + sooner[0]
             else:
-                longest += max([st.latest[j] - row[1][j] for st, row in zip(steps, rows)])
+                longest += max([st.latest[j] - row[1][j] + e for st, row, e in zip(steps, rows, sooner)])
             ops[op] = OpSummary(calls * k, size * k, waited, waited, longest, self.group_sizes[j], DTYPE)
         end = steps[-1].start + job_last + rows[-1][3]
-        return {"count": k, "last": steps[-1].n, "end": end, "wall": job_total + summed[n], "phases": phases, "waits": waits, "ops": ops}
+        return {"count": k, "last": steps[-1].n, "end": end, "wall": job_total + summed[n] + sum(early), "phases": phases,
+                "waits": waits, "ops": ops}  # fmt: skip
 
     def sample(self, step: Step, rank: int, seq: int, t0: float) -> list[Call]:
         """A few raw calls of ``step`` (two sizes per op, in turn), as ``rank``'s probe samples them for the alpha-beta
@@ -277,7 +301,7 @@ class JobModel:
         arrivals = step.rows[rank][1]
         for j, (i, op, count) in enumerate(self.ops):
             sizes = self.sizes[j]
-            wait = (step.latest[j] - arrivals[j]) / count
+            wait = (step.latest[j] - arrivals[j] + (step.early_of(rank) if j == 0 else 0.0)) / count
             for b in {sizes[(n + k) % len(sizes)] for k in range(2)}:  # sizes in turn: the fit sees them all
                 d = wait + (ALPHA_S + b / BETA_BPS) * self._multiplier()
                 calls.append(Call(op=op, seq=seq, b=b, dt=DTYPE, g=self.group_sizes[j], d=d, n=n, ph=PHASES[i], t0=t0))

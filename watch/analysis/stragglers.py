@@ -117,7 +117,7 @@ def score_columns(
     if n >= EMPIRICAL_FROM:  # and past what the ranks' excess itself spreads, at the same odds
         floor = np.maximum(floor, float(np.median(excess)) + _noise_z(peers) * MAD_SIGMA * mad)
     spread = np.where(peers > 1, 1.0, 2.0) * HARDWARE_SPREAD * healthy
-    grew = excess - before > SLOW_FLOOR_FRACTION * healthy if before is not None else np.zeros(n, bool)
+    grew = excess - before > floor if before is not None else np.zeros(n, bool)  # by more than noise too
     return excess, culprit, np.where(grew, floor, floor + spread), median_step
 
 
@@ -144,30 +144,49 @@ class ExcessHistory:
         self._lock = threading.Lock()
         self._ranks = np.zeros(0, np.int64)  # ascending
         self._level = np.zeros(0)
+        self._reference = np.zeros((0, 0))  # per rank and phase: its class's reference (watch/analysis/class_growth.py)
         self._at = -np.inf
 
     def before(self, ranks: np.ndarray) -> np.ndarray:
         """The level of each of ``ranks`` (NaN: not seen yet)."""
         with self._lock:
-            return self._lookup(ranks)
+            return self._lookup(ranks, self._level)
 
-    def note(self, ranks: np.ndarray, excess: np.ndarray, slow: np.ndarray, now: float) -> None:
-        """What ``ranks`` showed at ``now`` (the viewer's clock): their excess and which were judged slow."""
+    def reference_before(self, ranks: np.ndarray, width: int) -> np.ndarray:
+        """The level of each of ``ranks``' class reference, per phase (``width`` phases; NaN: not known)."""
         with self._lock:
-            level = self._lookup(ranks)
+            if self._reference.shape[1:] != (width,):
+                return np.full((len(ranks), width), np.nan)
+            return self._lookup(ranks, self._reference)
+
+    def note(self, ranks: np.ndarray, excess: np.ndarray, slow: np.ndarray, now: float,
+             reference: np.ndarray | None = None) -> None:  # fmt: skip
+        """What ``ranks`` showed at ``now`` (the viewer's clock): their excess, which were judged slow, and their
+        classes' reference per phase (None: not kept)."""
+        with self._lock:
             since = max(0.0, now - self._at) if np.isfinite(self._at) else np.inf
             up, down = (1.0 - np.exp(-since / s) for s in (self.FOLLOW_S, self.FOLLOW_DOWN_S))
-            moved = level + np.where(excess > level, up, down) * (excess - level)
-            level = np.where(np.isnan(level), excess, np.where(slow, level, moved))
+
+            def follow(level: np.ndarray, value: np.ndarray, held: np.ndarray) -> np.ndarray:
+                moved = level + np.where(value > level, up, down) * (value - level)
+                return np.where(np.isnan(level), value, np.where(held, level, moved))
+
+            level = follow(self._lookup(ranks, self._level), excess, slow)
             order = np.argsort(ranks, kind="stable")
+            if reference is not None:
+                width = reference.shape[1]
+                before = self._lookup(ranks, self._reference) if self._reference.shape[1:] == (width,) else np.full(reference.shape, np.nan)
+                self._reference = follow(before, reference, slow[:, None])[order]
+            else:
+                self._reference = np.zeros((0, 0))
             self._ranks, self._level, self._at = np.asarray(ranks, np.int64)[order], level[order], max(self._at, now)
 
-    def _lookup(self, ranks: np.ndarray) -> np.ndarray:
-        out = np.full(len(ranks), np.nan)
-        if len(self._ranks):
+    def _lookup(self, ranks: np.ndarray, levels: np.ndarray) -> np.ndarray:
+        out = np.full((len(ranks), *levels.shape[1:]), np.nan)
+        if len(self._ranks) and len(levels) == len(self._ranks):
             at = np.minimum(np.searchsorted(self._ranks, ranks), len(self._ranks) - 1)
             known = self._ranks[at] == ranks
-            out[known] = self._level[at[known]]
+            out[known] = levels[at[known]]
         return out
 
 
