@@ -43,6 +43,7 @@ Figures:
     python benchmarks/accuracy.py              # 1,139 scenarios
     python benchmarks/accuracy.py --quick      # 106 scenarios of the small layouts
     python benchmarks/accuracy.py --json
+    python benchmarks/accuracy.py --json --outcomes FILE   # and each scenario's outcome, a JSON line each
 """
 
 from __future__ import annotations

@@ -23,6 +23,10 @@ import numpy as np
 from ranktop.watch.analysis.stragglers import MEDIAN_ERROR, NOISE_Z, SLOW_FLOOR_FRACTION, SLOW_FLOOR_S
 from ranktop.wire import schema
 
+#: A class's reference is kept as its level only from a window of this many steps (half the engine's 64): the
+#: job's first steps (warm-up, lazy initialization) say little of what the class does (watch/analysis/judge.py).
+SETTLED_STEPS = 32
+
 
 def references(phases: np.ndarray, names: list[str], class_ids: np.ndarray | None) -> np.ndarray:
     """Per rank (a row of ``phases``, own seconds per phase of the live ranks), its class's reference per phase

@@ -84,7 +84,12 @@ def build(view: JobView, extras: Extras, policy: StallPolicy = StallPolicy(), pe
     # back (its excess is spent where nobody waits for it, or is noise). Where the waits say nothing, no veto.
     judged_slow = ((found > slow_above) | by_class) & ~((last[idx] == 0.0) & (counted[idx] >= arrivals.VETO_AFTER))
     if history is not None:  # what was judged, the veto included: a vetoed rank's level follows its excess
-        history.note(ranks, found, judged_slow, view.now, reference, differences)
+        # (what a class or a phase does is kept once its window holds half a window of steps: the job's first
+        # steps, warm-up and lazy initialization, say little of it)
+        steps = view.window_steps[idx]
+        settled = (steps >= min(class_growth.SETTLED_STEPS, int(steps.max())))[:, None] if len(steps) else np.zeros((0, 1), bool)
+        history.note(ranks, found, judged_slow, view.now, np.where(settled, reference, np.nan),
+                     np.where(settled, differences, np.nan))  # fmt: skip
     excess[idx], culprit[idx] = found, worst
     score = excess / median_step if median_step else np.zeros(n)
 

@@ -61,6 +61,7 @@ class StepColumns:
     median_wall: np.ndarray
     median_own: np.ndarray
     own_sd: np.ndarray
+    phase_sd: np.ndarray
     rate: np.ndarray
     last_end: np.ndarray
     _num: memoryview[Any]
