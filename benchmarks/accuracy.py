@@ -43,6 +43,7 @@ Figures:
     python benchmarks/accuracy.py              # 1,139 scenarios
     python benchmarks/accuracy.py --quick      # 106 scenarios of the small layouts
     python benchmarks/accuracy.py --json
+    python benchmarks/accuracy.py --json --outcomes FILE   # and each scenario's outcome, a JSON line each
 """
 
 from __future__ import annotations
@@ -54,7 +55,7 @@ import os
 import sys
 import tempfile
 import time
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, replace
 
 import numpy as np
 
@@ -191,8 +192,7 @@ class NoisyJob(JobModel):
             own, _, moved, _, _ = rows[r]
             base_net = moved[0] / self.transfer[0] if moved else 1.0
             rows[r] = self._row([o * scale + a for o, a in zip(own, add)], base_net * network)
-        latest = tuple(max(row[1][j] for row in rows) for j in range(len(self.ops)))
-        return Step(n, start, rows, latest, sum(latest) + max(row[3] for row in rows))
+        return self.settle(n, start, rows)
 
     def _perturbed(self, n: int, t: float) -> dict[int, tuple[float, list[float], float]]:
         """Per rank touched this step: a factor on its own times, seconds added per phase, a factor on its network time."""
@@ -438,6 +438,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seeds", type=int, default=None, help="draws of the matrix (default 3; --quick 1)")
     p.add_argument("--workers", type=int, default=min(2, os.cpu_count() or 1), help="processes (default: 2)")
     p.add_argument("--layouts", default=None, help="only these layouts, comma separated (" + ", ".join(LAYOUTS) + ")")
+    p.add_argument("--outcomes", metavar="FILE", default=None, help="also write every scenario's outcome to FILE, one JSON object a line")
     args = p.parse_args(argv)
     cases = matrix(args.quick, args.seeds)
     if args.layouts:
@@ -451,6 +452,10 @@ def main(argv: list[str] | None = None) -> int:
     doc = summarize(outcomes)
     doc["wall_s"] = round(time.perf_counter() - began, 1)
     doc["workers"] = args.workers
+    if args.outcomes:
+        with open(args.outcomes, "w") as f:
+            for o in outcomes:
+                f.write(json.dumps({**asdict(o), "case": asdict(o.case)}) + "\n")
     if args.json:
         print(json.dumps(doc, indent=1))
     else:

@@ -140,6 +140,10 @@ class Step:
     duration: float
     picks: np.ndarray | None = None  # per rank: its row's index in JobModel's arrays (where rows drawn from a table)
     special: dict = field(default_factory=dict)  # rank -> its row, for the ranks whose row is no table's (a slowed rank)
+    early: np.ndarray | None = None  # per rank: how long before ``start`` it began the step (it ended the one before sooner)
+
+    def early_of(self, rank: int) -> float:
+        return float(self.early[rank]) if self.early is not None else 0.0
 
 
 class JobModel:
@@ -205,6 +209,7 @@ class JobModel:
         else:
             first = {id(t): i * self.TABLE_ROWS for i, t in enumerate(tables)}
             self._first_row = np.array([first[id(t)] for t in self._tables], np.int64)
+        self._early: np.ndarray | None = None  # per rank, from the step before: how much sooner than the last it ended it
         self.extra: dict[int, list[float]] = {}
         slow = [s.slow_rank] if s.slow_rank is not None else []
         if s.slow_node is not None:
@@ -245,23 +250,43 @@ class JobModel:
         arrivals, tails = self._arrivals[at], self._tails[at]
         for r, row in special.items():
             arrivals[r], tails[r] = row[1], row[3]
-        latest = tuple(arrivals.max(axis=0).tolist()) if len(self.ops) else ()
-        return Step(n, start, rows, latest, sum(latest) + float(tails.max()), at, special)
+        return self.settle(n, start, rows, arrivals, tails, at, special)
+
+    def settle(self, n: int, start: float, rows: list, arrivals: np.ndarray | None = None, tails: np.ndarray | None = None,
+               picks: np.ndarray | None = None, special: dict | None = None) -> Step:
+        """The step of every rank's ``rows`` (``arrivals`` and ``tails``: theirs as arrays, where at hand): when the
+        last rank reached each collective, and how long it lasts. A rank that ended the step before sooner than the
+        last (its tail, optimizer and other, was shorter) begins this one that much earlier and waits that much
+        longer at its first collective: a rank slow after its step's last collective holds the others back at the
+        next step's first one, as in a real job (and arrives last there: watch/analysis/arrivals.py). Called once
+        per step, in order."""
+        count = len(self.ops)
+        if arrivals is None or tails is None:
+            arrivals = np.array([row[1] for row in rows], np.float64).reshape(len(rows), count)
+            tails = np.array([row[3] for row in rows], np.float64)
+        longest = float(tails.max())
+        early = self._early if count and self._early is not None and len(self._early) == len(rows) else None
+        latest = arrivals.max(axis=0) if count else np.zeros(0)
+        if early is not None:
+            latest[0] = float((arrivals[:, 0] - early).max())
+        self._early = (longest - tails) if count else None
+        return Step(n, start, rows, tuple(latest.tolist()), float(latest.sum()) + longest, picks, special or {}, early)
 
     def records(self, step: Step, rank: int) -> tuple[StepRecord, list[CallSummary]]:
         """Rank ``rank``'s step record and collective summaries of ``step``, as its probe sends them."""
         own, arrivals, moved, tail, _ = step.rows[rank]
         phases = {"data": own[0], "forward": own[1], "backward": own[2], "optimizer": own[3]}
         summaries = []
+        early = step.early_of(rank)
         for j, (i, op, count) in enumerate(self.ops):
-            wait = step.latest[j] - arrivals[j]  # for the last rank to arrive
+            wait = step.latest[j] - arrivals[j] + (early if j == 0 else 0.0)  # for the last rank to arrive
             waited = wait + moved[j]
             phases[PHASES[i]] += waited
             summaries.append(
                 CallSummary(n=step.n, ph=PHASES[i], w=waited,
                             ops={op: OpSummary(count, sum(self.sizes[j]), waited, waited, wait + self.longest[j], self.group_sizes[j], DTYPE)})
             )  # fmt: skip
-        return StepRecord(n=step.n, t=step.start, w=sum(step.latest) + tail, p=phases), summaries
+        return StepRecord(n=step.n, t=step.start - early, w=sum(step.latest) + tail + early, p=phases), summaries
 
     @staticmethod
     def job_sums(steps: list[Step]) -> tuple[float, tuple[float, ...], float]:
@@ -301,17 +326,20 @@ class JobModel:
         total = summed.sum(axis=0)
         n = len(PHASES)
         job_total, job_per, job_last = self.job_sums(steps)
+        # begun that much sooner than the step's start, and waited that much longer at its first collective
+        early = np.stack([st.early[ranks] if st.early is not None else np.zeros(len(ranks)) for st in steps])
         phases = total[:, :n].copy()
         waits = np.empty((len(ranks), len(self.ops)))
         longest = np.empty((len(ranks), len(self.ops)))
         latest = np.array([st.latest for st in steps]).reshape(len(steps), len(self.ops))
         for j, phase, _, _, _, op_longest in self._op_sums:
-            waits[:, j] = job_per[j] + total[:, n + 1 + j]
+            sooner = early if j == 0 else 0.0
+            waits[:, j] = job_per[j] + total[:, n + 1 + j] + (early.sum(axis=0) if j == 0 else 0.0)
             phases[:, PHASES.index(phase)] += waits[:, j]
-            longest[:, j] = op_longest + (latest[:, None, j] - arrivals[:, :, j]).max(axis=0)
+            longest[:, j] = op_longest + (latest[:, None, j] - arrivals[:, :, j] + sooner).max(axis=0)
         return {
-            "count": len(steps), "last": steps[-1].n, "end": steps[-1].start + job_last + tails, "wall": job_total + total[:, n],
-            "phases": phases, "waits": waits, "longest": longest,
+            "count": len(steps), "last": steps[-1].n, "end": steps[-1].start + job_last + tails,
+            "wall": job_total + total[:, n] + early.sum(axis=0), "phases": phases, "waits": waits, "longest": longest,
         }  # fmt: skip
 
     def op_summaries(self, count: int, waits: list[float], longest: list[float]) -> dict[str, OpSummary]:
@@ -327,7 +355,7 @@ class JobModel:
         arrivals = step.rows[rank][1]
         for j, (i, op, count) in enumerate(self.ops):
             sizes = self.sizes[j]
-            wait = (step.latest[j] - arrivals[j]) / count
+            wait = (step.latest[j] - arrivals[j] + (step.early_of(rank) if j == 0 else 0.0)) / count
             for b in {sizes[(n + k) % len(sizes)] for k in range(2)}:  # sizes in turn: the fit sees them all
                 d = wait + (ALPHA_S + b / BETA_BPS) * self._multiplier()
                 calls.append(Call(op=op, seq=seq, b=b, dt=DTYPE, g=self.group_sizes[j], d=d, n=n, ph=PHASES[i], t0=t0))

@@ -28,3 +28,15 @@ def test_the_quick_matrix_of_small_jobs_runs_and_reports_every_figure_per_family
 def test_an_unknown_layout_is_one_line_and_exit_2(tmp_path):
     out = subprocess.run([sys.executable, str(BENCH), "--layouts", "dp3"], capture_output=True, text=True, timeout=60, cwd=tmp_path)
     assert out.returncode == 2 and "unknown layout 'dp3'" in out.stderr
+
+
+def test_every_scenario_s_outcome_can_be_written_a_json_line_each(tmp_path):
+    """To see which scenarios were missed and why (docs/detection.md), not only the rates."""
+    target = tmp_path / "outcomes.jsonl"
+    out = subprocess.run([sys.executable, str(BENCH), "--quick", "--json", "--layouts", "dp2", "--workers", "1", "--outcomes", str(target)],
+                         capture_output=True, text=True, timeout=300, cwd=tmp_path)  # fmt: skip
+    assert out.returncode == 0, out.stderr[-2000:]
+    lines = [json.loads(line) for line in target.read_text().splitlines()]
+    assert len(lines) == json.loads(out.stdout)["scenarios"]
+    assert {"case", "culprits", "detected", "right", "wrong", "size_error"} <= set(lines[0])
+    assert {o["case"]["fault"] for o in lines} >= {"none", "slow_rank"}

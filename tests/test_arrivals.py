@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
+from ranktop.demo.sim_model import PHASES, JobModel, Scenario
 from ranktop.watch.analysis.arrivals import SETTLING, last_arrivals
 from ranktop.watch.engine.step_columns import StepColumns
 
@@ -114,3 +116,34 @@ def test_the_whole_array_passes_give_what_the_rule_says_step_by_step():
         want_share, want_counted = by_hand(nums, waits, classes)
         assert counted.tolist() == want_counted, (nums, waits, classes)
         assert [None if np.isnan(s) else round(s, 12) for s in share] == [None if s is None else round(s, 12) for s in want_share]
+
+
+def test_a_rank_slow_after_its_last_collective_makes_the_others_wait_at_the_next_step_s_first():
+    """The simulator as a real job: a rank slow in its optimizer ends its step late, the others begin the next
+    one sooner and wait for it at its first collective, so it arrives last there."""
+    model = JobModel(Scenario(job="j", ranks=8, nodes=1, slow_rank=5, slow_ms=10.0, slow_phase="optimizer"))
+    start, waits = 0.0, []
+    for n in range(40):
+        step = model.step(n, start)
+        start += step.duration
+        records = [model.records(step, r) for r in range(8)]
+        waits.append([sum(c.w for c in cs) for _, cs in records])
+    share, counted = last_arrivals(np.tile(np.arange(40), (8, 1)), np.array(waits).T)
+    assert share[5] > 0.9 and counted[5] >= 30
+    record, _ = model.records(step, 0)
+    assert record.t < step.start  # the others began the step sooner than the last
+
+
+def test_a_node_digest_s_sums_are_its_ranks_records_summed_when_ranks_begin_steps_sooner():
+    """What a big job's viewer reads (node digests, summed without building records) says the same waits."""
+    model = JobModel(Scenario(job="j", ranks=8, nodes=1, slow_rank=2, slow_ms=10.0, slow_phase="optimizer"))
+    start, steps = 0.0, []
+    for n in range(6):
+        steps.append(model.step(n, start))
+        start += steps[-1].duration
+    sums = model.node_sums(steps, np.array([0, 2]))
+    for at, rank in enumerate((0, 2)):
+        records = [model.records(st, rank)[0] for st in steps]
+        assert sums["wall"][at] == pytest.approx(sum(r.w for r in records))
+        for i, phase in enumerate(PHASES):
+            assert sums["phases"][at, i] == pytest.approx(sum(r.p[phase] for r in records)), phase

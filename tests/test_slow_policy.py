@@ -1,5 +1,6 @@
 """When a rank is slow (watch/analysis/stragglers.py, docs/detection.md "When a rank is slow"): past 3% of a
-healthy peer's own work, past its window's noise, and past what healthy hardware differs by unless it grew."""
+healthy peer's own work, past its window's noise (or a phase's, where it grew in that phase), and past what
+healthy hardware differs by unless it grew."""
 
 from __future__ import annotations
 
@@ -89,3 +90,45 @@ def test_the_history_follows_a_healthy_rank_down_fast_up_slowly_and_holds_while_
     history.note(ranks, np.array([0.020, 0.002, 0.0]), np.array([True, False, False]), now=100.0)
     assert history.before(ranks)[0] == level  # slow: its level stands still however long
     assert np.isnan(history.before(np.array([2, 7]))[1])  # never seen
+
+
+def phase_spread(ranks: int, forward: float = 0.002) -> np.ndarray:
+    """Each phase's robust SD per step: forward and backward vary with input sizes, the rest hardly."""
+    return np.tile([0.0002, forward, 0.003, 0.0002, 0.0, 0.0002], (ranks, 1))
+
+
+def slow_by_phase(phases, steps, sd, counts, spread, phase_before, before=None) -> list[int]:
+    excess, _, floor, _ = score_columns(phases, steps, NAMES, None, sd, counts, before, spread, phase_before)
+    return np.flatnonzero(excess > floor).tolist()
+
+
+def test_a_5_percent_slowdown_in_one_phase_stands_out_of_that_phase_s_noise_when_not_of_the_step_s():
+    phases, steps, sd, counts = job(64, {1: 0.05})
+    noisy = np.full(64, 0.012)  # the whole step varies 19% step to step: its median 1.9 ms off
+    assert slow(phases, steps, noisy, counts) == []
+    was = np.zeros((64, len(NAMES)))  # every rank level with its peers in every phase when last healthy
+    assert slow_by_phase(phases, steps, noisy, counts, phase_spread(64), was) == [1]
+    assert slow_by_phase(phases, steps, noisy, counts, phase_spread(64, forward=0.012), was) == []  # its own noise
+
+
+def test_a_phase_beyond_its_peers_as_it_already_was_when_healthy_is_not_a_new_slowdown():
+    phases, steps, sd, counts = job(64, {1: 0.05})
+    noisy = np.full(64, 0.012)
+    was = np.zeros((64, len(NAMES)))
+    was[1, 1] = 0.05 * WORK.sum()  # it was that much slower in forward already
+    assert slow_by_phase(phases, steps, noisy, counts, phase_spread(64), was) == []
+    assert slow_by_phase(phases, steps, noisy, counts, phase_spread(64), np.full((64, len(NAMES)), np.nan)) == []  # never seen
+
+
+def test_the_history_follows_each_phase_s_time_beyond_its_reference_alike_up_and_down_and_holds_it_while_slow():
+    history = ExcessHistory()
+    ranks = np.array([0, 1])
+    assert np.isnan(history.differences_before(ranks, 6)).all()
+    history.note(ranks, np.zeros(2), np.zeros(2, bool), 0.0, differences=np.zeros((2, 6)))
+    moved = np.array([[0.001] * 6, [-0.001] * 6])
+    history.note(ranks, np.zeros(2), np.zeros(2, bool), ExcessHistory.PHASE_FOLLOW_S, differences=moved)
+    level = history.differences_before(ranks, 6)
+    assert level[0] == pytest.approx(0.001 * (1 - np.exp(-1)))  # up and down alike: noise averages out
+    assert level[1] == pytest.approx(-0.001 * (1 - np.exp(-1)))
+    history.note(ranks, np.zeros(2), np.array([True, False]), 100.0, differences=moved * 10)
+    assert history.differences_before(ranks, 6)[0] == pytest.approx(level[0])  # slow: held

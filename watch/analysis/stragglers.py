@@ -78,12 +78,15 @@ MEDIAN_ERROR = 1.2533
 def score_columns(
     phases: np.ndarray, steps: np.ndarray, names: list[str], class_ids: np.ndarray | None = None,
     own_sd: np.ndarray | None = None, window_steps: np.ndarray | None = None, before: np.ndarray | None = None,
+    phase_sd: np.ndarray | None = None, phase_before: np.ndarray | None = None,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, float | None]:  # fmt: skip
     """The comparison over columns: ``phases`` (ranks x names, own seconds) and ``steps`` (seconds) of the
     live ranks with statistics; ``class_ids`` (a small whole number per rank) their peer classes; ``own_sd``
     and ``window_steps`` how much each one's own time varies from step to step (a robust SD) over how many
     steps (None: not known, the spread of everyone's excess stands in); ``before`` each one's excess when it was
-    last seen healthy (NaN or None: not known, :class:`ExcessHistory`).
+    last seen healthy (NaN or None: not known, :class:`ExcessHistory`); ``phase_sd`` (ranks x names) how much
+    each phase varies from step to step and ``phase_before`` each phase's time beyond the reference when last
+    healthy (None: not known; see :func:`_phase_beyond`).
     Per rank its excess (seconds beyond a healthy peer's, summed over phases, less what every peer shows of
     noise) and its culprit (an index into ``names``, -1: none); per rank the excess past which it is slow;
     the median step (None: no rank)."""
@@ -96,28 +99,41 @@ def score_columns(
     peers = np.ones(n)  # how many peers the reference is drawn from
     noise = np.full(n, np.nan) if own_sd is None else np.nan_to_num(own_sd)
     work = np.zeros(n)  # the reference's own time per step: what a healthy peer does
+    beyond = np.zeros(n, bool)  # some phase beyond its own noise by the floor (_phase_beyond)
+    known = phase_sd is not None and phase_before is not None and window_steps is not None
     if class_ids is None:
         _excess(phases, np.arange(n), own, excess, culprit, peers, noise, work)
+        if known:
+            beyond[:] = _phase_beyond(phases, phase_sd, phase_before, window_steps, own, np.arange(n))
     else:
         order = np.argsort(class_ids, kind="stable")
         bounds = np.flatnonzero(np.diff(class_ids[order])) + 1
         for members in np.split(order, bounds):
             _excess(phases, members, own, excess, culprit, peers, noise, work)
+            if known:
+                beyond[members] = _phase_beyond(phases, phase_sd, phase_before, window_steps, own, members)
     median_step = float(np.median(steps))
     if not median_step:
         return excess, culprit, np.full(n, np.inf), median_step
     healthy = np.where(work > 0, work, median_step)  # the shares below are of a healthy peer's own work per step
     floor = np.maximum(SLOW_FLOOR_S, SLOW_FLOOR_FRACTION * healthy)
     mad = _mad(excess) if n >= 3 else 0.0
+    whole = floor  # past the noise of the whole step's own time
     if own_sd is not None and window_steps is not None:
         error = MEDIAN_ERROR * noise / np.sqrt(np.maximum(window_steps, 1))
-        floor = np.maximum(floor, _noise_z(peers) * error * np.sqrt(1.0 + 1.0 / peers))
+        whole = np.maximum(floor, _noise_z(peers) * error * np.sqrt(1.0 + 1.0 / peers))
+        # A rank with a phase beyond that phase's own noise by the floor (_phase_beyond) is past it: the noise of
+        # the whole step, input sizes that vary, is mostly other phases'.
+        floor = np.where(beyond, floor, whole)
     elif n >= 3:
-        floor = np.maximum(floor, SPREAD_MADS * mad)
+        floor = whole = np.maximum(floor, SPREAD_MADS * mad)
     if n >= EMPIRICAL_FROM:  # and past what the ranks' excess itself spreads, at the same odds
-        floor = np.maximum(floor, float(np.median(excess)) + _noise_z(peers) * MAD_SIGMA * mad)
+        empirical = float(np.median(excess)) + _noise_z(peers) * MAD_SIGMA * mad
+        floor, whole = np.maximum(floor, empirical), np.maximum(whole, empirical)
     spread = np.where(peers > 1, 1.0, 2.0) * HARDWARE_SPREAD * healthy
-    grew = excess - before > SLOW_FLOOR_FRACTION * healthy if before is not None else np.zeros(n, bool)
+    # Grown since it was last healthy by more than the floor and the whole step's noise (a phase's noise alone
+    # would let a rank a little slower for good, its hardware, be seen to grow whenever its noise rises).
+    grew = (excess - before > whole if before is not None else np.zeros(n, bool)) | beyond
     return excess, culprit, np.where(grew, floor, floor + spread), median_step
 
 
@@ -139,35 +155,72 @@ class ExcessHistory:
     #: How long the excess a healthy rank shows takes to become its level (1 - 1/e of it), seconds: up, down.
     FOLLOW_S = 30.0
     FOLLOW_DOWN_S = 1.0
+    #: The same for its time beyond its class's reference per phase, up and down alike.
+    PHASE_FOLLOW_S = 10.0
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._ranks = np.zeros(0, np.int64)  # ascending
         self._level = np.zeros(0)
+        self._reference = np.zeros((0, 0))  # per rank and phase: its class's reference (watch/analysis/class_growth.py)
+        self._differences = np.zeros((0, 0))  # per rank and phase: its time beyond that reference
         self._at = -np.inf
 
     def before(self, ranks: np.ndarray) -> np.ndarray:
         """The level of each of ``ranks`` (NaN: not seen yet)."""
         with self._lock:
-            return self._lookup(ranks)
+            return self._lookup(ranks, self._level)
 
-    def note(self, ranks: np.ndarray, excess: np.ndarray, slow: np.ndarray, now: float) -> None:
-        """What ``ranks`` showed at ``now`` (the viewer's clock): their excess and which were judged slow."""
+    def reference_before(self, ranks: np.ndarray, width: int) -> np.ndarray:
+        """The level of each of ``ranks``' class reference, per phase (``width`` phases; NaN: not known)."""
         with self._lock:
-            level = self._lookup(ranks)
+            if self._reference.shape[1:] != (width,):
+                return np.full((len(ranks), width), np.nan)
+            return self._lookup(ranks, self._reference)
+
+    def differences_before(self, ranks: np.ndarray, width: int) -> np.ndarray:
+        """The level of each of ``ranks``' time beyond its class reference, per phase (NaN: not known)."""
+        with self._lock:
+            if self._differences.shape[1:] != (width,):
+                return np.full((len(ranks), width), np.nan)
+            return self._lookup(ranks, self._differences)
+
+    def note(self, ranks: np.ndarray, excess: np.ndarray, slow: np.ndarray, now: float,
+             reference: np.ndarray | None = None, differences: np.ndarray | None = None) -> None:  # fmt: skip
+        """What ``ranks`` showed at ``now`` (the viewer's clock): their excess, which were judged slow, their
+        classes' reference per phase and their phases less it (None: not kept)."""
+        with self._lock:
             since = max(0.0, now - self._at) if np.isfinite(self._at) else np.inf
             up, down = (1.0 - np.exp(-since / s) for s in (self.FOLLOW_S, self.FOLLOW_DOWN_S))
-            moved = level + np.where(excess > level, up, down) * (excess - level)
-            level = np.where(np.isnan(level), excess, np.where(slow, level, moved))
+
+            def follow(level: np.ndarray, value: np.ndarray, held: np.ndarray) -> np.ndarray:
+                moved = level + np.where(value > level, up, down) * (value - level)
+                return np.where(np.isnan(level), value, np.where(held, level, moved))
+
+            level = follow(self._lookup(ranks, self._level), excess, slow)
             order = np.argsort(ranks, kind="stable")
+            if reference is not None:
+                width = reference.shape[1]
+                before = self._lookup(ranks, self._reference) if self._reference.shape[1:] == (width,) else np.full(reference.shape, np.nan)
+                self._reference = follow(before, reference, slow[:, None])[order]
+            else:
+                self._reference = np.zeros((0, 0))
+            if differences is not None:  # followed alike up and down (a level at the bottom of its noise would
+                # make the noise look like growth), held while slow
+                width = differences.shape[1]
+                before = self._lookup(ranks, self._differences) if self._differences.shape[1:] == (width,) else np.full(differences.shape, np.nan)
+                moved = before + (1.0 - np.exp(-since / self.PHASE_FOLLOW_S)) * (differences - before)
+                self._differences = np.where(np.isnan(before), differences, np.where(slow[:, None], before, moved))[order]
+            else:
+                self._differences = np.zeros((0, 0))
             self._ranks, self._level, self._at = np.asarray(ranks, np.int64)[order], level[order], max(self._at, now)
 
-    def _lookup(self, ranks: np.ndarray) -> np.ndarray:
-        out = np.full(len(ranks), np.nan)
-        if len(self._ranks):
+    def _lookup(self, ranks: np.ndarray, levels: np.ndarray) -> np.ndarray:
+        out = np.full((len(ranks), *levels.shape[1:]), np.nan)
+        if len(self._ranks) and len(levels) == len(self._ranks):
             at = np.minimum(np.searchsorted(self._ranks, ranks), len(self._ranks) - 1)
             known = self._ranks[at] == ranks
-            out[known] = self._level[at[known]]
+            out[known] = levels[at[known]]
         return out
 
 
@@ -197,6 +250,37 @@ def _excess(phases: np.ndarray, members: np.ndarray, own: np.ndarray, excess: np
     culprit[members] = np.where(total > 0, np.flatnonzero(own)[worst], -1)
     peers[members] = 1 if count == 2 else count / 2
     work[members] = middle.sum()
+
+
+def _phase_beyond(phases: np.ndarray, spread: np.ndarray, before: np.ndarray, window_steps: np.ndarray,
+                  own: np.ndarray, members: np.ndarray) -> np.ndarray:  # fmt: skip
+    """Per member: whether one of its own phases is beyond a healthy peer's (as :func:`_excess` draws it), and
+    grew beyond what it was when last healthy (``before``, NaN: not known, not beyond), each by the floor (3% of
+    that peer's work) and by the phase's own noise: as many standard errors of its window median (its spread,
+    at least the class's median member's) as the noise test asks for at the class's size, times the phases
+    (each is a chance). A slowdown sits in a phase; the noise of the whole step is mostly the other phases'
+    (input sizes that vary move forward and backward, not the data or the optimizer), so a slowdown of 5% of
+    the step in one phase stands out of that phase's noise when it does not out of the step's. Grown, not only
+    beyond: a rank a little slower for good (its hardware) is beyond in every phase a little, and its noise
+    would sometimes take one over the bar."""
+    count = len(members)
+    if count < 2:
+        return np.zeros(count, bool)
+    mine = phases[members][:, own]
+    sd = spread[members][:, own]
+    if count == 2:
+        middle = mine[np.argmin(mine.sum(axis=1))]
+        peers = 1.0
+    else:
+        middle = np.median(mine, axis=0)
+        sd = np.maximum(sd, np.median(sd, axis=0))
+        peers = count / 2
+    error = MEDIAN_ERROR * sd / np.sqrt(np.maximum(window_steps[members], 1))[:, None]
+    z = float(_noise_z(np.array([peers * own.sum()]))[0])
+    bar = np.maximum(SLOW_FLOOR_FRACTION * middle.sum(), z * error * np.sqrt(1.0 + 1.0 / peers))
+    beyond = mine - middle
+    with np.errstate(invalid="ignore"):
+        return ((beyond > bar) & (beyond - before[members][:, own] > bar)).any(axis=1)
 
 
 def _mad(values: np.ndarray) -> float:

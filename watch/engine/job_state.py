@@ -68,6 +68,7 @@ class JobView:
     median_wall: np.ndarray  # the median step time as last worked out, scored or not (NaN: none yet)
     phases: np.ndarray  # (ranks, names)
     own_sd: np.ndarray  # how much its own time varies from step to step, a robust SD over its window (NaN: not scored)
+    phase_sd: np.ndarray  # (ranks, names): the same per phase (0: a phase it never had)
     window_steps: np.ndarray  # int64: steps in its window
     rate: np.ndarray
     comm_s: np.ndarray  # NaN: no collective wait seen
@@ -305,9 +306,11 @@ class JobState:
         scored = (cols.count[rows] >= MIN_STEPS_TO_SCORE) & (cols.stats_at[rows] >= 0)
         index = cols.columns_of(names)
         phases = np.zeros((n, len(names)))
+        phase_sd = np.zeros((n, len(names)))
         for j, c in enumerate(index):
             if c is not None:
                 phases[:, j] = cols.median_own[rows, c]
+                phase_sd[:, j] = cols.phase_sd[rows, c]
         comm = index[names.index(COMM_PHASE)] if COMM_PHASE in names else None
         waited = cols.waited[rows] & scored
         comm_s = np.where(waited, cols.median_own[rows, comm], np.nan) if comm is not None else np.full(n, np.nan)
@@ -334,6 +337,7 @@ class JobState:
             median_wall=np.where(cols.stats_at[rows] >= 0, cols.median_wall[rows], np.nan),
             phases=phases,
             own_sd=np.where(scored, cols.own_sd[rows], np.nan),
+            phase_sd=phase_sd,
             window_steps=cols.count[rows],
             rate=np.where(scored, cols.rate[rows], np.nan),
             comm_s=comm_s,

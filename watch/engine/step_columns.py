@@ -61,6 +61,7 @@ class StepColumns:
     median_wall: np.ndarray
     median_own: np.ndarray
     own_sd: np.ndarray
+    phase_sd: np.ndarray
     rate: np.ndarray
     last_end: np.ndarray
     _num: memoryview[Any]
@@ -103,6 +104,7 @@ class StepColumns:
             "median_wall": np.full(rows, np.nan),
             "median_own": np.zeros((rows, phases)),
             "own_sd": np.full(rows, np.nan),  # the spread of its own time per step (waits out), as a robust SD, s
+            "phase_sd": np.zeros((rows, phases)),  # the same per phase
             "rate": np.full(rows, np.nan),  # steps per second over the window
             "last_end": np.full(rows, np.nan),  # when the newest step ended, unix s (NaN: no step yet)
         }
@@ -112,7 +114,7 @@ class StepColumns:
                 current = getattr(self, name)
                 if array.ndim == 3:
                     array[:n, :p] = current
-                elif name == "median_own":
+                elif name in ("median_own", "phase_sd"):
                     array[:n, :p] = current
                 else:
                     array[:n] = current
@@ -257,7 +259,7 @@ class StepColumns:
                 these: slice | np.ndarray = slice(part[0], part[-1] + 1) if part[-1] - part[0] + 1 == len(part) else part
                 self.median_wall[part] = self._middle(self.wall[these, :used])
                 own = self.own[these, :p, :used]
-                self.median_own[part, :p] = self._middle(own)
+                self.median_own[part, :p], self.phase_sd[part, :p] = self._middle_and_spread(own)
                 self.own_sd[part] = self._spread(own)
         first = (self.head[stale] - counts) % self.window
         last = (self.head[stale] - 1) % self.window
@@ -270,10 +272,17 @@ class StepColumns:
 
     def _middle(self, block: np.ndarray) -> np.ndarray:
         """The medians along ``block``'s last axis."""
+        return self._middle_and_spread(block)[0]
+
+    def _middle_and_spread(self, block: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The medians along ``block``'s last axis and, from the same sort, the robust SDs (the quartiles' distance
+        / 1.349): how much each phase varies from step to step (the judge weighs a slowdown in one phase against
+        that phase's own noise: watch/analysis/stragglers.py)."""
         work = self._sorted(block)
         used = block.shape[-1]
         mid = used // 2
-        return work[..., mid].copy() if used % 2 else (work[..., mid - 1] + work[..., mid]) / 2
+        middle = work[..., mid].copy() if used % 2 else (work[..., mid - 1] + work[..., mid]) / 2
+        return middle, (work[..., (3 * (used - 1)) // 4] - work[..., (used - 1) // 4]) / 1.349
 
     def _spread(self, own: np.ndarray) -> np.ndarray:
         """Per row of ``own`` (rows, phases, steps): how much its own time per step (its waits in collectives

@@ -1,0 +1,84 @@
+"""A peer class slower than it was: what comparing a rank with its peers cannot see when its peers are all slow.
+
+A rank is judged against a healthy peer of its class (watch/analysis/stragglers.py). When a whole class slows
+down together (a node that is a whole pipeline stage, a stage of one rank), every member is its own healthy
+peer and nothing stands out. But the class's own work per step then grows against what it was, while the other
+classes' does not: each class's reference (what its healthy peer does per phase: the median, with two the
+faster, with one itself) is compared with its level when the class was last healthy (kept per rank by
+:class:`~ranktop.watch.analysis.stragglers.ExcessHistory`), and its growth beyond what the job's other classes
+grew by (the lower median of every class's growth, as a share of its work: a job whose every class does more
+work per step, a longer sequence, is no class's slowdown) is each member's class excess. A job of one class has
+none: its growth is the job's.
+
+The same bars as a rank's (stragglers.py): past 3% of the class's work and past the noise, which here is the
+reference's (the class's median rank's window, over the members' count) against its level's and the other
+classes'. No allowance for hardware: the class is compared with its own past. Numpy over the classes: O(1)
+per rank.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ranktop.watch.analysis.stragglers import MEDIAN_ERROR, NOISE_Z, SLOW_FLOOR_FRACTION, SLOW_FLOOR_S
+from ranktop.wire import schema
+
+#: A class's reference is kept as its level only from a window of this many steps (half the engine's 64): the
+#: job's first steps (warm-up, lazy initialization) say little of what the class does (watch/analysis/judge.py).
+SETTLED_STEPS = 32
+
+
+def references(phases: np.ndarray, names: list[str], class_ids: np.ndarray | None) -> np.ndarray:
+    """Per rank (a row of ``phases``, own seconds per phase of the live ranks), its class's reference per phase
+    (the class's healthy peer: each phase's median from three members, the faster of two whole, a member alone
+    itself); the waits (``comm``) are 0: they are no one's work."""
+    own = np.array([name != schema.COMM_PHASE for name in names], bool)
+    out = np.zeros_like(phases)
+    if not len(phases):
+        return out
+    for members in _classes(class_ids, len(phases)):
+        mine = phases[members][:, own]
+        if len(members) == 2:
+            middle = mine[np.argmin(mine.sum(axis=1))]
+        else:
+            middle = np.median(mine, axis=0)
+        out[np.ix_(members, np.flatnonzero(own))] = middle
+    return out
+
+
+def class_excess(reference: np.ndarray | None, level: np.ndarray | None, class_ids: np.ndarray | None, noise: np.ndarray,
+                 window_steps: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:  # fmt: skip
+    """Per rank: its class's growth beyond the job's since the class was last healthy (seconds a step; 0: none
+    or not known), the phase that grew most (an index into the phases, -1: none), and the excess past which the
+    growth is a slowdown (inf: not judged). ``reference``: :func:`references`; ``level``: the same when each
+    rank was last healthy (NaN: not known); ``noise`` and ``window_steps``: each rank's own step-to-step spread
+    (a robust SD, s) over how many steps. ``reference`` or ``class_ids`` None: one class, none."""
+    n = len(noise)
+    excess, culprit, bar = np.zeros(n), np.full(n, -1, np.int64), np.full(n, np.inf)
+    if reference is None or class_ids is None or level is None or not n or level.shape != reference.shape:
+        return excess, culprit, bar
+    groups = [m for m in _classes(class_ids, n) if not np.isnan(level[m[0]]).any()]
+    if len(groups) < 2:  # one class: its growth is the job's
+        return excess, culprit, bar
+    firsts = np.array([m[0] for m in groups])
+    work_then = level[firsts].sum(axis=1)
+    grew = (reference[firsts] - level[firsts]).sum(axis=1) / np.where(work_then > 0, work_then, np.inf)
+    job = float(np.sort(grew)[(len(grew) - 1) // 2])  # the lower median: the job's other classes
+    z = max(NOISE_Z, float(np.sqrt(2.0 * np.log(len(groups) * 1e3))))
+    for members, then in zip(groups, work_then.tolist()):
+        beyond = reference[members[0]] - level[members[0]] * (1.0 + job)
+        size = float(np.clip(beyond, 0.0, None).sum())
+        spread = float(np.median(np.nan_to_num(noise[members])))
+        steps = max(1.0, float(np.median(window_steps[members])))
+        error = MEDIAN_ERROR * spread / np.sqrt(steps) / np.sqrt(max(1.0, len(members) / 2.0))
+        excess[members] = size
+        culprit[members] = int(np.argmax(beyond)) if size > 0 else -1
+        bar[members] = max(SLOW_FLOOR_S, SLOW_FLOOR_FRACTION * then, z * error * np.sqrt(3.0))
+    return excess, culprit, bar
+
+
+def _classes(class_ids: np.ndarray | None, n: int) -> list[np.ndarray]:
+    if class_ids is None:
+        return [np.arange(n)]
+    order = np.argsort(class_ids, kind="stable")
+    return np.split(order, np.flatnonzero(np.diff(class_ids[order])) + 1)
