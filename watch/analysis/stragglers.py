@@ -12,8 +12,11 @@ positive part: time it spent that others did not; a phase where it is *faster*
 may be the others' wait for it, where no collective is seen), and the phase
 with the largest excess is named as the culprit. Medians over a window make one slow
 step count for nothing: only a persistent slowdown scores. A rank is *slow*
-when its slowdown exceeds a floor (5% of the median step, 1 ms) and a robust
-spread of everyone's slowdown (3 x MAD), so noise on a healthy job flags no one.
+when its excess passes 3% of a healthy peer's own work and a noise test from its
+own step-to-step spread, whose bar rises with its class's size (constants below;
+:func:`score_columns`); the judge (watch/analysis/judge.py) then weighs its history,
+its last arrivals at the collectives and its class's growth. docs/detection.md
+says the whole policy and how often it is right.
 
 With collectives seen, each phase counts only the rank's *own* time: the wait
 in collectives is taken out of the phase it happened in and shown as ``comm``.
