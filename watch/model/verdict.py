@@ -162,8 +162,9 @@ def brief(answer: Verdict, room: int = 0) -> str:
 
     Shortened step by step, each step only where the one before does not fit: the cause by its name alone and
     the arrivals left out (a rank's detail says both); "ms per step" as "ms/step"; "the job loses" as "job
-    loses"; the other slow ranks as their count; the rank's place in the layout written tight, then left out. Who, where, how much and why stay, so that the
-    answer fits in 80 columns with the longest cause's name; past the last form the screen cuts it."""
+    loses"; the other slow ranks as their count; the rank's place in the layout written tight, then left out.
+    Who, where, how much and why stay, so that the answer fits in 80 columns with the longest cause's name;
+    past the last form the screen cuts it."""
     text = answer.text
     cause = answer.cause
     said = f", because {cause.text}" if cause is not None else ""
@@ -189,7 +190,6 @@ def _compact_place(text: str) -> str:
 
 #: Each step of :func:`brief` past the first, in order.
 _SHORTER = (
-    lambda text: text,
     lambda text: text.replace(" ms per step, ", " ms/step, ", 1),
     lambda text: text.replace(", the job loses ", ", job loses ", 1),
     lambda text: re.sub(r" \(\+(\d+) more slow: [^)]*\)", r" (+\1 more slow)", text, count=1),
