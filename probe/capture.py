@@ -35,7 +35,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ranktop.transport import rendezvous
+from ranktop.transport import background, rendezvous
 from ranktop.wire.capture import DONE, FAILED, MEMORY, RECORDING, RUNNING, TRACE, WAITING, WRITING
 
 from . import trace_summary
@@ -182,7 +182,7 @@ class Capture:
     def _write(self) -> None:
         tmp = None
         try:
-            _lower_priority()
+            background.stand_back("ranktop-capture")
             self.folder.mkdir(parents=True, exist_ok=True)
             stem = f"rank{self.rank}.{rendezvous.safe_name(self.host)}_{os.getpid()}.{int(time.time() * 1000)}"
             if self.kind == MEMORY:
@@ -329,14 +329,6 @@ def _global_annotations(record: Any) -> dict[str, bool]:
         return {"global_record_annotations": True} if "global_record_annotations" in inspect.signature(record).parameters else {}
     except (TypeError, ValueError):
         return {}
-
-
-def _lower_priority() -> None:
-    """Let the training threads go first: on Linux a thread has a nice value of its own."""
-    try:
-        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 10)
-    except (AttributeError, OSError):
-        pass
 
 
 def _warm_up() -> None:

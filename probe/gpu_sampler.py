@@ -42,6 +42,8 @@ import threading
 import time
 from typing import Any, Callable
 
+from ranktop.transport import background
+
 INTERVAL_S = 1.0
 #: The PCIe throughput reads (about 20 ms each: NVML samples the counter over a window) every this many samples.
 PCIE_EVERY = 10
@@ -104,6 +106,7 @@ class GpuSampler(threading.Thread):
 
     def run(self) -> None:
         try:
+            background.stand_back(self.name)
             if not self.open():
                 return
             while not self._stop_event.is_set():

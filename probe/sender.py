@@ -36,7 +36,7 @@ from ranktop.wire.messages import (
     Step,
     Steps,
 )
-from ranktop.transport import rendezvous
+from ranktop.transport import background, rendezvous
 from ranktop.transport.captures import capture_folder
 
 from . import commands
@@ -149,6 +149,7 @@ class Sender(threading.Thread):
 
     def run(self) -> None:
         try:
+            background.stand_back(self.name)
             self._run()
         except Exception as exc:  # a fault in the probe disables the probe, never the training
             self._on_fault(exc)

@@ -33,6 +33,7 @@ import time
 
 import zmq
 
+from ranktop.transport import background
 from ranktop.transport.identity import Identity
 from .proxy import Relay
 from .claim import Claim, RelayInfo
@@ -122,6 +123,7 @@ def serve(args: argparse.Namespace, signals: Signals) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse(argv)
+    background.stand_back("ranktop-relay")  # before its threads start: they inherit both
     signals = Signals()
     signals.install()
     try:

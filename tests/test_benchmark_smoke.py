@@ -19,6 +19,15 @@ def test_the_overhead_benchmark_runs_and_reports_every_figure(rdv, tmp_path):
 
 
 @pytest.mark.slow
+def test_the_whole_job_row_with_ranktop_on_cores_apart_finds_and_moves_ranktops_threads(rdv, tmp_path):
+    # It exits non-zero if the launched job showed none of ranktop's threads to move.
+    out = subprocess.run([sys.executable, str(BENCH), "--job-only", "--cores-apart", "--quick", "--backend", "aot_eager"],
+                         capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "ranktop's threads and relay moved to the others" in out.stdout and "cores of their own" in out.stdout
+
+
+@pytest.mark.slow
 def test_the_main_screen_benchmark_runs_and_prints_its_table(tmp_path):
     bench = Path(__file__).parent.parent / "benchmarks" / "main_screen.py"
     out = subprocess.run([sys.executable, str(bench), "--quick"], capture_output=True, text=True, timeout=300, cwd=tmp_path)

@@ -40,3 +40,11 @@ def test_no_collectives_no_panel():
         assert not app.query_one(CollectiveTable).display
 
     drive(eight_ranks(), scenario)
+
+
+def test_a_row_with_no_sampled_call_shows_no_p95_rather_than_zero():
+    from ranktop.tui.panes.collectives import cells
+
+    unsampled = dataclasses.replace(stat(3), p95_s=None)
+    assert cells(unsampled)[6].plain == "–"
+    assert cells(stat(3))[6].plain == "6.00"

@@ -119,6 +119,35 @@ def test_four_ranks_started_at_once_get_one_relay_apart_from_their_session_and_p
     assert not [target for target in fds.values() if target.startswith("pipe:")]
 
 
+def threads(pid: int) -> dict[int, tuple[str, int]]:
+    """A process's OS threads: tid -> (the name ``top -H`` shows, nice value)."""
+    found = {}
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            found[int(task.name)] = ((task / "comm").read_text().strip(), os.getpriority(os.PRIO_PROCESS, int(task.name)))
+        except OSError:
+            continue  # ended meanwhile
+    return found
+
+
+def test_ranktops_threads_and_relay_are_named_for_the_os_and_stand_behind_the_training_threads(launch_ranks):
+    ranks = launch_ranks("stand-back", 2)
+    claim = Claim("stand-back", HOST)
+    wait_for(lambda: len(claim.live_ranks()) == 2, 20, "the ranks never all registered")
+    for proc in ranks.procs:
+        wait_for(lambda: "ranktop-probe" in [name for name, _ in threads(proc.pid).values()], 10, "no ranktop-probe thread")
+        wait_for(lambda: any(name.startswith("ZMQbg") for name, _ in threads(proc.pid).values()), 10, "no ZMQ thread")
+        named = threads(proc.pid)
+        assert named[proc.pid][1] == 0  # the training thread keeps its priority
+        assert {nice for name, nice in named.values() if name == "ranktop-probe"} == {10}
+        assert {nice for name, nice in named.values() if name.startswith("ZMQbg")} == {10}  # the sender's context's
+    (relay,) = relay_pids("stand-back")
+    named = threads(relay)
+    assert named[relay][0] == "ranktop-relay"
+    assert {name for name, _ in named.values() if not name.startswith("ZMQbg")} == {"ranktop-relay"}  # inherited
+    assert {nice for _, nice in named.values()} == {10}
+
+
 # -- kept alive, and gone with the ranks -----------------------------------------------------------
 
 

@@ -117,7 +117,7 @@ def collective_rows(gathered: GatheredCollectives) -> list[CollectiveStat]:
                 calls_per_s=count / span if span >= 1.0 else None,
                 bytes_per_s=size / span if span >= 1.0 else None,
                 mean_s=busy / count if count else 0.0,
-                p95_s=percentile(durations, 95) if durations else 0.0,
+                p95_s=percentile(durations, 95) if durations else None,
                 algbw_bps=algbw,
                 busbw_bps=algbw * bus_factor(op, group) if algbw else None,
                 alpha_s=fit.alpha_s if fit else None,

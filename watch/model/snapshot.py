@@ -53,7 +53,7 @@ class CollectiveStat:
     calls_per_s: float | None
     bytes_per_s: float | None
     mean_s: float  # mean duration (this rank's wait, launch to completion)
-    p95_s: float
+    p95_s: float | None  # None: no raw call of it sampled yet (the pane shows "–", not 0)
     algbw_bps: float | None  # bytes / time, nccl-tests convention
     busbw_bps: float | None  # algbw scaled by the op's bus factor
     alpha_s: float | None = None  # alpha-beta fit T = alpha + n/beta, once 3+ sizes are seen
