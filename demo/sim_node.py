@@ -89,6 +89,7 @@ class SimulatedNode:
         self.sub.connect(ctl)
         self.verifier = auth.CommandVerifier(sim.secret, sim.s.job)
         self.next_flush = 0.0
+        self.next_digest = 0.0
         self.next_hello = 0.0
         self.sent_upto = -1  # the last step its ranks sent
         self.last_sent = 0.0
@@ -107,8 +108,26 @@ class SimulatedNode:
         if msg.KIND.encode() in self.topics or isinstance(msg, Reply):
             self._publish(schema.encode(msg))
 
+    def flush_every_s(self) -> float:
+        """How long between its ranks' sends: their own cadence, or, while its relay's viewers read only digests, the
+        digest's where that is slower (``NodeDigest.hz``, as a real relay paces it: wire/node_digest.py's
+        ``digest_hz``). What ranks send between two digests is summed into the next one; summed in one go it is the same."""
+        hz = self.rate_hz
+        if schema.STEPS.encode() not in self.topics:
+            hz = min(hz, self.digest.hz)
+        return 1.0 / hz
+
+    def due(self) -> float:
+        """When it next sends: its ranks' messages or its digest, whichever is sooner (a digest due takes its ranks'
+        latest steps with it)."""
+        return min(self.next_flush, self.next_digest)
+
     def send_digest(self, now: float) -> None:
+        """Its digest, when one is due (every 1 / ``NodeDigest.hz`` s, as a real relay sends it)."""
         self.hear_subscriptions()
+        if now < self.next_digest:
+            return
+        self.next_digest = max(self.next_digest + 1.0 / self.digest.hz, now)
         body = self.digest.body(time.monotonic(), now)
         if body is not None and schema.NODE.encode() in self.topics:
             self._publish(schema.encode(body))

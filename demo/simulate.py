@@ -66,7 +66,7 @@ from ranktop.transport import fd_limit, rendezvous
 from ranktop.wire.collective_summary import SAMPLE_EVERY_S
 from ranktop.wire.messages import Call, Heartbeat, Hello, RankInfo, State, Steps
 from ranktop.wire.names import COMM_PHASE, OTHER_PHASE
-from ranktop.wire.node_digest import OPS_EVERY_S, NodeDigest
+from ranktop.wire.node_digest import OPS_EVERY_S, NodeDigest, digest_hz
 
 from .sim_model import (  # noqa: F401  (Scenario, JobModel, Step, node_name: read as ranktop.demo.simulate's too)
     BUCKET_BYTES,
@@ -153,8 +153,9 @@ class Simulator:
             raise
         now = time.time()
         self._started = now
+        every = 1.0 / min(self.s.rate_hz, digest_hz(len(self._nodes)))  # what a node's sends come to once hellos are in
         for i, node in enumerate(self._nodes):  # spread the nodes' sends over a period
-            node.next_flush = now + (i / len(self._nodes)) / node.rate_hz
+            node.next_flush = node.next_digest = now + (i / len(self._nodes)) * every
             node.next_hello = now + (i / len(self._nodes)) * 0.5
         self._begin_step(0, now)
         return self
@@ -197,18 +198,20 @@ class Simulator:
                 if now >= node.next_hello:
                     self._hellos(node, now)
                     node.next_hello = now + HELLO_EVERY_S
-                if now >= node.next_flush:
+                if now >= node.due():
                     due.append(node)
             if due:
-                self._flush(due, now)
+                times = [node.due() for node in due]
+                self._flush(due, now)  # (each node's digest goes if due, and its next is set)
                 sent = time.time()
-                for node in due:
-                    late = sent - node.next_flush
+                for node, at in zip(due, times):
+                    late = sent - at
                     self.sends += 1
                     self.late_s += late
                     self.latest_s = max(self.latest_s, late)
-                    node.next_flush = max(node.next_flush + 1.0 / node.rate_hz, now)
-            wake = min(min(n.next_flush for n in self._nodes), self._step_end if self._halted_at is None else now + 0.25)
+                    if now >= node.next_flush:
+                        node.next_flush = max(node.next_flush + node.flush_every_s(), now)
+            wake = min(min(n.due() for n in self._nodes), self._step_end if self._halted_at is None else now + 0.25)
             wake = max(wake, now + TICK_S)
             for sock, _ in poller.poll(max(0, min(250, int((wake - time.time()) * 1000)))):
                 subs[sock].handle_commands()
@@ -435,7 +438,8 @@ class Simulator:
         at each of the ranks' sends, for ``seconds`` of the job (tests and benchmarks feed an aggregator
         with them). The scenario's stalls and silences happen as they would live. Call on a Simulator
         that was not started. ``digests``: yield each node's digest (wire/node_digest.py) instead, hellos
-        included, as a viewer of a big job receives them."""
+        included, as a viewer of a big job receives them, at the pace the job's relays would send them
+        (``digest_hz``: 1 Hz at 2,048 nodes)."""
         clock = [start]
         self._clock = lambda: clock[0]
         self._started = start
@@ -449,9 +453,15 @@ class Simulator:
                 assert isinstance(msg, Hello)
                 folds[msg.rank // per].add(msg)
         sent_upto, last_sent = -1, start
+        # The nodes' digests as their relays pace them (wire/node_digest.py: digest_hz), every node at the same moment.
+        digest_every = 1.0 / digest_hz(len(nodes))
+        next_digest = start + digest_every
         for i in range(1, int(seconds * self.s.rate_hz) + 1):
             now = clock[0] = start + i / self.s.rate_hz
             self._advance(now)
+            if digests and now < next_digest - 1e-9:
+                continue
+            next_digest = max(next_digest + digest_every, now)
             steps = [st for st in self._done if st.n > sent_upto]
             if not steps and now - last_sent < HEARTBEAT_EVERY_S:
                 continue
