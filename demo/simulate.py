@@ -64,7 +64,7 @@ from ranktop.wire import __version__ as PROBE_VERSION
 from ranktop.wire import schema, settings
 from ranktop.transport import fd_limit, rendezvous
 from ranktop.wire.collective_summary import SAMPLE_EVERY_S
-from ranktop.wire.messages import Call, Heartbeat, Hello, RankInfo, State, Steps
+from ranktop.wire.messages import Call, Heartbeat, Hello, Memory, RankInfo, State, Steps
 from ranktop.wire.names import COMM_PHASE, OTHER_PHASE
 from ranktop.wire.node_digest import OPS_EVERY_S, NodeDigest, digest_hz
 
@@ -276,7 +276,20 @@ class Simulator:
         return State(
             step=n, last=n - 1, in_step=True, phase=phase, step_age=max(0.0, now - self._step_start), dropped=0, rejected={},
             rate_hz=self.s.rate_hz, median_step_s=sorted(walls)[len(walls) // 2] if walls else None, collective=collective,
+            **(self._device_samples(now) if self.s.gpu else {}),
         )  # fmt: skip
+
+    def _device_samples(self, now: float) -> dict[str, Any]:
+        """A GPU node's memory and NVML gauges (``--gpu``), the same for every rank: what the viewer keeps and
+        shows of them costs it the same whatever the figures (watch/engine/resource_samples.py)."""
+        seconds = now - self._started
+        alloc = 40e9 + 1e6 * (seconds % 60)  # the allocator's figures move a little, as a training step's do
+        return {
+            "mem": Memory(rss=3.0e9, cuda={"dev": 0, "alloc": alloc, "resv": 60e9, "peak": 52e9, "cap": 80e9, "retries": 0, "ooms": 0}),
+            "gpu": {"seq": int(seconds), "t": now, "name": "NVIDIA H100 80GB HBM3 (simulated)", "bus": "00000000:00:00.0",
+                    "util": 97, "mem_util": 61, "mem_used": 62e9, "mem_total": 80e9, "power_w": 655.0, "power_limit_w": 700.0,
+                    "temp_c": 66, "sm_mhz": 1980, "sm_max_mhz": 1980},
+        }  # fmt: skip
 
     def _hellos(self, node: SimulatedNode, now: float) -> None:
         """Every rank of the node says hello: into its digest, and on the wire where a viewer takes the ranks' own
@@ -539,6 +552,7 @@ def add_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--ep", type=_count, default=1, metavar="E", help="expert-parallel group size (default 1)")
     p.add_argument("--stage-costs", type=_costs, default=None, metavar="C,C,...",
                    help=f"each stage's forward and backward cost, relative (default: the last stage {LAST_STAGE_COST:g}, the others 1)")  # fmt: skip
+    p.add_argument("--gpu", action="store_true", help="every rank sends memory and GPU samples, as on a GPU node")
 
 
 def scenario_of(args: argparse.Namespace, ranks: int, job: str, parser: argparse.ArgumentParser) -> Scenario:
@@ -553,7 +567,7 @@ def scenario_of(args: argparse.Namespace, ranks: int, job: str, parser: argparse
         job=job, ranks=ranks, nodes=nodes, calls_per_step=args.calls_per_step, steps_per_s=args.steps_per_s, rate_hz=args.rate,
         slow_rank=args.slow_rank, slow_node=args.slow_node, slow_ms=args.slow_ms, slow_phase=args.slow_phase,
         stall_rank=args.stall_rank, stall_at_s=args.stall_at_s, silent_rank=args.silent_rank, silent_at_s=args.silent_at_s,
-        seed=args.seed, pp=args.pp, tp=args.tp, ep=args.ep, stage_costs=args.stage_costs,
+        seed=args.seed, pp=args.pp, tp=args.tp, ep=args.ep, stage_costs=args.stage_costs, gpu=args.gpu,
     )  # fmt: skip
     if ranks % (s.pp * s.tp * s.ep):
         parser.error(f"--pp {s.pp} x --tp {s.tp} x --ep {s.ep} does not divide the {ranks} ranks")

@@ -100,6 +100,9 @@ class JobView:
     works: np.ndarray  # bool: its hello says its work per step
     capture_summaries: list[tuple[str, CaptureSummary] | None]
     resources: list[ResourceView | None]
+    with_memory: np.ndarray  # bool: a memory sample came (its row has ``memory``)
+    with_gpu: np.ndarray  # bool: GPU gauges, or why there are none, came (its row has ``gpu``)
+    gpu_sampled: np.ndarray  # bool: ... gauges NVML read
     life: JobLife  # not_back: those of an older process that ended; ``restarted``: those that may not be back
     world: int | None
     roster: int  # changes when a rank comes or restarts
@@ -322,6 +325,7 @@ class JobState:
         missed = np.where(first >= 0, np.maximum(0, last - first + 1 - seen), 0)
         worlds = max(self.world or 0, 0) or None
         hosts, host_id = self._hosts(ws, endpoints)
+        resources = self.resources.views(rank)
         return JobView(
             now=now,
             wall=wall,
@@ -366,7 +370,10 @@ class JobState:
             rejected={ws[i].rank: dict(ws[i].rejected or {}) for i in np.flatnonzero(sc.refused[rows]).tolist()},
             works=sc.works[rows],
             capture_summaries=sc.capture_summary[rows].tolist(),
-            resources=self.resources.views(rank.tolist(), now),
+            resources=resources.views,
+            with_memory=resources.with_memory,
+            with_gpu=resources.with_gpu,
+            gpu_sampled=resources.gpu_sampled,
             life=self.lifecycle.view(worlds, bool(ws)),
             world=worlds,
             roster=self._roster,
