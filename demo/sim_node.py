@@ -108,19 +108,14 @@ class SimulatedNode:
         if msg.KIND.encode() in self.topics or isinstance(msg, Reply):
             self._publish(schema.encode(msg))
 
-    def flush_every_s(self) -> float:
-        """How long between its ranks' sends: their own cadence, or, while its relay's viewers read only digests, the
-        digest's where that is slower (``NodeDigest.hz``, as a real relay paces it: wire/node_digest.py's
-        ``digest_hz``). What ranks send between two digests is summed into the next one; summed in one go it is the same."""
-        hz = self.rate_hz
-        if schema.STEPS.encode() not in self.topics:
-            hz = min(hz, self.digest.hz)
-        return 1.0 / hz
-
     def due(self) -> float:
-        """When it next sends: its ranks' messages or its digest, whichever is sooner (a digest due takes its ranks'
-        latest steps with it)."""
-        return min(self.next_flush, self.next_digest)
+        """When it next sends. While a viewer takes its ranks' own messages, they go at the ranks' cadence and the
+        digest sums them as a relay does (``NodeDigest.add``); while viewers read only digests, the ranks' steps
+        since the last digest are summed into the next one as it goes (``Simulator.fold_nodes``): once per digest,
+        paced as a real relay paces it (``NodeDigest.hz``: wire/node_digest.py's ``digest_hz``)."""
+        if schema.STEPS.encode() in self.topics:
+            return min(self.next_flush, self.next_digest)
+        return self.next_digest
 
     def send_digest(self, now: float) -> None:
         """Its digest, when one is due (every 1 / ``NodeDigest.hz`` s, as a real relay sends it)."""

@@ -210,7 +210,7 @@ class Simulator:
                     self.late_s += late
                     self.latest_s = max(self.latest_s, late)
                     if now >= node.next_flush:
-                        node.next_flush = max(node.next_flush + node.flush_every_s(), now)
+                        node.next_flush = max(node.next_flush + 1.0 / node.rate_hz, now)
             wake = min(min(n.due() for n in self._nodes), self._step_end if self._halted_at is None else now + 0.25)
             wake = max(wake, now + TICK_S)
             for sock, _ in poller.poll(max(0, min(250, int((wake - time.time()) * 1000)))):
@@ -332,7 +332,10 @@ class Simulator:
                 if not steps and now - node.last_sent < HEARTBEAT_EVERY_S:
                     continue
                 node.last_sent = now
-                if steps and schema.STEPS.encode() not in node.topics:  # only digests are read: no records to build
+                # only digests are read: no records to build (unless records the digest still holds came first, as
+                # when a viewer of the ranks' own messages just went over to digests: a rank's steps of one digest come
+                # one way, NodeDigest.holds_records)
+                if steps and schema.STEPS.encode() not in node.topics and not node.digest.holds_records:
                     folded.append((node.ranks, node.digest))
                 else:
                     for msg in self.messages(node.ranks, steps, now):

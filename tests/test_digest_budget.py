@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import threading
 import time
 
 import pytest
@@ -21,7 +22,8 @@ from support import JOBS, wait_for
 from ranktop.demo.simulate import Scenario, Simulator
 from ranktop.transport import rendezvous
 from ranktop.watch.engine import keys
-from ranktop.wire import schema, step_block
+from ranktop.watch.session import WatchSession, resolve
+from ranktop.wire import node_digest, schema, step_block
 from ranktop.wire.messages import Node, RankInfo
 from ranktop.wire.node_digest import DIGEST_BUDGET, DIGEST_HZ, MIN_DIGEST_HZ, NodeDigest, digest_hz, job_nodes
 
@@ -136,3 +138,30 @@ def test_the_simulator_s_relays_digests_follow_the_budget_in_its_replay(tmp_path
     assert [sum(block["c"][i] for block in first_node) for i in (0, 1)] == [sim.steps_done] * 2  # every step, once
     assert first_node[-1]["n"] == [sim.steps_done - 1] * 2
     assert 6 <= first_node[-1]["c"][0] <= 10  # the steps of the last half second, at 16 a second
+
+
+def test_a_live_simulated_job_paced_by_the_budget_is_watched_whole_with_no_malformed_digest(rdv, monkeypatch):
+    """The simulator's nodes live, paced by the budget (made small here, so that 32 nodes of 2 ranks get the pace of
+    a 2,048-node job: 1 digest a second): a viewer of digests hears every rank, and no digest is refused (a node's
+    ranks' steps summed once per digest, never twice into one, also after the viewer took the ranks' own messages
+    at their cadence for a while)."""
+    monkeypatch.setattr(node_digest, "DIGEST_BUDGET", 16.0)
+    monkeypatch.setenv("RANKTOP_DIGESTS", "auto")  # the ranks' own messages first, digests from 16 relays: both cadences
+    sim = Simulator(Scenario(job="paced", ranks=64, nodes=32, calls_per_step=4, slow_rank=40, slow_ms=20.0, slow_phase="forward"))
+    stop = threading.Event()
+    sim.start()
+    assert all(node.digest.hz == DIGEST_HZ for node in sim._nodes)  # before any hello: the most
+    runner = threading.Thread(target=sim.run, args=(stop,), daemon=True)
+    runner.start()
+    try:
+        with WatchSession(resolve(["paced"], None, allow_pending=True)) as session:
+            wait_for(lambda: len(session.snapshot().ranks) == 64 and session.snapshot().stragglers[:1] == [40], 30,
+                     "the viewer never had every rank, the slow one on top")  # fmt: skip
+            time.sleep(3.0)
+            snap = session.snapshot()
+        assert len(snap.ranks) == 64 and snap.silent == 0 and not snap.errors, snap.errors
+        assert all(node.digest.hz == 1.0 for node in sim._nodes)  # as its ranks' hellos said the job's size
+    finally:
+        stop.set()
+        runner.join(10)
+        sim.close()

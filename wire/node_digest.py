@@ -132,6 +132,7 @@ class NodeDigest:
         self.relay: dict[str, str] | None = None  # the node relay's own addresses, told to every viewer
         self._sampled_at = float("-inf")  # when a digest last carried a rank's raw calls
         self._columns: list[tuple[Any, ...]] = []  # steps of the interval added as columns (add_columns), for the next body
+        self._records = 0  # step records added since the last body (add): a source of columns waits for them to go
         self._world = 0  # the job's size and the node's, as the latest hello said them (job_nodes)
         self._local_world: int | None = None
 
@@ -157,6 +158,12 @@ class NodeDigest:
         if info is not rank.hello and info != rank.hello:
             rank.hello = info
             rank.hello_sent = float("-inf")
+
+    @property
+    def holds_records(self) -> bool:
+        """Whether steps added as records wait for the next body: a rank's steps of one interval come as records or as
+        columns (:meth:`add_columns`), never both (a digest names a rank once in its columns)."""
+        return self._records > 0
 
     @property
     def hz(self) -> float:
@@ -198,8 +205,8 @@ class NodeDigest:
             rank.state = state
         return rank
 
-    @staticmethod
-    def _add_steps(rank: _Rank, msg: Steps) -> None:
+    def _add_steps(self, rank: _Rank, msg: Steps) -> None:
+        self._records += len(msg.steps)
         phases = rank.phases
         for rec in msg.steps:
             rank.count += 1
@@ -256,6 +263,7 @@ class NodeDigest:
         for block in self._columns:
             steps.extend(*block)
         self._columns = []
+        self._records = 0
         if not entries and not steps.ranks:
             return None
         return Node(
