@@ -28,7 +28,7 @@ from ranktop.watch.engine.collective_sums import JobCollectives, add_collectives
 from ranktop.watch.engine.step_columns import MIN_STEPS_TO_SCORE, RECENT_STEPS, StepColumns
 from ranktop.watch.engine.endpoints import Endpoints, EndpointsView
 from ranktop.watch.engine.lifecycle import JobLife, Lifecycle, fresh_window
-from ranktop.watch.engine.resource_samples import ResourceTracker, ResourceView
+from ranktop.watch.engine.resource_samples import Resources, ResourceTracker
 from ranktop.watch.engine.rank_scalars import WHERE, RankScalars, host_ids
 from ranktop.watch.engine.rank_window import RankWindow
 from ranktop.wire import capture as wire_capture
@@ -99,7 +99,7 @@ class JobView:
     rejected: dict[int, dict[str, int]]  # rank -> commands it refused, by reason (those that refused any)
     works: np.ndarray  # bool: its hello says its work per step
     capture_summaries: list[tuple[str, CaptureSummary] | None]
-    resources: list[ResourceView | None]
+    resources: Resources  # each rank's ResourceView, made when read (resources[i])
     with_memory: np.ndarray  # bool: a memory sample came (its row has ``memory``)
     with_gpu: np.ndarray  # bool: GPU gauges, or why there are none, came (its row has ``gpu``)
     gpu_sampled: np.ndarray  # bool: ... gauges NVML read
@@ -370,7 +370,7 @@ class JobState:
             rejected={ws[i].rank: dict(ws[i].rejected or {}) for i in np.flatnonzero(sc.refused[rows]).tolist()},
             works=sc.works[rows],
             capture_summaries=sc.capture_summary[rows].tolist(),
-            resources=resources.views,
+            resources=resources,
             with_memory=resources.with_memory,
             with_gpu=resources.with_gpu,
             gpu_sampled=resources.gpu_sampled,

@@ -1,21 +1,22 @@
-"""Each rank's memory and GPU samples as they arrive, and the immutable view of them a snapshot holds.
+"""Each rank's memory and GPU samples as they arrive, and what a snapshot holds of them.
 
 The job state hands each rank's state here as it arrives (:meth:`ResourceTracker.note`,
-under the aggregator's lock). A snapshot takes each rank's :class:`ResourceView`
-(immutable: the latest samples; watch/analysis/resources.py makes a row's figures
-of it) and, as columns, which ranks have a memory sample, GPU gauges, gauges NVML
-read (what the screens count over every rank). A view is made again only for a
-rank with new samples, and the views reach the snapshot by one index of an object
-array: nothing per rank in Python at a refresh but the ranks that changed. The
-memory creep verdict, a regression over a rank's samples (watch/engine/memory_history.py),
-is worked out when a row reads it, once per view: at 16,384 ranks each stating every
-2 s, working it out for every rank that changed took most of a core.
+under the aggregator's lock): a few stores into columns by rank number (its latest
+memory and gauges, its memory history's samples and its recent GPU use, each kept as
+an immutable value). A snapshot gathers the columns of its ranks by one index each
+(:class:`Resources`: nothing per rank in Python, however many ranks sent samples since
+the last), and a rank's :class:`ResourceView` (watch/analysis/resources.py makes a
+row's figures of it) is made when its row is read. So is its memory creep verdict, a
+regression over its samples (watch/engine/memory_history.py): at 16,384 GPU ranks each
+stating every 2 s, a view and a verdict for every rank that stated since the last
+refresh took 14 ms of each snapshot and more than the rest of it at every assessment.
 """
 
 from __future__ import annotations
 
 import collections
-from typing import Any, NamedTuple
+import functools
+from typing import Any
 
 import numpy as np
 
@@ -44,92 +45,123 @@ class ResourceView:
     def assessed(self) -> tuple[Any, ...] | None:
         """(tracked series, creep verdict, sparkline MB) of memory_history.assess; None: no memory sample."""
         if self._assessed is None and self._samples is not None:
-            self._assessed = assess(self._samples)
+            self._assessed = _assessed(self._samples)
         return self._assessed
 
 
-class Resources(NamedTuple):
-    """The views of some ranks, in their order, and what the screens count over them, as columns."""
+@functools.lru_cache(maxsize=1024)
+def _assessed(samples: tuple[Sample, ...]) -> tuple[str, Any, list[float]]:
+    """memory_history.assess, once per rank and samples however many snapshots read its row (the screen's rows at
+    2 Hz, a rank's samples new every 2 s at the most)."""
+    return assess(samples)
 
-    views: list[ResourceView | None]  # None: it sent no memory or GPU sample
-    with_memory: np.ndarray  # bool: a memory sample came
-    with_gpu: np.ndarray  # bool: GPU gauges, or why there are none, came
-    gpu_sampled: np.ndarray  # bool: ... gauges NVML read
+
+class Resources:
+    """The resources of some ranks, in their order: what a snapshot holds of them. Each figure is a column (copies,
+    made by one index per figure: nothing per rank in Python), and a rank's :class:`ResourceView` is made when its
+    row is read (``resources[i]``; None: it sent no memory or GPU sample)."""
+
+    __slots__ = ("_memory", "_samples", "_gpu", "_gpu_history", "with_memory", "with_gpu", "gpu_sampled")
+
+    def __init__(self, memory: np.ndarray, samples: np.ndarray, gpu: np.ndarray, gpu_history: np.ndarray,
+                 with_memory: np.ndarray, with_gpu: np.ndarray, gpu_sampled: np.ndarray) -> None:  # fmt: skip
+        self._memory, self._samples, self._gpu, self._gpu_history = memory, samples, gpu, gpu_history
+        self.with_memory = with_memory  # bool: a memory sample came
+        self.with_gpu = with_gpu  # bool: GPU gauges, or why there are none, came
+        self.gpu_sampled = gpu_sampled  # bool: ... gauges NVML read
+
+    @classmethod
+    def none(cls, n: int) -> "Resources":
+        blank, no = np.full(n, None, object), np.zeros(n, bool)
+        return cls(blank, blank, blank, blank, no, no, no)
+
+    def __len__(self) -> int:
+        return len(self.with_memory)
+
+    def __getitem__(self, i: int) -> ResourceView | None:
+        if not (self.with_memory[i] or self.with_gpu[i]):
+            return None
+        return ResourceView(self._memory[i], self._samples[i], self._gpu[i], self._gpu_history[i] or ())
+
+
+#: The tracker's columns, by rank number: what it keeps of each rank's samples, and the blank of each.
+_COLUMNS = {"_memory": None, "_samples": None, "_gpu": None, "_gpu_history": None}
+_FLAGS = ("_with_memory", "_with_gpu", "_gpu_sampled")
 
 
 class ResourceTracker:
+    """Every rank's samples as columns by rank number, written as each state arrives (a few stores): a refresh
+    gathers them by one index per column, whatever the number of ranks and of ranks that sent samples since."""
+
+    _memory: np.ndarray  # object: its latest Memory
+    _samples: np.ndarray  # object: its memory history's samples (a tuple, never changed: MemoryHistory)
+    _gpu: np.ndarray  # object: its latest gauges
+    _gpu_history: np.ndarray  # object: its recent SM utilisation (a tuple), oldest first
+    _with_memory: np.ndarray
+    _with_gpu: np.ndarray
+    _gpu_sampled: np.ndarray
+
     def __init__(self) -> None:
-        self._memory: dict[int, MemoryHistory] = {}
-        self._gpu: dict[int, dict[str, Any]] = {}
+        self._histories: dict[int, MemoryHistory] = {}
         self._gpu_seq: dict[int, int] = {}
-        self._gpu_history: dict[int, collections.deque[float]] = {}
-        self._changed: set[int] = set()  # ranks with samples newer than their view
-        # By rank number: its view, and the three columns of Resources.
-        self._views = np.full(0, None, object)
-        self._with_memory = np.zeros(0, bool)
-        self._with_gpu = np.zeros(0, bool)
-        self._gpu_sampled = np.zeros(0, bool)
+        self._utils: dict[int, collections.deque[float]] = {}
+        self._size = 0
+        self._sampled = False  # some rank sent a sample (until then a refresh hands out blanks)
+        self._grow(64)
 
     def note(self, rank: int, state: State, now: float) -> None:
-        mem = state.mem
+        mem, gpu = state.mem, state.gpu
+        if mem is None and gpu is None:
+            return
+        if rank >= self._size:
+            self._grow(rank + 1)
+        self._sampled = True
         if mem is not None:
-            self._memory.setdefault(rank, MemoryHistory()).note(mem, now)
-            self._changed.add(rank)
-        gpu = state.gpu
+            history = self._histories.get(rank)
+            if history is None:
+                history = self._histories[rank] = MemoryHistory()
+            history.note(mem, now)
+            self._memory[rank], self._samples[rank], self._with_memory[rank] = mem, history.samples, True
         if gpu is not None:
-            self._gpu[rank] = gpu
-            self._changed.add(rank)
+            self._gpu[rank], self._with_gpu[rank], self._gpu_sampled[rank] = gpu, True, "na" not in gpu
             seq = gpu.get("seq")
             if isinstance(seq, int) and seq != self._gpu_seq.get(rank):  # a new NVML sample, not a repeat
                 self._gpu_seq[rank] = seq
                 util = gpu.get("util")
                 if isinstance(util, (int, float)):
-                    self._gpu_history.setdefault(rank, collections.deque(maxlen=GPU_HISTORY)).append(float(util))
+                    utils = self._utils.get(rank)
+                    if utils is None:
+                        utils = self._utils[rank] = collections.deque(maxlen=GPU_HISTORY)
+                    utils.append(float(util))
+                    self._gpu_history[rank] = tuple(utils)
 
     def forget(self, rank: int) -> None:
         """A rank restarted as a new process (watch/engine/lifecycle.py): its memory history and GPU samples were the
         old process's (a slope across the restart is no creep; the new process counts its samples from 0)."""
-        for table in (self._memory, self._gpu, self._gpu_seq, self._gpu_history):
+        for table in (self._histories, self._gpu_seq, self._utils):
             table.pop(rank, None)
-        self._changed.discard(rank)
-        if rank < len(self._views):
-            self._views[rank] = None
-            self._with_memory[rank] = self._with_gpu[rank] = self._gpu_sampled[rank] = False
+        if rank < self._size:
+            for name in _COLUMNS:
+                getattr(self, name)[rank] = None
+            for name in _FLAGS:
+                getattr(self, name)[rank] = False
 
     def views(self, ranks: np.ndarray) -> Resources:
-        """The views of ``ranks`` (rank numbers, int64), made again for the ranks with new samples only."""
-        n = len(ranks)
-        if not self._memory and not self._gpu:
-            return Resources([None] * n, np.zeros(n, bool), np.zeros(n, bool), np.zeros(n, bool))
-        if self._changed:
-            self._grow(max(max(self._changed), int(ranks.max()) if n else 0) + 1)
-            for rank in self._changed:
-                history = self._memory.get(rank)
-                gpu = self._gpu.get(rank)
-                self._views[rank] = ResourceView(
-                    history.latest if history is not None else None, history.samples if history is not None else None,
-                    gpu, tuple(self._gpu_history.get(rank, ())),
-                )  # fmt: skip
-                self._with_memory[rank] = history is not None and history.latest is not None
-                self._with_gpu[rank] = gpu is not None
-                self._gpu_sampled[rank] = gpu is not None and "na" not in gpu
-            self._changed.clear()
-        known = ranks < len(self._views)
-        if not known.all():  # ranks never sampled, beyond the last that was
+        """The resources of ``ranks`` (rank numbers, int64), gathered: copies, one index per column."""
+        if not self._sampled:
+            return Resources.none(len(ranks))
+        if len(ranks) and int(ranks.max()) >= self._size:
             self._grow(int(ranks.max()) + 1)
-        return Resources(
-            self._views[ranks].tolist(), self._with_memory[ranks], self._with_gpu[ranks], self._gpu_sampled[ranks]
-        )
+        return Resources(*(getattr(self, name)[ranks] for name in (*_COLUMNS, *_FLAGS)))
 
     def _grow(self, size: int) -> None:
-        if size <= len(self._views):
-            return
-        size = max(size, 2 * len(self._views))
-        views = np.full(size, None, object)
-        views[: len(self._views)] = self._views
-        self._views = views
-        for name in ("_with_memory", "_with_gpu", "_gpu_sampled"):
-            column = np.zeros(size, bool)
-            old = getattr(self, name)
-            column[: len(old)] = old
+        size = max(size, 2 * self._size)
+        for name in _COLUMNS:
+            column = np.full(size, None, object)
+            column[: self._size] = getattr(self, name)[: self._size] if self._size else column[:0]
             setattr(self, name, column)
+        for name in _FLAGS:
+            flags = np.zeros(size, bool)
+            flags[: self._size] = getattr(self, name)[: self._size] if self._size else flags[:0]
+            setattr(self, name, flags)
+        self._size = size
