@@ -135,3 +135,18 @@ def test_each_row_s_last_waits_kept_between_refreshes_are_the_rings_as_they_are_
             want_nums, want_waits = by_hand(row, k)
             assert nums[i].tolist() == want_nums, (round_, row)
             assert np.allclose(waits[i][nums[i] >= 0], np.array(want_waits)[np.array(want_nums) >= 0])
+
+
+@pytest.mark.parametrize("rows, parts", [(8192, 2), (16384, 4)])
+def test_a_big_job_s_medians_are_worked_out_a_part_of_the_rows_at_a_time_each_row_within_that_many_refreshes(rows, parts):
+    """StepColumns.refresh from SHARED_FROM rows: halves in turn, from twice as many quarters; a row never worked out is
+    always worked out at once."""
+    cols = StepColumns(window=4, rows=rows, phases=1)
+    every = np.array([cols.new_row() for _ in range(rows)])
+    cols.add_block(every, [1] * rows, [0.0] * rows, [0.1] * rows, {"forward": [0.1] * rows})
+    assert len(cols.refresh(every)) == rows  # none worked out yet: all
+    for k in range(2, 2 + 2 * parts):
+        cols.add_block(every, [k] * rows, [float(k)] * rows, [0.1] * rows, {"forward": [0.1] * rows})
+        done = cols.refresh(every)
+        assert len(done) == rows // parts and (np.diff(done) == 1).all()  # a run of rows: a part
+    assert (cols.stats_at[every] >= cols.changed[every] - parts).all()  # each row at most ``parts`` writes behind
