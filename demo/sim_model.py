@@ -84,6 +84,7 @@ class Scenario:
     tp: int = 1
     ep: int = 1
     stage_costs: tuple[float, ...] | None = None  # per pipeline stage (default: the last LAST_STAGE_COST, the others 1)
+    gpu: bool = False  # every rank's state carries memory and GPU samples, as the probe's on a GPU node
 
     @property
     def per_node(self) -> int:

@@ -89,6 +89,7 @@ class SimulatedNode:
         self.sub.connect(ctl)
         self.verifier = auth.CommandVerifier(sim.secret, sim.s.job)
         self.next_flush = 0.0
+        self.next_digest = 0.0
         self.next_hello = 0.0
         self.sent_upto = -1  # the last step its ranks sent
         self.last_sent = 0.0
@@ -107,8 +108,21 @@ class SimulatedNode:
         if msg.KIND.encode() in self.topics or isinstance(msg, Reply):
             self._publish(schema.encode(msg))
 
+    def due(self) -> float:
+        """When it next sends. While a viewer takes its ranks' own messages, they go at the ranks' cadence and the
+        digest sums them as a relay does (``NodeDigest.add``); while viewers read only digests, the ranks' steps
+        since the last digest are summed into the next one as it goes (``Simulator.fold_nodes``): once per digest,
+        paced as a real relay paces it (``NodeDigest.hz``: wire/node_digest.py's ``digest_hz``)."""
+        if schema.STEPS.encode() in self.topics:
+            return min(self.next_flush, self.next_digest)
+        return self.next_digest
+
     def send_digest(self, now: float) -> None:
+        """Its digest, when one is due (every 1 / ``NodeDigest.hz`` s, as a real relay sends it)."""
         self.hear_subscriptions()
+        if now < self.next_digest:
+            return
+        self.next_digest = max(self.next_digest + 1.0 / self.digest.hz, now)
         body = self.digest.body(time.monotonic(), now)
         if body is not None and schema.NODE.encode() in self.topics:
             self._publish(schema.encode(body))

@@ -64,9 +64,9 @@ from ranktop.wire import __version__ as PROBE_VERSION
 from ranktop.wire import schema, settings
 from ranktop.transport import fd_limit, rendezvous
 from ranktop.wire.collective_summary import SAMPLE_EVERY_S
-from ranktop.wire.messages import Call, Heartbeat, Hello, RankInfo, State, Steps
+from ranktop.wire.messages import Call, Heartbeat, Hello, Memory, RankInfo, State, Steps
 from ranktop.wire.names import COMM_PHASE, OTHER_PHASE
-from ranktop.wire.node_digest import OPS_EVERY_S, NodeDigest
+from ranktop.wire.node_digest import OPS_EVERY_S, NodeDigest, digest_hz
 
 from .sim_model import (  # noqa: F401  (Scenario, JobModel, Step, node_name: read as ranktop.demo.simulate's too)
     BUCKET_BYTES,
@@ -153,8 +153,9 @@ class Simulator:
             raise
         now = time.time()
         self._started = now
+        every = 1.0 / min(self.s.rate_hz, digest_hz(len(self._nodes)))  # what a node's sends come to once hellos are in
         for i, node in enumerate(self._nodes):  # spread the nodes' sends over a period
-            node.next_flush = now + (i / len(self._nodes)) / node.rate_hz
+            node.next_flush = node.next_digest = now + (i / len(self._nodes)) * every
             node.next_hello = now + (i / len(self._nodes)) * 0.5
         self._begin_step(0, now)
         return self
@@ -197,18 +198,20 @@ class Simulator:
                 if now >= node.next_hello:
                     self._hellos(node, now)
                     node.next_hello = now + HELLO_EVERY_S
-                if now >= node.next_flush:
+                if now >= node.due():
                     due.append(node)
             if due:
-                self._flush(due, now)
+                times = [node.due() for node in due]
+                self._flush(due, now)  # (each node's digest goes if due, and its next is set)
                 sent = time.time()
-                for node in due:
-                    late = sent - node.next_flush
+                for node, at in zip(due, times):
+                    late = sent - at
                     self.sends += 1
                     self.late_s += late
                     self.latest_s = max(self.latest_s, late)
-                    node.next_flush = max(node.next_flush + 1.0 / node.rate_hz, now)
-            wake = min(min(n.next_flush for n in self._nodes), self._step_end if self._halted_at is None else now + 0.25)
+                    if now >= node.next_flush:
+                        node.next_flush = max(node.next_flush + 1.0 / node.rate_hz, now)
+            wake = min(min(n.due() for n in self._nodes), self._step_end if self._halted_at is None else now + 0.25)
             wake = max(wake, now + TICK_S)
             for sock, _ in poller.poll(max(0, min(250, int((wake - time.time()) * 1000)))):
                 subs[sock].handle_commands()
@@ -273,7 +276,20 @@ class Simulator:
         return State(
             step=n, last=n - 1, in_step=True, phase=phase, step_age=max(0.0, now - self._step_start), dropped=0, rejected={},
             rate_hz=self.s.rate_hz, median_step_s=sorted(walls)[len(walls) // 2] if walls else None, collective=collective,
+            **(self._device_samples(now) if self.s.gpu else {}),
         )  # fmt: skip
+
+    def _device_samples(self, now: float) -> dict[str, Any]:
+        """A GPU node's memory and NVML gauges (``--gpu``), the same for every rank: what the viewer keeps and
+        shows of them costs it the same whatever the figures (watch/engine/resource_samples.py)."""
+        seconds = now - self._started
+        alloc = 40e9 + 1e6 * (seconds % 60)  # the allocator's figures move a little, as a training step's do
+        return {
+            "mem": Memory(rss=3.0e9, cuda={"dev": 0, "alloc": alloc, "resv": 60e9, "peak": 52e9, "cap": 80e9, "retries": 0, "ooms": 0}),
+            "gpu": {"seq": int(seconds), "t": now, "name": "NVIDIA H100 80GB HBM3 (simulated)", "bus": "00000000:00:00.0",
+                    "util": 97, "mem_util": 61, "mem_used": 62e9, "mem_total": 80e9, "power_w": 655.0, "power_limit_w": 700.0,
+                    "temp_c": 66, "sm_mhz": 1980, "sm_max_mhz": 1980},
+        }  # fmt: skip
 
     def _hellos(self, node: SimulatedNode, now: float) -> None:
         """Every rank of the node says hello: into its digest, and on the wire where a viewer takes the ranks' own
@@ -316,7 +332,10 @@ class Simulator:
                 if not steps and now - node.last_sent < HEARTBEAT_EVERY_S:
                     continue
                 node.last_sent = now
-                if steps and schema.STEPS.encode() not in node.topics:  # only digests are read: no records to build
+                # only digests are read: no records to build (unless records the digest still holds came first, as
+                # when a viewer of the ranks' own messages just went over to digests: a rank's steps of one digest come
+                # one way, NodeDigest.holds_records)
+                if steps and schema.STEPS.encode() not in node.topics and not node.digest.holds_records:
                     folded.append((node.ranks, node.digest))
                 else:
                     for msg in self.messages(node.ranks, steps, now):
@@ -435,7 +454,8 @@ class Simulator:
         at each of the ranks' sends, for ``seconds`` of the job (tests and benchmarks feed an aggregator
         with them). The scenario's stalls and silences happen as they would live. Call on a Simulator
         that was not started. ``digests``: yield each node's digest (wire/node_digest.py) instead, hellos
-        included, as a viewer of a big job receives them."""
+        included, as a viewer of a big job receives them, at the pace the job's relays would send them
+        (``digest_hz``: 1 Hz at 2,048 nodes)."""
         clock = [start]
         self._clock = lambda: clock[0]
         self._started = start
@@ -449,9 +469,15 @@ class Simulator:
                 assert isinstance(msg, Hello)
                 folds[msg.rank // per].add(msg)
         sent_upto, last_sent = -1, start
+        # The nodes' digests as their relays pace them (wire/node_digest.py: digest_hz), every node at the same moment.
+        digest_every = 1.0 / digest_hz(len(nodes))
+        next_digest = start + digest_every
         for i in range(1, int(seconds * self.s.rate_hz) + 1):
             now = clock[0] = start + i / self.s.rate_hz
             self._advance(now)
+            if digests and now < next_digest - 1e-9:
+                continue
+            next_digest = max(next_digest + digest_every, now)
             steps = [st for st in self._done if st.n > sent_upto]
             if not steps and now - last_sent < HEARTBEAT_EVERY_S:
                 continue
@@ -529,6 +555,7 @@ def add_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--ep", type=_count, default=1, metavar="E", help="expert-parallel group size (default 1)")
     p.add_argument("--stage-costs", type=_costs, default=None, metavar="C,C,...",
                    help=f"each stage's forward and backward cost, relative (default: the last stage {LAST_STAGE_COST:g}, the others 1)")  # fmt: skip
+    p.add_argument("--gpu", action="store_true", help="every rank sends memory and GPU samples, as on a GPU node")
 
 
 def scenario_of(args: argparse.Namespace, ranks: int, job: str, parser: argparse.ArgumentParser) -> Scenario:
@@ -543,7 +570,7 @@ def scenario_of(args: argparse.Namespace, ranks: int, job: str, parser: argparse
         job=job, ranks=ranks, nodes=nodes, calls_per_step=args.calls_per_step, steps_per_s=args.steps_per_s, rate_hz=args.rate,
         slow_rank=args.slow_rank, slow_node=args.slow_node, slow_ms=args.slow_ms, slow_phase=args.slow_phase,
         stall_rank=args.stall_rank, stall_at_s=args.stall_at_s, silent_rank=args.silent_rank, silent_at_s=args.silent_at_s,
-        seed=args.seed, pp=args.pp, tp=args.tp, ep=args.ep, stage_costs=args.stage_costs,
+        seed=args.seed, pp=args.pp, tp=args.tp, ep=args.ep, stage_costs=args.stage_costs, gpu=args.gpu,
     )  # fmt: skip
     if ranks % (s.pp * s.tp * s.ep):
         parser.error(f"--pp {s.pp} x --tp {s.tp} x --ep {s.ep} does not divide the {ranks} ranks")

@@ -5,7 +5,10 @@ XPUB, so the ranks' messages reach it as they reach any viewer) and publishes
 each digest back into the relay's XSUB (an inproc PUB, as if it were one more
 rank of the node): viewers of big jobs subscribe to ``node`` and take one
 message per node instead of one per rank (wire/node_digest.py says what is in
-it and why). Decoding a node's few dozen messages a second costs this thread
+it and why). It paces its digests by the job's size, which its ranks' hellos
+tell it (world size over the node's ranks: ``digest_hz``), so that the relays
+of a job of thousands of nodes do not together send a viewer more digests than
+it can take. Decoding a node's few dozen messages a second costs this thread
 well under 1% of a core, off every training thread.
 """
 
@@ -17,17 +20,16 @@ import time
 import zmq
 
 from ranktop.wire import schema
-from ranktop.wire.node_digest import DIGEST_HZ, NodeDigest
+from ranktop.wire.node_digest import NodeDigest
 
 #: The rank messages a digest is made of.
 DIGESTED = (schema.HELLO, schema.STEPS, schema.HEARTBEAT)
 
 
 class DigestThread(threading.Thread):
-    def __init__(self, context: zmq.Context, digest: NodeDigest, listen: str, publish: str, hz: float = DIGEST_HZ):
+    def __init__(self, context: zmq.Context, digest: NodeDigest, listen: str, publish: str):
         super().__init__(name="ranktop-relay-digest", daemon=True)
         self._digest = digest
-        self._interval = 1.0 / hz
         self._stop_event = threading.Event()
         self._sub = context.socket(zmq.SUB)
         self._sub.setsockopt(zmq.RCVHWM, 10_000)
@@ -51,14 +53,15 @@ class DigestThread(threading.Thread):
     def run(self) -> None:
         sub, pub = self._sub, self._pub
         try:
-            next_flush = time.monotonic() + self._interval
+            next_flush = time.monotonic() + 1.0 / self._digest.hz
             while not self._stop_event.is_set():
                 wait_ms = max(0, int((next_flush - time.monotonic()) * 1000))
                 if sub.poll(min(wait_ms, 250)):
                     self._drain()
                 now = time.monotonic()
                 if now >= next_flush:
-                    next_flush = max(next_flush + self._interval, now)
+                    # its pace as the job's size says it (wire/node_digest.py: digest_hz), learnt from the hellos
+                    next_flush = max(next_flush + 1.0 / self._digest.hz, now)
                     body = self._digest.body(now, time.time())
                     if body is not None:
                         try:

@@ -215,6 +215,19 @@ def test_a_quiet_endpoint_is_lost_with_the_ranks_heard_through_it_and_a_replacem
     ]
 
 
+def test_a_rank_heard_through_another_relay_moves_to_its_row_at_the_next_snapshot():
+    """The ranks by relay are kept from one snapshot to the next while no rank moves (JobState.ranks_by_endpoint)."""
+    agg = Aggregator("j")
+    agg.add_endpoint("tcp://a:1", "a")
+    agg.add_endpoint("tcp://b:1", "b")
+    for r in range(4):
+        agg.ingest(hello(r, host="a"), "tcp://a:1")
+    assert [(e.url, e.ranks) for e in agg.snapshot().endpoints] == [("tcp://a:1", (0, 1, 2, 3)), ("tcp://b:1", ())]
+    assert [(e.url, e.ranks) for e in agg.snapshot().endpoints] == [("tcp://a:1", (0, 1, 2, 3)), ("tcp://b:1", ())]
+    agg.ingest(hello(3, host="a"), "tcp://b:1")
+    assert [(e.url, e.ranks) for e in agg.snapshot().endpoints] == [("tcp://a:1", (0, 1, 2)), ("tcp://b:1", (3,))]
+
+
 def test_a_rank_heard_before_its_hello_goes_by_the_host_of_its_nodes_relay():
     agg = Aggregator("j")
     agg.add_endpoint("tcp://node-b:24004", "node-b")

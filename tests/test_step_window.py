@@ -92,3 +92,61 @@ def test_a_node_digests_block_of_steps_lands_as_the_same_steps_added_one_by_one(
     for name in ("num", "start", "wall", "own", "head", "count", "waited", "changed"):
         assert np.array_equal(getattr(by_block, name), getattr(by_step, name)), name
     assert by_block.own[0, by_block.phases.index("comm"), (by_block.head[0] - 3) % 4] == 0.0  # step 4 spent nothing there
+
+
+def test_each_row_s_last_waits_kept_between_refreshes_are_the_rings_as_they_are_now():
+    """StepColumns.recent_waits keeps each row's last waits from one call to the next and gathers again only the rows
+    written since: after any mix of steps, blocks of digests, restarts and new rows, what it hands over is each row's
+    ring read by hand, whatever rows are asked and in what order."""
+    rng = random.Random(7)
+    cols = StepColumns(window=8, rows=2)
+    rows: list[int] = []
+
+    def by_hand(row: int, k: int) -> tuple[list[int], list[float]]:
+        comm = cols.columns_of(["comm"])[0]
+        nums, waits = [], []
+        for j in range(k):
+            slot = (int(cols.head[row]) - 1 - j) % cols.window
+            held = j < cols.count[row] and cols.waited[row]
+            nums.append(int(cols.num[row, slot]) if held else -1)
+            waits.append(float(cols.own[row, comm, slot]))
+        return nums, waits
+
+    for round_ in range(60):
+        if len(rows) < 12 and rng.random() < 0.3:
+            rows.append(cols.new_row())  # (the arrays double as rows come)
+        for row in rows:
+            if rng.random() < 0.4:
+                own = {"forward": 0.05, "comm": rng.random()} if rng.random() < 0.8 else {"forward": 0.05}
+                cols.add(row, round_, float(round_), 0.1, own)
+        if len(rows) > 2 and rng.random() < 0.5:
+            some = rng.sample(rows, 2)
+            cols.add_block(some, [round_] * 2, [float(round_)] * 2, [0.1] * 2, {"forward": [0.04] * 2, "comm": [rng.random(), 0.5]})
+        if rows and rng.random() < 0.05:
+            cols.clear(rng.choice(rows))  # a restart
+        if not rows:
+            continue
+        asked = np.array(rng.sample(rows, rng.randint(1, len(rows))) if rng.random() < 0.5 else sorted(rows), np.int64)
+        k = rng.choice([3, 5])
+        nums, waits = cols.recent_waits(asked, k)
+        if cols.columns_of(["comm"])[0] is None:
+            continue
+        for i, row in enumerate(asked.tolist()):
+            want_nums, want_waits = by_hand(row, k)
+            assert nums[i].tolist() == want_nums, (round_, row)
+            assert np.allclose(waits[i][nums[i] >= 0], np.array(want_waits)[np.array(want_nums) >= 0])
+
+
+@pytest.mark.parametrize("rows, parts", [(8192, 2), (16384, 4)])
+def test_a_big_job_s_medians_are_worked_out_a_part_of_the_rows_at_a_time_each_row_within_that_many_refreshes(rows, parts):
+    """StepColumns.refresh from SHARED_FROM rows: halves in turn, from twice as many quarters; a row never worked out is
+    always worked out at once."""
+    cols = StepColumns(window=4, rows=rows, phases=1)
+    every = np.array([cols.new_row() for _ in range(rows)])
+    cols.add_block(every, [1] * rows, [0.0] * rows, [0.1] * rows, {"forward": [0.1] * rows})
+    assert len(cols.refresh(every)) == rows  # none worked out yet: all
+    for k in range(2, 2 + 2 * parts):
+        cols.add_block(every, [k] * rows, [float(k)] * rows, [0.1] * rows, {"forward": [0.1] * rows})
+        done = cols.refresh(every)
+        assert len(done) == rows // parts and (np.diff(done) == 1).all()  # a run of rows: a part
+    assert (cols.stats_at[every] >= cols.changed[every] - parts).all()  # each row at most ``parts`` writes behind

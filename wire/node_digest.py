@@ -47,8 +47,16 @@ from . import step_block
 from .messages import Call, Exit, Heartbeat, Hello, Message, Node, NodeRank, NodeSteps, OpSummary, RankInfo, State, Steps
 from .own_times import own_times
 
-#: How often a relay sends its node's digest (a rank sends its own steps 4 times a second by default).
+#: How often a relay sends its node's digest, at most (a rank sends its own steps 4 times a second by default).
 DIGEST_HZ = 4.0
+#: Digests a second the whole job's relays send together, at most (:func:`digest_hz`). A viewer pays some 30 µs a
+#: digest before its content counts (its wake-up, ``recv``, libzmq's I/O thread, the decode's checks): 8,192 a second
+#: from the 2,048 nodes of a 16,384-rank job at :data:`DIGEST_HZ` were a quarter of a core for the count alone.
+#: 2,048 keeps 4 Hz up to 512 nodes (4,096 ranks of 8) and gives 1 Hz at 2,048.
+DIGEST_BUDGET = 2048.0
+#: ... but never less often than this: a viewer finds a rank silent that it has not heard of for 3 s
+#: (watch/aggregator.py), so beyond 2,048 nodes the budget gives way.
+MIN_DIGEST_HZ = 1.0
 #: A rank's hello rides in the digest at least this often, so a viewer that attaches late learns who it is
 #: (as often as a rank sends its own: a viewer that watches for a few seconds must not miss it).
 HELLO_EVERY_S = 2.0
@@ -65,6 +73,21 @@ OPS_EVERY_S = 2.0
 #: A node's digest carries one rank's sample of raw calls (for the alpha-beta fit) this often, its ranks in
 #: turn: 256 samples a second from 512 nodes is plenty for the fit, and the viewer decodes every one of them.
 SAMPLE_EVERY_S = 2.0
+
+
+def digest_hz(nodes: int) -> float:
+    """How often each relay of a job of ``nodes`` nodes sends its digest: :data:`DIGEST_HZ`, less in a job so big that
+    its relays together would send more than :data:`DIGEST_BUDGET` a second. The relays and the simulator pace their
+    digests by this one rule. The price, at the biggest sizes only: a rank's steps reach the viewer up to one interval
+    later (1 s at 2,048 nodes), and the viewer's window of 64 digests spans 64 s there rather than 16 s."""
+    return max(MIN_DIGEST_HZ, min(DIGEST_HZ, DIGEST_BUDGET / max(1, nodes)))
+
+
+def job_nodes(world: int, local_world: int | None, heard: int) -> int:
+    """The job's nodes, as a relay learns them from a hello: its world size over its node's ranks (``local_world``,
+    torchrun's LOCAL_WORLD_SIZE; where a launcher did not say it, the ``heard`` ranks of the node so far)."""
+    per_node = local_world if local_world is not None and local_world > 0 else heard
+    return -(-max(1, world) // max(1, per_node))
 
 
 class _Rank:
@@ -109,6 +132,9 @@ class NodeDigest:
         self.relay: dict[str, str] | None = None  # the node relay's own addresses, told to every viewer
         self._sampled_at = float("-inf")  # when a digest last carried a rank's raw calls
         self._columns: list[tuple[Any, ...]] = []  # steps of the interval added as columns (add_columns), for the next body
+        self._records = 0  # step records added since the last body (add): a source of columns waits for them to go
+        self._world = 0  # the job's size and the node's, as the latest hello said them (job_nodes)
+        self._local_world: int | None = None
 
     def add(self, msg: Message) -> None:
         """One rank's hello, steps or heartbeat (other kinds pass the digest by)."""
@@ -128,9 +154,22 @@ class NodeDigest:
         rank = self._heard(number, state)
         if info.relay is not None and self.relay is None:
             self.relay = info.relay
+        self._world, self._local_world = info.world, info.local_world
         if info is not rank.hello and info != rank.hello:
             rank.hello = info
             rank.hello_sent = float("-inf")
+
+    @property
+    def holds_records(self) -> bool:
+        """Whether steps added as records wait for the next body: a rank's steps of one interval come as records or as
+        columns (:meth:`add_columns`), never both (a digest names a rank once in its columns)."""
+        return self._records > 0
+
+    @property
+    def hz(self) -> float:
+        """How often this node's digest goes out (:func:`digest_hz` of the job's nodes as its ranks' hellos say them;
+        :data:`DIGEST_HZ` until a hello came)."""
+        return digest_hz(job_nodes(self._world, self._local_world, len(self._ranks))) if self._world else DIGEST_HZ
 
     def add_columns(
         self, ranks: list[int], states: list[State | None], *, last: list[int], count: list[int], start: list[float],
@@ -166,8 +205,8 @@ class NodeDigest:
             rank.state = state
         return rank
 
-    @staticmethod
-    def _add_steps(rank: _Rank, msg: Steps) -> None:
+    def _add_steps(self, rank: _Rank, msg: Steps) -> None:
+        self._records += len(msg.steps)
         phases = rank.phases
         for rec in msg.steps:
             rank.count += 1
@@ -224,6 +263,7 @@ class NodeDigest:
         for block in self._columns:
             steps.extend(*block)
         self._columns = []
+        self._records = 0
         if not entries and not steps.ranks:
             return None
         return Node(

@@ -198,22 +198,15 @@ def _life(view: JobView, silent: np.ndarray) -> JobLife:
 
 def _message_columns(view: JobView, peers: Peers) -> dict[str, Any]:
     """What the screens count over every rank of its messages, as columns: no row is built for them."""
-    n = len(view.rank)
-    if view.resources.count(None) < n:  # (counted in C: no Python pass over thousands of ranks without samples)
-        memory = np.fromiter((v is not None and v.memory is not None and v.assessed is not None for v in view.resources), bool, n)
-        gpu = np.fromiter((v is not None and v.gpu is not None for v in view.resources), bool, n)
-        sampled = gpu & np.fromiter((v is not None and v.gpu is not None and "na" not in v.gpu for v in view.resources), bool, n)
-    else:
-        memory = gpu = sampled = np.zeros(n, bool)
     return {
         "dropped": view.dropped,
         "rate_hz": view.rate_hz,
         "rejected": view.rejected,
-        "with_memory": memory,
+        "with_memory": view.with_memory,  # (columns the job state keeps: no pass over every rank's resources)
         "with_throughput": view.works & ~np.isnan(view.rate) & (np.nan_to_num(view.rate) != 0),
-        "with_gpu": gpu,
+        "with_gpu": view.with_gpu,
         "coords": peers.coords,
-        "gpu_sampled": sampled,
+        "gpu_sampled": view.gpu_sampled,
     }
 
 

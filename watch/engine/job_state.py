@@ -28,7 +28,7 @@ from ranktop.watch.engine.collective_sums import JobCollectives, add_collectives
 from ranktop.watch.engine.step_columns import MIN_STEPS_TO_SCORE, RECENT_STEPS, StepColumns
 from ranktop.watch.engine.endpoints import Endpoints, EndpointsView
 from ranktop.watch.engine.lifecycle import JobLife, Lifecycle, fresh_window
-from ranktop.watch.engine.resource_samples import ResourceTracker, ResourceView
+from ranktop.watch.engine.resource_samples import Resources, ResourceTracker
 from ranktop.watch.engine.rank_scalars import WHERE, RankScalars, host_ids
 from ranktop.watch.engine.rank_window import RankWindow
 from ranktop.wire import capture as wire_capture
@@ -99,7 +99,10 @@ class JobView:
     rejected: dict[int, dict[str, int]]  # rank -> commands it refused, by reason (those that refused any)
     works: np.ndarray  # bool: its hello says its work per step
     capture_summaries: list[tuple[str, CaptureSummary] | None]
-    resources: list[ResourceView | None]
+    resources: Resources  # each rank's ResourceView, made when read (resources[i])
+    with_memory: np.ndarray  # bool: a memory sample came (its row has ``memory``)
+    with_gpu: np.ndarray  # bool: GPU gauges, or why there are none, came (its row has ``gpu``)
+    gpu_sampled: np.ndarray  # bool: ... gauges NVML read
     life: JobLife  # not_back: those of an older process that ended; ``restarted``: those that may not be back
     world: int | None
     roster: int  # changes when a rank comes or restarts
@@ -125,6 +128,8 @@ class JobState:
         self._row_of: dict[int, int] = {}  # rank -> its row (of the columns and the scalars)
         self._by_row: list[RankWindow | None] = []  # row -> its rank's window
         self._order: tuple[np.ndarray, np.ndarray] | None = None  # (ranks, rows) in rank order, with _sorted
+        # ranks_by_endpoint's last answer: (the ranks in order, the relays' urls, each rank's relay then, the answer)
+        self._by_endpoint: tuple[np.ndarray, tuple[str | None, ...], np.ndarray, dict[str, tuple[int, ...]]] | None = None
         self._pending: list[tuple[NodeSteps, str | None, float, str]] = []  # digests' steps not yet written (settle)
         self._hellos = 0  # hellos taken and windows placed so far: the host list is stale when it moved
         self._host_list: tuple[int, list[str], np.ndarray] | None = None  # (_hellos, every rank's host, their ids)
@@ -322,6 +327,7 @@ class JobState:
         missed = np.where(first >= 0, np.maximum(0, last - first + 1 - seen), 0)
         worlds = max(self.world or 0, 0) or None
         hosts, host_id = self._hosts(ws, endpoints)
+        resources = self.resources.views(rank)
         return JobView(
             now=now,
             wall=wall,
@@ -366,7 +372,10 @@ class JobState:
             rejected={ws[i].rank: dict(ws[i].rejected or {}) for i in np.flatnonzero(sc.refused[rows]).tolist()},
             works=sc.works[rows],
             capture_summaries=sc.capture_summary[rows].tolist(),
-            resources=self.resources.views(rank.tolist(), now),
+            resources=resources,
+            with_memory=resources.with_memory,
+            with_gpu=resources.with_gpu,
+            gpu_sampled=resources.gpu_sampled,
             life=self.lifecycle.view(worlds, bool(ws)),
             world=worlds,
             roster=self._roster,
@@ -405,15 +414,24 @@ class JobState:
         """The ranks last heard through each relay (a lost relay is shown with the ranks it took with it)."""
         rank, rows = self._ordered()  # (those of the view, taken under the same hold of the lock)
         eid = self.scalars.endpoint[rows]
+        kept = self._by_endpoint
+        urls = tuple(self.scalars.urls)
+        if kept is not None and kept[0] is rank and kept[1] == urls and np.array_equal(kept[2], eid):
+            return kept[3]  # no rank moved: the last answer (a snapshot of 16,384 ranks on 2,048 relays spent 8 ms on it)
+        out = self._group_by_endpoint(rank, eid)
+        self._by_endpoint = (rank, urls, eid, out)
+        return out
+
+    def _group_by_endpoint(self, rank: np.ndarray, eid: np.ndarray) -> dict[str, tuple[int, ...]]:
         order = np.argsort(eid, kind="stable")
-        eid, ranks = eid[order].tolist(), rank[order].tolist()
+        ids, ranks = eid[order].tolist(), rank[order].tolist()
         urls = self.scalars.urls
         out: dict[str, tuple[int, ...]] = {}
-        if not eid:
+        if not ids:
             return out
         start = 0
-        for end in (np.flatnonzero(np.diff(eid)) + 1).tolist() + [len(eid)]:
-            url = urls[eid[start]]
+        for end in (np.flatnonzero(np.diff(ids)) + 1).tolist() + [len(ids)]:
+            url = urls[ids[start]]
             if url is not None:
                 out[url] = tuple(ranks[start:end])
             start = end

@@ -29,9 +29,9 @@ reported as a slope (``creep_mb_per_min``) but not flagged.
 
 from __future__ import annotations
 
-import collections
 import math
 from dataclasses import dataclass
+from typing import Optional, Tuple
 
 from ranktop.wire.messages import Memory
 
@@ -100,40 +100,52 @@ def creep(points: list[tuple[float, float]]) -> Creep:
     return Creep(True, rate)
 
 
+#: One kept sample: (seconds on the viewer's clock, RSS bytes or None, CUDA allocated bytes or None).
+Sample = Tuple[float, Optional[float], Optional[float]]
+
+
 class MemoryHistory:
-    """One rank's recent memory samples: (t, rss bytes or None, CUDA allocated bytes or None)."""
+    """One rank's recent memory samples, as a tuple: a snapshot's view of the rank keeps the tuple as it is and works
+    its verdict out later, outside the aggregator's lock (watch/engine/resource_samples.py)."""
 
     def __init__(self) -> None:
-        self.samples: collections.deque[tuple[float, float | None, float | None]] = collections.deque()
+        self.samples: tuple[Sample, ...] = ()
         self.latest: Memory | None = None
 
     def note(self, mem: Memory, now: float) -> None:
         self.latest = mem
-        if self.samples and now - self.samples[-1][0] < SAMPLE_EVERY_S:
+        kept = self.samples
+        if kept and now - kept[-1][0] < SAMPLE_EVERY_S:
             return
         rss = mem.rss
         alloc = mem.cuda.get("alloc") if mem.cuda else None
-        self.samples.append((now, float(rss) if rss is not None else None, float(alloc) if alloc is not None else None))
-        while self.samples and self.samples[0][0] < now - HISTORY_S:
-            self.samples.popleft()
-
-    def series(self, which: str) -> list[tuple[float, float]]:
-        index = 1 if which == "rss" else 2
-        return [(s[0], s[index]) for s in self.samples if s[index] is not None]
+        old = 0
+        while old < len(kept) and kept[old][0] < now - HISTORY_S:
+            old += 1
+        self.samples = kept[old:] + ((now, float(rss) if rss is not None else None, float(alloc) if alloc is not None else None),)
 
     def assess(self) -> tuple[str, Creep, list[float]]:
-        """What is tracked ("cuda" if the rank uses CUDA, else "rss"), its creep verdict, and its sparkline (MB).
+        return assess(self.samples)
 
-        Both series are tested; a creep in either flags the rank (a host-side leak on a GPU rank shows in RSS only).
-        """
-        cuda_points = self.series("cuda")
-        rss_points = self.series("rss")
-        tracked = "cuda" if cuda_points else "rss"
-        main = cuda_points if cuda_points else rss_points
-        verdict = creep(main)
-        if not verdict.flagged and cuda_points:
-            host = creep(rss_points)
-            if host.flagged:
-                tracked, main, verdict = "rss", rss_points, host
-        spark = [y / MB for _, y in main[-SPARK_POINTS:]]
-        return tracked, verdict, spark
+
+def series(samples: tuple[Sample, ...], which: str) -> list[tuple[float, float]]:
+    index = 1 if which == "rss" else 2
+    return [(s[0], y) for s in samples if (y := s[index]) is not None]
+
+
+def assess(samples: tuple[Sample, ...]) -> tuple[str, Creep, list[float]]:
+    """What is tracked ("cuda" if the rank uses CUDA, else "rss"), its creep verdict, and its sparkline (MB).
+
+    Both series are tested; a creep in either flags the rank (a host-side leak on a GPU rank shows in RSS only).
+    """
+    cuda_points = series(samples, "cuda")
+    rss_points = series(samples, "rss")
+    tracked = "cuda" if cuda_points else "rss"
+    main = cuda_points if cuda_points else rss_points
+    verdict = creep(main)
+    if not verdict.flagged and cuda_points:
+        host = creep(rss_points)
+        if host.flagged:
+            tracked, main, verdict = "rss", rss_points, host
+    spark = [y / MB for _, y in main[-SPARK_POINTS:]]
+    return tracked, verdict, spark

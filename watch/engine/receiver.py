@@ -34,6 +34,7 @@ from ranktop.watch.engine.socket_set import SocketSet
 from ranktop.wire import auth, schema, settings
 from ranktop.wire.messages import Hello, Node, RankMessage
 from ranktop.wire.names import NODE, RANK_KINDS, REPLY
+from ranktop.wire.node_digest import digest_hz
 from ranktop.transport import fd_limit, rendezvous
 
 
@@ -79,6 +80,10 @@ DRAIN_MAX = 256
 #: past that ZeroMQ drops the newest: a viewer that cannot keep up with 512 nodes loses messages
 #: (counted as gaps in the ranks' steps) instead of its memory.
 RECEIVE_QUEUE = 1000
+#: ... and while it takes digests, this many seconds of a node's digests (wire/node_digest.py: digest_hz, at the
+#: job's size as the relays found so far say it): a viewer that fell behind a 16,384-rank job held some 200 of each
+#: node's digests (1.7 GB) where it would never catch up; 30 s of them is the most it can use.
+DIGEST_QUEUE_S = 30.0
 #: Names each socket's monitor endpoint uniquely within this process (see _connect).
 _MONITOR_IDS = itertools.count()
 #: What a socket's monitor reports: a connection dropped, or made (the ZMTP handshake done).
@@ -287,7 +292,8 @@ class Receiver(threading.Thread):
         if len(self._sockets) >= self._room:
             return  # no room for its sockets: said once, by make_room
         sock = self._context.socket(zmq.SUB)
-        sock.setsockopt(zmq.RCVHWM, RECEIVE_QUEUE)
+        queue = max(8, int(DIGEST_QUEUE_S * digest_hz(len(self._sockets) + 1))) if self.digests else RECEIVE_QUEUE
+        sock.setsockopt(zmq.RCVHWM, queue)
         sock.setsockopt(zmq.MAXMSGSIZE, schema.MAX_BODY_BYTES + 4096)
         sock.setsockopt(zmq.LINGER, 0)
         for topic in DIGEST_TOPICS if self.digests else RANK_TOPICS:

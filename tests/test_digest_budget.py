@@ -1,0 +1,167 @@
+"""The job-wide digest budget (wire/node_digest.py: ``digest_hz``): the relays of a big job pace their digests so that
+together they send a viewer at most ``DIGEST_BUDGET`` a second.
+
+A viewer pays for each digest before its content counts; at 16,384 ranks (2,048 nodes) four digests a node a second
+were a quarter of a core for their count alone. The rule is pure and tested as such; a real relay process, fed by
+real probes that say they are ranks of a big job, is held to it; so is the simulator, which paces its nodes' digests
+through the same function.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+import zmq
+from support import JOBS, wait_for
+
+from ranktop.demo.simulate import Scenario, Simulator
+from ranktop.transport import rendezvous
+from ranktop.watch.engine import keys
+from ranktop.watch.session import WatchSession, resolve
+from ranktop.wire import node_digest, schema, step_block
+from ranktop.wire.messages import Node, RankInfo
+from ranktop.wire.node_digest import DIGEST_BUDGET, DIGEST_HZ, MIN_DIGEST_HZ, NodeDigest, digest_hz, job_nodes
+
+
+def info(world: int, local_world: int | None, local_rank: int = 0) -> RankInfo:
+    return RankInfo(host="node0", world=world, local_rank=local_rank, pid=100 + local_rank, local_world=local_world)
+
+
+# -- the rule --------------------------------------------------------------------------------
+
+
+def test_jobs_up_to_512_nodes_keep_four_digests_a_second_and_bigger_ones_share_the_budget():
+    assert [digest_hz(n) for n in (1, 16, 512)] == [DIGEST_HZ] * 3
+    assert digest_hz(1024) == 2.0 and digest_hz(2048) == 1.0  # 8,192 ranks of 8, and 16,384
+    for nodes in range(512, 2049, 37):
+        assert nodes * digest_hz(nodes) <= DIGEST_BUDGET + 1e-9
+    assert digest_hz(0) == DIGEST_HZ  # no node known yet
+
+
+def test_no_relay_goes_quieter_than_a_viewer_takes_for_silence():
+    assert digest_hz(100_000) == MIN_DIGEST_HZ == 1.0  # a viewer finds a rank silent after 3 s without news
+
+
+def test_a_job_s_nodes_are_its_world_over_its_node_s_ranks_or_over_those_heard_where_unsaid():
+    assert job_nodes(16384, 8, heard=3) == 2048
+    assert job_nodes(10, 4, heard=1) == 3  # a last node less than full
+    assert job_nodes(16384, None, heard=8) == 2048  # a launcher that does not say LOCAL_WORLD_SIZE
+    assert job_nodes(16384, 0, heard=4) == 4096
+    assert job_nodes(0, None, heard=0) == 1
+
+
+def test_a_node_digest_learns_its_pace_from_its_ranks_hellos():
+    digest = NodeDigest("j", "node0")
+    assert digest.hz == DIGEST_HZ  # nothing heard yet
+    digest.add_hello(0, info(64, 8), None)
+    assert digest.hz == DIGEST_HZ
+    digest.add_hello(0, info(16384, 8), None)
+    assert digest.hz == 1.0
+    unsaid = NodeDigest("j", "node0")
+    for r in range(4):
+        unsaid.add_hello(r, info(8192, None, local_rank=r), None)
+    assert unsaid.hz == digest_hz(2048)  # 8,192 ranks over the 4 heard on the node
+
+
+# -- a real relay --------------------------------------------------------------------------------
+
+
+def digests_a_second(job: str, seconds: float = 4.0) -> float:
+    """Digests with both ranks' steps a second that the job's (one) relay sends, as a viewer subscribed to them
+    counts them, from the first that passes on a rank's hello (the relay has heard the job's size by then: a
+    probe says hello as it starts, maybe before its relay is up, and again every 2 s)."""
+    wait_for(lambda: rendezvous.read_nodes(job) and rendezvous.read_secret(job), 20, f"relay of job {job} never appeared")
+    (node,) = rendezvous.read_nodes(job)
+    ctx = zmq.Context()
+    sub = ctx.socket(zmq.SUB)
+    try:
+        assert keys.secure(sub, rendezvous.read_secret(job))
+        sub.setsockopt(zmq.SUBSCRIBE, schema.NODE.encode())
+        sub.connect(node.telemetry)
+        times: list[float] = []
+        end = time.monotonic() + 30
+        while time.monotonic() < end and (not times or times[-1] - times[0] < seconds):
+            if sub.poll(500):
+                msg = schema.decode(sub.recv_multipart())
+                if not isinstance(msg, Node):
+                    continue
+                if not times and not any(entry.hello for entry in msg.ranks):
+                    continue
+                if msg.steps is not None and len(step_block.read(msg.steps)["r"]) == 2:
+                    times.append(time.monotonic())
+        assert len(times) > 2, "no digest with both ranks' steps came"
+        return (len(times) - 1) / (times[-1] - times[0])
+    finally:
+        sub.close(linger=0)
+        ctx.term()
+
+
+@pytest.mark.parametrize("world, expected_hz", [(2, DIGEST_HZ), (16384, 1.0)], ids=["2 ranks", "16,384 ranks"])
+def test_a_real_relay_paces_its_digests_by_the_job_size_its_ranks_hellos_say(rdv, tmp_path, world, expected_hz):
+    """Two real probes (tests/jobs/sleepy_rank.py) that say they are ranks 0 and 1 of ``world`` ranks, 8 a node
+    (torchrun's WORLD_SIZE and LOCAL_WORLD_SIZE): their node's real relay process sends 4 digests a second for
+    the small job and 1 for the job of 2,048 nodes."""
+    job = f"budget-{world}"
+    procs = []
+    for rank in range(2):
+        env = dict(os.environ, RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(world),
+                   LOCAL_WORLD_SIZE=str(min(world, 8)), RANKTOP_JOB=job)  # fmt: skip
+        procs.append(subprocess.Popen([sys.executable, str(JOBS / "sleepy_rank.py")], env=env, cwd=tmp_path, stderr=subprocess.DEVNULL))
+    try:
+        rate = digests_a_second(job)
+    finally:
+        for p in procs:
+            p.terminate()
+        for p in procs:
+            p.wait(10)
+    assert expected_hz * 0.8 < rate < expected_hz * 1.2, rate
+
+
+# -- the simulator -------------------------------------------------------------------------------
+
+
+def test_the_simulator_s_relays_digests_follow_the_budget_in_its_replay(tmp_path):
+    """1,024 simulated nodes of 2 ranks: 2 digests a node a second (the relays' rule), each with the node's steps
+    since the last one, none lost."""
+    scenario = Scenario(job="budget", ranks=2048, nodes=1024, calls_per_step=0, steps_per_s=16.0)
+    sim = Simulator(scenario, str(tmp_path))
+    ticks = [(now, frames) for now, frames in sim.replay(3.0, digests=True) if frames]
+    times = [now for now, _ in ticks]
+    assert [round(b - a, 3) for a, b in zip(times, times[1:])] == [0.5] * (len(times) - 1)
+    assert all(len(frames) == 1024 for _, frames in ticks)
+    first_node = [step_block.read(schema.decode(frames[0]).steps) for _, frames in ticks]
+    assert [sum(block["c"][i] for block in first_node) for i in (0, 1)] == [sim.steps_done] * 2  # every step, once
+    assert first_node[-1]["n"] == [sim.steps_done - 1] * 2
+    assert 6 <= first_node[-1]["c"][0] <= 10  # the steps of the last half second, at 16 a second
+
+
+def test_a_live_simulated_job_paced_by_the_budget_is_watched_whole_with_no_malformed_digest(rdv, monkeypatch):
+    """The simulator's nodes live, paced by the budget (made small here, so that 32 nodes of 2 ranks get the pace of
+    a 2,048-node job: 1 digest a second): a viewer of digests hears every rank, and no digest is refused (a node's
+    ranks' steps summed once per digest, never twice into one, also after the viewer took the ranks' own messages
+    at their cadence for a while)."""
+    monkeypatch.setattr(node_digest, "DIGEST_BUDGET", 16.0)
+    monkeypatch.setenv("RANKTOP_DIGESTS", "auto")  # the ranks' own messages first, digests from 16 relays: both cadences
+    sim = Simulator(Scenario(job="paced", ranks=64, nodes=32, calls_per_step=4, slow_rank=40, slow_ms=20.0, slow_phase="forward"))
+    stop = threading.Event()
+    sim.start()
+    assert all(node.digest.hz == DIGEST_HZ for node in sim._nodes)  # before any hello: the most
+    runner = threading.Thread(target=sim.run, args=(stop,), daemon=True)
+    runner.start()
+    try:
+        with WatchSession(resolve(["paced"], None, allow_pending=True)) as session:
+            wait_for(lambda: len(session.snapshot().ranks) == 64 and session.snapshot().stragglers[:1] == [40], 30,
+                     "the viewer never had every rank, the slow one on top")  # fmt: skip
+            time.sleep(3.0)
+            snap = session.snapshot()
+        assert len(snap.ranks) == 64 and snap.silent == 0 and not snap.errors, snap.errors
+        assert all(node.digest.hz == 1.0 for node in sim._nodes)  # as its ranks' hellos said the job's size
+    finally:
+        stop.set()
+        runner.join(10)
+        sim.close()
