@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from ranktop.demo.sim_model import PHASES, JobModel, Scenario
-from ranktop.watch.analysis.arrivals import SETTLING, last_arrivals
+from ranktop.watch.analysis.arrivals import SETTLING, VETO_AFTER, intervals_on_steps, last_arrivals, shares
 from ranktop.watch.engine.step_columns import StepColumns
 
 
@@ -147,3 +147,60 @@ def test_a_node_digest_s_sums_are_its_ranks_records_summed_when_ranks_begin_step
         assert sums["wall"][at] == pytest.approx(sum(r.w for r in records))
         for i, phase in enumerate(PHASES):
             assert sums["phases"][at, i] == pytest.approx(sum(r.p[phase] for r in records)), phase
+
+
+def node_digests(nodes: int, per_node: int, steps: int, every: int, slow: int | None = None, seed: int = 0):
+    """What a viewer of digests holds (newest first): each node's relay sends every ``every`` steps at its own
+    moment (node j's intervals end at steps j mod ``every`` apart), each record its interval's last step and mean
+    wait per step; every step each rank works 100 ms, give or take 5 ms, rank ``slow`` 20% longer."""
+    nums, waits = steps_of(nodes * per_node, steps, slow=slow, seed=seed)
+    step_waits = waits[:, ::-1]  # oldest first, step 100 + i at column i
+    rows_nums, rows_waits = [], []
+    for rank in range(nodes * per_node):
+        ends = [s for s in range(steps) if (s + rank // per_node) % every == every - 1]
+        records = [(100 + end, step_waits[rank, start + 1 : end + 1].mean()) for start, end in zip(ends, ends[1:])]
+        records = records[::-1][:32]
+        rows_nums.append([n for n, _ in records] + [-1] * (32 - len(records)))
+        rows_waits.append([w for _, w in records] + [0.0] * (32 - len(records)))
+    return np.array(rows_nums), np.array(rows_waits)
+
+
+def test_node_digests_that_end_at_each_node_s_own_steps_still_say_who_arrives_last():
+    """Live, each relay sends its digest at its own moment: no step number ends an interval on every node, so
+    read as steps nothing counts (and the veto never acts); laid on one grid of steps, a slowed rank is last
+    nearly everywhere and counted long enough for the veto."""
+    nums, waits = node_digests(4, 4, 160, every=4, slow=6)
+    _, counted = last_arrivals(nums, waits)
+    assert not counted.any()  # the defect seen on a live 256-rank job
+    share, counted = shares(nums, waits)
+    assert counted.min() >= VETO_AFTER
+    assert share[6] > 0.9 and np.delete(share, 6).max() < 0.1
+    healthy, _ = shares(*node_digests(4, 4, 800, every=4, seed=5))
+    assert abs(healthy.sum() - 1.0) < 1e-9 and healthy.max() < 0.25  # 1 in 16, give or take: no one never last by rule
+
+
+def test_digest_intervals_are_read_at_the_steps_the_rule_says():
+    """Each point's wait is that of the record covering the step (after the record before it, up to its own),
+    -1 where a rank has none (before its oldest record, whose first step is unknown, or no record at all)."""
+    rnd = np.random.default_rng(11)
+    for _ in range(200):
+        n, k = int(rnd.integers(2, 7)), int(rnd.integers(2, 9))
+        ends = 400 - rnd.integers(0, 5, (n, 1)) - np.cumsum(rnd.integers(2, 7, (n, k)), axis=1)
+        nums = np.where(np.arange(k)[None, :] < rnd.integers(0, k + 1, (n, 1)), ends, -1)  # some rows hold fewer
+        waits = rnd.random((n, k))
+        got = intervals_on_steps(nums, waits, points=12)
+        held = nums[:, 1][nums[:, 1] >= 0]
+        if got is None:
+            assert not len(held) or np.median(nums[:, 0][nums[:, 1] >= 0] - held) <= 1 or (nums[:, 0] < 0).all()
+            continue
+        grid, laid = got
+        stride = max(1, int(np.median(nums[:, 0][nums[:, 1] >= 0] - held)) // 2)
+        top = nums[:, 0][nums[:, 0] >= 0].min()
+        for r in range(n):
+            for j in range(12):  # newest first
+                step = top - stride * j
+                cover = [i for i in range(k - 1) if nums[r, i + 1] >= 0 and nums[r, i + 1] < step <= nums[r, i]]
+                if cover:
+                    assert grid[r, j] == 11 - j and laid[r, j] == waits[r, cover[0]]
+                else:
+                    assert grid[r, j] == -1

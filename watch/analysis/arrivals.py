@@ -23,12 +23,72 @@ import numpy as np
 VETO_AFTER = 16
 #: The job's newest steps left out: a step's waits may come in a message after its step's.
 SETTLING = 2
+#: Node digests' intervals are read at this many points per rank (two an interval of the usual length: the
+#: window's records, each at two of its steps; watch/engine/step_columns.py RECENT_STEPS holds 32 of them).
+POINTS = 64
 
 
-def last_arrivals(nums: np.ndarray, waits: np.ndarray, class_ids: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+def shares(nums: np.ndarray, waits: np.ndarray, class_ids: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`last_arrivals` of the ranks' records as they come: a step each (a probe's own messages), or node
+    digests' intervals, laid on one grid of steps first (:func:`intervals_on_steps`). Each relay sends its
+    digest at its own moment, so its intervals end at its own steps and no step number is every node's: read
+    as steps, nothing counted on a live job of digests (16 nodes and more), and no veto."""
+    grid = intervals_on_steps(nums, waits)
+    if grid is None:
+        return last_arrivals(nums, waits, class_ids)
+    return last_arrivals(*grid, class_ids, settling=0)
+
+
+def intervals_on_steps(nums: np.ndarray, waits: np.ndarray, points: int = POINTS) -> tuple[np.ndarray, np.ndarray] | None:
+    """The ranks' intervals (a row of ``nums`` per rank, newest first: each record's last step, -1: none; ``waits``
+    their mean waits per step) read at the same steps for every rank: ``points`` steps, from the newest step
+    every rank with records has, back every half an interval (of the usual length: the median of the ranks' newest).
+    At each, a rank's wait is its record's that covers the step (the record after its step before it, up to its
+    own); a step a rank has no record for (before its oldest, whose first step is not known) is -1, as a step
+    not held. Numbered 0 (oldest) to ``points - 1``, newest first: a grid :func:`last_arrivals` reads with no settling (a
+    digest's waits come with its steps). None: the records are single steps (the median gap is one step),
+    to be read as they are. Whole-array operations over every rank's records: O(points) per rank."""
+    n, k = nums.shape
+    if n < 2 or k < 2:
+        return None
+    gaps = (nums[:, 0] - nums[:, 1])[nums[:, 1] >= 0]  # each rank's newest interval
+    if not len(gaps) or np.median(gaps) <= 1:
+        return None
+    stride = max(1, int(np.median(gaps)) // 2)
+    newest = nums[:, 0]
+    if not (newest >= 0).any():
+        return None
+    top = int(newest[newest >= 0].min())  # the newest step every rank with records has
+    # Steps counted from just below the oldest point: a record before it is 0, one after the newest point is
+    # ``width`` (all either says is that it is before or after every point).
+    base = top - stride * (points - 1) - 1
+    width = top - base + 1
+    # A row's records count while each is older than the one after it (a rank that started afresh numbers its
+    # steps from 0 again: what comes before is another run's).
+    kept = np.logical_and.accumulate(np.column_stack([nums[:, 0] >= 0, nums[:, 1:] < nums[:, :-1]]), axis=1)
+    rel = np.where(kept & (nums >= 0), np.clip(nums - base, 0, width), -1)
+
+    def upto(x: np.ndarray) -> np.ndarray:  # how many points lie at or before x (they lie at 1, 1 + stride, ...)
+        return np.clip((x - 1) // stride + 1, 0, points)
+
+    # Newest first, each row's points are: none past its newest record (only a rank with no record has any),
+    # then each record's (those after the record before it, up to its own; the oldest's first step is not
+    # known: none), then none before. One ``repeat`` lays every row's values out.
+    covered = np.where(rel[:, 1:] >= 0, upto(rel[:, :-1]) - upto(rel[:, 1:]), 0)
+    head = np.where(rel[:, 0] >= 0, points - upto(rel[:, 0]), points)
+    tail = points - head - covered.sum(axis=1)
+    counts = np.column_stack([head, covered, tail]).ravel()
+    values = np.column_stack([np.full(n, np.nan), waits[:, :-1], np.full(n, np.nan)]).ravel()
+    laid = np.repeat(values, counts).reshape(n, points)  # newest first
+    grid = np.where(np.isnan(laid), -1, np.arange(points - 1, -1, -1)[None, :])
+    return grid, np.nan_to_num(laid)
+
+
+def last_arrivals(nums: np.ndarray, waits: np.ndarray, class_ids: np.ndarray | None = None,
+                  settling: int = SETTLING) -> tuple[np.ndarray, np.ndarray]:  # fmt: skip
     """Per rank (a row of ``nums``, its last steps' numbers, -1: none; ``waits``, their collective waits), the
     share of its counted steps at which it arrived last among its peer class (NaN: none counted), and how many
-    steps counted.
+    steps counted; ``settling``: the job's newest steps left out.
 
     Each rank's steps are laid out in a grid, a column per step of the window (the newest ``nums.shape[1]``
     settled ones): per class and column, whether every member has that step, the least and the most wait, in
@@ -40,7 +100,7 @@ def last_arrivals(nums: np.ndarray, waits: np.ndarray, class_ids: np.ndarray | N
     counted = np.zeros(n, np.int64)
     if n < 2 or not width:
         return share, counted
-    newest = int(nums.max()) - SETTLING
+    newest = int(nums.max()) - settling
     if newest < 0:
         return share, counted
     at = nums - (newest - width + 1)  # the step's column; what is outside the window goes in a last column, dropped

@@ -79,7 +79,7 @@ def build(view: JobView, extras: Extras, policy: StallPolicy = StallPolicy(), pe
     found = np.where(by_class, found + grown, found)
     last = np.full(n, np.nan)
     counted = np.zeros(n, np.int64)
-    last[idx], counted[idx] = arrivals.last_arrivals(view.recent_steps[idx], view.recent_waits[idx], class_ids)
+    last[idx], counted[idx] = arrivals.shares(view.recent_steps[idx], view.recent_waits[idx], class_ids)
     # Flagged by its phase times but never the last to arrive at a collective over many steps: it holds nobody
     # back (its excess is spent where nobody waits for it, or is noise). Where the waits say nothing, no veto.
     judged_slow = ((found > slow_above) | by_class) & ~((last[idx] == 0.0) & (counted[idx] >= arrivals.VETO_AFTER))
