@@ -6,8 +6,12 @@ import numpy as np
 import pytest
 
 from ranktop.demo.sim_model import PHASES, JobModel, Scenario
+from ranktop.demo.simulate import Simulator
+from ranktop.watch.aggregator import Aggregator
 from ranktop.watch.analysis.arrivals import SETTLING, VETO_AFTER, intervals_on_steps, last_arrivals, shares
 from ranktop.watch.engine.step_columns import StepColumns
+from ranktop.wire import schema
+from ranktop.wire.messages import Node
 
 
 def steps_of(ranks: int, steps: int, slow: int | None = None, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
@@ -204,3 +208,27 @@ def test_digest_intervals_are_read_at_the_steps_the_rule_says():
                     assert grid[r, j] == 11 - j and laid[r, j] == waits[r, cover[0]]
                 else:
                     assert grid[r, j] == -1
+
+
+def test_a_viewer_of_relays_that_send_each_at_its_own_moment_counts_every_rank_s_last_arrivals(tmp_path):
+    """256 simulated ranks on 32 nodes, whose relays send their digests in 4 turns (as live, each at its own
+    moment: no step ends an interval on every node), through the real decoder and aggregator: every rank's
+    share is counted, and the slowed one arrives last throughout."""
+    sim = Simulator(Scenario(job="j", ranks=256, nodes=32, rate_hz=16.0, slow_rank=77, slow_ms=6, slow_phase="forward"), str(tmp_path))
+    clock = [1.0e9]
+    agg = Aggregator("j", clock=lambda: clock[0], wall_clock=lambda: clock[0])
+    ends: dict[str, set[int]] = {}  # each node's intervals' last steps
+    for now, frames in sim.replay(8.0, clock[0], digests=True, turns=4):
+        clock[0] = now
+        agg.ingest_batch([(f, None) for f in frames])
+        for f in frames:
+            msg = schema.decode(f)
+            if isinstance(msg, Node) and msg.steps is not None:
+                ends.setdefault(msg.host, set()).update(np.frombuffer(msg.steps.n, np.int64).tolist())
+    both = ends["sim0000"] & ends["sim0001"]
+    assert len(both) < len(ends["sim0000"]) / 3  # seldom does a step end an interval on both nodes
+    snap = agg.snapshot()
+    shares_of = [r.last_arrivals for r in snap.ranks]
+    assert None not in shares_of
+    assert snap.ranks[77].last_arrivals == 1.0 and snap.ranks[77].status == "slow"
+    assert max(s for r, s in enumerate(shares_of) if r != 77) == 0.0

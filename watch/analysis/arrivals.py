@@ -11,8 +11,10 @@ Per step and peer class (watch/analysis/peers.py: the ranks that do the same wor
 collectives) the rank with the least wait ("comm", every collective of the step summed) is that step's last
 arrival. A step counts only where every rank of the class has it in its window and someone waited longer
 than another (a step with no collective says nothing), and the job's newest steps are left out (their waits
-may still be on their way: watch/engine/step_columns.py ``put``). All of it is a few whole-array numpy operations over
-the ranks' last steps (watch/engine/step_columns.py ``recent_waits``): O(1) per rank.
+may still be on their way: watch/engine/step_columns.py ``put``). Node digests' records are intervals of a few
+steps that end where each relay happened to send, so they are first read at the same steps on every node
+(:func:`intervals_on_steps`). All of it is a few whole-array numpy operations over the ranks' last steps
+(watch/engine/step_columns.py ``recent_waits``): O(1) per rank.
 """
 
 from __future__ import annotations
@@ -94,7 +96,7 @@ def last_arrivals(nums: np.ndarray, waits: np.ndarray, class_ids: np.ndarray | N
     settled ones): per class and column, whether every member has that step, the least and the most wait, in
     a few whole-array passes (no ``ufunc.at``, which is an element at a time). Where no step can count (the
     steps of node digests end at each node's own moment, so a big job's ranks seldom share a step number),
-    the grid of waits is never made."""
+    the grid of waits is never made (:func:`shares` lays their intervals on one grid of steps first)."""
     n, width = nums.shape
     share = np.full(n, np.nan)
     counted = np.zeros(n, np.int64)
