@@ -25,38 +25,49 @@ import numpy as np
 VETO_AFTER = 16
 #: The job's newest steps left out: a step's waits may come in a message after its step's.
 SETTLING = 2
-#: Node digests' intervals are read at this many points per rank (two an interval of the usual length: the
-#: window's records, each at two of its steps; watch/engine/step_columns.py RECENT_STEPS holds 32 of them).
-POINTS = 64
+#: Node digests' intervals are read at this many steps per rank, an interval apart: about one a record of the
+#: ranks' last ones (watch/engine/step_columns.py RECENT_STEPS holds 32).
+POINTS = 32
 
 
 def shares(nums: np.ndarray, waits: np.ndarray, class_ids: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
     """:func:`last_arrivals` of the ranks' records as they come: a step each (a probe's own messages), or node
-    digests' intervals, laid on one grid of steps first (:func:`intervals_on_steps`). Each relay sends its
-    digest at its own moment, so its intervals end at its own steps and no step number is every node's: read
-    as steps, nothing counted on a live job of digests (16 nodes and more), and no veto."""
-    grid = intervals_on_steps(nums, waits)
-    if grid is None:
+    digests' intervals, read at the same steps on every node first (:func:`intervals_on_steps`). Each relay
+    sends its digest at its own moment, so its intervals end at its own steps and hardly a step number is every
+    node's: read as steps, nothing counted on a live job of digests (16 nodes and more), and no veto."""
+    laid = intervals_on_steps(nums, waits)
+    if laid is None:
         return last_arrivals(nums, waits, class_ids)
-    return last_arrivals(*grid, class_ids, settling=0)
+    n = len(laid)
+    of, members = _classes(class_ids, n)
+    held = ~np.isnan(laid)
+    if len(members) == 1:
+        full = held.all(axis=0)[None, :]
+    else:
+        order = np.argsort(of, kind="stable")
+        full = np.add.reduceat(held[order].astype(np.int32), np.r_[0, np.cumsum(members)[:-1]], axis=0) == members[:, None]
+    full &= (members >= 2)[:, None]
+    if not full.any():
+        return np.full(n, np.nan), np.zeros(n, np.int64)
+    return _on_grid(laid, full, of, members)
 
 
-def intervals_on_steps(nums: np.ndarray, waits: np.ndarray, points: int = POINTS) -> tuple[np.ndarray, np.ndarray] | None:
+def intervals_on_steps(nums: np.ndarray, waits: np.ndarray, points: int = POINTS) -> np.ndarray | None:
     """The ranks' intervals (a row of ``nums`` per rank, newest first: each record's last step, -1: none; ``waits``
     their mean waits per step) read at the same steps for every rank: ``points`` steps, from the newest step
-    every rank with records has, back every half an interval (of the usual length: the median of the ranks' newest).
-    At each, a rank's wait is its record's that covers the step (the record after its step before it, up to its
-    own); a step a rank has no record for (before its oldest, whose first step is not known) is -1, as a step
-    not held. Numbered 0 (oldest) to ``points - 1``, newest first: a grid :func:`last_arrivals` reads with no settling (a
-    digest's waits come with its steps). None: the records are single steps (the median gap is one step),
-    to be read as they are. Whole-array operations over every rank's records: O(points) per rank."""
+    every rank with records has, back every interval (of the usual length: the median of the ranks' newest).
+    At each, a rank's wait is that of its record covering the step (the record after its step before it, up to
+    its own); NaN where a rank has none (before its oldest record, whose first step is not known, or no record
+    at all). A (ranks, ``points``) array, newest first: a grid whose columns are the same steps for every rank
+    (no settling: a digest's waits come with its steps). None: the records are single steps (the median gap is
+    one step), to be read as they are. Whole-array operations over every rank's records: O(points) per rank."""
     n, k = nums.shape
     if n < 2 or k < 2:
         return None
     gaps = (nums[:, 0] - nums[:, 1])[nums[:, 1] >= 0]  # each rank's newest interval
     if not len(gaps) or np.median(gaps) <= 1:
         return None
-    stride = max(1, int(np.median(gaps)) // 2)
+    stride = max(1, int(np.median(gaps)))
     newest = nums[:, 0]
     if not (newest >= 0).any():
         return None
@@ -76,14 +87,13 @@ def intervals_on_steps(nums: np.ndarray, waits: np.ndarray, points: int = POINTS
     # Newest first, each row's points are: none past its newest record (only a rank with no record has any),
     # then each record's (those after the record before it, up to its own; the oldest's first step is not
     # known: none), then none before. One ``repeat`` lays every row's values out.
-    covered = np.where(rel[:, 1:] >= 0, upto(rel[:, :-1]) - upto(rel[:, 1:]), 0)
-    head = np.where(rel[:, 0] >= 0, points - upto(rel[:, 0]), points)
+    before = upto(rel)
+    covered = np.where(rel[:, 1:] >= 0, before[:, :-1] - before[:, 1:], 0)
+    head = np.where(rel[:, 0] >= 0, points - before[:, 0], points)
     tail = points - head - covered.sum(axis=1)
     counts = np.column_stack([head, covered, tail]).ravel()
     values = np.column_stack([np.full(n, np.nan), waits[:, :-1], np.full(n, np.nan)]).ravel()
-    laid = np.repeat(values, counts).reshape(n, points)  # newest first
-    grid = np.where(np.isnan(laid), -1, np.arange(points - 1, -1, -1)[None, :])
-    return grid, np.nan_to_num(laid)
+    return np.repeat(values, counts).reshape(n, points)  # newest first
 
 
 def last_arrivals(nums: np.ndarray, waits: np.ndarray, class_ids: np.ndarray | None = None,
@@ -107,10 +117,7 @@ def last_arrivals(nums: np.ndarray, waits: np.ndarray, class_ids: np.ndarray | N
         return share, counted
     at = nums - (newest - width + 1)  # the step's column; what is outside the window goes in a last column, dropped
     at[(nums < 0) | (at < 0) | (at >= width)] = width
-    if class_ids is None:
-        of, members = np.zeros(n, np.intp), np.array([n])
-    else:
-        _, of, members = np.unique(np.asarray(class_ids, np.int64), return_inverse=True, return_counts=True)
+    of, members = _classes(class_ids, n)
     classes = len(members)
     present = np.bincount((at + (of * (width + 1))[:, None]).ravel(), minlength=classes * (width + 1))
     full = present.reshape(classes, width + 1)[:, :width] == members[:, None]
@@ -119,7 +126,23 @@ def last_arrivals(nums: np.ndarray, waits: np.ndarray, class_ids: np.ndarray | N
         return share, counted
     grid = np.full((n, width + 1), np.nan)
     np.put_along_axis(grid, at, waits, axis=1)
-    grid = grid[:, :width]
+    return _on_grid(grid[:, :width], full, of, members)
+
+
+def _classes(class_ids: np.ndarray | None, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """Each of ``n`` ranks' class, as 0, 1, ... (None: all one), and each class's member count."""
+    if class_ids is None:
+        return np.zeros(n, np.intp), np.array([n])
+    _, of, members = np.unique(np.asarray(class_ids, np.int64), return_inverse=True, return_counts=True)
+    return of.reshape(-1), members
+
+
+def _on_grid(grid: np.ndarray, full: np.ndarray, of: np.ndarray, members: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`last_arrivals` over ``grid`` (ranks x columns: the same step in a column for every rank, its wait,
+    NaN: not held) where ``full`` (classes x columns) says which columns every member of a class holds: per
+    class and column the least and the most wait by whole-class reductions."""
+    n = len(grid)
+    classes = len(members)
     if classes == 1:
         order, ordered, starts = None, grid, np.zeros(1, np.intp)
     else:
