@@ -78,8 +78,10 @@ def intervals_on_steps(nums: np.ndarray, waits: np.ndarray, points: int = POINTS
     width = top - base + 1
     # A row's records count while each is older than the one after it (a rank that started afresh numbers its
     # steps from 0 again: what comes before is another run's).
-    kept = np.logical_and.accumulate(np.column_stack([nums[:, 0] >= 0, nums[:, 1:] < nums[:, :-1]]), axis=1)
-    rel = np.where(kept & (nums >= 0), np.clip(nums - base, 0, width), -1)
+    backwards = (nums[:, 1:] >= nums[:, :-1]) & (nums[:, 1:] >= 0)
+    if backwards.any():
+        nums = np.where(np.logical_and.accumulate(np.column_stack([np.ones(n, bool), ~backwards]), axis=1), nums, -1)
+    rel = np.where(nums >= 0, np.clip(nums - base, 0, width), -1)
 
     def upto(x: np.ndarray) -> np.ndarray:  # how many points lie at or before x (they lie at 1, 1 + stride, ...)
         return np.clip((x - 1) // stride + 1, 0, points)
