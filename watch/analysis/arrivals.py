@@ -98,11 +98,10 @@ def intervals_on_steps(nums: np.ndarray, waits: np.ndarray, points: int = POINTS
     return np.repeat(values, counts).reshape(n, points)  # newest first
 
 
-def last_arrivals(nums: np.ndarray, waits: np.ndarray, class_ids: np.ndarray | None = None,
-                  settling: int = SETTLING) -> tuple[np.ndarray, np.ndarray]:  # fmt: skip
+def last_arrivals(nums: np.ndarray, waits: np.ndarray, class_ids: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Per rank (a row of ``nums``, its last steps' numbers, -1: none; ``waits``, their collective waits), the
     share of its counted steps at which it arrived last among its peer class (NaN: none counted), and how many
-    steps counted; ``settling``: the job's newest steps left out.
+    steps counted.
 
     Each rank's steps are laid out in a grid, a column per step of the window (the newest ``nums.shape[1]``
     settled ones): per class and column, whether every member has that step, the least and the most wait, in
@@ -114,7 +113,7 @@ def last_arrivals(nums: np.ndarray, waits: np.ndarray, class_ids: np.ndarray | N
     counted = np.zeros(n, np.int64)
     if n < 2 or not width:
         return share, counted
-    newest = int(nums.max()) - settling
+    newest = int(nums.max()) - SETTLING
     if newest < 0:
         return share, counted
     at = nums - (newest - width + 1)  # the step's column; what is outside the window goes in a last column, dropped
