@@ -4,7 +4,8 @@ A matrix of scenarios runs through the real engine on a simulated clock: the
 simulator's phase model (demo/sim_model.py, :class:`NoisyJob` adds the noises
 and faults below) makes every rank's steps, its ranks send them as a probe
 does (or, from 128 ranks, their nodes' digests, as a big job's viewer takes
-them: demo/simulate.py ``Simulator.replay``), encoded; a real
+them, each node's relay sending at its own moment as live: demo/simulate.py
+``Simulator.replay``), encoded; a real
 ``Aggregator`` decodes and ingests them, and its snapshot, judged by
 watch/analysis/judge.py, gives the verdict (watch/model/verdict.py) every half
 second of the job (every second from 128 ranks). No sockets, no sleeping: a
@@ -63,11 +64,15 @@ from ranktop.demo.sim_model import PHASES, JobModel, Scenario, Step
 from ranktop.demo.simulate import Simulator
 from ranktop.watch.aggregator import DEFAULT_WINDOW, Aggregator
 from ranktop.watch.model.verdict import SLOW_NODE, SLOW_RANK, verdict
+from ranktop.wire import settings
 
 STEPS_PER_S = 16.0
 STEP_S = 1.0 / STEPS_PER_S
 #: From this many ranks the viewer takes node digests (it does from 16 nodes of 8: watch/engine/receiver.py).
 DIGESTS_FROM = 128
+#: Each node's relay sends its digest 4 times a second at its own moment, as live relays do (their digests end at
+#: different steps): the replay ticks this many times as often, and a node's relay sends at every such tick from its own.
+DIGEST_TURNS = 4
 #: Layouts: ranks, nodes and the mesh (pp, tp, ep; data parallel takes the rest).
 LAYOUTS = {
     "dp2": dict(ranks=2, nodes=1),
@@ -243,7 +248,9 @@ def run_case(case: Case, directory: str) -> Outcome:
     """One scenario through the real engine; what its verdicts said."""
     began = time.perf_counter()
     spec = LAYOUTS[case.layout]
-    s = Scenario(job="accuracy", steps_per_s=STEPS_PER_S, seed=case.seed, **spec)
+    digests = spec["ranks"] >= DIGESTS_FROM
+    turns = DIGEST_TURNS if digests else 1
+    s = Scenario(job="accuracy", steps_per_s=STEPS_PER_S, seed=case.seed, rate_hz=settings.DEFAULT_RATE_HZ * turns, **spec)
     t0 = 1.0e9
     sim = Simulator(s, directory)
     model = sim.model = NoisyJob(s, case, t0)
@@ -252,7 +259,6 @@ def run_case(case: Case, directory: str) -> Outcome:
     out = Outcome(case, culprits)
     clock = [t0]
     agg = Aggregator("accuracy", clock=lambda: clock[0], wall_clock=lambda: clock[0])
-    digests = s.ranks >= DIGESTS_FROM
     if not digests:
         agg.ingest_batch([(frames, None) for frames in sim.hellos(t0)])
     every = 1.0 if digests else 0.5
@@ -263,7 +269,7 @@ def run_case(case: Case, directory: str) -> Outcome:
         start_at = case.onset_s + RAMP_S * min(1.0, 0.05 / case.size)
     quiet_after = WARMUP_S + LINGER_S if case.noisy("warmup") else 0.0
     last_active: float | None = None
-    for now, frames in sim.replay(case.length_s, start=t0, digests=digests):
+    for now, frames in sim.replay(case.length_s, start=t0, digests=digests, turns=turns):
         clock[0] = now
         agg.ingest_batch([(f, None) for f in frames])
         if now < next_look:
@@ -272,7 +278,7 @@ def run_case(case: Case, directory: str) -> Outcome:
         t = now - t0
         v = verdict(agg.snapshot())
         named = v.kind in (SLOW_RANK, SLOW_NODE) and bool(v.ranks)
-        active = model.size_at(t - 1.0 / s.rate_hz) > 0  # the last steps sent ran under the fault
+        active = model.size_at(t - turns / s.rate_hz) > 0  # the last steps sent ran under the fault
         lingering = not active and case.fault != "none" and t >= case.onset_s and (
             case.lasts_s is None or t < case.onset_s + case.lasts_s + LINGER_S)
         hit = named and (v.ranks[0] in culprits or (v.host in node if node else False))

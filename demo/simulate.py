@@ -449,13 +449,15 @@ class Simulator:
         self._next_sample[ranks[0]] = now + SAMPLE_EVERY_S
         return self.model.sample(last, ranks[0], (last.n + 1) * self.s.calls_per_step, now - self._started)
 
-    def replay(self, seconds: float, start: float = 1.0e9, digests: bool = False):
+    def replay(self, seconds: float, start: float = 1.0e9, digests: bool = False, turns: int = 1):
         """Run the job on a clock of its own, without sockets: yields (time, frames every rank sends then)
         at each of the ranks' sends, for ``seconds`` of the job (tests and benchmarks feed an aggregator
         with them). The scenario's stalls and silences happen as they would live. Call on a Simulator
         that was not started. ``digests``: yield each node's digest (wire/node_digest.py) instead, hellos
         included, as a viewer of a big job receives them, at the pace the job's relays would send them
-        (``digest_hz``: 1 Hz at 2,048 nodes)."""
+        (``digest_hz``: 1 Hz at 2,048 nodes). ``turns``: the nodes send in that many turns, node j at every
+        ``turns``-th send from the j-th (live, each relay sends at its own moment: its digests end at its own
+        steps, not every node's at the same)."""
         clock = [start]
         self._clock = lambda: clock[0]
         self._started = start
@@ -468,24 +470,26 @@ class Simulator:
                 msg = schema.decode(message)
                 assert isinstance(msg, Hello)
                 folds[msg.rank // per].add(msg)
-        sent_upto, last_sent = -1, start
-        # The nodes' digests as their relays pace them (wire/node_digest.py: digest_hz), every node at the same moment.
+        sent_upto, last_sent = [-1] * turns, start
+        # The nodes' digests as their relays pace them (wire/node_digest.py: digest_hz), each turn's on its own.
         digest_every = 1.0 / digest_hz(len(nodes))
-        next_digest = start + digest_every
+        next_digest = [start + digest_every] * turns
         for i in range(1, int(seconds * self.s.rate_hz) + 1):
             now = clock[0] = start + i / self.s.rate_hz
             self._advance(now)
-            if digests and now < next_digest - 1e-9:
+            turn = i % turns
+            if digests and now < next_digest[turn] - 1e-9:
                 continue
-            next_digest = max(next_digest + digest_every, now)
-            steps = [st for st in self._done if st.n > sent_upto]
+            next_digest[turn] = max(next_digest[turn] + digest_every, now)
+            steps = [st for st in self._done if st.n > sent_upto[turn]]
             if not steps and now - last_sent < HEARTBEAT_EVERY_S:
                 continue
             last_sent = now
             frames = []
-            if digests and steps:  # every node's ranks summed in one go, as live (fold_nodes)
-                self.fold_nodes(list(zip(nodes, folds)), steps, now)
-            for ranks, fold in zip(nodes, folds):
+            due = list(zip(nodes, folds))[turn::turns]
+            if digests and steps:  # every due node's ranks summed in one go, as live (fold_nodes)
+                self.fold_nodes(due, steps, now)
+            for ranks, fold in due:
                 if digests and steps:
                     digest = fold.body(now, now)
                     if digest is not None:
@@ -501,7 +505,7 @@ class Simulator:
                     if digest is not None:
                         frames.append(schema.encode(digest))
             if steps:
-                sent_upto = steps[-1].n
+                sent_upto[turn] = steps[-1].n
             yield now, frames
 
     def hellos(self, now: float) -> list[list[bytes]]:

@@ -6,8 +6,12 @@ import numpy as np
 import pytest
 
 from ranktop.demo.sim_model import PHASES, JobModel, Scenario
-from ranktop.watch.analysis.arrivals import SETTLING, last_arrivals
+from ranktop.demo.simulate import Simulator
+from ranktop.watch.aggregator import Aggregator
+from ranktop.watch.analysis.arrivals import SETTLING, VETO_AFTER, intervals_on_steps, last_arrivals, shares
 from ranktop.watch.engine.step_columns import StepColumns
+from ranktop.wire import schema
+from ranktop.wire.messages import Node
 
 
 def steps_of(ranks: int, steps: int, slow: int | None = None, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
@@ -147,3 +151,83 @@ def test_a_node_digest_s_sums_are_its_ranks_records_summed_when_ranks_begin_step
         assert sums["wall"][at] == pytest.approx(sum(r.w for r in records))
         for i, phase in enumerate(PHASES):
             assert sums["phases"][at, i] == pytest.approx(sum(r.p[phase] for r in records)), phase
+
+
+def node_digests(nodes: int, per_node: int, steps: int, every: int, slow: int | None = None, seed: int = 0):
+    """What a viewer of digests holds (newest first): each node's relay sends every ``every`` steps at its own
+    moment (node j's intervals end at steps j mod ``every`` apart), each record its interval's last step and mean
+    wait per step; every step each rank works 100 ms, give or take 5 ms, rank ``slow`` 20% longer."""
+    nums, waits = steps_of(nodes * per_node, steps, slow=slow, seed=seed)
+    step_waits = waits[:, ::-1]  # oldest first, step 100 + i at column i
+    rows_nums, rows_waits = [], []
+    for rank in range(nodes * per_node):
+        ends = [s for s in range(steps) if (s + rank // per_node) % every == every - 1]
+        records = [(100 + end, step_waits[rank, start + 1 : end + 1].mean()) for start, end in zip(ends, ends[1:])]
+        records = records[::-1][:32]
+        rows_nums.append([n for n, _ in records] + [-1] * (32 - len(records)))
+        rows_waits.append([w for _, w in records] + [0.0] * (32 - len(records)))
+    return np.array(rows_nums), np.array(rows_waits)
+
+
+def test_node_digests_that_end_at_each_node_s_own_steps_still_say_who_arrives_last():
+    """Live, each relay sends its digest at its own moment: no step number ends an interval on every node, so
+    read as steps nothing counts (and the veto never acts); laid on one grid of steps, a slowed rank is last
+    nearly everywhere and counted long enough for the veto."""
+    nums, waits = node_digests(4, 4, 160, every=4, slow=6)
+    _, counted = last_arrivals(nums, waits)
+    assert not counted.any()  # the defect seen on a live 256-rank job
+    share, counted = shares(nums, waits)
+    assert counted.min() >= VETO_AFTER
+    assert share[6] > 0.9 and np.delete(share, 6).max() < 0.1
+    healthy, _ = shares(*node_digests(4, 4, 800, every=4, seed=5))
+    assert abs(healthy.sum() - 1.0) < 1e-9 and healthy.max() < 0.25  # 1 in 16, give or take: no one never last by rule
+
+
+def test_digest_intervals_are_read_at_the_steps_the_rule_says():
+    """Each point's wait is that of the record covering the step (after the record before it, up to its own),
+    NaN where a rank has none (before its oldest record, whose first step is unknown, or no record at all)."""
+    rnd = np.random.default_rng(11)
+    for _ in range(200):
+        n, k = int(rnd.integers(2, 7)), int(rnd.integers(2, 9))
+        ends = 400 - rnd.integers(0, 5, (n, 1)) - np.cumsum(rnd.integers(2, 7, (n, k)), axis=1)
+        nums = np.where(np.arange(k)[None, :] < rnd.integers(0, k + 1, (n, 1)), ends, -1)  # some rows hold fewer
+        waits = rnd.random((n, k))
+        laid = intervals_on_steps(nums, waits, points=12)
+        newest = nums[:, 1] >= 0
+        if laid is None:
+            assert not newest.any() or np.median(nums[newest, 0] - nums[newest, 1]) <= 1 or (nums[:, 0] < 0).all()
+            continue
+        stride = int(np.median(nums[newest, 0] - nums[newest, 1]))
+        top = nums[:, 0][nums[:, 0] >= 0].min()
+        for r in range(n):
+            for j in range(12):  # newest first
+                step = top - stride * j
+                cover = [i for i in range(k - 1) if nums[r, i + 1] >= 0 and nums[r, i + 1] < step <= nums[r, i]]
+                if cover:
+                    assert laid[r, j] == waits[r, cover[0]]
+                else:
+                    assert np.isnan(laid[r, j])
+
+
+def test_a_viewer_of_relays_that_send_each_at_its_own_moment_counts_every_rank_s_last_arrivals(tmp_path):
+    """256 simulated ranks on 32 nodes, whose relays send their digests in 4 turns (as live, each at its own
+    moment: no step ends an interval on every node), through the real decoder and aggregator: every rank's
+    share is counted, and the slowed one arrives last throughout."""
+    sim = Simulator(Scenario(job="j", ranks=256, nodes=32, rate_hz=16.0, slow_rank=77, slow_ms=6, slow_phase="forward"), str(tmp_path))
+    clock = [1.0e9]
+    agg = Aggregator("j", clock=lambda: clock[0], wall_clock=lambda: clock[0])
+    ends: dict[str, set[int]] = {}  # each node's intervals' last steps
+    for now, frames in sim.replay(8.0, clock[0], digests=True, turns=4):
+        clock[0] = now
+        agg.ingest_batch([(f, None) for f in frames])
+        for f in frames:
+            msg = schema.decode(f)
+            if isinstance(msg, Node) and msg.steps is not None:
+                ends.setdefault(msg.host, set()).update(np.frombuffer(msg.steps.n, np.int64).tolist())
+    both = ends["sim0000"] & ends["sim0001"]
+    assert len(both) < len(ends["sim0000"]) / 3  # seldom does a step end an interval on both nodes
+    snap = agg.snapshot()
+    shares_of = [r.last_arrivals for r in snap.ranks]
+    assert None not in shares_of
+    assert snap.ranks[77].last_arrivals == 1.0 and snap.ranks[77].status == "slow"
+    assert max(s for r, s in enumerate(shares_of) if r != 77) == 0.0

@@ -158,3 +158,30 @@ def test_a_simulator_that_kept_up_says_nothing_and_one_that_fell_behind_says_how
         "the machine could not keep up with the simulated job: 4.2 s of it skipped; its nodes' sends went out 0.60 s late "
         "on average (at worst 1.9 s); 12 messages dropped at the source (a relay's queue was full)"
     )
+
+
+@pytest.mark.slow
+def test_a_live_job_of_32_relays_says_who_arrives_last_at_every_rank(rdv):
+    """256 simulated ranks on 32 nodes, watched through their live relays' digests (each relay sends at its own
+    moment: their intervals end at different steps): every rank's last arrivals are counted, and the slowed rank
+    is the one the others wait for (before, no step was every node's: every rank's figure was null, and the
+    veto of the phase times never acted on a big job)."""
+    job = "sim-arrivals"
+    proc = subprocess.Popen(
+        [RANKTOP, "demo", "--simulate", "256", "--nodes", "32", "--no-tui", "--job", job,
+         "--slow-rank", "77", "--slow-ms", "20", "--slow-phase", "forward"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True,
+    )  # fmt: skip
+    try:
+        wait_for(lambda: len(rendezvous.read_nodes(job)) == 32 or proc.poll() is not None, 60, "the simulated relays never came up")
+        assert proc.poll() is None, proc.stderr.read()
+        doc = json.loads(run_cli("watch", job, "--json", "--duration", "12").stdout)
+        assert doc["world_size"] == 256 and doc["connected"] == 256
+        shares = {r["rank"]: r["last_arrivals"] for r in doc["ranks"]}
+        assert None not in shares.values(), [r for r, s in shares.items() if s is None][:8]
+        assert shares[77] > 0.9 and max(s for r, s in shares.items() if r != 77) < 0.1
+        assert doc["stragglers"][0] == 77
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait(30)
+    wait_for(lambda: not rendezvous.read_nodes(job), 30, "the simulator outlived ranktop demo")

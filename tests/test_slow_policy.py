@@ -132,3 +132,20 @@ def test_the_history_follows_each_phase_s_time_beyond_its_reference_alike_up_and
     assert level[1] == pytest.approx(-0.001 * (1 - np.exp(-1)))
     history.note(ranks, np.zeros(2), np.array([True, False]), 100.0, differences=moved * 10)
     assert history.differences_before(ranks, 6)[0] == pytest.approx(level[0])  # slow: held
+
+
+def test_the_size_told_of_a_slow_rank_is_its_excess_averaged_while_it_stays_slow():
+    history = ExcessHistory()
+    ranks = np.array([3, 5])
+    slow_now = np.array([True, False])
+    assert history.size(ranks, np.array([0.004, 0.001]), slow_now, now=0.0).tolist() == [0.004, 0.001]  # just slow: as is
+    told = history.size(ranks, np.array([0.006, 0.002]), slow_now, now=ExcessHistory.SIZE_FOLLOW_S)
+    assert told[0] == pytest.approx(0.004 + 0.002 * (1 - np.exp(-1)))  # a window's noise moves it a little
+    assert told[1] == 0.002  # a rank that is not slow: its excess
+    for now in np.arange(5.0, 40.0, 0.5):  # its median wanders +-1 ms about 5 ms: the size told much less
+        told = history.size(ranks, np.array([0.005 + 0.001 * np.sin(now * 2.1), 0.002]), slow_now, now=now)
+        if now > 20.0:
+            assert abs(told[0] - 0.005) < 0.0005
+    assert history.size(ranks, np.array([0.009, 0.002]), slow_now, now=now)[0] == 0.009  # again at the same moment: as is
+    history.size(ranks, np.array([0.001, 0.002]), np.array([False, False]), now=50.0)  # healthy again
+    assert history.size(ranks, np.array([0.008, 0.0]), slow_now, now=51.0)[0] == 0.008  # slow afresh: from its excess

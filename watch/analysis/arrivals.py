@@ -11,8 +11,10 @@ Per step and peer class (watch/analysis/peers.py: the ranks that do the same wor
 collectives) the rank with the least wait ("comm", every collective of the step summed) is that step's last
 arrival. A step counts only where every rank of the class has it in its window and someone waited longer
 than another (a step with no collective says nothing), and the job's newest steps are left out (their waits
-may still be on their way: watch/engine/step_columns.py ``put``). All of it is a few whole-array numpy operations over
-the ranks' last steps (watch/engine/step_columns.py ``recent_waits``): O(1) per rank.
+may still be on their way: watch/engine/step_columns.py ``put``). Node digests' records are intervals of a few
+steps that end where each relay happened to send, so they are first read at the same steps on every node
+(:func:`intervals_on_steps`). All of it is a few whole-array numpy operations over the ranks' last steps
+(watch/engine/step_columns.py ``recent_waits``): O(1) per rank.
 """
 
 from __future__ import annotations
@@ -23,6 +25,77 @@ import numpy as np
 VETO_AFTER = 16
 #: The job's newest steps left out: a step's waits may come in a message after its step's.
 SETTLING = 2
+#: Node digests' intervals are read at this many steps per rank, an interval apart: about one a record of the
+#: ranks' last ones (watch/engine/step_columns.py RECENT_STEPS holds 32).
+POINTS = 32
+
+
+def shares(nums: np.ndarray, waits: np.ndarray, class_ids: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`last_arrivals` of the ranks' records as they come: a step each (a probe's own messages), or node
+    digests' intervals, read at the same steps on every node first (:func:`intervals_on_steps`). Each relay
+    sends its digest at its own moment, so its intervals end at its own steps and hardly a step number is every
+    node's: read as steps, nothing counted on a live job of digests (16 nodes and more), and no veto."""
+    laid = intervals_on_steps(nums, waits)
+    if laid is None:
+        return last_arrivals(nums, waits, class_ids)
+    n = len(laid)
+    of, members = _classes(class_ids, n)
+    held = ~np.isnan(laid)
+    if len(members) == 1:
+        full = held.all(axis=0)[None, :]
+    else:
+        order = np.argsort(of, kind="stable")
+        full = np.add.reduceat(held[order].astype(np.int32), np.r_[0, np.cumsum(members)[:-1]], axis=0) == members[:, None]
+    full &= (members >= 2)[:, None]
+    if not full.any():
+        return np.full(n, np.nan), np.zeros(n, np.int64)
+    return _on_grid(laid, full, of, members)
+
+
+def intervals_on_steps(nums: np.ndarray, waits: np.ndarray, points: int = POINTS) -> np.ndarray | None:
+    """The ranks' intervals (a row of ``nums`` per rank, newest first: each record's last step, -1: none; ``waits``
+    their mean waits per step) read at the same steps for every rank: ``points`` steps, from the newest step
+    every rank with records has, back every interval (of the usual length: the median of the ranks' newest).
+    At each, a rank's wait is that of its record covering the step (the record after its step before it, up to
+    its own); NaN where a rank has none (before its oldest record, whose first step is not known, or no record
+    at all). A (ranks, ``points``) array, newest first: a grid whose columns are the same steps for every rank
+    (no settling: a digest's waits come with its steps). None: the records are single steps (the median gap is
+    one step), to be read as they are. Whole-array operations over every rank's records: O(points) per rank."""
+    n, k = nums.shape
+    if n < 2 or k < 2:
+        return None
+    gaps = (nums[:, 0] - nums[:, 1])[nums[:, 1] >= 0]  # each rank's newest interval
+    if not len(gaps) or np.median(gaps) <= 1:
+        return None
+    stride = max(1, int(np.median(gaps)))
+    newest = nums[:, 0]
+    if not (newest >= 0).any():
+        return None
+    top = int(newest[newest >= 0].min())  # the newest step every rank with records has
+    # Steps counted from just below the oldest point: a record before it is 0, one after the newest point is
+    # ``width`` (all either says is that it is before or after every point).
+    base = top - stride * (points - 1) - 1
+    width = top - base + 1
+    # A row's records count while each is older than the one after it (a rank that started afresh numbers its
+    # steps from 0 again: what comes before is another run's).
+    backwards = (nums[:, 1:] >= nums[:, :-1]) & (nums[:, 1:] >= 0)
+    if backwards.any():
+        nums = np.where(np.logical_and.accumulate(np.column_stack([np.ones(n, bool), ~backwards]), axis=1), nums, -1)
+    rel = np.where(nums >= 0, np.clip(nums - base, 0, width), -1)
+
+    def upto(x: np.ndarray) -> np.ndarray:  # how many points lie at or before x (they lie at 1, 1 + stride, ...)
+        return np.clip((x - 1) // stride + 1, 0, points)
+
+    # Newest first, each row's points are: none past its newest record (only a rank with no record has any),
+    # then each record's (those after the record before it, up to its own; the oldest's first step is not
+    # known: none), then none before. One ``repeat`` lays every row's values out.
+    before = upto(rel)
+    covered = np.where(rel[:, 1:] >= 0, before[:, :-1] - before[:, 1:], 0)
+    head = np.where(rel[:, 0] >= 0, points - before[:, 0], points)
+    tail = points - head - covered.sum(axis=1)
+    counts = np.column_stack([head, covered, tail]).ravel()
+    values = np.column_stack([np.full(n, np.nan), waits[:, :-1], np.full(n, np.nan)]).ravel()
+    return np.repeat(values, counts).reshape(n, points)  # newest first
 
 
 def last_arrivals(nums: np.ndarray, waits: np.ndarray, class_ids: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
@@ -34,7 +107,7 @@ def last_arrivals(nums: np.ndarray, waits: np.ndarray, class_ids: np.ndarray | N
     settled ones): per class and column, whether every member has that step, the least and the most wait, in
     a few whole-array passes (no ``ufunc.at``, which is an element at a time). Where no step can count (the
     steps of node digests end at each node's own moment, so a big job's ranks seldom share a step number),
-    the grid of waits is never made."""
+    the grid of waits is never made (:func:`shares` lays their intervals on one grid of steps first)."""
     n, width = nums.shape
     share = np.full(n, np.nan)
     counted = np.zeros(n, np.int64)
@@ -45,10 +118,7 @@ def last_arrivals(nums: np.ndarray, waits: np.ndarray, class_ids: np.ndarray | N
         return share, counted
     at = nums - (newest - width + 1)  # the step's column; what is outside the window goes in a last column, dropped
     at[(nums < 0) | (at < 0) | (at >= width)] = width
-    if class_ids is None:
-        of, members = np.zeros(n, np.intp), np.array([n])
-    else:
-        _, of, members = np.unique(np.asarray(class_ids, np.int64), return_inverse=True, return_counts=True)
+    of, members = _classes(class_ids, n)
     classes = len(members)
     present = np.bincount((at + (of * (width + 1))[:, None]).ravel(), minlength=classes * (width + 1))
     full = present.reshape(classes, width + 1)[:, :width] == members[:, None]
@@ -57,7 +127,23 @@ def last_arrivals(nums: np.ndarray, waits: np.ndarray, class_ids: np.ndarray | N
         return share, counted
     grid = np.full((n, width + 1), np.nan)
     np.put_along_axis(grid, at, waits, axis=1)
-    grid = grid[:, :width]
+    return _on_grid(grid[:, :width], full, of, members)
+
+
+def _classes(class_ids: np.ndarray | None, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """Each of ``n`` ranks' class, as 0, 1, ... (None: all one), and each class's member count."""
+    if class_ids is None:
+        return np.zeros(n, np.intp), np.array([n])
+    _, of, members = np.unique(np.asarray(class_ids, np.int64), return_inverse=True, return_counts=True)
+    return of.reshape(-1), members
+
+
+def _on_grid(grid: np.ndarray, full: np.ndarray, of: np.ndarray, members: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`last_arrivals` over ``grid`` (ranks x columns: the same step in a column for every rank, its wait,
+    NaN: not held) where ``full`` (classes x columns) says which columns every member of a class holds: per
+    class and column the least and the most wait by whole-class reductions."""
+    n = len(grid)
+    classes = len(members)
     if classes == 1:
         order, ordered, starts = None, grid, np.zeros(1, np.intp)
     else:

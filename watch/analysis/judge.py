@@ -79,7 +79,7 @@ def build(view: JobView, extras: Extras, policy: StallPolicy = StallPolicy(), pe
     found = np.where(by_class, found + grown, found)
     last = np.full(n, np.nan)
     counted = np.zeros(n, np.int64)
-    last[idx], counted[idx] = arrivals.last_arrivals(view.recent_steps[idx], view.recent_waits[idx], class_ids)
+    last[idx], counted[idx] = arrivals.shares(view.recent_steps[idx], view.recent_waits[idx], class_ids)
     # Flagged by its phase times but never the last to arrive at a collective over many steps: it holds nobody
     # back (its excess is spent where nobody waits for it, or is noise). Where the waits say nothing, no veto.
     judged_slow = ((found > slow_above) | by_class) & ~((last[idx] == 0.0) & (counted[idx] >= arrivals.VETO_AFTER))
@@ -90,7 +90,9 @@ def build(view: JobView, extras: Extras, policy: StallPolicy = StallPolicy(), pe
         settled = (steps >= min(class_growth.SETTLED_STEPS, int(steps.max())))[:, None] if len(steps) else np.zeros((0, 1), bool)
         history.note(ranks, found, judged_slow, view.now, np.where(settled, reference, np.nan),
                      np.where(settled, differences, np.nan))  # fmt: skip
-    excess[idx], culprit[idx] = found, worst
+    # The size told: a slow rank's excess averaged while it stays slow (a window's median moves with the noise).
+    told = history.size(ranks, found, judged_slow, view.now) if history is not None else found
+    excess[idx], culprit[idx] = told, worst
     score = excess / median_step if median_step else np.zeros(n)
 
     status = np.full(n, STATUS_CODE[OK], np.int8)
