@@ -161,18 +161,18 @@ def viewer(job: str, directory: str, seconds: float, ranks: int, straggler: int)
     cpu_start = rss_start = 0.0
     snap = None
     with session:
-        next_tick = time.monotonic()
+        # Paced as the App's refresher (watch/refresher.py Refresher.run) paces them: the next a period after this
+        # one began (never a burst to catch up), and at least BUSY_RATIO times a snapshot's time after it ended.
+        next_tick = time.monotonic() + period_s(REFRESH_HZ, session.changes_every_s())
         while True:
-            next_tick += period_s(REFRESH_HZ, session.changes_every_s())  # as the App's refresher paces them
             pause = next_tick - time.monotonic()
             if pause > 0:
                 time.sleep(pause)
-            else:
-                next_tick = time.monotonic()  # a snapshot longer than the period: no burst to catch up
+            next_tick = max(next_tick + period_s(REFRESH_HZ, session.changes_every_s()), time.monotonic())
             t0, c0 = time.perf_counter(), time.thread_time()
             snap = take()
             took, took_cpu = time.perf_counter() - t0, time.thread_time() - c0
-            next_tick = max(next_tick, time.monotonic() + BUSY_RATIO * took)  # as the TUI's Refresher paces them
+            next_tick = max(next_tick, time.monotonic() + BUSY_RATIO * took)
             now_wall, now = time.time(), time.monotonic()
             b0 = time.thread_time()
             if snap.stragglers and snap.stragglers[0] == straggler and first_top is None:
