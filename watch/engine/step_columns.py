@@ -34,9 +34,9 @@ from ranktop.wire.names import COMM_PHASE, OTHER_PHASE, STANDARD_PHASES
 MIN_STEPS_TO_SCORE = 3
 #: From this many rows on a refresh works out the medians of half the rows with new steps, in turn (the first half
 #: of the rows, then the second: runs of rows, which a sort reads as slices): each rank's are at most two refreshes old (a second at the screen's 2 Hz, over a window of 16 s of
-#: digests), for half the sorting; from twice as many, a quarter in turn (at most 2 s old, where the digests come once a
-#: second, wire/node_digest.py digest_hz, and a window spans 64 s). A row never worked out yet is always worked out (a
-#: new rank is scored at once).
+#: digests), for half the sorting; from twice as many, a quarter in turn (at most four refreshes old: 4 s where the
+#: digests come once a second, wire/node_digest.py digest_hz, and with them the refreshes, watch/refresher.py
+#: period_s; a window then spans 64 s). A row never worked out yet is always worked out (a new rank is scored at once).
 SHARED_FROM = 8192
 #: Figures a refresh sorts in one go, at most: its scratch buffer's size (4 MB), and a block that stays in the
 #: processor's caches while it is sorted and read.
