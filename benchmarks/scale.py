@@ -8,7 +8,9 @@ written), a *viewer process* watches it as the TUI does: a
 ``WatchSession`` whose snapshot is taken at a 2 Hz refresh (through the same
 call the App makes), paced as the App's refresher paces it (a snapshot that
 took T seconds is followed by at least 2T without one, so the receiver keeps
-the interpreter two thirds of the time). The viewer process reports:
+the interpreter two thirds of the time; and no more often than the job's
+digests come, once a second from 2,048 nodes: watch/refresher.py ``period_s``).
+The viewer process reports:
 
 - its CPU use, as % of one core (user + system, receiver thread included; the
   benchmark's own bookkeeping is left out);
@@ -141,13 +143,12 @@ def cpu_s() -> float:
 def viewer(job: str, directory: str, seconds: float, ranks: int, straggler: int) -> dict:
     """Watch ``job`` as the TUI does for ``seconds`` after warm-up; the figures as a dict."""
     from ranktop.watch.heap import settle_for_viewing
-    from ranktop.watch.refresher import BUSY_RATIO
+    from ranktop.watch.refresher import BUSY_RATIO, period_s
     from ranktop.watch.session import WatchSession, resolve
 
     settle_for_viewing()  # as the ranktop commands do
     session = WatchSession(resolve([job], directory, allow_pending=True))
-    take = session.snapshot  # what the App's refresh timer calls
-    period = 1.0 / REFRESH_HZ
+    take = session.snapshot  # what the App's refresher calls
     started = time.monotonic()
     snapshot_ms: list[float] = []
     snapshot_cpu_ms: list[float] = []  # the same on the CPU clock: what a busy machine does not inflate
@@ -160,18 +161,18 @@ def viewer(job: str, directory: str, seconds: float, ranks: int, straggler: int)
     cpu_start = rss_start = 0.0
     snap = None
     with session:
-        next_tick = time.monotonic()
+        # Paced as the App's refresher (watch/refresher.py Refresher.run) paces them: the next a period after this
+        # one began (never a burst to catch up), and at least BUSY_RATIO times a snapshot's time after it ended.
+        next_tick = time.monotonic() + period_s(REFRESH_HZ, session.changes_every_s())
         while True:
-            next_tick += period
             pause = next_tick - time.monotonic()
             if pause > 0:
                 time.sleep(pause)
-            else:
-                next_tick = time.monotonic()  # a snapshot longer than the period: no burst to catch up
+            next_tick = max(next_tick + period_s(REFRESH_HZ, session.changes_every_s()), time.monotonic())
             t0, c0 = time.perf_counter(), time.thread_time()
             snap = take()
             took, took_cpu = time.perf_counter() - t0, time.thread_time() - c0
-            next_tick = max(next_tick, time.monotonic() + BUSY_RATIO * took)  # as the TUI's Refresher paces them
+            next_tick = max(next_tick, time.monotonic() + BUSY_RATIO * took)
             now_wall, now = time.time(), time.monotonic()
             b0 = time.thread_time()
             if snap.stragglers and snap.stragglers[0] == straggler and first_top is None:

@@ -112,6 +112,26 @@ def _gpu_sample(clock_mhz: int, reasons: int) -> dict:
     return sampler.sample()
 
 
+def test_a_gathered_view_s_sm_clock_column_is_read_instead_of_a_pass_over_every_rank_s_gauges(monkeypatch):
+    """A job of thousands of GPU ranks: the SM clocks come as a column the job state keeps from each state as it
+    arrives (watch/engine/rank_scalars.py), not from a pass over the states per snapshot; the same cause."""
+    from ranktop.watch.engine.rank_scalars import RankScalars
+
+    st = [State(gpu=_gpu_sample(1200, 0x20)), State(gpu=_gpu_sample(1980, 0)), State(gpu=_gpu_sample(1965, 0))]
+    scalars = RankScalars(rows=4)
+    for row, state in enumerate(st + [State(gpu={"sm_mhz": True})]):
+        scalars.take_state(row, state)
+    assert scalars.gpu_sm_mhz[:3].tolist() == [1200.0, 1980.0, 1965.0] and np.isnan(scalars.gpu_sm_mhz[3])  # (a bool: none)
+    scalars.take_state(2, State())  # its last state says no clock: none, as its state says
+    assert np.isnan(scalars.gpu_sm_mhz[2])
+    evidence = {"sm_mhz": np.array([1200.0, 1980.0, 1965.0])}
+    by_states = causes.figures
+    monkeypatch.setattr(causes, "figures", lambda states, field, part="ev": pytest.fail("a pass over every rank's gauges")
+                        if part == "gpu" else by_states(states, field, part))  # fmt: skip
+    (cause,) = causes.of_ranks(st, np.full(3, 0.1), np.array([0.05, 0, 0]), slow_first(3), np.ones(3, bool), None, evidence)[0]
+    assert cause.kind == "gpu_throttle" and cause.value == 1200 and cause.peers == 1965
+
+
 def test_a_gpu_clocked_below_its_peers_is_named_with_gpu_throttle_and_its_reasons():
     st = [State(gpu=_gpu_sample(1200, 0x20)), State(gpu=_gpu_sample(1980, 0)), State(gpu=_gpu_sample(1965, 0))]
     (cause,) = causes.of_ranks(st, np.full(3, 0.1), np.array([0.05, 0, 0]), slow_first(3), np.ones(3, bool), None)[0]

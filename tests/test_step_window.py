@@ -137,6 +137,35 @@ def test_each_row_s_last_waits_kept_between_refreshes_are_the_rings_as_they_are_
             assert np.allclose(waits[i][nums[i] >= 0], np.array(want_waits)[np.array(want_nums) >= 0])
 
 
+def test_last_waits_are_gathered_again_only_for_rows_written_since_and_an_answer_handed_out_stands(monkeypatch):
+    """A refresh paced by a big job's digests finds every row written since the last: all gathered afresh. One
+    that finds few rows written gathers those only, into a copy of the last answer; the answer handed out before
+    is never written again (a snapshot on another thread may be reading it): it is read-only."""
+    cols = StepColumns(window=8, rows=4)
+    rows = np.array([cols.new_row() for _ in range(4)], np.int64)
+    gathered: list[list[int]] = []
+    gather = cols._gather_recent
+    monkeypatch.setattr(cols, "_gather_recent", lambda which, k, comm: (gathered.append(which.tolist()), gather(which, k, comm))[1])
+
+    def step(n: int, which) -> None:
+        cols.add_block(list(which), [n] * len(which), [float(n)] * len(which), [0.1] * len(which),
+                       {"forward": [0.04] * len(which), "comm": [n / 100 + r for r in which]})  # fmt: skip
+
+    for n in range(3):
+        step(n, rows.tolist())
+    first, first_waits = cols.recent_waits(rows, 2)
+    assert first.tolist() == [[2, 1]] * 4 and first_waits[:, 0].tolist() == [0.02 + r for r in range(4)]
+    with pytest.raises(ValueError):
+        first[0, 0] = -7
+    assert cols.recent_waits(rows, 2)[0] is first and gathered == [[0, 1, 2, 3]]  # nothing written since
+    step(3, [3])
+    nums, waits = cols.recent_waits(rows, 2)
+    assert nums.tolist() == [[2, 1]] * 3 + [[3, 2]] and waits[3].tolist() == [3.03, 3.02]
+    assert gathered == [[0, 1, 2, 3], [3]] and first.tolist() == [[2, 1]] * 4  # the first answer stands
+    step(4, [0, 1, 2])
+    assert cols.recent_waits(rows, 2)[0].tolist() == [[4, 2]] * 3 + [[3, 2]] and gathered[-1] == [0, 1, 2, 3]
+
+
 @pytest.mark.parametrize("rows, parts", [(8192, 2), (16384, 4)])
 def test_a_big_job_s_medians_are_worked_out_a_part_of_the_rows_at_a_time_each_row_within_that_many_refreshes(rows, parts):
     """StepColumns.refresh from SHARED_FROM rows: halves in turn, from twice as many quarters; a row never worked out is

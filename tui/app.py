@@ -1,7 +1,8 @@
 """The ranktop terminal UI: renders Snapshots at a fixed rate and sends commands on request.
 
 The App never sees telemetry. ``source.snapshot()`` is called at
-``refresh_hz`` on a thread of its own (watch/refresher.py), and each result
+``refresh_hz`` (or as often as a live job's data changes, where that is
+slower) on a thread of its own (watch/refresher.py), and each result
 is posted here as a SnapshotReady message (tui/messages.py) and pushed into the widgets: a burst of messages from the job,
 or a snapshot of thousands of ranks, costs the keys and the drawing nothing.
 Keys and screens (a capture's plan, its progress, a command's answers) read
@@ -52,7 +53,7 @@ from ranktop.tui.screens.help import HelpScreen
 from ranktop.tui.screens.stacks import StacksScreen
 from ranktop.watch.capture import CaptureRefused, plan
 from ranktop.watch.refresher import Refresher
-from ranktop.watch.model.snapshot import EMPTY, Snapshot, SnapshotSource
+from ranktop.watch.model.snapshot import EMPTY, PacedSource, Snapshot, SnapshotSource
 from ranktop.wire import capture as wire_capture
 
 READ_ONLY = "read-only: no job secret, commands disabled"
@@ -162,7 +163,9 @@ class RanktopApp(App[None]):
         self._overview.display = False
         self.poll()
         self._drawn = threading.Event()
-        self._refresher = Refresher(lambda: self.source.snapshot(), self.refresh_hz, self._from_refresher)
+        source = self.source  # a live job: no more snapshots than its data changes (watch/refresher.py: period_s)
+        pace = source.changes_every_s if isinstance(source, PacedSource) else None
+        self._refresher = Refresher(lambda: self.source.snapshot(), self.refresh_hz, self._from_refresher, pace)
         self._refresher.start()
 
     def on_unmount(self) -> None:

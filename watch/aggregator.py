@@ -34,6 +34,7 @@ from ranktop.wire import schema
 from ranktop.wire.messages import Command, Hello, Node, RankMessage
 from ranktop.wire.messages import Reply as WireReply
 from ranktop.wire.names import KINDS
+from ranktop.wire.node_digest import digest_hz
 
 #: What the viewer takes: what ranks send, and their nodes' digests.
 Telemetry = Union[RankMessage, Node]
@@ -89,6 +90,7 @@ class Aggregator:
         self._faults: set[str] = set()  # kinds of malformed message already named (note_dropped)
         self._building = threading.Condition()  # snapshots being built, and their end (yield_to_snapshots)
         self._snapshots = 0
+        self._digests = False  # node digests came: the job changes once per digest interval (changes_every_s)
 
     @property
     def world_size(self) -> int | None:
@@ -109,6 +111,17 @@ class Aggregator:
     def job(self) -> str | None:
         """The job watched: as named, or as the first message named it."""
         return self._job
+
+    def changes_every_s(self) -> float:
+        """Seconds between two changes of what a snapshot shows, at the shortest: a job heard in node digests
+        changes once per digest interval, which its relays pace by its size (wire/node_digest.py ``digest_hz``:
+        once a second at 2,048 nodes), here the relays this viewer hears it through; 0 for a job heard from its
+        ranks' own messages, which change with each. A view takes snapshots no more often (watch/refresher.py)."""
+        if not self._digests:
+            return 0.0
+        with self._lock:
+            nodes = len(self._endpoints)
+        return 1.0 / digest_hz(nodes)
 
     def now(self) -> float:
         """The aggregator's clock (virtual in a replay): the time its snapshots are taken at."""
@@ -201,6 +214,8 @@ class Aggregator:
             return
         if endpoint is not None:
             self._endpoints.heard(endpoint, now, self._wall_clock() - msg.ts)
+        if isinstance(msg, Node):
+            self._digests = True
         self.state.take(msg, endpoint, now, self._wall_clock())
         if isinstance(msg, WireReply):  # an answer to a command: the request book's (watch/engine/requests.py)
             result = msg.result or {}  # a plain map or None, checked at decode

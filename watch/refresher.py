@@ -1,4 +1,4 @@
-"""Snapshots taken on a thread of their own, at the screen's refresh rate.
+"""Snapshots taken on a thread of their own, at the screen's refresh rate or the job's pace, whichever is slower.
 
 Building a snapshot of a big job is real work (thousands of ranks); done on
 the UI's event loop, it would freeze keys and drawing for as long. The
@@ -7,6 +7,12 @@ through a callback (the TUI passes one that posts to its event loop). The
 next snapshot is taken only once the previous one was handed over, so a slow
 screen slows the refresh instead of queueing snapshots, and a slow snapshot
 delays the next instead of piling up behind it.
+
+A snapshot is taken no more often than what it shows can change
+(:func:`period_s`): a job watched in node digests changes once per digest
+interval, once a second at 2,048 nodes (wire/node_digest.py ``digest_hz``),
+and a snapshot between two digests would cost as much (a tenth of a second
+of CPU at 16,384 ranks) to show the same steps.
 """
 
 from __future__ import annotations
@@ -21,19 +27,30 @@ from ranktop.watch.model.snapshot import Snapshot
 BUSY_RATIO = 2.0
 
 
+def period_s(refresh_hz: float, changes_every_s: float = 0.0) -> float:
+    """Seconds from one snapshot to the next: the screen's period, or the interval at which the source's data
+    changes (a :class:`~ranktop.watch.model.snapshot.PacedSource`'s ``changes_every_s``) where that is longer.
+    The TUI's refresher and benchmarks/scale.py pace their snapshots by this one rule."""
+    return max(1.0 / refresh_hz, changes_every_s)
+
+
 class Refresher(threading.Thread):
     def __init__(
         self,
         take: Callable[[], Snapshot],
         refresh_hz: float,
         deliver: Callable[[Snapshot | None, BaseException | None], None],
+        changes_every_s: Callable[[], float] | None = None,
     ):
-        """``take`` builds a snapshot; ``deliver(snapshot, None)`` or ``deliver(None, error)`` receives each."""
+        """``take`` builds a snapshot; ``deliver(snapshot, None)`` or ``deliver(None, error)`` receives each;
+        ``changes_every_s()``, read before each wait, how often the data changes at most (:func:`period_s`:
+        a live job's pace is learnt as its relays are found)."""
         super().__init__(name="ranktop-refresher", daemon=True)
         if not refresh_hz > 0:
             raise ValueError(f"refresh_hz must be positive, not {refresh_hz!r}")
         self._take = take
-        self._period = 1.0 / refresh_hz
+        self._refresh_hz = refresh_hz
+        self._changes_every_s = changes_every_s
         self._deliver = deliver
         self._stop_event = threading.Event()
         self.took_s: float | None = None  # how long the last snapshot took to build
@@ -48,10 +65,16 @@ class Refresher(threading.Thread):
         if self.is_alive() and threading.current_thread() is not self:
             self.join(timeout)
 
+    @property
+    def period_s(self) -> float:
+        """Seconds from one snapshot to the next now (:func:`period_s`), a slow snapshot's spacing aside."""
+        pace = self._changes_every_s
+        return period_s(self._refresh_hz, pace() if pace is not None else 0.0)
+
     def run(self) -> None:
-        next_at = time.monotonic() + self._period
+        next_at = time.monotonic() + self.period_s
         while not self._stop_event.wait(max(0.0, next_at - time.monotonic())):
-            next_at = max(next_at + self._period, time.monotonic())  # never a burst to catch up
+            next_at = max(next_at + self.period_s, time.monotonic())  # never a burst to catch up
             started = time.perf_counter()
             try:
                 snapshot, error = self._take(), None

@@ -338,6 +338,10 @@ class WatchSession:
                 snap = dataclasses.replace(snap, waiting=waiting)
         return snap
 
+    def changes_every_s(self) -> float:
+        """How often the job's data changes at most (watch/aggregator.py): the TUI refreshes no faster."""
+        return self.aggregator.changes_every_s()
+
     def _waiting_line(self) -> str | None:
         """Before the job is up: that the viewer waits for it to start, and the jobs there are (read again
         every :data:`WAITING_LINE_EVERY_S`); None once a relay of the job is known."""

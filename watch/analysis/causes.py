@@ -248,7 +248,7 @@ def of_ranks(
 
     def judged(field: str, at_least: float, judge_columns, part: str = "ev") -> list[tuple[int, Cause]]:
         """(row, cause) of each slow rank its figure ``field`` names, by ``judge_columns(its figures, its peers')``."""
-        values = kept(field) if part == "ev" else None
+        values = kept(field)  # (a GPU gauge too: ``sm_mhz``, where a gathered view keeps it)
         if values is not None:
             values[~peers_of] = np.nan
         else:

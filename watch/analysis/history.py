@@ -30,6 +30,9 @@ from ranktop.watch.model.snapshot import SLOW, STALLED, Snapshot
 
 #: Seconds between samples (of the aggregator's clock).
 SAMPLE_EVERY_S = 1.0
+#: ... give or take this share of it: a big job's snapshots come once a second (watch/refresher.py: period_s), a
+#: few ms early or late, and a sample due at exactly 1 s would skip every other one that came a little early.
+SAMPLE_SLACK = 0.1
 #: Samples kept for the TUI: the last 15 minutes.
 DEFAULT_SAMPLES = 900
 #: An episode ends after this many seconds without its status (one healthy sample is noise).
@@ -176,7 +179,7 @@ class History:
     def note(self, snap: Snapshot, now: float) -> None:
         """Keep ``snap`` if a sample is due (the UI may take snapshots faster than once a second). Reads the
         snapshot's columns (watch/model/rank_table.py): no rank's row is built but those of the slow and stalled."""
-        if self._last_t is not None and now - self._last_t < self._every:
+        if self._last_t is not None and now - self._last_t < self._every * (1.0 - SAMPLE_SLACK):
             return
         if not snap.ranks:
             return

@@ -69,6 +69,9 @@ class Endpoints:
     def urls(self) -> list[str]:
         return list(self._relays)
 
+    def __len__(self) -> int:
+        return len(self._relays)
+
     def add(self, url: str, host: str | None, now: float) -> None:
         if url not in self._relays:
             self._relays[url] = _Relay(url, host, now)

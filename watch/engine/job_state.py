@@ -88,7 +88,8 @@ class JobView:
     stepped_at: np.ndarray  # when its last step was heard of
     device: np.ndarray  # bool: its steps carry device (GPU) times
     # where its state says it is and its last collective (rank_scalars.WHERE -> column: NO_STEP where not said;
-    # ``phase`` and ``coll_op`` index ``state_names``), its evidence (name -> column, NaN where not said)
+    # ``phase`` and ``coll_op`` index ``state_names``), its evidence and its GPU's SM clock (name -> column, NaN where
+    # not said: watch/analysis/causes.py reads them, not its state)
     where: dict[str, np.ndarray]
     state_names: tuple[str | None, ...]
     evidence: dict[str, np.ndarray]
@@ -364,7 +365,7 @@ class JobState:
             device=sc.device_times[rows],
             where={name: getattr(sc, name)[rows] for name in WHERE},
             state_names=tuple(sc.names),
-            evidence={"gc": sc.ev_gc[rows], "runq": sc.ev_runq[rows], "nvcsw": sc.ev_nvcsw[rows]},
+            evidence={"gc": sc.ev_gc[rows], "runq": sc.ev_runq[rows], "nvcsw": sc.ev_nvcsw[rows], "sm_mhz": sc.gpu_sm_mhz[rows]},
             states=sc.state[rows].tolist(),
             metas=sc.meta[rows].tolist(),
             dropped=sc.dropped[rows],

@@ -64,6 +64,7 @@ FIELDS: dict[str, tuple[type, Any]] = {
     "ev_gc": (np.float64, float("nan")),
     "ev_runq": (np.float64, float("nan")),
     "ev_nvcsw": (np.float64, float("nan")),
+    "gpu_sm_mhz": (np.float64, float("nan")),  # its GPU's SM clock by its last state (gpu_throttle): NaN where not said
 }
 
 #: The columns of FIELDS that say where a rank's state says it is (watch/analysis/stalls.py reads them, as a view's ``where``).
@@ -111,6 +112,7 @@ class RankScalars:
     ev_gc: np.ndarray
     ev_runq: np.ndarray
     ev_nvcsw: np.ndarray
+    gpu_sm_mhz: np.ndarray
     state: np.ndarray  # (object) the figures of HELD
     meta: np.ndarray
     capture_summary: np.ndarray
@@ -201,6 +203,8 @@ class RankScalars:
             views["ev_gc"][row] = NAN if gc is None else gc
             views["ev_runq"][row] = NAN if runq is None else runq
             views["ev_nvcsw"][row] = NAN if nvcsw is None else nvcsw
+        sm = state.gpu.get("sm_mhz") if state.gpu is not None else None
+        views["gpu_sm_mhz"][row] = sm if isinstance(sm, (int, float)) and not isinstance(sm, bool) else NAN
 
     def name_id(self, name: str | None) -> int:
         """The index of a phase's or op's name in :attr:`names` (given one when first seen)."""

@@ -34,9 +34,9 @@ from ranktop.wire.names import COMM_PHASE, OTHER_PHASE, STANDARD_PHASES
 MIN_STEPS_TO_SCORE = 3
 #: From this many rows on a refresh works out the medians of half the rows with new steps, in turn (the first half
 #: of the rows, then the second: runs of rows, which a sort reads as slices): each rank's are at most two refreshes old (a second at the screen's 2 Hz, over a window of 16 s of
-#: digests), for half the sorting; from twice as many, a quarter in turn (at most 2 s old, where the digests come once a
-#: second, wire/node_digest.py digest_hz, and a window spans 64 s). A row never worked out yet is always worked out (a
-#: new rank is scored at once).
+#: digests), for half the sorting; from twice as many, a quarter in turn (at most four refreshes old: 4 s where the
+#: digests come once a second, wire/node_digest.py digest_hz, and with them the refreshes, watch/refresher.py
+#: period_s; a window then spans 64 s). A row never worked out yet is always worked out (a new rank is scored at once).
 SHARED_FROM = 8192
 #: Figures a refresh sorts in one go, at most: its scratch buffer's size (4 MB), and a block that stays in the
 #: processor's caches while it is sorted and read.
@@ -85,8 +85,8 @@ class StepColumns:
         self.raw_rows: set[int] = set()  # rows that keep some step's raw figures to redo (watch/engine/step_window.py)
         self._scratch = np.empty(0)  # where refresh sorts (see _middle)
         self._turn = 0  # which part of the rows a refresh of a big job works out (SHARED_FROM)
-        # recent_waits' figures of every row as last gathered: ((steps, comm column), ``changed`` then, numbers, waits)
-        self._recent: tuple[tuple[int, int], np.ndarray, np.ndarray, np.ndarray] | None = None
+        # recent_waits' last answer: ((steps, comm column), the rows asked, their ``changed`` then, numbers, waits)
+        self._recent: tuple[tuple[int, int], np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None = None
         self._allocate(max(1, rows), max(1, phases))
 
     # -- storage ---------------------------------------------------------------------------
@@ -317,29 +317,37 @@ class StepColumns:
 
     def recent_waits(self, rows: np.ndarray, steps: int) -> tuple[np.ndarray, np.ndarray]:
         """The step numbers and collective waits ("comm") of each row's last ``steps`` slots, as (rows, steps)
-        arrays (copies); a slot with no step, or a row whose waits were never seen, is numbered -1. What who
-        arrived last at each step's collectives is worked out from (watch/analysis/arrivals.py). Kept from one call
-        to the next for the rows that did not change since: the gather of 32 slots of every rank's ring is the
-        dearest part of a snapshot's gathering (14 ms at 16,384 ranks), and a big job's digests change half the
-        rows between two refreshes (wire/node_digest.py: digest_hz)."""
+        arrays, read-only; a slot with no step, or a row whose waits were never seen, is numbered -1. What who
+        arrived last at each step's collectives is worked out from (watch/analysis/arrivals.py). The gather of 32
+        slots of every rank's ring is the dearest part of a snapshot's gathering (14 ms at 16,384 ranks), so the
+        last answer is kept: asked for the same rows again, only the rows written since are gathered again, into a
+        copy of it (a refresh faster than a big job's digests finds half the rows unchanged, wire/node_digest.py:
+        digest_hz); when most rows were written (a refresh paced by the digests, watch/refresher.py: each node sent
+        one since), all are gathered afresh, with no pass to copy the rest. An answer handed out is never written
+        again (a snapshot on another thread may be reading it), and the next is a new one."""
         rows = np.asarray(rows, np.int64)
         k = min(steps, self.window)
         comm = self._index.get(COMM_PHASE)
         if comm is None or not len(rows):
             return np.full((len(rows), k), -1, np.int64), np.zeros((len(rows), k))
-        kept = self._recent
-        if kept is None or kept[0] != (k, comm) or len(kept[1]) < self.num.shape[0]:
-            size = self.num.shape[0]
-            kept = self._recent = ((k, comm), np.full(size, -1, np.int64), np.empty((size, k), np.int64), np.empty((size, k)))
-        _, at, nums, waits = kept
         changed = self.changed[rows]
-        stale = rows[at[rows] != changed]
-        if len(stale):
-            nums[stale], waits[stale] = self._gather_recent(stale, k, comm)
-            at[stale] = self.changed[stale]
-        if rows[-1] - rows[0] + 1 == len(rows) and (np.diff(rows) == 1).all():  # rows in a run, as usual: a slice
-            return nums[rows[0] : rows[-1] + 1].copy(), waits[rows[0] : rows[-1] + 1].copy()
-        return nums[rows], waits[rows]
+        kept = self._recent
+        if kept is not None and kept[0] == (k, comm) and np.array_equal(kept[1], rows):
+            stale = np.flatnonzero(kept[2] != changed)
+            if not len(stale):
+                return kept[3], kept[4]
+            if 2 * len(stale) <= len(rows):
+                nums, waits = kept[3].copy(), kept[4].copy()
+                nums[stale], waits[stale] = self._gather_recent(rows[stale], k, comm)
+                return self._keep_recent((k, comm), rows, changed, nums, waits)
+        return self._keep_recent((k, comm), rows, changed, *self._gather_recent(rows, k, comm))
+
+    def _keep_recent(self, key: tuple[int, int], rows: np.ndarray, changed: np.ndarray, nums: np.ndarray,
+                     waits: np.ndarray) -> tuple[np.ndarray, np.ndarray]:  # fmt: skip
+        """An answer of :meth:`recent_waits`, kept for the next and handed out read-only."""
+        nums.flags.writeable = waits.flags.writeable = False
+        self._recent = (key, rows.copy(), changed, nums, waits)
+        return nums, waits
 
     def _gather_recent(self, rows: np.ndarray, k: int, comm: int) -> tuple[np.ndarray, np.ndarray]:
         """:meth:`recent_waits` of ``rows``, from the rings."""

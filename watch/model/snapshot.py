@@ -9,7 +9,7 @@ the TUI can never disagree.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
@@ -176,3 +176,11 @@ class SnapshotSource(Protocol):
     """Anything a view takes snapshots of: a live session, its aggregator, a replay (the TUI, the exporter)."""
 
     def snapshot(self) -> Snapshot: ...
+
+
+@runtime_checkable
+class PacedSource(SnapshotSource, Protocol):
+    """A source that knows how often what its snapshots show can change (a live job: watch/aggregator.py);
+    a view takes its snapshots no more often (watch/refresher.py: period_s)."""
+
+    def changes_every_s(self) -> float: ...
