@@ -182,7 +182,8 @@ class Capture:
     def _write(self) -> None:
         tmp = None
         try:
-            background.stand_back("ranktop-capture")
+            background.name_thread("ranktop-capture")
+            background.lower_priority()
             self.folder.mkdir(parents=True, exist_ok=True)
             stem = f"rank{self.rank}.{rendezvous.safe_name(self.host)}_{os.getpid()}.{int(time.time() * 1000)}"
             if self.kind == MEMORY:

@@ -106,7 +106,7 @@ class GpuSampler(threading.Thread):
 
     def run(self) -> None:
         try:
-            background.stand_back(self.name)
+            background.name_thread(self.name)
             if not self.open():
                 return
             while not self._stop_event.is_set():

@@ -149,7 +149,7 @@ class Sender(threading.Thread):
 
     def run(self) -> None:
         try:
-            background.stand_back(self.name)
+            background.name_thread(self.name)
             self._run()
         except Exception as exc:  # a fault in the probe disables the probe, never the training
             self._on_fault(exc)

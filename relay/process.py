@@ -123,7 +123,7 @@ def serve(args: argparse.Namespace, signals: Signals) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse(argv)
-    background.stand_back("ranktop-relay")  # before its threads start: they inherit both
+    background.name_thread("ranktop-relay")  # before its threads start: they inherit the name
     signals = Signals()
     signals.install()
     try:
