@@ -12,7 +12,7 @@ Only a capture's writer, which may work for seconds at a time, also asks the ker
 training threads go first (:func:`lower_priority`). The sender and the relay keep their priority:
 they cost well under 1% of a core, and a monitor starved on a saturated node would report it late
 or silent exactly when its ranks are slow (a nice-10 sender and relay were tried: the gain was
-within the benchmark's noise, and the SLURM tests' relays failed to come up in time under load).
+within the benchmark's noise).
 
 Both are courtesies: where the platform has neither (not Linux, a locked-down /proc), nothing
 happens and nothing is said.
