@@ -40,6 +40,7 @@ import zmq
 from ranktop.relay.proxy import Relay
 from ranktop.transport import fd_limit
 from ranktop.transport.identity import Identity
+from ranktop.wire import settings
 
 from .sim_model import node_name
 
@@ -94,7 +95,10 @@ class RelayProcesses:
         command += ["--first", str(share.start), "--count", str(len(share))]
         if self._directory is not None:
             command += ["--dir", self._directory]
-        return subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        # Every simulated node is this machine, on random ports (a pinned one fits one relay, not hundreds): said
+        # in the relays' environment only, never this process's, which may be a test or an app that goes on.
+        env = dict(os.environ, **{settings.BIND.name: "127.0.0.1", settings.PORT.name: "0"})
+        return subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env)
 
     @property
     def pids(self) -> list[int]:

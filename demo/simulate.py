@@ -139,8 +139,6 @@ class Simulator:
                 f"{len(nodes)} simulated nodes need {needed} open files in the simulator's process, and this machine allows "
                 f"{fd_limit.hard_limit()} (ulimit -Hn): simulate fewer nodes (--nodes), or raise the hard limit"
             )
-        os.environ[settings.BIND.name] = "127.0.0.1"  # every simulated node is this machine
-        os.environ[settings.PORT.name] = "0"  # random ports: a pinned one fits one relay, not hundreds
         processes = self.relay_processes or processes_for(len(nodes), fd_limit.hard_limit())
         ctx = self._context = zmq.Context()
         ctx.set(zmq.MAX_SOCKETS, 2 * len(nodes) + 64)

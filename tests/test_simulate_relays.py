@@ -129,3 +129,22 @@ def test_relays_take_as_few_processes_as_the_hard_limit_allows():
     assert processes_for(2048, 1_000_000) == 1
     assert processes_for(2048, None) == 1
     assert processes_for(3, 100) == 3  # below one relay's room: one relay a process, however cramped
+
+
+def test_a_simulator_started_in_a_process_that_goes_on_leaves_its_environment_as_it_found_it(rdv, monkeypatch):
+    """The simulated nodes' relays bind loopback on random ports, said in their processes' environment only: a
+    simulator that set RANKTOP_PORT=0 in its own had every SLURM job a later test submitted from the same process
+    bind random ports instead of the port convention's."""
+    from ranktop.demo.simulate import Scenario, Simulator
+
+    for name in ("RANKTOP_PORT", "RANKTOP_BIND"):
+        monkeypatch.delenv(name, raising=False)
+    before = dict(os.environ)
+    sim = Simulator(Scenario(job="sim-env", ranks=16, nodes=2), os.environ["RANKTOP_DIR"]).start()
+    try:
+        records = rendezvous.read_nodes("sim-env")
+        assert len(records) == 2 and all(r.telemetry.startswith("tcp://127.0.0.1:") for r in records)
+        assert len({r.telemetry for r in records}) == 2
+    finally:
+        sim.close()
+    assert dict(os.environ) == before
