@@ -74,3 +74,33 @@ def test_the_history_keeps_each_rank_s_class_reference_held_while_slow():
     assert history.reference_before(ranks, 6)[:8] == pytest.approx(healthy[:8])
     assert np.isnan(history.reference_before(ranks, 7)).all()  # other phases: not the same columns
 
+
+
+def test_a_class_is_named_by_its_lowest_rank_and_size_whatever_its_id_in_a_snapshot():
+    from ranktop.watch.analysis.class_growth import class_keys
+
+    ranks = np.array([0, 1, 2, 3, 5])
+    assert class_keys(np.array([1, 1, 0, 0, 1]), ranks).tolist() == [(0 << 32) + 3] * 2 + [(2 << 32) + 2] * 2 + [(0 << 32) + 3]
+    assert (class_keys(np.array([7, 7, 3, 3, 7]), ranks) == class_keys(np.array([1, 1, 0, 0, 1]), ranks)).all()
+    assert class_keys(None, ranks).tolist() == [5] * 5
+
+
+def test_a_stage_learned_after_its_ranks_were_one_class_starts_its_level_afresh():
+    """Before the ranks' groups are known, a pipeline is one class and its reference the whole job's median; once
+    its stages are learned, the second stage's reference (1.6x the first's) against that old level read as the
+    stage grown slow, and stayed so while the level crept up (the healthy data x pipeline job flagged live)."""
+    from ranktop.watch.analysis.class_growth import class_keys
+
+    history, ranks, one = ExcessHistory(), np.arange(16), np.zeros(16, np.int64)
+    history.note(ranks, np.zeros(16), np.zeros(16, bool), 0.0, references(phases(), NAMES, one), classes=class_keys(None, ranks))
+    keys = class_keys(CLASSES, ranks)
+    assert np.isnan(history.reference_before(ranks, 6, keys)).all()
+    now = references(phases(), NAMES, CLASSES)
+    history.note(ranks, np.zeros(16), np.zeros(16, bool), 1.0, now, classes=keys)
+    assert history.reference_before(ranks, 6, keys) == pytest.approx(now)
+    excess, _, bar = class_excess(now, history.reference_before(ranks, 6, keys), CLASSES, np.full(16, 0.001), STEPS)
+    assert not (excess > bar).any()
+    # what the kept level said before: the second stage 30% slower than it was
+    stale = references(phases(), NAMES, one)
+    excess, _, bar = class_excess(now, stale, CLASSES, np.full(16, 0.001), STEPS)
+    assert (excess > bar)[8:].all()

@@ -77,6 +77,25 @@ def class_excess(reference: np.ndarray | None, level: np.ndarray | None, class_i
     return excess, culprit, bar
 
 
+def class_keys(class_ids: np.ndarray | None, ranks: np.ndarray) -> np.ndarray:
+    """Per rank, a number that names its class for good: its lowest rank and its size. A class id is only a
+    place in one snapshot's numbering; a level kept against a class (:class:`~ranktop.watch.analysis.stragglers.
+    ExcessHistory`) must be dropped when the rank's class is another one. ``class_ids`` None: one class."""
+    n = len(ranks)
+    ranks = np.asarray(ranks, np.int64)
+    if not n:
+        return np.zeros(0, np.int64)
+    if class_ids is None:
+        return np.full(n, (int(ranks.min()) << 32) + n, np.int64)
+    order = np.argsort(class_ids, kind="stable")
+    starts = np.concatenate(([0], np.flatnonzero(np.diff(class_ids[order])) + 1))
+    sizes = np.diff(np.append(starts, n))
+    keys = (np.minimum.reduceat(ranks[order], starts) << 32) + sizes
+    out = np.empty(n, np.int64)
+    out[order] = np.repeat(keys, sizes)
+    return out
+
+
 def _classes(class_ids: np.ndarray | None, n: int) -> list[np.ndarray]:
     if class_ids is None:
         return [np.arange(n)]

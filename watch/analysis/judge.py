@@ -61,6 +61,9 @@ def build(view: JobView, extras: Extras, policy: StallPolicy = StallPolicy(), pe
     culprit = np.full(n, -1, np.int64)
     class_ids = peers.class_ids[idx] if peers.class_ids is not None else None
     ranks = view.rank[idx]
+    # Which class each is in, for good (the levels kept against a class are dropped when a rank changes class):
+    # from every rank's class, not the live ones', so that a member falling silent does not make it another.
+    keys = class_growth.class_keys(peers.class_ids, view.rank)[idx]
     # Each class's reference per phase (what its healthy peer does), and each rank's time beyond it, kept between
     # snapshots: whether one phase grew past its own noise (stragglers.py), whether a class grew (class_growth.py).
     reference = class_growth.references(view.phases[idx], names, class_ids)
@@ -68,11 +71,11 @@ def build(view: JobView, extras: Extras, policy: StallPolicy = StallPolicy(), pe
     found, worst, slow_above, median_step = stragglers.score_columns(
         view.phases[idx], view.step_s[idx], names, class_ids, view.own_sd[idx], view.window_steps[idx],
         history.before(ranks) if history is not None else None, view.phase_sd[idx],
-        history.differences_before(ranks, len(names)) if history is not None else None)  # fmt: skip
+        history.differences_before(ranks, len(names), keys) if history is not None else None)  # fmt: skip
     # A whole class slower than it was against the other classes (a node that is a pipeline stage): its members
     # are each other's healthy peers, so only their class's own past tells (watch/analysis/class_growth.py).
     grown, grown_in, grown_above = class_growth.class_excess(
-        reference, history.reference_before(ranks, len(names)) if history is not None else None, class_ids,
+        reference, history.reference_before(ranks, len(names), keys) if history is not None else None, class_ids,
         view.own_sd[idx], view.window_steps[idx])  # fmt: skip
     by_class = grown > grown_above
     worst = np.where(by_class & (grown > found), grown_in, worst)
@@ -89,7 +92,7 @@ def build(view: JobView, extras: Extras, policy: StallPolicy = StallPolicy(), pe
         steps = view.window_steps[idx]
         settled = (steps >= min(class_growth.SETTLED_STEPS, int(steps.max())))[:, None] if len(steps) else np.zeros((0, 1), bool)
         history.note(ranks, found, judged_slow, view.now, np.where(settled, reference, np.nan),
-                     np.where(settled, differences, np.nan))  # fmt: skip
+                     np.where(settled, differences, np.nan), keys)  # fmt: skip
     # The size told: a slow rank's excess averaged while it stays slow (a window's median moves with the noise).
     told = history.size(ranks, found, judged_slow, view.now) if history is not None else found
     excess[idx], culprit[idx] = told, worst

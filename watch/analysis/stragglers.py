@@ -171,6 +171,7 @@ class ExcessHistory:
         self._level = np.zeros(0)
         self._reference = np.zeros((0, 0))  # per rank and phase: its class's reference (watch/analysis/class_growth.py)
         self._differences = np.zeros((0, 0))  # per rank and phase: its time beyond that reference
+        self._classes = np.zeros(0, np.int64)  # per rank: the class those two were noted in (class_growth.class_keys)
         self._at = -np.inf
         self._sizes = (np.zeros(0, np.int64), np.zeros(0), -np.inf)  # (slow ranks ascending, their size told, when)
 
@@ -198,24 +199,37 @@ class ExcessHistory:
         with self._lock:
             return self._lookup(ranks, self._level)
 
-    def reference_before(self, ranks: np.ndarray, width: int) -> np.ndarray:
-        """The level of each of ``ranks``' class reference, per phase (``width`` phases; NaN: not known)."""
+    def reference_before(self, ranks: np.ndarray, width: int, classes: np.ndarray | None = None) -> np.ndarray:
+        """The level of each of ``ranks``' class reference, per phase (``width`` phases; NaN: not known, or noted
+        in another class than ``classes`` says it is in now)."""
         with self._lock:
-            if self._reference.shape[1:] != (width,):
-                return np.full((len(ranks), width), np.nan)
-            return self._lookup(ranks, self._reference)
+            return self._in_class(ranks, self._reference, width, classes)
 
-    def differences_before(self, ranks: np.ndarray, width: int) -> np.ndarray:
-        """The level of each of ``ranks``' time beyond its class reference, per phase (NaN: not known)."""
+    def differences_before(self, ranks: np.ndarray, width: int, classes: np.ndarray | None = None) -> np.ndarray:
+        """The level of each of ``ranks``' time beyond its class reference, per phase (NaN: not known, or noted in
+        another class)."""
         with self._lock:
-            if self._differences.shape[1:] != (width,):
-                return np.full((len(ranks), width), np.nan)
-            return self._lookup(ranks, self._differences)
+            return self._in_class(ranks, self._differences, width, classes)
+
+    def _in_class(self, ranks: np.ndarray, levels: np.ndarray, width: int, classes: np.ndarray | None) -> np.ndarray:
+        """Levels relative to a rank's class mean nothing in another class: a rank's class changes when the
+        layout is learned (a pipeline's stages, one class until the ranks' groups are known) or its class's
+        members come or go, and the level it had against the whole job is no level of its stage's."""
+        if levels.shape[1:] != (width,):
+            return np.full((len(ranks), width), np.nan)
+        out = self._lookup(ranks, levels)
+        if classes is not None:
+            out[self._lookup(ranks, self._classes.astype(np.float64)) != classes] = np.nan
+        return out
 
     def note(self, ranks: np.ndarray, excess: np.ndarray, slow: np.ndarray, now: float,
-             reference: np.ndarray | None = None, differences: np.ndarray | None = None) -> None:  # fmt: skip
+             reference: np.ndarray | None = None, differences: np.ndarray | None = None,
+             classes: np.ndarray | None = None) -> None:  # fmt: skip
         """What ``ranks`` showed at ``now`` (the viewer's clock): their excess, which were judged slow, their
-        classes' reference per phase and their phases less it (None: not kept)."""
+        classes' reference per phase and their phases less it (None: not kept), and the class each is in
+        (:func:`~ranktop.watch.analysis.class_growth.class_keys`; None: all one)."""
+        if classes is None:
+            classes = np.zeros(len(ranks), np.int64)
         with self._lock:
             since = max(0.0, now - self._at) if np.isfinite(self._at) else np.inf
             up, down = (1.0 - np.exp(-since / s) for s in (self.FOLLOW_S, self.FOLLOW_DOWN_S))
@@ -226,21 +240,20 @@ class ExcessHistory:
 
             level = follow(self._lookup(ranks, self._level), excess, slow)
             order = np.argsort(ranks, kind="stable")
-            if reference is not None:
-                width = reference.shape[1]
-                before = self._lookup(ranks, self._reference) if self._reference.shape[1:] == (width,) else np.full(reference.shape, np.nan)
+            if reference is not None:  # a rank in another class than before starts its level afresh
+                before = self._in_class(ranks, self._reference, reference.shape[1], classes)
                 self._reference = follow(before, reference, slow[:, None])[order]
             else:
                 self._reference = np.zeros((0, 0))
             if differences is not None:  # followed alike up and down (a level at the bottom of its noise would
                 # make the noise look like growth), held while slow
-                width = differences.shape[1]
-                before = self._lookup(ranks, self._differences) if self._differences.shape[1:] == (width,) else np.full(differences.shape, np.nan)
+                before = self._in_class(ranks, self._differences, differences.shape[1], classes)
                 moved = before + (1.0 - np.exp(-since / self.PHASE_FOLLOW_S)) * (differences - before)
                 self._differences = np.where(np.isnan(before), differences, np.where(slow[:, None], before, moved))[order]
             else:
                 self._differences = np.zeros((0, 0))
             self._ranks, self._level, self._at = np.asarray(ranks, np.int64)[order], level[order], max(self._at, now)
+            self._classes = np.asarray(classes, np.int64)[order]
 
     def _lookup(self, ranks: np.ndarray, levels: np.ndarray) -> np.ndarray:
         out = np.full((len(ranks), *levels.shape[1:]), np.nan)
