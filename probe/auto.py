@@ -49,12 +49,15 @@ import copy
 import functools
 import sys
 import threading
+import time
 import warnings
 import weakref
 from typing import Any, Callable
 
 from . import dynamo_guard
 from .recorder import Recorder
+
+_perf = time.perf_counter  # the recorder's clock (Recorder.push is given its reading)
 
 #: Eval-like forwards and fetches in a row, with no backward or optimizer step, that make an evaluation loop.
 EVAL_AFTER = 6
@@ -127,7 +130,11 @@ class AutoTimer:
                 else:
                     rec.discard()  # between steps only the latest fetch is carried into the next step
                     self.pending_fetch = True
-        rec.begin_phase("data")
+        push = rec.push
+        if push is not None and rec.step_started:
+            push(["data", _perf(), 0.0])  # (begin_phase inside a step, without its frame: see Recorder.push)
+        else:
+            rec.begin_phase("data")
 
     def data_end(self) -> None:
         self.rec.end_phase()
@@ -157,7 +164,11 @@ class AutoTimer:
                 self.pending_fetch = False
                 return False  # an evaluation loop outside training steps is not timed
             # else: timed, and outside a step carried into the next (a teacher's forward before the first step)
-        rec.begin_phase("forward")
+        push = rec.push
+        if push is not None and rec.step_started:
+            push(["forward", _perf(), 0.0])
+        else:
+            rec.begin_phase("forward")
         return True
 
     def forward_end(self) -> None:
@@ -185,7 +196,11 @@ class AutoTimer:
                 self.idle = 0  # (the usual case of _train_event, inline)
             else:
                 self._train_event()
-            rec.begin_phase(phase)
+            push = rec.push
+            if push is not None and rec.step_started:
+                push([phase, _perf(), 0.0])
+            else:
+                rec.begin_phase(phase)
 
         begin.__name__ = begin.__qualname__ = f"{phase}_begin"
         return begin
@@ -496,7 +511,10 @@ class TorchHooks:
         try:
             self._opt_depth -= 1
             if self._opt_depth == 0:
-                self.timer.optimizer_end()
+                timer = self.timer
+                timer.rec.end_phase()  # timer.optimizer_end(), inline: one frame less on the hot path
+                if timer.open:
+                    timer.complete = True
                 if self._discovery and self._roots:  # (a step with no module call seen keeps discovering)
                     self._end_discovery()
                 if self._on_first_step is not None:

@@ -38,6 +38,11 @@ class Recorder:
         self._pending_start = 0.0
         self._pending_wall = 0.0
         self._stack: list[list[Any]] = []  # open phases: [name, start, time spent in children]
+        # ``push([name, perf_counter(), 0.0])``: what begin_phase does for a phase begun inside an open step, as
+        # one C call (the stack's append) instead of a Python frame, for automatic mode's hot path; None once the
+        # boundaries are replaced (a timeline marks each phase, a disabled recorder records none): then callers
+        # call begin_phase.
+        self.push: Callable[[list], None] | None = self._stack.append
         # Hooks, declared here so that nothing is attached from outside unannounced:
         # ``capture``: a pending or running capture (probe/capture.py), set by the sender thread;
         #   the step boundaries hand it the step number; with none, they pay one attribute read.
@@ -158,6 +163,8 @@ class Recorder:
             raise ValueError(f"not a recorder boundary: {', '.join(sorted(unknown))}")
         for name, method in methods.items():
             setattr(self, name, method)
+        if "begin_phase" in methods:
+            self.push = None  # every phase now goes through the replaced begin_phase
 
     def attach_timeline(self, timeline: Any) -> None:
         """Time every boundary on the device too: ``timeline.wrap(self)`` returns the wrapped boundaries."""

@@ -21,6 +21,7 @@ class Clock:
 def clock(monkeypatch):
     c = Clock()
     monkeypatch.setattr(recorder, "_perf", c)
+    monkeypatch.setattr(auto, "_perf", c)  # the phases automatic mode pushes itself (Recorder.push)
     return c
 
 
@@ -319,21 +320,22 @@ def test_probe_automatic_starts_the_probe_in_automatic_mode_and_shutdown_removes
     assert runtime.active is runtime.DISABLED and torch.autograd.backward is before and auto._hooks is None
 
 
-@pytest.mark.parametrize("where", ["forward_begin", "optimizer_end", "data_begin", "end_phase"])
+@pytest.mark.parametrize("where", ["forward_begin", "optimizer_begin", "data_begin", "end_phase", "end_phase of the optimizer"])
 def test_a_fault_in_a_hook_switches_the_probe_off_and_training_goes_on(rdv, capfd, monkeypatch, where):
     """Anything raising inside automatic mode (here the state machine, at each kind of hook; inside the optimizer's
     hooks torch is iterating them, so they are removed at the next safe point) costs the probe, never the job.
-    ``end_phase``: the recorder boundary the hooks close data, forward and backward with, raising out of it (as a
-    replaced boundary, a device timeline's, could)."""
+    ``end_phase``: the recorder boundary the hooks close every phase with, raising out of it (as a replaced
+    boundary, a device timeline's, could): the third step's backward, or its optimizer (in the optimizer's hook)."""
     from torch.nn.modules import module as nn_module
 
     from ranktop import probe
     from ranktop.probe import runtime
 
     calls = {"n": 0}
-    owner = recorder.Recorder if where == "end_phase" else AutoTimer
-    original = getattr(owner, where)
-    fault_at = 11 if where == "end_phase" else 3  # in the third step (four phases end in each)
+    name = where.split()[0]
+    owner = recorder.Recorder if name == "end_phase" else AutoTimer
+    original = getattr(owner, name)
+    fault_at = {"end_phase": 11, "end_phase of the optimizer": 12}.get(where, 3)  # the third step (4 phases end in each)
 
     def faulty(self, *args):
         calls["n"] += 1
@@ -341,7 +343,7 @@ def test_a_fault_in_a_hook_switches_the_probe_off_and_training_goes_on(rdv, capf
             raise RuntimeError("injected fault")
         return original(self, *args)
 
-    monkeypatch.setattr(owner, where, faulty)
+    monkeypatch.setattr(owner, name, faulty)
     before = (torch.autograd.backward, dict(nn_module._global_forward_pre_hooks))
     model = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.Linear(8, 1))
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
@@ -385,3 +387,24 @@ def test_a_watched_model_and_optimizer_still_deepcopy_and_save(tmp_path):
         assert rec.produced == before  # copies are not the watched model: their calls end no step
     finally:
         h.remove()
+
+
+def test_a_phase_pushed_inside_a_step_is_begin_phase_without_its_frame_until_the_boundaries_are_replaced(clock):
+    """Automatic mode begins a phase inside an open step with ``Recorder.push`` (one C call); a recorder whose
+    begin_phase was replaced (device timing marks every phase; a disabled one records nothing) has none, and
+    automatic mode then calls begin_phase, so no phase escapes the replacement."""
+    pushed, called = Script(clock), Script(clock)
+    called.rec.push = None
+    for s in (pushed, called):
+        s.iteration()
+        s.iteration()
+    assert pushed.steps() == called.steps() == [{"n": 0, "w": 10, "data": 1, "forward": 2, "backward": 4, "optimizer": 3}]
+    marked = []
+    s = Script(clock)
+    s.rec.replace_boundaries(begin_phase=lambda name, begin=s.rec.begin_phase: (marked.append(name), begin(name)))
+    assert s.rec.push is None
+    s.iteration()
+    s.iteration()
+    assert marked == ["data", "forward", "backward", "optimizer"] * 2
+    s.rec.replace_boundaries(begin_step=s.rec.begin_step)  # (gpu_timing's arming swaps begin_step alone)
+    assert Script(clock).rec.push is not None
