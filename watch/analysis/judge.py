@@ -57,39 +57,42 @@ def build(view: JobView, extras: Extras, policy: StallPolicy = StallPolicy(), pe
     peers = (peer_classes or PeerClasses()).of(view)
     live = view.scored & ~silent
     idx = np.flatnonzero(live)
+    # The live ranks' columns; when every rank is live (the usual case), the view's own (it hands out copies, and
+    # nothing here writes into them): a copy of 16,384 ranks' last steps and waits is megabytes a snapshot.
+    at = slice(None) if len(idx) == n else idx
     excess = np.zeros(n)
     culprit = np.full(n, -1, np.int64)
-    class_ids = peers.class_ids[idx] if peers.class_ids is not None else None
-    ranks = view.rank[idx]
+    class_ids = peers.class_ids[at] if peers.class_ids is not None else None
+    ranks = view.rank[at]
     # Which class each is in, for good (the levels kept against a class are dropped when a rank changes class):
     # from every rank's class, not the live ones', so that a member falling silent does not make it another.
-    keys = class_growth.class_keys(peers.class_ids, view.rank)[idx]
+    keys = class_growth.class_keys(peers.class_ids, view.rank)[at]
     # Each class's reference per phase (what its healthy peer does), and each rank's time beyond it, kept between
     # snapshots: whether one phase grew past its own noise (stragglers.py), whether a class grew (class_growth.py).
-    reference = class_growth.references(view.phases[idx], names, class_ids)
-    differences = view.phases[idx] - reference
+    reference = class_growth.references(view.phases[at], names, class_ids)
+    differences = view.phases[at] - reference
     found, worst, slow_above, median_step = stragglers.score_columns(
-        view.phases[idx], view.step_s[idx], names, class_ids, view.own_sd[idx], view.window_steps[idx],
-        history.before(ranks) if history is not None else None, view.phase_sd[idx],
+        view.phases[at], view.step_s[at], names, class_ids, view.own_sd[at], view.window_steps[at],
+        history.before(ranks) if history is not None else None, view.phase_sd[at],
         history.differences_before(ranks, len(names), keys) if history is not None else None)  # fmt: skip
     # A whole class slower than it was against the other classes (a node that is a pipeline stage): its members
     # are each other's healthy peers, so only their class's own past tells (watch/analysis/class_growth.py).
     grown, grown_in, grown_above = class_growth.class_excess(
         reference, history.reference_before(ranks, len(names), keys) if history is not None else None, class_ids,
-        view.own_sd[idx], view.window_steps[idx])  # fmt: skip
+        view.own_sd[at], view.window_steps[at])  # fmt: skip
     by_class = grown > grown_above
     worst = np.where(by_class & (grown > found), grown_in, worst)
     found = np.where(by_class, found + grown, found)
     last = np.full(n, np.nan)
     counted = np.zeros(n, np.int64)
-    last[idx], counted[idx] = arrivals.shares(view.recent_steps[idx], view.recent_waits[idx], class_ids)
+    last[idx], counted[idx] = arrivals.shares(view.recent_steps[at], view.recent_waits[at], class_ids)
     # Flagged by its phase times but never the last to arrive at a collective over many steps: it holds nobody
     # back (its excess is spent where nobody waits for it, or is noise). Where the waits say nothing, no veto.
     judged_slow = ((found > slow_above) | by_class) & ~((last[idx] == 0.0) & (counted[idx] >= arrivals.VETO_AFTER))
     if history is not None:  # what was judged, the veto included: a vetoed rank's level follows its excess
         # (what a class or a phase does is kept once its window holds half a window of steps: the job's first
         # steps, warm-up and lazy initialization, say little of it)
-        steps = view.window_steps[idx]
+        steps = view.window_steps[at]
         settled = (steps >= min(class_growth.SETTLED_STEPS, int(steps.max())))[:, None] if len(steps) else np.zeros((0, 1), bool)
         history.note(ranks, found, judged_slow, view.now, np.where(settled, reference, np.nan),
                      np.where(settled, differences, np.nan), keys)  # fmt: skip
