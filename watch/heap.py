@@ -13,16 +13,19 @@ exists once the viewer is up (modules, the app) is frozen out of every scan.
 
 The C allocator too: each snapshot of a big job makes and frees arrays of a
 few hundred KB to a few MB (the engine is numpy columns, watch/engine/step_columns.py).
-glibc serves those from its heap once its mmap threshold has crept up past
-them (it does, after the first frees), and a heap shared with millions of
-small objects hands little back: the viewer's RSS then grows for minutes.
-A fixed threshold keeps every such array in a mapping of its own, returned
-on free. What the small objects leave free inside the heap (the stream of
-decoded messages and snapshot rows, freed out of order) glibc keeps until
-asked: the viewer asks every :data:`TRIM_EVERY_S` (``malloc_trim``, whole
-free pages handed back), and keeps to :data:`ARENAS` malloc arenas, since
-every thread that allocates (ZeroMQ's I/O thread, the receiver, the
-snapshot's) would otherwise get a heap of its own to fragment.
+A mapping of its own for each (a low mmap threshold) is returned on free, but
+its pages fault in afresh at every snapshot: at 16,384 ranks that was a quarter
+of a snapshot's CPU (median 109-113 ms against 81-84 ms from the heap, offline,
+the same 23 snapshots). So the threshold is fixed at glibc's highest,
+:data:`MMAP_FROM_BYTES` (fixing it also stops glibc moving it), and the arrays
+are reused from the heap from one snapshot to the next. What is left free in
+the heap (those arrays between snapshots, and the stream of decoded messages
+and snapshot rows, freed out of order) glibc keeps until asked: the viewer
+asks every :data:`TRIM_EVERY_S` (``malloc_trim``, whole free pages handed
+back, wherever they lie in the heap), so its RSS holds no more than one
+snapshot's arrays beyond what it keeps; and it keeps to :data:`ARENAS` malloc
+arenas, since every thread that allocates (ZeroMQ's I/O thread, the receiver,
+the snapshot's) would otherwise get a heap of its own to fragment.
 """
 
 from __future__ import annotations
@@ -33,9 +36,9 @@ import gc
 
 #: Young collections after this many allocations (CPython's default is 700), the older ones as rarely.
 THRESHOLDS = (20_000, 20, 50)
-#: Allocations from this size on get a mapping of their own (glibc's M_MMAP_THRESHOLD; fixing it also stops
-#: glibc raising it as big blocks are freed).
-MMAP_FROM_BYTES = 256 * 1024
+#: Allocations from this size on get a mapping of their own (glibc's M_MMAP_THRESHOLD, at its most on 64-bit: a
+#: snapshot's arrays of 16,384 ranks come from the heap; fixing it also stops glibc moving it as blocks are freed).
+MMAP_FROM_BYTES = 32 * 1024 * 1024
 _M_MMAP_THRESHOLD = -3
 #: Malloc arenas at most (glibc's M_ARENA_MAX; its default is 8 per core).
 ARENAS = 2

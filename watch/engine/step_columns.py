@@ -305,8 +305,8 @@ class StepColumns:
 
     def _sorted(self, block: np.ndarray) -> np.ndarray:
         """``block`` sorted along its last axis, in a scratch buffer kept from one refresh to the next: a fresh
-        array of megabytes is a fresh mapping each time (watch/heap.py), and its page faults cost the viewer more
-        than the sort itself (at 4,096 ranks, 4.5 of a snapshot's 16 ms of CPU)."""
+        array of megabytes faults its pages in again whenever the heap handed them back (watch/heap.py), and those
+        faults cost the viewer more than the sort itself (at 4,096 ranks, 4.5 of a snapshot's 16 ms of CPU)."""
         size = block.size
         if self._scratch.size < size:
             self._scratch = np.empty(size)
