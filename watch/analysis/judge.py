@@ -66,7 +66,7 @@ def build(view: JobView, extras: Extras, policy: StallPolicy = StallPolicy(), pe
     ranks = view.rank[at]
     # Which class each is in, for good (the levels kept against a class are dropped when a rank changes class):
     # from every rank's class, not the live ones', so that a member falling silent does not make it another.
-    keys = class_growth.class_keys(peers.class_ids, view.rank)[at]
+    keys = peers.class_keys[at]
     # Each class's reference per phase (what its healthy peer does), and each rank's time beyond it, kept between
     # snapshots: whether one phase grew past its own noise (stragglers.py), whether a class grew (class_growth.py).
     reference = class_growth.references(view.phases[at], names, class_ids)

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ranktop.watch.analysis import layout as layouts
+from ranktop.watch.analysis.class_growth import class_keys
 from ranktop.watch.engine.job_state import JobView
 
 
@@ -24,6 +25,7 @@ class Peers:
     layout: layouts.Layout
     coords: list[dict[str, int] | None]
     class_ids: np.ndarray | None  # int64 (None: one class)
+    class_keys: np.ndarray  # int64: each rank's class named for good (class_growth.class_keys), whatever its id
     stage_ids: np.ndarray | None  # int64 pipeline stage per rank (-1: none; None: no pipeline known)
 
 
@@ -56,14 +58,14 @@ def peers_of(layout: layouts.Layout, rank: np.ndarray) -> Peers:
     ranks = rank.tolist()
     n = len(ranks)
     if not layout.known:
-        return Peers(layout, [None] * n, None, None)
+        return Peers(layout, [None] * n, None, class_keys(None, rank), None)
     classes = layout.classes(ranks)
     class_ids = None
     if classes:
         keys: dict[tuple[object, ...], int] = {}
         class_ids = np.fromiter((keys.setdefault(classes.get(r, ()), len(keys)) for r in ranks), np.int64, n)
     stage_ids = np.fromiter((_stage(layout.stage(r)) for r in ranks), np.int64, n)
-    return Peers(layout, [layout.of(r) for r in ranks], class_ids, stage_ids)
+    return Peers(layout, [layout.of(r) for r in ranks], class_ids, class_keys(class_ids, rank), stage_ids)
 
 
 def _stage(stage: int | None) -> int:
