@@ -20,7 +20,10 @@ Noises (on top of the model's per-step gaussian and its occasional 25% spike):
 vary step to step: forward and backward +-15%), ``warmup`` (the first 5 s
 every rank 2 to 4 times slower, each its own), ``all`` (every one at once).
 Faults: one slow rank at 2, 5, 10, 20 and 50% of a step (in data, forward,
-backward or optimizer, in turn), a slow node (all 8 ranks of one), a slow
+backward or optimizer, in turn; a step is the job's, as it ran before the
+fault: the median step of its healthy steps, warm-up left out, so that 5% is
+5% of what its user sees on every layout: a pipeline whose last stage does
+1.6 times the work steps half as slow again as a plain data-parallel job), a slow node (all 8 ranks of one), a slow
 link (a rank's collectives only), a slowdown that starts mid-run, a transient
 episode (30 s; 10 min on the 8-rank job), a throttling ramp (0 to 30% in
 40 s), and none (healthy jobs, for false alarms: 30 s each, and one of 4,096
@@ -67,7 +70,7 @@ from ranktop.watch.model.verdict import SLOW_NODE, SLOW_RANK, verdict
 from ranktop.wire import settings
 
 STEPS_PER_S = 16.0
-STEP_S = 1.0 / STEPS_PER_S
+STEP_S = 1.0 / STEPS_PER_S  # the model's compute per step; a job's step is longer (its waits), its own (NoisyJob.job_step_s)
 #: From this many ranks the viewer takes node digests (it does from 16 nodes of 8: watch/engine/receiver.py).
 DIGESTS_FROM = 128
 #: Each node's relay sends its digest 4 times a second at its own moment, as live relays do (their digests end at
@@ -157,6 +160,24 @@ class NoisyJob(JobModel):
         self.warm = self.draw.uniform(*WARMUP_SLOWER, ranks) if case.noisy("warmup") else None
         self.checkpointer = self._rng.randrange(ranks)
         self.culprits = self._culprits()
+        self._healthy: list[float] = []  # the job's steps before the fault (warm-up left out): what its size is a share of
+        self._job_step_s: float | None = None
+        self._clock = 0.0  # seconds into the job of the last step made
+
+    @property
+    def job_step_s(self) -> float:
+        """The job's step as it ran before the fault: the median of its healthy steps (warm-up left out), fixed at
+        the fault's onset; the model's compute per step until a step ran."""
+        if self._job_step_s is None:
+            if not self._healthy:
+                return STEP_S
+            if not self._faulted():
+                return float(np.median(self._healthy))
+            self._job_step_s = float(np.median(self._healthy))
+        return self._job_step_s
+
+    def _faulted(self) -> bool:
+        return self.case.fault != "none" and self._clock >= self.case.onset_s
 
     def _draw_row(self, cost: float, bias: float, scaled: tuple[int, ...]) -> tuple:
         own = []
@@ -190,14 +211,17 @@ class NoisyJob(JobModel):
         return case.size
 
     def step(self, n: int, start: float) -> Step:
-        t = start - self.t0
+        t = self._clock = start - self.t0
         picks = self._rng.choices(range(self.TABLE_ROWS), k=self.s.ranks)
         rows = [table[i] for table, i in zip(self._tables, picks)]
         for r, (scale, add, network) in self._perturbed(n, t).items():
             own, _, moved, _, _ = rows[r]
             base_net = moved[0] / self.transfer[0] if moved else 1.0
             rows[r] = self._row([o * scale + a for o, a in zip(own, add)], base_net * network)
-        return self.settle(n, start, rows)
+        step = self.settle(n, start, rows)
+        if not self._faulted() and not (self.warm is not None and t < WARMUP_S):
+            self._healthy.append(step.duration)
+        return step
 
     def _perturbed(self, n: int, t: float) -> dict[int, tuple[float, list[float], float]]:
         """Per rank touched this step: a factor on its own times, seconds added per phase, a factor on its network time."""
@@ -219,13 +243,14 @@ class NoisyJob(JobModel):
             touch(self.checkpointer)[1][len(PHASES)] += CHECKPOINT_S
         size = self.size_at(t)
         if size:
+            seconds = size * self.job_step_s
             for r in self.culprits:
                 scale, add, net = touch(r)
                 if case.fault == "slow_link":
                     moved = sum(self.transfer) or 1.0
-                    out[r] = (scale, add, net * (1.0 + size * STEP_S / moved))
+                    out[r] = (scale, add, net * (1.0 + seconds / moved))
                 else:
-                    add[PHASES.index(case.phase)] += size * STEP_S
+                    add[PHASES.index(case.phase)] += seconds
         return out
 
 
@@ -241,6 +266,7 @@ class Outcome:
     rank_hours: float = 0.0  # healthy jobs: ranks x hours watched (warm-up left out)
     size_error: float | None = None
     reported_s: float | None = None
+    step_s: float | None = None  # the job's step the fault's size is a share of (NoisyJob.job_step_s)
     wall_s: float = 0.0
 
 
@@ -295,8 +321,10 @@ def run_case(case: Case, directory: str) -> Outcome:
             last_active = v.excess_s
     if case.fault == "none":
         out.rank_hours = s.ranks * (case.length_s - quiet_after) / 3600.0
+    if case.fault != "none":
+        out.step_s = model.job_step_s
     if last_active is not None and case.size:
-        injected = case.size * STEP_S
+        injected = case.size * model.job_step_s
         out.reported_s = last_active
         out.size_error = abs(last_active - injected) / injected
     out.wall_s = time.perf_counter() - began

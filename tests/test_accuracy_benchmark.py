@@ -2,6 +2,7 @@
 benchmarks/accuracy.py and docs/detection.md; no test asserts them)."""
 
 import json
+import statistics
 import subprocess
 import sys
 from pathlib import Path
@@ -40,3 +41,32 @@ def test_every_scenario_s_outcome_can_be_written_a_json_line_each(tmp_path):
     assert len(lines) == json.loads(out.stdout)["scenarios"]
     assert {"case", "culprits", "detected", "right", "wrong", "size_error"} <= set(lines[0])
     assert {o["case"]["fault"] for o in lines} >= {"none", "slow_rank"}
+
+
+def test_a_fault_s_size_is_a_share_of_the_job_s_step_as_it_ran_before_the_fault():
+    """"5% of a step" is 5% of the step the job's user sees: a pipeline whose last stage does 1.6 times the work
+    steps slower than the model's compute per step, and its faults are sized on its own step, fixed at the onset."""
+    sys.path.insert(0, str(BENCH.parent))
+    try:
+        import accuracy as bench
+    finally:
+        sys.path.remove(str(BENCH.parent))
+    from ranktop.demo.sim_model import Scenario
+
+    case = bench.Case("dp_tp_pp", "gauss", "slow_rank", 0.05, "backward", onset_s=2.0, seed=3)
+    s = Scenario(job="a", steps_per_s=bench.STEPS_PER_S, seed=case.seed, **bench.LAYOUTS[case.layout])
+    model = bench.NoisyJob(s, case, 0.0)
+    start, durations = 0.0, []
+    for n in range(60):
+        step = model.step(n, start)
+        if start < case.onset_s:
+            durations.append(step.duration)
+        start += step.duration
+    assert model.job_step_s > 1.3 * bench.STEP_S  # the pipeline steps at its heavy stage's pace
+    assert abs(model.job_step_s - statistics.median(durations)) < 1e-12
+    fixed = model.job_step_s
+    model.step(60, start)  # more steps under the fault do not move it
+    assert model.job_step_s == fixed
+    (culprit,) = model.culprits
+    _, added, _ = model._perturbed(61, start)[culprit]
+    assert abs(added[bench.PHASES.index("backward")] - 0.05 * fixed) < 1e-12
