@@ -16,7 +16,9 @@ group reaches the ranks, not the relay) with none of the rank's file
 descriptors: a launcher or test that waits for the end of the job's
 stdout/stderr is not kept waiting by it. Its stderr goes to ``relay.log`` in
 the claim folder; what it says while starting (a port that was not free) is
-copied to the starting rank's stderr.
+copied to the starting rank's stderr, once it is up (on a loaded machine a
+relay may take longer than :data:`READY_TIMEOUT_S` to start: what it said is
+then passed on at the check that finds it running).
 """
 
 from __future__ import annotations
@@ -60,6 +62,7 @@ class RelayKeeper:
         self._child: subprocess.Popen | None = None  # the relay this rank started (reaped as it ends)
         self._failures = 0
         self._next_check = 0.0
+        self._unsaid: int | None = None  # where in relay.log a relay started too slowly to be waited for began to write
         self.info: RelayInfo | None = None  # the running relay, as its relay.json says
 
     # -- what the sender calls ------------------------------------------------------------
@@ -88,6 +91,9 @@ class RelayKeeper:
             else:
                 self._failures += 1
                 delay = min(CHECK_EVERY_S * 2**self._failures, MAX_BACKOFF_S)
+        elif self._unsaid is not None:  # the relay this rank started is up after all: what it said while starting
+            sys.stderr.write(self._relay_said(self._unsaid))
+            self._unsaid = None
         self.info = claim.read_info()
         self._next_check = time.monotonic() + delay
 
@@ -165,6 +171,10 @@ class RelayKeeper:
                     return False
             self._child = child
             up = self._wait_until_up(child)
+            if not up and child.poll() is None:  # still starting: said at the check that finds it up
+                self._unsaid = offset if self._failures == 0 else None
+                return False
+            self._unsaid = None
             said = self._relay_said(offset)
             if said and self._failures == 0:  # once: a relay that keeps failing says the same each time
                 sys.stderr.write(said)

@@ -1,0 +1,36 @@
+"""The rank that starts its node's relay passes on what the relay said while starting, even when the relay was
+slower to come up than the rank waits for it (a loaded machine: a Python start-up can take seconds)."""
+
+import os
+import socket
+import time
+
+from ranktop.relay import keeper as keeper_module
+from ranktop.relay.keeper import RelayKeeper
+from ranktop.transport.identity import Identity
+
+
+def test_a_relay_up_after_the_rank_stopped_waiting_still_has_what_it_said_passed_on(rdv, monkeypatch, capfd):
+    monkeypatch.setattr(keeper_module, "READY_TIMEOUT_S", 0.0)  # the rank stops waiting at once: the relay is "slow"
+    monkeypatch.setenv("RANKTOP_BIND", "127.0.0.1")
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        monkeypatch.setenv("RANKTOP_PORT", str(port))
+        ident = Identity(job="slowrelay", rank=0, local_rank=0, world=1, local_world=1, host="node-a", pid=os.getpid(), launcher="single")
+        keeper = RelayKeeper(ident, str(rdv))
+        try:
+            keeper.start()
+            assert keeper.info is None or keeper.info.telemetry  # (not up yet, or just up)
+            deadline = time.monotonic() + 20
+            while keeper.info is None and time.monotonic() < deadline:
+                time.sleep(0.1)
+                keeper.check()
+            assert keeper.info is not None, "the relay never came up"
+            keeper.check()  # (the check that found it up may have been the start's own)
+            err = capfd.readouterr().err
+            assert err.count(f"relay port 127.0.0.1:{port} is not free") == 1
+            assert not keeper.info.telemetry.endswith(f":{port}")
+        finally:
+            keeper.stop()
