@@ -41,6 +41,8 @@ from .claim import Claim, RelayInfo, is_relay
 CHECK_EVERY_S = 2.0
 #: How long the rank that started a relay waits for it to be up (a Python start-up, zmq imported, sockets bound).
 READY_TIMEOUT_S = 5.0
+#: How long a relay this rank started may take to come up before another is started beside it.
+STARTING_AT_MOST_S = 30.0
 #: How long the last rank to leave waits for the relay to end.
 LEAVE_WAIT_S = 1.0
 #: Failed starts back off up to this long between tries.
@@ -62,6 +64,7 @@ class RelayKeeper:
         self._child: subprocess.Popen | None = None  # the relay this rank started (reaped as it ends)
         self._failures = 0
         self._next_check = 0.0
+        self._started_at = 0.0  # when this rank started its relay (time.monotonic)
         self._unsaid: int | None = None  # where in relay.log a relay started too slowly to be waited for began to write
         self.info: RelayInfo | None = None  # the running relay, as its relay.json says
 
@@ -86,7 +89,9 @@ class RelayKeeper:
             claim.register(self.identity.pid, self.identity.rank)
         delay = CHECK_EVERY_S
         if not claim.relay_running():
-            if self._spawn():
+            if self._starting():
+                pass  # the relay this rank started is still starting: never a second one beside it
+            elif self._spawn():
                 self._failures = 0
             else:
                 self._failures += 1
@@ -107,6 +112,9 @@ class RelayKeeper:
         claim, self._claim = self._claim, None
         if claim is None:
             return
+        if self._unsaid is not None:  # leaving before the relay it started was up: what it said so far
+            sys.stderr.write(self._relay_said(self._unsaid))
+            self._unsaid = None
         claim.unregister(self.identity.pid)
         if not claim.live_ranks():
             info = claim.read_info()
@@ -122,6 +130,12 @@ class RelayKeeper:
         self._reap()
 
     # -- starting the relay -----------------------------------------------------------------
+
+    def _starting(self) -> bool:
+        """Whether the relay this rank started runs but has not taken the claim yet (a slow start on a loaded
+        machine), for at most :data:`STARTING_AT_MOST_S` since it was started."""
+        child = self._child
+        return child is not None and child.poll() is None and time.monotonic() - self._started_at < STARTING_AT_MOST_S
 
     def _reap(self) -> None:
         if self._child is not None and self._child.poll() is not None:
@@ -170,6 +184,7 @@ class RelayKeeper:
                         print(f"ranktop: cannot start the node's relay: {exc}", file=sys.stderr)
                     return False
             self._child = child
+            self._started_at = time.monotonic()
             up = self._wait_until_up(child)
             if not up and child.poll() is None:  # still starting: said at the check that finds it up
                 self._unsaid = offset if self._failures == 0 else None
