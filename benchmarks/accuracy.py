@@ -21,12 +21,12 @@ vary step to step: forward and backward +-15%), ``warmup`` (the first 5 s
 every rank 2 to 4 times slower, each its own), ``all`` (every one at once).
 Faults: one slow rank at 2, 5, 10, 20 and 50% of a step (in data, forward,
 backward or optimizer, in turn; a step is the job's, as it ran before the
-fault: the median step of its healthy steps, warm-up left out, so that 5% is
-5% of what its user sees on every layout: a pipeline whose last stage does
-1.6 times the work steps half as slow again as a plain data-parallel job), a slow node (all 8 ranks of one), a slow
-link (a rank's collectives only), a slowdown that starts mid-run, a transient
-episode (30 s; 10 min on the 8-rank job), a throttling ramp (0 to 30% in
-40 s), and none (healthy jobs, for false alarms: 30 s each, and one of 4,096
+fault: the median of its healthy steps, warm-up left out, so that 5% is 5%
+of what its user sees on every layout: a pipeline whose last stage does 1.6
+times the work steps 1.4 times as long as a plain data-parallel job), a slow
+node (all 8 ranks of one), a slow link (a rank's collectives only), a
+slowdown that starts mid-run, a transient episode (30 s; 10 min on the 8-rank
+job), a throttling ramp (0 to 30% in 40 s), and none (healthy jobs, for false alarms: 30 s each, and one of 4,096
 ranks with every noise for 15 minutes, 1,000 rank-hours).
 
 Figures:
@@ -168,13 +168,12 @@ class NoisyJob(JobModel):
     def job_step_s(self) -> float:
         """The job's step as it ran before the fault: the median of its healthy steps (warm-up left out), fixed at
         the fault's onset; the model's compute per step until a step ran."""
-        if self._job_step_s is None:
-            if not self._healthy:
-                return STEP_S
-            if not self._faulted():
-                return float(np.median(self._healthy))
-            self._job_step_s = float(np.median(self._healthy))
-        return self._job_step_s
+        if self._job_step_s is not None:
+            return self._job_step_s
+        step = float(np.median(self._healthy)) if self._healthy else STEP_S
+        if self._faulted():
+            self._job_step_s = step
+        return step
 
     def _faulted(self) -> bool:
         return self.case.fault != "none" and self._clock >= self.case.onset_s
@@ -321,7 +320,7 @@ def run_case(case: Case, directory: str) -> Outcome:
             last_active = v.excess_s
     if case.fault == "none":
         out.rank_hours = s.ranks * (case.length_s - quiet_after) / 3600.0
-    if case.fault != "none":
+    else:
         out.step_s = model.job_step_s
     if last_active is not None and case.size:
         injected = case.size * model.job_step_s

@@ -96,10 +96,10 @@ class RelayKeeper:
             else:
                 self._failures += 1
                 delay = min(CHECK_EVERY_S * 2**self._failures, MAX_BACKOFF_S)
-        elif self._unsaid is not None:  # the relay this rank started is up after all: what it said while starting
-            sys.stderr.write(self._relay_said(self._unsaid))
-            self._unsaid = None
         self.info = claim.read_info()
+        child = self._child
+        if child is None or (self.info is not None and self.info.pid == child.pid):
+            self._pass_on_unsaid()  # (a relay this rank started may be up only now: it wrote relay.json once bound)
         self._next_check = time.monotonic() + delay
 
     def endpoints(self) -> dict[str, Any] | None:
@@ -112,9 +112,7 @@ class RelayKeeper:
         claim, self._claim = self._claim, None
         if claim is None:
             return
-        if self._unsaid is not None:  # leaving before the relay it started was up: what it said so far
-            sys.stderr.write(self._relay_said(self._unsaid))
-            self._unsaid = None
+        self._pass_on_unsaid()  # (leaving before the relay it started was up: what it said so far)
         claim.unregister(self.identity.pid)
         if not claim.live_ranks():
             info = claim.read_info()
@@ -190,9 +188,8 @@ class RelayKeeper:
                 self._unsaid = offset if self._failures == 0 else None
                 return False
             self._unsaid = None
-            said = self._relay_said(offset)
-            if said and self._failures == 0:  # once: a relay that keeps failing says the same each time
-                sys.stderr.write(said)
+            if self._failures == 0:  # once: a relay that keeps failing says the same each time
+                sys.stderr.write(self._relay_said(offset))
             return up
         finally:
             os.close(lock)
@@ -207,6 +204,12 @@ class RelayKeeper:
                 return child.returncode == 0 and self._claim.relay_running()
             time.sleep(0.01)
         return self._claim.relay_running()
+
+    def _pass_on_unsaid(self) -> None:
+        """What a relay this rank started too slowly to wait for said, copied to this rank's stderr, once."""
+        if self._unsaid is not None:
+            sys.stderr.write(self._relay_said(self._unsaid))
+            self._unsaid = None
 
     def _relay_said(self, offset: int) -> str:
         try:

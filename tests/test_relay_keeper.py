@@ -22,7 +22,6 @@ def test_a_relay_up_after_the_rank_stopped_waiting_still_has_what_it_said_passed
         keeper = RelayKeeper(ident, str(rdv))
         try:
             keeper.start()
-            assert keeper.info is None or keeper.info.telemetry  # (not up yet, or just up)
             deadline = time.monotonic() + 20
             while keeper.info is None and time.monotonic() < deadline:
                 time.sleep(0.1)
