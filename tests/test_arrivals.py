@@ -8,7 +8,7 @@ import pytest
 from ranktop.demo.sim_model import PHASES, JobModel, Scenario
 from ranktop.demo.simulate import Simulator
 from ranktop.watch.aggregator import Aggregator
-from ranktop.watch.analysis.arrivals import SETTLING, VETO_AFTER, intervals_on_steps, last_arrivals, shares
+from ranktop.watch.analysis.arrivals import SETTLING, VETO_AFTER, ArrivalBook, grid_of, intervals_on_steps, last_arrivals, shares
 from ranktop.watch.engine.step_columns import StepColumns
 from ranktop.wire import schema
 from ranktop.wire.messages import Node
@@ -231,3 +231,85 @@ def test_a_viewer_of_relays_that_send_each_at_its_own_moment_counts_every_rank_s
     assert None not in shares_of
     assert snap.ranks[77].last_arrivals == 1.0 and snap.ranks[77].status == "slow"
     assert max(s for r, s in enumerate(shares_of) if r != 77) == 0.0
+
+
+def digests_until(step_waits: np.ndarray, until: int, per_node: int, every: int, slots: int) -> tuple[np.ndarray, np.ndarray]:
+    """What a viewer of digests holds once the job made ``until`` steps (``step_waits``: each rank's wait per step,
+    oldest first, step 100 + i at column i): each node's relay sends every ``every`` steps at its own moment,
+    each record its interval's last step and mean wait; the newest ``slots`` records a rank, newest first."""
+    ranks = len(step_waits)
+    nums, waits = np.full((ranks, slots), -1, np.int64), np.zeros((ranks, slots))
+    for rank in range(ranks):
+        ends = [s for s in range(until) if (s + rank // per_node) % every == every - 1]
+        records = [(100 + end, step_waits[rank, start + 1 : end + 1].mean()) for start, end in zip(ends, ends[1:])]
+        for j, (n, w) in enumerate(records[::-1][:slots]):
+            nums[rank, j], waits[rank, j] = n, w
+    return nums, waits
+
+
+def test_a_book_kept_from_snapshot_to_snapshot_says_what_laying_every_point_afresh_says():
+    """The arrival book lays only the points new since the snapshot before, from as few of each rank's last steps
+    as those need (it asks the next view for them: ``slots``), and says what laying all 32 points afresh from every
+    rank's records says, snapshot after snapshot (those still in a view's window and those before: a point it laid
+    stays, where afresh a rank's record of the oldest point may have left the last 32); the slowed rank arrives
+    last throughout."""
+    _, waits = steps_of(16, 900, slow=6, seed=4)
+    step_waits = waits[:, ::-1]
+    classes = np.array([0] * 8 + [1] * 8)
+    book = ArrivalBook()
+    asked = []
+    for until in range(300, 900, 7):  # a snapshot every 7 steps, digests every 4 at each node's own moment
+        asked.append(book.slots)
+        nums, waits_now = digests_until(step_waits, until, per_node=4, every=4, slots=book.slots)
+        share, counted = book.shares(nums, waits_now, classes, np.arange(16), roster=1)
+        afresh = {}
+        for slots in (32, 64):
+            full_nums, full_waits = digests_until(step_waits, until, per_node=4, every=4, slots=slots)
+            stride, top = grid_of(full_nums)
+            laid = intervals_on_steps(full_nums, full_waits, points=32, stride=stride, top=top - top % stride)
+            afresh[slots] = shares_on_grid(laid, classes)
+        # the first time, from the view's last 32 records; once every point was laid since, from all of them
+        expected = afresh[32] if until == 300 else afresh[64] if until >= 300 + 32 * 4 else None
+        if expected is not None:
+            assert np.array_equal(counted, expected[1]) and np.allclose(share, expected[0], equal_nan=True), until
+        assert (counted >= afresh[32][1]).all() and counted.min() >= VETO_AFTER and share[6] > 0.9
+    assert asked[0] == 32 and max(asked[1:]) < 8  # all of them once, then a few
+
+
+def shares_on_grid(laid: np.ndarray, class_ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """shares() of a laid grid: last_arrivals per column, a column every rank of a class holds (the rule, spelled
+    out for the test: the least wait of a class is its last arrival, where someone waited longer)."""
+    n, points = laid.shape
+    lasts, counted = np.zeros(n, np.int64), np.zeros(n, np.int64)
+    for c in np.unique(class_ids):
+        members = np.flatnonzero(class_ids == c)
+        for j in range(points):
+            column = laid[members, j]
+            if np.isnan(column).any() or not column.max() > column.min():
+                continue
+            counted[members] += 1
+            lasts[members] += column <= column.min()
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(counted > 0, lasts / np.maximum(counted, 1), np.nan), counted
+
+
+def test_a_book_starts_afresh_when_a_rank_restarts_or_the_ranks_change_and_says_the_last_shares_meanwhile():
+    _, waits = steps_of(8, 400, slow=2, seed=9)
+    step_waits = waits[:, ::-1]
+    book = ArrivalBook()
+    ranks = np.arange(8)
+    for until in (200, 207, 214):
+        nums, w = digests_until(step_waits, until, per_node=2, every=4, slots=book.slots)
+        share, _ = book.shares(nums, w, None, ranks, roster=1)
+    assert book.slots < 32 and share[2] > 0.9
+    nums, w = digests_until(step_waits, 221, per_node=2, every=4, slots=book.slots)
+    again, _ = book.shares(nums, w, None, ranks, roster=2)  # a rank restarted: too few of its steps to lay afresh
+    assert np.array_equal(again, share) and book.slots == 32  # the last shares meanwhile; all of them next time
+    nums, w = digests_until(step_waits, 228, per_node=2, every=4, slots=book.slots)
+    laid, counted = book.shares(nums, w, None, ranks, roster=2)
+    stride, top = grid_of(nums)
+    expected = shares_on_grid(intervals_on_steps(nums, w, stride=stride, top=top - top % stride), np.zeros(8, np.int64))
+    assert np.array_equal(counted, expected[1]) and book.slots < 32
+    fewer = book.shares(nums[:6], w[:6], None, ranks[:6], roster=2)[1]  # two ranks went silent: laid afresh
+    assert np.array_equal(fewer, shares_on_grid(intervals_on_steps(nums[:6], w[:6], stride=stride, top=top - top % stride),
+                                                np.zeros(6, np.int64))[1])

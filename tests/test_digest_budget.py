@@ -68,6 +68,33 @@ def test_a_node_digest_learns_its_pace_from_its_ranks_hellos():
     assert unsaid.hz == digest_hz(2048)  # 8,192 ranks over the 4 heard on the node
 
 
+def test_the_biggest_jobs_send_a_running_rank_s_state_hello_and_collectives_less_often_but_a_stalled_rank_s_at_once():
+    """Beyond 8,192 ranks the job's entries would cost a viewer more than ENTRY_BUDGET a second: a running rank's
+    state, hello and collectives ride twice as far apart at 16,384; its steps still ride every digest."""
+    from ranktop.wire.messages import Heartbeat, OpSummary, State
+
+    assert node_digest.slow_factor(64) == node_digest.slow_factor(8192) == 1.0
+    assert node_digest.slow_factor(16384) == 2.0
+    for world, every in ((8192, node_digest.SLOW_EVERY_S), (16384, 2 * node_digest.SLOW_EVERY_S)):
+        digest = NodeDigest("j", "node0")
+        digest.add_hello(0, info(world, 8), None)
+        running = State(step=3, last=2, in_step=True, phase="forward")
+        ops = {"all_reduce": OpSummary(calls=1, bytes=8, waited=0.001, total=0.002, longest=0.002, group=8, dtype="float32")}
+        carried = []
+        for tick in range(int(4 * every) + 1):  # a digest a second, a step each
+            digest.add_columns([0], [running], last=[tick], count=[1], start=[float(tick)], wall=[0.1], own={"forward": [0.1]})
+            digest.add_ops(0, ops)
+            body = digest.body(float(tick), 1e9 + tick)
+            entry = body.ranks[0] if body.ranks else None
+            assert body.steps is not None  # the steps, every digest
+            carried.append(tuple(name for name in ("state", "hello", "ops") if entry is not None and getattr(entry, name) is not None))
+        assert [i for i, c in enumerate(carried) if c] == list(range(0, int(4 * every) + 1, int(every))), world
+        assert all(c == ("state", "hello", "ops") for c in carried if c)
+        stalled = State(step=3, last=2, in_step=True, phase="forward", step_age=9.0)
+        digest.add(Heartbeat(job="j", rank=0, ts=2e9, state=stalled))  # it spoke, and made no step
+        assert digest.body(4 * every + 1.0, 2e9).ranks[0].state == stalled  # at once, whatever the job's size
+
+
 # -- a real relay --------------------------------------------------------------------------------
 
 

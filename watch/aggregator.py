@@ -20,6 +20,7 @@ import time
 from typing import Callable, Union
 
 from ranktop.watch.analysis import stalls
+from ranktop.watch.analysis.arrivals import ArrivalBook
 from ranktop.watch.analysis.collectives import collective_rows
 from ranktop.watch.analysis.judge import Extras, build
 from ranktop.watch.analysis.peers import PeerClasses
@@ -82,6 +83,7 @@ class Aggregator:
         self.state = JobState(window, silent_after_s, self.requests.poke)  # the ranks' windows
         self._peers = PeerClasses()  # who is compared with whom, kept while the layout and the ranks stay (watch/analysis/peers.py)
         self._history = ExcessHistory()  # each rank's excess when last seen healthy (watch/analysis/stragglers.py)
+        self._arrivals = ArrivalBook()  # who arrives last, its grid of steps kept (watch/analysis/arrivals.py)
         self._endpoints = Endpoints()  # the relays it hears the job through (watch/engine/endpoints.py)
         self._replies: collections.deque[Reply] = collections.deque(maxlen=MAX_REPLIES)
         self._errors: list[str] = []
@@ -281,7 +283,7 @@ class Aggregator:
         with self._lock:
             relays = self._endpoints.view(now)
             sure_after = now - self._started > self._silent_after + relays.behind_s
-            view = self.state.view(now, wall, relays, self._endpoints, sure_after)
+            view = self.state.view(now, wall, relays, self._endpoints, sure_after, self._arrivals.slots)
             endpoints = self._endpoints.rows(now, self.state.ranks_by_endpoint(view), self._silent_after + relays.behind_s)
             replies, dropped, errors = list(self._replies), self._dropped, list(self._errors)
         extras = Extras(
@@ -295,7 +297,7 @@ class Aggregator:
             errors=errors,
             collectives=lambda ranks: self._collective_rows(now, ranks),
         )
-        return build(view, extras, self._stall, self._peers, self._history)
+        return build(view, extras, self._stall, self._peers, self._history, self._arrivals)
 
     def _collective_rows(self, now: float, ranks: list[int]) -> list[CollectiveStat]:
         """The collectives pane's rows; past :data:`COLLECTIVES_CACHED_FROM` ranks worked out again every

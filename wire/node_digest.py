@@ -23,7 +23,9 @@ says what the viewer needs and no more:
   ``state``, its latest state, every :data:`SLOW_EVERY_S`, or at once when it
   made no step (a stall is seen as soon as from its own messages) or its
   capture moved; ``hello``, its hello (less the envelope) when it changed, or
-  every :data:`HELLO_EVERY_S` for viewers that attached late; ``exit``, its
+  every :data:`HELLO_EVERY_S` for viewers that attached late (a running rank's
+  state, collectives and hello less often beyond 8,192 ranks:
+  :data:`ENTRY_BUDGET`); ``exit``, its
   last heartbeat said its process is ending, and how ("clean" or "error"). A
   rank that spoke but made no step and has nothing of these to say gets an
   entry of its rank alone: the viewer hears that it is alive.
@@ -70,6 +72,12 @@ SLOW_EVERY_S = 2.0
 #: out again every 2 s at the sizes that take digests (watch/aggregator.py), and op summaries are most of what
 #: a digest costs it (at 4,096 ranks, every 2 s rather than every second: 35% less decode and ingest per digest).
 OPS_EVERY_S = 2.0
+#: Rank entries with a running rank's state, hello or collectives a second the whole job's relays send together, at
+#: most (:func:`slow_factor`): each such entry costs a viewer some 10 µs to decode and take, most of all it does per
+#: rank (at 16,384 ranks, every 2 s, 8,192 entries a second were a fifth of a core). 4,096 keeps the cadences above
+#: up to 8,192 ranks and doubles them at 16,384. A rank that made no step, or whose capture moved, is never kept
+#: waiting, and its steps ride every digest whatever the job's size.
+ENTRY_BUDGET = 4096.0
 #: A node's digest carries one rank's sample of raw calls (for the alpha-beta fit) this often, its ranks in
 #: turn: 256 samples a second from 512 nodes is plenty for the fit, and the viewer decodes every one of them.
 SAMPLE_EVERY_S = 2.0
@@ -81,6 +89,13 @@ def digest_hz(nodes: int) -> float:
     digests by this one rule. The price, at the biggest sizes only: a rank's steps reach the viewer up to one interval
     later (1 s at 2,048 nodes), and the viewer's window of 64 digests spans 64 s there rather than 16 s."""
     return max(MIN_DIGEST_HZ, min(DIGEST_HZ, DIGEST_BUDGET / max(1, nodes)))
+
+
+def slow_factor(world: int) -> float:
+    """How many times :data:`SLOW_EVERY_S`, :data:`HELLO_EVERY_S` and :data:`OPS_EVERY_S` a relay of a job of
+    ``world`` ranks waits between two of a running rank's entries: 1, more in a job so big that its ranks' entries
+    together would come to more than :data:`ENTRY_BUDGET` a second (2 at 16,384 ranks)."""
+    return max(1.0, world / (ENTRY_BUDGET * SLOW_EVERY_S))
 
 
 def job_nodes(world: int, local_world: int | None, heard: int) -> int:
@@ -233,22 +248,24 @@ class NodeDigest:
         entries = []
         steps = _StepColumns()
         sampled = now - self._sampled_at < SAMPLE_EVERY_S
+        slow = slow_factor(self._world)
+        slow_every, hello_every, ops_every = SLOW_EVERY_S * slow, HELLO_EVERY_S * slow, OPS_EVERY_S * slow
         for number, rank in list(self._ranks.items()):
             if not rank.fresh:
                 continue
             entry: dict[str, Any] = {}
             state = rank.state
             stepped = rank.count or rank.columned
-            if state is not None and (not stepped or now - rank.state_sent >= SLOW_EVERY_S or state.cap != rank.sent_cap):
+            if state is not None and (not stepped or now - rank.state_sent >= slow_every or state.cap != rank.sent_cap):
                 entry["state"] = state
                 rank.state_sent, rank.sent_cap = now, state.cap
-            if rank.hello is not None and now - rank.hello_sent >= HELLO_EVERY_S:
+            if rank.hello is not None and now - rank.hello_sent >= hello_every:
                 entry["hello"] = rank.hello
                 rank.hello_sent = now
             if rank.count:
                 steps.add(number, rank)
                 rank.waits = {}
-            if rank.ops and now - rank.ops_sent >= OPS_EVERY_S:
+            if rank.ops and now - rank.ops_sent >= ops_every:
                 entry["ops"] = rank.ops
                 rank.ops, rank.ops_sent = {}, now
             if rank.sample and not sampled:  # one rank's raw calls, in turn: enough for the fit

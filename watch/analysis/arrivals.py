@@ -19,7 +19,11 @@ steps that end where each relay happened to send, so they are first read at the 
 
 from __future__ import annotations
 
+import threading
+
 import numpy as np
+
+from ranktop.watch.engine.step_columns import RECENT_STEPS
 
 #: Steps counted, at least, before "never last" overrules the phase times (watch/analysis/judge.py).
 VETO_AFTER = 16
@@ -38,8 +42,13 @@ def shares(nums: np.ndarray, waits: np.ndarray, class_ids: np.ndarray | None = N
     laid = intervals_on_steps(nums, waits)
     if laid is None:
         return last_arrivals(nums, waits, class_ids)
+    return _laid_shares(laid, *_classes(class_ids, len(laid)))
+
+
+def _laid_shares(laid: np.ndarray, of: np.ndarray, members: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`shares` of the ranks' waits laid on one grid of steps (ranks x points, NaN: not held; the columns in
+    any order), in classes ``of`` of ``members`` each (:func:`_classes`)."""
     n = len(laid)
-    of, members = _classes(class_ids, n)
     held = ~np.isnan(laid)
     if len(members) == 1:
         full = held.all(axis=0)[None, :]
@@ -52,7 +61,24 @@ def shares(nums: np.ndarray, waits: np.ndarray, class_ids: np.ndarray | None = N
     return _on_grid(laid, full, of, members)
 
 
-def intervals_on_steps(nums: np.ndarray, waits: np.ndarray, points: int = POINTS) -> np.ndarray | None:
+def grid_of(nums: np.ndarray) -> tuple[int, int] | None:
+    """The steps :func:`intervals_on_steps` reads the ranks' records at (a row of ``nums`` per rank, newest first,
+    -1: none): (the stride, the usual interval: the median of the ranks' newest; the newest step every rank with
+    records has). None where the records are single steps (the median gap is one step), or too few."""
+    n, k = nums.shape
+    if n < 2 or k < 2:
+        return None
+    gaps = (nums[:, 0] - nums[:, 1])[nums[:, 1] >= 0]  # each rank's newest interval
+    if not len(gaps) or np.median(gaps) <= 1:
+        return None
+    newest = nums[:, 0]
+    if not (newest >= 0).any():
+        return None
+    return max(1, int(np.median(gaps))), int(newest[newest >= 0].min())
+
+
+def intervals_on_steps(nums: np.ndarray, waits: np.ndarray, points: int = POINTS, stride: int | None = None,
+                       top: int | None = None) -> np.ndarray | None:  # fmt: skip
     """The ranks' intervals (a row of ``nums`` per rank, newest first: each record's last step, -1: none; ``waits``
     their mean waits per step) read at the same steps for every rank: ``points`` steps, from the newest step
     every rank with records has, back every interval (of the usual length: the median of the ranks' newest).
@@ -60,18 +86,15 @@ def intervals_on_steps(nums: np.ndarray, waits: np.ndarray, points: int = POINTS
     its own); NaN where a rank has none (before its oldest record, whose first step is not known, or no record
     at all). A (ranks, ``points``) array, newest first: a grid whose columns are the same steps for every rank
     (no settling: a digest's waits come with its steps). None: the records are single steps (the median gap is
-    one step), to be read as they are. Whole-array operations over every rank's records: O(points) per rank."""
+    one step), to be read as they are. Whole-array operations over every rank's records: O(points) per rank.
+    ``stride`` and ``top``, where given, place the points instead (:class:`ArrivalBook`: the same steps from one
+    snapshot to the next)."""
     n, k = nums.shape
-    if n < 2 or k < 2:
-        return None
-    gaps = (nums[:, 0] - nums[:, 1])[nums[:, 1] >= 0]  # each rank's newest interval
-    if not len(gaps) or np.median(gaps) <= 1:
-        return None
-    stride = max(1, int(np.median(gaps)))
-    newest = nums[:, 0]
-    if not (newest >= 0).any():
-        return None
-    top = int(newest[newest >= 0].min())  # the newest step every rank with records has
+    if stride is None or top is None:
+        grid = grid_of(nums)
+        if grid is None:
+            return None
+        stride, top = grid
     # Steps counted from just below the oldest point: a record before it is 0, one after the newest point is
     # ``width`` (all either says is that it is before or after every point).
     base = top - stride * (points - 1) - 1
@@ -162,3 +185,89 @@ def _on_grid(grid: np.ndarray, full: np.ndarray, of: np.ndarray, members: np.nda
     with np.errstate(invalid="ignore", divide="ignore"):
         share = np.where(counted > 0, lasts / np.maximum(counted, 1), np.nan)
     return share, counted
+
+
+class ArrivalBook:
+    """:func:`shares` of a job watched in node digests, its grid kept from one snapshot to the next.
+
+    Laying every rank's last :data:`POINTS` intervals on the grid of steps is most of what :func:`shares` costs
+    (24 of a snapshot's 90 ms of CPU at 16,384 ranks), yet from one snapshot to the next the grid moves by a
+    point or two: each relay sends one digest between them. So the book lays its points at whole multiples of
+    the stride, keeps each point's column (a ring of :data:`POINTS`, column ``(step // stride) % POINTS``), and
+    lays only the points new since; and it asks the next view to gather only as many of each rank's last steps
+    as those need (:attr:`slots`; watch/engine/step_columns.py ``recent_waits``), not all 32. What a point says
+    never changes once every rank has a record past it (records come in order), so a kept column is what laying
+    it again would give. The grid starts afresh when the ranks, their classes, their processes (``roster``) or
+    the usual interval change. One book per aggregator; snapshots taken at once take it in turn."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._key: tuple[int, np.ndarray, np.ndarray | None] | None = None  # (roster, ranks, class ids) of the grid
+        self._classes: tuple[np.ndarray, np.ndarray] = (np.zeros(0, np.intp), np.zeros(0, np.int64))
+        self._stride = 0
+        self._grid = np.zeros((0, POINTS))  # (ranks, POINTS): each point's waits, NaN: not held
+        self._at = np.full(POINTS, -1, np.int64)  # the step each column holds (-1: none)
+        self.slots = RECENT_STEPS  # how many of each rank's last steps the next view is to gather
+        self._last: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None  # (ranks, shares, counted) said last
+
+    def shares(self, nums: np.ndarray, waits: np.ndarray, class_ids: np.ndarray | None, ranks: np.ndarray,
+               roster: int) -> tuple[np.ndarray, np.ndarray]:  # fmt: skip
+        """:func:`shares` of the ranks ``ranks`` (``nums`` and ``waits``: their last :attr:`slots` steps, or more)
+        of a view whose ``roster`` (watch/engine/job_state.py JobView) says when a rank came or restarted."""
+        with self._lock:
+            return self._shares(nums, waits, class_ids, ranks, roster)
+
+    def _shares(self, nums: np.ndarray, waits: np.ndarray, class_ids: np.ndarray | None, ranks: np.ndarray,
+                roster: int) -> tuple[np.ndarray, np.ndarray]:  # fmt: skip
+        n, k = nums.shape
+        grid = grid_of(nums)
+        if grid is None:  # a rank's own messages, a step each: read as they are
+            self._key, self.slots = None, RECENT_STEPS
+            return shares(nums, waits, class_ids) if k >= RECENT_STEPS else (np.full(n, np.nan), np.zeros(n, np.int64))
+        stride, top = grid
+        key = self._key
+        if (key is None or key[0] != roster or not np.array_equal(key[1], ranks) or not _same(key[2], class_ids)
+                or 4 * abs(stride - self._stride) > self._stride):  # fmt: skip
+            if k < RECENT_STEPS:  # laid afresh from every rank's last steps: the next view gathers them all
+                self._key, self.slots = None, RECENT_STEPS
+                last = self._last  # meanwhile the ranks' shares as last said (a rank that restarted, a class that moved)
+                if last is not None and np.array_equal(last[0], ranks):
+                    return last[1], last[2]
+                return np.full(n, np.nan), np.zeros(n, np.int64)
+            self._key = (roster, ranks.copy(), None if class_ids is None else class_ids.copy())
+            self._classes = _classes(class_ids, n)
+            self._stride = stride  # (kept while the usual interval stays within a quarter of it: the points stay put)
+            self._grid = np.full((n, POINTS), np.nan)
+            self._at = np.full(POINTS, -1, np.int64)
+        stride = self._stride
+        top -= top % stride
+        wanted = top - stride * np.arange(POINTS)  # newest first
+        new = wanted[self._at[(wanted // stride) % POINTS] != wanted]
+        if len(new):
+            oldest = int(new.min())
+            if k < RECENT_STEPS and ((nums[:, -1] >= oldest) & (nums[:, -1] >= 0)).any():
+                self.slots = RECENT_STEPS  # a rank's record before the point is not among those gathered: next time
+            else:
+                span = (top - oldest) // stride + 1
+                laid = intervals_on_steps(nums, waits, points=span, stride=stride, top=top)
+                if laid is not None:
+                    for j in range(span):
+                        point = top - stride * j
+                        column = (point // stride) % POINTS
+                        if self._at[column] != point:
+                            self._grid[:, column] = laid[:, j]
+                            self._at[column] = point
+                # what the next snapshot's new points need, about a digest on: each rank's records back past two
+                # strides below this top, and one more
+                self.slots = int(min(RECENT_STEPS, max(4, ((nums >= top - 2 * stride) & (nums >= 0)).sum(axis=1).max() + 2)))
+        held = np.isin(self._at, wanted)
+        if not held.any():
+            return np.full(n, np.nan), np.zeros(n, np.int64)
+        laid = self._grid if held.all() else np.where(held[None, :], self._grid, np.nan)
+        share, counted = _laid_shares(laid, *self._classes)
+        self._last = (self._key[1], share, counted)
+        return share, counted
+
+
+def _same(a: np.ndarray | None, b: np.ndarray | None) -> bool:
+    return a is b or (a is not None and b is not None and np.array_equal(a, b))

@@ -4,7 +4,7 @@
 (watch/engine/job_state.py :class:`JobView`) and what the aggregator adds (relays,
 replies, errors, collective rows): it reads no window and takes no lock, so
 the receiver goes on while it runs. The only state it keeps between snapshots is
-the peer classes' cache (watch/analysis/peers.py), which it is handed. Everything per rank is a numpy operation;
+the caches it is handed (the peer classes, watch/analysis/peers.py; the excess history; the arrivals' grid). Everything per rank is a numpy operation;
 a rank's :class:`~ranktop.watch.model.rank_row.RankRow` is built later, if read
 (watch/model/rank_table.py). The job medians it works out ride in the snapshot
 (``median_step_s``), so the verdict and the screens do not work them out again.
@@ -46,10 +46,11 @@ class Extras:
 
 
 def build(view: JobView, extras: Extras, policy: StallPolicy = StallPolicy(), peer_classes: PeerClasses | None = None,
-          history: stragglers.ExcessHistory | None = None) -> Snapshot:  # fmt: skip
+          history: stragglers.ExcessHistory | None = None, arrival_book: arrivals.ArrivalBook | None = None) -> Snapshot:  # fmt: skip
     """The snapshot of ``view``; ``peer_classes``: the cache of the peers of the views before (None: worked out);
     ``history``: each rank's excess when last seen healthy, kept from the views before (None: not known, a rank
-    is judged on this view alone)."""
+    is judged on this view alone); ``arrival_book``: who arrived last, its grid kept from the views before (None:
+    worked out from this view's steps alone)."""
     n = len(view.rank)
     names = view.names
     silent = silent_ranks(view)
@@ -85,7 +86,11 @@ def build(view: JobView, extras: Extras, policy: StallPolicy = StallPolicy(), pe
     found = np.where(by_class, found + grown, found)
     last = np.full(n, np.nan)
     counted = np.zeros(n, np.int64)
-    last[idx], counted[idx] = arrivals.shares(view.recent_steps[at], view.recent_waits[at], class_ids)
+    last[idx], counted[idx] = (
+        arrivals.shares(view.recent_steps[at], view.recent_waits[at], class_ids)
+        if arrival_book is None
+        else arrival_book.shares(view.recent_steps[at], view.recent_waits[at], class_ids, ranks, view.roster)
+    )
     # Flagged by its phase times but never the last to arrive at a collective over many steps: it holds nobody
     # back (its excess is spent where nobody waits for it, or is noise). Where the waits say nothing, no veto.
     judged_slow = ((found > slow_above) | by_class) & ~((last[idx] == 0.0) & (counted[idx] >= arrivals.VETO_AFTER))

@@ -72,7 +72,7 @@ class JobView:
     window_steps: np.ndarray  # int64: steps in its window
     rate: np.ndarray
     comm_s: np.ndarray  # NaN: no collective wait seen
-    recent_steps: np.ndarray  # int64 (ranks, RECENT_STEPS): its last steps' numbers, newest first (-1: none, or no wait seen)
+    recent_steps: np.ndarray  # int64 (ranks, RECENT_STEPS or as asked): its last steps' numbers, newest first (-1: none, or no wait seen)
     recent_waits: np.ndarray  # (ranks, RECENT_STEPS): ... their collective waits, s
     last_seen: np.ndarray
     last_step_end: np.ndarray
@@ -297,9 +297,11 @@ class JobState:
             self._sorted = [self.ranks[r] for r in sorted(self.ranks)]
         return self._sorted
 
-    def view(self, now: float, wall: float, relays: EndpointsView, endpoints: Endpoints, sure_after: bool) -> JobView:
+    def view(self, now: float, wall: float, relays: EndpointsView, endpoints: Endpoints, sure_after: bool,
+             recent: int = RECENT_STEPS) -> JobView:  # fmt: skip
         """The job now, gathered for a snapshot. ``sure_after``: long enough since the viewer started that ranks
-        never heard from may be named (once every relay is settled too)."""
+        never heard from may be named (once every relay is settled too); ``recent``: how many of each rank's last
+        steps' waits it carries (who arrived last needs fewer where it kept its grid: watch/analysis/arrivals.py)."""
         self.settle()
         ws = self.windows()
         n = len(ws)
@@ -321,7 +323,7 @@ class JobState:
         waited = cols.waited[rows] & scored
         comm_s = np.where(waited, cols.median_own[rows, comm], np.nan) if comm is not None else np.full(n, np.nan)
         step_s = np.where(scored, cols.median_wall[rows], np.nan)
-        recent_steps, recent_waits = cols.recent_waits(rows, RECENT_STEPS)
+        recent_steps, recent_waits = cols.recent_waits(rows, recent)
         last = sc.last_step[rows]
         seen = sc.steps_seen[rows]
         first = sc.first_step[rows]
