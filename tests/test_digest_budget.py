@@ -95,6 +95,28 @@ def test_the_biggest_jobs_send_a_running_rank_s_state_hello_and_collectives_less
         assert digest.body(4 * every + 1.0, 2e9).ranks[0].state == stalled  # at once, whatever the job's size
 
 
+def test_the_job_s_relays_send_at_most_the_sample_budget_of_raw_calls_a_second():
+    """A node's digest carries one rank's sample of raw calls every 2 s up to 512 nodes, and as much less often
+    beyond: 256 samples a second from the whole job are plenty for the fit, and the viewer decodes every one."""
+    from ranktop.wire.messages import Call
+
+    assert node_digest.sample_every_s(1) == node_digest.sample_every_s(512) == node_digest.SAMPLE_EVERY_S == 2.0
+    assert node_digest.sample_every_s(2048) == 8.0
+    for nodes in (64, 512, 1024, 2048, 4096):
+        assert nodes / node_digest.sample_every_s(nodes) <= node_digest.SAMPLE_BUDGET
+    digest = NodeDigest("j", "node0")
+    digest.add_hello(0, info(16384, 8), None)
+    sample = [Call(op="all_reduce", seq=1, b=8, dt="float32", g=8, d=0.001, n=1, ph="backward", t0=0.0)]
+    sampled = []
+    for tick in range(17):  # a digest a second, a step and a fresh sample each
+        digest.add_columns([0], [None], last=[tick], count=[1], start=[float(tick)], wall=[0.1], own={"forward": [0.1]},
+                           sample=sample)  # fmt: skip
+        body = digest.body(float(tick), 1e9 + tick)
+        if any(entry.cx for entry in body.ranks):
+            sampled.append(tick)
+    assert sampled == [0, 8, 16]
+
+
 # -- a real relay --------------------------------------------------------------------------------
 
 

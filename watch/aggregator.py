@@ -35,7 +35,7 @@ from ranktop.wire import schema
 from ranktop.wire.messages import Command, Hello, Node, RankMessage
 from ranktop.wire.messages import Reply as WireReply
 from ranktop.wire.names import KINDS
-from ranktop.wire.node_digest import digest_hz
+from ranktop.wire.node_digest import OPS_EVERY_S, digest_hz, slow_factor
 
 #: What the viewer takes: what ranks send, and their nodes' digests.
 Telemetry = Union[RankMessage, Node]
@@ -53,7 +53,8 @@ PER_RANK_ROWS_UP_TO = 64
 #: Seconds the receiver waits at most for a snapshot being built before it takes its messages (a snapshot of
 #: 4,096 ranks takes 10 to 40 ms of CPU).
 SNAPSHOT_FIRST_S = 0.25
-#: From this many ranks on, the collective rows are worked out again this often only.
+#: From this many ranks on, the collective rows are worked out again this often only (or as seldom as the
+#: job's relays send a rank's collectives, where that is less often: wire/node_digest.py slow_factor).
 COLLECTIVES_CACHED_FROM = 512
 COLLECTIVES_EVERY_S = 2.0
 
@@ -311,9 +312,11 @@ class Aggregator:
         with self._lock:
             windows = self.state.windows()
             cached = self._collectives
-            if len(windows) >= COLLECTIVES_CACHED_FROM and cached is not None and now - cached[0] < COLLECTIVES_EVERY_S:
+            every = max(COLLECTIVES_EVERY_S, OPS_EVERY_S * slow_factor(self.state.world or len(windows)))
+            if len(windows) >= COLLECTIVES_CACHED_FROM and cached is not None and now - cached[0] < every:
                 return cached[1]
-            gathered = gather_collectives(self.state.collectives, windows, now, ranks if len(windows) > PER_RANK_ROWS_UP_TO else None)
+            some = ranks if len(windows) > PER_RANK_ROWS_UP_TO else None
+            gathered = gather_collectives(self.state.collectives, windows, now, some, self.state.ranks)
         rows = collective_rows(gathered)
         with self._lock:
             self._collectives = (now, rows)

@@ -19,7 +19,8 @@ says what the viewer needs and no more:
   ``ops``, its collectives since they were last sent (at most every
   :data:`OPS_EVERY_S`) per op, in the order of wire/collective_summary.py
   (calls, bytes, waited, total, longest, group, dtype); ``cx``, its latest
-  sample of raw calls (one rank's every :data:`SAMPLE_EVERY_S`, in turn);
+  sample of raw calls (one rank's every :data:`SAMPLE_EVERY_S`, in turn,
+  less often beyond 512 nodes: :data:`SAMPLE_BUDGET`);
   ``state``, its latest state, every :data:`SLOW_EVERY_S`, or at once when it
   made no step (a stall is seen as soon as from its own messages) or its
   capture moved; ``hello``, its hello (less the envelope) when it changed, or
@@ -79,8 +80,11 @@ OPS_EVERY_S = 2.0
 #: waiting, and its steps ride every digest whatever the job's size.
 ENTRY_BUDGET = 4096.0
 #: A node's digest carries one rank's sample of raw calls (for the alpha-beta fit) this often, its ranks in
-#: turn: 256 samples a second from 512 nodes is plenty for the fit, and the viewer decodes every one of them.
+#: turn: 256 samples a second from 512 nodes is plenty for the fit, and the viewer decodes every one of them;
+#: so in a job of more nodes each node's come as much less often (:func:`sample_every_s`: every 8 s at 2,048).
 SAMPLE_EVERY_S = 2.0
+#: ... the samples a second the whole job's relays send together, at most.
+SAMPLE_BUDGET = 256.0
 
 
 def digest_hz(nodes: int) -> float:
@@ -96,6 +100,12 @@ def slow_factor(world: int) -> float:
     ``world`` ranks waits between two of a running rank's entries: 1, more in a job so big that its ranks' entries
     together would come to more than :data:`ENTRY_BUDGET` a second (2 at 16,384 ranks)."""
     return max(1.0, world / (ENTRY_BUDGET * SLOW_EVERY_S))
+
+
+def sample_every_s(nodes: int) -> float:
+    """How often a relay of a job of ``nodes`` nodes sends a sample of raw calls: :data:`SAMPLE_EVERY_S`, less
+    often where the job's relays together would send more than :data:`SAMPLE_BUDGET` a second."""
+    return max(SAMPLE_EVERY_S, nodes / SAMPLE_BUDGET)
 
 
 def job_nodes(world: int, local_world: int | None, heard: int) -> int:
@@ -247,7 +257,8 @@ class NodeDigest:
         message's timestamp."""
         entries = []
         steps = _StepColumns()
-        sampled = now - self._sampled_at < SAMPLE_EVERY_S
+        nodes = job_nodes(self._world, self._local_world, len(self._ranks)) if self._world else 1
+        sampled = now - self._sampled_at < sample_every_s(nodes)
         slow = slow_factor(self._world)
         slow_every, hello_every, ops_every = SLOW_EVERY_S * slow, HELLO_EVERY_S * slow, OPS_EVERY_S * slow
         for number, rank in list(self._ranks.items()):

@@ -193,22 +193,26 @@ class ArrivalBook:
     Laying every rank's last :data:`POINTS` intervals on the grid of steps is most of what :func:`shares` costs
     (24 of a snapshot's 90 ms of CPU at 16,384 ranks), yet from one snapshot to the next the grid moves by a
     point or two: each relay sends one digest between them. So the book lays its points at whole multiples of
-    the stride, keeps each point's column (a ring of :data:`POINTS`, column ``(step // stride) % POINTS``), and
-    lays only the points new since; and it asks the next view to gather only as many of each rank's last steps
-    as those need (:attr:`slots`; watch/engine/step_columns.py ``recent_waits``), not all 32. What a point says
-    never changes once every rank has a record past it (records come in order), so a kept column is what laying
-    it again would give. The grid starts afresh when the ranks, their classes, their processes (``roster``) or
-    the usual interval change. One book per aggregator; snapshots taken at once take it in turn."""
+    the stride and keeps what each point said (who arrived last there, and whether every member of each class
+    held it: a ring of :data:`POINTS` columns, column ``(step // stride) % POINTS``); it lays only the points new
+    since, and asks the next view to gather only as many of each rank's last steps as those need (:attr:`slots`;
+    watch/engine/step_columns.py ``recent_waits``), not all 32. What a point says never changes once every rank
+    has a record past it (records come in order), so a kept column is what laying it again would give. The grid
+    starts afresh when the ranks, their classes, their processes (``roster``) or the usual interval change. One
+    book per aggregator; snapshots taken at once take it in turn."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._key: tuple[int, np.ndarray, np.ndarray | None] | None = None  # (roster, ranks, class ids) of the grid
         self._classes: tuple[np.ndarray, np.ndarray] = (np.zeros(0, np.intp), np.zeros(0, np.int64))
+        self._order: np.ndarray | None = None  # the ranks by class (None: one class), and where each class starts
+        self._starts = np.zeros(1, np.intp)
         self._stride = 0
-        self._grid = np.zeros((0, POINTS))  # (ranks, POINTS): each point's waits, NaN: not held
+        self._last_at = np.zeros((0, POINTS), bool)  # (ranks, POINTS): arrived last at the column's point
+        self._full = np.zeros((0, POINTS), bool)  # (classes, POINTS): the point counts for the class
         self._at = np.full(POINTS, -1, np.int64)  # the step each column holds (-1: none)
         self.slots = RECENT_STEPS  # how many of each rank's last steps the next view is to gather
-        self._last: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None  # (ranks, shares, counted) said last
+        self._said: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None  # (ranks, shares, counted) said last
 
     def shares(self, nums: np.ndarray, waits: np.ndarray, class_ids: np.ndarray | None, ranks: np.ndarray,
                roster: int) -> tuple[np.ndarray, np.ndarray]:  # fmt: skip
@@ -230,43 +234,86 @@ class ArrivalBook:
                 or 4 * abs(stride - self._stride) > self._stride):  # fmt: skip
             if k < RECENT_STEPS:  # laid afresh from every rank's last steps: the next view gathers them all
                 self._key, self.slots = None, RECENT_STEPS
-                last = self._last  # meanwhile the ranks' shares as last said (a rank that restarted, a class that moved)
-                if last is not None and np.array_equal(last[0], ranks):
-                    return last[1], last[2]
+                said = self._said  # meanwhile the ranks' shares as last said (a rank that restarted, a class that moved)
+                if said is not None and np.array_equal(said[0], ranks):
+                    return said[1], said[2]
                 return np.full(n, np.nan), np.zeros(n, np.int64)
-            self._key = (roster, ranks.copy(), None if class_ids is None else class_ids.copy())
-            self._classes = _classes(class_ids, n)
-            self._stride = stride  # (kept while the usual interval stays within a quarter of it: the points stay put)
-            self._grid = np.full((n, POINTS), np.nan)
-            self._at = np.full(POINTS, -1, np.int64)
+            self._start(roster, ranks, class_ids, stride)
         stride = self._stride
         top -= top % stride
         wanted = top - stride * np.arange(POINTS)  # newest first
         new = wanted[self._at[(wanted // stride) % POINTS] != wanted]
         if len(new):
-            oldest = int(new.min())
-            if k < RECENT_STEPS and ((nums[:, -1] >= oldest) & (nums[:, -1] >= 0)).any():
-                self.slots = RECENT_STEPS  # a rank's record before the point is not among those gathered: next time
+            if k < RECENT_STEPS and ((nums[:, -1] >= new.min()) & (nums[:, -1] >= 0)).any():
+                self.slots = RECENT_STEPS  # a rank's record before a point is not among those gathered: next time
             else:
-                span = (top - oldest) // stride + 1
-                laid = intervals_on_steps(nums, waits, points=span, stride=stride, top=top)
-                if laid is not None:
-                    for j in range(span):
-                        point = top - stride * j
-                        column = (point // stride) % POINTS
-                        if self._at[column] != point:
-                            self._grid[:, column] = laid[:, j]
-                            self._at[column] = point
+                self._lay(nums, waits, new)
                 # what the next snapshot's new points need, about a digest on: each rank's records back past two
                 # strides below this top, and one more
                 self.slots = int(min(RECENT_STEPS, max(4, ((nums >= top - 2 * stride) & (nums >= 0)).sum(axis=1).max() + 2)))
         held = np.isin(self._at, wanted)
         if not held.any():
             return np.full(n, np.nan), np.zeros(n, np.int64)
-        laid = self._grid if held.all() else np.where(held[None, :], self._grid, np.nan)
-        share, counted = _laid_shares(laid, *self._classes)
-        self._last = (self._key[1], share, counted)
+        everywhere = bool(held.all())
+        last_at = self._last_at if everywhere else self._last_at[:, held]
+        full = self._full if everywhere else self._full[:, held]
+        counted = full.sum(axis=1)[self._classes[0]]
+        with np.errstate(invalid="ignore", divide="ignore"):
+            share = np.where(counted > 0, last_at.sum(axis=1) / np.maximum(counted, 1), np.nan)
+        self._said = (ranks.copy(), share, counted)
         return share, counted
+
+    def _start(self, roster: int, ranks: np.ndarray, class_ids: np.ndarray | None, stride: int) -> None:
+        """An empty grid for these ranks and classes, its points ``stride`` apart."""
+        n = len(ranks)
+        self._key = (roster, ranks.copy(), None if class_ids is None else class_ids.copy())
+        of, members = self._classes = _classes(class_ids, n)
+        if len(members) == 1:
+            self._order, self._starts = None, np.zeros(1, np.intp)
+        else:  # the classes' members together, for whole-class reductions
+            self._order, self._starts = np.argsort(of, kind="stable"), np.r_[0, np.cumsum(members)[:-1]]
+        self._stride = stride  # (kept while the usual interval stays within a quarter of it: the points stay put)
+        self._last_at = np.zeros((n, POINTS), bool)
+        self._full = np.zeros((len(members), POINTS), bool)
+        self._at = np.full(POINTS, -1, np.int64)
+
+    def _lay(self, nums: np.ndarray, waits: np.ndarray, points: np.ndarray) -> None:
+        """What each of ``points`` (steps, newest first) says: each rank's wait there (:func:`intervals_on_steps`'
+        rule), then per class whether the point counts (every member holds it, someone waited longer than
+        another) and who arrived last (the least wait), as :func:`_on_grid` works them out over a grid."""
+        stride = self._stride
+        if len(points) > 2 or ((nums[:, 1:] >= nums[:, :-1]) & (nums[:, 1:] >= 0)).any():
+            laid = intervals_on_steps(nums, waits, points=int((points[0] - points[-1]) // stride) + 1, stride=stride,
+                                      top=int(points[0]))  # fmt: skip
+            assert laid is not None  # (given the stride and the top, it lays)
+            laid = laid[:, ((points[0] - points) // stride).astype(np.intp)]
+        else:  # a point or two, as most snapshots find: read off each rank's records directly
+            laid = _covering(nums, waits, points)
+        of, members = self._classes
+        held = ~np.isnan(laid)
+        ordered = laid if self._order is None else laid[self._order]
+        least = np.fmin.reduceat(ordered, self._starts, axis=0)
+        most = np.fmax.reduceat(ordered, self._starts, axis=0)
+        holds = held.all(axis=0)[None, :] if self._order is None else (
+            np.add.reduceat(held[self._order].astype(np.int32), self._starts, axis=0) == members[:, None])  # fmt: skip
+        full = holds & (members >= 2)[:, None] & (most > least)
+        last_at = laid <= np.where(full, least, -np.inf)[of]
+        columns = (points // stride) % POINTS
+        self._last_at[:, columns] = last_at
+        self._full[:, columns] = full
+        self._at[columns] = points
+
+
+def _covering(nums: np.ndarray, waits: np.ndarray, points: np.ndarray) -> np.ndarray:
+    """Each rank's wait at each of ``points`` (ranks x points): that of its record covering the step (the record
+    after its step before it, up to its own), NaN where it has none; ``nums`` newest first, each row's records in
+    order (no rank that started afresh among them): :func:`intervals_on_steps`' rule, read off directly."""
+    n, k = nums.shape
+    valid = nums >= 0
+    at = ((nums[:, :, None] >= points[None, None, :]) & valid[:, :, None]).sum(axis=1) - 1  # its record's slot
+    before = np.minimum(at + 1, k - 1)
+    known = (at >= 0) & (at + 1 < k) & np.take_along_axis(valid, before, axis=1)
+    return np.where(known, np.take_along_axis(waits, np.maximum(at, 0), axis=1), np.nan)
 
 
 def _same(a: np.ndarray | None, b: np.ndarray | None) -> bool:

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ranktop.watch.analysis.stragglers import MEDIAN_ERROR, NOISE_Z, SLOW_FLOOR_FRACTION, SLOW_FLOOR_S
+from ranktop.watch.analysis.stragglers import MEDIAN_ERROR, NOISE_Z, SLOW_FLOOR_FRACTION, SLOW_FLOOR_S, healthy_peer
 from ranktop.wire import schema
 
 #: A class's reference is kept as its level only from a window of this many steps (half the engine's 64): the
@@ -37,12 +37,7 @@ def references(phases: np.ndarray, names: list[str], class_ids: np.ndarray | Non
     if not len(phases):
         return out
     for members in _classes(class_ids, len(phases)):
-        mine = phases[members][:, own]
-        if len(members) == 2:
-            middle = mine[np.argmin(mine.sum(axis=1))]
-        else:
-            middle = np.median(mine, axis=0)
-        out[np.ix_(members, np.flatnonzero(own))] = middle
+        out[np.ix_(members, np.flatnonzero(own))] = healthy_peer(phases[members][:, own])
     return out
 
 

@@ -105,16 +105,18 @@ def score_columns(
     beyond = np.zeros(n, bool)  # some phase beyond its own noise by the floor (_phase_beyond)
     known = phase_sd is not None and phase_before is not None and window_steps is not None
     if class_ids is None:
-        _excess(phases, np.arange(n), own, excess, culprit, peers, noise, work)
-        if known:
-            beyond[:] = _phase_beyond(phases, phase_sd, phase_before, window_steps, own, np.arange(n))
+        classes = [np.arange(n)]
     else:
         order = np.argsort(class_ids, kind="stable")
-        bounds = np.flatnonzero(np.diff(class_ids[order])) + 1
-        for members in np.split(order, bounds):
-            _excess(phases, members, own, excess, culprit, peers, noise, work)
-            if known:
-                beyond[members] = _phase_beyond(phases, phase_sd, phase_before, window_steps, own, members)
+        classes = np.split(order, np.flatnonzero(np.diff(class_ids[order])) + 1)
+    for members in classes:
+        if len(members) < 2:  # a class of one is compared with nobody
+            continue
+        mine = phases[members][:, own]
+        middle = healthy_peer(mine)
+        _excess(mine, middle, members, own, excess, culprit, peers, noise, work)
+        if known:
+            beyond[members] = _phase_beyond(mine, middle, phase_sd, phase_before, window_steps, own, members)
     median_step = float(np.median(steps))
     if not median_step:
         return excess, culprit, np.full(n, np.inf), median_step
@@ -275,22 +277,26 @@ class ExcessHistory:
         return out
 
 
-def _excess(phases: np.ndarray, members: np.ndarray, own: np.ndarray, excess: np.ndarray, culprit: np.ndarray,
-            peers: np.ndarray, noise: np.ndarray, work: np.ndarray) -> None:  # fmt: skip
-    """Per member: seconds spent beyond a healthy peer's (with two members the faster one's, phase by phase;
+def healthy_peer(mine: np.ndarray) -> np.ndarray:
+    """What a healthy peer of a class spends in each own phase (``mine``: its members' own phases): with two
+    members the faster one's, whole (it has no excess, the slower's is all its own); with more each phase's
+    median (a partition, on the phases' columns laid out contiguous: no full sort of thousands of ranks)."""
+    if len(mine) == 2:
+        return mine[np.argmin(mine.sum(axis=1))]
+    return np.median(np.ascontiguousarray(mine.T), axis=1)
+
+
+def _excess(mine: np.ndarray, middle: np.ndarray, members: np.ndarray, own: np.ndarray, excess: np.ndarray,
+            culprit: np.ndarray, peers: np.ndarray, noise: np.ndarray, work: np.ndarray) -> None:  # fmt: skip
+    """Per member (``mine``: their own phases; ``middle``: a healthy peer's, :func:`healthy_peer`): seconds spent
+    beyond a healthy peer's (with two members the faster one's, phase by phase;
     with more each phase's median), summed over its own phases, and the worst phase. From three
     members on, what the class's median member shows is taken off: every phase's noise has a positive part
     beyond the reference, and summed over phases it is no one's slowdown (the size told is then what the
     rank adds to the step, not that plus noise); and a member's noise is at least its class's median
     member's (a window of a few steps says little of its own spread). A class of one is compared with nobody."""
     count = len(members)
-    if count < 2:
-        return
-    mine = phases[members][:, own]
-    if count == 2:  # the faster peer, whole: it has no excess, the slower's is all its own
-        middle = mine[np.argmin(mine.sum(axis=1))]
-    else:
-        middle = np.median(mine, axis=0)  # (a partition inside: no full sort of thousands of ranks)
+    if count > 2:
         noise[members] = np.maximum(noise[members], np.median(noise[members]))
     beyond = np.clip(mine - middle, 0.0, None)
     total = beyond.sum(axis=1)
@@ -303,8 +309,8 @@ def _excess(phases: np.ndarray, members: np.ndarray, own: np.ndarray, excess: np
     work[members] = middle.sum()
 
 
-def _phase_beyond(phases: np.ndarray, spread: np.ndarray, before: np.ndarray, window_steps: np.ndarray,
-                  own: np.ndarray, members: np.ndarray) -> np.ndarray:  # fmt: skip
+def _phase_beyond(mine: np.ndarray, middle: np.ndarray, spread: np.ndarray, before: np.ndarray,
+                  window_steps: np.ndarray, own: np.ndarray, members: np.ndarray) -> np.ndarray:  # fmt: skip
     """Per member: whether one of its own phases is beyond a healthy peer's (as :func:`_excess` draws it), and
     grew beyond what it was when last healthy (``before``, NaN: not known, not beyond), each by the floor (3% of
     that peer's work) and by the phase's own noise: as many standard errors of its window median (its spread,
@@ -315,16 +321,11 @@ def _phase_beyond(phases: np.ndarray, spread: np.ndarray, before: np.ndarray, wi
     beyond: a rank a little slower for good (its hardware) is beyond in every phase a little, and its noise
     would sometimes take one over the bar."""
     count = len(members)
-    if count < 2:
-        return np.zeros(count, bool)
-    mine = phases[members][:, own]
     sd = spread[members][:, own]
     if count == 2:
-        middle = mine[np.argmin(mine.sum(axis=1))]
         peers = 1.0
     else:
-        middle = np.median(mine, axis=0)
-        sd = np.maximum(sd, np.median(sd, axis=0))
+        sd = np.maximum(sd, np.median(np.ascontiguousarray(sd.T), axis=1))
         peers = count / 2
     error = MEDIAN_ERROR * sd / np.sqrt(np.maximum(window_steps[members], 1))[:, None]
     z = float(_noise_z(np.array([peers * own.sum()]))[0])

@@ -15,7 +15,7 @@ summary or a call is noted as it comes (a few list appends), and every note of a
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Iterable, NamedTuple
+from typing import Iterable, Mapping, NamedTuple
 
 import numpy as np
 
@@ -333,12 +333,20 @@ class GatheredCollectives:
     last: dict[tuple[int, str], tuple[int, str]]  # (group size, dtype) last seen
 
 
-def gather(job: JobCollectives, windows: list[RankWindow], now: float, ranks: Iterable[int] | None = None) -> GatheredCollectives:
+def gather(job: JobCollectives, windows: list[RankWindow], now: float, ranks: Iterable[int] | None = None,
+           by_rank: Mapping[int, RankWindow] | None = None) -> GatheredCollectives:  # fmt: skip
     """The job's sums, and those of ``ranks`` (every rank's when None), as copies a snapshot may read with the
-    lock released (watch/analysis/collectives.py makes the rows of them). ``windows``: every rank's, in rank order."""
+    lock released (watch/analysis/collectives.py makes the rows of them). ``windows``: every rank's, in rank order;
+    ``by_rank``: the same by rank number, where the caller keeps them so (the few ranks asked for are looked up,
+    not searched for among thousands)."""
     job.flush()
     wanted = None if ranks is None else set(ranks)
-    shown = windows if wanted is None else [w for w in windows if w.rank in wanted]
+    if wanted is None:
+        shown = windows
+    elif by_rank is not None:
+        shown = [by_rank[r] for r in sorted(wanted) if r in by_rank]
+    else:
+        shown = [w for w in windows if w.rank in wanted]
     ops = job.ops
     sums: dict[tuple[int, str], list[float]] = {}  # key -> [calls, bytes, busy, first arrival]
     samples: dict[tuple[int, str], list[CallSample]] = {}

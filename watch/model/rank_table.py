@@ -46,7 +46,7 @@ def phase_medians(names: list[str], phases: np.ndarray, live: np.ndarray) -> dic
     The one place it is worked out: the judge for a snapshot, a snapshot made of rows for itself."""
     if not live.any():
         return {}
-    return dict(zip(names, np.median(phases[live], axis=0).tolist()))
+    return dict(zip(names, np.median(np.ascontiguousarray(phases[live].T), axis=1).tolist()))  # (a phase's column laid out contiguous: a faster partition)
 
 
 @dataclass(frozen=True, eq=False)
