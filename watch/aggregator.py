@@ -177,7 +177,7 @@ class Aggregator:
             decoded.append(msg)
         with self._lock:
             try:
-                self.state.settle()
+                self.state.settle(self._clock())
             except Exception as exc:
                 self._drop_locked(fault=f"dropped node messages the viewer could not read: {exc.__class__.__name__}")
         return decoded
@@ -206,7 +206,7 @@ class Aggregator:
         with self._lock:
             self._ingest_locked(msg, endpoint, now)
             if settle:
-                self.state.settle()
+                self.state.settle(now)
 
     def _ingest_locked(self, msg: Telemetry, endpoint: str | None, now: float) -> None:
         if self._job is None:

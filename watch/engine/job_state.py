@@ -218,11 +218,15 @@ class JobState:
         self._hellos += 1
         self._roster += 1
 
-    def settle(self) -> None:
+    def settle(self, now: float | None = None) -> None:
         """Write the steps of the node digests taken since the last call (the aggregator calls this after each
         message, or after all it took in one go; a view calls it first). A go of digests from different nodes
         is written in one :meth:`_take_digest_steps`: ranks counted and their intervals stored in a few dozen
-        numpy operations for all of them, rather than a Python loop per digest."""
+        numpy operations for all of them, rather than a Python loop per digest. ``now`` (the viewer's clock;
+        None: the latest message's): in a big job the next run of ranks' medians is worked out too
+        (watch/engine/step_columns.py ``work_ahead``)."""
+        if now is None and self._pending:
+            now = self._pending[-1][2]
         self.collectives.settle()
         pending, self._pending = self._pending, []
         group: list[tuple[NodeSteps, str | None, float, str]] = []
@@ -235,6 +239,8 @@ class JobState:
             hosts.add(item[3])
         if group:
             self._take_digest_steps(group)
+        if now is not None:
+            self.columns.work_ahead(now, MIN_STEPS_TO_SCORE)
 
     def _take_digest_steps(self, digests: list[tuple[NodeSteps, str | None, float, str]]) -> None:
         """The steps of node digests' ranks, as their packed columns (wire/step_block.py; after their entries: a
@@ -302,14 +308,14 @@ class JobState:
         """The job now, gathered for a snapshot. ``sure_after``: long enough since the viewer started that ranks
         never heard from may be named (once every relay is settled too); ``recent``: how many of each rank's last
         steps' waits it carries (who arrived last needs fewer where it kept its grid: watch/analysis/arrivals.py)."""
-        self.settle()
+        self.settle(now)
         ws = self.windows()
         n = len(ws)
         rank, rows = self._ordered()
         sc = self.scalars
 
         cols = self.columns
-        cols.refresh(rows, MIN_STEPS_TO_SCORE)
+        cols.refresh(rows, MIN_STEPS_TO_SCORE, fresh_only=cols.working_ahead)
         names = cols.phase_names()
         scored = (cols.count[rows] >= MIN_STEPS_TO_SCORE) & (cols.stats_at[rows] >= 0)
         index = cols.columns_of(names)

@@ -38,6 +38,14 @@ MIN_STEPS_TO_SCORE = 3
 #: digests come once a second, wire/node_digest.py digest_hz, and with them the refreshes, watch/refresher.py
 #: period_s; a window then spans 64 s). A row never worked out yet is always worked out (a new rank is scored at once).
 SHARED_FROM = 8192
+#: From :data:`SHARED_FROM` rows the receiver works the medians out as the steps come (:meth:`StepColumns.work_ahead`),
+#: a run of rows at a time, every row again at most this many seconds apart per SHARED_FROM rows (2 s at 8,192, 4 s
+#: at 16,384: as old as the refreshes' parts in turn had them), and a snapshot works out only the rows never worked out
+#: (:meth:`StepColumns.refresh` ``fresh_only``): at 16,384 ranks the sort of a quarter of the rows was 10 ms of a
+#: snapshot's hold of the lock, where the receiver now sorts a few hundred rows at each of its goes.
+AHEAD_S = 2.0
+#: ... in runs of at least this many rows (a numpy pass has its fixed cost), and fewer than SHARED_FROM.
+AHEAD_MIN_ROWS = 256
 #: Figures a refresh sorts in one go, at most: its scratch buffer's size (4 MB), and a block that stays in the
 #: processor's caches while it is sorted and read.
 SORT_FIGURES = 1 << 19
@@ -85,6 +93,8 @@ class StepColumns:
         self.raw_rows: set[int] = set()  # rows that keep some step's raw figures to redo (watch/engine/step_window.py)
         self._scratch = np.empty(0)  # where refresh sorts (see _middle)
         self._turn = 0  # which part of the rows a refresh of a big job works out (SHARED_FROM)
+        self._ahead_at: float | None = None  # when work_ahead last worked a run of rows out (None: not yet)
+        self._ahead_row = 0  # where its next run begins
         # recent_waits' last answer: ((steps, comm column), the rows asked, their ``changed`` then, numbers, waits)
         self._recent: tuple[tuple[int, int], np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None = None
         self._allocate(max(1, rows), max(1, phases))
@@ -239,14 +249,43 @@ class StepColumns:
         return [(self._num[row, (first + k) % w], self._start[row, (first + k) % w], self._wall[row, (first + k) % w])
                 for k in range(self._count[row])]  # fmt: skip
 
-    def refresh(self, rows: np.ndarray | None = None, min_steps: int = 1) -> np.ndarray:
+    @property
+    def working_ahead(self) -> bool:
+        """Whether the receiver works the medians out as the steps come (:meth:`work_ahead`): a job this big."""
+        return self._ahead_at is not None and self.rows >= SHARED_FROM
+
+    def work_ahead(self, now: float, min_steps: int = 1) -> np.ndarray | None:
+        """The receiver's share of :meth:`refresh` in a job of :data:`SHARED_FROM` rows or more (called under the
+        lock after each go of messages, ``now`` on the viewer's clock): the next run of rows in turn, as many as
+        keep every row within :data:`AHEAD_S` per SHARED_FROM rows, worked out where stale; the rows refreshed,
+        or None when it was not yet time."""
+        n = self.rows
+        if n < SHARED_FROM:
+            self._ahead_at = None
+            return None
+        if self._ahead_at is None:
+            self._ahead_at = now
+            return None
+        share = min(int(n * (now - self._ahead_at) / (AHEAD_S * (n // SHARED_FROM))), n, SHARED_FROM - 1)
+        if share < AHEAD_MIN_ROWS:
+            return None
+        self._ahead_at = now
+        first = self._ahead_row % n
+        self._ahead_row = first + share
+        run = np.arange(first, first + share) % n  # (a run of rows, wrapping round once at most)
+        return self.refresh(run, min_steps)
+
+    def refresh(self, rows: np.ndarray | None = None, min_steps: int = 1, fresh_only: bool = False) -> np.ndarray:
         """Work out again the medians and rate of every row (of ``rows``) with new steps since and at least
         ``min_steps`` steps (of a big job, a half or a quarter of them in turn: :data:`SHARED_FROM`); the rows refreshed. A full window's rows go in one sort per column; a filling
-        window's (the job's first seconds) by how many steps they have."""
+        window's (the job's first seconds) by how many steps they have. ``fresh_only``: only the rows never worked
+        out (the receiver works out the rest: :meth:`work_ahead`)."""
         n = self.rows
         candidates = np.arange(n) if rows is None else np.asarray(rows, np.int64)
         stale = candidates[(self.changed[candidates] != self.stats_at[candidates]) & (self.count[candidates] >= min_steps)]
-        if len(candidates) >= SHARED_FROM:  # a part of the rows in turn: halves from 8,192 rows, quarters from 16,384
+        if fresh_only:  # the rest are the receiver's (work_ahead)
+            stale = stale[self.stats_at[stale] < 0]
+        elif len(candidates) >= SHARED_FROM:  # a part of the rows in turn: halves from 8,192 rows, quarters from 16,384
             parts = 2 * (len(candidates) // SHARED_FROM)
             self._turn = (self._turn + 1) % parts
             lo, hi = self.rows * self._turn // parts, self.rows * (self._turn + 1) // parts
