@@ -30,7 +30,7 @@ from zmq.utils.monitor import recv_monitor_message
 
 from ranktop.watch.errors import RanktopError
 from ranktop.watch.engine.keys import HANDSHAKE_EVENTS, ClientKeys, Handshakes
-from ranktop.watch.engine.socket_set import SocketSet
+from ranktop.watch.engine.socket_set import EVENTS, POLLIN, SocketSet
 from ranktop.wire import auth, schema, settings
 from ranktop.wire.messages import Hello, Node, RankMessage
 from ranktop.wire.names import NODE, RANK_KINDS, REPLY
@@ -367,7 +367,7 @@ class Receiver(threading.Thread):
         them in turn rather than one for long (the others would look silent meanwhile)."""
         url = self._urls[sock]
         for count in range(limit):
-            if count and not cast(int, sock.getsockopt(zmq.EVENTS)) & zmq.POLLIN:  # (cheaper than an Again raised per drain)
+            if count and not cast(int, sock.getsockopt(EVENTS)) & POLLIN:  # (cheaper than an Again raised per drain)
                 return  # (all taken: its descriptor is raised again by the next message, watch/engine/socket_set.py)
             try:
                 frames = sock.recv_multipart(flags=zmq.NOBLOCK)
