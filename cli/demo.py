@@ -12,6 +12,7 @@ import argparse
 import importlib.util
 import os
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -123,7 +124,7 @@ def run_job(args, job: str, command: list[str], size: str, *, what: str) -> int:
     """Start ``command`` as job ``job`` and watch it until the user quits (or, with --no-tui, until it ends)."""
     # A closed terminal (SIGHUP) or a kill (SIGTERM) must still stop the job, not orphan it:
     # the job runs in a session of its own, so nothing else would reach it.
-    for sig in (signal.SIGHUP, signal.SIGTERM):
+    for sig in EXIT_SIGNALS:
         signal.signal(sig, _raise_interrupt)
     if args.no_tui:
         print(f"ranktop: demo job {job}; watch it from another terminal with: ranktop watch {job}", file=sys.stderr)
@@ -158,6 +159,8 @@ def _raise_interrupt(signum, frame) -> None:
     raise KeyboardInterrupt
 
 
+#: The signals that end the demo: a closed terminal and a kill.
+EXIT_SIGNALS = (signal.SIGHUP, signal.SIGTERM)
 #: After SIGHUP or SIGTERM, the job is stopped at once and the viewer given this long to close by itself.
 EXIT_GRACE_S = 5.0
 
@@ -169,16 +172,23 @@ def _close_with(app, proc: subprocess.Popen) -> None:
     event loop would skip Textual's shutdown and leave its threads (and us) alive.
     Textual's shutdown can itself hang once the terminal is gone (its writer
     thread dies on the closed terminal and the last write waits for it forever),
-    so the job is stopped first, from a thread of its own, and the viewer ends
-    there if it has not closed within :data:`EXIT_GRACE_S`.
+    so the job is stopped first and the viewer ends there if it has not closed
+    within :data:`EXIT_GRACE_S`.
+
+    That stop is not left to the Python handler: Python runs handlers only in
+    the main thread, between bytecodes, and once the terminal stops taking
+    output the main thread blocks on Textual's full write queue. A signal the
+    kernel hands to another thread (any may take a process's signal) would
+    then never be handled, and the demo and its job would outlive the terminal.
+    The C-level handler writes every signal to ``signal.set_wakeup_fd`` at
+    once, on whichever thread it lands, so a thread of ours reads it there.
     """
-
-    def on_signal(signum, frame) -> None:
-        threading.Thread(target=_end_after_signal, args=(proc, signum), name="ranktop-demo-stop", daemon=True).start()
-        app.exit()
-
-    for sig in (signal.SIGHUP, signal.SIGTERM):
-        signal.signal(sig, on_signal)
+    for sig in EXIT_SIGNALS:
+        signal.signal(sig, lambda signum, frame: app.exit())  # the clean way out, when the main thread is free
+    reader, writer = socket.socketpair()
+    writer.setblocking(False)
+    signal.set_wakeup_fd(writer.fileno(), warn_on_full_buffer=False)
+    threading.Thread(target=_stop_on_signal, args=(reader, writer, proc), name="ranktop-demo-stop", daemon=True).start()
 
     def wait() -> None:
         proc.wait()
@@ -190,7 +200,20 @@ def _close_with(app, proc: subprocess.Popen) -> None:
     threading.Thread(target=wait, name="ranktop-demo-wait", daemon=True).start()
 
 
-def _end_after_signal(proc: subprocess.Popen, signum: int) -> None:
+def _stop_on_signal(reader: socket.socket, writer: socket.socket, proc: subprocess.Popen) -> None:
+    """Wait for SIGHUP or SIGTERM on the wake-up socket, then stop the job and, ``EXIT_GRACE_S`` later, the viewer.
+
+    ``writer`` is held here for as long as the wake-up fd is in use: closed, the signal would have nowhere to go."""
+    while True:
+        try:
+            data = reader.recv(64)
+        except OSError:
+            return
+        if not data:
+            return
+        signum = next((byte for byte in data if byte in EXIT_SIGNALS), None)  # other bytes: SIGWINCH (Textual's)
+        if signum is not None:
+            break
     stop(proc)
     time.sleep(EXIT_GRACE_S)
     os._exit(128 + signum)  # still here: the viewer's shutdown hung on the closed terminal; the job is stopped
