@@ -49,13 +49,8 @@ def _laid_shares(laid: np.ndarray, of: np.ndarray, members: np.ndarray) -> tuple
     """:func:`shares` of the ranks' waits laid on one grid of steps (ranks x points, NaN: not held; the columns in
     any order), in classes ``of`` of ``members`` each (:func:`_classes`)."""
     n = len(laid)
-    held = ~np.isnan(laid)
-    if len(members) == 1:
-        full = held.all(axis=0)[None, :]
-    else:
-        order = np.argsort(of, kind="stable")
-        full = np.add.reduceat(held[order].astype(np.int32), np.r_[0, np.cumsum(members)[:-1]], axis=0) == members[:, None]
-    full &= (members >= 2)[:, None]
+    order, starts = _grouped(of, members)
+    full = _held_by_all(~np.isnan(laid), order, starts, members) & (members >= 2)[:, None]
     if not full.any():
         return np.full(n, np.nan), np.zeros(n, np.int64)
     return _on_grid(laid, full, of, members)
@@ -161,30 +156,49 @@ def _classes(class_ids: np.ndarray | None, n: int) -> tuple[np.ndarray, np.ndarr
     return of.reshape(-1), members
 
 
+def _grouped(of: np.ndarray, members: np.ndarray) -> tuple[np.ndarray | None, np.ndarray]:
+    """The ranks in classes ``of`` of ``members`` each, for whole-class reductions: their order by class (None:
+    one class, in any order) and where each class starts in it."""
+    if len(members) == 1:
+        return None, np.zeros(1, np.intp)
+    return np.argsort(of, kind="stable"), np.r_[0, np.cumsum(members)[:-1]]
+
+
+def _held_by_all(held: np.ndarray, order: np.ndarray | None, starts: np.ndarray, members: np.ndarray) -> np.ndarray:
+    """Per class and column (classes x columns): whether every member holds it (``held``: ranks x columns)."""
+    if order is None:
+        return held.all(axis=0)[None, :]
+    return np.add.reduceat(held[order].astype(np.int32), starts, axis=0) == members[:, None]
+
+
+def _column_verdicts(grid: np.ndarray, full: np.ndarray, of: np.ndarray, order: np.ndarray | None,
+                     starts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:  # fmt: skip
+    """What each column of ``grid`` says (ranks x columns: the same step in a column for every rank, its wait,
+    NaN: not held), where ``full`` (classes x columns) says which columns every member of a class holds: per
+    class whether the column counts (also someone waited longer than another: a step with no collective says
+    nothing), and per rank whether it arrived last there (the least wait of a counted column). The rule every
+    reading of the arrivals keeps (:func:`_on_grid` over a window, :class:`ArrivalBook` a point at a time)."""
+    ordered = grid if order is None else grid[order]
+    least = np.fmin.reduceat(ordered, starts, axis=0)  # (the class's members have every full column's step)
+    full = full & (np.fmax.reduceat(ordered, starts, axis=0) > least)
+    last_at = grid <= np.where(full, least, -np.inf)[of]  # (a wait at no counted step is ever at -inf)
+    return last_at, full
+
+
+def _share(last_at: np.ndarray, full: np.ndarray, of: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Each rank's share of its class's counted columns at which it arrived last (NaN: none counted), and how
+    many counted."""
+    counted = full.sum(axis=1)[of]
+    with np.errstate(invalid="ignore", divide="ignore"):
+        share = np.where(counted > 0, last_at.sum(axis=1) / np.maximum(counted, 1), np.nan)
+    return share, counted
+
+
 def _on_grid(grid: np.ndarray, full: np.ndarray, of: np.ndarray, members: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """:func:`last_arrivals` over ``grid`` (ranks x columns: the same step in a column for every rank, its wait,
-    NaN: not held) where ``full`` (classes x columns) says which columns every member of a class holds: per
-    class and column the least and the most wait by whole-class reductions."""
-    n = len(grid)
-    classes = len(members)
-    if classes == 1:
-        order, ordered, starts = None, grid, np.zeros(1, np.intp)
-    else:
-        order = np.argsort(of, kind="stable")  # the classes' members together, for whole-class reductions
-        ordered, starts = grid[order], np.r_[0, np.cumsum(members)[:-1]]
-    least = np.fmin.reduceat(ordered, starts, axis=0)  # (the class's members have every full column's step)
-    full &= np.fmax.reduceat(ordered, starts, axis=0) > least  # someone waited longer than another
-    bar = np.where(full, least, -np.inf)  # a counted step's least wait (a wait at no other step is ever at it)
-    last = (ordered <= (bar[0] if order is None else np.repeat(bar, members, axis=0))).sum(axis=1)
-    counted = full.sum(axis=1)[of]
-    if order is None:
-        lasts = last
-    else:
-        lasts = np.empty(n, np.int64)
-        lasts[order] = last
-    with np.errstate(invalid="ignore", divide="ignore"):
-        share = np.where(counted > 0, lasts / np.maximum(counted, 1), np.nan)
-    return share, counted
+    NaN: not held) where ``full`` (classes x columns) says which columns every member of a class holds."""
+    last_at, full = _column_verdicts(grid, full, of, *_grouped(of, members))
+    return _share(last_at, full, of)
 
 
 class ArrivalBook:
@@ -257,9 +271,7 @@ class ArrivalBook:
         everywhere = bool(held.all())
         last_at = self._last_at if everywhere else self._last_at[:, held]
         full = self._full if everywhere else self._full[:, held]
-        counted = full.sum(axis=1)[self._classes[0]]
-        with np.errstate(invalid="ignore", divide="ignore"):
-            share = np.where(counted > 0, last_at.sum(axis=1) / np.maximum(counted, 1), np.nan)
+        share, counted = _share(last_at, full, self._classes[0])
         self._said = (ranks.copy(), share, counted)
         return share, counted
 
@@ -268,10 +280,7 @@ class ArrivalBook:
         n = len(ranks)
         self._key = (roster, ranks.copy(), None if class_ids is None else class_ids.copy())
         of, members = self._classes = _classes(class_ids, n)
-        if len(members) == 1:
-            self._order, self._starts = None, np.zeros(1, np.intp)
-        else:  # the classes' members together, for whole-class reductions
-            self._order, self._starts = np.argsort(of, kind="stable"), np.r_[0, np.cumsum(members)[:-1]]
+        self._order, self._starts = _grouped(of, members)
         self._stride = stride  # (kept while the usual interval stays within a quarter of it: the points stay put)
         self._last_at = np.zeros((n, POINTS), bool)
         self._full = np.zeros((len(members), POINTS), bool)
@@ -279,8 +288,7 @@ class ArrivalBook:
 
     def _lay(self, nums: np.ndarray, waits: np.ndarray, points: np.ndarray) -> None:
         """What each of ``points`` (steps, newest first) says: each rank's wait there (:func:`intervals_on_steps`'
-        rule), then per class whether the point counts (every member holds it, someone waited longer than
-        another) and who arrived last (the least wait), as :func:`_on_grid` works them out over a grid."""
+        rule), then :func:`_column_verdicts`: per class whether the point counts, and who arrived last there."""
         stride = self._stride
         if len(points) > 2 or ((nums[:, 1:] >= nums[:, :-1]) & (nums[:, 1:] >= 0)).any():
             laid = intervals_on_steps(nums, waits, points=int((points[0] - points[-1]) // stride) + 1, stride=stride,
@@ -290,14 +298,8 @@ class ArrivalBook:
         else:  # a point or two, as most snapshots find: read off each rank's records directly
             laid = _covering(nums, waits, points)
         of, members = self._classes
-        held = ~np.isnan(laid)
-        ordered = laid if self._order is None else laid[self._order]
-        least = np.fmin.reduceat(ordered, self._starts, axis=0)
-        most = np.fmax.reduceat(ordered, self._starts, axis=0)
-        holds = held.all(axis=0)[None, :] if self._order is None else (
-            np.add.reduceat(held[self._order].astype(np.int32), self._starts, axis=0) == members[:, None])  # fmt: skip
-        full = holds & (members >= 2)[:, None] & (most > least)
-        last_at = laid <= np.where(full, least, -np.inf)[of]
+        holds = _held_by_all(~np.isnan(laid), self._order, self._starts, members) & (members >= 2)[:, None]
+        last_at, full = _column_verdicts(laid, holds, of, self._order, self._starts)
         columns = (points // stride) % POINTS
         self._last_at[:, columns] = last_at
         self._full[:, columns] = full
