@@ -105,13 +105,24 @@ def job_ops(doc: dict) -> set[str]:
     return {row["op"] for row in doc["collectives"] if row["rank"] == -1}
 
 
+def brief(row: dict) -> str:
+    """What a failed assertion on a ``watch --json`` rank row needs to say why it was judged so (a whole row is
+    cut short in pytest's message)."""
+    phases = " ".join(f"{name} {1e3 * s:.1f}" for name, s in row["phases"].items())
+    return (
+        f"rank {row['rank']}: {row['status']}, culprit {row['culprit_phase']}, excess {1e3 * row['excess_s']:.1f} ms, "
+        f"score {row['score']:.3f}, step {1e3 * row['step_s']:.1f} ms, steps seen {row['steps_seen']}, "
+        f"last arrivals {row['last_arrivals']}, phases (ms) {phases}"
+    )
+
+
 def assert_named_first_and_alone(doc: dict, rank: int, phase: str, text: str) -> dict:
     """``watch --json`` of a job with one slowed rank: it tops the stragglers, slow in ``phase``, every other rank
     is ok, and the verdict names it alone, starting with ``text``. Returns its row."""
     assert doc["stragglers"][0] == rank, doc["stragglers"]
     slow = doc["ranks"][rank]
-    assert slow["status"] == "slow" and slow["culprit_phase"] == phase, slow
-    assert [r["status"] for r in doc["ranks"] if r["rank"] != rank] == ["ok"] * (len(doc["ranks"]) - 1), doc["ranks"]
+    assert slow["status"] == "slow" and slow["culprit_phase"] == phase, brief(slow)
+    assert [r["status"] for r in doc["ranks"] if r["rank"] != rank] == ["ok"] * (len(doc["ranks"]) - 1), [brief(r) for r in doc["ranks"]]
     verdict = doc["verdict"]
     assert verdict["kind"] == "slow_rank" and verdict["ranks"] == [rank] and verdict["others"] == 0, verdict
     assert verdict["text"].startswith(text), verdict

@@ -16,7 +16,7 @@ alone, in forward, with its coordinates). Read with ``ranktop watch --json``.
 """
 
 import pytest
-from support import assert_named_first_and_alone
+from support import assert_named_first_and_alone, brief
 from support import job_ops as _job_ops
 
 
@@ -87,8 +87,8 @@ def test_a_slow_tensor_parallel_rank_is_named_not_its_partner_waiting_in_the_fun
     doc = job("tp-slow", "tensor_dtensor.py", *TENSOR_PARALLEL[variant][0], "--slow-rank", "3", "--slow-ms", "15")
     assert doc["stragglers"][0] == 3, doc["stragglers"]
     slow, partner = doc["ranks"][3], doc["ranks"][2]
-    assert slow["status"] == "slow" and slow["culprit_phase"] == "forward", slow
-    assert [r["status"] for r in doc["ranks"][:3]] == ["ok"] * 3, doc["ranks"]
+    assert slow["status"] == "slow" and slow["culprit_phase"] == "forward", [brief(r) for r in doc["ranks"]]
+    assert [r["status"] for r in doc["ranks"][:3]] == ["ok"] * 3, [brief(r) for r in doc["ranks"]]
     assert doc["verdict"]["text"].startswith("rank 3 (tp 1, dp 1) slow in forward: +"), doc["verdict"]
     # its partner's wait for it is a wait (DTensor's functional all-reduce), not the partner's own forward
     assert partner["phases"]["forward"] < slow["phases"]["forward"] - 0.010
