@@ -416,6 +416,32 @@ class TorchHooks:
         handles.append(module.register_forward_hook(OwnHook(close), always_call=True))
         self._handles.extend(handles)
 
+    def _not_timed(self) -> bool:
+        """A call of the script's that a wrapper passes straight through: another thread's, or one after our own
+        error (the hooks come off now, from the training thread)."""
+        if self._thread != _get_ident():
+            return True
+        if self._remove_pending:
+            self._remove_now()
+            return True
+        return False
+
+    def _open_phase(self, begin: Any, *args: Any) -> Any:
+        """``begin(*args)``, a phase opened by a wrapper of the script's call (backward, the DataLoader's next, a
+        root module's call): what it returns, or False after our own error (the call still runs, untimed)."""
+        try:
+            return begin(*args)
+        except Exception as exc:
+            self._fault(exc)
+            return False
+
+    def _close_phase(self) -> None:
+        """The phase :meth:`_open_phase` opened ends with the script's call, however that call ended."""
+        try:
+            self.timer.rec.end_phase()
+        except Exception as exc:
+            self._fault(exc)
+
     def _fault(self, exc: BaseException) -> None:
         """Our own error inside a hook: automatic mode (and the probe, through ``on_fault``) goes off, training goes on."""
         if self._faulted:
@@ -539,65 +565,39 @@ class TorchHooks:
                 hooks._fault(exc)
             return result
 
-        compile.__wrapped__ = original
-        compile.__doc__ = original.__doc__
-        dynamo_guard.keep_out(compile)
-        return compile
+        return _standing_in(original, compile)
 
     def _wrap_backward(self, original):
         hooks = self
 
         def backward(*args, **kwargs):
-            if dynamo_guard.is_tracing() or hooks._thread != _get_ident() or hooks._bwd_depth:
-                return original(*args, **kwargs)
-            if hooks._remove_pending:
-                hooks._remove_now()
+            if dynamo_guard.is_tracing() or hooks._bwd_depth or hooks._not_timed():
                 return original(*args, **kwargs)
             hooks._bwd_depth = 1
-            try:
-                hooks.timer.backward_begin()
-            except Exception as exc:
-                hooks._fault(exc)
+            hooks._open_phase(hooks.timer.backward_begin)
             try:
                 return original(*args, **kwargs)
             finally:
                 hooks._bwd_depth = 0
-                try:
-                    hooks.timer.rec.end_phase()
-                except Exception as exc:
-                    hooks._fault(exc)
+                hooks._close_phase()
 
-        backward.__wrapped__ = original
-        backward.__doc__ = original.__doc__
-        dynamo_guard.keep_out(backward)
-        return backward
+        return _standing_in(original, backward)
 
     def _wrap_next(self, original):
         hooks = self
 
         def __next__(self):
-            if dynamo_guard.is_tracing() or hooks._thread != _get_ident() or hooks._data_depth:
-                return original(self)
-            if hooks._remove_pending:
-                hooks._remove_now()
+            if dynamo_guard.is_tracing() or hooks._data_depth or hooks._not_timed():
                 return original(self)
             hooks._data_depth = 1
-            try:
-                hooks.timer.data_begin()
-            except Exception as exc:
-                hooks._fault(exc)
+            hooks._open_phase(hooks.timer.data_begin)
             try:
                 return original(self)
             finally:
                 hooks._data_depth = 0
-                try:
-                    hooks.timer.rec.end_phase()
-                except Exception as exc:
-                    hooks._fault(exc)
+                hooks._close_phase()
 
-        __next__.__wrapped__ = original
-        dynamo_guard.keep_out(__next__)
-        return __next__
+        return _standing_in(original, __next__)
 
 
 class TimedCall:
@@ -645,20 +645,13 @@ class TimedCall:
             hooks._remove_now()
             return inner(*args, **kwargs)
         hooks._fwd_depth = 1
-        try:
-            opened = hooks.timer.forward_begin(module.training and hooks._torch.is_grad_enabled())
-        except Exception as exc:
-            hooks._fault(exc)
-            opened = False
+        opened = hooks._open_phase(hooks.timer.forward_begin, module.training and hooks._torch.is_grad_enabled())
         try:
             return inner(*args, **kwargs)
         finally:
             hooks._fwd_depth = 0
             if opened:
-                try:
-                    hooks.timer.rec.end_phase()
-                except Exception as exc:
-                    hooks._fault(exc)
+                hooks._close_phase()
 
     def __deepcopy__(self, memo: dict) -> Any:
         return copy.deepcopy(self.inner, memo)  # what the copy would have had without ranktop
@@ -667,13 +660,23 @@ class TimedCall:
         return (copy.copy, (None,))  # loads as the slot's default, where ranktop is not installed too
 
 
+def _standing_in(original: Any, wrapper: Any) -> Any:
+    """``wrapper``, set in place of torch's ``original``: it says whose it is (``__wrapped__``, the docstring), and
+    dynamo never compiles its frame (it calls the script's code, or torch's: what that calls is dynamo's)."""
+    wrapper.__wrapped__ = original
+    wrapper.__doc__ = original.__doc__
+    dynamo_guard.keep_out(wrapper)
+    return wrapper
+
+
 _get_ident = threading.get_ident
 # The hooks call nothing of the script's: dynamo compiles none of their frames, nor any they start (the state
 # machine, the recorder, device timing), as when torch's own skipped code calls them within a compiled region.
 dynamo_guard.keep_out(TimedCall.__call__)  # it calls the script's module: dynamo may compile what that calls
 dynamo_guard.keep_out(
     TorchHooks._fwd_pre_discover, TorchHooks._fwd_post_discover, TorchHooks._fwd_pre, TorchHooks._fwd_post,
-    TorchHooks._opt_pre, TorchHooks._opt_post, recursive=True,
+    TorchHooks._opt_pre, TorchHooks._opt_post, TorchHooks._not_timed, TorchHooks._open_phase, TorchHooks._close_phase,
+    recursive=True,
 )
 
 

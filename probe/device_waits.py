@@ -41,6 +41,7 @@ functional collective, whose wait is ``wait_tensor``, calls
 from __future__ import annotations
 
 import collections
+import contextlib
 import functools
 import threading
 import time
@@ -154,7 +155,8 @@ class DeviceWaits:
         # another: CUDAEvent::record refuses a stream of another device), and the sender thread queries under
         # a guard of that device (cudaEventQuery has none: a new thread would open a context on GPU 0).
         self._stream = functools.partial(cuda.current_stream, device) if device is not None else cuda.current_stream
-        self._on_device = functools.partial(cuda.device, device) if device is not None else _Nothing
+        # (no device of its own: the thread's current one, no guard)
+        self._on_device = functools.partial(cuda.device, device) if device is not None else contextlib.nullcontext
         # The compute stream: the training thread's current stream at attach. A call made with another stream
         # current (FSDP2 all-gathers and reduce-scatters with async_op=False inside `with stream(side)`) runs
         # and waits on that side stream; timed there it would be kernel time, not a stall of the compute stream.
@@ -424,16 +426,6 @@ def watch_work(work_class: Any, waits: DeviceWaits | None) -> None:
 
 
 dynamo_guard.keep_out(DeviceWaits.waited, recursive=True)  # ours all the way down (probe/dynamo_guard.py)
-
-
-class _Nothing:
-    """No device guard (a waits object with no device of its own: the thread's current one)."""
-
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, *exc) -> None:
-        return None
 
 
 def unwatch() -> None:

@@ -32,6 +32,7 @@ This module never imports torch itself; it uses the torch the script has importe
 from __future__ import annotations
 
 import collections
+import contextlib
 import functools
 import sys
 import time
@@ -224,7 +225,7 @@ class Timeline:
     def resolve(self, records: list[dict], final: bool = False) -> list[dict]:
         """The records ready to send, in order, with ``g`` where their device times are known."""
         guard = self.guard
-        with self.on_device() if self.on_device is not None else _nothing():
+        with self.on_device() if self.on_device is not None else contextlib.nullcontext():
             if guard is None:
                 return self._resolve(records, final, True)
             with guard.quiet() as may_query:  # no event.query() while a CUDA graph is captured
@@ -321,7 +322,7 @@ def attach_cuda(probe: Any, cuda: Any, device: Any = None, work_class: Any = Non
     rec = probe.recorder
     if rec.timeline is not None:
         return False
-    with cuda.device(device) if device is not None else _nothing():
+    with cuda.device(device) if device is not None else contextlib.nullcontext():
         index = cuda.current_device()
         note_device(probe, f"cuda:{index} {cuda.get_device_name(index)}")
         pool = EventPool(None, POOL_SIZE, events=device_waits.make_events(cuda, POOL_SIZE))
@@ -379,14 +380,6 @@ def note_device(probe: Any, device: str) -> None:
         sender.device = device
 
 
-class _nothing:
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, *exc) -> None:
-        return None
-
-
 def _script_cuda() -> Any:
     """``torch.cuda`` once the script has initialised it, else None; never initialises anything itself."""
     torch = sys.modules.get("torch")
@@ -423,7 +416,7 @@ def arm(probe: Any, find_cuda: Callable[[], Any] = _script_cuda) -> None:
             return original(number)
         device = _training_device(cuda)
         try:  # asked of the training device's stream: the thread's current device may be another (no context there)
-            with cuda.device(device) if device is not None else _nothing():
+            with cuda.device(device) if device is not None else contextlib.nullcontext():
                 if cuda.is_current_stream_capturing():  # no event may be made inside a graph capture
                     return original(number)
         except Exception:
