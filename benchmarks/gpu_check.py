@@ -536,16 +536,25 @@ probe.shutdown()
 """
 
 
-def check_other_device() -> None:
+def _on_two_gpus(check: str, script_text: str, out: str) -> tuple[str, str, str] | None:
+    """The scratch folder of a check that needs two GPUs, its rank script written there, and where its ranks write
+    ``out``; None where this machine has fewer (the check's row says it was skipped)."""
     import torch
 
     if torch.cuda.device_count() < 2:
-        row("model on cuda:1, device 0 current", "skipped", "", "needs 2 GPUs")
-        return
-    folder = tempfile.mkdtemp(prefix="ranktop-gpu-check-device-")
-    script, out = os.path.join(folder, "rank.py"), os.path.join(folder, "out.json")
+        row(check, "skipped", "", "needs 2 GPUs")
+        return None
+    folder = tempfile.mkdtemp(prefix="ranktop-gpu-check-")
+    script = os.path.join(folder, "rank.py")
     with open(script, "w") as f:
-        f.write(OTHER_DEVICE_RANK)
+        f.write(script_text)
+    return folder, script, os.path.join(folder, out)
+
+
+def check_other_device() -> None:
+    if (scratch := _on_two_gpus("model on cuda:1, device 0 current", OTHER_DEVICE_RANK, "out.json")) is None:
+        return
+    folder, script, out = scratch
     env = dict(os.environ, RANKTOP_DIR=folder)
     proc = subprocess.run([sys.executable, script, out], capture_output=True, text=True, timeout=300, env=env)
     if proc.returncode != 0:
@@ -593,16 +602,9 @@ dist.destroy_process_group()
 
 
 def check_nccl() -> None:
-    import torch
-
-    if torch.cuda.device_count() < 2:
-        row("NCCL waits", "skipped", "", "needs 2 GPUs")
+    if (scratch := _on_two_gpus("NCCL waits", NCCL_RANK, "out")) is None:
         return
-    folder = tempfile.mkdtemp(prefix="ranktop-gpu-check-nccl-")
-    script = os.path.join(folder, "rank.py")
-    with open(script, "w") as f:
-        f.write(NCCL_RANK)
-    out = os.path.join(folder, "out")
+    _, script, out = scratch
     procs = [subprocess.Popen([sys.executable, script, str(r), out]) for r in range(2)]
     if any(p.wait(timeout=300) for p in procs):
         row("NCCL waits", "failed", "", "a rank exited with an error")

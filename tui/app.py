@@ -52,7 +52,7 @@ from ranktop.tui.screens.capture import CaptureScreen
 from ranktop.tui.screens.help import HelpScreen
 from ranktop.tui.screens.stacks import StacksScreen
 from ranktop.watch.capture import CaptureRefused, plan
-from ranktop.watch.refresher import Refresher
+from ranktop.watch.refresher import Refresher, checked_rate
 from ranktop.watch.model.snapshot import EMPTY, PacedSource, Snapshot, SnapshotSource
 from ranktop.wire import capture as wire_capture
 
@@ -118,11 +118,9 @@ class RanktopApp(App[None]):
         title: str = "ranktop",
     ):
         super().__init__()
-        if not refresh_hz > 0:
-            raise ValueError(f"refresh_hz must be positive, not {refresh_hz!r}")
         self.source = source
         self.controller = controller
-        self.refresh_hz = refresh_hz
+        self.refresh_hz = checked_rate(refresh_hz)
         self.title = title
         self.snapshot: Snapshot = EMPTY
         """The snapshot on screen."""

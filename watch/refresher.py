@@ -34,6 +34,13 @@ def period_s(refresh_hz: float, changes_every_s: float = 0.0) -> float:
     return max(1.0 / refresh_hz, changes_every_s)
 
 
+def checked_rate(refresh_hz: float) -> float:
+    """``refresh_hz`` as given, or ValueError: a screen's refresh rate is a positive number of times a second."""
+    if not refresh_hz > 0:
+        raise ValueError(f"refresh_hz must be positive, not {refresh_hz!r}")
+    return refresh_hz
+
+
 class Refresher(threading.Thread):
     def __init__(
         self,
@@ -46,10 +53,8 @@ class Refresher(threading.Thread):
         ``changes_every_s()``, read before each wait, how often the data changes at most (:func:`period_s`:
         a live job's pace is learnt as its relays are found)."""
         super().__init__(name="ranktop-refresher", daemon=True)
-        if not refresh_hz > 0:
-            raise ValueError(f"refresh_hz must be positive, not {refresh_hz!r}")
         self._take = take
-        self._refresh_hz = refresh_hz
+        self._refresh_hz = checked_rate(refresh_hz)
         self._changes_every_s = changes_every_s
         self._deliver = deliver
         self._stop_event = threading.Event()

@@ -140,57 +140,65 @@ def peer_reference(values: np.ndarray, class_ids: np.ndarray | None, which: np.n
     return out
 
 
+def _each(rule: Callable[..., Cause | None], mine: np.ndarray, reference: np.ndarray, step_s: np.ndarray,
+          excess_s: np.ndarray, *more: Sequence) -> list[Cause | None]:  # fmt: skip
+    """``rule(value, ref, step, excess, *more)`` for each rank of these columns (its figure, a healthy peer's, its
+    step, its excess, and any further columns), or None where one of the first three is NaN (no figure, no peer's,
+    not scored)."""
+    return [
+        None if value != value or ref != ref or step != step else rule(value, ref, step, excess, *rest)
+        for value, ref, step, excess, *rest in zip(mine.tolist(), reference.tolist(), step_s.tolist(), excess_s.tolist(), *more)
+    ]
+
+
 def judge(
     values: np.ndarray, reference: np.ndarray, step_s: np.ndarray, excess_s: np.ndarray, kind: Kind
 ) -> list[Cause | None]:
     """The cause ``kind`` for each rank of these columns (its figure, a healthy peer's, its step, its excess), or None."""
-    out: list[Cause | None] = []
-    for value, ref, step, excess in zip(values.tolist(), reference.tolist(), step_s.tolist(), excess_s.tolist()):
-        if value != value or ref != ref or step != step:  # NaN: no figure, no peer's, not scored
-            out.append(None)
-            continue
+
+    def rule(value: float, ref: float, step: float, excess: float) -> Cause | None:
         extra = (value - ref) * step
         if value < RATIO * ref or value - ref < FLOOR or extra < EXPLAINS * excess:
-            out.append(None)
-            continue
+            return None
         ratio = value / ref if ref > 0 else None
         beyond = _beyond(ratio, ref * step)
-        out.append(Cause(kind=kind.name, text=kind.says(_per_step(value * step), beyond), value=value, peers=ref,
-                         ratio=ratio, extra_s=extra))  # fmt: skip
-    return out
+        return Cause(kind=kind.name, text=kind.says(_per_step(value * step), beyond), value=value, peers=ref, ratio=ratio,
+                     extra_s=extra)  # fmt: skip
+
+    return _each(rule, values, reference, step_s, excess_s)
 
 
 def judge_load(
     values: np.ndarray, reference: np.ndarray, step_s: np.ndarray, excess_s: np.ndarray, load: Load
 ) -> list[Cause | None]:
     """The cause ``load`` for each rank of these columns, or None: its figure :data:`LOAD_RATIO` times its peers'."""
-    out: list[Cause | None] = []
-    for value, ref, step, excess in zip(values.tolist(), reference.tolist(), step_s.tolist(), excess_s.tolist()):
-        if value != value or ref != ref or step != step or ref <= 0 or value < LOAD_RATIO * ref:
-            out.append(None)
-            continue
+
+    def rule(value: float, ref: float, step: float, excess: float) -> Cause | None:
+        if ref <= 0 or value < LOAD_RATIO * ref:
+            return None
         per_step = step if load.per_second else 1.0
         ratio = value / ref
         mine, peers = _count(value * per_step), _count(ref * per_step)
         text = f"{load.says.format(ratio)}, {mine} a step against {peers} ({load.name.replace('_', ' ')})"
-        out.append(Cause(kind=load.name, text=text, value=value, peers=ref, ratio=ratio, extra_s=_scaled(step, excess, ratio)))
-    return out
+        return Cause(kind=load.name, text=text, value=value, peers=ref, ratio=ratio, extra_s=_scaled(step, excess, ratio))
+
+    return _each(rule, values, reference, step_s, excess_s)
 
 
 def judge_clock(mine: np.ndarray, reference: np.ndarray, step_s: np.ndarray, excess_s: np.ndarray,
                 reasons: Sequence[list | None]) -> list[Cause | None]:  # fmt: skip
     """``gpu_throttle`` for each rank of these columns (its SM clock, a healthy peer's, ..., its throttle reasons)."""
-    out: list[Cause | None] = []
-    for value, ref, step, excess, why in zip(mine.tolist(), reference.tolist(), step_s.tolist(), excess_s.tolist(), reasons):
-        if value != value or ref != ref or step != step or value <= 0 or ref < CLOCK_RATIO * value:
-            out.append(None)
-            continue
+
+    def rule(value: float, ref: float, step: float, excess: float, why: list | None) -> Cause | None:
+        if value <= 0 or ref < CLOCK_RATIO * value:
+            return None
         slowing = [r for r in why or () if r in ("power", "thermal", "hw")]
         because = f" ({', '.join(slowing)} throttling)" if slowing else ""
         text = f"its GPU runs at {value:.0f} MHz against its peers' {ref:.0f}{because} (gpu throttle)"
-        out.append(Cause(kind="gpu_throttle", text=text, value=value, peers=ref, ratio=value / ref,
-                         extra_s=_scaled(step, excess, ref / value)))  # fmt: skip
-    return out
+        return Cause(kind="gpu_throttle", text=text, value=value, peers=ref, ratio=value / ref,
+                     extra_s=_scaled(step, excess, ref / value))  # fmt: skip
+
+    return _each(rule, mine, reference, step_s, excess_s, reasons)
 
 
 def judge_memory(retries: float, peers_retries: float, swap: float, peers_swap: float) -> Cause | None:
