@@ -149,3 +149,25 @@ def test_the_size_told_of_a_slow_rank_is_its_excess_averaged_while_it_stays_slow
     assert history.size(ranks, np.array([0.009, 0.002]), slow_now, now=now)[0] == 0.009  # again at the same moment: as is
     history.size(ranks, np.array([0.001, 0.002]), np.array([False, False]), now=50.0)  # healthy again
     assert history.size(ranks, np.array([0.008, 0.0]), slow_now, now=51.0)[0] == 0.008  # slow afresh: from its excess
+
+
+@pytest.mark.parametrize("classes", [None, "pairs", "fours"])
+def test_a_reference_handed_in_by_the_judge_gives_what_score_columns_works_out_itself(classes):
+    """The judge works each class's healthy peer out once (class_growth.references) and hands it to the scoring:
+    the same excess, culprits and bars as when the scoring works it out, whatever the classes."""
+    from ranktop.watch.analysis.class_growth import references
+
+    rng = np.random.default_rng(7)
+    n, names = 24, ["data", "forward", "backward", "comm"]
+    phases = rng.uniform(0.020, 0.022, (n, len(names)))
+    phases[5, 1] += 0.02  # one slow rank
+    steps = phases.sum(axis=1) + 0.01
+    class_ids = None if classes is None else np.arange(n) // (2 if classes == "pairs" else 4)
+    sd, counts, spread = np.full(n, 0.002), np.full(n, 64), np.full((n, len(names)), 0.001)
+    before, phase_before = np.zeros(n), np.zeros((n, len(names)))
+    args = (phases, steps, names, class_ids, sd, counts, before, spread, phase_before)
+    alone = score_columns(*args)
+    handed = score_columns(*args, references(phases, names, class_ids))
+    for mine, theirs in zip(alone[:3], handed[:3]):
+        np.testing.assert_array_equal(mine, theirs)
+    assert alone[3] == handed[3] and alone[0][5] > 0

@@ -75,7 +75,7 @@ def build(view: JobView, extras: Extras, policy: StallPolicy = StallPolicy(), pe
     found, worst, slow_above, median_step = stragglers.score_columns(
         view.phases[at], view.step_s[at], names, class_ids, view.own_sd[at], view.window_steps[at],
         history.before(ranks) if history is not None else None, view.phase_sd[at],
-        history.differences_before(ranks, len(names), keys) if history is not None else None)  # fmt: skip
+        history.differences_before(ranks, len(names), keys) if history is not None else None, reference)  # fmt: skip
     # A whole class slower than it was against the other classes (a node that is a pipeline stage): its members
     # are each other's healthy peers, so only their class's own past tells (watch/analysis/class_growth.py).
     grown, grown_in, grown_above = class_growth.class_excess(

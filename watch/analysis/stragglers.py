@@ -81,7 +81,7 @@ MEDIAN_ERROR = 1.2533
 def score_columns(
     phases: np.ndarray, steps: np.ndarray, names: list[str], class_ids: np.ndarray | None = None,
     own_sd: np.ndarray | None = None, window_steps: np.ndarray | None = None, before: np.ndarray | None = None,
-    phase_sd: np.ndarray | None = None, phase_before: np.ndarray | None = None,
+    phase_sd: np.ndarray | None = None, phase_before: np.ndarray | None = None, reference: np.ndarray | None = None,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, float | None]:  # fmt: skip
     """The comparison over columns: ``phases`` (ranks x names, own seconds) and ``steps`` (seconds) of the
     live ranks with statistics; ``class_ids`` (a small whole number per rank) their peer classes; ``own_sd``
@@ -89,7 +89,9 @@ def score_columns(
     steps (None: not known, the spread of everyone's excess stands in); ``before`` each one's excess when it was
     last seen healthy (NaN or None: not known, :class:`ExcessHistory`); ``phase_sd`` (ranks x names) how much
     each phase varies from step to step and ``phase_before`` each phase's time beyond the reference when last
-    healthy (None: not known; see :func:`_phase_beyond`).
+    healthy (None: not known; see :func:`_phase_beyond`); ``reference`` (ranks x names) each one's class's healthy
+    peer, where the caller worked it out already (watch/analysis/class_growth.py ``references`` of these phases
+    and classes; None: worked out here).
     Per rank its excess (seconds beyond a healthy peer's, summed over phases, less what every peer shows of
     noise) and its culprit (an index into ``names``, -1: none); per rank the excess past which it is slow;
     the median step (None: no rank)."""
@@ -113,7 +115,7 @@ def score_columns(
         if len(members) < 2:  # a class of one is compared with nobody
             continue
         mine = phases[members][:, own]
-        middle = healthy_peer(mine)
+        middle = healthy_peer(mine) if reference is None else reference[members[0], own]
         _excess(mine, middle, members, own, excess, culprit, peers, noise, work)
         if known:
             beyond[members] = _phase_beyond(mine, middle, phase_sd, phase_before, window_steps, own, members)
