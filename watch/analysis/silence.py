@@ -16,10 +16,14 @@ def silent_ranks(view: JobView) -> np.ndarray:
     """bool per rank of the view: silent."""
     relays = view.relays
     urls = view.relay_urls
-    settling = np.array([u in relays.settling for u in urls], bool)
-    links = [relays.links.get(u, (False, None)) if u is not None else (False, None) for u in urls]
-    down = np.array([bool(link[0]) for link in links], np.bool_)
-    dropped = np.array([_or_inf(link[1]) for link in links], np.float64)
+    n = len(urls)
+    settling, down, dropped = np.zeros(n, bool), np.zeros(n, bool), np.full(n, -np.inf)
+    if relays.settling or relays.links:  # (a relay being connected, or one that dropped: else none to look up)
+        for i, url in enumerate(urls):
+            settling[i] = url in relays.settling
+            link = relays.links.get(url) if url is not None else None
+            if link is not None:
+                down[i], dropped[i] = bool(link[0]), _or_inf(link[1])
     eid = view.relay
     quiet = (view.now - view.last_seen > view.silent_after_s + relays.behind_s) & ~settling[eid]
     return quiet | down[eid] | (view.last_seen <= dropped[eid])

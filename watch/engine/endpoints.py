@@ -21,8 +21,12 @@ BEHIND_AFTER_S = 1.0
 SETTLING_S = 5.0
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class Endpoint:
+    """A relay as a snapshot shows it. Not frozen, as the snapshot's other rows are not: a snapshot makes one for
+    every relay of the job, and a frozen dataclass's ``__init__`` costs four times as much (at 2,048 relays, 2 ms a
+    snapshot with the job's lock held)."""
+
     url: str
     host: str | None
     state: str  # one of ENDPOINT_STATES
@@ -119,12 +123,12 @@ class Endpoints:
     def rows(self, now: float, ranks_by_url: dict[str, tuple[int, ...]], lost_after_s: float) -> list[Endpoint]:
         """The snapshot's rows: each relay waiting (never heard), connected, or lost (quiet past ``lost_after_s``,
         or its connection dropped)."""
-        out = []
-        for r in list(self._relays.values()):
-            ranks = ranks_by_url.get(r.url, ())
+        out: list[Endpoint] = []
+        add, ranks_of = out.append, ranks_by_url.get
+        for r in self._relays.values():
             if r.last_heard is None:
-                out.append(Endpoint(r.url, r.host, WAITING, now - r.added, ranks))
+                add(Endpoint(r.url, r.host, WAITING, now - r.added, ranks_of(r.url, ())))
             else:
                 quiet = now - r.last_heard
-                out.append(Endpoint(r.url, r.host, LOST if quiet > lost_after_s or r.down else CONNECTED, quiet, ranks))
+                add(Endpoint(r.url, r.host, LOST if quiet > lost_after_s or r.down else CONNECTED, quiet, ranks_of(r.url, ())))
         return out

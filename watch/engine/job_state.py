@@ -93,13 +93,15 @@ class JobView:
     where: dict[str, np.ndarray]
     state_names: tuple[str | None, ...]
     evidence: dict[str, np.ndarray]
-    states: list[State]  # immutable, as decoded
-    metas: list[RankInfo | None]
+    # Object arrays, one element a rank (read an element at a time: a list of 16,384 made each snapshot cost a
+    # millisecond and a half; the gather alone is a tenth of that)
+    states: np.ndarray  # State | None, immutable, as decoded
+    metas: np.ndarray  # RankInfo | None
     dropped: np.ndarray  # int64: records its probe could not send (read of its state as it came: RankWindow.take_state)
     rate_hz: np.ndarray  # the telemetry rate it says it sends at (NaN: not said)
     rejected: dict[int, dict[str, int]]  # rank -> commands it refused, by reason (those that refused any)
     works: np.ndarray  # bool: its hello says its work per step
-    capture_summaries: list[tuple[str, CaptureSummary] | None]
+    capture_summaries: np.ndarray  # tuple[str, CaptureSummary] | None (an object array, as states)
     resources: Resources  # each rank's ResourceView, made when read (resources[i])
     with_memory: np.ndarray  # bool: a memory sample came (its row has ``memory``)
     with_gpu: np.ndarray  # bool: GPU gauges, or why there are none, came (its row has ``gpu``)
@@ -374,13 +376,13 @@ class JobState:
             where={name: getattr(sc, name)[rows] for name in WHERE},
             state_names=tuple(sc.names),
             evidence={"gc": sc.ev_gc[rows], "runq": sc.ev_runq[rows], "nvcsw": sc.ev_nvcsw[rows], "sm_mhz": sc.gpu_sm_mhz[rows]},
-            states=sc.state[rows].tolist(),
-            metas=sc.meta[rows].tolist(),
+            states=sc.state[rows],
+            metas=sc.meta[rows],
             dropped=sc.dropped[rows],
             rate_hz=sc.rate_hz[rows],
             rejected={ws[i].rank: dict(ws[i].rejected or {}) for i in np.flatnonzero(sc.refused[rows]).tolist()},
             works=sc.works[rows],
-            capture_summaries=sc.capture_summary[rows].tolist(),
+            capture_summaries=sc.capture_summary[rows],
             resources=resources,
             with_memory=resources.with_memory,
             with_gpu=resources.with_gpu,
