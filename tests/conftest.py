@@ -93,7 +93,7 @@ def torchrun(rdv, tmp_path):
 
 @pytest.fixture
 def job(rdv, tmp_path):
-    """job(name, script, *args, ranks=4): a tests/jobs script under ``ranktop launch -- torchrun``, its
+    """job(name, script, *args, ranks=4, listen_s=6): a tests/jobs script under ``ranktop launch -- torchrun``, its
     ``ranktop watch --json`` document once every rank trains (support.LaunchedJobs); ended after the test."""
     jobs = LaunchedJobs(tmp_path)
     yield jobs.launch

@@ -81,12 +81,13 @@ class LaunchedJobs:
         self.folder = folder
         self.procs: list[subprocess.Popen] = []
 
-    def launch(self, name: str, script: str, *args: str, ranks: int = 4) -> dict:
+    def launch(self, name: str, script: str, *args: str, ranks: int = 4, listen_s: float = 6.0) -> dict:
+        """The job's ``watch --json`` document after listening ``listen_s`` seconds once every rank trains."""
         env = dict(os.environ, OMP_NUM_THREADS="1")
         torchrun = [*TORCHRUN4[:-1], f"--nproc_per_node={ranks}"]
         command = [RANKTOP, "launch", "--job", name, "--", *torchrun, str(JOBS / script), *args]
         self.procs.append(start_job(command, name, ranks, self.folder, env))
-        out = run_cli("watch", name, "--json", "--duration", "6", timeout=90)
+        out = run_cli("watch", name, "--json", "--duration", f"{listen_s:g}", timeout=90)
         assert out.returncode == 0, out.stderr
         return json.loads(out.stdout)
 
