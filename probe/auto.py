@@ -435,6 +435,11 @@ class TorchHooks:
             self._fault(exc)
             return False
 
+    def _forward_begin(self, module: Any) -> bool:
+        """The forward phase of a root module's call begun (whether it was: ``forward_begin``), as training where
+        the module trains with gradients on."""
+        return self.timer.forward_begin(module.training and self._torch.is_grad_enabled())
+
     def _close_phase(self) -> None:
         """The phase :meth:`_open_phase` opened ends with the script's call, however that call ended."""
         try:
@@ -499,7 +504,7 @@ class TorchHooks:
             depth = self._fwd_depth
             self._fwd_depth = depth + 1
             if depth == 0 and not self._bwd_depth:
-                self._fwd_open = self.timer.forward_begin(module.training and self._torch.is_grad_enabled())
+                self._fwd_open = self._forward_begin(module)
         except Exception as exc:
             self._fault(exc)
 
@@ -645,7 +650,7 @@ class TimedCall:
             hooks._remove_now()
             return inner(*args, **kwargs)
         hooks._fwd_depth = 1
-        opened = hooks._open_phase(hooks.timer.forward_begin, module.training and hooks._torch.is_grad_enabled())
+        opened = hooks._open_phase(hooks._forward_begin, module)
         try:
             return inner(*args, **kwargs)
         finally:
@@ -675,7 +680,8 @@ _get_ident = threading.get_ident
 dynamo_guard.keep_out(TimedCall.__call__)  # it calls the script's module: dynamo may compile what that calls
 dynamo_guard.keep_out(
     TorchHooks._fwd_pre_discover, TorchHooks._fwd_post_discover, TorchHooks._fwd_pre, TorchHooks._fwd_post,
-    TorchHooks._opt_pre, TorchHooks._opt_post, TorchHooks._not_timed, TorchHooks._open_phase, TorchHooks._close_phase,
+    TorchHooks._opt_pre, TorchHooks._opt_post, TorchHooks._not_timed, TorchHooks._open_phase, TorchHooks._forward_begin,
+    TorchHooks._close_phase,
     recursive=True,
 )
 
