@@ -53,7 +53,7 @@ def _laid_shares(laid: np.ndarray, of: np.ndarray, members: np.ndarray) -> tuple
     full = _held_by_all(~np.isnan(laid), order, starts, members) & (members >= 2)[:, None]
     if not full.any():
         return np.full(n, np.nan), np.zeros(n, np.int64)
-    return _on_grid(laid, full, of, members)
+    return _share(*_column_verdicts(laid, full, of, order, starts), of)  # (the classes grouped once)
 
 
 def grid_of(nums: np.ndarray) -> tuple[int, int] | None:
