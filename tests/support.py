@@ -109,10 +109,13 @@ def job_ops(doc: dict) -> set[str]:
 def brief(row: dict) -> str:
     """What a failed assertion on a ``watch --json`` rank row needs to say why it was judged so (a whole row is
     cut short in pytest's message)."""
-    phases = " ".join(f"{name} {1e3 * s:.1f}" for name, s in row["phases"].items())
+    def ms(s: float | None) -> str:  # (a row says None where it has no figure)
+        return "-" if s is None else f"{1e3 * s:.1f}"
+
+    phases = " ".join(f"{name} {ms(s)}" for name, s in (row["phases"] or {}).items())
     return (
-        f"rank {row['rank']}: {row['status']}, culprit {row['culprit_phase']}, excess {1e3 * row['excess_s']:.1f} ms, "
-        f"score {row['score']:.3f}, step {1e3 * row['step_s']:.1f} ms, steps seen {row['steps_seen']}, "
+        f"rank {row['rank']}: {row['status']}, culprit {row['culprit_phase']}, excess {ms(row['excess_s'])} ms, "
+        f"score {row['score']}, step {ms(row['step_s'])} ms, steps seen {row['steps_seen']}, "
         f"last arrivals {row['last_arrivals']}, phases (ms) {phases}"
     )
 
