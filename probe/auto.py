@@ -416,37 +416,6 @@ class TorchHooks:
         handles.append(module.register_forward_hook(OwnHook(close), always_call=True))
         self._handles.extend(handles)
 
-    def _not_timed(self) -> bool:
-        """A call of the script's that a wrapper passes straight through: another thread's, or one after our own
-        error (the hooks come off now, from the training thread)."""
-        if self._thread != _get_ident():
-            return True
-        if self._remove_pending:
-            self._remove_now()
-            return True
-        return False
-
-    def _open_phase(self, begin: Any, *args: Any) -> Any:
-        """``begin(*args)``, a phase opened by a wrapper of the script's call (backward, the DataLoader's next, a
-        root module's call): what it returns, or False after our own error (the call still runs, untimed)."""
-        try:
-            return begin(*args)
-        except Exception as exc:
-            self._fault(exc)
-            return False
-
-    def _forward_begin(self, module: Any) -> bool:
-        """The forward phase of a root module's call begun (whether it was: ``forward_begin``), as training where
-        the module trains with gradients on."""
-        return self.timer.forward_begin(module.training and self._torch.is_grad_enabled())
-
-    def _close_phase(self) -> None:
-        """The phase :meth:`_open_phase` opened ends with the script's call, however that call ended."""
-        try:
-            self.timer.rec.end_phase()
-        except Exception as exc:
-            self._fault(exc)
-
     def _fault(self, exc: BaseException) -> None:
         """Our own error inside a hook: automatic mode (and the probe, through ``on_fault``) goes off, training goes on."""
         if self._faulted:
@@ -504,7 +473,7 @@ class TorchHooks:
             depth = self._fwd_depth
             self._fwd_depth = depth + 1
             if depth == 0 and not self._bwd_depth:
-                self._fwd_open = self._forward_begin(module)
+                self._fwd_open = self.timer.forward_begin(module.training and self._torch.is_grad_enabled())
         except Exception as exc:
             self._fault(exc)
 
@@ -576,15 +545,24 @@ class TorchHooks:
         hooks = self
 
         def backward(*args, **kwargs):
-            if dynamo_guard.is_tracing() or hooks._bwd_depth or hooks._not_timed():
+            if dynamo_guard.is_tracing() or hooks._thread != _get_ident() or hooks._bwd_depth:
+                return original(*args, **kwargs)
+            if hooks._remove_pending:
+                hooks._remove_now()
                 return original(*args, **kwargs)
             hooks._bwd_depth = 1
-            hooks._open_phase(hooks.timer.backward_begin)
+            try:
+                hooks.timer.backward_begin()
+            except Exception as exc:
+                hooks._fault(exc)
             try:
                 return original(*args, **kwargs)
             finally:
                 hooks._bwd_depth = 0
-                hooks._close_phase()
+                try:
+                    hooks.timer.rec.end_phase()
+                except Exception as exc:
+                    hooks._fault(exc)
 
         return _standing_in(original, backward)
 
@@ -592,15 +570,24 @@ class TorchHooks:
         hooks = self
 
         def __next__(self):
-            if dynamo_guard.is_tracing() or hooks._data_depth or hooks._not_timed():
+            if dynamo_guard.is_tracing() or hooks._thread != _get_ident() or hooks._data_depth:
+                return original(self)
+            if hooks._remove_pending:
+                hooks._remove_now()
                 return original(self)
             hooks._data_depth = 1
-            hooks._open_phase(hooks.timer.data_begin)
+            try:
+                hooks.timer.data_begin()
+            except Exception as exc:
+                hooks._fault(exc)
             try:
                 return original(self)
             finally:
                 hooks._data_depth = 0
-                hooks._close_phase()
+                try:
+                    hooks.timer.rec.end_phase()
+                except Exception as exc:
+                    hooks._fault(exc)
 
         return _standing_in(original, __next__)
 
@@ -650,13 +637,20 @@ class TimedCall:
             hooks._remove_now()
             return inner(*args, **kwargs)
         hooks._fwd_depth = 1
-        opened = hooks._open_phase(hooks._forward_begin, module)
+        try:
+            opened = hooks.timer.forward_begin(module.training and hooks._torch.is_grad_enabled())
+        except Exception as exc:
+            hooks._fault(exc)
+            opened = False
         try:
             return inner(*args, **kwargs)
         finally:
             hooks._fwd_depth = 0
             if opened:
-                hooks._close_phase()
+                try:
+                    hooks.timer.rec.end_phase()
+                except Exception as exc:
+                    hooks._fault(exc)
 
     def __deepcopy__(self, memo: dict) -> Any:
         return copy.deepcopy(self.inner, memo)  # what the copy would have had without ranktop
@@ -680,9 +674,7 @@ _get_ident = threading.get_ident
 dynamo_guard.keep_out(TimedCall.__call__)  # it calls the script's module: dynamo may compile what that calls
 dynamo_guard.keep_out(
     TorchHooks._fwd_pre_discover, TorchHooks._fwd_post_discover, TorchHooks._fwd_pre, TorchHooks._fwd_post,
-    TorchHooks._opt_pre, TorchHooks._opt_post, TorchHooks._not_timed, TorchHooks._open_phase, TorchHooks._forward_begin,
-    TorchHooks._close_phase,
-    recursive=True,
+    TorchHooks._opt_pre, TorchHooks._opt_post, recursive=True,
 )
 
 
