@@ -104,8 +104,8 @@ def tiny_automatic(probe) -> Callable[[], None]:
 
     hooks = auto.TorchHooks(auto.AutoTimer(probe.get().recorder))  # never installed: we call it ourselves
     module = torch.nn.Identity()
-    fetch = hooks._wrap_next(lambda _it: tiny_work())
-    backward = hooks._wrap_backward(tiny_work)
+    fetch = hooks._wrap_entry(lambda _it: tiny_work(), "_data_depth", "data_begin")
+    backward = hooks._wrap_entry(tiny_work, "_bwd_depth", "backward_begin")
 
     def step() -> None:
         fetch(None)

@@ -324,7 +324,7 @@ class TorchHooks:
                 nn_module.register_module_forward_pre_hook(self._fwd_pre_discover),
                 nn_module.register_module_forward_hook(self._fwd_post_discover, always_call=True),
             ]
-        self._patch(torch.autograd, "backward", self._wrap_backward(torch.autograd.backward))
+        self._patch(torch.autograd, "backward", self._wrap_entry(torch.autograd.backward, "_bwd_depth", "backward_begin"))
         if hasattr(torch.nn.Module, "compile"):
             self._patch(torch.nn.Module, "compile", self._wrap_compile(torch.nn.Module.compile))
         if callable(getattr(torch, "compile", None)):
@@ -332,7 +332,7 @@ class TorchHooks:
         if "torch._dynamo" in sys.modules:
             dynamo_guard.settle()
         iter_class = dataloader._BaseDataLoaderIter
-        self._patch(iter_class, "__next__", self._wrap_next(iter_class.__next__))
+        self._patch(iter_class, "__next__", self._wrap_entry(iter_class.__next__, "_data_depth", "data_begin"))
         self.installed = True
         return self
 
@@ -541,55 +541,34 @@ class TorchHooks:
 
         return _standing_in(original, compile)
 
-    def _wrap_backward(self, original):
+    def _wrap_entry(self, original, depth: str, begin: str):
+        """``original`` (``torch.autograd.backward``, a DataLoader iterator's ``__next__``) timed as the phase that
+        the timer's ``begin`` opens, when the training thread calls it outside dynamo's tracing and outside itself
+        (``depth``: the hooks' flag that it is running). The guards are inline, not shared methods: each Python call
+        here is one more on the training thread's every step (benchmarks/probe_overhead.py counts them)."""
         hooks = self
 
-        def backward(*args, **kwargs):
-            if dynamo_guard.is_tracing() or hooks._thread != _get_ident() or hooks._bwd_depth:
+        def timed(*args, **kwargs):
+            if dynamo_guard.is_tracing() or hooks._thread != _get_ident() or getattr(hooks, depth):
                 return original(*args, **kwargs)
             if hooks._remove_pending:
                 hooks._remove_now()
                 return original(*args, **kwargs)
-            hooks._bwd_depth = 1
+            setattr(hooks, depth, 1)
             try:
-                hooks.timer.backward_begin()
+                getattr(hooks.timer, begin)()
             except Exception as exc:
                 hooks._fault(exc)
             try:
                 return original(*args, **kwargs)
             finally:
-                hooks._bwd_depth = 0
+                setattr(hooks, depth, 0)
                 try:
                     hooks.timer.rec.end_phase()
                 except Exception as exc:
                     hooks._fault(exc)
 
-        return _standing_in(original, backward)
-
-    def _wrap_next(self, original):
-        hooks = self
-
-        def __next__(self):
-            if dynamo_guard.is_tracing() or hooks._thread != _get_ident() or hooks._data_depth:
-                return original(self)
-            if hooks._remove_pending:
-                hooks._remove_now()
-                return original(self)
-            hooks._data_depth = 1
-            try:
-                hooks.timer.data_begin()
-            except Exception as exc:
-                hooks._fault(exc)
-            try:
-                return original(self)
-            finally:
-                hooks._data_depth = 0
-                try:
-                    hooks.timer.rec.end_phase()
-                except Exception as exc:
-                    hooks._fault(exc)
-
-        return _standing_in(original, __next__)
+        return _standing_in(original, timed)
 
 
 class TimedCall:
@@ -663,6 +642,7 @@ def _standing_in(original: Any, wrapper: Any) -> Any:
     """``wrapper``, set in place of torch's ``original``: it says whose it is (``__wrapped__``, the docstring), and
     dynamo never compiles its frame (it calls the script's code, or torch's: what that calls is dynamo's)."""
     wrapper.__wrapped__ = original
+    wrapper.__name__ = original.__name__
     wrapper.__doc__ = original.__doc__
     dynamo_guard.keep_out(wrapper)
     return wrapper
