@@ -237,6 +237,41 @@ def test_a_rank_heard_before_its_hello_goes_by_the_host_of_its_nodes_relay():
     assert [(r.rank, r.host) for r in agg.snapshot().ranks] == [(2, "node-b"), (3, "?")]
 
 
+def test_a_rank_s_host_is_its_hello_s_and_a_restart_on_another_host_moves_it():
+    agg = Aggregator("j")
+    agg.add_endpoint("tcp://node-b:24004", "node-b")
+    agg.ingest(steps(0, [{"n": 1, "t": 100.0, "w": 0.03, "p": {"data": 0.01}}]), "tcp://node-b:24004")
+    agg.ingest(hello(1, host="node-c"), "tcp://node-b:24004")
+    snap = agg.snapshot()
+    assert [(r.rank, r.host) for r in snap.ranks] == [(0, "node-b"), (1, "node-c")]
+    assert snap.ranks.table.host_id[0] != snap.ranks.table.host_id[1]
+    agg.ingest(hello(0, host="node-c"), "tcp://node-b:24004")  # its hello names a host other than its relay's
+    agg.ingest(messages.hello(1, 4, "node-d", pid=999), "tcp://node-b:24004")  # a new process, on another host
+    snap = agg.snapshot()
+    assert [(r.rank, r.host) for r in snap.ranks] == [(0, "node-c"), (1, "node-d")]
+    assert snap.ranks.table.host_id[0] != snap.ranks.table.host_id[1]
+
+
+def test_a_table_of_hosts_full_of_made_up_names_starts_again_from_the_ranks_hellos(monkeypatch):
+    from ranktop.watch.engine import rank_scalars
+
+    monkeypatch.setattr(rank_scalars, "MAX_NAMES", 4)
+    agg = Aggregator("j", clock=Clock())
+    for n in range(10):  # rank 3 sends a new host with every hello: a bounded table, not one that grows
+        agg.ingest(hello(3, 4, host=f"made-up-{n}"))
+    hosts = ["a", "a", "b"]
+    for r, host in enumerate(hosts):
+        agg.ingest(hello(r, 4, host=host))
+    for n in range(20):
+        for r in range(4):
+            slow = 0.030 if r == 2 else 0.0
+            agg.ingest(steps(r, [{"n": n, "t": 100.0 + n, "w": 0.05, "p": {"forward": 0.01 + slow, "backward": 0.03 - slow}}]))
+    snap = agg.snapshot()
+    assert [r.host for r in snap.ranks] == ["a", "a", "b", "made-up-9"]
+    assert len(agg.state.scalars.hosts) <= 4
+    assert snap.slow_hosts == ["b"]  # the ids still tell the hosts apart
+
+
 def test_a_dropped_connection_loses_its_node_at_once_and_its_ranks_stay_cut_off_until_heard_again():
     clock = Clock()
     agg = Aggregator("j", clock=clock, silent_after_s=3.0)

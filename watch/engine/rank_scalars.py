@@ -50,6 +50,7 @@ FIELDS: dict[str, tuple[type, Any]] = {
     "rate_hz": (np.float64, float("nan")),  # the telemetry rate it says it sends at
     "works": (np.bool_, False),  # its hello says its work per step
     "endpoint": (np.int64, 0),  # the relay it was last heard through, as an index of RankScalars.urls (0: none)
+    "host_id": (np.int64, -1),  # its host by its hello, as an index of RankScalars.hosts (-1: no hello yet)
     # where its last state says its training thread is (watch/analysis/stalls.py), read once per state
     "state_last": (np.int64, NO_STEP),  # the last step it finished (NO_STEP: not said)
     "state_step": (np.int64, NO_STEP),  # the step it is in, or the next one between steps
@@ -100,6 +101,7 @@ class RankScalars:
     rate_hz: np.ndarray
     works: np.ndarray
     endpoint: np.ndarray
+    host_id: np.ndarray
     state_last: np.ndarray
     state_step: np.ndarray
     in_step: np.ndarray
@@ -120,6 +122,8 @@ class RankScalars:
     def __init__(self, rows: int = 8):
         self.urls: list[str | None] = [None]
         self._url_ids: dict[str | None, int] = {None: 0}
+        self.hosts: list[str] = []  # the hosts that ``host_id`` indexes (and the relays' hosts: JobState.view)
+        self._host_ids: dict[str, int] = {}
         self.names: list[str | None] = [None]  # phases' and ops' names that ``phase`` and ``coll_op`` index
         self._name_ids: dict[str | None, int] = {None: 0}
         self.views: dict[str, memoryview[Any]] = {}  # the same arrays, for a window's item stores
@@ -223,6 +227,28 @@ class RankScalars:
             if state is not NO_STATE:
                 self.take_state(row, state)
 
+    def note_host(self, row: int, host: str) -> None:
+        """A rank's host by its hello, as a small whole number: a view reads every rank's host as one column
+        (slow-host counting bins by it), not in a Python pass over the windows."""
+        if len(self.hosts) >= MAX_NAMES:
+            self._forget_hosts()
+        self.views["host_id"][row] = self.id_of_host(host)
+
+    def id_of_host(self, host: str) -> int:
+        """The index of ``host`` in :attr:`hosts` (given one when first named)."""
+        found = self._host_ids.get(host)
+        if found is None:
+            found = self._host_ids[host] = len(self.hosts)
+            self.hosts.append(host)
+        return found
+
+    def _forget_hosts(self) -> None:
+        """The hosts table full (made-up hosts, or many restarts): started again from the rows' hellos."""
+        self.hosts, self._host_ids = [], {}
+        for row, meta in enumerate(self.meta.tolist()):
+            if meta is not None:
+                self.views["host_id"][row] = self.id_of_host(str(meta.host))
+
     def url_id(self, url: str | None) -> int:
         """The index of a relay's URL in :attr:`urls` (given one when first seen)."""
         found = self._url_ids.get(url)
@@ -242,7 +268,6 @@ def _clamped(value: int) -> int:
 
 def host_ids(host: list[str]) -> np.ndarray:
     """Each rank's host as a small whole number (0 for the first host named, 1 for the next, ...): what slow-host
-    counting bins by. Worked out once per host list by its owner (watch/engine/job_state.py keeps one while no hello
-    changes it), not once a snapshot."""
+    counting bins by, for a snapshot made of rows (the engine keeps every rank's as a column: :meth:`RankScalars.note_host`)."""
     ids: dict[str, int] = {}
     return np.fromiter((ids.setdefault(h, len(ids)) for h in host), np.int64, len(host))

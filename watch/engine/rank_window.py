@@ -157,6 +157,7 @@ class RankWindow:
     def take_hello(self, meta: RankInfo) -> None:
         """Its hello (less the envelope), and what a snapshot reads of it for every rank."""
         self.meta = meta
+        self.scalars.note_host(self.row, str(meta.host))
         self.works = meta.work is not None
         if self.state.rate_hz is None:
             rate = meta.rate_hz
