@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -11,7 +12,7 @@ from textual.widgets import Static
 from ranktop.tui.render import palette
 from ranktop.watch import format as fmt
 from ranktop.watch.format import ranks_text
-from ranktop.watch.model.snapshot import CONNECTED, ENDPOINT_STATES, LOST, SILENT, STALLED, WAITING, Endpoint, Snapshot
+from ranktop.watch.model.snapshot import CONNECTED, LOST, SILENT, STALLED, WAITING, Endpoint, Snapshot, endpoints_by_state
 from ranktop.wire import settings
 
 MAX_ERRORS_SHOWN = 3
@@ -30,10 +31,10 @@ class SentCommand:
     sent_at_s: float  # snapshot.elapsed_s when it was sent
 
 
-def endpoints_text(endpoints: list[Endpoint]) -> Text:
-    """Endpoints grouped by state: waiting in yellow, lost in red, connected quietly."""
+def endpoints_text(endpoints: Sequence[Endpoint]) -> Text:
+    """Endpoints grouped by state: waiting in yellow, lost in red, connected quietly (counted: no row of them is made)."""
     text = Text()
-    groups = {state: [e for e in endpoints if e.state == state] for state in ENDPOINT_STATES}
+    groups = endpoints_by_state(endpoints)
     lost, waiting, connected = groups[LOST], groups[WAITING], groups[CONNECTED]
     if lost:
         quiet = fmt.ago(max(e.quiet_s for e in lost))

@@ -12,6 +12,7 @@ a rank's :class:`~ranktop.watch.model.rank_row.RankRow` is built later, if read
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -26,7 +27,7 @@ from ranktop.watch.engine.job_state import JobView
 from ranktop.watch.engine.lifecycle import JobLife
 from ranktop.watch.model.rank_table import STATUS_CODE, RankRows, RankTable, message_fields, phase_medians
 from ranktop.watch.analysis.resources import job_throughput, rank_throughput, row_fields
-from ranktop.watch.model.snapshot import Snapshot
+from ranktop.watch.model.snapshot import Endpoint, EndpointRows, Snapshot
 from ranktop.watch.statuses import OK, SILENT, SLOW, STALLED
 
 
@@ -37,7 +38,7 @@ class Extras:
     job: str | None
     elapsed_s: float
     behind_s: float
-    endpoints: list = field(default_factory=list)
+    endpoints: Sequence[Endpoint] = field(default_factory=EndpointRows)
     replies: list = field(default_factory=list)
     requests: list = field(default_factory=list)
     dropped: int = 0

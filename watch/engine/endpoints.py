@@ -9,9 +9,13 @@ not stalled), and which nodes it is still connecting to (their ranks are not yet
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from typing import overload
 
-from ranktop.watch.statuses import CONNECTED, LOST, WAITING
+import numpy as np
+
+from ranktop.watch.statuses import CONNECTED, ENDPOINT_STATES, LOST, WAITING
 
 #: Messages reaching this viewer this much later than they used to: it is behind (too much to decode), and says so.
 BEHIND_AFTER_S = 1.0
@@ -23,9 +27,8 @@ SETTLING_S = 5.0
 
 @dataclass(slots=True)
 class Endpoint:
-    """A relay as a snapshot shows it. Not frozen, as the snapshot's other rows are not: a snapshot makes one for
-    every relay of the job, and a frozen dataclass's ``__init__`` costs four times as much (at 2,048 relays, 2 ms a
-    snapshot with the job's lock held)."""
+    """A relay as a snapshot shows it, made when read (:class:`EndpointRows`). Not frozen, as the snapshot's other
+    rows are not: a frozen dataclass's ``__init__`` costs four times as much."""
 
     url: str
     host: str | None
@@ -34,19 +37,52 @@ class Endpoint:
     ranks: tuple[int, ...] = ()  # the ranks last heard through it: those a lost relay took with it
 
 
-@dataclass
-class _Relay:
-    url: str
-    host: str | None
-    added: float
-    first_heard: float | None = None  # its first message: a node heard for less than SETTLING_S is still being connected
-    last_heard: float | None = None
-    down: bool = False  # the receiver saw its connection drop (a relay killed): lost now, not after silent_after_s
-    dropped_at: float | None = None  # when it last dropped (or replaced a relay that did): ranks not heard since are cut off
-    # How late its messages reach us: their age when ingested (our wall clock less their own), less the least
-    # age seen (a constant clock skew between hosts is not lateness). Grows when this viewer falls behind.
-    age_floor: float = float("inf")
-    late_s: float = 0.0
+class EndpointRows(Sequence[Endpoint]):
+    """A snapshot's relays as columns, in the order the viewer came to know them: a row (an :class:`Endpoint`) is
+    made only when read. A job of 2,048 nodes made 2,048 rows a snapshot, 2 to 4 ms of it with the job's lock held,
+    while the screen reads only the lost and waiting ones (few) and counts the rest (:meth:`where`)."""
+
+    __slots__ = ("_urls", "_hosts", "_states", "_quiet", "_ranks", "_which")
+
+    def __init__(self, urls: tuple[str, ...] = (), hosts: tuple[str | None, ...] = (), states: np.ndarray | None = None,
+                 quiet: np.ndarray | None = None, ranks: dict[str, tuple[int, ...]] | None = None,
+                 which: np.ndarray | None = None):  # fmt: skip
+        self._urls, self._hosts, self._ranks = urls, hosts, ranks or {}
+        self._states = np.zeros(len(urls), np.int8) if states is None else states  # an index of ENDPOINT_STATES
+        self._quiet = np.zeros(len(urls)) if quiet is None else quiet
+        self._which = np.arange(len(urls)) if which is None else which  # the rows of the columns this holds
+
+    def __len__(self) -> int:
+        return len(self._which)
+
+    @overload
+    def __getitem__(self, i: int) -> Endpoint: ...
+    @overload
+    def __getitem__(self, i: slice) -> list[Endpoint]: ...
+    def __getitem__(self, i: int | slice) -> Endpoint | list[Endpoint]:
+        if isinstance(i, slice):
+            return [self._row(j) for j in self._which[i].tolist()]
+        return self._row(int(self._which[i]))
+
+    def __iter__(self) -> Iterator[Endpoint]:
+        return map(self._row, self._which.tolist())
+
+    def where(self, state: str) -> EndpointRows:
+        """The relays in ``state`` (one of ENDPOINT_STATES), their rows still unmade."""
+        code = ENDPOINT_STATES.index(state)
+        return EndpointRows(self._urls, self._hosts, self._states, self._quiet, self._ranks,
+                            self._which[self._states[self._which] == code])  # fmt: skip
+
+    def _row(self, j: int) -> Endpoint:
+        url = self._urls[j]
+        return Endpoint(url, self._hosts[j], ENDPOINT_STATES[self._states[j]], float(self._quiet[j]), self._ranks.get(url, ()))
+
+
+def endpoints_by_state(endpoints: Sequence[Endpoint]) -> dict[str, Sequence[Endpoint]]:
+    """The relays of each state (ENDPOINT_STATES): of a snapshot's :class:`EndpointRows`, with no row made."""
+    if isinstance(endpoints, EndpointRows):
+        return {state: endpoints.where(state) for state in ENDPOINT_STATES}
+    return {state: [e for e in endpoints if e.state == state] for state in ENDPOINT_STATES}
 
 
 @dataclass(frozen=True)
@@ -65,70 +101,116 @@ class EndpointsView:
 
 
 class Endpoints:
-    """Every relay this viewer knows, by telemetry URL. Not thread-safe: the aggregator's lock guards it."""
+    """Every relay this viewer knows, by telemetry URL, as columns (a slot per relay, in the order they came):
+    a snapshot reads them in a few whole-array operations, not a Python pass over thousands of relays. Not
+    thread-safe: the aggregator's lock guards it."""
 
     def __init__(self) -> None:
-        self._relays: dict[str, _Relay] = {}
+        self._slot: dict[str, int] = {}
+        self._urls: list[str] = []
+        self._hosts: list[str | None] = []
+        self._frozen: tuple[tuple[str, ...], tuple[str | None, ...]] | None = None  # the two above, until a relay comes or goes
+        self._dropped: dict[str, float] = {}  # url -> when it last dropped (or replaced a relay that did): ranks not heard since are cut off
+        self._added = np.zeros(8)
+        self._first = np.full(8, NAN)  # its first message (NaN: none yet): a node heard for less than SETTLING_S is still being connected
+        self._last = np.full(8, NAN)  # its last message (NaN: none yet)
+        self._down = np.zeros(8, bool)  # the receiver saw its connection drop (a relay killed): lost now, not after silent_after_s
+        # How late its messages reach us: their age when ingested (our wall clock less their own), less the least
+        # age seen (a constant clock skew between hosts is not lateness). Grows when this viewer falls behind.
+        self._floor = np.full(8, np.inf)
+        self._late = np.zeros(8)
 
     def urls(self) -> list[str]:
-        return list(self._relays)
+        return list(self._urls)
 
     def __len__(self) -> int:
-        return len(self._relays)
+        return len(self._urls)
 
     def add(self, url: str, host: str | None, now: float) -> None:
-        if url not in self._relays:
-            self._relays[url] = _Relay(url, host, now)
+        if url in self._slot:
+            return
+        n = len(self._urls)
+        if n == len(self._added):
+            self._resize(2 * n)
+        self._slot[url] = n
+        self._urls.append(url)
+        self._hosts.append(host)
+        self._frozen = None
+        self._added[n], self._first[n], self._last[n], self._down[n], self._floor[n], self._late[n] = now, NAN, NAN, False, np.inf, 0.0
 
     def replace(self, old: str, new: str, host: str | None, now: float) -> None:
         """A node's relay came back elsewhere (a new port): the old one goes; the new one starts as a drop, so
         the node's ranks are cut off until heard through it."""
-        self._relays.pop(old, None)
-        if new not in self._relays:
-            self._relays[new] = _Relay(new, host, now, dropped_at=now)
+        slot = self._slot.pop(old, None)
+        if slot is not None:
+            self._dropped.pop(old, None)
+            del self._urls[slot], self._hosts[slot]
+            for name in _COLUMNS:
+                column = getattr(self, name)
+                column[slot:-1] = column[slot + 1:].copy()
+            self._slot = {url: i for i, url in enumerate(self._urls)}
+            self._frozen = None
+        if new not in self._slot:
+            self.add(new, host, now)
+            self._dropped[new] = now
 
     def note_link(self, url: str, up: bool, now: float) -> None:
-        relay = self._relays.get(url)
-        if relay is not None:
-            relay.down = not up
+        slot = self._slot.get(url)
+        if slot is not None:
+            self._down[slot] = not up
             if not up:
-                relay.dropped_at = now
+                self._dropped[url] = now
 
     def heard(self, url: str, now: float, age: float) -> None:
         """A message through ``url`` arrived at ``now``, ``age`` seconds after it was sent (by the two clocks)."""
-        relay = self._relays.get(url)
-        if relay is None:
+        slot = self._slot.get(url)
+        if slot is None:
             return
-        if relay.first_heard is None:
-            relay.first_heard = now
-        relay.last_heard = now
-        if age < relay.age_floor:
-            relay.age_floor = age
-        relay.late_s = age - relay.age_floor
+        if self._first[slot] != self._first[slot]:  # (NaN: its first)
+            self._first[slot] = now
+        self._last[slot] = now
+        floor = self._floor[slot]
+        if age < floor:
+            self._floor[slot] = floor = age
+        self._late[slot] = age - floor
 
     def host_of(self, url: str | None) -> str | None:
-        relay = self._relays.get(url) if url is not None else None
-        return relay.host if relay is not None else None
+        slot = self._slot.get(url) if url is not None else None
+        return self._hosts[slot] if slot is not None else None
 
     def view(self, now: float) -> EndpointsView:
-        relays = self._relays.values()
-        behind = max((r.late_s for r in relays), default=0.0)
+        n = len(self._urls)
+        first = self._first[:n]
+        behind = float(self._late[:n].max()) if n else 0.0
         return EndpointsView(
             behind_s=behind if behind > BEHIND_AFTER_S else 0.0,
-            links={r.url: (r.down, r.dropped_at) for r in relays if r.dropped_at is not None},
-            settling=frozenset(r.url for r in relays if r.first_heard is not None and now - r.first_heard < SETTLING_S),
-            settled=all(r.first_heard is not None or now - r.added >= SETTLING_S for r in relays),
+            links={url: (bool(self._down[self._slot[url]]), at) for url, at in self._dropped.items()},
+            settling=frozenset(self._urls[i] for i in np.flatnonzero(now - first < SETTLING_S).tolist()),  # (NaN: never heard)
+            settled=bool(np.all((first == first) | (now - self._added[:n] >= SETTLING_S))),
         )
 
-    def rows(self, now: float, ranks_by_url: dict[str, tuple[int, ...]], lost_after_s: float) -> list[Endpoint]:
+    def rows(self, now: float, ranks_by_url: dict[str, tuple[int, ...]], lost_after_s: float) -> EndpointRows:
         """The snapshot's rows: each relay waiting (never heard), connected, or lost (quiet past ``lost_after_s``,
         or its connection dropped)."""
-        out: list[Endpoint] = []
-        add, ranks_of = out.append, ranks_by_url.get
-        for r in self._relays.values():
-            if r.last_heard is None:
-                add(Endpoint(r.url, r.host, WAITING, now - r.added, ranks_of(r.url, ())))
-            else:
-                quiet = now - r.last_heard
-                add(Endpoint(r.url, r.host, LOST if quiet > lost_after_s or r.down else CONNECTED, quiet, ranks_of(r.url, ())))
-        return out
+        n = len(self._urls)
+        last = self._last[:n]
+        heard = last == last
+        quiet = now - np.where(heard, last, self._added[:n])
+        lost = (quiet > lost_after_s) | self._down[:n]
+        states = np.where(heard, np.where(lost, _LOST, _CONNECTED), _WAITING).astype(np.int8)
+        if self._frozen is None:
+            self._frozen = (tuple(self._urls), tuple(self._hosts))
+        return EndpointRows(*self._frozen, states, quiet, ranks_by_url)
+
+    def _resize(self, size: int) -> None:
+        for name in _COLUMNS:
+            old = getattr(self, name)
+            column = np.full(size, _BLANK[name], old.dtype)
+            column[: len(old)] = old
+            setattr(self, name, column)
+
+
+NAN = float("nan")
+_COLUMNS = ("_added", "_first", "_last", "_down", "_floor", "_late")
+_BLANK = {"_added": 0.0, "_first": NAN, "_last": NAN, "_down": False, "_floor": np.inf, "_late": 0.0}
+_LOST, _WAITING, _CONNECTED = (ENDPOINT_STATES.index(s) for s in (LOST, WAITING, CONNECTED))

@@ -14,8 +14,9 @@ from ranktop.watch.model.verdict import verdict
 
 def document(snapshot: Snapshot) -> dict:
     """The ``--json`` document of one snapshot."""
-    out = asdict(replace(snapshot, ranks=[]))  # the rows one by one: they are built as they are read
+    out = asdict(replace(snapshot, ranks=[], endpoints=[]))  # the rows one by one: they are built as they are read
     out["ranks"] = [asdict(row) for row in snapshot.ranks]
+    out["endpoints"] = [asdict(e) for e in snapshot.endpoints]
     for request in out["requests"]:
         request["answered_ranks"] = sorted(request["answered_ranks"])
     out["connected"] = snapshot.connected
