@@ -9,6 +9,7 @@ before that, the user gets the tail of its log instead of an empty screen.
 from __future__ import annotations
 
 import argparse
+import errno
 import importlib.util
 import os
 import signal
@@ -16,6 +17,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import termios
 import threading
 import time
 from pathlib import Path
@@ -144,7 +146,8 @@ def run_job(args, job: str, command: list[str], size: str, *, what: str) -> int:
             stall_factor=args.stall_factor,
             stall_floor_s=args.stall_floor,
         )
-        run_tui(session, args.refresh, title=f"ranktop demo ({size})", on_app=lambda app: _close_with(app, proc))
+        terminal = _terminal()
+        run_tui(session, args.refresh, title=f"ranktop demo ({size})", on_app=lambda app: _close_with(app, proc, terminal))
         ended_by_itself = proc.poll() is not None
     finally:
         stop(proc)
@@ -163,10 +166,34 @@ def _raise_interrupt(signum, frame) -> None:
 EXIT_SIGNALS = (signal.SIGHUP, signal.SIGTERM)
 #: After SIGHUP or SIGTERM, the job is stopped at once and the viewer given this long to close by itself.
 EXIT_GRACE_S = 5.0
+#: How often the stop thread looks whether the terminal hung up with no SIGHUP for the demo (seconds).
+HANGUP_CHECK_S = 1.0
 
 
-def _close_with(app, proc: subprocess.Popen) -> None:
-    """Close the TUI when the job ends by itself, so its exit is reported; and on SIGHUP/SIGTERM.
+def _terminal() -> int | None:
+    """The terminal the TUI draws on (None: not a terminal)."""
+    try:
+        fd = sys.stdout.fileno()
+    except (AttributeError, ValueError, OSError):
+        return None
+    return fd if os.isatty(fd) else None
+
+
+def _hung_up(fd: int) -> bool:
+    """The terminal ``fd`` is gone (its window killed, its ssh connection dropped): after the kernel's hangup every
+    call on it but close fails with EIO."""
+    try:
+        termios.tcgetattr(fd)
+    except termios.error as exc:
+        return bool(exc.args) and exc.args[0] == errno.EIO
+    except OSError:
+        return False
+    return False
+
+
+def _close_with(app, proc: subprocess.Popen, terminal: int | None = None) -> None:
+    """Close the TUI when the job ends by itself, so its exit is reported; on SIGHUP/SIGTERM; and when
+    ``terminal`` (a file descriptor) hangs up.
 
     A signal must end the app through ``app.exit()``: an exception out of the
     event loop would skip Textual's shutdown and leave its threads (and us) alive.
@@ -182,13 +209,19 @@ def _close_with(app, proc: subprocess.Popen) -> None:
     then never be handled, and the demo and its job would outlive the terminal.
     The C-level handler writes every signal to ``signal.set_wakeup_fd`` at
     once, on whichever thread it lands, so a thread of ours reads it there.
+
+    A closed terminal need not send the demo a SIGHUP at all: the kernel sends
+    it to the terminal's session leader, which passes it on to its jobs if it is
+    a shell, but ``make demo`` in a tmux window killed is make's, and make waits
+    for its children without passing SIGHUP on. So the same thread looks at the
+    terminal every :data:`HANGUP_CHECK_S` and takes its hangup for a SIGHUP.
     """
     for sig in EXIT_SIGNALS:
         signal.signal(sig, lambda signum, frame: app.exit())  # the clean way out, when the main thread is free
     reader, writer = socket.socketpair()
     writer.setblocking(False)
     signal.set_wakeup_fd(writer.fileno(), warn_on_full_buffer=False)
-    threading.Thread(target=_stop_on_signal, args=(reader, writer, proc), name="ranktop-demo-stop", daemon=True).start()
+    threading.Thread(target=_stop_on_signal, args=(reader, writer, proc, terminal), name="ranktop-demo-stop", daemon=True).start()
 
     def wait() -> None:
         proc.wait()
@@ -200,13 +233,20 @@ def _close_with(app, proc: subprocess.Popen) -> None:
     threading.Thread(target=wait, name="ranktop-demo-wait", daemon=True).start()
 
 
-def _stop_on_signal(reader: socket.socket, writer: socket.socket, proc: subprocess.Popen) -> None:
-    """Wait for SIGHUP or SIGTERM on the wake-up socket, then stop the job and, ``EXIT_GRACE_S`` later, the viewer.
+def _stop_on_signal(reader: socket.socket, writer: socket.socket, proc: subprocess.Popen, terminal: int | None = None) -> None:
+    """Wait for SIGHUP or SIGTERM on the wake-up socket, or for ``terminal`` to hang up (as a SIGHUP), then stop the
+    job and, ``EXIT_GRACE_S`` later, the viewer.
 
     ``writer`` is held here for as long as the wake-up fd is in use: closed, the signal would have nowhere to go."""
+    reader.settimeout(HANGUP_CHECK_S if terminal is not None else None)
     while True:
         try:
             data = reader.recv(64)
+        except socket.timeout:
+            if terminal is not None and _hung_up(terminal):
+                signum = signal.SIGHUP
+                break
+            continue
         except OSError:
             return
         if not data:

@@ -7,6 +7,7 @@ thread: Python would never run the handler (a CI run saw the demo and its
 lock while the signal is sent to another thread; the job must still stop.
 """
 
+import os
 import signal
 import subprocess
 import sys
@@ -82,5 +83,33 @@ def test_other_signals_on_the_wakeup_socket_stop_nothing(monkeypatch, signals_re
         assert job.poll() is None and exits == []
     finally:
         signal.signal(signal.SIGWINCH, saved_winch)
+        job.kill()
+        job.wait()
+
+
+def test_a_terminal_that_hangs_up_with_no_sighup_for_the_demo_stops_the_job_and_the_viewer(monkeypatch, signals_restored):
+    """``make demo`` in a tmux window killed: the kernel's SIGHUP goes to make (the session leader), which waits
+    for its children and passes nothing on; the demo sees its terminal hang up."""
+    exits: list[int] = []
+    monkeypatch.setattr(demo, "EXIT_GRACE_S", 0.2)
+    monkeypatch.setattr(demo, "HANGUP_CHECK_S", 0.1)
+    monkeypatch.setattr(demo.os, "_exit", exits.append)
+    master, terminal = os.openpty()  # not our controlling terminal: its hangup sends nobody a signal
+    job = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], start_new_session=True)
+    try:
+        demo._close_with(_StuckApp(), job, terminal)
+        time.sleep(0.5)
+        assert job.poll() is None and exits == [], "a live terminal stopped the job"
+        os.close(master)  # the window is killed
+        master = -1
+        job.wait(timeout=5)
+        deadline = time.monotonic() + 30
+        while not exits and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert exits == [128 + signal.SIGHUP]
+    finally:
+        if master >= 0:
+            os.close(master)
+        os.close(terminal)
         job.kill()
         job.wait()
