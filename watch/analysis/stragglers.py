@@ -124,7 +124,7 @@ def score_columns(
         return excess, culprit, np.full(n, np.inf), median_step
     healthy = np.where(work > 0, work, median_step)  # the shares below are of a healthy peer's own work per step
     floor = np.maximum(SLOW_FLOOR_S, SLOW_FLOOR_FRACTION * healthy)
-    mad = _mad(excess) if n >= 3 else 0.0
+    middle_excess, mad = _median_and_mad(excess) if n >= 3 else (0.0, 0.0)
     whole = floor  # past the noise of the whole step's own time
     if own_sd is not None and window_steps is not None:
         error = MEDIAN_ERROR * noise / np.sqrt(np.maximum(window_steps, 1))
@@ -135,7 +135,7 @@ def score_columns(
     elif n >= 3:
         floor = whole = np.maximum(floor, SPREAD_MADS * mad)
     if n >= EMPIRICAL_FROM:  # and past what the ranks' excess itself spreads, at the same odds
-        empirical = float(np.median(excess)) + _noise_z(peers) * MAD_SIGMA * mad
+        empirical = middle_excess + _noise_z(peers) * MAD_SIGMA * mad
         floor, whole = np.maximum(floor, empirical), np.maximum(whole, empirical)
     spread = np.where(peers > 1, 1.0, 2.0) * HARDWARE_SPREAD * healthy
     # Grown since it was last healthy by more than the floor and the whole step's noise (a phase's noise alone
@@ -337,11 +337,12 @@ def _phase_beyond(mine: np.ndarray, middle: np.ndarray, spread: np.ndarray, befo
         return ((beyond > bar) & (beyond - before[members][:, own] > bar)).any(axis=1)
 
 
-def _mad(values: np.ndarray) -> float:
+def _median_and_mad(values: np.ndarray) -> tuple[float, float]:
+    """The median of ``values`` and their median absolute deviation from it (0.0, 0.0: none)."""
     if not len(values):
-        return 0.0
-    med = np.median(values)
-    return float(np.median(np.abs(values - med)))
+        return 0.0, 0.0
+    med = float(np.median(values))
+    return med, float(np.median(np.abs(values - med)))
 
 
 def ranking(table: RankTable, waited_for: list[int]) -> list[int]:
