@@ -1,6 +1,6 @@
 """The relays a viewer knows, as a snapshot reads them (watch/engine/endpoints.py): columns, rows made when read."""
 
-from ranktop.watch.engine.endpoints import SETTLING_S, Endpoint, Endpoints, endpoints_by_state
+from ranktop.watch.engine.endpoints import SETTLING_S, Endpoint, EndpointRows, Endpoints
 from ranktop.watch.statuses import CONNECTED, LOST, WAITING
 
 
@@ -32,11 +32,11 @@ def test_a_snapshot_s_relays_are_grouped_by_state_and_counted_without_a_row_each
     for i in range(2046):
         known.heard(f"tcp://node-{i}:1", now=1.0, age=0.01)
     known.note_link("tcp://node-7:1", up=False, now=1.5)
-    groups = endpoints_by_state(known.rows(2.0, {}, lost_after_s=5.0))
+    groups = known.rows(2.0, {}, lost_after_s=5.0).by_state()
     assert {state: len(rows) for state, rows in groups.items()} == {LOST: 1, WAITING: 2, CONNECTED: 2045}
     assert [e.url for e in groups[WAITING]] == ["tcp://node-2046:1", "tcp://node-2047:1"]
     assert groups[LOST][0].url == "tcp://node-7:1" and groups[CONNECTED][0].url == "tcp://node-0:1"
-    by_hand = endpoints_by_state(list(known.rows(2.0, {}, lost_after_s=5.0)))  # rows made by hand group alike
+    by_hand = EndpointRows.of(list(known.rows(2.0, {}, lost_after_s=5.0))).by_state()  # rows made by hand group alike
     assert {state: list(rows) for state, rows in by_hand.items()} == {state: list(rows) for state, rows in groups.items()}
 
 

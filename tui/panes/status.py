@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -12,7 +11,7 @@ from textual.widgets import Static
 from ranktop.tui.render import palette
 from ranktop.watch import format as fmt
 from ranktop.watch.format import ranks_text
-from ranktop.watch.model.snapshot import CONNECTED, LOST, SILENT, STALLED, WAITING, Endpoint, Snapshot, endpoints_by_state
+from ranktop.watch.model.snapshot import CONNECTED, LOST, SILENT, STALLED, WAITING, Endpoint, EndpointRows, Snapshot
 from ranktop.wire import settings
 
 MAX_ERRORS_SHOWN = 3
@@ -31,10 +30,10 @@ class SentCommand:
     sent_at_s: float  # snapshot.elapsed_s when it was sent
 
 
-def endpoints_text(endpoints: Sequence[Endpoint]) -> Text:
+def endpoints_text(endpoints: EndpointRows) -> Text:
     """Endpoints grouped by state: waiting in yellow, lost in red, connected quietly (counted: no row of them is made)."""
     text = Text()
-    groups = endpoints_by_state(endpoints)
+    groups = endpoints.by_state()
     lost, waiting, connected = groups[LOST], groups[WAITING], groups[CONNECTED]
     if lost:
         quiet = fmt.ago(max(e.quiet_s for e in lost))

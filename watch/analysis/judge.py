@@ -12,7 +12,6 @@ a rank's :class:`~ranktop.watch.model.rank_row.RankRow` is built later, if read
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -27,7 +26,7 @@ from ranktop.watch.engine.job_state import JobView
 from ranktop.watch.engine.lifecycle import JobLife
 from ranktop.watch.model.rank_table import STATUS_CODE, RankRows, RankTable, message_fields, phase_medians
 from ranktop.watch.analysis.resources import job_throughput, rank_throughput, row_fields
-from ranktop.watch.model.snapshot import Endpoint, EndpointRows, Snapshot
+from ranktop.watch.model.snapshot import EndpointRows, Snapshot
 from ranktop.watch.statuses import OK, SILENT, SLOW, STALLED
 
 
@@ -38,7 +37,7 @@ class Extras:
     job: str | None
     elapsed_s: float
     behind_s: float
-    endpoints: Sequence[Endpoint] = field(default_factory=EndpointRows)
+    endpoints: EndpointRows = field(default_factory=EndpointRows)
     replies: list = field(default_factory=list)
     requests: list = field(default_factory=list)
     dropped: int = 0

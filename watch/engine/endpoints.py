@@ -9,7 +9,7 @@ not stalled), and which nodes it is still connecting to (their ranks are not yet
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import overload
 
@@ -40,7 +40,7 @@ class Endpoint:
 class EndpointRows(Sequence[Endpoint]):
     """A snapshot's relays as columns, in the order the viewer came to know them: a row (an :class:`Endpoint`) is
     made only when read. A job of 2,048 nodes made 2,048 rows a snapshot, 2 to 4 ms of it with the job's lock held,
-    while the screen reads only the lost and waiting ones (few) and counts the rest (:meth:`where`)."""
+    while the screen reads only the lost and waiting ones (few) and counts the rest (:meth:`by_state`)."""
 
     __slots__ = ("_urls", "_hosts", "_states", "_quiet", "_ranks", "_which")
 
@@ -51,6 +51,14 @@ class EndpointRows(Sequence[Endpoint]):
         self._states = np.zeros(len(urls), np.int8) if states is None else states  # an index of ENDPOINT_STATES
         self._quiet = np.zeros(len(urls)) if quiet is None else quiet
         self._which = np.arange(len(urls)) if which is None else which  # the rows of the columns this holds
+
+    @classmethod
+    def of(cls, rows: Iterable[Endpoint]) -> EndpointRows:
+        """Rows made by hand (a test's, a snapshot built of rows), as columns."""
+        rows = list(rows)
+        return cls(tuple(e.url for e in rows), tuple(e.host for e in rows),
+                   np.array([ENDPOINT_STATES.index(e.state) for e in rows], np.int8), np.array([e.quiet_s for e in rows], float),
+                   {e.url: e.ranks for e in rows if e.ranks})  # fmt: skip
 
     def __len__(self) -> int:
         return len(self._which)
@@ -67,22 +75,15 @@ class EndpointRows(Sequence[Endpoint]):
     def __iter__(self) -> Iterator[Endpoint]:
         return map(self._row, self._which.tolist())
 
-    def where(self, state: str) -> EndpointRows:
-        """The relays in ``state`` (one of ENDPOINT_STATES), their rows still unmade."""
-        code = ENDPOINT_STATES.index(state)
-        return EndpointRows(self._urls, self._hosts, self._states, self._quiet, self._ranks,
-                            self._which[self._states[self._which] == code])  # fmt: skip
+    def by_state(self) -> dict[str, EndpointRows]:
+        """The relays of each state (ENDPOINT_STATES), their rows still unmade."""
+        states = self._states[self._which]
+        return {state: EndpointRows(self._urls, self._hosts, self._states, self._quiet, self._ranks, self._which[states == code])
+                for code, state in enumerate(ENDPOINT_STATES)}  # fmt: skip
 
     def _row(self, j: int) -> Endpoint:
         url = self._urls[j]
         return Endpoint(url, self._hosts[j], ENDPOINT_STATES[self._states[j]], float(self._quiet[j]), self._ranks.get(url, ()))
-
-
-def endpoints_by_state(endpoints: Sequence[Endpoint]) -> dict[str, Sequence[Endpoint]]:
-    """The relays of each state (ENDPOINT_STATES): of a snapshot's :class:`EndpointRows`, with no row made."""
-    if isinstance(endpoints, EndpointRows):
-        return {state: endpoints.where(state) for state in ENDPOINT_STATES}
-    return {state: [e for e in endpoints if e.state == state] for state in ENDPOINT_STATES}
 
 
 @dataclass(frozen=True)
@@ -111,14 +112,14 @@ class Endpoints:
         self._hosts: list[str | None] = []
         self._frozen: tuple[tuple[str, ...], tuple[str | None, ...]] | None = None  # the two above, until a relay comes or goes
         self._dropped: dict[str, float] = {}  # url -> when it last dropped (or replaced a relay that did): ranks not heard since are cut off
-        self._added = np.zeros(8)
-        self._first = np.full(8, NAN)  # its first message (NaN: none yet): a node heard for less than SETTLING_S is still being connected
-        self._last = np.full(8, NAN)  # its last message (NaN: none yet)
-        self._down = np.zeros(8, bool)  # the receiver saw its connection drop (a relay killed): lost now, not after silent_after_s
-        # How late its messages reach us: their age when ingested (our wall clock less their own), less the least
-        # age seen (a constant clock skew between hosts is not lateness). Grows when this viewer falls behind.
-        self._floor = np.full(8, np.inf)
-        self._late = np.zeros(8)
+        # A slot per relay (_BLANK past the last one): when it was found; its first message (NaN: none yet), as a
+        # node heard for less than SETTLING_S is still being connected; its last; whether the receiver saw its
+        # connection drop (a relay killed: lost now, not after silent_after_s); and how late its messages reach us:
+        # their age when ingested (our wall clock less their own), less the least age seen (a constant clock skew
+        # between hosts is not lateness). It grows when this viewer falls behind.
+        self._added, self._first, self._last, self._down, self._floor, self._late = (
+            np.full(8, _BLANK[name], _DTYPE[name]) for name in _COLUMNS
+        )  # fmt: skip
 
     def urls(self) -> list[str]:
         return list(self._urls)
@@ -136,7 +137,7 @@ class Endpoints:
         self._urls.append(url)
         self._hosts.append(host)
         self._frozen = None
-        self._added[n], self._first[n], self._last[n], self._down[n], self._floor[n], self._late[n] = now, NAN, NAN, False, np.inf, 0.0
+        self._added[n] = now  # (its other columns blank)
 
     def replace(self, old: str, new: str, host: str | None, now: float) -> None:
         """A node's relay came back elsewhere (a new port): the old one goes; the new one starts as a drop, so
@@ -148,6 +149,7 @@ class Endpoints:
             for name in _COLUMNS:
                 column = getattr(self, name)
                 column[slot:-1] = column[slot + 1:].copy()
+                column[len(self._urls)] = _BLANK[name]  # (the slot it vacated at the end)
             self._slot = {url: i for i, url in enumerate(self._urls)}
             self._frozen = None
         if new not in self._slot:
@@ -205,7 +207,7 @@ class Endpoints:
     def _resize(self, size: int) -> None:
         for name in _COLUMNS:
             old = getattr(self, name)
-            column = np.full(size, _BLANK[name], old.dtype)
+            column = np.full(size, _BLANK[name], _DTYPE[name])
             column[: len(old)] = old
             setattr(self, name, column)
 
@@ -213,4 +215,5 @@ class Endpoints:
 NAN = float("nan")
 _COLUMNS = ("_added", "_first", "_last", "_down", "_floor", "_late")
 _BLANK = {"_added": 0.0, "_first": NAN, "_last": NAN, "_down": False, "_floor": np.inf, "_late": 0.0}
+_DTYPE = {name: bool if name == "_down" else float for name in _COLUMNS}
 _LOST, _WAITING, _CONNECTED = (ENDPOINT_STATES.index(s) for s in (LOST, WAITING, CONNECTED))

@@ -9,7 +9,6 @@ the TUI can never disagree.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from collections.abc import Sequence
 from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
@@ -24,7 +23,7 @@ from ranktop.watch.model.rank_row import (  # noqa: F401  (read as snapshot.Rank
     build_rank_row,
     coords_text,
 )
-from ranktop.watch.engine.endpoints import Endpoint, EndpointRows, endpoints_by_state  # noqa: F401  (read as snapshot.Endpoint, ...)
+from ranktop.watch.engine.endpoints import Endpoint, EndpointRows  # noqa: F401  (read as snapshot.Endpoint, ...)
 from ranktop.watch.engine.requests import Reply, RequestStatus, failure_reason  # noqa: F401  (read as snapshot.Reply, ...)
 from ranktop.watch.model.rank_table import RankRows, median_of, phase_medians
 
@@ -72,7 +71,7 @@ class Snapshot:
     phase_names: list[str]  # column order: standard phases, user phases, then "other"
     ranks: RankRows  # sorted by rank; a list of rows given is made RankRows (watch/model/rank_table.py)
     stragglers: list[int]  # rank numbers, most suspicious first; only ranks with data
-    endpoints: Sequence[Endpoint] = field(default_factory=EndpointRows)  # (a list, where made by hand)
+    endpoints: EndpointRows = field(default_factory=EndpointRows)  # a list of Endpoint given is made EndpointRows
     replies: list[Reply] = field(default_factory=list)  # the latest answers heard, to anyone's command, most recent last
     requests: list[RequestStatus] = field(default_factory=list)  # our own recent commands, every answer counted
     dropped_messages: int = 0  # malformed or foreign frames this TUI threw away
@@ -101,6 +100,8 @@ class Snapshot:
     def __post_init__(self) -> None:
         if not isinstance(self.ranks, RankRows):
             object.__setattr__(self, "ranks", RankRows.of(self.ranks, self.phase_names))
+        if not isinstance(self.endpoints, EndpointRows):
+            object.__setattr__(self, "endpoints", EndpointRows.of(self.endpoints))
 
     @property
     def clock(self) -> str:
