@@ -186,8 +186,6 @@ def _hung_up(fd: int) -> bool:
         termios.tcgetattr(fd)
     except termios.error as exc:
         return bool(exc.args) and exc.args[0] == errno.EIO
-    except OSError:
-        return False
     return False
 
 

@@ -134,7 +134,6 @@ class JobState:
         # ranks_by_endpoint's last answer: (the ranks in order, the relays' urls, each rank's relay then, the answer)
         self._by_endpoint: tuple[np.ndarray, tuple[str | None, ...], np.ndarray, dict[str, tuple[int, ...]]] | None = None
         self._pending: list[tuple[NodeSteps, str | None, float, str]] = []  # digests' steps not yet written (settle)
-        self._host_names: tuple[list[str], int, np.ndarray] = ([], 0, np.zeros(0, object))  # (scalars.hosts, its length, as an array)
 
     # -- messages (the receiver thread) -------------------------------------------------------
 
@@ -411,11 +410,7 @@ class JobState:
             by_relay = np.fromiter((sc.id_of_host(_host_named(endpoints.host_of(url))) for url in sc.urls), np.int64,
                                    len(sc.urls))  # fmt: skip
             ids[missing] = by_relay[sc.endpoint[rows[missing]]]
-        named, length, names = self._host_names
-        if named is not sc.hosts or length != len(sc.hosts):
-            names = np.array(sc.hosts, object)
-            self._host_names = (sc.hosts, len(sc.hosts), names)
-        return names[ids].tolist(), ids
+        return np.array(sc.hosts, object)[ids].tolist(), ids  # (a host apiece: a few thousand at most)
 
     def ranks_by_endpoint(self, view: JobView) -> dict[str, tuple[int, ...]]:
         """The ranks last heard through each relay (a lost relay is shown with the ranks it took with it)."""
