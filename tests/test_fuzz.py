@@ -237,10 +237,10 @@ def test_the_receiver_thread_survives_a_message_that_breaks_ingest():
     """A check decode might lack one day: the message is dropped, counted and named once; the thread goes on."""
 
     class Fragile(Aggregator):
-        def ingest(self, msg, endpoint=None, **how):
+        def _ingest_locked(self, msg, endpoint, now, wall):  # (what ingest_batch calls for each decoded message)
             if getattr(msg, "rank", None) == 13:
                 raise KeyError("ph")
-            super().ingest(msg, endpoint, **how)
+            super()._ingest_locked(msg, endpoint, now, wall)
 
     class BrokenTap:
         def tap(self, frames_, endpoint):

@@ -243,6 +243,8 @@ def test_a_ranks_steps_are_columns_and_only_a_rank_with_more_to_say_gets_an_entr
         {"ranks": [{"r": 0, "hello": {"host": "h"}}]},
         {"ranks": [{"r": 0, "state": []}]},
         {"steps": packed([0], [1], [0], [1.0], [0.1], {})},  # a record standing for no step
+        {"steps": packed([0, 1], [1, 1], [256, 0], [1.0, 1.0], [0.1, 0.1], {})},  # ... after one of 256
+        {"steps": packed([0], [1], [2**60], [1.0], [0.1], {})},  # more steps than MAX_FIGURE
         {"steps": packed([0], [1], [1], [1.0], [-0.1], {})},
         {"steps": packed([0], [1], [1], [1.0], [0.1], {"forward": [float("nan")]})},
         {"steps": packed([0], [1], [1], [1.0], [0.1], {"forward": [float("inf")]})},
@@ -274,6 +276,19 @@ def test_step_columns_that_do_not_line_up_are_refused_with_one_fault_text(change
     steps = packed([0, 1], [1, 1], [1, 1], [1.0, 1.0], [0.1, 0.1], {"forward": [0.01, 0.02]})
     with pytest.raises(schema.WireError, match=f"^{fault}$"):
         wired({"job": "j", "host": "node0", "ts": 1.0, "ranks": [], "steps": {**steps, **changed}})
+
+
+def test_a_node_s_rank_column_checked_once_still_gets_every_other_column_checked():
+    """wire/step_block.py reads a node's rank column once (it comes again every interval); what comes with it is
+    checked every time, and a column of ranks refused is refused every time."""
+    sound = packed([7, 8], [1, 1], [1, 256], [1.0, 1.0], [0.1, 0.1], {})  # (256 after 1: eight zero bytes in a row)
+    for _ in range(2):
+        assert columns(wired({"job": "j", "host": "node0", "ts": 1.0, "ranks": [], "steps": sound}))["c"] == [1, 256]
+    with pytest.raises(schema.WireError, match="^node: a step count out of range in the step columns$"):
+        wired({"job": "j", "host": "node0", "ts": 1.0, "ranks": [], "steps": {**sound, "c": struct.pack("<2q", 1, 0)}})
+    for _ in range(2):
+        with pytest.raises(schema.WireError, match="^node: a rank twice in the step columns$"):
+            wired({"job": "j", "host": "node0", "ts": 1.0, "ranks": [], "steps": {**sound, "r": struct.pack("<2i", 7, 7)}})
 
 
 def test_packed_step_columns_read_back_as_they_were_built_and_a_negative_zero_passes():

@@ -181,12 +181,15 @@ def test_a_big_job_s_medians_are_worked_out_a_part_of_the_rows_at_a_time_each_ro
     assert (cols.stats_at[every] >= cols.changed[every] - parts).all()  # each row at most ``parts`` writes behind
 
 
-@pytest.mark.parametrize("rows", [8192, 16384])
+@pytest.mark.parametrize("rows", [4096, 8192, 16384])
 def test_in_a_big_job_the_receiver_works_the_medians_out_as_the_steps_come_and_a_snapshot_only_the_new_rows(rows):
-    """StepColumns.work_ahead from SHARED_FROM rows: called after each of the receiver's goes (ten a second here),
-    it works out runs of rows in turn, each row again within AHEAD_S per SHARED_FROM rows; a snapshot's refresh then
-    works out only the rows never worked out (fresh_only), so it holds the lock for no sort of thousands of rows."""
-    from ranktop.watch.engine.step_columns import AHEAD_MIN_ROWS, AHEAD_S, SHARED_FROM
+    """StepColumns.work_ahead from AHEAD_FROM rows: called after each of the receiver's goes (ten a second here),
+    it works out runs of rows in turn, AHEAD_ROWS_PER_S a second (every row again within a second at 4,096 rows, 4 s
+    at 16,384); a snapshot's refresh then works out only the rows never worked out (fresh_only), so it holds the
+    lock for no sort of thousands of rows."""
+    from ranktop.watch.engine.step_columns import AHEAD_FROM, AHEAD_MIN_ROWS, AHEAD_ROWS_PER_S, SHARED_FROM
+
+    assert AHEAD_FROM <= 4096  # a viewer of 4,096 ranks sorts no window per snapshot (benchmarks/scale.py)
 
     cols = StepColumns(window=4, rows=rows, phases=1)
     every = np.array([cols.new_row() for _ in range(rows)])
@@ -194,7 +197,7 @@ def test_in_a_big_job_the_receiver_works_the_medians_out_as_the_steps_come_and_a
     assert cols.work_ahead(0.0) is None and cols.working_ahead  # from now on
     assert len(cols.refresh(every, fresh_only=True)) == rows  # none worked out yet: all, at once
     assert len(cols.refresh(every, fresh_only=True)) == 0
-    cycle = AHEAD_S * rows / SHARED_FROM
+    cycle = rows / AHEAD_ROWS_PER_S
     worked_at = np.full(rows, 0.0)
     for tick in range(1, int(3 * cycle * 10)):
         now = tick / 10
@@ -206,7 +209,8 @@ def test_in_a_big_job_the_receiver_works_the_medians_out_as_the_steps_come_and_a
             worked_at[done] = now
         stale = cols.changed[every] != cols.stats_at[every]
         assert (now - worked_at[stale] <= cycle + 1.0).all(), now  # a row's medians at most a cycle (and a digest) old
-    small = StepColumns(window=4, rows=8, phases=1)
-    rows8 = np.array([small.new_row() for _ in range(8)])
-    small.add_block(rows8, [1] * 8, [0.0] * 8, [0.1] * 8, {"forward": [0.1] * 8})
-    assert small.work_ahead(0.0) is None and small.work_ahead(100.0) is None and not small.working_ahead
+    for size in (8, AHEAD_FROM - 1):  # a smaller job: every snapshot works its medians out (no work ahead)
+        small = StepColumns(window=4, rows=size, phases=1)
+        some = np.array([small.new_row() for _ in range(size)])
+        small.add_block(some, [1] * size, [0.0] * size, [0.1] * size, {"forward": [0.1] * size})
+        assert small.work_ahead(0.0) is None and small.work_ahead(100.0) is None and not small.working_ahead

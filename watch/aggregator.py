@@ -164,13 +164,17 @@ class Aggregator:
         node digests' steps are written together at the end (watch/engine/job_state.py: settle). Each message
         decoded, or None where it was dropped (malformed, foreign, another version: counted)."""
         decoded: list[Telemetry | None] = []
+        now, wall = self._clock(), self._wall_clock()  # (a go's messages were all taken off the wire in one poll)
+        lock = self._lock
         for frames, endpoint in batch:  # each taken as it is decoded: a go's decoded messages are not all alive at once
             if self._snapshots:  # one began meanwhile: it goes first (yield_to_snapshots)
                 self.yield_to_snapshots()
+                now, wall = self._clock(), self._wall_clock()
             msg = self._decode(frames, endpoint)
             if msg is not None:
                 try:
-                    self.ingest(msg, endpoint, settle=False)
+                    with lock:
+                        self._ingest_locked(msg, endpoint, now, wall)
                 except Exception as exc:  # a check decode lacks: the message is lost, never the viewer (benchmarks/fuzz.py hunts these)
                     self.note_dropped(fault=f"dropped {msg.KIND} messages the viewer could not read: {exc.__class__.__name__}")
                     msg = None
@@ -204,11 +208,11 @@ class Aggregator:
         batch, :meth:`ingest_batch`)."""
         now = self._clock()
         with self._lock:
-            self._ingest_locked(msg, endpoint, now)
+            self._ingest_locked(msg, endpoint, now, self._wall_clock())
             if settle:
                 self.state.settle(now)
 
-    def _ingest_locked(self, msg: Telemetry, endpoint: str | None, now: float) -> None:
+    def _ingest_locked(self, msg: Telemetry, endpoint: str | None, now: float, wall: float) -> None:
         if self._job is None:
             self._job = msg.job
             self.requests.poke()  # a command waiting for the job's name can go
@@ -216,10 +220,10 @@ class Aggregator:
             self._dropped += 1  # another job's traffic on a shared endpoint
             return
         if endpoint is not None:
-            self._endpoints.heard(endpoint, now, self._wall_clock() - msg.ts)
+            self._endpoints.heard(endpoint, now, wall - msg.ts)
         if isinstance(msg, Node):
             self._digests = True
-        self.state.take(msg, endpoint, now, self._wall_clock())
+        self.state.take(msg, endpoint, now, wall)
         if isinstance(msg, WireReply):  # an answer to a command: the request book's (watch/engine/requests.py)
             result = msg.result or {}  # a plain map or None, checked at decode
             self._replies.append(self.requests.note_reply(msg.id, msg.cmd, msg.rank, msg.ok, result))
@@ -331,8 +335,8 @@ def _bad_groups(msg: Telemetry) -> bool:
     """Whether the decoder dropped some group of a hello (its own, or one a node digest carries)."""
     if isinstance(msg, Hello):
         return bool(msg.bad_groups)
-    if isinstance(msg, Node):
-        return any(e.hello is not None and e.hello.bad_groups for e in msg.ranks)
+    if isinstance(msg, Node):  # (most digests carry no entry: no generator made for them)
+        return bool(msg.ranks) and any(e.hello is not None and e.hello.bad_groups for e in msg.ranks)
     return False
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import overload
+from typing import Any, overload
 
 import numpy as np
 
@@ -120,6 +120,7 @@ class Endpoints:
         self._added, self._first, self._last, self._down, self._floor, self._late = (
             np.full(8, _BLANK[name], _DTYPE[name]) for name in _COLUMNS
         )  # fmt: skip
+        self._heard: tuple[memoryview[Any], ...] = self._heard_views()
 
     def urls(self) -> list[str]:
         return list(self._urls)
@@ -164,17 +165,19 @@ class Endpoints:
                 self._dropped[url] = now
 
     def heard(self, url: str, now: float, age: float) -> None:
-        """A message through ``url`` arrived at ``now``, ``age`` seconds after it was sent (by the two clocks)."""
+        """A message through ``url`` arrived at ``now``, ``age`` seconds after it was sent (by the two clocks).
+        (It runs for every message: its columns are written through memoryviews, a numpy item each is dearer.)"""
         slot = self._slot.get(url)
         if slot is None:
             return
-        if self._first[slot] != self._first[slot]:  # (NaN: its first)
-            self._first[slot] = now
-        self._last[slot] = now
-        floor = self._floor[slot]
+        first, last, floors, late = self._heard
+        if first[slot] != first[slot]:  # (NaN: its first)
+            first[slot] = now
+        last[slot] = now
+        floor = floors[slot]
         if age < floor:
-            self._floor[slot] = floor = age
-        self._late[slot] = age - floor
+            floors[slot] = floor = age
+        late[slot] = age - floor
 
     def host_of(self, url: str | None) -> str | None:
         slot = self._slot.get(url) if url is not None else None
@@ -210,6 +213,11 @@ class Endpoints:
             column = np.full(size, _BLANK[name], _DTYPE[name])
             column[: len(old)] = old
             setattr(self, name, column)
+        self._heard = self._heard_views()
+
+    def _heard_views(self) -> tuple[memoryview[Any], ...]:
+        """The columns :meth:`heard` writes, as memoryviews (made again when the columns grow)."""
+        return tuple(column.data for column in (self._first, self._last, self._floor, self._late))
 
 
 NAN = float("nan")

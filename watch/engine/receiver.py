@@ -395,8 +395,9 @@ class Receiver(threading.Thread):
             return
         if self._on_control is None:
             return
-        for msg, (_, url) in zip(taken, batch):
-            if isinstance(msg, (Hello, Node)):
+        controls = self._controls
+        for msg, (_, url) in zip(taken, batch):  # (every digest says where its relay is: looked into when it changes)
+            if isinstance(msg, (Hello, Node)) and msg.relay is not None and controls.get(url) != msg.relay:
                 self._note_relay(msg, url)
 
     def _note_relay(self, msg: Hello | Node, url: str) -> None:

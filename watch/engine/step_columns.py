@@ -32,18 +32,26 @@ from ranktop.wire.names import COMM_PHASE, OTHER_PHASE, STANDARD_PHASES
 
 #: Steps a rank's window needs before its medians count (a straggler is scored on them: watch/analysis/stragglers.py).
 MIN_STEPS_TO_SCORE = 3
-#: From this many rows on a refresh works out the medians of half the rows with new steps, in turn (the first half
-#: of the rows, then the second: runs of rows, which a sort reads as slices): each rank's are at most two refreshes old (a second at the screen's 2 Hz, over a window of 16 s of
-#: digests), for half the sorting; from twice as many, a quarter in turn (at most four refreshes old: 4 s where the
-#: digests come once a second, wire/node_digest.py digest_hz, and with them the refreshes, watch/refresher.py
-#: period_s; a window then spans 64 s). A row never worked out yet is always worked out (a new rank is scored at once).
+#: From this many rows on a refresh the receiver did not work ahead of (:data:`AHEAD_FROM`: a viewer's first go, or
+#: a caller that never works ahead) works out the medians of half the rows with new steps, in turn (the first half of
+#: the rows, then the second: runs of rows, which a sort reads as slices): each rank's are at most two refreshes old
+#: (a second at the screen's 2 Hz), for half the sorting; from twice as many, a quarter in turn (at most four
+#: refreshes old: 4 s where the digests come once a second, wire/node_digest.py digest_hz, and with them the
+#: refreshes, watch/refresher.py period_s; a window then spans 64 s). A row never worked out yet is always worked
+#: out (a new rank is scored at once).
 SHARED_FROM = 8192
-#: From :data:`SHARED_FROM` rows the receiver works the medians out as the steps come (:meth:`StepColumns.work_ahead`),
-#: a run of rows at a time, every row again at most this many seconds apart per SHARED_FROM rows (2 s at 8,192, 4 s
-#: at 16,384: as old as the refreshes' parts in turn had them), and a snapshot works out only the rows never worked out
+#: From this many rows on the receiver works the medians out as the steps come (:meth:`StepColumns.work_ahead`), a
+#: run of rows at a time, :data:`AHEAD_ROWS_PER_S` a second, and a snapshot works out only the rows never worked out
 #: (:meth:`StepColumns.refresh` ``fresh_only``): at 16,384 ranks the sort of a quarter of the rows was 10 ms of a
-#: snapshot's hold of the lock, where the receiver now sorts a few hundred rows at each of its goes.
-AHEAD_S = 2.0
+#: snapshot's hold of the lock, where the receiver now sorts a few hundred rows at each of its goes; at 4,096 every
+#: snapshot (two a second) sorted every rank's window, half of its CPU, where each rank's medians are now worked
+#: out once a second.
+AHEAD_FROM = 4096
+#: Rows the receiver works out a second: every row again within a second at 4,096 rows (two snapshots), 2 s at
+#: 8,192 and 4 s at 16,384 (as old as a refresh's halves and quarters in turn had them, :data:`SHARED_FROM`; at
+#: 16,384 the digests come once a second and a window spans 64 s): the sorting a second stays the same however
+#: big the job.
+AHEAD_ROWS_PER_S = 4096
 #: ... in runs of at least this many rows (a numpy pass has its fixed cost), and fewer than SHARED_FROM.
 AHEAD_MIN_ROWS = 256
 #: Figures a refresh sorts in one go, at most: its scratch buffer's size (4 MB), and a block that stays in the
@@ -252,21 +260,21 @@ class StepColumns:
     @property
     def working_ahead(self) -> bool:
         """Whether the receiver works the medians out as the steps come (:meth:`work_ahead`): a job this big."""
-        return self._ahead_at is not None and self.rows >= SHARED_FROM
+        return self._ahead_at is not None and self.rows >= AHEAD_FROM
 
     def work_ahead(self, now: float, min_steps: int = 1) -> np.ndarray | None:
-        """The receiver's share of :meth:`refresh` in a job of :data:`SHARED_FROM` rows or more (called under the
-        lock after each go of messages, ``now`` on the viewer's clock): the next run of rows in turn, as many as
-        keep every row within :data:`AHEAD_S` per SHARED_FROM rows, worked out where stale; the rows refreshed,
-        or None when it was not yet time."""
+        """The receiver's share of :meth:`refresh` in a job of :data:`AHEAD_FROM` rows or more (called under the
+        lock after each go of messages, ``now`` on the viewer's clock): the next run of rows in turn,
+        :data:`AHEAD_ROWS_PER_S` a second, worked out where stale; the rows refreshed, or None when it was not yet
+        time."""
         n = self.rows
-        if n < SHARED_FROM:
+        if n < AHEAD_FROM:
             self._ahead_at = None
             return None
         if self._ahead_at is None:
             self._ahead_at = now
             return None
-        share = min(int(n * (now - self._ahead_at) / (AHEAD_S * (n // SHARED_FROM))), n, SHARED_FROM - 1)
+        share = min(int(AHEAD_ROWS_PER_S * (now - self._ahead_at)), n, SHARED_FROM - 1)
         if share < AHEAD_MIN_ROWS:
             return None
         self._ahead_at = now
