@@ -203,14 +203,13 @@ class Aggregator:
             self.note_error(BAD_GROUPS)  # the hello stands, less its groups that did not fit (wire/schema.py)
         return msg
 
-    def ingest(self, msg: Telemetry, endpoint: str | None = None, settle: bool = True) -> None:
-        """One decoded message. ``settle``: write a node digest's steps now (else with the others of the
-        batch, :meth:`ingest_batch`)."""
+    def ingest(self, msg: Telemetry, endpoint: str | None = None) -> None:
+        """One decoded message, a node digest's steps written at once (:meth:`ingest_batch` writes a go's
+        together)."""
         now = self._clock()
         with self._lock:
             self._ingest_locked(msg, endpoint, now, self._wall_clock())
-            if settle:
-                self.state.settle(now)
+            self.state.settle(now)
 
     def _ingest_locked(self, msg: Telemetry, endpoint: str | None, now: float, wall: float) -> None:
         if self._job is None:

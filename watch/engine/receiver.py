@@ -395,15 +395,15 @@ class Receiver(threading.Thread):
             return
         if self._on_control is None:
             return
-        controls = self._controls
+        controls, on_control = self._controls, self._on_control
         for msg, (_, url) in zip(taken, batch):  # (every digest says where its relay is: looked into when it changes)
             if isinstance(msg, (Hello, Node)) and msg.relay is not None and controls.get(url) != msg.relay:
-                self._note_relay(msg, url)
+                self._note_relay(msg, msg.relay, url, on_control)
 
-    def _note_relay(self, msg: Hello | Node, url: str) -> None:
-        """Where a relay takes commands, as its hello or digest says (told on when it changes)."""
-        relay, on_control = msg.relay, self._on_control
-        if on_control is not None and relay is not None and isinstance(relay.get("control"), str) and self._controls.get(url) != relay:
+    def _note_relay(self, msg: Hello | Node, relay: dict[str, str], url: str, on_control: Callable[[str], None]) -> None:
+        """Where a relay takes commands, as its hello or digest says (``relay``: its addresses, other than those
+        last told through ``url``; told on to ``on_control``)."""
+        if isinstance(relay.get("control"), str):
             self._controls[url] = relay  # a relay says where it is in every digest: taken once, when it changes
             try:  # addresses from the network: a malformed one is dropped, never fatal
                 control = relay["control"]
