@@ -171,3 +171,27 @@ def test_a_reference_handed_in_by_the_judge_gives_what_score_columns_works_out_i
     for mine, theirs in zip(alone[:3], handed[:3]):
         np.testing.assert_array_equal(mine, theirs)
     assert alone[3] == handed[3] and alone[0][5] > 0
+
+
+def test_one_class_of_every_rank_read_as_it_lies_scores_as_the_same_class_named_rank_by_rank():
+    """A job of one peer class (class_ids None) is scored off the columns as they lie (stragglers.peer_groups: a
+    slice, no gather of every rank's rows); the same ranks named one class by ids, gathered, score the same."""
+    from ranktop.watch.analysis.class_growth import references
+
+    rng = np.random.default_rng(11)
+    n, names = 40, ["data", "forward", "backward", "comm"]
+    phases = rng.uniform(0.020, 0.022, (n, len(names)))
+    phases[[3, 17], 2] += 0.015
+    steps = phases.sum(axis=1) + 0.01
+    sd, counts, spread = rng.uniform(0.001, 0.003, n), np.full(n, 64), rng.uniform(0.0005, 0.002, (n, len(names)))
+    before, phase_before = np.zeros(n), np.zeros((n, len(names)))
+    one = np.zeros(n, np.int64)
+    for reference in (False, True):
+        as_slice = score_columns(phases, steps, names, None, sd.copy(), counts, before, spread, phase_before,
+                                 references(phases, names, None) if reference else None)  # fmt: skip
+        as_ids = score_columns(phases, steps, names, one, sd.copy(), counts, before, spread, phase_before,
+                               references(phases, names, one) if reference else None)  # fmt: skip
+        for a, b in zip(as_slice[:3], as_ids[:3]):
+            np.testing.assert_array_equal(a, b)
+        assert as_slice[3] == as_ids[3]
+        assert set(np.flatnonzero(as_slice[0] > as_slice[2]).tolist()) == {3, 17}

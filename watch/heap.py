@@ -22,10 +22,11 @@ are reused from the heap from one snapshot to the next. What is left free in
 the heap (those arrays between snapshots, and the stream of decoded messages
 and snapshot rows, freed out of order) glibc keeps until asked: the viewer
 asks every :data:`TRIM_EVERY_S` (``malloc_trim``, whole free pages handed
-back, wherever they lie in the heap), so its RSS holds no more than one
-snapshot's arrays beyond what it keeps; and it keeps to :data:`ARENAS` malloc
-arenas, since every thread that allocates (ZeroMQ's I/O thread, the receiver,
-the snapshot's) would otherwise get a heap of its own to fragment.
+back, wherever they lie in the heap) when more than :data:`KEEP_FREE_BYTES` is
+free, so its RSS holds no more than that beyond what it keeps; and it keeps to
+:data:`ARENAS` malloc arenas, since every thread that allocates (ZeroMQ's I/O
+thread, the receiver, the snapshot's) would otherwise get a heap of its own to
+fragment.
 """
 
 from __future__ import annotations
@@ -43,8 +44,14 @@ _M_MMAP_THRESHOLD = -3
 #: Malloc arenas at most (glibc's M_ARENA_MAX; its default is 8 per core).
 ARENAS = 2
 _M_ARENA_MAX = -8
-#: Seconds between two hand-backs of the heap's free pages (a trim takes about a millisecond, off the GIL).
+#: Seconds between two looks at the heap's free bytes (``mallinfo2``, about a millisecond at 16,384 ranks, off the
+#: GIL), handing them back (:func:`hand_back`) when there are enough.
 TRIM_EVERY_S = 10.0
+#: Free heap bytes kept rather than handed back. Between two snapshots of 16,384 ranks 14-20 MB of the heap is
+#: free (5-8 MB at 4,096): the arrays the next snapshot takes again. Handed back, the next snapshot faulted those
+#: pages in afresh (2,000-2,600 of them, 4-6 ms of its CPU), every 10 s, for an RSS lower by that much for a
+#: moment. More than this free is a burst past (a capture's reply, a big job's first seconds): handed back.
+KEEP_FREE_BYTES = 64 * 1024 * 1024
 
 
 def settle_for_viewing() -> None:
@@ -58,24 +65,40 @@ def settle_for_viewing() -> None:
         libc.mallopt(_M_ARENA_MAX, ARENAS)
 
 
-def hand_back() -> None:
-    """Return the heap's whole free pages to the system (glibc's ``malloc_trim``; elsewhere nothing). ctypes
-    releases the GIL for the call: the receiver goes on meanwhile."""
+def hand_back(keep: int = KEEP_FREE_BYTES) -> bool:
+    """Return the heap's whole free pages to the system (glibc's ``malloc_trim``; elsewhere nothing) when more
+    than ``keep`` bytes of it are free (a glibc without ``mallinfo2``, before 2.33, is trimmed each time); whether
+    it was. ctypes releases the GIL for both calls: the receiver goes on meanwhile."""
     libc = _libc()
-    if libc is not None:
-        libc.malloc_trim(0)
+    if libc is None:
+        return False
+    if _MALLINFO2 is not None and _MALLINFO2().fordblks <= keep:
+        return False
+    libc.malloc_trim(0)
+    return True
+
+
+class _MallInfo2(ctypes.Structure):
+    """glibc's ``struct mallinfo2`` (malloc.h): the heap's counts in bytes; ``fordblks``, its free bytes."""
+
+    _fields_ = [(name, ctypes.c_size_t) for name in
+                ("arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks", "uordblks", "fordblks", "keepcost")]  # fmt: skip
 
 
 def _libc():
     """glibc's functions, or None (elsewhere, or without it, the allocator is left as it is)."""
-    global _LIBC
+    global _LIBC, _MALLINFO2
     if _LIBC is False:
         try:
             lib = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
             _LIBC = lib if hasattr(lib, "mallopt") and hasattr(lib, "malloc_trim") else None
         except OSError:
             _LIBC = None
+        if _LIBC is not None and hasattr(_LIBC, "mallinfo2"):
+            _MALLINFO2 = _LIBC.mallinfo2
+            _MALLINFO2.restype, _MALLINFO2.argtypes = _MallInfo2, []
     return _LIBC
 
 
 _LIBC = False  # not looked for yet
+_MALLINFO2 = None  # glibc's mallinfo2 (2.33 on), once _libc has looked

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ranktop.watch.analysis.stragglers import MEDIAN_ERROR, NOISE_Z, SLOW_FLOOR_FRACTION, SLOW_FLOOR_S, healthy_peer
+from ranktop.watch.analysis.stragglers import MEDIAN_ERROR, NOISE_Z, SLOW_FLOOR_FRACTION, SLOW_FLOOR_S, healthy_peer, peer_groups
 from ranktop.wire import schema
 
 #: A class's reference is kept as its level only from a window of this many steps (half the engine's 64): the
@@ -36,8 +36,9 @@ def references(phases: np.ndarray, names: list[str], class_ids: np.ndarray | Non
     out = np.zeros_like(phases)
     if not len(phases):
         return out
-    for members in _classes(class_ids, len(phases)):
-        out[np.ix_(members, np.flatnonzero(own))] = healthy_peer(phases[members][:, own])
+    columns = np.flatnonzero(own)
+    for members, _ in peer_groups(class_ids, len(phases)):
+        out[members, columns[:, None]] = healthy_peer(phases[members][:, own])[:, None]  # (columns x members)
     return out
 
 
@@ -52,7 +53,7 @@ def class_excess(reference: np.ndarray | None, level: np.ndarray | None, class_i
     excess, culprit, bar = np.zeros(n), np.full(n, -1, np.int64), np.full(n, np.inf)
     if reference is None or class_ids is None or level is None or not n or level.shape != reference.shape:
         return excess, culprit, bar
-    groups = [m for m in _classes(class_ids, n) if not np.isnan(level[m[0]]).any()]
+    groups = [m for m, _ in peer_groups(class_ids, n) if not np.isnan(level[m[0]]).any()]  # (arrays: class_ids is not None)
     if len(groups) < 2:  # one class: its growth is the job's
         return excess, culprit, bar
     firsts = np.array([m[0] for m in groups])
@@ -89,10 +90,3 @@ def class_keys(class_ids: np.ndarray | None, ranks: np.ndarray) -> np.ndarray:
     out = np.empty(n, np.int64)
     out[order] = np.repeat(keys, sizes)
     return out
-
-
-def _classes(class_ids: np.ndarray | None, n: int) -> list[np.ndarray]:
-    if class_ids is None:
-        return [np.arange(n)]
-    order = np.argsort(class_ids, kind="stable")
-    return np.split(order, np.flatnonzero(np.diff(class_ids[order])) + 1)

@@ -106,19 +106,14 @@ def score_columns(
     work = np.zeros(n)  # the reference's own time per step: what a healthy peer does
     beyond = np.zeros(n, bool)  # some phase beyond its own noise by the floor (_phase_beyond)
     known = phase_sd is not None and phase_before is not None and window_steps is not None
-    if class_ids is None:
-        classes = [np.arange(n)]
-    else:
-        order = np.argsort(class_ids, kind="stable")
-        classes = np.split(order, np.flatnonzero(np.diff(class_ids[order])) + 1)
-    for members in classes:
-        if len(members) < 2:  # a class of one is compared with nobody
+    for members, count in peer_groups(class_ids, n):
+        if count < 2:  # a class of one is compared with nobody
             continue
         mine = phases[members][:, own]
-        middle = healthy_peer(mine) if reference is None else reference[members[0], own]
-        _excess(mine, middle, members, own, excess, culprit, peers, noise, work)
+        middle = healthy_peer(mine) if reference is None else reference[_first(members), own]
+        _excess(mine, middle, members, count, own, excess, culprit, peers, noise, work)
         if known:
-            beyond[members] = _phase_beyond(mine, middle, phase_sd, phase_before, window_steps, own, members)
+            beyond[members] = _phase_beyond(mine, middle, phase_sd, phase_before, window_steps, own, members, count)
     median_step = float(np.median(steps))
     if not median_step:
         return excess, culprit, np.full(n, np.inf), median_step
@@ -279,6 +274,21 @@ class ExcessHistory:
         return out
 
 
+def peer_groups(class_ids: np.ndarray | None, n: int) -> list[tuple[np.ndarray | slice, int]]:
+    """Each peer class of ``n`` ranks (``class_ids``: a small whole number per rank; None: one class of all) as
+    an index of its members into the ranks' columns, and how many they are. One class of every rank is a slice:
+    its columns are read as they lie, where an index would gather a copy of thousands of rows for each."""
+    if class_ids is None:
+        return [(slice(0, n), n)]
+    order = np.argsort(class_ids, kind="stable")
+    return [(members, len(members)) for members in np.split(order, np.flatnonzero(np.diff(class_ids[order])) + 1)]
+
+
+def _first(members: np.ndarray | slice) -> int:
+    """The first member of a :func:`peer_groups` class."""
+    return int(members.start) if isinstance(members, slice) else int(members[0])
+
+
 def healthy_peer(mine: np.ndarray) -> np.ndarray:
     """What a healthy peer of a class spends in each own phase (``mine``: its members' own phases): with two
     members the faster one's, whole (it has no excess, the slower's is all its own); with more each phase's
@@ -288,16 +298,16 @@ def healthy_peer(mine: np.ndarray) -> np.ndarray:
     return np.median(np.ascontiguousarray(mine.T), axis=1)
 
 
-def _excess(mine: np.ndarray, middle: np.ndarray, members: np.ndarray, own: np.ndarray, excess: np.ndarray,
-            culprit: np.ndarray, peers: np.ndarray, noise: np.ndarray, work: np.ndarray) -> None:  # fmt: skip
+def _excess(mine: np.ndarray, middle: np.ndarray, members: np.ndarray | slice, count: int, own: np.ndarray,
+            excess: np.ndarray, culprit: np.ndarray, peers: np.ndarray, noise: np.ndarray, work: np.ndarray) -> None:  # fmt: skip
     """Per member (``mine``: their own phases; ``middle``: a healthy peer's, :func:`healthy_peer`): seconds spent
     beyond a healthy peer's (with two members the faster one's, phase by phase;
     with more each phase's median), summed over its own phases, and the worst phase. From three
     members on, what the class's median member shows is taken off: every phase's noise has a positive part
     beyond the reference, and summed over phases it is no one's slowdown (the size told is then what the
     rank adds to the step, not that plus noise); and a member's noise is at least its class's median
-    member's (a window of a few steps says little of its own spread). A class of one is compared with nobody."""
-    count = len(members)
+    member's (a window of a few steps says little of its own spread). A class of one is compared with nobody.
+    ``members`` and ``count``: :func:`peer_groups`."""
     if count > 2:
         noise[members] = np.maximum(noise[members], np.median(noise[members]))
     beyond = np.clip(mine - middle, 0.0, None)
@@ -312,7 +322,7 @@ def _excess(mine: np.ndarray, middle: np.ndarray, members: np.ndarray, own: np.n
 
 
 def _phase_beyond(mine: np.ndarray, middle: np.ndarray, spread: np.ndarray, before: np.ndarray,
-                  window_steps: np.ndarray, own: np.ndarray, members: np.ndarray) -> np.ndarray:  # fmt: skip
+                  window_steps: np.ndarray, own: np.ndarray, members: np.ndarray | slice, count: int) -> np.ndarray:  # fmt: skip
     """Per member: whether one of its own phases is beyond a healthy peer's (as :func:`_excess` draws it), and
     grew beyond what it was when last healthy (``before``, NaN: not known, not beyond), each by the floor (3% of
     that peer's work) and by the phase's own noise: as many standard errors of its window median (its spread,
@@ -322,7 +332,6 @@ def _phase_beyond(mine: np.ndarray, middle: np.ndarray, spread: np.ndarray, befo
     the step in one phase stands out of that phase's noise when it does not out of the step's. Grown, not only
     beyond: a rank a little slower for good (its hardware) is beyond in every phase a little, and its noise
     would sometimes take one over the bar."""
-    count = len(members)
     sd = spread[members][:, own]
     if count == 2:
         peers = 1.0
