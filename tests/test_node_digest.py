@@ -291,6 +291,23 @@ def test_a_node_s_rank_column_checked_once_still_gets_every_other_column_checked
             wired({"job": "j", "host": "node0", "ts": 1.0, "ranks": [], "steps": {**sound, "r": struct.pack("<2i", 7, 7)}})
 
 
+def test_the_rank_columns_remembered_stay_within_their_bytes_however_big_the_columns_sent(monkeypatch):
+    """A rank column comes from the network and may be megabytes: the columns remembered as sound are bounded by
+    their bytes (wire/step_block.py SOUND_RANKS_BYTES), not by their number; one bigger than that is checked
+    every time and never kept."""
+    monkeypatch.setattr(step_block, "SOUND_RANKS_BYTES", 64)
+    monkeypatch.setattr(step_block, "_SOUND_RANKS", set())
+    monkeypatch.setattr(step_block, "_sound_bytes", 0)
+    for first in range(0, 40, 2):  # twenty nodes of two ranks: 8 bytes each
+        step_block.check(step_block.pack([first, first + 1], [1, 1], [1, 1], [1.0, 1.0], [0.1, 0.1], {}))
+        assert step_block._sound_bytes == sum(map(len, step_block._SOUND_RANKS)) <= 64
+    big = step_block.pack(list(range(100)), [1] * 100, [1] * 100, [1.0] * 100, [0.1] * 100, {})  # 400 bytes
+    step_block.check(big)
+    assert big.r not in step_block._SOUND_RANKS and step_block._sound_bytes <= 64
+    with pytest.raises(ValueError, match="a rank twice"):
+        step_block.check(NodeSteps(r=struct.pack("<100i", *range(99), 0), n=big.n, c=big.c, f=big.f, p=big.p))
+
+
 def test_packed_step_columns_read_back_as_they_were_built_and_a_negative_zero_passes():
     """The block packs each column as little-endian numbers (wire/step_block.py) and reads back the same lists;
     -0.0, which a subtraction can make, is a time of nothing, not a negative one."""

@@ -63,9 +63,22 @@ _RANK_BYTE2 = bytes(range(MAX_RANKS >> 16))
 _EIGHT_ZEROS = bytes(8)
 #: Rank columns (``r``) already found sound: a node's digests name the same ranks interval after interval, so
 #: :func:`check` reads each column's numbers once, not 2,000 times a second at 4,096 ranks. At most this many
-#: (a few hundred KB; when full it starts again).
-SOUND_RANKS_MAX = 8192
+#: bytes of them (a job of 16,384 ranks on 2,048 nodes holds 64 KB; a column comes from the network and may be
+#: megabytes): when full it starts again.
+SOUND_RANKS_BYTES = 1 << 20
 _SOUND_RANKS: set[bytes] = set()
+_sound_bytes = 0  # the bytes of the columns in _SOUND_RANKS
+
+
+def _remember_sound(r: bytes) -> None:
+    """Note a rank column :func:`check` found sound, within :data:`SOUND_RANKS_BYTES`."""
+    global _sound_bytes
+    if _sound_bytes + len(r) > SOUND_RANKS_BYTES:
+        _SOUND_RANKS.clear()
+        _sound_bytes = 0
+    if len(r) <= SOUND_RANKS_BYTES:
+        _SOUND_RANKS.add(r)
+        _sound_bytes += len(r)
 
 
 def _packed(code: Code, values: Any) -> bytes:
@@ -110,7 +123,7 @@ def check(steps: NodeSteps) -> None:
     float64 in [0, 2**49 s), a step number whose top byte is 0x00 or 0xff is within +-2**56, a count whose top byte
     is 0x00 is under 2**56 (and none is 0 where no eight bytes in a row are). Only a column with a number outside
     those is compared number by number. A node's rank column, the same interval after interval, is read once
-    (:data:`SOUND_RANKS_MAX`)."""
+    (:data:`SOUND_RANKS_BYTES`)."""
     r, last, count, figures, names, flags = steps.r, steps.n, steps.c, steps.f, steps.p, steps.g
     k = len(r) // RANK_BYTES
     whole = 8 * k  # (bytes of a column of int64 or float64)
@@ -126,9 +139,7 @@ def check(steps: NodeSteps) -> None:
             raise ValueError("a rank out of range in the step columns")
         if len(set(ranks)) != k:
             raise ValueError("a rank twice in the step columns")
-        if len(_SOUND_RANKS) >= SOUND_RANKS_MAX:
-            _SOUND_RANKS.clear()
-        _SOUND_RANKS.add(r)
+        _remember_sound(r)
     # (inline below, what _only does: this runs 2,000 times a second in a viewer of 4,096 ranks)
     if last[7::8].translate(None, b"\0\xff"):
         numbers = _numbers(WHOLE, last)
