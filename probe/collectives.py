@@ -168,18 +168,24 @@ class CollectiveTracker:
         self.last = entry
         device = self.device
         start = device.start(any_stream=not blocking) if device is not None and on_device else None
-        return [entry, _perf(), rec.current_step, rec.current_phase, start]
+        return [entry, _perf(), rec.current_step, rec.current_phase, start, on_device]
 
     def _record(self, token: list, duration: float) -> dict[str, Any]:
-        entry, start, step, phase, _ = token
+        entry, start, step, phase = token[:4]
         return dict(entry, d=duration, n=step, ph=phase, t0=start)
 
     def end(self, token: list) -> None:
         """A blocking call returned (on the device: the current stream now waits for its kernel)."""
         record = self._record(token, _perf() - token[1])
         self.produced += 1
-        if token[4] is not None and self.device is not None and self.device.stop(record, token[4]):
-            return  # the sender thread reads its device times (probe/device_waits.py), then sends it
+        if token[4] is not None and self.device is not None:
+            if record["op"] != DDP_OP:  # DDP's wait is its finalize's, over every bucket: no one kernel's time
+                record["_k"] = True  # its kernel begins where the stream reaches it: its kernel time is its wait
+            if self.device.stop(record, token[4]):
+                return  # the sender thread reads its device times (probe/device_waits.py), then sends it
+            record.pop("_k", None)
+        elif len(token) < 6 or not token[5]:
+            record["kd"] = record["d"]  # on the host (gloo, CPU tensors) the call's time is its transfer's
         self.buffer.append(record)
 
     def at_wait(self, token: list) -> None:

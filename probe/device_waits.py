@@ -140,6 +140,10 @@ def make_events(cuda: Any, count: int) -> list:
     for _ in range(count):
         event = cuda.Event(enable_timing=True)
         event.record(stream)
+        try:
+            event._ranktop = True  # ours: recording it on a side stream takes no collective along (stream_waits)
+        except Exception:
+            pass
         events.append(event)
     return events
 
@@ -161,6 +165,8 @@ class DeviceWaits:
         # current (FSDP2 all-gathers and reduce-scatters with async_op=False inside `with stream(side)`) runs
         # and waits on that side stream; timed there it would be kernel time, not a stall of the compute stream.
         self.compute = self._stream()
+        # Collectives waited for on a side stream, until the compute stream waits for them (probe/stream_waits.py).
+        self.sides: Any = None
         self.off = False  # a CUDA error on the hot path switched device timing off (see on_error)
         self.on_error: Any = None
         self._free = collections.deque(make_events(cuda, pool_size))
@@ -198,17 +204,16 @@ class DeviceWaits:
             if self.on_error is not None:
                 self.on_error(exc)
 
-    def start(self, any_stream: bool = False) -> Any:
-        """An event recorded on the current stream now, or None: pool empty, a capture in progress, timing off,
-        or a side stream current where the wait is now (what waits there is not the compute stream: a blocking
-        call keeps its host time, the launch, and the compute stream's own wait for the side stream stays in
-        its phase). ``any_stream``: an async launch, whose wait is timed later where the compute stream joins."""
+    def start(self, any_stream: bool = False, stream: Any = None) -> Any:
+        """An event recorded now on the current stream (``stream``, when given), or None: pool empty, a capture
+        in progress, or timing off. On a side stream it marks where a collective's kernel is queued there
+        (:meth:`stop` tells a side stream's wait from the compute stream's). ``any_stream``: an async launch,
+        whose wait is timed later, where a stream joins it."""
         if self.off or self.guard.depth:
             return None
         try:
-            stream = self._stream()
-            if not any_stream and stream != self.compute:
-                return None
+            if stream is None:
+                stream = self._stream()
             event = self._free.popleft()
         except Exception:
             return None
@@ -223,17 +228,49 @@ class DeviceWaits:
 
     def stop(self, record: dict[str, Any], start: Any) -> bool:
         """Record the end on the current stream; the sender fills in ``record``'s device times. False when
-        the record must go as it is (no end event to be had)."""
+        the record must go as it is (no end event to be had).
+
+        On a side stream the two events time the collective's kernel there, and its wait is the compute
+        stream's, later, on an event recorded after it (probe/stream_waits.py): until then the record waits
+        there, with its host time."""
         try:
             end = self._free.popleft()
         except IndexError:
             self._free.append(start)
             return False
-        if self.off or not self._record(end):
+        try:
+            stream = self._stream()
+        except Exception:
+            stream = None
+        if self.off or not self._record(end, stream):
             self._free.append(start)
             return False
+        if stream is not None and stream != self.compute and self.sides is not None:
+            self.sides.opened(stream, record, (start, end))
+            return True
         self._pending.append([record, start, end])
         return True
+
+    def queue(self, record: dict[str, Any], start: Any, end: Any, kernel: tuple | None = None) -> None:
+        """Hand ``record`` to the sender: its wait between ``start`` and ``end`` (None: its host time), its
+        kernel's time between the two events of ``kernel`` where known."""
+        if kernel is not None:
+            record["_k"] = kernel
+        self._pending.append([record, start, end])
+
+    def finish(self, record: dict[str, Any], start: Any, kernel: tuple | None = None) -> None:
+        """The compute stream's wait that began at ``start`` ends now (an end event on the compute stream)."""
+        try:
+            end = self._free.popleft()
+        except IndexError:
+            end = None
+        if end is None or self.off or not self._record(end, self.compute):
+            if end is not None:
+                self._free.append(end)
+            self._free.append(start)
+            self.queue(record, None, None, kernel)
+            return
+        self.queue(record, start, end, kernel)
 
     def later(self, record: dict[str, Any], start: Any, work: Any) -> None:
         """An async call. Its end is recorded where the current stream joins it (``Work.wait()``); until
@@ -298,24 +335,47 @@ class DeviceWaits:
         self._pending.append(entry)  # resolved once entry[2] is there and complete
 
     def waited(self, work: Any, wait, args, kwargs):
-        """``Work.wait`` of a work we time: the stall of the current stream until the kernel ends."""
+        """``Work.wait`` of a work we time: the stall of the current stream until the kernel ends. On a side
+        stream (``with stream(side): work.wait()``) no stall of the compute stream: the record waits on that
+        stream for the compute stream's own wait (probe/stream_waits.py), with the host's time in ``wait()``."""
         item = self._works.pop(id(work), None)
         if item is None or item[0]() is not work:
             return wait(work, *args, **kwargs)
         record, launch, provisional = item[1][:3]
         item[1][3] = True  # closed: a late future callback makes no provisional end for it
-        start = self.start()
+        kernel = (launch, provisional) if launch is not None and provisional is not None else None
+        try:
+            stream = self._stream()
+        except Exception:
+            stream = None
+        if stream is not None and stream != self.compute and self.sides is not None and not self.off:
+            began = _perf()
+            try:
+                return wait(work, *args, **kwargs)
+            finally:
+                record["d"], record["t0"] = _perf() - began, began
+                if kernel is None:
+                    self._settle_events(launch, provisional)
+                self.sides.opened(stream, record, kernel)
+        start = self.start(stream=stream)
         try:
             return wait(work, *args, **kwargs)
         finally:
             if start is None:
                 self._settle(item[1])  # no event for the stall: launch to completion, then
             else:
-                self._free.append(launch)
-                if provisional is not None:
-                    self._free.append(provisional)
+                if kernel is None:
+                    self._settle_events(launch, provisional)
+                else:
+                    record["_k"] = kernel  # the kernel's time: launch to its end (the sender reads it)
                 if not self.stop(record, start):
-                    self._pending.append([record, None, None])
+                    self.queue(record, None, None, kernel)
+
+    def _settle_events(self, *events: Any) -> None:
+        """Events no longer needed, back to the pool."""
+        for event in events:
+            if event is not None:
+                self._free.append(event)
 
     # -- the sender thread ----------------------------------------------------------
 
@@ -325,6 +385,8 @@ class DeviceWaits:
         if final:
             for key in list(self._works):
                 self._gone(key)
+            if self.sides is not None:
+                self.sides.release_all()
         while True:
             try:
                 pending.append(self._pending.popleft())
@@ -344,7 +406,12 @@ class DeviceWaits:
                 return []
             for entry in pending:
                 record, start, end = entry[:3]
+                kernel = record.get("_k")
+                if type(kernel) is tuple and not _completed(kernel[1]):
+                    keep.append(entry)  # its kernel has not ended yet (an end on the compute stream comes after)
+                    continue
                 if start is None:  # no device times to be had: the host's
+                    self._kernel_time(record)
                     out.append(record)
                     continue
                 try:
@@ -367,17 +434,33 @@ class DeviceWaits:
                 if start is not None:
                     self._free.append(start)
                 self._free.append(end)
+                self._kernel_time(record)
                 out.append(record)
             self._note_blocked(keep)
         if len(keep) > MAX_PENDING or final:
             cut = len(keep) if final else len(keep) - MAX_PENDING
             for record, *_ in keep[:cut]:
+                record.pop("_k", None)
                 out.append(record)
                 self.host_only += 1
             keep = keep[cut:]  # their events are lost to the pool: a device that far behind is hung
         self._unresolved = keep
         out.sort(key=lambda r: r.get("seq", 0))
         return out
+
+    def _kernel_time(self, record: dict[str, Any]) -> None:
+        """``kd``, the collective's kernel time, where known: between its kernel's two events (a side stream's
+        collective, an async one from launch to its end), or its wait where the two are one (``_k`` True: a
+        blocking call on the compute stream, whose kernel begins where the stream reaches it)."""
+        kernel = record.pop("_k", None)
+        if kernel is True:
+            record["kd"] = record["d"]
+        elif kernel is not None:
+            try:
+                record["kd"] = max(0.0, kernel[0].elapsed_time(kernel[1]) / 1000.0)
+            except Exception:
+                pass
+            self._free.extend(kernel)
 
     def _note_blocked(self, keep: list[list]) -> None:
         """The oldest wait whose start the device has reached but whose end it has not: a hang on the device
@@ -398,6 +481,13 @@ class DeviceWaits:
     @property
     def available(self) -> int:
         return len(self._free)
+
+
+def _completed(event: Any) -> bool:
+    try:
+        return bool(event.query())
+    except Exception:
+        return False
 
 
 # -- Work.wait, class-wide, once ----------------------------------------------------

@@ -317,7 +317,7 @@ def attach_cuda(probe: Any, cuda: Any, device: Any = None, work_class: Any = Non
     ``work_class``: the Work class whose ``wait()`` ends an async collective on the device
     (torch.distributed's by default). False if it was attached already.
     """
-    from . import device_waits
+    from . import device_waits, stream_waits
 
     rec = probe.recorder
     if rec.timeline is not None:
@@ -340,6 +340,9 @@ def attach_cuda(probe: Any, cuda: Any, device: Any = None, work_class: Any = Non
     timeline.attach()
     if tracker is not None:
         tracker.device = waits
+        # A collective waited for on a side stream waits there for the compute stream's own wait on it.
+        waits.sides = stream_waits.SideStreams(waits, lambda: (rec.current_step, rec.current_phase))
+        stream_waits.watch_events(cuda.Event, cuda.current_stream, waits.sides)
         if work_class is None:
             dist = sys.modules.get("torch.distributed")
             work_class = getattr(getattr(dist, "distributed_c10d", None), "Work", None)

@@ -15,7 +15,7 @@ import threading
 
 from ranktop.wire import settings
 
-from . import auto, collectives, device_waits, flops, gpu_timing
+from . import auto, collectives, device_waits, flops, gpu_timing, stream_waits
 from .evidence import Evidence
 from .collectives import CollectiveTracker
 from ranktop.transport.identity import Identity, detect
@@ -159,6 +159,7 @@ def _deactivate(probe: Probe) -> None:
     probe.recorder.disable()
     collectives.detach(probe.collectives)
     device_waits.unwatch()
+    stream_waits.unwatch()
     auto.stop(remove=threading.current_thread() is not probe.sender)  # never mutate torch's hooks under training
     if active is probe:
         active = DISABLED
@@ -187,6 +188,7 @@ def _after_fork_in_child() -> None:
         collectives.detach(active.collectives)
         active.evidence.stop()  # the child's collections are no training step's
     device_waits.unwatch()  # a forked child has no CUDA of its own: its Work.wait passes straight through
+    stream_waits.unwatch()
     auto.stop(remove=True)
     active = DISABLED
 

@@ -39,7 +39,13 @@ not see:
 - a collective issued with a side stream current (FSDP2's all-gather and
   reduce-scatter, ``async_op=False`` inside ``with stream(side)``) runs after
   that stream's work and makes only that stream wait; the compute stream waits
-  for it when the script says so (``wait_stream``/``wait_event``).
+  for it when the script says so (``wait_stream``/``wait_event``);
+- as torch/cuda/streams.py: ``Stream.wait_event(e)`` is ``e.wait(stream)``,
+  ``Stream.record_event()`` is ``Event().record(stream)``, and
+  ``wait_stream(other)`` is ``wait_event(other.record_event())``; each fake has
+  an ``Event`` class of its own (the probe wraps ``record`` and ``wait``), so
+  FSDP2's unshard event (recorded on its all-gather stream, waited for on the
+  compute stream) goes through the same calls as on a GPU.
 
 Nothing here sleeps: the device clock is a number the test moves.
 """
@@ -71,20 +77,25 @@ class FakeStream:
         self.tail = max(self.tail, t)
 
     def wait_event(self, event: "FakeEvent") -> None:
-        if event.t is not None:
-            self.wait_until(event.t)
+        event.wait(self)  # as torch.cuda.Stream.wait_event: through the event's wait()
 
     def wait_stream(self, other: "FakeStream") -> None:
-        self.wait_until(other.tail)
+        self.wait_event(other.record_event())  # as torch.cuda.Stream.wait_stream: an event on the other stream
 
     def query(self) -> bool:
         self.cuda.check_query()
         return self.cuda.now >= self.tail
 
     def record_event(self, event: "FakeEvent | None" = None) -> "FakeEvent":
-        event = event or FakeEvent()
+        event = event or self.cuda.Event()
         event.record(self)
         return event
+
+    def __eq__(self, other) -> bool:  # torch.cuda.Stream: a new object each current_stream(), equal by stream
+        return self is other
+
+    def __hash__(self) -> int:
+        return id(self)
 
 
 class FakeEvent:
@@ -136,7 +147,10 @@ class FakeEvent:
         raise AssertionError("the probe synchronised an event")
 
     def wait(self, stream: FakeStream | None = None) -> None:
-        (stream or FakeCuda.active.current_stream()).wait_event(self)
+        """The stream's later work waits for this event (an event never recorded: nothing to wait for)."""
+        stream = stream or FakeCuda.active.current_stream()
+        if self.t is not None:
+            stream.wait_until(self.t)
 
 
 class FakeProperties:
@@ -190,6 +204,7 @@ class FakeCuda:
         self.syncs = 0
         self.reserved: dict[int, int] = {}  # device -> bytes the caching allocator holds there
         self.CUDAGraph = type("CUDAGraph", (FakeGraph,), {"cuda": self})  # a class per fake: patches stay in it
+        self.Event = type("Event", (FakeEvent,), {})  # (the probe wraps Event.record and Event.wait)
 
     # -- what the tests drive --------------------------------------------------------
 
@@ -395,7 +410,7 @@ class FakeNcclGroup:
 
     def collective(self, *_args, async_op: bool = False, **_kwargs):
         caller = self.cuda.current_stream()
-        self.stream.wait_stream(caller)  # NCCL's stream waits for the caller's work so far
+        self.stream.wait_until(caller.tail)  # NCCL's stream waits for the caller's work so far (in C++: no Python event)
         self.stream.wait_until(self.stream.tail + self.peer_late)
         self.stream.launch(self.kernel_s)
         work = FakeWork(self.cuda, self.stream.tail)

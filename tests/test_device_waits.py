@@ -12,7 +12,7 @@ import types
 import pytest
 
 from fake_cuda import FakeCuda, FakeEvent, FakeNcclGroup, FakeWork
-from ranktop.probe import collectives, device_waits, gpu_timing
+from ranktop.probe import collectives, device_waits, gpu_timing, stream_waits
 from ranktop.probe.collectives import CollectiveTracker
 from ranktop.probe.recorder import Recorder
 
@@ -57,6 +57,7 @@ def cuda(monkeypatch):
     monkeypatch.setattr(device_waits, "CAPTURES", device_waits.CaptureGuard())
     yield fake
     device_waits.unwatch()
+    stream_waits.unwatch()
 
 
 def wrapped(name, group, arg="tensor"):
@@ -543,7 +544,7 @@ def test_a_cuda_error_recording_an_event_turns_device_timing_off_with_one_line_n
     group = FakeNcclGroup(cuda)
     all_reduce = wrapped("all_reduce", group)
     timed_steps(rec, cuda, 1)
-    original, count = FakeEvent.record, [0]
+    original, count = cuda.Event.record, [0]
 
     def failing(self, stream=None):
         count[0] += 1
@@ -551,12 +552,12 @@ def test_a_cuda_error_recording_an_event_turns_device_timing_off_with_one_line_n
             raise RuntimeError("CUDA error: an illegal memory access was encountered")
         return original(self, stream)
 
-    monkeypatch.setattr(FakeEvent, "record", failing)
+    monkeypatch.setattr(cuda.Event, "record", failing)
     timed_steps(rec, cuda, 2)  # would raise into the training loop before
     all_reduce(Tensor())
     work = all_reduce(Tensor(), async_op=True)
     work.wait()  # Work.wait: the device path is off, the wait itself goes through
-    monkeypatch.setattr(FakeEvent, "record", original)
+    monkeypatch.setattr(cuda.Event, "record", original)
     timed_steps(rec, cuda, 1)
     cuda.run(1.0)
     steps = rec.timeline.resolve(rec.drain(), final=True)
@@ -568,10 +569,11 @@ def test_a_cuda_error_recording_an_event_turns_device_timing_off_with_one_line_n
     assert err.count("ranktop: device timing off on rank") == 1 and "illegal memory access" in err
 
 
-def test_a_side_stream_collective_is_not_a_stall_of_the_compute_stream(cuda, attached):
-    """FSDP2 all-gathers with async_op=False inside ``with stream(all_gather_stream)``: no Work comes back, the
-    kernel runs and waits on the side stream. Timed there, its 20 ms of kernel were taken out of forward, though
-    the compute stream kept computing; the compute stream's own wait for it stays in forward."""
+def test_a_side_stream_collective_waits_where_the_compute_stream_waits_for_it(cuda, attached):
+    """A blocking collective inside ``with stream(side)`` runs and waits on the side stream: its 20 ms of kernel
+    are no stall of the compute stream, which computes 5 ms meanwhile. Its wait is where the compute stream waits
+    for the side stream (``wait_stream``: an event recorded there, waited for on the compute stream): 15 ms; its
+    kernel's 20 ms go as its kernel time."""
     group = FakeNcclGroup(cuda, kernel_s=0.020)
     all_gather = wrapped("all_gather_into_tensor", group)
     rec = attached.recorder
@@ -582,14 +584,131 @@ def test_a_side_stream_collective_is_not_a_stall_of_the_compute_stream(cuda, att
     with cuda.stream(side):
         all_gather(Tensor())
     compute.launch(0.005)  # forward work that does not need the gathered parameters
-    compute.wait_stream(side)  # FSDP2's wait_for_unshard
+    compute.wait_stream(side)
     rec.end_phase()
     rec.end_step()
     cuda.run(1.0)
     (call,) = attached.collectives.drain()
     (step,) = rec.timeline.resolve(rec.drain())
-    assert call["d"] < 0.001  # the launch, on the host
+    assert call["d"] == pytest.approx(0.015) and call["ph"] == "forward"
+    assert call["kd"] == pytest.approx(0.020)
     assert step["g"]["p"]["forward"] == pytest.approx(0.020)
+
+
+def test_a_side_stream_collective_the_compute_stream_never_waits_for_keeps_its_host_time(cuda, attached):
+    """No event on the side stream after it, or one nobody on the compute stream waits for: no stall to time."""
+    group = FakeNcclGroup(cuda, kernel_s=0.020)
+    all_gather = wrapped("all_gather_into_tensor", group)
+    side = cuda.Stream(device=cuda.current_device())
+    before = attached.collectives.device.available
+    with cuda.stream(side):
+        all_gather(Tensor())
+    event = side.record_event()
+    other = cuda.Stream(device=cuda.current_device())
+    other.wait_event(event)  # another side stream waits: not the compute stream
+    del event
+    cuda.run(1.0)
+    (call,) = attached.collectives.drain(final=True)
+    assert call["d"] < 0.001 and call["kd"] == pytest.approx(0.020)
+    assert attached.collectives.device.available == before  # every event back in the pool
+
+
+def test_an_async_collective_waited_on_a_side_stream_is_no_wait_of_the_compute_stream(cuda, attached):
+    """``work = all_reduce(async_op=True)``; ``with stream(side): work.wait()``: the side stream joins the kernel,
+    the compute stream computes on and never waits for it. Counted before as a full-kernel wait (20 ms), on a
+    stream that never stalled; now its wait is the host's (none, with NCCL), its kernel time 20 ms."""
+    group = FakeNcclGroup(cuda, kernel_s=0.020)
+    all_reduce = wrapped("all_reduce", group)
+    compute = cuda.current_stream()
+    side = cuda.Stream(device=cuda.current_device())
+    work = all_reduce(Tensor(), async_op=True)
+    with cuda.stream(side):
+        work.wait()
+    compute.launch(0.030)  # the compute stream never waits for the side stream
+    del work
+    cuda.run(1.0)
+    (call,) = attached.collectives.drain(final=True)
+    assert call["d"] < 0.001
+    assert call["kd"] == pytest.approx(0.020)
+
+
+def test_an_async_collective_waited_on_a_side_stream_waits_where_the_compute_stream_joins_that_stream(cuda, attached):
+    """The same, and the compute stream joins the side stream (``wait_event`` on an event recorded there) after
+    5 ms of its own work: 15 ms of stall, in the phase where it waits."""
+    group = FakeNcclGroup(cuda, kernel_s=0.020)
+    all_reduce = wrapped("all_reduce", group)
+    rec = attached.recorder
+    compute = cuda.current_stream()
+    side = cuda.Stream(device=cuda.current_device())
+    rec.begin_step()
+    rec.begin_phase("backward")
+    work = all_reduce(Tensor(), async_op=True)
+    with cuda.stream(side):
+        work.wait()
+        joined = cuda.Event()
+        joined.record()  # on the current stream: the side stream
+    rec.end_phase()
+    rec.begin_phase("optimizer")
+    compute.launch(0.005)
+    compute.wait_event(joined)
+    rec.end_phase()
+    rec.end_step()
+    cuda.run(1.0)
+    (call,) = attached.collectives.drain()
+    assert call["d"] == pytest.approx(0.015) and call["ph"] == "optimizer"
+    assert call["kd"] == pytest.approx(0.020)
+
+
+class FakeFsdpParamGroup:
+    """FSDP2's unshard and wait_for_unshard as torch 2.13 runs them on a GPU (torch/distributed/fsdp/_fully_shard:
+    ``foreach_all_gather`` and ``foreach_all_gather_copy_out``): the all-gather with async_op=False inside
+    ``with stream(all_gather_stream)``, an event recorded there right after it, and the compute stream's
+    ``current_stream().wait_event(event)`` where the layer needs its parameters."""
+
+    def __init__(self, cuda, all_gather, all_gather_stream):
+        self.cuda, self.all_gather, self.stream = cuda, all_gather, all_gather_stream
+        self.result = None
+
+    def unshard(self):
+        with self.cuda.stream(self.stream):
+            self.all_gather(Tensor())
+            self.result = self.stream.record_event()  # AllGatherResult.all_gather_event
+
+    def wait_for_unshard(self):
+        self.cuda.current_stream().wait_event(self.result)
+        self.result = None  # the copy-out: the event is dropped
+
+
+def test_fsdp2_s_wait_for_unshard_is_the_all_gather_s_wait(cuda, attached):
+    """FSDP2 prefetches layer 2's all-gather while layer 1 computes; layer 2's ``wait_for_unshard`` is where the
+    compute stream stalls for it: the all-gather's wait, matched to it through its unshard event, in forward.
+    Before, nothing was measured there (the side stream's wait was dropped, the stall stayed in the phase)."""
+    group = FakeNcclGroup(cuda, kernel_s=0.012)
+    all_gather = wrapped("all_gather_into_tensor", group)
+    rec = attached.recorder
+    side = cuda.Stream(device=cuda.current_device())
+    layer1, layer2 = FakeFsdpParamGroup(cuda, all_gather, side), FakeFsdpParamGroup(cuda, all_gather, side)
+    rec.begin_step()
+    rec.begin_phase("forward")
+    layer1.unshard()
+    layer1.wait_for_unshard()  # nothing to overlap: the compute stream waits the whole 12 ms
+    layer2.unshard()  # prefetched
+    cuda.current_stream().launch(0.008)  # layer 1's forward
+    layer2.wait_for_unshard()  # the all-gather ends 12 ms after it began: 4 ms of stall
+    cuda.current_stream().launch(0.008)
+    rec.end_phase()
+    rec.end_step()
+    cuda.run(1.0)
+    first, second = attached.collectives.drain()
+    assert first["op"].startswith("all_gather_into_tensor") and second["op"] == first["op"]
+    assert first["d"] == pytest.approx(0.012) and second["d"] == pytest.approx(0.004)
+    assert first["kd"] == pytest.approx(0.012) and second["kd"] == pytest.approx(0.012)
+    assert first["ph"] == second["ph"] == "forward"
+    assert stream_waits_matched(attached) == 2
+
+
+def stream_waits_matched(probe):
+    return probe.collectives.device.sides.matched
 
 
 def test_a_wait_on_a_collective_of_cpu_tensors_keeps_its_host_time(cuda, attached):
