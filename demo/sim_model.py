@@ -285,7 +285,8 @@ class JobModel:
             phases[PHASES[i]] += waited
             summaries.append(
                 CallSummary(n=step.n, ph=PHASES[i], w=waited,
-                            ops={op: OpSummary(count, sum(self.sizes[j]), waited, waited, wait + self.longest[j], self.group_sizes[j], DTYPE)})
+                            ops={op: OpSummary(count, sum(self.sizes[j]), waited, waited, wait + self.longest[j], self.group_sizes[j], DTYPE,
+                                                waited, sum(self.sizes[j]))})
             )  # fmt: skip
         return StepRecord(n=step.n, t=step.start - early, w=sum(step.latest) + tail + early, p=phases), summaries
 
@@ -345,7 +346,8 @@ class JobModel:
 
     def op_summaries(self, count: int, waits: list[float], longest: list[float]) -> dict[str, OpSummary]:
         """One rank's collectives of ``count`` steps per op, from its waits and longest calls per op (:meth:`node_sums`)."""
-        return {op: OpSummary(calls * count, size * count, waits[j], waits[j], longest[j], self.group_sizes[j], DTYPE)
+        return {op: OpSummary(calls * count, size * count, waits[j], waits[j], longest[j], self.group_sizes[j], DTYPE,
+                              waits[j], size * count)  # a blocking call's kernel time is its wait (docs/gpu.md)
                 for j, _, op, calls, size, _ in self._op_sums}  # fmt: skip
 
     def sample(self, step: Step, rank: int, seq: int, t0: float) -> list[Call]:

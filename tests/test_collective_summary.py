@@ -21,7 +21,8 @@ def test_overlapping_waits_count_once_per_phase_and_per_op():
     by_phase = {s["ph"]: s for s in summaries}
     backward = by_phase["backward"]
     assert backward["n"] == 0 and backward["w"] == pytest.approx(0.016)  # 5.000 .. 5.016
-    calls_, nbytes, waited, total, longest, group, dtype = backward["ops"]["ddp_allreduce"]
+    calls_, nbytes, waited, total, longest, group, dtype, kernel, kbytes = backward["ops"]["ddp_allreduce"]
+    assert kernel is None and kbytes is None  # no kernel time known for DDP's wait
     assert (calls_, nbytes, group, dtype) == (2, 200, 4, "float32")
     assert waited == pytest.approx(0.015) and total == pytest.approx(0.020) and longest == pytest.approx(0.010)
     assert by_phase["forward"]["w"] == pytest.approx(0.002)

@@ -22,6 +22,42 @@ def test_bus_bandwidth_factors_follow_nccl_tests():
     assert bus_factor("broadcast", 64) == 1.0
 
 
+def gathered_rows(calls):
+    """The job's rows of ``calls`` (the probe's raw records) after the wire, the viewer's store and its analysis."""
+    from ranktop.watch.analysis.collectives import collective_rows
+    from ranktop.watch.engine.collective_sums import JobCollectives, gather
+    from ranktop.wire.collective_summary import summarise
+
+    summaries, _ = summarise(calls)
+    store = JobCollectives()
+    for entry in summaries:
+        store.add_ops(0, entry.ops, now=0.0)
+    return {row.op: row for row in collective_rows(gather(store, [], now=10.0))}
+
+
+def call(seq, d, kd=None, b=1 << 30):
+    record = {"op": "all_gather_into_tensor", "seq": seq, "b": b, "dt": "bfloat16", "g": 8, "gi": "", "k": "c",
+              "d": d, "n": 0, "ph": "forward", "t0": float(seq)}  # fmt: skip
+    if kd is not None:
+        record["kd"] = kd
+    return record
+
+
+def test_the_bus_bandwidth_is_the_kernels_rate_not_bytes_over_the_stall():
+    """On a GPU an all-gather FSDP2 prefetched waits 1 ms of its 100 ms kernel: bytes over that stall read 1 TB/s,
+    a rate no link has. The bus bandwidth comes from the kernel time (10 GB/s x 7/8); the wait's rate is its own."""
+    (row,) = gathered_rows([call(1, d=0.001, kd=0.1), call(2, d=0.001, kd=0.1)]).values()
+    assert row.busbw_bps == pytest.approx((1 << 30) / 0.1 * 7 / 8)
+    assert row.algbw_bps == pytest.approx((1 << 30) / 0.001)
+
+
+def test_no_kernel_time_known_no_bus_bandwidth_and_only_timed_calls_count():
+    (row,) = gathered_rows([call(1, d=0.001)]).values()  # DDP's finalize wait, a call with no event to be had
+    assert row.busbw_bps is None and row.algbw_bps == pytest.approx((1 << 30) / 0.001)
+    (row,) = gathered_rows([call(1, d=0.001), call(2, d=0.05, kd=0.2, b=1 << 20)]).values()
+    assert row.busbw_bps == pytest.approx((1 << 20) / 0.2 * 7 / 8)
+
+
 def test_percentile_interpolates_like_numpy():
     assert percentile([1.0, 2.0, 3.0, 4.0, 5.0], 95) == pytest.approx(4.8)
     assert percentile([7.0], 95) == 7.0

@@ -6,7 +6,7 @@ one viewer. So the probe's sender thread folds the calls it drains into one
 entry per (step, phase) (the ``cs`` field of a steps message)::
 
     CallSummary(n=step, ph=phase or None, w=seconds waited in this phase of this step,
-                ops={op: OpSummary(calls, bytes, waited, total, longest, group, dtype)})
+                ops={op: OpSummary(calls, bytes, waited, total, longest, group, dtype, kernel, kbytes)})
 
 ``w`` is the union of every call's wait in that phase, whatever the op (DDP's
 buckets and FSDP's prefetches overlap: summing them would count the same
@@ -48,9 +48,11 @@ def summarise(calls: list[dict[str, Any]]) -> tuple[list[CallSummary], list[Call
             intervals = [(c["t0"], c["t0"] + c["d"]) for c in members]
             everything.extend(intervals)
             last = members[-1]
+            timed = [c for c in members if c.get("kd") is not None]  # kernel time known (docs/gpu.md)
             ops[op] = OpSummary(
                 calls=len(members), bytes=sum(c["b"] for c in members), waited=union(intervals),
                 total=sum(c["d"] for c in members), longest=max(c["d"] for c in members), group=last["g"], dtype=last["dt"],
+                kernel=sum(c["kd"] for c in timed) if timed else None, kbytes=sum(c["b"] for c in timed) if timed else None,
             )  # fmt: skip
         summaries.append(CallSummary(n=step, ph=phase, w=union(everything), ops=ops))
     return summaries, [as_call(call) for call in sample(calls)]
@@ -60,7 +62,7 @@ def as_call(call: dict[str, Any]) -> Call:
     """A raw call record as the wire's ``Call`` (what else the record holds stays on the rank)."""
     return Call(
         op=call["op"], seq=call["seq"], b=call["b"], dt=call["dt"], g=call["g"], d=call["d"], n=call["n"], ph=call["ph"],
-        t0=call["t0"], gi=call.get("gi"), k=call.get("k"),
+        t0=call["t0"], gi=call.get("gi"), k=call.get("k"), kd=call.get("kd"),
     )  # fmt: skip
 
 

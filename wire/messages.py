@@ -265,11 +265,14 @@ class Call(Record, kw_only=True, frozen=True):
     t0: Figure
     gi: Optional[Name] = None  # its group's id (torch's group name)
     k: Optional[Literal["c", "p", "f"]] = None  # a collective, a point-to-point op, a functional collective
+    kd: Optional[Amount] = None  # its kernel's seconds (the link's time, not a wait), where known (docs/gpu.md)
 
 
 class OpSummary(Record, array_like=True, frozen=True):
     """One op's collectives over a step and phase (wire/collective_summary.py), a list on the wire:
-    ``[calls, bytes, waited (the union of their waits), total (the sum), longest, group size, dtype]``."""
+    ``[calls, bytes, waited (the union of their waits), total (the sum), longest, group size, dtype, kernel, kbytes]``;
+    ``kernel``: the seconds of their kernels, for the calls whose kernel time is known, and ``kbytes`` those calls'
+    bytes (the link's rate is kbytes / kernel; both absent where no call's is known, and from older probes)."""
 
     calls: Annotated[int, Meta(gt=0, le=int(MAX_FIGURE))]
     bytes: Count
@@ -278,6 +281,8 @@ class OpSummary(Record, array_like=True, frozen=True):
     longest: Amount
     group: Whole
     dtype: str
+    kernel: Optional[Amount] = None
+    kbytes: Optional[Count] = None
 
 
 class CallSummary(Record, kw_only=True, frozen=True):

@@ -18,7 +18,7 @@ says what the viewer needs and no more:
 - ``ranks``: an entry for each rank with more to say, and only then:
   ``ops``, its collectives since they were last sent (at most every
   :data:`OPS_EVERY_S`) per op, in the order of wire/collective_summary.py
-  (calls, bytes, waited, total, longest, group, dtype); ``cx``, its latest
+  (calls, bytes, waited, total, longest, group, dtype, kernel, kbytes); ``cx``, its latest
   sample of raw calls (one rank's every :data:`SAMPLE_EVERY_S`, in turn,
   less often beyond 512 nodes: :data:`SAMPLE_BUDGET`);
   ``state``, its latest state, every :data:`SLOW_EVERY_S`, or at once when it
@@ -364,4 +364,10 @@ def _merge_op(ops: dict[str, OpSummary], op: str, more: OpSummary) -> None:
     ops[op] = more if acc is None else OpSummary(
         calls=acc.calls + more.calls, bytes=acc.bytes + more.bytes, waited=acc.waited + more.waited,
         total=acc.total + more.total, longest=max(acc.longest, more.longest), group=more.group, dtype=more.dtype,
+        kernel=_plus(acc.kernel, more.kernel), kbytes=_plus(acc.kbytes, more.kbytes),
     )  # fmt: skip
+
+
+def _plus(a, b):
+    """The sum of two figures either of which may be unknown (None)."""
+    return b if a is None else a if b is None else a + b

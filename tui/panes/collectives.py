@@ -1,8 +1,10 @@
 """The collectives panel: per op for the job, then per rank and op, for the ranks that matter.
 
-Latency is this rank's wait for the call, launch to completion; bandwidths
-follow nccl-tests (algorithm bandwidth = bytes / time, bus bandwidth scaled by
-the op's data movement); alpha and beta are the least-squares fit of
+Latency is this rank's wait for the call (on a GPU, the compute stream's
+stall); bandwidths follow nccl-tests over two times: "wait GB/s" is bytes over
+the wait (no link rate: an overlapped call waits little, a late peer long),
+"bus GB/s" bytes over the collectives' kernel time, scaled by the op's data
+movement (the link's rate; "–" where no kernel time is known); alpha and beta are the least-squares fit of
 T = alpha + n/beta, shown once three sizes were seen, and "fit" says how far
 the latest calls sit from it (+40% = 40% slower than the model predicts).
 
@@ -29,8 +31,9 @@ COLUMNS = (
     ("bytes", "bytes/s", 9),
     ("mean", "mean ms", 7),
     ("p95", "p95 ms", 6),
-    # nccl-tests' algorithm and bus bandwidths (algbw, busbw), headed short so that a 120-column terminal shows "fit".
-    ("algbw", "alg GB/s", 8),
+    # bytes over the wait, and nccl-tests' bus bandwidth over the kernel time, headed short so that a 120-column
+    # terminal shows "fit".
+    ("algbw", "wait GB/s", 8),
     ("busbw", "bus GB/s", 8),
     ("alpha", "α µs", 5),
     ("beta", "β GB/s", 6),

@@ -3,11 +3,16 @@
 Pure functions over plain numbers, so they are tested without a job; the sums they read are kept as messages
 arrive, and gathered under the lock as copies, by watch/engine/collective_sums.py.
 
-Bandwidths follow nccl-tests (doc/PERFORMANCE.md): *algorithm bandwidth* is
-bytes / time; *bus bandwidth* scales it by how much data each rank really
-moves for that operation, so that it compares with the link's peak whatever
-the op and the group size n: all-reduce 2(n-1)/n; all-gather, reduce-scatter
-and all-to-all (n-1)/n; broadcast, reduce and point-to-point 1.
+Bandwidths follow nccl-tests (doc/PERFORMANCE.md), over two different times.
+The *wait* bandwidth is bytes / the rank's wait: on a GPU the wait is the
+compute stream's stall, which an overlapped collective shortens and a late
+peer lengthens, so it is no link rate. The *bus bandwidth* is bytes / the
+collectives' kernel time (``kernel``/``kbytes`` of a summary: the calls whose
+kernel time the probe knows, docs/gpu.md), scaled by how much data each rank
+really moves for that operation, so that it compares with the link's peak
+whatever the op and the group size n: all-reduce 2(n-1)/n; all-gather,
+reduce-scatter and all-to-all (n-1)/n; broadcast, reduce and point-to-point 1.
+No kernel time known (DDP's finalize wait, an older probe): no bus bandwidth.
 
 The alpha-beta model T(n) = alpha + n / beta (latency plus size over
 bandwidth) is fitted by least squares once calls of at least
@@ -93,12 +98,13 @@ def collective_rows(gathered: GatheredCollectives) -> list[CollectiveStat]:
     """
     now, sums, samples, totals, last = gathered.now, gathered.sums, gathered.samples, gathered.totals, gathered.last
     rows = []
-    for (rank, op), (count, size, busy, first) in sorted(sums.items()):
+    for (rank, op), (count, size, busy, kernel, kbytes, first) in sorted(sums.items()):
         span = now - first
         group, dtype = last[(rank, op)]
         sampled = samples.get((rank, op), [])
         durations = [c.d for c in sampled]
         algbw = size / busy if busy > 0 and size else None
+        link = kbytes / kernel if kernel > 0 and kbytes else None  # the kernels' rate: the link's, not the wait's
         fit = fit_alpha_beta([float(c.b) for c in sampled], durations) if sampled else None
         dev = None
         if fit is not None:
@@ -119,7 +125,7 @@ def collective_rows(gathered: GatheredCollectives) -> list[CollectiveStat]:
                 mean_s=busy / count if count else 0.0,
                 p95_s=percentile(durations, 95) if durations else None,
                 algbw_bps=algbw,
-                busbw_bps=algbw * bus_factor(op, group) if algbw else None,
+                busbw_bps=link * bus_factor(op, group) if link else None,
                 alpha_s=fit.alpha_s if fit else None,
                 beta_bps=fit.beta_bps if fit else None,
                 fit_dev=dev,

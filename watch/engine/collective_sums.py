@@ -25,6 +25,8 @@ from ranktop.wire.messages import Call, CallSummary, OpSummary, Steps
 
 #: Per-step summaries kept per rank and op for the rates (the window's sums are read off the ring).
 OP_WINDOW = 32
+#: What a ring's sums hold: calls, bytes, summed wait, kernel seconds and the bytes of the calls they time.
+SUMS = 5
 #: Notes written at the end of a batch once there are this many (:meth:`JobCollectives.settle`; a read writes them
 #: all first): a flush costs a few dozen numpy calls whatever its size, and a batch of a 4,096-rank job's digests
 #: carries a handful of summaries (a rank's ops ride every 2 s).
@@ -49,6 +51,8 @@ class JobCollectives:
     calls: np.ndarray
     nbytes: np.ndarray
     busy: np.ndarray
+    kernel: np.ndarray
+    kbytes: np.ndarray
     sums: np.ndarray
     head: np.ndarray
     count: np.ndarray
@@ -70,8 +74,9 @@ class JobCollectives:
         self.job_sums: dict[str, list[float]] = {}  # op -> the sum of every row's ``sums`` (rows forgotten leave it)
         self.job_totals: dict[str, list[int]] = {}  # op -> [calls, bytes] since the viewer started (restarts kept)
         self.job_last: dict[str, tuple[int, str]] = {}  # op -> (group size, dtype) last seen
-        # notes not yet written: (row, op, calls, bytes, summed wait, group, dtype, arrival) and (row, op, bytes, wait, arrival)
-        self._ops: list[tuple[int, int, int, int, float, int, int, float]] = []
+        # notes not yet written: (row, op, calls, bytes, summed wait, group, dtype, arrival, kernel s, kernel bytes)
+        # and (row, op, bytes, wait, arrival)
+        self._ops: list[tuple[int, int, int, int, float, int, int, float, float, int]] = []
         self._calls: list[tuple[int, int, float, float, float]] = []
         self._allocate(max(1, rows), max(1, ops))
 
@@ -83,9 +88,11 @@ class JobCollectives:
             "calls": np.zeros((rows, ops, w)),  # (float64: exact for whole numbers up to 2**53)
             "nbytes": np.zeros((rows, ops, w)),
             "busy": np.zeros((rows, ops, w)),  # its summed wait, s
+            "kernel": np.zeros((rows, ops, w)),  # the summed kernel seconds of its calls whose kernel time is known
+            "kbytes": np.zeros((rows, ops, w)),  # ... and those calls' bytes
             "head": np.zeros((rows, ops), np.int64),  # the slot the next summary goes in
             "count": np.zeros((rows, ops), np.int64),  # slots in use
-            "sums": np.zeros((rows, ops, 3)),  # [calls, bytes, summed wait] over each ring, kept as slots are written
+            "sums": np.zeros((rows, ops, SUMS)),  # [calls, bytes, summed wait, kernel s, kernel bytes] over each ring
             "totals": np.zeros((rows, ops, 2), np.int64),  # [calls, bytes] since the rank's process started
             "seen": np.zeros((rows, ops), np.bool_),  # some summary of the op came from the rank's process
             "group": np.zeros((rows, ops), np.int64),  # last seen
@@ -124,7 +131,7 @@ class JobCollectives:
                 j = self._op(op)
             if d is None:
                 d = self._dtype(s.dtype)
-            note((row, j, s.calls, s.bytes, s.total, s.group, d, now))
+            note((row, j, s.calls, s.bytes, s.total, s.group, d, now, s.kernel or 0.0, s.kbytes or 0))
             job_last[op] = (s.group, s.dtype)
 
     def add_calls(self, row: int, calls: Iterable[Call], now: float) -> None:
@@ -153,7 +160,7 @@ class JobCollectives:
 
     def _flush_ops(self) -> None:
         notes, self._ops = self._ops, []
-        row, op, calls, nbytes, busy, group, dtype, at = (np.array(column) for column in zip(*notes))
+        row, op, calls, nbytes, busy, group, dtype, at, kernel, kbytes = (np.array(column) for column in zip(*notes))
         row, op = row.astype(np.int64), op.astype(np.int64)
         self._fit(int(row.max()) + 1)
         # each (row, op) may come several times in a batch: the k-th goes k slots after the ring's head
@@ -167,24 +174,27 @@ class JobCollectives:
         w = OP_WINDOW
         keep = k >= times - w  # more than a ring's worth of one (row, op): the oldest are overwritten anyway
         if not keep.all():
-            row, op, calls, nbytes, busy, group, dtype, at, k, times = (
-                a[keep] for a in (row, op, calls, nbytes, busy, group, dtype, at, k, times)
+            row, op, calls, nbytes, busy, group, dtype, at, kernel, kbytes, k, times = (
+                a[keep] for a in (row, op, calls, nbytes, busy, group, dtype, at, kernel, kbytes, k, times)
             )  # fmt: skip
             k, times = k - (times - np.minimum(times, w)), np.minimum(times, w)
         head = self.head[row, op]
         slot = (head + k) % w
         # a ring fills from slot 0: a slot under its count holds an older summary, which leaves the sums
-        old = np.where((slot < self.count[row, op])[:, None], np.stack([a[row, op, slot] for a in (self.calls, self.nbytes, self.busy)], axis=1), 0.0)
-        change = np.stack([calls, nbytes, busy], axis=1).astype(np.float64) - old
+        rings = (self.calls, self.nbytes, self.busy, self.kernel, self.kbytes)
+        old = np.where((slot < self.count[row, op])[:, None], np.stack([a[row, op, slot] for a in rings], axis=1), 0.0)
+        change = np.stack([calls, nbytes, busy, kernel, kbytes], axis=1).astype(np.float64) - old
         np.add.at(self.sums, (row, op), change)
         for j, delta in zip(np.unique(op).tolist(), _sum_by(op, change).tolist()):
-            job_sums = self.job_sums.setdefault(self.ops[j], [0.0, 0.0, 0.0])
-            for i in range(3):
+            job_sums = self.job_sums.setdefault(self.ops[j], [0.0] * SUMS)
+            for i in range(SUMS):
                 job_sums[i] += delta[i]
         self.at[row, op, slot] = at
         self.calls[row, op, slot] = calls
         self.nbytes[row, op, slot] = nbytes
         self.busy[row, op, slot] = busy
+        self.kernel[row, op, slot] = kernel
+        self.kbytes[row, op, slot] = kbytes
         last = k == times - 1  # one per (row, op): its newest
         lr, lo = row[last], op[last]
         self.head[lr, lo] = (head[last] + times[last]) % w
@@ -327,7 +337,7 @@ class GatheredCollectives:
     """What the collective rows read, copied under the lock: keys are (rank, op), rank -1 the whole job."""
 
     now: float
-    sums: dict[tuple[int, str], list[float]]  # [calls, bytes, summed wait, first arrival]
+    sums: dict[tuple[int, str], list[float]]  # [calls, bytes, summed wait, kernel s, kernel bytes, first arrival]
     samples: dict[tuple[int, str], list[CallSample]]  # raw calls, oldest first
     totals: dict[tuple[int, str], list[int]]  # [calls, bytes] since the viewer started
     last: dict[tuple[int, str], tuple[int, str]]  # (group size, dtype) last seen
@@ -348,14 +358,13 @@ def gather(job: JobCollectives, windows: list[RankWindow], now: float, ranks: It
     else:
         shown = [w for w in windows if w.rank in wanted]
     ops = job.ops
-    sums: dict[tuple[int, str], list[float]] = {}  # key -> [calls, bytes, busy, first arrival]
+    sums: dict[tuple[int, str], list[float]] = {}  # key -> [calls, bytes, busy, kernel s, kernel bytes, first arrival]
     samples: dict[tuple[int, str], list[CallSample]] = {}
     totals: dict[tuple[int, str], list[int]] = {}
     last: dict[tuple[int, str], tuple[int, str]] = {}
     for op in ops:
         if op in job.job_totals:
-            calls, nbytes, busy = job.job_sums[op]
-            sums[(-1, op)] = [calls, nbytes, busy, now]
+            sums[(-1, op)] = [*job.job_sums[op], now]
             totals[(-1, op)] = list(job.job_totals[op])
             last[(-1, op)] = job.job_last[op]
     stride = max(1, -(-len(windows) * CALL_WINDOW // JOB_SAMPLE))
@@ -369,8 +378,8 @@ def gather(job: JobCollectives, windows: list[RankWindow], now: float, ranks: It
     if spanned:
         oldest = job.oldest_at(np.fromiter((w.row for w in spanned), np.int64, len(spanned))).min(axis=0)
         for j, op in enumerate(ops):
-            if (-1, op) in sums and oldest[j] < sums[(-1, op)][3]:
-                sums[(-1, op)][3] = float(oldest[j])
+            if (-1, op) in sums and oldest[j] < sums[(-1, op)][SUMS]:
+                sums[(-1, op)][SUMS] = float(oldest[j])
     if shown:
         rows = np.fromiter((w.row for w in shown), np.int64, len(shown))
         seen, count = job.seen[rows], job.count[rows]
@@ -379,8 +388,7 @@ def gather(job: JobCollectives, windows: list[RankWindow], now: float, ranks: It
         for i, jj in zip(*np.nonzero(seen)):
             i, j = int(i), int(jj)
             key = (shown[i].rank, ops[j])
-            calls, nbytes, busy = window[i][j]
-            sums[key] = [calls, nbytes, busy, first[i][j] if count[i, j] else now]
+            sums[key] = [*window[i][j], first[i][j] if count[i, j] else now]
             totals[key] = rank_totals[i][j]
             last[key] = (group[i][j], job.dtypes[dtype[i][j]])
         for w in shown:

@@ -54,8 +54,8 @@ class CollectiveStat:
     bytes_per_s: float | None
     mean_s: float  # mean duration (this rank's wait, launch to completion)
     p95_s: float | None  # None: no raw call of it sampled yet (the pane shows "–", not 0)
-    algbw_bps: float | None  # bytes / time, nccl-tests convention
-    busbw_bps: float | None  # algbw scaled by the op's bus factor
+    algbw_bps: float | None  # bytes / wait (on a GPU the compute stream's stall: no link rate)
+    busbw_bps: float | None  # bytes / kernel time (the link's), scaled by the op's bus factor; None: no kernel time known
     alpha_s: float | None = None  # alpha-beta fit T = alpha + n/beta, once 3+ sizes are seen
     beta_bps: float | None = None
     fit_dev: float | None = None  # how far the latest calls sit from the fit: (observed - fit) / fit
