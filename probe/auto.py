@@ -519,7 +519,8 @@ class TorchHooks:
                     self._end_discovery()
                 if self._on_first_step is not None:
                     callback, self._on_first_step = self._on_first_step, None
-                    callback(optimizer)
+                    if callback(optimizer) == "again":  # (gpu_timing.AGAIN: a capture in progress) at the next step
+                        self._on_first_step = callback
         except Exception as exc:
             self._fault(exc)
         finally:

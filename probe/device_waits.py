@@ -62,11 +62,21 @@ MAX_PENDING = 8192
 
 
 class CaptureGuard:
-    """Whether a CUDA graph is being captured; the sender queries events only under :meth:`quiet`."""
+    """Whether a CUDA graph is being captured; the sender queries events only under :meth:`quiet`.
+
+    Two ways to know: the captures the probe's wrappers see begin and end (``torch.cuda.CUDAGraph`` and
+    ``torch.accelerator.Graph``, :func:`guard_captures`: ``depth``), and, for a capture begun where no wrapper
+    sees it (in C++: a library's own, ``torch._C._CUDAGraph`` used directly), what CUDA says when the training
+    thread asks before recording an event (:meth:`active`, with :attr:`check` set at attach): a capture seen
+    that way is ``external`` until the training thread sees none, and the sender queries nothing meanwhile."""
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
         self.depth = 0
+        self.external = False
+        #: () -> whether the training device's current stream is capturing (``torch.cuda.is_current_stream_capturing``
+        #: under that device's guard): set when device timing attaches, asked on the training thread only.
+        self.check: Any = None
 
     def begin(self) -> None:
         with self.lock:  # waits at most for one batch of the sender's queries (microseconds)
@@ -81,10 +91,21 @@ class CaptureGuard:
         return _Quiet(self)
 
     def active(self) -> bool:
-        """Whether a capture runs now: what the training thread asks before recording an event. A plain read:
-        ``torch.cuda.is_current_stream_capturing()`` would ask the thread's current device, which need not
-        be the training's (and would open a context there)."""
-        return self.depth > 0
+        """Whether a capture runs now: what the training thread asks before recording an event (an event recorded
+        into a capture is an error that ruins it). A wrapped capture is a plain read; else CUDA is asked."""
+        if self.depth > 0:
+            return True
+        check = self.check
+        if check is None:
+            return False
+        try:
+            capturing = bool(check())
+        except Exception:
+            capturing = False
+        if capturing != self.external:
+            with self.lock:  # the sender is not between two queries when the flag changes
+                self.external = capturing
+        return capturing
 
 
 class _Quiet:
@@ -95,7 +116,7 @@ class _Quiet:
 
     def __enter__(self) -> bool:
         self.guard.lock.acquire()
-        return self.guard.depth == 0
+        return self.guard.depth == 0 and not self.guard.external
 
     def __exit__(self, *exc) -> None:
         self.guard.lock.release()
@@ -105,11 +126,29 @@ class _Quiet:
 CAPTURES = CaptureGuard()
 
 
-def guard_captures(cuda: Any) -> None:
-    """Wrap ``cuda.CUDAGraph.capture_begin``/``capture_end`` so :data:`CAPTURES` knows (idempotent)."""
-    graph = getattr(cuda, "CUDAGraph", None)
-    if graph is None or getattr(graph, "_ranktop_guarded", False):
-        return
+def stream_capturing(cuda: Any, index: int | None) -> Any:
+    """() -> whether ``index``'s current stream is capturing, asked of that device (the thread's current device
+    may be another: asking there would open a context on it)."""
+
+    def check() -> bool:
+        if index is None or cuda.current_device() == index:
+            return cuda.is_current_stream_capturing()
+        with cuda.device(index):
+            return cuda.is_current_stream_capturing()
+
+    return check
+
+
+def guard_captures(cuda: Any, accelerator: Any = None) -> None:
+    """Wrap the ``capture_begin``/``capture_end`` of ``cuda.CUDAGraph`` and of ``accelerator.Graph``
+    (``torch.accelerator``'s, where torch has it; ``with graph:`` calls them too) so :data:`CAPTURES` knows
+    (idempotent)."""
+    for graph in (getattr(cuda, "CUDAGraph", None), getattr(accelerator, "Graph", None)):
+        if graph is not None and not getattr(graph, "_ranktop_guarded", False):
+            _guard(graph)
+
+
+def _guard(graph: Any) -> None:
     begin, end = graph.capture_begin, graph.capture_end
 
     @functools.wraps(begin)
@@ -151,10 +190,11 @@ def make_events(cuda: Any, count: int) -> list:
 class DeviceWaits:
     """The pool, the waits in flight and their resolution (see the module's docstring)."""
 
-    def __init__(self, cuda: Any, pool_size: int = POOL_SIZE, guard: CaptureGuard = CAPTURES, device: int | None = None):
+    def __init__(self, cuda: Any, pool_size: int = POOL_SIZE, guard: CaptureGuard | None = None, device: int | None = None,
+                 accelerator: Any = None):  # fmt: skip
         self.cuda = cuda
-        self.guard = guard
-        guard_captures(cuda)
+        self.guard = guard if guard is not None else CAPTURES
+        guard_captures(cuda, accelerator)
         # Every event goes on the current stream *of the training device* (the thread's current device may be
         # another: CUDAEvent::record refuses a stream of another device), and the sender thread queries under
         # a guard of that device (cudaEventQuery has none: a new thread would open a context on GPU 0).
@@ -209,7 +249,7 @@ class DeviceWaits:
         in progress, or timing off. On a side stream it marks where a collective's kernel is queued there
         (:meth:`stop` tells a side stream's wait from the compute stream's). ``any_stream``: an async launch,
         whose wait is timed later, where a stream joins it."""
-        if self.off or self.guard.depth:
+        if self.off or self.guard.active():
             return None
         try:
             if stream is None:
@@ -223,7 +263,7 @@ class DeviceWaits:
 
     def restart(self, start: Any) -> None:
         """Record ``start`` again, now, on the current stream (the wait of an async call begins here)."""
-        if not self.off and not self.guard.depth:
+        if not self.off and not self.guard.active():
             self._record(start)
 
     def stop(self, record: dict[str, Any], start: Any) -> bool:
@@ -297,7 +337,7 @@ class DeviceWaits:
         record = entry[0]
         record["d"] = max(0.0, _perf() - record["t0"])  # the host's view, kept if the device's is lost
         try:
-            end = None if self.off else self._free.popleft()
+            end = None if self.off or self.guard.depth else self._free.popleft()
         except IndexError:
             end = None
         if end is None or not self._record(end):

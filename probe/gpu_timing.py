@@ -309,13 +309,14 @@ def _device_times(marks: list[tuple[str, Any, Any]]) -> dict[str, Any] | None:
     return {"w": max(0.0, first.elapsed_time(marks[-1][2]) / 1000.0), "p": phases}
 
 
-def attach_cuda(probe: Any, cuda: Any, device: Any = None, work_class: Any = None) -> bool:
+def attach_cuda(probe: Any, cuda: Any, device: Any = None, work_class: Any = None, accelerator: Any = None) -> bool:
     """Time ``probe``'s phases and collective waits on the GPU, from now on. Call on the training thread.
 
     ``device``: the training's CUDA device (default: the thread's current one). All the
     events are made and created on the device here (the hot path then only records them);
     ``work_class``: the Work class whose ``wait()`` ends an async collective on the device
-    (torch.distributed's by default). False if it was attached already.
+    (torch.distributed's by default); ``accelerator``: the module whose ``Graph`` captures are watched beside
+    ``cuda.CUDAGraph``'s (``torch.accelerator`` by default, where torch has it). False if it was attached already.
     """
     from . import device_waits, stream_waits
 
@@ -326,7 +327,11 @@ def attach_cuda(probe: Any, cuda: Any, device: Any = None, work_class: Any = Non
         index = cuda.current_device()
         note_device(probe, f"cuda:{index} {cuda.get_device_name(index)}")
         pool = EventPool(None, POOL_SIZE, events=device_waits.make_events(cuda, POOL_SIZE))
-        waits = device_waits.DeviceWaits(cuda, device=index)
+        if accelerator is None:
+            accelerator = getattr(sys.modules.get("torch"), "accelerator", None)
+        waits = device_waits.DeviceWaits(cuda, device=index, accelerator=accelerator)
+    # A capture begun where no wrapper sees it (in C++): the training thread asks CUDA before each event.
+    device_waits.CAPTURES.check = device_waits.stream_capturing(cuda, index)
     tracker = getattr(probe, "collectives", None)
     timeline = Timeline(
         rec,
@@ -418,11 +423,7 @@ def arm(probe: Any, find_cuda: Callable[[], Any] = _script_cuda) -> None:
         if cuda is None:
             return original(number)
         device = _training_device(cuda)
-        try:  # asked of the training device's stream: the thread's current device may be another (no context there)
-            with cuda.device(device) if device is not None else contextlib.nullcontext():
-                if cuda.is_current_stream_capturing():  # no event may be made inside a graph capture
-                    return original(number)
-        except Exception:
+        if _capturing(cuda, device):  # no event may be made inside a graph capture: attach at a later step
             return original(number)
         rec.replace_boundaries(begin_step=original)
         _attach_or_say(probe, cuda, device)
@@ -479,9 +480,30 @@ def starter(probe: Any) -> Callable[[Any], None] | None:
         device = _param_device(optimizer)
         if torch is None or device is None or device.type != "cuda":
             return
+        if _capturing(torch.cuda, device):  # a step captured whole (torch.cuda.graph around it): the next one
+            return AGAIN
         _attach_or_say(probe, torch.cuda, device)
 
     return start
+
+
+#: What the callback of automatic mode's first optimizer step returns to be called again at the next one.
+AGAIN = "again"
+
+
+def _capturing(cuda: Any, device: Any) -> bool:
+    """Whether a CUDA graph is being captured now: one a wrapper of ours saw begin (``torch.cuda.CUDAGraph``,
+    ``torch.accelerator.Graph``), or, asked of ``device``'s current stream, one begun in C++. Making the pool's
+    events (each recorded once) inside a capture would ruin it; an error asking counts as a capture."""
+    from . import device_waits
+
+    if device_waits.CAPTURES.depth:
+        return True
+    try:  # asked of the training device's stream: the thread's current device may be another (no context there)
+        with cuda.device(device) if device is not None else contextlib.nullcontext():
+            return bool(cuda.is_current_stream_capturing())
+    except Exception:
+        return True
 def _param_device(optimizer: Any):
     for group in getattr(optimizer, "param_groups", ()):
         for param in group.get("params", ()):

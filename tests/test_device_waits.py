@@ -815,3 +815,93 @@ def test_automatic_mode_records_no_event_inside_a_cuda_graph_capture(cuda, attac
     # steps are contiguous (one ends at the next training forward): the step before the capture ends inside it and
     # the captured one begins there, so both go without device times; the next one has them again
     assert [("g" in r) for r in out] == [False, False, True]
+
+
+# -- captures of every kind ----------------------------------------------------------------------------
+
+
+def test_a_capture_through_torch_accelerator_graph_is_one_too(cuda, monkeypatch):
+    """torch 2.13's ``torch.accelerator.Graph`` (``with graph:`` calls its capture_begin/capture_end): the same
+    rules as ``torch.cuda.CUDAGraph``. Before, only the latter was watched: the sender queried during the
+    capture, which ruins it."""
+    accelerator = types.SimpleNamespace(Graph=type("Graph", (cuda.CUDAGraph.__mro__[1],), {"cuda": cuda}))
+    probe = probe_on(cuda)
+    cuda.set_device(2)
+    assert gpu_timing.attach_cuda(probe, cuda, work_class=FakeWork, accelerator=accelerator)
+    monkeypatch.setattr(collectives, "_tracker", probe.collectives)
+    rec = probe.recorder
+    timed_steps(rec, cuda, 2)
+    graph = accelerator.Graph()
+    graph.capture_begin()
+    before = cuda.records
+    timed_steps(rec, cuda, 1)
+    wrapped("all_reduce", FakeNcclGroup(cuda))(Tensor())
+    records = rec.timeline.resolve(rec.drain())  # the sender during the capture: no query
+    calls = probe.collectives.drain()
+    assert cuda.records == before and not cuda.capture_invalidated
+    graph.capture_end()
+    cuda.run(1.0)
+    records += rec.timeline.resolve([])
+    assert [("g" in r) for r in records] == [True, True, False] and len(calls + probe.collectives.drain()) == 1
+
+
+def test_a_capture_begun_in_cpp_is_seen_by_asking_cuda_before_each_event(cuda, attached):
+    """A capture no Python wrapper sees begin (a library's own, in C++): the training thread asks CUDA
+    (``is_current_stream_capturing``, on the training device) before it records an event, records none, and
+    the sender queries nothing until the training thread has seen the capture end."""
+    rec = attached.recorder
+    timed_steps(rec, cuda, 2)
+    cuda.capturing = True  # begun in C++: no capture_begin of ours ran
+    before = cuda.records
+    timed_steps(rec, cuda, 1)
+    wrapped("all_reduce", FakeNcclGroup(cuda))(Tensor())
+    records = rec.timeline.resolve(rec.drain())
+    attached.collectives.drain()
+    assert cuda.records == before and not cuda.capture_invalidated
+    assert not rec.timeline.off and not attached.collectives.device.off  # a capture is no fault
+    cuda.capturing = False
+    timed_steps(rec, cuda, 2)
+    cuda.run(1.0)
+    records += rec.timeline.resolve(rec.drain())
+    assert [("g" in r) for r in records] == [True, True, False, True, True]
+    assert cuda.contexts == {2}  # asked of the training device only
+
+
+def test_automatic_mode_waits_out_a_capture_before_it_attaches(cuda, monkeypatch):
+    """Automatic mode attaches at the first optimizer step; a step captured whole (``torch.cuda.graph`` around
+    forward, backward and a capturable optimizer's step) would have had the pool's events made (each recorded
+    once) inside the capture, which ruins it. It attaches at the first step outside one."""
+    monkeypatch.setenv("RANKTOP_DEVICE_TIMING", "")
+    monkeypatch.setitem(sys.modules, "torch", types.SimpleNamespace(cuda=cuda))
+    probe = probe_on(cuda)
+    start = gpu_timing.starter(probe)
+    device = types.SimpleNamespace(type="cuda", index=3)
+    optimizer = types.SimpleNamespace(param_groups=[{"params": [types.SimpleNamespace(device=device)]}])
+    with cuda.graph_capture():
+        assert start(optimizer) == gpu_timing.AGAIN
+    cuda.capturing = True  # one begun in C++
+    assert start(optimizer) == gpu_timing.AGAIN
+    assert probe.recorder.timeline is None and cuda.created == 0 and not cuda.capture_invalidated
+    cuda.capturing = False
+    start(optimizer)
+    assert probe.recorder.timeline is not None
+
+
+def test_automatic_mode_calls_its_first_step_callback_again_when_asked():
+    import torch
+
+    from ranktop.probe import auto
+
+    model = torch.nn.Linear(2, 1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    seen = []
+    hooks = auto.TorchHooks(auto.AutoTimer(Recorder()), model=model, optimizer=opt)
+    hooks._on_first_step = lambda optimizer: seen.append(optimizer) or (gpu_timing.AGAIN if len(seen) < 2 else None)
+    hooks.install()
+    try:
+        for _ in range(4):
+            model(torch.ones(2)).sum().backward()
+            opt.step()
+    finally:
+        hooks.remove()
+    assert len(seen) == 2
