@@ -34,6 +34,7 @@ from pathlib import Path
 from ranktop.cli.errors import UserError
 from ranktop.cli.options import Command, positive_float
 from ranktop.wire import settings
+from ranktop.wire.dtypes import normalise_dtype
 
 PTH = "ranktop-auto.pth"
 
@@ -79,6 +80,8 @@ def configure(launch: argparse.ArgumentParser) -> None:
     work.add_argument("--batch-size", type=positive_float, default=None, help="samples per rank per step")
     work.add_argument("--tokens-per-step", type=positive_float, default=None, help="tokens per rank per step")
     work.add_argument("--flops-per-step", type=positive_float, default=None, help="model FLOPs per rank per step")
+    work.add_argument("--flops-dtype", type=flops_dtype, default=None,
+                      help="the dtype whose peak MFU is against (fp32, tf32, bf16, fp16, fp8; default: the one the job computes in)")
     launch.add_argument("argv", nargs=argparse.REMAINDER, metavar="COMMAND", help="the command to run, after --")
     launch.set_defaults(run=cmd_launch)
 
@@ -101,10 +104,22 @@ def launch_env(job: str, rate: float | None, directory: str | None, base: dict |
     return env
 
 
-def work_env(batch_size: float | None, tokens_per_step: float | None, flops_per_step: float | None) -> dict[str, str]:
+def work_env(batch_size: float | None, tokens_per_step: float | None, flops_per_step: float | None,
+             dtype: str | None = None) -> dict[str, str]:  # fmt: skip
     """The environment variables ``probe.init`` reads the work per step from (probe/flops.py)."""
     names = ((settings.BATCH_SIZE.name, batch_size), (settings.TOKENS_PER_STEP.name, tokens_per_step), (settings.FLOPS_PER_STEP.name, flops_per_step))
-    return {name: f"{value:.17g}" for name, value in names if value is not None}
+    env = {name: f"{value:.17g}" for name, value in names if value is not None}
+    if dtype:
+        env[settings.FLOPS_DTYPE.name] = dtype
+    return env
+
+
+def flops_dtype(text: str) -> str:
+    """``--flops-dtype``: one of the dtypes the peak table knows (probe/flops.py), by any of its names."""
+    try:
+        return normalise_dtype(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def _default_job(command: list[str]) -> str:
@@ -127,7 +142,8 @@ def cmd_launch(args) -> int:
         raise LaunchError(f"--rate {problem}")
     job = args.job or _default_job(command)
     env = launch_env(job, args.rate, args.dir)
-    env.update(work_env(getattr(args, "batch_size", None), getattr(args, "tokens_per_step", None), getattr(args, "flops_per_step", None)))
+    env.update(work_env(getattr(args, "batch_size", None), getattr(args, "tokens_per_step", None), getattr(args, "flops_per_step", None),
+                        getattr(args, "flops_dtype", None)))  # fmt: skip
     fallback = None
     if not hook_installed():
         fallback = tempfile.TemporaryDirectory(prefix="ranktop-launch-")

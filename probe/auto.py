@@ -283,6 +283,9 @@ class TorchHooks:
         self._model = model
         self._optimizer = optimizer
         self._on_first_step = on_first_step
+        # Called once, inside the first training forward (autocast is on there if the job uses it): what the job
+        # computes in, for the peak of MFU (probe/resources.py learn_compute).
+        self._on_forward: Callable[[Any], None] | None = None
         self._on_fault = on_fault
         self._handles: list[Any] = []
         self._discovery: list[Any] = []  # the global module hooks, until the roots are known
@@ -474,8 +477,15 @@ class TorchHooks:
             self._fwd_depth = depth + 1
             if depth == 0 and not self._bwd_depth:
                 self._fwd_open = self.timer.forward_begin(module.training and self._torch.is_grad_enabled())
+                if self._on_forward is not None and self._fwd_open and module.training:
+                    self._first_forward(module)
         except Exception as exc:
             self._fault(exc)
+
+    def _first_forward(self, module) -> None:
+        callback, self._on_forward = self._on_forward, None
+        if callback is not None:
+            callback(module)
 
     def _fwd_post(self, module, args, output):
         if dynamo_guard.is_tracing() or self._thread != _get_ident():
@@ -619,6 +629,8 @@ class TimedCall:
         hooks._fwd_depth = 1
         try:
             opened = hooks.timer.forward_begin(module.training and hooks._torch.is_grad_enabled())
+            if hooks._on_forward is not None and opened and module.training:
+                hooks._first_forward(module)
         except Exception as exc:
             hooks._fault(exc)
             opened = False
@@ -655,7 +667,7 @@ _get_ident = threading.get_ident
 dynamo_guard.keep_out(TimedCall.__call__)  # it calls the script's module: dynamo may compile what that calls
 dynamo_guard.keep_out(
     TorchHooks._fwd_pre_discover, TorchHooks._fwd_post_discover, TorchHooks._fwd_pre, TorchHooks._fwd_post,
-    TorchHooks._opt_pre, TorchHooks._opt_post, recursive=True,
+    TorchHooks._opt_pre, TorchHooks._opt_post, TorchHooks._first_forward, recursive=True,
 )
 
 
@@ -712,6 +724,7 @@ def start(probe: Any, model: Any = None, optimizer: Any = None) -> TorchHooks | 
         gpu = _gpu_start_callback(probe)
         if gpu is not None:
             hooks._on_first_step = gpu
+        hooks._on_forward = getattr(getattr(probe, "resources", None), "learn_compute", None)
         _hooks = hooks.install()
         probe.auto = hooks
         return hooks

@@ -9,8 +9,11 @@ under ``torch.utils.flop_counter.FlopCounterMode``. The TUI multiplies each by
 the rank's step rate.
 
 Peak FLOP/s comes from :data:`PEAK_TFLOPS` (dense, no sparsity, from the
-vendors' data sheets) by device name and the dtype the user names (bf16 by
-default, the usual basis of MFU); ``RANKTOP_PEAK_TFLOPS`` overrides it. Where
+vendors' data sheets) by device name and dtype: the one the user names
+(``flops_dtype``, ``RANKTOP_FLOPS_DTYPE``, ``ranktop launch --flops-dtype``),
+else the one the job computes in, learnt in automatic mode inside its first
+training forward (:func:`compute_dtype`: autocast's, else the parameters'),
+else bf16 (the usual basis of MFU); ``RANKTOP_PEAK_TFLOPS`` overrides it. Where
 none is known (a CPU) the TUI shows the achieved TFLOP/s and says MFU is
 unknown. Everything here is computed on the sender thread or at ``init``;
 torch is only used if the script imported it.
@@ -24,6 +27,7 @@ import sys
 from typing import Any, Callable
 
 from ranktop.wire import settings
+from ranktop.wire.dtypes import DTYPES, normalise_dtype  # noqa: F401 (part of this module's interface)
 
 #: Dense peak TFLOP/s per device and dtype. Keys are matched against the lower-cased CUDA
 #: device name, most specific first (so "h100 pcie" wins over "h100").
@@ -51,25 +55,16 @@ PEAK_TFLOPS: tuple[tuple[tuple[str, ...], dict[str, float]], ...] = (
     (("mi300x",), {"fp64": 81.7, "fp32": 163.4, "tf32": 653.7, "bf16": 1307.4, "fp16": 1307.4, "fp8": 2614.9}),
     (("mi250x",), {"fp64": 95.7, "fp32": 95.7, "bf16": 383.0, "fp16": 383.0}),
 )
-DTYPES = ("fp64", "fp32", "tf32", "bf16", "fp16", "fp8")
-_DTYPE_ALIASES = {
-    "float64": "fp64", "double": "fp64", "float32": "fp32", "float": "fp32", "tfloat32": "tf32",
-    "bfloat16": "bf16", "float16": "fp16", "half": "fp16", "float8": "fp8", "float8_e4m3fn": "fp8",
-}  # fmt: skip
 
 ENV_BATCH = settings.BATCH_SIZE.name
 ENV_TOKENS = settings.TOKENS_PER_STEP.name
 ENV_FLOPS = settings.FLOPS_PER_STEP.name
 ENV_PEAK = settings.PEAK_TFLOPS.name
-
-
-def normalise_dtype(dtype: Any) -> str:
-    """"bf16", torch.bfloat16 or "bfloat16" -> "bf16"."""
-    name = str(dtype).replace("torch.", "").lower()
-    name = _DTYPE_ALIASES.get(name, name)
-    if name not in DTYPES:
-        raise ValueError(f"unknown dtype {dtype!r} for peak FLOPs; one of {', '.join(DTYPES)}")
-    return name
+ENV_DTYPE = settings.FLOPS_DTYPE.name
+#: The peak's dtype until the job's is known: bf16, the usual basis of MFU.
+DEFAULT_DTYPE = "bf16"
+#: Where the peak's dtype came from (``dtype_from`` of the work map): the user, autocast, the parameters, or none.
+STATED, AUTOCAST, PARAMETERS, DEFAULT = "stated", "autocast", "parameters", "default"
 
 
 #: A MIG slice's name ends "MIG <n>g.<mem>gb": n of the GPU's :data:`MIG_SLICES` compute slices.
@@ -108,12 +103,14 @@ def work_from(
     batch_size: Any = None,
     tokens_per_step: Any = None,
     flops_per_step: Any = None,
-    flops_dtype: Any = "bf16",
+    flops_dtype: Any = None,
     env=os.environ,
 ) -> dict[str, Any]:
     """The ``work`` map of a rank's hello: arguments first, then the environment variables.
 
     ``flops_per_step="auto"`` is accepted here and means "counted later" (see :func:`count_flops`).
+    ``dtype`` is the one the peak is taken for: ``flops_dtype`` (or ``RANKTOP_FLOPS_DTYPE``) when stated
+    (``dtype_from`` "stated"), else bf16 until the job's own is learnt (:func:`compute_dtype`; "default").
     """
     if flops_per_step == "auto":
         flops_per_step = None
@@ -121,11 +118,53 @@ def work_from(
     tokens = positive("tokens_per_step", tokens_per_step, int) if tokens_per_step is not None else _from_env(env, ENV_TOKENS, int)
     flops = positive("flops_per_step", flops_per_step) if flops_per_step is not None else _from_env(env, ENV_FLOPS, float)
     peak = _from_env(env, ENV_PEAK, float)
-    work: dict[str, Any] = {"dtype": normalise_dtype(flops_dtype or "bf16")}
+    stated = normalise_dtype(flops_dtype) if flops_dtype else _dtype_from_env(env)
+    work: dict[str, Any] = {"dtype": stated or DEFAULT_DTYPE, "dtype_from": STATED if stated else DEFAULT}
     for key, value in (("batch", batch), ("tokens", tokens), ("flops", flops), ("peak_tflops", peak)):
         if value is not None:
             work[key] = value
     return work
+
+
+def _dtype_from_env(env) -> str | None:
+    text = env.get(ENV_DTYPE, "")
+    if not text:
+        return None
+    try:
+        return normalise_dtype(text)
+    except ValueError as exc:
+        print(f"ranktop: ignoring {ENV_DTYPE}: {exc}", file=sys.stderr)
+        return None
+
+
+def compute_dtype(torch: Any, module: Any) -> tuple[str, str] | None:
+    """(dtype, where it was learnt) of what a training forward of ``module`` computes in, asked inside it:
+    autocast's dtype where autocast is on for the parameters' device ("autocast"), else the parameters' own
+    ("parameters"), fp32 counted as tf32 where CUDA matmuls may use TF32
+    (``torch.backends.cuda.matmul.allow_tf32``, ``set_float32_matmul_precision("high")``). None: no
+    floating-point parameter, or a torch that cannot say."""
+    try:
+        param = next(iter(module.parameters()), None)
+        if param is None:
+            return None
+        device = param.device.type
+        if torch.is_autocast_enabled(device):
+            return normalise_dtype(torch.get_autocast_dtype(device)), AUTOCAST
+        name = normalise_dtype(param.dtype)
+        if name == "fp32" and device == "cuda" and _tf32(torch):
+            name = "tf32"
+        return name, PARAMETERS
+    except Exception:
+        return None
+
+
+def _tf32(torch: Any) -> bool:
+    try:
+        if torch.get_float32_matmul_precision() != "highest":
+            return True
+        return bool(torch.backends.cuda.matmul.allow_tf32)
+    except Exception:
+        return False
 
 
 def _from_env(env, name: str, kind) -> Any:

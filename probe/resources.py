@@ -9,6 +9,7 @@ peak) rides in the hello. Nothing here runs on the training thread but
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 from . import flops
@@ -38,14 +39,30 @@ class RankResources:
         self.gpu.stop()
 
     def set_work(self, **changes: Any) -> None:
-        """Update the work per step (``batch``, ``tokens``, ``flops``); None leaves an entry as it is."""
+        """Update the work per step (``batch``, ``tokens``, ``flops``, and ``dtype``: the peak's, as stated by the
+        user); None leaves an entry as it is."""
         base = dict(self._base)
         names = {"batch": "batch_size", "tokens": "tokens_per_step", "flops": "flops_per_step"}
         for key, value in changes.items():
-            if value is not None:
+            if value is None:
+                continue
+            if key == "dtype":
+                base["dtype"], base["dtype_from"] = flops.normalise_dtype(value), flops.STATED
+            else:
                 base[key] = flops.positive(names.get(key, key), value, float if key == "flops" else int)
         self._base = base
         self._publish()
+
+    def learn_compute(self, module: Any) -> None:
+        """Inside the first training forward (the training thread, once): the dtype the job computes in, for the
+        peak, unless the user stated one (probe/flops.py :func:`~.flops.compute_dtype`)."""
+        if self._base.get("dtype_from") == flops.STATED:
+            return
+        torch = sys.modules.get("torch")
+        found = flops.compute_dtype(torch, module) if torch is not None else None
+        if found is not None:
+            self._base = dict(self._base, dtype=found[0], dtype_from=found[1])
+            self._publish()
 
     @property
     def work(self) -> dict[str, Any]:

@@ -99,14 +99,16 @@ def init(
     batch_size: int | None = None,
     tokens_per_step: int | None = None,
     flops_per_step: float | str | None = None,
-    flops_dtype: str = "bf16",
+    flops_dtype: str | None = None,
     layout: str | None = None,
 ) -> Probe | _Disabled:
     """Start the probe in this process (idempotent). ``RANKTOP_DISABLE=1`` keeps it off.
 
     ``batch_size``, ``tokens_per_step`` and ``flops_per_step`` (per rank, per step; else
     ``RANKTOP_BATCH_SIZE``, ``RANKTOP_TOKENS_PER_STEP``, ``RANKTOP_FLOPS_PER_STEP``) give
-    samples/s, tokens/s and MFU against the peak of ``flops_dtype`` (see probe/flops.py).
+    samples/s, tokens/s and MFU against the peak of ``flops_dtype`` (else ``RANKTOP_FLOPS_DTYPE``, else the
+    dtype the job computes in, learnt in automatic mode, else bf16; see probe/flops.py). Called again once the
+    probe runs (a script's own ``init`` under ``ranktop launch``), the work it states replaces the launch's.
     ``layout`` (else ``RANKTOP_LAYOUT``) states the parallel layout, outermost dimension first
     (``"pp=4,tp=8,dp=-1"``), for a job whose process groups do not say it (docs/parallelism.md).
     """
@@ -117,6 +119,9 @@ def init(
             # again once torch is in, and the collectives are wrapped then (idempotent), or their waits would
             # count as the phase's own work.
             collectives.install(active.collectives)
+            if flops_per_step == "auto":
+                flops_per_step = None
+            active.resources.set_work(batch=batch_size, tokens=tokens_per_step, flops=flops_per_step, dtype=flops_dtype)
             return active
         if settings.DISABLE.on():
             return DISABLED

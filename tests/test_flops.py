@@ -1,7 +1,11 @@
 """FLOPs per step (PyTorch's counter, by hand), peak FLOP/s by device, and the work a probe reports."""
 
+import sys
+import types
+
 import pytest
 import torch
+from support import run_cli
 from torch.utils.flop_counter import FlopCounterMode
 
 from ranktop.demo.flops import analytic_step_flops, step_flops
@@ -62,11 +66,11 @@ def test_peak_flops_by_device_name_and_dtype(name, dtype, peak):
 def test_work_comes_from_arguments_then_the_environment_and_the_peak_can_be_overridden(capsys):
     env = {"RANKTOP_BATCH_SIZE": "16", "RANKTOP_TOKENS_PER_STEP": "1e4", "RANKTOP_PEAK_TFLOPS": "400"}
     work = flops.work_from(batch_size=8, env=env)
-    assert work == {"dtype": "bf16", "batch": 8, "tokens": 10000, "peak_tflops": 400.0}
+    assert work == {"dtype": "bf16", "dtype_from": "default", "batch": 8, "tokens": 10000, "peak_tflops": 400.0}
     assert flops.with_device(work, "NVIDIA H100 80GB HBM3")["peak_tflops"] == 400.0  # the override wins
     assert flops.with_device(flops.work_from(flops_dtype=torch.float16, env={}), "NVIDIA A100")["peak_tflops"] == 312.0
-    assert flops.work_from(flops_per_step="auto", env={}) == {"dtype": "bf16"}
-    assert flops.work_from(env={"RANKTOP_BATCH_SIZE": "many"}) == {"dtype": "bf16"}  # a bad variable is ignored ...
+    assert flops.work_from(flops_per_step="auto", env={}) == {"dtype": "bf16", "dtype_from": "default"}
+    assert flops.work_from(env={"RANKTOP_BATCH_SIZE": "many"}) == {"dtype": "bf16", "dtype_from": "default"}  # a bad variable is ignored ...
     assert "ignoring RANKTOP_BATCH_SIZE" in capsys.readouterr().err  # ... and said
     with pytest.raises(ValueError):
         flops.work_from(batch_size=0, env={})  # a bad argument is the caller's error
@@ -79,8 +83,98 @@ def test_ranktop_launch_passes_the_work_per_step_in_the_environment_probe_init_r
 
     env = work_env(8.0, 16384.0, 1.2e15)
     assert env == {"RANKTOP_BATCH_SIZE": "8", "RANKTOP_TOKENS_PER_STEP": "16384", "RANKTOP_FLOPS_PER_STEP": "1200000000000000"}
-    assert flops.work_from(env=env) == {"dtype": "bf16", "batch": 8, "tokens": 16384, "flops": 1.2e15}
+    assert flops.work_from(env=env) == {"dtype": "bf16", "dtype_from": "default", "batch": 8, "tokens": 16384, "flops": 1.2e15}
     assert work_env(None, None, None) == {}
+    assert flops.work_from(env=work_env(None, None, None, "fp32")) == {"dtype": "fp32", "dtype_from": "stated"}
+
+
+def test_ranktop_launch_refuses_a_dtype_with_no_peak_in_one_line():
+    out = run_cli("launch", "--flops-dtype", "int4", "--", sys.executable, "-c", "pass")
+    assert out.returncode != 0 and "unknown dtype 'int4'" in out.stderr
+
+
+class FakeParam:
+    def __init__(self, dtype, device="cuda"):
+        self.dtype, self.device = dtype, types.SimpleNamespace(type=device)
+
+
+def fake_torch(autocast=None, precision="highest", allow_tf32=False):
+    """What compute_dtype asks of torch, on a GPU: autocast's state for the device, the matmul precision."""
+    matmul = types.SimpleNamespace(allow_tf32=allow_tf32)
+    return types.SimpleNamespace(
+        is_autocast_enabled=lambda device: autocast is not None, get_autocast_dtype=lambda device: autocast,
+        get_float32_matmul_precision=lambda: precision, backends=types.SimpleNamespace(cuda=types.SimpleNamespace(matmul=matmul)),
+    )  # fmt: skip
+
+
+def test_the_peak_is_that_of_the_dtype_the_job_computes_in():
+    """fp32 parameters under autocast compute in bf16; without it in fp32, or in TF32 where matmuls may use it; bf16
+    parameters in bf16. The demo's fp32 work divided by the bf16 peak read MFU ~15x too low on an H100."""
+    model = types.SimpleNamespace(parameters=lambda: iter([FakeParam(torch.float32)]))
+    assert flops.compute_dtype(fake_torch(autocast=torch.bfloat16), model) == ("bf16", "autocast")
+    assert flops.compute_dtype(fake_torch(), model) == ("fp32", "parameters")
+    assert flops.compute_dtype(fake_torch(precision="high"), model) == ("tf32", "parameters")
+    assert flops.compute_dtype(fake_torch(allow_tf32=True), model) == ("tf32", "parameters")
+    half = types.SimpleNamespace(parameters=lambda: iter([FakeParam(torch.bfloat16)]))
+    assert flops.compute_dtype(fake_torch(), half) == ("bf16", "parameters")
+    assert flops.compute_dtype(fake_torch(), types.SimpleNamespace(parameters=lambda: iter([]))) is None
+    assert flops.peak_tflops("NVIDIA H100 80GB HBM3", "fp32") == 66.9  # against 989.4 for bf16
+
+
+def test_automatic_mode_learns_the_dtype_inside_the_first_training_forward_unless_one_was_stated():
+    """With torch's own autocast (on the CPU here): the first training forward runs inside it, so that is where
+    the dtype is asked; a dtype the user stated is kept."""
+    from ranktop.probe import auto
+    from ranktop.probe.recorder import Recorder
+
+    def learnt(stated=None):
+        resources = types.SimpleNamespace(work=flops.work_from(flops_dtype=stated, env={}))
+
+        def learn(module):
+            if resources.work["dtype_from"] != "stated":
+                found = flops.compute_dtype(torch, module)
+                resources.work = dict(resources.work, dtype=found[0], dtype_from=found[1])
+
+        model = torch.nn.Linear(4, 1)
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        hooks = auto.TorchHooks(auto.AutoTimer(Recorder()), model=model, optimizer=opt)
+        hooks._on_forward = learn
+        hooks.install()
+        try:
+            model.eval()
+            model(torch.ones(4))  # an evaluation first: not what training computes in
+            model.train()
+            with torch.autocast("cpu", dtype=torch.bfloat16):
+                loss = model(torch.ones(4)).sum()
+            loss.backward()
+            opt.step()
+        finally:
+            hooks.remove()
+        return resources.work["dtype"], resources.work["dtype_from"]
+
+    assert learnt() == ("bf16", "autocast")
+    assert learnt("fp32") == ("fp32", "stated")
+
+
+def test_flops_dtype_is_honoured_under_ranktop_launch(rdv, tmp_path):
+    """``ranktop launch`` starts the probe before the script runs; the script's own ``probe.init(flops_dtype=...)``
+    was then ignored (the probe was up: init returned it as it was), and its fp32 work went against the bf16 peak."""
+    script = tmp_path / "fp32.py"
+    script.write_text(
+        "import torch\n"
+        "from ranktop import probe\n"
+        "m = torch.nn.Linear(4, 1); opt = torch.optim.SGD(m.parameters(), lr=0.1)\n"
+        "for _ in range(3):\n"
+        "    m(torch.ones(2, 4)).sum().backward(); opt.step()\n"
+        "p = probe.get(); before = dict(p.resources.work)\n"
+        "probe.init(flops_dtype='fp32', batch_size=8)\n"
+        "after = p.resources.work\n"
+        "print(before['dtype_from'], after['dtype'], after['dtype_from'], after['batch'])\n"
+    )
+    out = run_cli("launch", "--job", "jd", "--", sys.executable, str(script), cwd=tmp_path, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["parameters", "fp32", "stated", "8"]
+
 
 
 def test_the_demo_trains_on_cpu_when_a_node_has_fewer_gpus_than_ranks():

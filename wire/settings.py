@@ -59,6 +59,11 @@ BATCH_SIZE = Setting("RANKTOP_BATCH_SIZE", "samples per rank per step, when `pro
 TOKENS_PER_STEP = Setting("RANKTOP_TOKENS_PER_STEP", "tokens per rank per step, when `probe.init` is not told")
 FLOPS_PER_STEP = Setting("RANKTOP_FLOPS_PER_STEP", "model FLOPs per rank per step, when `probe.init` is not told")
 PEAK_TFLOPS = Setting("RANKTOP_PEAK_TFLOPS", "the device's peak TFLOP/s for MFU, instead of the built-in table")
+FLOPS_DTYPE = Setting(
+    "RANKTOP_FLOPS_DTYPE",
+    "the dtype whose peak MFU is against (`fp32`, `tf32`, `bf16`, ...), when `probe.init` is not told; "
+    "else the one the job computes in (`ranktop launch --flops-dtype`)",
+)
 DEVICE_TIMING = Setting("RANKTOP_DEVICE_TIMING", "`off`: no CUDA events in automatic mode; `cpu`: host-clock events (tests)", "auto")
 LAYOUT = Setting(
     "RANKTOP_LAYOUT",
@@ -74,5 +79,5 @@ DIGESTS = Setting(
 #: Every setting, in the order the README lists them.
 ALL = (
     DIR, JOB, SECRET, CURVE, BIND, HOST, PORT, PORT_BASE, DISABLE, CAPTURE_DIR, AUTO, RATE,
-    BATCH_SIZE, TOKENS_PER_STEP, FLOPS_PER_STEP, PEAK_TFLOPS, DEVICE_TIMING, LAYOUT, DIGESTS,
+    BATCH_SIZE, TOKENS_PER_STEP, FLOPS_PER_STEP, PEAK_TFLOPS, FLOPS_DTYPE, DEVICE_TIMING, LAYOUT, DIGESTS,
 )
