@@ -27,7 +27,6 @@ import importlib
 import inspect
 import json
 import os
-import pickle
 import subprocess
 import sys
 import threading
@@ -38,7 +37,7 @@ from typing import Any
 from ranktop.transport import background, rendezvous
 from ranktop.wire.capture import DONE, FAILED, MEMORY, RECORDING, RUNNING, TRACE, WAITING, WRITING
 
-from . import trace_summary
+from . import memory_dump, trace_summary
 
 #: Allocation events the CUDA allocator keeps while recording (its ring buffer; older ones fall off).
 MEMORY_MAX_ENTRIES = 100_000
@@ -180,51 +179,71 @@ class Capture:
     # -- the writer thread ------------------------------------------------------
 
     def _write(self) -> None:
-        tmp = None
         try:
             background.name_thread("ranktop-capture")
             background.lower_priority()
             self.folder.mkdir(parents=True, exist_ok=True)
             stem = f"rank{self.rank}.{rendezvous.safe_name(self.host)}_{os.getpid()}.{int(time.time() * 1000)}"
-            if self.kind == MEMORY:
-                # Off the training thread: gathering the snapshot and symbolising its stacks takes long
-                # with a full history. The history runs on until this moment (a few allocations past the
-                # last step), and is switched off whatever happens.
-                memory = self._torch.cuda.memory
-                try:
-                    self._snapshot = memory._snapshot()
-                finally:
-                    memory._record_memory_history(enabled=None)
-                path = self.folder / f"{stem}.memory.pickle"
-                tmp = self.folder / f".{path.name}.tmp"
-                with open(tmp, "wb") as f:
-                    pickle.dump(self._snapshot, f)
-                os.replace(tmp, path)
-                summary = memory_summary(self._snapshot)
-                self._snapshot = None
-            else:
-                path = self.folder / f"{stem}.pt.trace.json"  # TensorBoard's trace handler's naming
-                tmp = self.folder / f".{path.name}.tmp"  # not *.json: HTA reads every *.json of the folder
-                began = time.perf_counter()
-                self._profiler.export_chrome_trace(str(tmp))  # C++, holding the GIL: training waits this long too
-                self._cost_ms.append((time.perf_counter() - began) * 1000)
-                if not tmp.exists():  # kineto logs a failed write and returns as if it had succeeded
-                    raise OSError(f"torch.profiler could not write the trace in {self.folder}: {why_unwritable(self.folder)}")
-                os.replace(tmp, path)
-                self._profiler = None
-                summary = summarize_file(path)
+            # What writing costs the training thread: the longest any thread waited for the GIL meanwhile.
+            with memory_dump.StallMeter() as stalls:
+                path, summary = self._write_memory(stem) if self.kind == MEMORY else self._write_trace(stem)
+            summary["cost_s"] = round(stalls.longest, 4)
             summary["train_ms"] = [round(ms, 1) for ms in self._cost_ms]
             self.path = str(path)
             self.summary = summary
             self.finished_at = time.monotonic()
             self.state = DONE
         except Exception as exc:
+            tmp = getattr(exc, "_ranktop_tmp", None)
             if tmp is not None:  # a half-written file never lies in the capture folder: ours, nor kineto's own
                 for leftover in (tmp, tmp.with_name(tmp.name + ".tmp")):  # kineto writes PATH.tmp, then renames it
                     with contextlib.suppress(OSError):
                         os.unlink(leftover)
             reason = str(exc) if type(exc) is OSError and exc.errno is None else f"{exc.__class__.__name__}: {exc}"
             self._fail(f"writing failed: {reason}")
+
+    def _write_memory(self, stem: str) -> tuple[Path, dict[str, Any]]:
+        """Off the training thread: gathering the snapshot and symbolising its stacks takes long with a full
+        history (one C++ call holding the GIL: timed, ``snapshot_s``). The history runs on until this moment (a
+        few allocations past the last step), and is switched off whatever happens. The pickle is written a piece
+        at a time, the GIL let go between pieces (probe/memory_dump.py)."""
+        memory = self._torch.cuda.memory
+        began = time.perf_counter()
+        try:
+            self._snapshot = memory._snapshot()
+        finally:
+            memory._record_memory_history(enabled=None)
+        snapshot_s = time.perf_counter() - began
+        path = self.folder / f"{stem}.memory.pickle"
+        tmp = self.folder / f".{path.name}.tmp"
+        try:
+            with open(tmp, "wb") as f:
+                memory_dump.dump(self._snapshot, f)
+            os.replace(tmp, path)
+        except Exception as exc:
+            exc._ranktop_tmp = tmp
+            raise
+        summary = memory_summary(self._snapshot)
+        summary["snapshot_s"] = round(snapshot_s, 4)
+        self._snapshot = None
+        return path, summary
+
+    def _write_trace(self, stem: str) -> tuple[Path, dict[str, Any]]:
+        """The profiler's trace, exported under a temporary name and renamed, then summarised in a child."""
+        path = self.folder / f"{stem}.pt.trace.json"  # TensorBoard's trace handler's naming
+        tmp = self.folder / f".{path.name}.tmp"  # not *.json: HTA reads every *.json of the folder
+        try:
+            began = time.perf_counter()
+            self._profiler.export_chrome_trace(str(tmp))  # C++, holding the GIL: training waits this long too
+            self._cost_ms.append((time.perf_counter() - began) * 1000)
+            if not tmp.exists():  # kineto logs a failed write and returns as if it had succeeded
+                raise OSError(f"torch.profiler could not write the trace in {self.folder}: {why_unwritable(self.folder)}")
+            os.replace(tmp, path)
+        except Exception as exc:
+            exc._ranktop_tmp = tmp
+            raise
+        self._profiler = None
+        return path, summarize_file(path)
 
     def abandon(self, reason: str) -> None:
         """Give up a capture that has not reached its writer (the probe shuts down): from the training thread."""

@@ -500,3 +500,34 @@ def fake_nvml(*, count=1, missing=(), failing=(), init_error=None):
     )  # fmt: skip
     module.calls = calls
     return module
+
+
+# -- the caching allocator's snapshot (torch.cuda.memory._snapshot()) --------------------------------------------
+
+
+def allocator_snapshot(events: int = 10_000, depth: int = 24, segments: int = 200) -> dict:
+    """A snapshot of the shape and size ``torch.cuda.memory._snapshot()`` returns after a history of ``events``
+    allocator events recorded with Python stacks (``stacks="python"``) of ``depth`` frames: ``segments`` with their
+    blocks, and one device's trace. As torch's symbolising does, a frame is one dict shared by every entry whose
+    stack holds it (torch/csrc/profiler/combined_traceback.cpp dedups them), so ``pickle`` memoises them."""
+    files = [f"/opt/conda/lib/python3.11/site-packages/torch/nn/modules/module_{i}.py" for i in range(40)]
+    frames = [{"filename": files[i % 40], "line": (i * 37) % 900 + 1, "name": f"forward_{i % 60}"} for i in range(400)]
+
+    def stack(k: int) -> list:
+        return [frames[(k * 13 + j) % len(frames)] for j in range(depth)]
+
+    trace = [
+        {"action": ("alloc", "free_requested", "free_completed")[k % 3], "addr": 0x7F0000000000 + k * 512,
+         "frames": stack(k), "size": 4096 * (k % 100 + 1), "stream": 0, "time_us": 1_700_000_000_000 + k,
+         "compile_context": "N/A", "user_metadata": ""}
+        for k in range(events)
+    ]  # fmt: skip
+    segs = [
+        {"device": 0, "address": 0x7E0000000000 + i * (2 << 20), "total_size": 2 << 20, "allocated_size": 1 << 20,
+         "active_size": 1 << 20, "requested_size": 1 << 20, "stream": 0, "segment_type": "large",
+         "segment_pool_id": (0, 0), "is_expandable": False, "frames": stack(i),
+         "blocks": [{"address": 0x7E0000000000 + i * (2 << 20) + b * 4096, "size": 4096, "requested_size": 4000,
+                     "state": "active_allocated", "frames": stack(i + b)} for b in range(8)]}
+        for i in range(segments)
+    ]  # fmt: skip
+    return {"segments": segs, "device_traces": [trace], "allocator_settings": {}, "external_annotations": []}

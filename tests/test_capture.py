@@ -15,6 +15,7 @@ import pytest
 import torch
 
 import messages
+from fake_cuda import allocator_snapshot
 
 from ranktop.probe import commands, trace_summary
 from ranktop.probe.capture import Capture
@@ -265,7 +266,50 @@ def test_a_memory_capture_records_the_allocator_history_over_the_steps_and_dumps
     assert cap.path.endswith(".memory.pickle") and "rank1.gpu-node_" in cap.path
     with open(cap.path, "rb") as f:
         assert pickle.load(f)["segments"][0]["total_size"] == 4 << 20
-    assert {k: v for k, v in cap.summary.items() if k != "train_ms"} == {"segments": 1, "reserved": 4 << 20, "allocated": 1 << 20, "events": 7}
+    timings = ("train_ms", "cost_s", "snapshot_s")
+    assert {k: v for k, v in cap.summary.items() if k not in timings} == {"segments": 1, "reserved": 4 << 20, "allocated": 1 << 20, "events": 7}
+    assert all(k in cap.summary for k in timings)
+
+
+def test_a_memory_capture_reports_what_writing_it_cost_the_training_thread(tmp_path):
+    """The snapshot and its pickle hold the GIL on the writer thread: every other thread, the training thread
+    among them, waits. The capture reported its cost as 0 before; now ``cost_s`` is the longest any thread waited
+    for the GIL while it was written, measured, and ``snapshot_s`` torch's own call (one C call that holds the GIL:
+    here a C pickle of a realistic snapshot, as long)."""
+    snapshot = allocator_snapshot(events=10_000)
+    memory = FakeCudaMemory()
+    memory._snapshot = lambda: pickle.loads(pickle.dumps(snapshot))  # C calls: the GIL held throughout
+    fake_torch = types.SimpleNamespace(cuda=types.SimpleNamespace(memory=memory))
+    recorder = Recorder()
+    cap = Capture("m2", wire_capture.MEMORY, 1, 1, tmp_path, rank=0, host="gpu-node", torch=fake_torch)
+    cap.attach(recorder)
+    train(recorder, range(3))
+    assert wait_final(cap, timeout=120).state == wire_capture.DONE, cap.error
+    assert cap.summary["events"] == 10_000 and cap.summary["snapshot_s"] > 0
+    assert cap.summary["cost_s"] >= 0.5 * cap.summary["snapshot_s"]  # the meter saw the snapshot's hold
+    with open(cap.path, "rb") as f:
+        assert pickle.load(f) == snapshot  # what memory_viz reads: the same object
+
+
+def test_the_snapshot_is_pickled_a_piece_at_a_time_letting_the_gil_go_between_pieces():
+    """``pickle.dump`` of a 10k-event history is one C call of a few hundred milliseconds: the training thread
+    could not run meanwhile. Written a piece at a time, the same stream (pickle.load gives an equal object, the
+    frames torch shares stay shared within a piece), with a pause that lets the GIL go between pieces."""
+    import io
+
+    from ranktop.probe import memory_dump
+
+    snapshot = allocator_snapshot(events=2_000)
+    pauses = []
+    out = io.BytesIO()
+    memory_dump.dump(snapshot, out, pause=pauses.append)
+    assert pickle.loads(out.getvalue()) == snapshot
+    assert len(pauses) >= 2_000 // memory_dump.PIECE
+    assert len(out.getvalue()) < 2 * len(pickle.dumps(snapshot, 2))  # shared frames are not written per entry
+    for plain in ({}, {"a": []}, {"a": [[]], "b": [1, 2], "c": (1, 2)}, [{"x": 1}] * 3):
+        out = io.BytesIO()
+        memory_dump.dump(plain, out, pause=pauses.append)
+        assert pickle.loads(out.getvalue()) == plain
 
 
 def test_a_memory_capture_leaves_no_annotation_callback_on_the_training_thread_and_no_warning_in_the_log(tmp_path):

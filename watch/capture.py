@@ -127,8 +127,12 @@ def summary_lines(status: CaptureStatus, top: int = 5) -> list[str]:
     if status.kind == wire_capture.MEMORY:
         if not s:
             return []
-        return [f"{fmt.size(s.get('allocated') or 0)} allocated of {fmt.size(s.get('reserved') or 0)} reserved in {s.get('segments', 0)} "
-                f"segment(s), {s.get('events', 0)} allocator events recorded"]
+        lines = [f"{fmt.size(s.get('allocated') or 0)} allocated of {fmt.size(s.get('reserved') or 0)} reserved in {s.get('segments', 0)} "
+                 f"segment(s), {s.get('events', 0)} allocator events recorded"]
+        if s.get("cost_s") is not None:
+            snapshot = f" (torch's snapshot call {fmt.ms_fixed(s['snapshot_s'], 0)} ms)" if s.get("snapshot_s") is not None else ""
+            lines.append(f"cost to the training thread: stalled {fmt.ms_fixed(s['cost_s'], 0)} ms at most while written{snapshot}")
+        return lines
     if s.get("note"):
         return [s["note"]]
     if not s:
@@ -145,7 +149,8 @@ def summary_lines(status: CaptureStatus, top: int = 5) -> list[str]:
     if cost:
         start, stop, *export = (fmt.ms_fixed(ms / 1000, 0) for ms in cost)  # (train_ms: milliseconds)
         held = f", export {export[0]} ms (holds the GIL)" if export else ""
-        lines.append(f"cost to the training thread: profiler start {start} ms, stop {stop} ms{held}")
+        stalled = f", stalled {fmt.ms_fixed(s['cost_s'], 0)} ms at most while written" if s.get("cost_s") is not None else ""
+        lines.append(f"cost to the training thread: profiler start {start} ms, stop {stop} ms{held}{stalled}")
     for title, key in (("operators", "ops"), ("kernels", "kernels")):
         entries = (s.get(key) or [])[:top]
         if entries:

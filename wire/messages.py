@@ -111,6 +111,8 @@ class CaptureSummary(Record, kw_only=True, frozen=True):
     events: Optional[Figure] = None  # ... allocator events recorded
     steps: Optional[Annotated[List[int], Meta(min_length=2, max_length=2)]] = None  # first and last
     train_ms: Optional[Annotated[List[Figure], Meta(min_length=2)]] = None
+    cost_s: Optional[Amount] = None  # the longest any thread (training's too) waited for the GIL while it was written
+    snapshot_s: Optional[Amount] = None  # a memory snapshot: torch's _snapshot() call (one GIL hold)
     ops: Optional[List[TopEntry]] = None  # the top ops
     kernels: Optional[List[TopEntry]] = None  # the top kernels
     basis: Optional[str] = None
