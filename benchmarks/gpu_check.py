@@ -33,14 +33,23 @@ demo's model (TinyLM, fp32, sized to about 20 ms a step on an H100) under
 - a trace capture (its kernels; HTA loads it where installed) and a memory
   capture (memory_viz draws it), taken by probe/capture.py as the capture
   command takes them;
+- a multi-rank job on one GPU: 3 processes share it (gloo with CUDA tensors), one
+  slowed in forward by a sleep kernel (GPU time only): ``ranktop watch --json``
+  must name it first and alone, in forward, on the GPU clock;
+- DDP with each stock comm hook (allreduce, fp16 and bf16 compression,
+  PowerSGD and its batched form; 2 ranks sharing the GPU, one late): rank 0's
+  ``ddp_allreduce`` wait against CUDA events around the true stall (a final
+  callback queued ahead of DDP's finalize, and the end of backward);
 - the PyTorch 2 patterns on the GPU (tests/jobs/pt2_patterns.py ``--device cuda``:
   torch.compile with inductor, fullgraph, DDP and FSDP2 on NCCL, checkpointing,
   compiled autograd, ``mode="reduce-overhead"`` and ``make_graphed_callables``),
   each without and then under automatic mode: dynamo's counters equal, the
   parameters bit-identical, every step timed, with device times.
 
-Figures are for people (docs/gpu.md records them), not assertions; the issue-33 checks
-also print PASS or FAIL against their reference.
+Figures are for people (docs/gpu.md records them); the checks with a reference
+print PASS, FAIL or SKIP (a check this machine cannot run: too few GPUs, a file
+not here), and the run ends with "passed N of M, K skipped" (a skipped check is
+never counted as passed); the exit status is 1 if any check failed.
 """
 
 from __future__ import annotations
@@ -70,8 +79,27 @@ def no_cuda() -> bool:
     return False
 
 
+#: Checks with a verdict so far: PASS, FAIL and SKIP (a row whose note begins with one of them).
+TALLY = {"PASS": 0, "FAIL": 0, "SKIP": 0}
+
+
 def row(what: str, ranktop: str, reference: str, note: str = "") -> None:
     print(f"{what:<28} {ranktop:>22}   {reference:>22}   {note}")
+    word = note.split(":", 1)[0].strip()
+    if word in TALLY:
+        TALLY[word] += 1
+
+
+def skip(what: str, why: str) -> None:
+    """A check this machine cannot run: said, and counted as skipped (never as passed)."""
+    row(what, "skipped", "", f"SKIP: {why}")
+
+
+def tally_line(tally: dict[str, int] = TALLY) -> str:
+    """The run's last line: "passed N of M, K skipped" (and how many failed, if any)."""
+    total = sum(tally.values())
+    failed = f", {tally['FAIL']} failed" if tally["FAIL"] else ""
+    return f"passed {tally['PASS']} of {total}, {tally['SKIP']} skipped{failed}"
 
 
 def versions() -> None:
@@ -195,7 +223,8 @@ def check_phases(steps: int) -> None:
     time.sleep(1.5)
     records = [r for body in log for r in body.get("steps", [])]
     timed = [r for r in records if "g" in r]
-    row("steps with GPU times", f"{len(timed)} of {len(records)}", "", "every step but the one it attached in")
+    row("steps with GPU times", f"{len(timed)} of {len(records)}", "",
+        f"{verdict(0 < len(timed) >= len(records) - 2)}: every step but the one it attached in")  # fmt: skip
     spans = gpu_spans(trace) if trace else {}
     last = timed[-4:]
     for name in ("forward", "backward", "optimizer"):
@@ -259,7 +288,8 @@ def check_syncs(steps: int) -> None:
 
         probe.shutdown()
     probe_threads = {k: v for k, v in seen.items() if k.startswith("ranktop")}
-    row("syncs from probe threads", str(sum(probe_threads.values())), "0", json.dumps(seen) if seen else "none at all")
+    row("syncs from probe threads", str(sum(probe_threads.values())), "0",
+        f"{verdict(not probe_threads)}: {json.dumps(seen) if seen else 'none at all'}")  # fmt: skip
 
 
 def check_cost(steps: int) -> None:
@@ -301,7 +331,7 @@ def check_captures() -> None:
         while cap.running and time.monotonic() < deadline:
             time.sleep(0.1)
         if cap.path is None:
-            row(f"capture {kind}", "failed", "", str(cap.error))
+            row(f"capture {kind}", "failed", "", f"FAIL: {cap.error}")
             continue
         if kind == TRACE:
             with open(cap.path) as f:
@@ -315,7 +345,7 @@ def check_captures() -> None:
                 hta = "HTA not installed"
             except Exception as exc:
                 hta = f"HTA: {exc.__class__.__name__}: {exc}"
-            row("trace capture kernels", str(kernels), "> 0", hta)
+            row("trace capture kernels", str(kernels), "> 0", f"{verdict(kernels > 0)}: {hta}")
         else:
             import pickle
 
@@ -329,7 +359,9 @@ def check_captures() -> None:
             except Exception as exc:
                 viz = f"memory_viz: {exc.__class__.__name__}: {exc}"
             events = sum(len(t) for t in snapshot.get("device_traces", []))
-            row("memsnap events", str(events), "> 0", viz)
+            cost = (cap.summary or {}).get("cost_s")
+            row("memsnap events", str(events), "> 0", f"{verdict(events > 0 and viz.startswith('memory_viz trace_plot'))}: {viz}; "
+                f"cost to training {cost * 1000:.1f} ms" if cost is not None else f"{verdict(False)}: {viz}; no cost_s")  # fmt: skip
 
 
 def verdict(ok: bool) -> str:
@@ -542,7 +574,7 @@ def _on_two_gpus(check: str, script_text: str, out: str) -> tuple[str, str, str]
     import torch
 
     if torch.cuda.device_count() < 2:
-        row(check, "skipped", "", "needs 2 GPUs")
+        skip(check, "needs 2 GPUs")
         return None
     folder = tempfile.mkdtemp(prefix="ranktop-gpu-check-")
     script = os.path.join(folder, "rank.py")
@@ -607,7 +639,7 @@ def check_nccl() -> None:
     _, script, out = scratch
     procs = [subprocess.Popen([sys.executable, script, str(r), out]) for r in range(2)]
     if any(p.wait(timeout=300) for p in procs):
-        row("NCCL waits", "failed", "", "a rank exited with an error")
+        row("NCCL waits", "failed", "", "FAIL: a rank exited with an error")
         return
     for r in range(2):
         with open(f"{out}.{r}.json") as f:
@@ -617,6 +649,238 @@ def check_nccl() -> None:
         mine = statistics.median(c["d"] * 1000 for c in calls) if calls else float("nan")
         ref = statistics.median(kernels) if kernels else float("nan")
         row(f"NCCL all_reduce rank {r} (ms)", f"{mine:.3f}", f"{ref:.3f}", "wait on the device vs NCCL kernel (rank 0 waits for 1)")
+
+
+ONE_GPU_RANK = r"""
+import os, sys, time, torch, torch.distributed as dist
+kind, slow, sleep, steps = sys.argv[1], int(sys.argv[2]), float(sys.argv[3]), int(sys.argv[4])
+rank = int(os.environ["RANK"])
+dist.init_process_group("gloo")  # every rank on the one GPU: NCCL refuses two ranks on a device; gloo stages CUDA tensors
+device = torch.device("cuda", 0) if kind == "cuda" else torch.device("cpu")
+if device.type == "cuda":
+    torch.cuda.set_device(device)
+from ranktop import probe
+probe.init()
+torch.manual_seed(0)
+model = torch.nn.Sequential(torch.nn.Linear(512, 2048), torch.nn.GELU(), torch.nn.Linear(2048, 512)).to(device)
+opt = torch.optim.SGD(model.parameters(), lr=1e-4)
+x = torch.randn(256, 512, device=device)
+for _ in range(steps):
+    with probe.step():
+        with probe.phase("forward"):
+            loss = model(x).square().mean()
+            if rank == slow:
+                if device.type == "cuda":
+                    torch.cuda._sleep(int(sleep))  # GPU time only: the host goes on at once, only the GPU clock sees it
+                else:
+                    time.sleep(sleep / 1000)
+        with probe.phase("backward"):
+            loss.backward()
+        flat = torch.cat([p.grad.reshape(-1) for p in model.parameters()])
+        dist.all_reduce(flat)
+        with probe.phase("optimizer"):
+            opt.step()
+            opt.zero_grad()
+probe.shutdown()
+dist.destroy_process_group()
+"""
+
+
+def one_gpu_verdict(doc: dict, slow: int, phase: str = "forward") -> tuple[str, str, str]:
+    """The row of the one-GPU job from ``ranktop watch --json``: the slow rank named first and alone, in ``phase``,
+    on the GPU clock."""
+    first = (doc.get("stragglers") or [None])[0]
+    ranks = {r.get("rank"): r for r in doc.get("ranks") or []}
+    named = ranks.get(first, {})
+    said = doc.get("verdict") or {}
+    ok = (doc.get("clock") == "gpu" and first == slow and named.get("culprit_phase") == phase
+          and said.get("ranks") == [slow] and named.get("status") == "slow")  # fmt: skip
+    found = f"rank {first} {named.get('culprit_phase') or '-'}" if first is not None else "nobody"
+    return found, f"rank {slow} {phase}", f"{verdict(ok)}: clock {doc.get('clock')}; {said.get('text', 'no verdict')}"
+
+
+def check_one_gpu_job(ranks: int = 3, slow: int = 1, sleep_ms: float = 8.0, kind: str = "cuda", watch_s: float = 12.0,
+                      env_extra: dict | None = None) -> None:  # fmt: skip
+    """A multi-rank job on one GPU: ``ranks`` processes share it (gloo with CUDA tensors), one slowed in forward by
+    a sleep kernel, which only the GPU clock sees (the host returns at once; on the host clock every rank's extra
+    time is in the all-reduce). ``ranktop watch --json`` must name it, on the GPU clock, in forward.
+    ``kind="cpu"`` runs the same on the CPU (a sleep on the host), which the tests do."""
+    import signal
+    import time
+
+    what = f"{ranks} ranks on one GPU, rank {slow} slow"
+    folder = tempfile.mkdtemp(prefix="ranktop-gpu-check-shared-")
+    script = os.path.join(folder, "rank.py")
+    with open(script, "w") as f:
+        f.write(ONE_GPU_RANK)
+    job = f"gpu-check-shared-{os.getpid()}"
+    env = {**os.environ, "RANKTOP_DIR": folder, "RANKTOP_JOB": job, **(env_extra or {})}
+    env.pop("RANKTOP_AUTO", None)
+    sleep = str(sleep_cycles(sleep_ms)) if kind == "cuda" else str(sleep_ms)
+    port = str(29700 + os.getpid() % 200)
+    cmd = [sys.executable, "-m", "torch.distributed.run", f"--nproc_per_node={ranks}", "--master_addr=127.0.0.1",
+           f"--master_port={port}", script, kind, str(slow), sleep, "1000000"]  # fmt: skip
+    with open(os.path.join(folder, "job.log"), "wb") as log:
+        job_proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        try:
+            time.sleep(2.0)  # the ranks start; the watch below waits for the job's first messages too
+            watch = subprocess.run([sys.executable, "-m", "ranktop.cli", "watch", job, "--json", "--duration", str(watch_s),
+                                    "--wait", "120"], capture_output=True, text=True, timeout=300, env=env)  # fmt: skip
+        finally:
+            with contextlib_suppress():
+                os.killpg(job_proc.pid, signal.SIGTERM)
+            try:
+                job_proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                os.killpg(job_proc.pid, signal.SIGKILL)
+    if watch.returncode != 0:
+        row(what, "failed", f"rank {slow} forward", f"FAIL: ranktop watch: {last_error(watch.stderr)}")
+        return
+    row(what, *one_gpu_verdict(json.loads(watch.stdout), slow, "forward"))
+
+
+class contextlib_suppress:
+    """``contextlib.suppress(ProcessLookupError, PermissionError)``: a job that ended on its own."""
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, kind, *exc):
+        return kind is not None and issubclass(kind, (ProcessLookupError, PermissionError))
+
+
+#: The stock comm hooks of torch/distributed/algorithms/ddp_comm_hooks, by name.
+COMM_HOOKS = ("allreduce", "fp16_compress", "bf16_compress", "powerSGD", "batched_powerSGD")
+
+DDP_HOOK_RANK = r"""
+import os, sys, json, time, functools, msgspec, torch, torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+from torch.distributed.algorithms.ddp_comm_hooks import default_hooks, powerSGD_hook as powerSGD
+kind, hook_name, sleep, steps, out, width = sys.argv[1], sys.argv[2], float(sys.argv[3]), int(sys.argv[4]), sys.argv[5], int(sys.argv[6])
+rank = int(os.environ["RANK"])
+dist.init_process_group("gloo")
+device = torch.device("cuda", 0) if kind == "cuda" else torch.device("cpu")
+if device.type == "cuda":
+    torch.cuda.set_device(device)
+from ranktop import probe
+probe.init()
+log = []
+sender = probe.get().sender; orig = sender.message
+def message(msg):
+    if msg.KIND == "steps":
+        log.extend(msgspec.to_builtins(msg).get("cs", []))
+    return orig(msg)
+sender.message = message
+torch.manual_seed(0)
+model = torch.nn.Sequential(*[torch.nn.Linear(width, width) for _ in range(6)]).to(device)
+ddp = DDP(model, device_ids=[0] if device.type == "cuda" else None, bucket_cap_mb=max(1, width * width * 4 >> 20))
+try:
+    if hook_name == "allreduce":
+        ddp.register_comm_hook(None, default_hooks.allreduce_hook)
+    elif hook_name == "fp16_compress":
+        ddp.register_comm_hook(None, default_hooks.fp16_compress_hook)
+    elif hook_name == "bf16_compress":
+        ddp.register_comm_hook(None, default_hooks.bf16_compress_hook)
+    else:
+        state = powerSGD.PowerSGDState(process_group=None, matrix_approximation_rank=1, start_powerSGD_iter=2)
+        ddp.register_comm_hook(state, powerSGD.powerSGD_hook if hook_name == "powerSGD" else powerSGD.batched_powerSGD_hook)
+except (TypeError, RuntimeError, ValueError) as exc:  # a hook this machine's torch refuses (bf16 needs CUDA and NCCL)
+    json.dump({"rank": rank, "skip": str(exc)}, open(f"{out}.{rank}.json", "w"))
+    probe.shutdown(); dist.destroy_process_group(); sys.exit(0)
+opt = torch.optim.SGD(ddp.parameters(), lr=1e-4)
+x = torch.randn(64, width, device=device)
+cuda = device.type == "cuda"
+def mark():
+    if cuda:
+        event = torch.cuda.Event(enable_timing=True); event.record(); return event
+    return time.perf_counter()
+def between(a, b):
+    return a.elapsed_time(b) if cuda else (b - a) * 1000
+refs = []
+for step in range(steps):
+    with probe.step():
+        with probe.phase("forward"):
+            out_ = ddp(x)
+            loss = out_.square().mean()
+            if rank == 1:  # rank 1 late: rank 0 stalls at DDP's finalize, waiting for its buckets
+                torch.cuda._sleep(int(sleep)) if cuda else time.sleep(sleep / 1000)
+        pair = []
+        def finalize_begins(pair=pair):  # a final callback queued before DDP's: finalize runs next
+            pair.append(mark())
+        # queued from a pre-hook of the output's node: it runs before any gradient, so before DDP queues its finalize
+        out_.grad_fn.register_prehook(lambda grads: torch.autograd.Variable._execution_engine.queue_callback(finalize_begins))
+        with probe.phase("backward"):
+            loss.backward()
+            pair.append(mark())  # after finalize: the compute stream waited for every bucket
+        with probe.phase("optimizer"):
+            opt.step()
+            opt.zero_grad()
+        refs.append(pair)
+if cuda:
+    torch.cuda.synchronize()
+ref_ms = [between(*pair) for pair in refs if len(pair) == 2]
+probe.shutdown()  # its final flush sends the last summaries
+waits = {}
+for summary in log:
+    op = (summary.get("ops") or {}).get("ddp_allreduce")
+    if op:
+        waits[summary["n"]] = waits.get(summary["n"], 0.0) + op[3] * 1000  # total seconds waited, that step
+json.dump({"rank": rank, "refs": ref_ms, "waits": waits, "hooked": bool(getattr(ddp, "_comm_hooks", None))}, open(f"{out}.{rank}.json", "w"))
+dist.destroy_process_group()
+"""
+
+
+def last_error(stderr: str) -> str:
+    """The line of a failed job's output that says why (torchrun ends with a banner of '=')."""
+    lines = [line for line in stderr.strip().splitlines() if "Error" in line or "error" in line]
+    return (lines[-1] if lines else (stderr.strip().splitlines() or ["?"])[-1]).strip()[:200]
+
+
+def hook_verdict(hook: str, found: dict, skip_steps: int = 5) -> tuple[str, str, str]:
+    """The row of one comm hook: the probe's ``ddp_allreduce`` wait per step (median) on rank 0, the one that waits,
+    against CUDA events around the true stall (a final callback queued ahead of DDP's finalize, and the end of
+    backward); PASS within 1 ms or 10%; SKIP where torch refused the hook here."""
+    if "skip" in found:
+        return "skipped", "", f"SKIP: {found['skip'][:200]}"
+    refs = found.get("refs", [])[skip_steps:]
+    waits = [ms for n, ms in sorted(((int(n), ms) for n, ms in found.get("waits", {}).items()))][skip_steps:]
+    if not refs:
+        return "none", "none", "FAIL: no reference stalls"
+    ref = statistics.median(refs)
+    if not waits:
+        return "none", f"{ref:.3f}", f"FAIL: no ddp_allreduce wait with {hook}_hook"
+    mine = statistics.median(waits)
+    ok = abs(mine - ref) <= max(1.0, 0.1 * ref)
+    return f"{mine:.3f}", f"{ref:.3f}", f"{verdict(ok)}: {len(waits)} steps, events around finalize's stall"
+
+
+def check_ddp_hooks(steps: int = 30, sleep_ms: float = 8.0, kind: str = "cuda", hooks: tuple = COMM_HOOKS,
+                    env_extra: dict | None = None, width: int = 1024) -> None:  # fmt: skip
+    """DDP with each stock comm hook (2 ranks sharing the GPU, gloo with CUDA tensors; rank 1 late by a sleep
+    kernel): rank 0's ``ddp_allreduce`` wait against CUDA events around the true stall at DDP's finalize (the hooks
+    launch ``all_reduce(async_op=True)`` and never wait: a hook's time in flight is no wait)."""
+    sleep = str(sleep_cycles(sleep_ms)) if kind == "cuda" else str(sleep_ms)
+    for n, hook in enumerate(hooks):
+        what = f"DDP {hook}_hook wait (ms)"
+        folder = tempfile.mkdtemp(prefix=f"ranktop-gpu-check-{hook}-")
+        script, out = os.path.join(folder, "rank.py"), os.path.join(folder, "out")
+        with open(script, "w") as f:
+            f.write(DDP_HOOK_RANK)
+        env = {**os.environ, "RANKTOP_DIR": folder, "RANKTOP_JOB": f"gpu-check-{hook}-{os.getpid()}", **(env_extra or {})}
+        env.pop("RANKTOP_AUTO", None)
+        port = str(29500 + (os.getpid() + n) % 100)
+        cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", "--master_addr=127.0.0.1",
+               f"--master_port={port}", script, kind, hook, sleep, str(steps), out, str(width)]  # fmt: skip
+        try:
+            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=env)
+        except subprocess.TimeoutExpired:
+            row(what, "timed out", "", "FAIL: over 600 s")
+            continue
+        if proc.returncode != 0:
+            row(what, "failed", "", f"FAIL: {last_error(proc.stderr)}")
+            continue
+        with open(f"{out}.0.json") as f:
+            row(what, *hook_verdict(hook, json.load(f)))
 
 
 #: (backend, patterns) run on the GPU by check_pt2: everything with aot_eager (fast to compile), the patterns a
@@ -636,7 +900,7 @@ def check_pt2(steps: int = 6, accumulate: int = 2) -> None:
     (equal counters), changes no number (identical parameters) and times each step, with device times."""
     job = os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir, "tests", "jobs", "pt2_patterns.py")
     if not os.path.exists(job):
-        row("PyTorch 2 patterns", "skipped", "", "tests/jobs/pt2_patterns.py not here (an installed copy)")
+        skip("PyTorch 2 patterns", "tests/jobs/pt2_patterns.py not here (an installed copy)")
         return
     for backend, patterns in PT2_RUNS:
         env = {**os.environ, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29563", "RANKTOP_DIR": tempfile.mkdtemp()}
@@ -665,7 +929,8 @@ def pt2_verdict(result: dict, steps: int) -> tuple[str, str, str]:
     same = with_probe["params"] == without["params"]
     timed = with_probe.get("steps", [])
     on_device = sum(1 for s in timed if s.get("g"))
-    ok = not differs and same and len(timed) >= steps - 1
+    # on the GPU every step has device times but the one device timing attached in (and none may lack them)
+    ok = not differs and same and len(timed) >= steps - 1 and on_device >= max(1, len(timed) - 1)
     counters = " ".join(f"{k}={with_probe[k]}" for k in PT2_COUNTERS)
     figures = f"{len(timed)} steps, {on_device} with device times, params {'same' if same else 'DIFFER'}"
     return figures, "counters equal" if not differs else f"differ: {differs}", f"{verdict(ok)}: {counters}"
@@ -682,7 +947,8 @@ def main() -> int:
     row("", "ranktop", "reference")
     if args.only == "pt2":
         check_pt2()
-        return 0
+        print(tally_line())
+        return 1 if TALLY["FAIL"] else 0
     check_ddp(max(20, args.steps // 2))
     check_side_stream_wait()
     check_graph_capture()
@@ -692,9 +958,12 @@ def main() -> int:
     check_cost(args.steps)
     check_nccl()
     check_captures()
+    check_one_gpu_job()
+    check_ddp_hooks(max(20, args.steps // 4))
     if args.only != "core":
         check_pt2()
-    return 0
+    print(tally_line())
+    return 1 if TALLY["FAIL"] else 0
 
 
 if __name__ == "__main__":
