@@ -140,7 +140,7 @@ def _dtype_from_env(env) -> str | None:
 def compute_dtype(torch: Any, module: Any) -> tuple[str, str] | None:
     """(dtype, where it was learnt) of what a training forward of ``module`` computes in, asked inside it:
     autocast's dtype where autocast is on for the parameters' device ("autocast"), else the parameters' own
-    ("parameters"), fp32 counted as tf32 where CUDA matmuls may use TF32
+    ("parameters"; FSDP2's mixed-precision ``param_dtype`` for a ``fully_shard`` module), fp32 counted as tf32 where CUDA matmuls may use TF32
     (``torch.backends.cuda.matmul.allow_tf32``, ``set_float32_matmul_precision("high")``). None: no
     floating-point parameter, or a torch that cannot say."""
     try:
@@ -150,12 +150,26 @@ def compute_dtype(torch: Any, module: Any) -> tuple[str, str] | None:
         device = param.device.type
         if torch.is_autocast_enabled(device):
             return normalise_dtype(torch.get_autocast_dtype(device)), AUTOCAST
-        name = normalise_dtype(param.dtype)
+        name = normalise_dtype(_fsdp2_param_dtype(module) or param.dtype)
         if name == "fp32" and device == "cuda" and _tf32(torch):
             name = "tf32"
         return name, PARAMETERS
     except Exception:
         return None
+
+
+def _fsdp2_param_dtype(module: Any) -> Any:
+    """FSDP2's ``MixedPrecisionPolicy(param_dtype=...)`` of a ``fully_shard`` module, or None: its sharded
+    parameters keep their own dtype, and it unshards them in this one (after our hook has run)."""
+    try:
+        for part in module.modules():  # the root, else its first block that has parameters of its own (per block)
+            get = getattr(part, "_get_fsdp_state", None)
+            group = get()._fsdp_param_group if get is not None else None
+            if group is not None:
+                return group.mp_policy.param_dtype
+    except Exception:
+        pass
+    return None
 
 
 def _tf32(torch: Any) -> bool:

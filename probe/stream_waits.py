@@ -29,7 +29,7 @@ collective's wait here:
 
 ``torch.cuda.Event.record`` and ``.wait`` are wrapped once, class-wide
 (:func:`watch_events`); while no collective is open on a side stream their
-wrappers cost a dict's truth test. The training thread alone opens, tags and
+wrappers cost ``is_compiling()`` and a dict's truth test. The training thread alone opens, tags and
 closes; the sender thread only reads what :class:`~.device_waits.DeviceWaits`
 queues.
 """
@@ -105,7 +105,7 @@ class SideStreams:
         """The compute stream waits for ``entries``' event (``wait()``): the stall, timed by two of the pool's
         events around it, is the wait of the last of them; the others end inside it (0)."""
         waits = self.waits
-        start = waits.start()
+        start = waits.start(stream=waits.compute)  # (the thread's current stream may be a side stream)
         try:
             return wait()
         finally:
@@ -169,8 +169,10 @@ def watch_events(event_class: Any, current_stream: Callable[[], Any], sides: Sid
 
     @functools.wraps(record)
     def record_event(self, stream=None):
+        if dynamo_guard.is_compiling():  # first: traced, nothing of ours is read (no guard, no recompile)
+            return record(self, stream)
         sides = _sides
-        if sides is None or not sides.open or dynamo_guard.is_compiling() or getattr(self, "_ranktop", False):
+        if sides is None or not sides.open or getattr(self, "_ranktop", False):
             return record(self, stream)
         result = record(self, stream)
         try:
@@ -181,8 +183,10 @@ def watch_events(event_class: Any, current_stream: Callable[[], Any], sides: Sid
 
     @functools.wraps(wait)
     def wait_event(self, stream=None):
+        if dynamo_guard.is_compiling():
+            return wait(self, stream)
         sides = _sides
-        if sides is None or not sides.tagged or dynamo_guard.is_compiling():
+        if sides is None or not sides.tagged:
             return wait(self, stream)
         try:
             entries = sides.waiting(self, stream if stream is not None else current_stream())

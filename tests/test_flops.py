@@ -118,6 +118,12 @@ def test_the_peak_is_that_of_the_dtype_the_job_computes_in():
     half = types.SimpleNamespace(parameters=lambda: iter([FakeParam(torch.bfloat16)]))
     assert flops.compute_dtype(fake_torch(), half) == ("bf16", "parameters")
     assert flops.compute_dtype(fake_torch(), types.SimpleNamespace(parameters=lambda: iter([]))) is None
+    policy = types.SimpleNamespace(param_dtype=torch.bfloat16)  # FSDP2: fp32 shards, unsharded in bf16
+    group = types.SimpleNamespace(mp_policy=policy)
+    sharded = types.SimpleNamespace(parameters=model.parameters,
+                                    _get_fsdp_state=lambda: types.SimpleNamespace(_fsdp_param_group=group))
+    sharded.modules = lambda: iter([sharded])
+    assert flops.compute_dtype(fake_torch(), sharded) == ("bf16", "parameters")
     assert flops.peak_tflops("NVIDIA H100 80GB HBM3", "fp32") == 66.9  # against 989.4 for bf16
 
 
@@ -184,3 +190,21 @@ def test_the_demo_trains_on_cpu_when_a_node_has_fewer_gpus_than_ranks():
     assert [gpu_index(4, 4, r) for r in range(4)] == [0, 1, 2, 3]
     assert [gpu_index(1, 4, r, visible=str(r)) for r in range(4)] == [0] * 4  # one GPU per task (SLURM binding)
     assert gpu_index(0, 1, 0) is None
+
+
+def test_fsdp2_s_mixed_precision_is_what_a_fully_sharded_model_computes_in(tmp_path):
+    """torch's own fully_shard (one gloo rank, on the CPU): its shards stay fp32, the forward runs on bf16
+    parameters (MixedPrecisionPolicy.param_dtype), which it unshards after our hook has asked."""
+    import torch.distributed as dist
+    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1)
+    try:
+        model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.Linear(4, 1))
+        for block in model:
+            fully_shard(block, mp_policy=MixedPrecisionPolicy(param_dtype=torch.bfloat16))
+        fully_shard(model, mp_policy=MixedPrecisionPolicy(param_dtype=torch.bfloat16))
+        assert next(model.parameters()).dtype == torch.float32
+        assert flops.compute_dtype(torch, model) == ("bf16", "parameters")
+    finally:
+        dist.destroy_process_group()
