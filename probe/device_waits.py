@@ -285,7 +285,10 @@ class DeviceWaits:
         if self.off or not self._record(end, stream):
             self._free.append(start)
             return False
-        if stream is not None and stream != self.compute and self.sides is not None:
+        if stream is not None and stream != self.compute:
+            if self.sides is None:  # nobody to match it with the compute stream's wait: its host time
+                self._free.extend((start, end))
+                return False
             self.sides.opened(stream, record, (start, end))
             return True
         self._pending.append([record, start, end])
@@ -451,6 +454,8 @@ class DeviceWaits:
                     keep.append(entry)  # its kernel has not ended yet (an end on the compute stream comes after)
                     continue
                 if start is None:  # no device times to be had: the host's
+                    if kernel is True:
+                        del record["_k"]  # (the host's time of a blocking call on the device is its launch)
                     self._kernel_time(record)
                     out.append(record)
                     continue
