@@ -289,6 +289,8 @@ def test_a_memory_capture_reports_what_writing_it_cost_the_training_thread(tmp_p
     assert cap.summary["cost_s"] >= 0.5 * cap.summary["snapshot_s"]  # the meter saw the snapshot's hold
     with open(cap.path, "rb") as f:
         assert pickle.load(f) == snapshot  # what memory_viz reads: the same object
+    status = CaptureStatus("m2", wire_capture.MEMORY, "done", 1, 1, str(tmp_path), summary=dict(cap.summary, cost_s=0.0174, snapshot_s=0.0121))
+    assert summary_lines(status)[1] == "cost to the training thread: stalled 17 ms at most while written (torch's snapshot call 12 ms)"
 
 
 def test_the_snapshot_is_pickled_a_piece_at_a_time_letting_the_gil_go_between_pieces():
