@@ -16,16 +16,17 @@ collective's wait here:
   (:meth:`SideStreams.opened`), with its kernel's events where known (the
   link's time, not a wait);
 - an event recorded on that stream afterwards (``Event.record``, which
-  ``Stream.record_event`` and ``Stream.wait_stream`` call) takes the stream's
-  open collectives with it (stream order: it completes after them);
+  ``Stream.record_event`` and ``Stream.wait_stream`` call) covers the stream's
+  open collectives (stream order: it completes after them), and so does every
+  later one, until one of them is waited for on the compute stream;
 - the compute stream's wait on such an event (``Event.wait``, which
   ``Stream.wait_event`` and ``wait_stream`` call) is timed by two events of the
   pool on the compute stream around it: the stall, the wait of the last of
   those collectives, in the step and phase where the compute stream waited
   (the others end inside it: their wait is 0);
-- a collective no compute-stream wait covers (its event dropped, or waited for
-  by another side stream only) keeps its host time: it held the compute
-  stream up nowhere the probe saw.
+- a collective no compute-stream wait covers within :data:`OPEN_S` (its events
+  dropped, or waited for by another side stream only) keeps its host time: it
+  held the compute stream up nowhere the probe saw.
 
 ``torch.cuda.Event.record`` and ``.wait`` are wrapped once, class-wide
 (:func:`watch_events`); while no collective is open on a side stream their
@@ -47,19 +48,25 @@ _perf = time.perf_counter
 
 #: Collectives open on side streams, at most (past it the oldest go with their host time).
 MAX_OPEN = 1024
-#: Seconds a collective stays open on its side stream, waiting for an event to be recorded there after it.
-OPEN_S = 30.0
+#: Seconds a collective stays open on its side stream, waiting for the compute stream to wait for it (FSDP2's are
+#: waited for within the step); past it it goes with its host time.
+OPEN_S = 10.0
 
 
 class SideStreams:
-    """Collectives waited for on side streams, until the compute stream waits for them (see the module)."""
+    """Collectives waited for on side streams, until the compute stream waits for them (see the module).
+
+    An entry is ``[record, kernel events or None, opened at, done]``. It stays open on its stream until a
+    compute-stream wait covers it: every event recorded on that stream meanwhile covers it (stream order), so
+    FSDP2's reduce-scatter is covered by its ``reduce_scatter_event`` and by the ``post_reduce_event`` recorded
+    after it, whichever the compute stream waits for first."""
 
     def __init__(self, waits: Any, where: Callable[[], tuple] | None = None):
         self.waits = waits  # the DeviceWaits: its pool, its compute stream, its queue to the sender
         self.where = where  # () -> (step, phase) now, on the training thread
-        self.open: dict[Any, list[list]] = {}  # side stream -> [[record, kernel events or None, opened at]]
+        self.open: dict[Any, list[list]] = {}  # side stream -> its entries not yet waited for, oldest first
         self.tagged: dict[int, tuple] = {}  # id(event) -> (weak ref to it, [entries] it covers)
-        self.count = 0  # entries open or tagged
+        self.count = 0  # entries open
         self.matched = 0  # collectives whose wait was the compute stream's stall on an event
 
     # -- the training thread ---------------------------------------------------------
@@ -67,39 +74,42 @@ class SideStreams:
     def opened(self, stream: Any, record: dict[str, Any], kernel: tuple | None) -> None:
         """A collective's wait is on ``stream``, a side stream: its record waits for the compute stream's."""
         now = _perf()
-        entries = self.open.setdefault(stream, [])
-        if entries and now - entries[0][2] > OPEN_S:  # no event recorded there after it for long: never waited on
-            stale = [e for e in entries if now - e[2] > OPEN_S]
-            del entries[: len(stale)]
-            self._release(stale)
-        if self.count >= MAX_OPEN:
-            self._release_oldest()
-        entries.append([record, kernel, now])
+        self._expire(now)
+        self.open.setdefault(stream, []).append([record, kernel, now, False])
         self.count += 1
 
     def recorded(self, event: Any, stream: Any) -> None:
-        """``event`` was recorded on ``stream``: it completes after the collectives open there, and takes them."""
-        entries = self.open.pop(stream, None)
+        """``event`` was recorded on ``stream``: it completes after every collective open there, and covers them
+        (a record replaces what an event covered before, as CUDA's does)."""
+        entries = self.open.get(stream)
         if not entries:
+            self.tagged.pop(id(event), None)
             return
-        key = id(event)
+        key, tagged = id(event), self.tagged
         try:
-            ref = weakref.ref(event, lambda _r: self._dropped(key))
+            ref = weakref.ref(event, lambda _r: tagged.pop(key, None))  # a dropped event covers nothing
         except TypeError:
-            self.open[stream] = entries
             return
-        old = self.tagged.pop(key, None)
-        if old is not None:  # the event is recorded again: what it covered before is covered by this record too
-            entries = old[1] + entries
-        self.tagged[key] = (ref, entries)
+        tagged[key] = (ref, list(entries))
 
     def waiting(self, event: Any, stream: Any) -> list | None:
-        """The entries ``event`` covers, if ``stream`` (where it is waited for) is the compute stream; taken."""
+        """The open entries ``event`` covers, if ``stream`` (where it is waited for) is the compute stream;
+        they are closed (a later wait covering them is no wait of theirs)."""
         item = self.tagged.get(id(event))
         if item is None or item[0]() is not event or stream != self.waits.compute:
             return None
         del self.tagged[id(event)]
-        return item[1]
+        entries = [e for e in item[1] if not e[3]]
+        if not entries:
+            return None
+        for entry in entries:
+            entry[3] = True
+        for side, kept in list(self.open.items()):
+            kept[:] = [e for e in kept if not e[3]]
+            if not kept:
+                del self.open[side]
+        self.count -= len(entries)
+        return entries
 
     def waited(self, entries: list, wait: Callable[[], Any]) -> Any:
         """The compute stream waits for ``entries``' event (``wait()``): the stall, timed by two of the pool's
@@ -112,44 +122,42 @@ class SideStreams:
             last = entries[-1][0]
             if start is not None and self.where is not None:
                 last["n"], last["ph"] = self.where()
-            for record, kernel, _ in entries[:-1]:
+            for record, kernel, *_ in entries[:-1]:
                 record["d"] = 0.0
                 waits.queue(record, None, None, kernel)
-            self.count -= len(entries)
             if start is None:
                 waits.queue(last, None, None, entries[-1][1])
             else:
                 self.matched += 1
                 waits.finish(last, start, entries[-1][1])
 
-    def _dropped(self, key: int) -> None:
-        item = self.tagged.pop(key, None)
-        if item is not None:
-            self._release(item[1])
+    def _expire(self, now: float) -> None:
+        """Entries open past :data:`OPEN_S` (never waited for on the compute stream), and the oldest past
+        :data:`MAX_OPEN`, go with their host time."""
+        for side, entries in list(self.open.items()):
+            while entries and now - entries[0][2] > OPEN_S:
+                self._release([entries.pop(0)])
+            if not entries:
+                del self.open[side]
+        while self.count >= MAX_OPEN and self.open:
+            side = min(self.open, key=lambda s: self.open[s][0][2])
+            self._release([self.open[side].pop(0)])
+            if not self.open[side]:
+                del self.open[side]
 
     def _release(self, entries: list) -> None:
         """Entries no compute-stream wait covered: each with its host time (and its kernel's, where known)."""
-        for record, kernel, _ in entries:
-            self.waits.queue(record, None, None, kernel)
+        for entry in entries:
+            entry[3] = True
+            self.waits.queue(entry[0], None, None, entry[1])
         self.count -= len(entries)
-
-    def _release_oldest(self) -> None:
-        oldest = min((e[0][2], s) for s, e in self.open.items() if e) if any(self.open.values()) else None
-        if oldest is not None:
-            entries = self.open[oldest[1]]
-            self._release([entries.pop(0)])
-            return
-        key = next(iter(self.tagged), None)
-        if key is not None:
-            self._dropped(key)
 
     def release_all(self) -> None:
         """Every entry with its host time (the probe flushes at shutdown)."""
         opened, self.open = self.open, {}
+        self.tagged.clear()
         for entries in opened.values():
             self._release(entries)
-        for key in list(self.tagged):
-            self._dropped(key)
 
 
 # -- Event.record and Event.wait, class-wide, once -------------------------------------

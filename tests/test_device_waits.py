@@ -707,6 +707,31 @@ def test_fsdp2_s_wait_for_unshard_is_the_all_gather_s_wait(cuda, attached):
     assert stream_waits_matched(attached) == 2
 
 
+def test_fsdp2_s_reduce_scatter_waits_at_whichever_later_event_the_compute_stream_waits_for_first(cuda, attached):
+    """FSDP2's foreach_reduce: the reduce-scatter on its stream, ``reduce_scatter_event`` recorded after it, then
+    the division and ``post_reduce_event`` on the same stream; the compute stream waits for the latter at the end of
+    backward. Both events come after the collective on its stream: either covers it."""
+    group = FakeNcclGroup(cuda, kernel_s=0.010)
+    reduce_scatter = wrapped("reduce_scatter_tensor", group)
+    rec = attached.recorder
+    side = cuda.Stream(device=cuda.current_device())
+    rec.begin_step()
+    rec.begin_phase("backward")
+    with cuda.stream(side):
+        reduce_scatter(Tensor())
+        reduce_scatter_event = side.record_event()
+        side.launch(0.001)  # the division of the reduced gradients
+        post_reduce_event = side.record_event()
+    cuda.current_stream().launch(0.004)
+    cuda.current_stream().wait_event(post_reduce_event)  # the compute stream stalls 7 ms
+    cuda.current_stream().wait_event(reduce_scatter_event)  # already past: no second wait of it
+    rec.end_phase()
+    rec.end_step()
+    cuda.run(1.0)
+    (call,) = attached.collectives.drain()
+    assert call["d"] == pytest.approx(0.007) and call["ph"] == "backward" and call["kd"] == pytest.approx(0.010)
+
+
 def stream_waits_matched(probe):
     return probe.collectives.device.sides.matched
 
