@@ -179,8 +179,11 @@ class CollectiveTracker:
         record = self._record(token, _perf() - token[1])
         self.produced += 1
         if token[4] is not None and self.device is not None:
-            if record["op"] != DDP_OP:  # DDP's wait is its finalize's, over every bucket: no one kernel's time
-                record["_k"] = True  # its kernel begins where the stream reaches it: its kernel time is its wait
+            if record["k"] == COLLECTIVE and record["op"] != DDP_OP:
+                # a collective launched and waited for here: its kernel begins where the stream reaches it, so its
+                # kernel time is its wait (not DDP's finalize, over every bucket; not a wait for a launch made
+                # earlier: a point-to-point op's or a functional collective's)
+                record["_k"] = True
             if self.device.stop(record, token[4]):
                 return  # the sender thread reads its device times (probe/device_waits.py), then sends it
             record.pop("_k", None)
