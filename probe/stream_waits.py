@@ -30,9 +30,9 @@ collective's wait here:
 
 ``torch.cuda.Event.record`` and ``.wait`` are wrapped once, class-wide
 (:func:`watch_events`); while no collective is open on a side stream their
-wrappers cost ``is_compiling()`` and a dict's truth test. The training thread alone opens, tags and
-closes; the sender thread only reads what :class:`~.device_waits.DeviceWaits`
-queues.
+wrappers cost ``is_compiling()`` and a dict's truth test. The training thread
+alone opens, covers and closes; the sender thread only reads what
+:class:`~.device_waits.DeviceWaits` queues.
 """
 
 from __future__ import annotations
