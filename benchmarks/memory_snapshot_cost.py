@@ -8,7 +8,7 @@ does between kernel launches, and prints that thread's longest stall and the cap
 Target: under 50 ms for a 10,000-event history. torch's own ``_snapshot()`` call (one C++ call that builds the
 objects, under the GIL) is not in these figures: on a GPU it is reported as the capture's ``snapshot_s``.
 
-    python benchmarks/memory_snapshot_cost.py [--events 10000] [--repeat 3]
+    python benchmarks/memory_snapshot_cost.py [--events 10000] [--repeat 3] [--distinct-frames]
 """
 
 from __future__ import annotations
@@ -60,8 +60,9 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--events", type=int, default=10_000)
     parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--distinct-frames", action="store_true", help="each entry with frame dicts of its own (no dedup)")
     args = parser.parse_args()
-    snapshot = allocator_snapshot(events=args.events)
+    snapshot = allocator_snapshot(events=args.events, shared_frames=not args.distinct_frames)
     size = len(pickle.dumps(snapshot, 2))
     print(f"snapshot: {args.events:,} events, pickle {size / 1e6:.1f} MB")
     print(f"{'writer':<22} {'write ms':>9} {'training stall ms':>18} {'cost_s meter ms':>16}")

@@ -90,11 +90,13 @@ class StallMeter:
         self.longest = 0.0
         self.total = 0.0
         self._stop = threading.Event()
+        self._ticking = threading.Event()
         self._thread: threading.Thread | None = None
 
     def __enter__(self) -> "StallMeter":
         self._thread = threading.Thread(target=self._run, name="ranktop-capture-stalls", daemon=True)
         self._thread.start()
+        self._ticking.wait(1.0)  # its first tick has begun: a GIL held from now on is seen
         return self
 
     def __exit__(self, *exc) -> None:
@@ -106,6 +108,7 @@ class StallMeter:
         tick, perf, stop = self.tick_s, time.perf_counter, self._stop
         while not stop.is_set():
             began = perf()
+            self._ticking.set()
             time.sleep(tick)
             late = perf() - began - tick
             if late > 0:

@@ -505,16 +505,18 @@ def fake_nvml(*, count=1, missing=(), failing=(), init_error=None):
 # -- the caching allocator's snapshot (torch.cuda.memory._snapshot()) --------------------------------------------
 
 
-def allocator_snapshot(events: int = 10_000, depth: int = 24, segments: int = 200) -> dict:
+def allocator_snapshot(events: int = 10_000, depth: int = 24, segments: int = 200, shared_frames: bool = True) -> dict:
     """A snapshot of the shape and size ``torch.cuda.memory._snapshot()`` returns after a history of ``events``
     allocator events recorded with Python stacks (``stacks="python"``) of ``depth`` frames: ``segments`` with their
-    blocks, and one device's trace. As torch's symbolising does, a frame is one dict shared by every entry whose
-    stack holds it (torch/csrc/profiler/combined_traceback.cpp dedups them), so ``pickle`` memoises them."""
+    blocks, and one device's trace. ``shared_frames``: a frame is one dict shared by every entry whose stack holds
+    it (as where torch's symbolising dedups them), so ``pickle`` memoises them; else each entry has its own dicts
+    (the bigger, slower case)."""
     files = [f"/opt/conda/lib/python3.11/site-packages/torch/nn/modules/module_{i}.py" for i in range(40)]
     frames = [{"filename": files[i % 40], "line": (i * 37) % 900 + 1, "name": f"forward_{i % 60}"} for i in range(400)]
 
     def stack(k: int) -> list:
-        return [frames[(k * 13 + j) % len(frames)] for j in range(depth)]
+        picked = [frames[(k * 13 + j) % len(frames)] for j in range(depth)]
+        return picked if shared_frames else [dict(frame) for frame in picked]
 
     trace = [
         {"action": ("alloc", "free_requested", "free_completed")[k % 3], "addr": 0x7F0000000000 + k * 512,
