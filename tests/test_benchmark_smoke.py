@@ -42,3 +42,12 @@ def test_the_gpu_check_says_in_one_line_that_there_is_no_cuda_and_exits_0(tmp_pa
     assert out.returncode == 0, out.stderr[-2000:]
     lines = out.stdout.splitlines()
     assert len(lines) == 1 and lines[0].startswith("gpu_check: no CUDA device here")
+
+
+def test_the_memory_snapshot_cost_benchmark_runs_and_says_whether_its_target_is_met(tmp_path):
+    bench = Path(__file__).parent.parent / "benchmarks" / "memory_snapshot_cost.py"
+    out = subprocess.run([sys.executable, str(bench), "--events", "500", "--repeat", "1"], capture_output=True, text=True,
+                         timeout=120, cwd=tmp_path)  # fmt: skip
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "pickle.dump (before)" in out.stdout and "memory_dump.dump" in out.stdout
+    assert out.stdout.splitlines()[-1].startswith("target: training stall under 50 ms")
