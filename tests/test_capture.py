@@ -275,10 +275,11 @@ def test_a_memory_capture_reports_what_writing_it_cost_the_training_thread(tmp_p
     """The snapshot and its pickle hold the GIL on the writer thread: every other thread, the training thread
     among them, waits. The capture reported its cost as 0 before; now ``cost_s`` is the longest any thread waited
     for the GIL while it was written, measured, and ``snapshot_s`` torch's own call (one C call that holds the GIL:
-    here a C pickle of a realistic snapshot, as long)."""
+    here an unpickling of a realistic snapshot, one C call as well)."""
     snapshot = allocator_snapshot(events=10_000)
     memory = FakeCudaMemory()
-    memory._snapshot = lambda: pickle.loads(pickle.dumps(snapshot))  # C calls: the GIL held throughout
+    blob = pickle.dumps(snapshot)
+    memory._snapshot = lambda: pickle.loads(blob)  # one C call that builds the objects: the GIL held throughout
     fake_torch = types.SimpleNamespace(cuda=types.SimpleNamespace(memory=memory))
     recorder = Recorder()
     cap = Capture("m2", wire_capture.MEMORY, 1, 1, tmp_path, rank=0, host="gpu-node", torch=fake_torch)
