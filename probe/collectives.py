@@ -264,6 +264,7 @@ def install(tracker: CollectiveTracker) -> bool:
     _install_work_wait(c10d)
     _install_functional()
     _install_ddp()
+    _install_compiled_ddp(sys.modules.get("torch"))
     return True
 
 
@@ -294,6 +295,9 @@ def uninstall() -> None:
     ddp = _installed.get("ddp.class")
     if ddp is not None:
         ddp.forward = _installed["ddp.forward"]
+    compiled = _installed.get("compiled.class")
+    if compiled is not None:
+        compiled.__call__ = _installed["compiled.call"]
     _installed.clear()
     _pending.clear()
 
@@ -850,15 +854,10 @@ def _install_ddp() -> None:
 
     @functools.wraps(original_forward)
     def forward(self, *args, **kwargs):
-        if _tracker is None or dynamo_guard.is_compiling():
+        if _tracker is None or dynamo_guard.is_compiling() or _compiled_call.depth:
             return original_forward(self, *args, **kwargs)  # traced: a tail call, the graph as without us
         output = original_forward(self, *args, **kwargs)
-        try:
-            if (self.require_backward_grad_sync and sys.modules["torch"].is_grad_enabled()
-                    and not getattr(self, "_use_python_reducer", False) and not _compiled_autograd()):  # fmt: skip
-                watch_ddp_backward(self, output)
-        except Exception:
-            pass  # never let bookkeeping break the forward
+        _watch_if_synchronised(self, output)
         return output
 
     # Not kept out of dynamo: with torch.compile(DDP(model)) this wrapper is the frame dynamo compiles in place of
@@ -866,10 +865,92 @@ def _install_ddp() -> None:
     DDP.forward = forward
 
 
+def _watch_if_synchronised(ddp: Any, output: Any) -> None:
+    """After a DDP forward: if its backward will all-reduce (not under ``no_sync``, gradients on, DDP's C++
+    reducer), time that backward's wait (:func:`watch_ddp_backward`)."""
+    try:
+        if (ddp.require_backward_grad_sync and sys.modules["torch"].is_grad_enabled()
+                and not getattr(ddp, "_use_python_reducer", False) and not _compiled_autograd()):  # fmt: skip
+            watch_ddp_backward(ddp, output)
+    except Exception:
+        pass  # never let bookkeeping break the forward
+
+
+class _CompiledCall(threading.local):
+    depth = 0  # inside a compiled module's call on this thread (DDP's forward wrapper then leaves it to ours)
+
+
+_compiled_call = _CompiledCall()
+
+
+def _install_compiled_ddp(torch: Any) -> None:
+    """``torch.compile(DDP(model))``: DDP's forward is traced into the compiled region (with DDPOptimizer's splits),
+    so the forward wrapper above never runs eagerly and could queue nothing. The compiled wrapper's own call,
+    ``OptimizedModule.__call__``, is eager and outside the region: wrapped there, a compiled DDP gets the same
+    :func:`watch_ddp_backward` from its output as an eager one (no probe code in the region, no comm hook).
+
+    ``OptimizedModule`` lives in ``torch._dynamo``, which only ``torch.compile`` loads: the class is wrapped now if
+    dynamo is loaded, else by the first ``torch.compile`` call (``torch.compile`` gets a pass-through wrapper
+    that does this once)."""
+    if "compiled.class" in _installed or torch is None:
+        return
+    optimized = getattr(sys.modules.get("torch._dynamo.eval_frame"), "OptimizedModule", None)
+    if optimized is not None:
+        _wrap_compiled_call(optimized)
+        return
+    compile_fn = getattr(torch, "compile", None)
+    if not callable(compile_fn) or getattr(compile_fn, "_ranktop_ddp", False):
+        return
+
+    @functools.wraps(compile_fn)
+    def compile(*args, **kwargs):
+        result = compile_fn(*args, **kwargs)
+        if _installed and "compiled.class" not in _installed:
+            try:
+                optimized = getattr(sys.modules.get("torch._dynamo.eval_frame"), "OptimizedModule", None)
+                if optimized is not None:
+                    _wrap_compiled_call(optimized)
+            except Exception:
+                pass
+        return result
+
+    compile._ranktop_ddp = True
+    dynamo_guard.keep_out(compile)
+    torch.compile = compile
+
+
+def _wrap_compiled_call(optimized: Any) -> None:
+    original = optimized.__call__
+    if getattr(original, "_ranktop", False):
+        return
+    ddp_class = _installed.get("ddp.class")
+
+    @functools.wraps(original)
+    def __call__(self, *args, **kwargs):
+        if _tracker is None or dynamo_guard.is_compiling():
+            return original(self, *args, **kwargs)
+        inner = self.__dict__["_modules"].get("_orig_mod")
+        if ddp_class is None or not isinstance(inner, ddp_class):
+            return original(self, *args, **kwargs)
+        _compiled_call.depth += 1
+        try:
+            output = original(self, *args, **kwargs)
+        finally:
+            _compiled_call.depth -= 1
+        _watch_if_synchronised(inner, output)
+        return output
+
+    __call__._ranktop = True
+    dynamo_guard.keep_out(__call__)  # it calls the compiled region: what that starts is dynamo's
+    _installed["compiled.class"] = optimized
+    _installed["compiled.call"] = original
+    optimized.__call__ = __call__
+
+
 # Our own, all the way down: dynamo compiles none of their frames, nor any they start (see probe/dynamo_guard.py).
 # The wrappers reach them from eager code that may run inside a compiled region's extent (after a graph break).
 dynamo_guard.keep_out(
-    watch_ddp_backward, _ddp_prehook, _ddp_wait_begins, _ddp_wait_ends, _nbytes, _dtype, on_cuda, _group_info,
+    watch_ddp_backward, _watch_if_synchronised, _ddp_prehook, _ddp_wait_begins, _ddp_wait_ends, _nbytes, _dtype, on_cuda, _group_info,
     _note_p2p, _key, _label, _wait_later, _storage, rows, _functional_group, CollectiveTracker.begin, CollectiveTracker.end,
     CollectiveTracker.complete, CollectiveTracker.at_wait, recursive=True,
 )
