@@ -298,6 +298,9 @@ def uninstall() -> None:
     hooks = _installed.get("ddp.comm_hook_class")
     if hooks is not None:
         hooks.register_comm_hook = _installed["ddp.register_comm_hook"]
+    torch = _installed.get("ddp.torch")
+    if torch is not None and getattr(torch.compile, "_ranktop_ddp", False):  # (not if another wrapper is on top)
+        torch.compile = _installed["ddp.compile"]
     compiled = _installed.get("ddp.compiled_class")
     if compiled is not None:
         compiled.__call__ = _installed["ddp.compiled_call"]
@@ -965,6 +968,8 @@ def _install_compiled_ddp(torch: Any) -> None:
     compile._ranktop_ddp = True
     dynamo_guard.keep_out(compile)
     torch.compile = compile
+    _installed["ddp.torch"] = torch
+    _installed["ddp.compile"] = compile_fn
 
 
 def _wrap_compiled_call(optimized: Any) -> None:
@@ -977,7 +982,8 @@ def _wrap_compiled_call(optimized: Any) -> None:
     def __call__(self, *args, **kwargs):
         if _tracker is None or dynamo_guard.is_compiling():
             return original(self, *args, **kwargs)
-        inner = self.__dict__["_modules"].get("_orig_mod")
+        modules = self.__dict__.get("_modules")
+        inner = modules.get("_orig_mod") if modules else None
         if ddp_class is None or not isinstance(inner, ddp_class):
             return original(self, *args, **kwargs)
         _compiled_call.depth += 1

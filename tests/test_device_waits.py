@@ -354,6 +354,38 @@ def test_ddp_with_pytorch_s_stock_allreduce_hook_records_only_its_wait_at_finali
         dist.destroy_process_group()
 
 
+def test_a_whole_compiled_ddp_model_has_its_wait_per_synchronised_backward_in_process(tmp_path):
+    """``torch.compile(DDP(model))`` for real (dynamo with DDPOptimizer, the eager backend): one ddp_allreduce per
+    synchronised backward, none under no_sync (before issue 51: none at all); uninstalled, the compiled wrapper's
+    call and torch.compile are torch's own again."""
+    import torch
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    compile_before = torch.compile
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path}/store", rank=0, world_size=1)
+    tracker = CollectiveTracker(Recorder())
+    try:
+        assert collectives.install(tracker)
+        torch.manual_seed(0)
+        model = torch.compile(DDP(torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.ReLU(), torch.nn.Linear(8, 1))), backend="eager")
+        for _ in range(3):
+            model(torch.randn(2, 8)).sum().backward()
+        with model.no_sync():
+            model(torch.randn(2, 8)).sum().backward()
+        records = tracker.drain(final=True)
+        assert [r["op"] for r in records] == [collectives.DDP_OP] * 3
+        assert all(r["b"] == (8 * 8 + 8 + 8 + 1) * 4 for r in records)
+    finally:
+        collectives.uninstall()
+        dist.destroy_process_group()
+        torch._dynamo.reset()
+    from torch._dynamo.eval_frame import OptimizedModule
+
+    assert not getattr(OptimizedModule.__call__, "_ranktop", False)
+    assert torch.compile is compile_before or not getattr(torch.compile, "_ranktop_ddp", False)
+
+
 def test_a_hung_collective_shows_as_a_rank_inside_it_though_the_host_returned(cuda, attached):
     group = FakeNcclGroup(cuda)
     group.peer_late = 1e9  # a peer that never comes
