@@ -8,7 +8,10 @@ Two doors lead into communication, and both are watched:
   reducer is C++). It is left as it is (no communication hook of ours): the
   training waits for it only where the reducer finalizes backward, and that
   wait is timed from two final callbacks of the autograd engine around it
-  (:func:`watch_ddp_backward`).
+  (:func:`watch_ddp_backward`), set up after DDP's forward, or after a compiled
+  DDP's call (:func:`_install_compiled_ddp`). A comm hook of the script's runs
+  with the wrappers passing through (:func:`watch_comm_hooks`): its all-reduce
+  is DDP's, whose wait is that one at finalize.
 
 A blocking call is timed around the call; an ``async_op`` call from launch to
 the completion callback of its future (on gloo, the work's completion; nothing
@@ -928,41 +931,45 @@ def _watch_if_synchronised(ddp: Any, output: Any) -> None:
 
 
 class _CompiledCall(threading.local):
-    depth = 0  # inside a compiled module's call on this thread (DDP's forward wrapper then leaves it to ours)
+    depth = 0  # inside a compiled DDP's call on this thread (DDP's forward wrapper then leaves the watching to it)
 
 
 _compiled_call = _CompiledCall()
 
 
 def _install_compiled_ddp(torch: Any) -> None:
-    """``torch.compile(DDP(model))``: DDP's forward is traced into the compiled region (with DDPOptimizer's splits),
-    so the forward wrapper above never runs eagerly and could queue nothing. The compiled wrapper's own call,
-    ``OptimizedModule.__call__``, is eager and outside the region: wrapped there, a compiled DDP gets the same
-    :func:`watch_ddp_backward` from its output as an eager one (no probe code in the region, no comm hook).
+    """A DDP compiled as a whole: ``torch.compile(DDP(model))``, or ``ddp.compile()``. DDP's forward is then traced
+    into the compiled region (with DDPOptimizer's splits), so the forward wrapper above never runs eagerly and
+    could queue nothing. The compiled call itself is eager and outside the region: ``OptimizedModule.__call__``
+    (torch.compile's wrapper module), or the function ``ddp.compile()`` puts in the module's
+    ``_compiled_call_impl`` slot. Wrapped there, a compiled DDP gets the same :func:`watch_ddp_backward` from
+    its output as an eager one: no probe code in the region, no comm hook, the device rules of eager DDP.
 
-    ``OptimizedModule`` lives in ``torch._dynamo``, which only ``torch.compile`` loads: the class is wrapped now if
-    dynamo is loaded, else by the first ``torch.compile`` call (``torch.compile`` gets a pass-through wrapper
-    that does this once)."""
-    if "ddp.compiled_class" in _installed or torch is None:
+    ``OptimizedModule`` lives in ``torch._dynamo``, which only ``torch.compile`` loads: its call is wrapped now if
+    dynamo is loaded, else by the first ``torch.compile`` call, through a pass-through wrapper of
+    ``torch.compile`` (which ``Module.compile`` calls too)."""
+    if torch is None:
         return
-    optimized = getattr(sys.modules.get("torch._dynamo.eval_frame"), "OptimizedModule", None)
-    if optimized is not None:
-        _wrap_compiled_call(optimized)
-        return
+    _wrap_compiled_call(getattr(sys.modules.get("torch._dynamo.eval_frame"), "OptimizedModule", None))
     compile_fn = getattr(torch, "compile", None)
     if not callable(compile_fn) or getattr(compile_fn, "_ranktop_ddp", False):
         return
+    call_impl = getattr(getattr(getattr(torch, "nn", None), "Module", None), "_call_impl", None)
 
     @functools.wraps(compile_fn)
     def compile(*args, **kwargs):
         result = compile_fn(*args, **kwargs)
-        if _installed and "ddp.compiled_class" not in _installed:
-            try:
-                optimized = getattr(sys.modules.get("torch._dynamo.eval_frame"), "OptimizedModule", None)
-                if optimized is not None:
-                    _wrap_compiled_call(optimized)
-            except Exception:
-                pass
+        if not _installed:
+            return result
+        try:
+            if "ddp.compiled_class" not in _installed:
+                _wrap_compiled_call(getattr(sys.modules.get("torch._dynamo.eval_frame"), "OptimizedModule", None))
+            target = args[0] if args else kwargs.get("model")
+            ddp, ddp_class = getattr(target, "__self__", None), _installed.get("ddp.class")
+            if ddp_class is not None and isinstance(ddp, ddp_class) and getattr(target, "__func__", None) is call_impl:
+                return _compiled_ddp_call(ddp, result)  # ddp.compile(): its compiled _call_impl, in its slot
+        except Exception:
+            pass
         return result
 
     compile._ranktop_ddp = True
@@ -972,7 +979,29 @@ def _install_compiled_ddp(torch: Any) -> None:
     _installed["ddp.compile"] = compile_fn
 
 
+def _compiled_ddp_call(ddp: Any, compiled: Any) -> Any:
+    """``ddp.compile()``'s compiled call, watched as :func:`_wrap_compiled_call` watches torch.compile's wrapper."""
+
+    @functools.wraps(compiled)
+    def call(*args, **kwargs):
+        if _tracker is None or dynamo_guard.is_compiling():
+            return compiled(*args, **kwargs)
+        _compiled_call.depth += 1
+        try:
+            output = compiled(*args, **kwargs)
+        finally:
+            _compiled_call.depth -= 1
+        _watch_if_synchronised(ddp, output)
+        return output
+
+    dynamo_guard.keep_out(call)  # it calls the compiled region: what that starts is dynamo's
+    return call
+
+
 def _wrap_compiled_call(optimized: Any) -> None:
+    """``OptimizedModule.__call__`` (once): a call of one that wraps a DDP watches the DDP's backward."""
+    if optimized is None or "ddp.compiled_class" in _installed:
+        return
     original = optimized.__call__
     if getattr(original, "_ranktop", False):
         return
@@ -1004,7 +1033,7 @@ def _wrap_compiled_call(optimized: Any) -> None:
 # Our own, all the way down: dynamo compiles none of their frames, nor any they start (see probe/dynamo_guard.py).
 # The wrappers reach them from eager code that may run inside a compiled region's extent (after a graph break).
 dynamo_guard.keep_out(
-    watch_ddp_backward, _watch_if_synchronised, _ddp_prehook, _ddp_wait_begins, _ddp_wait_ends, _nbytes, _dtype, on_cuda, _group_info,
-    _note_p2p, _key, _label, _wait_later, _storage, rows, _functional_group, CollectiveTracker.begin, CollectiveTracker.end,
-    CollectiveTracker.complete, CollectiveTracker.at_wait, recursive=True,
+    watch_ddp_backward, _watch_if_synchronised, _ddp_prehook, _ddp_wait_begins, _ddp_wait_ends, _nbytes, _dtype,
+    on_cuda, _group_info, _note_p2p, _key, _label, _wait_later, _storage, rows, _functional_group,
+    CollectiveTracker.begin, CollectiveTracker.end, CollectiveTracker.complete, CollectiveTracker.at_wait, recursive=True,
 )

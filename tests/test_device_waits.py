@@ -354,8 +354,9 @@ def test_ddp_with_pytorch_s_stock_allreduce_hook_records_only_its_wait_at_finali
         dist.destroy_process_group()
 
 
-def test_a_whole_compiled_ddp_model_has_its_wait_per_synchronised_backward_in_process(tmp_path):
-    """``torch.compile(DDP(model))`` for real (dynamo with DDPOptimizer, the eager backend): one ddp_allreduce per
+@pytest.mark.parametrize("how", ("torch.compile(DDP(model))", "DDP(model).compile()"))
+def test_a_whole_compiled_ddp_model_has_its_wait_per_synchronised_backward_in_process(tmp_path, how):
+    """A DDP compiled as a whole, for real (dynamo with DDPOptimizer, the eager backend): one ddp_allreduce per
     synchronised backward, none under no_sync (before issue 51: none at all); uninstalled, the compiled wrapper's
     call and torch.compile are torch's own again."""
     import torch
@@ -368,7 +369,11 @@ def test_a_whole_compiled_ddp_model_has_its_wait_per_synchronised_backward_in_pr
     try:
         assert collectives.install(tracker)
         torch.manual_seed(0)
-        model = torch.compile(DDP(torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.ReLU(), torch.nn.Linear(8, 1))), backend="eager")
+        model = DDP(torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.ReLU(), torch.nn.Linear(8, 1)))
+        if how.startswith("torch.compile"):
+            model = torch.compile(model, backend="eager")
+        else:
+            model.compile(backend="eager")
         for _ in range(3):
             model(torch.randn(2, 8)).sum().backward()
         with model.no_sync():
