@@ -41,8 +41,9 @@ def test_a_compiled_job_under_launch_names_its_slow_rank_first_and_alone_in_forw
 @pytest.mark.slow
 @pytest.mark.parametrize("micro_batches", ("4", "1"), ids=("no_sync-accumulation", "every-backward-synchronised"))
 def test_compile_around_ddp_shows_its_waits_and_names_a_rank_slow_in_backward_alone(jobs, micro_batches):
-    """A 2-rank ``torch.compile(DDP(model))`` job (DDPOptimizer splits the graph at buckets), rank 1 slowed 8 ms in
-    every micro-batch's compiled backward, with ``no_sync`` over 4 micro-batches and without accumulation."""
+    """Issue 51's job: a 2-rank ``torch.compile(DDP(model))`` (inductor; DDPOptimizer splits the graph at buckets),
+    rank 1 slowed 8 ms in every micro-batch's compiled backward, with ``no_sync`` over 4 micro-batches and without
+    accumulation. Its steps/s is the rate the script prints."""
     doc = jobs.launch("ddp-bwd", "compiled_ranks.py", "--layout", "compile-ddp", "--micro-batches", micro_batches,
                       "--slow-rank", "1", "--slow-ms", "8", "--slow-phase", "backward", "--backend", "inductor", ranks=2)  # fmt: skip
     log = jobs.log("ddp-bwd")
