@@ -16,8 +16,9 @@ changed): seeds 1000-1099 and the noise families ``node_correlated`` and
 seeds); ``--tuning`` is the part tuning may look at (seeds 0-99, the other
 noises).
 
-Families (one scenario per family and seed; its layout, noise, size, phase and
-culprits drawn from the seed). The **size** of a fault is the share of the
+Families (one scenario per family on one seed in 3, every seed with ``--dense``
+or ``--quick``; its layout, noise, size, phase and culprits drawn from the
+seed). The **size** of a fault is the share of the
 job's healthy step the job loses (the median of its steps before the fault,
 warm-up left out: ``NoisyJob.job_step_s``); what is injected is worked out
 from it (a rank slow 1 step in 10 by 5% of the job is slow 50% of a step on
@@ -83,7 +84,8 @@ Counting:
 - **size error** (p90): ``|told - cost| / cost`` of every flagged culprit (a
   node: the node) at the fault's last right verdict, faults of 5% or more.
 
-    python benchmarks/accuracy.py              # the held-out matrix (about 15 minutes on 2 cores)
+    python benchmarks/accuracy.py              # the held-out matrix (1,100 scenarios, about 15-30 minutes on 2 cores)
+    python benchmarks/accuracy.py --dense      # every family on every held-out seed (3,200 scenarios)
     python benchmarks/accuracy.py --quick      # held-out seeds 1000-1001, small layouts (under a minute)
     python benchmarks/accuracy.py --tuning     # seeds 0-99 and the noises tuning may look at
     python benchmarks/accuracy.py --json [--outcomes FILE] [--families a,b] [--layouts a,b] [--seeds N]
@@ -153,8 +155,13 @@ NODE_SD, NODE_DRIFT_SD, NODE_TAU_S = 0.03, 0.015, 20.0
 WARMUP_S, WARMUP_SLOWER = 5.0, (1.0, 3.0)
 #: When a fault starts (at least a window of 64 steps in), how long a scenario runs after, a healthy job's length.
 ONSET_S, ONSET_STEPS, AFTER_S, AFTER_STEPS, HEALTHY_S = 8.0, 64, 12.0, 48, 120.0
-#: The long healthy job of the full matrix: 4,096 ranks for 15 minutes are 1,000 rank-hours.
-LONG_HEALTHY = dict(layout="dp4096", lasts_s=900.0)
+#: The long healthy jobs of the full matrix: 1,024 ranks for 10 minutes (171 rank-hours), and four of 64 ranks for 25
+#: minutes, each with a noise of its own (107 rank-hours of jobs of 64 ranks: small jobs' false alarms apart).
+LONG_HEALTHY = (("dp1024", "all", 600.0), ("dp64", "drift", 1500.0), ("dp64", "node_correlated", 1500.0),
+                ("dp64", "heavy_input", 1500.0), ("dp64", "wide_bias", 1500.0))  # fmt: skip
+#: The full matrix runs each family on one seed in this many (every seed runs a third of the families): 100 seeds of
+#: every family take some 45 minutes on 2 quiet cores (``--dense``).
+SPARSE = 3
 #: A verdict naming the culprit this long after its fault ended is wrong (before: neither right nor wrong).
 LINGER_S = 10.0
 RAMP_S = 40.0
@@ -553,6 +560,65 @@ class Outcome:
     wall_s: float = 0.0
 
 
+class Tally:
+    """Counts one scenario's verdicts, look by look, into its :class:`Outcome` (module docstring: Counting); the
+    live row (benchmarks/accuracy_live.py) counts its real jobs' verdicts with it too."""
+
+    def __init__(self, case: Case, culprits: list[int], hosts: set[str], start_at: float, quiet_after: float):
+        self.case = case
+        self.out = Outcome(case, culprits)
+        self.culprits = set(culprits)
+        self.hosts = hosts  # the culprits' nodes, where the fault's answer may be the node
+        self.start_at = start_at  # when detecting starts to count (a ramp: once it reached 5%)
+        self.quiet_after = quiet_after  # looks before this (a warm-up) count no alarm
+        fam = FAMILIES.get(case.family)
+        self.every_one = fam is not None and fam.culprits in ("two", "two_diff", "three")  # all of them to be named
+        self.sized = fam is not None and fam.sized and case.expect == "rank" and case.size >= 0.05
+        self.named: set[int] = set()  # culprits named so far while the fault lasted
+        self.last_sizes: list[tuple[float, float]] = []
+        self.alarmed = False
+
+    def look(self, v, t: float, active: bool, ended: float | None, told=None) -> None:
+        """The verdict ``v``, ``t`` seconds into the job; ``active``: the steps it saw ran under the fault; ``ended``:
+        when the fault ended (None: it lasts); ``told()``: every flagged culprit's (told, injected) size."""
+        out, case = self.out, self.case
+        if t >= self.quiet_after:
+            out.kinds[v.kind] = out.kinds.get(v.kind, 0) + 1
+        alarm = v.kind not in QUIET
+        lingering = not active and ended is not None and ended <= t < ended + LINGER_S
+        hit = _answers(v, case.expect, self.culprits, self.hosts)
+        if hit and (active or lingering):
+            if alarm:
+                out.right += active
+            if active:
+                self.named |= self.culprits & set(v.ranks)
+                if not out.detected and (self.named >= self.culprits or not self.every_one):
+                    out.detected = True
+                    out.detect_s = max(0.0, t - self.start_at)
+                    out.detect_steps = out.detect_s * case.rate
+                if self.sized and told is not None:
+                    self.last_sizes = told()
+            self.alarmed = False
+        elif alarm and t >= self.quiet_after:
+            out.wrong += 1
+            out.episodes += not self.alarmed
+            self.alarmed = True
+        else:
+            self.alarmed = False
+
+    def done(self, ranks: int, watched_s: float, step_s: float | None) -> Outcome:
+        out = self.out
+        if self.case.healthy:
+            out.rank_hours = ranks * max(0.0, watched_s - self.quiet_after) / 3600.0
+        else:
+            out.step_s = step_s
+        if self.last_sizes:
+            out.size_errors = [abs(told - cost) / cost for told, cost in self.last_sizes]
+            out.size_error = max(out.size_errors)
+            out.reported_s = self.last_sizes[0][0]
+        return out
+
+
 def run_case(case: Case, directory: str) -> Outcome:
     """One scenario through the real engine; what its verdicts said."""
     began = time.perf_counter()
@@ -566,24 +632,17 @@ def run_case(case: Case, directory: str) -> Outcome:
     t0 = 1.0e9
     sim = Simulator(s, directory)
     model = sim.model = NoisyJob(s, case, t0)
-    culprits = set(model.culprits)
-    expect = case.expect
-    whole_nodes = {s.host_of(r) for r in culprits} if case.fault in ("slow_node", "silent", "slow_link") else set()
-    out = Outcome(case, model.culprits)
+    hosts = {s.host_of(r) for r in model.culprits} if case.fault in ("slow_node", "silent", "slow_link") else set()
+    start_at = case.onset_s
+    if case.fault == "ramp":
+        start_at = case.onset_s + RAMP_S * min(1.0, 0.05 / case.size)
+    tally = Tally(case, model.culprits, hosts, start_at, WARMUP_S + LINGER_S if case.noisy("warmup") else 0.0)
     clock = [t0]
     agg = Aggregator("accuracy", clock=lambda: clock[0], wall_clock=lambda: clock[0])
     if not digests:
         agg.ingest_batch([(frames, None) for frames in sim.hellos(t0)])
     every = 1.0 if digests else 0.5
     next_look = t0 + every
-    alarmed = False
-    start_at = case.onset_s
-    if case.fault == "ramp":
-        start_at = case.onset_s + RAMP_S * min(1.0, 0.05 / case.size)
-    quiet_after = WARMUP_S + LINGER_S if case.noisy("warmup") else 0.0
-    named: set[int] = set()  # culprits named so far while the fault lasted
-    every_one = case.family in FAMILIES and FAMILIES[case.family].culprits in ("two", "two_diff", "three")  # all to be named
-    last_sizes: list[tuple[float, float]] | None = None
     lag = turns / s.rate_hz
     for now, frames in sim.replay(case.length_s, start=t0, digests=digests, turns=turns):
         clock[0] = now
@@ -594,39 +653,9 @@ def run_case(case: Case, directory: str) -> Outcome:
         t = now - t0
         snap = agg.snapshot()
         v = verdict(snap)
-        if t >= quiet_after:
-            out.kinds[v.kind] = out.kinds.get(v.kind, 0) + 1
-        alarm = v.kind not in QUIET
         active = model.size_at(t - lag) > 0  # the last steps sent ran under the fault
-        ended = model.ended_at()
-        lingering = not active and ended is not None and ended <= t < ended + LINGER_S
-        hit = _answers(v, expect, culprits, whole_nodes)
-        if hit and (active or lingering):
-            if alarm:
-                out.right += active
-            if active:
-                named |= culprits & set(v.ranks)
-                if not out.detected and (named >= culprits or not every_one):
-                    out.detected = True
-                    out.detect_s = max(0.0, t - start_at)
-                    out.detect_steps = out.detect_s * case.rate
-                if FAMILIES.get(case.family, Family("", None)).sized and expect == "rank" and case.size >= 0.05:
-                    last_sizes = _told_sizes(v, snap, model.costs)
-            alarmed = False
-        elif alarm and t >= quiet_after:
-            out.wrong += 1
-            out.episodes += not alarmed
-            alarmed = True
-        else:
-            alarmed = False
-    if case.healthy:
-        out.rank_hours = s.ranks * (case.length_s - quiet_after) / 3600.0
-    elif case.fault != "none":
-        out.step_s = model.job_step_s
-    if last_sizes:
-        out.size_errors = [abs(told - cost) / cost for told, cost in last_sizes]
-        out.size_error = max(out.size_errors)
-        out.reported_s = last_sizes[0][0]
+        tally.look(v, t, active, model.ended_at(), lambda: _told_sizes(v, snap, model.costs))  # noqa: B023 (called at once)
+    out = tally.done(s.ranks, case.length_s, model.job_step_s if case.fault != "none" else None)
     out.wall_s = time.perf_counter() - began
     return out
 
@@ -660,9 +689,10 @@ def _told_sizes(v, snap, costs: dict[int, float]) -> list[tuple[float, float]]:
     return out
 
 
-def matrix(quick: bool = False, seeds: int | None = None, tuning: bool = False) -> list[Case]:
-    """The scenarios: every family once per seed, its layout, noise, size and phase drawn from the seed; the full
-    matrix adds a few jobs of 1,024 and 4,096 ranks and one 4,096-rank healthy job of 15 minutes."""
+def matrix(quick: bool = False, seeds: int | None = None, tuning: bool = False, dense: bool = False) -> list[Case]:
+    """The scenarios: each family once per seed (the full matrix: on one seed in ``SPARSE``, unless ``dense``), its
+    layout, noise, size and phase drawn from the seed; the full matrix adds a few jobs of 1,024 and 4,096 ranks and
+    the long healthy jobs."""
     pool = TUNING_SEEDS if tuning else HELD_OUT_SEEDS
     chosen = list(pool)[: seeds or (2 if quick else len(pool))]
     noises = tuple(n for n in NOISES if not (tuning and n in HELD_OUT_NOISES))
@@ -671,6 +701,8 @@ def matrix(quick: bool = False, seeds: int | None = None, tuning: bool = False) 
     cases: list[Case] = []
     for seed in chosen:
         for k, (name, fam) in enumerate(FAMILIES.items()):
+            if not (quick or dense) and (seed + k) % SPARSE:
+                continue
             rng = random.Random(seed * 7919 + k)
             layouts = fam.quick_layouts if quick else fam.layouts
             layout = layouts[(seed + k) % len(layouts)]
@@ -689,7 +721,9 @@ def matrix(quick: bool = False, seeds: int | None = None, tuning: bool = False) 
                               rate=fam.rate, every=fam.every, extra=extra))  # fmt: skip
     if not quick:
         first = chosen[0]
-        cases.append(Case(LONG_HEALTHY["layout"], "all", "none", lasts_s=LONG_HEALTHY["lasts_s"], seed=first, family="healthy"))
+        for i, (layout, noise, lasts) in enumerate(LONG_HEALTHY):
+            if not (tuning and noise in HELD_OUT_NOISES):
+                cases.append(Case(layout, noise, "none", lasts_s=lasts, seed=first + i, family="healthy"))
         for seed in chosen[:2]:
             for i, layout in enumerate(("dp1024", "dp4096")):
                 noise = HELD_OUT_NOISES[(seed + i) % 2] if not tuning and layout == "dp1024" else "all"
@@ -880,6 +914,7 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--quick", action="store_true", help="two seeds, small layouts, four noises (under a minute on 2 cores)")
     p.add_argument("--tuning", action="store_true", help="the part tuning may look at (seeds 0-99, no held-out noise), not the held-out one")
+    p.add_argument("--dense", action="store_true", help="every family on every seed (the default runs each on a third of them)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--seeds", type=int, default=None, help="how many of the part's seeds (default: all 100; --quick 2)")
     p.add_argument("--workers", type=int, default=min(2, os.cpu_count() or 1), help="processes (default: 2)")
@@ -889,7 +924,7 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     if args.seeds is not None and args.seeds < 1:
         p.error("--seeds: at least 1")
-    cases = matrix(args.quick, args.seeds, args.tuning)
+    cases = matrix(args.quick, args.seeds, args.tuning, args.dense)
     for option, known, key in (("layouts", LAYOUTS, "layout"), ("families", FAMILIES, "family")):
         chosen = getattr(args, option)
         if chosen:
