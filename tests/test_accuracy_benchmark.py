@@ -222,3 +222,24 @@ def test_the_noises_the_detector_was_never_tuned_on_are_what_they_say():
     heavy = model_of("heavy_input", "dp8")
     lengths = [heavy._length() for _ in range(4000)]
     assert max(lengths) > 2.0 and 0.9 < statistics.median(lengths) < 1.1
+
+
+@pytest.mark.slow
+def test_the_live_row_runs_a_real_job_and_counts_it_as_the_simulated_ones(tmp_path, monkeypatch):
+    """benchmarks/accuracy_live.py: a 4-rank torchrun/gloo job under ``ranktop launch``, one rank 10% of the job's step
+    slower from 10 s in; its looks counted with the same Tally, its figures the same JSON as the simulated matrix."""
+    monkeypatch.setenv("RANKTOP_DIR", str(tmp_path / "rdv"))
+    target = tmp_path / "live.jsonl"
+    out = subprocess.run([sys.executable, str(BENCH.parent / "accuracy_live.py"), "--jobs", "slow_rank-4-10", "--json",
+                          "--outcomes", str(target)], capture_output=True, text=True, timeout=300, cwd=tmp_path)  # fmt: skip
+    assert out.returncode == 0, out.stderr[-3000:]
+    doc = json.loads(out.stdout)
+    for key in FIGURES:
+        assert key in doc, key
+    assert doc["live"] is True and doc["scenarios"] == 1
+    (line,) = [json.loads(line) for line in target.read_text().splitlines()]
+    assert line["case"]["family"] == "slow_rank" and line["culprits"] == [2]
+    assert line["detected"] and line["wrong"] == 0, line
+    assert line["step_s"] and line["case"]["rate"] > 5  # the job's own step, measured by its ranks before the fault
+    (said,) = doc["jobs"]
+    assert said["cli_kind"] == "slow_rank" and said["cli_ranks"][:1] == [2], said  # what `ranktop watch --json` printed
