@@ -89,6 +89,7 @@ Counting:
     python benchmarks/accuracy.py --quick      # held-out seeds 1000-1001, small layouts (under a minute)
     python benchmarks/accuracy.py --tuning     # seeds 0-99 and the noises tuning may look at
     python benchmarks/accuracy.py --json [--outcomes FILE] [--families a,b] [--layouts a,b] [--seeds N]
+    python benchmarks/accuracy.py --summarize FILE [--json]   # the figures of the outcomes a run wrote, ended or not
 """
 
 from __future__ import annotations
@@ -862,10 +863,13 @@ def _work(args: tuple[Case, str]) -> Outcome:
     return run_case(*args)
 
 
-def run(cases: list[Case], workers: int, progress: bool) -> list[Outcome]:
+def run(cases: list[Case], workers: int, progress: bool, record=None) -> list[Outcome]:
+    """Every case's outcome, in the order they end; ``record``: a file each is written to as it ends (a JSON line),
+    so that a run stopped early can still be summed up (``--summarize``). The cases run in a shuffled order (the same
+    every time), so that what has ended at any moment is a fair sample of the whole."""
     with tempfile.TemporaryDirectory(prefix="ranktop-accuracy-") as directory:
-        cost = lambda c: -LAYOUTS[c.layout]["ranks"] * c.length_s * (1 + 8 * (c.noise in ("drift", "node_correlated")))  # noqa: E731
-        todo = [(c, directory) for c in sorted(cases, key=cost)]
+        todo = [(c, directory) for c in cases]
+        random.Random(45).shuffle(todo)
         if workers <= 1:
             results = map(_work, todo)
         else:
@@ -874,6 +878,9 @@ def run(cases: list[Case], workers: int, progress: bool) -> list[Outcome]:
         outcomes = []
         for i, outcome in enumerate(results, 1):
             outcomes.append(outcome)
+            if record is not None:
+                record.write(json.dumps(_as_json(outcome)) + "\n")
+                record.flush()
             if progress and (i % 100 == 0 or i == len(todo)):
                 print(f"  {i}/{len(todo)} scenarios", file=sys.stderr, flush=True)
         if workers > 1:
@@ -882,10 +889,27 @@ def run(cases: list[Case], workers: int, progress: bool) -> list[Outcome]:
     return outcomes
 
 
+def _as_json(o: Outcome) -> dict:
+    return {**asdict(o), "case": asdict(o.case)}
+
+
+def read_outcomes(path: str) -> list[Outcome]:
+    """The outcomes a run wrote (``--outcomes``), as they were."""
+    out = []
+    with open(path) as f:
+        for line in f:
+            doc = json.loads(line)
+            case = doc.pop("case")
+            case["extra"] = tuple(tuple(e) for e in case.get("extra", ()))
+            out.append(Outcome(case=Case(**case), **doc))
+    return out
+
+
 def table(doc: dict) -> str:
     """The figures as tables for people (docs/detection.md shows them): by family first, then the totals."""
-    heads = ("family", "scenarios", "recall", "precision", "size err p90", "detect p90 s", "detect p90 steps")
-    keys = ("scenarios", "recall", "precision", "size_error_p90", "detect_s_p90", "detect_steps_p90")
+    heads = ("family", "scenarios", "recall", "recall >=10%", "precision", "false alarms", "size err p90", "detect p90 s",
+             "detect p90 steps")  # fmt: skip
+    keys = ("scenarios", "recall", "recall_at_10pct", "precision", "false_alarms", "size_error_p90", "detect_s_p90", "detect_steps_p90")
     lines = ["| " + " | ".join(heads) + " |", "|" + "---|" * len(heads)]
 
     def cells(fig: dict, which) -> str:
@@ -901,7 +925,7 @@ def table(doc: dict) -> str:
     lines.append("")
     lines.append("recall by slowdown size (one slow rank): " + ", ".join(f"{k} {v:g}" for k, v in doc["recall_by_size"].items()))
     lines.append("targets (every family but the slow link): " + "; ".join(
-        f"{k} {'-' if t['value'] is None else t['value']:} ({'met' if t['met'] else 'NOT met'}, target {t['target']:g})"
+        f"{k} {'-' if t['value'] is None else t['value']:} ({({True: 'met', False: 'NOT met'}).get(t['met'], 'none to judge')}, target {t['target']:g})"
         for k, t in doc["targets"].items()))  # fmt: skip
     return "\n".join(lines)
 
@@ -921,7 +945,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--layouts", default=None, help="only these layouts, comma separated (" + ", ".join(LAYOUTS) + ")")
     p.add_argument("--families", default=None, help="only these families, comma separated (" + ", ".join(FAMILIES) + ")")
     p.add_argument("--outcomes", metavar="FILE", default=None, help="also write every scenario's outcome to FILE, one JSON object a line")
+    p.add_argument("--summarize", metavar="FILE", default=None, help="run nothing: sum up the outcomes a run wrote to FILE (--outcomes)")
     args = p.parse_args(argv)
+    if args.summarize:
+        outcomes = read_outcomes(args.summarize)
+        doc = summarize(outcomes, held_out=not any(o.case.seed in TUNING_SEEDS for o in outcomes))
+        doc["seeds"] = sorted({o.case.seed for o in outcomes})[:1] + sorted({o.case.seed for o in outcomes})[-1:]
+        print(json.dumps(doc, indent=1) if args.json else table(doc))
+        return 0
     if args.seeds is not None and args.seeds < 1:
         p.error("--seeds: at least 1")
     cases = matrix(args.quick, args.seeds, args.tuning, args.dense)
@@ -936,15 +967,16 @@ def main(argv: list[str] | None = None) -> int:
     if not cases:
         p.error("no scenario left to run")
     began = time.perf_counter()
-    outcomes = run(cases, args.workers, progress=True)
+    record = open(args.outcomes, "w") if args.outcomes else None
+    try:
+        outcomes = run(cases, args.workers, progress=True, record=record)
+    finally:
+        if record is not None:
+            record.close()
     doc = summarize(outcomes, held_out=not args.tuning)
     doc["seeds"] = sorted({o.case.seed for o in outcomes})[:1] + sorted({o.case.seed for o in outcomes})[-1:]
     doc["wall_s"] = round(time.perf_counter() - began, 1)
     doc["workers"] = args.workers
-    if args.outcomes:
-        with open(args.outcomes, "w") as f:
-            for o in outcomes:
-                f.write(json.dumps({**asdict(o), "case": asdict(o.case)}) + "\n")
     if args.json:
         print(json.dumps(doc, indent=1))
     else:
