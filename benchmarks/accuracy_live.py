@@ -194,7 +194,7 @@ def main(argv: list[str] | None = None) -> int:
             out, cli = run_job(job, Path(folder))
             outcomes.append(out)
             said.append({"job": job.name, "cli_kind": cli.get("kind"), "cli_ranks": cli.get("ranks"),
-                         "last_look": max(out.kinds, key=out.kinds.get) if out.kinds else None})  # fmt: skip
+                         "most_said": max(out.kinds, key=out.kinds.get) if out.kinds else None})  # fmt: skip
             print(f"  {i}/{len(jobs)} {job.name}: detected {out.detected} right {out.right} wrong {out.wrong}"
                   f" (watch --json: {cli.get('kind')} {cli.get('ranks')})", file=sys.stderr, flush=True)  # fmt: skip
     doc = bench.summarize(outcomes, held_out=True)
