@@ -84,9 +84,9 @@ Counting:
 - **size error** (p90): ``|told - cost| / cost`` of every flagged culprit (a
   node: the node) at the fault's last right verdict, faults of 5% or more.
 
-    python benchmarks/accuracy.py              # the held-out matrix (1,100 scenarios, about 15-30 minutes on 2 cores)
+    python benchmarks/accuracy.py              # the held-out matrix (1,087 scenarios: 23 minutes on a busy 2-core VM)
     python benchmarks/accuracy.py --dense      # every family on every held-out seed (3,200 scenarios)
-    python benchmarks/accuracy.py --quick      # held-out seeds 1000-1001, small layouts (under a minute)
+    python benchmarks/accuracy.py --quick      # held-out seeds 1000-1001, small layouts (about a minute)
     python benchmarks/accuracy.py --tuning     # seeds 0-99 and the noises tuning may look at
     python benchmarks/accuracy.py --json [--outcomes FILE] [--families a,b] [--layouts a,b] [--seeds N]
     python benchmarks/accuracy.py --summarize FILE [--json]   # the figures of the outcomes a run wrote, ended or not
@@ -936,7 +936,7 @@ TOTALS = ("scenarios", "recall_at_5pct", "recall_at_10pct", "recall_5pct_only", 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--quick", action="store_true", help="two seeds, small layouts, four noises (under a minute on 2 cores)")
+    p.add_argument("--quick", action="store_true", help="every family on two held-out seeds, small layouts, four noises (about a minute on 2 cores)")
     p.add_argument("--tuning", action="store_true", help="the part tuning may look at (seeds 0-99, no held-out noise), not the held-out one")
     p.add_argument("--dense", action="store_true", help="every family on every seed (the default runs each on a third of them)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
