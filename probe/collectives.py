@@ -8,7 +8,10 @@ Two doors lead into communication, and both are watched:
   reducer is C++). It is left as it is (no communication hook of ours): the
   training waits for it only where the reducer finalizes backward, and that
   wait is timed from two final callbacks of the autograd engine around it
-  (:func:`watch_ddp_backward`).
+  (:func:`watch_ddp_backward`), set up after DDP's forward, or after a compiled
+  DDP's call (:func:`_install_compiled_ddp`). A comm hook of the script's runs
+  with the wrappers passing through (:func:`watch_comm_hooks`): its all-reduce
+  is DDP's, whose wait is that one at finalize.
 
 A blocking call is timed around the call; an ``async_op`` call from launch to
 the completion callback of its future (on gloo, the work's completion; nothing
@@ -273,6 +276,7 @@ def install(tracker: CollectiveTracker) -> bool:
     _install_work_wait(c10d)
     _install_functional()
     _install_ddp()
+    _install_compiled_ddp(sys.modules.get("torch"))
     return True
 
 
@@ -303,6 +307,15 @@ def uninstall() -> None:
     ddp = _installed.get("ddp.class")
     if ddp is not None:
         ddp.forward = _installed["ddp.forward"]
+    hooks = _installed.get("ddp.comm_hook_class")
+    if hooks is not None:
+        hooks.register_comm_hook = _installed["ddp.register_comm_hook"]
+    torch = _installed.get("ddp.torch")
+    if torch is not None and getattr(torch.compile, "_ranktop_ddp", False):  # (not if another wrapper is on top)
+        torch.compile = _installed["ddp.compile"]
+    compiled = _installed.get("ddp.compiled_class")
+    if compiled is not None:
+        compiled.__call__ = _installed["ddp.compiled_call"]
     _installed.clear()
     _pending.clear()
 
@@ -796,7 +809,7 @@ def _ddp_what(ddp: Any) -> tuple:
     return what
 
 
-def watch_ddp_backward(ddp: Any, output: Any, queue=_queue_callback) -> bool:
+def watch_ddp_backward(ddp: Any, output: Any, queue: Any = None) -> bool:
     """Time where DDP's backward waits for its gradients' all-reduce, leaving DDP on its built-in C++ one.
 
     DDP's reducer launches each bucket's all-reduce as soon as the bucket is
@@ -814,7 +827,7 @@ def watch_ddp_backward(ddp: Any, output: Any, queue=_queue_callback) -> bool:
     node = _ddp_output_node(output)
     if node is None or not hasattr(node, "register_prehook"):
         return False
-    node.register_prehook(functools.partial(_ddp_prehook, _tracker, _ddp_what(ddp), queue))
+    node.register_prehook(functools.partial(_ddp_prehook, _tracker, _ddp_what(ddp), queue or _queue_callback))
     return True
 
 
@@ -859,26 +872,177 @@ def _install_ddp() -> None:
 
     @functools.wraps(original_forward)
     def forward(self, *args, **kwargs):
-        if _tracker is None or dynamo_guard.is_compiling():
+        if _tracker is None or dynamo_guard.is_compiling() or _compiled_call.depth:
             return original_forward(self, *args, **kwargs)  # traced: a tail call, the graph as without us
         output = original_forward(self, *args, **kwargs)
-        try:
-            if (self.require_backward_grad_sync and sys.modules["torch"].is_grad_enabled()
-                    and not getattr(self, "_use_python_reducer", False) and not _compiled_autograd()):  # fmt: skip
-                watch_ddp_backward(self, output)
-        except Exception:
-            pass  # never let bookkeeping break the forward
+        _watch_if_synchronised(self, output)
         return output
 
     # Not kept out of dynamo: with torch.compile(DDP(model)) this wrapper is the frame dynamo compiles in place of
     # DDP.forward (it then inlines DDP.forward, as without ranktop); is_compiling() keeps the traced path clean.
     DDP.forward = forward
+    watch_comm_hooks(DDP)
+
+
+def watch_comm_hooks(ddp_class: Any) -> None:
+    """A comm hook a script registers (``register_comm_hook``: PyTorch's ``allreduce_hook``, ``bf16_compress_hook``,
+    PowerSGD, its own) runs with the collectives' wrappers passing straight through.
+
+    Such a hook launches ``all_reduce(async_op=True)`` and never waits for it: it returns the future, and the
+    reducer's finalize waits for that. Timed as a collective of its own, each bucket's launch-to-completion (its
+    whole time in flight, overlapped with backward) would count as a wait, beside the stall at finalize that
+    :func:`watch_ddp_backward` times: 25 ms recorded for a 5 ms stall. The hook's collectives are DDP's
+    all-reduce, whose wait is that one ``ddp_allreduce`` record. (A hook's launches in a future's ``then``
+    callback are covered where the callback runs inside the hook, as it does on NCCL, whose futures are complete
+    at enqueue; on gloo such a callback runs on gloo's thread, and its launch is timed as any async call.)"""
+    original = getattr(ddp_class, "register_comm_hook", None)
+    if original is None or getattr(original, "_ranktop", False):
+        return
+
+    @functools.wraps(original)
+    def register_comm_hook(self, state, hook):
+        return original(self, state, _inside_comm_hook(hook) if callable(hook) else hook)
+
+    register_comm_hook._ranktop = True
+    _installed["ddp.comm_hook_class"] = ddp_class
+    _installed["ddp.register_comm_hook"] = original
+    ddp_class.register_comm_hook = register_comm_hook
+
+
+def _inside_comm_hook(hook: Any) -> Any:
+    """``hook``, run with this thread's collectives passing through (see :func:`watch_comm_hooks`); the same name,
+    signature and annotations, which DDP checks."""
+
+    @functools.wraps(hook)
+    def comm_hook(state, bucket):
+        if dynamo_guard.is_compiling():  # compiled autograd's Python reducer traces the hook
+            return hook(state, bucket)
+        before = getattr(_inside_hook, "active", False)
+        _inside_hook.active = True
+        try:
+            return hook(state, bucket)
+        finally:
+            _inside_hook.active = before
+
+    dynamo_guard.keep_out(comm_hook)
+    return comm_hook
+
+
+def _watch_if_synchronised(ddp: Any, output: Any) -> None:
+    """After a DDP forward: if its backward will all-reduce (not under ``no_sync``, gradients on, DDP's C++
+    reducer), time that backward's wait (:func:`watch_ddp_backward`)."""
+    try:
+        if (ddp.require_backward_grad_sync and sys.modules["torch"].is_grad_enabled()
+                and not getattr(ddp, "_use_python_reducer", False) and not _compiled_autograd()):  # fmt: skip
+            watch_ddp_backward(ddp, output)
+    except Exception:
+        pass  # never let bookkeeping break the forward
+
+
+class _CompiledCall(threading.local):
+    depth = 0  # inside a compiled DDP's call on this thread (DDP's forward wrapper then leaves the watching to it)
+
+
+_compiled_call = _CompiledCall()
+
+
+def _install_compiled_ddp(torch: Any) -> None:
+    """A DDP compiled as a whole: ``torch.compile(DDP(model))``, or ``ddp.compile()``. DDP's forward is then traced
+    into the compiled region (with DDPOptimizer's splits), so the forward wrapper above never runs eagerly and
+    could queue nothing. The compiled call itself is eager and outside the region: ``OptimizedModule.__call__``
+    (torch.compile's wrapper module), or the function ``ddp.compile()`` puts in the module's
+    ``_compiled_call_impl`` slot. Wrapped there, a compiled DDP gets the same :func:`watch_ddp_backward` from
+    its output as an eager one: no probe code in the region, no comm hook, the device rules of eager DDP.
+
+    ``OptimizedModule`` lives in ``torch._dynamo``, which only ``torch.compile`` loads: its call is wrapped now if
+    dynamo is loaded, else by the first ``torch.compile`` call, through a pass-through wrapper of
+    ``torch.compile`` (which ``Module.compile`` calls too)."""
+    if torch is None:
+        return
+    _wrap_compiled_call(getattr(sys.modules.get("torch._dynamo.eval_frame"), "OptimizedModule", None))
+    compile_fn = getattr(torch, "compile", None)
+    if not callable(compile_fn) or getattr(compile_fn, "_ranktop_ddp", False):
+        return
+    call_impl = getattr(getattr(getattr(torch, "nn", None), "Module", None), "_call_impl", None)
+
+    @functools.wraps(compile_fn)
+    def compile(*args, **kwargs):
+        result = compile_fn(*args, **kwargs)
+        if not _installed:
+            return result
+        try:
+            if "ddp.compiled_class" not in _installed:
+                _wrap_compiled_call(getattr(sys.modules.get("torch._dynamo.eval_frame"), "OptimizedModule", None))
+            target = args[0] if args else kwargs.get("model")
+            ddp, ddp_class = getattr(target, "__self__", None), _installed.get("ddp.class")
+            if ddp_class is not None and isinstance(ddp, ddp_class) and getattr(target, "__func__", None) is call_impl:
+                return _compiled_ddp_call(ddp, result)  # ddp.compile(): its compiled _call_impl, in its slot
+        except Exception:
+            pass
+        return result
+
+    compile._ranktop_ddp = True
+    dynamo_guard.keep_out(compile)
+    torch.compile = compile
+    _installed["ddp.torch"] = torch
+    _installed["ddp.compile"] = compile_fn
+
+
+def _compiled_ddp_call(ddp: Any, compiled: Any) -> Any:
+    """``ddp.compile()``'s compiled call, watched as :func:`_wrap_compiled_call` watches torch.compile's wrapper."""
+
+    @functools.wraps(compiled)
+    def call(*args, **kwargs):
+        if _tracker is None or dynamo_guard.is_compiling():
+            return compiled(*args, **kwargs)
+        _compiled_call.depth += 1
+        try:
+            output = compiled(*args, **kwargs)
+        finally:
+            _compiled_call.depth -= 1
+        _watch_if_synchronised(ddp, output)
+        return output
+
+    dynamo_guard.keep_out(call)  # it calls the compiled region: what that starts is dynamo's
+    return call
+
+
+def _wrap_compiled_call(optimized: Any) -> None:
+    """``OptimizedModule.__call__`` (once): a call of one that wraps a DDP watches the DDP's backward."""
+    if optimized is None or "ddp.compiled_class" in _installed:
+        return
+    original = optimized.__call__
+    if getattr(original, "_ranktop", False):
+        return
+    ddp_class = _installed.get("ddp.class")
+
+    @functools.wraps(original)
+    def __call__(self, *args, **kwargs):
+        if _tracker is None or dynamo_guard.is_compiling():
+            return original(self, *args, **kwargs)
+        modules = self.__dict__.get("_modules")
+        inner = modules.get("_orig_mod") if modules else None
+        if ddp_class is None or not isinstance(inner, ddp_class):
+            return original(self, *args, **kwargs)
+        _compiled_call.depth += 1
+        try:
+            output = original(self, *args, **kwargs)
+        finally:
+            _compiled_call.depth -= 1
+        _watch_if_synchronised(inner, output)
+        return output
+
+    __call__._ranktop = True
+    dynamo_guard.keep_out(__call__)  # it calls the compiled region: what that starts is dynamo's
+    _installed["ddp.compiled_class"] = optimized
+    _installed["ddp.compiled_call"] = original
+    optimized.__call__ = __call__
 
 
 # Our own, all the way down: dynamo compiles none of their frames, nor any they start (see probe/dynamo_guard.py).
 # The wrappers reach them from eager code that may run inside a compiled region's extent (after a graph break).
 dynamo_guard.keep_out(
-    watch_ddp_backward, _ddp_prehook, _ddp_wait_begins, _ddp_wait_ends, _nbytes, _dtype, on_cuda, _group_info,
-    _note_p2p, _key, _label, _wait_later, _storage, rows, _functional_group, CollectiveTracker.begin, CollectiveTracker.end,
-    CollectiveTracker.complete, CollectiveTracker.at_wait, recursive=True,
+    watch_ddp_backward, _watch_if_synchronised, _ddp_prehook, _ddp_wait_begins, _ddp_wait_ends, _nbytes, _dtype,
+    on_cuda, _group_info, _note_p2p, _key, _label, _wait_later, _storage, rows, _functional_group,
+    CollectiveTracker.begin, CollectiveTracker.end, CollectiveTracker.complete, CollectiveTracker.at_wait, recursive=True,
 )

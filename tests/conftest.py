@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -11,6 +12,8 @@ from pathlib import Path
 import pytest
 
 from support import JOBS, RANKTOP, LaunchedJobs, start_job, stop_group, wait_for
+
+from ranktop.relay.claim import Claim
 
 
 #: The demo's training script, as torchrun runs it.
@@ -65,7 +68,12 @@ def launch_ranks(rdv, tmp_path):
     def launch(job: str, world: int, *args: str, script: Path = JOBS / "sleepy_rank.py") -> Ranks:
         ranks = Ranks(job, world, script, list(args), tmp_path)
         started.append(ranks)
-        wait_for(lambda: any(rdv.glob(f"jobs/{job}/node-*.json")), 20, f"relay of job {job} never appeared")
+        wait_for(lambda: any(rdv.glob(f"jobs/{job}/node-*.json")), 30, f"relay of job {job} never appeared")
+        # and every rank's probe up (registered with the relay): a loaded machine may start the last rank seconds
+        # after the first, which a test's listening window (watch --duration) should not have to cover
+        claim = Claim(job, socket.gethostname())
+        wait_for(lambda: len(claim.live_ranks()) == world or any(p.poll() is not None for p in ranks.procs), 60,
+                 f"the ranks of job {job} never all started", seen=lambda: f"registered: {claim.live_ranks()}")  # fmt: skip
         return ranks
 
     yield launch

@@ -100,6 +100,32 @@ def relay_pid(job: str) -> int:
     return nodes[0].pid
 
 
+def connected_to(pid: int, port: int) -> bool:
+    """Whether process ``pid`` holds a TCP connection to ``port`` that is established (Linux's /proc): a viewer
+    that has dialled the relay, however long a loaded machine took to start it."""
+    inodes = set()
+    try:
+        fds = os.listdir(f"/proc/{pid}/fd")
+    except OSError:
+        return False
+    for fd in fds:
+        try:
+            inodes.add(os.readlink(f"/proc/{pid}/fd/{fd}"))
+        except OSError:
+            continue  # closed meanwhile
+    for table in ("tcp", "tcp6"):
+        try:
+            lines = Path(f"/proc/{pid}/net/{table}").read_text().splitlines()[1:]
+        except OSError:
+            continue
+        for line in lines:
+            fields = line.split()
+            remote, state, inode = fields[2], fields[3], fields[9]
+            if state == "01" and int(remote.rsplit(":", 1)[1], 16) == port and f"socket:[{inode}]" in inodes:
+                return True
+    return False
+
+
 def kill_relay(job: str) -> int:
     """SIGKILL the job's relay (no clean-up: its node record stays behind); returns its pid."""
     pid = relay_pid(job)

@@ -16,14 +16,24 @@ JOBS = Path(__file__).parent / "jobs"
 RANKTOP = shutil.which("ranktop", path=str(Path(sys.executable).parent)) or "ranktop"
 
 
-def wait_for(predicate, timeout: float, message: str):
+def wait_for(predicate, timeout: float, message: str, *, seen=None):
+    """``predicate()``'s first true value, looked for until ``timeout`` s have passed; then AssertionError with
+    ``message``, how long it waited, its last value and, where given, ``seen()``: what there was instead.
+
+    A condition waited for, never a count reached by a deadline: ``timeout`` is only the bound past which the
+    thing will not come, so it is generous (five times what a quiet machine needs); a loaded machine is slower,
+    not wrong. The predicate is looked at once more after the deadline, so a slow look never misses."""
     deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+    while True:
+        last = time.monotonic() >= deadline
         value = predicate()
         if value:
             return value
+        if last:
+            break
         time.sleep(0.05)
-    raise AssertionError(message)
+    extra = f"; {seen()}" if seen is not None else ""
+    raise AssertionError(f"{message} (after {timeout:g} s: last {value!r}{extra})")
 
 
 def run_cli(*args: str, timeout: float = 60, cwd=None) -> subprocess.CompletedProcess:

@@ -82,15 +82,17 @@ def relay(rdv, monkeypatch):
         thread.join()
 
 
-def received(ctx, url, seconds=1.0, keys=None, subscribe=b""):
-    """How many messages a SUB socket (a CURVE client with ``keys``, else plain) receives from ``url``."""
+def received(ctx, url, seconds=1.0, keys=None, subscribe=b"", until=None):
+    """How many messages a SUB socket (a CURVE client with ``keys``, else plain) receives from ``url`` in
+    ``seconds``, or as soon as ``until`` have come: a count that must be reached is waited for (``seconds`` then
+    only its generous bound), one that must stay at 0 is watched for the whole time."""
     sock = ctx.socket(zmq.SUB)
     if keys is not None:
         curve.make_client(sock, keys)
     sock.subscribe(subscribe)
     sock.connect(url)
     count, deadline = 0, time.monotonic() + seconds
-    while time.monotonic() < deadline:
+    while time.monotonic() < deadline and (until is None or count < until):
         if sock.poll(50):
             schema.decode(sock.recv_multipart())  # what arrives is readable telemetry
             count += 1
@@ -109,7 +111,8 @@ def test_a_plain_subscriber_on_the_relay_port_receives_nothing_while_the_job_key
     stranger = dataclasses.replace(curve.keys_of(secret), client_public=curve.x25519_public(b"s" * 32), client_secret=b"s" * 32)
     assert received(ctx, relay.telemetry_url, keys=stranger) == 0
     assert zap.refused(ctx) > refused
-    assert received(ctx, relay.telemetry_url, keys=curve.keys_of(secret)) > 10
+    got = received(ctx, relay.telemetry_url, keys=curve.keys_of(secret), seconds=15, until=11)  # 20 a second
+    assert got > 10, f"the job's key read {got} messages in 15 s"
 
 
 def test_only_the_job_key_pushes_commands_and_they_arrive_still_signed(relay):
@@ -126,17 +129,18 @@ def test_only_the_job_key_pushes_commands_and_they_arrive_still_signed(relay):
             curve.make_client(sock, keys)
         sock.connect(relay.control_url)
         sock.send_multipart(frames_)
-        time.sleep(0.5)
-        sock.close(linger=0)
+        return sock
 
-    push(None, auth.sign_command(secret, "sealed", "ping")[1])  # signed, but no CURVE
-    push(curve.keys_of(b"a guess"), auth.sign_command(secret, "sealed", "ping")[1])
-    assert not ranks.poll(300)
+    pushers = [push(None, auth.sign_command(secret, "sealed", "ping")[1])]  # signed, but no CURVE
+    pushers.append(push(curve.keys_of(b"a guess"), auth.sign_command(secret, "sealed", "ping")[1]))
+    assert not ranks.poll(800)
     command_id, signed = auth.sign_command(secret, "sealed", "ping")
-    push(curve.keys_of(secret), signed)
-    assert ranks.poll(2000)
+    pushers.append(push(curve.keys_of(secret), signed))
+    assert ranks.poll(10_000), "the job key's command never reached the ranks in 10 s"
     assert verifier.verify(ranks.recv_multipart()).id == command_id  # the HMAC travels inside, unchanged
-    ranks.close(linger=0)
+    assert not ranks.poll(300)  # and it alone: the refused ones were never let through
+    for sock in [*pushers, ranks]:
+        sock.close(linger=0)
 
 
 def test_a_viewer_with_a_wrong_secret_is_told_in_one_line_where_it_looks(relay, monkeypatch):

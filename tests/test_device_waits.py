@@ -5,6 +5,7 @@ The fake device's clock is moved by the test: NCCL's works and futures are compl
 returns at once, and only CUDA events on the streams say when the device got there.
 """
 
+import functools
 import sys
 import threading
 import types
@@ -198,6 +199,100 @@ def test_ddp_waits_where_finalize_stalls_the_compute_stream_not_for_its_buckets_
     assert step["g"]["p"]["backward"] == pytest.approx(0.035)
 
 
+class SyncingDDP(FakeDDP):
+    require_backward_grad_sync = True  # False inside no_sync()
+
+
+class FakeOptimizedModule:
+    """``torch.compile(DDP(model))``'s wrapper: its call runs the compiled region (DDP's forward traced inside)."""
+
+    def __init__(self, inner, output):
+        self._modules = {"_orig_mod": inner}
+        self.output = output
+
+    def __call__(self, *args):
+        return self.output
+
+
+def test_a_compiled_ddp_waits_by_eager_ddp_s_device_rules_watched_from_its_compiled_call(cuda, attached, monkeypatch):
+    """``torch.compile(DDP(model))`` (issue 51): DDP's forward is inside the compiled region, so its backward is
+    watched from the compiled wrapper's eager call; what is timed is eager DDP's: the compute stream's 5 ms stall
+    at the reducer's finalize, not the bucket's 25 ms in flight; a no_sync() micro-batch waits for nothing."""
+    pytest.importorskip("torch")
+    monkeypatch.setattr(collectives, "_installed", {"ddp.class": FakeDDP})
+    queue = []
+    monkeypatch.setattr(collectives, "_queue_callback", queue.append)
+    collectives._wrap_compiled_call(FakeOptimizedModule)
+    group = FakeNcclGroup(cuda, kernel_s=0.025)
+    rec, tracker = attached.recorder, attached.collectives
+    ddp = SyncingDDP(group)
+    rec.begin_step()
+    ddp.require_backward_grad_sync = False  # no_sync(): a micro-batch that accumulates
+    accumulated = FakeOptimizedModule(ddp, types.SimpleNamespace(grad_fn=OutputNode()))()
+    assert not hasattr(accumulated.grad_fn, "prehook")
+    ddp.require_backward_grad_sync = True
+    output = FakeOptimizedModule(ddp, types.SimpleNamespace(grad_fn=OutputNode()))()
+    rec.begin_phase("backward")
+    output.grad_fn.prehook(None)
+    compute = cuda.current_stream()
+    compute.launch(0.010)
+    work = group.collective(Tensor(4096), async_op=True)
+    compute.launch(0.020)
+    queue.append(lambda: work.wait())  # DDP's finalize, queued by the reducer after ours
+    run_final_callbacks(queue)
+    rec.end_phase()
+    rec.end_step()
+    cuda.run(1.0)
+    (call,) = tracker.drain()
+    assert call["op"] == collectives.DDP_OP and call["ph"] == "backward"
+    assert call["d"] == pytest.approx(0.005)
+
+
+class HookedDDP(SyncingDDP):
+    """DDP's register_comm_hook: the reducer calls the hook it is given for each ready bucket."""
+
+    def register_comm_hook(self, state, hook):
+        self.hook = functools.partial(hook, state)
+
+
+def test_a_ddp_comm_hook_s_all_reduce_is_no_wait_only_the_stall_at_finalize_is(cuda, attached, monkeypatch):
+    """PyTorch's allreduce_hook (and bf16_compress_hook, PowerSGD) launches ``all_reduce(async_op=True)`` and never
+    waits for it: it returns ``work.get_future().then(...)``, which the reducer's finalize waits for. The bucket is
+    ready 10 ms into backward and 25 ms on the wire, overlapped with 20 ms more of backward: the compute stream
+    stalls 5 ms at finalize. Before, the hook's all-reduce was also recorded, launch to completion: 25 ms."""
+    monkeypatch.setattr(collectives, "_installed", {})
+    collectives.watch_comm_hooks(HookedDDP)
+    group = FakeNcclGroup(cuda, kernel_s=0.025)
+    all_reduce = wrapped("all_reduce", group)
+
+    def allreduce_hook(process_group, bucket):  # torch.distributed.algorithms.ddp_comm_hooks.default_hooks's, in short
+        return all_reduce(bucket, group=process_group, async_op=True).get_future().then(lambda fut: fut.value())
+
+    rec, tracker = attached.recorder, attached.collectives
+    ddp = HookedDDP(group)
+    ddp.register_comm_hook(None, allreduce_hook)
+    queue = []
+    output = types.SimpleNamespace(grad_fn=OutputNode())
+    assert collectives.watch_ddp_backward(ddp, output, queue=queue.append)
+    rec.begin_step()
+    rec.begin_phase("backward")
+    output.grad_fn.prehook(None)
+    compute = cuda.current_stream()
+    compute.launch(0.010)
+    future = ddp.hook(Tensor(4096))  # the reducer runs the hook on the ready bucket
+    compute.launch(0.020)
+    queue.append(lambda: future.wait())  # finalize waits for the hook's future
+    run_final_callbacks(queue)
+    rec.end_phase()
+    rec.end_step()
+    cuda.run(1.0)
+    calls = tracker.drain(final=True)
+    assert [c["op"] for c in calls] == [collectives.DDP_OP], calls
+    assert calls[0]["d"] == pytest.approx(0.005)
+    (step,) = rec.timeline.resolve(rec.drain())
+    assert step["g"]["p"]["backward"] == pytest.approx(0.035)
+
+
 def test_ddp_keeps_its_own_all_reduce_and_a_comm_hook_registered_after_the_first_forward_works(tmp_path):
     """No comm hook of ours (the reducer's fused C++ all-reduce stays), so a script may register its own late;
     the wait is still one ddp_allreduce record per synchronised backward, with every gradient's bytes."""
@@ -233,6 +328,68 @@ def test_ddp_keeps_its_own_all_reduce_and_a_comm_hook_registered_after_the_first
     finally:
         collectives.uninstall()
         dist.destroy_process_group()
+
+
+def test_ddp_with_pytorch_s_stock_allreduce_hook_records_only_its_wait_at_finalize(tmp_path):
+    """Real DDP and PyTorch's own ``allreduce_hook`` (gloo): the hook's all_reduce, launched and never waited for,
+    is DDP's all-reduce, not a wait of its own: one ddp_allreduce per synchronised backward, nothing else."""
+    import torch
+    import torch.distributed as dist
+    from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path}/store", rank=0, world_size=1)
+    tracker = CollectiveTracker(Recorder())
+    try:
+        assert collectives.install(tracker)
+        model = DDP(torch.nn.Linear(8, 4))
+        model.register_comm_hook(None, default_hooks.allreduce_hook)
+        for _ in range(3):
+            model(torch.randn(2, 8)).sum().backward()
+        with model.no_sync():
+            model(torch.randn(2, 8)).sum().backward()
+        assert [r["op"] for r in tracker.drain(final=True)] == [collectives.DDP_OP] * 3
+        assert model._get_ddp_logging_data().get("comm_hook") == "allreduce_hook"  # DDP logs the hook by its name
+    finally:
+        collectives.uninstall()
+        dist.destroy_process_group()
+
+
+@pytest.mark.parametrize("how", ("torch.compile(DDP(model))", "DDP(model).compile()"))
+def test_a_whole_compiled_ddp_model_has_its_wait_per_synchronised_backward_in_process(tmp_path, how):
+    """A DDP compiled as a whole, for real (dynamo with DDPOptimizer, the eager backend): one ddp_allreduce per
+    synchronised backward, none under no_sync (before issue 51: none at all); uninstalled, the compiled wrapper's
+    call and torch.compile are torch's own again."""
+    import torch
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    compile_before = torch.compile
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path}/store", rank=0, world_size=1)
+    tracker = CollectiveTracker(Recorder())
+    try:
+        assert collectives.install(tracker)
+        torch.manual_seed(0)
+        model = DDP(torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.ReLU(), torch.nn.Linear(8, 1)))
+        if how.startswith("torch.compile"):
+            model = torch.compile(model, backend="eager")
+        else:
+            model.compile(backend="eager")
+        for _ in range(3):
+            model(torch.randn(2, 8)).sum().backward()
+        with model.no_sync():
+            model(torch.randn(2, 8)).sum().backward()
+        records = tracker.drain(final=True)
+        assert [r["op"] for r in records] == [collectives.DDP_OP] * 3
+        assert all(r["b"] == (8 * 8 + 8 + 8 + 1) * 4 for r in records)
+    finally:
+        collectives.uninstall()
+        dist.destroy_process_group()
+        torch._dynamo.reset()
+    from torch._dynamo.eval_frame import OptimizedModule
+
+    assert not getattr(OptimizedModule.__call__, "_ranktop", False)
+    assert torch.compile is compile_before or not getattr(torch.compile, "_ranktop_ddp", False)
 
 
 def test_a_hung_collective_shows_as_a_rank_inside_it_though_the_host_returned(cuda, attached):

@@ -121,9 +121,11 @@ def test_the_job_s_relays_send_at_most_the_sample_budget_of_raw_calls_a_second()
 
 
 def digests_a_second(job: str, seconds: float = 4.0) -> float:
-    """Digests with both ranks' steps a second that the job's (one) relay sends, as a viewer subscribed to them
-    counts them, from the first that passes on a rank's hello (the relay has heard the job's size by then: a
-    probe says hello as it starts, maybe before its relay is up, and again every 2 s)."""
+    """Digests a second that the job's (one) relay sends, from the first that passes on a rank's hello (the relay
+    has heard the job's size by then: a probe says hello as it starts, maybe before its relay is up, and again
+    every 2 s): one over the median gap between the digests' own timestamps, so neither this process's nor the
+    relay's lateness on a busy machine, nor an interval in which a rank's flush came late (no steps to digest),
+    moves it."""
     wait_for(lambda: rendezvous.read_nodes(job) and rendezvous.read_secret(job), 20, f"relay of job {job} never appeared")
     (node,) = rendezvous.read_nodes(job)
     ctx = zmq.Context()
@@ -132,19 +134,20 @@ def digests_a_second(job: str, seconds: float = 4.0) -> float:
         assert keys.secure(sub, rendezvous.read_secret(job))
         sub.setsockopt(zmq.SUBSCRIBE, schema.NODE.encode())
         sub.connect(node.telemetry)
-        times: list[float] = []
-        end = time.monotonic() + 30
-        while time.monotonic() < end and (not times or times[-1] - times[0] < seconds):
+        stamps: list[float] = []
+        end = time.monotonic() + 60
+        while time.monotonic() < end and (len(stamps) < 5 or stamps[-1] - stamps[0] < seconds):
             if sub.poll(500):
                 msg = schema.decode(sub.recv_multipart())
                 if not isinstance(msg, Node):
                     continue
-                if not times and not any(entry.hello for entry in msg.ranks):
+                if not stamps and not any(entry.hello for entry in msg.ranks):
                     continue
-                if msg.steps is not None and len(step_block.read(msg.steps)["r"]) == 2:
-                    times.append(time.monotonic())
-        assert len(times) > 2, "no digest with both ranks' steps came"
-        return (len(times) - 1) / (times[-1] - times[0])
+                if msg.steps is not None:
+                    stamps.append(msg.ts)
+        assert len(stamps) >= 5, f"{len(stamps)} digests with steps in 60 s"
+        gaps = sorted(b - a for a, b in zip(stamps, stamps[1:]))
+        return 1.0 / gaps[len(gaps) // 2]
     finally:
         sub.close(linger=0)
         ctx.term()
@@ -168,7 +171,7 @@ def test_a_real_relay_paces_its_digests_by_the_job_size_its_ranks_hellos_say(rdv
             p.terminate()
         for p in procs:
             p.wait(10)
-    assert expected_hz * 0.8 < rate < expected_hz * 1.2, rate
+    assert expected_hz * 0.8 < rate < expected_hz * 1.2, f"{rate:.2f} digests a second"
 
 
 # -- the simulator -------------------------------------------------------------------------------

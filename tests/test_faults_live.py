@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 
 import pytest
-from faults import DemoJob, Throttle, Window, expired_commands, file_size_limit, flood, forged_commands, frozen
+from faults import DemoJob, Throttle, Window, connected_to, expired_commands, file_size_limit, flood, forged_commands, frozen
 from faults import kill_relay, malformed_commands, relay_pid, valid_command
 from support import RANKTOP, run_cli, wait_for
 
@@ -80,7 +80,9 @@ def viewer(job, duration: float) -> subprocess.Popen:
 def test_a_viewer_killed_frozen_or_far_too_slow_costs_the_job_nothing_and_catches_up(job):
     killed, stopped, slow = viewer(job, 60), viewer(job, 10), viewer(job, 10)
     try:
-        time.sleep(2.5)  # they start and attach (their first steps are checked below)
+        port = int(rendezvous.read_nodes(job.job)[0].telemetry.rsplit(":", 1)[1])
+        wait_for(lambda: all(connected_to(v.pid, port) for v in (killed, stopped, slow)), 60,
+                 "the viewers never dialled the relay")  # they start and attach (their first steps are checked below)
         before = quiet_stretch(job)
         start = time.time()
         killed.send_signal(signal.SIGKILL)

@@ -146,8 +146,10 @@ def test_device_timing_runs_through_the_real_sender_on_host_clock_events(rdv, tm
         "m = torch.nn.Linear(4, 1); opt = torch.optim.SGD(m.parameters(), lr=0.1)\n"
         "for _ in range(50):\n"
         "    m(torch.ones(2, 4)).sum().backward(); opt.step(); opt.zero_grad()\n"
-        "time.sleep(1.0)  # four flushes of the sender thread\n"
         "tl = probe.get().recorder.timeline\n"
+        "end = time.monotonic() + 20  # the sender's flushes (four a second) resolve them: a second if quiet\n"
+        "while (tl.pool.size - tl.pool.available > 8 or tl._held or tl._by_step) and time.monotonic() < end:\n"
+        "    time.sleep(0.05)\n"
         "print(tl.label, tl.pool.size - tl.pool.available, len(tl._held), len(tl._by_step))\n"
     )
     env = dict(os.environ, RANKTOP_DEVICE_TIMING="cpu")

@@ -8,9 +8,8 @@ import json
 import os
 import subprocess
 import sys
-import time
 
-from support import JOBS, run_cli, wait_for
+from support import JOBS, brief, run_cli, wait_for
 
 from ranktop.watch.session import WatchSession, resolve
 from ranktop.wire import auth
@@ -23,17 +22,35 @@ def watch_json(*target, duration=4.0):
     return json.loads(out.stdout)
 
 
+def watch_until(target: str, judged, tries: int = 5) -> dict:
+    """The first of up to ``tries`` ``watch --json`` documents (4 s of listening each) that ``judged`` passes: on a
+    busy machine the steps' noise is the slowdown's size, and a verdict of 4 s may not have formed yet, so it is
+    waited for; where none passes, every try's assertion and rows say why."""
+    seen = []
+    for _ in range(tries):
+        doc = watch_json(target)
+        try:
+            judged(doc)
+            return doc
+        except AssertionError as exc:
+            seen.append(f"{exc!r}\n  " + "\n  ".join(brief(r) for r in doc["ranks"]))
+    raise AssertionError(f"no try of {tries} judged the job so:\n" + "\n".join(seen))
+
+
 def test_watch_json_shows_every_rank_and_the_slow_one_first(launch_ranks):
     launch_ranks("job-a", 4, "--slow-rank", "2", "--slow-ms", "15", "--slow-phase", "forward")
-    doc = watch_json("job-a")
-    assert doc["job"] == "job-a" and doc["world_size"] == 4
-    assert [r["rank"] for r in doc["ranks"]] == [0, 1, 2, 3]
-    assert all(r["steps_seen"] > 10 and r["host"] == os.uname().nodename for r in doc["ranks"])
-    assert doc["stragglers"][0] == 2
-    slow = doc["ranks"][2]
-    assert slow["status"] == "slow" and slow["culprit_phase"] == "forward"
-    assert 0.010 < slow["phases"]["forward"] - doc["ranks"][0]["phases"]["forward"] < 0.030
-    assert [r["status"] for r in doc["ranks"] if r["rank"] != 2] == ["ok"] * 3
+
+    def judged(doc):
+        assert doc["job"] == "job-a" and doc["world_size"] == 4
+        assert [r["rank"] for r in doc["ranks"]] == [0, 1, 2, 3]
+        assert all(r["steps_seen"] > 10 and r["host"] == os.uname().nodename for r in doc["ranks"])
+        assert doc["stragglers"][0] == 2
+        slow = doc["ranks"][2]
+        assert slow["status"] == "slow" and slow["culprit_phase"] == "forward"
+        assert 0.010 < slow["phases"]["forward"] - doc["ranks"][0]["phases"]["forward"] < 0.030
+        assert [r["status"] for r in doc["ranks"] if r["rank"] != 2] == ["ok"] * 3
+
+    watch_until("job-a", judged)
 
 
 def test_the_relay_digest_shows_the_same_job_as_the_ranks_own_messages(launch_ranks, monkeypatch):
@@ -41,11 +58,14 @@ def test_the_relay_digest_shows_the_same_job_as_the_ranks_own_messages(launch_ra
     ranks' messages into one digest per interval (relay/digest.py, wire/node_digest.py)."""
     launch_ranks("job-digest", 4, "--slow-rank", "1", "--slow-ms", "15", "--slow-phase", "backward")
     monkeypatch.setenv("RANKTOP_DIGESTS", "on")
-    doc = watch_json("job-digest")
-    assert doc["world_size"] == 4 and [r["rank"] for r in doc["ranks"]] == [0, 1, 2, 3]
-    assert all(r["steps_seen"] > 10 and r["host"] == os.uname().nodename and r["pid"] > 0 for r in doc["ranks"])
-    assert doc["stragglers"][0] == 1 and doc["ranks"][1]["status"] == "slow" and doc["ranks"][1]["culprit_phase"] == "backward"
-    assert [r["status"] for r in doc["ranks"] if r["rank"] != 1] == ["ok"] * 3
+
+    def judged(doc):
+        assert doc["world_size"] == 4 and [r["rank"] for r in doc["ranks"]] == [0, 1, 2, 3]
+        assert all(r["steps_seen"] > 10 and r["host"] == os.uname().nodename and r["pid"] > 0 for r in doc["ranks"])
+        assert doc["stragglers"][0] == 1 and doc["ranks"][1]["status"] == "slow" and doc["ranks"][1]["culprit_phase"] == "backward"
+        assert [r["status"] for r in doc["ranks"] if r["rank"] != 1] == ["ok"] * 3
+
+    watch_until("job-digest", judged)
     monkeypatch.setenv("RANKTOP_DIGESTS", "sometimes")
     out = run_cli("watch", "job-digest", "--json", "--duration", "1")
     assert out.returncode != 0 and "RANKTOP_DIGESTS must be on, off or auto" in out.stderr and "Traceback" not in out.stderr
@@ -98,11 +118,16 @@ def test_forged_and_replayed_commands_are_dropped_and_counted(launch_ranks):
             counts = [r.rejected for r in snap.ranks]
             return counts if all(c.get("forged") == 2 and c.get("replayed") == 1 for c in counts) else None
 
-        counts = wait_for(rejections, 10, "ranks did not report the rejected commands")
+        counts = wait_for(rejections, 30, "ranks did not report the rejected commands",
+                          seen=lambda: f"rejected: {[r.rejected for r in session.snapshot().ranks]}")  # fmt: skip
         assert len(counts) == 2
-        time.sleep(0.5)
-        answers = [r for r in session.snapshot().replies if r.id == valid_id]
-        assert sorted(r.rank for r in answers) == [0, 1]  # the valid ping answered once per rank
+
+        def answers():
+            return [r for r in session.snapshot().replies if r.id == valid_id]
+
+        wait_for(lambda: len({r.rank for r in answers()}) == 2, 30, "the valid ping was not answered by both ranks",
+                 seen=lambda: f"answers from ranks {[r.rank for r in answers()]}")  # fmt: skip
+        assert sorted(r.rank for r in answers()) == [0, 1]  # the valid ping answered once per rank (the replay refused)
         # the forged set_rate did nothing
         assert all(session.snapshot().row(r).rate_hz == 4.0 for r in (0, 1))
     finally:
@@ -130,7 +155,8 @@ def test_a_rank_that_dies_is_marked_silent(launch_ranks):
     try:
         wait_for(lambda: len(session.snapshot().ranks) == 3, 10, "ranks never appeared")
         ranks.procs[2].kill()
-        snap = wait_for(lambda: (s := session.snapshot()).silent == 1 and s, 10, "rank 2 never went silent")
+        snap = wait_for(lambda: (s := session.snapshot()).silent == 1 and s, 20, "rank 2 never went silent",
+                        seen=lambda: f"statuses {[r.status for r in session.snapshot().ranks]}")  # fmt: skip
         assert [r.status for r in snap.ranks] == ["ok", "ok", "silent"] and snap.stragglers[0] == 2
     finally:
         session.close()

@@ -2,7 +2,8 @@
 same tiny job runs in one process without ranktop and then under ``probe.automatic()`` (what ``ranktop launch``
 starts): dynamo's counters (graph breaks, unique graphs, captured calls, recompiles) are equal, the trained
 parameters are bit-identical, and automatic mode still timed every step with its forward, backward and
-optimizer. The job is tests/jobs/pt2_patterns.py (one subprocess for all patterns, so torch is imported once).
+optimizer (and, for DDP, its waits: one ``ddp_allreduce`` per synchronised backward). The job is
+tests/jobs/pt2_patterns.py (one subprocess for all patterns, so torch is imported once).
 The multi-rank cases under ``ranktop launch`` are in tests/test_pt2_launch.py.
 """
 
@@ -23,8 +24,12 @@ STEPS, ACCUMULATE = 6, 2
 PATTERNS = (
     "compile", "compile_fullgraph", "compile_dynamic", "module_compile", "per_block_compile",
     "checkpoint", "checkpoint_reentrant", "checkpoint_compiled", "compiled_autograd",
-    "ddp_compile_outside", "ddp_compile_inside", "fsdp2_per_block_compile", "compiled_train_step",
+    "ddp_compile_outside", "ddp_compile_outside_no_sync", "ddp_compile_inside", "fsdp2_per_block_compile",
+    "compiled_train_step",
 )  # fmt: skip
+#: DDP patterns: each synchronised backward waits for DDP's gradient all-reduce (one ddp_allreduce record each:
+#: every micro-batch's, or with no_sync accumulation only the last one's).
+DDP_WAITS = {"ddp_compile_outside": STEPS * ACCUMULATE, "ddp_compile_outside_no_sync": STEPS, "ddp_compile_inside": STEPS * ACCUMULATE}
 #: Patterns where automatic mode cannot see the steps (docs/auto-mode.md): a whole step compiled in one function.
 UNTIMED = ("compiled_train_step",)
 COUNTERS = ("graph_breaks", "unique_graphs", "calls_captured", "recompiles")
@@ -63,6 +68,14 @@ def check_invisible(result: dict) -> None:
     assert with_probe["loss"] == without["loss"]
 
 
+def check_ddp_waits(result: dict) -> None:
+    """DDP's waits seen (issue 51: ``torch.compile(DDP(model))`` had none once DDP's comm hook was gone), in
+    backward, one per synchronised backward."""
+    calls = [c for c in result["with"]["calls"] if c["op"] == "ddp_allreduce"]
+    assert len(calls) == DDP_WAITS[result["pattern"]], result["with"]["calls"]
+    assert all(c["ph"] == "backward" and c["d"] >= 0 for c in calls), calls
+
+
 def check_timed(result: dict) -> None:
     steps = result["with"]["steps"]
     assert len(steps) == STEPS, steps  # one step per optimizer step: accumulation is one step
@@ -79,6 +92,8 @@ def test_automatic_mode_is_invisible_to_the_compiler_and_times_every_step(matrix
     check_invisible(matrix[pattern])
     if pattern not in UNTIMED:
         check_timed(matrix[pattern])
+    if pattern in DDP_WAITS:
+        check_ddp_waits(matrix[pattern])
 
 
 @pytest.mark.slow
@@ -93,6 +108,17 @@ def test_fullgraph_with_inductor_compiles_the_same_graphs_under_ranktop(tmp_path
     for pattern in ("compile_fullgraph", "per_block_compile"):
         check_invisible(results[pattern])
         check_timed(results[pattern])
+
+
+@pytest.mark.slow
+def test_compile_around_ddp_with_inductor_compiles_the_same_graphs_and_sees_ddp_s_waits(tmp_path_factory):
+    """``torch.compile(DDP(model))`` with the real compiler (issue 51's job), with and without no_sync accumulation."""
+    patterns = ("ddp_compile_outside", "ddp_compile_outside_no_sync")
+    results = run_patterns(tmp_path_factory, patterns, "inductor")
+    for pattern in patterns:
+        check_invisible(results[pattern])
+        check_timed(results[pattern])
+        check_ddp_waits(results[pattern])
 
 
 def test_a_fullgraph_model_compiles_under_automatic_mode_in_process():

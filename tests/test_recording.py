@@ -18,6 +18,7 @@ from ranktop.watch.offline.report import build, text_lines
 from ranktop.wire import schema
 
 import messages
+from support import wait_for
 
 PHASES = {"data": 0.002, "forward": 0.004, "backward": 0.006, "optimizer": 0.002}
 
@@ -65,7 +66,14 @@ def test_a_crash_mid_chunk_leaves_every_closed_chunk_readable(tmp_path):
     first = hello(0)
     rec = FlightRecorder(path, chunk_seconds=0.05).start()
     rec.tap(first, "e")
-    time.sleep(0.5)  # the first chunk is closed and on disk
+
+    def on_disk():
+        try:
+            return [e.frames for e in read(path).entries] == [first]
+        except (OSError, RecordingError):  # not there yet, or its header half-written
+            return False
+
+    wait_for(on_disk, 10, "the first chunk was never closed and on disk", seen=lambda: f"{rec.stats}")
     rec.tap(steps(0, 0, 3), "e")
     rec.close()
     whole = path.read_bytes()

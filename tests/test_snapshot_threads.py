@@ -5,6 +5,10 @@ under the same lock and building with it released (watch/aggregator.py). Nothing
 be a live window another thread is writing. Here a feeder ingests a DDP-like job as fast as it can, with the
 interpreter switching threads every few microseconds, while snapshots are taken in a loop; every snapshot must
 hold together: the job's collective totals are the sum of its ranks', every rank's counts agree with its steps.
+
+The feeder feeds in rounds and, between them, holds back until a snapshot begun after the round has been judged
+(_Pacer): that snapshots were taken while the job changed is true by construction, on a machine of any speed, not
+a count a fast machine happens to reach before the feed ends.
 """
 
 from __future__ import annotations
@@ -55,6 +59,44 @@ def _check(snap) -> None:
         assert row.steps_seen == row.step + 1 and row.missed == 0  # one step a message, in order, none lost
 
 
+class _Pacer:
+    """Between the feeder's rounds, a snapshot judged: the feeder waits (fed) until a watcher has judged a snapshot
+    it began once the round was in (begin, judged). A watcher that failed stops the pacing, so the feeder finishes
+    and the test reports the failure rather than hanging."""
+
+    WAIT_S = 60.0  # a round's snapshot takes milliseconds on a quiet machine; far past any load
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self.taken = 0  # snapshots judged in all
+        self._rounds = 0  # rounds fed so far
+        self._seen = -1  # the most rounds a judged snapshot had been begun after
+        self._stopped = False
+
+    def begin(self) -> int:
+        """The rounds fed before a snapshot begins: what the snapshot about to be taken has seen at least."""
+        with self._cond:
+            return self._rounds
+
+    def judged(self, rounds: int) -> None:
+        with self._cond:
+            self.taken += 1
+            self._seen = max(self._seen, rounds)
+            self._cond.notify_all()
+
+    def stop(self) -> None:
+        with self._cond:
+            self._stopped = True
+            self._cond.notify_all()
+
+    def fed(self) -> None:
+        """A round is in: wait until a snapshot begun after it has been judged."""
+        with self._cond:
+            self._rounds += 1
+            got = self._cond.wait_for(lambda: self._seen >= self._rounds or self._stopped, self.WAIT_S)
+            assert got, f"no snapshot judged after round {self._rounds} in {self.WAIT_S} s ({self.taken} judged in all)"
+
+
 def _race(*targets) -> None:
     """Run each target on a thread of its own, switching threads every few bytecodes: any window read unlocked
     shows."""
@@ -75,32 +117,34 @@ def test_snapshots_taken_while_the_job_changes_each_hold_together():
     for r in range(WORLD):
         agg.ingest(messages.hello(r, WORLD, "h", pid=r))
     decoded = [messages.decoded(schema.STEPS, r, body, world=WORLD, pid=r) for r, body in _bodies(WORLD, STEPS)]
-    done, snapped = threading.Event(), threading.Event()
+    done = threading.Event()
+    pacer = _Pacer()
     failures: list[BaseException] = []
-    taken = [0]
 
     def feed() -> None:  # ingest, not ingest_batch: no holding back while a snapshot is built, the lock alone
         try:
             for i, msg in enumerate(decoded):
                 agg.ingest(msg, "tcp://h:1")
-                if i % 100 == 99:  # every so often, a snapshot done before going on (and the next one begun)
-                    snapped.clear()
-                    snapped.wait(5)
+                if i % 100 == 99:  # every so often, a snapshot begun since judged before going on
+                    pacer.fed()
+        except BaseException as exc:  # noqa: BLE001 - handed to the test's thread
+            failures.append(exc)
         finally:
             done.set()
 
     def watch() -> None:
         try:
             while not done.is_set():
+                rounds = pacer.begin()
                 _check(agg.snapshot())
-                taken[0] += 1
-                snapped.set()
+                pacer.judged(rounds)
         except BaseException as exc:  # noqa: BLE001 - handed to the test's thread
             failures.append(exc)
+            pacer.stop()
 
     _race(feed, watch)
     assert not failures, failures[0]
-    assert taken[0] >= len(decoded) // 100  # snapshots really were taken while it changed
+    assert pacer.taken >= len(decoded) // 100  # snapshots really were taken while it changed
     snap = agg.snapshot()
     _check(snap)
     assert {r.steps_seen for r in snap.ranks} == {STEPS}
@@ -137,10 +181,11 @@ def test_judging_a_job_whose_layout_and_processes_change_under_it_holds_together
     two pipeline stages, then four) while snapshots are judged on another thread with the lock released: every
     snapshot's peers, stages and life agree with its own ranks."""
     agg = Aggregator("j")
-    feed_msgs = []
+    feed_rounds: list[list] = []
     for k in range(24):
         dims = "pp=2,dp=4" if k % 2 == 0 else "pp=4,dp=2"
         pid = 1000 + k // 6  # every sixth round, every rank a new process: a restart
+        feed_rounds.append(feed_msgs := [])
         for r in range(WORLD):
             feed_msgs.append(_layout_hello(r, dims, pid))
             for n in range(k * 8, k * 8 + 8):
@@ -149,13 +194,18 @@ def test_judging_a_job_whose_layout_and_processes_change_under_it_holds_together
                                                                       "state": {"step": n + 1, "last": n, "in_step": False, "phase": None}},
                                                   world=WORLD, pid=pid))  # fmt: skip
     done = threading.Event()
+    pacer = _Pacer()
     failures: list[BaseException] = []
-    taken = [0]
 
     def feed() -> None:
         try:
-            for msg in feed_msgs:
-                agg.ingest(msg, "tcp://h:1")
+            for k, round_msgs in enumerate(feed_rounds):
+                for msg in round_msgs:
+                    agg.ingest(msg, "tcp://h:1")
+                if k % 4 == 3 and k < len(feed_rounds) - 1:  # every fourth round but the last, a snapshot judged
+                    pacer.fed()
+        except BaseException as exc:  # noqa: BLE001 - handed to the test's thread
+            failures.append(exc)
         finally:
             done.set()
 
@@ -163,14 +213,16 @@ def test_judging_a_job_whose_layout_and_processes_change_under_it_holds_together
         restarts = 0
         try:
             while not done.is_set():
+                rounds = pacer.begin()
                 restarts = _check_judged(agg.snapshot(), restarts)
-                taken[0] += 1
+                pacer.judged(rounds)
         except BaseException as exc:  # noqa: BLE001 - handed to the test's thread
             failures.append(exc)
+            pacer.stop()
 
     _race(feed, watch, watch)
     assert not failures, failures[0]
-    assert taken[0] >= 4  # snapshots really were judged while it changed
+    assert pacer.taken >= 4  # snapshots really were judged while it changed
     snap = agg.snapshot()
     _check_judged(snap, 0)
     assert len(snap.ranks) == WORLD and snap.restarts == 3 and snap.layout_roles == ["pp", "dp"] and len(snap.stages) == 4

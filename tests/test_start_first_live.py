@@ -65,10 +65,11 @@ def test_export_started_before_the_job_serves_both_ranks_then_up_0_with_the_last
 def test_record_started_first_records_the_job_and_exits_0_when_it_ends(launch_ranks, tmp_path, rdv):
     path = tmp_path / "first.rec"
     proc = subprocess.Popen([RANKTOP, "record", "rec-first", str(path)], stderr=subprocess.PIPE, text=True)
-    time.sleep(2)  # the recorder is up and waiting before the job exists
+    first = proc.stderr.readline()  # the recorder is up and waiting before the job exists
     assert proc.poll() is None
     launch_ranks("rec-first", 2, "--steps", "300")
     out, err = proc.communicate(timeout=90)
+    err = first + err
     assert proc.returncode == 0, err
     lines = err.splitlines()
     assert lines[0] == f"ranktop: waiting for job 'rec-first' to start under {rdv} (no job is running)"
@@ -85,9 +86,10 @@ def test_watch_json_started_first_waits_once_lists_the_jobs_there_are_and_says_e
     launch_ranks("other", 1)  # a job that does run: the waiting line names it, so a typo shows
     proc = subprocess.Popen([RANKTOP, "watch", "wj", "--json", "--duration", "60", "--wait", "60"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    time.sleep(2)
+    first = proc.stderr.readline()  # waiting before the job exists
     launch_ranks("wj", 2, "--steps", "300")
     out, err = proc.communicate(timeout=90)
+    err = first + err
     assert proc.returncode == 0, err
     assert err.splitlines()[0] == f"ranktop: waiting for job 'wj' to start under {rdv} (running jobs: other) for up to 60s"
     assert err.count("waiting for job") == 1
@@ -127,13 +129,15 @@ def test_ping_and_stacks_started_first_answer_once_the_job_comes(launch_ranks, r
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     stacks = subprocess.Popen([RANKTOP, "stacks", "pinged", "--wait", "60", "--timeout", "20"],
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    time.sleep(2)
+    waited = {proc: proc.stderr.readline() for proc in (ping, stacks)}  # both waiting before the job exists
     assert ping.poll() is None and stacks.poll() is None
     launch_ranks("pinged", 2)
     out, err = ping.communicate(timeout=90)
+    err = waited[ping] + err
     assert ping.returncode == 0, err
     assert err == f"ranktop: waiting for job 'pinged' to start under {rdv} (no job is running) for up to 60s\n"
     assert [line.split(":")[0] for line in out.splitlines()] == ["rank 0", "rank 1"] and "pong" in out
     out, err = stacks.communicate(timeout=90)
+    err = waited[stacks] + err
     assert stacks.returncode == 0, err
     assert out.startswith("job pinged: 2 of 2 ranks answered")

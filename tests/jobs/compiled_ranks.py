@@ -10,7 +10,9 @@ Gradient accumulation over ``--micro-batches`` (DDP's ``no_sync`` on all but the
 a sleep inside a custom op (``ranktop_test::sleep``: opaque to the compiler, so it lives inside the fullgraph
 region), ``--layer-ms`` in forward and twice that in backward: four ranks share two cores here, and the timings
 must not depend on who else runs. ``--slow-rank R --slow-ms MS`` adds MS to R's forward per micro-batch, inside
-its compiled region.
+its compiled region (``--slow-phase backward``: to its backward, inside the compiled backward). ``--micro-batches 1``
+is no accumulation (every backward all-reduces). Rank 0 prints its rate every ``--report-s`` seconds
+("rate 12.34 steps/s"), what ``ranktop watch`` must read too.
 """
 
 import argparse
@@ -55,9 +57,12 @@ class Block(torch.nn.Module):
 
 
 class Net(torch.nn.Module):
-    def __init__(self, width: int, blocks: int, layer_s: float, extra_s: float):
+    def __init__(self, width: int, blocks: int, layer_s: float, extra_s: float, extra_backward_s: float = 0.0):
         super().__init__()
-        self.blocks = torch.nn.ModuleList(Block(width, layer_s + (extra_s if i == 0 else 0.0), 2 * layer_s) for i in range(blocks))
+        self.blocks = torch.nn.ModuleList(
+            Block(width, layer_s + (extra_s if i == 0 else 0.0), 2 * layer_s + (extra_backward_s if i == 0 else 0.0))
+            for i in range(blocks)
+        )
         self.head = torch.nn.Linear(width, 1)
 
     def forward(self, x):
@@ -72,6 +77,8 @@ def main() -> None:
     parser.add_argument("--backend", default="aot_eager", help="torch.compile's backend (inductor needs a C++ compiler)")
     parser.add_argument("--slow-rank", type=int, default=-1)
     parser.add_argument("--slow-ms", type=float, default=0.0)
+    parser.add_argument("--slow-phase", choices=("forward", "backward"), default="forward")
+    parser.add_argument("--report-s", type=float, default=2.0)
     parser.add_argument("--layer-ms", type=float, default=2.0)
     parser.add_argument("--micro-batches", type=int, default=4)
     parser.add_argument("--steps", type=int, default=100_000)
@@ -81,7 +88,10 @@ def main() -> None:
     torch.set_num_threads(1)
     dist.init_process_group("gloo")
     extra_s = args.slow_ms / 1000 if rank == args.slow_rank else 0.0
-    net = Net(32, 3, args.layer_ms / 1000, extra_s)
+    if args.slow_phase == "backward":
+        net = Net(32, 3, args.layer_ms / 1000, 0.0, extra_s)
+    else:
+        net = Net(32, 3, args.layer_ms / 1000, extra_s)
     if args.layout == "ddp-fullgraph":
         from torch.nn.parallel import DistributedDataParallel as DDP
 
@@ -101,6 +111,7 @@ def main() -> None:
     data = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(torch.randn(4096, 32)), batch_size=8)
     no_sync = getattr(model, "no_sync", None) or getattr(getattr(model, "_orig_mod", None), "no_sync", None)
     step = 0
+    since, since_step = time.perf_counter(), 0
     while step < args.steps:
         for i, (x,) in enumerate(data):
             last = (i + 1) % args.micro_batches == 0
@@ -111,6 +122,10 @@ def main() -> None:
                 optimizer.step()
                 optimizer.zero_grad(set_to_none=True)
                 step += 1
+                now = time.perf_counter()
+                if rank == 0 and now - since >= args.report_s:
+                    print(f"rate {(step - since_step) / (now - since):.2f} steps/s", flush=True)
+                    since, since_step = now, step
                 if step >= args.steps:
                     break
     if rank == 0:

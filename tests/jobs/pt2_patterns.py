@@ -85,7 +85,7 @@ def build(pattern: str, backend: str, device: str, micro: int):
         for i, block in enumerate(net.blocks):
             net.blocks[i] = compile_(block, fullgraph=True)
         return net, net
-    if pattern == "ddp_compile_outside":
+    if pattern in ("ddp_compile_outside", "ddp_compile_outside_no_sync"):
         from torch.nn.parallel import DistributedDataParallel as DDP
 
         return compile_(DDP(net), fullgraph=False), net
@@ -124,6 +124,15 @@ def run(pattern: str, backend: str, steps: int, accumulate: int, with_probe: boo
             return out
 
         p.recorder.drain = tap
+        calls: list = []
+        drain_calls = p.collectives.drain
+
+        def tap_calls(*args, **kwargs):
+            out = drain_calls(*args, **kwargs)
+            calls.extend(out)
+            return out
+
+        p.collectives.drain = tap_calls
     if pattern == "reduce_overhead":  # one micro-batch a step, as the CUDA-graph trees' training loop runs
         accumulate = 1
     model, net = build(pattern, backend, device, 4)
@@ -131,12 +140,16 @@ def run(pattern: str, backend: str, steps: int, accumulate: int, with_probe: boo
     data = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(torch.randn(steps * accumulate * 4, DIM)), batch_size=4)
     autograd = torch._dynamo.config.patch(compiled_autograd=True) if pattern == "compiled_autograd" else contextlib.nullcontext()
 
+    # Gradient accumulation with DDP's no_sync() on all but the last micro-batch (the usual way), or without
+    no_sync = model._orig_mod.no_sync if pattern.endswith("_no_sync") else None
+
     def micro_batch(x, last: bool):
         x = x.to(device)
         if pattern == "reduce_overhead":  # a new iteration: the graphs' last outputs may be overwritten
             torch.compiler.cudagraph_mark_step_begin()
-        loss = model(x).square().mean() / accumulate
-        loss.backward()
+        with no_sync() if no_sync is not None and not last else contextlib.nullcontext():
+            loss = model(x).square().mean() / accumulate
+            loss.backward()
         if last:
             opt.step()
             opt.zero_grad()
@@ -165,6 +178,7 @@ def run(pattern: str, backend: str, steps: int, accumulate: int, with_probe: boo
 
         probe.shutdown()
         found["steps"] = [{"n": r["n"], "w": r["w"], "p": r["p"], **({"g": r["g"]} if "g" in r else {})} for r in taken]
+        found["calls"] = [{"op": r["op"], "n": r["n"], "ph": r["ph"], "d": r["d"]} for r in calls]
     return found
 
 
