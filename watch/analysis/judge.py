@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from ranktop.watch.analysis import arrivals, causes, class_growth, stragglers
+from ranktop.watch.analysis import arrivals, causes, class_growth, pauses, stragglers
 from ranktop.watch.analysis.peers import PeerClasses, Peers
 from ranktop.watch.analysis.silence import silent_ranks
 from ranktop.watch.analysis.stalls import StallPolicy, stall_report
@@ -46,11 +46,13 @@ class Extras:
 
 
 def build(view: JobView, extras: Extras, policy: StallPolicy = StallPolicy(), peer_classes: PeerClasses | None = None,
-          history: stragglers.ExcessHistory | None = None, arrival_book: arrivals.ArrivalBook | None = None) -> Snapshot:  # fmt: skip
+          history: stragglers.ExcessHistory | None = None, arrival_book: arrivals.ArrivalBook | None = None,
+          pause_book: pauses.PauseBook | None = None) -> Snapshot:  # fmt: skip
     """The snapshot of ``view``; ``peer_classes``: the cache of the peers of the views before (None: worked out);
     ``history``: each rank's excess when last seen healthy, kept from the views before (None: not known, a rank
     is judged on this view alone); ``arrival_book``: who arrived last, its grid kept from the views before (None:
-    worked out from this view's steps alone)."""
+    worked out from this view's steps alone); ``pause_book``: the checkpoints' and evaluations' shares of the job's
+    time kept from the views before (None: this view's alone)."""
     n = len(view.rank)
     names = view.names
     silent = silent_ranks(view)
@@ -70,11 +72,13 @@ def build(view: JobView, extras: Extras, policy: StallPolicy = StallPolicy(), pe
     keys = peers.class_keys[at]
     # Each class's reference per phase (what its healthy peer does), and each rank's time beyond it, kept between
     # snapshots: whether one phase grew past its own noise (stragglers.py), whether a class grew (class_growth.py).
-    reference = class_growth.references(view.phases[at], names, class_ids)
-    differences = view.phases[at] - reference
+    # A checkpoint's save or an evaluation is no rank's own work (watch/analysis/pauses.py): left out of the scoring.
+    work = pauses.without(view.phases[at], names)
+    reference = class_growth.references(work, names, class_ids)
+    differences = work - reference
     found, worst, slow_above, median_step = stragglers.score_columns(
-        view.phases[at], view.step_s[at], names, class_ids, view.own_sd[at], view.window_steps[at],
-        history.before(ranks) if history is not None else None, view.phase_sd[at],
+        work, view.step_s[at], names, class_ids, view.own_sd[at], view.window_steps[at],
+        history.before(ranks) if history is not None else None, pauses.without(view.phase_sd[at], names),
         history.differences_before(ranks, len(names), keys) if history is not None else None, reference)  # fmt: skip
     # A whole class slower than it was against the other classes (a node that is a pipeline stage): its members
     # are each other's healthy peers, so only their class's own past tells (watch/analysis/class_growth.py).
@@ -146,6 +150,7 @@ def build(view: JobView, extras: Extras, policy: StallPolicy = StallPolicy(), pe
         **_message_columns(view, peers),
     )
     ranking = stragglers.ranking(table, stalls.waiting_for)
+    paused = pauses.of_view(view, silent, policy.limit(median_step), pause_book)
     rates = view.rate[live]
     rates = rates[~np.isnan(rates) & (rates != 0)]
     stage_rows = _stages(view, live, peers.stage_ids) if peers.stage_ids is not None else []
@@ -183,6 +188,7 @@ def build(view: JobView, extras: Extras, policy: StallPolicy = StallPolicy(), pe
         imbalance=stragglers.imbalance(stage_rows, median_step),
         median_step_s=median_step,
         median_phases=phase_medians(names, view.phases, live),
+        pauses=paused,
     )
 
 

@@ -421,6 +421,28 @@ class StepColumns:
         custom = sorted(seen - set(STANDARD_PHASES) - {OTHER_PHASE, COMM_PHASE})
         return standard + custom + ([COMM_PHASE] if COMM_PHASE in self._index else []) + [OTHER_PHASE]
 
+    def window_sums(self, rows: np.ndarray, names: Sequence[str]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Each row's seconds in each of ``names`` summed over its window, how many of its window's steps had
+        some, and its window's wall seconds: what a phase a few steps have (a checkpoint, an evaluation) costs,
+        which its median hides (watch/analysis/pauses.py). Zeros, with no pass over the windows, where no rank
+        ever named one of them."""
+        n = len(rows)
+        seconds, steps, wall = np.zeros((n, len(names))), np.zeros((n, len(names)), np.int64), np.zeros(n)
+        index = self.columns_of(list(names))
+        if all(c is None for c in index) or not n:
+            return seconds, steps, wall
+        w = self.window
+        count = self.count[rows]
+        # a row's slots in use are its newest ``count`` (a restarted rank's old walls stay until written over)
+        used = ((np.arange(w)[None, :] - self.head[rows][:, None]) % w) >= (w - count)[:, None]
+        wall = np.where(used, self.wall[rows], 0.0).sum(axis=1)
+        for j, c in enumerate(index):
+            if c is not None:
+                block = self.own[rows, c, :]  # (zero in a slot not in use: clear and put zero what is not this step's)
+                seconds[:, j] = block.sum(axis=1)
+                steps[:, j] = (block > 0).sum(axis=1)
+        return seconds, steps, wall
+
     def columns_of(self, names: list[str]) -> list[int | None]:
         """Each name's column index (None: never seen, its figure is 0)."""
         return [self._index.get(name) for name in names]
