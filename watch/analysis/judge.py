@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from ranktop.watch.analysis import arrivals, causes, class_growth, pauses, stragglers
+from ranktop.watch.analysis import arrivals, causes, class_growth, job_pace, pauses, stragglers
 from ranktop.watch.analysis.peers import PeerClasses, Peers
 from ranktop.watch.analysis.silence import silent_ranks
 from ranktop.watch.analysis.stalls import StallPolicy, stall_report
@@ -47,12 +47,13 @@ class Extras:
 
 def build(view: JobView, extras: Extras, policy: StallPolicy = StallPolicy(), peer_classes: PeerClasses | None = None,
           history: stragglers.ExcessHistory | None = None, arrival_book: arrivals.ArrivalBook | None = None,
-          pause_book: pauses.PauseBook | None = None) -> Snapshot:  # fmt: skip
+          pause_book: pauses.PauseBook | None = None, pace: job_pace.JobPace | None = None) -> Snapshot:  # fmt: skip
     """The snapshot of ``view``; ``peer_classes``: the cache of the peers of the views before (None: worked out);
     ``history``: each rank's excess when last seen healthy, kept from the views before (None: not known, a rank
     is judged on this view alone); ``arrival_book``: who arrived last, its grid kept from the views before (None:
     worked out from this view's steps alone); ``pause_book``: the checkpoints' and evaluations' shares of the job's
-    time kept from the views before (None: this view's alone)."""
+    time kept from the views before (None: this view's alone); ``pace``: the job's own baseline step, kept from the
+    views before (None: the job is not judged against its past)."""
     n = len(view.rank)
     names = view.names
     silent = silent_ranks(view)
@@ -151,6 +152,12 @@ def build(view: JobView, extras: Extras, policy: StallPolicy = StallPolicy(), pe
     )
     ranking = stragglers.ranking(table, stalls.waiting_for)
     paused = pauses.of_view(view, silent, policy.limit(median_step), pause_book)
+    medians = phase_medians(names, view.phases, live)
+    slower = None
+    if pace is not None and len(idx):
+        steps_held = float(np.median(view.window_steps[idx]))
+        slower = pace.judge(median_step, medians, steps_held >= job_pace.SETTLED_STEPS, view.now, view.wall,
+                            (median_step or 0.0) * steps_held)  # fmt: skip
     rates = view.rate[live]
     rates = rates[~np.isnan(rates) & (rates != 0)]
     stage_rows = _stages(view, live, peers.stage_ids) if peers.stage_ids is not None else []
@@ -187,8 +194,9 @@ def build(view: JobView, extras: Extras, policy: StallPolicy = StallPolicy(), pe
         stages=stage_rows,
         imbalance=stragglers.imbalance(stage_rows, median_step),
         median_step_s=median_step,
-        median_phases=phase_medians(names, view.phases, live),
+        median_phases=medians,
         pauses=paused,
+        job_slower=slower,
     )
 
 
