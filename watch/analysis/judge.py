@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from ranktop.watch.analysis import arrivals, causes, class_growth, job_pace, pauses, stragglers
+from ranktop.watch.analysis import arrivals, causes, class_growth, intermittent, job_pace, pauses, stragglers
 from ranktop.watch.analysis.peers import PeerClasses, Peers
 from ranktop.watch.analysis.silence import silent_ranks
 from ranktop.watch.analysis.stalls import StallPolicy, stall_report
@@ -108,20 +108,33 @@ def build(view: JobView, extras: Extras, policy: StallPolicy = StallPolicy(), pe
                      np.where(settled, differences, np.nan), keys)  # fmt: skip
     # The size told: a slow rank's excess averaged while it stays slow (a window's median moves with the noise).
     told = history.size(ranks, found, judged_slow, view.now) if history is not None else found
-    excess[idx], culprit[idx] = told, worst
+    # Slow on some steps only (a median hides it): what it costs the job averaged over steps, with how often
+    # (watch/analysis/intermittent.py); never the last to arrive over many steps, it holds nobody back (the veto).
+    spiky, spike_cost, spike_culprit, spike_every = intermittent.of_columns(
+        work, pauses.without(view.phase_means[at], names), names, class_ids, view.spikes[at], view.window_steps[at],
+        median_step)  # fmt: skip
+    spiky &= ~judged_slow & ~((last[idx] == 0.0) & (counted[idx] >= arrivals.VETO_AFTER))
+    excess[idx] = np.where(spiky, spike_cost, told)
+    culprit[idx] = np.where(spiky, spike_culprit, worst)
+    every = np.full(n, np.nan)
+    every[idx] = np.where(spiky, spike_every, np.nan)
     score = excess / median_step if median_step else np.zeros(n)
 
     status = np.full(n, STATUS_CODE[OK], np.int8)
     if median_step is not None:
-        status[idx[judged_slow]] = STATUS_CODE[SLOW]
+        status[idx[judged_slow | spiky]] = STATUS_CODE[SLOW]
     stalled = stalls.stalled
     if stalled:
         status[np.isin(view.rank, stalls.stalled_ranks())] = STATUS_CODE[STALLED]
     status[silent] = STATUS_CODE[SILENT]
     slow = status == STATUS_CODE[SLOW]
+    said = view.phases  # an intermittent straggler's phases as the job pays them: on average, not their medians
+    if len(idx) and spiky.any():
+        said = view.phases.copy()
+        said[idx[spiky]] = view.phase_means[idx[spiky]]
     why = (
         causes.of_ranks(view.states, view.step_s, excess, slow, live, peers.class_ids, view.evidence,
-                        culprit=culprit, names=names, phases=view.phases)  # fmt: skip
+                        culprit=culprit, names=names, phases=said)  # fmt: skip
         if slow.any()
         else {}
     )
@@ -148,6 +161,7 @@ def build(view: JobView, extras: Extras, policy: StallPolicy = StallPolicy(), pe
         rest=_messages(view),
         causes=why,
         last_arrivals=last,
+        every=every,
         **_message_columns(view, peers),
     )
     ranking = stragglers.ranking(table, stalls.waiting_for)
