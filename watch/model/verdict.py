@@ -12,7 +12,8 @@ from the worst news to the best, and the first that applies is the verdict:
    take, which the job waits for (never ``stalled``: watch/analysis/pauses.py).
 3. ``slow_node``: every rank of a node is slow (``snapshot.slow_hosts``): the
    node is the suspect, not one rank.
-4. ``slow_rank``: the top straggler, with its culprit phase, and why when its evidence says
+4. ``slow_rank``: the top straggler, with its culprit phase (and how often, for one slow on some steps only:
+   "rank 2 slow in data on 1 step in 10: +13 ms per step on average, ...": watch/analysis/intermittent.py), and why when its evidence says
    (", because it spends 12 ms per step in Python's garbage collector, ...": watch/analysis/causes.py).
    ``checkpoint`` / ``eval`` instead, when the job spends a greater share of its time saving checkpoints or
    evaluating than the top straggler costs it.
