@@ -253,6 +253,7 @@ def _compact_place(text: str) -> str:
 _SHORTER = (
     lambda text: text.replace(" ms per step, ", " ms/step, ", 1).replace(" ms per step on average, ", " ms/step avg, ", 1),
     lambda text: text.replace(", the job loses ", ", job loses ", 1),
+    lambda text: text.replace(", the job spends ", ", ", 1).replace("; the job spends ", "; ", 1).replace(" of its time in ", " in ", 1),
     lambda text: re.sub(r" \(\+(\d+) more slow: [^)]*\)", r" (+\1 more slow)", text, count=1),
     _compact_place,
     lambda text: re.sub(r"^(rank \d+) \([^)]*\)", r"\1", text, count=1),
