@@ -4,12 +4,11 @@ the verdict says what it spends its time on (watch/analysis/pauses.py)."""
 
 from __future__ import annotations
 
-import os
 import time
 
 import pytest
 
-from support import JOBS, RANKTOP, TORCHRUN4, start_job, stop_group
+from support import JOBS, TORCHRUN4
 
 from ranktop.watch.model.verdict import verdict
 from ranktop.watch.session import WatchSession, resolve
@@ -18,19 +17,15 @@ pytestmark = pytest.mark.slow
 
 
 @pytest.fixture
-def launch(tmp_path):
-    procs = []
+def launch(launched):
+    """launch(job, *args): tests/jobs/pausing_ranks.py on 2 ranks under ``ranktop launch -- torchrun`` (conftest's
+    ``launched``: a rendezvous folder of the test's own), once every rank trains."""
 
     def start(name: str, *args: str, ranks: int = 2):
-        env = dict(os.environ, OMP_NUM_THREADS="1")
         torchrun = [*TORCHRUN4[:-1], f"--nproc_per_node={ranks}"]
-        command = [RANKTOP, "launch", "--job", name, "--", *torchrun, str(JOBS / "pausing_ranks.py"), *args]
-        procs.append(start_job(command, name, ranks, tmp_path, env))
+        launched(name, *torchrun, str(JOBS / "pausing_ranks.py"), *args, ranks=ranks)
 
-    yield start
-    for proc in procs:
-        if proc.poll() is None:
-            stop_group(proc, 30, group=False)
+    return start
 
 
 def watched(job: str, seconds: float) -> list:
