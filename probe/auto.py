@@ -18,6 +18,11 @@ which is the one whose events count; events on other threads are ignored):
 - **data**: the wait in ``DataLoader`` iteration (``_BaseDataLoaderIter.__next__``).
 - **other**: the rest of the step: loss functions that are not modules, host to
   device copies, gradient clipping, ``zero_grad``, logging.
+- **checkpoint**: ``torch.save`` and ``torch.distributed.checkpoint``'s ``save`` and
+  ``async_save`` (its blocking part: what the training thread waits for), outermost
+  call only. Usually inside the step that has just had its optimizer step.
+- **eval**: an evaluation loop (below), from when it is seen to be one until
+  training goes on; carried into the next step.
 
 Steps are contiguous: a complete step ends, and the next begins, at the next
 DataLoader fetch; in a loop with no DataLoader fetch in the step, at the next
@@ -32,8 +37,11 @@ of a module in eval mode is *eval-like*. Inside a training step (a teacher or
 EMA model) it counts as forward. But more than :data:`EVAL_AFTER` eval-like
 forwards and DataLoader fetches in a row, with no backward or optimizer step
 between them, is an evaluation loop: the step in progress is dropped (or, if
-it already had its optimizer step, ended there) and nothing is timed until the
-next training forward, backward or optimizer step. See docs/auto-mode.md.
+it already had its optimizer step, ended there) and what follows, until the
+next training forward, backward or optimizer step, is the phase ``eval``, timed
+outside any step and carried into the next (its fetches and forwards are eval,
+not data and forward). The viewer then tells the job is evaluating, not stalled
+(watch/analysis/pauses.py). See docs/auto-mode.md.
 
 If the script calls ``probe.step()`` itself, automatic mode leaves the steps to
 it and only adds the phases. Explicit ``probe.phase()`` blocks nest in and
@@ -53,6 +61,8 @@ import time
 import warnings
 import weakref
 from typing import Any, Callable
+
+from ranktop.wire.names import CHECKPOINT_PHASE, EVAL_PHASE
 
 from . import dynamo_guard
 from .recorder import Recorder
@@ -75,6 +85,7 @@ class AutoTimer:
         self.pending_fetch = False  # between steps: a fetch is waiting to be carried into the next step
         self.idle = 0  # eval-like forwards and fetches since the last sign of training
         self.user_steps = False  # the script marks steps itself (probe.step()): phases only
+        self.evaluating = False  # an evaluation loop is under way: the phase ``eval`` is open
         self.discarded = 0  # steps dropped as evaluation
         self._number = -1
 
@@ -91,6 +102,8 @@ class AutoTimer:
 
     def _begin_step(self) -> None:
         rec = self.rec
+        if self.evaluating:
+            self._end_eval()
         if self.open:
             rec.end_step()
         rec.begin_step()
@@ -107,6 +120,20 @@ class AutoTimer:
             self.discarded += 1
         self.open = self.complete = self.fetched = self.pending_fetch = False
 
+    def _begin_eval(self) -> None:
+        """An evaluation loop outside training steps: timed as the phase ``eval`` until training goes on (what was
+        timed outside a step before it, a fetch, goes: it was the evaluation's)."""
+        self.rec.discard()
+        self.pending_fetch = False
+        self.rec.begin_phase(EVAL_PHASE)
+        self.evaluating = True
+
+    def _end_eval(self) -> None:
+        """Training goes on: the phase ``eval`` ends, and the next step carries it (Recorder: a phase timed outside
+        a step belongs to the next one, whose wall time reaches back to cover it)."""
+        self.evaluating = False
+        self.rec.end_phase()
+
     # -- events (outermost only, training thread only) --------------------------
     # ``*_end`` only closes the phase: the hooks call ``timer.rec.end_phase()`` themselves (one frame less);
     # these methods are the same events for whoever drives the timer by hand.
@@ -114,6 +141,9 @@ class AutoTimer:
     def data_begin(self) -> None:
         self.idle += 1
         rec = self.rec
+        if self.evaluating:  # a fetch of the evaluation: its time is eval's (nested in it, so the wrapper's end closes it)
+            rec.begin_phase(EVAL_PHASE)
+            return
         if not self.user_steps:
             if self.open:
                 if not (rec.step_started and rec.current_step == self._number):
@@ -127,6 +157,10 @@ class AutoTimer:
             if not self.user_steps:
                 if self.open:
                     self.fetched = True
+                elif self.idle > self.eval_after:
+                    self._begin_eval()
+                    rec.begin_phase(EVAL_PHASE)
+                    return
                 else:
                     rec.discard()  # between steps only the latest fetch is carried into the next step
                     self.pending_fetch = True
@@ -155,14 +189,15 @@ class AutoTimer:
                 self._begin_step()
         else:
             self.idle += 1
+            if self.evaluating:
+                return False  # (its time is the open eval's)
             if self.open and self.complete and not self.fetched:
                 self._drop()  # a loop without DataLoader: eval right after the step ends it
             elif self.open and self.idle > self.eval_after:
                 self._drop()
             if not self.open and self.idle > self.eval_after:
-                rec.discard()
-                self.pending_fetch = False
-                return False  # an evaluation loop outside training steps is not timed
+                self._begin_eval()
+                return False  # an evaluation loop outside training steps: its forwards are the open eval's
             # else: timed, and outside a step carried into the next (a teacher's forward before the first step)
         push = rec.push
         if push is not None and rec.step_started:
@@ -219,8 +254,14 @@ class AutoTimer:
 
     del _training_phase
 
+    def checkpoint_begin(self) -> None:
+        """``torch.save`` or a distributed checkpoint's save: the phase ``checkpoint`` (no sign of training or of
+        evaluation: a step goes on around it)."""
+        self.rec.begin_phase(CHECKPOINT_PHASE)
+
     def disable(self) -> None:
-        for name in ("data_begin", "data_end", "forward_end", "backward_begin", "backward_end", "optimizer_begin", "optimizer_end"):
+        for name in ("data_begin", "data_end", "forward_end", "backward_begin", "backward_end", "optimizer_begin", "optimizer_end",
+                     "checkpoint_begin"):  # fmt: skip
             setattr(self, name, _noop)
         self.forward_begin = _false
         self.rec = _OFF  # what the hooks close phases through
@@ -295,6 +336,8 @@ class TorchHooks:
         self._bwd_depth = 0
         self._opt_depth = 0
         self._data_depth = 0
+        self._save_depth = 0  # a checkpoint's save is running (torch.save inside a distributed save is the same one)
+        self._saves_pending = True  # torch.distributed.checkpoint not looked for yet at the first optimizer step
         self._in_opt_hook = False  # torch is iterating the optimizer's hook dicts: removing one now would break it
         self._remove_pending = False
         self._faulted = False
@@ -336,8 +379,28 @@ class TorchHooks:
             dynamo_guard.settle()
         iter_class = dataloader._BaseDataLoaderIter
         self._patch(iter_class, "__next__", self._wrap_entry(iter_class.__next__, "_data_depth", "data_begin"))
+        self._patch(torch, "save", self._wrap_entry(torch.save, "_save_depth", "checkpoint_begin"))
+        self._patch_distributed_saves()
         self.installed = True
         return self
+
+    def _patch_distributed_saves(self) -> None:
+        """``torch.distributed.checkpoint``'s ``save`` and ``async_save`` timed as the phase ``checkpoint``, where
+        the script has imported it: now, or by its first optimizer step (it is not imported here: a second of
+        start-up for the scripts that never save one). Once found, not looked for again."""
+        saver = sys.modules.get("torch.distributed.checkpoint.state_dict_saver")
+        if saver is None:
+            return
+        self._saves_pending = False
+        package = sys.modules.get("torch.distributed.checkpoint")
+        for name in ("save", "async_save"):
+            original = getattr(saver, name, None)
+            if original is None:
+                continue
+            timed = self._wrap_entry(original, "_save_depth", "checkpoint_begin")
+            self._patch(saver, name, timed)
+            if package is not None and getattr(package, name, None) is original:
+                self._patch(package, name, timed)
 
     def remove(self) -> None:
         """Take every hook and patch away; while torch runs the optimizer's hooks, at the next safe point."""
@@ -527,6 +590,9 @@ class TorchHooks:
                     timer.complete = True
                 if self._discovery and self._roots:  # (a step with no module call seen keeps discovering)
                     self._end_discovery()
+                if self._saves_pending:  # (looked for once more, at the first step: then never again)
+                    self._patch_distributed_saves()
+                    self._saves_pending = False
                 if self._on_first_step is not None:
                     callback, self._on_first_step = self._on_first_step, None
                     if callback(optimizer) == "again":  # (gpu_timing.AGAIN: a capture in progress) at the next step

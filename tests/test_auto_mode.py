@@ -141,7 +141,10 @@ def test_without_a_dataloader_the_next_training_forward_ends_the_step(clock):
     assert [x["w"] for x in steps] == [10, 10, 10] and "data" not in steps[0]
 
 
-def test_an_evaluation_loop_is_not_a_step_and_does_not_swell_the_next(clock):
+def test_an_evaluation_loop_is_not_a_step_but_the_phase_eval_of_the_next(clock):
+    """Issue 46: an evaluation is timed for what it is (before, it was not timed at all, and a viewer saw every
+    rank stuck for as long as it ran): from when its batches are seen to be one (the seventh eval-like event)
+    to the next training forward, its fetches and forwards are the phase ``eval``, carried into the next step."""
     s = Script(clock)
     for _ in range(3):
         s.iteration()
@@ -153,12 +156,13 @@ def test_an_evaluation_loop_is_not_a_step_and_does_not_swell_the_next(clock):
     s.data(1)
     steps = s.steps()
     assert [x["n"] for x in steps] == [0, 1, 2, 3, 4, 5]
-    assert max(x["w"] for x in steps) == 10, steps
-    assert steps[3] == {"n": 3, "w": 10, "data": 1, "forward": 2, "backward": 4, "optimizer": 3}  # its fetch is kept
-    assert s.timer.discarded >= 1
+    assert [x["w"] for x in steps if x["n"] != 3] == [10] * 5, steps
+    # the 4th batch on (47 batches of 25 ms), and the fetch that turned out to be training's: eval, not data
+    assert steps[3] == {"n": 3, "w": 1185, "eval": 1176, "forward": 2, "backward": 4, "optimizer": 3}, steps[3]
+    assert s.timer.discarded >= 1 and not s.timer.evaluating
 
 
-def test_an_evaluation_loop_without_a_dataloader_is_not_a_step(clock):
+def test_an_evaluation_loop_without_a_dataloader_is_not_a_step_but_eval(clock):
     s = Script(clock)
     for _ in range(2):
         s.iteration(fetch=False)
@@ -167,7 +171,34 @@ def test_an_evaluation_loop_without_a_dataloader_is_not_a_step(clock):
     s.iteration(fetch=False)
     s.forward(2)
     steps = s.steps()
-    assert [x["w"] for x in steps] == [9, 9, 9], steps
+    assert [x["w"] for x in steps] == [9, 9, 489], steps  # forwards 7 to 30 of the evaluation: 480 ms of eval
+    assert steps[2]["eval"] == 480 and steps[2]["forward"] == 2, steps
+
+
+def test_an_evaluation_ended_by_a_backward_or_an_optimizer_step_is_carried_into_that_step(clock):
+    s = Script(clock)
+    s.iteration()
+    for _ in range(10):
+        s.forward(10, training=False)
+    s.backward(4)  # (a loop whose next training forward the hooks did not see)
+    s.optimizer(3)
+    s.data(1)
+    steps = s.steps()
+    assert steps[-1]["eval"] == 40 and steps[-1]["backward"] == 4 and not s.timer.evaluating, steps
+
+
+def test_a_checkpoint_is_the_phase_checkpoint_of_the_step_it_is_saved_in(clock):
+    s = Script(clock)
+    for i in range(4):
+        s.iteration()
+        if i == 1:
+            s.timer.checkpoint_begin()  # torch.save after the optimizer step
+            s.wait(300)
+            s.rec.end_phase()
+    s.data(1)
+    steps = s.steps()
+    assert [x["w"] for x in steps] == [10, 310, 10, 10], steps
+    assert steps[1]["checkpoint"] == 300 and all("checkpoint" not in x for x in steps if x["n"] != 1)
 
 
 def test_a_no_grad_teacher_forward_inside_a_step_counts_as_forward(clock):
@@ -358,6 +389,51 @@ def test_a_fault_in_a_hook_switches_the_probe_off_and_training_goes_on(rdv, capf
     err = capfd.readouterr().err
     assert err.count("ranktop: probe disabled") == 1 and "injected fault" in err and "training continues" in err
     assert p.recorder.produced >= 1
+
+
+def test_torch_save_and_a_distributed_checkpoint_are_timed_as_checkpoint(hooks, tmp_path):
+    """``torch.save`` at once; ``torch.distributed.checkpoint.save`` once the script has imported it (here after
+    install, as a script under ``ranktop launch`` does: it is looked for again at the first optimizer step)."""
+    import torch.distributed.checkpoint as dcp
+
+    h, rec = hooks
+    originals = (torch.save.__wrapped__, dcp.save)  # (torch.save was patched at install; dcp after it)
+    model = torch.nn.Linear(8, 1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    saved = []
+    for i, (x, y) in enumerate(_data(6)):
+        torch.nn.functional.mse_loss(model(x), y).backward()
+        opt.step()
+        opt.zero_grad()
+        if i == 2:
+            torch.save(model.state_dict(), tmp_path / "model.pt")
+            saved.append(i)
+        if i == 4:
+            dcp.save({"model": model.state_dict()}, checkpoint_id=str(tmp_path / "dcp"))
+            saved.append(i)
+    steps = rec.drain()
+    assert [i for i, r in enumerate(steps) if "checkpoint" in r["p"]] == saved == [2, 4], [r["p"] for r in steps]
+    assert all(r["p"]["checkpoint"] > 0 for r in steps if "checkpoint" in r["p"])
+    assert dcp.save is not originals[1] and dcp.save.__wrapped__ is originals[1]
+    h.remove()
+    assert (torch.save, dcp.save) == originals
+
+
+def test_a_real_evaluation_loop_in_eval_mode_is_the_phase_eval(hooks):
+    h, rec = hooks
+    model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 1))
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    for epoch in range(2):
+        model.train()
+        _loop(model, opt, _data(4))
+        model.eval()
+        with torch.no_grad():
+            for x, _ in _data(10):
+                model(x)
+    steps = rec.drain()
+    evals = [r for r in steps if "eval" in r["p"]]
+    assert len(evals) == 1 and evals[0]["p"]["eval"] > 0, [r["p"] for r in steps]  # the second's is still open
+    assert h.timer.evaluating and rec.current_phase == "eval"
 
 
 def test_a_watched_model_and_optimizer_still_deepcopy_and_save(tmp_path):

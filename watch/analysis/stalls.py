@@ -20,6 +20,13 @@ theirs (it never arrived at their latest); a rank in another phase than most
 of the stalled ones (an earlier phase breaks a tie: forward comes before the
 backward all-reduce); and when none of those stands out, a rank of the job's
 world this viewer never heard from (a viewer that attached after a rank froze).
+
+A rank saving a checkpoint or evaluating (its open phase ``checkpoint`` or ``eval``, wire/names.py
+PAUSE_PHASES) finishes no step for as long as that takes, and the others wait for it in a barrier or their
+next collective: while any live rank is in one, nobody is stalled (watch/analysis/pauses.py says what the
+pause costs). A job stuck with none under way still is, though later by as long as its pauses take: when one
+ends, the rank that paused reports its next step before the ranks that waited for it report theirs (their
+messages are on their way), and for that moment they would read as stalled.
 """
 
 from __future__ import annotations
@@ -35,6 +42,7 @@ from ranktop.watch.analysis.stacks import collective_text
 from ranktop.watch.engine.job_state import JobView
 from ranktop.watch.engine.rank_scalars import HAS_SEQ, INSIDE, NO_STEP
 from ranktop.wire import schema
+from ranktop.wire.names import PAUSE_PHASES
 from ranktop.wire.messages import State
 
 DEFAULT_STALL_FACTOR = 5.0
@@ -198,16 +206,17 @@ def assess(positions: Iterable[Position], policy: StallPolicy = StallPolicy(), w
     return assess_places(places_of(ordered), policy, world)
 
 
-def assess_places(at: Places, policy: StallPolicy = StallPolicy(), world: int | None = None) -> StallReport:
-    """:func:`assess` over columns (a snapshot's ranks: :func:`stall_report`)."""
+def assess_places(at: Places, policy: StallPolicy = StallPolicy(), world: int | None = None, grace_s: float = 0.0) -> StallReport:
+    """:func:`assess` over columns (a snapshot's ranks: :func:`stall_report`); ``grace_s``: how long the job's
+    checkpoints or evaluations take (:func:`pause_grace`), added to every rank's limit."""
     known = ~np.isnan(at.median)
     job_median = float(np.median(at.median[known])) if known.any() else None  # (rank_table.median_of, NaN left out)
     median = np.where(known, at.median, np.nan if job_median is None else job_median)
     # policy.limit over the column: factor * floor without a median, else factor * median and never under the floor
-    limit = np.where(np.isnan(median), policy.factor * policy.floor_s, np.maximum(policy.factor * median, policy.floor_s))
+    limit = np.where(np.isnan(median), policy.factor * policy.floor_s, np.maximum(policy.factor * median, policy.floor_s)) + grace_s
     starting = (at.last < 0) & np.isnan(median)  # never finished a step and nobody has: still starting up, not stalled
     stalled = ~at.silent & ~starting & (at.stuck > limit)
-    if not stalled.any():
+    if not stalled.any() or pausing(at).any():
         return StallReport({}, [], None)
     culprits, how = _culprits(at, stalled)
     live = ~at.silent
@@ -225,6 +234,12 @@ def assess_places(at: Places, policy: StallPolicy = StallPolicy(), world: int | 
             return StallReport(report, unheard, text)
     waiting_for = at.rank[culprits].tolist() if culprits is not None else []
     return StallReport(report, waiting_for, _diagnosis(at, stalled, culprits, how, everyone))
+
+
+def pausing(at: Places) -> np.ndarray:
+    """Per rank: live and saving a checkpoint or evaluating now (its open phase is one of PAUSE_PHASES)."""
+    paused = [i for i, name in enumerate(at.names) if name in PAUSE_PHASES]
+    return ~at.silent & np.isin(at.phase, paused) if paused else np.zeros(len(at.rank), bool)
 
 
 def _culprits(at: Places, stalled: np.ndarray) -> tuple[np.ndarray | None, str]:
@@ -387,6 +402,15 @@ def places(view: JobView, now: float, silent: np.ndarray) -> Places:
     )
 
 
+def pause_grace(view: JobView, silent: np.ndarray) -> float:
+    """How long one of the job's checkpoints or evaluations takes: the longest average of a pause phase over the
+    steps that had one, on any live rank's window (0: none in any)."""
+    live = ~silent & (view.pause_steps > 0).any(axis=1)
+    if not live.any():
+        return 0.0
+    return float((view.pause_s[live] / np.maximum(view.pause_steps[live], 1)).max())
+
+
 def stall_report(view: JobView, silent: np.ndarray, policy: StallPolicy) -> StallReport:
     """The stalled ranks of a gathered view, and whom they wait for; ``silent``: bool per rank
     (watch/analysis/silence.py). A job none of whose live ranks can be stalled yet skips the ranks' places."""
@@ -394,4 +418,4 @@ def stall_report(view: JobView, silent: np.ndarray, policy: StallPolicy) -> Stal
     stuck = stuck_columns(view.step_age, view.state_at, view.progress_at, now, view.stepped_at)
     if none_stuck(stuck[view.stated & ~silent], policy):
         return StallReport({}, [], None)
-    return assess_places(places(view, now, silent), policy, world=view.world if view.sure else None)
+    return assess_places(places(view, now, silent), policy, world=view.world if view.sure else None, grace_s=pause_grace(view, silent))

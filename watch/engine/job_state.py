@@ -46,7 +46,7 @@ from ranktop.wire.messages import (
     State,
     Steps,
 )
-from ranktop.wire.names import COMM_PHASE
+from ranktop.wire.names import COMM_PHASE, PAUSE_PHASES
 
 
 @dataclass(frozen=True, eq=False)
@@ -70,6 +70,13 @@ class JobView:
     own_sd: np.ndarray  # how much its own time varies from step to step, a robust SD over its window (NaN: not scored)
     phase_sd: np.ndarray  # (ranks, names): the same per phase (0: a phase it never had)
     window_steps: np.ndarray  # int64: steps in its window
+    phase_means: np.ndarray  # (ranks, names): each phase's mean over its window, its step of most own time left out
+    spikes: np.ndarray  # int64: steps of its window far beyond its median own time, by half its longest's excess at least (StepColumns._spread)
+    # what its window's checkpoints and evaluations cost (wire/names.py PAUSE_PHASES, in that order; zeros where no
+    # rank named one): seconds in each, how many of its steps had some, and the window's wall seconds
+    pause_s: np.ndarray  # (ranks, len(PAUSE_PHASES))
+    pause_steps: np.ndarray  # (ranks, len(PAUSE_PHASES)) int64
+    window_s: np.ndarray
     rate: np.ndarray
     comm_s: np.ndarray  # NaN: no collective wait seen
     recent_steps: np.ndarray  # int64 (ranks, RECENT_STEPS or as asked): its last steps' numbers, newest first (-1: none, or no wait seen)
@@ -319,15 +326,18 @@ class JobState:
         index = cols.columns_of(names)
         phases = np.zeros((n, len(names)))
         phase_sd = np.zeros((n, len(names)))
+        phase_means = np.zeros((n, len(names)))
         for j, c in enumerate(index):
             if c is not None:
                 phases[:, j] = cols.median_own[rows, c]
                 phase_sd[:, j] = cols.phase_sd[rows, c]
+                phase_means[:, j] = cols.mean_own[rows, c]
         comm = index[names.index(COMM_PHASE)] if COMM_PHASE in names else None
         waited = cols.waited[rows] & scored
         comm_s = np.where(waited, cols.median_own[rows, comm], np.nan) if comm is not None else np.full(n, np.nan)
         step_s = np.where(scored, cols.median_wall[rows], np.nan)
         recent_steps, recent_waits = cols.recent_waits(rows, recent)
+        pause_s, pause_steps, window_s = cols.window_sums(rows, PAUSE_PHASES)
         last = sc.last_step[rows]
         seen = sc.steps_seen[rows]
         first = sc.first_step[rows]
@@ -352,6 +362,11 @@ class JobState:
             own_sd=np.where(scored, cols.own_sd[rows], np.nan),
             phase_sd=phase_sd,
             window_steps=cols.count[rows],
+            phase_means=phase_means,
+            spikes=cols.spikes[rows],
+            pause_s=pause_s,
+            pause_steps=pause_steps,
+            window_s=window_s,
             rate=np.where(scored, cols.rate[rows], np.nan),
             comm_s=comm_s,
             recent_steps=recent_steps,

@@ -40,6 +40,44 @@ from ranktop.watch.statuses import (  # noqa: F401  (read as snapshot.SILENT, ..
 )
 
 
+#: Checkpoints or evaluations the job spends this share of its time in are the verdict's (watch/analysis/pauses.py).
+PAUSE_SHARE_FROM = 0.05
+
+
+@dataclass(frozen=True)
+class Pause:
+    """Checkpoints or evaluations, as the job pays for them."""
+
+    kind: str  # "checkpoint" or "eval" (wire/names.py PAUSE_PHASES)
+    ranks: list[int]  # the ranks in one now (the longest in it first) or, with none under way, those that had one
+    # in their window (the costliest first); at most 8
+    count: int  # how many ranks that is
+    host: str | None  # the first one's node
+    share: float  # the share of the job's time spent in them (0.9 = 90%), averaged over the last minute
+    each_s: float | None = None  # seconds one takes, on the costliest rank (None: none in its window yet)
+    every: float | None = None  # one in this many of its steps (None: fewer than two in its window)
+    under_way_s: float | None = None  # the one under way has lasted this long (None: none under way)
+    holding: bool = False  # ... past the stall limit: the job finishes no step meanwhile, its ranks wait for it
+    everyone: bool = False  # every live rank is (or was) in it, as in an evaluation or a sharded checkpoint
+
+    @property
+    def costly(self) -> bool:
+        """Worth the verdict: the job spends :data:`PAUSE_SHARE_FROM` of its time in them, or waits for one now."""
+        return self.holding or self.share >= PAUSE_SHARE_FROM
+
+
+@dataclass(frozen=True)
+class JobSlower:
+    """The job's step grew against its own baseline with no rank standing out (watch/analysis/job_pace.py)."""
+
+    share: float  # how much slower: (step now - baseline) / baseline (0.55 = 55% slower)
+    excess_s: float  # seconds a step is longer than its baseline
+    since: float  # when it began, unix seconds (when first seen, back half a window)
+    baseline_s: float  # the baseline step
+    phase: str | None = None  # the phase that grew most
+    phase_excess_s: float | None = None  # ... by this much (its median over the ranks)
+
+
 @dataclass(frozen=True)
 class CollectiveStat:
     """One op on one rank (rank -1: the whole job), over the calls in the window."""
@@ -96,6 +134,8 @@ class Snapshot:
     imbalance: str | None = None  # one line when the pipeline's stages are unbalanced (never a rank's fault)
     median_step_s: float | None = None  # the median step of the ranks scored: what each rank's excess is measured against
     median_phases: dict[str, float] = field(default_factory=dict)  # each phase's median over the live, scored ranks
+    pauses: list = field(default_factory=list)  # checkpoints and evaluations with a share of the job's time or under way (watch/analysis/pauses.py Pause)
+    job_slower: JobSlower | None = None  # the job slower than itself, no rank standing out (watch/analysis/job_pace.py)
 
     def __post_init__(self) -> None:
         if not isinstance(self.ranks, RankRows):
