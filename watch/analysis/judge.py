@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from ranktop.watch.analysis import arrivals, causes, class_growth, intermittent, job_pace, pauses, stragglers
+from ranktop.watch.analysis import arrivals, causes, class_growth, pauses, stragglers
 from ranktop.watch.analysis.peers import PeerClasses, Peers
 from ranktop.watch.analysis.silence import silent_ranks
 from ranktop.watch.analysis.stalls import StallPolicy, stall_report
@@ -47,13 +47,12 @@ class Extras:
 
 def build(view: JobView, extras: Extras, policy: StallPolicy = StallPolicy(), peer_classes: PeerClasses | None = None,
           history: stragglers.ExcessHistory | None = None, arrival_book: arrivals.ArrivalBook | None = None,
-          pause_book: pauses.PauseBook | None = None, pace: job_pace.JobPace | None = None) -> Snapshot:  # fmt: skip
+          pause_book: pauses.PauseBook | None = None) -> Snapshot:  # fmt: skip
     """The snapshot of ``view``; ``peer_classes``: the cache of the peers of the views before (None: worked out);
     ``history``: each rank's excess when last seen healthy, kept from the views before (None: not known, a rank
     is judged on this view alone); ``arrival_book``: who arrived last, its grid kept from the views before (None:
     worked out from this view's steps alone); ``pause_book``: the checkpoints' and evaluations' shares of the job's
-    time kept from the views before (None: this view's alone); ``pace``: the job's own baseline step, kept from the
-    views before (None: the job is not judged against its past)."""
+    time kept from the views before (None: this view's alone)."""
     n = len(view.rank)
     names = view.names
     silent = silent_ranks(view)
@@ -108,33 +107,20 @@ def build(view: JobView, extras: Extras, policy: StallPolicy = StallPolicy(), pe
                      np.where(settled, differences, np.nan), keys)  # fmt: skip
     # The size told: a slow rank's excess averaged while it stays slow (a window's median moves with the noise).
     told = history.size(ranks, found, judged_slow, view.now) if history is not None else found
-    # Slow on some steps only (a median hides it): what it costs the job averaged over steps, with how often
-    # (watch/analysis/intermittent.py); never the last to arrive over many steps, it holds nobody back (the veto).
-    spiky, spike_cost, spike_culprit, spike_every = intermittent.of_columns(
-        work, pauses.without(view.phase_means[at], names), names, class_ids, view.spikes[at], view.window_steps[at],
-        median_step)  # fmt: skip
-    spiky &= ~judged_slow & ~((last[idx] == 0.0) & (counted[idx] >= arrivals.VETO_AFTER))
-    excess[idx] = np.where(spiky, spike_cost, told)
-    culprit[idx] = np.where(spiky, spike_culprit, worst)
-    every = np.full(n, np.nan)
-    every[idx] = np.where(spiky, spike_every, np.nan)
+    excess[idx], culprit[idx] = told, worst
     score = excess / median_step if median_step else np.zeros(n)
 
     status = np.full(n, STATUS_CODE[OK], np.int8)
     if median_step is not None:
-        status[idx[judged_slow | spiky]] = STATUS_CODE[SLOW]
+        status[idx[judged_slow]] = STATUS_CODE[SLOW]
     stalled = stalls.stalled
     if stalled:
         status[np.isin(view.rank, stalls.stalled_ranks())] = STATUS_CODE[STALLED]
     status[silent] = STATUS_CODE[SILENT]
     slow = status == STATUS_CODE[SLOW]
-    said = view.phases  # an intermittent straggler's phases as the job pays them: on average, not their medians
-    if len(idx) and spiky.any():
-        said = view.phases.copy()
-        said[idx[spiky]] = view.phase_means[idx[spiky]]
     why = (
         causes.of_ranks(view.states, view.step_s, excess, slow, live, peers.class_ids, view.evidence,
-                        culprit=culprit, names=names, phases=said)  # fmt: skip
+                        culprit=culprit, names=names, phases=view.phases)  # fmt: skip
         if slow.any()
         else {}
     )
@@ -161,17 +147,10 @@ def build(view: JobView, extras: Extras, policy: StallPolicy = StallPolicy(), pe
         rest=_messages(view),
         causes=why,
         last_arrivals=last,
-        every=every,
         **_message_columns(view, peers),
     )
     ranking = stragglers.ranking(table, stalls.waiting_for)
     paused = pauses.of_view(view, silent, policy.limit(median_step), pause_book)
-    medians = phase_medians(names, view.phases, live)
-    slower = None
-    if pace is not None and len(idx):
-        steps_held = float(np.median(view.window_steps[idx]))
-        slower = pace.judge(median_step, medians, steps_held >= job_pace.SETTLED_STEPS, view.now, view.wall,
-                            (median_step or 0.0) * steps_held)  # fmt: skip
     rates = view.rate[live]
     rates = rates[~np.isnan(rates) & (rates != 0)]
     stage_rows = _stages(view, live, peers.stage_ids) if peers.stage_ids is not None else []
@@ -208,9 +187,8 @@ def build(view: JobView, extras: Extras, policy: StallPolicy = StallPolicy(), pe
         stages=stage_rows,
         imbalance=stragglers.imbalance(stage_rows, median_step),
         median_step_s=median_step,
-        median_phases=medians,
+        median_phases=phase_medians(names, view.phases, live),
         pauses=paused,
-        job_slower=slower,
     )
 
 

@@ -70,8 +70,6 @@ class JobView:
     own_sd: np.ndarray  # how much its own time varies from step to step, a robust SD over its window (NaN: not scored)
     phase_sd: np.ndarray  # (ranks, names): the same per phase (0: a phase it never had)
     window_steps: np.ndarray  # int64: steps in its window
-    phase_means: np.ndarray  # (ranks, names): each phase's mean over its window, its step of most own time left out
-    spikes: np.ndarray  # int64: steps of its window far beyond its median own time, by half its longest's excess at least (StepColumns._spread)
     # what its window's checkpoints and evaluations cost (wire/names.py PAUSE_PHASES, in that order; zeros where no
     # rank named one): seconds in each, how many of its steps had some, and the window's wall seconds
     pause_s: np.ndarray  # (ranks, len(PAUSE_PHASES))
@@ -326,12 +324,10 @@ class JobState:
         index = cols.columns_of(names)
         phases = np.zeros((n, len(names)))
         phase_sd = np.zeros((n, len(names)))
-        phase_means = np.zeros((n, len(names)))
         for j, c in enumerate(index):
             if c is not None:
                 phases[:, j] = cols.median_own[rows, c]
                 phase_sd[:, j] = cols.phase_sd[rows, c]
-                phase_means[:, j] = cols.mean_own[rows, c]
         comm = index[names.index(COMM_PHASE)] if COMM_PHASE in names else None
         waited = cols.waited[rows] & scored
         comm_s = np.where(waited, cols.median_own[rows, comm], np.nan) if comm is not None else np.full(n, np.nan)
@@ -362,8 +358,6 @@ class JobState:
             own_sd=np.where(scored, cols.own_sd[rows], np.nan),
             phase_sd=phase_sd,
             window_steps=cols.count[rows],
-            phase_means=phase_means,
-            spikes=cols.spikes[rows],
             pause_s=pause_s,
             pause_steps=pause_steps,
             window_s=window_s,

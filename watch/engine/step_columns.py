@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from ranktop.wire.names import COMM_PHASE, OTHER_PHASE, PAUSE_PHASES, STANDARD_PHASES
+from ranktop.wire.names import COMM_PHASE, OTHER_PHASE, STANDARD_PHASES
 
 
 #: Steps a rank's window needs before its medians count (a straggler is scored on them: watch/analysis/stragglers.py).
@@ -80,8 +80,6 @@ class StepColumns:
     median_own: np.ndarray
     own_sd: np.ndarray
     phase_sd: np.ndarray
-    mean_own: np.ndarray
-    spikes: np.ndarray
     rate: np.ndarray
     last_end: np.ndarray
     _num: memoryview[Any]
@@ -129,11 +127,6 @@ class StepColumns:
             "median_own": np.zeros((rows, phases)),
             "own_sd": np.full(rows, np.nan),  # the spread of its own time per step (waits out), as a robust SD, s
             "phase_sd": np.zeros((rows, phases)),  # the same per phase
-            # the mean own time per phase over the window, its step of most own time left out (one pause is no
-            # pattern), and how many of its steps took far longer than its median: a rank slow on some steps only
-            # (watch/analysis/judge.py: an intermittent straggler, what a median hides)
-            "mean_own": np.zeros((rows, phases)),
-            "spikes": np.zeros(rows, np.int64),
             "rate": np.full(rows, np.nan),  # steps per second over the window
             "last_end": np.full(rows, np.nan),  # when the newest step ended, unix s (NaN: no step yet)
         }
@@ -143,7 +136,7 @@ class StepColumns:
                 current = getattr(self, name)
                 if array.ndim == 3:
                     array[:n, :p] = current
-                elif name in ("median_own", "phase_sd", "mean_own"):
+                elif name in ("median_own", "phase_sd"):
                     array[:n, :p] = current
                 else:
                     array[:n] = current
@@ -320,7 +313,7 @@ class StepColumns:
                 self.median_wall[part] = self._middle(self.wall[these, :used])
                 own = self.own[these, :p, :used]
                 self.median_own[part, :p], self.phase_sd[part, :p] = self._middle_and_spread(own)
-                self.own_sd[part], self.mean_own[part, :p], self.spikes[part] = self._spread(own)
+                self.own_sd[part] = self._spread(own)
         first = (self.head[stale] - counts) % self.window
         last = (self.head[stale] - 1) % self.window
         span = self.start[stale, last] - self.start[stale, first]
@@ -344,32 +337,18 @@ class StepColumns:
         middle = work[..., mid].copy() if used % 2 else (work[..., mid - 1] + work[..., mid]) / 2
         return middle, (work[..., (3 * (used - 1)) // 4] - work[..., (used - 1) // 4]) / 1.349
 
-    def _spread(self, own: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Per row of ``own`` (rows, phases, steps): how much its own time per step (its waits in collectives,
-        checkpoints and evaluations left out) varies from step to step, as a robust standard deviation (the
-        quartiles' distance / 1.349: a checkpoint or a pause now and then moves it no more than the medians). The
-        judge tells noise from a slowdown by it: a window's median is about 1.25 x this / sqrt(steps) off
-        (watch/analysis/stragglers.py). With it, from the same pass: each phase's mean over the steps but the one
-        of most own time, and how many steps took beyond the median by half the longest one's excess, 3 of
-        those SDs and 3% at least (spikes)."""
+    def _spread(self, own: np.ndarray) -> np.ndarray:
+        """Per row of ``own`` (rows, phases, steps): how much its own time per step (its waits in collectives
+        left out) varies from step to step, as a robust standard deviation (the quartiles' distance / 1.349:
+        a checkpoint or a pause now and then moves it no more than the medians). The judge tells noise from a
+        slowdown by it: a window's median is about 1.25 x this / sqrt(steps) off (watch/analysis/stragglers.py)."""
         total = own.sum(axis=1)
-        for name in (COMM_PHASE, *PAUSE_PHASES):
-            c = self._index.get(name)
-            if c is not None and c < own.shape[1]:
-                total -= own[:, c]
+        comm = self._index.get(COMM_PHASE)
+        if comm is not None and comm < own.shape[1]:
+            total -= own[:, comm]
         work = self._sorted(total)
         used = total.shape[-1]
-        sd = (work[:, (3 * (used - 1)) // 4] - work[:, (used - 1) // 4]) / 1.349
-        middle = work[:, used // 2] if used % 2 else (work[:, used // 2 - 1] + work[:, used // 2]) / 2
-        # its spikes: steps beyond the median by half its longest step's excess (and its noise): a rank slow on one
-        # step in ten has six in 64 whatever its jitter, a rank with one pause has one
-        bar = middle + np.maximum(np.maximum(3 * sd, 0.03 * middle), 0.5 * (work[:, -1] - middle))
-        spikes = (total > bar[:, None]).sum(axis=1)
-        sums = own.sum(axis=-1)
-        if used > 1:
-            top = total.argmax(axis=-1)
-            sums -= np.take_along_axis(own, np.broadcast_to(top[:, None, None], (*own.shape[:2], 1)), axis=-1)[..., 0]
-        return sd, sums / max(1, used - 1), spikes
+        return (work[:, (3 * (used - 1)) // 4] - work[:, (used - 1) // 4]) / 1.349
 
     def _sorted(self, block: np.ndarray) -> np.ndarray:
         """``block`` sorted along its last axis, in a scratch buffer kept from one refresh to the next: a fresh

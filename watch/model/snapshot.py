@@ -67,18 +67,6 @@ class Pause:
 
 
 @dataclass(frozen=True)
-class JobSlower:
-    """The job's step grew against its own baseline with no rank standing out (watch/analysis/job_pace.py)."""
-
-    share: float  # how much slower: (step now - baseline) / baseline (0.55 = 55% slower)
-    excess_s: float  # seconds a step is longer than its baseline
-    since: float  # when it began, unix seconds (when first seen, back half a window)
-    baseline_s: float  # the baseline step
-    phase: str | None = None  # the phase that grew most
-    phase_excess_s: float | None = None  # ... by this much (its median over the ranks)
-
-
-@dataclass(frozen=True)
 class CollectiveStat:
     """One op on one rank (rank -1: the whole job), over the calls in the window."""
 
@@ -135,7 +123,6 @@ class Snapshot:
     median_step_s: float | None = None  # the median step of the ranks scored: what each rank's excess is measured against
     median_phases: dict[str, float] = field(default_factory=dict)  # each phase's median over the live, scored ranks
     pauses: list = field(default_factory=list)  # checkpoints and evaluations with a share of the job's time or under way (watch/analysis/pauses.py Pause)
-    job_slower: JobSlower | None = None  # the job slower than itself, no rank standing out (watch/analysis/job_pace.py)
 
     def __post_init__(self) -> None:
         if not isinstance(self.ranks, RankRows):

@@ -12,16 +12,13 @@ from the worst news to the best, and the first that applies is the verdict:
    take, which the job waits for (never ``stalled``: watch/analysis/pauses.py).
 3. ``slow_node``: every rank of a node is slow (``snapshot.slow_hosts``): the
    node is the suspect, not one rank.
-4. ``slow_rank``: the top straggler, with its culprit phase (and how often, for one slow on some steps only:
-   "rank 2 slow in data on 1 step in 10: +13 ms per step on average, ...": watch/analysis/intermittent.py), and why when its evidence says
+4. ``slow_rank``: the top straggler, with its culprit phase, and why when its evidence says
    (", because it spends 12 ms per step in Python's garbage collector, ...": watch/analysis/causes.py).
    ``checkpoint`` / ``eval`` instead, when the job spends a greater share of its time saving checkpoints or
    evaluating than the top straggler costs it.
 5. ``checkpoint`` / ``eval``: nobody is flagged, and the job spends 5% of its time or more saving checkpoints
    or evaluating ("rank 0 saving a checkpoint: 3.0 s every 20 steps, the job spends 90% of its time in
    checkpoints").
-   ``job_slower``: nobody is flagged, but the job's step grew 10% or more against its own baseline of the last
-   minutes (watch/analysis/job_pace.py): "the job is 55% slower since 14:02:10: forward +20 ms on every rank".
 6. ``imbalanced``: nobody is flagged, but the pipeline's stages are unbalanced
    (``snapshot.imbalance``): a finding about the model's split, never a rank's.
 7. ``warming_up``: no rank has steps enough to be scored yet.
@@ -48,7 +45,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ranktop.watch.model.snapshot import Cause, JobSlower, Pause, RankRow, Snapshot
+from ranktop.watch.model.snapshot import Cause, Pause, RankRow, Snapshot
 from ranktop.watch.statuses import SILENT, SLOW, STALLED
 from ranktop.watch import format as fmt
 from ranktop.watch.format import ago as _ago
@@ -62,13 +59,12 @@ SLOW_NODE = "slow_node"
 SLOW_RANK = "slow_rank"
 CHECKPOINT = "checkpoint"  # the job spends its time saving checkpoints, or waits for one now (wire/names.py)
 EVAL = "eval"  # ... evaluating
-JOB_SLOWER = "job_slower"  # every rank slower alike: the job against its own past
 IMBALANCED = "imbalanced"
 WARMING_UP = "warming_up"
 HEALTHY = "healthy"
 WAITING = "waiting"
 ENDED_JOB = "ended"  # every rank exited cleanly (watch/engine/lifecycle.py): its ranks are silent because they are done
-KINDS = (STALLED_JOB, SILENT_RANKS, SLOW_NODE, SLOW_RANK, CHECKPOINT, EVAL, JOB_SLOWER, IMBALANCED, WARMING_UP, HEALTHY, WAITING, ENDED_JOB)
+KINDS = (STALLED_JOB, SILENT_RANKS, SLOW_NODE, SLOW_RANK, CHECKPOINT, EVAL, IMBALANCED, WARMING_UP, HEALTHY, WAITING, ENDED_JOB)
 
 # How bad it is, for the colour of the line.
 BAD, WARN, GOOD, IDLE = "bad", "warn", "good", "idle"
@@ -89,8 +85,7 @@ class Verdict:
     others: int = 0  # further ranks flagged the same way, not named
     cause: Cause | None = None  # why the culprit is slow, when its evidence says (watch/analysis/causes.py)
     last_arrivals: float | None = None  # the culprit's share of its last steps it arrived last at the collectives
-    every: float | None = None  # an intermittent straggler (slow_rank): slow on one step in this many; checkpoint, eval: one in this many steps
-    since: float | None = None  # job_slower: when it began (unix seconds)
+    every: float | None = None  # checkpoint, eval: one in this many steps
 
 
 def verdict(snapshot: Snapshot) -> Verdict:
@@ -118,8 +113,6 @@ def verdict(snapshot: Snapshot) -> Verdict:
         return _slow_node(snapshot, slow) if snapshot.slow_hosts else _slow_rank(slow, snapshot)
     if paused:
         return _paused(paused[0])
-    if snapshot.job_slower is not None:
-        return _job_slower(snapshot.job_slower)
     if snapshot.imbalance:
         return Verdict(IMBALANCED, WARN, snapshot.imbalance, [])
     scored = np.flatnonzero(~np.isnan(table.step_s))
@@ -159,18 +152,6 @@ def _paused(pause: Pause) -> Verdict:
                    loss=pause.share, others=max(0, pause.count - len(pause.ranks)), every=pause.every)  # fmt: skip
 
 
-def _job_slower(slower: JobSlower) -> Verdict:
-    """"the job is 55% slower since 14:02:10: forward +20 ms on every rank"."""
-    at = time.strftime("%H:%M:%S", time.localtime(slower.since))
-    text = f"the job is {fmt.percent(slower.share)} slower since {at}"
-    if slower.phase is not None and slower.phase_excess_s is not None and slower.phase_excess_s > 0:
-        text += f": {slower.phase} +{fmt.ms_brief(slower.phase_excess_s)} ms on every rank"
-    else:
-        text += f": +{fmt.ms_brief(slower.excess_s)} ms per step on every rank"
-    return Verdict(JOB_SLOWER, WARN, text, [], phase=slower.phase, excess_s=slower.excess_s, loss=slower.share,
-                   since=slower.since)  # fmt: skip
-
-
 def _seconds(value: float) -> str:
     """A pause's length in a sentence: 0.35, 3.0, 42."""
     return f"{value:.2f}" if value < 1 else f"{value:.1f}" if value < 10 else f"{value:.0f}"
@@ -191,16 +172,14 @@ def _slow_in_order(snapshot: Snapshot) -> list[RankRow]:
 
 
 def _cost(row: RankRow) -> str:
-    average = " on average" if row.every is not None else ""
-    return f"+{fmt.ms_brief(row.excess_s)} ms per step{average}, the job loses {fmt.percent(row.score)}"
+    return f"+{fmt.ms_brief(row.excess_s)} ms per step, the job loses {fmt.percent(row.score)}"
 
 
 def _slow_rank(slow: list[RankRow], snapshot: Snapshot) -> Verdict:
     top = slow[0]
     phase = f" in {top.culprit_phase}" if top.culprit_phase else ""
     where = snapshot.where(top)
-    often = f" on 1 step in {top.every:.0f}" if top.every is not None else ""  # slow on some steps only
-    text = f"rank {top.rank}{f' ({where})' if where else ''} slow{phase}{often}: {_cost(top)}"
+    text = f"rank {top.rank}{f' ({where})' if where else ''} slow{phase}: {_cost(top)}"
     if len(slow) > 1:
         text += f" (+{len(slow) - 1} more slow: {_names(r.rank for r in slow[1:4])}{' …' if len(slow) > 4 else ''})"
     text += _arrivals(top.last_arrivals, top.score)
@@ -209,7 +188,7 @@ def _slow_rank(slow: list[RankRow], snapshot: Snapshot) -> Verdict:
         text += f", because {cause.text}"
     return Verdict(SLOW_RANK, BAD, text, [r.rank for r in slow[:8]], host=top.host, phase=top.culprit_phase,
                    excess_s=top.excess_s, loss=top.score, others=len(slow) - 1, cause=cause,
-                   last_arrivals=top.last_arrivals, every=top.every)  # fmt: skip
+                   last_arrivals=top.last_arrivals)  # fmt: skip
 
 
 #: A culprit last at the collectives of this share of its steps is corroborated by its peers' waits.
@@ -251,7 +230,7 @@ def _compact_place(text: str) -> str:
 
 #: Each step of :func:`brief` past the first, in order.
 _SHORTER = (
-    lambda text: text.replace(" ms per step, ", " ms/step, ", 1).replace(" ms per step on average, ", " ms/step avg, ", 1),
+    lambda text: text.replace(" ms per step, ", " ms/step, ", 1),
     lambda text: text.replace(", the job loses ", ", job loses ", 1),
     lambda text: text.replace(", the job spends ", ", ", 1).replace("; the job spends ", "; ", 1).replace(" of its time in ", " in ", 1),
     lambda text: re.sub(r" \(\+(\d+) more slow: [^)]*\)", r" (+\1 more slow)", text, count=1),
