@@ -368,6 +368,6 @@ def _merge_op(ops: dict[str, OpSummary], op: str, more: OpSummary) -> None:
     )  # fmt: skip
 
 
-def _plus(a, b):
+def _plus(a: float | None, b: float | None) -> float | None:
     """The sum of two figures either of which may be unknown (None)."""
     return b if a is None else a if b is None else a + b
