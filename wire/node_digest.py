@@ -43,7 +43,7 @@ the same :class:`NodeDigest`.
 from __future__ import annotations
 
 import collections
-from typing import Any
+from typing import Any, TypeVar
 
 from . import collective_summary as _summary
 from . import step_block
@@ -358,6 +358,9 @@ class _StepColumns:
         return step_block.pack(self.ranks, self.last, self.count, self.start, self.wall, self.own, self.device)
 
 
+_Figure = TypeVar("_Figure", int, float)
+
+
 def _merge_op(ops: dict[str, OpSummary], op: str, more: OpSummary) -> None:
     """Adds one op's summary (wire/collective_summary.py) to a rank's since its last digest."""
     acc = ops.get(op)
@@ -368,6 +371,6 @@ def _merge_op(ops: dict[str, OpSummary], op: str, more: OpSummary) -> None:
     )  # fmt: skip
 
 
-def _plus(a: float | None, b: float | None) -> float | None:
+def _plus(a: _Figure | None, b: _Figure | None) -> _Figure | None:
     """The sum of two figures either of which may be unknown (None)."""
     return b if a is None else a if b is None else a + b
