@@ -1,0 +1,335 @@
+"""The relay's link prober: measures its node's network to the job's other nodes, and says what it found.
+
+Why the relays and not the ranks: a slow link slows every member of a ring
+alike, so no rank's own times single its node out (docs/detection.md), and
+a measurement inside the ranks would add traffic to the training processes.
+The relays run beside the job on every node, on the job's network (the
+address ``RANKTOP_BIND`` names), and already hold the job's secret.
+
+How: every :data:`PROBE_EVERY_S` (or less often: never more than
+:data:`BUDGET_BPS` bytes a second) it takes the next peer relay in turn and
+sends it a small probe, then, once that is answered, a probe of
+:data:`PROBE_BYTES`. Both wait in the same queues on the way (a link busy
+with the job's traffic delays both); the second also has to cross at the
+link's rate, so ``PROBE_BYTES / (big round trip - small round trip)`` is
+the rate the job's own traffic gets on that path now, from this node to the
+peer. A probe not answered in :data:`PROBE_TIMEOUT_S` counts as a rate of at
+most ``PROBE_BYTES / PROBE_TIMEOUT_S``. Each link's rate is the median of its
+last :data:`KEPT` probes; once a second the relay publishes them as a
+``links`` message (wire/messages.py ``Links``) into its own telemetry, beside
+its ranks' messages, for any viewer (watch/analysis/slow_links.py judges them).
+
+Who it probes: the relays whose node records (the rendezvous folder) carry a
+``links`` address, of the same job, at most :data:`MAX_PEERS` of them, taken
+at random where the job has more: the links of a node are measured by its
+own probes and by the probes of every node that picked it, so a slow node
+is seen from both ends in a job of any size, while each relay's cost stays
+the same. Every probe and answer is signed with the job's secret
+(wire/link_probes.py), the socket answering them is a CURVE server that
+admits only the job's key (relay/zap.py), and a relay answers at most
+:data:`ANSWERS_PER_S` probes a second, whoever sends them.
+"""
+
+from __future__ import annotations
+
+import collections
+import random
+import statistics
+import threading
+import time
+from dataclasses import dataclass, field
+
+import zmq
+
+from ranktop.transport import curve, rendezvous
+from ranktop.wire import link_probes, schema
+from ranktop.wire.link_probes import ACK, PROBE, Probe, ProbeError
+from ranktop.wire.messages import Links, LinkRate
+
+#: The probe whose crossing is timed: small beside any link's second of traffic, big enough that crossing it at
+#: a slowed rate (25 MB/s and less) takes longer than a busy machine's scheduling noise.
+PROBE_BYTES = 16 << 10
+#: At most one probe pair this often.
+PROBE_EVERY_S = 0.25
+#: What probing may send a second at most, answers included: under 0.1% of a 1 Gbit/s link (125,000 bytes a second).
+BUDGET_BPS = 100_000
+#: What a frame costs on the wire beyond its bytes (ZeroMQ's framing, CURVE's box, TCP/IP headers), as counted.
+FRAME_OVERHEAD = 96
+#: A probe unanswered this long is given up: its link is that slow at least.
+PROBE_TIMEOUT_S = 2.0
+#: Probes a link's rate is the median of.
+KEPT = 8
+#: A link not measured for this long is left out of what the relay says.
+FORGET_S = 30.0
+#: Peers probed at most (taken at random among more).
+MAX_PEERS = 64
+#: Probes answered a second at most, whoever sends them.
+ANSWERS_PER_S = 64
+#: How often the relay looks for its job's other relays, and says what it measured.
+DISCOVER_EVERY_S = 2.0
+PUBLISH_EVERY_S = 1.0
+#: The least crossing time believed: below it a link is faster than this prober can tell.
+MIN_CROSSING_S = 20e-6
+
+
+def _cost(frames: list[bytes]) -> int:
+    return sum(len(f) for f in frames) + FRAME_OVERHEAD
+
+
+@dataclass
+class _Link:
+    """One peer: its socket and what its probes measured."""
+
+    url: str
+    sock: zmq.Socket
+    rates: collections.deque = field(default_factory=lambda: collections.deque(maxlen=KEPT))
+    rtts: collections.deque = field(default_factory=lambda: collections.deque(maxlen=KEPT))
+    measured_at: float = 0.0
+
+
+@dataclass
+class _Pending:
+    """The probe in flight: to whom, which, since when; ``small_rtt`` once the small one was answered."""
+
+    peer: str
+    seq: int
+    sent: float
+    small_rtt: float | None = None
+
+
+class LinkProber(threading.Thread):
+    def __init__(self, context: zmq.Context, job: str, host: str, secret: bytes, keys: curve.Keys | None,
+                 bind: str, advertised: str, publish: str, directory: str | None = None, secure=None):  # fmt: skip
+        """``keys``: the job's CURVE keys (None: RANKTOP_CURVE=0); ``secure``: makes the answering socket a
+        CURVE server before it binds (the relay's Gate.secure); ``publish``: where its ``links`` messages go
+        (the relay's telemetry XSUB); ``bind``/``advertised``: the relay's own address."""
+        super().__init__(name="ranktop-relay-links", daemon=True)
+        self.job, self.host = job, host
+        self._secret, self._keys, self._directory = secret, keys, directory
+        self._context = context
+        self._stop_event = threading.Event()
+        self._server = context.socket(zmq.ROUTER)
+        self._server.setsockopt(zmq.LINGER, 0)
+        self._server.setsockopt(zmq.MAXMSGSIZE, link_probes.MAX_PAD + 4096)
+        self._server.setsockopt(zmq.RCVHWM, 64)
+        self._server.setsockopt(zmq.SNDHWM, 64)
+        if secure is not None:
+            secure(self._server)
+        port = self._server.bind_to_random_port(f"tcp://{bind}")
+        self.url = f"tcp://{advertised}:{port}"
+        self._pub = context.socket(zmq.PUB)
+        self._pub.setsockopt(zmq.SNDHWM, 16)
+        self._pub.setsockopt(zmq.LINGER, 0)
+        self._pub.connect(publish)
+        self._links: dict[str, _Link] = {}
+        self._order: list[str] = []
+        self._turn = 0
+        self._pending: _Pending | None = None
+        self._seq = 0
+        self._next_probe = 0.0
+        self._tokens = float(ANSWERS_PER_S)
+        self._tokens_at = time.monotonic()
+        self.sent_bytes = 0  # every byte its probes and answers put on the wire, as counted (FRAME_OVERHEAD included)
+        self.answered = 0
+        self.refused = 0
+        self.published = 0
+        self._rng = random.Random()
+
+    def stop(self, timeout: float = 1.0) -> bool:
+        self._stop_event.set()
+        if self.is_alive():
+            self.join(timeout)
+        return not self.is_alive()
+
+    # -- the loop ----------------------------------------------------------------------------------------
+
+    def run(self) -> None:
+        poller = zmq.Poller()
+        poller.register(self._server, zmq.POLLIN)
+        next_discover = next_publish = time.monotonic()
+        published_bytes, published_at = 0, time.monotonic()
+        try:
+            while not self._stop_event.is_set():
+                now = time.monotonic()
+                if now >= next_discover:
+                    next_discover = now + DISCOVER_EVERY_S
+                    self._discover(poller)
+                if now >= next_publish:
+                    next_publish = now + PUBLISH_EVERY_S
+                    cost = (self.sent_bytes - published_bytes) / max(now - published_at, 1e-3)
+                    published_bytes, published_at = self.sent_bytes, now
+                    self._publish(now, cost)
+                self._probe_due(now)
+                wake = min(next_discover, next_publish, self._next_due())
+                for sock, _ in poller.poll(max(1, min(250, int((wake - time.monotonic()) * 1000)))):
+                    if sock is self._server:
+                        self._answer()
+                    else:
+                        self._answered(sock)
+        except zmq.ContextTerminated:
+            pass
+        finally:
+            for link in self._links.values():
+                link.sock.close(linger=0)
+            self._server.close(linger=0)
+            self._pub.close(linger=0)
+
+    def _next_due(self) -> float:
+        pending = self._pending
+        if pending is not None:
+            return pending.sent + PROBE_TIMEOUT_S
+        return self._next_probe if self._order else time.monotonic() + 1.0
+
+    # -- the peers -------------------------------------------------------------------------------------
+
+    def _discover(self, poller: zmq.Poller) -> None:
+        """The job's other relays that answer probes, from the rendezvous folder; sockets opened and closed to fit."""
+        try:
+            records = rendezvous.read_nodes(self.job, self._directory)
+        except OSError:
+            return
+        found = {r.host: r.links for r in records if r.links and r.host != self.host and not r.is_stale()}
+        if len(found) > MAX_PEERS:
+            kept = [h for h in self._order if h in found][:MAX_PEERS]
+            rest = [h for h in sorted(found) if h not in kept]
+            kept += self._rng.sample(rest, MAX_PEERS - len(kept))
+            found = {h: found[h] for h in kept}
+        for host in [h for h, link in self._links.items() if found.get(h) != link.url]:
+            link = self._links.pop(host)
+            poller.unregister(link.sock)
+            link.sock.close(linger=0)
+            if self._pending is not None and self._pending.peer == host:
+                self._pending = None
+        for host, url in found.items():
+            if host in self._links:
+                continue
+            sock = self._context.socket(zmq.DEALER)
+            sock.setsockopt(zmq.LINGER, 0)
+            sock.setsockopt(zmq.IMMEDIATE, 1)  # nothing queued for a peer not connected: no burst when it comes
+            sock.setsockopt(zmq.SNDHWM, 4)
+            sock.setsockopt(zmq.MAXMSGSIZE, 4096)  # answers are small
+            if self._keys is not None:
+                curve.make_client(sock, self._keys)
+            try:
+                sock.connect(url)
+            except zmq.ZMQError:
+                sock.close(linger=0)
+                continue
+            self._links[host] = _Link(url, sock)
+            poller.register(sock, zmq.POLLIN)
+        self._order = sorted(self._links)
+
+    # -- probing ---------------------------------------------------------------------------------------
+
+    def _probe_due(self, now: float) -> None:
+        pending = self._pending
+        if pending is not None:
+            if now - pending.sent >= PROBE_TIMEOUT_S:
+                if pending.small_rtt is not None:  # the big one did not cross in time: at most this fast
+                    self._measured(pending.peer, PROBE_BYTES / PROBE_TIMEOUT_S, pending.small_rtt, now)
+                self._pending = None
+            return
+        if not self._order or now < self._next_probe:
+            return
+        peer = self._order[self._turn % len(self._order)]
+        self._turn += 1
+        # The pair's bytes at the budget's rate set the pace, and answers to the others' probes count too.
+        pair = 2 * FRAME_OVERHEAD + PROBE_BYTES + 4 * 64
+        self._next_probe = now + max(PROBE_EVERY_S, pair / BUDGET_BPS)
+        self._send(peer, b"", now)
+
+    def _send(self, peer: str, pad: bytes, now: float) -> None:
+        self._seq += 1
+        out = link_probes.frames(self._secret, PROBE, Probe(self.job, self.host, self._seq, time.time(), pad))
+        try:
+            self._links[peer].sock.send_multipart(out, flags=zmq.NOBLOCK)
+        except zmq.Again:  # not connected (yet): try the next peer at the next turn
+            self._pending = None
+            return
+        self.sent_bytes += _cost(out)
+        if pad:
+            assert self._pending is not None
+            self._pending.seq, self._pending.sent = self._seq, time.monotonic()
+        else:
+            self._pending = _Pending(peer, self._seq, time.monotonic())
+
+    def _answered(self, sock: zmq.Socket) -> None:
+        for _ in range(16):
+            try:
+                got = sock.recv_multipart(flags=zmq.NOBLOCK)
+            except zmq.Again:
+                return
+            now = time.monotonic()
+            try:
+                ack = link_probes.read(self._secret, self.job, ACK, got, time.time())
+            except ProbeError:
+                continue
+            pending = self._pending
+            if pending is None or ack.seq != pending.seq or ack.host != pending.peer:
+                continue  # the answer to a probe given up on
+            rtt = now - pending.sent
+            if pending.small_rtt is None:
+                pending.small_rtt = rtt
+                self._send(pending.peer, bytes(PROBE_BYTES), now)
+            else:
+                self._measured(pending.peer, PROBE_BYTES / max(rtt - pending.small_rtt, MIN_CROSSING_S), pending.small_rtt, now)
+                self._pending = None
+
+    def _measured(self, peer: str, rate: float, rtt: float, now: float) -> None:
+        link = self._links.get(peer)
+        if link is not None:
+            link.rates.append(rate)
+            link.rtts.append(rtt)
+            link.measured_at = now
+
+    # -- answering -------------------------------------------------------------------------------------
+
+    def _answer(self) -> None:
+        for _ in range(16):
+            try:
+                got = self._server.recv_multipart(flags=zmq.NOBLOCK)
+            except zmq.Again:
+                return
+            if len(got) < 2:
+                continue
+            now = time.monotonic()
+            self._tokens = min(float(ANSWERS_PER_S), self._tokens + (now - self._tokens_at) * ANSWERS_PER_S)
+            self._tokens_at = now
+            try:
+                probe = link_probes.read(self._secret, self.job, PROBE, got[1:], time.time())
+            except ProbeError:
+                self.refused += 1
+                continue
+            if self._tokens < 1.0:
+                self.refused += 1
+                continue
+            self._tokens -= 1.0
+            out = link_probes.frames(self._secret, ACK, Probe(self.job, self.host, probe.seq, time.time()))
+            try:
+                self._server.send_multipart([got[0], *out], flags=zmq.NOBLOCK)
+            except zmq.ZMQError:
+                continue
+            self.sent_bytes += _cost(out)
+            self.answered += 1
+
+    # -- saying it -------------------------------------------------------------------------------------
+
+    def rates(self, now: float | None = None) -> list[LinkRate]:
+        """Each link measured lately: its median rate, least round trip, probes."""
+        now = time.monotonic() if now is None else now
+        return [
+            LinkRate(peer=host, rate=float(statistics.median(link.rates)), rtt=float(min(link.rtts)), probes=len(link.rates))
+            for host, link in sorted(self._links.items())
+            if link.rates and now - link.measured_at <= FORGET_S
+        ]
+
+    def _publish(self, now: float, cost: float) -> None:
+        links = self.rates(now)
+        if not links:
+            return
+        msg = Links(job=self.job, host=self.host, ts=time.time(), links=links, cost=cost)
+        try:
+            self._pub.send_multipart(schema.encode(msg), flags=zmq.NOBLOCK)
+            self.published += 1
+        except zmq.Again:
+            pass
