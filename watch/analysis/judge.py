@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from ranktop.watch.analysis import arrivals, causes, class_growth, stragglers
+from ranktop.watch.analysis import arrivals, causes, class_growth, slow_links, stragglers
 from ranktop.watch.analysis.peers import PeerClasses, Peers
 from ranktop.watch.analysis.silence import silent_ranks
 from ranktop.watch.analysis.stalls import StallPolicy, stall_report
@@ -43,6 +43,7 @@ class Extras:
     dropped: int = 0
     errors: list = field(default_factory=list)
     collectives: Any = None  # a callable: the ranks that matter (collectives.ranks_that_matter) -> collective rows
+    links: list = field(default_factory=list)  # the links the relays measured (watch/engine/link_book.py)
 
 
 def build(view: JobView, extras: Extras, policy: StallPolicy = StallPolicy(), peer_classes: PeerClasses | None = None,
@@ -183,6 +184,8 @@ def build(view: JobView, extras: Extras, policy: StallPolicy = StallPolicy(), pe
         imbalance=stragglers.imbalance(stage_rows, median_step),
         median_step_s=median_step,
         median_phases=phase_medians(names, view.phases, live),
+        links=extras.links,
+        slow_links=slow_links.of_job(extras.links, view.comm_s, live, median_step, view.host, slow),
     )
 
 

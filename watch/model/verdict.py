@@ -8,14 +8,17 @@ from the worst news to the best, and the first that applies is the verdict:
    when one stands out (``snapshot.waiting_for``).
 2. ``silent``: ranks stopped talking while the others go on; a whole node
    silent is named as the node.
-3. ``slow_node``: every rank of a node is slow (``snapshot.slow_hosts``): the
+3. ``slow_link``: a node's network (or one pair's link) is slow and costs the job 5% or more
+   (``snapshot.slow_links``, watch/analysis/slow_links.py): named before the slow ranks, whose own work it is
+   not (a slow node's ranks, whose own work would explain the waits, are never named as a link).
+4. ``slow_node``: every rank of a node is slow (``snapshot.slow_hosts``): the
    node is the suspect, not one rank.
-4. ``slow_rank``: the top straggler, with its culprit phase, and why when its evidence says
+5. ``slow_rank``: the top straggler, with its culprit phase, and why when its evidence says
    (", because it spends 12 ms per step in Python's garbage collector, ...": watch/analysis/causes.py).
-5. ``imbalanced``: nobody is flagged, but the pipeline's stages are unbalanced
+6. ``imbalanced``: nobody is flagged, but the pipeline's stages are unbalanced
    (``snapshot.imbalance``): a finding about the model's split, never a rank's.
-6. ``warming_up``: no rank has steps enough to be scored yet.
-7. ``healthy``: nobody is flagged.
+7. ``warming_up``: no rank has steps enough to be scored yet.
+8. ``healthy``: nobody is flagged.
 
 On a job whose layout is known a rank is named with its coordinates:
 "rank 3 (pp 1, dp 1) slow in forward: ...".
@@ -48,6 +51,7 @@ from ranktop.watch.format import ranks_text
 # Kinds, worst first.
 STALLED_JOB = "stalled"
 SILENT_RANKS = "silent"
+SLOW_LINK = "slow_link"
 SLOW_NODE = "slow_node"
 SLOW_RANK = "slow_rank"
 IMBALANCED = "imbalanced"
@@ -55,7 +59,7 @@ WARMING_UP = "warming_up"
 HEALTHY = "healthy"
 WAITING = "waiting"
 ENDED_JOB = "ended"  # every rank exited cleanly (watch/engine/lifecycle.py): its ranks are silent because they are done
-KINDS = (STALLED_JOB, SILENT_RANKS, SLOW_NODE, SLOW_RANK, IMBALANCED, WARMING_UP, HEALTHY, WAITING, ENDED_JOB)
+KINDS = (STALLED_JOB, SILENT_RANKS, SLOW_LINK, SLOW_NODE, SLOW_RANK, IMBALANCED, WARMING_UP, HEALTHY, WAITING, ENDED_JOB)
 
 # How bad it is, for the colour of the line.
 BAD, WARN, GOOD, IDLE = "bad", "warn", "good", "idle"
@@ -76,6 +80,7 @@ class Verdict:
     others: int = 0  # further ranks flagged the same way, not named
     cause: Cause | None = None  # why the culprit is slow, when its evidence says (watch/analysis/causes.py)
     last_arrivals: float | None = None  # the culprit's share of its last steps it arrived last at the collectives
+    hosts: list[str] | None = None  # slow_link: the pair's two ends, when one pair's link is slow (else the node alone)
 
 
 def verdict(snapshot: Snapshot) -> Verdict:
@@ -95,6 +100,8 @@ def verdict(snapshot: Snapshot) -> Verdict:
     silent = _with_status(snapshot, SILENT)
     if silent:
         return _silent(snapshot, silent)
+    if snapshot.slow_links:
+        return _slow_link(snapshot)
     slow = _slow_in_order(snapshot)
     if slow and snapshot.slow_hosts:
         return _slow_node(snapshot, slow)
@@ -231,6 +238,21 @@ def _slow_node(snapshot: Snapshot, slow: list[RankRow]) -> Verdict:
         text += f" (+{len(others)} more slow node{'s' if len(others) > 1 else ''}: {', '.join(others[:3])}{' …' if len(others) > 3 else ''})"
     return Verdict(SLOW_NODE, BAD, text, members, host=host, phase=phase, excess_s=worst.excess_s, loss=worst.score,
                    others=len(hosts) - 1)  # fmt: skip
+
+
+def _slow_link(snapshot: Snapshot) -> Verdict:
+    """The costliest slow link (watch/analysis/slow_links.py says why and how it is costed); nobody's own work."""
+    worst, *more = snapshot.slow_links
+    text = worst.text
+    if more:
+        text += f" (+{len(more)} more slow link{'s' if len(more) > 1 else ''}: {', '.join(_link_name(m) for m in more[:3])})"
+    # No rank is named: its network is slow, not its ranks' work (``host``/``hosts`` say where).
+    return Verdict(SLOW_LINK, BAD, text, [], host=worst.host, excess_s=worst.excess_s, loss=worst.loss,
+                   others=len(more), hosts=list(worst.hosts) if worst.host is None else None)  # fmt: skip
+
+
+def _link_name(link) -> str:
+    return link.host if link.host is not None else "–".join(link.hosts)
 
 
 def _stalled(snapshot: Snapshot, stalled: list[RankRow]) -> Verdict:
