@@ -47,10 +47,10 @@ from ranktop.wire.link_probes import ACK, PROBE, Probe, ProbeError
 from ranktop.wire.messages import Links, LinkRate
 
 #: The probe whose crossing is timed: small beside any link's second of traffic, big enough that crossing it at
-#: a slowed rate (25 MB/s and less) takes longer than a busy machine's scheduling noise.
-PROBE_BYTES = 16 << 10
+#: a slowed rate (10 MB/s and less) takes longer than a busy machine's scheduling noise.
+PROBE_BYTES = 32 << 10
 #: At most one probe pair this often.
-PROBE_EVERY_S = 0.25
+PROBE_EVERY_S = 0.4
 #: What probing may send a second at most, answers included: under 0.1% of a 1 Gbit/s link (125,000 bytes a second).
 BUDGET_BPS = 100_000
 #: What a frame costs on the wire beyond its bytes (ZeroMQ's framing, CURVE's box, TCP/IP headers), as counted.
@@ -82,9 +82,13 @@ class _Link:
 
     url: str
     sock: zmq.Socket
-    rates: collections.deque = field(default_factory=lambda: collections.deque(maxlen=KEPT))
-    rtts: collections.deque = field(default_factory=lambda: collections.deque(maxlen=KEPT))
+    crossings: collections.deque = field(default_factory=lambda: collections.deque(maxlen=KEPT))  # big less small round trip
+    smalls: collections.deque = field(default_factory=lambda: collections.deque(maxlen=KEPT))  # the small probes' round trips
     measured_at: float = 0.0
+
+    def rate(self) -> float:
+        """Bytes a second across it: over the median crossing of its last probes (the module docstring)."""
+        return PROBE_BYTES / max(statistics.median(self.crossings), MIN_CROSSING_S)
 
 
 @dataclass
@@ -226,7 +230,7 @@ class LinkProber(threading.Thread):
         if pending is not None:
             if now - pending.sent >= PROBE_TIMEOUT_S:
                 if pending.small_rtt is not None:  # the big one did not cross in time: at most this fast
-                    self._measured(pending.peer, PROBE_BYTES / PROBE_TIMEOUT_S, pending.small_rtt, now)
+                    self._measured(pending.peer, PROBE_TIMEOUT_S, pending.small_rtt, now)
                 self._pending = None
             return
         if not self._order or now < self._next_probe:
@@ -272,14 +276,14 @@ class LinkProber(threading.Thread):
                 pending.small_rtt = rtt
                 self._send(pending.peer, bytes(PROBE_BYTES), now)
             else:
-                self._measured(pending.peer, PROBE_BYTES / max(rtt - pending.small_rtt, MIN_CROSSING_S), pending.small_rtt, now)
+                self._measured(pending.peer, rtt, pending.small_rtt, now)
                 self._pending = None
 
-    def _measured(self, peer: str, rate: float, rtt: float, now: float) -> None:
+    def _measured(self, peer: str, big: float, small: float, now: float) -> None:
         link = self._links.get(peer)
         if link is not None:
-            link.rates.append(rate)
-            link.rtts.append(rtt)
+            link.crossings.append(big - small)
+            link.smalls.append(small)
             link.measured_at = now
 
     # -- answering -------------------------------------------------------------------------------------
@@ -315,12 +319,12 @@ class LinkProber(threading.Thread):
     # -- saying it -------------------------------------------------------------------------------------
 
     def rates(self, now: float | None = None) -> list[LinkRate]:
-        """Each link measured lately: its median rate, least round trip, probes."""
+        """Each link measured lately: its rate, least round trip, probes."""
         now = time.monotonic() if now is None else now
         return [
-            LinkRate(peer=host, rate=float(statistics.median(link.rates)), rtt=float(min(link.rtts)), probes=len(link.rates))
+            LinkRate(peer=host, rate=link.rate(), rtt=float(min(link.smalls)), probes=len(link.crossings))
             for host, link in sorted(self._links.items())
-            if link.rates and now - link.measured_at <= FORGET_S
+            if link.crossings and now - link.measured_at <= FORGET_S
         ]
 
     def _publish(self, now: float, cost: float) -> None:

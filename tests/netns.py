@@ -6,7 +6,8 @@ their own (the switch), which also holds the viewer's address. Nothing is
 added to the machine's own namespace: every address lives inside these
 namespaces, so the job's traffic reaches only them and loopback. A node's
 link is capped with ``tc``'s token bucket (``tbf``) on its interface, the
-rate its traffic leaves the node at (the kernel here has no netem).
+rate its traffic leaves the node at (the kernel here has no netem), with a
+small bucket (8 KB): a slow link does not let a burst through at full speed.
 
 :class:`Network` is a context manager: whatever happens, every namespace it
 made is deleted on the way out (and with it every veth in it, and its peer),
@@ -89,7 +90,7 @@ class Network:
             if i in self._cap:
                 rate = self._cap[i]
                 out = subprocess.run(["ip", "netns", "exec", ns, "tc", "qdisc", "add", "dev", nic, "root", "tbf",
-                                      "rate", rate, "burst", "32kb", "latency", "100ms"], capture_output=True, text=True)  # fmt: skip
+                                      "rate", rate, "burst", "8kb", "latency", "100ms"], capture_output=True, text=True)  # fmt: skip
                 if out.returncode:
                     raise RuntimeError(f"tc qdisc add ... tbf rate {rate}: {out.stderr.strip()}")
 

@@ -295,7 +295,7 @@ class Aggregator:
             view = self.state.view(now, wall, relays, self._endpoints, sure_after, self._arrivals.slots)
             endpoints = self._endpoints.rows(now, self.state.ranks_by_endpoint(view), self._silent_after + relays.behind_s)
             replies, dropped, errors = list(self._replies), self._dropped, list(self._errors)
-            links = self._links.links(now)
+            links = self._links.columns(now)
         extras = Extras(
             job=self._job,
             elapsed_s=now - self._started,

@@ -27,7 +27,7 @@ from msgspec import Meta
 from .auth import MAX_SKEW_S
 
 PROBE, ACK = b"probe", b"ack"
-#: The most padding a probe carries (relay/links.py sends 16 KiB).
+#: The most padding a probe carries (relay/links.py sends 32 KiB).
 MAX_PAD = 256 << 10
 
 

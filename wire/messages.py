@@ -409,8 +409,8 @@ class Node(Kind, tag="node", kw_only=True, frozen=True):
 
 class LinkRate(Record, array_like=True, frozen=True):
     """One link as a relay measured it, ``[peer, rate, rtt, probes]`` on the wire: the rate its probes crossed
-    from this relay's node to ``peer``'s (bytes a second, the median of its recent probes), the round trip of
-    a probe too small to be slowed by the rate (seconds, the least of them), and how many probes these are."""
+    from this relay's node to ``peer``'s (bytes a second, from its recent probes: relay/links.py), the round
+    trip of a probe too small to be slowed by the rate (seconds, the least of them), and how many probes these are."""
 
     peer: Annotated[str, Meta(max_length=256)]
     rate: Amount
