@@ -202,6 +202,10 @@ _SHORTER = (
     lambda text: re.sub(r" \(\+(\d+) more slow: [^)]*\)", r" (+\1 more slow)", text, count=1),
     _compact_place,
     lambda text: re.sub(r"^(rank \d+) \([^)]*\)", r"\1", text, count=1),
+    # a slow link: "node-c's network slow: out 3.03 MB/s vs 1.64 GB/s, job loses 89%"
+    lambda text: re.sub(r" against ([^,]+) elsewhere,", r" vs \1,", text, count=1),
+    lambda text: re.sub(r"'s network is slow: its links (?:(out|in) )?at ", lambda m: f"'s network slow: {m.group(1) or 'links'} ",
+                        text, count=1),  # fmt: skip
 )
 
 
