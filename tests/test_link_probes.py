@@ -130,3 +130,20 @@ def test_probe_frames_of_another_job_forged_stale_or_malformed_are_refused():
     for frames, why in bad:
         with pytest.raises(ProbeError, match=why):
             link_probes.read(secret, "j", PROBE, frames, now)
+
+
+@pytest.mark.slow
+def test_the_probe_cost_benchmark_runs_and_reports_the_cost_per_node(tmp_path):
+    """Its figure is for people (benchmarks/link_probe_cost.py); here: it runs, and says every node's."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    bench = Path(__file__).parent.parent / "benchmarks" / "link_probe_cost.py"
+    out = subprocess.run([sys.executable, str(bench), "--seconds", "4", "--json"], capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert out.returncode in (0, 1), out.stderr[-2000:]
+    import json
+
+    doc = json.loads(out.stdout)
+    assert [r["node"] for r in doc["rows"]] == ["node-0", "node-1", "node-2"] and doc["target_bps"] == 125_000
+    assert all(r["counted_bps"] > 0 for r in doc["rows"])
