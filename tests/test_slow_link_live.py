@@ -6,7 +6,8 @@ name, RANKTOP_BIND its address and GLOO_SOCKET_IFNAME its interface, so the
 job's all-reduces cross the veths and the bridge as they would cross a
 cluster's network; ``tc``'s token bucket caps node-c's. The viewer runs in
 the bridge's namespace (``ranktop watch --json``). The same job with no cap
-is the control. Needs root and ``ip netns`` (skipped with the reason
+is the control, and a job slowed by one rank's own work names that rank and
+no link. Needs root and ``ip netns`` (skipped with the reason
 otherwise); every namespace and link it made is gone at the end.
 """
 
@@ -41,8 +42,9 @@ def namespaces_work():
         pytest.skip(reason)
 
 
-def run_job(tmp_path, job: str, cap: dict[int, str]) -> dict:
-    """The 3-node job on a network with ``cap``; the viewer's ``--json`` document once it watched WATCH_S."""
+def run_job(tmp_path, job: str, cap: dict[int, str], *train_args: str) -> dict:
+    """The 3-node job on a network with ``cap`` (the demo given ``train_args`` too); the viewer's ``--json`` document
+    once it watched WATCH_S."""
     with Network(len(HOSTS), cap) as net:
         master = net.addresses[0]
         for i, host in enumerate(HOSTS):
@@ -52,7 +54,7 @@ def run_job(tmp_path, job: str, cap: dict[int, str]) -> dict:
             cmd = [sys.executable, "-m", "ranktop.cli", "launch", "--job", job, "--",
                    sys.executable, "-m", "torch.distributed.run", "--nnodes", str(len(HOSTS)), "--node_rank", str(i),
                    "--nproc_per_node", "1", "--master_addr", master, "--master_port", "29517",
-                   "-m", TRAIN, "--steps", "1000000", "--log-every", "1000000"]  # fmt: skip
+                   "-m", TRAIN, "--steps", "1000000", "--log-every", "1000000", *train_args]  # fmt: skip
             net.popen(i, cmd, env, tmp_path / f"{job}-{host}.log")
         wait_for(lambda: len([n for n in rendezvous.read_nodes(job) if n.links]) == len(HOSTS), 120,
                  f"the 3 nodes' relays never all wrote their records: {_logs(tmp_path, job)}")  # fmt: skip
@@ -93,3 +95,10 @@ def test_the_same_job_with_no_cap_names_no_link(namespaces_work, rdv, tmp_path):
     assert doc["verdict"]["kind"] != "slow_link", doc["verdict"]
     assert doc["slow_links"] == []
     assert len(doc["links"]) == 6  # measured all the same
+
+
+def test_a_job_slowed_by_a_ranks_own_work_names_the_rank_and_no_link(namespaces_work, rdv, tmp_path):
+    doc = run_job(tmp_path, "slowrank", {}, "--slow-rank", "2", "--slow-ms", "60", "--slow-phase", "forward")
+    assert doc["verdict"]["kind"] in ("slow_rank", "slow_node"), doc["verdict"]
+    assert doc["verdict"]["host"] == "node-c"
+    assert doc["slow_links"] == []

@@ -15,19 +15,22 @@ from rich.text import Text
 from textual.widgets import Static
 
 from ranktop.watch.model.snapshot import SILENT, SLOW, STALLED, Snapshot
-from ranktop.watch.model.verdict import HEALTHY, IMBALANCED, SILENT_RANKS, SLOW_NODE, SLOW_RANK, STALLED_JOB, Verdict, brief, verdict
+from ranktop.watch.model.verdict import (
+    HEALTHY, IMBALANCED, SILENT_RANKS, SLOW_LINK, SLOW_NODE, SLOW_RANK, STALLED_JOB, Verdict, brief, verdict,
+)
 
 from ranktop.tui.render import palette
 
 STYLES = {
     STALLED_JOB: palette.STATUS_STYLES[STALLED],
     SILENT_RANKS: palette.STATUS_STYLES[SILENT],
+    SLOW_LINK: palette.STATUS_STYLES[SLOW],  # the network, not a rank's work: the same colour, its own mark
     SLOW_NODE: palette.STATUS_STYLES[SLOW],
     SLOW_RANK: palette.STATUS_STYLES[SLOW],
     HEALTHY: "bold green3",
     IMBALANCED: "bold yellow",  # a finding about the pipeline's split, no rank's fault
 }
-MARKS = {STALLED_JOB: "■", SILENT_RANKS: "■", SLOW_NODE: "▲", SLOW_RANK: "▲", IMBALANCED: "◆", HEALTHY: "✔"}
+MARKS = {STALLED_JOB: "■", SILENT_RANKS: "■", SLOW_LINK: "⇄", SLOW_NODE: "▲", SLOW_RANK: "▲", IMBALANCED: "◆", HEALTHY: "✔"}
 
 
 def verdict_text(answer: Verdict, width: int = 0) -> Text:
