@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import math
 import random
+import statistics
 from dataclasses import dataclass, field
 from operator import itemgetter
 from typing import Any
@@ -30,7 +31,7 @@ import numpy as np
 
 
 from ranktop.probe.collectives import state_layout
-from ranktop.relay.links import KEPT, MAX_PEERS, MIN_CROSSING_S, PROBE_BYTES
+from ranktop.relay.links import KEPT, MAX_PEERS, MIN_CROSSING_S, PROBE_BYTES, probe_interval_s
 from ranktop.wire import parallel_groups, settings
 from ranktop.wire.messages import Call, CallSummary, Group, LinkRate, OpSummary
 from ranktop.wire.messages import Step as StepRecord
@@ -240,14 +241,18 @@ class JobModel:
     def link_rates(self, index: int, t: float) -> list[LinkRate]:
         """What node ``index``'s relay says of its links ``t`` seconds into the job, as relay/links.py would: its
         next :data:`MAX_PEERS` nodes' links, each at the probes' ceiling less a little noise, over the slower end's
-        factor (a probe crosses both ends' links)."""
+        factor (a probe crosses both ends' links) as its last :data:`KEPT` probes saw it, one every
+        ``probe_interval_s`` (their median: a link slowed shows after about half of them, as live)."""
         s, rng = self.s, self._link_rng
+        peers = min(MAX_PEERS, s.nodes - 1)
+        every = probe_interval_s(peers)
+        seen = [t - j * every for j in range(KEPT)]  # when its last probes went
         me = node_name(index)
-        mine = self.link_factor(me, t)
+        mine = [self.link_factor(me, at) for at in seen]
         out = []
-        for step in range(1, min(MAX_PEERS, s.nodes - 1) + 1):
+        for step in range(1, peers + 1):
             peer = node_name((index + step) % s.nodes)
-            slower = max(mine, self.link_factor(peer, t))
+            slower = statistics.median(max(m, self.link_factor(peer, at)) for m, at in zip(mine, seen))
             rate = PROBED_BPS * (1.0 - 0.05 * rng.random()) / slower
             out.append(LinkRate(peer=peer, rate=rate, rtt=PROBE_RTT_S * (1.0 + 0.2 * rng.random()), probes=KEPT))
         return out

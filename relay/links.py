@@ -22,9 +22,10 @@ its ranks' messages, for any viewer (watch/analysis/slow_links.py judges them).
 Who it probes: the relays whose node records (the rendezvous folder) carry a
 ``links`` address, of the same job, at most :data:`MAX_PEERS` of them, taken
 at random where the job has more: the links of a node are measured by its
-own probes and by the probes of every node that picked it, so a slow node
-is seen from both ends in a job of any size, while each relay's cost stays
-the same. Every probe and answer is signed with the job's secret
+own probes and by the probes of every node that picked it (about as many),
+so a slow node is seen from both ends in a job of any size, while each
+relay's cost, and the time it takes to see a slowed link (three probes of
+it: about ten seconds), stay the same. Every probe and answer is signed with the job's secret
 (wire/link_probes.py), the socket answering them is a CURVE server that
 admits only the job's key (relay/zap.py), and a relay answers at most
 :data:`ANSWERS_PER_S` probes a second, whoever sends them.
@@ -57,12 +58,13 @@ BUDGET_BPS = 100_000
 FRAME_OVERHEAD = 96
 #: A probe unanswered this long is given up: its link is that slow at least.
 PROBE_TIMEOUT_S = 2.0
-#: Probes a link's rate is the median of.
-KEPT = 8
+#: Probe pairs a link's rate is worked out from (the median of their crossings).
+KEPT = 5
 #: A link not measured for this long is left out of what the relay says.
 FORGET_S = 30.0
-#: Peers probed at most (taken at random among more).
-MAX_PEERS = 64
+#: Peers probed at most (taken at random among more): each link is probed every ``probe_interval_s`` seconds, so a
+#: slowed link shows within about three of them (the median of :data:`KEPT` turns), ten seconds at this many peers.
+MAX_PEERS = 8
 #: Probes answered a second at most, whoever sends them.
 ANSWERS_PER_S = 64
 #: How often the relay looks for its job's other relays, and says what it measured.
@@ -70,6 +72,20 @@ DISCOVER_EVERY_S = 2.0
 PUBLISH_EVERY_S = 1.0
 #: The least crossing time believed: below it a link is faster than this prober can tell.
 MIN_CROSSING_S = 20e-6
+
+
+#: A probe pair's bytes as the budget counts them: the two probes and their answers.
+PAIR_BYTES = 2 * FRAME_OVERHEAD + PROBE_BYTES + 4 * 64
+
+
+def pair_every_s() -> float:
+    """Seconds between two probe pairs of one relay: the pace, or the budget's, whichever is slower."""
+    return max(PROBE_EVERY_S, PAIR_BYTES / BUDGET_BPS)
+
+
+def probe_interval_s(peers: int) -> float:
+    """Seconds between two probes of one link, for a relay probing ``peers`` peers in turn."""
+    return pair_every_s() * max(1, min(MAX_PEERS, peers))
 
 
 def _cost(frames: list[bytes]) -> int:
@@ -237,9 +253,7 @@ class LinkProber(threading.Thread):
             return
         peer = self._order[self._turn % len(self._order)]
         self._turn += 1
-        # The pair's bytes at the budget's rate set the pace, and answers to the others' probes count too.
-        pair = 2 * FRAME_OVERHEAD + PROBE_BYTES + 4 * 64
-        self._next_probe = now + max(PROBE_EVERY_S, pair / BUDGET_BPS)
+        self._next_probe = now + pair_every_s()  # (the pair's bytes at the budget's rate, or the pace)
         self._send(peer, b"", now)
 
     def _send(self, peer: str, pad: bytes, now: float) -> None:
