@@ -255,6 +255,8 @@ class JobModel:
             slower = statistics.median(max(m, self.link_factor(peer, at)) for m, at in zip(mine, seen))
             rate = PROBED_BPS * (1.0 - 0.05 * rng.random()) / slower
             out.append(LinkRate(peer=peer, rate=rate, rtt=PROBE_RTT_S * (1.0 + 0.2 * rng.random()), probes=KEPT))
+        if out:  # and itself, over loopback: no load of its own in the simulation
+            out.append(LinkRate(peer=me, rate=PROBED_BPS * (1.0 - 0.05 * rng.random()), rtt=PROBE_RTT_S / 2, probes=KEPT))
         return out
 
     def _multiplier(self) -> float:

@@ -214,6 +214,8 @@ class LinkProber(threading.Thread):
             rest = [h for h in sorted(found) if h not in kept]
             kept += self._rng.sample(rest, MAX_PEERS - len(kept))
             found = {h: found[h] for h in kept}
+        if found:  # and itself, over loopback: what this machine's own load adds to a crossing (see the module docstring)
+            found[self.host] = self.url
         for host in [h for h, link in self._links.items() if found.get(h) != link.url]:
             link = self._links.pop(host)
             poller.unregister(link.sock)
@@ -264,7 +266,8 @@ class LinkProber(threading.Thread):
         except zmq.Again:  # not connected (yet): try the next peer at the next turn
             self._pending = None
             return
-        self.sent_bytes += _cost(out)
+        if peer != self.host:  # (its probes to itself cross no network)
+            self.sent_bytes += _cost(out)
         if pad:
             assert self._pending is not None
             self._pending.seq, self._pending.sent = self._seq, time.monotonic()

@@ -70,7 +70,7 @@ def test_every_relay_measures_its_links_to_the_others_and_says_so_within_its_bud
     deadline = time.monotonic() + 30
     try:
         while time.monotonic() < deadline and not (
-            len(heard) == 3 and all(len(m.links) == 2 and min(r.probes for r in m.links) >= 4 for m in heard.values())
+            len(heard) == 3 and all(len(m.links) == 3 and min(r.probes for r in m.links) >= 4 for m in heard.values())
         ):
             for sub, _ in poller.poll(500):
                 msg = schema.decode(sub.recv_multipart())
@@ -81,7 +81,7 @@ def test_every_relay_measures_its_links_to_the_others_and_says_so_within_its_bud
         context.term()
     assert set(heard) == set(HOSTS), heard
     for host, msg in heard.items():
-        assert {r.peer for r in msg.links} == set(HOSTS) - {host}
+        assert {r.peer for r in msg.links} == set(HOSTS)  # the two others, and itself over loopback (its noise floor)
         assert all(r.rate > 0 and r.rtt > 0 for r in msg.links)
         assert msg.cost <= prober.BUDGET_BPS * 1.25  # what it sent a second, answers included
 

@@ -95,6 +95,17 @@ def test_a_node_whose_ranks_are_slow_by_their_own_work_is_not_named_as_a_link():
     assert [f.host for f in slow_links.find(links, comm_s=0.2, median_step_s=0.3)] == ["node-c"]
 
 
+def test_a_node_whose_own_probes_to_itself_are_as_slow_is_busy_not_on_a_slow_link():
+    """On a machine whose cores are oversubscribed, moving 32 KiB through the relays' threads takes time of its own:
+    a link is slow only well beyond what the node's probes to itself take."""
+    links = mesh(slow=out_of("node-b", 60e6))
+    busy = LinkColumns(links.hosts, links.src, links.dst, links.rate, links.rtt, links.probes,
+                       own=np.array([FAST, 90e6, FAST, FAST]))  # fmt: skip
+    assert slow_links.find(busy, comm_s=0.02, median_step_s=0.05) == []
+    quiet = LinkColumns(links.hosts, links.src, links.dst, links.rate, links.rtt, links.probes, own=np.full(4, FAST))
+    assert [f.host for f in slow_links.find(quiet, comm_s=0.02, median_step_s=0.05)] == ["node-b"]
+
+
 def test_two_nodes_have_nothing_to_hold_their_link_against():
     hosts = ("node-a", "node-b")
     assert slow_links.find(mesh(hosts, slow=out_of("node-b", 1e6, hosts)), comm_s=0.3, median_step_s=0.4) == []

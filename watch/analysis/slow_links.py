@@ -16,7 +16,11 @@ The rule, per node ``h`` (:func:`find`):
    they are held to); a job of two nodes has no such link and gets no verdict;
 2. ``h``'s network is slow when the median of its outgoing links, or of its
    incoming ones (a cap on one direction shows in one of them only), is at
-   most :data:`SLOW_FACTOR` times below the expected rate;
+   most :data:`SLOW_FACTOR` times below the expected rate, and that far below
+   what its relay's probes to itself measured too (the noise floor: on a
+   machine whose cores are oversubscribed, moving a probe through the relays'
+   threads takes time of its own, which is no link's; the job's median
+   relay's floor counts where it is the higher);
 3. a pair ``a``-``b`` is slow when the links between them, both ways, are that
    far below the job's others, and neither end is slow as a node (one link
    one way is one measurement, which a busy machine can make look slow: a
@@ -99,6 +103,7 @@ def find(links: LinkColumns, comm_s: float | None, median_step_s: float | None,
     # Removing a node's k links raises the others' median to ordered[(total - k) // 2 + k] at most.
     ceiling = ordered[np.minimum(total - 1, (total - touching) // 2 + touching)]
     out, into = _medians(src, rate, n), _medians(dst, rate, n)
+    floor = _floors(links.own, n)
     found: list[SlowLink] = []
     slow_nodes: set[int] = set()
     for h in np.flatnonzero(np.fmin(out, into) * SLOW_FACTOR <= ceiling).tolist():
@@ -106,8 +111,9 @@ def find(links: LinkColumns, comm_s: float | None, median_step_s: float | None,
         if not len(elsewhere):
             continue  # (two nodes: nothing to hold their link against)
         expected = float(np.median(elsewhere))
+        bar = min(expected, floor[h])
         slow = {name: float(side[h]) for name, side in (("out", out), ("in", into))
-                if not np.isnan(side[h]) and side[h] * SLOW_FACTOR <= expected}  # fmt: skip
+                if not np.isnan(side[h]) and side[h] * SLOW_FACTOR <= bar}  # fmt: skip
         if not slow:
             continue
         slow_nodes.add(h)
@@ -126,11 +132,19 @@ def find(links: LinkColumns, comm_s: float | None, median_step_s: float | None,
         if between.all() or not there.any() or not back.any():
             continue
         expected, slowest = float(np.median(rate[~between])), float(max(rate[there].min(), rate[back].min()))
-        if slowest * SLOW_FACTOR <= expected:
+        if slowest * SLOW_FACTOR <= min(expected, floor[a], floor[b]):
             item = _costed(None, [hosts[a], hosts[b]], slowest, expected, comm_s, median_step_s, "both")
             if item is not None:
                 found.append(item)
     return sorted(found, key=lambda item: -item.loss)
+
+
+def _floors(own: np.ndarray | None, n: int) -> np.ndarray:
+    """Each node's noise floor: the least of the rate its relay measured to itself and the job's median relay's
+    (inf where none said)."""
+    if own is None or not len(own) or np.isnan(own).all():
+        return np.full(n, np.inf)
+    return np.fmin(np.nan_to_num(own, nan=np.inf), float(np.nanmedian(own)))
 
 
 def _medians(group: np.ndarray, values: np.ndarray, n: int) -> np.ndarray:

@@ -44,6 +44,7 @@ class LinkColumns:
     rate: np.ndarray  # float64, bytes a second
     rtt: np.ndarray  # float64, seconds
     probes: np.ndarray  # int64
+    own: np.ndarray | None = None  # float64 per host: the rate of its relay's probes to itself (NaN: not said)
 
     def __len__(self) -> int:
         return len(self.rate)
@@ -99,19 +100,23 @@ class LinkBook:
     def _build(self) -> LinkColumns:
         index: dict[str, int] = {}
         src, dst, rate, rtt, probes = [], [], [], [], []
+        own: dict[int, float] = {}
         for host in sorted(self._latest):
             msg = self._latest[host][1]
             me = index.setdefault(host, len(index))
             for entry in msg.links:
-                if entry.peer == host:
+                if entry.peer == host:  # its probes to itself: its machine's own share of a crossing
+                    own[me] = entry.rate
                     continue
                 src.append(me)
                 dst.append(index.setdefault(entry.peer, len(index)))
                 rate.append(entry.rate)
                 rtt.append(entry.rtt)
                 probes.append(entry.probes)
+        selves = np.full(len(index), np.nan)
+        selves[list(own)] = list(own.values())
         return LinkColumns(list(index), np.array(src, np.int64), np.array(dst, np.int64), np.array(rate, np.float64),
-                           np.array(rtt, np.float64), np.array(probes, np.int64))  # fmt: skip
+                           np.array(rtt, np.float64), np.array(probes, np.int64), selves)  # fmt: skip
 
     def cost_bps(self) -> dict[str, float]:
         """What each relay said its probing sent a second."""
