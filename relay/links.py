@@ -13,11 +13,25 @@ sends it a small probe, then, once that is answered, a probe of
 with the job's traffic delays both); the second also has to cross at the
 link's rate, so ``PROBE_BYTES / (big round trip - small round trip)`` is
 the rate the job's own traffic gets on that path now, from this node to the
-peer. A probe not answered in :data:`PROBE_TIMEOUT_S` counts as a rate of at
-most ``PROBE_BYTES / PROBE_TIMEOUT_S``. Each link's rate is the median of its
-last :data:`KEPT` probes; once a second the relay publishes them as a
-``links`` message (wire/messages.py ``Links``) into its own telemetry, beside
-its ranks' messages, for any viewer (watch/analysis/slow_links.py judges them).
+peer. A link's rate is worked out from its last :data:`KEPT` probe pairs, as
+``PROBE_BYTES`` over the median of their crossings (big round trip less the
+small one just before it): a busy machine delays a round trip now and then,
+either of the two, and the median leaves those out. Not the least of them: a
+link capped by a token bucket lets a probe through at full speed whenever
+the job's traffic left its bucket full, and the least would be that. A probe
+not answered in :data:`PROBE_TIMEOUT_S` counts as a round trip of that long
+(its link is that slow at least).
+
+A relay probes itself too, in turn with its peers, through its own answering
+socket (loopback, the same code and encryption, no network): on a machine
+whose cores are oversubscribed, moving 32 KiB through the relays' threads
+takes time of its own, and a link is slow only where its crossing is well
+beyond what the node's own crossing says that time is (its ``links`` message
+lists itself as a peer: watch/analysis/slow_links.py reads it so).
+
+Once a second the relay publishes its links as a ``links`` message
+(wire/messages.py ``Links``) into its own telemetry, beside its ranks'
+messages, for any viewer (watch/analysis/slow_links.py judges them).
 
 Who it probes: the relays whose node records (the rendezvous folder) carry a
 ``links`` address, of the same job, at most :data:`MAX_PEERS` of them, taken
