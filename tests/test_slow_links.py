@@ -193,3 +193,12 @@ def test_the_same_simulated_job_with_no_slow_link_is_healthy_and_names_none():
 def test_a_simulated_slow_rank_is_a_slow_rank_not_a_link():
     snapshot = watched(Scenario(job="j", ranks=32, nodes=4, slow_rank=9, slow_ms=20.0))
     assert verdict(snapshot).kind == SLOW_RANK and snapshot.slow_links == []
+
+
+def test_a_slow_link_and_a_slow_rank_elsewhere_the_costlier_is_the_verdict():
+    cheap_rank = watched(Scenario(job="j", ranks=32, nodes=4, slow_link="sim0002", slow_rank=9, slow_ms=4.0))
+    assert verdict(cheap_rank).kind == SLOW_LINK
+    dear_rank = watched(Scenario(job="j", ranks=32, nodes=4, slow_link="sim0002", slow_rank=9, slow_ms=60.0))
+    answer = verdict(dear_rank)
+    assert [s.host for s in dear_rank.slow_links] == ["sim0002"]  # (the rank's lateness is not counted as the link's)
+    assert answer.kind == SLOW_RANK and answer.ranks[0] == 9 and answer.loss > dear_rank.slow_links[0].loss

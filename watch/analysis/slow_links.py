@@ -60,8 +60,9 @@ SLOW_FACTOR = 3.0
 #: A slow link is named when it costs the job this share of its step at least.
 MIN_LOSS = 0.05
 #: A collective's wait is arrival skew plus transfer, and the last member to arrive waits the transfer alone: the
-#: job's transfer per step is read as this percentile of its ranks' waits per step (the least, robust to noise).
-TRANSFER_PERCENTILE = 10
+#: job's transfer per step is read as this percentile of its ranks' waits per step (0: the least; a straggler
+#: waits least of all, the others its lateness too, so any higher percentile counts its lateness as the link's).
+TRANSFER_PERCENTILE = 0
 #: Probes a link's rate must rest on before it counts.
 MIN_PROBES = 3
 

@@ -9,8 +9,8 @@ from the worst news to the best, and the first that applies is the verdict:
 2. ``silent``: ranks stopped talking while the others go on; a whole node
    silent is named as the node.
 3. ``slow_link``: a node's network (or one pair's link) is slow and costs the job 5% or more
-   (``snapshot.slow_links``, watch/analysis/slow_links.py): named before the slow ranks, whose own work it is
-   not (a slow node's ranks, whose own work would explain the waits, are never named as a link).
+   (``snapshot.slow_links``, watch/analysis/slow_links.py): named before the slow ranks unless the top one costs
+   the job more (a slow node's ranks, whose own work would explain the waits, are never named as a link).
 4. ``slow_node``: every rank of a node is slow (``snapshot.slow_hosts``): the
    node is the suspect, not one rank.
 5. ``slow_rank``: the top straggler, with its culprit phase, and why when its evidence says
@@ -100,9 +100,9 @@ def verdict(snapshot: Snapshot) -> Verdict:
     silent = _with_status(snapshot, SILENT)
     if silent:
         return _silent(snapshot, silent)
-    if snapshot.slow_links:
-        return _slow_link(snapshot)
     slow = _slow_in_order(snapshot)
+    if snapshot.slow_links and not (slow and slow[0].score > snapshot.slow_links[0].loss):  # the costlier first
+        return _slow_link(snapshot)
     if slow and snapshot.slow_hosts:
         return _slow_node(snapshot, slow)
     if slow:
