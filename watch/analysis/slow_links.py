@@ -34,8 +34,9 @@ The rule, per node ``h`` (:func:`find`):
    ``comm_s * (1 - rate / expected)``, and ``loss`` that over the median
    step. A link costing the job less than :data:`MIN_LOSS` is not named
    (a slow link the job does not wait on is no finding);
-5. a node with a rank judged slow by its own work is not named: its own work
-   explains the job's waits (and a busy node answers its probes late too).
+5. a node with a rank judged slow by its own work is not named, nor a pair
+   with it at one end: its own work explains the job's waits (and a busy
+   node answers its probes late too).
 
 Limits (docs/detection.md): the relays measure the path their TCP traffic
 takes, which is the job's only where the job's collectives go over the same
@@ -125,8 +126,9 @@ def find(links: LinkColumns, comm_s: float | None, median_step_s: float | None,
         if item is not None:
             found.append(item)
     pair_ceiling = ordered[min(total - 1, (total - 2) // 2 + 2)]
+    busy_ids = {i for i, h in enumerate(hosts) if h in busy}  # (a busy node's links are no pair's finding either)
     pairs = sorted({(min(a, b), max(a, b)) for a, b, r in zip(src.tolist(), dst.tolist(), rate.tolist())
-                    if r * SLOW_FACTOR <= pair_ceiling and a not in slow_nodes and b not in slow_nodes})  # fmt: skip
+                    if r * SLOW_FACTOR <= pair_ceiling and not {a, b} & (slow_nodes | busy_ids)})  # fmt: skip
     for a, b in pairs:
         there, back = (src == a) & (dst == b), (src == b) & (dst == a)
         between = there | back
