@@ -241,7 +241,7 @@ class JobModel:
         """What node ``index``'s relay says of its links ``t`` seconds into the job, as relay/links.py would: its
         next :data:`MAX_PEERS` nodes' links, each at the probes' ceiling less a little noise, over the slower end's
         factor (a probe crosses both ends' links) as its last :data:`KEPT` probes saw it, one every
-        ``probe_interval_s`` (the second least crossing: a link slowed shows after four of them, as live)."""
+        ``probe_interval_s`` (the least round trips: a link slowed shows once they all were, as live)."""
         s, rng = self.s, self._link_rng
         peers = min(MAX_PEERS, s.nodes - 1)
         every = probe_interval_s(peers)
@@ -251,7 +251,7 @@ class JobModel:
         out = []
         for step in range(1, peers + 1):
             peer = node_name((index + step) % s.nodes)
-            slower = sorted(max(m, self.link_factor(peer, at)) for m, at in zip(mine, seen))[1]
+            slower = min(max(m, self.link_factor(peer, at)) for m, at in zip(mine, seen))
             rate = PROBED_BPS * (1.0 - 0.05 * rng.random()) / slower
             out.append(LinkRate(peer=peer, rate=rate, rtt=PROBE_RTT_S * (1.0 + 0.2 * rng.random()), probes=KEPT))
         if out:  # and itself, over loopback: no load of its own in the simulation

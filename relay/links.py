@@ -14,13 +14,14 @@ with the job's traffic delays both); the second also has to cross at the
 link's rate, so ``PROBE_BYTES / (big round trip - small round trip)`` is
 the rate the job's own traffic gets on that path now, from this node to the
 peer. A link's rate is worked out from its last :data:`KEPT` probe pairs, as
-``PROBE_BYTES`` over the second least of their crossings (big round trip
-less the small one just before it): a busy machine delays a big probe now
-and then, never speeds one up, so a low order statistic is the one nearest
-the link (on a 2-core machine at a load of 10 the median of five read a
-healthy link at 33 to 48 MB/s); not the least itself, which one probe let
-through at full speed by a token bucket the job's traffic happened to leave
-full would be. A probe
+``PROBE_BYTES / (least big round trip - least small round trip)``: the
+job's traffic queued ahead of a probe, or a busy machine, only ever delays a
+round trip, so the least of several is the one nearest the link itself
+(CapProbe's reasoning). Not crossing by crossing: a small probe held up
+behind a burst of the job's traffic, then a big one sent as the queue
+drained, make a crossing of nothing on a link capped at 3 MB/s; and not
+their median: on a 2-core machine at a load of 10 it read healthy links at
+17 to 48 MB/s. A probe
 not answered in :data:`PROBE_TIMEOUT_S` counts as a round trip of that long
 (its link is that slow at least).
 
@@ -40,8 +41,8 @@ Who it probes: the relays whose node records (the rendezvous folder) carry a
 at random where the job has more: the links of a node are measured by its
 own probes and by the probes of every node that picked it (about as many),
 so a slow node is seen from both ends in a job of any size, while each
-relay's cost, and the time it takes to see a slowed link (four probes of
-it: about 13 seconds), stay the same. Every probe and answer is signed with the job's secret
+relay's cost, and the time it takes to see a slowed link (five probes of
+it: about 16 seconds), stay the same. Every probe and answer is signed with the job's secret
 (wire/link_probes.py), the socket answering them is a CURVE server that
 admits only the job's key (relay/zap.py), and a relay answers at most
 :data:`ANSWERS_PER_S` probes a second, whoever sends them.
@@ -78,7 +79,7 @@ KEPT = 5
 #: A link not measured for this long is left out of what the relay says.
 FORGET_S = 30.0
 #: Peers probed at most (taken at random among more): each link is probed every ``probe_interval_s`` seconds, so a
-#: slowed link shows within four of them (the second least of :data:`KEPT`), 13 seconds at this many peers.
+#: slowed link shows once its last :data:`KEPT` are all slow, 16 seconds at this many peers.
 MAX_PEERS = 8
 #: Probes answered a second at most, whoever sends them.
 ANSWERS_PER_S = 64
@@ -113,14 +114,13 @@ class _Link:
 
     url: str
     sock: zmq.Socket
-    crossings: collections.deque = field(default_factory=lambda: collections.deque(maxlen=KEPT))  # big less small round trip
+    bigs: collections.deque = field(default_factory=lambda: collections.deque(maxlen=KEPT))  # the big probes' round trips
     smalls: collections.deque = field(default_factory=lambda: collections.deque(maxlen=KEPT))  # the small probes' round trips
     measured_at: float = 0.0
 
     def rate(self) -> float:
-        """Bytes a second across it: over the second least crossing of its last probes (the module docstring)."""
-        crossings = sorted(self.crossings)
-        return PROBE_BYTES / max(crossings[min(1, len(crossings) - 1)], MIN_CROSSING_S)
+        """Bytes a second across it: the least big round trip less the least small one (the module docstring)."""
+        return PROBE_BYTES / max(min(self.bigs) - min(self.smalls), MIN_CROSSING_S)
 
 
 @dataclass
@@ -315,7 +315,7 @@ class LinkProber(threading.Thread):
     def _measured(self, peer: str, big: float, small: float, now: float) -> None:
         link = self._links.get(peer)
         if link is not None:
-            link.crossings.append(big - small)
+            link.bigs.append(big)
             link.smalls.append(small)
             link.measured_at = now
 
@@ -355,9 +355,9 @@ class LinkProber(threading.Thread):
         """Each link measured lately: its rate, least round trip, probes."""
         now = time.monotonic() if now is None else now
         return [
-            LinkRate(peer=host, rate=link.rate(), rtt=float(min(link.smalls)), probes=len(link.crossings))
+            LinkRate(peer=host, rate=link.rate(), rtt=float(min(link.smalls)), probes=len(link.bigs))
             for host, link in sorted(self._links.items())
-            if link.crossings and now - link.measured_at <= FORGET_S
+            if link.bigs and now - link.measured_at <= FORGET_S
         ]
 
     def _publish(self, now: float, cost: float) -> None:
