@@ -62,7 +62,7 @@ PROBED_BPS = PROBE_BYTES / MIN_CROSSING_S
 #: The least round trip a simulated probe reports (seconds).
 PROBE_RTT_S = 150e-6
 #: How many times slower a slowed node's network is, by default (``--slow-link-x``).
-SLOW_LINK_X = 8.0
+SLOW_LINK_X = 64.0
 
 
 def node_name(index: int) -> str:

@@ -14,12 +14,14 @@ with the job's traffic delays both); the second also has to cross at the
 link's rate, so ``PROBE_BYTES / (big round trip - small round trip)`` is
 the rate the job's own traffic gets on that path now, from this node to the
 peer. A link's rate is worked out from its last :data:`KEPT` probe pairs, as
-``PROBE_BYTES / (least big round trip - least small round trip)``: the
-job's traffic queued ahead of a probe, or a busy machine, only ever delays a
-round trip, so the least of several is the one nearest the link itself
-(CapProbe's reasoning). Not crossing by crossing: a small probe held up
-behind a burst of the job's traffic, then a big one sent as the queue
-drained, make a crossing of nothing on a link capped at 3 MB/s; and not
+``PROBE_BYTES / (least big round trip - least small round trip)``, the small
+ones over a longer window (:data:`KEPT_SMALL`): the job's traffic queued
+ahead of a probe, or a busy machine, only ever delays a round trip, so the
+least of several is the one nearest the link itself (CapProbe's reasoning).
+Not crossing by crossing: a small probe held up behind a burst of the job's
+traffic, then a big one sent as the queue drained, make a crossing of
+nothing on a link capped at 3 MB/s (and the small ones' least over five
+pairs was still that burst's, on a link the job's traffic filled); and not
 their median: on a 2-core machine at a load of 10 it read healthy links at
 17 to 48 MB/s. A probe
 not answered in :data:`PROBE_TIMEOUT_S` counts as a round trip of that long
@@ -42,7 +44,7 @@ at random where the job has more: the links of a node are measured by its
 own probes and by the probes of every node that picked it (about as many),
 so a slow node is seen from both ends in a job of any size, while each
 relay's cost, and the time it takes to see a slowed link (five probes of
-it: about 16 seconds), stay the same. Every probe and answer is signed with the job's secret
+it: about 10 seconds), stay the same. Every probe and answer is signed with the job's secret
 (wire/link_probes.py), the socket answering them is a CURVE server that
 admits only the job's key (relay/zap.py), and a relay answers at most
 :data:`ANSWERS_PER_S` probes a second, whoever sends them.
@@ -60,12 +62,9 @@ import zmq
 
 from ranktop.transport import curve, rendezvous
 from ranktop.wire import link_probes, schema
-from ranktop.wire.link_probes import ACK, PROBE, Probe, ProbeError
+from ranktop.wire.link_probes import ACK, PROBE, PROBE_BYTES, Probe, ProbeError
 from ranktop.wire.messages import Links, LinkRate
 
-#: The probe whose crossing is timed: small beside any link's second of traffic, big enough that crossing it at
-#: a slowed rate (10 MB/s and less) takes longer than a busy machine's scheduling noise.
-PROBE_BYTES = 32 << 10
 #: At most one probe pair this often.
 PROBE_EVERY_S = 0.4
 #: What probing may send a second at most, answers included: under 0.1% of a 1 Gbit/s link (125,000 bytes a second).
@@ -76,11 +75,14 @@ FRAME_OVERHEAD = 96
 PROBE_TIMEOUT_S = 2.0
 #: Probe pairs a link's rate is worked out from (the median of their crossings).
 KEPT = 5
+#: Small probes the link's base round trip is the least of: more than the big ones, so that one of them has
+#: likely found the link's queue empty even while the job's traffic fills it in bursts.
+KEPT_SMALL = 20
 #: A link not measured for this long is left out of what the relay says.
 FORGET_S = 30.0
 #: Peers probed at most (taken at random among more): each link is probed every ``probe_interval_s`` seconds, so a
-#: slowed link shows once its last :data:`KEPT` are all slow, 16 seconds at this many peers.
-MAX_PEERS = 8
+#: slowed link shows once its last :data:`KEPT` are all slow, 10 seconds at this many peers (and itself).
+MAX_PEERS = 4
 #: Probes answered a second at most, whoever sends them.
 ANSWERS_PER_S = 64
 #: How often the relay looks for its job's other relays, and says what it measured.
@@ -100,8 +102,8 @@ def pair_every_s() -> float:
 
 
 def probe_interval_s(peers: int) -> float:
-    """Seconds between two probes of one link, for a relay probing ``peers`` peers in turn."""
-    return pair_every_s() * max(1, min(MAX_PEERS, peers))
+    """Seconds between two probes of one link, for a relay probing ``peers`` peers (and itself) in turn."""
+    return pair_every_s() * (max(1, min(MAX_PEERS, peers)) + 1)
 
 
 def _cost(frames: list[bytes]) -> int:
@@ -115,7 +117,7 @@ class _Link:
     url: str
     sock: zmq.Socket
     bigs: collections.deque = field(default_factory=lambda: collections.deque(maxlen=KEPT))  # the big probes' round trips
-    smalls: collections.deque = field(default_factory=lambda: collections.deque(maxlen=KEPT))  # the small probes' round trips
+    smalls: collections.deque = field(default_factory=lambda: collections.deque(maxlen=KEPT_SMALL))  # the small ones'; longer
     measured_at: float = 0.0
 
     def rate(self) -> float:

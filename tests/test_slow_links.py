@@ -98,12 +98,19 @@ def test_a_node_whose_ranks_are_slow_by_their_own_work_is_not_named_as_a_link():
 def test_a_node_whose_own_probes_to_itself_are_as_slow_is_busy_not_on_a_slow_link():
     """On a machine whose cores are oversubscribed, moving 32 KiB through the relays' threads takes time of its own:
     a link is slow only well beyond what the node's probes to itself take."""
-    links = mesh(slow=out_of("node-b", 60e6))
+    links = mesh(slow=out_of("node-b", 20e6))
     busy = LinkColumns(links.hosts, links.src, links.dst, links.rate, links.rtt, links.probes,
-                       own=np.array([FAST, 90e6, FAST, FAST]))  # fmt: skip
+                       own=np.array([FAST, 30e6, FAST, FAST]))  # fmt: skip
     assert slow_links.find(busy, comm_s=0.02, median_step_s=0.05) == []
     quiet = LinkColumns(links.hosts, links.src, links.dst, links.rate, links.rtt, links.probes, own=np.full(4, FAST))
     assert [f.host for f in slow_links.find(quiet, comm_s=0.02, median_step_s=0.05)] == ["node-b"]
+
+
+def test_a_link_a_busy_machine_could_read_slow_is_no_slow_link():
+    """A crossing of under a millisecond (32 KiB at 33 MB/s and faster) is within what scheduling adds on a busy
+    machine: such a link is not told apart from a healthy one, however fast the others read."""
+    assert slow_links.find(mesh(slow=out_of("node-c", 90e6)), comm_s=0.25, median_step_s=0.28) == []
+    assert [f.host for f in slow_links.find(mesh(slow=out_of("node-c", 30e6)), comm_s=0.25, median_step_s=0.28)] == ["node-c"]
 
 
 def test_two_nodes_have_nothing_to_hold_their_link_against():
@@ -198,7 +205,7 @@ def test_a_simulated_slow_rank_is_a_slow_rank_not_a_link():
 def test_a_slow_link_and_a_slow_rank_elsewhere_the_costlier_is_the_verdict():
     cheap_rank = watched(Scenario(job="j", ranks=32, nodes=4, slow_link="sim0002", slow_rank=9, slow_ms=4.0))
     assert verdict(cheap_rank).kind == SLOW_LINK
-    dear_rank = watched(Scenario(job="j", ranks=32, nodes=4, slow_link="sim0002", slow_rank=9, slow_ms=60.0))
+    dear_rank = watched(Scenario(job="j", ranks=32, nodes=4, slow_link="sim0002", slow_rank=9, slow_ms=250.0))
     answer = verdict(dear_rank)
     assert [s.host for s in dear_rank.slow_links] == ["sim0002"]  # (the rank's lateness is not counted as the link's)
     assert answer.kind == SLOW_RANK and answer.ranks[0] == 9 and answer.loss > dear_rank.slow_links[0].loss

@@ -27,6 +27,10 @@ from msgspec import Meta
 from .auth import MAX_SKEW_S
 
 PROBE, ACK = b"probe", b"ack"
+#: The padding of the probe whose crossing is timed (relay/links.py): small beside any link's second of traffic,
+#: big enough that crossing it at a slowed rate takes longer than a busy machine's scheduling noise. A viewer
+#: reads a link's rate against it (watch/analysis/slow_links.py: what a crossing of a millisecond means).
+PROBE_BYTES = 32 << 10
 #: The most padding a probe carries (relay/links.py sends 32 KiB).
 MAX_PAD = 256 << 10
 

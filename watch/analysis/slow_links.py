@@ -20,7 +20,8 @@ The rule, per node ``h`` (:func:`find`):
    what its relay's probes to itself measured too (the noise floor: on a
    machine whose cores are oversubscribed, moving a probe through the relays'
    threads takes time of its own, which is no link's; the job's median
-   relay's floor counts where it is the higher);
+   relay's floor counts where it is the higher), and under :data:`RESOLVED_BPS`
+   (a crossing longer than what a busy machine adds to one: 33 MB/s);
 3. a pair ``a``-``b`` is slow when the links between them, both ways, are that
    far below the job's others, and neither end is slow as a node (one link
    one way is one measurement, which a busy machine can make look slow: a
@@ -55,6 +56,7 @@ import numpy as np
 
 from ranktop.watch import format as fmt
 from ranktop.watch.engine.link_book import Link, LinkColumns
+from ranktop.wire.link_probes import PROBE_BYTES
 
 #: A node's (or pair's) links this many times slower than the job's other links are slow.
 SLOW_FACTOR = 3.0
@@ -64,6 +66,13 @@ MIN_LOSS = 0.05
 #: job's transfer per step is read as this percentile of its ranks' waits per step (0: the least; a straggler
 #: waits least of all, the others its lateness too, so any higher percentile counts its lateness as the link's).
 TRANSFER_PERCENTILE = 0
+#: What a busy machine's scheduling can add to a probe's crossing (seconds): a link whose 32 KiB take less than
+#: this more than a small probe is not told apart from a healthy one (a 2-core machine at a load of 5 to 10 read
+#: healthy links at up to 0.4 ms; a link capped at 3 MB/s takes 8 to 20 ms). So a link is slow only below
+#: PROBE_BYTES / NOISE_S (33 MB/s, 260 Mbit/s).
+NOISE_S = 1e-3
+#: The fastest rate a link may be called slow at.
+RESOLVED_BPS = PROBE_BYTES / NOISE_S
 #: Probes a link's rate must rest on before it counts.
 MIN_PROBES = 3
 
@@ -89,7 +98,7 @@ def find(links: LinkColumns, comm_s: float | None, median_step_s: float | None,
 
     Vectorised: each node's medians in one sort of the links, and the exact "elsewhere" median worked out only
     for the nodes that could be slow (their median under what any node's removal could raise the job's to):
-    a few milliseconds for 2,048 nodes' 16,384 links (8 peers each), a quarter of a second for 131,072."""
+    a few milliseconds for 2,048 nodes' 8,192 links (4 peers each), a quarter of a second for 131,072."""
     if not len(links) or not comm_s or not median_step_s or comm_s <= 0 or median_step_s <= 0:
         return []
     counted = links.probes >= MIN_PROBES
@@ -115,7 +124,7 @@ def find(links: LinkColumns, comm_s: float | None, median_step_s: float | None,
         expected = float(np.median(elsewhere))
         bar = min(expected, floor[h])
         slow = {name: float(side[h]) for name, side in (("out", out), ("in", into))
-                if not np.isnan(side[h]) and side[h] * SLOW_FACTOR <= bar}  # fmt: skip
+                if not np.isnan(side[h]) and side[h] * SLOW_FACTOR <= bar and side[h] <= RESOLVED_BPS}  # fmt: skip
         if not slow:
             continue
         slow_nodes.add(h)
@@ -135,7 +144,7 @@ def find(links: LinkColumns, comm_s: float | None, median_step_s: float | None,
         if between.all() or not there.any() or not back.any():
             continue
         expected, slowest = float(np.median(rate[~between])), float(max(rate[there].min(), rate[back].min()))
-        if slowest * SLOW_FACTOR <= min(expected, floor[a], floor[b]):
+        if slowest * SLOW_FACTOR <= min(expected, floor[a], floor[b]) and slowest <= RESOLVED_BPS:
             item = _costed(None, [hosts[a], hosts[b]], slowest, expected, comm_s, median_step_s, "both")
             if item is not None:
                 found.append(item)
@@ -143,8 +152,8 @@ def find(links: LinkColumns, comm_s: float | None, median_step_s: float | None,
 
 
 def _floors(own: np.ndarray | None, n: int) -> np.ndarray:
-    """Each node's noise floor: the least of the rate its relay measured to itself and the job's median relay's
-    (inf where none said)."""
+    """Each node's noise floor as a rate: the least of what its relay measured to itself and the job's median
+    relay's (inf where none said)."""
     if own is None or not len(own) or np.isnan(own).all():
         return np.full(n, np.inf)
     return np.fmin(np.nan_to_num(own, nan=np.inf), float(np.nanmedian(own)))

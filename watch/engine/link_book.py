@@ -5,7 +5,7 @@ node to each peer it probed (a ``links`` message, wire/messages.py). The book
 keeps each relay's latest word, and forgets a relay not heard for
 :data:`FORGET_S` (its node gone, or probing turned off). It hands the judge
 columns (:class:`LinkColumns`), made again only when a relay said something
-new: a job of 2,048 nodes, each probing 8 peers, has 16,384 links, and a
+new: a job of 2,048 nodes, each probing 4 peers, has 8,192 links, and a
 snapshot must not build an object per link.
 """
 
