@@ -30,8 +30,9 @@ import numpy as np
 
 
 from ranktop.probe.collectives import state_layout
+from ranktop.relay.links import KEPT, MAX_PEERS, MIN_CROSSING_S, PROBE_BYTES, probe_interval_s
 from ranktop.wire import parallel_groups, settings
-from ranktop.wire.messages import Call, CallSummary, Group, OpSummary
+from ranktop.wire.messages import Call, CallSummary, Group, LinkRate, OpSummary
 from ranktop.wire.messages import Step as StepRecord
 
 RANKS_PER_NODE = 8
@@ -55,6 +56,13 @@ MAX_LAG_S = 2.0
 LAST_STAGE_COST = 1.6
 #: The simulated mesh's dimensions, outermost first (tensor parallel innermost: within a node).
 MESH_ORDER = ("pp", "dp", "ep", "tp")
+#: What the relays' probes read on a healthy link (relay/links.py): the most they can tell, as on any link faster
+#: than a 32 KiB probe's crossing can be timed (the real job's veths read it too: tests/test_slow_link_live.py).
+PROBED_BPS = PROBE_BYTES / MIN_CROSSING_S
+#: The least round trip a simulated probe reports (seconds).
+PROBE_RTT_S = 150e-6
+#: How many times slower a slowed node's network is, by default (``--slow-link-x``).
+SLOW_LINK_X = 64.0
 
 
 def node_name(index: int) -> str:
@@ -85,6 +93,8 @@ class Scenario:
     ep: int = 1
     stage_costs: tuple[float, ...] | None = None  # per pipeline stage (default: the last LAST_STAGE_COST, the others 1)
     gpu: bool = False  # every rank's state carries memory and GPU samples, as the probe's on a GPU node
+    slow_link: str | None = None  # a node whose network is slow: every collective crossing it, and its probed links
+    slow_link_x: float = SLOW_LINK_X  # ... this many times slower
 
     @property
     def per_node(self) -> int:
@@ -179,11 +189,15 @@ class JobModel:
             forward_op = "recv@pp" if s.pp > 1 else f"{FORWARD_OP}@dp"
             names = {FORWARD_OP: forward_op, BACKWARD_OP: f"{BACKWARD_OP}@dp", SINGLE_OP: f"{SINGLE_OP}@dp"}
             ops = [(i, names[op], count) for i, op, count in ops]
+        # A slow node's network slows every collective that crosses it: in a ring, every rank's (the ring is as fast
+        # as its slowest link), so every rank waits the longer transfer and nobody's own time grows.
+        network_x = s.slow_link_x if s.slow_link is not None else 1.0
+        self._link_rng = random.Random(s.seed + 7919)  # the probes' noise, apart from the steps' draws
         self.group_sizes = [2 if op == "recv@pp" else (s.dp if s.layout is not None else s.ranks) for _, op, _ in ops]
         self.ops = ops  # (phase index, op, calls), in phase order
         self.sizes = [[BUCKET_BYTES[j % len(BUCKET_BYTES)] for j in range(count)] for _, _, count in ops]
-        self.transfer = [sum(ALPHA_S + b / BETA_BPS for b in sizes) for sizes in self.sizes]
-        self.longest = [ALPHA_S + max(sizes) / BETA_BPS for sizes in self.sizes]
+        self.transfer = [sum(ALPHA_S + b * network_x / BETA_BPS for b in sizes) for sizes in self.sizes]
+        self.longest = [ALPHA_S + max(sizes) * network_x / BETA_BPS for sizes in self.sizes]
         self._op_sums = [(j, PHASES[i], op, count, sum(self.sizes[j]), self.longest[j]) for j, (i, op, count) in enumerate(ops)]
         self._table = [self._row([b * self._multiplier() for b in self.base], self._multiplier()) for _ in range(self.TABLE_ROWS)]
         # Pipeline stages of unequal cost: a table per cost, forward and backward scaled.
@@ -217,6 +231,32 @@ class JobModel:
             slow += [r for r in range(s.ranks) if s.host_of(r) == s.slow_node]
         for r in slow:
             self.extra.setdefault(r, [0.0] * (len(PHASES) + 1))[PHASES.index(s.slow_phase)] += s.slow_ms / 1000
+
+    def link_factor(self, host: str, t: float) -> float:
+        """How many times slower than healthy ``host``'s network is ``t`` seconds into the job (1: healthy). A
+        model with faults of its own (benchmarks/accuracy.py) says its slowed node here, and its probes show it."""
+        return self.s.slow_link_x if host == self.s.slow_link else 1.0
+
+    def link_rates(self, index: int, t: float) -> list[LinkRate]:
+        """What node ``index``'s relay says of its links ``t`` seconds into the job, as relay/links.py would: its
+        next :data:`MAX_PEERS` nodes' links, each at the probes' ceiling less a little noise, over the slower end's
+        factor (a probe crosses both ends' links) as its last :data:`KEPT` probes saw it, one every
+        ``probe_interval_s`` (the least round trips: a link slowed shows once they all were, as live)."""
+        s, rng = self.s, self._link_rng
+        peers = min(MAX_PEERS, s.nodes - 1)
+        every = probe_interval_s(peers)
+        seen = [t - j * every for j in range(KEPT)]  # when its last probes went
+        me = node_name(index)
+        mine = [self.link_factor(me, at) for at in seen]
+        out = []
+        for step in range(1, peers + 1):
+            peer = node_name((index + step) % s.nodes)
+            slower = min(max(m, self.link_factor(peer, at)) for m, at in zip(mine, seen))
+            rate = PROBED_BPS * (1.0 - 0.05 * rng.random()) / slower
+            out.append(LinkRate(peer=peer, rate=rate, rtt=PROBE_RTT_S * (1.0 + 0.2 * rng.random()), probes=KEPT))
+        if out:  # and itself, over loopback: no load of its own in the simulation
+            out.append(LinkRate(peer=me, rate=PROBED_BPS * (1.0 - 0.05 * rng.random()), rtt=PROBE_RTT_S / 2, probes=KEPT))
+        return out
 
     def _multiplier(self) -> float:
         value = max(0.5, 1.0 + self._rng.gauss(0.0, NOISE_SD))

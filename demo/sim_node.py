@@ -134,6 +134,10 @@ class SimulatedNode:
             elif event[:1] == b"\x00":
                 self.topics.discard(event[1:])
 
+    def publish(self, frames: list[bytes]) -> None:
+        """A message of the node's relay's own (its links: relay/links.py), sent as the relay sends it."""
+        self._publish(frames)
+
     def _publish(self, frames: list[bytes]) -> None:
         try:
             self.pub.send_multipart(frames, flags=zmq.NOBLOCK)

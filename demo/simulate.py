@@ -60,11 +60,12 @@ import numpy as np
 import zmq
 
 from ranktop.probe.sender import HEARTBEAT_EVERY_S, HELLO_EVERY_S
+from ranktop.relay.links import PUBLISH_EVERY_S
 from ranktop.wire import __version__ as PROBE_VERSION
 from ranktop.wire import schema, settings
 from ranktop.transport import fd_limit, rendezvous
 from ranktop.wire.collective_summary import SAMPLE_EVERY_S
-from ranktop.wire.messages import Call, Heartbeat, Hello, Memory, RankInfo, State, Steps
+from ranktop.wire.messages import Call, Heartbeat, Hello, Links, Memory, RankInfo, State, Steps
 from ranktop.wire.names import COMM_PHASE, OTHER_PHASE
 from ranktop.wire.node_digest import OPS_EVERY_S, NodeDigest, digest_hz
 
@@ -76,6 +77,7 @@ from .sim_model import (  # noqa: F401  (Scenario, JobModel, Step, node_name: re
     MAX_LAG_S,
     PHASES,
     RANKS_PER_NODE,
+    SLOW_LINK_X,
     TICK_S,
     JobModel,
     Scenario,
@@ -90,6 +92,9 @@ from .sim_relays import RelayProcesses, processes_for
 FDS_BESIDES = 256
 #: Sends this late on average (seconds after their time, the loop's own tick aside) mean the machine did not keep up.
 LATE_S = 0.1
+#: How often each simulated relay says what its probes measured (as relay/links.py does), and what its probing costs.
+LINKS_EVERY_S = PUBLISH_EVERY_S
+LINK_COST_BPS = 68_000.0
 
 
 class Simulator:
@@ -188,9 +193,14 @@ class Simulator:
             poller.register(node.sub, zmq.POLLIN)
         subs = {node.sub: node for node in self._nodes}
         end = None if duration_s is None else self._started + duration_s
+        next_links = time.time()
         while not stop.is_set() and (end is None or time.time() < end):
             now = time.time()
             self._advance(now)
+            if now >= next_links:  # each relay's links, as relay/links.py publishes them
+                next_links = now + LINKS_EVERY_S
+                for node, msg in zip(self._nodes, self.links(now)):
+                    node.publish(schema.encode(msg))
             due = []
             for node in self._nodes:
                 if now >= node.next_hello:
@@ -469,6 +479,7 @@ class Simulator:
                 assert isinstance(msg, Hello)
                 folds[msg.rank // per].add(msg)
         sent_upto, last_sent = [-1] * turns, start
+        next_links = start + LINKS_EVERY_S
         # The nodes' digests as their relays pace them (wire/node_digest.py: digest_hz), each turn's on its own.
         digest_every = 1.0 / digest_hz(len(nodes))
         next_digest = [start + digest_every] * turns
@@ -504,7 +515,16 @@ class Simulator:
                         frames.append(schema.encode(digest))
             if steps:
                 sent_upto[turn] = steps[-1].n
+            if now >= next_links:
+                next_links += LINKS_EVERY_S
+                frames += [schema.encode(msg) for msg in self.links(now)]
             yield now, frames
+
+    def links(self, now: float) -> list[Links]:
+        """What every node's relay says of its links now (relay/links.py's ``links`` message; the model's rates)."""
+        t = now - self._started
+        return [Links(job=self.s.job, host=node_name(i), ts=now, links=self.model.link_rates(i, t), cost=LINK_COST_BPS)
+                for i in range(self.s.nodes)]  # fmt: skip
 
     def hellos(self, now: float) -> list[list[bytes]]:
         """Every rank's hello, encoded (what replay's consumers need first)."""
@@ -545,6 +565,10 @@ def add_options(p: argparse.ArgumentParser) -> None:
                    help=f"messages per second per rank (default {settings.DEFAULT_RATE_HZ:g}, as the probe)")  # fmt: skip
     p.add_argument("--slow-rank", type=_count0, default=None, metavar="R", help="one rank slow in one phase, every step")
     p.add_argument("--slow-node", default=None, metavar="HOST", help=f"every rank of one node slow (nodes are {node_name(0)}, {node_name(1)}, ...)")
+    p.add_argument("--slow-link", default=None, metavar="HOST",
+                   help="one node's network slow: every collective crossing it, and the links its relay measures")
+    p.add_argument("--slow-link-x", type=_number(float, lambda v: v >= 1, "1 or more"), default=SLOW_LINK_X, metavar="X",
+                   help=f"how many times slower its network is (default {SLOW_LINK_X:g})")
     p.add_argument("--slow-ms", type=_non_negative, default=20.0, metavar="MS", help="how much slower (default 20 ms)")
     p.add_argument("--slow-phase", choices=PHASES, default="data", help="in which phase (default data)")
     p.add_argument("--stall-rank", type=_count0, default=None, metavar="R", help="a rank that stops making progress: the job hangs")
@@ -573,13 +597,15 @@ def scenario_of(args: argparse.Namespace, ranks: int, job: str, parser: argparse
         slow_rank=args.slow_rank, slow_node=args.slow_node, slow_ms=args.slow_ms, slow_phase=args.slow_phase,
         stall_rank=args.stall_rank, stall_at_s=args.stall_at_s, silent_rank=args.silent_rank, silent_at_s=args.silent_at_s,
         seed=args.seed, pp=args.pp, tp=args.tp, ep=args.ep, stage_costs=args.stage_costs, gpu=args.gpu,
+        slow_link=args.slow_link, slow_link_x=args.slow_link_x,
     )  # fmt: skip
     if ranks % (s.pp * s.tp * s.ep):
         parser.error(f"--pp {s.pp} x --tp {s.tp} x --ep {s.ep} does not divide the {ranks} ranks")
     if s.stage_costs is not None and len(s.stage_costs) != s.pp:
         parser.error(f"--stage-costs gives {len(s.stage_costs)} stages, --pp {s.pp}")
-    if s.slow_node is not None and s.slow_node not in {s.host_of(r) for r in range(ranks)}:
-        parser.error(f"--slow-node {s.slow_node!r} is not a node of this job ({node_name(0)} to {s.host_of(ranks - 1)})")
+    for option, host in (("--slow-node", s.slow_node), ("--slow-link", s.slow_link)):
+        if host is not None and host not in {s.host_of(r) for r in range(ranks)}:
+            parser.error(f"{option} {host!r} is not a node of this job ({node_name(0)} to {s.host_of(ranks - 1)})")
     return s
 
 

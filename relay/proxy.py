@@ -36,6 +36,7 @@ from ranktop.transport.ipc import ipc_endpoints, socket_file
 from ranktop.wire.node_digest import NodeDigest
 
 from .digest import DigestThread
+from .links import LinkProber
 from ranktop.transport.identity import Identity
 from .zap import Gate
 
@@ -71,6 +72,7 @@ class Relay:
         self._context = context
         self._directory = directory
         self._digest: DigestThread | None = None
+        self._links: LinkProber | None = None
         self._wants_digest = digest
         self._threads: list[threading.Thread] = []
         self._controls: list[zmq.Socket] = []
@@ -119,6 +121,14 @@ class Relay:
             digest.relay = {"telemetry": self.telemetry_url, "control": self.control_url}
             self._digest = DigestThread(ctx, digest, listen, publish)
             self._digest.start()
+        links_url = ""
+        if self._wants_digest and settings.LINK_PROBES.on():  # (the simulator makes its own links messages)
+            publish = f"inproc://ranktop-links-out-{id(self)}"
+            tele_in.bind(publish)
+            self._links = LinkProber(ctx, self._identity.job, self._identity.host, gate.secret, gate.keys, addr,
+                                     advertised, publish, self._directory, secure=gate.secure)  # fmt: skip
+            self._links.start()
+            links_url = self._links.url
         self._spawn("telemetry", tele_in, tele_out)
         self._spawn("control", ctl_in, ctl_out)
         self.record_path = rendezvous.write_node(
@@ -132,6 +142,7 @@ class Relay:
                 machine=self._identity.machine,
                 slurm_job=self._identity.slurm_job,
                 encrypted=gate.encrypted,
+                links=links_url,
             ),
             self._directory,
         )
@@ -172,6 +183,9 @@ class Relay:
                 pass
         digest_closed = self._digest.stop(timeout) if self._digest is not None else True
         self._digest = None
+        if self._links is not None:
+            digest_closed = self._links.stop(timeout) and digest_closed
+            self._links = None
         for thread in self._threads:
             thread.join(timeout)
         closed = digest_closed and not any(thread.is_alive() for thread in self._threads)

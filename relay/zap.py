@@ -77,13 +77,19 @@ class Gate:
         if self.encrypted and not zmq.has("curve"):  # a libzmq built without libsodium: never fall back to plain text
             raise RuntimeError(f"libzmq {zmq.zmq_version()} has no CURVE: the relay will not serve telemetry in the clear "
                                "unless RANKTOP_CURVE=0 says so (docs/security.md)")
-        self._keys = curve.keys_of(_job_secret(job, directory)) if self.encrypted else None
+        self.secret = _job_secret(job, directory)  # (the relay's link probes are signed with it too: relay/links.py)
+        self._keys = curve.keys_of(self.secret) if self.encrypted else None
         if self._keys is not None:
             with _lock:
                 handler = _handlers.get(context)
                 if handler is None:
                     handler = _handlers[context] = _Handler(context)
                 handler.admits[self._domain] = self._keys.client_public
+
+    @property
+    def keys(self) -> curve.Keys | None:
+        """The job's CURVE keys, None when encryption is off."""
+        return self._keys
 
     def secure(self, sock: zmq.Socket) -> None:
         """Make one of the relay's TCP sockets a CURVE server (before it binds); nothing when encryption is off."""

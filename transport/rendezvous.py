@@ -103,6 +103,7 @@ class NodeRecord:
     machine: str = ""  # the real host name of the relay's process, when ``host`` is an advertised name
     slurm_job: str | None = None  # the SLURM job id the relay ran in: `ranktop attach --slurm` finds it by that
     encrypted: bool | None = None  # its TCP sockets speak CURVE (transport/curve.py); None: a relay too old to say
+    links: str = ""  # tcp://addr:port where it answers the job's other relays' link probes (relay/links.py); "": none
 
     @property
     def on_this_machine(self) -> bool:
@@ -145,6 +146,8 @@ def write_node(record: NodeRecord, directory: str | os.PathLike | None = None) -
         data["slurm_job"] = record.slurm_job
     if record.encrypted is not None:
         data["curve"] = record.encrypted
+    if record.links:
+        data["links"] = record.links
     tmp.write_text(json.dumps(data))
     os.replace(tmp, path)
     return path
@@ -191,9 +194,13 @@ def parse_node(text: bytes | str, path: Path | None = None) -> NodeRecord:
     encrypted = data.get("curve")
     if encrypted is not None and type(encrypted) is not bool:
         raise ValueError("node record has a bad curve flag")
+    links = data.get("links") or ""
+    if not isinstance(links, str):
+        raise ValueError("node record has a bad links address")
     return NodeRecord(
         job=job, host=host, telemetry=telemetry, control=control, pid=pid, started=float(started), path=path,
         machine=machine, slurm_job=str(slurm_job) if slurm_job not in (None, "") else None, encrypted=encrypted,
+        links=links,
     )
 
 

@@ -401,6 +401,13 @@ class RanktopApp(App[None]):
             rank = self.snapshot.stragglers[0]
         self.push_screen(HistoryScreen(lambda: self.source.history, rank, self.refresh_hz))
 
+    def action_network(self) -> None:
+        """Which node's network is slow, and the links the relays measured (tui/screens/network.py)."""
+        from ranktop.tui.screens.network import NetworkScreen
+
+        if not isinstance(self.screen, NetworkScreen):
+            self.push_screen(NetworkScreen(lambda: self.snapshot, self.refresh_hz))
+
     def action_stacks(self) -> None:
         """Ask every rank for its stacks and show them grouped as the answers arrive."""
         if isinstance(self.screen, StacksScreen):

@@ -102,6 +102,15 @@ KEYS: tuple[Binding, ...] = (
         "with straggler and stall episodes marked: who was slow, in which phase, since when, at what cost.",
     ),
     Binding(
+        "n",
+        "network",
+        "Network",
+        id="network",
+        show=False,  # (in the help; the verdict line names a slow link itself)
+        tooltip="Which node's network is slow, and every link between the job's nodes as its relays measured it "
+        "(a node x node table of rates, or a line per node when they do not fit across).",
+    ),
+    Binding(
         "space",
         "toggle_pause",
         "Pause",
@@ -159,6 +168,11 @@ HISTORY_KEYS: tuple[Binding, ...] = (
     Binding("escape,H", "close", "Close", key_display="esc", id="history.close", tooltip="Close the history view."),
     Binding("left_square_bracket", "span(-1)", "Shorter", key_display="[", id="history.shorter", tooltip="History: show fewer minutes."),
     Binding("right_square_bracket", "span(1)", "Longer", key_display="]", id="history.longer", tooltip="History: show more minutes."),
+)
+
+#: Keys of the network screen.
+NETWORK_KEYS: tuple[Binding, ...] = (
+    Binding("escape,n", "close", "Close", key_display="esc", id="network.close", tooltip="Close the network view."),
 )
 
 #: Keys of the stack dump screens (listed on the help screen too).

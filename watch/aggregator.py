@@ -30,16 +30,17 @@ from ranktop.watch.engine.collective_sums import gather as gather_collectives
 from ranktop.watch.engine.endpoints import Endpoints
 from ranktop.watch.engine.job_state import JobState
 from ranktop.watch.engine.lifecycle import Lifecycle
+from ranktop.watch.engine.link_book import LinkBook
 from ranktop.watch.engine.requests import Reply, RequestBook
 from ranktop.watch.model.snapshot import CollectiveStat, Snapshot
 from ranktop.wire import schema
-from ranktop.wire.messages import Command, Hello, Node, RankMessage
+from ranktop.wire.messages import Command, Hello, Links, Node, RankMessage
 from ranktop.wire.messages import Reply as WireReply
 from ranktop.wire.names import KINDS
 from ranktop.wire.node_digest import OPS_EVERY_S, digest_hz, slow_factor
 
 #: What the viewer takes: what ranks send, and their nodes' digests.
-Telemetry = Union[RankMessage, Node]
+Telemetry = Union[RankMessage, Node, Links]
 
 DEFAULT_WINDOW = 64
 DEFAULT_SILENT_AFTER_S = 3.0
@@ -88,6 +89,7 @@ class Aggregator:
         self._arrivals = ArrivalBook()  # who arrives last, its grid of steps kept (watch/analysis/arrivals.py)
         self._pauses = PauseBook()  # checkpoints' and evaluations' shares of the job's time (watch/analysis/pauses.py)
         self._endpoints = Endpoints()  # the relays it hears the job through (watch/engine/endpoints.py)
+        self._links = LinkBook()  # the links between nodes the relays measured (watch/engine/link_book.py)
         self._replies: collections.deque[Reply] = collections.deque(maxlen=MAX_REPLIES)
         self._errors: list[str] = []
         self._dropped = 0
@@ -222,6 +224,9 @@ class Aggregator:
             return
         if endpoint is not None:
             self._endpoints.heard(endpoint, now, wall - msg.ts)
+        if isinstance(msg, Links):  # a relay's, not a rank's: the link book's
+            self._links.take(msg, now)
+            return
         if isinstance(msg, Node):
             self._digests = True
         self.state.take(msg, endpoint, now, wall)
@@ -292,6 +297,7 @@ class Aggregator:
             view = self.state.view(now, wall, relays, self._endpoints, sure_after, self._arrivals.slots)
             endpoints = self._endpoints.rows(now, self.state.ranks_by_endpoint(view), self._silent_after + relays.behind_s)
             replies, dropped, errors = list(self._replies), self._dropped, list(self._errors)
+            links = self._links.columns(now)
         extras = Extras(
             job=self._job,
             elapsed_s=now - self._started,
@@ -302,6 +308,7 @@ class Aggregator:
             dropped=dropped,
             errors=errors,
             collectives=lambda ranks: self._collective_rows(now, ranks),
+            links=links,
         )
         return build(view, extras, self._stall, self._peers, self._history, self._arrivals, self._pauses)
 

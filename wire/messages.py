@@ -414,10 +414,38 @@ class Node(Kind, tag="node", kw_only=True, frozen=True):
     steps: Optional[NodeSteps] = None  # absent: no rank of the node made a step in the interval
 
 
+class LinkRate(Record, array_like=True, frozen=True):
+    """One link as a relay measured it, ``[peer, rate, rtt, probes]`` on the wire: the rate its probes crossed
+    from this relay's node to ``peer``'s (bytes a second, from its recent probes: relay/links.py), the round
+    trip of a probe too small to be slowed by the rate (seconds, the least of them), and how many probes these are."""
+
+    peer: Annotated[str, Meta(max_length=256)]
+    rate: Amount
+    rtt: Amount
+    probes: Annotated[int, Meta(gt=0, le=1 << 20)]
+
+
+#: The most links one relay reports (it probes at most this many peers: relay/links.py).
+MAX_LINKS = 512
+
+
+class Links(Kind, tag="links", kw_only=True, frozen=True):
+    """A relay's measured links to the job's other relays (relay/links.py), about once a second: what
+    watch/analysis/slow_links.py names a slow node's network from. ``cost``: the bytes a second its probing
+    sent and answered, so that what it costs the job's network is seen, not assumed."""
+
+    KIND: ClassVar[str] = "links"
+    job: str
+    host: Annotated[str, Meta(max_length=256)]
+    ts: Figure
+    links: Annotated[List[LinkRate], Meta(max_length=MAX_LINKS)]
+    cost: Amount = 0.0
+
+
 #: Any message: one tagged union, decoded in one call (wire/schema.py).
-Message = Union[Hello, Steps, Heartbeat, Reply, Command, Node]
+Message = Union[Hello, Steps, Heartbeat, Reply, Command, Node, Links]
 #: What a rank itself sends.
 RankMessage = Union[Hello, Steps, Heartbeat, Reply]
 
 #: The type of each kind's body, by its kind.
-BY_KIND: Dict[str, Any] = {kind.KIND: kind for kind in (Hello, Steps, Heartbeat, Reply, Command, Node)}
+BY_KIND: Dict[str, Any] = {kind.KIND: kind for kind in (Hello, Steps, Heartbeat, Reply, Command, Node, Links)}

@@ -25,10 +25,11 @@ STEPS = "steps"  # a batch of completed step records
 HEARTBEAT = "heartbeat"  # sent when a rank has nothing else to say: it is alive
 REPLY = "reply"  # a rank's answer to a control command
 NODE = "node"  # a relay's digest of its node's ranks (wire/node_digest.py), for the biggest jobs
+LINKS = "links"  # a relay's measured links to the job's other relays (relay/links.py)
 # Control flows TUI -> relay -> ranks, always signed (see ranktop.wire.auth).
 COMMAND = "command"
 
-TELEMETRY_KINDS = (HELLO, STEPS, HEARTBEAT, REPLY, NODE)
+TELEMETRY_KINDS = (HELLO, STEPS, HEARTBEAT, REPLY, NODE, LINKS)
 #: What a rank itself sends (a viewer takes either these, step by step, or the node digests).
 RANK_KINDS = (HELLO, STEPS, HEARTBEAT, REPLY)
 KINDS = TELEMETRY_KINDS + (COMMAND,)

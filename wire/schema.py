@@ -42,6 +42,7 @@ from .names import (  # noqa: F401  (re-exported: schema.HELLO, schema.OTHER_PHA
     HEARTBEAT,
     HELLO,
     KINDS,
+    LINKS,
     NODE,
     OTHER_PHASE,
     RANK_KINDS,
@@ -266,4 +267,5 @@ _CHECKS: dict[str, Callable[[Any], Any]] = {
     REPLY: _check_reply,
     COMMAND: _check_command,
     NODE: _check_node,
+    LINKS: lambda msg: None,  # (its type says every bound)
 }

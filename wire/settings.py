@@ -69,6 +69,11 @@ LAYOUT = Setting(
     "RANKTOP_LAYOUT",
     "the job's parallel layout when its groups do not say it, outermost first: `pp=4,tp=8,dp=-1` (docs/parallelism.md)",
 )
+LINK_PROBES = Setting(
+    "RANKTOP_LINK_PROBES",
+    "`0`: the relays measure no links between the job's nodes (relay/links.py; no `slow_link` verdict then)",
+    "1",
+)
 DIGESTS = Setting(
     "RANKTOP_DIGESTS",
     "viewer: `on` takes one digest per node (wire/node_digest.py) instead of every rank's messages, `off` never; "
@@ -79,5 +84,5 @@ DIGESTS = Setting(
 #: Every setting, in the order the README lists them.
 ALL = (
     DIR, JOB, SECRET, CURVE, BIND, HOST, PORT, PORT_BASE, DISABLE, CAPTURE_DIR, AUTO, RATE,
-    BATCH_SIZE, TOKENS_PER_STEP, FLOPS_PER_STEP, PEAK_TFLOPS, FLOPS_DTYPE, DEVICE_TIMING, LAYOUT, DIGESTS,
+    BATCH_SIZE, TOKENS_PER_STEP, FLOPS_PER_STEP, PEAK_TFLOPS, FLOPS_DTYPE, DEVICE_TIMING, LAYOUT, DIGESTS, LINK_PROBES,
 )

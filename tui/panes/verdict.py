@@ -15,14 +15,17 @@ from rich.text import Text
 from textual.widgets import Static
 
 from ranktop.watch.model.snapshot import SILENT, SLOW, STALLED, Snapshot
-from ranktop.watch.model.verdict import CHECKPOINT, EVAL, HEALTHY, IMBALANCED, SILENT_RANKS, SLOW_NODE, SLOW_RANK, STALLED_JOB
-from ranktop.watch.model.verdict import Verdict, brief, verdict
+from ranktop.watch.model.verdict import (
+    CHECKPOINT, EVAL, HEALTHY, IMBALANCED, SILENT_RANKS, SLOW_LINK, SLOW_NODE, SLOW_RANK, STALLED_JOB, Verdict, brief,
+    verdict,
+)
 
 from ranktop.tui.render import palette
 
 STYLES = {
     STALLED_JOB: palette.STATUS_STYLES[STALLED],
     SILENT_RANKS: palette.STATUS_STYLES[SILENT],
+    SLOW_LINK: palette.STATUS_STYLES[SLOW],  # the network, not a rank's work: the same colour, its own mark
     SLOW_NODE: palette.STATUS_STYLES[SLOW],
     SLOW_RANK: palette.STATUS_STYLES[SLOW],
     HEALTHY: "bold green3",
@@ -30,7 +33,10 @@ STYLES = {
     CHECKPOINT: "bold yellow",  # what the job chose to spend its time on, no fault: checkpoints, evaluation
     EVAL: "bold yellow",
 }
-MARKS = {STALLED_JOB: "■", SILENT_RANKS: "■", SLOW_NODE: "▲", SLOW_RANK: "▲", IMBALANCED: "◆", CHECKPOINT: "◆", EVAL: "◆", HEALTHY: "✔"}
+MARKS = {
+    STALLED_JOB: "■", SILENT_RANKS: "■", SLOW_LINK: "⇄", SLOW_NODE: "▲", SLOW_RANK: "▲", IMBALANCED: "◆", CHECKPOINT: "◆",
+    EVAL: "◆", HEALTHY: "✔",
+}
 
 
 def verdict_text(answer: Verdict, width: int = 0) -> Text:

@@ -17,13 +17,14 @@ from typing import Any
 
 import numpy as np
 
-from ranktop.watch.analysis import arrivals, causes, class_growth, pauses, stragglers
+from ranktop.watch.analysis import arrivals, causes, class_growth, pauses, slow_links, stragglers
 from ranktop.watch.analysis.peers import PeerClasses, Peers
 from ranktop.watch.analysis.silence import silent_ranks
 from ranktop.watch.analysis.stalls import StallPolicy, stall_report
 from ranktop.watch.analysis.collectives import RANKS_THAT_MATTER, ranks_that_matter
 from ranktop.watch.engine.job_state import JobView
 from ranktop.watch.engine.lifecycle import JobLife
+from ranktop.watch.engine.link_book import NO_LINKS, LinkColumns
 from ranktop.watch.model.rank_table import STATUS_CODE, RankRows, RankTable, message_fields, phase_medians
 from ranktop.watch.analysis.resources import job_throughput, rank_throughput, row_fields
 from ranktop.watch.model.snapshot import EndpointRows, Snapshot
@@ -43,6 +44,7 @@ class Extras:
     dropped: int = 0
     errors: list = field(default_factory=list)
     collectives: Any = None  # a callable: the ranks that matter (collectives.ranks_that_matter) -> collective rows
+    links: LinkColumns = NO_LINKS  # the links the relays measured (watch/engine/link_book.py)
 
 
 def build(view: JobView, extras: Extras, policy: StallPolicy = StallPolicy(), peer_classes: PeerClasses | None = None,
@@ -155,6 +157,7 @@ def build(view: JobView, extras: Extras, policy: StallPolicy = StallPolicy(), pe
     rates = rates[~np.isnan(rates) & (rates != 0)]
     stage_rows = _stages(view, live, peers.stage_ids) if peers.stage_ids is not None else []
     life = _life(view, silent)
+    slow_nodes = slow_links.of_job(extras.links, view.comm_s, live, median_step, view.host, slow)
     return Snapshot(
         job=extras.job,
         world_size=view.world,
@@ -189,6 +192,8 @@ def build(view: JobView, extras: Extras, policy: StallPolicy = StallPolicy(), pe
         median_step_s=median_step,
         median_phases=phase_medians(names, view.phases, live),
         pauses=paused,
+        links=slow_links.shown(extras.links, slow_nodes),
+        slow_links=slow_nodes,
     )
 
 

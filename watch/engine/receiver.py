@@ -33,7 +33,7 @@ from ranktop.watch.engine.keys import HANDSHAKE_EVENTS, ClientKeys, Handshakes
 from ranktop.watch.engine.socket_set import EVENTS, POLLIN, SocketSet
 from ranktop.wire import auth, schema, settings
 from ranktop.wire.messages import Hello, Node, RankMessage
-from ranktop.wire.names import NODE, RANK_KINDS, REPLY
+from ranktop.wire.names import LINKS, NODE, RANK_KINDS, REPLY
 from ranktop.wire.node_digest import digest_hz
 from ranktop.transport import fd_limit, rendezvous
 
@@ -62,8 +62,8 @@ DISCOVERY_EVERY_S = 1.0
 #: of every rank's own messages (wire/node_digest.py): a few ranks are seen step by step, thousands in digests.
 DIGESTS_FROM_NODES = 16
 #: What a viewer subscribes to, step by step or in digests (replies to its commands always come from the ranks).
-RANK_TOPICS = tuple(kind.encode() for kind in RANK_KINDS)
-DIGEST_TOPICS = (NODE.encode(), REPLY.encode())
+RANK_TOPICS = tuple(kind.encode() for kind in RANK_KINDS) + (LINKS.encode(),)
+DIGEST_TOPICS = (NODE.encode(), REPLY.encode(), LINKS.encode())
 #: Seconds between two waits on the relays' sockets and their monitors at least. A wait costs what is ready
 #: (watch/engine/socket_set.py: the sockets are registered with the kernel once), and each ready socket is
 #: drained: waited on as each message arrives, 512 relays sending four digests a second would wake the receiver

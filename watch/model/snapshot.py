@@ -123,6 +123,8 @@ class Snapshot:
     median_step_s: float | None = None  # the median step of the ranks scored: what each rank's excess is measured against
     median_phases: dict[str, float] = field(default_factory=dict)  # each phase's median over the live, scored ranks
     pauses: list = field(default_factory=list)  # checkpoints and evaluations with a share of the job's time or under way (watch/analysis/pauses.py Pause)
+    links: list = field(default_factory=list)  # the links between nodes the relays measured (watch/engine/link_book.py Link)
+    slow_links: list = field(default_factory=list)  # the slow nodes and pairs, costliest first (watch/analysis/slow_links.py)
 
     def __post_init__(self) -> None:
         if not isinstance(self.ranks, RankRows):

@@ -10,19 +10,22 @@ from the worst news to the best, and the first that applies is the verdict:
    silent is named as the node.
    ``checkpoint`` / ``eval``: a checkpoint's save or an evaluation under way for longer than a stall would
    take, which the job waits for (never ``stalled``: watch/analysis/pauses.py).
-3. ``slow_node``: every rank of a node is slow (``snapshot.slow_hosts``): the
+3. ``slow_link``: a node's network (or one pair's link) is slow and costs the job 5% or more
+   (``snapshot.slow_links``, watch/analysis/slow_links.py): named before the slow ranks unless the top one costs
+   the job more (a slow node's ranks, whose own work would explain the waits, are never named as a link).
+4. ``slow_node``: every rank of a node is slow (``snapshot.slow_hosts``): the
    node is the suspect, not one rank.
-4. ``slow_rank``: the top straggler, with its culprit phase, and why when its evidence says
+5. ``slow_rank``: the top straggler, with its culprit phase, and why when its evidence says
    (", because it spends 12 ms per step in Python's garbage collector, ...": watch/analysis/causes.py).
    ``checkpoint`` / ``eval`` instead, when the job spends a greater share of its time saving checkpoints or
    evaluating than the top straggler costs it.
-5. ``checkpoint`` / ``eval``: nobody is flagged, and the job spends 5% of its time or more saving checkpoints
+6. ``checkpoint`` / ``eval``: nobody is flagged, and the job spends 5% of its time or more saving checkpoints
    or evaluating ("rank 0 saving a checkpoint: 3.0 s every 20 steps, the job spends 90% of its time in
    checkpoints").
-6. ``imbalanced``: nobody is flagged, but the pipeline's stages are unbalanced
+7. ``imbalanced``: nobody is flagged, but the pipeline's stages are unbalanced
    (``snapshot.imbalance``): a finding about the model's split, never a rank's.
-7. ``warming_up``: no rank has steps enough to be scored yet.
-8. ``healthy``: nobody is flagged.
+8. ``warming_up``: no rank has steps enough to be scored yet.
+9. ``healthy``: nobody is flagged.
 
 On a job whose layout is known a rank is named with its coordinates:
 "rank 3 (pp 1, dp 1) slow in forward: ...".
@@ -55,6 +58,7 @@ from ranktop.watch.format import ranks_text
 # Kinds, worst first.
 STALLED_JOB = "stalled"
 SILENT_RANKS = "silent"
+SLOW_LINK = "slow_link"
 SLOW_NODE = "slow_node"
 SLOW_RANK = "slow_rank"
 CHECKPOINT = "checkpoint"  # the job spends its time saving checkpoints, or waits for one now (wire/names.py)
@@ -64,7 +68,10 @@ WARMING_UP = "warming_up"
 HEALTHY = "healthy"
 WAITING = "waiting"
 ENDED_JOB = "ended"  # every rank exited cleanly (watch/engine/lifecycle.py): its ranks are silent because they are done
-KINDS = (STALLED_JOB, SILENT_RANKS, SLOW_NODE, SLOW_RANK, CHECKPOINT, EVAL, IMBALANCED, WARMING_UP, HEALTHY, WAITING, ENDED_JOB)
+KINDS = (
+    STALLED_JOB, SILENT_RANKS, SLOW_LINK, SLOW_NODE, SLOW_RANK, CHECKPOINT, EVAL, IMBALANCED, WARMING_UP, HEALTHY, WAITING,
+    ENDED_JOB,
+)
 
 # How bad it is, for the colour of the line.
 BAD, WARN, GOOD, IDLE = "bad", "warn", "good", "idle"
@@ -86,6 +93,7 @@ class Verdict:
     cause: Cause | None = None  # why the culprit is slow, when its evidence says (watch/analysis/causes.py)
     last_arrivals: float | None = None  # the culprit's share of its last steps it arrived last at the collectives
     every: float | None = None  # checkpoint, eval: one in this many steps
+    hosts: list[str] | None = None  # slow_link: the pair's two ends, when one pair's link is slow (else the node alone)
 
 
 def verdict(snapshot: Snapshot) -> Verdict:
@@ -109,6 +117,8 @@ def verdict(snapshot: Snapshot) -> Verdict:
     if paused and paused[0].holding:
         return _paused(paused[0])
     slow = _slow_in_order(snapshot)
+    if snapshot.slow_links and not (slow and slow[0].score > snapshot.slow_links[0].loss):  # the costlier first
+        return _slow_link(snapshot)
     if slow and not (paused and paused[0].share > max(r.score for r in slow)):
         return _slow_node(snapshot, slow) if snapshot.slow_hosts else _slow_rank(slow, snapshot)
     if paused:
@@ -236,6 +246,10 @@ _SHORTER = (
     lambda text: re.sub(r" \(\+(\d+) more slow: [^)]*\)", r" (+\1 more slow)", text, count=1),
     _compact_place,
     lambda text: re.sub(r"^(rank \d+) \([^)]*\)", r"\1", text, count=1),
+    # a slow link: "node-c's network slow: out 3.03 MB/s vs 1.64 GB/s, job loses 89%"
+    lambda text: re.sub(r" against ([^,]+) elsewhere,", r" vs \1,", text, count=1),
+    lambda text: re.sub(r"'s network is slow: its links (?:(out|in) )?at ", lambda m: f"'s network slow: {m.group(1) or 'links'} ",
+                        text, count=1),  # fmt: skip
 )
 
 
@@ -272,6 +286,21 @@ def _slow_node(snapshot: Snapshot, slow: list[RankRow]) -> Verdict:
         text += f" (+{len(others)} more slow node{'s' if len(others) > 1 else ''}: {', '.join(others[:3])}{' …' if len(others) > 3 else ''})"
     return Verdict(SLOW_NODE, BAD, text, members, host=host, phase=phase, excess_s=worst.excess_s, loss=worst.score,
                    others=len(hosts) - 1)  # fmt: skip
+
+
+def _slow_link(snapshot: Snapshot) -> Verdict:
+    """The costliest slow link (watch/analysis/slow_links.py says why and how it is costed); nobody's own work."""
+    worst, *more = snapshot.slow_links
+    text = worst.text
+    if more:
+        text += f" (+{len(more)} more slow link{'s' if len(more) > 1 else ''}: {', '.join(_link_name(m) for m in more[:3])})"
+    # No rank is named: its network is slow, not its ranks' work (``host``/``hosts`` say where).
+    return Verdict(SLOW_LINK, BAD, text, [], host=worst.host, excess_s=worst.excess_s, loss=worst.loss,
+                   others=len(more), hosts=list(worst.hosts) if worst.host is None else None)  # fmt: skip
+
+
+def _link_name(link) -> str:
+    return link.host if link.host is not None else "–".join(link.hosts)
 
 
 def _stalled(snapshot: Snapshot, stalled: list[RankRow]) -> Verdict:

@@ -151,7 +151,7 @@ def families(snap: Snapshot, core) -> list:
     statuses = [r.status for r in snap.ranks]
     tp = snap.throughput
     answer = verdict.verdict(snap)
-    kind = G(f"{PREFIX}_job_verdict", "1 for the verdict's kind (stalled, silent, slow_node, slow_rank, warming_up, healthy, waiting).",
+    kind = G(f"{PREFIX}_job_verdict", "1 for the verdict's kind (stalled, silent, slow_link, slow_node, slow_rank, warming_up, healthy, waiting).",
              labels=["job", "kind"])
     for k in verdict.KINDS:
         kind.add_metric([job, k], 1.0 if answer.kind == k else 0.0)
