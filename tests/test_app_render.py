@@ -129,6 +129,16 @@ def table_ranks(app: RanktopApp) -> list[int]:
     return [int(row.key.value) for row in app.query_one(StragglerTable).ordered_rows]
 
 
+async def shown(pilot, condition, timeout: float = 5.0) -> bool:
+    """Whether the screen comes to show what ``condition`` looks for within ``timeout`` seconds. A test that changes
+    the source and polls races the refresher's thread: a snapshot it took of the job before the change may be drawn
+    after the test's own poll; its next one (every 0.5 s here) shows the change."""
+    deadline = time.monotonic() + timeout
+    while not condition() and time.monotonic() < deadline:
+        await pilot.pause(0.05)
+    return condition()
+
+
 # -- the breakdown bars ------------------------------------------------------------
 
 
@@ -251,8 +261,7 @@ def test_straggler_table_reorders_in_place_and_keeps_its_scroll_position():
         )
         assert selected not in (0, 63)
         app.poll()
-        await pilot.pause()
-        assert table_ranks(app)[0] == 63
+        assert await shown(pilot, lambda: table_ranks(app)[0] == 63), table_ranks(app)[:4]
         assert table.selected_rank() == selected and table.scroll_offset.y >= offset.y - 1
 
     drive(job_snapshot(rows), scenario)
@@ -300,8 +309,7 @@ def test_p_pings_every_rank_through_the_controller_and_reports_the_answers():
         replies = [Reply("cmd-1", "ping", n, True, {"pong": 1.0}, 0.001 + n / 10000) for n in range(8) if n != 2]
         app.source.current = job_snapshot(eight_ranks().ranks, stragglers=eight_ranks().stragglers, replies=replies)
         app.poll()
-        await pilot.pause()
-        assert "ping: 7/8 ranks answered, max rtt 1.7 ms" in text_of(status)
+        assert await shown(pilot, lambda: "ping: 7/8 ranks answered, max rtt 1.7 ms" in text_of(status)), text_of(status)
 
     drive(eight_ranks(), scenario, controller=controller)
 
@@ -363,8 +371,7 @@ def test_before_any_rank_reports_the_screen_says_it_is_waiting_for_the_job():
         assert "waiting for tcp://node-00:5555 (12s)" in text_of(app.query_one("#status"))
         app.source.current = eight_ranks()
         app.poll()
-        await pilot.pause()
-        assert app.query_one("#panes").display and not app.query_one("#waiting").display
+        assert await shown(pilot, lambda: app.query_one("#panes").display and not app.query_one("#waiting").display)
 
     drive(waiting, scenario)
 
@@ -403,13 +410,11 @@ def test_a_source_that_raises_keeps_the_last_snapshot_on_screen_and_says_why():
         app.source.__class__ = Flaky
         app.source.broken = True
         app.poll()
-        await pilot.pause()
-        assert "cannot read telemetry: aggregator exploded" in text_of(app.query_one("#status"))
+        assert await shown(pilot, lambda: "cannot read telemetry: aggregator exploded" in text_of(app.query_one("#status")))
         assert len(app.snapshot.ranks) == 8
         app.source.broken = False
         app.poll()
-        await pilot.pause()
-        assert "cannot read telemetry" not in text_of(app.query_one("#status"))
+        assert await shown(pilot, lambda: "cannot read telemetry" not in text_of(app.query_one("#status")))
 
     drive(eight_ranks(), scenario)
 
