@@ -98,8 +98,10 @@ def test_a_rank_sharing_its_cpu_with_a_busy_process_is_named_with_cpu_contention
     assert verdict["kind"] == "slow_rank" and verdict["ranks"] == [1], verdict
     cause = verdict["cause"]
     assert cause is not None and cause["kind"] == "cpu_contention", verdict
-    # the figure that names it: the run-queue wait (its preemptions may be fewer and longer than its peers')
-    assert cause["extra_s"] > cause["peers"], cause
+    # the figure that names it: the run-queue wait, seconds a second (its preemptions may be fewer and longer than its
+    # peers'); `extra_s` is seconds a step, a different unit: it was compared with `peers` here, which held only while
+    # the peer's own wait was under its step's share of it
+    assert cause["value"] > cause["peers"] and cause["extra_s"] > 0, cause
     assert verdict["text"].endswith("(cpu contention)") and ", because its training thread waits " in verdict["text"]
     assert doc["ranks"][0]["causes"] == []
 
