@@ -110,3 +110,20 @@ def fields(msg: Any) -> Any:
     if isinstance(msg, (list, tuple)):
         return [fields(value) for value in msg]
     return msg
+
+
+class Clock:
+    """A viewer's clock the test moves by hand (``clock.now += ...``), for an Aggregator's ``clock=``."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def state(step: int, last: int, phase: str | None, step_age: float = 0.0, in_step: bool = True,
+          collective: dict | None = None, **extra: Any) -> dict[str, Any]:  # fmt: skip
+    """A heartbeat's state as plain fields: where the rank is (step, phase) and how long it has been there."""
+    return dict(step=step, last=last, in_step=in_step, phase=phase, step_age=step_age, dropped=0, collective=collective,
+                **extra)  # fmt: skip

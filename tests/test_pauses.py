@@ -9,20 +9,11 @@ from ranktop.watch.analysis.pauses import PauseBook, without
 from ranktop.watch.model.json_doc import document
 from ranktop.watch.model.verdict import brief, verdict
 import messages
+from messages import Clock, state
 
 STEP_S = 0.05
 
 
-class Clock:
-    def __init__(self):
-        self.now = 1000.0
-
-    def __call__(self):
-        return self.now
-
-
-def state(step, last, phase, step_age=0.0, in_step=True):
-    return dict(step=step, last=last, in_step=in_step, phase=phase, step_age=step_age, dropped=0, collective=None)
 
 
 def train(agg, clock, world, n_steps, first=0, saver=None, every=0, save_s=0.0, phase="checkpoint"):

@@ -10,24 +10,13 @@ from ranktop.wire.messages import State
 from ranktop.watch.model.verdict import verdict
 from ranktop.watch.model.json_doc import document
 import messages
+from messages import Clock, state
 
 STEP_S = 0.05
 
 
-class Clock:
-    def __init__(self):
-        self.now = 1000.0
-
-    def __call__(self):
-        return self.now
-
-
 def hello(rank, world):
     return messages.hello(rank, world, "n0", pid=rank)
-
-
-def state(step, last, phase, step_age=0.0, in_step=True, collective=None, **extra):
-    return dict(step=step, last=last, in_step=in_step, phase=phase, step_age=step_age, dropped=0, collective=collective, **extra)
 
 
 def train(agg, clock, world, n_steps):
