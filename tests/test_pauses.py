@@ -14,8 +14,6 @@ from messages import Clock, state
 STEP_S = 0.05
 
 
-
-
 def train(agg, clock, world, n_steps, first=0, saver=None, every=0, save_s=0.0, phase="checkpoint"):
     """``n_steps`` of synchronous training; ``saver`` (a rank, or "all") spends ``save_s`` in ``phase`` every
     ``every`` steps, and the others wait for it in their next step's backward (no collective seen: its wait is
