@@ -177,10 +177,19 @@ class CollectiveTracker:
         entry, start, step, phase = token[:4]
         return dict(entry, d=duration, n=step, ph=phase, t0=start)
 
-    def end(self, token: list) -> None:
-        """A blocking call returned (on the device: the current stream now waits for its kernel)."""
+    def end(self, token: list, upto: Any = None) -> None:
+        """A blocking call returned (on the device: the current stream now waits for its kernel). ``upto``: where
+        its wait ended, when before its end (DDP's finalize with a comm hook: :class:`HookCompletions`), an event
+        on the device or a perf_counter time on the host."""
         record = self._record(token, _perf() - token[1])
         self.produced += 1
+        if upto is not None:
+            if token[4] is not None and self.device is not None and type(upto) is not float:
+                record["_upto"] = upto
+            elif type(upto) is float:
+                record["d"] = min(record["d"], max(0.0, upto - token[1]))
+            elif self.device is not None:
+                self.device.give_back(upto)
         if token[4] is not None and self.device is not None:
             if record["k"] == COLLECTIVE and record["op"] != DDP_OP:
                 # a collective launched and waited for here: its kernel begins where the stream reaches it, so its
@@ -190,6 +199,7 @@ class CollectiveTracker:
             if self.device.stop(record, token[4]):
                 return  # the sender thread reads its device times (probe/device_waits.py), then sends it
             record.pop("_k", None)
+            self.device.give_back(record.pop("_upto", None))
         elif len(token) < 6 or not token[5]:
             record["kd"] = record["d"]  # on the host (gloo, CPU tensors) the call's time is its transfer's
         self.buffer.append(record)
@@ -827,35 +837,41 @@ def watch_ddp_backward(ddp: Any, output: Any, queue: Any = None) -> bool:
     node = _ddp_output_node(output)
     if node is None or not hasattr(node, "register_prehook"):
         return False
-    node.register_prehook(functools.partial(_ddp_prehook, _tracker, _ddp_what(ddp), queue or _queue_callback))
+    hooked = getattr(ddp, "__dict__", {}).get("_ranktop_hook_done")
+    node.register_prehook(functools.partial(_ddp_prehook, _tracker, _ddp_what(ddp), queue or _queue_callback, hooked))
     return True
 
 
-def _ddp_prehook(tracker: Any, what: tuple, queue, grad_outputs) -> None:
-    """Backward reached the DDP output's node, before any gradient: queue the final callback that begins the wait."""
+def _ddp_prehook(tracker: Any, what: tuple, queue, hooked: "HookCompletions | None", grad_outputs) -> None:
+    """Backward reached the DDP output's node, before any gradient: queue the final callback that begins the wait
+    (and, with a comm hook, count this backward's buckets from here)."""
     try:
-        queue(functools.partial(_ddp_wait_begins, tracker, what, queue))
+        if hooked is not None:
+            hooked.reset()
+        queue(functools.partial(_ddp_wait_begins, tracker, what, queue, hooked))
     except Exception:
         pass
     return None
 
 
-def _ddp_wait_begins(tracker: Any, what: tuple, queue) -> None:
+def _ddp_wait_begins(tracker: Any, what: tuple, queue, hooked: "HookCompletions | None" = None) -> None:
     """Every gradient is done; DDP's finalize (queued after this) is next: the wait begins, and its end is queued."""
     if tracker is None or _tracker is not tracker:
         return
     try:
         token = tracker.begin(DDP_OP, what[0], what[1], what[2], on_device=what[3])
         tracker.blocked_since = token[1]
-        queue(functools.partial(_ddp_wait_ends, tracker, token))
+        queue(functools.partial(_ddp_wait_ends, tracker, token, hooked))
     except Exception:
         tracker.blocked_since = 0.0
 
 
-def _ddp_wait_ends(tracker: Any, token: list) -> None:
-    """DDP's finalize returned (on the device: the compute stream now waits for every bucket)."""
+def _ddp_wait_ends(tracker: Any, token: list, hooked: "HookCompletions | None" = None) -> None:
+    """DDP's finalize returned (on the device: the compute stream now waits for every bucket). Finalize also
+    copied each bucket into its gradients after that bucket's wait: with a comm hook, the wait ends where the last
+    bucket's future completed (:class:`HookCompletions`), and the copy after it is left out."""
     tracker.blocked_since = 0.0
-    tracker.end(token)
+    tracker.end(token, upto=hooked.take() if hooked is not None else None)
 
 
 def _install_ddp() -> None:
@@ -901,7 +917,15 @@ def watch_comm_hooks(ddp_class: Any) -> None:
 
     @functools.wraps(original)
     def register_comm_hook(self, state, hook):
-        return original(self, state, _inside_comm_hook(hook) if callable(hook) else hook)
+        if not callable(hook):
+            return original(self, state, hook)
+        done = HookCompletions()
+        result = original(self, state, _inside_comm_hook(hook, done))
+        try:
+            self.__dict__["_ranktop_hook_done"] = done  # registered: watch_ddp_backward ends the wait with it
+        except Exception:
+            pass
+        return result
 
     register_comm_hook._ranktop = True
     _installed["ddp.comm_hook_class"] = ddp_class
@@ -909,9 +933,87 @@ def watch_comm_hooks(ddp_class: Any) -> None:
     ddp_class.register_comm_hook = register_comm_hook
 
 
-def _inside_comm_hook(hook: Any) -> Any:
-    """``hook``, run with this thread's collectives passing through (see :func:`watch_comm_hooks`); the same name,
-    signature and annotations, which DDP checks."""
+class HookCompletions:
+    """When one DDP backward's comm-hook futures completed, to end its wait at finalize there.
+
+    ``Reducer::finalize_backward`` waits for each bucket's future and then copies the bucket into its gradients
+    (``copy_bucket_to_grad``, with ``gradient_as_bucket_view=False``), on the compute stream, in one C++ call:
+    timed around finalize, the copies are in the wait (0.6 ms of one H100 rank's record, whose true wait was ~0).
+    No Python runs between a bucket's wait and its copy. A hook's future is the one thing of a bucket that Python
+    holds: its done-callback records an event where it completes (a CUDA future calls back on a stream made to
+    wait for the kernel, at once on NCCL, whose futures are complete at enqueue), or notes the host's time (gloo).
+    The wait then ends where the last bucket's future did (never after finalize's end): the copies after it are
+    left out; those of earlier buckets made while later ones were still in flight stay in (they overlap the
+    wait). Only when every bucket's completion is known (a late gloo callback: finalize's end, as before).
+
+    Without a comm hook the buckets' futures are the reducer's own, not exposed to Python, and a hook of ours
+    would change the numbers (the reducer then divides after the copy instead of multiplying while copying):
+    that wait keeps the copies (docs/gpu.md)."""
+
+    __slots__ = ("generation", "calls", "done", "last", "on_device")
+
+    def __init__(self) -> None:
+        self.generation = 0
+        self.calls = 0
+        self.done = 0
+        self.last: Any = None  # the latest completion: an event (on the device) or a perf_counter time
+        self.on_device = False
+
+    def reset(self) -> None:
+        """A synchronised backward begins (before any bucket is ready)."""
+        self.generation += 1
+        self.calls = self.done = 0
+        self._give_back(self.last)
+        self.last = None
+
+    def launched(self, future: Any) -> None:
+        """The hook returned ``future`` for a bucket: note when it completes."""
+        self.calls += 1
+        try:
+            future.add_done_callback(functools.partial(self._completed, self.generation))
+        except Exception:
+            self.calls += 1  # never matched: this backward's wait keeps finalize's end
+
+    def _completed(self, generation: int, _future: Any) -> None:
+        if generation != self.generation:
+            return  # a late callback of an earlier backward
+        tracker = _tracker
+        device = tracker.device if tracker is not None else None
+        if self._cuda_future(_future):  # called back at once on NCCL: only an event on the device says when
+            mark = device.mark() if device is not None else None
+            if mark is None:
+                return  # none to be had (no device timing, pool empty, a capture): finalize's end, as before
+        else:
+            mark = _perf()  # a CPU future (gloo, CPU tensors) calls back when its work is done
+        previous, self.last = self.last, mark
+        self._give_back(previous)
+        self.done += 1
+
+    @staticmethod
+    def _cuda_future(future: Any) -> bool:
+        try:
+            return any(getattr(d, "type", "") == "cuda" for d in future.devices())
+        except Exception:
+            return True  # unknown: no host time to stand for a device's
+
+    def take(self) -> Any:
+        """The last bucket's completion, where every bucket's is known (then forgotten), else None."""
+        last = self.last
+        if last is None or self.done != self.calls:
+            return None
+        self.last = None
+        return last
+
+    @staticmethod
+    def _give_back(mark: Any) -> None:
+        tracker = _tracker
+        if mark is not None and type(mark) is not float and tracker is not None and tracker.device is not None:
+            tracker.device.give_back(mark)
+
+
+def _inside_comm_hook(hook: Any, done: HookCompletions | None = None) -> Any:
+    """``hook``, run with this thread's collectives passing through (see :func:`watch_comm_hooks`), its futures'
+    completions noted in ``done``; the same name, signature and annotations, which DDP checks."""
 
     @functools.wraps(hook)
     def comm_hook(state, bucket):
@@ -920,9 +1022,12 @@ def _inside_comm_hook(hook: Any) -> Any:
         before = getattr(_inside_hook, "active", False)
         _inside_hook.active = True
         try:
-            return hook(state, bucket)
+            future = hook(state, bucket)
         finally:
             _inside_hook.active = before
+        if done is not None:
+            done.launched(future)
+        return future
 
     dynamo_guard.keep_out(comm_hook)
     return comm_hook

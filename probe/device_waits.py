@@ -414,6 +414,27 @@ class DeviceWaits:
                 if not self.stop(record, start):
                     self.queue(record, None, None, kernel)
 
+    def mark(self) -> Any:
+        """An event recorded now on this thread's current stream of the training device, or None (pool empty, a
+        capture in progress, timing off). For a future's done-callback, on whatever thread it runs: a CUDA future
+        calls back with a stream made to wait for its kernel current, so the event completes where the kernel
+        does (DDP's comm hooks: probe/collectives.py ``HookCompletions``). Asks CUDA nothing: a capture is known
+        from the training thread's last look."""
+        if self.off or self.guard.depth or self.guard.external:
+            return None
+        try:
+            event = self._free.popleft()
+        except IndexError:
+            return None
+        if not self._record(event):
+            return None
+        return event
+
+    def give_back(self, event: Any) -> None:
+        """An event of :meth:`mark` no longer needed (None: nothing)."""
+        if event is not None:
+            self._free.append(event)
+
     def _settle_events(self, *events: Any) -> None:
         """Events no longer needed, back to the pool."""
         for event in events:
@@ -454,13 +475,15 @@ class DeviceWaits:
                     keep.append(entry)  # its kernel has not ended yet (an end on the compute stream comes after)
                     continue
                 if start is None:  # no device times to be had: the host's
+                    self.give_back(record.pop("_upto", None))
                     if kernel is True:
                         del record["_k"]  # (the host's time of a blocking call on the device is its launch)
                     self._kernel_time(record)
                     out.append(record)
                     continue
+                upto = record.get("_upto")
                 try:
-                    done = end is not None and end.query()
+                    done = end is not None and end.query() and (upto is None or upto.query())
                 except Exception:
                     done = False
                 if not done:
@@ -468,6 +491,8 @@ class DeviceWaits:
                     continue
                 try:
                     d = start.elapsed_time(end) / 1000.0
+                    if upto is not None:  # the wait ended there, before its end (DDP's finalize with a comm hook)
+                        d = min(d, start.elapsed_time(upto) / 1000.0)
                     since = self._epoch.elapsed_time(start) / 1000.0
                     record["d"], record["t0"] = max(0.0, d), self._epoch_perf + since
                     self.resolved += 1
@@ -479,6 +504,7 @@ class DeviceWaits:
                 if start is not None:
                     self._free.append(start)
                 self._free.append(end)
+                self.give_back(record.pop("_upto", None))
                 self._kernel_time(record)
                 out.append(record)
             self._note_blocked(keep)
@@ -486,6 +512,7 @@ class DeviceWaits:
             cut = len(keep) if final else len(keep) - MAX_PENDING
             for record, *_ in keep[:cut]:
                 record.pop("_k", None)
+                record.pop("_upto", None)
                 out.append(record)
                 self.host_only += 1
             keep = keep[cut:]  # their events are lost to the pool: a device that far behind is hung
