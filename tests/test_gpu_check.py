@@ -64,6 +64,17 @@ def test_a_comm_hook_s_wait_passes_within_a_millisecond_or_ten_percent_of_the_tr
     assert gpu_check.hook_verdict("allreduce", {"refs": refs, "waits": {}})[2].startswith("FAIL: no ddp_allreduce wait")
 
 
+def test_ddp_s_finalize_on_one_rank_is_checked_where_it_copies_nothing_not_passed_for_having_records(gpu_check):
+    """The H100 run's "DDP finalize wait" read 0.606 ms against ~0 and passed: it had records. Without a comm hook
+    the record holds finalize's copy into the gradients: shown as what it is, no verdict; with the gradients as
+    bucket views finalize copies nothing and the record must be ~0."""
+    (copy, copy_row), (pure, pure_row) = gpu_check.finalize_rows({False: [0.606] * 10, True: [0.004] * 10})
+    assert copy_row[0] == "0.606" and copy_row[2].split(":")[0] not in gpu_check.TALLY and "copy" in copy
+    assert pure_row[2].startswith("PASS")
+    assert gpu_check.finalize_rows({False: [0.606], True: [0.606]})[1][1][2].startswith("FAIL")
+    assert gpu_check.finalize_rows({False: [0.606], True: []})[1][1][2].startswith("FAIL")
+
+
 @pytest.mark.slow
 def test_the_one_gpu_job_runs_on_the_cpu_and_names_its_slow_rank(gpu_check, capsys, rdv):
     gpu_check.check_one_gpu_job(ranks=2, slow=1, sleep_ms=40.0, kind="cpu", watch_s=8.0, env_extra={"RANKTOP_DEVICE_TIMING": "cpu"})
