@@ -183,6 +183,32 @@ def test_flops_dtype_is_honoured_under_ranktop_launch(rdv, tmp_path):
 
 
 
+def test_autocast_s_dtype_is_learnt_under_ranktop_launch_with_nothing_stated(rdv, tmp_path, monkeypatch):
+    """Issue 48: the peak comes from the dtype the job computes in. A script that trains under autocast (bf16, on
+    the CPU here) and states no dtype: automatic mode learns bf16 from autocast inside its first training forward,
+    through the probe's own wiring (not a stand-in), and the parameters' fp32 without autocast."""
+    script = tmp_path / "amp.py"
+    script.write_text(
+        "import sys, torch\n"
+        "from ranktop import probe\n"
+        "amp = sys.argv[1] == 'amp'\n"
+        "m = torch.nn.Linear(4, 1); opt = torch.optim.SGD(m.parameters(), lr=0.1)\n"
+        "m.eval(); m(torch.ones(2, 4))\n"  # an evaluation first, outside autocast: not what training computes in
+        "m.train()\n"
+        "for _ in range(3):\n"
+        "    with torch.autocast('cpu', dtype=torch.bfloat16, enabled=amp):\n"
+        "        loss = m(torch.ones(2, 4)).float().sum()\n"
+        "    loss.backward(); opt.step(); opt.zero_grad()\n"
+        "work = probe.get().resources.work\n"
+        "print(work['dtype'], work['dtype_from'])\n"
+    )
+    monkeypatch.delenv("RANKTOP_FLOPS_DTYPE", raising=False)
+    for how, expected in (("amp", ["bf16", "autocast"]), ("fp32", ["fp32", "parameters"])):
+        out = run_cli("launch", "--job", f"amp-{how}", "--", sys.executable, str(script), how, cwd=tmp_path, timeout=120)
+        assert out.returncode == 0, out.stderr
+        assert out.stdout.split() == expected, out.stdout
+
+
 def test_the_demo_trains_on_cpu_when_a_node_has_fewer_gpus_than_ranks():
     from ranktop.demo.train import gpu_index
 
