@@ -847,7 +847,7 @@ def _ddp_prehook(tracker: Any, what: tuple, queue, hooked: "HookCompletions | No
     (and, with a comm hook, count this backward's buckets from here)."""
     try:
         if hooked is not None:
-            hooked.reset()
+            hooked.reset(what[3])
         queue(functools.partial(_ddp_wait_begins, tracker, what, queue, hooked))
     except Exception:
         pass
@@ -959,8 +959,10 @@ class HookCompletions:
         self.last: Any = None  # the latest completion: an event (on the device) or a perf_counter time
         self.on_device = False
 
-    def reset(self) -> None:
-        """A synchronised backward begins (before any bucket is ready)."""
+    def reset(self, on_device: bool) -> None:
+        """A synchronised backward begins (before any bucket is ready); ``on_device``: its gradients are CUDA
+        tensors, whose futures are CUDA futures (Python's Future does not say)."""
+        self.on_device = on_device
         self.generation += 1
         self.calls = self.done = 0
         self._give_back(self.last)
@@ -979,7 +981,7 @@ class HookCompletions:
             return  # a late callback of an earlier backward
         tracker = _tracker
         device = tracker.device if tracker is not None else None
-        if self._cuda_future(_future):  # called back at once on NCCL: only an event on the device says when
+        if self.on_device:  # a CUDA future (NCCL calls back at once): only an event on the device says when
             mark = device.mark() if device is not None else None
             if mark is None:
                 return  # none to be had (no device timing, pool empty, a capture): finalize's end, as before
@@ -988,13 +990,6 @@ class HookCompletions:
         previous, self.last = self.last, mark
         self._give_back(previous)
         self.done += 1
-
-    @staticmethod
-    def _cuda_future(future: Any) -> bool:
-        try:
-            return any(getattr(d, "type", "") == "cuda" for d in future.devices())
-        except Exception:
-            return True  # unknown: no host time to stand for a device's
 
     def take(self) -> Any:
         """The last bucket's completion, where every bucket's is known (then forgotten), else None."""

@@ -333,6 +333,55 @@ def test_a_comm_hook_s_wait_at_finalize_leaves_out_ddp_s_copy_of_the_buckets_int
     assert calls[1]["d"] == pytest.approx(0.0)
 
 
+def test_on_the_host_a_comm_hook_s_wait_ends_when_its_last_future_completed_unless_one_is_not_known(monkeypatch):
+    """gloo with CPU tensors: the reducer's finalize blocks in each bucket's future and copies it into the
+    gradients on the host. A CPU future calls back when its work is done: the wait ends at the last bucket's
+    callback. A callback not yet run when finalize returns (gloo wakes the waiter before its callbacks) leaves the
+    wait at finalize's end, as before; a late one of an earlier backward counts for nothing."""
+    torch = pytest.importorskip("torch")
+    clock = [100.0]
+    monkeypatch.setattr(collectives, "_perf", lambda: clock[0])
+    tracker = CollectiveTracker(Recorder())
+    monkeypatch.setattr(collectives, "_tracker", tracker)
+    monkeypatch.setattr(collectives, "_installed", {})
+    collectives.watch_comm_hooks(HookedDDP)
+    futures = []
+
+    def hook(state, bucket):  # a gloo all-reduce's future, completed later
+        futures.append(torch.futures.Future())
+        return futures[-1]
+
+    ddp = HookedDDP(None)
+    ddp.__dict__["_ranktop_what"] = (8192, "float32", 2, False)  # CPU tensors: the host's clock
+    ddp.register_comm_hook(None, hook)
+
+    def backward(complete_all):
+        futures.clear()
+        queue = []
+        output = types.SimpleNamespace(grad_fn=OutputNode())
+        assert collectives.watch_ddp_backward(ddp, output, queue=queue.append)
+        output.grad_fn.prehook(None)
+        ddp.hook(Tensor(4096))
+        ddp.hook(Tensor(4096))
+        clock[0] += 0.010
+        futures[0].set_result(None)
+        clock[0] += 0.004
+        queue.append(lambda: None)  # DDP's finalize, queued after ours
+        run_final_callbacks(queue[:1])  # ours: the wait begins
+        clock[0] += 0.003
+        if complete_all:
+            futures[1].set_result(None)  # the last bucket done 3 ms into finalize
+        clock[0] += 0.002  # finalize copies the buckets into the gradients
+        run_final_callbacks(queue[1:])
+        if not complete_all:
+            futures[1].set_result(None)
+        (call,) = tracker.drain()
+        return call["d"]
+
+    assert backward(True) == pytest.approx(0.003)  # 0.005 before: the copy was in it
+    assert backward(False) == pytest.approx(0.005)
+
+
 def test_ddp_keeps_its_own_all_reduce_and_a_comm_hook_registered_after_the_first_forward_works(tmp_path):
     """No comm hook of ours (the reducer's fused C++ all-reduce stays), so a script may register its own late;
     the wait is still one ddp_allreduce record per synchronised backward, with every gradient's bytes."""
