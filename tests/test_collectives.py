@@ -89,6 +89,18 @@ def ddp_stream(agg, world, slow_rank, slow_s, steps=20):
             agg.ingest(messages.steps(r, [{"n": n, "t": 100.0 + n, "w": sum(p.values()), "p": p}], calls=[call]))
 
 
+def test_ddp_s_rows_say_what_their_wait_holds_in_the_json():
+    """Without a comm hook DDP's finalize wait holds its copy of each bucket into the gradients (0.6 ms of one H100
+    rank's record whose true wait was ~0): not separable from the probe, so the JSON's row says so (issue 48)."""
+    from ranktop.watch.model.json_doc import document
+
+    agg = Aggregator("j")
+    ddp_stream(agg, 2, slow_rank=1, slow_s=0.010)
+    doc = document(agg.snapshot())
+    rows = [row for row in doc["collectives"] if row["op"] == "ddp_allreduce"]
+    assert rows and all("copy of each bucket into the gradients" in row["wait_is"] for row in rows)
+
+
 def test_a_slow_backward_under_ddp_is_found_through_collective_wait():
     agg = Aggregator("j")
     ddp_stream(agg, 4, slow_rank=1, slow_s=0.030)

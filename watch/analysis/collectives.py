@@ -34,6 +34,14 @@ from ranktop.watch.statuses import OK, STATUSES
 
 MIN_DISTINCT_SIZES = 3
 
+#: What ``ddp_allreduce``'s wait holds (``wait_is`` of its rows): DDP's finalize, which waits for each bucket and
+#: copies it into the gradients in one C++ call with no Python between (docs/gpu.md, "DDP").
+DDP_WAIT_IS = (
+    "DDP's finalize: the wait for every bucket's all-reduce, and DDP's copy of each bucket into the gradients "
+    "after its wait, unless gradient_as_bucket_view=True (no copy) or a comm hook (the wait ends at its last "
+    "future, leaving out the copies after it)"
+)
+
 _ALL_REDUCE = {"all_reduce", "ddp_allreduce"}
 _GATHER_LIKE = {
     "all_gather", "all_gather_into_tensor", "all_gather_single",
@@ -129,6 +137,7 @@ def collective_rows(gathered: GatheredCollectives) -> list[CollectiveStat]:
                 alpha_s=fit.alpha_s if fit else None,
                 beta_bps=fit.beta_bps if fit else None,
                 fit_dev=dev,
+                wait_is=DDP_WAIT_IS if op.partition("@")[0] == "ddp_allreduce" else None,
             )
         )
     return rows

@@ -85,6 +85,7 @@ class CollectiveStat:
     alpha_s: float | None = None  # alpha-beta fit T = alpha + n/beta, once 3+ sizes are seen
     beta_bps: float | None = None
     fit_dev: float | None = None  # how far the latest calls sit from the fit: (observed - fit) / fit
+    wait_is: str | None = None  # what the wait holds, where it is not the collective's alone (DDP's finalize)
 
 
 @dataclass(frozen=True)
