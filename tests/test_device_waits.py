@@ -312,6 +312,7 @@ def test_a_comm_hook_s_wait_at_finalize_leaves_out_ddp_s_copy_of_the_buckets_int
     ddp = HookedDDP(group)
     ddp.register_comm_hook(None, allreduce_hook)
     compute = cuda.current_stream()
+    pool = tracker.device.available
     for backward_s in (0.020, 0.040):  # the stall: 5 ms, then none (the bucket done 5 ms before finalize)
         queue = []
         output = types.SimpleNamespace(grad_fn=OutputNode())
@@ -331,6 +332,7 @@ def test_a_comm_hook_s_wait_at_finalize_leaves_out_ddp_s_copy_of_the_buckets_int
     assert [c["op"] for c in calls] == [collectives.DDP_OP] * 2, calls
     assert calls[0]["d"] == pytest.approx(0.005)
     assert calls[1]["d"] == pytest.approx(0.0)
+    assert tracker.device.available == pool  # every event back in the pool: none lost per backward
 
 
 def test_on_the_host_a_comm_hook_s_wait_ends_when_its_last_future_completed_unless_one_is_not_known(monkeypatch):
