@@ -158,6 +158,18 @@ def compute_dtype(torch: Any, module: Any) -> tuple[str, str] | None:
         return None
 
 
+def autocast_dtype(torch: Any) -> str | None:
+    """Autocast's dtype where autocast is on now (CUDA's first, then the CPU's), else None: what ``probe.init()``
+    mode, which knows no model, asks where the script enters its forward phase."""
+    try:
+        for device in ("cuda", "cpu"):
+            if torch.is_autocast_enabled(device):
+                return normalise_dtype(torch.get_autocast_dtype(device))
+    except Exception:
+        pass
+    return None
+
+
 def _fsdp2_param_dtype(module: Any) -> Any:
     """FSDP2's ``MixedPrecisionPolicy(param_dtype=...)`` of a ``fully_shard`` module, or None: its sharded
     parameters keep their own dtype, and it unshards them in this one (after our hook has run)."""

@@ -64,6 +64,17 @@ class RankResources:
             self._base = dict(self._base, dtype=found[0], dtype_from=found[1])
             self._publish()
 
+    def learn_autocast(self) -> None:
+        """``probe.init()`` mode, the first time the script enters its forward phase (the training thread): autocast's
+        dtype if autocast is on there, unless the user stated one or automatic mode learnt the job's own."""
+        if self._base.get("dtype_from") != flops.DEFAULT:
+            return
+        torch = sys.modules.get("torch")
+        found = flops.autocast_dtype(torch) if torch is not None else None
+        if found is not None:
+            self._base = dict(self._base, dtype=found, dtype_from=flops.AUTOCAST)
+            self._publish()
+
     @property
     def work(self) -> dict[str, Any]:
         return dict(self._work)

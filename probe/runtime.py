@@ -55,6 +55,11 @@ class Probe:
         scope = self._phases.get(name)
         if scope is None:
             scope = self._phases[name] = PhaseScope(self.recorder, str(name))
+            if name == "forward":  # once: where the script enters it, autocast (if on) says what MFU's peak is for
+                try:
+                    self.resources.learn_autocast()
+                except Exception:
+                    pass
         return scope
 
     def add_inputs(self, samples: int = 0, tokens: int = 0) -> None:

@@ -1,5 +1,6 @@
 """FLOPs per step (PyTorch's counter, by hand), peak FLOP/s by device, and the work a probe reports."""
 
+import subprocess
 import sys
 import types
 
@@ -207,6 +208,34 @@ def test_autocast_s_dtype_is_learnt_under_ranktop_launch_with_nothing_stated(rdv
         out = run_cli("launch", "--job", f"amp-{how}", "--", sys.executable, str(script), how, cwd=tmp_path, timeout=120)
         assert out.returncode == 0, out.stderr
         assert out.stdout.split() == expected, out.stdout
+
+
+def test_init_mode_learns_autocast_s_dtype_where_its_forward_phase_is_entered_inside_autocast(rdv, tmp_path):
+    """``probe.init()`` + ``probe.phase()`` knows no model: the peak stayed bf16 ("default") for a job computing in
+    fp16 under autocast. The forward phase, entered inside autocast, says what it computes in; a dtype the script
+    states is kept."""
+    script = tmp_path / "amp_init.py"
+    script.write_text(
+        "import sys, torch\n"
+        "from ranktop import probe\n"
+        "probe.init(job='amp-init', flops_dtype=sys.argv[1] or None)\n"
+        "m = torch.nn.Linear(4, 1); opt = torch.optim.SGD(m.parameters(), lr=0.1)\n"
+        "for _ in range(3):\n"
+        "    with probe.step():\n"
+        "        with torch.autocast('cpu', dtype=torch.float16):\n"
+        "            with probe.phase('forward'):\n"
+        "                loss = m(torch.ones(2, 4)).float().sum()\n"
+        "        with probe.phase('backward'):\n"
+        "            loss.backward()\n"
+        "        opt.step(); opt.zero_grad()\n"
+        "work = probe.get().resources.work\n"
+        "print(work['dtype'], work['dtype_from'])\n"
+        "probe.shutdown()\n"
+    )
+    for stated, expected in (("", ["fp16", "autocast"]), ("fp32", ["fp32", "stated"])):
+        out = subprocess.run([sys.executable, str(script), stated], capture_output=True, text=True, timeout=120, cwd=tmp_path)
+        assert out.returncode == 0, out.stderr
+        assert out.stdout.split() == expected, out.stdout + out.stderr
 
 
 def test_the_demo_trains_on_cpu_when_a_node_has_fewer_gpus_than_ranks():
