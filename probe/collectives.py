@@ -1144,5 +1144,6 @@ def _wrap_compiled_call(optimized: Any) -> None:
 dynamo_guard.keep_out(
     watch_ddp_backward, _watch_if_synchronised, _ddp_prehook, _ddp_wait_begins, _ddp_wait_ends, _nbytes, _dtype,
     on_cuda, _group_info, _note_p2p, _key, _label, _wait_later, _storage, rows, _functional_group,
-    CollectiveTracker.begin, CollectiveTracker.end, CollectiveTracker.complete, CollectiveTracker.at_wait, recursive=True,
+    CollectiveTracker.begin, CollectiveTracker.end, CollectiveTracker.complete, CollectiveTracker.at_wait,
+    HookCompletions.reset, HookCompletions.launched, HookCompletions._completed, HookCompletions.take, recursive=True,
 )
