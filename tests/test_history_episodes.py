@@ -82,3 +82,51 @@ def test_each_culprit_s_episodes_and_their_cost_the_costliest_first(looks):
     assert [(e.start, e.end) for e in culprit.episodes] == [(1005.0, 1010.0), (1020.0, 1022.0)]
     assert culprit.cost_s == pytest.approx(sum(e.cost_s for e in culprit.episodes)) and culprit.cost_s > 0
     assert {NODE, STALL}.isdisjoint({culprit.kind})
+
+
+def test_the_timeline_has_a_strip_per_culprit_that_says_now_while_it_lasts_or_nobody(looks):
+    from ranktop.tui.screens.history import timeline_text
+
+    lines = timeline_text(fed(looks, {25, 26, 27, 28, 29}), 80).plain.splitlines()
+    assert lines[1].split()[:2] == ["rank", "1"] and lines[1].endswith(" now")
+    lines = timeline_text(fed(looks, {5, 6, 7}), 80).plain.splitlines()
+    assert lines[1].split()[:2] == ["rank", "1"] and not lines[1].endswith(" now")
+    assert "nobody" in timeline_text(fed(looks, set()), 80).plain.splitlines()[1]
+
+
+def test_a_slow_node_is_one_culprit_not_its_ranks_one_by_one(rdv):
+    """A node of a simulated 64-rank job slow in forward for a minute: the engine names the node, and now and then
+    (as it begins and ends) its ranks one by one; the history keeps one episode of the node all along."""
+    import os
+
+    from ranktop.demo.sim_model import PHASES, JobModel
+    from ranktop.demo.simulate import Scenario, Simulator
+    from ranktop.watch.aggregator import Aggregator
+
+    class SlowNode(JobModel):
+        def step(self, n, start):
+            self.extra = {r: [0.0, 0.04, 0.0, 0.0, 0.0] for r in range(24, 32)} if 30 <= start < 90 else {}
+            assert len(PHASES) + 1 == 5
+            return super().step(n, start)
+
+    s = Scenario(job="sim-node", ranks=64, nodes=8, steps_per_s=8.0)
+    sim = Simulator(s, directory=os.environ["RANKTOP_DIR"])
+    sim.model = SlowNode(s)
+    clock = [0.0]
+    agg = Aggregator(s.job, clock=lambda: clock[0], wall_clock=lambda: clock[0])
+    agg.ingest_batch([(f, None) for f in sim.hellos(0.0)])
+    history, next_look, named = History(), 1.0, set()
+    for now, frames in sim.replay(120, start=0.0):
+        clock[0] = now
+        agg.ingest_batch([(f, None) for f in frames])
+        if now >= next_look:
+            next_look += 1.0
+            snap = agg.snapshot()
+            named.update(snap.slow_hosts)
+            history.note(snap, now)
+    history.close()
+    assert named == {"sim0003"}
+    culprits = history.culprits_since(0)
+    assert [c.who for c in culprits] == ["node sim0003"], [(c.who, [(e.start, e.end) for e in c.episodes]) for c in culprits]
+    (ep,) = culprits[0].episodes
+    assert ep.phase == "forward" and 30 <= ep.start <= 75 and 90 <= ep.end <= 120

@@ -51,6 +51,9 @@ MAX_EPISODES = 1000
 #: (at 4,096 ranks x 8 phases, every 5th over the 15 minutes kept); the job-wide figures are in every sample.
 PER_RANK_BUDGET = 32 * 2**20
 
+#: Slow ranks of a node that keep its open episode going on a look where the node is not named.
+NODE_GOES_ON = 2
+
 STRAGGLER = "straggler"
 NODE = "node"  # every rank of a host slow: the node is the suspect
 STALL = "stall"
@@ -238,8 +241,13 @@ class History:
             if table.status[i] == stalled:
                 self._stalled(table, i, snap, now, seen)
                 continue
-            row = snap.ranks[i]
-            flagged.append(row)
+            flagged.append(snap.ranks[i])
+        # A node's episode goes on while several of its ranks are slow, on a look where the engine named them one by
+        # one (as a slow node's ranks are, now and then, and as it ends): a slow node is one strip on the timeline,
+        # not eight ranks' episodes of a few seconds each.
+        on_host = collections.Counter(r.host for r in flagged)
+        slow_hosts |= {h for h, n in on_host.items() if n >= NODE_GOES_ON and (NODE, f"node {h}") in self._open}
+        for row in flagged:
             if row.host not in slow_hosts:
                 key = (STRAGGLER, f"rank {row.rank}")
                 ep = self._extend(key, now, lambda: Episode(STRAGGLER, key[1], row.rank, row.host, row.culprit_phase, now, now))
