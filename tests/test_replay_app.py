@@ -90,7 +90,7 @@ def test_the_history_screen_marks_the_slow_spell_and_draws_the_rank_phases(tmp_p
 
     run(replay, scenario)
     text = history_text(replay.history, 1, 300, 100).plain
-    assert "rank 1 slow in forward from -0:" in text and "cost the job" in text
+    assert "rank 1 slow in forward from -0:" in text and "ms/step, cost " in text
     assert "rank 1 phases" in text and "forward" in text
     assert "━" in text
 

@@ -93,12 +93,12 @@ def _cost(seconds: float) -> str:
 def episode_line(ep: Episode, now: float) -> str:
     what = {STALL: "stalled", NODE: "slow node"}.get(ep.kind, "slow")
     phase = f" in {ep.phase}" if ep.phase else ""
-    when = f"from {_ago(now - ep.start)} " + ("on (still)" if ep.open else f"to {_ago(now - ep.end)}")
+    when = f"from {_ago(now - ep.start)} " + ("on" if ep.open else f"to {_ago(now - ep.end)}")
     if ep.kind == STALL:
         waited = f", waited for rank(s) {', '.join(map(str, ep.waiting_for[:8]))}" if ep.waiting_for else ""
         more = f" and {len(ep.waiting_for) - 8} more" if len(ep.waiting_for) > 8 else ""
         return f"{ep.who} {what}{phase} {when}, {units.clock(ep.duration_s)} long{waited}{more}"
-    return f"{ep.who} {what}{phase} {when}: +{units.ms(ep.peak_excess_s)} ms/step, cost the job {_cost(ep.cost_s)}"
+    return f"{ep.who} {what}{phase} {when}: +{units.ms(ep.peak_excess_s)} ms/step, cost {_cost(ep.cost_s)}"
 
 
 def _strip(culprit: Culprit, start: float, span_s: float, width: int) -> Text:
@@ -172,7 +172,7 @@ def history_text(history: History, rank: int | None, span_s: float, width: int) 
     text.append(f"  last {_span(span_s)} · ", style=palette.MUTED)
     text.append("▆ median", style="green3")
     text.append(" ", style=palette.MUTED)
-    text.append("▆ slowest rank", style=palette.STATUS_STYLES["slow"])
+    text.append("▆ slowest", style=palette.STATUS_STYLES["slow"])
     latest = shown[-1] if shown else samples[-1]
     text.append(f" · now {units.ms(latest.step_s)} / {units.ms(latest.max_step_s)} ms\n", style=palette.MUTED)
     for i, line in enumerate(_bar_rows(med, top, scale, CHART_ROWS)):
@@ -191,7 +191,7 @@ def history_text(history: History, rank: int | None, span_s: float, width: int) 
         text.append(f"  the latest first{f', {MAX_LANES} of {len(episodes)}' if len(episodes) > MAX_LANES else ''}\n",
                     style=palette.MUTED)  # fmt: skip
     for ep in sorted(episodes, key=lambda e: -e.end)[:MAX_LANES]:
-        text.append("  ━ ", style=_EPISODE_STYLES.get(ep.kind, palette.STATUS_STYLES["slow"]))
+        text.append("━ ", style=_EPISODE_STYLES.get(ep.kind, palette.STATUS_STYLES["slow"]))
         text.append(episode_line(ep, end) + "\n")
 
     if rank is None:
