@@ -104,16 +104,17 @@ def episode_line(ep: Episode, now: float) -> str:
 def _strip(culprit: Culprit, start: float, span_s: float, width: int) -> Text:
     """One culprit's row of the timeline: a column per slice of [start, start + span_s], drawn where one of its
     episodes covers it (an episode shorter than a column still gets one: a short one is not lost at 15 minutes)."""
-    style = palette.STATUS_STYLES["stalled"] if culprit.kind == STALL else palette.STATUS_STYLES["slow"]
-    on = [False] * width
+    on: list[str | None] = [None] * width  # each column's style: stalled over slow, where both were
     for ep in culprit.episodes:
         first = int((ep.start - start) / span_s * width)
         last = int((ep.end - start) / span_s * width)
+        style = palette.STATUS_STYLES["stalled" if ep.kind == STALL else "slow"]
         for c in range(max(0, first), min(width - 1, last) + 1):
-            on[c] = True
+            if on[c] is None or ep.kind == STALL:
+                on[c] = style
     strip = Text()
-    for c in range(width):
-        strip.append("━" if on[c] else "·", style=style if on[c] else palette.MUTED)
+    for style in on:
+        strip.append("━" if style else "·", style=style or palette.MUTED)
     return strip
 
 
