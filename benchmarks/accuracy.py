@@ -458,13 +458,25 @@ class NoisyJob(JobModel):
             own, _, moved, _, _ = rows[r]
             base_net = moved[0] / self.transfer[0] if moved else 1.0
             rows[r] = self._row([o * scale + a for o, a in zip(own, add)], base_net * network)
-        step = self.settle(n, start, rows)
+        step = self.settle(n, start, rows, pauses=self._pauses(t))
         if not self._faulted() and not (self.warm is not None and t < WARMUP_S):
             self._healthy.append(step.duration)
         if self._planned and t >= self._planned[0]:  # the event ran in this step: from its start to its end
             self._planned.pop(0)
             self.events.append((t, t + step.duration))
         return step
+
+    def _pauses(self, t: float) -> dict[int, tuple[str, float]]:
+        """The ranks saving a checkpoint or evaluating in the step starting ``t`` seconds into the job, and for how
+        long: their probes time it as the phase ``checkpoint`` or ``eval`` (probe/auto.py), as the simulator sends
+        it (demo/sim_model.py Step.pauses). A recompilation is no pause: it stays in forward."""
+        case = self.case
+        if not (self._planned and t >= self._planned[0]) or case.fault not in ("checkpoint", "eval"):
+            return {}
+        extra = case.lasts_s or 0.0
+        if case.fault == "checkpoint":
+            return {0: ("checkpoint", extra)}
+        return {r: ("eval", extra) for r in range(self.s.ranks)}
 
     def _perturbed(self, n: int, t: float) -> dict[int, tuple[float, list[float], float]]:
         """Per rank touched this step: a factor on its own times, seconds added per phase, a factor on its network time."""

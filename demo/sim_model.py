@@ -152,6 +152,9 @@ class Step:
     picks: np.ndarray | None = None  # per rank: its row's index in JobModel's arrays (where rows drawn from a table)
     special: dict = field(default_factory=dict)  # rank -> its row, for the ranks whose row is no table's (a slowed rank)
     early: np.ndarray | None = None  # per rank: how long before ``start`` it began the step (it ended the one before sooner)
+    # rank -> (phase, seconds): the ranks that saved a checkpoint or evaluated in this step, at the end of their tail
+    # ("other" in their row), as the probe times them: the phase ``checkpoint`` or ``eval`` (wire/names.py PAUSE_PHASES)
+    pauses: dict = field(default_factory=dict)
 
     def early_of(self, rank: int) -> float:
         return float(self.early[rank]) if self.early is not None else 0.0
@@ -294,13 +297,14 @@ class JobModel:
         return self.settle(n, start, rows, arrivals, tails, at, special)
 
     def settle(self, n: int, start: float, rows: list, arrivals: np.ndarray | None = None, tails: np.ndarray | None = None,
-               picks: np.ndarray | None = None, special: dict | None = None) -> Step:
+               picks: np.ndarray | None = None, special: dict | None = None, pauses: dict | None = None) -> Step:
         """The step of every rank's ``rows`` (``arrivals`` and ``tails``: theirs as arrays, where at hand): when the
         last rank reached each collective, and how long it lasts. A rank that ended the step before sooner than the
         last (its tail, optimizer and other, was shorter) begins this one that much earlier and waits that much
         longer at its first collective: a rank slow after its step's last collective holds the others back at the
-        next step's first one, as in a real job (and arrives last there: watch/analysis/arrivals.py). Called once
-        per step, in order."""
+        next step's first one, as in a real job (and arrives last there: watch/analysis/arrivals.py). ``pauses``:
+        rank -> (phase, seconds) of its tail spent saving a checkpoint or evaluating (:attr:`Step.pauses`). Called
+        once per step, in order."""
         count = len(self.ops)
         if arrivals is None or tails is None:
             arrivals = np.array([row[1] for row in rows], np.float64).reshape(len(rows), count)
@@ -311,7 +315,7 @@ class JobModel:
         if early is not None:
             latest[0] = float((arrivals[:, 0] - early).max())
         self._early = (longest - tails) if count else None
-        return Step(n, start, rows, tuple(latest.tolist()), float(latest.sum()) + longest, picks, special or {}, early)
+        return Step(n, start, rows, tuple(latest.tolist()), float(latest.sum()) + longest, picks, special or {}, early, pauses or {})
 
     def records(self, step: Step, rank: int) -> tuple[StepRecord, list[CallSummary]]:
         """Rank ``rank``'s step record and collective summaries of ``step``, as its probe sends them."""
@@ -328,6 +332,9 @@ class JobModel:
                             ops={op: OpSummary(count, sum(self.sizes[j]), waited, waited, wait + self.longest[j], self.group_sizes[j], DTYPE,
                                                 waited, sum(self.sizes[j]))})
             )  # fmt: skip
+        if rank in step.pauses:  # a checkpoint or an evaluation: its own phase, as the probe times it (probe/auto.py)
+            name, seconds = step.pauses[rank]
+            phases[name] = phases.get(name, 0.0) + seconds
         return StepRecord(n=step.n, t=step.start - early, w=sum(step.latest) + tail + early, p=phases), summaries
 
     @staticmethod

@@ -273,10 +273,13 @@ class Simulator:
                           "inside": True, "age": now - self._halted_at}  # fmt: skip
         elif ops:  # the last one it left: the previous step's last
             collective = {"op": ops[-1][1], "seq": n * k, "b": BUCKET_BYTES[0], "dt": DTYPE, "g": self.s.ranks, "inside": False, "age": 0.0}
+        pause = self._step.pauses.get(rank) if self._step is not None else None
         if stuck:
             phase = "data"  # waiting for a batch that never comes
         elif halted:
             phase = PHASES[ops[0][0]] if ops else "forward"
+        elif pause is not None and now >= self._step_end - pause[1]:
+            phase = pause[0]  # saving a checkpoint or evaluating, at the end of its step (Step.pauses)
         else:
             into = (now - self._step_start) / max(self._step_end - self._step_start, 1e-9)
             phase = PHASES[min(3, int(into * 4))]
@@ -286,6 +289,10 @@ class Simulator:
             rate_hz=self.s.rate_hz, median_step_s=sorted(walls)[len(walls) // 2] if walls else None, collective=collective,
             **(self._device_samples(now) if self.s.gpu else {}),
         )  # fmt: skip
+
+    def _pausing(self) -> dict:
+        """The ranks saving a checkpoint or evaluating in the step under way (Step.pauses): their state is their own."""
+        return self._step.pauses if self._step is not None else {}
 
     def _device_samples(self, now: float) -> dict[str, Any]:
         """A GPU node's memory and NVML gauges (``--gpu``), the same for every rank: what the viewer keeps and
@@ -357,8 +364,8 @@ class Simulator:
 
     def messages(self, ranks: range, steps: list[Step], now: float) -> Iterator[Steps | Heartbeat]:
         """What ``ranks`` send now: their records of ``steps``, or heartbeats without any."""
-        state = self.state(ranks[0], now)  # the same for every rank of a node but a stuck one
-        special = {self.s.stall_rank, self.s.silent_rank}
+        state = self.state(ranks[0], now)  # the same for every rank of a node but a stuck or pausing one
+        special = {self.s.stall_rank, self.s.silent_rank, *self._pausing()}
         sample = self._sample(ranks, steps, now)
         records = self.model.records
         job = self.s.job
@@ -396,6 +403,14 @@ class Simulator:
         phases = sums["phases"] / k
         own = {name: phases[:, i] for i, name in enumerate(PHASES)}  # wire/own_times.py, for every rank at once
         own[OTHER_PHASE] = np.maximum(0.0, wall - phases.sum(axis=1))
+        paused: dict[str, np.ndarray] = {}  # checkpoints and evaluations in these steps (Step.pauses): a column each
+        for st in steps:
+            for r, (name, seconds) in st.pauses.items():
+                for at in np.flatnonzero(every == r).tolist():
+                    paused.setdefault(name, np.zeros(len(every)))[at] += seconds / k
+        for name, column in paused.items():
+            own[name] = column
+            own[OTHER_PHASE] = np.maximum(0.0, own[OTHER_PHASE] - column)
         by_phase: dict[str, np.ndarray] = {}
         for j, (i, _, _) in enumerate(model.ops):
             by_phase[PHASES[i]] = by_phase.get(PHASES[i], 0.0) + sums["waits"][:, j] / k
@@ -410,8 +425,8 @@ class Simulator:
             waits[every] += sums["waits"]
             longest[every] = np.maximum(longest[every], sums["longest"])
         starts, walls = (sums["end"] - wall).tolist(), wall.tolist()
-        state = self.state(nodes[0][0][0], now)  # the same for every rank but a stuck one
-        special = {self.s.stall_rank, self.s.silent_rank}
+        state = self.state(nodes[0][0][0], now)  # the same for every rank but a stuck or pausing one
+        special = {self.s.stall_rank, self.s.silent_rank, *self._pausing()}
         at = 0
         for ranks, digest in nodes:
             rows: range | list[int] = range(at, at + len(ranks))

@@ -282,3 +282,12 @@ def test_missing_optional_extras_are_one_line_errors(tmp_path):
                          capture_output=True, text=True, env=without("prometheus_client", tmp_path), timeout=60)
     assert out.returncode == 1 and out.stderr.strip().endswith("pip install 'ranktop[export]'")
     assert "Traceback" not in out.stderr
+
+
+def test_the_report_sums_each_culprit_s_episodes_and_their_cost(tmp_path):
+    rep = build(recorded_job(tmp_path))
+    (ep,) = rep["stragglers"]
+    (culprit,) = rep["culprits"]
+    assert (culprit["who"], culprit["kind"], culprit["episodes"]) == ("rank 1", "straggler", 1)
+    assert culprit["cost_s"] == ep["cost_s"] > 0 and (culprit["from_s"], culprit["to_s"]) == (ep["from_s"], ep["to_s"])
+    assert culprit["seconds"] == pytest.approx(ep["duration_s"])

@@ -90,6 +90,34 @@ def test_the_history_screen_marks_the_slow_spell_and_draws_the_rank_phases(tmp_p
 
     run(replay, scenario)
     text = history_text(replay.history, 1, 300, 100).plain
-    assert "rank 1 slow in forward from -00:00:" in text and "cost the job" in text
+    assert "rank 1 slow in forward from -0:" in text and "ms/step, cost " in text
     assert "rank 1 phases" in text and "forward" in text
     assert "━" in text
+
+
+def test_at_80x24_the_history_screen_says_first_who_cost_the_job_what_and_when(tmp_path):
+    """Opened after the slow spell ended (10 s to 30 s of the recording, played to 39 s): the first lines of the
+    box are the timeline, a strip for rank 1 drawn where its spell was, and what it cost the job."""
+    replay = Replay(recorded_job(tmp_path), start_s=39, clock=lambda: 0.0)
+    replay.toggle_pause()
+    seen = {}
+
+    async def scenario(app, pilot):
+        await pilot.press("H")
+        await pilot.pause()
+        body = app.screen.query_one("#history-text")
+        seen["lines"] = str(body.render()).splitlines()
+        seen["height"] = app.screen.query_one("#history").content_region.height
+
+    run(replay, scenario, size=(80, 24))
+    (ep,) = replay.history.episodes_since(0)
+    lines = seen["lines"]
+    assert lines[0].startswith("who cost the job")
+    label, strip, cost = lines[1][:12].strip(), lines[1][13:].split(" ")[0], lines[1].split()[-2:]
+    assert label == "rank 1" and cost == [f"{ep.cost_s:.1f}", "s"] and ep.cost_s > 0
+    # the strip: drawn over the spell only, a minute of history across it (ended ~9-15 s before the end)
+    drawn = [i for i, ch in enumerate(strip) if ch == "━"]
+    assert drawn and set(strip) == {"━", "·"} and drawn == list(range(drawn[0], drawn[-1] + 1))
+    assert 0.5 < drawn[0] / len(strip) < 0.85 and 0.75 < drawn[-1] / len(strip) < 0.95
+    assert lines[2].split() == ["-1:00", "now"]
+    assert all(len(line) <= 80 for line in lines[:3]) and seen["height"] >= 3  # the answer fits the box, unwrapped

@@ -185,3 +185,57 @@ def test_a_live_job_of_32_relays_says_who_arrives_last_at_every_rank(rdv):
         os.killpg(proc.pid, signal.SIGTERM)
         proc.wait(30)
     wait_for(lambda: not rendezvous.read_nodes(job), 30, "the simulator outlived ranktop demo")
+
+
+def _checkpointing(save_s: float, every: int, **scenario):
+    """A simulated job whose rank 0 saves a checkpoint of ``save_s`` at the end of every ``every``-th step (the
+    others wait for it at the next step's first collective), its snapshots every half second while it runs: the
+    benchmark's checkpoint family (benchmarks/accuracy.py) in small."""
+    import dataclasses
+
+    from ranktop.demo.sim_model import PHASES, JobModel
+    from ranktop.demo.simulate import Scenario, Simulator
+    from ranktop.watch.aggregator import Aggregator
+
+    class Checkpointing(JobModel):
+        def step(self, n, start):
+            if n % every != every - 1:
+                return super().step(n, start)
+            self.extra = {0: [0.0] * len(PHASES) + [save_s]}  # at the end of its step, after the collectives
+            try:
+                return dataclasses.replace(super().step(n, start), pauses={0: ("checkpoint", save_s)})
+            finally:
+                self.extra = {}
+
+    s = Scenario(job="sim-checkpoint", **scenario)
+    sim = Simulator(s, directory=os.environ["RANKTOP_DIR"])
+    sim.model = Checkpointing(s)
+    clock = [0.0]
+    agg = Aggregator(s.job, clock=lambda: clock[0], wall_clock=lambda: clock[0])
+    digests = s.ranks >= 128
+    if not digests:
+        agg.ingest_batch([(frames, None) for frames in sim.hellos(0.0)])
+    snaps, next_look = [], 0.5
+    for now, frames in sim.replay(30, start=0.0, digests=digests):
+        clock[0] = now
+        agg.ingest_batch([(f, None) for f in frames])
+        if now >= next_look:
+            next_look += 0.5
+            snaps.append(agg.snapshot())
+    return snaps
+
+
+@pytest.mark.parametrize("ranks", [16, 256])  # each rank's own messages; nodes' digests
+def test_a_simulated_checkpoint_is_sent_as_the_probe_times_it_and_read_as_one(rdv, ranks):
+    """Rank 0 saves 4 s every 160 steps (10 s at 16 steps/s): its steps carry the phase ``checkpoint`` and, while
+    it saves, its state says so, as automatic mode's probe does (probe/auto.py); so the viewer tells a checkpoint,
+    never a stalled job, and nobody is slow for it."""
+    from ranktop.watch.model.verdict import verdict
+
+    snaps = _checkpointing(4.0, 160, ranks=ranks, nodes=ranks // 8)
+    kinds = [verdict(snap).kind for snap in snaps]
+    assert "checkpoint" in kinds, kinds
+    assert not {"stalled", "slow_rank", "slow_node"} & set(kinds), kinds
+    assert not any(r.status in ("stalled", "slow") for snap in snaps for r in snap.ranks)
+    pause = next(p for snap in snaps for p in snap.pauses if p.kind == "checkpoint")
+    assert pause.ranks[:1] == [0]

@@ -1,9 +1,17 @@
-"""The straggler table: every rank, the flagged ones first.
+"""The straggler table: every rank, the flagged ones first; on a big job, the flagged ones and those that matter.
 
 Slow and silent ranks come first, in the order of ``snapshot.stragglers``
 (most suspicious first); every other rank follows by rank number. The
 aggregator ranks healthy ranks too, by scores that differ only by noise, and
 following that order would reshuffle the table on every refresh.
+
+A big job's table (more than :data:`ALL_RANKS_UP_TO` ranks: the rank map shows
+every rank) has :data:`TOP_ROWS` rows: the flagged ranks, then the ranks that
+cost the job most, each rank's time per step beyond the median rank's (what the
+job waits for it), the costliest first; not the first healthy ranks by number,
+which say nothing. A rank listed stays while it is among the twice as many
+costliest, so that noise between near-equal ranks does not swap rows in and out
+at every refresh (a DataTable pays for each row it removes).
 
 Rows are keyed by rank and updated cell by cell, and reordered only when the
 order changed, so a refresh neither flickers nor loses the scroll position.
@@ -14,6 +22,9 @@ the worst straggler).
 
 from __future__ import annotations
 
+from collections.abc import Collection
+
+import numpy as np
 from rich.text import Text
 from textual.widgets import DataTable
 
@@ -39,15 +50,47 @@ COLUMNS = (
 HOST_WIDTH = dict((k, w) for k, _, w in COLUMNS)["host"]
 
 
-def straggler_order(snapshot: Snapshot) -> list[int]:
-    """Flagged ranks in ``snapshot.stragglers`` order, then the rest by rank number."""
-    table = snapshot.ranks.table  # the columns: no rank's row is built here (watch/model/rank_table.py)
+def flagged_order(snapshot: Snapshot) -> list[int]:
+    """Flagged ranks (slow, stalled, silent) in ``snapshot.stragglers`` order; those it does not list after them."""
     flagged = set(snapshot.ranks.having(*(s for s in STATUSES if s != OK)))
     first = [n for n in dict.fromkeys(snapshot.stragglers) if n in flagged]
     # A flagged rank the aggregator did not list still belongs at the top.
-    first += sorted(flagged - set(first))
+    return first + sorted(flagged - set(first))
+
+
+def straggler_order(snapshot: Snapshot) -> list[int]:
+    """Flagged ranks in ``snapshot.stragglers`` order, then the rest by rank number."""
+    table = snapshot.ranks.table  # the columns: no rank's row is built here (watch/model/rank_table.py)
+    first = flagged_order(snapshot)
     listed = set(first)
     return first + [n for n in table.rank.tolist() if n not in listed]
+
+
+def costliest(snapshot: Snapshot, count: int, skip: Collection[int] = (), kept: Collection[int] = ()) -> list[int]:
+    """Up to ``count`` ranks not in ``skip``, the costliest first: each rank's time per step beyond the median
+    rank's (``excess_s``; a rank faster than it or without a step time costs nothing and is not listed). A rank of
+    ``kept`` (listed before) stays while it is among the ``2 * count`` costliest; the others enter from the top
+    ``count``. O(ranks) in numpy, then ``count``'s worth in Python."""
+    if count <= 0:
+        return []
+    table = snapshot.ranks.table
+    excess = np.nan_to_num(table.excess_s.astype(np.float64), nan=0.0)
+    if skip:
+        excess[[i for i in map(table.index, skip) if i is not None]] = 0.0
+    wide = min(len(excess), 2 * count)
+    if wide == 0:
+        return []
+    top = np.argpartition(-excess, wide - 1)[:wide] if wide < len(excess) else np.arange(len(excess))
+    top = top[excess[top] > 0.0]
+    top = top[np.argsort(-excess[top], kind="stable")]
+    ranks = table.rank[top].tolist()
+    stay = [r for r in ranks if r in kept]
+    chosen = set(stay[:count])
+    for r in ranks[:count]:
+        if len(chosen) >= count:
+            break
+        chosen.add(r)
+    return [r for r in ranks if r in chosen]
 
 
 #: Every rank has a row up to this many ranks; above, the first TOP_ROWS of the same order (flagged
@@ -63,10 +106,13 @@ def table_rows(ranks: int) -> int:
     return ranks if ranks <= ALL_RANKS_UP_TO else TOP_ROWS
 
 
-def table_order(snapshot: Snapshot) -> list[int]:
-    """The rows of the table, top first: :func:`straggler_order`, cut to :data:`TOP_ROWS` in a big job."""
-    order = straggler_order(snapshot)
-    return order if len(order) <= ALL_RANKS_UP_TO else order[:TOP_ROWS]
+def table_order(snapshot: Snapshot, kept: Collection[int] = ()) -> list[int]:
+    """The rows of the table, top first: :func:`straggler_order`; in a big job the flagged ranks, then the
+    costliest (:func:`costliest`; ``kept``: the ranks listed before), :data:`TOP_ROWS` at most."""
+    if len(snapshot.ranks) <= ALL_RANKS_UP_TO:
+        return straggler_order(snapshot)
+    first = flagged_order(snapshot)[:TOP_ROWS]
+    return first + costliest(snapshot, TOP_ROWS - len(first), skip=first, kept=kept)
 
 
 def shown_values(row: RankRow) -> tuple:
@@ -133,10 +179,10 @@ class StragglerTable(DataTable):
             self.columns["where"].label = Text(where_heading(self._roles))
             self._values.clear()
             self.refresh()
-        order = table_order(snapshot)
-        if len(order) < len(snapshot.ranks):
+        order = table_order(snapshot, self._shown)
+        if len(snapshot.ranks) > ALL_RANKS_UP_TO:
             present = {n: snapshot.row(n) for n in order}
-            self.border_title = f"Stragglers · flagged first, then by rank · {len(order)} of {len(snapshot.ranks):,} ranks"
+            self.border_title = f"Stragglers · flagged, then the costliest · {len(order)} of {len(snapshot.ranks):,} ranks"
         else:
             present = {r.rank: r for r in snapshot.ranks}
             self.border_title = "Stragglers · flagged first"

@@ -37,13 +37,22 @@ SAMPLE_SLACK = 0.1
 DEFAULT_SAMPLES = 900
 #: An episode ends after this many seconds without its status (one healthy sample is noise).
 EPISODE_GAP_S = 3.0
-#: Episodes shorter than this are blips (a window filling up, one noisy step): kept, but not shown or reported.
+#: An episode is kept (shown, reported, with its cost) once it lasted this long from its first sighting to its last
+#: (3 s of a status seen once a second: its first and last sightings are 2 s apart) ...
 MIN_EPISODE_S = 2.0
-#: Episodes kept (oldest forgotten first).
-MAX_EPISODES = 500
+#: ... or once the job made this many steps after its first sighting (a fast job's short episode: 3 steps seen on
+#: two looks). Shorter ones are blips (a window filling up, one noisy step): shown while open, then forgotten, so
+#: that they never push a kept episode out.
+MIN_EPISODE_STEPS = 3
+#: Episodes kept of each sort, slowness (a rank or a node) and stalls, oldest forgotten first: a hang of thousands
+#: of ranks opens a stall episode per rank, and must not push the stragglers of the hour before out.
+MAX_EPISODES = 1000
 #: Bytes the samples' per-rank figures may take: past it a sample keeps them only every k-th second
 #: (at 4,096 ranks x 8 phases, every 5th over the 15 minutes kept); the job-wide figures are in every sample.
 PER_RANK_BUDGET = 32 * 2**20
+
+#: Slow ranks of a node that keep its open episode going on a look where the node is not named.
+NODE_GOES_ON = 2
 
 STRAGGLER = "straggler"
 NODE = "node"  # every rank of a host slow: the node is the suspect
@@ -163,8 +172,11 @@ class History:
 
     def __init__(self, samples: int | None = DEFAULT_SAMPLES, every_s: float = SAMPLE_EVERY_S):
         self.samples: collections.deque[Sample] = collections.deque(maxlen=samples)
-        self.episodes: collections.deque[Episode] = collections.deque(maxlen=MAX_EPISODES)
+        self._slowness: collections.deque[Episode] = collections.deque(maxlen=MAX_EPISODES)  # kept: stragglers, nodes
+        self._stalls: collections.deque[Episode] = collections.deque(maxlen=MAX_EPISODES)  # kept: stalls
         self._open: dict[tuple[str, str], Episode] = {}
+        # open, not kept yet -> the steps it had once its first sighting counted them (None until its second)
+        self._unkept: dict[tuple[str, str], int | None] = {}
         self._every = every_s
         self._last_t: float | None = None
         self._last_step: int | None = None
@@ -229,8 +241,13 @@ class History:
             if table.status[i] == stalled:
                 self._stalled(table, i, snap, now, seen)
                 continue
-            row = snap.ranks[i]
-            flagged.append(row)
+            flagged.append(snap.ranks[i])
+        # A node's episode goes on while several of its ranks are slow, on a look where the engine named them one by
+        # one (as a slow node's ranks are, now and then, and as it ends): a slow node is one strip on the timeline,
+        # not eight ranks' episodes of a few seconds each.
+        on_host = collections.Counter(r.host for r in flagged)
+        slow_hosts |= {h for h, n in on_host.items() if n >= NODE_GOES_ON and (NODE, f"node {h}") in self._open}
+        for row in flagged:
             if row.host not in slow_hosts:
                 key = (STRAGGLER, f"rank {row.rank}")
                 ep = self._extend(key, now, lambda: Episode(STRAGGLER, key[1], row.rank, row.host, row.culprit_phase, now, now))
@@ -250,11 +267,17 @@ class History:
             ep.steps += made
             ep.peak_excess_s = max(ep.peak_excess_s, excess)
             seen.add(key)
+        for key in [key for key in self._unkept if key in seen]:  # (only the episodes not kept yet: few)
+            ep, first = self._open[key], self._unkept[key]
+            if ep.duration_s >= MIN_EPISODE_S or (first is not None and ep.steps - first >= MIN_EPISODE_STEPS):
+                del self._unkept[key]
+                (self._stalls if ep.kind == STALL else self._slowness).append(ep)
         for key, ep in list(self._open.items()):
             if key not in seen and now - ep.end > EPISODE_GAP_S:
                 ep.open = False
                 del self._open[key]
                 self._union_of.pop(key, None)
+                self._unkept.pop(key, None)  # a blip: forgotten
 
     def _stalled(self, table, i: int, snap: Snapshot, now: float, seen: set[tuple[str, str]]) -> None:
         """Row ``i`` of the snapshot's columns is stalled: its episode opened or extended, with the ranks it
@@ -299,18 +322,27 @@ class History:
         return found[2], found[3]
 
     def _extend(self, key: tuple[str, str], now: float, new) -> Episode:
+        """The open episode of ``key``, ``new()`` at its first sighting, extended to ``now``. A new one is not kept
+        until it lasts (:data:`MIN_EPISODE_S`, :data:`MIN_EPISODE_STEPS`: _track), whenever nobody looks: the
+        history is fed by every snapshot the viewer takes, whichever screen is open (watch/session.py), so an
+        episode that began and ended while the history screen was closed is there when it opens."""
         ep = self._open.get(key)
         if ep is None:
             ep = self._open[key] = new()
-            self.episodes.append(ep)
+            self._unkept[key] = None  # its steps are counted once its first sighting added them (below)
+        elif key in self._unkept and self._unkept[key] is None:
+            self._unkept[key] = ep.steps
         ep.end = now
         return ep
 
     def close(self) -> None:
         """The run is over: every episode still open ends at its last sighting."""
-        for ep in self._open.values():
+        for key, ep in self._open.items():
             ep.open = False
+            if key in self._unkept and ep.duration_s >= MIN_EPISODE_S:  # (no next sighting to count steps after)
+                (self._stalls if ep.kind == STALL else self._slowness).append(ep)
         self._open.clear()
+        self._unkept.clear()
         self._union_of.clear()
 
     # -- reading -------------------------------------------------------------------------
@@ -322,6 +354,45 @@ class History:
         cut = self.samples[-1].t - seconds
         return [s for s in self.samples if s.t >= cut]
 
+    @property
+    def episodes(self) -> list[Episode]:
+        """The episodes kept and those open, oldest first."""
+        kept = list(self._slowness) + list(self._stalls)
+        kept += [self._open[key] for key in self._unkept]
+        kept.sort(key=lambda e: e.start)
+        return kept
+
     def episodes_since(self, t: float) -> list[Episode]:
-        """Episodes that lasted (or, open, may last) beyond a blip and reach past ``t``."""
-        return [e for e in self.episodes if e.end >= t and (e.open or e.duration_s >= MIN_EPISODE_S)]
+        """Episodes kept (they lasted beyond a blip) or open (they may), that reach past ``t``, oldest first."""
+        return [e for e in self.episodes if e.end >= t]
+
+    def culprits_since(self, t: float) -> list["Culprit"]:
+        """Each rank or node with an episode reaching past ``t``: its episodes and what they cost the job, the
+        costliest first (the history screen's timeline draws a strip for each)."""
+        by: dict[str, Culprit] = {}
+        for e in self.episodes_since(t):
+            c = by.get(e.who)
+            if c is None:
+                c = by[e.who] = Culprit(e.who, e.kind, [])
+            c.episodes.append(e)
+            if e.kind != STALL or c.kind == STALL:
+                c.kind = e.kind
+        return sorted(by.values(), key=lambda c: (-c.cost_s, c.who))
+
+
+@dataclass
+class Culprit:
+    """One rank or node and its episodes, oldest first: a strip of the history screen's timeline."""
+
+    who: str  # "rank 2" / "node gpu-07"
+    kind: str  # STRAGGLER | NODE | STALL (a rank both slow and stalled: slow)
+    episodes: list[Episode]
+
+    @property
+    def cost_s(self) -> float:
+        """Job seconds its episodes cost (a stall: its length)."""
+        return sum(e.cost_s for e in self.episodes)
+
+    @property
+    def open(self) -> bool:
+        return any(e.open for e in self.episodes)

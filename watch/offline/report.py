@@ -202,6 +202,14 @@ def _assemble(recording: Recording, history: History, obs: _Observer, final: Sna
     out["stragglers"] = [episode(e) for e in lasting if e.kind in (STRAGGLER, NODE)]
     out["stalls"] = [episode(e) for e in lasting if e.kind == STALL]
     out["hangs"] = hangs(out["stalls"])
+    # each rank or node with an episode, with what its episodes cost the job, the costliest first (the history
+    # screen's timeline: a strip each)
+    out["culprits"] = [
+        {"who": c.who, "kind": c.kind, "episodes": len(c.episodes), "cost_s": c.cost_s,
+         "seconds": sum(e.duration_s for e in c.episodes), "from_s": c.episodes[0].start - start,
+         "to_s": max(e.end for e in c.episodes) - start}
+        for c in history.culprits_since(start)
+    ]  # fmt: skip
     out["causes"] = [{**c, "first_s": c["first_t"] - start} for c in sorted(obs.causes.values(), key=lambda c: -c["seconds"])]
     # -- memory, GPUs, throughput, captures
     creep = []
@@ -283,6 +291,11 @@ def text_lines(rep: dict) -> list[str]:
     # the verdict first: who held the job back
     lines.append("")
     stragglers = rep["stragglers"]
+    slow = [c for c in rep.get("culprits", []) if c["kind"] != STALL]
+    if len(stragglers) > 1 and slow:  # several episodes: who cost the most in all, before each episode
+        lines.append("cost to the job, per rank or node: " + "; ".join(
+            f"{c['who']} {c['cost_s']:.1f} s ({c['episodes']} episode{'s' if c['episodes'] > 1 else ''})" for c in slow[:5])
+            + (f"; {len(slow) - 5} more" if len(slow) > 5 else ""))
     if stragglers:
         lines.append("stragglers (who held the job back):")
         for e in stragglers:

@@ -58,7 +58,9 @@ def figures(rep: dict) -> list:
                          xaxis_title="seconds since the recording started", yaxis_title="ms per step beyond the median",
                          height=380, legend={"orientation": "h", "y": -0.3}, margin={"t": 60, "b": 40})
 
-    episodes = rep["stragglers"] + rep["stalls"]
+    # a row per rank or node, the costliest at the top (plotly draws the first category at the bottom)
+    rank_of = {c["who"]: i for i, c in enumerate(rep.get("culprits", []))}
+    episodes = sorted(rep["stragglers"] + rep["stalls"], key=lambda e: (-rank_of.get(e["who"], len(rank_of)), e["from_s"]))
     timeline = go.Figure()
     if episodes:
         labels = [e["who"] for e in episodes]
