@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from ranktop.watch.analysis import arrivals, causes, class_growth, pauses, slow_links, stragglers
+from ranktop.watch.analysis import arrivals, causes, class_growth, intermittent, node_groups, pauses, slow_links, stragglers
 from ranktop.watch.analysis.peers import PeerClasses, Peers
 from ranktop.watch.analysis.silence import silent_ranks
 from ranktop.watch.analysis.stalls import StallPolicy, stall_report
@@ -90,6 +90,14 @@ def build(view: JobView, extras: Extras, policy: StallPolicy = StallPolicy(), pe
     by_class = grown > grown_above
     worst = np.where(by_class & (grown > found), grown_in, worst)
     found = np.where(by_class, found + grown, found)
+    # Half or more of a class slow (a node of two): the class's median is then no healthy peer, a healthy node is
+    # (its fastest coherent group: watch/analysis/node_groups.py); its every rank is slow with the node's excess.
+    node_found, node_in, node_above = node_groups.node_excess(
+        work, names, class_ids, view.host_id[at], view.own_sd[at], view.window_steps[at])
+    by_node = node_found > node_above
+    worst = np.where(by_node & (node_found > found), node_in, worst)
+    found = np.where(by_node, np.maximum(found, node_found), found)
+    by_class = by_class | by_node
     last = np.full(n, np.nan)
     counted = np.zeros(n, np.int64)
     last[idx], counted[idx] = (
@@ -99,7 +107,12 @@ def build(view: JobView, extras: Extras, policy: StallPolicy = StallPolicy(), pe
     )
     # Flagged by its phase times but never the last to arrive at a collective over many steps: it holds nobody
     # back (its excess is spent where nobody waits for it, or is noise). Where the waits say nothing, no veto.
-    judged_slow = ((found > slow_above) | by_class) & ~((last[idx] == 0.0) & (counted[idx] >= arrivals.VETO_AFTER))
+    vetoed = (last[idx] == 0.0) & (counted[idx] >= arrivals.VETO_AFTER)
+    if by_node.any():  # a slow node's ranks share its last arrivals (16 ranks: each last at 1 step in 16): the node's
+        nodes = view.host_id[at]  # veto is that none of them is ever last
+        lasting = np.unique(nodes[by_node & (np.nan_to_num(last[idx]) > 0)])
+        vetoed &= ~(by_node & np.isin(nodes, lasting))
+    judged_slow = ((found > slow_above) | by_class) & ~vetoed
     if history is not None:  # what was judged, the veto included: a vetoed rank's level follows its excess
         # (what a class or a phase does is kept once its window holds half a window of steps: the job's first
         # steps, warm-up and lazy initialization, say little of it)
@@ -107,9 +120,22 @@ def build(view: JobView, extras: Extras, policy: StallPolicy = StallPolicy(), pe
         settled = (steps >= min(class_growth.SETTLED_STEPS, int(steps.max())))[:, None] if len(steps) else np.zeros((0, 1), bool)
         history.note(ranks, found, judged_slow, view.now, np.where(settled, reference, np.nan),
                      np.where(settled, differences, np.nan), keys)  # fmt: skip
-    # The size told: a slow rank's excess averaged while it stays slow (a window's median moves with the noise).
-    told = history.size(ranks, found, judged_slow, view.now) if history is not None else found
-    excess[idx], culprit[idx] = told, worst
+    # Slow on some steps only (its medians hide it): more far steps than its peers' rate allows, what they cost
+    # the job averaged over steps, and how often (watch/analysis/intermittent.py); never the last to arrive over
+    # many steps, it holds nobody back (the veto, as above).
+    spiky, spike_cost, spike_culprit, spike_every = intermittent.of_columns(
+        (view.far_count[at], view.far_long[at]), view.far_of[at], view.far_recent[at], view.far_s[at],
+        view.far_recent_s[at], view.window_steps[at], names, class_ids, median_step)  # fmt: skip
+    spiky &= ~judged_slow & ~vetoed
+    judged_slow = judged_slow | spiky
+    # The size told: a slow rank's excess averaged while it stays slow (a window's median moves with the noise, an
+    # intermittent straggler's window holds more or fewer of its slow steps).
+    cost = np.where(spiky, spike_cost, found)
+    told = history.size(ranks, cost, judged_slow, view.now) if history is not None else cost
+    excess[idx] = told
+    culprit[idx] = np.where(spiky, spike_culprit, worst)
+    every = np.full(n, np.nan)
+    every[idx] = np.where(spiky, spike_every, np.nan)
     score = excess / median_step if median_step else np.zeros(n)
 
     status = np.full(n, STATUS_CODE[OK], np.int8)
@@ -120,9 +146,13 @@ def build(view: JobView, extras: Extras, policy: StallPolicy = StallPolicy(), pe
         status[np.isin(view.rank, stalls.stalled_ranks())] = STATUS_CODE[STALLED]
     status[silent] = STATUS_CODE[SILENT]
     slow = status == STATUS_CODE[SLOW]
+    said = view.phases  # an intermittent straggler's phases as the job pays them: its far steps' cost on average
+    if len(idx) and spiky.any():
+        said = view.phases.copy()
+        said[idx[spiky]] += view.far_recent_s[idx[spiky]] / np.maximum(view.window_steps[idx[spiky]], 1)[:, None]
     why = (
         causes.of_ranks(view.states, view.step_s, excess, slow, live, peers.class_ids, view.evidence,
-                        culprit=culprit, names=names, phases=view.phases)  # fmt: skip
+                        culprit=culprit, names=names, phases=said)  # fmt: skip
         if slow.any()
         else {}
     )
@@ -149,6 +179,7 @@ def build(view: JobView, extras: Extras, policy: StallPolicy = StallPolicy(), pe
         rest=_messages(view),
         causes=why,
         last_arrivals=last,
+        every=every,
         **_message_columns(view, peers),
     )
     ranking = stragglers.ranking(table, stalls.waiting_for)

@@ -1,0 +1,72 @@
+"""Half or more of a class slow: a node of a class's ranks slower than its other nodes (issue 46, item 2).
+
+A rank is judged against a healthy peer of its class (watch/analysis/stragglers.py): each phase's median over the
+class. When half the class is slow, one node of a two-node data-parallel job, that median is the midpoint
+between the slow and the healthy ranks: the slow ones stand out by half their slowdown, or not at all, and the
+size told is half the truth (before issue 46 a slow node of two was never named from 8 ranks a node). The job's
+healthy speed is then what its *fastest coherent group* does: the ranks of a class are grouped by node, each
+node's work per phase is the median over its ranks there, and the reference is a healthy node's (with two nodes
+the faster one whole, as a rank against a single peer; with more each phase's lower median over the nodes). A
+node's excess is the sum over phases of its median beyond that reference.
+
+A node is slow past all of: 1 ms; 3% of the reference's work plus twice the hardware allowance (4%: its median
+is compared with one other node's, which may itself be fast; a node's ranks drift together); and the noise of two
+medians of the node's ranks' steps (``NOISE_Z`` standard errors, the class's nodes counted as chances). Its every
+rank is then slow with that excess (the size told is what the job pays: the others wait for the node), so the
+verdict names the node (``slow_node``). Only nodes with two ranks or more of the class count (a lone rank of a
+class on a node is a rank, judged as one), and a class on two such nodes at least. Numpy over each class's ranks:
+O(1) per rank.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ranktop.watch.analysis.stragglers import (HARDWARE_SPREAD, MEDIAN_ERROR, NOISE_Z, SLOW_FLOOR_FRACTION, SLOW_FLOOR_S,
+                                               peer_groups)  # fmt: skip
+from ranktop.wire import schema
+
+#: A node counts when it holds this many of its class's ranks at least.
+MIN_RANKS = 2
+
+
+def node_excess(work: np.ndarray, names: list[str], class_ids: np.ndarray | None, host_id: np.ndarray,
+                noise: np.ndarray, window_steps: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:  # fmt: skip
+    """``work`` (ranks x names): each live rank's own seconds per phase (checkpoints and evaluations out);
+    ``host_id`` its node as a number; ``noise`` and ``window_steps`` its own step-to-step spread (a robust SD, s)
+    over how many steps. Per rank: its node's excess over a healthy node of its class (seconds a step; 0: none or
+    not judged), the phase beyond the most (an index into ``names``, -1: none), and the excess past which it is
+    slow (inf: not judged)."""
+    n = len(work)
+    excess, culprit, bar = np.zeros(n), np.full(n, -1, np.int64), np.full(n, np.inf)
+    if n < 2 * MIN_RANKS:
+        return excess, culprit, bar
+    own = np.array([name != schema.COMM_PHASE for name in names], bool)
+    columns = np.flatnonzero(own)
+    noise = np.nan_to_num(noise)
+    for members, count in peer_groups(class_ids, n):
+        if count < 2 * MIN_RANKS:
+            continue
+        ids = np.arange(n)[members]
+        hosts, at, sizes = np.unique(host_id[ids], return_inverse=True, return_counts=True)
+        big = np.flatnonzero(sizes >= MIN_RANKS)
+        if len(big) < 2:
+            continue
+        medians = np.array([np.median(work[ids[at == h]][:, own], axis=0) for h in big.tolist()])  # nodes x own phases
+        if len(big) == 2:
+            reference = medians[np.argmin(medians.sum(axis=1))]
+        else:
+            reference = np.sort(medians, axis=0)[(len(big) - 1) // 2]
+        beyond = np.clip(medians - reference, 0.0, None)
+        sizes_s = beyond.sum(axis=1)
+        healthy = float(reference.sum())
+        z = max(NOISE_Z, float(np.sqrt(2.0 * np.log(len(big) * 1e3))))
+        for j, h in enumerate(big.tolist()):
+            mine = ids[at == h]
+            spread = float(np.median(noise[mine]))
+            steps = max(1.0, float(np.median(window_steps[mine])))
+            error = MEDIAN_ERROR * spread / np.sqrt(steps) / np.sqrt(len(mine))
+            excess[mine] = sizes_s[j]
+            culprit[mine] = int(columns[np.argmax(beyond[j])]) if sizes_s[j] > 0 else -1
+            bar[mine] = max(SLOW_FLOOR_S, (SLOW_FLOOR_FRACTION + 2 * HARDWARE_SPREAD) * healthy, z * error * np.sqrt(2.0))
+    return excess, culprit, bar
