@@ -16,7 +16,8 @@ peers do**, more than chance allows:
   (at any look, any of its ranks: the straggler bar's odds);
 - what those steps cost the job, averaged over the window (their time beyond the medians / the window's steps),
   less what its class's typical rank pays the same way (heavy-tailed inputs make every rank pay some), passes
-  :data:`SHARE_FROM` of the job's median step and :data:`FLOOR_S`.
+  :data:`SHARE_FROM` of the job's median step and :data:`FLOOR_S`, over its tally and over its window now (a rank
+  no longer slow is let go once its window holds no more of its slow steps, whatever its tally remembers).
 
 A test of counts against the peers' own rate, not a fixed count, is what keeps a job whose inputs are heavy-tailed
 quiet: its every rank has far steps at the same rate, however many that is. How often: ``every``, one step in
@@ -44,6 +45,10 @@ ALPHA = 1e-3
 #: two with no far step in its window still expects some).
 PRIOR_FAR = 0.5
 PRIOR_STEPS = 64.0
+#: Its window must hold this many far steps now: one is a pause of the OS or the GC, or a rank's periodic work (a
+#: checkpoint saved every 100 steps where it is not timed as one), which its tally, remembering an episode of
+#: slow steps from before, would otherwise make a pattern of.
+MIN_RECENT = 2
 #: Ranks with fewer steps tallied than this are not judged (a few steps say nothing of a rate).
 MIN_WINDOW = 16
 
@@ -76,8 +81,10 @@ def of_columns(far_counts: tuple[np.ndarray, ...], far_of: np.ndarray, far_recen
         mine, recent = paid[members], now[members]
         typical = float(mine.min()) if count == 2 else float(np.median(mine))
         ids = np.arange(n)[members]
-        candidates = ids[(paid[ids] - typical > floor) & (steps[ids] >= MIN_WINDOW) & (far_recent[ids] > 0)]
         cost[members] = np.maximum(recent - (float(recent.min()) if count == 2 else float(np.median(recent))), 0.0)
+        # (what it costs over its tally and over its window now: a rank no longer slow is let go once its window
+        # holds no more of its slow steps, whatever its tally remembers)
+        candidates = ids[(paid[ids] - typical > floor) & (cost[ids] > floor) & (steps[ids] >= MIN_WINDOW) & (far_recent[ids] >= MIN_RECENT)]
         if not len(candidates):
             continue
         steps_all = float(steps[ids].sum())

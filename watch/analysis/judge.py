@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from ranktop.watch.analysis import arrivals, causes, class_growth, intermittent, node_groups, pauses, slow_links, stragglers
+from ranktop.watch.analysis import arrivals, causes, class_growth, intermittent, job_pace, node_groups, pauses, slow_links, stragglers
 from ranktop.watch.analysis.peers import PeerClasses, Peers
 from ranktop.watch.analysis.silence import silent_ranks
 from ranktop.watch.analysis.stalls import StallPolicy, stall_report
@@ -49,12 +49,13 @@ class Extras:
 
 def build(view: JobView, extras: Extras, policy: StallPolicy = StallPolicy(), peer_classes: PeerClasses | None = None,
           history: stragglers.ExcessHistory | None = None, arrival_book: arrivals.ArrivalBook | None = None,
-          pause_book: pauses.PauseBook | None = None) -> Snapshot:  # fmt: skip
+          pause_book: pauses.PauseBook | None = None, pace: job_pace.JobPace | None = None) -> Snapshot:  # fmt: skip
     """The snapshot of ``view``; ``peer_classes``: the cache of the peers of the views before (None: worked out);
     ``history``: each rank's excess when last seen healthy, kept from the views before (None: not known, a rank
     is judged on this view alone); ``arrival_book``: who arrived last, its grid kept from the views before (None:
     worked out from this view's steps alone); ``pause_book``: the checkpoints' and evaluations' shares of the job's
-    time kept from the views before (None: this view's alone)."""
+    time kept from the views before (None: this view's alone); ``pace``: the job's own baseline step, kept from the
+    views before (None: the job is not judged against its past)."""
     n = len(view.rank)
     names = view.names
     silent = silent_ranks(view)
@@ -93,7 +94,7 @@ def build(view: JobView, extras: Extras, policy: StallPolicy = StallPolicy(), pe
     # Half or more of a class slow (a node of two): the class's median is then no healthy peer, a healthy node is
     # (its fastest coherent group: watch/analysis/node_groups.py); its every rank is slow with the node's excess.
     node_found, node_in, node_above = node_groups.node_excess(
-        work, names, class_ids, view.host_id[at], view.own_sd[at], view.window_steps[at])
+        work, names, class_ids, view.host_id[at], view.own_sd[at], view.window_steps[at], ~np.isnan(view.comm_s[at]))
     by_node = node_found > node_above
     worst = np.where(by_node & (node_found > found), node_in, worst)
     found = np.where(by_node, np.maximum(found, node_found), found)
@@ -186,6 +187,13 @@ def build(view: JobView, extras: Extras, policy: StallPolicy = StallPolicy(), pe
     paused = pauses.of_view(view, silent, policy.limit(median_step), pause_book)
     rates = view.rate[live]
     rates = rates[~np.isnan(rates) & (rates != 0)]
+    medians = phase_medians(names, view.phases, live)
+    slower = None
+    if pace is not None and len(idx):  # the job against its own past (watch/analysis/job_pace.py)
+        steps_held = float(np.median(view.window_steps[idx]))
+        slower = pace.judge(median_step, medians, job_pace.phase_errors(names, view.phase_sd, view.window_steps, live),
+                            steps_held >= job_pace.SETTLED_STEPS, view.now, view.wall,
+                            float(np.median(rates)) if len(rates) else None)  # fmt: skip
     stage_rows = _stages(view, live, peers.stage_ids) if peers.stage_ids is not None else []
     life = _life(view, silent)
     slow_nodes = slow_links.of_job(extras.links, view.comm_s, live, median_step, view.host, slow)
@@ -221,10 +229,11 @@ def build(view: JobView, extras: Extras, policy: StallPolicy = StallPolicy(), pe
         stages=stage_rows,
         imbalance=stragglers.imbalance(stage_rows, median_step),
         median_step_s=median_step,
-        median_phases=phase_medians(names, view.phases, live),
+        median_phases=medians,
         pauses=paused,
         links=slow_links.shown(extras.links, slow_nodes),
         slow_links=slow_nodes,
+        job_slower=slower,
     )
 
 

@@ -5,8 +5,10 @@ class. When half the class is slow, one node of a two-node data-parallel job, th
 between the slow and the healthy ranks: the slow ones stand out by half their slowdown, or not at all, and the
 size told is half the truth (before issue 46 a slow node of two was never named from 8 ranks a node). The job's
 healthy speed is then what its *fastest coherent group* does: the ranks of a class are grouped by node, each
-node's work per phase is the median over its ranks there, and the reference is a healthy node's (with two nodes
-the faster one whole, as a rank against a single peer; with more each phase's lower median over the nodes). A
+node's work per phase is its healthy rank's (of two, the lesser whole; of more, each phase's lower median: one slow
+rank does not make its node slow), and the reference is a healthy node's, the same way over the nodes (of two,
+the faster one whole, as a rank against a single peer). Only where the ranks' waits in collectives are known:
+elsewhere they land in a phase, and nodes that wait in it would differ from nodes that do not by them. A
 node's excess is the sum over phases of its median beyond that reference.
 
 A node is slow past all of: 1 ms; 3% of the reference's work plus twice the hardware allowance (4%: its median
@@ -31,10 +33,13 @@ MIN_RANKS = 2
 
 
 def node_excess(work: np.ndarray, names: list[str], class_ids: np.ndarray | None, host_id: np.ndarray,
-                noise: np.ndarray, window_steps: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:  # fmt: skip
+                noise: np.ndarray, window_steps: np.ndarray, waited: np.ndarray,
+                ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:  # fmt: skip
     """``work`` (ranks x names): each live rank's own seconds per phase (checkpoints and evaluations out);
     ``host_id`` its node as a number; ``noise`` and ``window_steps`` its own step-to-step spread (a robust SD, s)
-    over how many steps. Per rank: its node's excess over a healthy node of its class (seconds a step; 0: none or
+    over how many steps; ``waited``: its waits in collectives are known (a class with a rank whose are not is not
+    judged: its waits land in a phase, and nodes that wait in it and nodes that do not would differ by them). Per
+    rank: its node's excess over a healthy node of its class (seconds a step; 0: none or
     not judged), the phase beyond the most (an index into ``names``, -1: none), and the excess past which it is
     slow (inf: not judged)."""
     n = len(work)
@@ -48,15 +53,15 @@ def node_excess(work: np.ndarray, names: list[str], class_ids: np.ndarray | None
         if count < 2 * MIN_RANKS:
             continue
         ids = np.arange(n)[members]
+        if not waited[ids].all():
+            continue
         hosts, at, sizes = np.unique(host_id[ids], return_inverse=True, return_counts=True)
         big = np.flatnonzero(sizes >= MIN_RANKS)
         if len(big) < 2:
             continue
-        medians = np.array([np.median(work[ids[at == h]][:, own], axis=0) for h in big.tolist()])  # nodes x own phases
-        if len(big) == 2:
-            reference = medians[np.argmin(medians.sum(axis=1))]
-        else:
-            reference = np.sort(medians, axis=0)[(len(big) - 1) // 2]
+        # (each node as its healthy rank: a node is slow when its ranks are, not one of them)
+        medians = np.array([_healthy(work[ids[at == h]][:, own]) for h in big.tolist()])  # nodes x own phases
+        reference = _healthy(medians)  # a healthy node: of two, the faster one whole
         beyond = np.clip(medians - reference, 0.0, None)
         sizes_s = beyond.sum(axis=1)
         healthy = float(reference.sum())
@@ -70,3 +75,11 @@ def node_excess(work: np.ndarray, names: list[str], class_ids: np.ndarray | None
             culprit[mine] = int(columns[np.argmax(beyond[j])]) if sizes_s[j] > 0 else -1
             bar[mine] = max(SLOW_FLOOR_S, (SLOW_FLOOR_FRACTION + 2 * HARDWARE_SPREAD) * healthy, z * error * np.sqrt(2.0))
     return excess, culprit, bar
+
+
+def _healthy(block: np.ndarray) -> np.ndarray:
+    """What a healthy row of ``block`` does, as stragglers.healthy_peer has it but lower: of two the lesser whole,
+    of more each column's lower median (one slow rank does not make its node slow)."""
+    if len(block) == 2:
+        return block[np.argmin(block.sum(axis=1))]
+    return np.sort(block, axis=0)[(len(block) - 1) // 2]
