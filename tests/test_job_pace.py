@@ -117,6 +117,6 @@ def test_a_job_slower_for_good_becomes_its_new_pace_after_minutes():
 
 def test_a_short_look_judges_nothing_of_the_job_s_past():
     pace = JobPace()
-    for k in range(20):  # 10 s of a viewer's snapshots: too short for a baseline of the last minutes
-        assert pace.judge(0.06 if k < 10 else 0.09, {"forward": 0.02 if k < 10 else 0.05}, {"forward": 0.0001}, True,
+    for k in range(16):  # 8 s of a viewer's snapshots, the job slower from 3 s: too short to say it against a baseline
+        assert pace.judge(0.06 if k < 6 else 0.09, {"forward": 0.02 if k < 6 else 0.05}, {"forward": 0.0001}, True,
                           1000 + 0.5 * k, 0.0, 16.0) is None  # fmt: skip

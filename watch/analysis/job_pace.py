@@ -22,7 +22,9 @@ The baseline is the job's own mean pace over the last minutes: it follows the jo
 at the bottom of a wandering median, and every wander up would cross the bar), down at once only when the job is
 faster by the same bar (a warm-up ended, a fix), and stands still while the job is told slower, for
 :data:`HOLD_S` at most (then that is the job's pace). It is judged only from :data:`SETTLED_S` seconds of windows
-of :data:`SETTLED_STEPS` steps or more (a baseline of a few seconds says nothing of "the last minutes"). The phase
+of :data:`SETTLED_STEPS` steps or more (the job's first steps, a warm-up, say little of its pace; the bars and
+the persistence above, not a long wait, keep a wandering median quiet, so a job that slows 8 s after the viewer
+came is told). The phase
 that grew most is named. Job-wide figures only: a few operations per snapshot, whatever the job's size.
 """
 
@@ -52,8 +54,8 @@ PERSIST_STEPS = 64
 FOLLOW_S = 120.0
 #: ... and stands still while the job is told slower, for this long at most.
 HOLD_S = 300.0
-#: Seconds of settled windows before the job is judged against its baseline, ...
-SETTLED_S = 15.0
+#: Seconds of settled windows before the job is judged against its baseline (then the persistence above), ...
+SETTLED_S = 5.0
 #: ... a settled window holding this many steps at least (watch/analysis/class_growth.py SETTLED_STEPS).
 SETTLED_STEPS = 32
 
