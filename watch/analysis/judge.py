@@ -113,6 +113,7 @@ def build(view: JobView, extras: Extras, policy: StallPolicy = StallPolicy(), pe
         nodes = view.host_id[at]  # veto is that none of them is ever last
         lasting = np.unique(nodes[by_node & (np.nan_to_num(last[idx]) > 0)])
         vetoed &= ~(by_node & np.isin(nodes, lasting))
+    vetoed &= ~_masked(found, (found > slow_above) | by_class, vetoed, last[idx], class_ids)
     judged_slow = ((found > slow_above) | by_class) & ~vetoed
     if history is not None:  # what was judged, the veto included: a vetoed rank's level follows its excess
         # (what a class or a phase does is kept once its window holds half a window of steps: the job's first
@@ -235,6 +236,28 @@ def build(view: JobView, extras: Extras, policy: StallPolicy = StallPolicy(), pe
         slow_links=slow_nodes,
         job_slower=slower,
     )
+
+
+#: A rank flagged but never last is not vetoed while a slower flagged rank of its class is last at this share of
+#: its steps at least: that one arrives after it at every collective, which hides its own lateness.
+MASKED_BY = 0.5
+
+
+def _masked(found: np.ndarray, flagged: np.ndarray, vetoed: np.ndarray, last: np.ndarray,
+            class_ids: np.ndarray | None) -> np.ndarray:  # fmt: skip
+    """Per rank: flagged, vetoed (never last), and outdone by a costlier rank of its class that is flagged, not
+    vetoed and last at MASKED_BY of its steps or more. Two stragglers in different phases: the larger arrives last
+    at every step, and the smaller, whose own excess is measured, would be dropped by the veto (issue 46, item 3);
+    the last arrivals say who is last, not who else is late."""
+    out = np.zeros(len(found), bool)
+    if not (flagged & vetoed).any():
+        return out
+    leading = flagged & ~vetoed & (np.nan_to_num(last) >= MASKED_BY)
+    for members, _ in stragglers.peer_groups(class_ids, len(found)):
+        ahead = found[members][leading[members]]
+        if len(ahead):
+            out[members] = flagged[members] & vetoed[members] & (found[members] < float(ahead.max()))
+    return out
 
 
 def _messages(view: JobView):
