@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from ranktop.watch.analysis import arrivals, causes, class_growth, intermittent, job_pace, node_groups, pauses, slow_links, stragglers
+from ranktop.watch.analysis import arrivals, causes, class_growth, job_pace, node_groups, pauses, slow_links, stragglers
 from ranktop.watch.analysis.peers import PeerClasses, Peers
 from ranktop.watch.analysis.silence import silent_ranks
 from ranktop.watch.analysis.stalls import StallPolicy, stall_report
@@ -122,22 +122,9 @@ def build(view: JobView, extras: Extras, policy: StallPolicy = StallPolicy(), pe
         settled = (steps >= min(class_growth.SETTLED_STEPS, int(steps.max())))[:, None] if len(steps) else np.zeros((0, 1), bool)
         history.note(ranks, found, judged_slow, view.now, np.where(settled, reference, np.nan),
                      np.where(settled, differences, np.nan), keys)  # fmt: skip
-    # Slow on some steps only (its medians hide it): more far steps than its peers' rate allows, what they cost
-    # the job averaged over steps, and how often (watch/analysis/intermittent.py); never the last to arrive over
-    # many steps, it holds nobody back (the veto, as above).
-    spiky, spike_cost, spike_culprit, spike_every = intermittent.of_columns(
-        (view.far_count[at], view.far_long[at]), view.far_of[at], view.far_recent[at], view.far_s[at],
-        view.far_recent_s[at], view.window_steps[at], names, class_ids, median_step)  # fmt: skip
-    spiky &= ~judged_slow & ~vetoed
-    judged_slow = judged_slow | spiky
-    # The size told: a slow rank's excess averaged while it stays slow (a window's median moves with the noise, an
-    # intermittent straggler's window holds more or fewer of its slow steps).
-    cost = np.where(spiky, spike_cost, found)
-    told = history.size(ranks, cost, judged_slow, view.now) if history is not None else cost
-    excess[idx] = told
-    culprit[idx] = np.where(spiky, spike_culprit, worst)
-    every = np.full(n, np.nan)
-    every[idx] = np.where(spiky, spike_every, np.nan)
+    # The size told: a slow rank's excess averaged while it stays slow (a window's median moves with the noise).
+    told = history.size(ranks, found, judged_slow, view.now) if history is not None else found
+    excess[idx], culprit[idx] = told, worst
     score = excess / median_step if median_step else np.zeros(n)
 
     status = np.full(n, STATUS_CODE[OK], np.int8)
@@ -148,13 +135,9 @@ def build(view: JobView, extras: Extras, policy: StallPolicy = StallPolicy(), pe
         status[np.isin(view.rank, stalls.stalled_ranks())] = STATUS_CODE[STALLED]
     status[silent] = STATUS_CODE[SILENT]
     slow = status == STATUS_CODE[SLOW]
-    said = view.phases  # an intermittent straggler's phases as the job pays them: its far steps' cost on average
-    if len(idx) and spiky.any():
-        said = view.phases.copy()
-        said[idx[spiky]] += view.far_recent_s[idx[spiky]] / np.maximum(view.window_steps[idx[spiky]], 1)[:, None]
     why = (
         causes.of_ranks(view.states, view.step_s, excess, slow, live, peers.class_ids, view.evidence,
-                        culprit=culprit, names=names, phases=said)  # fmt: skip
+                        culprit=culprit, names=names, phases=view.phases)  # fmt: skip
         if slow.any()
         else {}
     )
@@ -181,7 +164,6 @@ def build(view: JobView, extras: Extras, policy: StallPolicy = StallPolicy(), pe
         rest=_messages(view),
         causes=why,
         last_arrivals=last,
-        every=every,
         **_message_columns(view, peers),
     )
     ranking = stragglers.ranking(table, stalls.waiting_for)

@@ -70,15 +70,6 @@ class JobView:
     own_sd: np.ndarray  # how much its own time varies from step to step, a robust SD over its window (NaN: not scored)
     phase_sd: np.ndarray  # (ranks, names): the same per phase (0: a phase it never had)
     window_steps: np.ndarray  # int64: steps in its window
-    # its tally of its last steps (StepColumns._spread: each weighing less as more come): how many were far beyond
-    # its median own time, of how many, and per phase what the far ones spent beyond the phase's median (0: a phase
-    # it never had): a rank slow on some steps only (watch/analysis/intermittent.py)
-    far_count: np.ndarray
-    far_long: np.ndarray  # the same, of steps beyond its median by LONG_FRACTION too
-    far_recent: np.ndarray  # int64: far steps in its window as it is
-    far_of: np.ndarray
-    far_s: np.ndarray  # (ranks, names)
-    far_recent_s: np.ndarray  # (ranks, names): the same of its window's far steps as it is
     # what its window's checkpoints and evaluations cost (wire/names.py PAUSE_PHASES, in that order; zeros where no
     # rank named one): seconds in each, how many of its steps had some, and the window's wall seconds
     pause_s: np.ndarray  # (ranks, len(PAUSE_PHASES))
@@ -333,14 +324,10 @@ class JobState:
         index = cols.columns_of(names)
         phases = np.zeros((n, len(names)))
         phase_sd = np.zeros((n, len(names)))
-        far_s = np.zeros((n, len(names)))
-        far_recent_s = np.zeros((n, len(names)))
         for j, c in enumerate(index):
             if c is not None:
                 phases[:, j] = cols.median_own[rows, c]
                 phase_sd[:, j] = cols.phase_sd[rows, c]
-                far_s[:, j] = cols.far_own[rows, c]
-                far_recent_s[:, j] = cols.far_recent_own[rows, c]
         comm = index[names.index(COMM_PHASE)] if COMM_PHASE in names else None
         waited = cols.waited[rows] & scored
         comm_s = np.where(waited, cols.median_own[rows, comm], np.nan) if comm is not None else np.full(n, np.nan)
@@ -371,12 +358,6 @@ class JobState:
             own_sd=np.where(scored, cols.own_sd[rows], np.nan),
             phase_sd=phase_sd,
             window_steps=cols.count[rows],
-            far_count=np.where(scored, cols.far[rows], 0.0),
-            far_long=np.where(scored, cols.far_long[rows], 0.0),
-            far_of=np.where(scored, cols.far_steps[rows], 0.0),
-            far_recent=np.where(scored, cols.far_recent[rows], 0),
-            far_s=far_s,
-            far_recent_s=far_recent_s,
             pause_s=pause_s,
             pause_steps=pause_steps,
             window_s=window_s,

@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from ranktop.wire.names import COMM_PHASE, OTHER_PHASE, PAUSE_PHASES, STANDARD_PHASES
+from ranktop.wire.names import COMM_PHASE, OTHER_PHASE, STANDARD_PHASES
 
 
 #: Steps a rank's window needs before its medians count (a straggler is scored on them: watch/analysis/stragglers.py).
@@ -57,19 +57,6 @@ AHEAD_MIN_ROWS = 256
 #: Figures a refresh sorts in one go, at most: its scratch buffer's size (4 MB), and a block that stays in the
 #: processor's caches while it is sorted and read.
 SORT_FIGURES = 1 << 19
-#: A step of a rank's window is *far* when its own time (waits, checkpoints and evaluations left out) passes the
-#: window's median by this many robust SDs of its lower half (the median less the lower quartile, / 0.6745) and
-#: this share of the median, at least: a rank slow on some steps
-#: only (an intermittent straggler, watch/analysis/intermittent.py) has more of them than its peers do.
-FAR_SDS = 3.0
-FAR_FRACTION = 0.1
-#: ... and counted apart, the steps beyond it by this share of the median too (*long* steps): a busy machine's
-#: jitter makes a tenth of a quiet rank's steps far where its steps are short, and few long.
-LONG_FRACTION = 0.3
-#: How many steps a rank's tally of far steps remembers (each step weighs 1 - 1/this less than the next): a window
-#: of 64 steps holds two of a rank slow on one step in 30, which says nothing; its tally over the last few windows
-#: does. (A rank no longer slow is let go sooner: the judge asks for a far step in its window too, ``far_recent``.)
-FAR_MEMORY_STEPS = 256
 #: Each rank's last steps whose waits a view carries (who arrives last at the collectives is worked out over them:
 #: watch/analysis/arrivals.py): 2 s at 16 steps a second.
 RECENT_STEPS = 32
@@ -93,13 +80,6 @@ class StepColumns:
     median_own: np.ndarray
     own_sd: np.ndarray
     phase_sd: np.ndarray
-    far: np.ndarray
-    far_long: np.ndarray
-    far_steps: np.ndarray
-    far_recent: np.ndarray
-    far_own: np.ndarray
-    far_recent_own: np.ndarray
-    tallied: np.ndarray
     rate: np.ndarray
     last_end: np.ndarray
     _num: memoryview[Any]
@@ -147,18 +127,6 @@ class StepColumns:
             "median_own": np.zeros((rows, phases)),
             "own_sd": np.full(rows, np.nan),  # the spread of its own time per step (waits out), as a robust SD, s
             "phase_sd": np.zeros((rows, phases)),  # the same per phase
-            # how many steps of its window were far beyond its median own time (FAR_SDS, FAR_FRACTION), and per
-            # phase what those steps spent beyond the phase's median, summed: what a rank slow on some steps only
-            # costs the job, which a median hides (watch/analysis/intermittent.py)
-            # (a tally over its last steps, each step counted once, as it came, weighing less as more come:
-            # FAR_MEMORY_STEPS; ``tallied`` the newest step number counted, -1: none)
-            "far": np.zeros(rows),
-            "far_long": np.zeros(rows),
-            "far_recent": np.zeros(rows, np.int64),  # far steps in its window as it is (the same bar)
-            "far_steps": np.zeros(rows),
-            "far_own": np.zeros((rows, phases)),
-            "far_recent_own": np.zeros((rows, phases)),  # the same of its window's far steps as it is
-            "tallied": np.full(rows, -1, np.int64),
             "rate": np.full(rows, np.nan),  # steps per second over the window
             "last_end": np.full(rows, np.nan),  # when the newest step ended, unix s (NaN: no step yet)
         }
@@ -168,7 +136,7 @@ class StepColumns:
                 current = getattr(self, name)
                 if array.ndim == 3:
                     array[:n, :p] = current
-                elif name in ("median_own", "phase_sd", "far_own", "far_recent_own"):
+                elif name in ("median_own", "phase_sd"):
                     array[:n, :p] = current
                 else:
                     array[:n] = current
@@ -193,11 +161,6 @@ class StepColumns:
         self.changed[row] += 1
         self.stats_at[row] = -1
         self.last_end[row] = np.nan
-        self.far[row] = self.far_long[row] = self.far_steps[row] = 0.0
-        self.far_recent[row] = 0
-        self.far_recent_own[row] = 0.0
-        self.far_own[row] = 0.0
-        self.tallied[row] = -1
 
     def column(self, name: str) -> int:
         """The index of a phase's column, made on first sight (earlier steps spent nothing in it)."""
@@ -350,7 +313,7 @@ class StepColumns:
                 self.median_wall[part] = self._middle(self.wall[these, :used])
                 own = self.own[these, :p, :used]
                 self.median_own[part, :p], self.phase_sd[part, :p] = self._middle_and_spread(own)
-                self.own_sd[part] = self._spread(own, self.median_own[part, :p], part, self.num[these, :used])
+                self.own_sd[part] = self._spread(own)
         first = (self.head[stale] - counts) % self.window
         last = (self.head[stale] - 1) % self.window
         span = self.start[stale, last] - self.start[stale, first]
@@ -374,46 +337,18 @@ class StepColumns:
         middle = work[..., mid].copy() if used % 2 else (work[..., mid - 1] + work[..., mid]) / 2
         return middle, (work[..., (3 * (used - 1)) // 4] - work[..., (used - 1) // 4]) / 1.349
 
-    def _spread(self, own: np.ndarray, medians: np.ndarray, rows: np.ndarray, numbers: np.ndarray) -> np.ndarray:
-        """Per row of ``own`` (rows, phases, steps): how much its own time per step (its waits in collectives,
-        checkpoints and evaluations left out) varies from step to step, as a robust standard deviation (the
-        quartiles' distance / 1.349: a checkpoint or a pause now and then moves it no more than the medians). The
-        judge tells noise from a slowdown by it: a window's median is about 1.25 x this / sqrt(steps) off
-        (watch/analysis/stragglers.py). From the same sort, the steps of ``rows`` (their step ``numbers``) not
-        tallied yet go into their tally of far steps (:data:`FAR_SDS`, :data:`FAR_FRACTION`,
-        :data:`FAR_MEMORY_STEPS`), with what they spent beyond the phases' ``medians``."""
+    def _spread(self, own: np.ndarray) -> np.ndarray:
+        """Per row of ``own`` (rows, phases, steps): how much its own time per step (its waits in collectives
+        left out) varies from step to step, as a robust standard deviation (the quartiles' distance / 1.349:
+        a checkpoint or a pause now and then moves it no more than the medians). The judge tells noise from a
+        slowdown by it: a window's median is about 1.25 x this / sqrt(steps) off (watch/analysis/stragglers.py)."""
         total = own.sum(axis=1)
-        for name in (COMM_PHASE, *PAUSE_PHASES):
-            c = self._index.get(name)
-            if c is not None and c < own.shape[1]:
-                total -= own[:, c]
+        comm = self._index.get(COMM_PHASE)
+        if comm is not None and comm < own.shape[1]:
+            total -= own[:, comm]
         work = self._sorted(total)
         used = total.shape[-1]
-        sd = (work[:, (3 * (used - 1)) // 4] - work[:, (used - 1) // 4]) / 1.349
-        mid = used // 2
-        middle = work[:, mid] if used % 2 else (work[:, mid - 1] + work[:, mid]) / 2
-        # (the noise a far step is held to is the lower half's: a rank slow on one step in three has its upper
-        # quartile among its slow steps, and the quartiles' distance would make them its noise)
-        low = (middle - work[:, (used - 1) // 4]) / 0.6745
-        # (a step is tallied once its waits are in: the newest two may have theirs in a later message, as the
-        # arrivals leave them out, watch/analysis/arrivals.py)
-        settled = numbers.max(axis=1) - 2
-        new = (numbers > self.tallied[rows][:, None]) & (numbers <= settled[:, None])
-        beyond = total > (middle + np.maximum(FAR_SDS * low, FAR_FRACTION * middle))[:, None]
-        self.far_recent[rows] = beyond.sum(axis=1)
-        far = new & beyond
-        fresh = new.sum(axis=1)
-        keep = (1.0 - 1.0 / FAR_MEMORY_STEPS) ** fresh
-        self.far[rows] = self.far[rows] * keep + far.sum(axis=1)
-        longer = far & (total > (middle + np.maximum(FAR_SDS * low, LONG_FRACTION * middle))[:, None])
-        self.far_long[rows] = self.far_long[rows] * keep + longer.sum(axis=1)
-        self.far_steps[rows] = self.far_steps[rows] * keep + fresh
-        p = own.shape[1]
-        over = own - medians[:, :, None]
-        self.far_own[rows, :p] = self.far_own[rows, :p] * keep[:, None] + np.einsum("rps,rs->rp", over, far.astype(np.float64))
-        self.far_recent_own[rows, :p] = np.einsum("rps,rs->rp", over, beyond.astype(np.float64))
-        self.tallied[rows] = np.maximum(self.tallied[rows], settled)
-        return sd
+        return (work[:, (3 * (used - 1)) // 4] - work[:, (used - 1) // 4]) / 1.349
 
     def _sorted(self, block: np.ndarray) -> np.ndarray:
         """``block`` sorted along its last axis, in a scratch buffer kept from one refresh to the next: a fresh

@@ -96,7 +96,7 @@ class Verdict:
     others: int = 0  # further ranks flagged the same way, not named
     cause: Cause | None = None  # why the culprit is slow, when its evidence says (watch/analysis/causes.py)
     last_arrivals: float | None = None  # the culprit's share of its last steps it arrived last at the collectives
-    every: float | None = None  # an intermittent straggler (slow_rank): slow on one step in this many; checkpoint, eval: one in this many steps
+    every: float | None = None  # checkpoint, eval: one in this many steps
     hosts: list[str] | None = None  # slow_link: the pair's two ends, when one pair's link is slow (else the node alone)
     since: float | None = None  # job_slower: when it began (unix seconds)
 
@@ -201,16 +201,14 @@ def _slow_in_order(snapshot: Snapshot) -> list[RankRow]:
 
 
 def _cost(row: RankRow) -> str:
-    average = " on average" if row.every is not None else ""
-    return f"+{fmt.ms_brief(row.excess_s)} ms per step{average}, the job loses {fmt.percent(row.score)}"
+    return f"+{fmt.ms_brief(row.excess_s)} ms per step, the job loses {fmt.percent(row.score)}"
 
 
 def _slow_rank(slow: list[RankRow], snapshot: Snapshot) -> Verdict:
     top = slow[0]
     phase = f" in {top.culprit_phase}" if top.culprit_phase else ""
     where = snapshot.where(top)
-    often = f" on 1 step in {top.every:.0f}" if top.every is not None else ""  # slow on some steps only
-    text = f"rank {top.rank}{f' ({where})' if where else ''} slow{phase}{often}: {_cost(top)}"
+    text = f"rank {top.rank}{f' ({where})' if where else ''} slow{phase}: {_cost(top)}"
     if len(slow) > 1:
         text += f" (+{len(slow) - 1} more slow: {_names(r.rank for r in slow[1:4])}{' …' if len(slow) > 4 else ''})"
     text += _arrivals(top.last_arrivals, top.score)
@@ -219,7 +217,7 @@ def _slow_rank(slow: list[RankRow], snapshot: Snapshot) -> Verdict:
         text += f", because {cause.text}"
     return Verdict(SLOW_RANK, BAD, text, [r.rank for r in slow[:8]], host=top.host, phase=top.culprit_phase,
                    excess_s=top.excess_s, loss=top.score, others=len(slow) - 1, cause=cause,
-                   last_arrivals=top.last_arrivals, every=top.every)  # fmt: skip
+                   last_arrivals=top.last_arrivals)  # fmt: skip
 
 
 #: A culprit last at the collectives of this share of its steps is corroborated by its peers' waits.
@@ -261,7 +259,7 @@ def _compact_place(text: str) -> str:
 
 #: Each step of :func:`brief` past the first, in order.
 _SHORTER = (
-    lambda text: text.replace(" ms per step, ", " ms/step, ", 1).replace(" ms per step on average, ", " ms/step avg, ", 1),
+    lambda text: text.replace(" ms per step, ", " ms/step, ", 1),
     lambda text: text.replace(", the job loses ", ", job loses ", 1),
     lambda text: text.replace(", the job spends ", ", ", 1).replace("; the job spends ", "; ", 1).replace(" of its time in ", " in ", 1),
     lambda text: re.sub(r" \(\+(\d+) more slow: [^)]*\)", r" (+\1 more slow)", text, count=1),
