@@ -3,8 +3,7 @@
 Run several with RANK/LOCAL_RANK/WORLD_SIZE/LOCAL_WORLD_SIZE/RANKTOP_JOB set, as a
 launcher would. ``--slow-rank R --slow-ms MS --slow-phase P`` makes one rank slow.
 ``--slow-every N`` makes it slow on one step in N only (an intermittent straggler).
-``--node-size K`` puts the ranks on fake nodes of K (RANKTOP_HOST node-0, node-1, ...), and then ``--slow-rank``
-slows its whole node; ``--also-rank R --also-ms MS --also-phase P`` a second straggler. ``--slow-all`` makes every rank slow alike, ``--slow-from-s S`` only from S seconds after it started (the job
+``--also-rank R --also-ms MS --also-phase P`` makes a second straggler. ``--slow-all`` makes every rank slow alike, ``--slow-from-s S`` only from S seconds after it started (the job
 slower than itself).
 ``--gloo`` (under torchrun): backward ends in a gloo all_reduce where the ranks wait for the slowest, as
 in data-parallel training, while their own work stays sleeps (no compute competing for the machine's cores,
@@ -28,16 +27,12 @@ parser.add_argument("--slow-every", type=int, default=1)
 parser.add_argument("--slow-all", action="store_true")
 parser.add_argument("--slow-from-s", type=float, default=0.0)
 parser.add_argument("--gloo", action="store_true")
-parser.add_argument("--node-size", type=int, default=0)
 parser.add_argument("--also-rank", type=int, default=-1)
 parser.add_argument("--also-ms", type=float, default=0.0)
 parser.add_argument("--also-phase", default="data")
 args = parser.parse_args()
 
 rank = int(os.environ.get("RANK", "0"))
-if args.node_size:  # fake nodes of this many ranks each on this machine (the probe reads its host at init)
-    os.environ["RANKTOP_HOST"] = f"node-{rank // args.node_size}"
-slow_ranks = range(rank - rank % args.node_size, rank - rank % args.node_size + args.node_size) if args.node_size else ()
 probe.init()
 all_reduce = None
 if args.gloo:
@@ -52,7 +47,7 @@ for n in range(args.steps):
     with probe.step():
         for name, seconds in PHASES.items():
             with probe.phase(name):
-                slowed = (rank == args.slow_rank or args.slow_all or args.slow_rank in slow_ranks) and time.monotonic() - began >= args.slow_from_s
+                slowed = (rank == args.slow_rank or args.slow_all) and time.monotonic() - began >= args.slow_from_s
                 slowed = slowed and name == args.slow_phase and n % args.slow_every == args.slow_every - 1
                 extra = args.slow_ms / 1000 if slowed else 0.0
                 extra += args.also_ms / 1000 if rank == args.also_rank and name == args.also_phase else 0.0
