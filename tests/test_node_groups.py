@@ -15,16 +15,18 @@ BASE = {"data": 0.004, "forward": 0.008, "backward": 0.012, "optimizer": 0.003}
 
 
 def run(world=16, nodes=2, slow_node=-1, slow_s=0.0, phase="forward", noise=0.03, bias=0.0, steps=200, seed=0,
-        looks=None):  # fmt: skip
+        looks=None, node_of=None):  # fmt: skip
     """Synchronous training on ``nodes`` nodes (ranks in blocks): each rank's own phases with gaussian noise and a
     lasting bias of up to ``bias`` either way, node ``slow_node``'s ranks ``slow_s`` more in ``phase``, the others
-    waiting for the slowest in backward's all-reduce. A snapshot every 16 steps; the snapshots."""
+    waiting for the slowest in backward's all-reduce; ``node_of``: each rank's node (default: in blocks). A snapshot
+    every 16 steps; the snapshots."""
     rng = random.Random(seed)
     clock = messages.Clock()
     agg = Aggregator("j", clock=clock, window=64)
     per = world // nodes
+    node_of = node_of or [r // per for r in range(world)]
     for r in range(world):
-        agg.ingest(messages.hello(r, world, f"n{r // per}", pid=r))
+        agg.ingest(messages.hello(r, world, f"n{node_of[r]}", pid=r))
     lean = [1 + rng.uniform(-bias, bias) for _ in range(world)]
     looks = range(15, steps, 16) if looks is None else looks
     t = 100.0
@@ -33,7 +35,7 @@ def run(world=16, nodes=2, slow_node=-1, slow_s=0.0, phase="forward", noise=0.03
         own = []
         for r in range(world):
             p = {k: v * lean[r] * (1 + rng.gauss(0, noise)) for k, v in BASE.items()}
-            if r // per == slow_node:
+            if node_of[r] == slow_node:
                 p[phase] += slow_s
             own.append(p)
         totals = [sum(p.values()) for p in own]
@@ -74,3 +76,11 @@ def test_two_of_four_on_two_nodes_are_told_at_their_true_size():
 def test_a_healthy_job_on_two_nodes_with_lasting_biases_names_nobody_at_any_look(seed, world):
     for snap in run(world=world, bias=0.02, noise=0.05, seed=seed, steps=240, looks=range(60, 240, 8)):
         assert {r.status for r in snap.ranks} == {"ok"}, [(r.rank, r.host, r.excess_s) for r in snap.ranks if r.status != "ok"]
+
+
+def test_nodes_of_unequal_sizes_and_a_lone_rank_on_a_node():
+    """Nodes of 5, 4 and 1 ranks: the node of 4 slow is named; the lone rank is a rank (no node to speak for)."""
+    node_of = [0] * 5 + [1] * 4 + [2]
+    answer = verdict(run(world=10, node_of=node_of, slow_node=1, slow_s=0.0054)[-1])
+    assert answer.kind == "slow_node" and answer.host == "n1" and answer.ranks == [5, 6, 7, 8], answer.text
+    assert answer.excess_s == pytest.approx(0.0054, rel=0.2), answer.text

@@ -55,25 +55,32 @@ def node_excess(work: np.ndarray, names: list[str], class_ids: np.ndarray | None
         ids = np.arange(n)[members]
         if not waited[ids].all():
             continue
-        hosts, at, sizes = np.unique(host_id[ids], return_inverse=True, return_counts=True)
-        big = np.flatnonzero(sizes >= MIN_RANKS)
-        if len(big) < 2:
+        _, at, sizes = np.unique(host_id[ids], return_inverse=True, return_counts=True)
+        at = at.reshape(-1)
+        big = sizes >= MIN_RANKS
+        if int(big.sum()) < 2:
             continue
-        # (each node as its healthy rank: a node is slow when its ranks are, not one of them)
-        medians = np.array([_healthy(work[ids[at == h]][:, own]) for h in big.tolist()])  # nodes x own phases
+        if not big.all():
+            keep = big[at]
+            ids, at = ids[keep], (np.cumsum(big) - 1)[at[keep]]
+            sizes = sizes[big]
+        # (each node as its healthy rank, worked out for every node at once: a node is slow when its ranks are,
+        # not one of them)
+        starts = np.concatenate(([0], np.cumsum(sizes)[:-1]))
+        mine = work[ids][:, own]
+        medians = _healthy_of_groups(mine, at, starts, sizes)  # nodes x own phases
         reference = _healthy(medians)  # a healthy node: of two, the faster one whole
         beyond = np.clip(medians - reference, 0.0, None)
         sizes_s = beyond.sum(axis=1)
         healthy = float(reference.sum())
-        z = max(NOISE_Z, float(np.sqrt(2.0 * np.log(len(big) * 1e3))))
-        for j, h in enumerate(big.tolist()):
-            mine = ids[at == h]
-            spread = float(np.median(noise[mine]))
-            steps = max(1.0, float(np.median(window_steps[mine])))
-            error = MEDIAN_ERROR * spread / np.sqrt(steps) / np.sqrt(len(mine))
-            excess[mine] = sizes_s[j]
-            culprit[mine] = int(columns[np.argmax(beyond[j])]) if sizes_s[j] > 0 else -1
-            bar[mine] = max(SLOW_FLOOR_S, (SLOW_FLOOR_FRACTION + 2 * HARDWARE_SPREAD) * healthy, z * error * np.sqrt(2.0))
+        z = max(NOISE_Z, float(np.sqrt(2.0 * np.log(len(sizes) * 1e3))))
+        spread = _lower_middle_of_groups(noise[ids], at, starts, sizes)
+        steps = np.maximum(1.0, _lower_middle_of_groups(window_steps[ids].astype(np.float64), at, starts, sizes))
+        error = MEDIAN_ERROR * spread / np.sqrt(steps) / np.sqrt(sizes)
+        floor = max(SLOW_FLOOR_S, (SLOW_FLOOR_FRACTION + 2 * HARDWARE_SPREAD) * healthy)
+        excess[ids] = sizes_s[at]
+        culprit[ids] = np.where(sizes_s[at] > 0, columns[np.argmax(beyond, axis=1)][at], -1)
+        bar[ids] = np.maximum(floor, z * error * np.sqrt(2.0))[at]
     return excess, culprit, bar
 
 
@@ -83,3 +90,31 @@ def _healthy(block: np.ndarray) -> np.ndarray:
     if len(block) == 2:
         return block[np.argmin(block.sum(axis=1))]
     return np.sort(block, axis=0)[(len(block) - 1) // 2]
+
+
+def _lower_middle_of_groups(values: np.ndarray, group: np.ndarray, starts: np.ndarray, sizes: np.ndarray) -> np.ndarray:
+    """Each group's lower median of ``values`` (``group``: each value's group, 0..; ``starts`` and ``sizes``: the
+    groups' places in a sort by group), for every group in one sort."""
+    if len(sizes) and (sizes == sizes[0]).all():  # nodes alike (the usual job): a sort along each node's ranks
+        k = int(sizes[0])
+        grouped = values[np.argsort(group, kind="stable")].reshape(len(sizes), k)
+        return np.partition(grouped, (k - 1) // 2, axis=1)[:, (k - 1) // 2]
+    order = np.lexsort((values, group))
+    return values[order][starts + (sizes - 1) // 2]
+
+
+def _healthy_of_groups(block: np.ndarray, group: np.ndarray, starts: np.ndarray, sizes: np.ndarray) -> np.ndarray:
+    """:func:`_healthy` of each group's rows of ``block``, for every group at once (a sort per column): a group of
+    two, its lesser row whole; of more, each column's lower median."""
+    if len(sizes) and (sizes == sizes[0]).all() and sizes[0] > 2:  # nodes alike: every column in one partition
+        k = int(sizes[0])
+        grouped = block[np.argsort(group, kind="stable")].reshape(len(sizes), k, block.shape[1])
+        return np.partition(grouped, (k - 1) // 2, axis=1)[:, (k - 1) // 2]
+    out = np.empty((len(sizes), block.shape[1]))
+    for c in range(block.shape[1]):
+        out[:, c] = _lower_middle_of_groups(block[:, c], group, starts, sizes)
+    pairs = np.flatnonzero(sizes == 2)
+    if len(pairs):
+        order = np.lexsort((block.sum(axis=1), group))
+        out[pairs] = block[order[starts[pairs]]]
+    return out
