@@ -21,6 +21,7 @@ from typing import Callable, Union
 
 from ranktop.watch.analysis import stalls
 from ranktop.watch.analysis.arrivals import ArrivalBook
+from ranktop.watch.analysis.job_pace import JobPace
 from ranktop.watch.analysis.pauses import PauseBook
 from ranktop.watch.analysis.collectives import collective_rows
 from ranktop.watch.analysis.judge import Extras, build
@@ -88,6 +89,7 @@ class Aggregator:
         self._history = ExcessHistory()  # each rank's excess when last seen healthy (watch/analysis/stragglers.py)
         self._arrivals = ArrivalBook()  # who arrives last, its grid of steps kept (watch/analysis/arrivals.py)
         self._pauses = PauseBook()  # checkpoints' and evaluations' shares of the job's time (watch/analysis/pauses.py)
+        self._pace = JobPace()  # the job's own baseline step (watch/analysis/job_pace.py)
         self._endpoints = Endpoints()  # the relays it hears the job through (watch/engine/endpoints.py)
         self._links = LinkBook()  # the links between nodes the relays measured (watch/engine/link_book.py)
         self._replies: collections.deque[Reply] = collections.deque(maxlen=MAX_REPLIES)
@@ -310,7 +312,7 @@ class Aggregator:
             collectives=lambda ranks: self._collective_rows(now, ranks),
             links=links,
         )
-        return build(view, extras, self._stall, self._peers, self._history, self._arrivals, self._pauses)
+        return build(view, extras, self._stall, self._peers, self._history, self._arrivals, self._pauses, self._pace)
 
     def _collective_rows(self, now: float, ranks: list[int]) -> list[CollectiveStat]:
         """The collectives pane's rows; past :data:`COLLECTIVES_CACHED_FROM` ranks worked out again every

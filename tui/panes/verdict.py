@@ -16,8 +16,8 @@ from textual.widgets import Static
 
 from ranktop.watch.model.snapshot import SILENT, SLOW, STALLED, Snapshot
 from ranktop.watch.model.verdict import (
-    CHECKPOINT, EVAL, HEALTHY, IMBALANCED, SILENT_RANKS, SLOW_LINK, SLOW_NODE, SLOW_RANK, STALLED_JOB, Verdict, brief,
-    verdict,
+    CHECKPOINT, EVAL, HEALTHY, IMBALANCED, JOB_SLOWER, SILENT_RANKS, SLOW_LINK, SLOW_NODE, SLOW_RANK, STALLED_JOB, Verdict,
+    brief, verdict,
 )
 
 from ranktop.tui.render import palette
@@ -32,10 +32,11 @@ STYLES = {
     IMBALANCED: "bold yellow",  # a finding about the pipeline's split, no rank's fault
     CHECKPOINT: "bold yellow",  # what the job chose to spend its time on, no fault: checkpoints, evaluation
     EVAL: "bold yellow",
+    JOB_SLOWER: palette.STATUS_STYLES[SLOW],  # every rank slower alike: no culprit among them, but the job pays
 }
 MARKS = {
     STALLED_JOB: "■", SILENT_RANKS: "■", SLOW_LINK: "⇄", SLOW_NODE: "▲", SLOW_RANK: "▲", IMBALANCED: "◆", CHECKPOINT: "◆",
-    EVAL: "◆", HEALTHY: "✔",
+    EVAL: "◆", JOB_SLOWER: "▲", HEALTHY: "✔",
 }
 
 

@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from ranktop.watch.analysis import arrivals, causes, class_growth, pauses, slow_links, stragglers
+from ranktop.watch.analysis import arrivals, causes, class_growth, job_pace, node_groups, pauses, slow_links, stragglers
 from ranktop.watch.analysis.peers import PeerClasses, Peers
 from ranktop.watch.analysis.silence import silent_ranks
 from ranktop.watch.analysis.stalls import StallPolicy, stall_report
@@ -49,12 +49,13 @@ class Extras:
 
 def build(view: JobView, extras: Extras, policy: StallPolicy = StallPolicy(), peer_classes: PeerClasses | None = None,
           history: stragglers.ExcessHistory | None = None, arrival_book: arrivals.ArrivalBook | None = None,
-          pause_book: pauses.PauseBook | None = None) -> Snapshot:  # fmt: skip
+          pause_book: pauses.PauseBook | None = None, pace: job_pace.JobPace | None = None) -> Snapshot:  # fmt: skip
     """The snapshot of ``view``; ``peer_classes``: the cache of the peers of the views before (None: worked out);
     ``history``: each rank's excess when last seen healthy, kept from the views before (None: not known, a rank
     is judged on this view alone); ``arrival_book``: who arrived last, its grid kept from the views before (None:
     worked out from this view's steps alone); ``pause_book``: the checkpoints' and evaluations' shares of the job's
-    time kept from the views before (None: this view's alone)."""
+    time kept from the views before (None: this view's alone); ``pace``: the job's own baseline step, kept from the
+    views before (None: the job is not judged against its past)."""
     n = len(view.rank)
     names = view.names
     silent = silent_ranks(view)
@@ -90,6 +91,14 @@ def build(view: JobView, extras: Extras, policy: StallPolicy = StallPolicy(), pe
     by_class = grown > grown_above
     worst = np.where(by_class & (grown > found), grown_in, worst)
     found = np.where(by_class, found + grown, found)
+    # Half or more of a class slow (a node of two): the class's median is then no healthy peer, a healthy node is
+    # (its fastest coherent group: watch/analysis/node_groups.py); its every rank is slow with the node's excess.
+    node_found, node_in, node_above = node_groups.node_excess(
+        work, names, class_ids, view.host_id[at], view.own_sd[at], view.window_steps[at], ~np.isnan(view.comm_s[at]))
+    by_node = node_found > node_above
+    worst = np.where(by_node & (node_found > found), node_in, worst)
+    found = np.where(by_node, np.maximum(found, node_found), found)
+    by_class = by_class | by_node
     last = np.full(n, np.nan)
     counted = np.zeros(n, np.int64)
     last[idx], counted[idx] = (
@@ -99,7 +108,13 @@ def build(view: JobView, extras: Extras, policy: StallPolicy = StallPolicy(), pe
     )
     # Flagged by its phase times but never the last to arrive at a collective over many steps: it holds nobody
     # back (its excess is spent where nobody waits for it, or is noise). Where the waits say nothing, no veto.
-    judged_slow = ((found > slow_above) | by_class) & ~((last[idx] == 0.0) & (counted[idx] >= arrivals.VETO_AFTER))
+    vetoed = (last[idx] == 0.0) & (counted[idx] >= arrivals.VETO_AFTER)
+    if by_node.any():  # a slow node's ranks share its last arrivals (16 ranks: each last at 1 step in 16): the node's
+        nodes = view.host_id[at]  # veto is that none of them is ever last
+        lasting = np.unique(nodes[by_node & (np.nan_to_num(last[idx]) > 0)])
+        vetoed &= ~(by_node & np.isin(nodes, lasting))
+    vetoed &= ~_masked(found, (found > slow_above) | by_class, vetoed, last[idx], class_ids)
+    judged_slow = ((found > slow_above) | by_class) & ~vetoed
     if history is not None:  # what was judged, the veto included: a vetoed rank's level follows its excess
         # (what a class or a phase does is kept once its window holds half a window of steps: the job's first
         # steps, warm-up and lazy initialization, say little of it)
@@ -155,6 +170,13 @@ def build(view: JobView, extras: Extras, policy: StallPolicy = StallPolicy(), pe
     paused = pauses.of_view(view, silent, policy.limit(median_step), pause_book)
     rates = view.rate[live]
     rates = rates[~np.isnan(rates) & (rates != 0)]
+    medians = phase_medians(names, view.phases, live)
+    slower = None
+    if pace is not None and len(idx):  # the job against its own past (watch/analysis/job_pace.py)
+        steps_held = float(np.median(view.window_steps[idx]))
+        slower = pace.judge(median_step, medians, job_pace.phase_errors(names, view.phase_sd, view.window_steps, live),
+                            steps_held >= job_pace.SETTLED_STEPS, view.now, view.wall,
+                            float(np.median(rates)) if len(rates) else None)  # fmt: skip
     stage_rows = _stages(view, live, peers.stage_ids) if peers.stage_ids is not None else []
     life = _life(view, silent)
     slow_nodes = slow_links.of_job(extras.links, view.comm_s, live, median_step, view.host, slow)
@@ -190,11 +212,34 @@ def build(view: JobView, extras: Extras, policy: StallPolicy = StallPolicy(), pe
         stages=stage_rows,
         imbalance=stragglers.imbalance(stage_rows, median_step),
         median_step_s=median_step,
-        median_phases=phase_medians(names, view.phases, live),
+        median_phases=medians,
         pauses=paused,
         links=slow_links.shown(extras.links, slow_nodes),
         slow_links=slow_nodes,
+        job_slower=slower,
     )
+
+
+#: A rank flagged but never last is not vetoed while a slower flagged rank of its class is last at this share of
+#: its steps at least: that one arrives after it at every collective, which hides its own lateness.
+MASKED_BY = 0.5
+
+
+def _masked(found: np.ndarray, flagged: np.ndarray, vetoed: np.ndarray, last: np.ndarray,
+            class_ids: np.ndarray | None) -> np.ndarray:  # fmt: skip
+    """Per rank: flagged, vetoed (never last), and outdone by a costlier rank of its class that is flagged, not
+    vetoed and last at MASKED_BY of its steps or more. Two stragglers in different phases: the larger arrives last
+    at every step, and the smaller, whose own excess is measured, would be dropped by the veto (issue 46, item 3);
+    the last arrivals say who is last, not who else is late."""
+    out = np.zeros(len(found), bool)
+    if not (flagged & vetoed).any():
+        return out
+    leading = flagged & ~vetoed & (np.nan_to_num(last) >= MASKED_BY)
+    for members, _ in stragglers.peer_groups(class_ids, len(found)):
+        ahead = found[members][leading[members]]
+        if len(ahead):
+            out[members] = flagged[members] & vetoed[members] & (found[members] < float(ahead.max()))
+    return out
 
 
 def _messages(view: JobView):

@@ -67,6 +67,18 @@ class Pause:
 
 
 @dataclass(frozen=True)
+class JobSlower:
+    """The job's step grew against its own baseline with no rank standing out (watch/analysis/job_pace.py)."""
+
+    share: float  # how much slower: (step now - baseline) / baseline (0.55 = 55% slower)
+    excess_s: float  # seconds a step is longer than its baseline
+    since: float  # when it began, unix seconds (when first seen, back half a window)
+    baseline_s: float  # the baseline step
+    phase: str | None = None  # the phase that grew most
+    phase_excess_s: float | None = None  # ... by this much (its median over the ranks)
+
+
+@dataclass(frozen=True)
 class CollectiveStat:
     """One op on one rank (rank -1: the whole job), over the calls in the window."""
 
@@ -126,6 +138,7 @@ class Snapshot:
     pauses: list = field(default_factory=list)  # checkpoints and evaluations with a share of the job's time or under way (watch/analysis/pauses.py Pause)
     links: list = field(default_factory=list)  # the links between nodes the relays measured (watch/engine/link_book.py Link)
     slow_links: list = field(default_factory=list)  # the slow nodes and pairs, costliest first (watch/analysis/slow_links.py)
+    job_slower: JobSlower | None = None  # the job slower than itself, no rank standing out (watch/analysis/job_pace.py)
 
     def __post_init__(self) -> None:
         if not isinstance(self.ranks, RankRows):

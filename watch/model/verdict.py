@@ -22,6 +22,9 @@ from the worst news to the best, and the first that applies is the verdict:
 6. ``checkpoint`` / ``eval``: nobody is flagged, and the job spends 5% of its time or more saving checkpoints
    or evaluating ("rank 0 saving a checkpoint: 3.0 s every 20 steps, the job spends 90% of its time in
    checkpoints").
+   ``job_slower``: nobody is flagged, but the job's step grew 10% or more against its own baseline of the last
+   minutes, past its noise, for seconds (watch/analysis/job_pace.py): "the job is 55% slower since 14:02:10:
+   forward +20 ms on every rank".
 7. ``imbalanced``: nobody is flagged, but the pipeline's stages are unbalanced
    (``snapshot.imbalance``): a finding about the model's split, never a rank's.
 8. ``warming_up``: no rank has steps enough to be scored yet.
@@ -48,7 +51,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ranktop.watch.model.snapshot import Cause, Pause, RankRow, Snapshot
+from ranktop.watch.model.snapshot import Cause, JobSlower, Pause, RankRow, Snapshot
 from ranktop.watch.statuses import SILENT, SLOW, STALLED
 from ranktop.watch import format as fmt
 from ranktop.watch.format import ago as _ago
@@ -63,14 +66,15 @@ SLOW_NODE = "slow_node"
 SLOW_RANK = "slow_rank"
 CHECKPOINT = "checkpoint"  # the job spends its time saving checkpoints, or waits for one now (wire/names.py)
 EVAL = "eval"  # ... evaluating
+JOB_SLOWER = "job_slower"  # every rank slower alike: the job against its own past
 IMBALANCED = "imbalanced"
 WARMING_UP = "warming_up"
 HEALTHY = "healthy"
 WAITING = "waiting"
 ENDED_JOB = "ended"  # every rank exited cleanly (watch/engine/lifecycle.py): its ranks are silent because they are done
 KINDS = (
-    STALLED_JOB, SILENT_RANKS, SLOW_LINK, SLOW_NODE, SLOW_RANK, CHECKPOINT, EVAL, IMBALANCED, WARMING_UP, HEALTHY, WAITING,
-    ENDED_JOB,
+    STALLED_JOB, SILENT_RANKS, SLOW_LINK, SLOW_NODE, SLOW_RANK, CHECKPOINT, EVAL, JOB_SLOWER, IMBALANCED, WARMING_UP,
+    HEALTHY, WAITING, ENDED_JOB,
 )
 
 # How bad it is, for the colour of the line.
@@ -94,6 +98,7 @@ class Verdict:
     last_arrivals: float | None = None  # the culprit's share of its last steps it arrived last at the collectives
     every: float | None = None  # checkpoint, eval: one in this many steps
     hosts: list[str] | None = None  # slow_link: the pair's two ends, when one pair's link is slow (else the node alone)
+    since: float | None = None  # job_slower: when it began (unix seconds)
 
 
 def verdict(snapshot: Snapshot) -> Verdict:
@@ -123,6 +128,8 @@ def verdict(snapshot: Snapshot) -> Verdict:
         return _slow_node(snapshot, slow) if snapshot.slow_hosts else _slow_rank(slow, snapshot)
     if paused:
         return _paused(paused[0])
+    if snapshot.job_slower is not None:
+        return _job_slower(snapshot.job_slower)
     if snapshot.imbalance:
         return Verdict(IMBALANCED, WARN, snapshot.imbalance, [])
     scored = np.flatnonzero(~np.isnan(table.step_s))
@@ -160,6 +167,18 @@ def _paused(pause: Pause) -> Verdict:
         text += f"{';' if pause.holding else ','} the job spends {fmt.percent(pause.share)} of its time in {'checkpoints' if checkpoint else 'evaluation'}"
     return Verdict(pause.kind, WARN, text, pause.ranks, host=pause.host, phase=pause.kind, excess_s=pause.each_s,
                    loss=pause.share, others=max(0, pause.count - len(pause.ranks)), every=pause.every)  # fmt: skip
+
+
+def _job_slower(slower: JobSlower) -> Verdict:
+    """"the job is 55% slower since 14:02:10: forward +20 ms on every rank"."""
+    at = time.strftime("%H:%M:%S", time.localtime(slower.since))
+    text = f"the job is {fmt.percent(slower.share)} slower since {at}"
+    if slower.phase is not None and slower.phase_excess_s is not None and slower.phase_excess_s > 0:
+        text += f": {slower.phase} +{fmt.ms_brief(slower.phase_excess_s)} ms on every rank"
+    else:
+        text += f": +{fmt.ms_brief(slower.excess_s)} ms per step on every rank"
+    return Verdict(JOB_SLOWER, WARN, text, [], phase=slower.phase, excess_s=slower.excess_s, loss=slower.share,
+                   since=slower.since)  # fmt: skip
 
 
 def _seconds(value: float) -> str:
