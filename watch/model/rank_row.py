@@ -88,12 +88,15 @@ build_rank_row = _fast_constructor(RankRow)
 class Cause:
     """Why a slow rank is slow: a figure of its own far beyond its peers' (watch/analysis/causes.py)."""
 
-    kind: str  # gc_pause | cpu_contention | expert_load | input_imbalance | data_loader | gpu_throttle | memory_pressure
+    kind: str  # one of watch/analysis/causes.py ALL_KINDS: gc_pause | cpu_contention | ... | unknown
     text: str  # "it spends 12 ms per step in Python's garbage collector, 9.5x its peers' 1.3 ms (gc pause)"
     value: float  # its figure, per second (seconds per second for time)
     peers: float  # a healthy peer's (its peers' lower median)
     ratio: float | None  # value / peers (None: the peers' is nil)
     extra_s: float  # what the difference costs it per step, seconds
+    explains: float = 1.0  # the share of its excess this explains, 0-1 (the verdict: "because" from 0.5, "partly" from 0.2)
+    basis: str = "measured"  # measured (a time it lost) | estimated (from a ratio) | untold (no cost) | none (unknown)
+    ruled_out: tuple[str, ...] = ()  # unknown: what its evidence ruled out ("GC", "CPU contention", ...)
     switches_per_s: float | None = None  # cpu_contention: its training thread's involuntary context switches a second
     peers_switches_per_s: float | None = None  # ... a healthy peer's
     workers: float | None = None  # data_loader: its DataLoader workers (child processes), where /proc shows them
