@@ -141,9 +141,9 @@ def read_thread_cpu(native_id: int) -> tuple[float, int, int | None, float] | No
     return None
 
 
-def read_process(pid: int | None = None, clock_ticks: int = 0) -> tuple[float, int, int] | None:
-    """The process's CPU seconds so far (all its threads), its threads, and the CPUs it may run on; None where
-    /proc does not say (not Linux)."""
+def read_process(pid: int | None = None, clock_ticks: int = 0, thread: int = 0) -> tuple[float, int, int] | None:
+    """The process's CPU seconds so far (all its threads), its threads, and the CPUs thread ``thread`` (a native
+    id; 0: the caller) may run on; None where /proc does not say (not Linux)."""
     ticks = clock_ticks or _CLOCK_TICKS
     try:
         with open(f"/proc/{os.getpid() if pid is None else pid}/stat", "rb") as f:
@@ -153,7 +153,7 @@ def read_process(pid: int | None = None, clock_ticks: int = 0) -> tuple[float, i
     except (OSError, ValueError, IndexError):
         return None
     try:
-        cores = len(os.sched_getaffinity(0 if pid is None else pid)) or 1
+        cores = len(os.sched_getaffinity(thread)) or 1
     except (AttributeError, OSError):
         cores = os.cpu_count() or 1
     return seconds, threads, cores
@@ -357,7 +357,7 @@ class Evidence:
             reading["runq"], reading["nvcsw"], swap, reading["cpu"] = thread
             if swap is not None:
                 reading["swap"] = swap
-        process = read_process()
+        process = read_process(thread=self.native_id)
         if process is not None:
             reading["pcpu"], reading["thr"], reading["cores"] = process
         loader = self.loader
@@ -393,6 +393,9 @@ def _call(source: Callable[..., Any] | None, *args: Any) -> Any:
 PER_SECOND = {"gc": "gc", "gc_n": "gc_n", "runq": "runq", "nvcsw": "nvcsw", "rows": "a2a_rows", "kids": "kids",
               "retries": "retries", "cpu": "cpu", "pcpu": "pcpu", "ld": "ld", "ld_cpu": "ld_cpu", "jit": "jit",
               "jit_n": "jit_n", "breaks": "breaks"}  # fmt: skip
+#: Running totals that start at nothing when first read (the loader's, once wrapped; dynamo's, once imported): a
+#: window whose first reading lacks them counts them from nothing, not from its first reading that has them.
+FROM_NOTHING = frozenset({"ld", "ld_cpu", "jit", "jit_n", "breaks"})
 #: Running totals sent per step (over the steps the window holds).
 PER_STEP = ("samples", "tokens", "padded")
 
@@ -405,8 +408,8 @@ def rates(first: dict[str, Any], last: dict[str, Any]) -> dict[str, Any] | None:
         return None
     out: dict[str, Any] = {"win": span}
     for name, wire in PER_SECOND.items():
-        if name in first and name in last:
-            out[wire] = max(0.0, (last[name] - first[name]) / span)
+        if name in last and (name in first or name in FROM_NOTHING):
+            out[wire] = max(0.0, (last[name] - first.get(name, 0.0)) / span)
     steps = last.get("steps", 0) - first.get("steps", 0) if "steps" in first and "steps" in last else 0
     if steps > 0 and last.get("counted"):
         for name in PER_STEP:

@@ -264,3 +264,18 @@ def test_a_run_queue_wait_while_its_own_threads_fill_its_cores_is_oversubscribed
     st = ev_states(runq=[0.4, 0.01, 0.01], cpu=[0.5, 0.5, 0.5], pcpu=[0.55, 0.55, 0.5], cores=[2, 2, 2])
     (cause,) = causes.of_ranks(st, np.full(3, 0.1), np.array([0.04, 0, 0]), slow_first(3), np.ones(3, bool), None)[0]
     assert cause.kind == "cpu_contention"
+
+
+def test_on_a_busy_machine_a_rank_that_asks_for_more_cpu_waits_more_and_that_is_host_bound_not_contention():
+    """Its peers wait 0.5 s for a CPU per CPU second they run; it runs 0.6 s a second against their 0.2 and waits
+    in proportion (0.3 against 0.1): the wait is what its extra CPU work meets, not another process. Its extra
+    CPU, 40 ms a step, costs it 60 ms with that wait; the whole of its 60 ms excess."""
+    st = ev_states(cpu=[0.6, 0.2, 0.2], runq=[0.3, 0.1, 0.1])
+    found = causes.of_ranks(st, np.full(3, 0.1), np.array([0.06, 0, 0]), slow_first(3), np.ones(3, bool), None)[0]
+    assert [c.kind for c in found] == ["host_bound"], found
+    assert found[0].extra_s == pytest.approx(0.06) and found[0].explains == pytest.approx(1.0)
+    # the same CPU, waiting three times what its peers wait per CPU second: contention, against their 30 ms
+    st = ev_states(cpu=[0.2, 0.2, 0.2], runq=[0.3, 0.1, 0.1])
+    (cause,) = causes.of_ranks(st, np.full(3, 0.1), np.array([0.02, 0, 0]), slow_first(3), np.ones(3, bool), None)[0]
+    assert cause.kind == "cpu_contention" and cause.extra_s == pytest.approx(0.02)
+    assert cause.text.startswith("its training thread waits 30 ms per step for a CPU, 3.0x its peers' 10 ms for as much CPU time")

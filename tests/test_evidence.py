@@ -276,3 +276,13 @@ def test_padded_tokens_go_out_per_step_beside_the_real_ones_and_the_old_call_sti
     steps[0] = 20
     old.inputs.add(samples=8, tokens=600)
     assert "padded" not in old.sample()  # not said: judged on the tokens
+
+
+def test_totals_that_appear_within_the_window_are_counted_from_nothing():
+    """dynamo imported (or a DataLoader's module) after the window's first reading: its compile time and frames
+    so far all fell in the window, so the rate is over the window from nothing, not left out."""
+    first = {"t": 0.0, "gc": 0.0}
+    last = {"t": 2.0, "gc": 0.0, "jit": 1.0, "jit_n": 6, "ld": 0.5, "runq": 3.0}
+    out = evidence.rates(first, last)
+    assert (out["jit"], out["jit_n"], out["ld"]) == (0.5, 3.0, 0.25)
+    assert "runq" not in out  # a total since the thread began: no rate without two readings

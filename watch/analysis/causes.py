@@ -80,6 +80,9 @@ KINDS = (
     Kind("cpu_contention", "runq", lambda per_step, beyond: f"its training thread waits {per_step} per step for a CPU, {beyond} (cpu contention)"),
 )  # fmt: skip
 GC_KIND, RUNQ_KIND = KINDS
+#: ``cpu_contention`` where the training threads' CPU time is known: its wait against what its peers wait for as
+#: much CPU (on a busy machine a thread waits in proportion to the CPU it asks for: more work waits more).
+RUNQ_SCALED_KIND = Kind("cpu_contention", "runq", lambda per_step, beyond: f"its training thread waits {per_step} per step for a CPU, {beyond} for as much CPU time (cpu contention)")
 LOADER_KIND = Kind("data_loader", "ld", lambda per_step, beyond: f"it waits {per_step} per step inside its DataLoader's __next__, {beyond}")
 COMPILE_KIND = Kind("recompile", "jit", lambda per_step, beyond: f"torch.compile spends {per_step} per step compiling on it, {beyond}")
 HOST_KIND = Kind("host_bound", "cpu", lambda per_step, beyond: f"its training thread runs {per_step} per step on a CPU, {beyond}")
@@ -94,9 +97,9 @@ CLOCK_RATIO = 1.1
 #: Memory pressure: allocator retries a second beyond its peers', and bytes swapped out beyond theirs.
 RETRIES_FLOOR = 0.1
 SWAP_FLOOR = 256 * 2**20
-#: Its own threads use this share of its cores, and their CPU beyond its peers' is this share of its run-queue
-#: wait: the rank contends with itself (``oversubscribed``), not with another process.
-OWN_CORES = 0.75
+#: Its own other threads use this many CPUs beyond its peers', and that CPU per step is this share of its
+#: run-queue wait or more: the rank contends with itself (``oversubscribed``), not with another process.
+OWN_CPUS = 0.3
 OWN_SHARE = 0.5
 
 
@@ -286,9 +289,14 @@ def unknown(ruled_out: Sequence[str]) -> Cause:
                  basis=NONE, ruled_out=tuple(names))  # fmt: skip
 
 
-def explaining(causes: Sequence[Cause], at_least: float = PARTLY) -> Cause | None:
-    """The first of a rank's causes (in their order) that explains ``at_least`` of its excess."""
-    return next((c for c in causes if c.kind != "unknown" and c.explains >= at_least), None)
+def explaining(causes: Sequence[Cause]) -> Cause | None:
+    """The cause the verdict names: the first of a rank's causes (in their order: measured first) that explains
+    :data:`BECAUSE` of its excess, else the first that explains :data:`PARTLY`; None: none does."""
+    for at_least in (BECAUSE, PARTLY):
+        for c in causes:
+            if c.kind != "unknown" and c.explains >= at_least:
+                return c
+    return None
 
 
 def of_ranks(
@@ -363,23 +371,36 @@ def of_ranks(
         add(judge_clock(got[0], got[1], step, excess, reasons, compute))
     _memory(states, which, peers_of, class_ids, found)
     # measured: time it lost
-    gc_s, runq_s, jit_s = beyond("gc"), beyond("runq"), beyond("jit")
+    gc_s, jit_s = beyond("gc"), beyond("jit")
+    cpu_got = pair("cpu", FLOOR)
+    # what its peers wait for a CPU per CPU second they run (0 where not known): the wait any rank's CPU work meets
+    wait_per_cpu = np.zeros(k_all)
+    runq_got = pair("runq", FLOOR)
+    if cpu_got is not None and runq_got is not None:
+        with np.errstate(divide="ignore", invalid="ignore"):
+            wait_per_cpu = np.nan_to_num(np.where(cpu_got[1] > 0, runq_got[1] / cpu_got[1], 0.0), nan=0.0, posinf=0.0)
     for kind, held in ((GC_KIND, None), (COMPILE_KIND, None)):
         got = pair(kind.field, FLOOR)
         if got is not None:
             add(_with_compiles(judge(got[0], got[1], step, excess, kind, held), which, states) if kind is COMPILE_KIND
                 else judge(got[0], got[1], step, excess, kind, held))  # fmt: skip
-    got = pair("runq", FLOOR)
-    if got is not None:
-        add(_contention(judge(got[0], got[1], step, excess, RUNQ_KIND), states, which, pair, step))
+    runq_s = np.zeros(k_all)
+    if runq_got is not None:
+        mine, ref = runq_got
+        kind = RUNQ_KIND
+        if cpu_got is not None:  # its peers' wait, for as much CPU as its own
+            scaled = cpu_got[0] * wait_per_cpu
+            ref, kind = np.where(np.isnan(scaled) | (cpu_got[1] <= 0), ref, scaled), RUNQ_SCALED_KIND
+        contention = _contention(judge(mine, ref, step, excess, kind), states, which, pair, step)
+        runq_s = np.array([0.0 if c is None else c.extra_s for c in contention])
+        add(contention)
     got = pair("ld", FLOOR)
     if got is not None:
         loader = judge(got[0], got[1], step, excess, LOADER_KIND, gc_s + runq_s)
         add(_with_workers(loader, states, which, pair))
-    got = pair("cpu", FLOOR)
-    if got is not None:
+    if cpu_got is not None:
         held = gc_s + jit_s + beyond("ld_cpu") + loads_est
-        add(_host_bound(judge(got[0], got[1], step, excess, HOST_KIND, held)))
+        add(_host_bound(judge(cpu_got[0], cpu_got[1], step, excess, HOST_KIND, held), wait_per_cpu, excess))
     out: dict[int, list[Cause]] = {}
     for k, i in enumerate(which.tolist()):
         mine = sorted(found.get(i, ()), key=lambda c: (_ORDER.get(c.basis, 3), -c.extra_s))
@@ -438,14 +459,15 @@ def _contention(found: list[Cause | None], states: Sequence[State], which: np.nd
         i = int(which[k])
         ev = states[i].ev
         cores = getattr(ev, "cores", None) if ev is not None else None
-        if cpu is not None and pcpu is not None and cores:
+        if cpu is not None and pcpu is not None:
             others, peers_others = pcpu[0][k] - cpu[0][k], pcpu[1][k] - cpu[1][k]
-            own_extra = (others - _zero(peers_others)) * step[k]
-            if others == others and pcpu[0][k] >= OWN_CORES * cores and own_extra >= OWN_SHARE * cause.extra_s:
+            beyond_peers = others - _zero(peers_others)
+            if others == others and beyond_peers >= OWN_CPUS and beyond_peers * step[k] >= OWN_SHARE * cause.extra_s:
                 threads = getattr(ev, "thr", None)
                 many = f"its own {threads} threads" if threads else "its own threads"
                 text = cause.text.removesuffix(" (cpu contention)")
-                text += f", while {many} use {pcpu[0][k]:.1f} of its {cores} CPUs (oversubscribed)"
+                of = f" of its {cores} CPUs" if cores else " CPUs"
+                text += f", while {many} use {pcpu[0][k]:.1f}{of} (oversubscribed)"
                 out.append(Cause(**{**cause.__dict__, "kind": "oversubscribed", "text": text}))
                 continue
         if switches is not None:
@@ -495,9 +517,18 @@ def _with_compiles(found: list[Cause | None], which: np.ndarray, states: Sequenc
     return out
 
 
-def _host_bound(found: list[Cause | None]) -> list[Cause | None]:
-    return [None if c is None else Cause(**{**c.__dict__, "text": c.text + ", more than its GC, compiles, loading and "
-            "inputs explain: Python the step waits on (host bound)"}) for c in found]  # fmt: skip
+def _host_bound(found: list[Cause | None], wait_per_cpu: np.ndarray, excess: np.ndarray) -> list[Cause | None]:
+    """``host_bound``'s text, and its cost with the wait for a CPU that much more CPU work meets at its peers'
+    rate (``wait_per_cpu``: seconds waited per CPU second)."""
+    out: list[Cause | None] = []
+    for k, c in enumerate(found):
+        if c is None:
+            out.append(None)
+            continue
+        extra = c.extra_s * (1.0 + float(wait_per_cpu[k]))
+        text = c.text + ", more than its GC, compiles, loading and inputs explain: Python the step waits on (host bound)"
+        out.append(Cause(**{**c.__dict__, "text": text, "extra_s": extra, "explains": share(extra, float(excess[k]))}))
+    return out
 
 
 def _memory(states: Sequence[State], which: np.ndarray, peers_of: np.ndarray, class_ids: np.ndarray | None,

@@ -211,11 +211,12 @@ PARTLY = 0.2
 
 def _why(causes: list[Cause]) -> tuple[Cause | None, str]:
     """The cause the verdict names and how it says it (watch/analysis/causes.py orders them, measured first):
-    ", because ..." for the first that explains :data:`BECAUSE` of the excess, ", partly because ..." from
-    :data:`PARTLY`; when none does but the rank's evidence ruled causes out, ", cause unknown: not GC, ..."."""
-    for cause in causes:
-        if cause.kind != UNKNOWN_CAUSE and cause.explains >= PARTLY:
-            return cause, f", {'because' if cause.explains >= BECAUSE else 'partly because'} {cause.text}"
+    ", because ..." for the first that explains :data:`BECAUSE` of the excess, else ", partly because ..." for the
+    first from :data:`PARTLY`; when none does but the rank's evidence ruled causes out, ", cause unknown: not GC, ..."."""
+    for at_least in (BECAUSE, PARTLY):  # one that explains half first, whatever its basis
+        for cause in causes:
+            if cause.kind != UNKNOWN_CAUSE and cause.explains >= at_least:
+                return cause, f", {'because' if cause.explains >= BECAUSE else 'partly because'} {cause.text}"
     unknown = next((c for c in causes if c.kind == UNKNOWN_CAUSE), None)
     if unknown is not None:
         return unknown, f", cause unknown: {unknown.text}"
