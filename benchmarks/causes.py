@@ -61,7 +61,7 @@ class Job:
 
 #: One job a kind, in the order they run.
 KINDS = (
-    Job("gc", "gc_pause"), Job("busy", "cpu_contention", pin=True, busy=4, args=("--compute-ms", "12")), Job("threads", "oversubscribed", pin=True),
+    Job("gc", "gc_pause"), Job("busy", "cpu_contention", pin=True, busy=1, args=("--compute-ms", "12")), Job("threads", "oversubscribed", pin=True),
     Job("imbalance", "input_imbalance"), Job("padded", UNKNOWN), Job("loader", "data_loader"),
     Job("recompile", "recompile"), Job("python", "host_bound"), Job("sleep", UNKNOWN),
 )  # fmt: skip
@@ -170,7 +170,7 @@ def main() -> None:
                 continue
             outcomes.append(outcome)
             print(f"{job.cause:>10} w{job.world}: truth {job.truth:<16} named {outcome['named']:<16} "
-                  f"{outcome.get('causes', '')}", file=sys.stderr, flush=True)  # fmt: skip
+                  f"{outcome.get('causes') or outcome['verdict'][:160]}", file=sys.stderr, flush=True)  # fmt: skip
             if args.outcomes:
                 with open(args.outcomes, "a") as f:
                     f.write(json.dumps(outcome) + "\n")
