@@ -84,7 +84,7 @@ def run(job: Job, folder: Path, slow_rank: int = 1) -> dict:
     torchrun = [*TORCHRUN4[:-1], f"--nproc_per_node={job.world}"]
     extra = ["--pin"] if job.pin else []
     command = [RANKTOP, "launch", "--job", job.name, "--", *torchrun, str(SCRIPT), "--cause", job.cause,
-               "--slow-rank", str(slow_rank), *extra, *job.args]  # fmt: skip
+               "--slow-rank", str(slow_rank), "--tag", job.name, *extra, *job.args]  # fmt: skip
     cpu = slow_rank % (os.cpu_count() or 1)
     busy = [subprocess.Popen([sys.executable, "-c", f"import os; os.sched_setaffinity(0, {{{cpu}}})\nwhile True: pass"],
                              start_new_session=True) for _ in range(job.busy)]  # fmt: skip
@@ -100,7 +100,28 @@ def run(job: Job, folder: Path, slow_rank: int = 1) -> dict:
             stop_group(proc, 30, group=False)
         for spinner in busy:
             stop_group(spinner, 5)
+        _end_leftovers(job.name)
     return {"job": job.name, "cause": job.cause, "truth": job.truth, "world": job.world, **scored(doc, slow_rank)}
+
+
+def _end_leftovers(tag: str) -> None:
+    """End this job's ranks (and their DataLoader workers) that outlived it, by their pids: a job killed while
+    starting can leave its ranks running, orphaned, and they would weigh on every later job's CPUs."""
+    import signal
+
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                args = f.read().split(b"\0")
+        except OSError:
+            continue
+        if b"--tag" in args and tag.encode() in args and any(a.endswith(b"causes_rank.py") for a in args):
+            try:
+                os.kill(int(pid), signal.SIGKILL)
+            except OSError:
+                pass
 
 
 def scored(doc: dict, slow_rank: int) -> dict:

@@ -40,6 +40,7 @@ parser.add_argument("--compute-ms", type=float, default=6.0)
 parser.add_argument("--slow-ms", type=float, default=25.0)
 parser.add_argument("--size", type=float, default=2.0)
 parser.add_argument("--pin", action="store_true")
+parser.add_argument("--tag", default="", help="the benchmark's name for this job (it ends what is left by it)")
 args = parser.parse_args()
 
 rank = int(os.environ["RANK"])

@@ -279,3 +279,11 @@ def test_on_a_busy_machine_a_rank_that_asks_for_more_cpu_waits_more_and_that_is_
     (cause,) = causes.of_ranks(st, np.full(3, 0.1), np.array([0.02, 0, 0]), slow_first(3), np.ones(3, bool), None)[0]
     assert cause.kind == "cpu_contention" and cause.extra_s == pytest.approx(0.02)
     assert cause.text.startswith("its training thread waits 30 ms per step for a CPU, 3.0x its peers' 10 ms for as much CPU time")
+
+
+def test_a_peer_that_never_compiled_nor_iterated_a_dataloader_counts_as_nothing_spent_there():
+    """dynamo is imported on the slow rank only (its peers compile nothing): their evidence leaves ``jit`` out, which
+    is 0 seconds compiling, a peer's figure all the same; a rank that sends no evidence at all is still no peer."""
+    st = [State(ev=Evidence(win=10.0, jit=0.3, jit_n=2.0, cpu=0.5)), State(ev=Evidence(win=10.0, cpu=0.2)), State()]
+    found = causes.of_ranks(st, np.full(3, 0.2), np.array([0.06, 0, 0]), slow_first(3), np.ones(3, bool), None)[0]
+    assert found[0].kind == "recompile" and found[0].peers == 0.0 and found[0].explains == 1.0, found

@@ -136,13 +136,20 @@ ALL_KINDS = ("gc_pause", "cpu_contention", "oversubscribed", "data_loader", "rec
              "input_imbalance", "gpu_throttle", "memory_pressure", "unknown")  # fmt: skip
 
 
+#: Figures a rank's evidence leaves out until it has any (dynamo never imported, no DataLoader iterated): a rank
+#: that sends evidence without them has spent nothing there, which is a peer's figure all the same (0).
+NIL_WHEN_ABSENT = frozenset({"jit", "jit_n", "breaks", "ld", "ld_cpu"})
+
+
 def figures(states: Sequence[State], field: str, part: str = "ev") -> np.ndarray:
-    """Each rank's evidence figure ``field`` (NaN where its state says none); ``part="gpu"``: a GPU gauge."""
+    """Each rank's evidence figure ``field`` (NaN where its state says none; 0 for :data:`NIL_WHEN_ABSENT`'s
+    when it sends evidence without it); ``part="gpu"``: a GPU gauge."""
     out = np.full(len(states), np.nan)
+    nil = 0.0 if part == "ev" and field in NIL_WHEN_ABSENT else None
     for i, state in enumerate(states):
         if part == "ev":
             ev = state.ev
-            value = getattr(ev, field) if ev is not None else None
+            value = (nil if (value := getattr(ev, field)) is None else value) if ev is not None else None
         else:
             gpu = state.gpu
             value = gpu.get(field) if gpu is not None else None
