@@ -61,7 +61,7 @@ class Job:
 
 #: One job a kind, in the order they run.
 KINDS = (
-    Job("gc", "gc_pause"), Job("busy", "cpu_contention", pin=True, busy=1, args=("--compute-ms", "12")), Job("threads", "oversubscribed", pin=True),
+    Job("gc", "gc_pause"), Job("busy", "cpu_contention", pin=True, args=("--compute-ms", "12")), Job("threads", "oversubscribed", pin=True),
     Job("imbalance", "input_imbalance"), Job("padded", UNKNOWN), Job("loader", "data_loader"),
     Job("recompile", "recompile"), Job("python", "host_bound"), Job("sleep", UNKNOWN),
 )  # fmt: skip

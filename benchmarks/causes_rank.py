@@ -7,8 +7,7 @@ Each step: ``data`` (a DataLoader's next batch), ``forward`` and ``backward`` (a
 sleep). The causes:
 
 - ``gc``: a heap of 400,000 tracked lists and a full ``gc.collect()`` in forward;
-- ``busy``: it lowers its own priority (nice 10) and the benchmark runs a busy process pinned to its CPU (``--pin``
-  pins each rank);
+- ``busy``: a busy process pinned to its CPU, which it yields to (nice 10) (``--pin`` pins each rank);
 - ``threads``: three threads of its own hashing (GIL released) on its one CPU (``--pin``);
 - ``imbalance``: ``--size`` times the tokens (``probe.add_inputs``), and as much more compute;
 - ``padded``: ``--size`` times the real tokens, padded to the same length as its peers' (the same compute), and
@@ -50,8 +49,19 @@ probe.init()
 dist.init_process_group("gloo")
 if args.pin:
     os.sched_setaffinity(0, {rank % os.cpu_count()})
-if cause == "busy":  # the busy process on its CPU outranks it (on a machine busy already, an equal share is lost
-    os.nice(10)  # in the others' noise); lowering its own priority hurts nobody else's processes
+if cause == "busy":
+    # A busy process on its CPU, started from this job's session (the scheduler shares a CPU between sessions
+    # first: one started apart from the job would take half of it whatever the job's priorities), by a thread
+    # other than the training one (whose child processes would read as DataLoader workers); it ends when this
+    # rank does. This rank yields to it (nice 10): on a machine busy already, an equal share is lost in the
+    # others' noise, and lowering its own priority hurts nobody else's processes.
+    import subprocess
+    import sys
+
+    spinner = (f"import os\nos.sched_setaffinity(0, {{{rank % os.cpu_count()}}})\nparent = os.getppid()\n"
+               "while os.getppid() == parent:\n    for _ in range(100_000): pass")  # fmt: skip
+    threading.Thread(target=lambda: subprocess.Popen([sys.executable, "-c", spinner]), daemon=True).start()
+    os.nice(10)
 grads = torch.ones(1024)
 TOKENS = 4096
 

@@ -48,19 +48,14 @@ from typing import Callable, Mapping, Sequence
 import numpy as np
 
 from ranktop.watch import format as fmt
-from ranktop.watch.model.rank_row import Cause
+from ranktop.watch.model.rank_row import BECAUSE as BECAUSE, PARTLY as PARTLY, UNKNOWN_CAUSE, Cause, named_cause  # (the shares, said here too)
+
 from ranktop.wire.messages import State
 
 #: A measured figure is a cause at this many times a healthy peer's (a kind's own in :data:`RATIOS`) ...
 RATIO = 2.0
 #: ... and this many seconds a second beyond it (1% of its time: a ratio over nothing is no evidence).
 FLOOR = 0.01
-#: The verdict says "because" for a cause that explains this share of the excess or more ...
-BECAUSE = 0.5
-#: ... and "partly because" from this share; below, the cause stays in the rank's ``causes`` only.
-PARTLY = 0.2
-#: Kept for callers of the old rule (a cause worth a quarter of the excess): the verdict's shares above rule now.
-EXPLAINS = PARTLY
 
 MEASURED, ESTIMATED, UNTOLD, NONE = "measured", "estimated", "untold", "none"
 _ORDER = {MEASURED: 0, ESTIMATED: 1, UNTOLD: 2, NONE: 3}
@@ -292,18 +287,12 @@ def unknown(ruled_out: Sequence[str]) -> Cause:
     """The last entry of a slow rank no cause explains: what its evidence ruled out."""
     names = list(ruled_out)
     listed = names[0] if len(names) == 1 else f"{', '.join(names[:-1])} or {names[-1]}"
-    return Cause(kind="unknown", text=f"not {listed}", value=0.0, peers=0.0, ratio=None, extra_s=0.0, explains=0.0,
+    return Cause(kind=UNKNOWN_CAUSE, text=f"not {listed}", value=0.0, peers=0.0, ratio=None, extra_s=0.0, explains=0.0,
                  basis=NONE, ruled_out=tuple(names))  # fmt: skip
 
 
-def explaining(causes: Sequence[Cause]) -> Cause | None:
-    """The cause the verdict names: the first of a rank's causes (in their order: measured first) that explains
-    :data:`BECAUSE` of its excess, else the first that explains :data:`PARTLY`; None: none does."""
-    for at_least in (BECAUSE, PARTLY):
-        for c in causes:
-            if c.kind != "unknown" and c.explains >= at_least:
-                return c
-    return None
+#: The cause the verdict names among a rank's (watch/model/rank_row.py).
+explaining = named_cause
 
 
 def of_ranks(
@@ -386,11 +375,12 @@ def of_ranks(
     if cpu_got is not None and runq_got is not None:
         with np.errstate(divide="ignore", invalid="ignore"):
             wait_per_cpu = np.nan_to_num(np.where(cpu_got[1] > 0, runq_got[1] / cpu_got[1], 0.0), nan=0.0, posinf=0.0)
-    for kind, held in ((GC_KIND, None), (COMPILE_KIND, None)):
-        got = pair(kind.field, FLOOR)
-        if got is not None:
-            add(_with_compiles(judge(got[0], got[1], step, excess, kind, held), which, states) if kind is COMPILE_KIND
-                else judge(got[0], got[1], step, excess, kind, held))  # fmt: skip
+    got = pair("gc", FLOOR)
+    if got is not None:
+        add(judge(got[0], got[1], step, excess, GC_KIND))
+    got = pair("jit", FLOOR)
+    if got is not None:
+        add(_with_compiles(judge(got[0], got[1], step, excess, COMPILE_KIND), which, states))
     runq_s = np.zeros(k_all)
     if runq_got is not None:
         mine, ref = runq_got
@@ -411,7 +401,7 @@ def of_ranks(
     out: dict[int, list[Cause]] = {}
     for k, i in enumerate(which.tolist()):
         mine = sorted(found.get(i, ()), key=lambda c: (_ORDER.get(c.basis, 3), -c.extra_s))
-        if explaining(mine) is None:
+        if named_cause(mine) is None:
             ruled = _ruled_out(states[i], evidence, i, mine)
             if ruled:
                 mine.append(unknown(ruled))

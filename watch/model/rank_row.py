@@ -104,6 +104,24 @@ class Cause:
     peers_workers_cpus: float | None = None  # ... a healthy peer's
 
 
+#: A cause that explains this share of its rank's excess is the verdict's "because" ...
+BECAUSE = 0.5
+#: ... from this share "partly because"; below it, a cause is in the rank's ``causes`` only.
+PARTLY = 0.2
+#: The kind of a slow rank's last cause when none explains :data:`PARTLY` (its text: what was ruled out).
+UNKNOWN_CAUSE = "unknown"
+
+
+def named_cause(causes: "list[Cause] | tuple[Cause, ...]") -> Cause | None:
+    """The cause a verdict names among a rank's (in their order: measured first): the first that explains
+    :data:`BECAUSE` of its excess, else the first that explains :data:`PARTLY`; None: none does."""
+    for at_least in (BECAUSE, PARTLY):
+        for cause in causes:
+            if cause.kind != UNKNOWN_CAUSE and cause.explains >= at_least:
+                return cause
+    return None
+
+
 @dataclass(frozen=True)
 class CaptureStatus:
     """A rank's latest capture, as its probe reports it (the state's ``cap``, wire/schema.py)."""

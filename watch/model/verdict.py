@@ -50,6 +50,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ranktop.watch.model.rank_row import BECAUSE, UNKNOWN_CAUSE, named_cause
 from ranktop.watch.model.snapshot import Cause, Pause, RankRow, Snapshot
 from ranktop.watch.statuses import SILENT, SLOW, STALLED
 from ranktop.watch import format as fmt
@@ -203,28 +204,17 @@ def _slow_rank(slow: list[RankRow], snapshot: Snapshot) -> Verdict:
                    last_arrivals=top.last_arrivals)  # fmt: skip
 
 
-#: A cause that explains this share of the culprit's excess is the verdict's "because" ...
-BECAUSE = 0.5
-#: ... from this share "partly because"; below it, a cause is in the rank's ``causes`` only.
-PARTLY = 0.2
-
-
 def _why(causes: list[Cause]) -> tuple[Cause | None, str]:
     """The cause the verdict names and how it says it (watch/analysis/causes.py orders them, measured first):
     ", because ..." for the first that explains :data:`BECAUSE` of the excess, else ", partly because ..." for the
-    first from :data:`PARTLY`; when none does but the rank's evidence ruled causes out, ", cause unknown: not GC, ..."."""
-    for at_least in (BECAUSE, PARTLY):  # one that explains half first, whatever its basis
-        for cause in causes:
-            if cause.kind != UNKNOWN_CAUSE and cause.explains >= at_least:
-                return cause, f", {'because' if cause.explains >= BECAUSE else 'partly because'} {cause.text}"
+    first from a fifth (``PARTLY``); when none does but the rank's evidence ruled causes out, ", cause unknown: not GC, ..."."""
+    cause = named_cause(causes)  # one that explains half first, whatever its basis
+    if cause is not None:
+        return cause, f"{_said(cause)}{cause.text}"
     unknown = next((c for c in causes if c.kind == UNKNOWN_CAUSE), None)
     if unknown is not None:
         return unknown, f", cause unknown: {unknown.text}"
     return None, ""
-
-
-#: The kind of the last entry of a rank's causes when none explains it (its text: what was ruled out).
-UNKNOWN_CAUSE = "unknown"
 
 
 def _said(cause: Cause) -> str:
