@@ -209,7 +209,29 @@ def test_the_aggregator_s_snapshot_of_a_slow_node_names_the_node():
             agg.ingest(steps(r, [ddp_step(n, r if slow_s else -1, r, slow_s, "forward", 0.0005)]))
     answer = verdict(agg.snapshot())
     assert answer.kind == SLOW_NODE and answer.host == "node-005" and answer.phase == "forward"
-    assert answer.ranks == list(range(40, 48))
+    assert answer.ranks == list(range(40, 48)) and answer.cause is None  # no evidence sent: no cause
+
+
+def test_a_slow_node_whose_ranks_all_spend_their_steps_in_the_garbage_collector_says_so():
+    import messages
+    from test_aggregator import Clock, ddp_step, hello, steps
+
+    from ranktop.watch.aggregator import Aggregator
+
+    agg = Aggregator("j", clock=Clock(), window=16)
+    world = 64
+    for r in range(world):
+        agg.ingest(hello(r, world, host=host_of(r)))
+    for n in range(16):
+        for r in range(world):
+            slow_s = 0.020 if host_of(r) == "node-005" else 0.0
+            agg.ingest(steps(r, [ddp_step(n, r if slow_s else -1, r, slow_s, "forward", 0.0005)]))
+    for r in range(world):  # the node's ranks: about 20 ms a step in the garbage collector (steps of ~50 ms)
+        ev = {"win": 10.0, "gc": 0.4 if host_of(r) == "node-005" else 0.001}
+        agg.ingest(messages.heartbeat(r, {"step": 16, "last": 15, "ev": ev}, world=world, host=host_of(r)))
+    answer = verdict(agg.snapshot())
+    assert answer.kind == SLOW_NODE and answer.cause is not None and answer.cause.kind == "gc_pause", answer.text
+    assert " and 7 more of its ranks: it spends " in answer.text and answer.text.endswith("(gc pause)"), answer.text
 
 
 def test_the_culprit_s_last_arrivals_back_its_phase_times_or_cast_doubt_on_them():

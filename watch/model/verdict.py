@@ -14,7 +14,7 @@ from the worst news to the best, and the first that applies is the verdict:
    (``snapshot.slow_links``, watch/analysis/slow_links.py): named before the slow ranks unless the top one costs
    the job more (a slow node's ranks, whose own work would explain the waits, are never named as a link).
 4. ``slow_node``: every rank of a node is slow (``snapshot.slow_hosts``): the
-   node is the suspect, not one rank.
+   node is the suspect, not one rank; its cause is its worst rank's, when half its slow ranks share its kind.
 5. ``slow_rank``: the top straggler, with its culprit phase, and why when its evidence says
    (", because it spends 12 ms per step in Python's garbage collector, ...": watch/analysis/causes.py): "because"
    for a cause that explains half its excess or more, "partly because" from a fifth, and "cause unknown: not
@@ -314,8 +314,24 @@ def _slow_node(snapshot: Snapshot, slow: list[RankRow]) -> Verdict:
     if len(hosts) > 1:
         others = sorted(hosts - {host})
         text += f" (+{len(others)} more slow node{'s' if len(others) > 1 else ''}: {', '.join(others[:3])}{' …' if len(others) > 3 else ''})"
+    cause, said = _node_why([r for r in on_nodes if r.host == host], worst)
+    text += said
     return Verdict(SLOW_NODE, BAD, text, members, host=host, phase=phase, excess_s=worst.excess_s, loss=worst.score,
-                   others=len(hosts) - 1)  # fmt: skip
+                   others=len(hosts) - 1, cause=cause)  # fmt: skip
+
+
+def _node_why(slow_here: list[RankRow], worst: RankRow) -> tuple[Cause | None, str]:
+    """A slow node's cause: its worst rank's named cause, when half its slow ranks or more are named with the
+    same kind (", because on ranks 40 and 5 more of its ranks: it spends ..."); else nothing said."""
+    cause = named_cause(worst.causes)
+    if cause is None:
+        return None, ""
+    alike = [r for r in slow_here if (c := named_cause(r.causes)) is not None and c.kind == cause.kind]
+    if 2 * len(alike) < len(slow_here):
+        return None, ""
+    more = len(alike) - 1
+    who = f"rank {worst.rank}" + (f" and {more} more of its ranks" if more else "")
+    return cause, f"{_said(cause).rstrip()} on {who}: {cause.text}"
 
 
 def _slow_link(snapshot: Snapshot) -> Verdict:
