@@ -40,9 +40,9 @@ def test_precision_counts_the_causes_named_recall_the_measurable_jobs_and_unknow
 
 @pytest.mark.slow
 def test_the_causes_benchmark_runs_one_real_job_and_prints_its_figures_as_json(tmp_path):
-    out = subprocess.run([sys.executable, str(BENCH / "causes.py"), "--jobs", "1", "--only", "gc", "--json"],
+    out = subprocess.run([sys.executable, str(BENCH / "causes.py"), "--jobs", "6", "--only", "loader", "--json"],
                          capture_output=True, text=True, timeout=400, cwd=tmp_path)  # fmt: skip
     assert out.returncode == 0, out.stderr[-3000:]
     got = json.loads(out.stdout)
     assert set(got) >= {"jobs", "precision", "recall", "unknown_when_unmeasurable", "by_kind"}, got
-    assert got["jobs"] == 1 and set(got["by_kind"]) == {"gc_pause"}, (got, out.stderr[-2000:])
+    assert got["jobs"] == 1 and set(got["by_kind"]) == {"data_loader"}, (got, out.stderr[-2000:])
