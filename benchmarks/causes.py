@@ -13,8 +13,8 @@ and the figures:
 - ``unknown_when_unmeasurable``: of the jobs with no measurable cause, the share called unknown (or none named);
 - ``by_kind``: each truth's jobs, named right, and what was named instead.
 
-    python benchmarks/causes.py --quick           # one job a kind (9 jobs), about 6 minutes on 2 cores
-    python benchmarks/causes.py --jobs 63         # 7 rounds of the 9 kinds, worlds 2 and 3 in turn
+    python benchmarks/causes.py --quick           # one job a kind (9 jobs), 3 to 4 minutes on 2 cores
+    python benchmarks/causes.py --jobs 63         # 7 rounds of the 9 kinds, worlds 2 and 3 in turn (about 16 minutes)
     python benchmarks/causes.py --quick --json    # {jobs, precision, recall, unknown_when_unmeasurable, by_kind, ...}
 
 Not a test: the machine's own load moves the figures (every rank waits alike for a CPU on a busy machine, docs/
