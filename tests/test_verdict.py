@@ -251,3 +251,35 @@ def test_the_culprit_s_last_arrivals_back_its_phase_times_or_cast_doubt_on_them(
     assert doubted.text.endswith("the job loses 41%, though it is never the last to arrive at its collectives")
     assert with_arrivals(0.0, excess_ms=5.0).text.endswith("the job loses 5.4%")  # too small to be sure it should be
     assert with_arrivals(0.3).text.endswith("the job loses 41%") and with_arrivals(None).last_arrivals is None
+
+
+def test_a_cause_is_because_from_half_the_excess_partly_from_a_fifth_and_below_that_left_to_the_rank_s_detail():
+    from ranktop.watch.model.snapshot import Cause
+    from ranktop.watch.model.verdict import brief
+
+    gc_text = "it spends 12 ms per step in Python's garbage collector, 9.5x its peers' 1.3 ms (gc pause)"
+
+    def with_causes(*found):
+        snap = big_job(64, slow_rank=7)
+        rows = list(snap.ranks)
+        rows[7] = dataclasses.replace(slow(rows[7]), causes=list(found))
+        return verdict(job_snapshot(rows, stragglers=snap.stragglers))
+
+    def gc(explains, basis="measured"):
+        return Cause(kind="gc_pause", text=gc_text, value=0.1, peers=0.01, ratio=9.5, extra_s=0.038 * explains,
+                     explains=explains, basis=basis)  # fmt: skip
+
+    tokens = Cause(kind="input_imbalance", text="it takes in 2.0x the tokens of its peers, 8,192 a step against 4,096 "
+                   "(input imbalance)", value=8192.0, peers=4096.0, ratio=2.0, extra_s=0.03, explains=0.8, basis="estimated")  # fmt: skip
+    assert with_causes(gc(0.6)).text.endswith(f", because {gc_text}")
+    answer = with_causes(gc(0.3))
+    assert answer.text.endswith(f", partly because {gc_text}") and brief(answer).endswith(", partly: gc pause")
+    small = with_causes(gc(0.1))
+    assert small.cause is None and small.text.endswith("the job loses 41%")  # (the rank's causes still hold it)
+    # measured first, but one that explains half the excess is named before one that explains a part
+    assert with_causes(gc(0.3), tokens).cause.kind == "input_imbalance"
+    assert with_causes(gc(0.6), tokens).cause.kind == "gc_pause"
+    unknown = Cause(kind="unknown", text="not GC or input size", value=0.0, peers=0.0, ratio=None, extra_s=0.0,
+                    explains=0.0, basis="none", ruled_out=("GC", "input size"))  # fmt: skip
+    answer = with_causes(gc(0.1), unknown)
+    assert answer.text.endswith(", cause unknown: not GC or input size") and brief(answer).endswith(", cause unknown")
