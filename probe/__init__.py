@@ -44,13 +44,15 @@ def set_work(*, batch_size: int | None = None, tokens_per_step: int | None = Non
         active.resources.set_work(batch=batch_size, tokens=tokens_per_step, flops=flops_per_step)
 
 
-def add_inputs(samples: int = 0, tokens: int = 0) -> None:
-    """Say what this step took in (call it once a step, or once per micro-batch): samples and tokens.
+def add_inputs(samples: int = 0, tokens: int = 0, padded: int | None = None) -> None:
+    """Say what this step took in (call it once a step, or once per micro-batch): samples, tokens (the real
+    ones) and, where batches are padded, ``padded``: the tokens computed on, padding included.
 
-    Two integer adds; the probe sends the average per step, and the viewer names a slow rank that takes in
-    more than its peers (``input_imbalance``, docs/detection.md). Without it, the ``batch_size`` and
-    ``tokens_per_step`` given to :func:`set_work` or ``init`` stand for every step."""
-    runtime.active.add_inputs(samples, tokens)
+    A few integer adds; the probe sends the average per step, and the viewer names a slow rank that computes
+    on more than its peers (``input_imbalance``, docs/detection.md): on the padded tokens where given (a batch
+    padded to one length costs the same compute whatever its real tokens), else the tokens. Without it, the
+    ``batch_size`` and ``tokens_per_step`` given to :func:`set_work` or ``init`` stand for every step."""
+    runtime.active.add_inputs(samples, tokens, padded)
 
 
 def count_flops(fn, *args, **kwargs) -> int:

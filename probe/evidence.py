@@ -30,6 +30,24 @@ rank's latest state only, compares like with like:
 - ``swap``: bytes of the process swapped out (``VmSwap``), and ``retries``:
   the CUDA caching allocator's retries per second (a ``cudaMalloc`` that failed,
   so the cache was freed and the call tried again: a synchronisation each).
+- ``padded``: the tokens per step the rank computed on, padding included, where
+  the job says both (``probe.add_inputs(tokens=real, padded=with_padding)``):
+  batches padded to one length take the same compute whatever their real tokens,
+  so the load is judged on these.
+- ``cpu``: seconds per second the training thread ran on a CPU (schedstat's first
+  field, read with ``runq``); ``pcpu``, ``thr`` and ``cores``: the whole process's
+  CPU seconds per second, its threads, and the CPUs it may run on
+  (``/proc/self/stat``, ``sched_getaffinity``): a thread that waits for a CPU
+  while its own process uses every core it has is its own contention.
+- ``ld`` and ``ld_cpu``: seconds per second the training thread spent inside a
+  DataLoader iterator's ``__next__``, and the CPU it used there
+  (:class:`LoaderTimer`: two clock reads a batch, on a method dynamo never traces);
+  the difference is the time it waited for the workers' batches.
+- ``jit``, ``jit_n`` and ``breaks``: seconds per second torch.compile spent
+  compiling on the rank, the frames it compiled (recompiles included) and the
+  graph breaks it met per second: dynamo's own running totals
+  (``torch._dynamo.utils.counters`` and ``compilation_time_metrics``), read by
+  the sender thread; nothing is added inside a compiled region.
 
 Everything but the GC callback and the counters' adds runs on the sender thread
 with each state (:meth:`Evidence.sample`), at most every :data:`SAMPLE_EVERY_S`.
@@ -40,9 +58,12 @@ from __future__ import annotations
 import collections
 import gc
 import os
+import sys
 import threading
 import time
 from typing import Any, Callable
+
+from . import dynamo_guard
 
 #: The window the rates are over: long enough to smooth a step's noise, short enough to follow a change.
 WINDOW_S = 10.0
@@ -97,20 +118,45 @@ def read_sched(native_id: int) -> tuple[float, int] | None:
 def read_thread(native_id: int) -> tuple[float, int, int | None] | None:
     """:func:`read_sched`'s two figures and the process's bytes swapped out (None: not said), in one pass over
     the thread's ``status``."""
+    read = read_thread_cpu(native_id)
+    return None if read is None else read[:3]
+
+
+def read_thread_cpu(native_id: int) -> tuple[float, int, int | None, float] | None:
+    """:func:`read_thread`'s three figures and the seconds the thread has run on a CPU (schedstat's first field)."""
     base = f"/proc/self/task/{native_id}/"
     try:
         with open(base + "schedstat", "rb") as f:
-            wait_ns = int(f.read().split()[1])
+            fields = f.read().split()
+        on_cpu_ns, wait_ns = int(fields[0]), int(fields[1])
         swap = None
         with open(base + "status", "rb") as f:
             for line in f:
                 if line.startswith(b"VmSwap:"):
                     swap = int(line.split()[1]) * 1024  # kB
                 elif line.startswith(b"nonvoluntary_ctxt_switches:"):  # the last line of the file
-                    return wait_ns / 1e9, int(line.split()[1]), swap
+                    return wait_ns / 1e9, int(line.split()[1]), swap, on_cpu_ns / 1e9
     except (OSError, ValueError, IndexError):
         return None
     return None
+
+
+def read_process(pid: int | None = None, clock_ticks: int = 0, thread: int = 0) -> tuple[float, int, int] | None:
+    """The process's CPU seconds so far (all its threads), its threads, and the CPUs thread ``thread`` (a native
+    id; 0: the caller) may run on; None where /proc does not say (not Linux)."""
+    ticks = clock_ticks or _CLOCK_TICKS
+    try:
+        with open(f"/proc/{os.getpid() if pid is None else pid}/stat", "rb") as f:
+            fields = f.read().rsplit(b")", 1)[1].split()
+        seconds = (int(fields[11]) + int(fields[12])) / ticks  # utime, stime
+        threads = int(fields[17])
+    except (OSError, ValueError, IndexError):
+        return None
+    try:
+        cores = len(os.sched_getaffinity(thread)) or 1
+    except (AttributeError, OSError):
+        cores = os.cpu_count() or 1
+    return seconds, threads, cores
 
 
 def read_children(native_id: int | None = None, pid: int | None = None, clock_ticks: int = 0) -> tuple[float, int] | None:
@@ -153,17 +199,101 @@ class Inputs:
     """What the rank took in, as running totals the job adds to (:func:`ranktop.probe.add_inputs`): two integer
     adds on the training thread, read by the sender's."""
 
-    __slots__ = ("samples", "tokens", "calls")
+    __slots__ = ("samples", "tokens", "padded", "calls", "padded_calls")
 
     def __init__(self) -> None:
         self.samples = 0
         self.tokens = 0
+        self.padded = 0
         self.calls = 0
+        self.padded_calls = 0
 
-    def add(self, samples: int = 0, tokens: int = 0) -> None:
+    def add(self, samples: int = 0, tokens: int = 0, padded: int | None = None) -> None:
         self.samples += samples
         self.tokens += tokens
         self.calls += 1
+        if padded is not None:
+            self.padded += padded
+            self.padded_calls += 1
+
+
+class LoaderTimer:
+    """Seconds the training thread spent inside DataLoader iterators' ``__next__`` and the CPU it used there, as
+    running totals: the wall time less the CPU is the time it was blocked (its workers' batches late, I/O, a run
+    queue). ``__next__`` is wrapped once torch's dataloader module is imported (:meth:`install`, from the sender
+    thread if not yet at start); the wrapper reads two clocks per batch, on the training thread only."""
+
+    def __init__(self, thread_ident: int):
+        self.thread = thread_ident
+        self.seconds = 0.0  # written by the training thread only, read by the sender (floats: atomic)
+        self.cpu = 0.0
+        self.batches = 0
+        self._owner: Any = None
+        self._original: Any = None
+        self._wrapper: Any = None
+
+    def install(self) -> bool:
+        """Wrap ``_BaseDataLoaderIter.__next__`` if torch's dataloader is imported (never imports it); True once
+        wrapped."""
+        if self._owner is not None:
+            return True
+        module = sys.modules.get("torch.utils.data.dataloader")
+        owner = getattr(module, "_BaseDataLoaderIter", None) if module is not None else None
+        original = getattr(owner, "__next__", None)
+        if original is None:
+            return False
+        timer, get_ident, clock, cpu_clock = self, threading.get_ident, time.perf_counter, time.thread_time
+
+        def __next__(it: Any) -> Any:
+            if get_ident() != timer.thread or dynamo_guard.is_tracing():
+                return original(it)
+            wall, cpu = clock(), cpu_clock()
+            try:
+                return original(it)
+            finally:
+                timer.cpu += cpu_clock() - cpu
+                timer.seconds += clock() - wall
+                timer.batches += 1
+
+        __next__.__wrapped__ = original  # type: ignore[attr-defined]
+        self._owner, self._original, self._wrapper = owner, original, __next__
+        owner.__next__ = __next__
+        return True
+
+    def remove(self) -> None:
+        """Unwrap, where ours is still the method (another wrapper set over it since keeps it)."""
+        owner, self._owner = self._owner, None
+        if owner is not None and owner.__dict__.get("__next__") is self._wrapper:
+            owner.__next__ = self._original
+
+
+class CompileCounters:
+    """torch.compile's work on this process, from dynamo's own running totals (never imported here: read once
+    the script has imported dynamo): seconds compiling, frames compiled, graph breaks. Read by the sender thread;
+    nothing is added to the training thread or a compiled region."""
+
+    #: dynamo's timing of one frame's whole compile (``compilation_time_metrics``).
+    COMPILE_KEY = "_compile.compile_inner"
+
+    def __init__(self) -> None:
+        self._seen = 0  # compile times already summed
+        self._seconds = 0.0
+
+    def read(self) -> tuple[float, int, int] | None:
+        utils = sys.modules.get("torch._dynamo.utils")
+        if utils is None:
+            return None
+        counters = getattr(utils, "counters", None)
+        times = getattr(utils, "compilation_time_metrics", {}).get(self.COMPILE_KEY)
+        if counters is None:
+            return None
+        if times is not None:
+            new = list(times[self._seen :])  # one C-level copy: the list may grow meanwhile
+            self._seen += len(new)
+            self._seconds += float(sum(new))
+        frames = int(counters.get("frames", {}).get("total", 0))
+        breaks = int(sum(list(counters.get("graph_break", {}).values())))
+        return self._seconds, frames, breaks
 
 
 class Evidence:
@@ -181,6 +311,8 @@ class Evidence:
         children: Callable[[int], tuple[float, int] | None] = read_children,
     ):  # fmt: skip
         self.gc = GcTimer(threading.get_ident() if thread_ident is None else thread_ident)
+        self.loader = LoaderTimer(self.gc.thread)
+        self.compiles = CompileCounters()
         self.inputs = Inputs()
         self.native_id = threading.get_native_id() if native_id is None else native_id
         self._clock = clock
@@ -193,9 +325,11 @@ class Evidence:
 
     def start(self) -> None:
         self.gc.install()
+        self.loader.install()
 
     def stop(self) -> None:
         self.gc.remove()
+        self.loader.remove()
 
     def sample(self) -> dict[str, Any] | None:
         """The rates over the window, read now if the last read is :data:`SAMPLE_EVERY_S` old (the sender thread)."""
@@ -218,17 +352,28 @@ class Evidence:
         """The running totals now: ``t``, ``gc``, ``gc_n`` always, the rest where known."""
         inputs = self.inputs
         reading: dict[str, Any] = {"t": now, "gc": self.gc.seconds, "gc_n": self.gc.collections}
-        thread = read_thread(self.native_id)
+        thread = read_thread_cpu(self.native_id)
         if thread is not None:
-            reading["runq"], reading["nvcsw"], swap = thread
+            reading["runq"], reading["nvcsw"], swap, reading["cpu"] = thread
             if swap is not None:
                 reading["swap"] = swap
+        process = read_process(thread=self.native_id)
+        if process is not None:
+            reading["pcpu"], reading["thr"], reading["cores"] = process
+        loader = self.loader
+        if loader.install():  # (the sender thread, once torch's dataloader is imported)
+            reading["ld"], reading["ld_cpu"] = loader.seconds, loader.cpu
+        compiled = _call(self.compiles.read)
+        if compiled is not None:
+            reading["jit"], reading["jit_n"], reading["breaks"] = compiled
         for name, source in self._sources.items():
             value = _call(source)
             if value is not None:
                 reading[name] = value
         # counted from nothing: the first window after the job starts counting is short of what it took in
         reading["samples"], reading["tokens"], reading["counted"] = inputs.samples, inputs.tokens, inputs.calls > 0
+        if inputs.padded_calls:
+            reading["padded"] = inputs.padded
         children = _call(self._children, self.native_id)
         if children is not None:
             reading["kids"], reading["kids_n"] = children
@@ -246,9 +391,13 @@ def _call(source: Callable[..., Any] | None, *args: Any) -> Any:
 
 #: Running totals sent as a rate per second: the reading's name -> the wire's.
 PER_SECOND = {"gc": "gc", "gc_n": "gc_n", "runq": "runq", "nvcsw": "nvcsw", "rows": "a2a_rows", "kids": "kids",
-              "retries": "retries"}  # fmt: skip
+              "retries": "retries", "cpu": "cpu", "pcpu": "pcpu", "ld": "ld", "ld_cpu": "ld_cpu", "jit": "jit",
+              "jit_n": "jit_n", "breaks": "breaks"}  # fmt: skip
+#: Running totals that start at nothing when first read (the loader's, once wrapped; dynamo's, once imported): a
+#: window whose first reading lacks them counts them from nothing, not from its first reading that has them.
+FROM_NOTHING = frozenset({"ld", "ld_cpu", "jit", "jit_n", "breaks"})
 #: Running totals sent per step (over the steps the window holds).
-PER_STEP = ("samples", "tokens")
+PER_STEP = ("samples", "tokens", "padded")
 
 
 def rates(first: dict[str, Any], last: dict[str, Any]) -> dict[str, Any] | None:
@@ -259,13 +408,13 @@ def rates(first: dict[str, Any], last: dict[str, Any]) -> dict[str, Any] | None:
         return None
     out: dict[str, Any] = {"win": span}
     for name, wire in PER_SECOND.items():
-        if name in first and name in last:
-            out[wire] = max(0.0, (last[name] - first[name]) / span)
+        if name in last and (name in first or name in FROM_NOTHING):
+            out[wire] = max(0.0, (last[name] - first.get(name, 0.0)) / span)
     steps = last.get("steps", 0) - first.get("steps", 0) if "steps" in first and "steps" in last else 0
     if steps > 0 and last.get("counted"):
         for name in PER_STEP:
-            if name in first and name in last:
-                out[name] = max(0.0, (last[name] - first[name]) / steps)
+            if name in last:  # (padded tokens are read once first said: counted from nothing before)
+                out[name] = max(0.0, (last[name] - first.get(name, 0)) / steps)
     return out
 
 
@@ -276,6 +425,9 @@ def levels(reading: dict[str, Any], work: Callable[[], dict] | None) -> dict[str
         out["kids_n"] = reading["kids_n"]
     if "swap" in reading:
         out["swap"] = float(reading["swap"])
+    for name in ("thr", "cores"):
+        if name in reading:
+            out[name] = int(reading[name])
     declared = _call(work) if not reading.get("counted") else None
     if declared:
         for name, key in (("samples", "batch"), ("tokens", "tokens")):

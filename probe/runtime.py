@@ -62,8 +62,8 @@ class Probe:
                     pass
         return scope
 
-    def add_inputs(self, samples: int = 0, tokens: int = 0) -> None:
-        self.evidence.inputs.add(samples, tokens)
+    def add_inputs(self, samples: int = 0, tokens: int = 0, padded: int | None = None) -> None:
+        self.evidence.inputs.add(samples, tokens, padded)
 
     def _fault(self, exc: BaseException) -> None:
         if not self._disabled:
@@ -86,7 +86,7 @@ class _Disabled:
     def phase(self, name: str):
         return NOOP
 
-    def add_inputs(self, samples: int = 0, tokens: int = 0) -> None:
+    def add_inputs(self, samples: int = 0, tokens: int = 0, padded: int | None = None) -> None:
         pass
 
 

@@ -194,3 +194,95 @@ def test_a_dataloader_s_workers_and_the_cpu_they_use_are_in_the_evidence():
     # the CPU seconds the evidence says the workers used in its window: at least what they spent on the batches
     # that came in it (whatever share of the cores a busy machine left them), less /proc's ticks
     assert int(workers) == 2 and float(spent) >= 0.4 and float(used) >= 0.9 * float(spent) - 0.05, out.stdout
+
+
+LOADER_AND_COMPILE_SCRIPT = r"""
+import threading, time, torch
+from torch.utils.data import DataLoader, Dataset
+from ranktop.probe import evidence
+
+class Slow(Dataset):  # a loader that waits (storage) for 5 ms an item, on the training thread
+    def __len__(self):
+        return 100_000
+    def __getitem__(self, i):
+        time.sleep(0.005)
+        return torch.zeros(4)
+
+ev = evidence.Evidence()  # built on this (the training) thread, after torch's dataloader is imported
+ev.start()
+loader = iter(DataLoader(Slow(), batch_size=2, num_workers=0))
+for _ in range(20):
+    next(loader)
+other = threading.Thread(target=lambda: [next(iter(DataLoader(Slow(), batch_size=2))) for _ in range(5)])
+other.start(); other.join()  # another thread's batches are not the training thread's
+print("loader", ev.loader.batches, ev.loader.seconds, ev.loader.cpu)
+torch._dynamo.config.recompile_limit = 64
+f = torch.compile(lambda x: x * 2 + 1, backend="eager", dynamic=False)
+for n in range(3, 9):  # a new shape each call: a recompile each
+    f(torch.ones(n))
+print("compile", *ev.compiles.read())
+ev.stop()
+print("unwrapped", type(loader).__next__ is not ev.loader._wrapper)
+"""
+
+
+@pytest.mark.slow
+def test_the_time_inside_a_dataloader_s_next_and_dynamo_s_compiles_are_counted():
+    """A real DataLoader and a real torch.compile in a fresh process: the training thread's time inside
+    ``__next__`` (blocked: little CPU) and its batches, another thread's left out; dynamo's compile time and
+    frames from its own counters; the wrapper gone at stop."""
+    import subprocess
+
+    out = subprocess.run([sys.executable, "-c", LOADER_AND_COMPILE_SCRIPT], capture_output=True, text=True, timeout=300,
+                         env=dict(__import__("os").environ, OMP_NUM_THREADS="1"))  # fmt: skip
+    assert out.returncode == 0, out.stderr[-3000:]
+    lines = {line.split()[0]: line.split()[1:] for line in out.stdout.splitlines() if line.strip()}
+    batches, seconds, cpu = int(lines["loader"][0]), float(lines["loader"][1]), float(lines["loader"][2])
+    assert batches == 20 and seconds >= 20 * 2 * 0.005 and cpu < seconds / 2, out.stdout
+    jit_s, frames, _breaks = float(lines["compile"][0]), int(lines["compile"][1]), int(lines["compile"][2])
+    assert frames >= 6 and jit_s > 0, out.stdout
+    assert lines["unwrapped"] == ["True"], out.stdout
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc is Linux's")
+def test_the_training_thread_s_cpu_and_its_process_s_cpu_threads_and_cores_are_rates_on_the_wire():
+    clock = [0.0]
+    ev = evidence.Evidence(clock=lambda: clock[0], steps=lambda: 0)
+    ev.sample()
+    end = __import__("time").thread_time() + 0.2
+    while __import__("time").thread_time() < end:  # 0.2 s of this thread's CPU
+        pass
+    clock[0] += 1.0
+    rates = ev.sample()
+    assert rates["cpu"] >= 0.15 and rates["pcpu"] >= 0.1 and rates["thr"] >= 1 and rates["cores"] >= 1, rates
+    State(ev=Evidence(**rates))
+
+
+def test_padded_tokens_go_out_per_step_beside_the_real_ones_and_the_old_call_still_works():
+    clock = [0.0]
+    steps = [0]
+    ev = evidence.Evidence(clock=lambda: clock[0], steps=lambda: steps[0])
+    ev.sample()
+    clock[0] += 2.0
+    steps[0] = 10
+    for _ in range(10):
+        ev.inputs.add(8, 600, 1024)  # 600 real tokens, padded to 1024
+    rates = ev.sample()
+    assert (rates["tokens"], rates["padded"], rates["samples"]) == (600.0, 1024.0, 8.0)
+    State(ev=Evidence(**rates))
+    old = evidence.Evidence(clock=lambda: clock[0], steps=lambda: steps[0])
+    old.sample()
+    clock[0] += 2.0
+    steps[0] = 20
+    old.inputs.add(samples=8, tokens=600)
+    assert "padded" not in old.sample()  # not said: judged on the tokens
+
+
+def test_totals_that_appear_within_the_window_are_counted_from_nothing():
+    """dynamo imported (or a DataLoader's module) after the window's first reading: its compile time and frames
+    so far all fell in the window, so the rate is over the window from nothing, not left out."""
+    first = {"t": 0.0, "gc": 0.0}
+    last = {"t": 2.0, "gc": 0.0, "jit": 1.0, "jit_n": 6, "ld": 0.5, "runq": 3.0}
+    out = evidence.rates(first, last)
+    assert (out["jit"], out["jit_n"], out["ld"]) == (0.5, 3.0, 0.25)
+    assert "runq" not in out  # a total since the thread began: no rate without two readings

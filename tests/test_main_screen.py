@@ -403,15 +403,19 @@ def test_a_slow_rank_s_detail_says_first_why_it_is_slow():
     snap = eight_ranks()
     rows = list(snap.ranks)
     hot = Cause(kind="expert_load", text="it receives 3.1x the all-to-all rows of its peers, 3,100 a step against 1,000 (expert load)",
-                value=31_000.0, peers=10_000.0, ratio=3.1, extra_s=0.03)  # fmt: skip
-    rows[5] = dataclasses.replace(rows[5], causes=[hot])
+                value=31_000.0, peers=10_000.0, ratio=3.1, extra_s=0.03, explains=0.6, basis="estimated")  # fmt: skip
+    gc = Cause(kind="gc_pause", text="it spends 4.0 ms per step in Python's garbage collector, 2.7x its peers' 1.5 ms (gc pause)",
+               value=0.04, peers=0.015, ratio=2.7, extra_s=0.0025, explains=0.05)  # fmt: skip
+    rows[5] = dataclasses.replace(rows[5], causes=[hot, gc])
     snap = dataclasses.replace(snap, ranks=rows)
 
     async def scenario(app, pilot):
         app.push_screen(RankScreen(5, app.snapshot))
         await pilot.pause()
         body = str(app.screen.query_one("#rank-body").render())
-        assert body.startswith("Why · its evidence against its peers'\nexpert load: it receives 3.1x the all-to-all rows")
+        assert body.startswith("Why · its evidence against its peers'\n"
+                               "expert load: explains 60% (estimated) · it receives 3.1x the all-to-all rows")  # fmt: skip
+        assert "\ngc pause: explains 5% (measured) · it spends 4.0 ms per step" in body  # each with its share
         assert "(expert load)" not in body  # said once, by the kind in front
         app.push_screen(RankScreen(1, app.snapshot))  # a healthy rank: no such section
         await pilot.pause()

@@ -150,6 +150,16 @@ class Evidence(Record, kw_only=True, frozen=True):
     kids_n: Optional[Annotated[int, Meta(ge=0, le=4096)]] = None  # ... how many child processes it has
     swap: Optional[Amount] = None  # bytes of the process swapped out (VmSwap)
     retries: Optional[Amount] = None  # the CUDA caching allocator's retries per second (a failed cudaMalloc each)
+    padded: Optional[Amount] = None  # tokens per step it computed on, padding included (probe.add_inputs(padded=...))
+    cpu: Optional[Amount] = None  # seconds per second its training thread ran on a CPU (schedstat's first field)
+    pcpu: Optional[Amount] = None  # ... CPU seconds per second its whole process used (all its threads)
+    thr: Optional[Annotated[int, Meta(ge=0, le=1_000_000)]] = None  # threads its process has
+    cores: Optional[Annotated[int, Meta(ge=1, le=1_000_000)]] = None  # CPUs its process may run on (its affinity)
+    ld: Optional[Amount] = None  # seconds per second its training thread spent inside a DataLoader's __next__
+    ld_cpu: Optional[Amount] = None  # ... of which on a CPU (the rest: blocked on its workers, I/O, a run queue)
+    jit: Optional[Amount] = None  # seconds per second torch.compile spent compiling on it (dynamo's compile time)
+    jit_n: Optional[Amount] = None  # ... frames compiled (first compiles and recompiles) per second
+    breaks: Optional[Amount] = None  # ... graph breaks per second
 
 
 class State(Record, kw_only=True, frozen=True):

@@ -28,6 +28,7 @@ from ranktop.tui.render.rankmap import nodes_of, severity, stages_of
 from ranktop.watch import format as fmt
 from ranktop.watch.format import ranks_text
 from ranktop.watch.model.snapshot import SILENT, SLOW, STALLED, RankRow, Snapshot, coords_text
+from ranktop.watch.model.rank_row import PARTLY
 
 HISTORY = 120  # refreshes of a rank's step time kept while its detail is open
 
@@ -245,9 +246,22 @@ def causes_text(row: RankRow) -> Text:
     for k, cause in enumerate(row.causes):
         if k:
             out.append("\n")
-        out.append(f"{cause.kind.replace('_', ' ')}: ", style=palette.STATUS_STYLES[SLOW] if k == 0 else "bold")
+        if cause.kind == "unknown":
+            out.append("cause unknown: ", style="bold")
+            out.append(cause.text)
+            continue
+        named = k == 0 and cause.explains >= PARTLY
+        out.append(f"{cause.kind.replace('_', ' ')}: ", style=palette.STATUS_STYLES[SLOW] if named else "bold")
+        out.append(_explains(cause), style=palette.MUTED)
         out.append(cause.text.rsplit(" (", 1)[0] if cause.text.endswith(")") else cause.text)
     return out
+
+
+def _explains(cause) -> str:
+    """"explains 80% (measured) · ": the share of the excess a cause explains, and how its cost is known."""
+    if cause.basis == "untold":
+        return "cost not measured · "
+    return f"explains {cause.explains * 100:.0f}% ({cause.basis}) · "
 
 
 def section(title: str) -> Text:

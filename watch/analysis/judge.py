@@ -137,7 +137,7 @@ def build(view: JobView, extras: Extras, policy: StallPolicy = StallPolicy(), pe
     slow = status == STATUS_CODE[SLOW]
     why = (
         causes.of_ranks(view.states, view.step_s, excess, slow, live, peers.class_ids, view.evidence,
-                        culprit=culprit, names=names, phases=view.phases)  # fmt: skip
+                        culprit=culprit, names=names, phases=view.phases, comm_s=view.comm_s)  # fmt: skip
         if slow.any()
         else {}
     )

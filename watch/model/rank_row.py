@@ -88,17 +88,38 @@ build_rank_row = _fast_constructor(RankRow)
 class Cause:
     """Why a slow rank is slow: a figure of its own far beyond its peers' (watch/analysis/causes.py)."""
 
-    kind: str  # gc_pause | cpu_contention | expert_load | input_imbalance | data_loader | gpu_throttle | memory_pressure
+    kind: str  # one of watch/analysis/causes.py ALL_KINDS: gc_pause | cpu_contention | ... | unknown
     text: str  # "it spends 12 ms per step in Python's garbage collector, 9.5x its peers' 1.3 ms (gc pause)"
     value: float  # its figure, per second (seconds per second for time)
     peers: float  # a healthy peer's (its peers' lower median)
     ratio: float | None  # value / peers (None: the peers' is nil)
     extra_s: float  # what the difference costs it per step, seconds
+    explains: float = 1.0  # the share of its excess this explains, 0-1 (the verdict: "because" from 0.5, "partly" from 0.2)
+    basis: str = "measured"  # measured (a time it lost) | estimated (from a ratio) | untold (no cost) | none (unknown)
+    ruled_out: tuple[str, ...] = ()  # unknown: what its evidence ruled out ("GC", "CPU contention", ...)
     switches_per_s: float | None = None  # cpu_contention: its training thread's involuntary context switches a second
     peers_switches_per_s: float | None = None  # ... a healthy peer's
     workers: float | None = None  # data_loader: its DataLoader workers (child processes), where /proc shows them
     workers_cpus: float | None = None  # ... the CPUs they use
     peers_workers_cpus: float | None = None  # ... a healthy peer's
+
+
+#: A cause that explains this share of its rank's excess is the verdict's "because" ...
+BECAUSE = 0.5
+#: ... from this share "partly because"; below it, a cause is in the rank's ``causes`` only.
+PARTLY = 0.2
+#: The kind of a slow rank's last cause when none explains :data:`PARTLY` (its text: what was ruled out).
+UNKNOWN_CAUSE = "unknown"
+
+
+def named_cause(causes: "list[Cause] | tuple[Cause, ...]") -> Cause | None:
+    """The cause a verdict names among a rank's (in their order: measured first): the first that explains
+    :data:`BECAUSE` of its excess, else the first that explains :data:`PARTLY`; None: none does."""
+    for at_least in (BECAUSE, PARTLY):
+        for cause in causes:
+            if cause.kind != UNKNOWN_CAUSE and cause.explains >= at_least:
+                return cause
+    return None
 
 
 @dataclass(frozen=True)

@@ -14,9 +14,11 @@ from the worst news to the best, and the first that applies is the verdict:
    (``snapshot.slow_links``, watch/analysis/slow_links.py): named before the slow ranks unless the top one costs
    the job more (a slow node's ranks, whose own work would explain the waits, are never named as a link).
 4. ``slow_node``: every rank of a node is slow (``snapshot.slow_hosts``): the
-   node is the suspect, not one rank.
+   node is the suspect, not one rank; its cause is its worst rank's, when half its slow ranks share its kind.
 5. ``slow_rank``: the top straggler, with its culprit phase, and why when its evidence says
-   (", because it spends 12 ms per step in Python's garbage collector, ...": watch/analysis/causes.py).
+   (", because it spends 12 ms per step in Python's garbage collector, ...": watch/analysis/causes.py): "because"
+   for a cause that explains half its excess or more, "partly because" from a fifth, and "cause unknown: not
+   GC, CPU contention, ..." when none does, listing what its evidence ruled out.
    ``checkpoint`` / ``eval`` instead, when the job spends a greater share of its time saving checkpoints or
    evaluating than the top straggler costs it.
 6. ``checkpoint`` / ``eval``: nobody is flagged, and the job spends 5% of its time or more saving checkpoints
@@ -51,6 +53,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ranktop.watch.model.rank_row import BECAUSE, UNKNOWN_CAUSE, named_cause
 from ranktop.watch.model.snapshot import Cause, JobSlower, Pause, RankRow, Snapshot
 from ranktop.watch.statuses import SILENT, SLOW, STALLED
 from ranktop.watch import format as fmt
@@ -94,7 +97,8 @@ class Verdict:
     excess_s: float | None = None  # what the culprit adds to every step
     loss: float | None = None  # the share of the job's step time lost to it (0.41 = 41%)
     others: int = 0  # further ranks flagged the same way, not named
-    cause: Cause | None = None  # why the culprit is slow, when its evidence says (watch/analysis/causes.py)
+    cause: Cause | None = None  # why the culprit is slow, when its evidence says (watch/analysis/causes.py); kind
+    # "unknown" when its evidence rules causes out and none explains a fifth of its excess
     last_arrivals: float | None = None  # the culprit's share of its last steps it arrived last at the collectives
     every: float | None = None  # checkpoint, eval: one in this many steps
     hosts: list[str] | None = None  # slow_link: the pair's two ends, when one pair's link is slow (else the node alone)
@@ -212,12 +216,38 @@ def _slow_rank(slow: list[RankRow], snapshot: Snapshot) -> Verdict:
     if len(slow) > 1:
         text += f" (+{len(slow) - 1} more slow: {_names(r.rank for r in slow[1:4])}{' …' if len(slow) > 4 else ''})"
     text += _arrivals(top.last_arrivals, top.score)
-    cause = top.causes[0] if top.causes else None
-    if cause is not None:
-        text += f", because {cause.text}"
+    cause, said = _why(top.causes)
+    text += said
     return Verdict(SLOW_RANK, BAD, text, [r.rank for r in slow[:8]], host=top.host, phase=top.culprit_phase,
                    excess_s=top.excess_s, loss=top.score, others=len(slow) - 1, cause=cause,
                    last_arrivals=top.last_arrivals)  # fmt: skip
+
+
+def _why(causes: list[Cause]) -> tuple[Cause | None, str]:
+    """The cause the verdict names and how it says it (watch/analysis/causes.py orders them, measured first):
+    ", because ..." for the first that explains :data:`BECAUSE` of the excess, else ", partly because ..." for the
+    first from a fifth (``PARTLY``); when none does but the rank's evidence ruled causes out, ", cause unknown: not GC, ..."."""
+    cause = named_cause(causes)  # one that explains half first, whatever its basis
+    if cause is not None:
+        return cause, f"{_said(cause)}{cause.text}"
+    unknown = next((c for c in causes if c.kind == UNKNOWN_CAUSE), None)
+    if unknown is not None:
+        return unknown, f", cause unknown: {unknown.text}"
+    return None, ""
+
+
+def _said(cause: Cause) -> str:
+    """The words :func:`_why` put before a cause's text."""
+    if cause.kind == UNKNOWN_CAUSE:
+        return ", cause unknown: "
+    return ", because " if cause.explains >= BECAUSE else ", partly because "
+
+
+def _said_brief(cause: Cause) -> str:
+    """The cause by its name alone, for :func:`brief`."""
+    if cause.kind == UNKNOWN_CAUSE:
+        return ", cause unknown"
+    return f", {'because' if cause.explains >= BECAUSE else 'partly'}: {cause.kind.replace('_', ' ')}"
 
 
 #: A culprit last at the collectives of this share of its steps is corroborated by its peers' waits.
@@ -236,11 +266,11 @@ def brief(answer: Verdict, room: int = 0) -> str:
     past the last form the screen cuts it."""
     text = answer.text
     cause = answer.cause
-    said = f", because {cause.text}" if cause is not None else ""
+    said = _said(cause) + cause.text if cause is not None else ""
     if said and text.endswith(said):
         text = text[: -len(said)]
     text = _SAID_OF_ARRIVALS.sub("", text)
-    why = f", because: {cause.kind.replace('_', ' ')}" if cause is not None else ""
+    why = _said_brief(cause) if cause is not None else ""
     for shorten in _SHORTER:
         if not room or len(text) + len(why) <= room:
             break
@@ -303,8 +333,24 @@ def _slow_node(snapshot: Snapshot, slow: list[RankRow]) -> Verdict:
     if len(hosts) > 1:
         others = sorted(hosts - {host})
         text += f" (+{len(others)} more slow node{'s' if len(others) > 1 else ''}: {', '.join(others[:3])}{' …' if len(others) > 3 else ''})"
+    cause, said = _node_why([r for r in on_nodes if r.host == host], worst)
+    text += said
     return Verdict(SLOW_NODE, BAD, text, members, host=host, phase=phase, excess_s=worst.excess_s, loss=worst.score,
-                   others=len(hosts) - 1)  # fmt: skip
+                   others=len(hosts) - 1, cause=cause)  # fmt: skip
+
+
+def _node_why(slow_here: list[RankRow], worst: RankRow) -> tuple[Cause | None, str]:
+    """A slow node's cause: its worst rank's named cause, when half its slow ranks or more are named with the
+    same kind (", because on ranks 40 and 5 more of its ranks: it spends ..."); else nothing said."""
+    cause = named_cause(worst.causes)
+    if cause is None:
+        return None, ""
+    alike = [r for r in slow_here if (c := named_cause(r.causes)) is not None and c.kind == cause.kind]
+    if 2 * len(alike) < len(slow_here):
+        return None, ""
+    more = len(alike) - 1
+    who = f"rank {worst.rank}" + (f" and {more} more of its ranks" if more else "")
+    return cause, f"{_said(cause).rstrip()} on {who}: {cause.text}"
 
 
 def _slow_link(snapshot: Snapshot) -> Verdict:

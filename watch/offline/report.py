@@ -67,6 +67,8 @@ class _Observer:
                     c["last_t"] = t
                     c["max_mb_per_min"] = max(c["max_mb_per_min"], m.creep_mb_per_min or 0.0)
             for cause in r.causes:  # why a slow rank was slow, as its evidence said (watch/analysis/causes.py)
+                if cause.kind == "unknown":  # what was ruled out: no "because" of its own
+                    continue
                 c = self.causes.setdefault((r.rank, cause.kind), {"rank": r.rank, "host": r.host, "kind": cause.kind,
                                                                   "seconds": 0.0, "first_t": t})  # fmt: skip
                 c["seconds"] += dt_s
