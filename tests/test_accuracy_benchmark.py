@@ -24,12 +24,12 @@ FAMILY_FIGURES = ("recall", "precision", "size_error_p90", "detect_s_p90", "dete
 
 #: Families today's detector does not see, or not well enough, in the held-out quick subset (docs/detection.md:
 #: "What ranktop cannot see yet"). Blind (recall 0, or a healthy job's events named as faults): the answer is a kind
-#: it has no verdict for (slow_link, job_slower, rotating, checkpoint, eval), a median over 64 steps that does not
+#: it has no verdict for (job_slower, rotating, checkpoint, eval), a median over 64 steps that does not
 #: move (a rank slow 1 step in 3, 10 or 30), an episode shorter than half a window, a pause of one healthy rank or
 #: of every rank read as a stall. Seen, but under the floor (recall for 10% or more below 0.95): half the job slow on
 #: two nodes of 16, two stragglers in one phase (the smaller one), slow step rates with heavy-tailed inputs.
 KNOWN_BLIND = {
-    "slow_link", "intermittent_3", "intermittent_10", "intermittent_30", "rotating", "job_slower_phase", "job_slower_all",
+    "intermittent_3", "intermittent_10", "intermittent_30", "rotating", "job_slower_phase", "job_slower_all",
     "short_3s", "checkpoint", "eval", "recompile",
     "half_node_16", "two_same", "rate_0.5", "rate_2",
 }  # fmt: skip
