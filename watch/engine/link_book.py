@@ -87,14 +87,13 @@ NO_LINKS = LinkColumns([], np.zeros(0, np.int64), np.zeros(0, np.int64), np.zero
 class LinkBook:
     """Each relay's latest word on its links, kept as the rows a snapshot needs.
 
-    A relay's rows are made once, when its message is taken (a few microseconds: it says about 5 links), as one
-    small array of doubles; a snapshot joins their bytes in one call and reads them as columns (a job of 2,048
+    A relay's rows are made once, when its message is taken (a few microseconds: it says about 5 links), as two
+    small arrays; a snapshot joins every relay's bytes in one call and reads them as columns (a job of 2,048
     nodes: 8,192 links in well under a millisecond) instead of building each link in Python (2 ms, 6 ms on a busy
-    machine, every snapshot). Host names become numbers
-    in one table shared by every relay's rows, so that joined rows need no lookup; nothing in it comes from
-    anywhere but the network, so it holds only the names the rows kept name (counted, and given back when the last
-    row naming one goes: a relay naming new peers in every message cannot grow it), at most :data:`MAX_HOSTS`, and
-    the book at most :data:`MAX_BOOK_LINKS` links.
+    machine, every snapshot). Host names become numbers in one table shared by every relay's rows, so that
+    joined rows need no lookup. Every name in it came from the network, so it keeps only the names the relays'
+    latest words hold (counted, and given back when the last row naming one goes: a relay naming new peers in
+    every message cannot grow it), :data:`MAX_HOSTS` at most, and the book :data:`MAX_BOOK_LINKS` links at most.
     """
 
     def __init__(self) -> None:
@@ -204,7 +203,8 @@ class LinkBook:
     @property
     def names_held(self) -> int:
         """Slots in the book's table of host names, free ones included: what the names the relays sent cost the
-        viewer (it never exceeds the names its relays' latest words hold, nor :data:`MAX_HOSTS`)."""
+        viewer (the most its relays' words held at once, the slots given back used again; :data:`MAX_HOSTS` at
+        most)."""
         return len(self._names)
 
     def cost_bps(self) -> dict[str, float]:
