@@ -16,7 +16,8 @@ import pytest
 from ranktop.demo.simulate import Scenario, Simulator
 from ranktop.watch.aggregator import Aggregator
 from ranktop.watch.analysis import slow_links
-from ranktop.watch.engine.link_book import Link, LinkBook, LinkColumns
+from ranktop.watch.engine import link_book
+from ranktop.watch.engine.link_book import FORGET_S, Link, LinkBook, LinkColumns
 from ranktop.watch.model.json_doc import document
 from ranktop.watch.model.verdict import HEALTHY, SLOW_LINK, SLOW_RANK, verdict
 from ranktop.wire import schema
@@ -152,6 +153,75 @@ def test_the_book_keeps_each_relays_latest_word_and_forgets_a_relay_gone_quiet()
     assert [(l.src, l.dst, l.rate_bps) for l in book.columns(2.0).rows()] == [("a", "b", 2e6), ("b", "a", 3e6)]
     book.take(Links(job="j", host="b", ts=9.0, links=[LinkRate(peer="a", rate=3e6, rtt=1e-3, probes=8)]), now=9.0)
     assert [(l.src, l.dst) for l in book.columns(12.0).rows()] == [("b", "a")]
+
+
+def said(host: str, peers: dict[str, float], probes: int = 8) -> Links:
+    """A relay's ``links`` message: its rate to each of ``peers`` (itself among them: its probes to itself)."""
+    return Links(job="j", host=host, ts=0.0, links=[LinkRate(peer=p, rate=r, rtt=1e-3, probes=probes) for p, r in peers.items()])
+
+
+def test_the_books_columns_are_the_latest_word_of_every_relay_heard_lately_however_their_peers_change():
+    """What the book hands the judge, against the messages themselves: random relays, saying random peers (and
+    themselves), some going quiet, taken in turn."""
+    rnd = random.Random(3)
+    book, latest = LinkBook(), {}
+    names = [f"n{i}" for i in range(12)]
+    for tick in range(300):
+        now = tick * 0.5
+        host = rnd.choice(names[:9])
+        peers = {p: rnd.uniform(1e6, 1e9) for p in rnd.sample(names, rnd.randint(0, 5))}
+        book.take(said(host, peers), now)
+        latest[host] = (now, peers)
+        if tick % 7 == 0:
+            heard = {h: peers for h, (at, peers) in latest.items() if now - at <= FORGET_S}
+            columns = book.columns(now)
+            assert sorted((l.src, l.dst, l.rate_bps) for l in columns.rows()) == sorted(
+                (h, p, r) for h, peers in heard.items() for p, r in peers.items() if p != h)
+            own = {h: peers[h] for h, peers in heard.items() if h in peers}
+            assert {h: columns.own[i] for i, h in enumerate(columns.hosts) if not np.isnan(columns.own[i])} == own
+            assert set(columns.hosts) == set(heard) | {p for peers in heard.values() for p in peers}
+
+
+def test_a_relay_naming_new_peers_in_every_message_cannot_grow_the_book():
+    """Nothing from the network is trusted: the book's table of host names holds the names its relays' latest
+    words name, and slots given back are used again."""
+    book = LinkBook()
+    for i in range(5000):
+        book.take(said("a", {f"made-up-{i}-{k}": 1e6 for k in range(4)}), now=i * 0.01)
+        book.take(said("b", {"a": 1e6}), now=i * 0.01)
+    assert book.names_held <= 2 + 2 * 4  # a, b, a's 4 peers (and those of the message before, let go of after)
+    assert sorted(book.columns(50.0).hosts) == ["a", "b"] + sorted(f"made-up-4999-{k}" for k in range(4))
+
+
+def test_past_its_bounds_the_book_refuses_a_relays_word_and_keeps_what_it_had(monkeypatch):
+    monkeypatch.setattr(link_book, "MAX_HOSTS", 4)
+    monkeypatch.setattr(link_book, "MAX_BOOK_LINKS", 6)
+    book = LinkBook()
+    book.take(said("a", {"b": 1e6, "c": 2e6}), now=0.0)
+    book.take(said("b", {"a": 1e6, "x": 1e6, "y": 1e6}), now=0.0)  # a 5th and 6th name
+    book.take(said("c", {"a": 1e6, "b": 1e6, "c": 1e6, "d": 1e6, "e": 1e6}), now=0.0)  # 7 links in the book
+    assert book.refused == 2
+    book.take(said("b", {"a": 3e6, "c": 1e6}), now=1.0)
+    assert [(l.src, l.dst, l.rate_bps) for l in book.columns(1.0).rows()] == [
+        ("a", "b", 1e6), ("a", "c", 2e6), ("b", "a", 3e6), ("b", "c", 1e6)]
+
+
+def test_the_medians_worked_out_are_those_of_every_node_that_could_be_slow():
+    """find() works out a node's medians only where half its links are under the bar (a median under it needs
+    that): the nodes it leaves out could not be slow, the ones it keeps have their exact medians, whether a few
+    (one by one) or many (one sort)."""
+    rnd = np.random.default_rng(5)
+    for n, slow_share in ((200, 0.02), (200, 0.6), (40, 0.3)):
+        group = rnd.integers(0, n, 4000)
+        values = np.where(rnd.random(4000) < slow_share, 1e6, 1e9) * rnd.uniform(0.5, 1.5, 4000)
+        ceiling = rnd.choice([3e6, 3e9], n)
+        exact = slow_links._medians(group, values, n)
+        some = slow_links._medians_under(group, values, ceiling, n)
+        could_be_slow = exact * slow_links.SLOW_FACTOR <= ceiling
+        assert could_be_slow.any()
+        assert np.array_equal(some[could_be_slow], exact[could_be_slow])
+        worked = ~np.isnan(some)
+        assert np.array_equal(some[worked], exact[worked])
 
 
 def test_a_links_message_crosses_the_wire_and_what_breaks_its_bounds_does_not():
