@@ -239,6 +239,15 @@ class HistoryScreen(LiveModal):
     def contents(self) -> tuple[Static]:
         return (self._body,)
 
+    def on_mount(self) -> None:
+        super().on_mount()
+        # The first draw comes before the layout gives the text its width (a guess from the app's): drawn again
+        # once it has it, so the picture never depends on whether the timer's next tick came first.
+        self.call_after_refresh(self.redraw)
+
+    def on_resize(self) -> None:
+        self.call_after_refresh(self.redraw)
+
     def redraw(self) -> None:
         width = self._body.size.width or (self.app.size.width - 6)
         self._body.update(history_text(self._history_of(), self.rank, self.span_s, width))
