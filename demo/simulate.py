@@ -60,14 +60,13 @@ import numpy as np
 import zmq
 
 from ranktop.probe.sender import HEARTBEAT_EVERY_S, HELLO_EVERY_S
-from ranktop.relay.links import PUBLISH_EVERY_S
 from ranktop.wire import __version__ as PROBE_VERSION
 from ranktop.wire import schema, settings
 from ranktop.transport import fd_limit, rendezvous
 from ranktop.wire.collective_summary import SAMPLE_EVERY_S
 from ranktop.wire.messages import Call, Heartbeat, Hello, Links, Memory, RankInfo, State, Steps
 from ranktop.wire.names import COMM_PHASE, OTHER_PHASE
-from ranktop.wire.node_digest import OPS_EVERY_S, NodeDigest, digest_hz
+from ranktop.wire.node_digest import OPS_EVERY_S, NodeDigest, digest_hz, links_every_s
 
 from .sim_model import (  # noqa: F401  (Scenario, JobModel, Step, node_name: read as ranktop.demo.simulate's too)
     BUCKET_BYTES,
@@ -92,8 +91,8 @@ from .sim_relays import RelayProcesses, processes_for
 FDS_BESIDES = 256
 #: Sends this late on average (seconds after their time, the loop's own tick aside) mean the machine did not keep up.
 LATE_S = 0.1
-#: How often each simulated relay says what its probes measured (as relay/links.py does), and what its probing costs.
-LINKS_EVERY_S = PUBLISH_EVERY_S
+#: What each simulated relay's probing costs (relay/links.py measures its own); it says what its probes measured as
+#: often as a real relay of a job of its size does (wire/node_digest.py: links_every_s).
 LINK_COST_BPS = 68_000.0
 
 
@@ -198,7 +197,7 @@ class Simulator:
             now = time.time()
             self._advance(now)
             if now >= next_links:  # each relay's links, as relay/links.py publishes them
-                next_links = now + LINKS_EVERY_S
+                next_links = now + links_every_s(self.s.nodes)
                 for node, msg in zip(self._nodes, self.links(now)):
                     node.publish(schema.encode(msg))
             due = []
@@ -494,7 +493,7 @@ class Simulator:
                 assert isinstance(msg, Hello)
                 folds[msg.rank // per].add(msg)
         sent_upto, last_sent = [-1] * turns, start
-        next_links = start + LINKS_EVERY_S
+        next_links = start + links_every_s(self.s.nodes)
         # The nodes' digests as their relays pace them (wire/node_digest.py: digest_hz), each turn's on its own.
         digest_every = 1.0 / digest_hz(len(nodes))
         next_digest = [start + digest_every] * turns
@@ -531,7 +530,7 @@ class Simulator:
             if steps:
                 sent_upto[turn] = steps[-1].n
             if now >= next_links:
-                next_links += LINKS_EVERY_S
+                next_links += links_every_s(self.s.nodes)
                 frames += [schema.encode(msg) for msg in self.links(now)]
             yield now, frames
 

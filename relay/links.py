@@ -64,6 +64,7 @@ from ranktop.transport import curve, rendezvous
 from ranktop.wire import link_probes, schema
 from ranktop.wire.link_probes import ACK, PROBE, PROBE_BYTES, Probe, ProbeError
 from ranktop.wire.messages import Links, LinkRate
+from ranktop.wire.node_digest import links_every_s
 
 #: At most one probe pair this often.
 PROBE_EVERY_S = 0.4
@@ -85,9 +86,9 @@ FORGET_S = 30.0
 MAX_PEERS = 4
 #: Probes answered a second at most, whoever sends them.
 ANSWERS_PER_S = 64
-#: How often the relay looks for its job's other relays, and says what it measured.
+#: How often the relay looks for its job's other relays. It says what it measured every
+#: ``links_every_s(nodes)`` (wire/node_digest.py: each second, less often in a job of over 512 nodes).
 DISCOVER_EVERY_S = 2.0
-PUBLISH_EVERY_S = 1.0
 #: The least crossing time believed: below it a link is faster than this prober can tell.
 MIN_CROSSING_S = 20e-6
 
@@ -171,6 +172,7 @@ class LinkProber(threading.Thread):
         self.answered = 0
         self.refused = 0
         self.published = 0
+        self.nodes = 1  # the job's relays that probe, itself among them (the rendezvous folder says: _discover)
         self._rng = random.Random()
 
     def stop(self, timeout: float = 1.0) -> bool:
@@ -193,7 +195,7 @@ class LinkProber(threading.Thread):
                     next_discover = now + DISCOVER_EVERY_S
                     self._discover(poller)
                 if now >= next_publish:
-                    next_publish = now + PUBLISH_EVERY_S
+                    next_publish = now + links_every_s(self.nodes)
                     cost = (self.sent_bytes - published_bytes) / max(now - published_at, 1e-3)
                     published_bytes, published_at = self.sent_bytes, now
                     self._publish(now, cost)
@@ -227,6 +229,7 @@ class LinkProber(threading.Thread):
         except OSError:
             return
         found = {r.host: r.links for r in records if r.links and r.host != self.host and not r.is_stale()}
+        self.nodes = len(found) + 1
         if len(found) > MAX_PEERS:
             kept = [h for h in self._order if h in found][:MAX_PEERS]
             rest = [h for h in sorted(found) if h not in kept]

@@ -147,3 +147,15 @@ def test_the_probe_cost_benchmark_runs_and_reports_the_cost_per_node(tmp_path):
     doc = json.loads(out.stdout)
     assert [r["node"] for r in doc["rows"]] == ["node-0", "node-1", "node-2"] and doc["target_bps"] == 125_000
     assert all(r["counted_bps"] > 0 for r in doc["rows"])
+
+
+def test_relays_of_a_big_job_say_their_links_less_often_but_before_the_viewer_forgets_them():
+    """Each relay's links message is decoded by the viewer: up to 512 nodes every second, beyond that the job's relays
+    together send about 512 a second, and never so seldom that the link book forgets a relay between two."""
+    from ranktop.watch.engine.link_book import FORGET_S
+    from ranktop.wire.node_digest import links_every_s
+
+    assert [links_every_s(n) for n in (1, 3, 512)] == [1.0, 1.0, 1.0]
+    assert links_every_s(1024) == 2.0
+    assert links_every_s(2048) == links_every_s(16_384) == 3.0
+    assert all(links_every_s(n) * 3 <= FORGET_S for n in (1, 2048, 1 << 20))

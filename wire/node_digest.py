@@ -87,6 +87,21 @@ SAMPLE_EVERY_S = 2.0
 SAMPLE_BUDGET = 256.0
 
 
+#: How often a relay says what its link probes measured (relay/links.py's ``links`` message): every second, less
+#: often where the job's relays together would send more than :data:`LINKS_BUDGET` a second, and never less often
+#: than :data:`LINKS_EVERY_MAX_S` (the viewer forgets a relay's links unheard for 10 s: watch/engine/link_book.py).
+#: A link's rate moves every couple of seconds at most (its last few probes), so little is lost; at 2,048 nodes the
+#: viewer decoded as many links messages as digests, and every third one now (benchmarks/scale.py, docs/performance.md).
+LINKS_EVERY_S = 1.0
+LINKS_BUDGET = 512.0
+LINKS_EVERY_MAX_S = 3.0
+
+
+def links_every_s(nodes: int) -> float:
+    """Seconds between two ``links`` messages of one relay of a job of ``nodes`` nodes (see :data:`LINKS_BUDGET`)."""
+    return min(LINKS_EVERY_MAX_S, max(LINKS_EVERY_S, nodes / LINKS_BUDGET))
+
+
 def digest_hz(nodes: int) -> float:
     """How often each relay of a job of ``nodes`` nodes sends its digest: :data:`DIGEST_HZ`, less in a job so big that
     its relays together would send more than :data:`DIGEST_BUDGET` a second. The relays and the simulator pace their
