@@ -27,6 +27,10 @@ STRICT = [
     "ranktop.watch.engine.receiver",
     "ranktop.watch.analysis.silence",
     "ranktop.watch.analysis.peers",
+    "ranktop.watch.analysis.node_groups",
+    "ranktop.watch.analysis.job_pace",
+    "ranktop.watch.analysis.slow_links",
+    "ranktop.watch.engine.link_book",
 ]
 
 

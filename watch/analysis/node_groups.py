@@ -26,7 +26,7 @@ import numpy as np
 
 from ranktop.watch.analysis.stragglers import (HARDWARE_SPREAD, MEDIAN_ERROR, NOISE_Z, SLOW_FLOOR_FRACTION, SLOW_FLOOR_S,
                                                peer_groups)  # fmt: skip
-from ranktop.wire import schema
+from ranktop.wire.names import COMM_PHASE
 
 #: A node counts when it holds this many of its class's ranks at least.
 MIN_RANKS = 2
@@ -46,7 +46,7 @@ def node_excess(work: np.ndarray, names: list[str], class_ids: np.ndarray | None
     excess, culprit, bar = np.zeros(n), np.full(n, -1, np.int64), np.full(n, np.inf)
     if n < 2 * MIN_RANKS:
         return excess, culprit, bar
-    own = np.array([name != schema.COMM_PHASE for name in names], bool)
+    own = np.array([name != COMM_PHASE for name in names], dtype=np.bool_)
     columns = np.flatnonzero(own)
     noise = np.nan_to_num(noise)
     for members, count in peer_groups(class_ids, n):
