@@ -77,6 +77,21 @@ def steps(rank: int, records: list[dict], *, state: dict | None = None, calls: l
     return decoded(schema.STEPS, rank, body, world=world, **who)
 
 
+def synchronous_step(agg: Any, n: int, t: float, own: list[dict[str, float]], world: int) -> float:
+    """Step ``n`` of a data-parallel job begun at ``t`` whose ranks spent ``own`` (each rank's phase -> seconds): every
+    rank then waits for the slowest in one all-reduce at the end of backward, and its steps message is ingested by
+    ``agg``. Returns the step's wall time."""
+    totals = [sum(p.values()) for p in own]
+    wall = max(totals) + 0.001
+    for r, p in enumerate(own):
+        wait = max(0.0, wall - 0.001 - totals[r])
+        p = dict(p, backward=p["backward"] + wait)
+        calls = [{"op": "all_reduce", "seq": n, "b": 4096, "dt": "float32", "g": world, "d": wait, "n": n,
+                  "ph": "backward", "t0": t + totals[r]}]
+        agg.ingest(steps(r, [{"n": n, "t": t, "w": wall, "p": p}], calls=calls, world=world))
+    return wall
+
+
 def heartbeat(rank: int, state: dict[str, Any], world: int = 4, **who: Any) -> Any:
     return decoded(schema.HEARTBEAT, rank, {"state": state}, world=world, **who)
 

@@ -44,14 +44,7 @@ class Job:
                     p["forward"] *= longer
                     p["backward"] *= longer
                 own.append(p)
-            totals = [sum(p.values()) for p in own]
-            wall = max(totals) + 0.001
-            for r, p in enumerate(own):
-                wait = max(0.0, wall - 0.001 - totals[r])
-                p = dict(p, backward=p["backward"] + wait)
-                calls = [{"op": "all_reduce", "seq": self.n, "b": 4096, "dt": "float32", "g": self.world, "d": wait,
-                          "n": self.n, "ph": "backward", "t0": self.t + totals[r]}]
-                self.agg.ingest(messages.steps(r, [{"n": self.n, "t": self.t, "w": wall, "p": p}], calls=calls, world=self.world))
+            wall = messages.synchronous_step(self.agg, self.n, self.t, own, self.world)
             self.n += 1
             self.t += wall
             self.clock.now += wall

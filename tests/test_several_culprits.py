@@ -32,14 +32,7 @@ def run(world=8, slow=(), noise=0.03, steps=200, seed=0):
                 if r == rank:
                     p[phase] += seconds
             own.append(p)
-        totals = [sum(p.values()) for p in own]
-        wall = max(totals) + 0.001
-        for r, p in enumerate(own):
-            wait = max(0.0, wall - 0.001 - totals[r])
-            p = dict(p, backward=p["backward"] + wait)
-            calls = [{"op": "all_reduce", "seq": n, "b": 4096, "dt": "float32", "g": world, "d": wait, "n": n,
-                      "ph": "backward", "t0": t + totals[r]}]
-            agg.ingest(messages.steps(r, [{"n": n, "t": t, "w": wall, "p": p}], calls=calls, world=world))
+        wall = messages.synchronous_step(agg, n, t, own, world)
         t += wall
         clock.now += wall
         if n % 16 == 15 or n == steps - 1:
