@@ -10,6 +10,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 
 import pytest
 
@@ -31,6 +32,7 @@ class Node:
     def __init__(self, host: str, first_rank: int, tmp_path, per_node: int = 2, world: int = 4, **extra_env: str):
         self.host = host
         self.procs = []
+        self.said: list[str] = []  # the ranks' stderr, read as it comes (a rank passes on its relay's start-up words)
         for local in range(per_node):
             env = dict(
                 os.environ,
@@ -43,9 +45,9 @@ class Node:
                 RANKTOP_BIND="127.0.0.1",
                 **extra_env,
             )
-            self.procs.append(
-                subprocess.Popen([sys.executable, str(JOBS / "sleepy_rank.py")], env=env, cwd=tmp_path, stderr=subprocess.PIPE, text=True)
-            )
+            proc = subprocess.Popen([sys.executable, str(JOBS / "sleepy_rank.py")], env=env, cwd=tmp_path, stderr=subprocess.PIPE, text=True)
+            threading.Thread(target=lambda p=proc: self.said.extend(p.stderr), daemon=True).start()
+            self.procs.append(proc)
 
     def record(self):
         return next((n for n in rendezvous.read_nodes(JOB) if n.host == self.host and not n.is_stale()), None)
@@ -147,9 +149,12 @@ def test_a_taken_port_makes_the_relay_fall_back_to_a_random_one_and_say_so(nodes
         port = taken.getsockname()[1]
         node = nodes("node-a", 0, RANKTOP_PORT=str(port))
         assert not node.record().telemetry.endswith(f":{port}")
+        # The rank that started the relay passes on what it said: at once, or (a relay slower to come up than the
+        # rank waits, on a loaded machine) at its next check, which may come after the record is written.
+        warning = f"relay port 127.0.0.1:{port} is not free"
+        wait_for(lambda: warning in "".join(node.said), 15, "no rank passed on the relay's warning")
         node.stop()
-        said = "".join(p.stderr.read() for p in node.procs)  # the rank that started the relay passes on what it said
-        assert said.count(f"relay port 127.0.0.1:{port} is not free") == 1
+        assert "".join(node.said).count(warning) == 1
 
 
 def test_jobs_names_the_slurm_job_a_job_of_another_name_runs_in(nodes):
