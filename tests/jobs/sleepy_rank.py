@@ -2,7 +2,7 @@
 
 Run several with RANK/LOCAL_RANK/WORLD_SIZE/LOCAL_WORLD_SIZE/RANKTOP_JOB set, as a
 launcher would. ``--slow-rank R --slow-ms MS --slow-phase P`` makes one rank slow.
-``--slow-every N`` makes it slow on one step in N only (an intermittent straggler).
+``--slow-ranks 4,5,6,7`` makes several ranks slow alike (a slow node). ``--slow-every N`` makes it slow on one step in N only (an intermittent straggler).
 ``--also-rank R --also-ms MS --also-phase P`` makes a second straggler. ``--slow-all`` makes every rank slow alike, ``--slow-from-s S`` only from S seconds after it started (the job
 slower than itself).
 ``--gloo`` (under torchrun): backward ends in a gloo all_reduce where the ranks wait for the slowest, as
@@ -22,6 +22,7 @@ parser = argparse.ArgumentParser()
 parser.add_argument("--steps", type=int, default=10_000)
 parser.add_argument("--slow-rank", type=int, default=-1)
 parser.add_argument("--slow-ms", type=float, default=0.0)
+parser.add_argument("--slow-ranks", type=lambda s: {int(r) for r in s.split(",")}, default=set())
 parser.add_argument("--slow-phase", default="forward")
 parser.add_argument("--slow-every", type=int, default=1)
 parser.add_argument("--slow-all", action="store_true")
@@ -47,7 +48,7 @@ for n in range(args.steps):
     with probe.step():
         for name, seconds in PHASES.items():
             with probe.phase(name):
-                slowed = (rank == args.slow_rank or args.slow_all) and time.monotonic() - began >= args.slow_from_s
+                slowed = (rank == args.slow_rank or rank in args.slow_ranks or args.slow_all) and time.monotonic() - began >= args.slow_from_s
                 slowed = slowed and name == args.slow_phase and n % args.slow_every == args.slow_every - 1
                 extra = args.slow_ms / 1000 if slowed else 0.0
                 extra += args.also_ms / 1000 if rank == args.also_rank and name == args.also_phase else 0.0
