@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import argparse
 import json
+import socket
 import sys
 import time
+from urllib.parse import urlsplit
 
 from ranktop.cli import record
 from ranktop.cli.errors import UserError, say
@@ -24,6 +26,27 @@ DESCRIPTION = (
     "relay endpoints tcp://HOST:PORT; with no TARGET, the only running job. A job named that is not "
     "running yet is waited for (the TUI says so; with --json, one line on stderr): start the watcher first."
 )
+
+
+def why_silent(url: str) -> str | None:
+    """Why a relay endpoint the user named says nothing, when the network can tell: a host name that does not
+    resolve (a typo), or a port nobody listens on (a wrong port, a job that ended). None when it answers a connect
+    (then it is a relay that has no rank yet, or not ranktop's)."""
+    parts = urlsplit(url)
+    host, port = parts.hostname, parts.port
+    if not host or port is None:
+        return None
+    try:
+        socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except socket.gaierror:
+        return f"host {host} does not resolve"
+    try:
+        socket.create_connection((host, port), timeout=1.0).close()
+    except ConnectionRefusedError:
+        return f"nothing listens at {host}:{port}"
+    except OSError as exc:
+        return f"{host}:{port} cannot be reached ({exc.strerror or exc})"
+    return None
 
 
 def configure(watch: argparse.ArgumentParser) -> None:
@@ -88,7 +111,9 @@ def watch_json(session: WatchSession, duration: float) -> int:
             for e in session.snapshot().endpoints:
                 if e.state == WAITING and e.quiet_s >= WAITING_NOTICE_S and e.url not in told and not session.receiver.handshakes.problem:
                     told.add(e.url)
-                    print(f"ranktop: no answer from {e.url} after {e.quiet_s:.0f}s; still waiting", file=sys.stderr)
+                    why = why_silent(e.url) if e.url in session.target.endpoints else None
+                    because = f" ({why})" if why else ""
+                    print(f"ranktop: no answer from {e.url} after {e.quiet_s:.0f}s{because}; still waiting", file=sys.stderr)
         snap = session.snapshot()
     print(json.dumps(document(snap), indent=2))
     refused = session.receiver.handshakes.problem  # no key, or not the job's: said last, as the reason
@@ -105,6 +130,9 @@ def watch_json(session: WatchSession, duration: float) -> int:
                 f" from the {len(job.nodes)} node(s) of SLURM job {job.label}: does it run ranktop "
                 "(probe.init() or ranktop launch), with the same RANKTOP_PORT_BASE?"
             )
+        else:  # endpoints the user named: what the network says of those that could not be reached
+            reasons = [f"{url}: {why}" for url in session.target.endpoints if (why := why_silent(url))]
+            hint = f" ({'; '.join(reasons)})" if reasons else ""
         raise UserError(f"no rank reported within {duration:g}s{hint}")
     return 0
 

@@ -2,6 +2,7 @@
 
 import json
 import os
+import socket
 
 from support import run_cli
 
@@ -39,11 +40,31 @@ def test_an_ended_job_is_recognised_by_its_stale_record(rdv):
     assert "dead-job\tended" in run_cli("jobs", "--all").stdout
 
 
-def test_an_endpoint_nobody_answers_is_reported_while_waiting(rdv):
-    out = run_cli("watch", "tcp://127.0.0.1:9", "--json", "--duration", "4")
-    assert_one_line_error(out, 1, "no answer from tcp://127.0.0.1:9 after 3s; still waiting", "no rank reported within 4s")
+def test_an_endpoint_nobody_answers_is_reported_while_waiting_with_why(rdv):
+    with socket.socket() as s:  # a port nobody listens on: bound, never listening
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+        out = run_cli("watch", f"tcp://127.0.0.1:{port}", "--json", "--duration", "4")
+    assert_one_line_error(
+        out, 1, f"no answer from tcp://127.0.0.1:{port} after 3s (nothing listens at 127.0.0.1:{port}); still waiting",
+        f"no rank reported within 4s (tcp://127.0.0.1:{port}: nothing listens at 127.0.0.1:{port})",
+    )
     doc = json.loads(out.stdout)
     assert doc["endpoints"][0]["state"] == "waiting"
+
+
+def test_an_endpoint_whose_host_does_not_resolve_is_said_so(rdv):
+    out = run_cli("watch", "tcp://no-such-host.invalid:5", "--json", "--duration", "1")
+    assert_one_line_error(out, 1, "no rank reported within 1s (tcp://no-such-host.invalid:5: host no-such-host.invalid does not resolve)")
+
+
+def test_an_endpoint_that_accepts_but_sends_nothing_is_not_blamed_on_the_network(rdv):
+    with socket.socket() as s:  # something listens (a relay with no rank yet looks so): no reason is made up
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        out = run_cli("watch", f"tcp://127.0.0.1:{s.getsockname()[1]}", "--json", "--duration", "1")
+    assert_one_line_error(out, 1)
+    assert out.stderr.rstrip().endswith("ranktop: error: no rank reported within 1s"), out.stderr
 
 
 def test_a_malformed_endpoint_is_refused(rdv):
