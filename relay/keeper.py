@@ -18,7 +18,8 @@ stdout/stderr is not kept waiting by it. Its stderr goes to ``relay.log`` in
 the claim folder; what it says while starting (a port that was not free) is
 copied to the starting rank's stderr, once it is up (on a loaded machine a
 relay may take longer than :data:`READY_TIMEOUT_S` to start: what it said is
-then passed on at the check that finds it running).
+then passed on at the check that finds it running, looked for every
+:data:`UNSAID_EVERY_S` until then).
 """
 
 from __future__ import annotations
@@ -39,6 +40,12 @@ from .claim import Claim, RelayInfo, is_relay
 
 #: How often a rank checks that its node's relay runs.
 CHECK_EVERY_S = 2.0
+#: How often it looks while what the relay it started said is not passed on yet (the relay was slower to come up
+#: than the rank waits): at the sender's own pace, so that a rank ended by SIGTERM soon after (torchrun ends the
+#: ranks so when one fails; SIGTERM skips atexit, where stop() would pass it on) has said it. The probe installs
+#: no signal handler for that: a Python handler runs only between bytecodes of the main thread, so a rank blocked
+#: in a collective, the usual reason it is sent SIGTERM, would no longer die of it.
+UNSAID_EVERY_S = 0.25
 #: How long the rank that started a relay waits for it to be up (a Python start-up, zmq imported, sockets bound).
 READY_TIMEOUT_S = 5.0
 #: How long a relay this rank started may take to come up before another is started beside it.
@@ -100,6 +107,8 @@ class RelayKeeper:
         child = self._child
         if child is None or (self.info is not None and self.info.pid == child.pid):
             self._pass_on_unsaid()  # (a relay this rank started may be up only now: it wrote relay.json once bound)
+        if self._unsaid is not None:
+            delay = min(delay, UNSAID_EVERY_S)
         self._next_check = time.monotonic() + delay
 
     def endpoints(self) -> dict[str, Any] | None:
