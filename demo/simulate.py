@@ -64,7 +64,7 @@ from ranktop.wire import __version__ as PROBE_VERSION
 from ranktop.wire import schema, settings
 from ranktop.transport import fd_limit, rendezvous
 from ranktop.wire.collective_summary import SAMPLE_EVERY_S
-from ranktop.wire.messages import Call, Heartbeat, Hello, Links, Memory, RankInfo, State, Steps
+from ranktop.wire.messages import Call, CudaMemory, Gpu, Heartbeat, Hello, LastCollective, Links, Memory, RankInfo, State, Steps
 from ranktop.wire.names import COMM_PHASE, OTHER_PHASE
 from ranktop.wire.node_digest import OPS_EVERY_S, NodeDigest, digest_hz, links_every_s
 
@@ -268,10 +268,10 @@ class Simulator:
         k = self.s.calls_per_step
         collective = None
         if ops and halted and not stuck:  # waiting inside the first collective of the step for the stuck rank
-            collective = {"op": ops[0][1], "seq": n * k + 1, "b": BUCKET_BYTES[0], "dt": DTYPE, "g": self.s.ranks,
-                          "inside": True, "age": now - self._halted_at}  # fmt: skip
+            collective = LastCollective(op=ops[0][1], seq=n * k + 1, b=BUCKET_BYTES[0], dt=DTYPE, g=self.s.ranks, inside=True,
+                                        age=now - self._halted_at)  # fmt: skip
         elif ops:  # the last one it left: the previous step's last
-            collective = {"op": ops[-1][1], "seq": n * k, "b": BUCKET_BYTES[0], "dt": DTYPE, "g": self.s.ranks, "inside": False, "age": 0.0}
+            collective = LastCollective(op=ops[-1][1], seq=n * k, b=BUCKET_BYTES[0], dt=DTYPE, g=self.s.ranks, inside=False, age=0.0)
         pause = self._step.pauses.get(rank) if self._step is not None else None
         if stuck:
             phase = "data"  # waiting for a batch that never comes
@@ -299,10 +299,10 @@ class Simulator:
         seconds = now - self._started
         alloc = 40e9 + 1e6 * (seconds % 60)  # the allocator's figures move a little, as a training step's do
         return {
-            "mem": Memory(rss=3.0e9, cuda={"dev": 0, "alloc": alloc, "resv": 60e9, "peak": 52e9, "cap": 80e9, "retries": 0, "ooms": 0}),
-            "gpu": {"seq": int(seconds), "t": now, "name": "NVIDIA H100 80GB HBM3 (simulated)", "bus": "00000000:00:00.0",
-                    "util": 97, "mem_util": 61, "mem_used": 62e9, "mem_total": 80e9, "power_w": 655.0, "power_limit_w": 700.0,
-                    "temp_c": 66, "sm_mhz": 1980, "sm_max_mhz": 1980},
+            "mem": Memory(rss=3.0e9, cuda=CudaMemory(dev=0, alloc=alloc, resv=60e9, peak=52e9, cap=80e9, retries=0, ooms=0)),
+            "gpu": Gpu(seq=int(seconds), t=now, name="NVIDIA H100 80GB HBM3 (simulated)", bus="00000000:00:00.0",
+                       util=97, mem_util=61, mem_used=62e9, mem_total=80e9, power_w=655.0, power_limit_w=700.0,
+                       temp_c=66, sm_mhz=1980, sm_max_mhz=1980),
         }  # fmt: skip
 
     def _hellos(self, node: SimulatedNode, now: float) -> None:

@@ -54,6 +54,7 @@ import time
 from typing import Any
 
 from ranktop.wire import parallel_groups
+from ranktop.wire.messages import LastCollective
 
 from . import dynamo_guard
 from .recorder import Recorder, drain
@@ -237,14 +238,22 @@ class CollectiveTracker:
                 out.sort(key=lambda r: r["seq"])
         return out
 
-    def state(self) -> dict[str, Any] | None:
-        if self.last is None:
+    def state(self) -> LastCollective | None:
+        """The last collective entered, and whether the rank is blocked in it: the one place where the training
+        thread's record of a call (a plain dict, cheap to make on the hot path) becomes the wire's record."""
+        last = self.last
+        if last is None:
             return None
         blocked = self.blocked_since
         device = self.device
         if not blocked and device is not None and device.blocked_since is not None:  # NCCL: the host never blocks
-            return dict(device.blocked_entry or self.last, inside=True, age=_perf() - device.blocked_since)
-        return dict(self.last, inside=bool(blocked), age=_perf() - blocked if blocked else 0.0)
+            entry, inside, age = device.blocked_entry or last, True, _perf() - device.blocked_since
+        else:
+            entry, inside, age = last, bool(blocked), _perf() - blocked if blocked else 0.0
+        get = entry.get
+        return LastCollective(
+            op=get("op"), seq=get("seq"), b=get("b"), dt=get("dt"), g=get("g"), gi=get("gi"), k=get("k"), inside=inside, age=age
+        )
 
 
 # -- installation ---------------------------------------------------------------

@@ -27,10 +27,13 @@ from ranktop.wire.messages import (
     RANK_INFO_FIELDS,
     Call,
     CallSummary,
+    Capture,
     DeviceTimes,
+    Exit,
     Heartbeat,
     Hello,
     Message,
+    RankInfo,
     Reply,
     State,
     Step,
@@ -64,7 +67,7 @@ MAX_COMMANDS_PER_S = 200.0
 _CORE_STATE = frozenset({"step", "last", "in_step", "phase", "step_age", "dropped", "rejected", "rate_hz", "median_step_s", "cap"})
 
 
-def exit_kind() -> str:
+def exit_kind() -> Exit:
     """How this process is ending, as the probe can tell while it shuts down: an uncaught exception in the
     script leaves ``sys.last_value`` (``sys.last_exc`` since 3.12) set before ``atexit`` runs."""
     died = getattr(sys, "last_exc", None) or getattr(sys, "last_value", None)
@@ -97,7 +100,7 @@ class Sender(threading.Thread):
         self._rejected: dict[str, int] = {}
         self._command_budget = MAX_COMMANDS_PER_S  # a token bucket (see MAX_COMMANDS_PER_S)
         self._budget_at = time.monotonic()
-        self._meta: dict[str, Any] | None = None  # the hello's fields that never change
+        self._meta: RankInfo | None = None  # the hello's fields that never change
         # Recent step wall times: the state carries their median, so a TUI that attaches to a
         # job already hung still knows how long a step usually takes on this rank.
         self._recent_walls: collections.deque[float] = collections.deque(maxlen=32)
@@ -181,7 +184,7 @@ class Sender(threading.Thread):
             self._loop(pub, sub, verifier)
             self._flush(pub, final=True)
             # The last word (wire/schema.py EXITS): a viewer that hears every rank say it knows the job ended.
-            self._send(pub, Heartbeat(**self.origin(), state=self.wire_state(), exit=exit_kind()))
+            self._send(pub, self.heartbeat(exit_kind()))
             # ... given a moment to leave the node: the last rank to go lets the relay end at once, and a relay
             # ending drops what it has not sent on yet. On this thread, at exit only.
             time.sleep(LAST_WORD_S)
@@ -209,7 +212,7 @@ class Sender(threading.Thread):
                 if self._flush(pub):
                     last_sent = now
                 elif now - last_sent >= HEARTBEAT_EVERY_S:
-                    self._send(pub, Heartbeat(**self.origin(), state=self.wire_state()))
+                    self._send(pub, self.heartbeat())
                     last_sent = now
                 next_flush = max(next_flush + 1.0 / self.rate_hz, now)  # never a burst to catch up
             timeout_ms = max(0, int((min(next_flush, next_hello) - time.monotonic()) * 1000))
@@ -218,9 +221,10 @@ class Sender(threading.Thread):
 
     # -- telemetry ------------------------------------------------------------
 
-    def origin(self) -> dict[str, Any]:
-        """The envelope of this rank's next message: job, rank, time (unix s)."""
-        return {"job": self.identity.job, "rank": self.identity.rank, "ts": time.time()}
+    def heartbeat(self, exit: Exit | None = None) -> Heartbeat:
+        """This rank is alive, and where it is; ``exit``: its last word, how its process is ending."""
+        ident = self.identity
+        return Heartbeat(job=ident.job, rank=ident.rank, ts=time.time(), state=self.wire_state(), exit=exit)
 
     def message(self, msg: Message) -> list[bytes]:
         """The frames of one message of this rank."""
@@ -261,7 +265,8 @@ class Sender(threading.Thread):
             Step(n=rec["n"], t=rec["t"], w=rec["w"], p=rec["p"], g=DeviceTimes(w=rec["g"]["w"], p=rec["g"]["p"]) if rec.get("g") else None)
             for rec in records
         ]  # fmt: skip
-        return Steps(**self.origin(), steps=steps, state=self.wire_state(), cs=cs or None, cx=cx or None)
+        ident = self.identity
+        return Steps(job=ident.job, rank=ident.rank, ts=time.time(), steps=steps, state=self.wire_state(), cs=cs or None, cx=cx or None)
 
     def _collective_summaries(self, final: bool) -> tuple[list[CallSummary], list[Any]]:
         """The drained calls as one summary per step and phase (wire/collective_summary.py), and a sample.
@@ -282,70 +287,73 @@ class Sender(threading.Thread):
                 calls = [c for c in calls if c["n"] != current]
         return collective_summary.summarise(calls) if calls else ([], [])
 
-    def state(self) -> dict[str, Any]:
-        """Where the training thread is, and what the registered sources say, as plain values (what a command's
-        answer carries; :meth:`wire_state` is the same as the wire's ``State``)."""
+    def wire_state(self) -> State:
+        """Where the training thread is, and what the registered sources say: the wire's ``State``, each source's
+        value checked by its field's type (:func:`_checked`)."""
         rec = self.recorder
         started = rec.step_started
-        state = {
-            "step": rec.current_step,
-            "last": rec.last_step,
-            "in_step": bool(started),
-            "phase": rec.current_phase,
-            "step_age": time.perf_counter() - started if started else 0.0,
-            "dropped": self._dropped,
-            "rejected": dict(self._rejected),
-            "rate_hz": self.rate_hz,
-            "median_step_s": statistics.median(self._recent_walls) if self._recent_walls else None,
-            "cap": self._capture_progress(),
-        }
-        for key, source in self._state_sources.items():
-            state[key] = source()
-        return state
+        return State(
+            step=rec.current_step,
+            last=rec.last_step,
+            in_step=bool(started),
+            phase=rec.current_phase,
+            step_age=time.perf_counter() - started if started else 0.0,
+            dropped=self._dropped,
+            rejected=dict(self._rejected),
+            rate_hz=self.rate_hz,
+            median_step_s=statistics.median(self._recent_walls) if self._recent_walls else None,
+            cap=self._capture_progress(),
+            **_checked(self._state_sources, _STATE_TYPES),
+        )
 
-    def wire_state(self) -> State:
-        """:meth:`state` as the wire's ``State``, each registered source's value checked by its type."""
-        return _typed(State, self.state(), self._state_sources)
+    def state(self) -> dict[str, Any]:
+        """:meth:`wire_state` as plain values, every field named (None where unknown): what a command's answer
+        carries (a reply's result is a plain map: wire/schema.py)."""
+        state = self.wire_state()
+        return {name: msgspec.to_builtins(getattr(state, name)) for name in State.__struct_fields__}
 
-    def _capture_progress(self) -> dict[str, Any] | None:
+    def _capture_progress(self) -> Capture | None:
         capture = self.capture
         if capture is None:
             return None
         capture.give_up_if_late()  # a stalled job must not keep its one capture slot for ever
-        return capture.progress()
+        return _checked({"cap": capture.progress}, _STATE_TYPES).get("cap")
 
-    def hello(self) -> dict[str, Any]:
-        """Who this rank is: its identity, its relay, what the registered sources say, as plain values
-        (:meth:`wire_hello` is the same as the wire's ``Hello``)."""
+    def wire_hello(self) -> Hello:
+        """Who this rank is: its identity, its relay, what the registered sources say (each source's value checked
+        by its field's type, and sent when not empty: the work per step may be learnt after init)."""
         if self._meta is None:
             ident = self.identity
             torch = sys.modules.get("torch")  # reported if the script imported it; never imported here
-            self._meta = {
-                "host": ident.host,
-                "pid": ident.pid,
-                "world": ident.world,
-                "local_rank": ident.local_rank,
-                "local_world": ident.local_world,
-                "launcher": ident.launcher,
-                "torch": str(torch.__version__) if hasattr(torch, "__version__") else None,  # a str subclass
-                "probe": PROBE_VERSION,
-                "python": platform.python_version(),
-                "argv": sys.argv[:8],
-                "cwd": os.getcwd(),
-            }
-        hello = dict(self._meta, rate_hz=self.rate_hz, device=self.device)
-        relay = self._relay.endpoints()
-        if relay is not None:
-            hello["relay"] = relay
-        for key, source in self._hello_sources.items():
-            value = source()
-            if value:
-                hello[key] = value
-        return hello
+            self._meta = RankInfo(
+                host=ident.host,
+                pid=ident.pid,
+                world=ident.world,
+                local_rank=ident.local_rank,
+                local_world=ident.local_world,
+                launcher=ident.launcher,
+                torch=str(torch.__version__) if hasattr(torch, "__version__") else None,  # a str subclass: a str
+                probe=PROBE_VERSION,
+                python=platform.python_version(),
+                argv=sys.argv[:8],
+                cwd=os.getcwd(),
+            )
+        sourced = {key: value for key, value in _checked(self._hello_sources, _HELLO_TYPES).items() if value}
+        meta = self._meta
+        return Hello(
+            job=self.identity.job,
+            rank=self.identity.rank,
+            ts=time.time(),
+            **{name: getattr(meta, name) for name in _META_FIELDS},
+            rate_hz=self.rate_hz,
+            device=self.device,
+            relay=self._relay.endpoints(),
+            **sourced,
+        )
 
-    def wire_hello(self) -> Hello:
-        """:meth:`hello` as the wire's ``Hello``, each registered source's value checked by its type."""
-        return _typed(Hello, {**self.hello(), **self.origin()}, self._hello_sources)
+    def hello(self) -> dict[str, Any]:
+        """:meth:`wire_hello`'s own fields (less the envelope) as plain values, those set."""
+        return msgspec.to_builtins(self.wire_hello().info())
 
     # -- control --------------------------------------------------------------
 
@@ -379,25 +387,32 @@ class Sender(threading.Thread):
                 ok, result = commands.run(self, msg.cmd, msg.args)
             except Exception as exc:  # a broken handler answers with its error, the probe lives on
                 ok, result = False, {"error": f"{exc.__class__.__name__}: {exc}"}
-            self._send(pub, Reply(**self.origin(), id=msg.id, cmd=msg.cmd, ok=ok, result=result))
+            ident = self.identity
+            self._send(pub, Reply(job=ident.job, rank=ident.rank, ts=time.time(), id=msg.id, cmd=msg.cmd, ok=ok, result=result))
 
     def _reject(self, reason: str) -> None:
         self._rejected[reason] = self._rejected.get(reason, 0) + 1
 
 
-def _typed(kind: Any, fields: dict[str, Any], sourced: Any) -> Any:
-    """``kind`` (``State``, ``Hello``) of ``fields``, checked and converted by msgspec against the type; a value of
-    a registered source (a key of ``sourced``) the type refuses is left out: a gauge gone wrong costs its field,
-    never the message, never the probe."""
-    try:
-        return msgspec.convert(fields, kind)
-    except msgspec.ValidationError:
-        own = {key: value for key, value in fields.items() if key not in sourced}
-        for key in sourced:
-            if key in fields:
-                try:
-                    msgspec.convert({**own, key: fields[key]}, kind)
-                except msgspec.ValidationError:
-                    continue
-                own[key] = fields[key]
-        return msgspec.convert(own, kind)
+#: Each field's type, by name: a registered source's value is checked by its field's type.
+_STATE_TYPES = {f.name: f.type for f in msgspec.structs.fields(State)}
+_HELLO_TYPES = {f.name: f.type for f in msgspec.structs.fields(RankInfo)}
+#: The hello's fields the sender learns once (:attr:`Sender._meta`).
+_META_FIELDS = ("host", "pid", "world", "local_rank", "local_world", "launcher", "torch", "probe", "python", "argv", "cwd")
+
+
+def _checked(sources: dict[str, Callable[[], Any]], types: dict[str, Any]) -> dict[str, Any]:
+    """Each source's value as its field's type (a record a source built, or the plain values it returned), checked
+    by that type's bounds (a Struct is built unchecked: a NaN gauge would cost the whole message at the viewer's
+    decode); a value the type refuses is left out: a gauge gone wrong costs its field, never the message, never
+    the probe."""
+    out: dict[str, Any] = {}
+    for key, source in sources.items():
+        value = source()
+        if value is None:
+            continue
+        try:
+            out[key] = msgspec.convert(msgspec.to_builtins(value), types[key])
+        except (msgspec.ValidationError, TypeError):
+            continue
+    return out

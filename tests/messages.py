@@ -15,6 +15,8 @@ from __future__ import annotations
 import functools
 from typing import Any
 
+import time
+
 import msgspec
 
 from ranktop.transport.identity import Identity
@@ -46,7 +48,8 @@ def raw(kind: str, body: dict[str, Any]) -> list[bytes]:
 
 def frames(kind: str, rank: int, body: dict[str, Any], **who: Any) -> list[bytes]:
     """One message of ``rank``: its envelope as the probe makes it, the test's body."""
-    return raw(kind, {**sender(rank, **who).origin(), **body})
+    ident = sender(rank, **who).identity
+    return raw(kind, {"job": ident.job, "rank": ident.rank, "ts": time.time(), **body})
 
 
 def decoded(kind: str, rank: int, body: dict[str, Any], **who: Any) -> Any:

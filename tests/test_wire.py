@@ -1,6 +1,7 @@
 """The wire schema: what is accepted, what is dropped, and what a version mismatch says."""
 
 import msgpack
+import msgspec
 import pytest
 
 from ranktop.wire import schema
@@ -109,3 +110,27 @@ def test_every_setting_is_in_the_readme_and_the_readme_names_no_other():
     table = readme.split("## Environment", 1)[1].split("\n## ", 1)[0]
     assert set(re.findall(r"`(RANKTOP_[A-Z_]+)`", table)) == {s.name for s in settings.ALL}
     assert settings.rate_problem(4.0) is None and settings.rate_problem(0.05) and settings.rate_problem(True)
+
+
+def test_a_misspelt_gauge_fails_where_it_is_written_and_where_it_is_read():
+    """The producers' records are Structs (wire/messages.py): a gauge, a collective's figure or an allocator's
+    counter spelt wrong is an error at the producer, and a reader asking for a name that is no field is too,
+    rather than a None that reads as "not measured"."""
+    import pytest
+    from ranktop.wire.messages import CudaMemory, Gpu, LastCollective, Memory, State
+
+    with pytest.raises(TypeError, match="utl"):
+        Gpu(seq=1, utl=90)
+    with pytest.raises(TypeError, match="sequence"):
+        LastCollective(op="all_reduce", sequence=4)
+    with pytest.raises(TypeError, match="allocated"):
+        CudaMemory(allocated=1)
+    gpu = Gpu(seq=1, util=90)
+    assert gpu.get("util") == 90 and gpu["util"] == 90 and "util" in gpu and "temp_c" not in gpu and gpu.get("temp_c") is None
+    with pytest.raises(KeyError, match="utl"):
+        gpu.get("utl")
+    # ... and on the wire they are the maps they always were: a peer of protocol 1.6 reads the same keys.
+    state = State(gpu=gpu, mem=Memory(rss=1e9, cuda=CudaMemory(alloc=2.0)), collective=LastCollective(op="all_reduce", seq=4, inside=True))
+    body = msgspec.msgpack.decode(msgspec.msgpack.encode(state))
+    assert body == {"gpu": {"seq": 1, "util": 90}, "mem": {"rss": 1e9, "cuda": {"alloc": 2.0}},
+                    "collective": {"op": "all_reduce", "seq": 4, "inside": True}}  # fmt: skip

@@ -223,7 +223,7 @@ def message_fields(state: State, meta: RankInfo | None, capture_summary: tuple[s
         "local_rank": meta.local_rank if meta is not None else -1,
         "pid": meta.pid if meta is not None else -1,
         "dropped": state.dropped or 0,
-        "collective": state.collective,
+        "collective": msgspec.to_builtins(state.collective) if state.collective is not None else None,  # as --json prints it
         "capture": capture_status(state, capture_summary),
         "rejected": dict(state.rejected or {}),  # commands it refused, by reason (forged, replayed, ...)
         "rate_hz": _float(rate),
