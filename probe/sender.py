@@ -34,6 +34,7 @@ from ranktop.wire.messages import (
     Hello,
     Message,
     RankInfo,
+    Refused,
     Reply,
     State,
     Step,
@@ -386,9 +387,9 @@ class Sender(threading.Thread):
             try:
                 ok, result = commands.run(self, msg.cmd, msg.args)
             except Exception as exc:  # a broken handler answers with its error, the probe lives on
-                ok, result = False, {"error": f"{exc.__class__.__name__}: {exc}"}
+                ok, result = False, Refused(error=f"{exc.__class__.__name__}: {exc}")
             ident = self.identity
-            self._send(pub, Reply(job=ident.job, rank=ident.rank, ts=time.time(), id=msg.id, cmd=msg.cmd, ok=ok, result=result))
+            self._send(pub, Reply(job=ident.job, rank=ident.rank, ts=time.time(), id=msg.id, cmd=msg.cmd, ok=ok, result=msgspec.to_builtins(result)))
 
     def _reject(self, reason: str) -> None:
         self._rejected[reason] = self._rejected.get(reason, 0) + 1

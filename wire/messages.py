@@ -451,6 +451,44 @@ class Reply(Origin, tag="reply", kw_only=True, frozen=True):
     result: Optional[Dict[str, Any]] = None  # a plain map, at most MAX_DEPTH deep (checked by schema.py)
 
 
+# -- a rank's answers to commands (probe/commands.py): typed where they are made, plain maps on the wire ------
+
+
+class Refused(ByName, kw_only=True, frozen=True):
+    """A command the rank would not or could not carry out, and why."""
+
+    error: str
+
+
+class Pong(ByName, kw_only=True, frozen=True):
+    """``ping``: the rank's clock (unix s) and where it is (its state, as plain values)."""
+
+    pong: Figure
+    state: Dict[str, Any]
+
+
+class RateSet(ByName, kw_only=True, frozen=True):
+    """``set_rate``: the telemetry rate the rank sends at now (messages a second)."""
+
+    rate_hz: Amount
+
+
+class CaptureArmed(ByName, kw_only=True, frozen=True):
+    """``capture``: the capture the rank armed (its id made safe as a path component), and its folder."""
+
+    capture: str
+    kind: str
+    start: Whole
+    steps: Whole
+    dir: str
+
+
+#: What a command's handler answers. The stacks answer is a plain map (probe/stacks.py: a thread's frames, as the
+#: viewer's stack analysis reads them). A reply carries it as a plain map (``Reply.result``): a reply does not say
+#: its result's type, so the viewer reads it by name (watch/analysis/stacks.py, watch/engine/requests.py).
+CommandResult = Union[Refused, Pong, RateSet, CaptureArmed, Dict[str, Any]]
+
+
 class Command(Kind, tag="command", kw_only=True, frozen=True):
     """A viewer's command to the ranks, always signed (wire/auth.py)."""
 
