@@ -24,7 +24,8 @@ from ranktop.probe.sender import Sender
 from ranktop.transport.identity import Identity
 from ranktop.watch.aggregator import Aggregator
 from ranktop.watch.model.verdict import verdict
-from ranktop.wire import collective_summary, schema
+from ranktop.probe import collective_summary
+from ranktop.wire import schema
 
 BASE = {"data": 0.005, "forward": 0.020, "backward": 0.030, "optimizer": 0.005}
 

@@ -40,7 +40,8 @@ import msgpack
 import msgspec
 
 from ranktop.watch.aggregator import Aggregator
-from ranktop.wire import auth, collective_summary, schema
+from ranktop.probe import collective_summary
+from ranktop.wire import auth, schema
 from ranktop.wire.messages import Reply, Step, Steps
 from ranktop.transport import rendezvous
 from ranktop.watch.model.json_doc import document
@@ -157,7 +158,7 @@ def probe_messages() -> list[list[bytes]]:
 def probe_digest(probe: list[list[bytes]]) -> list[bytes]:
     """A node's digest of the probe's messages: its step columns with device times (``g``) and a phase only some
     ranks name, its entries with state, ops, sample and hello (the simulator's digests carry neither)."""
-    from ranktop.wire.node_digest import NodeDigest
+    from ranktop.relay.digest_fold import NodeDigest
 
     fold = NodeDigest(JOB, "node0")
     for frames in probe:

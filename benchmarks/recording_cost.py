@@ -33,7 +33,8 @@ import msgspec
 
 from ranktop.watch.aggregator import Aggregator
 from ranktop.watch.offline.recording import FlightRecorder, read
-from ranktop.wire import collective_summary, schema
+from ranktop.probe import collective_summary
+from ranktop.wire import schema
 from ranktop.wire.messages import Hello, Steps
 
 RANKS = 64

@@ -34,7 +34,7 @@ files a node in the simulator's process, and their relays run in processes of
 their own (demo/sim_relays.py), 14 files a relay and 2 more per viewer, three
 processes for 2,048; the viewer takes 6 a relay and raises its own soft limit
 to fit them (watch/engine/receiver.py). Its 2,048 nodes send their digests once
-a second, as the relays of a job that size do (the digest budget: wire/node_digest.py
+a second, as the relays of a job that size do (the digest budget: wire/pacing.py
 ``digest_hz``; 4 a second up to 512 nodes), so its latency has up to a second
 more in it than at 4,096 ranks. On 2 cores the simulator of 16,384 ranks may not keep up
 with 16 steps/s beside the viewer: when it does not, it says how (schedule

@@ -27,7 +27,7 @@ from ranktop.probe.stacks import answer as stacks_answer
 from ranktop.wire import auth, schema
 from ranktop.wire.messages import Command, RankMessage, Reply
 from ranktop.transport.captures import capture_folder
-from ranktop.wire.node_digest import NodeDigest
+from ranktop.relay.digest_fold import NodeDigest
 
 from .sim_model import node_name
 
@@ -112,7 +112,7 @@ class SimulatedNode:
         """When it next sends. While a viewer takes its ranks' own messages, they go at the ranks' cadence and the
         digest sums them as a relay does (``NodeDigest.add``); while viewers read only digests, the ranks' steps
         since the last digest are summed into the next one as it goes (``Simulator.fold_nodes``): once per digest,
-        paced as a real relay paces it (``NodeDigest.hz``: wire/node_digest.py's ``digest_hz``)."""
+        paced as a real relay paces it (``NodeDigest.hz``: wire/pacing.py's ``digest_hz``)."""
         if schema.STEPS.encode() in self.topics:
             return min(self.next_flush, self.next_digest)
         return self.next_digest

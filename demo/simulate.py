@@ -23,7 +23,7 @@ publishing and one SUB socket per node carry its ranks' messages, and a step of
 the whole job is computed in one pass over the ranks. No 4,096 interpreters,
 and one clock for the whole job: every rank is at the same step, whichever
 relay process forwards it. Each node also
-sends its digest (wire/node_digest.py, built by the same ``NodeDigest`` a real
+sends its digest (relay/digest_fold.py, built by the same ``NodeDigest`` a real
 relay runs), and its ranks' own messages only while some viewer subscribes to
 them (its publishing socket is an XPUB, which hears the subscriptions): a
 viewer of a big job takes digests, and encoding 16,000 messages a second that
@@ -63,10 +63,11 @@ from ranktop.probe.sender import HEARTBEAT_EVERY_S, HELLO_EVERY_S
 from ranktop.wire import __version__ as PROBE_VERSION
 from ranktop.wire import schema, settings
 from ranktop.transport import fd_limit, rendezvous
-from ranktop.wire.collective_summary import SAMPLE_EVERY_S
+from ranktop.probe.collective_summary import SAMPLE_EVERY_S
 from ranktop.wire.messages import Call, CudaMemory, Gpu, Heartbeat, Hello, LastCollective, Links, Memory, RankInfo, State, Steps
 from ranktop.wire.names import COMM_PHASE, OTHER_PHASE
-from ranktop.wire.node_digest import OPS_EVERY_S, NodeDigest, digest_hz, links_every_s
+from ranktop.relay.digest_fold import NodeDigest
+from ranktop.wire.pacing import OPS_EVERY_S, digest_hz, links_every_s
 
 from .sim_model import (  # noqa: F401  (Scenario, JobModel, Step, node_name: read as ranktop.demo.simulate's too)
     BUCKET_BYTES,
@@ -92,7 +93,7 @@ FDS_BESIDES = 256
 #: Sends this late on average (seconds after their time, the loop's own tick aside) mean the machine did not keep up.
 LATE_S = 0.1
 #: What each simulated relay's probing costs (relay/links.py measures its own); it says what its probes measured as
-#: often as a real relay of a job of its size does (wire/node_digest.py: links_every_s).
+#: often as a real relay of a job of its size does (wire/pacing.py: links_every_s).
 LINK_COST_BPS = 68_000.0
 
 
@@ -391,7 +392,7 @@ class Simulator:
     def fold_nodes(self, nodes: list[tuple[range, NodeDigest]], steps: list[Step], now: float) -> None:
         """What the ranks of ``nodes`` (each node's ranks and digest) would send with their records of ``steps``,
         summed straight into each node's digest as the columns its body packs (NodeDigest.add_columns) and, every
-        :data:`~ranktop.wire.node_digest.OPS_EVERY_S`, each rank's collectives since: the sums for every rank of
+        :data:`~ranktop.wire.pacing.OPS_EVERY_S`, each rank's collectives since: the sums for every rank of
         every node in a few numpy operations (JobModel.node_sums). One rank at a time, the simulator of 16,384
         ranks needed more than a core for this alone, and fell behind its own job."""
         model = self.model
@@ -475,7 +476,7 @@ class Simulator:
         """Run the job on a clock of its own, without sockets: yields (time, frames every rank sends then)
         at each of the ranks' sends, for ``seconds`` of the job (tests and benchmarks feed an aggregator
         with them). The scenario's stalls and silences happen as they would live. Call on a Simulator
-        that was not started. ``digests``: yield each node's digest (wire/node_digest.py) instead, hellos
+        that was not started. ``digests``: yield each node's digest (relay/digest_fold.py) instead, hellos
         included, as a viewer of a big job receives them, at the pace the job's relays would send them
         (``digest_hz``: 1 Hz at 2,048 nodes). ``turns``: the nodes send in that many turns, node j at every
         ``turns``-th send from the j-th (live, each relay sends at its own moment: its digests end at its own
@@ -494,7 +495,7 @@ class Simulator:
                 folds[msg.rank // per].add(msg)
         sent_upto, last_sent = [-1] * turns, start
         next_links = start + links_every_s(self.s.nodes)
-        # The nodes' digests as their relays pace them (wire/node_digest.py: digest_hz), each turn's on its own.
+        # The nodes' digests as their relays pace them (wire/pacing.py: digest_hz), each turn's on its own.
         digest_every = 1.0 / digest_hz(len(nodes))
         next_digest = [start + digest_every] * turns
         for i in range(1, int(seconds * self.s.rate_hz) + 1):

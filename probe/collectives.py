@@ -40,7 +40,7 @@ rank's wait.
 Records go into a bounded deque, like step records: appends are atomic, the
 sender thread drains them, and a full deque drops its oldest entries. The
 sender folds them into one summary per step and phase before they leave the
-rank (wire/collective_summary.py): the training thread pays for one append per
+rank (probe/collective_summary.py): the training thread pays for one append per
 call, the wire for O(ops) per step.
 """
 

@@ -22,7 +22,7 @@ import msgspec
 import zmq
 
 from ranktop.wire import __version__ as PROBE_VERSION
-from ranktop.wire import auth, collective_summary, schema
+from ranktop.wire import auth, schema
 from ranktop.wire.messages import (
     RANK_INFO_FIELDS,
     Call,
@@ -43,7 +43,7 @@ from ranktop.wire.messages import (
 from ranktop.transport import background, rendezvous
 from ranktop.transport.captures import capture_folder
 
-from . import commands
+from . import collective_summary, commands
 from .collectives import CollectiveTracker
 from ranktop.transport.identity import Identity
 from .recorder import Recorder
@@ -106,7 +106,7 @@ class Sender(threading.Thread):
         # job already hung still knows how long a step usually takes on this rank.
         self._recent_walls: collections.deque[float] = collections.deque(maxlen=32)
         self._held_calls: list[dict[str, Any]] = []  # collective calls of the step in progress (see _flush)
-        self._next_sample = 0.0  # when the next sample of raw calls may go (wire/collective_summary.py)
+        self._next_sample = 0.0  # when the next sample of raw calls may go (probe/collective_summary.py)
         # Registered sources (see add_state / add_hello): what other parts of the probe put in
         # every state (memory, GPU gauges, the last collective) or every hello (the work per step).
         self._state_sources: dict[str, Callable[[], Any]] = {}
@@ -270,7 +270,7 @@ class Sender(threading.Thread):
         return Steps(job=ident.job, rank=ident.rank, ts=time.time(), steps=steps, state=self.wire_state(), cs=cs or None, cx=cx or None)
 
     def _collective_summaries(self, final: bool) -> tuple[list[CallSummary], list[Any]]:
-        """The drained calls as one summary per step and phase (wire/collective_summary.py), and a sample.
+        """The drained calls as one summary per step and phase (probe/collective_summary.py), and a sample.
 
         The calls of the step in progress wait for the next flush, so that a step's waits are
         unioned once, whole (its buckets overlap); never more than the tracker holds.

@@ -64,7 +64,7 @@ from ranktop.transport import curve, rendezvous
 from ranktop.wire import link_probes, schema
 from ranktop.wire.link_probes import ACK, PROBE, PROBE_BYTES, Probe, ProbeError
 from ranktop.wire.messages import Links, LinkRate
-from ranktop.wire.node_digest import links_every_s
+from ranktop.wire.pacing import links_every_s
 
 #: At most one probe pair this often.
 PROBE_EVERY_S = 0.4
@@ -87,7 +87,7 @@ MAX_PEERS = 4
 #: Probes answered a second at most, whoever sends them.
 ANSWERS_PER_S = 64
 #: How often the relay looks for its job's other relays. It says what it measured every
-#: ``links_every_s(nodes)`` (wire/node_digest.py: each second, less often in a job of over 512 nodes).
+#: ``links_every_s(nodes)`` (wire/pacing.py: each second, less often in a job of over 512 nodes).
 DISCOVER_EVERY_S = 2.0
 #: The least crossing time believed: below it a link is faster than this prober can tell.
 MIN_CROSSING_S = 20e-6

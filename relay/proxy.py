@@ -33,7 +33,7 @@ import zmq
 from ranktop.wire import settings
 from ranktop.transport import ports, rendezvous
 from ranktop.transport.ipc import ipc_endpoints, socket_file
-from ranktop.wire.node_digest import NodeDigest
+from ranktop.relay.digest_fold import NodeDigest
 
 from .digest import DigestThread
 from .links import LinkProber

@@ -22,7 +22,8 @@ import msgspec
 from ranktop.transport.identity import Identity
 from ranktop.probe.recorder import Recorder
 from ranktop.probe.sender import Sender
-from ranktop.wire import collective_summary, schema
+from ranktop.probe import collective_summary
+from ranktop.wire import schema
 
 
 @functools.lru_cache(maxsize=None)
@@ -64,7 +65,7 @@ def hello(rank: int, world: int = 4, host: str = "node0", **who: Any) -> Any:
 
 def collectives(calls: list[dict[str, Any]]) -> dict[str, Any]:
     """The fields a steps message carries for raw ``calls``: ``cs``, one summary per step and phase, and ``cx``,
-    the sample, folded by the probe's own code (wire/collective_summary.py), as plain maps and lists. A few
+    the sample, folded by the probe's own code (probe/collective_summary.py), as plain maps and lists. A few
     calls are all sampled."""
     summaries, sample = collective_summary.summarise(calls)
     return {"cs": plain(summaries), "cx": plain(sample)}

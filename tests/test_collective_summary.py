@@ -3,7 +3,8 @@
 import pytest
 import messages
 
-from ranktop.wire import collective_summary, schema
+from ranktop.probe import collective_summary
+from ranktop.wire import schema
 from ranktop.watch.aggregator import Aggregator
 
 

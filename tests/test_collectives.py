@@ -26,7 +26,7 @@ def gathered_rows(calls):
     """The job's rows of ``calls`` (the probe's raw records) after the wire, the viewer's store and its analysis."""
     from ranktop.watch.analysis.collectives import collective_rows
     from ranktop.watch.engine.collective_sums import JobCollectives, gather
-    from ranktop.wire.collective_summary import summarise
+    from ranktop.probe.collective_summary import summarise
 
     summaries, _ = summarise(calls)
     store = JobCollectives()

@@ -27,7 +27,7 @@ from ranktop.watch.aggregator import Aggregator
 from ranktop.watch.engine.receiver import Receiver
 from ranktop.wire import auth, schema
 from ranktop.transport import rendezvous
-from ranktop.wire.node_digest import NodeDigest
+from ranktop.relay.digest_fold import NodeDigest
 from ranktop.watch.model.json_doc import document
 
 FUZZ = settings(max_examples=100, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow])
@@ -61,7 +61,7 @@ REAL = [
 
 
 def _digest() -> list[bytes]:
-    """A node's digest of ranks 1 and 2 (wire/node_digest.py), from the messages above."""
+    """A node's digest of ranks 1 and 2 (relay/digest_fold.py), from the messages above."""
     fold = NodeDigest(JOB, "node0")
     for message in REAL[:4]:
         fold.add(schema.decode(message))

@@ -196,7 +196,7 @@ def test_the_header_says_the_restart_and_the_end_and_the_waiting_pane_the_jobs_t
 def test_a_viewer_of_node_digests_learns_the_end_from_the_ranks_last_heartbeats():
     """A job of 16 nodes or more is watched through its relays' digests: each rank's last word rides in its
     node's digest, so such a viewer says the job ended as one of a small job does."""
-    from ranktop.wire.node_digest import NodeDigest
+    from ranktop.relay.digest_fold import NodeDigest
 
     clock = Clock()
     agg = Aggregator("j", clock=clock)

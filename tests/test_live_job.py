@@ -55,7 +55,7 @@ def test_watch_json_shows_every_rank_and_the_slow_one_first(launch_ranks):
 
 def test_the_relay_digest_shows_the_same_job_as_the_ranks_own_messages(launch_ranks, monkeypatch):
     """What a viewer of thousands of ranks takes (RANKTOP_DIGESTS=auto from 16 nodes): each node's relay folds its
-    ranks' messages into one digest per interval (relay/digest.py, wire/node_digest.py)."""
+    ranks' messages into one digest per interval (relay/digest.py, relay/digest_fold.py)."""
     launch_ranks("job-digest", 4, "--slow-rank", "1", "--slow-ms", "15", "--slow-phase", "backward")
     monkeypatch.setenv("RANKTOP_DIGESTS", "on")
 

@@ -15,7 +15,8 @@ from ranktop.probe.recorder import PhaseScope, Recorder, StepScope
 from ranktop.probe.resources import RankResources
 from ranktop.probe.sender import Sender
 from ranktop.transport.identity import Identity
-from ranktop.wire import capture, collective_summary, messages as types, schema
+from ranktop.probe import collective_summary
+from ranktop.wire import capture, messages as types, schema
 
 
 def _same_keys(sent, got, where="$"):

@@ -1,4 +1,4 @@
-"""A node's digest (wire/node_digest.py): what its ranks said in one interval, folded into one message.
+"""A node's digest (relay/digest_fold.py): what its ranks said in one interval, folded into one message.
 
 The relay of every node builds one (relay/digest.py) and viewers of big jobs take
 them instead of every rank's own messages (watch/engine/receiver.py). These tests feed
@@ -12,9 +12,11 @@ import msgspec
 import pytest
 
 from ranktop.watch.aggregator import Aggregator
-from ranktop.wire import collective_summary, schema, step_block
+from ranktop.probe import collective_summary
+from ranktop.wire import schema, step_block
 from ranktop.wire.messages import NodeSteps, OpSummary, State
-from ranktop.wire.node_digest import HELLO_EVERY_S, OPS_EVERY_S, SAMPLE_EVERY_S, SLOW_EVERY_S, NodeDigest
+from ranktop.relay.digest_fold import NodeDigest
+from ranktop.wire.pacing import HELLO_EVERY_S, OPS_EVERY_S, SAMPLE_EVERY_S, SLOW_EVERY_S
 
 from .messages import heartbeat, hello, plain, raw, steps
 

@@ -357,7 +357,7 @@ class Call(Record, kw_only=True, frozen=True):
 
 
 class OpSummary(Record, array_like=True, frozen=True):
-    """One op's collectives over a step and phase (wire/collective_summary.py), a list on the wire:
+    """One op's collectives over a step and phase (probe/collective_summary.py), a list on the wire:
     ``[calls, bytes, waited (the union of their waits), total (the sum), longest, group size, dtype, kernel, kbytes]``;
     ``kernel``: the seconds of their kernels, for the calls whose kernel time is known, and ``kbytes`` those calls'
     bytes (the link's rate is kbytes / kernel; both absent where no call's is known, and from older probes)."""
@@ -515,7 +515,7 @@ class NodeSteps(Record, kw_only=True, frozen=True):
 
 
 class NodeRank(Record, kw_only=True, frozen=True):
-    """A rank's entry in its node's digest (wire/node_digest.py), for a rank with more to say than its steps,
+    """A rank's entry in its node's digest (relay/digest_fold.py), for a rank with more to say than its steps,
     or that said something but made no step (it is alive)."""
 
     r: Rank

@@ -76,7 +76,7 @@ LINK_PROBES = Setting(
 )
 DIGESTS = Setting(
     "RANKTOP_DIGESTS",
-    "viewer: `on` takes one digest per node (wire/node_digest.py) instead of every rank's messages, `off` never; "
+    "viewer: `on` takes one digest per node (relay/digest_fold.py) instead of every rank's messages, `off` never; "
     "`auto`: from 16 nodes up",
     "auto",
 )

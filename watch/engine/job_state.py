@@ -199,7 +199,7 @@ class JobState:
         return rank
 
     def _take_digest(self, entry: NodeRank, endpoint: str | None, now: float, wall: float) -> None:
-        """One rank's entry in its node's digest (wire/node_digest.py). A rank whose own messages this viewer
+        """One rank's entry in its node's digest (relay/digest_fold.py). A rank whose own messages this viewer
         also hears (it switched to digests a moment ago) is taken from those, not counted twice."""
         rank = self._window_of(entry.r, endpoint, now)
         state = entry.state
