@@ -22,7 +22,7 @@ from ranktop.tui.panes.overview import Overview
 from ranktop.tui.panes.rankmap import RankMap
 from ranktop.tui.panes.stragglers import TOP_ROWS
 from ranktop.tui.render.histogram import histogram_lines
-from ranktop.tui.render.rankmap import NODES, RANKS, layout, nodes_of
+from ranktop.tui.render.rankmap_layout import NODES, RANKS, layout, nodes_of
 from ranktop.tui.screens.drill import NodeScreen, RankScreen
 from ranktop.watch.model.snapshot import SLOW, STALLED
 

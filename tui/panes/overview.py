@@ -18,7 +18,7 @@ from textual.widgets import Static
 from ranktop.tui.panes.rankmap import RankMap
 from ranktop.tui.render import palette
 from ranktop.tui.render.histogram import histogram_lines
-from ranktop.tui.render.rankmap import LEGEND, NODES, Cell, nodes_of, ranks_of, stages_of
+from ranktop.tui.render.rankmap_layout import LEGEND, NODES, Cell, nodes_of, ranks_of, stages_of
 from ranktop.watch import format as fmt
 from ranktop.watch.format import ranks_text
 from ranktop.watch.model.snapshot import SILENT, SLOW, STALLED, STATUSES, Snapshot
