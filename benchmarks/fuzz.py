@@ -42,6 +42,8 @@ import msgspec
 from ranktop.watch.aggregator import Aggregator
 from ranktop.probe import collective_summary
 from ranktop.wire import auth, schema
+from ranktop.wire.names import HEARTBEAT, HELLO, STEPS, TELEMETRY_KINDS
+from ranktop.wire.messages import PROTOCOL_VERSION
 from ranktop.wire.messages import Reply, Step, Steps
 from ranktop.transport import rendezvous
 from ranktop.watch.model.json_doc import document
@@ -142,14 +144,14 @@ def probe_messages() -> list[list[bytes]]:
 
     def message(kind: str, body: dict[str, Any]) -> list[bytes]:
         """The rank's envelope and ``body`` as a plain map (some of the corpus is what the types refuse)."""
-        return [kind.encode(), msgpack.packb({**s.origin(), **body, "v": list(schema.PROTOCOL_VERSION), "k": kind}, use_bin_type=True)]
+        return [kind.encode(), msgpack.packb({**s.origin(), **body, "v": list(PROTOCOL_VERSION), "k": kind}, use_bin_type=True)]
 
     return [
-        message(schema.HELLO, hello),
+        message(HELLO, hello),
         s.message(s.steps_message(records, summaries, sample)),
-        message(schema.STEPS, {"steps": records, "state": state, "cs": msgspec.to_builtins(summaries), "cx": msgspec.to_builtins(sample)}),
-        message(schema.STEPS, {"steps": records[:2], "state": dict(state, gpu={"na": "rank uses no GPU"}, cap=None)}),
-        message(schema.HEARTBEAT, {"state": state}),
+        message(STEPS, {"steps": records, "state": state, "cs": msgspec.to_builtins(summaries), "cx": msgspec.to_builtins(sample)}),
+        message(STEPS, {"steps": records[:2], "state": dict(state, gpu={"na": "rank uses no GPU"}, cap=None)}),
+        message(HEARTBEAT, {"state": state}),
         s.message(Reply(**s.origin(), id="abc", cmd="stacks", ok=True, result={"threads": [], "digest": "d1"})),
         s.message(Reply(**s.origin(), id="abd", cmd="capture", ok=False, result={"error": "disk full\nmore"})),
     ]
@@ -342,7 +344,7 @@ class IngestTarget:
         except Exception as exc:  # noqa: BLE001 - a crash class
             self.crashes.note(exc, example, "decode")
             return
-        if msg.KIND not in schema.TELEMETRY_KINDS:
+        if msg.KIND not in TELEMETRY_KINDS:
             return
         self.recent.append(example)
         del self.recent[:-8]
@@ -444,7 +446,7 @@ def run(inputs: int, seed: int = 0, progress: Callable[[int], None] | None = Non
                     ingest.feed([_topic(obj, r), body], obj)
             elif roll < 0.78:  # a structure of real keys and random values
                 shares["generated"] += 1
-                kind = r.choice(schema.TELEMETRY_KINDS)
+                kind = r.choice(TELEMETRY_KINDS)
                 obj = {"v": [1, r.choice((0, 4, 9))], "k": kind, "job": JOB, "rank": r.randrange(16), "ts": 1.0e9}
                 for _ in range(r.randint(1, 8)):
                     obj[r.choice(_KEYS)] = mut.value()

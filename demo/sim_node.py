@@ -25,6 +25,7 @@ from ranktop.transport.identity import Identity
 from ranktop.transport.ipc import ipc_endpoints
 from ranktop.probe.stacks import answer as stacks_answer
 from ranktop.wire import auth, schema
+from ranktop.wire.names import COMMAND, NODE, STEPS
 from ranktop.wire.messages import Command, RankMessage, Reply
 from ranktop.transport.captures import capture_folder
 from ranktop.relay.digest_fold import NodeDigest
@@ -85,7 +86,7 @@ class SimulatedNode:
         self.pub.connect(tele)
         self.sub = context.socket(zmq.SUB)
         self.sub.setsockopt(zmq.LINGER, 0)
-        self.sub.setsockopt(zmq.SUBSCRIBE, schema.COMMAND.encode())
+        self.sub.setsockopt(zmq.SUBSCRIBE, COMMAND.encode())
         self.sub.connect(ctl)
         self.verifier = auth.CommandVerifier(sim.secret, sim.s.job)
         self.next_flush = 0.0
@@ -113,7 +114,7 @@ class SimulatedNode:
         digest sums them as a relay does (``NodeDigest.add``); while viewers read only digests, the ranks' steps
         since the last digest are summed into the next one as it goes (``Simulator.fold_nodes``): once per digest,
         paced as a real relay paces it (``NodeDigest.hz``: wire/pacing.py's ``digest_hz``)."""
-        if schema.STEPS.encode() in self.topics:
+        if STEPS.encode() in self.topics:
             return min(self.next_flush, self.next_digest)
         return self.next_digest
 
@@ -124,7 +125,7 @@ class SimulatedNode:
             return
         self.next_digest = max(self.next_digest + 1.0 / self.digest.hz, now)
         body = self.digest.body(time.monotonic(), now)
-        if body is not None and schema.NODE.encode() in self.topics:
+        if body is not None and NODE.encode() in self.topics:
             self._publish(schema.encode(body))
 
     def hear_subscriptions(self) -> None:

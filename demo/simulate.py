@@ -62,6 +62,7 @@ import zmq
 from ranktop.probe.sender import HEARTBEAT_EVERY_S, HELLO_EVERY_S
 from ranktop.wire import __version__ as PROBE_VERSION
 from ranktop.wire import schema, settings
+from ranktop.wire.names import HELLO, STEPS
 from ranktop.transport import fd_limit, rendezvous
 from ranktop.probe.collective_summary import SAMPLE_EVERY_S
 from ranktop.wire.messages import Call, CudaMemory, Gpu, Heartbeat, Hello, LastCollective, Links, Memory, RankInfo, State, Steps
@@ -69,7 +70,7 @@ from ranktop.wire.names import COMM_PHASE, OTHER_PHASE
 from ranktop.relay.digest_fold import NodeDigest
 from ranktop.wire.pacing import OPS_EVERY_S, digest_hz, links_every_s
 
-from .sim_model import (  # noqa: F401  (Scenario, JobModel, Step, node_name: read as ranktop.demo.simulate's too)
+from .sim_model import (
     BUCKET_BYTES,
     DTYPE,
     LAST_STAGE_COST,
@@ -309,7 +310,7 @@ class Simulator:
     def _hellos(self, node: SimulatedNode, now: float) -> None:
         """Every rank of the node says hello: into its digest, and on the wire where a viewer takes the ranks' own
         (a rank's fields are made once, while its node's rate stands: 8,192 hellos a second at 16,384 ranks)."""
-        published = schema.HELLO.encode() in node.topics
+        published = HELLO.encode() in node.topics
         for rank in node.ranks:
             if self.is_silent(rank):
                 continue
@@ -350,7 +351,7 @@ class Simulator:
                 # only digests are read: no records to build (unless records the digest still holds came first, as
                 # when a viewer of the ranks' own messages just went over to digests: a rank's steps of one digest come
                 # one way, NodeDigest.holds_records)
-                if steps and schema.STEPS.encode() not in node.topics and not node.digest.holds_records:
+                if steps and STEPS.encode() not in node.topics and not node.digest.holds_records:
                     folded.append((node.ranks, node.digest))
                 else:
                     for msg in self.messages(node.ranks, steps, now):

@@ -27,7 +27,7 @@ import sys
 from typing import Any, Callable
 
 from ranktop.wire import settings
-from ranktop.wire.dtypes import DTYPES, normalise_dtype  # noqa: F401 (part of this module's interface)
+from ranktop.wire.dtypes import normalise_dtype
 
 #: Dense peak TFLOP/s per device and dtype. Keys are matched against the lower-cased CUDA
 #: device name, most specific first (so "h100 pcie" wins over "h100").

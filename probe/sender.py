@@ -23,6 +23,7 @@ import zmq
 
 from ranktop.wire import __version__ as PROBE_VERSION
 from ranktop.wire import auth, schema
+from ranktop.wire.names import COMMAND
 from ranktop.wire.messages import (
     RANK_INFO_FIELDS,
     Call,
@@ -179,7 +180,7 @@ class Sender(threading.Thread):
             sub = ctx.socket(zmq.SUB)
             sub.setsockopt(zmq.RCVHWM, 100)
             sub.setsockopt(zmq.LINGER, 0)
-            sub.setsockopt(zmq.SUBSCRIBE, schema.COMMAND.encode())
+            sub.setsockopt(zmq.SUBSCRIBE, COMMAND.encode())
             sub.connect(ctl_ipc)
             self.ready.set()
             self._loop(pub, sub, verifier)

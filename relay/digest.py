@@ -20,10 +20,11 @@ import time
 import zmq
 
 from ranktop.wire import schema
+from ranktop.wire.names import HEARTBEAT, HELLO, STEPS
 from ranktop.relay.digest_fold import NodeDigest
 
 #: The rank messages a digest is made of.
-DIGESTED = (schema.HELLO, schema.STEPS, schema.HEARTBEAT)
+DIGESTED = (HELLO, STEPS, HEARTBEAT)
 
 
 class DigestThread(threading.Thread):

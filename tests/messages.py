@@ -24,6 +24,8 @@ from ranktop.probe.recorder import Recorder
 from ranktop.probe.sender import Sender
 from ranktop.probe import collective_summary
 from ranktop.wire import schema
+from ranktop.wire.names import HEARTBEAT, REPLY, STEPS
+from ranktop.wire.messages import PROTOCOL_VERSION
 
 
 @functools.lru_cache(maxsize=None)
@@ -44,7 +46,7 @@ def _raise(exc: BaseException) -> None:
 def raw(kind: str, body: dict[str, Any]) -> list[bytes]:
     """The frames of a body written as a plain map, with the version and kind every body carries: what any peer,
     a damaged or a foreign one too, might send (the Structs of wire/messages.py encode as such maps)."""
-    return [kind.encode(), msgspec.msgpack.encode({**body, "v": list(schema.PROTOCOL_VERSION), "k": kind})]
+    return [kind.encode(), msgspec.msgpack.encode({**body, "v": list(PROTOCOL_VERSION), "k": kind})]
 
 
 def frames(kind: str, rank: int, body: dict[str, Any], **who: Any) -> list[bytes]:
@@ -78,7 +80,7 @@ def steps(rank: int, records: list[dict], *, state: dict | None = None, calls: l
         body["state"] = state
     if calls:
         body.update(collectives(calls))
-    return decoded(schema.STEPS, rank, body, world=world, **who)
+    return decoded(STEPS, rank, body, world=world, **who)
 
 
 def synchronous_step(agg: Any, n: int, t: float, own: list[dict[str, float]], world: int) -> float:
@@ -97,13 +99,13 @@ def synchronous_step(agg: Any, n: int, t: float, own: list[dict[str, float]], wo
 
 
 def heartbeat(rank: int, state: dict[str, Any], world: int = 4, **who: Any) -> Any:
-    return decoded(schema.HEARTBEAT, rank, {"state": state}, world=world, **who)
+    return decoded(HEARTBEAT, rank, {"state": state}, world=world, **who)
 
 
 def reply(rank: int, command_id: str, cmd: str, ok: bool = True, result: dict | None = None, world: int = 4,
           **who: Any) -> Any:
     body = {"id": command_id, "cmd": cmd, "ok": ok, "result": result if result is not None else {}}
-    return decoded(schema.REPLY, rank, body, world=world, **who)
+    return decoded(REPLY, rank, body, world=world, **who)
 
 
 def plain(msg: Any) -> Any:

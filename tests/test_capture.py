@@ -27,6 +27,8 @@ from ranktop.tui.screens.capture import capture_text
 from ranktop.transport import captures
 from ranktop.wire import capture as wire_capture
 from ranktop.wire import schema
+from ranktop.wire.names import HEARTBEAT
+from ranktop.wire.messages import PROTOCOL_VERSION
 
 
 # -- the start step and the limits (wire/capture.py) ----------------------------------
@@ -385,12 +387,12 @@ def progress_state(**cap):
 
 
 def test_capture_progress_rides_in_the_state_and_a_malformed_one_is_dropped():
-    frames = messages.raw(schema.HEARTBEAT, {"job": "j", "rank": 0, "ts": 1.0, "state": {"cap": progress_state()}})
+    frames = messages.raw(HEARTBEAT, {"job": "j", "rank": 0, "ts": 1.0, "state": {"cap": progress_state()}})
     assert schema.decode(frames).state.cap.st == "waiting"
     for bad in ({"id": "c1", "st": "exploded"}, progress_state(start="20"), progress_state(path=7), "c1"):
         with pytest.raises(schema.WireError):
-            schema.decode(messages.raw(schema.HEARTBEAT, {"job": "j", "rank": 0, "ts": 1.0, "state": {"cap": bad}}))
-    assert schema.PROTOCOL_VERSION >= (1, 3)  # the capture state came with 1.3
+            schema.decode(messages.raw(HEARTBEAT, {"job": "j", "rank": 0, "ts": 1.0, "state": {"cap": bad}}))
+    assert PROTOCOL_VERSION >= (1, 3)  # the capture state came with 1.3
 
 
 def feed(agg, rank, **cap):

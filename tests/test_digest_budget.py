@@ -24,6 +24,7 @@ from ranktop.transport import rendezvous
 from ranktop.watch.engine import keys
 from ranktop.watch.session import WatchSession, resolve
 from ranktop.wire import pacing, schema, step_block
+from ranktop.wire.names import NODE
 from ranktop.wire.messages import Links, Node, RankInfo
 from ranktop.relay.digest_fold import NodeDigest
 from ranktop.wire.pacing import DIGEST_BUDGET, DIGEST_HZ, MIN_DIGEST_HZ, digest_hz, job_nodes
@@ -133,7 +134,7 @@ def digests_a_second(job: str, seconds: float = 4.0) -> float:
     sub = ctx.socket(zmq.SUB)
     try:
         assert keys.secure(sub, rendezvous.read_secret(job))
-        sub.setsockopt(zmq.SUBSCRIBE, schema.NODE.encode())
+        sub.setsockopt(zmq.SUBSCRIBE, NODE.encode())
         sub.connect(node.telemetry)
         stamps: list[float] = []
         end = time.monotonic() + 60

@@ -26,6 +26,7 @@ from ranktop.watch.model import verdict
 from ranktop.watch.aggregator import Aggregator
 from ranktop.watch.engine.receiver import Receiver
 from ranktop.wire import auth, schema
+from ranktop.wire.names import HEARTBEAT, HELLO, REPLY, STEPS, TELEMETRY_KINDS
 from ranktop.transport import rendezvous
 from ranktop.relay.digest_fold import NodeDigest
 from ranktop.watch.model.json_doc import document
@@ -48,15 +49,15 @@ SUMMARY = {"n": 10, "ph": "backward", "w": 0.02, "ops": {"all_reduce": [2, 2048,
 
 #: Real messages, as the probe's Sender encodes them.
 REAL = [
-    frames(schema.HELLO, 1, dict(plain(hello(1)), work={"dtype": "bf16", "batch": 32, "flops": 1.2e12, "peak_tflops": 989.0},
+    frames(HELLO, 1, dict(plain(hello(1)), work={"dtype": "bf16", "batch": 32, "flops": 1.2e12, "peak_tflops": 989.0},
                                  relay={"telemetry": "tcp://node0:5555", "control": "tcp://node0:5556"},
                                  groups=[{"id": "1", "size": 4, "ranks": [0, 4, 1], "role": "dp", "compact": True},
                                          {"id": "2", "desc": "mesh_tp", "size": 2, "ranks": [0, 1]},
                                          {"id": "3", "size": 2, "ranks": [1, 3], "role": "pp", "p2p": True}])),  # fmt: skip
-    frames(schema.STEPS, 1, {"steps": RECORDS, "state": STATE, **collectives([dict(CALL, seq=i, b=1024 << i) for i in range(4)])}),
-    frames(schema.STEPS, 2, {"steps": RECORDS, "state": STATE, "cs": [SUMMARY], "cx": [CALL]}),
-    frames(schema.HEARTBEAT, 1, {"state": dict(STATE, gpu={"na": "rank uses no GPU"})}),
-    frames(schema.REPLY, 1, {"id": "abc", "cmd": "stacks", "ok": False, "result": {"error": "no\nmore", "threads": []}}),
+    frames(STEPS, 1, {"steps": RECORDS, "state": STATE, **collectives([dict(CALL, seq=i, b=1024 << i) for i in range(4)])}),
+    frames(STEPS, 2, {"steps": RECORDS, "state": STATE, "cs": [SUMMARY], "cx": [CALL]}),
+    frames(HEARTBEAT, 1, {"state": dict(STATE, gpu={"na": "rank uses no GPU"})}),
+    frames(REPLY, 1, {"id": "abc", "cmd": "stacks", "ok": False, "result": {"error": "no\nmore", "threads": []}}),
 ]
 
 
@@ -65,7 +66,7 @@ def _digest() -> list[bytes]:
     fold = NodeDigest(JOB, "node0")
     for message in REAL[:4]:
         fold.add(schema.decode(message))
-    fold.add(schema.decode(frames(schema.STEPS, 2, {"steps": RECORDS[:2], "state": STATE, "cs": [SUMMARY]})))
+    fold.add(schema.decode(frames(STEPS, 2, {"steps": RECORDS[:2], "state": STATE, "cs": [SUMMARY]})))
     return schema.encode(fold.body(0.0, 1.0e9))
 
 
@@ -127,7 +128,7 @@ def damaged(draw) -> tuple[bytes, dict]:
 @st.composite
 def generated(draw) -> tuple[str, dict]:
     """A message of a telemetry kind with the envelope right and the rest drawn from the real keys."""
-    kind = draw(st.sampled_from(schema.TELEMETRY_KINDS))
+    kind = draw(st.sampled_from(TELEMETRY_KINDS))
     msg = {"v": [1, 4], "k": kind, "job": JOB, "rank": draw(st.integers(0, 7)), "ts": 1.0e9}
     msg.update(draw(st.dictionaries(st.sampled_from(KEYS), values, max_size=6)))
     return kind, msg
@@ -151,7 +152,7 @@ def _must_survive(kind: str, msg: dict) -> None:
         decoded = schema.decode([kind.encode(), body])
     except schema.WireError:
         decoded = None
-    if decoded is not None and decoded.KIND in schema.TELEMETRY_KINDS:
+    if decoded is not None and decoded.KIND in TELEMETRY_KINDS:
         agg.ingest(decoded)  # not ingest_frames: its safety net would hide a check decode lacks
     snap = agg.snapshot()
     json.dumps(document(snap))
@@ -244,7 +245,7 @@ def test_the_receiver_thread_survives_a_message_that_breaks_ingest():
 
     class BrokenTap:
         def tap(self, frames_, endpoint):
-            if frames_[0] == schema.HEARTBEAT.encode():
+            if frames_[0] == HEARTBEAT.encode():
                 raise RuntimeError("the recorder broke")
 
         def endpoint(self, url, host=None):
@@ -258,7 +259,7 @@ def test_the_receiver_thread_survives_a_message_that_breaks_ingest():
     receiver = Receiver(agg, [url], recorder=BrokenTap())
     receiver.start()
     try:
-        poison = [frames(schema.STEPS, 13, {"steps": RECORDS}), frames(schema.HEARTBEAT, 3, {"state": STATE})]
+        poison = [frames(STEPS, 13, {"steps": RECORDS}), frames(HEARTBEAT, 3, {"state": STATE})]
 
         def delivered():
             for f in poison * 2 + [REAL[0]]:

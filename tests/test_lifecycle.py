@@ -8,6 +8,7 @@ import messages
 from ranktop.watch.aggregator import Aggregator
 from ranktop.watch.engine.lifecycle import ENDED, RUNNING, WAITING, life_line, ordinal
 from ranktop.wire import schema
+from ranktop.wire.names import HEARTBEAT
 from ranktop.watch.model.json_doc import document
 
 
@@ -37,7 +38,7 @@ def run(agg, clock, world, first, count, pid=None, wall=0.02):
 
 
 def bye(rank, how="clean", world=2, **who):
-    return messages.decoded(schema.HEARTBEAT, rank, {"exit": how}, world=world, **who)
+    return messages.decoded(HEARTBEAT, rank, {"exit": how}, world=world, **who)
 
 
 def started_three_times(clock):
@@ -165,7 +166,7 @@ def test_ordinals():
 def test_an_unknown_exit_is_refused_by_the_wire():
     import pytest
 
-    frames = messages.frames(schema.HEARTBEAT, 0, {"exit": "maybe"})
+    frames = messages.frames(HEARTBEAT, 0, {"exit": "maybe"})
     with pytest.raises(schema.WireError, match="heartbeat: .*exit"):
         schema.decode(frames)
 

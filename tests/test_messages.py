@@ -17,6 +17,7 @@ from ranktop.probe.sender import Sender
 from ranktop.transport.identity import Identity
 from ranktop.probe import collective_summary
 from ranktop.wire import capture, messages as types, schema
+from ranktop.wire.names import HEARTBEAT, KINDS
 
 
 def _same_keys(sent, got, where="$"):
@@ -85,12 +86,12 @@ def test_a_capture_in_the_state_comes_back_whole():
            "path": "/x/r0.json", "err": None,
            "sum": {"steps": [10, 12], "ops": [["aten::mm", 1500.0, 9]], "kernels": [["gemm", 900, 9]], "compute": 0.5,
                    "comm": 0.3, "idle": 0.2, "wall_us": 1e5, "basis": "device", "train_ms": [1.0, 2.0]}}
-    got = schema.decode(messages.frames(schema.HEARTBEAT, 0, {"state": {"step": 1, "cap": cap}}))
+    got = schema.decode(messages.frames(HEARTBEAT, 0, {"state": {"step": 1, "cap": cap}}))
     _same_keys(cap, messages.fields(got)["state"]["cap"])
     assert messages.plain(got)["state"]["cap"]["sum"]["ops"] == [["aten::mm", 1500.0, 9]]
 
 
 @pytest.mark.parametrize("kind", sorted(types.BY_KIND))
 def test_every_kind_has_a_type_and_a_decoder(kind):
-    assert kind in schema.KINDS
+    assert kind in KINDS
     msgspec.msgpack.Decoder(types.BY_KIND[kind])  # a type msgspec cannot use fails here, not on the first message

@@ -16,6 +16,7 @@ from ranktop.watch.offline.recording import FlightRecorder, RecordingError, read
 from ranktop.watch.offline.replay import Replay, parse_offset, snapshot_at
 from ranktop.watch.offline.report import build, text_lines
 from ranktop.wire import schema
+from ranktop.wire.names import HELLO, STEPS
 
 import messages
 from support import wait_for
@@ -27,7 +28,7 @@ def hello(rank: int, world: int = 3, groups: list | None = None) -> list[bytes]:
     body = {"job": "j", "rank": rank, "ts": time.time(), "host": "h", "pid": 1, "world": world, "local_rank": rank}
     if groups:
         body["groups"] = groups
-    return messages.raw(schema.HELLO, body)
+    return messages.raw(HELLO, body)
 
 
 def steps(rank: int, first: int, count: int, slow_ms: float = 0.0, ev: dict | None = None) -> list[bytes]:
@@ -38,7 +39,7 @@ def steps(rank: int, first: int, count: int, slow_ms: float = 0.0, ev: dict | No
     body = {"job": "j", "rank": rank, "ts": time.time(), "steps": recs}
     if ev is not None:  # the evidence its state carries (probe/evidence.py)
         body["state"] = {"ev": ev}
-    return messages.raw(schema.STEPS, body)
+    return messages.raw(STEPS, body)
 
 
 def write(path, messages, **kwargs) -> FlightRecorder:

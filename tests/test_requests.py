@@ -14,7 +14,7 @@ from ranktop.tui.panes.status import SentCommand, command_text
 from ranktop.watch.aggregator import MAX_REPLIES, Aggregator
 from ranktop.watch.engine.requests import RequestBook
 from ranktop.watch.session import Answers
-from ranktop.wire import schema
+from ranktop.wire.names import HEARTBEAT, REPLY
 from ranktop.watch.model.json_doc import document
 
 WORLD = 1024
@@ -33,7 +33,7 @@ def answer_from_another_thread(agg: Aggregator, command_id: str, ranks, cmd: str
         for rank in ranks:
             body = {"id": command_id, "cmd": cmd, "ok": rank not in failing,
                     "result": {"error": "no CUDA on this rank"} if rank in failing else {"pong": time.time()}}
-            agg.ingest_frames(messages.frames(schema.REPLY, rank, body, world=WORLD))
+            agg.ingest_frames(messages.frames(REPLY, rank, body, world=WORLD))
 
     thread = threading.Thread(target=run)
     thread.start()
@@ -106,7 +106,7 @@ def test_commands_the_ranks_refused_and_their_rate_are_in_the_snapshot_the_statu
     agg = job_of(4)
     for rank in range(4):
         state = {"step": 1, "last": 0, "rate_hz": 1.0, "rejected": {"forged": 2, "replayed": 1} if rank in (1, 2) else {}}
-        agg.ingest_frames(messages.frames(schema.HEARTBEAT, rank, {"state": state}, world=4))
+        agg.ingest_frames(messages.frames(HEARTBEAT, rank, {"state": state}, world=4))
     snap = agg.snapshot()
     assert [r.rejected for r in snap.ranks] == [{}, {"forged": 2, "replayed": 1}, {"forged": 2, "replayed": 1}, {}]
     assert {r.rate_hz for r in snap.ranks} == {1.0}

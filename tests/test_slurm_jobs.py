@@ -152,7 +152,7 @@ def test_a_job_with_a_numeric_name_outside_slurm_is_still_watched_by_name(rdv, t
 def test_a_hello_with_a_malformed_relay_address_is_dropped_not_fatal():
     from ranktop.watch.aggregator import Aggregator
     from ranktop.watch.engine.receiver import Receiver
-    from ranktop.wire import schema
+    from ranktop.wire.names import HELLO
 
     agg, controls = Aggregator(), []
     receiver = Receiver(agg, ["tcp://localhost:7000"], on_control=controls.append)
@@ -173,7 +173,7 @@ def test_a_hello_with_a_malformed_relay_address_is_dropped_not_fatal():
             self.sent = True
             hello = {"job": "j", "rank": 0, "ts": 0.0, "host": "n1", "world": 1, "local_rank": 0, "pid": 1,
                      "relay": {"telemetry": "tcp://n1:24018", "control": "tcp://n1:notaport"}}
-            return messages.raw(schema.HELLO, hello)
+            return messages.raw(HELLO, hello)
 
     sock = OneHello()
     receiver._urls = {sock: "tcp://localhost:7000"}

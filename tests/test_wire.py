@@ -5,6 +5,8 @@ import msgspec
 import pytest
 
 from ranktop.wire import schema
+from ranktop.wire.names import HELLO, STEPS
+from ranktop.wire.messages import PROTOCOL_VERSION
 
 import messages
 
@@ -16,15 +18,15 @@ def hello(**over):
 
 
 def test_a_message_round_trips_with_its_kind_as_topic():
-    frames = messages.raw(schema.HELLO, hello())
+    frames = messages.raw(HELLO, hello())
     assert frames[0] == b"hello"
     msg = schema.decode(frames)
-    assert msg.rank == 3 and messages.plain(msg)["k"] == "hello" and messages.plain(msg)["v"] == list(schema.PROTOCOL_VERSION)
+    assert msg.rank == 3 and messages.plain(msg)["k"] == "hello" and messages.plain(msg)["v"] == list(PROTOCOL_VERSION)
 
 
 def test_step_records_round_trip():
     steps = [{"n": 7, "t": 100.0, "w": 0.02, "p": {"forward": 0.01, "mine": 0.001}}]
-    msg = schema.decode(messages.raw(schema.STEPS, {"job": "j", "rank": 0, "ts": 1.0, "steps": steps}))
+    msg = schema.decode(messages.raw(STEPS, {"job": "j", "rank": 0, "ts": 1.0, "steps": steps}))
     assert messages.plain(msg)["steps"] == steps
 
 
@@ -32,7 +34,7 @@ def test_another_major_version_gets_a_clear_error():
     body = dict(hello(), v=[2, 0], k="hello")
     with pytest.raises(schema.VersionMismatch) as err:
         schema.decode([b"hello", msgpack.packb(body)])
-    assert "protocol 2.0" in str(err.value) and "%d.%d" % schema.PROTOCOL_VERSION in str(err.value) and "upgrade" in str(err.value)
+    assert "protocol 2.0" in str(err.value) and "%d.%d" % PROTOCOL_VERSION in str(err.value) and "upgrade" in str(err.value)
 
 
 def test_a_newer_minor_version_is_accepted_and_its_new_fields_left_out():
@@ -79,7 +81,7 @@ def test_msgpack_extension_types_are_not_objects():
 def test_raw_collective_records_ride_in_a_steps_message_only_as_its_sample():
     calls = [{"op": "all_reduce", "seq": 1, "b": 4000, "dt": "float32", "g": 4, "d": 0.002, "n": 7, "ph": "backward", "t0": 5.0}]
     body = {"job": "j", "rank": 0, "ts": 1.0, "steps": [], "cx": calls, "coll": calls}
-    msg = schema.decode(messages.raw(schema.STEPS, body))
+    msg = schema.decode(messages.raw(STEPS, body))
     assert messages.plain(msg)["cx"] == calls
     assert "coll" not in messages.plain(msg)  # no kind lists it: dropped unread, as any field the types do not name
 
@@ -87,16 +89,16 @@ def test_raw_collective_records_ride_in_a_steps_message_only_as_its_sample():
 def test_a_malformed_collective_record_is_refused():
     calls = [{"op": "all_reduce", "seq": 1, "b": -5, "dt": "float32", "g": 4, "d": 0.002, "n": 7, "ph": None, "t0": 5.0}]
     with pytest.raises(schema.WireError):
-        schema.decode(messages.raw(schema.STEPS, {"job": "j", "rank": 0, "ts": 1.0, "steps": [], "cx": calls}))
+        schema.decode(messages.raw(STEPS, {"job": "j", "rank": 0, "ts": 1.0, "steps": [], "cx": calls}))
 
 
 def test_device_times_ride_in_a_step_record_and_bad_ones_are_refused():
     step = {"n": 1, "t": 1.0, "w": 0.02, "p": {"forward": 0.005}, "g": {"w": 0.019, "p": {"forward": 0.012}}}
     body = {"job": "j", "rank": 0, "ts": 1.0, "steps": [step]}
-    assert messages.plain(schema.decode(messages.raw(schema.STEPS, body)))["steps"][0]["g"] == step["g"]
+    assert messages.plain(schema.decode(messages.raw(STEPS, body)))["steps"][0]["g"] == step["g"]
     for bad in ({"w": -1, "p": {}}, {"w": 0.1}, {"w": 0.1, "p": {"forward": "x"}}, [0.1]):
         with pytest.raises(schema.WireError):
-            schema.decode(messages.raw(schema.STEPS, dict(body, steps=[dict(step, g=bad)])))
+            schema.decode(messages.raw(STEPS, dict(body, steps=[dict(step, g=bad)])))
 
 
 def test_every_setting_is_in_the_readme_and_the_readme_names_no_other():
