@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 
 
-from ranktop.probe.collectives import state_layout
+from ranktop.probe.process_groups import state_layout
 from ranktop.relay.links import KEPT, MAX_PEERS, MIN_CROSSING_S, PROBE_BYTES, probe_interval_s
 from ranktop.wire import parallel_groups, settings
 from ranktop.wire.messages import Call, CallSummary, Group, LinkRate, OpSummary

@@ -45,7 +45,7 @@ from ranktop.transport import background, rendezvous
 from ranktop.transport.captures import capture_folder
 
 from . import collective_summary, commands
-from .collectives import CollectiveTracker
+from .collective_tracker import CollectiveTracker
 from ranktop.transport.identity import Identity
 from .recorder import Recorder
 from ranktop.transport.ipc import ipc_endpoints

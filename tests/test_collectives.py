@@ -179,8 +179,9 @@ os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=os.environ["PORT"], RANK=
 import torch, torch.distributed as dist
 dist.init_process_group("gloo")
 from ranktop.probe import collectives
+from ranktop.probe.collective_tracker import CollectiveTracker
 from ranktop.probe.recorder import Recorder
-tracker = collectives.CollectiveTracker(Recorder())
+tracker = CollectiveTracker(Recorder())
 collectives.install(tracker)
 import torch.distributed._functional_collectives as funcol
 from torch.distributed.device_mesh import init_device_mesh

@@ -5,7 +5,7 @@ from __future__ import annotations
 import msgspec
 import pytest
 
-from ranktop.probe.collectives import state_layout
+from ranktop.probe.process_groups import state_layout
 from ranktop.watch.analysis import stragglers
 from ranktop.watch.analysis.layout import learn
 from ranktop.wire import parallel_groups, schema

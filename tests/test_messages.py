@@ -10,7 +10,7 @@ import msgspec
 import pytest
 
 import messages
-from ranktop.probe.collectives import CollectiveTracker
+from ranktop.probe.collective_tracker import CollectiveTracker
 from ranktop.probe.recorder import PhaseScope, Recorder, StepScope
 from ranktop.probe.resources import RankResources
 from ranktop.probe.sender import Sender
@@ -60,7 +60,7 @@ def test_the_hello_the_probe_sends_comes_back_whole(probe_sender):
 
 
 def test_the_groups_of_a_hello_come_back_whole(probe_sender):
-    from ranktop.probe.collectives import state_layout
+    from ranktop.probe.process_groups import state_layout
 
     sender, _, _ = probe_sender
     groups = state_layout("pp=2,dp=2", 1, 4)

@@ -224,7 +224,7 @@ def test_the_report_says_why_the_straggler_was_slow_as_its_evidence_said(tmp_pat
 
 
 def test_the_report_carries_each_rank_s_coordinates(tmp_path):
-    from ranktop.probe.collectives import state_layout
+    from ranktop.probe.process_groups import state_layout
 
     rep = build(recorded_job(tmp_path, groups=lambda rank: state_layout("tp=3", rank, 3)))
     assert rep["layout_roles"] == ["tp"] and rep["imbalance"] is None

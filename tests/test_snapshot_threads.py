@@ -18,7 +18,7 @@ import threading
 
 import messages
 
-from ranktop.probe.collectives import state_layout
+from ranktop.probe.process_groups import state_layout
 from ranktop.watch.aggregator import Aggregator
 from ranktop.wire import schema
 from ranktop.wire import names

@@ -151,7 +151,7 @@ class Gpu(ByName, kw_only=True, frozen=True):
 
 
 class LastCollective(ByName, kw_only=True, frozen=True):
-    """probe/collectives.py: the last collective a rank entered, and whether it is blocked in it now. Each figure
+    """probe/collective_tracker.py: the last collective a rank entered, and whether it is blocked in it now. Each figure
     is shown as it came (the viewer checks what it reads: watch/engine/rank_scalars.py), so each is a scalar; the
     names are fixed."""
 
