@@ -33,7 +33,6 @@ import sys
 import tempfile
 import time
 import traceback
-from pathlib import Path
 from typing import Any, Callable
 
 import msgpack

@@ -146,7 +146,7 @@ def test_every_rank_gets_a_bar_row_with_its_host_step_time_and_score():
     async def scenario(app, pilot):
         bars = text_of(app.query_one(RankBars)).splitlines()
         for n in range(8):
-            assert any(line.split()[:2] == [str(n), f"node-00"] for line in bars), n
+            assert any(line.split()[:2] == [str(n), "node-00"] for line in bars), n
         slow = next(line for line in bars if line.split()[0] == "5")
         assert "130" in slow and "+30%" in slow and BLOCK in slow
 

@@ -12,7 +12,7 @@ import types
 
 import pytest
 
-from fake_cuda import FakeCuda, FakeEvent, FakeNcclGroup, FakeWork
+from fake_cuda import FakeCuda, FakeNcclGroup, FakeWork
 from ranktop.probe import collective_tracker, collectives, ddp_waits, device_waits, dist_wrappers, gpu_timing, stream_waits
 from ranktop.probe.collective_tracker import CollectiveTracker
 from ranktop.probe.recorder import Recorder

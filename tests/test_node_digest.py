@@ -12,7 +12,6 @@ import msgspec
 import pytest
 
 from ranktop.watch.aggregator import Aggregator
-from ranktop.probe import collective_summary
 from ranktop.wire import schema, step_block
 from ranktop.wire.names import HEARTBEAT, NODE
 from ranktop.wire.messages import MAX_RANKS

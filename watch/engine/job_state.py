@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from operator import itemgetter
-from typing import Any, Callable
+from typing import Callable
 
 import numpy as np
 
@@ -32,9 +32,8 @@ from ranktop.watch.engine.resource_samples import Resources, ResourceTracker
 from ranktop.watch.engine.rank_scalars import WHERE, RankScalars
 from ranktop.watch.engine.rank_window import RankWindow
 from ranktop.wire import capture as wire_capture
-from ranktop.wire import schema, step_block
+from ranktop.wire import step_block
 from ranktop.wire.messages import (
-    CaptureSummary,
     Heartbeat,
     Hello,
     Node,
@@ -43,7 +42,6 @@ from ranktop.wire.messages import (
     RankInfo,
     RankMessage,
     Reply,
-    State,
     Steps,
 )
 from ranktop.wire.names import COMM_PHASE, PAUSE_PHASES
