@@ -53,7 +53,7 @@ import signal
 import sys
 import threading
 import time
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator, TypeVar
 
 import msgspec
 import numpy as np
@@ -65,7 +65,7 @@ from ranktop.wire import schema, settings
 from ranktop.wire.names import HELLO, STEPS
 from ranktop.transport import fd_limit, rendezvous
 from ranktop.probe.collective_summary import SAMPLE_EVERY_S
-from ranktop.wire.messages import Call, CudaMemory, Gpu, Heartbeat, Hello, LastCollective, Links, Memory, RankInfo, State, Steps
+from ranktop.wire.messages import Call, CudaMemory, Gpu, Group, Heartbeat, Hello, LastCollective, Links, Memory, RankInfo, State, Steps
 from ranktop.wire.names import COMM_PHASE, OTHER_PHASE
 from ranktop.relay.digest_fold import NodeDigest
 from ranktop.wire.pacing import OPS_EVERY_S, digest_hz, links_every_s
@@ -106,7 +106,7 @@ class Simulator:
         self.directory = directory
         self.relay_processes = relay_processes
         self.model = JobModel(scenario)
-        self._groups: dict[int, list[dict[str, Any]]] = {}  # rank -> the groups its hello lists (a layout's)
+        self._groups: dict[int, list[Group]] = {}  # rank -> the groups its hello lists (a layout's)
         self._infos: dict[int, RankInfo] = {}  # rank -> its hello's fields (made again when its node's rate changes)
         self.secret = rendezvous.load_or_create_secret(scenario.job, directory)
         self.dropped = 0  # messages a full PUB queue refused
@@ -118,7 +118,7 @@ class Simulator:
         self.current_step = 0  # the step in progress (what the capture command reads)
         self._done: collections.deque[Step] = collections.deque(maxlen=MAX_HELD_STEPS)  # finished, for the nodes to send
         self._nodes: list[SimulatedNode] = []
-        self._context: zmq.Context | None = None
+        self._context: zmq.Context[Any] | None = None
         self.relays: RelayProcesses | None = None
         self._started = 0.0
         self._step_start = 0.0
@@ -250,8 +250,11 @@ class Simulator:
             if halt is not None and self._step_end >= halt:
                 self._halted_at = self._step_end  # the job hangs in the step that would have ended after it
                 return
-            self._done.append(self._step)
-            self._walls = (self._walls + [self._step.duration])[-32:]
+            step = self._step
+            if step is None:
+                break
+            self._done.append(step)
+            self._walls = (self._walls + [step.duration])[-32:]
             self.steps_done += 1
             start = self._step_end
             if now - start > MAX_LAG_S:  # the machine is too busy for this job: skip ahead rather than flood
@@ -271,7 +274,7 @@ class Simulator:
         collective = None
         if ops and halted and not stuck:  # waiting inside the first collective of the step for the stuck rank
             collective = LastCollective(op=ops[0][1], seq=n * k + 1, b=BUCKET_BYTES[0], dt=DTYPE, g=self.s.ranks, inside=True,
-                                        age=now - self._halted_at)  # fmt: skip
+                                        age=now - self._halted_at if self._halted_at is not None else 0.0)  # fmt: skip
         elif ops:  # the last one it left: the previous step's last
             collective = LastCollective(op=ops[-1][1], seq=n * k, b=BUCKET_BYTES[0], dt=DTYPE, g=self.s.ranks, inside=False, age=0.0)
         pause = self._step.pauses.get(rank) if self._step is not None else None
@@ -291,7 +294,7 @@ class Simulator:
             **(self._device_samples(now) if self.s.gpu else {}),
         )  # fmt: skip
 
-    def _pausing(self) -> dict:
+    def _pausing(self) -> dict[Any, Any]:
         """The ranks saving a checkpoint or evaluating in the step under way (Step.pauses): their state is their own."""
         return self._step.pauses if self._step is not None else {}
 
@@ -473,7 +476,7 @@ class Simulator:
         self._next_sample[ranks[0]] = now + SAMPLE_EVERY_S
         return self.model.sample(last, ranks[0], (last.n + 1) * self.s.calls_per_step, now - self._started)
 
-    def replay(self, seconds: float, start: float = 1.0e9, digests: bool = False, turns: int = 1):
+    def replay(self, seconds: float, start: float = 1.0e9, digests: bool = False, turns: int = 1) -> Iterator[tuple[float, list[list[bytes]]]]:
         """Run the job on a clock of its own, without sockets: yields (time, frames every rank sends then)
         at each of the ranks' sends, for ``seconds`` of the job (tests and benchmarks feed an aggregator
         with them). The scenario's stalls and silences happen as they would live. Call on a Simulator
@@ -557,7 +560,7 @@ class Simulator:
     def stacks(self, rank: int) -> dict[str, Any]:
         """A training stack where this rank is now, shaped as probe/stacks.py's answer."""
         stuck = self._halted_at is not None and rank in (self.s.stall_rank, self.s.silent_rank)
-        phase = "data" if stuck else self.state(rank, self._clock()).phase
+        phase = "data" if stuck else self.state(rank, self._clock()).phase or "forward"
         if self._halted_at is not None and not stuck:
             phase = "forward"  # inside the collective the stuck rank never joins
         frames = [stack_frame(JOB_FILE, 210, "<module>", "main()")] + STACK_TAIL[phase]
@@ -625,8 +628,11 @@ def scenario_of(args: argparse.Namespace, ranks: int, job: str, parser: argparse
     return s
 
 
-def _number(kind, test, what):
-    def parse(text: str):
+_N = TypeVar("_N", int, float)
+
+
+def _number(kind: Callable[[str], _N], test: Callable[[_N], bool], what: str) -> Callable[[str], _N]:
+    def parse(text: str) -> _N:
         try:
             value = kind(text)
         except ValueError:
@@ -681,7 +687,7 @@ def run(scenario: Scenario, directory: str | None = None, duration_s: float | No
     try:
         sim.start()
         if not quiet:
-            s, relays = scenario, len(sim.relays.pids)
+            s, relays = scenario, len(sim.relays.pids) if sim.relays is not None else 0
             print(
                 f"ranktop: simulating job {s.job}: {s.ranks} ranks on {len(sim._nodes)} nodes (their relays in {relays} "
                 f"process{'es' if relays > 1 else ''}), {s.steps_per_s:g} steps/s, {s.calls_per_step} collective calls per step; "

@@ -26,6 +26,10 @@ from .recorder import Recorder, drain
 
 _perf = time.perf_counter
 
+#: A call under way, from :meth:`CollectiveTracker.begin` to its end: [entry, start, step, phase, device start,
+#: on device] (a list: made on the hot path, one allocation).
+Token = list[Any]
+
 #: The name DDP's bucketed gradient all-reduce is reported under.
 DDP_OP = "ddp_allreduce"
 #: Kinds of call (the ``k`` of a record).
@@ -84,7 +88,7 @@ class CollectiveTracker:
     def begin(
         self, op: str, nbytes: int, dtype: str, group_size: int, gid: str = "", kind: str = COLLECTIVE, on_device: bool = True,
         blocking: bool = True,
-    ) -> list:
+    ) -> Token:
         """A call starts: its token, for :meth:`end` (a blocking call) or :meth:`complete` (an async one).
 
         ``on_device``: its tensors are on the GPU (see :func:`on_cuda`), so its wait is timed there once
@@ -99,11 +103,11 @@ class CollectiveTracker:
         start = device.start(any_stream=not blocking) if device is not None and on_device else None
         return [entry, _perf(), rec.current_step, rec.current_phase, start, on_device]
 
-    def _record(self, token: list, duration: float) -> dict[str, Any]:
+    def _record(self, token: Token, duration: float) -> dict[str, Any]:
         entry, start, step, phase = token[:4]
         return dict(entry, d=duration, n=step, ph=phase, t0=start)
 
-    def end(self, token: list, upto: Any = None) -> None:
+    def end(self, token: Token, upto: Any = None) -> None:
         """A blocking call returned (on the device: the current stream now waits for its kernel). ``upto``: where
         its wait ended, when before its end (DDP's finalize with a comm hook: :class:`HookCompletions`), an event
         on the device or a perf_counter time on the host."""
@@ -130,13 +134,13 @@ class CollectiveTracker:
             record["kd"] = record["d"]  # on the host (gloo, CPU tensors) the call's time is its transfer's
         self.buffer.append(record)
 
-    def at_wait(self, token: list) -> None:
+    def at_wait(self, token: Token) -> None:
         """An async call's wait begins (a functional collective's ``wait_tensor``): on the device its wait is
         timed from here, so :meth:`end` after the wait gives the stall of the stream, not launch to end."""
         if token[4] is not None and self.device is not None:
             self.device.restart(token[4])
 
-    def complete(self, token: list, work: Any) -> None:
+    def complete(self, token: Token, work: Any) -> None:
         """An async call was launched: ``work`` is its Work (a Work.wait() ends it on the device) or a
         future; on the host, it ends when its future completes."""
         device = self.device

@@ -42,7 +42,7 @@ def ping(target: CommandTarget, args: dict[str, Any]) -> tuple[bool, CommandResu
 def set_rate(target: CommandTarget, args: dict[str, Any]) -> tuple[bool, CommandResult]:
     hz = args.get("hz")
     problem = settings.rate_problem(hz)
-    if problem:
+    if problem or hz is None:
         return False, Refused(error=f"hz {problem}")
     target.rate_hz = float(hz)
     return True, RateSet(rate_hz=target.rate_hz)

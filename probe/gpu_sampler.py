@@ -124,7 +124,7 @@ class GpuSampler(threading.Thread):
         """Load NVML and find the rank's GPU; False (with ``latest`` saying why) if there is none."""
         if self._nvml is None:
             try:
-                import pynvml  # nvidia-ml-py, the 'gpu' extra
+                import pynvml  # type: ignore[import-not-found, import-untyped, unused-ignore]  # nvidia-ml-py, the 'gpu' extra
             except Exception:
                 self.latest = Gpu(na="no NVML binding (pip install 'ranktop[gpu]')")
                 return False

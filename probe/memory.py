@@ -26,7 +26,7 @@ from __future__ import annotations
 import os
 import sys
 import time
-from typing import Any
+from typing import Any, Callable
 
 from ranktop.wire.messages import CudaMemory, Memory
 
@@ -108,7 +108,9 @@ def cuda_sample(torch: Any, device: int) -> CudaMemory:
 class MemorySampler:
     """``sample()`` -> ``Memory(rss=bytes, cuda=CudaMemory(...))``; cached for :data:`MIN_INTERVAL_S`."""
 
-    def __init__(self, local_rank: int = 0, clock=time.monotonic, on_device=None):
+    def __init__(
+        self, local_rank: int = 0, clock: Callable[[], float] = time.monotonic, on_device: Callable[[int], None] | None = None
+    ):
         self.local_rank = local_rank
         self._clock = clock
         self._on_device = on_device  # called once with the device index, when it is certain
@@ -128,7 +130,7 @@ class MemorySampler:
             try:
                 if not self._device_sure:  # until the training has put memory on a device
                     self._device, self._device_sure = rank_device(torch, self.local_rank)
-                    if self._device_sure and self._on_device is not None:
+                    if self._device_sure and self._device is not None and self._on_device is not None:
                         self._on_device(self._device)
                 if self._device is not None:
                     cuda = cuda_sample(torch, self._device)

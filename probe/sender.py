@@ -16,6 +16,7 @@ import statistics
 import sys
 import threading
 import time
+from pathlib import Path
 from typing import Any, Callable
 
 import msgspec
@@ -141,7 +142,7 @@ class Sender(threading.Thread):
             raise ValueError(f"hello key {key!r} is no field of wire/messages.py's RankInfo")
         self._hello_sources[key] = source
 
-    def capture_folder(self, capture_id: str):
+    def capture_folder(self, capture_id: str) -> Path:
         """Where this rank writes a capture's file: fixed by the job's side, never by the network."""
         return capture_folder(self.identity.job, capture_id, self._directory)
 
@@ -197,7 +198,7 @@ class Sender(threading.Thread):
             ctx.term()
             self._relay.stop()
 
-    def _loop(self, pub: zmq.Socket, sub: zmq.Socket, verifier: auth.CommandVerifier | None) -> None:
+    def _loop(self, pub: zmq.Socket[bytes], sub: zmq.Socket[bytes], verifier: auth.CommandVerifier | None) -> None:
         poller = zmq.Poller()
         poller.register(sub, zmq.POLLIN)
         next_flush = time.monotonic()
@@ -232,13 +233,13 @@ class Sender(threading.Thread):
         """The frames of one message of this rank."""
         return schema.encode(msg)
 
-    def _send(self, pub: zmq.Socket, msg: Message) -> None:
+    def _send(self, pub: zmq.Socket[bytes], msg: Message) -> None:
         try:
             pub.send_multipart(self.message(msg), flags=zmq.NOBLOCK)
         except zmq.Again:
             pass  # PUB drops at its high-water mark; nothing to do but move on
 
-    def _flush(self, pub: zmq.Socket, final: bool = False) -> bool:
+    def _flush(self, pub: zmq.Socket[bytes], final: bool = False) -> bool:
         """Send every completed step record; True if anything was sent."""
         records = self.recorder.drain()
         self._recent_walls.extend(rec["w"] for rec in records[-32:])
@@ -284,7 +285,7 @@ class Sender(threading.Thread):
         if not final and rec.step_started and calls and calls[-1]["n"] == rec.current_step:
             current = rec.current_step
             held = [c for c in calls if c["n"] == current]
-            if len(held) < self.collectives.buffer.maxlen:
+            if len(held) < (self.collectives.buffer.maxlen or 0):
                 self._held_calls = held
                 calls = [c for c in calls if c["n"] != current]
         return collective_summary.summarise(calls) if calls else ([], [])
@@ -334,7 +335,7 @@ class Sender(threading.Thread):
                 local_rank=ident.local_rank,
                 local_world=ident.local_world,
                 launcher=ident.launcher,
-                torch=str(torch.__version__) if hasattr(torch, "__version__") else None,  # a str subclass: a str
+                torch=str(getattr(torch, "__version__", "")) or None,  # a str subclass: a str
                 probe=PROBE_VERSION,
                 python=platform.python_version(),
                 argv=sys.argv[:8],
@@ -359,7 +360,7 @@ class Sender(threading.Thread):
 
     # -- control --------------------------------------------------------------
 
-    def _handle_commands(self, pub: zmq.Socket, sub: zmq.Socket, verifier: auth.CommandVerifier | None) -> None:
+    def _handle_commands(self, pub: zmq.Socket[bytes], sub: zmq.Socket[bytes], verifier: auth.CommandVerifier | None) -> None:
         now = time.monotonic()
         self._command_budget = min(MAX_COMMANDS_PER_S, self._command_budget + (now - self._budget_at) * MAX_COMMANDS_PER_S)
         self._budget_at = now

@@ -14,6 +14,8 @@ well under 1% of a core, off every training thread.
 
 from __future__ import annotations
 
+from typing import Any
+
 import threading
 import time
 
@@ -28,7 +30,7 @@ DIGESTED = (HELLO, STEPS, HEARTBEAT)
 
 
 class DigestThread(threading.Thread):
-    def __init__(self, context: zmq.Context, digest: NodeDigest, listen: str, publish: str):
+    def __init__(self, context: zmq.Context[Any], digest: NodeDigest, listen: str, publish: str):
         super().__init__(name="ranktop-relay-digest", daemon=True)
         self._digest = digest
         self._stop_event = threading.Event()

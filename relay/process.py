@@ -30,6 +30,7 @@ import socket
 import sys
 import threading
 import time
+from types import FrameType
 
 import zmq
 
@@ -69,11 +70,11 @@ class Signals:
         signal.signal(signal.SIGUSR1, self._poke)
         signal.signal(signal.SIGHUP, signal.SIG_IGN)
 
-    def _poke(self, signum, frame) -> None:
+    def _poke(self, signum: int, frame: FrameType | None) -> None:
         self.poked = True
         self.wake.set()
 
-    def _stop(self, signum, frame) -> None:
+    def _stop(self, signum: int, frame: FrameType | None) -> None:
         self.stopping = True
         self.wake.set()
 
