@@ -78,8 +78,9 @@ def corpus() -> list[list[bytes]]:
     nodes' digests) and the probe's own messages carrying every optional part."""
     from ranktop.demo.simulate import Scenario, Simulator
 
-    scenario = Scenario(job=JOB, ranks=8, nodes=2, calls_per_step=6, steps_per_s=20.0, slow_rank=3, slow_ms=20.0, slow_phase="backward",
-                        pp=2, tp=2)  # fmt: skip  (a layout: the hellos and digests carry process groups)
+    scenario = Scenario(
+        job=JOB, ranks=8, nodes=2, calls_per_step=6, steps_per_s=20.0, slow_rank=3, slow_ms=20.0, slow_phase="backward", pp=2, tp=2
+    )  # fmt: skip  (a layout: the hellos and digests carry process groups)
     with tempfile.TemporaryDirectory() as folder:
         sim = Simulator(scenario, folder)
         frames = sim.hellos(1.0e9) + [f for _, tick in sim.replay(1.0) for f in tick]

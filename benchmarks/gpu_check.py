@@ -114,8 +114,10 @@ def versions() -> None:
         nccl = ".".join(map(str, version)) if isinstance(version, tuple) else str(version)
     except Exception:
         nccl = "?"
-    print(f"device: {torch.cuda.get_device_name()} | driver: {smi.strip() or '?'} | torch {torch.__version__} | "
-          f"CUDA {torch.version.cuda} | NCCL {nccl}")
+    print(
+        f"device: {torch.cuda.get_device_name()} | driver: {smi.strip() or '?'} | torch {torch.__version__} | "
+        f"CUDA {torch.version.cuda} | NCCL {nccl}"
+    )
 
 
 def _smi(args: list[str]) -> str:
@@ -232,10 +234,14 @@ def check_phases(steps: int) -> None:
     last = timed[-4:]
     for name in ("forward", "backward", "optimizer"):
         mine = [r["g"]["p"].get(name, 0.0) * 1000 for r in last]
-        ref = spans.get(name, [])[-len(mine):] if mine else []
+        ref = spans.get(name, [])[-len(mine) :] if mine else []
         if mine and ref:
-            row(f"phase {name} (ms, GPU)", f"{statistics.median(mine):.3f}", f"{statistics.median(ref):.3f}",
-                f"profiler's kernels; host said {statistics.median(r['p'].get(name, 0.0) * 1000 for r in last):.3f}")
+            row(
+                f"phase {name} (ms, GPU)",
+                f"{statistics.median(mine):.3f}",
+                f"{statistics.median(ref):.3f}",
+                f"profiler's kernels; host said {statistics.median(r['p'].get(name, 0.0) * 1000 for r in last):.3f}",
+            )
         else:
             row(f"phase {name} (ms, GPU)", "?" if not mine else f"{statistics.median(mine):.3f}", "?", "missing")
     state = log[-1].get("state", {}) if log else {}
@@ -259,8 +265,12 @@ def check_gauges(state: dict) -> None:
         row("temperature (C)", str(gpu.get("temp_c")), ref[3], "")
     cuda = (state.get("mem") or {}).get("cuda") or {}
     stats = torch.cuda.memory_stats(0)
-    row("allocated (MiB)", f"{cuda.get('alloc', 0) / 2**20:.1f}", f"{stats.get('allocated_bytes.all.current', 0) / 2**20:.1f}",
-        "memory_stats (moves with training)")
+    row(
+        "allocated (MiB)",
+        f"{cuda.get('alloc', 0) / 2**20:.1f}",
+        f"{stats.get('allocated_bytes.all.current', 0) / 2**20:.1f}",
+        "memory_stats (moves with training)",
+    )
     row("reserved (MiB)", f"{cuda.get('resv', 0) / 2**20:.1f}", f"{stats.get('reserved_bytes.all.current', 0) / 2**20:.1f}", "")
 
 
@@ -665,7 +675,11 @@ def check_nccl() -> None:
         with open(f"{out}.{r}.json") as f:
             calls = [c for c in json.load(f) if "op" in c]
         with open(f"{out}.trace{r}.json") as f:
-            kernels = [e["dur"] / 1000 for e in json.load(f)["traceEvents"] if "nccl" in str(e.get("name", "")).lower() and e.get("cat") == "kernel"]
+            kernels = [
+                e["dur"] / 1000
+                for e in json.load(f)["traceEvents"]
+                if "nccl" in str(e.get("name", "")).lower() and e.get("cat") == "kernel"
+            ]
         mine = statistics.median(c["d"] * 1000 for c in calls) if calls else float("nan")
         ref = statistics.median(kernels) if kernels else float("nan")
         row(f"NCCL all_reduce rank {r} (ms)", f"{mine:.3f}", f"{ref:.3f}", "wait on the device vs NCCL kernel (rank 0 waits for 1)")

@@ -312,14 +312,30 @@ def _wait_for_relays(sim: subprocess.Popen, job: str, folder: str, nodes: int) -
 
 
 def table(rows: list[dict]) -> str:
-    head = ("ranks", "calls", "viewer CPU", "snapshot p50/p95 (CPU p95)", "ingest", "latency p95", "RSS (start)", "dropped", "top row", "on top after")
+    head = (
+        "ranks",
+        "calls",
+        "viewer CPU",
+        "snapshot p50/p95 (CPU p95)",
+        "ingest",
+        "latency p95",
+        "RSS (start)",
+        "dropped",
+        "top row",
+        "on top after",
+    )
     lines = [head]
     for r in rows:
         lines.append(
             (
-                str(r["ranks"]), str(r["calls_per_step"]), f"{r['viewer_cpu_pct']}%",
-                f"{r['snapshot_ms_p50']} / {r['snapshot_ms_p95']} ms ({r['snapshot_cpu_ms_p95']})", f"{r['ingest_rank_steps_per_s'] / 1000:.0f}k rank-steps/s",
-                f"{r['latency_p95_s']} s", f"{r['rss_mb']:.0f} MB ({r['rss_mb_start']:.0f})", str(r["dropped"]),
+                str(r["ranks"]),
+                str(r["calls_per_step"]),
+                f"{r['viewer_cpu_pct']}%",
+                f"{r['snapshot_ms_p50']} / {r['snapshot_ms_p95']} ms ({r['snapshot_cpu_ms_p95']})",
+                f"{r['ingest_rank_steps_per_s'] / 1000:.0f}k rank-steps/s",
+                f"{r['latency_p95_s']} s",
+                f"{r['rss_mb']:.0f} MB ({r['rss_mb_start']:.0f})",
+                str(r["dropped"]),
                 f"{r['top_straggler']} ({'injected' if r['top_straggler'] == r['injected_straggler'] else 'expected ' + str(r['injected_straggler'])})",
                 "-" if r["top_after_s"] is None else f"{r['top_after_s']} s",
             )  # fmt: skip

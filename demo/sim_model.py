@@ -296,8 +296,17 @@ class JobModel:
             arrivals[r], tails[r] = row[1], row[3]
         return self.settle(n, start, rows, arrivals, tails, at, special)
 
-    def settle(self, n: int, start: float, rows: list, arrivals: np.ndarray | None = None, tails: np.ndarray | None = None,
-               picks: np.ndarray | None = None, special: dict | None = None, pauses: dict | None = None) -> Step:
+    def settle(
+        self,
+        n: int,
+        start: float,
+        rows: list,
+        arrivals: np.ndarray | None = None,
+        tails: np.ndarray | None = None,
+        picks: np.ndarray | None = None,
+        special: dict | None = None,
+        pauses: dict | None = None,
+    ) -> Step:
         """The step of every rank's ``rows`` (``arrivals`` and ``tails``: theirs as arrays, where at hand): when the
         last rank reached each collective, and how long it lasts. A rank that ended the step before sooner than the
         last (its tail, optimizer and other, was shorter) begins this one that much earlier and waits that much

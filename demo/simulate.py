@@ -476,7 +476,9 @@ class Simulator:
         self._next_sample[ranks[0]] = now + SAMPLE_EVERY_S
         return self.model.sample(last, ranks[0], (last.n + 1) * self.s.calls_per_step, now - self._started)
 
-    def replay(self, seconds: float, start: float = 1.0e9, digests: bool = False, turns: int = 1) -> Iterator[tuple[float, list[list[bytes]]]]:
+    def replay(
+        self, seconds: float, start: float = 1.0e9, digests: bool = False, turns: int = 1
+    ) -> Iterator[tuple[float, list[list[bytes]]]]:
         """Run the job on a clock of its own, without sockets: yields (time, frames every rank sends then)
         at each of the ranks' sends, for ``seconds`` of the job (tests and benchmarks feed an aggregator
         with them). The scenario's stalls and silences happen as they would live. Call on a Simulator
@@ -583,11 +585,22 @@ def add_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--rate", type=_rate, default=settings.DEFAULT_RATE_HZ, metavar="HZ",
                    help=f"messages per second per rank (default {settings.DEFAULT_RATE_HZ:g}, as the probe)")  # fmt: skip
     p.add_argument("--slow-rank", type=_count0, default=None, metavar="R", help="one rank slow in one phase, every step")
-    p.add_argument("--slow-node", default=None, metavar="HOST", help=f"every rank of one node slow (nodes are {node_name(0)}, {node_name(1)}, ...)")
-    p.add_argument("--slow-link", default=None, metavar="HOST",
-                   help="one node's network slow: every collective crossing it, and the links its relay measures")
-    p.add_argument("--slow-link-x", type=_number(float, lambda v: v >= 1, "1 or more"), default=SLOW_LINK_X, metavar="X",
-                   help=f"how many times slower its network is (default {SLOW_LINK_X:g})")
+    p.add_argument(
+        "--slow-node", default=None, metavar="HOST", help=f"every rank of one node slow (nodes are {node_name(0)}, {node_name(1)}, ...)"
+    )
+    p.add_argument(
+        "--slow-link",
+        default=None,
+        metavar="HOST",
+        help="one node's network slow: every collective crossing it, and the links its relay measures",
+    )
+    p.add_argument(
+        "--slow-link-x",
+        type=_number(float, lambda v: v >= 1, "1 or more"),
+        default=SLOW_LINK_X,
+        metavar="X",
+        help=f"how many times slower its network is (default {SLOW_LINK_X:g})",
+    )
     p.add_argument("--slow-ms", type=_non_negative, default=20.0, metavar="MS", help="how much slower (default 20 ms)")
     p.add_argument("--slow-phase", choices=PHASES, default="data", help="in which phase (default data)")
     p.add_argument("--stall-rank", type=_count0, default=None, metavar="R", help="a rank that stops making progress: the job hangs")

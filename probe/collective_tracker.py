@@ -71,6 +71,7 @@ def _dtype(value: Any) -> str:
     dtype = getattr(value, "dtype", None)
     return str(dtype).replace("torch.", "") if dtype is not None else ""
 
+
 class CollectiveTracker:
     def __init__(self, recorder: Recorder, capacity: int = 8192):
         self.buffer: collections.deque[dict[str, Any]] = collections.deque(maxlen=capacity)
@@ -86,7 +87,14 @@ class CollectiveTracker:
         self.device: Any = None
 
     def begin(
-        self, op: str, nbytes: int, dtype: str, group_size: int, gid: str = "", kind: str = COLLECTIVE, on_device: bool = True,
+        self,
+        op: str,
+        nbytes: int,
+        dtype: str,
+        group_size: int,
+        gid: str = "",
+        kind: str = COLLECTIVE,
+        on_device: bool = True,
         blocking: bool = True,
     ) -> Token:
         """A call starts: its token, for :meth:`end` (a blocking call) or :meth:`complete` (an async one).

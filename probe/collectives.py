@@ -77,7 +77,7 @@ def uninstall() -> None:
     if funcol is not None:
         for name, original in dist_wrappers._installed.items():
             if name.startswith("funcol.") and name != "funcol.module":
-                setattr(funcol, name[len("funcol."):], original)
+                setattr(funcol, name[len("funcol.") :], original)
     ddp = dist_wrappers._installed.get("ddp.class")
     if ddp is not None:
         ddp.forward = dist_wrappers._installed["ddp.forward"]

@@ -105,9 +105,7 @@ def capture(target: CommandTarget, args: dict[str, Any]) -> tuple[bool, CommandR
     folder = target.capture_folder(safe_id)
     ident = target.identity
     timeout = start_timeout(start - now, target.state().get("median_step_s"))
-    cap = Capture(
-        safe_id, kind, start, steps, folder, rank=ident.rank, host=ident.host, torch=torch, start_timeout_s=timeout, **options
-    )
+    cap = Capture(safe_id, kind, start, steps, folder, rank=ident.rank, host=ident.host, torch=torch, start_timeout_s=timeout, **options)
     target.capture = cap
     cap.attach(target.recorder)
     return True, CaptureArmed(capture=safe_id, kind=kind, start=start, steps=steps, dir=str(folder))

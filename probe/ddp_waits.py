@@ -19,7 +19,6 @@ from .collective_tracker import DDP_OP, _dtype, _nbytes, _perf, on_cuda
 from .process_groups import _group_size
 
 
-
 def _ddp_output_node(output: Any) -> Any:
     """The autograd node of a DDP forward's output (a tensor, or the first of a tuple, list or dict), or None."""
     for _ in range(3):

@@ -98,8 +98,16 @@ def _wrap(name: str, arg: str, original, dist):
             return original(*args, **kwargs)
         try:
             payload = kwargs.get(arg) if arg in kwargs else (args[position] if position is not None and position < len(args) else None)
-            group = kwargs.get("group") if "group" in kwargs else (args[group_position] if group_position is not None and group_position < len(args) else None)
-            is_async = always_async or bool(kwargs.get("async_op") if "async_op" in kwargs else (args[async_position] if async_position is not None and async_position < len(args) else False))
+            group = (
+                kwargs.get("group")
+                if "group" in kwargs
+                else (args[group_position] if group_position is not None and group_position < len(args) else None)
+            )
+            is_async = always_async or bool(
+                kwargs.get("async_op")
+                if "async_op" in kwargs
+                else (args[async_position] if async_position is not None and async_position < len(args) else False)
+            )
             info = _groups.get(id(group)) or _group_info(dist, group)
             if received is not None:  # the rows it receives (an int add)
                 output = kwargs.get(received) if received in kwargs else args[received_position] if received_position < len(args) else None

@@ -40,6 +40,7 @@ def _imported(module: Any) -> bool:
     """False while the training thread is still executing ``import torch`` (a half-built module)."""
     return not getattr(getattr(module, "__spec__", None), "_initializing", False)
 
+
 try:
     _PAGE = os.sysconf("SC_PAGE_SIZE")
 except (AttributeError, ValueError, OSError):  # not a POSIX system
@@ -108,9 +109,7 @@ def cuda_sample(torch: Any, device: int) -> CudaMemory:
 class MemorySampler:
     """``sample()`` -> ``Memory(rss=bytes, cuda=CudaMemory(...))``; cached for :data:`MIN_INTERVAL_S`."""
 
-    def __init__(
-        self, local_rank: int = 0, clock: Callable[[], float] = time.monotonic, on_device: Callable[[int], None] | None = None
-    ):
+    def __init__(self, local_rank: int = 0, clock: Callable[[], float] = time.monotonic, on_device: Callable[[int], None] | None = None):
         self.local_rank = local_rank
         self._clock = clock
         self._on_device = on_device  # called once with the device index, when it is certain

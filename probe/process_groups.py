@@ -17,6 +17,7 @@ from ranktop.wire import parallel_groups
 #: The role of pipeline traffic (wire/parallel_groups.py).
 PIPELINE = "pp"
 
+
 def _group_size(dist, group) -> int:
     try:
         return int(dist.get_world_size(group))

@@ -28,9 +28,7 @@ DEFAULT_CAPACITY = 4096
 
 
 class Probe:
-    def __init__(
-        self, identity: Identity, *, rate_hz: float, capacity: int, directory: str | None, work: dict | None = None
-    ):
+    def __init__(self, identity: Identity, *, rate_hz: float, capacity: int, directory: str | None, work: dict | None = None):
         self.identity = identity
         self.recorder = Recorder(capacity, on_fault=self._fault)
         self.collectives = CollectiveTracker(self.recorder)

@@ -391,7 +391,10 @@ class Sender(threading.Thread):
             except Exception as exc:  # a broken handler answers with its error, the probe lives on
                 ok, result = False, Refused(error=f"{exc.__class__.__name__}: {exc}")
             ident = self.identity
-            self._send(pub, Reply(job=ident.job, rank=ident.rank, ts=time.time(), id=msg.id, cmd=msg.cmd, ok=ok, result=msgspec.to_builtins(result)))
+            self._send(
+                pub,
+                Reply(job=ident.job, rank=ident.rank, ts=time.time(), id=msg.id, cmd=msg.cmd, ok=ok, result=msgspec.to_builtins(result)),
+            )
 
     def _reject(self, reason: str) -> None:
         self._rejected[reason] = self._rejected.get(reason, 0) + 1

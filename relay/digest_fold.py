@@ -61,6 +61,7 @@ from ranktop.wire.pacing import (
     slow_factor,
 )
 
+
 class _Rank:
     __slots__ = (
         "count", "last", "end", "wall", "phases", "waits", "ops", "sample", "state", "dev", "hello", "hello_sent", "fresh",
@@ -155,7 +156,7 @@ class NodeDigest:
             rank = self._heard(number, state)
             rank.columned = True
             if sample:
-                rank.sample = sample[-SAMPLE_MAX :]
+                rank.sample = sample[-SAMPLE_MAX:]
         self._columns.append((ranks, last, count, start, wall, own))
 
     def add_ops(self, number: int, ops: dict[str, OpSummary]) -> None:
@@ -195,7 +196,7 @@ class NodeDigest:
             for op, fields in entry.ops.items():
                 _merge_op(rank.ops, op, fields)
         if msg.cx:
-            rank.sample = msg.cx[-SAMPLE_MAX :]
+            rank.sample = msg.cx[-SAMPLE_MAX:]
 
     def body(self, now: float, wall: float) -> Node | None:
         """The digest of everything added since the last call (None when no rank said anything), ready for
@@ -240,9 +241,7 @@ class NodeDigest:
         self._records = 0
         if not entries and not steps.ranks:
             return None
-        return Node(
-            job=self.job, host=self.host, ts=wall, ranks=entries, steps=steps.columns() if steps.ranks else None, relay=self.relay
-        )
+        return Node(job=self.job, host=self.host, ts=wall, ranks=entries, steps=steps.columns() if steps.ranks else None, relay=self.relay)
 
 
 class _StepColumns:

@@ -176,8 +176,14 @@ class RelayKeeper:
                 offset = err.tell()
                 try:
                     child = subprocess.Popen(
-                        self._command(), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err,
-                        env=self._environment(), cwd="/", start_new_session=True, close_fds=True,
+                        self._command(),
+                        stdin=subprocess.DEVNULL,
+                        stdout=subprocess.DEVNULL,
+                        stderr=err,
+                        env=self._environment(),
+                        cwd="/",
+                        start_new_session=True,
+                        close_fds=True,
                     )
                 except OSError as exc:
                     if self._failures == 0:

@@ -95,8 +95,16 @@ def serve(args: argparse.Namespace, signals: Signals) -> int:
         return 0  # another relay serves this job on this node
     pid = os.getpid()
     identity = Identity(
-        job=args.job, rank=-1, local_rank=-1, world=0, local_world=None, host=args.host, pid=pid,
-        launcher="relay", machine=socket.gethostname(), slurm_job=args.slurm_job or None,
+        job=args.job,
+        rank=-1,
+        local_rank=-1,
+        world=0,
+        local_world=None,
+        host=args.host,
+        pid=pid,
+        launcher="relay",
+        machine=socket.gethostname(),
+        slurm_job=args.slurm_job or None,
     )
     seen = bool(claim.live_ranks())  # a rank that registered and left before the relay was up still counts
     context = zmq.Context()

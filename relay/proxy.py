@@ -204,4 +204,3 @@ class Relay:
             path.unlink(missing_ok=True)
         self._ipc_files = []
         return closed
-

@@ -77,8 +77,10 @@ class Gate:
         self._domain = f"ranktop-relay-{id(self)}".encode()
         self.encrypted = curve.enabled()
         if self.encrypted and not zmq.has("curve"):  # a libzmq built without libsodium: never fall back to plain text
-            raise RuntimeError(f"libzmq {zmq.zmq_version()} has no CURVE: the relay will not serve telemetry in the clear "
-                               "unless RANKTOP_CURVE=0 says so (docs/security.md)")
+            raise RuntimeError(
+                f"libzmq {zmq.zmq_version()} has no CURVE: the relay will not serve telemetry in the clear "
+                "unless RANKTOP_CURVE=0 says so (docs/security.md)"
+            )
         self.secret = _job_secret(job, directory)  # (the relay's link probes are signed with it too: relay/links.py)
         self._keys = curve.keys_of(self.secret) if self.encrypted else None
         if self._keys is not None:

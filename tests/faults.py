@@ -182,8 +182,7 @@ class FloodResult:
         return self.total / self.seconds if self.seconds else 0.0
 
 
-def flood(control_url: str, kinds: dict[str, list[list[bytes]]], rate: float, seconds: float,
-          secret: bytes | None = None) -> FloodResult:
+def flood(control_url: str, kinds: dict[str, list[list[bytes]]], rate: float, seconds: float, secret: bytes | None = None) -> FloodResult:
     """Send the frames of ``kinds`` in turn to a relay's control port, ``rate`` a second for ``seconds``.
 
     ``secret``: the job's, to pass the relay's encryption (CURVE) as a viewer holding the key does; the

@@ -29,12 +29,17 @@ from ranktop.wire.messages import PROTOCOL_VERSION
 
 
 @functools.lru_cache(maxsize=None)
-def sender(rank: int, world: int = 4, host: str = "node0", job: str = "j", local_rank: int | None = None,
-           pid: int | None = None) -> Sender:
+def sender(rank: int, world: int = 4, host: str = "node0", job: str = "j", local_rank: int | None = None, pid: int | None = None) -> Sender:
     """An unstarted Sender of one rank (cached: a 4,096-rank test makes each once)."""
     identity = Identity(
-        job=job, rank=rank, local_rank=rank if local_rank is None else local_rank, world=world, local_world=None,
-        host=host, pid=100 + rank if pid is None else pid, launcher="torchrun",
+        job=job,
+        rank=rank,
+        local_rank=rank if local_rank is None else local_rank,
+        world=world,
+        local_world=None,
+        host=host,
+        pid=100 + rank if pid is None else pid,
+        launcher="torchrun",
     )
     return Sender(identity, Recorder(), rate_hz=4.0, directory=None, on_fault=_raise)
 
@@ -73,8 +78,7 @@ def collectives(calls: list[dict[str, Any]]) -> dict[str, Any]:
     return {"cs": plain(summaries), "cx": plain(sample)}
 
 
-def steps(rank: int, records: list[dict], *, state: dict | None = None, calls: list[dict] | None = None,
-          world: int = 4, **who: Any) -> Any:
+def steps(rank: int, records: list[dict], *, state: dict | None = None, calls: list[dict] | None = None, world: int = 4, **who: Any) -> Any:
     body: dict[str, Any] = {"steps": records}
     if state is not None:
         body["state"] = state
@@ -92,8 +96,9 @@ def synchronous_step(agg: Any, n: int, t: float, own: list[dict[str, float]], wo
     for r, p in enumerate(own):
         wait = max(0.0, wall - 0.001 - totals[r])
         p = dict(p, backward=p["backward"] + wait)
-        calls = [{"op": "all_reduce", "seq": n, "b": 4096, "dt": "float32", "g": world, "d": wait, "n": n,
-                  "ph": "backward", "t0": t + totals[r]}]
+        calls = [
+            {"op": "all_reduce", "seq": n, "b": 4096, "dt": "float32", "g": world, "d": wait, "n": n, "ph": "backward", "t0": t + totals[r]}
+        ]
         agg.ingest(steps(r, [{"n": n, "t": t, "w": wall, "p": p}], calls=calls, world=world))
     return wall
 
@@ -102,8 +107,7 @@ def heartbeat(rank: int, state: dict[str, Any], world: int = 4, **who: Any) -> A
     return decoded(HEARTBEAT, rank, {"state": state}, world=world, **who)
 
 
-def reply(rank: int, command_id: str, cmd: str, ok: bool = True, result: dict | None = None, world: int = 4,
-          **who: Any) -> Any:
+def reply(rank: int, command_id: str, cmd: str, ok: bool = True, result: dict | None = None, world: int = 4, **who: Any) -> Any:
     body = {"id": command_id, "cmd": cmd, "ok": ok, "result": result if result is not None else {}}
     return decoded(REPLY, rank, body, world=world, **who)
 

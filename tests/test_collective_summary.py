@@ -15,7 +15,8 @@ def call(seq, op="ddp_allreduce", b=100, d=0.010, n=0, ph="backward", t0=5.0):
 
 def test_overlapping_waits_count_once_per_phase_and_per_op():
     calls = [
-        call(1, t0=5.000), call(2, t0=5.005),  # two buckets overlapping by 5 ms: 15 ms waited
+        call(1, t0=5.000),
+        call(2, t0=5.005),  # two buckets overlapping by 5 ms: 15 ms waited
         call(3, op="all_gather_into_tensor", b=800, d=0.004, t0=5.012),  # inside the buckets' span
         call(4, ph="forward", d=0.002, t0=4.0),
     ]
@@ -63,8 +64,11 @@ def test_raw_calls_sent_beside_the_summaries_are_dropped_and_the_viewer_reads_th
     agg.ingest(messages.hello(0, 1, "h"))
     for n in range(4):
         calls = [call(2 * n + i, b=100 * (i + 1), n=n, t0=5.0 + i * 0.005) for i in range(2)]
-        body = {"steps": [{"n": n, "t": 1.0 + n, "w": 0.05, "p": {"backward": 0.03}}], **messages.collectives(calls),
-                "coll": calls + [call(100 + n, op="all_gather_into_tensor", n=n)]}
+        body = {
+            "steps": [{"n": n, "t": 1.0 + n, "w": 0.05, "p": {"backward": 0.03}}],
+            **messages.collectives(calls),
+            "coll": calls + [call(100 + n, op="all_gather_into_tensor", n=n)],
+        }
         msg = messages.decoded(STEPS, 0, body, world=1)
         assert "coll" not in messages.plain(msg)
         agg.ingest(msg)

@@ -49,11 +49,20 @@ SUMMARY = {"n": 10, "ph": "backward", "w": 0.02, "ops": {"all_reduce": [2, 2048,
 
 #: Real messages, as the probe's Sender encodes them.
 REAL = [
-    frames(HELLO, 1, dict(plain(hello(1)), work={"dtype": "bf16", "batch": 32, "flops": 1.2e12, "peak_tflops": 989.0},
-                                 relay={"telemetry": "tcp://node0:5555", "control": "tcp://node0:5556"},
-                                 groups=[{"id": "1", "size": 4, "ranks": [0, 4, 1], "role": "dp", "compact": True},
-                                         {"id": "2", "desc": "mesh_tp", "size": 2, "ranks": [0, 1]},
-                                         {"id": "3", "size": 2, "ranks": [1, 3], "role": "pp", "p2p": True}])),  # fmt: skip
+    frames(
+        HELLO,
+        1,
+        dict(
+            plain(hello(1)),
+            work={"dtype": "bf16", "batch": 32, "flops": 1.2e12, "peak_tflops": 989.0},
+            relay={"telemetry": "tcp://node0:5555", "control": "tcp://node0:5556"},
+            groups=[
+                {"id": "1", "size": 4, "ranks": [0, 4, 1], "role": "dp", "compact": True},
+                {"id": "2", "desc": "mesh_tp", "size": 2, "ranks": [0, 1]},
+                {"id": "3", "size": 2, "ranks": [1, 3], "role": "pp", "p2p": True},
+            ],
+        ),
+    ),  # fmt: skip
     frames(STEPS, 1, {"steps": RECORDS, "state": STATE, **collectives([dict(CALL, seq=i, b=1024 << i) for i in range(4)])}),
     frames(STEPS, 2, {"steps": RECORDS, "state": STATE, "cs": [SUMMARY], "cx": [CALL]}),
     frames(HEARTBEAT, 1, {"state": dict(STATE, gpu={"na": "rank uses no GPU"})}),
@@ -71,6 +80,8 @@ def _digest() -> list[bytes]:
 
 
 REAL.append(_digest())
+
+
 def _keys(obj, out=None):
     out = set() if out is None else out
     if isinstance(obj, dict):
@@ -177,7 +188,7 @@ def test_a_generated_message_is_refused_or_read_and_the_snapshot_still_works(cas
 @given(st.lists(st.binary(max_size=64), max_size=4), st.integers(0, len(REAL) - 1), st.binary(max_size=8), st.integers(0, 200))
 def test_damaged_bytes_are_refused_with_a_wire_error(parts, which, noise, at):
     topic, body = REAL[which]
-    for frames_ in (parts, [topic, body[:at] + noise + body[at + len(noise):]]):
+    for frames_ in (parts, [topic, body[:at] + noise + body[at + len(noise) :]]):
         try:
             schema.decode(frames_)
         except schema.WireError:
@@ -189,7 +200,10 @@ COMMAND = {"v": [1, 4], "k": "command", "job": JOB, "id": "c1", "cmd": "stacks",
 
 
 @FUZZ
-@given(st.dictionaries(st.sampled_from(sorted(COMMAND)) | st.sampled_from(KEYS), values, max_size=4), st.sampled_from([b"command", b"steps", b""]))
+@given(
+    st.dictionaries(st.sampled_from(sorted(COMMAND)) | st.sampled_from(KEYS), values, max_size=4),
+    st.sampled_from([b"command", b"steps", b""]),
+)
 def test_the_command_verifier_raises_only_its_documented_errors(changes, topic):
     body = msgpack.packb(dict(COMMAND, **changes), use_bin_type=True)
     verifier = auth.CommandVerifier(SECRET, JOB)

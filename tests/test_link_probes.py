@@ -140,7 +140,9 @@ def test_the_probe_cost_benchmark_runs_and_reports_the_cost_per_node(tmp_path):
     from pathlib import Path
 
     bench = Path(__file__).parent.parent / "benchmarks" / "link_probe_cost.py"
-    out = subprocess.run([sys.executable, str(bench), "--seconds", "4", "--json"], capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    out = subprocess.run(
+        [sys.executable, str(bench), "--seconds", "4", "--json"], capture_output=True, text=True, timeout=120, cwd=tmp_path
+    )
     assert out.returncode in (0, 1), out.stderr[-2000:]
     import json
 

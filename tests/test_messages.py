@@ -82,10 +82,28 @@ def test_a_steps_message_with_its_state_and_collectives_comes_back_whole(probe_s
 
 
 def test_a_capture_in_the_state_comes_back_whole():
-    cap = {"id": "c1", "kind": capture.TRACE, "st": capture.DONE, "start": 10, "steps": 3, "dir": "/x", "at": 12,
-           "path": "/x/r0.json", "err": None,
-           "sum": {"steps": [10, 12], "ops": [["aten::mm", 1500.0, 9]], "kernels": [["gemm", 900, 9]], "compute": 0.5,
-                   "comm": 0.3, "idle": 0.2, "wall_us": 1e5, "basis": "device", "train_ms": [1.0, 2.0]}}
+    cap = {
+        "id": "c1",
+        "kind": capture.TRACE,
+        "st": capture.DONE,
+        "start": 10,
+        "steps": 3,
+        "dir": "/x",
+        "at": 12,
+        "path": "/x/r0.json",
+        "err": None,
+        "sum": {
+            "steps": [10, 12],
+            "ops": [["aten::mm", 1500.0, 9]],
+            "kernels": [["gemm", 900, 9]],
+            "compute": 0.5,
+            "comm": 0.3,
+            "idle": 0.2,
+            "wall_us": 1e5,
+            "basis": "device",
+            "train_ms": [1.0, 2.0],
+        },
+    }
     got = schema.decode(messages.frames(HEARTBEAT, 0, {"state": {"step": 1, "cap": cap}}))
     _same_keys(cap, messages.fields(got)["state"]["cap"])
     assert messages.plain(got)["state"]["cap"]["sum"]["ops"] == [["aten::mm", 1500.0, 9]]

@@ -276,11 +276,21 @@ def test_missing_optional_extras_are_one_line_errors(tmp_path):
     from support import RANKTOP
 
     recorded_job(tmp_path)
-    out = subprocess.run([RANKTOP, "report", str(tmp_path / "job.rec"), "--html", str(tmp_path / "r.html")],
-                         capture_output=True, text=True, env=without("plotly", tmp_path), timeout=60)
+    out = subprocess.run(
+        [RANKTOP, "report", str(tmp_path / "job.rec"), "--html", str(tmp_path / "r.html")],
+        capture_output=True,
+        text=True,
+        env=without("plotly", tmp_path),
+        timeout=60,
+    )
     assert out.returncode == 1 and out.stderr.strip() == "ranktop: error: the HTML report needs plotly: pip install 'ranktop[report]'"
-    out = subprocess.run([RANKTOP, "export", "tcp://127.0.0.1:1", "--prometheus", "0"],
-                         capture_output=True, text=True, env=without("prometheus_client", tmp_path), timeout=60)
+    out = subprocess.run(
+        [RANKTOP, "export", "tcp://127.0.0.1:1", "--prometheus", "0"],
+        capture_output=True,
+        text=True,
+        env=without("prometheus_client", tmp_path),
+        timeout=60,
+    )
     assert out.returncode == 1 and out.stderr.strip().endswith("pip install 'ranktop[export]'")
     assert "Traceback" not in out.stderr
 

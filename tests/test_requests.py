@@ -31,8 +31,12 @@ def job_of(world: int) -> Aggregator:
 def answer_from_another_thread(agg: Aggregator, command_id: str, ranks, cmd: str = "ping", failing=()):
     def run():
         for rank in ranks:
-            body = {"id": command_id, "cmd": cmd, "ok": rank not in failing,
-                    "result": {"error": "no CUDA on this rank"} if rank in failing else {"pong": time.time()}}
+            body = {
+                "id": command_id,
+                "cmd": cmd,
+                "ok": rank not in failing,
+                "result": {"error": "no CUDA on this rank"} if rank in failing else {"pong": time.time()},
+            }
             agg.ingest_frames(messages.frames(REPLY, rank, body, world=WORLD))
 
     thread = threading.Thread(target=run)
@@ -71,7 +75,9 @@ def test_ranks_that_do_not_answer_are_named_after_the_timeout():
     answers = Answers("c2", tuple(range(8)), replies, 0.3)
     assert answers.missing == [3, 5]
     assert [line for line in answer_lines(answers, 0.3) if "no answer" in line] == [
-        "rank 3: no answer within 0.3s", "rank 5: no answer within 0.3s"]
+        "rank 3: no answer within 0.3s",
+        "rank 5: no answer within 0.3s",
+    ]
 
 
 def test_a_waiter_wakes_when_the_last_answer_arrives_not_at_its_timeout():

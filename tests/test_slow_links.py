@@ -176,7 +176,8 @@ def test_the_books_columns_are_the_latest_word_of_every_relay_heard_lately_howev
             heard = {h: peers for h, (at, peers) in latest.items() if now - at <= FORGET_S}
             columns = book.columns(now)
             assert sorted((link.src, link.dst, link.rate_bps) for link in columns.rows()) == sorted(
-                (h, p, r) for h, peers in heard.items() for p, r in peers.items() if p != h)
+                (h, p, r) for h, peers in heard.items() for p, r in peers.items() if p != h
+            )
             own = {h: peers[h] for h, peers in heard.items() if h in peers}
             assert {h: columns.own[i] for i, h in enumerate(columns.hosts) if not np.isnan(columns.own[i])} == own
             assert set(columns.hosts) == set(heard) | {p for peers in heard.values() for p in peers}
@@ -203,7 +204,11 @@ def test_past_its_bounds_the_book_refuses_a_relays_word_and_keeps_what_it_had(mo
     assert book.refused == 2
     book.take(said("b", {"a": 3e6, "c": 1e6}), now=1.0)
     assert [(link.src, link.dst, link.rate_bps) for link in book.columns(1.0).rows()] == [
-        ("a", "b", 1e6), ("a", "c", 2e6), ("b", "a", 3e6), ("b", "c", 1e6)]
+        ("a", "b", 1e6),
+        ("a", "c", 2e6),
+        ("b", "a", 3e6),
+        ("b", "c", 1e6),
+    ]
 
 
 def test_the_medians_worked_out_are_those_of_every_node_that_could_be_slow():

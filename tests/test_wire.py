@@ -57,14 +57,32 @@ def test_a_newer_minor_version_is_accepted_and_its_new_fields_left_out():
         [b"hello", msgpack.packb(dict(hello(rank=-1), v=[1, 0], k="hello"))],
         [b"hello", msgpack.packb(dict(hello(rank=True), v=[1, 0], k="hello"))],
         [b"steps", msgpack.packb({"v": [1, 0], "k": "steps", "job": "j", "rank": 0, "ts": 1, "steps": [{"n": 1}]})],
-        [b"steps", msgpack.packb({"v": [1, 0], "k": "steps", "job": "j", "rank": 0, "ts": 1,
-                                  "steps": [{"n": 1, "t": 1, "w": 1, "p": {"x": -1}}]})],
+        [
+            b"steps",
+            msgpack.packb({"v": [1, 0], "k": "steps", "job": "j", "rank": 0, "ts": 1, "steps": [{"n": 1, "t": 1, "w": 1, "p": {"x": -1}}]}),
+        ],
         [b"hello", b"\x00" * (schema.MAX_BODY_BYTES + 1)],
-        [b"steps", msgpack.packb({"v": [1, 0], "k": "steps", "job": "j", "rank": 0, "ts": 1,
-                                  "steps": [{"n": 2**63 + 5, "t": 1, "w": 1, "p": {}}]})],  # beyond a window's int64 column
+        [
+            b"steps",
+            msgpack.packb(
+                {"v": [1, 0], "k": "steps", "job": "j", "rank": 0, "ts": 1, "steps": [{"n": 2**63 + 5, "t": 1, "w": 1, "p": {}}]}
+            ),
+        ],  # beyond a window's int64 column
     ],
-    ids=["one-frame", "garbage", "not-a-map", "no-version", "topic-mismatch", "unknown-kind", "negative-rank",
-         "bool-rank", "step-without-times", "negative-phase", "oversized", "huge-step-number"],
+    ids=[
+        "one-frame",
+        "garbage",
+        "not-a-map",
+        "no-version",
+        "topic-mismatch",
+        "unknown-kind",
+        "negative-rank",
+        "bool-rank",
+        "step-without-times",
+        "negative-phase",
+        "oversized",
+        "huge-step-number",
+    ],
 )
 def test_malformed_frames_raise_wire_error(frames):
     with pytest.raises(schema.WireError):

@@ -35,7 +35,10 @@ def slowdown_samples(snapshot: Snapshot) -> tuple[list[float], list[tuple[float,
     live = ~np.isnan(table.step_s) & ~table.statuses(SILENT)
     values = (table.excess_s[live] * 1000.0).tolist()
     flagged = live & table.statuses(SLOW, STALLED)
-    marks = [(ms, palette.STATUS_STYLES[STATUSES[code]]) for ms, code in zip((table.excess_s[flagged] * 1000.0).tolist(), table.status[flagged].tolist())]
+    marks = [
+        (ms, palette.STATUS_STYLES[STATUSES[code]])
+        for ms, code in zip((table.excess_s[flagged] * 1000.0).tolist(), table.status[flagged].tolist())
+    ]
     return values, marks
 
 

@@ -198,4 +198,3 @@ class RankMap(ScrollView, can_focus=True):
     def on_blur(self) -> None:
         self._strips.clear()
         self.refresh()
-

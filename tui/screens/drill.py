@@ -258,7 +258,7 @@ def causes_text(row: RankRow) -> Text:
 
 
 def _explains(cause) -> str:
-    """"explains 80% (measured) · ": the share of the excess a cause explains, and how its cost is known."""
+    """ "explains 80% (measured) · ": the share of the excess a cause explains, and how its cost is known."""
     if cause.basis == "untold":
         return "cost not measured · "
     return f"explains {cause.explains * 100:.0f}% ({cause.basis}) · "

@@ -297,8 +297,7 @@ def add_collectives(w: RankWindow, msg: Steps, now: float, job: JobCollectives) 
         job.add_calls(w.row, msg.cx, now)
 
 
-def add_digest_collectives(w: RankWindow, ops: dict[str, OpSummary], sample: Iterable[Call], now: float,
-                           job: JobCollectives) -> None:
+def add_digest_collectives(w: RankWindow, ops: dict[str, OpSummary], sample: Iterable[Call], now: float, job: JobCollectives) -> None:
     """A rank's collectives of one interval of its node's digest (relay/digest_fold.py): its ops, summed over the
     interval, and its latest sample of raw calls. The waits came in the digest's step record."""
     if ops:

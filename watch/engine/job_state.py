@@ -484,4 +484,3 @@ def _captures(ws: list[RankWindow]) -> dict[str, list[int]]:
         if cap is not None and cap.st in wire_capture.RUNNING:
             running.setdefault(cap.id, []).append(w.rank)
     return running
-

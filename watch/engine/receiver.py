@@ -57,6 +57,7 @@ class Aggregator(Protocol):
 
     def note_error(self, error: str) -> None: ...
 
+
 DISCOVERY_EVERY_S = 1.0
 #: From this many nodes on (``RANKTOP_DIGESTS=auto``) the viewer takes one digest per node and interval instead
 #: of every rank's own messages (relay/digest_fold.py): a few ranks are seen step by step, thousands in digests.
