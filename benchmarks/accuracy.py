@@ -970,7 +970,8 @@ def table(doc: dict) -> str:
     lines.append("")
     lines.append("recall by slowdown size (one slow rank): " + ", ".join(f"{k} {v:g}" for k, v in doc["recall_by_size"].items()))
     lines.append("targets: " + "; ".join(
-        f"{k} {'-' if t['value'] is None else t['value']:} ({({True: 'met', False: 'NOT met'}).get(t['met'], 'none to judge')}, target {t['target']:g})"
+        f"{k} {'-' if t['value'] is None else t['value']:} "
+        f"({({True: 'met', False: 'NOT met'}).get(t['met'], 'none to judge')}, target {t['target']:g})"
         for k, t in doc["targets"].items()))  # fmt: skip
     return "\n".join(lines)
 
@@ -1032,7 +1033,8 @@ def main(argv: list[str] | None = None) -> int:
         print(table(doc))
         part = "held-out" if not args.tuning else "tuning"
         print(
-            f"\n{doc['scenarios']} scenarios ({part} seeds {doc['seeds'][0]}-{doc['seeds'][-1]}) in {doc['wall_s']:.0f} s ({args.workers} processes)"
+            f"\n{doc['scenarios']} scenarios ({part} seeds {doc['seeds'][0]}-{doc['seeds'][-1]}) "
+            f"in {doc['wall_s']:.0f} s ({args.workers} processes)"
         )
         for line in doc["missed"]:
             print(f"missed: {line}")

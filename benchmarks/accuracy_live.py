@@ -71,7 +71,8 @@ class Job:
                  "eval": "eval", "recompile": "recompile", "none": "none"}[self.fault]  # fmt: skip
         extra = ((round(self.size * 0.6, 3), "optimizer" if self.phase != "optimizer" else "data"),) if self.fault == "two" else ()
         return bench.Case(f"gloo{self.world}", "live", fault, self.size or (1.0 if self.fault == "stall" else 0.0), self.phase,
-                          onset_s=ONSET_S, lasts_s=self.lasts_s or (self.event_s if self.fault in ("checkpoint", "eval", "recompile") else None),
+                          onset_s=ONSET_S,
+                          lasts_s=self.lasts_s or (self.event_s if self.fault in ("checkpoint", "eval", "recompile") else None),
                           seed=0, family=self.family, rate=0.0, every=self.every, extra=extra)  # fmt: skip
 
 

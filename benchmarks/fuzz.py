@@ -128,12 +128,14 @@ def probe_messages() -> list[list[bytes]]:
         "step": 12, "last": 11, "in_step": True, "phase": "backward", "step_age": 0.25, "dropped": 3, "rejected": {"forged": 2},
         "rate_hz": 4.0, "median_step_s": 0.2,
         "collective": {"op": "all_reduce", "seq": 40, "b": 4 << 20, "dt": "float32", "g": 4, "inside": True, "age": 0.1},
-        "mem": {"rss": 1 << 30, "cuda": {"dev": 0, "alloc": 1 << 30, "resv": 2 << 30, "peak": 3 << 30, "retries": 0, "ooms": 0, "cap": 80 << 30}},
+        "mem": {"rss": 1 << 30,
+                "cuda": {"dev": 0, "alloc": 1 << 30, "resv": 2 << 30, "peak": 3 << 30, "retries": 0, "ooms": 0, "cap": 80 << 30}},
         "gpu": {"seq": 5, "t": 1.0e9, "name": "H100", "bus": "0000:01:00.0", "util": 87, "mem_util": 40, "mem_used": 1 << 30,
                 "mem_total": 80 << 30, "power_w": 500.0, "power_limit_w": 700.0, "temp_c": 60, "sm_mhz": 1900, "sm_max_mhz": 1980,
                 "throttle": ["power"], "pcie_tx": 1e9, "pcie_rx": 2e9},
         "cap": {"id": "c1", "kind": "trace", "st": "done", "start": 20, "steps": 3, "dir": "/tmp/c", "at": 22, "path": "/tmp/c/r1.json",
-                "err": None, "sum": {"steps": 3, "ops": 10, "kernels": 5, "basis": "gpu", "wall_us": 1000, "compute": 0.5, "comm": 0.3, "idle": 0.2}},
+                "err": None,
+                "sum": {"steps": 3, "ops": 10, "kernels": 5, "basis": "gpu", "wall_us": 1000, "compute": 0.5, "comm": 0.3, "idle": 0.2}},
         "ev": {"win": 10.0, "gc": 0.02, "gc_n": 40.0, "runq": 0.3, "nvcsw": 900.0},
     }  # fmt: skip
     call = {"op": "all_reduce", "seq": 1, "b": 1024, "dt": "float32", "g": 4, "d": 0.01, "n": 10, "ph": "backward", "t0": 5.0}

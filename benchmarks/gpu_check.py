@@ -207,7 +207,8 @@ def gpu_spans(trace_path: str) -> dict[str, list[float]]:
     launched = {e["args"]["correlation"]: float(e["ts"]) for e in events
                 if e.get("cat") in ("cuda_runtime", "cuda_driver") and "correlation" in (e.get("args") or {})}  # fmt: skip
     kernels = [(launched[e["args"]["correlation"]], float(e["ts"]), float(e["ts"]) + float(e.get("dur", 0))) for e in events
-               if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset") and (e.get("args") or {}).get("correlation") in launched]  # fmt: skip
+               if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset")
+               and (e.get("args") or {}).get("correlation") in launched]  # fmt: skip
     spans: dict[str, list[float]] = {}
     for begin, end, name in windows:
         inside = [(k0, k1) for at, k0, k1 in kernels if begin <= at <= end]
@@ -454,7 +455,8 @@ def finalize_rows(waits: dict[bool, list[float]]) -> list[tuple[str, tuple[str, 
         ("DDP finalize, wait + copy (ms)", (f"{statistics.median(copy):.3f}" if copy else "none", "copy only on one rank",
                                            f"{len(copy)} ddp_allreduce records; the copy into the gradients is in it")),
         ("DDP finalize wait, grads as bucket views (ms)", ("none" if wait is None else f"{wait:.3f}", "~0 on one rank",
-                                                          f"{verdict(wait is not None and wait <= 0.1)}: {len(pure)} records, no copy (within 0.1 ms of 0)")),
+                                                          f"{verdict(wait is not None and wait <= 0.1)}: {len(pure)} records, "
+                                                          "no copy (within 0.1 ms of 0)")),
     ]  # fmt: skip
 
 
@@ -859,7 +861,8 @@ for summary in log:
     op = (summary.get("ops") or {}).get("ddp_allreduce")
     if op:
         waits[summary["n"]] = waits.get(summary["n"], 0.0) + op[3] * 1000  # total seconds waited, that step
-json.dump({"rank": rank, "refs": ref_ms, "waits": waits, "hooked": bool(getattr(ddp, "_comm_hooks", None))}, open(f"{out}.{rank}.json", "w"))
+hooked = bool(getattr(ddp, "_comm_hooks", None))
+json.dump({"rank": rank, "refs": ref_ms, "waits": waits, "hooked": hooked}, open(f"{out}.{rank}.json", "w"))
 dist.destroy_process_group()
 """
 

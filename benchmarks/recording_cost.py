@@ -217,7 +217,8 @@ def main() -> int:
     print(f"{'viewer side (median of 3, interleaved; 64 ranks streaming at 4 Hz)':<40}")
     print(f"{'':<40}{'without':>12}{'with recorder':>16}")
     print(
-        f"{'  receiver flat out: tap + ingest (µs/frame)':<40}{statistics.median(per_frame[False]):>12.1f}{statistics.median(per_frame[True]):>16.1f}"
+        f"{'  receiver flat out: tap + ingest (µs/frame)':<40}"
+        f"{statistics.median(per_frame[False]):>12.1f}{statistics.median(per_frame[True]):>16.1f}"
     )
     print(f"{'  snapshot while streaming (ms)':<40}{statistics.median(snaps[False]):>12.2f}{statistics.median(snaps[True]):>16.2f}")
     print(f"  frames dropped by the recorder's queue: {dropped}\n")

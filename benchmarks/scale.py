@@ -336,7 +336,8 @@ def table(rows: list[dict]) -> str:
                 f"{r['latency_p95_s']} s",
                 f"{r['rss_mb']:.0f} MB ({r['rss_mb_start']:.0f})",
                 str(r["dropped"]),
-                f"{r['top_straggler']} ({'injected' if r['top_straggler'] == r['injected_straggler'] else 'expected ' + str(r['injected_straggler'])})",
+                f"{r['top_straggler']} "
+                f"({'injected' if r['top_straggler'] == r['injected_straggler'] else 'expected ' + str(r['injected_straggler'])})",
                 "-" if r["top_after_s"] is None else f"{r['top_after_s']} s",
             )  # fmt: skip
         )

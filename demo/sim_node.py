@@ -201,12 +201,14 @@ STACK_TAIL = {
     "forward": [
         _TRAIN_STEP,
         stack_frame(JOB_FILE, 96, "train_step", "loss = model(batch).loss"),
-        stack_frame(f"{_SITE}/torch/distributed/fsdp/_fully_shard/_fsdp_collectives.py", 343, "foreach_all_gather", "dist.all_gather_into_tensor(out, inp, group=group)"),
+        stack_frame(f"{_SITE}/torch/distributed/fsdp/_fully_shard/_fsdp_collectives.py", 343, "foreach_all_gather",
+                    "dist.all_gather_into_tensor(out, inp, group=group)"),
     ],
     "backward": [
         _TRAIN_STEP,
         stack_frame(JOB_FILE, 97, "train_step", "loss.backward()"),
         stack_frame(f"{_SITE}/torch/autograd/graph.py", 825, "_engine_run_backward", "return Variable._execution_engine.run_backward("),
     ],
-    "optimizer": [_TRAIN_STEP, stack_frame(JOB_FILE, 98, "train_step", "opt.step()"), stack_frame(f"{_SITE}/torch/optim/adamw.py", 210, "step", "adamw(")],
+    "optimizer": [_TRAIN_STEP, stack_frame(JOB_FILE, 98, "train_step", "opt.step()"),
+                  stack_frame(f"{_SITE}/torch/optim/adamw.py", 210, "step", "adamw(")],
 }  # fmt: skip

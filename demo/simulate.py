@@ -612,7 +612,8 @@ def add_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--tp", type=_count, default=1, metavar="T", help="tensor-parallel group size (default 1; innermost: within a node)")
     p.add_argument("--ep", type=_count, default=1, metavar="E", help="expert-parallel group size (default 1)")
     p.add_argument("--stage-costs", type=_costs, default=None, metavar="C,C,...",
-                   help=f"each stage's forward and backward cost, relative (default: the last stage {LAST_STAGE_COST:g}, the others 1)")  # fmt: skip
+                   help=f"each stage's forward and backward cost, relative (default: the last stage {LAST_STAGE_COST:g}, "
+                        "the others 1)")  # fmt: skip
     p.add_argument("--gpu", action="store_true", help="every rank sends memory and GPU samples, as on a GPU node")
 
 

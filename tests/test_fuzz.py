@@ -101,7 +101,8 @@ scalars = (
     | st.sampled_from([0, -1, 2**63 - 1, math.inf, -math.inf, math.nan, 1e300, "backward", "all_reduce", "done"])
 )  # fmt: skip
 values = st.recursive(
-    scalars, lambda children: st.lists(children, max_size=3) | st.dictionaries(st.sampled_from(KEYS) | st.text(max_size=3), children, max_size=3),
+    scalars,
+    lambda children: st.lists(children, max_size=3) | st.dictionaries(st.sampled_from(KEYS) | st.text(max_size=3), children, max_size=3),
     max_leaves=8,
 )  # fmt: skip
 

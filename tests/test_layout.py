@@ -165,7 +165,8 @@ def test_a_viewer_learns_the_layout_from_hellos_with_a_group_over_every_rank_and
     for rank in range(4):  # Megatron-style: tp pairs, pp across them, and a group of every rank (compact)
         groups = [{"id": "all", "desc": "DATA_PARALLEL_GROUP_WITH_CP", "size": 4, "ranks": [0, 4, 1], "compact": True},
                   {"id": f"tp{rank // 2}", "desc": "TENSOR_MODEL_PARALLEL_GROUP", "size": 2, "ranks": [rank // 2 * 2, rank // 2 * 2 + 1]},
-                  {"id": f"pp{rank % 2}", "desc": "PIPELINE_MODEL_PARALLEL_GROUP", "size": 2, "ranks": [rank % 2, rank % 2 + 2]}]  # fmt: skip
+                  {"id": f"pp{rank % 2}", "desc": "PIPELINE_MODEL_PARALLEL_GROUP", "size": 2,
+                   "ranks": [rank % 2, rank % 2 + 2]}]  # fmt: skip
         if rank == 3:
             groups.append({"id": "x", "size": 2, "ranks": [3, 7]})  # beyond the world: this group goes, no other
         agg.ingest_frames(messages.frames(HELLO, rank, dict(messages.plain(messages.hello(rank)), groups=groups)))

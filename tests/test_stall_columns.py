@@ -126,7 +126,10 @@ def _diagnosis(stalled, culprits, how, everyone):
     if not waiting:
         return f"{ranks_text(culprit_ranks)} stalled {what}"
     longest = max(p.stuck_s for p in waiting)
-    return f"{ranks_text(p.rank for p in waiting)} stalled {where_text(waiting)} for {fmt.ago(longest)}, waiting for {ranks_text(culprit_ranks)}: {what}"
+    return (
+        f"{ranks_text(p.rank for p in waiting)} stalled {where_text(waiting)} for {fmt.ago(longest)}, "
+        f"waiting for {ranks_text(culprit_ranks)}: {what}"
+    )
 
 
 def same(new: StallReport, old: StallReport) -> None:

@@ -285,9 +285,9 @@ class StepColumns:
 
     def refresh(self, rows: np.ndarray | None = None, min_steps: int = 1, fresh_only: bool = False) -> np.ndarray:
         """Work out again the medians and rate of every row (of ``rows``) with new steps since and at least
-        ``min_steps`` steps (of a big job, a half or a quarter of them in turn: :data:`SHARED_FROM`); the rows refreshed. A full window's rows go in one sort per column; a filling
-        window's (the job's first seconds) by how many steps they have. ``fresh_only``: only the rows never worked
-        out (the receiver works out the rest: :meth:`work_ahead`)."""
+        ``min_steps`` steps (of a big job, a half or a quarter of them in turn: :data:`SHARED_FROM`); the rows refreshed.
+        A full window's rows go in one sort per column; a filling window's (the job's first seconds) by how many steps
+        they have. ``fresh_only``: only the rows never worked out (the receiver works out the rest: :meth:`work_ahead`)."""
         n = self.rows
         candidates = np.arange(n) if rows is None else np.asarray(rows, np.int64)
         stale = candidates[(self.changed[candidates] != self.stats_at[candidates]) & (self.count[candidates] >= min_steps)]

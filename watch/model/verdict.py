@@ -179,7 +179,10 @@ def _paused(pause: Pause) -> Verdict:
             text += f": {_seconds(pause.each_s)} s"
             text += f" every {pause.every:.0f} steps" if pause.every is not None else " each"
     if pause.share >= 0.005:
-        text += f"{';' if pause.holding else ','} the job spends {fmt.percent(pause.share)} of its time in {'checkpoints' if checkpoint else 'evaluation'}"
+        text += (
+            f"{';' if pause.holding else ','} the job spends {fmt.percent(pause.share)} of its time in "
+            f"{'checkpoints' if checkpoint else 'evaluation'}"
+        )
     return Verdict(pause.kind, WARN, text, pause.ranks, host=pause.host, phase=pause.kind, excess_s=pause.each_s,
                    loss=pause.share, others=max(0, pause.count - len(pause.ranks)), every=pause.every)  # fmt: skip
 
