@@ -347,7 +347,17 @@ class Sender(threading.Thread):
             job=self.identity.job,
             rank=self.identity.rank,
             ts=time.time(),
-            **{name: getattr(meta, name) for name in _META_FIELDS},
+            host=meta.host,
+            pid=meta.pid,
+            world=meta.world,
+            local_rank=meta.local_rank,
+            local_world=meta.local_world,
+            launcher=meta.launcher,
+            torch=meta.torch,
+            probe=meta.probe,
+            python=meta.python,
+            argv=meta.argv,
+            cwd=meta.cwd,
             rate_hz=self.rate_hz,
             device=self.device,
             relay=self._relay.endpoints(),
@@ -403,8 +413,6 @@ class Sender(threading.Thread):
 #: Each field's type, by name: a registered source's value is checked by its field's type.
 _STATE_TYPES = {f.name: f.type for f in msgspec.structs.fields(State)}
 _HELLO_TYPES = {f.name: f.type for f in msgspec.structs.fields(RankInfo)}
-#: The hello's fields the sender learns once (:attr:`Sender._meta`).
-_META_FIELDS = ("host", "pid", "world", "local_rank", "local_world", "launcher", "torch", "probe", "python", "argv", "cwd")
 
 
 def _checked(sources: dict[str, Callable[[], Any]], types: dict[str, Any]) -> dict[str, Any]:
