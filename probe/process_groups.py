@@ -10,7 +10,7 @@ A stated layout (``probe.init(layout=...)``, ``RANKTOP_LAYOUT``) wins over what 
 from __future__ import annotations
 
 import sys
-from typing import Any
+from typing import Any, Sequence
 
 from ranktop.wire import parallel_groups
 
@@ -18,21 +18,24 @@ from ranktop.wire import parallel_groups
 PIPELINE = "pp"
 
 
-def _group_size(dist, group) -> int:
+def _group_size(dist: Any, group: Any) -> int:
     try:
         return int(dist.get_world_size(group))
     except Exception:
         return 0
 
 
-#: id(group object) -> [group object (kept alive so the id stays its own), id, size, label (its role, or the name
-#: a framework gives a group that is no dimension), default group?]
-_groups: dict[int, list] = {}
+#: What the hot path knows of a group: [group object (kept alive so its id stays its own), id, size, label (its role,
+#: or the name a framework gives a group that is no dimension), default group?] (a list: its role may be learnt later).
+GroupInfo = list[Any]
+
+#: id(group object) -> its GroupInfo.
+_groups: dict[int, GroupInfo] = {}
 #: torch group name -> the same list, for functional collectives (which name their group).
-_groups_by_name: dict[str, list] = {}
+_groups_by_name: dict[str, GroupInfo] = {}
 #: (id(DeviceMesh), dim) -> the same list, for DTensor's functional collectives.
-_groups_by_mesh: dict[tuple, list] = {}
-_group_refs: list = []
+_groups_by_mesh: dict[tuple[int, int], GroupInfo] = {}
+_group_refs: list[Any] = []
 #: Group ids point-to-point ops ran on (their role, if unnamed, is pipeline).
 _p2p_groups: set[str] = set()
 #: Peers (global ranks) of point-to-point ops on the default group: a pipeline with no group of its own.
@@ -41,7 +44,7 @@ _p2p_peers: set[int] = set()
 _stated: list[dict[str, Any]] = []
 
 
-def _group_info(dist, group) -> list:
+def _group_info(dist: Any, group: Any) -> GroupInfo:
     """[group, id, size, role, default?] of a group object (None: the default group); cached by identity,
     so the hot path pays a dict lookup."""
     info = _groups.get(id(group))
@@ -80,12 +83,12 @@ def framework_roles() -> dict[int, str]:
     return roles
 
 
-def _describe(pg) -> str:
+def _describe(pg: Any) -> str:
     """A group's label: from its description, else from the framework that made it (:func:`framework_roles`)."""
     return parallel_groups.label_of(str(getattr(pg, "group_desc", "") or "")) or framework_roles().get(id(pg), "")
 
 
-def _label(info: list, p2p: bool) -> str:
+def _label(info: GroupInfo, p2p: bool) -> str:
     """The role suffix of an op's key: "" on the default group; the named role; "pp" for a group carrying
     point-to-point ops; else the group's size ("g4")."""
     if info[4]:
@@ -101,7 +104,7 @@ def _key(op: str, label: str) -> str:
     return f"{op}@{label}" if label else op
 
 
-def _note_p2p(dist, info: list, args, kwargs, name: str) -> bool:
+def _note_p2p(dist: Any, info: GroupInfo, args: Sequence[Any], kwargs: dict[str, Any] | None, name: str) -> bool:
     """Mark the group as carrying point-to-point traffic; on the default group, remember the peer. True where
     the op is on the default group with a peer of this rank's pipeline group: pipeline traffic (Megatron's
     interleaved schedule sends one direction there when its pipeline groups hold two ranks), keyed ``@pp``."""
@@ -122,10 +125,10 @@ def _note_p2p(dist, info: list, args, kwargs, name: str) -> bool:
 
 #: The other ranks of this rank's pipeline groups (named pp by their description, or by a stated layout),
 #: learned at its first point-to-point op on the default group (groups are made before training).
-_pipeline_ranks: frozenset | None = None
+_pipeline_ranks: frozenset[int] | None = None
 
 
-def _learn_pipeline_ranks(dist) -> frozenset:
+def _learn_pipeline_ranks(dist: Any) -> frozenset[int]:
     global _pipeline_ranks
     ranks: set[int] = set()
     try:
@@ -148,7 +151,7 @@ def state_layout(text: str, rank: int, world: int) -> list[dict[str, Any]]:
     """The groups a stated layout puts ``rank`` in: ``"pp=2,dp=2"`` (outermost first, the last dimension
     varies fastest, as ``init_device_mesh`` lays ranks out; one dimension may be ``-1``: the rest).
     Raises ValueError on a layout that does not fit the world."""
-    dims: list[list] = []
+    dims: list[list[Any]] = []
     for part in text.replace(" ", "").split(","):
         if not part:
             continue
@@ -195,7 +198,7 @@ def groups_hello() -> list[dict[str, Any]]:
     """
     if _stated:
         return _stated
-    dist = sys.modules.get("torch.distributed")
+    dist: Any = sys.modules.get("torch.distributed")
     out: list[dict[str, Any]] = []
     try:
         c10d = dist.distributed_c10d

@@ -25,6 +25,8 @@ STRICT = [
     "ranktop.probe.memory",
     "ranktop.probe.gpu_sampler",
     "ranktop.probe.resources",
+    "ranktop.probe.collectives",
+    "ranktop.probe.process_groups",
     "ranktop.demo.simulate",
     "ranktop.watch.aggregator",
     "ranktop.watch.engine.job_state",
