@@ -105,7 +105,7 @@ import random
 import sys
 import tempfile
 import time
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
@@ -200,8 +200,15 @@ FAMILIES: dict[str, Family] = {
     "slow_node": Family("slow_node", "rank", layouts=("dp64", "dp_tp_pp", "expert"), culprits="node", quick_layouts=("expert", "dp_tp_pp")),
     "mid_run": Family("slow", "rank", onset_s=20.0),
     "ramp": Family("ramp", "rank", sizes=(0.30,), sized=False),
-    "slow_link": Family("slow_link", "slow_link", layouts=("dp64", "expert"), sizes=(0.10, 0.20, 0.50), culprits="node",
-                        sized=False, quick_layouts=("expert", "dp64")),  # fmt: skip
+    "slow_link": Family(
+        "slow_link",
+        "slow_link",
+        layouts=("dp64", "expert"),
+        sizes=(0.10, 0.20, 0.50),
+        culprits="node",
+        sized=False,
+        quick_layouts=("expert", "dp64"),
+    ),  # fmt: skip
     "intermittent_3": Family("intermittent", "rank", sizes=(0.05, 0.10, 0.20, 0.50), every=3),
     "intermittent_10": Family("intermittent", "rank", sizes=(0.05, 0.10, 0.20, 0.50), every=10),
     "intermittent_30": Family("intermittent", "rank", sizes=(0.05, 0.10, 0.20, 0.50), every=30),
@@ -211,7 +218,9 @@ FAMILIES: dict[str, Family] = {
     "half_tp": Family("slow", "rank", layouts=("tp4",), culprits="half_group", quick_layouts=("tp4",)),
     "half_expert": Family("slow", "rank", layouts=("expert",), culprits="half_group", quick_layouts=("expert",)),
     "two_same": Family("slow", "rank", layouts=("dp8", "dp64", "expert"), sizes=(0.10, 0.20, 0.30), culprits="two", quick_layouts=("dp8",)),
-    "two_diff": Family("slow", "rank", layouts=("dp8", "dp64", "expert"), sizes=(0.10, 0.20, 0.30), culprits="two_diff", quick_layouts=("dp8",)),
+    "two_diff": Family(
+        "slow", "rank", layouts=("dp8", "dp64", "expert"), sizes=(0.10, 0.20, 0.30), culprits="two_diff", quick_layouts=("dp8",)
+    ),
     "three": Family("slow", "rank", layouts=("dp8", "dp64", "expert"), sizes=(0.10, 0.20, 0.30), culprits="three", quick_layouts=("dp8",)),
     "job_slower_phase": Family("job_slower_phase", "job_slower", sized=False),
     "job_slower_all": Family("job_slower_all", "job_slower", sizes=(0.20,), sized=False),
@@ -658,8 +667,11 @@ def run_case(case: Case, directory: str) -> Outcome:
     digests = spec["ranks"] >= DIGESTS_FROM
     turns = DIGEST_TURNS if digests else 1
     pick = random.Random(case.seed * 31 + 17)
-    hang = dict(stall_rank=pick.randrange(spec["ranks"]), stall_at_s=case.onset_s) if case.fault == "stall" else (
-        dict(silent_rank=pick.randrange(spec["ranks"]), silent_at_s=case.onset_s) if case.fault == "silent" else {})
+    hang = (
+        dict(stall_rank=pick.randrange(spec["ranks"]), stall_at_s=case.onset_s)
+        if case.fault == "stall"
+        else (dict(silent_rank=pick.randrange(spec["ranks"]), silent_at_s=case.onset_s) if case.fault == "silent" else {})
+    )
     s = Scenario(job="accuracy", steps_per_s=case.rate, seed=case.seed, rate_hz=settings.DEFAULT_RATE_HZ * turns, **spec, **hang)
     t0 = 1.0e9
     sim = Simulator(s, directory)
@@ -806,8 +818,9 @@ def figures(group: list[Outcome]) -> dict:
         "false_alarms_per_1000_rank_hours": round(1000.0 * alarms / hours, 3) if hours else None,
         "rank_hours": round(hours, 1),
         "small_job_rank_hours": round(small_hours, 1),
-        "small_job_false_alarms_per_1000_rank_hours": (round(1000.0 * sum(o.episodes for o in small) / small_hours, 3)
-                                                       if small_hours else None),  # fmt: skip
+        "small_job_false_alarms_per_1000_rank_hours": (
+            round(1000.0 * sum(o.episodes for o in small) / small_hours, 3) if small_hours else None
+        ),  # fmt: skip
         "detect_s_p50": _round(percentile(detect, 50)),
         "detect_s_p90": _round(percentile(detect, 90)),
         "detect_steps_p50": _round(percentile(steps, 50)),
@@ -957,7 +970,8 @@ def table(doc: dict) -> str:
     lines.append("")
     lines.append("recall by slowdown size (one slow rank): " + ", ".join(f"{k} {v:g}" for k, v in doc["recall_by_size"].items()))
     lines.append("targets: " + "; ".join(
-        f"{k} {'-' if t['value'] is None else t['value']:} ({({True: 'met', False: 'NOT met'}).get(t['met'], 'none to judge')}, target {t['target']:g})"
+        f"{k} {'-' if t['value'] is None else t['value']:} "
+        f"({({True: 'met', False: 'NOT met'}).get(t['met'], 'none to judge')}, target {t['target']:g})"
         for k, t in doc["targets"].items()))  # fmt: skip
     return "\n".join(lines)
 
@@ -968,8 +982,12 @@ TOTALS = ("scenarios", "recall_at_5pct", "recall_at_10pct", "recall_5pct_only", 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--quick", action="store_true", help="every family on two held-out seeds, small layouts, four noises (about a minute on 2 cores)")
-    p.add_argument("--tuning", action="store_true", help="the part tuning may look at (seeds 0-99, no held-out noise), not the held-out one")
+    p.add_argument(
+        "--quick", action="store_true", help="every family on two held-out seeds, small layouts, four noises (about a minute on 2 cores)"
+    )
+    p.add_argument(
+        "--tuning", action="store_true", help="the part tuning may look at (seeds 0-99, no held-out noise), not the held-out one"
+    )
     p.add_argument("--dense", action="store_true", help="every family on every seed (the default runs each on a third of them)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--seeds", type=int, default=None, help="how many of the part's seeds (default: all 100; --quick 2)")
@@ -1014,7 +1032,10 @@ def main(argv: list[str] | None = None) -> int:
     else:
         print(table(doc))
         part = "held-out" if not args.tuning else "tuning"
-        print(f"\n{doc['scenarios']} scenarios ({part} seeds {doc['seeds'][0]}-{doc['seeds'][-1]}) in {doc['wall_s']:.0f} s ({args.workers} processes)")
+        print(
+            f"\n{doc['scenarios']} scenarios ({part} seeds {doc['seeds'][0]}-{doc['seeds'][-1]}) "
+            f"in {doc['wall_s']:.0f} s ({args.workers} processes)"
+        )
         for line in doc["missed"]:
             print(f"missed: {line}")
         for line in doc["wrong"]:

@@ -71,24 +71,38 @@ class Job:
                  "eval": "eval", "recompile": "recompile", "none": "none"}[self.fault]  # fmt: skip
         extra = ((round(self.size * 0.6, 3), "optimizer" if self.phase != "optimizer" else "data"),) if self.fault == "two" else ()
         return bench.Case(f"gloo{self.world}", "live", fault, self.size or (1.0 if self.fault == "stall" else 0.0), self.phase,
-                          onset_s=ONSET_S, lasts_s=self.lasts_s or (self.event_s if self.fault in ("checkpoint", "eval", "recompile") else None),
+                          onset_s=ONSET_S,
+                          lasts_s=self.lasts_s or (self.event_s if self.fault in ("checkpoint", "eval", "recompile") else None),
                           seed=0, family=self.family, rate=0.0, every=self.every, extra=extra)  # fmt: skip
 
 
 JOBS = (
-    Job("healthy", 2, "none"), Job("healthy", 4, "none"), Job("healthy", 8, "none"), Job("healthy", 4, "none", compute=True),
-    Job("slow_rank", 2, "slow", 0.05, "forward", (1,)), Job("slow_rank", 4, "slow", 0.10, "backward", (2,)),
-    Job("slow_rank", 4, "slow", 0.20, "data", (3,), compute=True), Job("slow_rank", 8, "slow", 0.20, "optimizer", (5,)),
-    Job("slow_rank", 4, "slow", 0.50, "forward", (1,)), Job("slow_rank", 8, "slow", 0.05, "backward", (6,), compute=True),
-    Job("two_diff", 4, "two", 0.30, "forward", (1, 3)), Job("two_diff", 8, "two", 0.20, "backward", (2, 7)),
+    Job("healthy", 2, "none"),
+    Job("healthy", 4, "none"),
+    Job("healthy", 8, "none"),
+    Job("healthy", 4, "none", compute=True),
+    Job("slow_rank", 2, "slow", 0.05, "forward", (1,)),
+    Job("slow_rank", 4, "slow", 0.10, "backward", (2,)),
+    Job("slow_rank", 4, "slow", 0.20, "data", (3,), compute=True),
+    Job("slow_rank", 8, "slow", 0.20, "optimizer", (5,)),
+    Job("slow_rank", 4, "slow", 0.50, "forward", (1,)),
+    Job("slow_rank", 8, "slow", 0.05, "backward", (6,), compute=True),
+    Job("two_diff", 4, "two", 0.30, "forward", (1, 3)),
+    Job("two_diff", 8, "two", 0.20, "backward", (2, 7)),
     Job("intermittent_3", 4, "intermittent", 0.20, "forward", (2,), every=3),
     Job("intermittent_10", 4, "intermittent", 0.20, "backward", (1,), every=10),
-    Job("multiplicative", 4, "multiplicative", 0.20, culprits=(3,)), Job("multiplicative", 2, "multiplicative", 0.30, culprits=(1,), compute=True),
-    Job("short_5s", 4, "slow", 0.20, "forward", (2,), lasts_s=5.0), Job("short_10s", 4, "slow", 0.20, "backward", (1,), lasts_s=10.0),
-    Job("stall", 2, "stall", culprits=(1,)), Job("stall", 4, "stall", culprits=(2,)),
-    Job("job_slower_phase", 4, "job_slower", 0.20, "forward"), Job("rotating", 8, "rotating", 0.20, "forward"),
-    Job("checkpoint", 4, "checkpoint", culprits=(0,), event_s=4.0), Job("eval", 4, "eval", event_s=6.0),
-    Job("recompile", 4, "recompile", culprits=(1,), event_s=3.0), Job("recompile", 2, "recompile", culprits=(1,), event_s=1.5),
+    Job("multiplicative", 4, "multiplicative", 0.20, culprits=(3,)),
+    Job("multiplicative", 2, "multiplicative", 0.30, culprits=(1,), compute=True),
+    Job("short_5s", 4, "slow", 0.20, "forward", (2,), lasts_s=5.0),
+    Job("short_10s", 4, "slow", 0.20, "backward", (1,), lasts_s=10.0),
+    Job("stall", 2, "stall", culprits=(1,)),
+    Job("stall", 4, "stall", culprits=(2,)),
+    Job("job_slower_phase", 4, "job_slower", 0.20, "forward"),
+    Job("rotating", 8, "rotating", 0.20, "forward"),
+    Job("checkpoint", 4, "checkpoint", culprits=(0,), event_s=4.0),
+    Job("eval", 4, "eval", event_s=6.0),
+    Job("recompile", 4, "recompile", culprits=(1,), event_s=3.0),
+    Job("recompile", 2, "recompile", culprits=(1,), event_s=1.5),
 )
 QUICK = ("healthy-2", "slow_rank-4-10", "stall-2", "checkpoint-4", "two_diff-4")
 
@@ -109,8 +123,15 @@ def run_job(job: Job, folder: Path) -> tuple[bench.Outcome, dict]:
     try:
         with WatchSession(resolve([job.name])) as session:
             t0 = time.time()  # every rank trains (start_job waited): about its first steps
-            length = HEALTHY_S if case.fault == "none" else ONSET_S + (job.lasts_s or 0.0) + AFTER_S + (
-                2 * bench.LINGER_S if job.lasts_s or case.healthy else 0.0) + (15.0 + job.event_s if case.fault == "checkpoint" else 0.0)
+            length = (
+                HEALTHY_S
+                if case.fault == "none"
+                else ONSET_S
+                + (job.lasts_s or 0.0)
+                + AFTER_S
+                + (2 * bench.LINGER_S if job.lasts_s or case.healthy else 0.0)
+                + (15.0 + job.event_s if case.fault == "checkpoint" else 0.0)
+            )
             tally = bench.Tally(case, list(job.culprits), set(), 0.0, 0.0)
             step_s, rate = None, None
             while time.time() - t0 < length:
@@ -127,8 +148,7 @@ def run_job(job: Job, folder: Path) -> tuple[bench.Outcome, dict]:
                     rate = 1.0 / median  # the job's step rate before its fault
                 active, ended = _active(case, job, onset, begun, events, now)
                 costs = {r: job.size * step_s * (0.6 if i else 1.0) for i, r in enumerate(job.culprits)} if step_s else {}
-                tally.look(v, now - t0, active, None if ended is None else ended - t0,
-                           lambda: bench._told_sizes(v, snap, costs))  # noqa: B023 (called at once)
+                tally.look(v, now - t0, active, None if ended is None else ended - t0, lambda: bench._told_sizes(v, snap, costs))  # noqa: B023 (called at once)
             watched = time.time() - t0
         cli = subprocess.run([RANKTOP, "watch", job.name, "--json", "--duration", "5"], capture_output=True, text=True, timeout=90)
         said = json.loads(cli.stdout)["verdict"] if cli.returncode == 0 else {"kind": None, "error": cli.stderr[-300:]}
@@ -156,8 +176,9 @@ def _said(log: Path) -> tuple[float | None, float | None, list[float], list[tupl
     return onset, step_s, begun, events
 
 
-def _active(case: bench.Case, job: Job, onset: float | None, begun: list[float], events: list[tuple[float, float]],
-            now: float) -> tuple[bool, float | None]:
+def _active(
+    case: bench.Case, job: Job, onset: float | None, begun: list[float], events: list[tuple[float, float]], now: float
+) -> tuple[bool, float | None]:
     """Whether the fault (or a healthy event) is on now, and when it ended (None: it lasts, or has not yet)."""
     if case.fault == "none":
         return False, None

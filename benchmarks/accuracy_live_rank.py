@@ -65,8 +65,11 @@ n = 0
 while time.time() - began < args.run_s:  # (the benchmark ends the job: ranks that stop on their own clocks would not agree)
     t = time.time() - began
     start = time.perf_counter()
-    faulted = args.fault not in ("none", "checkpoint", "eval", "recompile") and t >= args.onset_s and (
-        not args.lasts_s or t < args.onset_s + args.lasts_s)
+    faulted = (
+        args.fault not in ("none", "checkpoint", "eval", "recompile")
+        and t >= args.onset_s
+        and (not args.lasts_s or t < args.onset_s + args.lasts_s)
+    )
     if faulted and not armed:
         armed = True
         # every rank works the step out alike: the median of its steps before the fault (the first 2 s left out)

@@ -24,7 +24,10 @@ from ranktop.probe.sender import Sender
 from ranktop.transport.identity import Identity
 from ranktop.watch.aggregator import Aggregator
 from ranktop.watch.model.verdict import verdict
-from ranktop.wire import collective_summary, schema
+from ranktop.probe import collective_summary
+from ranktop.wire import schema
+from ranktop.wire.names import STEPS
+from ranktop.wire.messages import PROTOCOL_VERSION
 
 BASE = {"data": 0.005, "forward": 0.020, "backward": 0.030, "optimizer": 0.005}
 
@@ -41,7 +44,7 @@ def _raise(exc: BaseException) -> None:
 
 
 def _message(kind: str, rank: int, world: int, body: dict):
-    frames = [kind.encode(), msgspec.msgpack.encode({**_sender(rank, world).origin(), **body, "v": list(schema.PROTOCOL_VERSION), "k": kind})]
+    frames = [kind.encode(), msgspec.msgpack.encode({**_sender(rank, world).origin(), **body, "v": list(PROTOCOL_VERSION), "k": kind})]
     return schema.decode(frames)
 
 
@@ -73,7 +76,7 @@ def run(amp: float, minutes: float, world: int = 8, seed: int = 0) -> tuple[int,
             summaries, sample = collective_summary.summarise([call])
             body = {"steps": [{"n": n, "t": t, "w": wall, "p": p}], "cs": msgspec.to_builtins(summaries),
                     "cx": msgspec.to_builtins(sample)}  # fmt: skip
-            agg.ingest(_message(schema.STEPS, r, world, body))
+            agg.ingest(_message(STEPS, r, world, body))
         n += 1
         t += wall
         now[0] += wall

@@ -47,8 +47,18 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))  # the fault helpers are shared with the tests
 
 from faults import (  # noqa: E402
-    DemoJob, Throttle, Window, expired_commands, file_size_limit, flood, forged_commands, frozen, kill_relay,
-    malformed_commands, relay_pid, valid_command,
+    DemoJob,
+    Throttle,
+    Window,
+    expired_commands,
+    file_size_limit,
+    flood,
+    forged_commands,
+    frozen,
+    kill_relay,
+    malformed_commands,
+    relay_pid,
+    valid_command,
 )
 from support import RANKTOP, run_cli  # noqa: E402
 
@@ -105,8 +115,12 @@ class Bench:
         return row
 
     def viewer(self, duration: float) -> subprocess.Popen:
-        return subprocess.Popen([RANKTOP, "watch", self.job.job, "--json", "--duration", f"{duration:g}"],
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        return subprocess.Popen(
+            [RANKTOP, "watch", self.job.job, "--json", "--duration", f"{duration:g}"],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
 
     # -- the scenarios ----------------------------------------------------------
 
@@ -172,22 +186,34 @@ class Bench:
         dropped = self.dropped()
         before = self.quiet(d)
         start = time.time()
-        result = flood(connect_url(node.control, node.host), {
-            "genuine": [genuine], "replayed": [genuine] * 50, "forged": forged_commands(job, 50),
-            "expired": expired_commands(secret, job, 50), "malformed": malformed_commands() * 10,
-        }, rate=10_000, seconds=d, secret=secret)  # past the encryption, as a viewer with the key
+        result = flood(
+            connect_url(node.control, node.host),
+            {
+                "genuine": [genuine],
+                "replayed": [genuine] * 50,
+                "forged": forged_commands(job, 50),
+                "expired": expired_commands(secret, job, 50),
+                "malformed": malformed_commands() * 10,
+            },
+            rate=10_000,
+            seconds=d,
+            secret=secret,
+        )  # past the encryption, as a viewer with the key
         end = time.time()
         time.sleep(SETTLE_S)
         after = time.time()
-        counted = {rank: {k: v - rejected_before.get(rank, {}).get(k, 0) for k, v in reasons.items()}
-                   for rank, reasons in self.rejected().items()}
+        counted = {
+            rank: {k: v - rejected_before.get(rank, {}).get(k, 0) for k, v in reasons.items()} for rank, reasons in self.rejected().items()
+        }
         obeyed = {r.rank for r in self.job.snapshot().replies if r.id == genuine_id}
         others = [r for r in self.job.snapshot().replies if r.id != genuine_id]
         per_rank = min(sum(c.values()) for c in counted.values()) if counted else 0
         sent_bad = result.total - 1
-        shown = (f"{result.total:,} sent at {result.rate:,.0f}/s; each rank counted >= {per_rank:,} rejected "
-                 f"({per_rank / sent_bad:.0%}) {fmt_reasons(counted[0]) if 0 in counted else ''}; "
-                 f"obeyed: the genuine one on {len(obeyed)} ranks, {len(others)} others")
+        shown = (
+            f"{result.total:,} sent at {result.rate:,.0f}/s; each rank counted >= {per_rank:,} rejected "
+            f"({per_rank / sent_bad:.0%}) {fmt_reasons(counted[0]) if 0 in counted else ''}; "
+            f"obeyed: the genuine one on {len(obeyed)} ranks, {len(others)} others"
+        )
         self.record(f"command flood {result.rate / 1000:.0f}k/s", Window(before, start, end, after), dropped, shown)
 
     def full_disk(self) -> None:
@@ -204,8 +230,10 @@ class Bench:
         folder = failed[0].split("could not write the trace in ")[-1].split(":")[0] if failed else ""
         left = len(list(Path(folder).iterdir())) if folder and Path(folder).is_dir() else "?"
         reason = failed[0].split("writing failed: ")[-1].split(": ", 1)[-1] if failed else "no failure line"
-        shown = (f"{len(failed)}/{len(self.ranks)} ranks failed ('{reason}'), {left} files left; "
-                 f"next capture done on {len(done)}/{len(self.ranks)}")
+        shown = (
+            f"{len(failed)}/{len(self.ranks)} ranks failed ('{reason}'), {left} files left; "
+            f"next capture done on {len(done)}/{len(self.ranks)}"
+        )
         self.record("capture, disk full", Window(before, start, end, after), dropped, shown)
 
     def relay_killed(self) -> None:
@@ -229,14 +257,24 @@ class Bench:
         after = time.time()
         lost_at = next((t for t, relays, _ in seen if LOST in relays), None)
         stalled = any("stalled" in ranks for _, _, ranks in seen)
-        shown = (f"node lost after {lost_at:.1f}s (ranks silent{', once stalled' if stalled else ''}), back after {seen[-1][0]:.1f}s"
-                 if lost_at is not None else f"the node was never shown lost; back after {seen[-1][0]:.1f}s")
+        shown = (
+            f"node lost after {lost_at:.1f}s (ranks silent{', once stalled' if stalled else ''}), back after {seen[-1][0]:.1f}s"
+            if lost_at is not None
+            else f"the node was never shown lost; back after {seen[-1][0]:.1f}s"
+        )
         log = self.job.log
         undelivered = sum(len(log.missing(r, before, after)) for r in self.ranks)
         ran = (log.step_at(0, end) or 0) - (log.step_at(0, start) or 0)  # by step numbers: records of some never came
         # during: from the quiet stretch to after the outage, by step numbers (the steps of the outage have no records)
-        row = Row("relay killed", end - start, ran, self.dropped() - dropped, log.rate(before, start), log.rate(before, after),
-                  shown + f"; {undelivered} records had no relay to go to")
+        row = Row(
+            "relay killed",
+            end - start,
+            ran,
+            self.dropped() - dropped,
+            log.rate(before, start),
+            log.rate(before, after),
+            shown + f"; {undelivered} records had no relay to go to",
+        )
         self.rows.append(row)
         print(f"  relay killed: {fmt_row(row)}", file=sys.stderr, flush=True)
 
@@ -292,8 +330,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--json", action="store_true", help="print a JSON list of rows instead of the table")
     p.add_argument("--nproc", type=int, default=2, help="ranks of the demo job (default 2)")
     args = p.parse_args(argv)
-    seconds = (dict(noise=4, killed=4, frozen=4, slow=4, flood=3, rank0=6) if args.quick
-               else dict(noise=10, killed=10, frozen=30, slow=30, flood=10, rank0=10))
+    seconds = (
+        dict(noise=4, killed=4, frozen=4, slow=4, flood=3, rank0=6)
+        if args.quick
+        else dict(noise=10, killed=10, frozen=30, slow=30, flood=10, rank0=10)
+    )
 
     with tempfile.TemporaryDirectory(prefix="ranktop-faults-") as tmp:
         os.environ["RANKTOP_DIR"] = str(Path(tmp) / "rdv")

@@ -33,14 +33,16 @@ import sys
 import tempfile
 import time
 import traceback
-from pathlib import Path
 from typing import Any, Callable
 
 import msgpack
 import msgspec
 
 from ranktop.watch.aggregator import Aggregator
-from ranktop.wire import auth, collective_summary, schema
+from ranktop.probe import collective_summary
+from ranktop.wire import auth, schema
+from ranktop.wire.names import HEARTBEAT, HELLO, STEPS, TELEMETRY_KINDS
+from ranktop.wire.messages import PROTOCOL_VERSION
 from ranktop.wire.messages import Reply, Step, Steps
 from ranktop.transport import rendezvous
 from ranktop.watch.model.json_doc import document
@@ -76,8 +78,9 @@ def corpus() -> list[list[bytes]]:
     nodes' digests) and the probe's own messages carrying every optional part."""
     from ranktop.demo.simulate import Scenario, Simulator
 
-    scenario = Scenario(job=JOB, ranks=8, nodes=2, calls_per_step=6, steps_per_s=20.0, slow_rank=3, slow_ms=20.0, slow_phase="backward",
-                        pp=2, tp=2)  # fmt: skip  (a layout: the hellos and digests carry process groups)
+    scenario = Scenario(
+        job=JOB, ranks=8, nodes=2, calls_per_step=6, steps_per_s=20.0, slow_rank=3, slow_ms=20.0, slow_phase="backward", pp=2, tp=2
+    )  # fmt: skip  (a layout: the hellos and digests carry process groups)
     with tempfile.TemporaryDirectory() as folder:
         sim = Simulator(scenario, folder)
         frames = sim.hellos(1.0e9) + [f for _, tick in sim.replay(1.0) for f in tick]
@@ -125,12 +128,14 @@ def probe_messages() -> list[list[bytes]]:
         "step": 12, "last": 11, "in_step": True, "phase": "backward", "step_age": 0.25, "dropped": 3, "rejected": {"forged": 2},
         "rate_hz": 4.0, "median_step_s": 0.2,
         "collective": {"op": "all_reduce", "seq": 40, "b": 4 << 20, "dt": "float32", "g": 4, "inside": True, "age": 0.1},
-        "mem": {"rss": 1 << 30, "cuda": {"dev": 0, "alloc": 1 << 30, "resv": 2 << 30, "peak": 3 << 30, "retries": 0, "ooms": 0, "cap": 80 << 30}},
+        "mem": {"rss": 1 << 30,
+                "cuda": {"dev": 0, "alloc": 1 << 30, "resv": 2 << 30, "peak": 3 << 30, "retries": 0, "ooms": 0, "cap": 80 << 30}},
         "gpu": {"seq": 5, "t": 1.0e9, "name": "H100", "bus": "0000:01:00.0", "util": 87, "mem_util": 40, "mem_used": 1 << 30,
                 "mem_total": 80 << 30, "power_w": 500.0, "power_limit_w": 700.0, "temp_c": 60, "sm_mhz": 1900, "sm_max_mhz": 1980,
                 "throttle": ["power"], "pcie_tx": 1e9, "pcie_rx": 2e9},
         "cap": {"id": "c1", "kind": "trace", "st": "done", "start": 20, "steps": 3, "dir": "/tmp/c", "at": 22, "path": "/tmp/c/r1.json",
-                "err": None, "sum": {"steps": 3, "ops": 10, "kernels": 5, "basis": "gpu", "wall_us": 1000, "compute": 0.5, "comm": 0.3, "idle": 0.2}},
+                "err": None,
+                "sum": {"steps": 3, "ops": 10, "kernels": 5, "basis": "gpu", "wall_us": 1000, "compute": 0.5, "comm": 0.3, "idle": 0.2}},
         "ev": {"win": 10.0, "gc": 0.02, "gc_n": 40.0, "runq": 0.3, "nvcsw": 900.0},
     }  # fmt: skip
     call = {"op": "all_reduce", "seq": 1, "b": 1024, "dt": "float32", "g": 4, "d": 0.01, "n": 10, "ph": "backward", "t0": 5.0}
@@ -141,14 +146,14 @@ def probe_messages() -> list[list[bytes]]:
 
     def message(kind: str, body: dict[str, Any]) -> list[bytes]:
         """The rank's envelope and ``body`` as a plain map (some of the corpus is what the types refuse)."""
-        return [kind.encode(), msgpack.packb({**s.origin(), **body, "v": list(schema.PROTOCOL_VERSION), "k": kind}, use_bin_type=True)]
+        return [kind.encode(), msgpack.packb({**s.origin(), **body, "v": list(PROTOCOL_VERSION), "k": kind}, use_bin_type=True)]
 
     return [
-        message(schema.HELLO, hello),
+        message(HELLO, hello),
         s.message(s.steps_message(records, summaries, sample)),
-        message(schema.STEPS, {"steps": records, "state": state, "cs": msgspec.to_builtins(summaries), "cx": msgspec.to_builtins(sample)}),
-        message(schema.STEPS, {"steps": records[:2], "state": dict(state, gpu={"na": "rank uses no GPU"}, cap=None)}),
-        message(schema.HEARTBEAT, {"state": state}),
+        message(STEPS, {"steps": records, "state": state, "cs": msgspec.to_builtins(summaries), "cx": msgspec.to_builtins(sample)}),
+        message(STEPS, {"steps": records[:2], "state": dict(state, gpu={"na": "rank uses no GPU"}, cap=None)}),
+        message(HEARTBEAT, {"state": state}),
         s.message(Reply(**s.origin(), id="abc", cmd="stacks", ok=True, result={"threads": [], "digest": "d1"})),
         s.message(Reply(**s.origin(), id="abd", cmd="capture", ok=False, result={"error": "disk full\nmore"})),
     ]
@@ -157,7 +162,7 @@ def probe_messages() -> list[list[bytes]]:
 def probe_digest(probe: list[list[bytes]]) -> list[bytes]:
     """A node's digest of the probe's messages: its step columns with device times (``g``) and a phase only some
     ranks name, its entries with state, ops, sample and hello (the simulator's digests carry neither)."""
-    from ranktop.wire.node_digest import NodeDigest
+    from ranktop.relay.digest_fold import NodeDigest
 
     fold = NodeDigest(JOB, "node0")
     for frames in probe:
@@ -341,7 +346,7 @@ class IngestTarget:
         except Exception as exc:  # noqa: BLE001 - a crash class
             self.crashes.note(exc, example, "decode")
             return
-        if msg.KIND not in schema.TELEMETRY_KINDS:
+        if msg.KIND not in TELEMETRY_KINDS:
             return
         self.recent.append(example)
         del self.recent[:-8]
@@ -443,7 +448,7 @@ def run(inputs: int, seed: int = 0, progress: Callable[[int], None] | None = Non
                     ingest.feed([_topic(obj, r), body], obj)
             elif roll < 0.78:  # a structure of real keys and random values
                 shares["generated"] += 1
-                kind = r.choice(schema.TELEMETRY_KINDS)
+                kind = r.choice(TELEMETRY_KINDS)
                 obj = {"v": [1, r.choice((0, 4, 9))], "k": kind, "job": JOB, "rank": r.randrange(16), "ts": 1.0e9}
                 for _ in range(r.randint(1, 8)):
                     obj[r.choice(_KEYS)] = mut.value()

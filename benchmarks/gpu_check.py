@@ -114,8 +114,10 @@ def versions() -> None:
         nccl = ".".join(map(str, version)) if isinstance(version, tuple) else str(version)
     except Exception:
         nccl = "?"
-    print(f"device: {torch.cuda.get_device_name()} | driver: {smi.strip() or '?'} | torch {torch.__version__} | "
-          f"CUDA {torch.version.cuda} | NCCL {nccl}")
+    print(
+        f"device: {torch.cuda.get_device_name()} | driver: {smi.strip() or '?'} | torch {torch.__version__} | "
+        f"CUDA {torch.version.cuda} | NCCL {nccl}"
+    )
 
 
 def _smi(args: list[str]) -> str:
@@ -205,7 +207,8 @@ def gpu_spans(trace_path: str) -> dict[str, list[float]]:
     launched = {e["args"]["correlation"]: float(e["ts"]) for e in events
                 if e.get("cat") in ("cuda_runtime", "cuda_driver") and "correlation" in (e.get("args") or {})}  # fmt: skip
     kernels = [(launched[e["args"]["correlation"]], float(e["ts"]), float(e["ts"]) + float(e.get("dur", 0))) for e in events
-               if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset") and (e.get("args") or {}).get("correlation") in launched]  # fmt: skip
+               if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset")
+               and (e.get("args") or {}).get("correlation") in launched]  # fmt: skip
     spans: dict[str, list[float]] = {}
     for begin, end, name in windows:
         inside = [(k0, k1) for at, k0, k1 in kernels if begin <= at <= end]
@@ -232,10 +235,14 @@ def check_phases(steps: int) -> None:
     last = timed[-4:]
     for name in ("forward", "backward", "optimizer"):
         mine = [r["g"]["p"].get(name, 0.0) * 1000 for r in last]
-        ref = spans.get(name, [])[-len(mine):] if mine else []
+        ref = spans.get(name, [])[-len(mine) :] if mine else []
         if mine and ref:
-            row(f"phase {name} (ms, GPU)", f"{statistics.median(mine):.3f}", f"{statistics.median(ref):.3f}",
-                f"profiler's kernels; host said {statistics.median(r['p'].get(name, 0.0) * 1000 for r in last):.3f}")
+            row(
+                f"phase {name} (ms, GPU)",
+                f"{statistics.median(mine):.3f}",
+                f"{statistics.median(ref):.3f}",
+                f"profiler's kernels; host said {statistics.median(r['p'].get(name, 0.0) * 1000 for r in last):.3f}",
+            )
         else:
             row(f"phase {name} (ms, GPU)", "?" if not mine else f"{statistics.median(mine):.3f}", "?", "missing")
     state = log[-1].get("state", {}) if log else {}
@@ -259,8 +266,12 @@ def check_gauges(state: dict) -> None:
         row("temperature (C)", str(gpu.get("temp_c")), ref[3], "")
     cuda = (state.get("mem") or {}).get("cuda") or {}
     stats = torch.cuda.memory_stats(0)
-    row("allocated (MiB)", f"{cuda.get('alloc', 0) / 2**20:.1f}", f"{stats.get('allocated_bytes.all.current', 0) / 2**20:.1f}",
-        "memory_stats (moves with training)")
+    row(
+        "allocated (MiB)",
+        f"{cuda.get('alloc', 0) / 2**20:.1f}",
+        f"{stats.get('allocated_bytes.all.current', 0) / 2**20:.1f}",
+        "memory_stats (moves with training)",
+    )
     row("reserved (MiB)", f"{cuda.get('resv', 0) / 2**20:.1f}", f"{stats.get('reserved_bytes.all.current', 0) / 2**20:.1f}", "")
 
 
@@ -444,7 +455,8 @@ def finalize_rows(waits: dict[bool, list[float]]) -> list[tuple[str, tuple[str, 
         ("DDP finalize, wait + copy (ms)", (f"{statistics.median(copy):.3f}" if copy else "none", "copy only on one rank",
                                            f"{len(copy)} ddp_allreduce records; the copy into the gradients is in it")),
         ("DDP finalize wait, grads as bucket views (ms)", ("none" if wait is None else f"{wait:.3f}", "~0 on one rank",
-                                                          f"{verdict(wait is not None and wait <= 0.1)}: {len(pure)} records, no copy (within 0.1 ms of 0)")),
+                                                          f"{verdict(wait is not None and wait <= 0.1)}: {len(pure)} records, "
+                                                          "no copy (within 0.1 ms of 0)")),
     ]  # fmt: skip
 
 
@@ -665,7 +677,11 @@ def check_nccl() -> None:
         with open(f"{out}.{r}.json") as f:
             calls = [c for c in json.load(f) if "op" in c]
         with open(f"{out}.trace{r}.json") as f:
-            kernels = [e["dur"] / 1000 for e in json.load(f)["traceEvents"] if "nccl" in str(e.get("name", "")).lower() and e.get("cat") == "kernel"]
+            kernels = [
+                e["dur"] / 1000
+                for e in json.load(f)["traceEvents"]
+                if "nccl" in str(e.get("name", "")).lower() and e.get("cat") == "kernel"
+            ]
         mine = statistics.median(c["d"] * 1000 for c in calls) if calls else float("nan")
         ref = statistics.median(kernels) if kernels else float("nan")
         row(f"NCCL all_reduce rank {r} (ms)", f"{mine:.3f}", f"{ref:.3f}", "wait on the device vs NCCL kernel (rank 0 waits for 1)")
@@ -845,7 +861,8 @@ for summary in log:
     op = (summary.get("ops") or {}).get("ddp_allreduce")
     if op:
         waits[summary["n"]] = waits.get(summary["n"], 0.0) + op[3] * 1000  # total seconds waited, that step
-json.dump({"rank": rank, "refs": ref_ms, "waits": waits, "hooked": bool(getattr(ddp, "_comm_hooks", None))}, open(f"{out}.{rank}.json", "w"))
+hooked = bool(getattr(ddp, "_comm_hooks", None))
+json.dump({"rank": rank, "refs": ref_ms, "waits": waits, "hooked": hooked}, open(f"{out}.{rank}.json", "w"))
 dist.destroy_process_group()
 """
 

@@ -48,7 +48,10 @@ def one_run(job: str, logs: Path) -> tuple[bool, str]:
     with open(logs / f"{job}.log", "wb") as log:
         proc = subprocess.Popen(
             [RANKTOP, "launch", "--job", job, "--", sys.executable, str(SCRIPT), "--seconds", "60"],
-            stdout=log, stderr=subprocess.STDOUT, start_new_session=True, env=dict(os.environ, OMP_NUM_THREADS="1"),
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            env=dict(os.environ, OMP_NUM_THREADS="1"),
         )
     try:
         deadline = time.monotonic() + 120

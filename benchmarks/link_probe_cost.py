@@ -37,7 +37,8 @@ TARGET_BPS = 125_000  # 0.1% of 1 Gbit/s
 JOB = "probe-cost"
 
 #: One node's relay, for ``seconds``: says the prober's own count at the end.
-NODE = """
+NODE = (
+    """
 import os, sys, time, zmq
 from ranktop.relay.proxy import Relay
 from ranktop.transport.identity import Identity
@@ -53,7 +54,9 @@ sys.stdin.readline()  # ... and ends
 print(relay._links.sent_bytes - start, time.monotonic() - begun, relay._links.answered, flush=True)
 relay.stop()
 ctx.term()
-""" % JOB
+"""
+    % JOB
+)
 
 
 def _tx(net, i: int) -> int:

@@ -67,7 +67,10 @@ def main() -> int:
     print(f"snapshot: {args.events:,} events, pickle {size / 1e6:.1f} MB")
     print(f"{'writer':<22} {'write ms':>9} {'training stall ms':>18} {'cost_s meter ms':>16}")
     worst = {}
-    for name, write in (("pickle.dump (before)", lambda f: pickle.dump(snapshot, f, 2)), ("memory_dump.dump", lambda f: memory_dump.dump(snapshot, f))):
+    for name, write in (
+        ("pickle.dump (before)", lambda f: pickle.dump(snapshot, f, 2)),
+        ("memory_dump.dump", lambda f: memory_dump.dump(snapshot, f)),
+    ):
         for _ in range(args.repeat):
             stall, meter, took = longest_stall(lambda: write(io.BytesIO()))
             worst[name] = max(worst.get(name, 0.0), stall)

@@ -202,7 +202,7 @@ def whole_job(rounds: int, steps: int, backend: str, fullgraph: bool, apart: boo
     job_cores, spare = {cores[0]}, set(cores[1:])
     runs: dict[bool, dict[str, list[float]]] = {launched: {key: [] for key in JOB_FIGURES} for launched in (False, True)}
     for r in range(-1, rounds):  # round -1: one of each, not counted (compile caches, page cache, CPU clocks)
-        for launched in ((False, True) if r % 2 == 0 else (True, False)):
+        for launched in (False, True) if r % 2 == 0 else (True, False):
             command = ([ranktop, "launch", "--job", f"bench-job-{os.getpid()}-{r}", "--"] if launched else []) + torchrun + args
             confine = (lambda: os.sched_setaffinity(0, job_cores)) if apart else None
             proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, preexec_fn=confine)
@@ -433,8 +433,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--job-rounds", type=int, default=3)
     parser.add_argument("--job-steps", type=int, default=200)
     parser.add_argument("--job-only", action="store_true", help="only the whole-job row")
-    parser.add_argument("--cores-apart", action="store_true",
-                        help="the whole-job row with the job on the first core and ranktop's threads and relay on the others")
+    parser.add_argument(
+        "--cores-apart",
+        action="store_true",
+        help="the whole-job row with the job on the first core and ranktop's threads and relay on the others",
+    )
     args = parser.parse_args(argv)
     if args.job_only:
         return report_job(args, True)
@@ -477,17 +480,23 @@ def main(argv: list[str] | None = None) -> int:
     auto_us = (tiny_torch["auto"] - tiny_torch["none"]) * 1e6
     auto_cpu_us = (tiny_torch_cpu["auto"] - tiny_torch_cpu["none"]) * 1e6
     explicit_cpu_us = (tiny_torch_cpu["explicit"] - tiny_torch_cpu["none"]) * 1e6
-    print(f"  automatic mode on the tiny torch step: +{auto_us:.1f} µs of wall time; on the training thread's CPU "
-          f"time +{auto_cpu_us:.1f} µs (target <= 10 µs; the explicit probe +{explicit_cpu_us:.1f} µs)")
-    print(f"  Python calls the probe adds to the tiny torch step: automatic mode {calls['auto'] - calls['none']:.0f}, "
-          f"the explicit probe {calls['explicit'] - calls['none']:.0f} (counted, not timed)")
+    print(
+        f"  automatic mode on the tiny torch step: +{auto_us:.1f} µs of wall time; on the training thread's CPU "
+        f"time +{auto_cpu_us:.1f} µs (target <= 10 µs; the explicit probe +{explicit_cpu_us:.1f} µs)"
+    )
+    print(
+        f"  Python calls the probe adds to the tiny torch step: automatic mode {calls['auto'] - calls['none']:.0f}, "
+        f"the explicit probe {calls['explicit'] - calls['none']:.0f} (counted, not timed)"
+    )
     ok &= auto_cpu_us <= 10
     # Automatic mode hooks the same events on the demo model as on the tiny torch step (after the first step,
     # the root module's call, backward, the optimizer step; no per-layer hook), so its cost per step is the
     # tiny step's; measured on the model step directly, it is under that step's own run-to-run noise.
     rows = [(f"demo model step (TinyLM, batch {args.batch_size} x seq {args.seq_len}, 1 thread; noise ±1%)", model, model_cpu)] + [
-        (f"demo model step compiled (torch.compile, {'fullgraph=True' if fullgraph else 'default'}, backend {args.backend}; "
-         "noise ±1%)", *clocks)
+        (
+            f"demo model step compiled (torch.compile, {'fullgraph=True' if fullgraph else 'default'}, backend {args.backend}; noise ±1%)",
+            *clocks,
+        )
         for fullgraph, clocks in compiled.items()
     ]
     worst = 0.0
@@ -495,16 +504,20 @@ def main(argv: list[str] | None = None) -> int:
         report(title, wall, False)
         share = auto_cpu_us * 1e-6 / cpu["none"]
         worst = max(worst, share)
-        print(f"  training thread's CPU per step: none {cpu['none'] * 1e3:.2f} ms, explicit "
-              f"{(cpu['explicit'] / cpu['none'] - 1) * 100:+.2f}%, automatic {(cpu['auto'] / cpu['none'] - 1) * 100:+.2f}% "
-              f"(measured directly); automatic mode's cost per step (the tiny torch step's) is {share * 100:.3f}% of it")
+        print(
+            f"  training thread's CPU per step: none {cpu['none'] * 1e3:.2f} ms, explicit "
+            f"{(cpu['explicit'] / cpu['none'] - 1) * 100:+.2f}%, automatic {(cpu['auto'] / cpu['none'] - 1) * 100:+.2f}% "
+            f"(measured directly); automatic mode's cost per step (the tiny torch step's) is {share * 100:.3f}% of it"
+        )
     print(f"  automatic mode on the demo model: at most {worst * 100:.3f}% of a step (target <= 0.3%)")
     ok &= worst <= 0.003
     print(f"\nsender thread: {sender_cpu * 100:.2f}% of one core at {p.sender.rate_hz:g} Hz (target < 2%)")
     print(f"step records dropped: {dropped} (by design: the tiny loops make ~100k steps/s, beyond a 4096-record buffer at 4 Hz)")
     ok &= sender_cpu < 0.02
-    print(f"\ntraining-thread targets (< 30 µs and < 1% of a 20 ms step, automatic mode <= 10 µs on the tiny torch step; "
-          f"sender < 2% of a core): {'PASS' if ok else 'FAIL'}")
+    print(
+        f"\ntraining-thread targets (< 30 µs and < 1% of a 20 ms step, automatic mode <= 10 µs on the tiny torch step; "
+        f"sender < 2% of a core): {'PASS' if ok else 'FAIL'}"
+    )
     if not args.no_job:
         return report_job(args, ok)
     print(f"\nall targets: {'PASS' if ok else 'FAIL'}")
@@ -522,19 +535,25 @@ def report_job(args, ok: bool) -> int:
     ratio = statistics.median(launched["rate"]) / statistics.median(without["rate"])
     thread = statistics.median(without["thread_ms"]) / statistics.median(launched["thread_ms"])
     process = statistics.median(without["process_ms"]) / statistics.median(launched["process_ms"])
-    print(f"\nwhole job (2-rank torch.compile(DDP(TinyLM)), 4 micro-batches, backend {args.backend}; "
-          f"{rounds} alternated runs each after one of each not counted, {steps} optimizer steps a run; benchmarks/compiled_job.py)")
+    print(
+        f"\nwhole job (2-rank torch.compile(DDP(TinyLM)), 4 micro-batches, backend {args.backend}; "
+        f"{rounds} alternated runs each after one of each not counted, {steps} optimizer steps a run; benchmarks/compiled_job.py)"
+    )
     if args.cores_apart:
         print("  the job (both ways) on the first core; ranktop's threads and relay moved to the others as they appeared")
     for name, figures in (("without ranktop", without), ("ranktop launch", launched)):
-        print(f"  {name + ':':<16} {', '.join(f'{r:.3f}' for r in figures['rate'])} optimizer steps/s; "
-              f"CPU per step: training thread {', '.join(f'{r:.2f}' for r in figures['thread_ms'])} ms, "
-              f"whole rank {', '.join(f'{r:.2f}' for r in figures['process_ms'])} ms")
+        print(
+            f"  {name + ':':<16} {', '.join(f'{r:.3f}' for r in figures['rate'])} optimizer steps/s; "
+            f"CPU per step: training thread {', '.join(f'{r:.2f}' for r in figures['thread_ms'])} ms, "
+            f"whole rank {', '.join(f'{r:.2f}' for r in figures['process_ms'])} ms"
+        )
     target = 0.99 if args.cores_apart else 0.97
     where = "on cores of their own" if args.cores_apart else "on the same 2 cores"
     print(f"  ratio of medians (rates): {ratio:.4f} (target >= {target} with the sender and relay {where})")
-    print(f"  training thread's CPU per step, without / with: {thread:.4f} (target >= 0.99: the job's rate where the "
-          "sender and relay do not compete for its cores)")
+    print(
+        f"  training thread's CPU per step, without / with: {thread:.4f} (target >= 0.99: the job's rate where the "
+        "sender and relay do not compete for its cores)"
+    )
     print(f"  whole rank's CPU per step, without / with: {process:.4f} (the sender thread included)")
     ok &= ratio >= target and thread >= 0.99
     print(f"\nall targets: {'PASS' if ok else 'FAIL'}")

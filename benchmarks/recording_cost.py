@@ -33,7 +33,8 @@ import msgspec
 
 from ranktop.watch.aggregator import Aggregator
 from ranktop.watch.offline.recording import FlightRecorder, read
-from ranktop.wire import collective_summary, schema
+from ranktop.probe import collective_summary
+from ranktop.wire import schema
 from ranktop.wire.messages import Hello, Steps
 
 RANKS = 64
@@ -41,7 +42,9 @@ MSG_HZ = 4.0
 PHASES = {"data": 0.004, "forward": 0.006, "backward": 0.009, "optimizer": 0.001}
 
 
-def job_frames(seconds: float, steps_per_s: float, ranks: int = RANKS, seed: int = 1, msg_hz: float = MSG_HZ) -> list[tuple[float, list[bytes]]]:
+def job_frames(
+    seconds: float, steps_per_s: float, ranks: int = RANKS, seed: int = 1, msg_hz: float = MSG_HZ
+) -> list[tuple[float, list[bytes]]]:
     """(t, frames) of a job of ``ranks`` ranks for ``seconds``, in arrival order."""
     rng = random.Random(seed)
     out = []
@@ -59,13 +62,35 @@ def job_frames(seconds: float, steps_per_s: float, ranks: int = RANKS, seed: int
                 carry[r] -= 1
                 phases = {k: v * rng.uniform(0.8, 1.3) for k, v in PHASES.items()}
                 recs.append({"n": n[r], "t": t0 + n[r] * step_s + rng.random() * 1e-3, "w": step_s * rng.uniform(0.95, 1.05), "p": phases})
-                colls.append({"op": "ddp_allreduce", "seq": n[r], "b": 547840, "dt": "float32", "g": ranks,
-                              "d": rng.uniform(0.01, 0.05), "n": n[r], "ph": "backward", "t0": 800 + n[r] * step_s + rng.random()})
+                colls.append(
+                    {
+                        "op": "ddp_allreduce",
+                        "seq": n[r],
+                        "b": 547840,
+                        "dt": "float32",
+                        "g": ranks,
+                        "d": rng.uniform(0.01, 0.05),
+                        "n": n[r],
+                        "ph": "backward",
+                        "t0": 800 + n[r] * step_s + rng.random(),
+                    }
+                )
                 n[r] += 1
-            state = {"step": n[r], "last": n[r] - 1, "in_step": True, "phase": "backward", "step_age": rng.random() * step_s,
-                     "dropped": 0, "rejected": {}, "rate_hz": msg_hz, "median_step_s": step_s * rng.uniform(0.99, 1.01),
-                     "collective": {"op": "ddp_allreduce", "seq": n[r], "b": 547840, "dt": "float32", "g": ranks, "inside": False, "age": 0.0},
-                     "mem": {"rss": 350_000_000 + rng.randrange(1 << 20)}, "gpu": {"na": "no NVML binding"}, "cap": None}
+            state = {
+                "step": n[r],
+                "last": n[r] - 1,
+                "in_step": True,
+                "phase": "backward",
+                "step_age": rng.random() * step_s,
+                "dropped": 0,
+                "rejected": {},
+                "rate_hz": msg_hz,
+                "median_step_s": step_s * rng.uniform(0.99, 1.01),
+                "collective": {"op": "ddp_allreduce", "seq": n[r], "b": 547840, "dt": "float32", "g": ranks, "inside": False, "age": 0.0},
+                "mem": {"rss": 350_000_000 + rng.randrange(1 << 20)},
+                "gpu": {"na": "no NVML binding"},
+                "cap": None,
+            }
             summaries, sample = collective_summary.summarise(colls) if colls else ([], [])
             steps = msgspec.convert({"job": "bench", "rank": r, "ts": t0 + t, "steps": recs, "state": state}, Steps)
             steps = msgspec.structs.replace(steps, cs=summaries or None, cx=sample if colls and tick % sample_every == 0 else None)
@@ -98,7 +123,7 @@ def snapshot_ms_while_streaming(frames, recorder: FlightRecorder | None, seconds
 
     def feed():
         start = time.perf_counter()
-        for i, (_, f) in enumerate(frames[warm: warm + int(rate * seconds)]):
+        for i, (_, f) in enumerate(frames[warm : warm + int(rate * seconds)]):
             delay = start + i / rate - time.perf_counter()
             if delay > 0:
                 time.sleep(delay)
@@ -161,8 +186,10 @@ def replay_and_report_s(seconds: float = 60.0) -> tuple[float, float, float]:
 
 def main() -> int:
     frames = job_frames(20, 4.0)
-    print(f"{RANKS} ranks, {MSG_HZ:g} messages/s each, 4 steps/s: {len(frames)} frames, "
-          f"{sum(len(b) for _, f in frames for b in f) / len(frames):.0f} B per frame\n")
+    print(
+        f"{RANKS} ranks, {MSG_HZ:g} messages/s each, 4 steps/s: {len(frames)} frames, "
+        f"{sum(len(b) for _, f in frames for b in f) / len(frames):.0f} B per frame\n"
+    )
     # interleaved (A B A B A B), medians: drift of a shared machine hits both alike
     per_frame = {False: [], True: []}
     snaps = {False: [], True: []}
@@ -189,7 +216,10 @@ def main() -> int:
     print(f"FlightRecorder.tap alone, on the receiver thread: {tap_us:.1f} µs per frame\n")
     print(f"{'viewer side (median of 3, interleaved; 64 ranks streaming at 4 Hz)':<40}")
     print(f"{'':<40}{'without':>12}{'with recorder':>16}")
-    print(f"{'  receiver flat out: tap + ingest (µs/frame)':<40}{statistics.median(per_frame[False]):>12.1f}{statistics.median(per_frame[True]):>16.1f}")
+    print(
+        f"{'  receiver flat out: tap + ingest (µs/frame)':<40}"
+        f"{statistics.median(per_frame[False]):>12.1f}{statistics.median(per_frame[True]):>16.1f}"
+    )
     print(f"{'  snapshot while streaming (ms)':<40}{statistics.median(snaps[False]):>12.2f}{statistics.median(snaps[True]):>16.2f}")
     print(f"  frames dropped by the recorder's queue: {dropped}\n")
     print(f"{'disk, lzma chunks':<28}{'per rank/day':>14}{'64 ranks/day':>14}{'writer CPU, 64 ranks':>24}")

@@ -34,7 +34,7 @@ files a node in the simulator's process, and their relays run in processes of
 their own (demo/sim_relays.py), 14 files a relay and 2 more per viewer, three
 processes for 2,048; the viewer takes 6 a relay and raises its own soft limit
 to fit them (watch/engine/receiver.py). Its 2,048 nodes send their digests once
-a second, as the relays of a job that size do (the digest budget: wire/node_digest.py
+a second, as the relays of a job that size do (the digest budget: wire/pacing.py
 ``digest_hz``; 4 a second up to 512 nodes), so its latency has up to a second
 more in it than at 4,096 ranks. On 2 cores the simulator of 16,384 ranks may not keep up
 with 16 steps/s beside the viewer: when it does not, it says how (schedule
@@ -312,15 +312,32 @@ def _wait_for_relays(sim: subprocess.Popen, job: str, folder: str, nodes: int) -
 
 
 def table(rows: list[dict]) -> str:
-    head = ("ranks", "calls", "viewer CPU", "snapshot p50/p95 (CPU p95)", "ingest", "latency p95", "RSS (start)", "dropped", "top row", "on top after")
+    head = (
+        "ranks",
+        "calls",
+        "viewer CPU",
+        "snapshot p50/p95 (CPU p95)",
+        "ingest",
+        "latency p95",
+        "RSS (start)",
+        "dropped",
+        "top row",
+        "on top after",
+    )
     lines = [head]
     for r in rows:
         lines.append(
             (
-                str(r["ranks"]), str(r["calls_per_step"]), f"{r['viewer_cpu_pct']}%",
-                f"{r['snapshot_ms_p50']} / {r['snapshot_ms_p95']} ms ({r['snapshot_cpu_ms_p95']})", f"{r['ingest_rank_steps_per_s'] / 1000:.0f}k rank-steps/s",
-                f"{r['latency_p95_s']} s", f"{r['rss_mb']:.0f} MB ({r['rss_mb_start']:.0f})", str(r["dropped"]),
-                f"{r['top_straggler']} ({'injected' if r['top_straggler'] == r['injected_straggler'] else 'expected ' + str(r['injected_straggler'])})",
+                str(r["ranks"]),
+                str(r["calls_per_step"]),
+                f"{r['viewer_cpu_pct']}%",
+                f"{r['snapshot_ms_p50']} / {r['snapshot_ms_p95']} ms ({r['snapshot_cpu_ms_p95']})",
+                f"{r['ingest_rank_steps_per_s'] / 1000:.0f}k rank-steps/s",
+                f"{r['latency_p95_s']} s",
+                f"{r['rss_mb']:.0f} MB ({r['rss_mb_start']:.0f})",
+                str(r["dropped"]),
+                f"{r['top_straggler']} "
+                f"({'injected' if r['top_straggler'] == r['injected_straggler'] else 'expected ' + str(r['injected_straggler'])})",
                 "-" if r["top_after_s"] is None else f"{r['top_after_s']} s",
             )  # fmt: skip
         )

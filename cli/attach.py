@@ -79,7 +79,12 @@ def ssh_command(nodes: list[rendezvous.NodeRecord], via: str, jump: str | None, 
         tele, ctl = urlsplit(node.telemetry), urlsplit(node.control)
         local = first_local + 2 * i
         offset = (ctl.port or 0) - (tele.port or 0)
-        forwards += ["-L", f"{local}:{_remote(tele.hostname, node)}:{tele.port}", "-L", f"{local + offset}:{_remote(ctl.hostname, node)}:{ctl.port}"]
+        forwards += [
+            "-L",
+            f"{local}:{_remote(tele.hostname, node)}:{tele.port}",
+            "-L",
+            f"{local + offset}:{_remote(ctl.hostname, node)}:{ctl.port}",
+        ]
         local_urls.append(f"tcp://localhost:{local}")
     argv = ["ssh", "-N"] + (["-J", jump] if jump else []) + forwards + [via]
     return shlex.join(argv), local_urls

@@ -56,8 +56,12 @@ def _configure(kind: str):
     def configure(p: argparse.ArgumentParser) -> None:
         p.set_defaults(capture_kind=kind, run=cmd_capture)
         add_job_target(p)
-        p.add_argument("--steps", type=_steps, default=wire_capture.DEFAULT_STEPS,
-                       help=f"steps to capture, 1 to {wire_capture.MAX_STEPS} (default {wire_capture.DEFAULT_STEPS})")
+        p.add_argument(
+            "--steps",
+            type=_steps,
+            default=wire_capture.DEFAULT_STEPS,
+            help=f"steps to capture, 1 to {wire_capture.MAX_STEPS} (default {wire_capture.DEFAULT_STEPS})",
+        )
         p.add_argument("--ranks", type=rank_list, default=None, help="comma-separated ranks (default: all)")
         p.add_argument("--out", metavar="DIR", default=None, help="copy the files into DIR once written (where reachable)")
         p.add_argument("--timeout", type=positive_float, default=120.0, help="seconds to wait for the capture (default 120)")
@@ -93,13 +97,30 @@ def cmd_capture(args) -> int:
     folder = next((row.status.folder for row in rows if row.status is not None and row.status.folder), None)
     copied = _copy(done, args.out) if args.out and done else []
     if args.json:
-        print(json.dumps({
-            "job": snap.job, "id": request.id, "kind": kind, "start": request.start, "steps": request.steps, "folder": folder,
-            "copied_to": args.out if copied else None,
-            "ranks": {str(row.rank): {"state": row.state, "text": row.text, "host": hosts.get(row.rank),
-                                      "path": row.status.path if row.status else None,
-                                      "summary": row.status.summary if row.status else None} for row in rows},
-        }, indent=2))
+        print(
+            json.dumps(
+                {
+                    "job": snap.job,
+                    "id": request.id,
+                    "kind": kind,
+                    "start": request.start,
+                    "steps": request.steps,
+                    "folder": folder,
+                    "copied_to": args.out if copied else None,
+                    "ranks": {
+                        str(row.rank): {
+                            "state": row.state,
+                            "text": row.text,
+                            "host": hosts.get(row.rank),
+                            "path": row.status.path if row.status else None,
+                            "summary": row.status.summary if row.status else None,
+                        }
+                        for row in rows
+                    },
+                },
+                indent=2,
+            )
+        )
     else:
         if done:
             print(f"files: {folder}" + (f" (copied to {args.out})" if copied else ""))
@@ -137,8 +158,12 @@ def _request(session: WatchSession, kind: str, steps: int, ranks: list[int] | No
     try:
         wait_s = max(0.0, ANSWER_TIMEOUT_S - (time.monotonic() - started))
         command_id, replies = requests.ask(
-            "capture", request.ranks, request.args(**options), only=None if request.all_ranks else list(request.ranks),
-            timeout=ANSWER_TIMEOUT_S, wait_s=wait_s,
+            "capture",
+            request.ranks,
+            request.args(**options),
+            only=None if request.all_ranks else list(request.ranks),
+            timeout=ANSWER_TIMEOUT_S,
+            wait_s=wait_s,
         )
     except RuntimeError as exc:
         raise CaptureError(str(exc)) from None
@@ -152,8 +177,11 @@ def _request(session: WatchSession, kind: str, steps: int, ranks: list[int] | No
 
 def _follow(session: WatchSession, request: CapturePlan, command_id: str, timeout: float, quiet: bool) -> list:
     if not quiet:
-        print(f"job {session.snapshot().job}: {request.kind} capture {request.id}, {request.steps} step(s) from step "
-              f"{request.start}, {ranks_text(request.ranks)}", flush=True)
+        print(
+            f"job {session.snapshot().job}: {request.kind} capture {request.id}, {request.steps} step(s) from step "
+            f"{request.start}, {ranks_text(request.ranks)}",
+            flush=True,
+        )
     shown: dict[int, str] = {}
     deadline = time.monotonic() + timeout
     rows = []

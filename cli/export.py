@@ -67,8 +67,11 @@ def cmd_export(args) -> int:
                 raise ExportError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
             bound = server.server_address[1]
             shown = f"[{host}]" if ":" in host else host
-            print(f"serving job {session.target.job or ', '.join(args.targets)} at http://{shown}:{bound}/metrics (Ctrl-C stops)",
-                  file=sys.stderr, flush=True)
+            print(
+                f"serving job {session.target.job or ', '.join(args.targets)} at http://{shown}:{bound}/metrics (Ctrl-C stops)",
+                file=sys.stderr,
+                flush=True,
+            )
             deadline = time.monotonic() + args.duration if args.duration else float("inf")
             try:
                 while time.monotonic() < deadline:

@@ -17,7 +17,8 @@ HELP = "list the jobs in the rendezvous directory"
 def configure(jobs: argparse.ArgumentParser) -> None:
     jobs.add_argument("--all", action="store_true", help="include ended jobs (stale records)")
     jobs.add_argument(
-        "--prune", action="store_true",
+        "--prune",
+        action="store_true",
         help="remove the records and secrets of ended jobs (dead relays; SLURM jobs SLURM says ended) now; without it, "
         f"those idle for over {job_folders.ENDED_GRACE_S / 3600:g} h are removed as jobs are listed (captures stay)",
     )
@@ -37,8 +38,10 @@ def cmd_jobs(args) -> int:
         for path in pruned:
             print(f"removed the secret and records of {path}")
     elif pruned:
-        print(f"ranktop: removed the secrets and records of {len(pruned)} job(s) ended over "
-              f"{job_folders.ENDED_GRACE_S / 3600:g} h ago", file=sys.stderr)
+        print(
+            f"ranktop: removed the secrets and records of {len(pruned)} job(s) ended over {job_folders.ENDED_GRACE_S / 3600:g} h ago",
+            file=sys.stderr,
+        )
     left = [f for f in ended if f.path not in pruned]
     jobs = rendezvous.list_jobs(args.dir) if args.all else live
     if not jobs:
@@ -50,9 +53,11 @@ def cmd_jobs(args) -> int:
         under = f"\tSLURM job {', '.join(slurm_ids)}" if slurm_ids else ""  # a SLURM job under a name of its own
         print(f"{job}\t{state}\t{len(nodes)} node(s): {hosts}{under}")
     if left and not args.all:
-        print(f"{len(left)} ended job folder(s) with their secrets under {rendezvous.root(args.dir) / 'jobs'}: "
-              f"`ranktop jobs --all` lists them, `ranktop jobs --prune` removes them "
-              f"(done as jobs are listed once ended {job_folders.ENDED_GRACE_S / 3600:g} h)")
+        print(
+            f"{len(left)} ended job folder(s) with their secrets under {rendezvous.root(args.dir) / 'jobs'}: "
+            f"`ranktop jobs --all` lists them, `ranktop jobs --prune` removes them "
+            f"(done as jobs are listed once ended {job_folders.ENDED_GRACE_S / 3600:g} h)"
+        )
     return 0
 
 

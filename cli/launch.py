@@ -39,7 +39,7 @@ from ranktop.wire.dtypes import normalise_dtype
 PTH = "ranktop-auto.pth"
 
 #: The fallback start-up hook: ours, then the ``sitecustomize`` it shadows, if any.
-SITECUSTOMIZE = '''\
+SITECUSTOMIZE = """\
 # Written by `ranktop launch` (the ranktop-auto.pth start-up hook is not installed here).
 import os as _os, sys as _sys
 if _os.environ.get("RANKTOP_AUTO", "") not in ("", "0"):
@@ -57,7 +57,7 @@ if _spec is not None and _spec.loader is not None:
     _module = __import__("importlib.util").util.module_from_spec(_spec)
     _sys.modules["sitecustomize"] = _module
     _spec.loader.exec_module(_module)
-'''
+"""
 
 
 class LaunchError(UserError):
@@ -75,13 +75,19 @@ USAGE = "ranktop launch [--job NAME] [--rate HZ] -- COMMAND [ARGS ...]"
 
 def configure(launch: argparse.ArgumentParser) -> None:
     launch.add_argument("--job", default=None, help="job name to watch it under (default: $SLURM_JOB_ID, else COMMAND-PID)")
-    launch.add_argument("--rate", type=positive_float, default=None, help=f"telemetry messages per second per rank (default {settings.DEFAULT_RATE_HZ:g})")
+    launch.add_argument(
+        "--rate", type=positive_float, default=None, help=f"telemetry messages per second per rank (default {settings.DEFAULT_RATE_HZ:g})"
+    )
     work = launch.add_argument_group("work per step, per rank (samples/s, tokens/s, MFU; see probe/flops.py)")
     work.add_argument("--batch-size", type=positive_float, default=None, help="samples per rank per step")
     work.add_argument("--tokens-per-step", type=positive_float, default=None, help="tokens per rank per step")
     work.add_argument("--flops-per-step", type=positive_float, default=None, help="model FLOPs per rank per step")
-    work.add_argument("--flops-dtype", type=flops_dtype, default=None,
-                      help="the dtype whose peak MFU is against (fp32, tf32, bf16, fp16, fp8; default: the one the job computes in)")
+    work.add_argument(
+        "--flops-dtype",
+        type=flops_dtype,
+        default=None,
+        help="the dtype whose peak MFU is against (fp32, tf32, bf16, fp16, fp8; default: the one the job computes in)",
+    )
     launch.add_argument("argv", nargs=argparse.REMAINDER, metavar="COMMAND", help="the command to run, after --")
     launch.set_defaults(run=cmd_launch)
 
@@ -107,7 +113,11 @@ def launch_env(job: str, rate: float | None, directory: str | None, base: dict |
 def work_env(batch_size: float | None, tokens_per_step: float | None, flops_per_step: float | None,
              dtype: str | None = None) -> dict[str, str]:  # fmt: skip
     """The environment variables ``probe.init`` reads the work per step from (probe/flops.py)."""
-    names = ((settings.BATCH_SIZE.name, batch_size), (settings.TOKENS_PER_STEP.name, tokens_per_step), (settings.FLOPS_PER_STEP.name, flops_per_step))
+    names = (
+        (settings.BATCH_SIZE.name, batch_size),
+        (settings.TOKENS_PER_STEP.name, tokens_per_step),
+        (settings.FLOPS_PER_STEP.name, flops_per_step),
+    )
     env = {name: f"{value:.17g}" for name, value in names if value is not None}
     if dtype:
         env[settings.FLOPS_DTYPE.name] = dtype

@@ -21,8 +21,18 @@ from ranktop.wire import __version__
 
 #: The subcommands, in the order `ranktop --help` lists them; each one's parser sets its `run`.
 COMMANDS = (
-    watch.COMMAND, attach.COMMAND, jobs.COMMAND, ping.COMMAND, stacks.COMMAND, *capture.COMMANDS, launch.COMMAND, demo.COMMAND,
-    record.COMMAND, replay.COMMAND, report.COMMAND, export.COMMAND,  # the flight recorder and monitoring
+    watch.COMMAND,
+    attach.COMMAND,
+    jobs.COMMAND,
+    ping.COMMAND,
+    stacks.COMMAND,
+    *capture.COMMANDS,
+    launch.COMMAND,
+    demo.COMMAND,
+    record.COMMAND,
+    replay.COMMAND,
+    report.COMMAND,
+    export.COMMAND,  # the flight recorder and monitoring
 )
 
 
@@ -33,9 +43,7 @@ def build_parser() -> argparse.ArgumentParser:
         epilog="Start with `ranktop demo`; watch your own job with `ranktop watch JOB`. Keys: press ? in the TUI.",
     )
     parser.add_argument("--version", action="version", version=f"ranktop {__version__}")
-    parser.add_argument(
-        "--dir", metavar="DIR", default=None, help="rendezvous directory (default: $RANKTOP_DIR or ~/.ranktop)"
-    )
+    parser.add_argument("--dir", metavar="DIR", default=None, help="rendezvous directory (default: $RANKTOP_DIR or ~/.ranktop)")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for command in COMMANDS:
         command.add_to(sub)

@@ -83,7 +83,10 @@ def non_negative_float(text: str) -> float:
 def add_wait_option(p: argparse.ArgumentParser) -> None:
     """``--wait S``: how long a command given a job that has not started waits for it (exit 3 past it)."""
     p.add_argument(
-        "--wait", type=non_negative_float, default=None, metavar="S",
+        "--wait",
+        type=non_negative_float,
+        default=None,
+        metavar="S",
         help="a job named that is not running yet is waited for (started first, as in a batch script): at most S "
         "seconds, then exit 3 (default: until it starts; 0: not at all)",
     )

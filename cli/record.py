@@ -34,11 +34,17 @@ class RecordError(UserError):
 def add_record_options(p: argparse.ArgumentParser) -> None:
     """``--max-size`` and ``--keep``, shared by ``record`` and ``watch --record``."""
     p.add_argument(
-        "--max-size", type=positive_float, default=DEFAULT_MAX_BYTES / 2**20, metavar="MB",
+        "--max-size",
+        type=positive_float,
+        default=DEFAULT_MAX_BYTES / 2**20,
+        metavar="MB",
         help=f"rotate the recording past this size: FILE becomes FILE.1 (default {DEFAULT_MAX_BYTES >> 20} MB)",
     )
     p.add_argument(
-        "--keep", type=int, default=DEFAULT_KEEP, metavar="N",
+        "--keep",
+        type=int,
+        default=DEFAULT_KEEP,
+        metavar="N",
         help=f"older segments kept on rotation, FILE.1 .. FILE.N (default {DEFAULT_KEEP}; 0: only the current one)",
     )
 
@@ -48,7 +54,10 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("file", metavar="FILE", help="the recording to write (e.g. run.rec)")
     p.add_argument("--duration", type=positive_float, default=None, help="seconds to record (default: until Ctrl-C)")
     p.add_argument(
-        "--rate", type=rate, default=None, metavar="HZ",
+        "--rate",
+        type=rate,
+        default=None,
+        metavar="HZ",
         help="ask every rank to send HZ messages a second (signed set_rate, for every watcher; default: theirs, 4). "
         "--rate 1 nearly halves a long recording of a slow-stepping job",
     )
@@ -89,8 +98,11 @@ def cmd_record(args) -> int:
     ranks = 0
     try:
         with session:
-            print(f"recording job {target.job or args.job} to {args.file}" + (f" for {args.duration:g}s" if args.duration else " (Ctrl-C stops)"),
-                  file=sys.stderr)
+            print(
+                f"recording job {target.job or args.job} to {args.file}"
+                + (f" for {args.duration:g}s" if args.duration else " (Ctrl-C stops)"),
+                file=sys.stderr,
+            )
             while time.monotonic() < deadline:
                 time.sleep(min(0.25, max(0.0, deadline - time.monotonic())))
                 if recorder.stats.error:

@@ -35,12 +35,19 @@ class ReplayError(UserError):
 
 def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("file", metavar="FILE", help="a recording (its rotated older parts FILE.1 ... are read too)")
-    p.add_argument("--speed", type=positive_float, default=1.0, help=f"playback speed (default 1; keys step through {', '.join(f'{s:g}' for s in SPEEDS)})")
+    p.add_argument(
+        "--speed",
+        type=positive_float,
+        default=1.0,
+        help=f"playback speed (default 1; keys step through {', '.join(f'{s:g}' for s in SPEEDS)})",
+    )
     p.add_argument("--start", default="0", metavar="T", help="start at T (default: the beginning)")
     p.add_argument("--json", action="store_true", help="no TUI: print the snapshot at --at as JSON (as watch --json)")
     p.add_argument("--at", default="end", metavar="T", help="with --json: the time of the snapshot (default: end)")
     p.add_argument("--refresh", type=positive_float, default=2.0, help="screen refreshes per second (default 2)")
-    p.add_argument("--window", type=positive_int, default=DEFAULT_WINDOW, help=f"steps per rank in the statistics window (default {DEFAULT_WINDOW})")
+    p.add_argument(
+        "--window", type=positive_int, default=DEFAULT_WINDOW, help=f"steps per rank in the statistics window (default {DEFAULT_WINDOW})"
+    )
     p.add_argument("--silent-after", type=positive_float, default=DEFAULT_SILENT_AFTER_S, help=argparse.SUPPRESS)
     p.add_argument("--stall-factor", type=positive_float, default=DEFAULT_STALL_FACTOR, help=argparse.SUPPRESS)
     p.add_argument("--stall-floor", type=positive_float, default=DEFAULT_STALL_FLOOR_S, help=argparse.SUPPRESS)

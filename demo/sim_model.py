@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 
 
-from ranktop.probe.collectives import state_layout
+from ranktop.probe.process_groups import state_layout
 from ranktop.relay.links import KEPT, MAX_PEERS, MIN_CROSSING_S, PROBE_BYTES, probe_interval_s
 from ranktop.wire import parallel_groups, settings
 from ranktop.wire.messages import Call, CallSummary, Group, LinkRate, OpSummary
@@ -296,8 +296,17 @@ class JobModel:
             arrivals[r], tails[r] = row[1], row[3]
         return self.settle(n, start, rows, arrivals, tails, at, special)
 
-    def settle(self, n: int, start: float, rows: list, arrivals: np.ndarray | None = None, tails: np.ndarray | None = None,
-               picks: np.ndarray | None = None, special: dict | None = None, pauses: dict | None = None) -> Step:
+    def settle(
+        self,
+        n: int,
+        start: float,
+        rows: list,
+        arrivals: np.ndarray | None = None,
+        tails: np.ndarray | None = None,
+        picks: np.ndarray | None = None,
+        special: dict | None = None,
+        pauses: dict | None = None,
+    ) -> Step:
         """The step of every rank's ``rows`` (``arrivals`` and ``tails``: theirs as arrays, where at hand): when the
         last rank reached each collective, and how long it lasts. A rank that ended the step before sooner than the
         last (its tail, optimizer and other, was shorter) begins this one that much earlier and waits that much
@@ -329,8 +338,8 @@ class JobModel:
             phases[PHASES[i]] += waited
             summaries.append(
                 CallSummary(n=step.n, ph=PHASES[i], w=waited,
-                            ops={op: OpSummary(count, sum(self.sizes[j]), waited, waited, wait + self.longest[j], self.group_sizes[j], DTYPE,
-                                                waited, sum(self.sizes[j]))})
+                            ops={op: OpSummary(count, sum(self.sizes[j]), waited, waited, wait + self.longest[j],
+                                               self.group_sizes[j], DTYPE, waited, sum(self.sizes[j]))})
             )  # fmt: skip
         if rank in step.pauses:  # a checkpoint or an evaluation: its own phase, as the probe times it (probe/auto.py)
             name, seconds = step.pauses[rank]
@@ -345,8 +354,8 @@ class JobModel:
         return sum(per), per, sum(steps[-1].latest)
 
     def node_sums(self, steps: list[Step], ranks: np.ndarray) -> dict[str, Any]:
-        """The sums :meth:`records` of ``steps`` add up to for each of ``ranks`` (an array of ranks) for ``steps``, as arrays, a row per rank, in
-        a few numpy operations for all of them: ``last``, ``count`` (ints), ``end``, ``wall`` (total wall time),
+        """The sums :meth:`records` of ``steps`` add up to for each of ``ranks`` (an array of ranks) for ``steps``, as
+        arrays, a row per rank, in a few numpy operations for all of them: ``last``, ``count`` (ints), ``end``, ``wall`` (total wall time),
         ``phases`` (ranks x PHASES, own plus waits), ``waits`` (ranks x ops: each op's wait, in its phase) and
         ``longest`` (ranks x ops: each op's longest call). The simulator of big jobs sums thousands of ranks' steps
         a tick this way (demo/simulate.py: fold): one rank at a time, 16,384 ranks took it more than a core."""

@@ -25,9 +25,10 @@ from ranktop.transport.identity import Identity
 from ranktop.transport.ipc import ipc_endpoints
 from ranktop.probe.stacks import answer as stacks_answer
 from ranktop.wire import auth, schema
+from ranktop.wire.names import COMMAND, NODE, STEPS
 from ranktop.wire.messages import Command, RankMessage, Reply
 from ranktop.transport.captures import capture_folder
-from ranktop.wire.node_digest import NodeDigest
+from ranktop.relay.digest_fold import NodeDigest
 
 from .sim_model import node_name
 
@@ -85,7 +86,7 @@ class SimulatedNode:
         self.pub.connect(tele)
         self.sub = context.socket(zmq.SUB)
         self.sub.setsockopt(zmq.LINGER, 0)
-        self.sub.setsockopt(zmq.SUBSCRIBE, schema.COMMAND.encode())
+        self.sub.setsockopt(zmq.SUBSCRIBE, COMMAND.encode())
         self.sub.connect(ctl)
         self.verifier = auth.CommandVerifier(sim.secret, sim.s.job)
         self.next_flush = 0.0
@@ -112,8 +113,8 @@ class SimulatedNode:
         """When it next sends. While a viewer takes its ranks' own messages, they go at the ranks' cadence and the
         digest sums them as a relay does (``NodeDigest.add``); while viewers read only digests, the ranks' steps
         since the last digest are summed into the next one as it goes (``Simulator.fold_nodes``): once per digest,
-        paced as a real relay paces it (``NodeDigest.hz``: wire/node_digest.py's ``digest_hz``)."""
-        if schema.STEPS.encode() in self.topics:
+        paced as a real relay paces it (``NodeDigest.hz``: wire/pacing.py's ``digest_hz``)."""
+        if STEPS.encode() in self.topics:
             return min(self.next_flush, self.next_digest)
         return self.next_digest
 
@@ -124,7 +125,7 @@ class SimulatedNode:
             return
         self.next_digest = max(self.next_digest + 1.0 / self.digest.hz, now)
         body = self.digest.body(time.monotonic(), now)
-        if body is not None and schema.NODE.encode() in self.topics:
+        if body is not None and NODE.encode() in self.topics:
             self._publish(schema.encode(body))
 
     def hear_subscriptions(self) -> None:
@@ -200,12 +201,14 @@ STACK_TAIL = {
     "forward": [
         _TRAIN_STEP,
         stack_frame(JOB_FILE, 96, "train_step", "loss = model(batch).loss"),
-        stack_frame(f"{_SITE}/torch/distributed/fsdp/_fully_shard/_fsdp_collectives.py", 343, "foreach_all_gather", "dist.all_gather_into_tensor(out, inp, group=group)"),
+        stack_frame(f"{_SITE}/torch/distributed/fsdp/_fully_shard/_fsdp_collectives.py", 343, "foreach_all_gather",
+                    "dist.all_gather_into_tensor(out, inp, group=group)"),
     ],
     "backward": [
         _TRAIN_STEP,
         stack_frame(JOB_FILE, 97, "train_step", "loss.backward()"),
         stack_frame(f"{_SITE}/torch/autograd/graph.py", 825, "_engine_run_backward", "return Variable._execution_engine.run_backward("),
     ],
-    "optimizer": [_TRAIN_STEP, stack_frame(JOB_FILE, 98, "train_step", "opt.step()"), stack_frame(f"{_SITE}/torch/optim/adamw.py", 210, "step", "adamw(")],
+    "optimizer": [_TRAIN_STEP, stack_frame(JOB_FILE, 98, "train_step", "opt.step()"),
+                  stack_frame(f"{_SITE}/torch/optim/adamw.py", 210, "step", "adamw(")],
 }  # fmt: skip

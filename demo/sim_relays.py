@@ -150,8 +150,15 @@ def serve(job: str, nodes: range, directory: str | None, stop: threading.Event, 
     try:
         for index in nodes:
             identity = Identity(
-                job=job, rank=-1, local_rank=-1, world=0, local_world=None, host=node_name(index), pid=os.getpid(),
-                launcher="relay", machine=machine,
+                job=job,
+                rank=-1,
+                local_rank=-1,
+                world=0,
+                local_world=None,
+                host=node_name(index),
+                pid=os.getpid(),
+                launcher="relay",
+                machine=machine,
             )  # fmt: skip  (as relay/process.py's)
             relay = Relay(identity, context, directory, digest=False)  # the simulator makes its nodes' digests
             relays.append(relay)

@@ -23,7 +23,7 @@ publishing and one SUB socket per node carry its ranks' messages, and a step of
 the whole job is computed in one pass over the ranks. No 4,096 interpreters,
 and one clock for the whole job: every rank is at the same step, whichever
 relay process forwards it. Each node also
-sends its digest (wire/node_digest.py, built by the same ``NodeDigest`` a real
+sends its digest (relay/digest_fold.py, built by the same ``NodeDigest`` a real
 relay runs), and its ranks' own messages only while some viewer subscribes to
 them (its publishing socket is an XPUB, which hears the subscriptions): a
 viewer of a big job takes digests, and encoding 16,000 messages a second that
@@ -53,7 +53,7 @@ import signal
 import sys
 import threading
 import time
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator, TypeVar
 
 import msgspec
 import numpy as np
@@ -62,13 +62,15 @@ import zmq
 from ranktop.probe.sender import HEARTBEAT_EVERY_S, HELLO_EVERY_S
 from ranktop.wire import __version__ as PROBE_VERSION
 from ranktop.wire import schema, settings
+from ranktop.wire.names import HELLO, STEPS
 from ranktop.transport import fd_limit, rendezvous
-from ranktop.wire.collective_summary import SAMPLE_EVERY_S
-from ranktop.wire.messages import Call, Heartbeat, Hello, Links, Memory, RankInfo, State, Steps
+from ranktop.probe.collective_summary import SAMPLE_EVERY_S
+from ranktop.wire.messages import Call, CudaMemory, Gpu, Group, Heartbeat, Hello, LastCollective, Links, Memory, RankInfo, State, Steps
 from ranktop.wire.names import COMM_PHASE, OTHER_PHASE
-from ranktop.wire.node_digest import OPS_EVERY_S, NodeDigest, digest_hz, links_every_s
+from ranktop.relay.digest_fold import NodeDigest
+from ranktop.wire.pacing import OPS_EVERY_S, digest_hz, links_every_s
 
-from .sim_model import (  # noqa: F401  (Scenario, JobModel, Step, node_name: read as ranktop.demo.simulate's too)
+from .sim_model import (
     BUCKET_BYTES,
     DTYPE,
     LAST_STAGE_COST,
@@ -92,7 +94,7 @@ FDS_BESIDES = 256
 #: Sends this late on average (seconds after their time, the loop's own tick aside) mean the machine did not keep up.
 LATE_S = 0.1
 #: What each simulated relay's probing costs (relay/links.py measures its own); it says what its probes measured as
-#: often as a real relay of a job of its size does (wire/node_digest.py: links_every_s).
+#: often as a real relay of a job of its size does (wire/pacing.py: links_every_s).
 LINK_COST_BPS = 68_000.0
 
 
@@ -104,7 +106,7 @@ class Simulator:
         self.directory = directory
         self.relay_processes = relay_processes
         self.model = JobModel(scenario)
-        self._groups: dict[int, list[dict[str, Any]]] = {}  # rank -> the groups its hello lists (a layout's)
+        self._groups: dict[int, list[Group]] = {}  # rank -> the groups its hello lists (a layout's)
         self._infos: dict[int, RankInfo] = {}  # rank -> its hello's fields (made again when its node's rate changes)
         self.secret = rendezvous.load_or_create_secret(scenario.job, directory)
         self.dropped = 0  # messages a full PUB queue refused
@@ -116,7 +118,7 @@ class Simulator:
         self.current_step = 0  # the step in progress (what the capture command reads)
         self._done: collections.deque[Step] = collections.deque(maxlen=MAX_HELD_STEPS)  # finished, for the nodes to send
         self._nodes: list[SimulatedNode] = []
-        self._context: zmq.Context | None = None
+        self._context: zmq.Context[Any] | None = None
         self.relays: RelayProcesses | None = None
         self._started = 0.0
         self._step_start = 0.0
@@ -248,8 +250,11 @@ class Simulator:
             if halt is not None and self._step_end >= halt:
                 self._halted_at = self._step_end  # the job hangs in the step that would have ended after it
                 return
-            self._done.append(self._step)
-            self._walls = (self._walls + [self._step.duration])[-32:]
+            step = self._step
+            if step is None:
+                break
+            self._done.append(step)
+            self._walls = (self._walls + [step.duration])[-32:]
             self.steps_done += 1
             start = self._step_end
             if now - start > MAX_LAG_S:  # the machine is too busy for this job: skip ahead rather than flood
@@ -268,10 +273,10 @@ class Simulator:
         k = self.s.calls_per_step
         collective = None
         if ops and halted and not stuck:  # waiting inside the first collective of the step for the stuck rank
-            collective = {"op": ops[0][1], "seq": n * k + 1, "b": BUCKET_BYTES[0], "dt": DTYPE, "g": self.s.ranks,
-                          "inside": True, "age": now - self._halted_at}  # fmt: skip
+            collective = LastCollective(op=ops[0][1], seq=n * k + 1, b=BUCKET_BYTES[0], dt=DTYPE, g=self.s.ranks, inside=True,
+                                        age=now - self._halted_at if self._halted_at is not None else 0.0)  # fmt: skip
         elif ops:  # the last one it left: the previous step's last
-            collective = {"op": ops[-1][1], "seq": n * k, "b": BUCKET_BYTES[0], "dt": DTYPE, "g": self.s.ranks, "inside": False, "age": 0.0}
+            collective = LastCollective(op=ops[-1][1], seq=n * k, b=BUCKET_BYTES[0], dt=DTYPE, g=self.s.ranks, inside=False, age=0.0)
         pause = self._step.pauses.get(rank) if self._step is not None else None
         if stuck:
             phase = "data"  # waiting for a batch that never comes
@@ -289,7 +294,7 @@ class Simulator:
             **(self._device_samples(now) if self.s.gpu else {}),
         )  # fmt: skip
 
-    def _pausing(self) -> dict:
+    def _pausing(self) -> dict[Any, Any]:
         """The ranks saving a checkpoint or evaluating in the step under way (Step.pauses): their state is their own."""
         return self._step.pauses if self._step is not None else {}
 
@@ -299,16 +304,16 @@ class Simulator:
         seconds = now - self._started
         alloc = 40e9 + 1e6 * (seconds % 60)  # the allocator's figures move a little, as a training step's do
         return {
-            "mem": Memory(rss=3.0e9, cuda={"dev": 0, "alloc": alloc, "resv": 60e9, "peak": 52e9, "cap": 80e9, "retries": 0, "ooms": 0}),
-            "gpu": {"seq": int(seconds), "t": now, "name": "NVIDIA H100 80GB HBM3 (simulated)", "bus": "00000000:00:00.0",
-                    "util": 97, "mem_util": 61, "mem_used": 62e9, "mem_total": 80e9, "power_w": 655.0, "power_limit_w": 700.0,
-                    "temp_c": 66, "sm_mhz": 1980, "sm_max_mhz": 1980},
+            "mem": Memory(rss=3.0e9, cuda=CudaMemory(dev=0, alloc=alloc, resv=60e9, peak=52e9, cap=80e9, retries=0, ooms=0)),
+            "gpu": Gpu(seq=int(seconds), t=now, name="NVIDIA H100 80GB HBM3 (simulated)", bus="00000000:00:00.0",
+                       util=97, mem_util=61, mem_used=62e9, mem_total=80e9, power_w=655.0, power_limit_w=700.0,
+                       temp_c=66, sm_mhz=1980, sm_max_mhz=1980),
         }  # fmt: skip
 
     def _hellos(self, node: SimulatedNode, now: float) -> None:
         """Every rank of the node says hello: into its digest, and on the wire where a viewer takes the ranks' own
         (a rank's fields are made once, while its node's rate stands: 8,192 hellos a second at 16,384 ranks)."""
-        published = schema.HELLO.encode() in node.topics
+        published = HELLO.encode() in node.topics
         for rank in node.ranks:
             if self.is_silent(rank):
                 continue
@@ -349,7 +354,7 @@ class Simulator:
                 # only digests are read: no records to build (unless records the digest still holds came first, as
                 # when a viewer of the ranks' own messages just went over to digests: a rank's steps of one digest come
                 # one way, NodeDigest.holds_records)
-                if steps and schema.STEPS.encode() not in node.topics and not node.digest.holds_records:
+                if steps and STEPS.encode() not in node.topics and not node.digest.holds_records:
                     folded.append((node.ranks, node.digest))
                 else:
                     for msg in self.messages(node.ranks, steps, now):
@@ -391,7 +396,7 @@ class Simulator:
     def fold_nodes(self, nodes: list[tuple[range, NodeDigest]], steps: list[Step], now: float) -> None:
         """What the ranks of ``nodes`` (each node's ranks and digest) would send with their records of ``steps``,
         summed straight into each node's digest as the columns its body packs (NodeDigest.add_columns) and, every
-        :data:`~ranktop.wire.node_digest.OPS_EVERY_S`, each rank's collectives since: the sums for every rank of
+        :data:`~ranktop.wire.pacing.OPS_EVERY_S`, each rank's collectives since: the sums for every rank of
         every node in a few numpy operations (JobModel.node_sums). One rank at a time, the simulator of 16,384
         ranks needed more than a core for this alone, and fell behind its own job."""
         model = self.model
@@ -471,11 +476,13 @@ class Simulator:
         self._next_sample[ranks[0]] = now + SAMPLE_EVERY_S
         return self.model.sample(last, ranks[0], (last.n + 1) * self.s.calls_per_step, now - self._started)
 
-    def replay(self, seconds: float, start: float = 1.0e9, digests: bool = False, turns: int = 1):
+    def replay(
+        self, seconds: float, start: float = 1.0e9, digests: bool = False, turns: int = 1
+    ) -> Iterator[tuple[float, list[list[bytes]]]]:
         """Run the job on a clock of its own, without sockets: yields (time, frames every rank sends then)
         at each of the ranks' sends, for ``seconds`` of the job (tests and benchmarks feed an aggregator
         with them). The scenario's stalls and silences happen as they would live. Call on a Simulator
-        that was not started. ``digests``: yield each node's digest (wire/node_digest.py) instead, hellos
+        that was not started. ``digests``: yield each node's digest (relay/digest_fold.py) instead, hellos
         included, as a viewer of a big job receives them, at the pace the job's relays would send them
         (``digest_hz``: 1 Hz at 2,048 nodes). ``turns``: the nodes send in that many turns, node j at every
         ``turns``-th send from the j-th (live, each relay sends at its own moment: its digests end at its own
@@ -494,7 +501,7 @@ class Simulator:
                 folds[msg.rank // per].add(msg)
         sent_upto, last_sent = [-1] * turns, start
         next_links = start + links_every_s(self.s.nodes)
-        # The nodes' digests as their relays pace them (wire/node_digest.py: digest_hz), each turn's on its own.
+        # The nodes' digests as their relays pace them (wire/pacing.py: digest_hz), each turn's on its own.
         digest_every = 1.0 / digest_hz(len(nodes))
         next_digest = [start + digest_every] * turns
         for i in range(1, int(seconds * self.s.rate_hz) + 1):
@@ -555,7 +562,7 @@ class Simulator:
     def stacks(self, rank: int) -> dict[str, Any]:
         """A training stack where this rank is now, shaped as probe/stacks.py's answer."""
         stuck = self._halted_at is not None and rank in (self.s.stall_rank, self.s.silent_rank)
-        phase = "data" if stuck else self.state(rank, self._clock()).phase
+        phase = "data" if stuck else self.state(rank, self._clock()).phase or "forward"
         if self._halted_at is not None and not stuck:
             phase = "forward"  # inside the collective the stuck rank never joins
         frames = [stack_frame(JOB_FILE, 210, "<module>", "main()")] + STACK_TAIL[phase]
@@ -578,11 +585,22 @@ def add_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--rate", type=_rate, default=settings.DEFAULT_RATE_HZ, metavar="HZ",
                    help=f"messages per second per rank (default {settings.DEFAULT_RATE_HZ:g}, as the probe)")  # fmt: skip
     p.add_argument("--slow-rank", type=_count0, default=None, metavar="R", help="one rank slow in one phase, every step")
-    p.add_argument("--slow-node", default=None, metavar="HOST", help=f"every rank of one node slow (nodes are {node_name(0)}, {node_name(1)}, ...)")
-    p.add_argument("--slow-link", default=None, metavar="HOST",
-                   help="one node's network slow: every collective crossing it, and the links its relay measures")
-    p.add_argument("--slow-link-x", type=_number(float, lambda v: v >= 1, "1 or more"), default=SLOW_LINK_X, metavar="X",
-                   help=f"how many times slower its network is (default {SLOW_LINK_X:g})")
+    p.add_argument(
+        "--slow-node", default=None, metavar="HOST", help=f"every rank of one node slow (nodes are {node_name(0)}, {node_name(1)}, ...)"
+    )
+    p.add_argument(
+        "--slow-link",
+        default=None,
+        metavar="HOST",
+        help="one node's network slow: every collective crossing it, and the links its relay measures",
+    )
+    p.add_argument(
+        "--slow-link-x",
+        type=_number(float, lambda v: v >= 1, "1 or more"),
+        default=SLOW_LINK_X,
+        metavar="X",
+        help=f"how many times slower its network is (default {SLOW_LINK_X:g})",
+    )
     p.add_argument("--slow-ms", type=_non_negative, default=20.0, metavar="MS", help="how much slower (default 20 ms)")
     p.add_argument("--slow-phase", choices=PHASES, default="data", help="in which phase (default data)")
     p.add_argument("--stall-rank", type=_count0, default=None, metavar="R", help="a rank that stops making progress: the job hangs")
@@ -594,7 +612,8 @@ def add_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--tp", type=_count, default=1, metavar="T", help="tensor-parallel group size (default 1; innermost: within a node)")
     p.add_argument("--ep", type=_count, default=1, metavar="E", help="expert-parallel group size (default 1)")
     p.add_argument("--stage-costs", type=_costs, default=None, metavar="C,C,...",
-                   help=f"each stage's forward and backward cost, relative (default: the last stage {LAST_STAGE_COST:g}, the others 1)")  # fmt: skip
+                   help=f"each stage's forward and backward cost, relative (default: the last stage {LAST_STAGE_COST:g}, "
+                        "the others 1)")  # fmt: skip
     p.add_argument("--gpu", action="store_true", help="every rank sends memory and GPU samples, as on a GPU node")
 
 
@@ -623,8 +642,11 @@ def scenario_of(args: argparse.Namespace, ranks: int, job: str, parser: argparse
     return s
 
 
-def _number(kind, test, what):
-    def parse(text: str):
+_N = TypeVar("_N", int, float)
+
+
+def _number(kind: Callable[[str], _N], test: Callable[[_N], bool], what: str) -> Callable[[str], _N]:
+    def parse(text: str) -> _N:
         try:
             value = kind(text)
         except ValueError:
@@ -679,7 +701,7 @@ def run(scenario: Scenario, directory: str | None = None, duration_s: float | No
     try:
         sim.start()
         if not quiet:
-            s, relays = scenario, len(sim.relays.pids)
+            s, relays = scenario, len(sim.relays.pids) if sim.relays is not None else 0
             print(
                 f"ranktop: simulating job {s.job}: {s.ranks} ranks on {len(sim._nodes)} nodes (their relays in {relays} "
                 f"process{'es' if relays > 1 else ''}), {s.steps_per_s:g} steps/s, {s.calls_per_step} collective calls per step; "

@@ -92,34 +92,39 @@ def build_parser() -> argparse.ArgumentParser:
         description="ranktop's demo: a small transformer LM trained with DDP, with faults to inject.",
     )
     run = p.add_argument_group("training")
-    run.add_argument("--steps", type=_count(0), default=DEFAULT_STEPS,
-                     help=f"training steps to run (default {DEFAULT_STEPS:,}: until interrupted)")
+    run.add_argument(
+        "--steps", type=_count(0), default=DEFAULT_STEPS, help=f"training steps to run (default {DEFAULT_STEPS:,}: until interrupted)"
+    )
     run.add_argument("--batch-size", type=_count(1), default=8, help="sequences per rank per step (default 8)")
     run.add_argument("--seq-len", type=_count(2), default=64, help="tokens per sequence (default 64)")
-    run.add_argument("--workers", type=_count(0), default=1,
-                     help="DataLoader worker processes per rank; 0 loads in the training process (default 1)")
+    run.add_argument(
+        "--workers", type=_count(0), default=1, help="DataLoader worker processes per rank; 0 loads in the training process (default 1)"
+    )
     run.add_argument("--lr", type=_non_negative, default=3e-3, help="AdamW learning rate (default 3e-3)")
-    run.add_argument("--log-every", type=_count(1), default=50,
-                     help="print loss and step time on rank 0 every K steps (default 50)")
-    run.add_argument("--no-probe", action="store_true",
-                     help="run without ranktop's probe (every probe call becomes a no-op)")
+    run.add_argument("--log-every", type=_count(1), default=50, help="print loss and step time on rank 0 every K steps (default 50)")
+    run.add_argument("--no-probe", action="store_true", help="run without ranktop's probe (every probe call becomes a no-op)")
 
     slow = p.add_argument_group("straggler: one rank slow in one phase, every step")
     slow.add_argument("--slow-rank", type=int, metavar="R", help="the rank to slow down")
-    slow.add_argument("--slow-ms", type=_non_negative, metavar="MS",
-                      help=f"milliseconds to sleep per step on the slow rank (default {DEFAULT_SLOW_MS:g})")
-    slow.add_argument("--slow-phase", choices=PHASES, default="data",
-                      help="the phase the sleep happens in (default data)")
+    slow.add_argument(
+        "--slow-ms", type=_non_negative, metavar="MS", help=f"milliseconds to sleep per step on the slow rank (default {DEFAULT_SLOW_MS:g})"
+    )
+    slow.add_argument("--slow-phase", choices=PHASES, default="data", help="the phase the sleep happens in (default data)")
 
     hang = p.add_argument_group("hang: one rank stops making progress")
-    hang.add_argument("--hang-rank", type=int, metavar="R",
-                      help="the rank that hangs (inside forward; the others then wait in the all-reduce)")
-    hang.add_argument("--hang-at-step", type=_count(0), metavar="S",
-                      help=f"the step at which it hangs (default {DEFAULT_HANG_AT_STEP})")
+    hang.add_argument(
+        "--hang-rank", type=int, metavar="R", help="the rank that hangs (inside forward; the others then wait in the all-reduce)"
+    )
+    hang.add_argument("--hang-at-step", type=_count(0), metavar="S", help=f"the step at which it hangs (default {DEFAULT_HANG_AT_STEP})")
 
     leak = p.add_argument_group("leak: one rank's memory grows every step")
-    leak.add_argument("--leak-mb-per-step", type=_non_negative, default=0.0, metavar="X",
-                      help="MB of new tensors kept alive per step on the leaking rank (default 0: no leak)")
+    leak.add_argument(
+        "--leak-mb-per-step",
+        type=_non_negative,
+        default=0.0,
+        metavar="X",
+        help="MB of new tensors kept alive per step on the leaking rank (default 0: no leak)",
+    )
     leak.add_argument("--leak-rank", type=int, default=0, metavar="R", help="the leaking rank (default 0)")
     return p
 
@@ -346,13 +351,21 @@ def main(argv: list[str] | None = None) -> int:
     )
     faults.attach(model, optimizer)
     # With workers the data sleep comes after the fetch (a worker's would hide behind prefetching).
-    loader = DataLoader(dataset, batch_size=args.batch_size, num_workers=args.workers,
-                        pin_memory=device.type == "cuda", collate_fn=None if args.workers else faults.collate)
+    loader = DataLoader(
+        dataset,
+        batch_size=args.batch_size,
+        num_workers=args.workers,
+        pin_memory=device.type == "cuda",
+        collate_fn=None if args.workers else faults.collate,
+    )
 
     if rank == 0:
         params = sum(p.numel() for p in model.parameters())
-        print(f"[rank 0] {world} rank(s), {backend} on {device.type}, {params:,} parameters, "
-              f"loss floor {dataset.entropy():.3f} nats, probe {'off' if args.no_probe else 'on'}", flush=True)
+        print(
+            f"[rank 0] {world} rank(s), {backend} on {device.type}, {params:,} parameters, "
+            f"loss floor {dataset.entropy():.3f} nats, probe {'off' if args.no_probe else 'on'}",
+            flush=True,
+        )
 
     step = 0
     batches = iter(loader)

@@ -176,9 +176,7 @@ class AutoTimer:
     def forward_begin(self, training: bool) -> bool:
         """Returns whether a forward phase was begun (and ``forward_end`` must follow)."""
         rec = self.rec
-        if not self.user_steps and (
-            not (rec.step_started and rec.current_step == self._number) if self.open else rec.step_started
-        ):
+        if not self.user_steps and (not (rec.step_started and rec.current_step == self._number) if self.open else rec.step_started):
             self._lose()
         if self.user_steps:
             rec.begin_phase("forward")
@@ -732,8 +730,14 @@ _get_ident = threading.get_ident
 # machine, the recorder, device timing), as when torch's own skipped code calls them within a compiled region.
 dynamo_guard.keep_out(TimedCall.__call__)  # it calls the script's module: dynamo may compile what that calls
 dynamo_guard.keep_out(
-    TorchHooks._fwd_pre_discover, TorchHooks._fwd_post_discover, TorchHooks._fwd_pre, TorchHooks._fwd_post,
-    TorchHooks._opt_pre, TorchHooks._opt_post, TorchHooks._first_forward, recursive=True,
+    TorchHooks._fwd_pre_discover,
+    TorchHooks._fwd_post_discover,
+    TorchHooks._fwd_pre,
+    TorchHooks._fwd_post,
+    TorchHooks._opt_pre,
+    TorchHooks._opt_post,
+    TorchHooks._first_forward,
+    recursive=True,
 )
 
 

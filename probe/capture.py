@@ -295,8 +295,14 @@ class Capture:
 
     def progress(self, now: float | None = None) -> dict[str, Any]:
         """What the state's ``cap`` field carries (``wire/schema.py``): read on the sender thread."""
-        out: dict[str, Any] = {"id": self.id, "kind": self.kind, "st": self.state, "start": self.start,
-                               "steps": self.steps, "dir": str(self.folder)}
+        out: dict[str, Any] = {
+            "id": self.id,
+            "kind": self.kind,
+            "st": self.state,
+            "start": self.start,
+            "steps": self.steps,
+            "dir": str(self.folder),
+        }
         if self.step is not None:
             out["at"] = self.step
         if self.path is not None:
@@ -384,7 +390,10 @@ def summarize_file(path: Path) -> dict[str, Any]:
     try:
         done = subprocess.run(
             [sys.executable, "-I", "-S", trace_summary.__file__, str(path)],
-            stdin=subprocess.DEVNULL, capture_output=True, timeout=SUMMARY_TIMEOUT_S, check=False,
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            timeout=SUMMARY_TIMEOUT_S,
+            check=False,
         )
         if done.returncode != 0:
             lines = done.stderr.decode(errors="replace").strip().splitlines()

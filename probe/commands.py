@@ -15,6 +15,7 @@ from typing import Any, Callable, Protocol
 
 from ranktop.wire import capture as _capture
 from ranktop.wire import settings
+from ranktop.wire.messages import CaptureArmed, CommandResult, Pong, RateSet, Refused
 from ranktop.transport import rendezvous
 
 from . import stacks as _stacks
@@ -34,34 +35,34 @@ class CommandTarget(Protocol):
     def capture_folder(self, capture_id: str) -> Path: ...
 
 
-def ping(target: CommandTarget, args: dict[str, Any]) -> tuple[bool, dict[str, Any]]:
-    return True, {"pong": time.time(), "state": target.state()}
+def ping(target: CommandTarget, args: dict[str, Any]) -> tuple[bool, CommandResult]:
+    return True, Pong(pong=time.time(), state=target.state())
 
 
-def set_rate(target: CommandTarget, args: dict[str, Any]) -> tuple[bool, dict[str, Any]]:
+def set_rate(target: CommandTarget, args: dict[str, Any]) -> tuple[bool, CommandResult]:
     hz = args.get("hz")
     problem = settings.rate_problem(hz)
-    if problem:
-        return False, {"error": f"hz {problem}"}
+    if problem or hz is None:
+        return False, Refused(error=f"hz {problem}")
     target.rate_hz = float(hz)
-    return True, {"rate_hz": target.rate_hz}
+    return True, RateSet(rate_hz=target.rate_hz)
 
 
-def stacks(target: CommandTarget, args: dict[str, Any]) -> tuple[bool, dict[str, Any]]:
+def stacks(target: CommandTarget, args: dict[str, Any]) -> tuple[bool, CommandResult]:
     """Every thread's Python stack, read from this (the sender's) thread: answers while training is blocked.
 
     With ``fingerprint`` only the main thread's fingerprint (probe/stacks.py), so that a big job's
     thousands of ranks send a few bytes each and one rank per distinct stack the text."""
     depth = args.get("max_frames", _stacks.MAX_FRAMES)
     if isinstance(depth, bool) or not isinstance(depth, int) or not 1 <= depth <= _stacks.MAX_FRAMES:
-        return False, {"error": f"max_frames must be a whole number from 1 to {_stacks.MAX_FRAMES}"}
+        return False, Refused(error=f"max_frames must be a whole number from 1 to {_stacks.MAX_FRAMES}")
     fingerprint_only = args.get("fingerprint", False)
     if not isinstance(fingerprint_only, bool):
-        return False, {"error": f"fingerprint must be true or false, got {fingerprint_only!r}"}
+        return False, Refused(error=f"fingerprint must be true or false, got {fingerprint_only!r}")
     return True, _stacks.answer(_stacks.collect(max_frames=depth), target.state(), fingerprint_only)
 
 
-def capture(target: CommandTarget, args: dict[str, Any]) -> tuple[bool, dict[str, Any]]:
+def capture(target: CommandTarget, args: dict[str, Any]) -> tuple[bool, CommandResult]:
     """Arm a trace or memory capture of ``steps`` steps from step ``start`` (see probe/capture.py).
 
     The folder is this job's capture folder (wire/capture.py); from the network
@@ -69,50 +70,48 @@ def capture(target: CommandTarget, args: dict[str, Any]) -> tuple[bool, dict[str
     """
     capture_id, kind = args.get("id"), args.get("kind", _capture.TRACE)
     if not isinstance(capture_id, str) or not 1 <= len(capture_id) <= 120:
-        return False, {"error": "id must be a string of 1 to 120 characters"}
+        return False, Refused(error="id must be a string of 1 to 120 characters")
     if kind not in _capture.KINDS:
-        return False, {"error": f"kind must be one of {', '.join(_capture.KINDS)}, got {kind!r}"}
+        return False, Refused(error=f"kind must be one of {', '.join(_capture.KINDS)}, got {kind!r}")
     steps = args.get("steps", _capture.DEFAULT_STEPS)
     problem = _capture.check_steps(steps)
     if problem:
-        return False, {"error": problem}
+        return False, Refused(error=problem)
     start = args.get("start")
     if isinstance(start, bool) or not isinstance(start, int) or start < 0:
-        return False, {"error": f"start must be a step number (a whole number >= 0), got {start!r}"}
+        return False, Refused(error=f"start must be a step number (a whole number >= 0), got {start!r}")
     options = {}
     for name in ("shapes", "memory", "stacks"):
         value = args.get(name, False)
         if not isinstance(value, bool):
-            return False, {"error": f"{name} must be true or false, got {value!r}"}
+            return False, Refused(error=f"{name} must be true or false, got {value!r}")
         options[name] = value
     running = target.capture
     if running is not None:
         running.give_up_if_late()
     if running is not None and running.running:
-        return False, {"error": f"a capture is already running (id {running.id}, {running.state})"}
+        return False, Refused(error=f"a capture is already running (id {running.id}, {running.state})")
     torch = sys.modules.get("torch")  # never imported here: a rank that has not imported torch has nothing to profile
     if torch is None:
-        return False, {"error": "this rank has not imported torch: nothing to capture"}
+        return False, Refused(error="this rank has not imported torch: nothing to capture")
     if kind == _capture.MEMORY and not torch.cuda.is_available():
-        return False, {"error": "memory snapshots need a GPU (no CUDA on this rank)"}
+        return False, Refused(error="memory snapshots need a GPU (no CUDA on this rank)")
     now = target.recorder.current_step
     if start <= now:
-        return False, {"error": f"missed the start step {start}: this rank is already at step {now}"}
+        return False, Refused(error=f"missed the start step {start}: this rank is already at step {now}")
     if start > now + _capture.MAX_LEAD_STEPS:
-        return False, {"error": f"start step {start} is more than {_capture.MAX_LEAD_STEPS} steps ahead of this rank (step {now})"}
+        return False, Refused(error=f"start step {start} is more than {_capture.MAX_LEAD_STEPS} steps ahead of this rank (step {now})")
     safe_id = rendezvous.safe_name(capture_id)
     folder = target.capture_folder(safe_id)
     ident = target.identity
     timeout = start_timeout(start - now, target.state().get("median_step_s"))
-    cap = Capture(
-        safe_id, kind, start, steps, folder, rank=ident.rank, host=ident.host, torch=torch, start_timeout_s=timeout, **options
-    )
+    cap = Capture(safe_id, kind, start, steps, folder, rank=ident.rank, host=ident.host, torch=torch, start_timeout_s=timeout, **options)
     target.capture = cap
     cap.attach(target.recorder)
-    return True, {"capture": safe_id, "kind": kind, "start": start, "steps": steps, "dir": str(folder)}
+    return True, CaptureArmed(capture=safe_id, kind=kind, start=start, steps=steps, dir=str(folder))
 
 
-HANDLERS: dict[str, Callable[[CommandTarget, dict[str, Any]], tuple[bool, dict[str, Any]]]] = {
+HANDLERS: dict[str, Callable[[CommandTarget, dict[str, Any]], tuple[bool, CommandResult]]] = {
     "ping": ping,
     "set_rate": set_rate,
     "stacks": stacks,
@@ -120,8 +119,8 @@ HANDLERS: dict[str, Callable[[CommandTarget, dict[str, Any]], tuple[bool, dict[s
 }
 
 
-def run(target: CommandTarget, cmd: str, args: dict[str, Any]) -> tuple[bool, dict[str, Any]]:
+def run(target: CommandTarget, cmd: str, args: dict[str, Any]) -> tuple[bool, CommandResult]:
     handler = HANDLERS.get(cmd)
     if handler is None:
-        return False, {"error": f"unknown command {cmd!r}; known: {', '.join(sorted(HANDLERS))}"}
+        return False, Refused(error=f"unknown command {cmd!r}; known: {', '.join(sorted(HANDLERS))}")
     return handler(target, args)

@@ -30,7 +30,7 @@ counts the captures in progress (``CUDAGraph.capture_begin``/``capture_end``
 are wrapped once); the sender queries only under its lock and while none is,
 and capture_begin (never on a hot path) takes the same lock for a moment.
 
-Wrappers (probe/collectives.py, and new ones: point-to-point, functional
+Wrappers (probe/dist_wrappers.py, and new ones: point-to-point, functional
 collectives) need nothing of this module: ``CollectiveTracker.begin`` records
 the start, ``CollectiveTracker.end`` the end of a blocking call, and
 ``CollectiveTracker.complete(token, work)`` the end of an async one; a
@@ -418,7 +418,7 @@ class DeviceWaits:
         """An event recorded now on this thread's current stream of the training device, or None (pool empty, a
         capture in progress, timing off). For a future's done-callback, on whatever thread it runs: a CUDA future
         calls back with a stream made to wait for its kernel current, so the event completes where the kernel
-        does (DDP's comm hooks: probe/collectives.py ``HookCompletions``). Asks CUDA nothing: a capture is known
+        does (DDP's comm hooks: probe/ddp_waits.py ``HookCompletions``). Asks CUDA nothing: a capture is known
         from the training thread's last look."""
         if self.off or self.guard.depth or self.guard.external:
             return None
@@ -573,7 +573,7 @@ def watch_work(work_class: Any, waits: DeviceWaits | None) -> None:
     _waits = waits
     if getattr(work_class.wait, "_ranktop_device", False):
         return
-    original = work_class.wait  # perhaps probe/collectives.py's own wrapper (point-to-point waits): chained
+    original = work_class.wait  # perhaps probe/dist_wrappers.py's own wrapper (point-to-point waits): chained
 
     @functools.wraps(original)
     def wait(self, *args, **kwargs):
@@ -583,7 +583,7 @@ def watch_work(work_class: Any, waits: DeviceWaits | None) -> None:
         return waits.waited(self, original, args, kwargs)
 
     dynamo_guard.keep_out(wait)
-    wait._ranktop_device = True  # not _ranktop: probe/collectives.py may still wrap it (point-to-point)
+    wait._ranktop_device = True  # not _ranktop: probe/dist_wrappers.py may still wrap it (point-to-point)
     work_class.wait = wait
 
 

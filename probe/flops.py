@@ -27,7 +27,7 @@ import sys
 from typing import Any, Callable
 
 from ranktop.wire import settings
-from ranktop.wire.dtypes import DTYPES, normalise_dtype  # noqa: F401 (part of this module's interface)
+from ranktop.wire.dtypes import normalise_dtype
 
 #: Dense peak TFLOP/s per device and dtype. Keys are matched against the lower-cased CUDA
 #: device name, most specific first (so "h100 pcie" wins over "h100").
@@ -140,8 +140,8 @@ def _dtype_from_env(env) -> str | None:
 def compute_dtype(torch: Any, module: Any) -> tuple[str, str] | None:
     """(dtype, where it was learnt) of what a training forward of ``module`` computes in, asked inside it:
     autocast's dtype where autocast is on for the parameters' device ("autocast"), else the parameters' own
-    ("parameters"; FSDP2's mixed-precision ``param_dtype`` for a ``fully_shard`` module), fp32 counted as tf32 where CUDA matmuls may use TF32
-    (``torch.backends.cuda.matmul.allow_tf32``, ``set_float32_matmul_precision("high")``). None: no
+    ("parameters"; FSDP2's mixed-precision ``param_dtype`` for a ``fully_shard`` module), fp32 counted as tf32 where
+    CUDA matmuls may use TF32 (``torch.backends.cuda.matmul.allow_tf32``, ``set_float32_matmul_precision("high")``). None: no
     floating-point parameter, or a torch that cannot say."""
     try:
         param = next(iter(module.parameters()), None)

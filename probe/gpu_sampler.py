@@ -21,7 +21,7 @@ latest sample and the sender picks it up.
 Every NVML call is guarded: a function missing from the installed binding or
 driver, or an ``NVMLError``, gives None (shown as "N/A"), never a fault. No
 binding (``pip install 'ranktop[gpu]'``), no driver, no GPU, or a rank that uses
-no GPU: the sample is ``{"na": "<why>"}`` and the thread ends.
+no GPU: the sample is ``Gpu(na=why)`` and the thread ends.
 
 Sample keys (all optional but ``seq`` and ``t``): ``name``, ``bus``, ``util``
 (NVML's "GPU utilization": the % of time a kernel was running, *not* the share
@@ -43,6 +43,7 @@ import time
 from typing import Any, Callable
 
 from ranktop.transport import background
+from ranktop.wire.messages import Gpu
 
 INTERVAL_S = 1.0
 #: The PCIe throughput reads (about 20 ms each: NVML samples the counter over a window) every this many samples.
@@ -90,7 +91,7 @@ class GpuSampler(threading.Thread):
         clock: Callable[[], float] = time.time,
     ):
         super().__init__(name="ranktop-gpu", daemon=True)
-        self.latest: dict[str, Any] | None = None
+        self.latest: Gpu | None = None
         self._locate = locate
         self._nvml = nvml
         self._interval = interval_s
@@ -99,7 +100,7 @@ class GpuSampler(threading.Thread):
         self._handle: Any = None
         self._seq = 0
         self._initialised = False  # nvmlInit succeeded: nvmlShutdown is owed, whatever happens next
-        self._pcie: dict[str, Any] = {}
+        self._pcie: tuple[Any, Any] = (None, None)  # the last PCIe reads, tx and rx (bytes/s)
 
     def stop(self) -> None:
         self._stop_event.set()
@@ -113,7 +114,7 @@ class GpuSampler(threading.Thread):
                 self.sample()
                 self._stop_event.wait(self._interval)
         except Exception as exc:  # never a fault of the probe: the panel says what happened
-            self.latest = {"na": f"GPU sampling stopped: {exc.__class__.__name__}: {exc}"}
+            self.latest = Gpu(na=f"GPU sampling stopped: {exc.__class__.__name__}: {exc}")
         finally:
             self.close()
 
@@ -123,16 +124,16 @@ class GpuSampler(threading.Thread):
         """Load NVML and find the rank's GPU; False (with ``latest`` saying why) if there is none."""
         if self._nvml is None:
             try:
-                import pynvml  # nvidia-ml-py, the 'gpu' extra
+                import pynvml  # type: ignore[import-not-found, import-untyped, unused-ignore]  # nvidia-ml-py, the 'gpu' extra
             except Exception:
-                self.latest = {"na": "no NVML binding (pip install 'ranktop[gpu]')"}
+                self.latest = Gpu(na="no NVML binding (pip install 'ranktop[gpu]')")
                 return False
             self._nvml = pynvml
         nvml = self._nvml
         try:
             nvml.nvmlInit()
         except Exception as exc:
-            self.latest = {"na": f"no NVIDIA driver ({_reason(exc)})"}
+            self.latest = Gpu(na=f"no NVIDIA driver ({_reason(exc)})")
             return False
         self._initialised = True
         try:
@@ -140,19 +141,19 @@ class GpuSampler(threading.Thread):
         except Exception:
             count = None
         if count == 0:
-            self.latest = {"na": "no NVIDIA GPU"}
+            self.latest = Gpu(na="no NVIDIA GPU")
             return False
         while not self._stop_event.is_set():
             where = self._locate() or {"na": "rank uses no GPU"}
             if "na" not in where:
                 break
-            self.latest = {"na": where["na"]}
+            self.latest = Gpu(na=where["na"])
             self._stop_event.wait(self._interval)  # CUDA may not be initialised yet
         else:
             return False
         self._handle = self._find(where)
         if self._handle is None:
-            self.latest = {"na": f"GPU {where} not found by NVML"}
+            self.latest = Gpu(na=f"GPU {where} not found by NVML")
             return False
         return True
 
@@ -176,43 +177,49 @@ class GpuSampler(threading.Thread):
             self._initialised = False
         self._handle = None
 
-    def sample(self) -> dict[str, Any]:
+    def sample(self) -> Gpu:
         """One round of NVML reads; a missing function or an NVMLError leaves that gauge None."""
         h = self._handle
         call = self._call
         self._seq += 1
-        out: dict[str, Any] = {"seq": self._seq, "t": self._clock()}
-        out["name"] = _text(call("nvmlDeviceGetName", h))
         pci = call("nvmlDeviceGetPciInfo", h)
-        out["bus"] = _text(getattr(pci, "busId", None)) if pci is not None else None
         util = call("nvmlDeviceGetUtilizationRates", h)
-        out["util"] = getattr(util, "gpu", None)
-        out["mem_util"] = getattr(util, "memory", None)
         v2 = getattr(self._nvml, "nvmlMemory_v2", None)
         mem = call("nvmlDeviceGetMemoryInfo", h, v2) if v2 is not None else None
         if mem is None:
             mem = call("nvmlDeviceGetMemoryInfo", h)  # v1: counts the driver's reserve as used
-        out["mem_used"] = getattr(mem, "used", None)
-        out["mem_total"] = getattr(mem, "total", None)
         power = call("nvmlDeviceGetPowerUsage", h)  # milliwatts
-        out["power_w"] = power / 1000.0 if power is not None else None
         limit = call("nvmlDeviceGetEnforcedPowerLimit", h)
         if limit is None:
             limit = call("nvmlDeviceGetPowerManagementLimit", h)
-        out["power_limit_w"] = limit / 1000.0 if limit is not None else None
-        out["temp_c"] = call("nvmlDeviceGetTemperature", h, getattr(self._nvml, "NVML_TEMPERATURE_GPU", 0))
         sm = getattr(self._nvml, "NVML_CLOCK_SM", 1)
-        out["sm_mhz"] = call("nvmlDeviceGetClockInfo", h, sm)
-        out["sm_max_mhz"] = call("nvmlDeviceGetMaxClockInfo", h, sm)
         reasons = call("nvmlDeviceGetCurrentClocksEventReasons", h)  # the newer name
         if reasons is None:
             reasons = call("nvmlDeviceGetCurrentClocksThrottleReasons", h)
-        out["throttle"] = throttle_names(int(reasons)) if reasons is not None else None
         if self._seq % PCIE_EVERY == 1 or PCIE_EVERY <= 1:
-            for key, counter in (("pcie_tx", "NVML_PCIE_UTIL_TX_BYTES"), ("pcie_rx", "NVML_PCIE_UTIL_RX_BYTES")):
-                kbps = call("nvmlDeviceGetPcieThroughput", h, getattr(self._nvml, counter, 0 if key == "pcie_tx" else 1))
-                self._pcie[key] = kbps * 1024 if kbps is not None else None
-        out.update(self._pcie)
+            tx, rx = (
+                call("nvmlDeviceGetPcieThroughput", h, getattr(self._nvml, counter, default))
+                for counter, default in (("NVML_PCIE_UTIL_TX_BYTES", 0), ("NVML_PCIE_UTIL_RX_BYTES", 1))
+            )
+            self._pcie = (tx * 1024 if tx is not None else None, rx * 1024 if rx is not None else None)
+        out = Gpu(
+            seq=self._seq,
+            t=self._clock(),
+            name=_text(call("nvmlDeviceGetName", h)),
+            bus=_text(getattr(pci, "busId", None)) if pci is not None else None,
+            util=getattr(util, "gpu", None),
+            mem_util=getattr(util, "memory", None),
+            mem_used=getattr(mem, "used", None),
+            mem_total=getattr(mem, "total", None),
+            power_w=power / 1000.0 if power is not None else None,
+            power_limit_w=limit / 1000.0 if limit is not None else None,
+            temp_c=call("nvmlDeviceGetTemperature", h, getattr(self._nvml, "NVML_TEMPERATURE_GPU", 0)),
+            sm_mhz=call("nvmlDeviceGetClockInfo", h, sm),
+            sm_max_mhz=call("nvmlDeviceGetMaxClockInfo", h, sm),
+            throttle=throttle_names(int(reasons)) if reasons is not None else None,
+            pcie_tx=self._pcie[0],
+            pcie_rx=self._pcie[1],
+        )
         self.latest = out
         return out
 

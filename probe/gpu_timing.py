@@ -172,9 +172,7 @@ class Timeline:
 
     def wrap(self, rec: Recorder) -> dict[str, Callable[..., None]]:
         """The recorder's boundaries, each also marking an event (see ``Recorder.replace_boundaries``)."""
-        begin_step, end_step, begin_phase, end_phase, discard = (
-            rec.begin_step, rec.end_step, rec.begin_phase, rec.end_phase, rec.discard
-        )
+        begin_step, end_step, begin_phase, end_phase, discard = (rec.begin_step, rec.end_step, rec.begin_phase, rec.end_phase, rec.discard)
         mark, release = self._mark, self._release
 
         def begin_step_timed(number: int | None = None) -> None:
@@ -504,6 +502,8 @@ def _capturing(cuda: Any, device: Any) -> bool:
             return bool(cuda.is_current_stream_capturing())
     except Exception:
         return True
+
+
 def _param_device(optimizer: Any):
     for group in getattr(optimizer, "param_groups", ()):
         for param in group.get("params", ()):

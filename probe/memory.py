@@ -26,7 +26,9 @@ from __future__ import annotations
 import os
 import sys
 import time
-from typing import Any
+from typing import Any, Callable
+
+from ranktop.wire.messages import CudaMemory, Memory
 
 #: Samples are reused for this long: the sender may ask several times per flush.
 MIN_INTERVAL_S = 0.2
@@ -37,6 +39,7 @@ MAX_CUDA_ERRORS = 5
 def _imported(module: Any) -> bool:
     """False while the training thread is still executing ``import torch`` (a half-built module)."""
     return not getattr(getattr(module, "__spec__", None), "_initializing", False)
+
 
 try:
     _PAGE = os.sysconf("SC_PAGE_SIZE")
@@ -83,63 +86,64 @@ def rank_device(torch: Any, local_rank: int) -> tuple[int | None, bool]:
     return (local_rank if 0 <= local_rank < count else 0), False
 
 
-def cuda_sample(torch: Any, device: int) -> dict[str, Any]:
-    """The allocator's counters of one device, in the wire's short keys."""
+def cuda_sample(torch: Any, device: int) -> CudaMemory:
+    """The allocator's counters of one device, in the wire's short names."""
     stats = torch.cuda.memory_stats(device)
     allocated = int(stats.get("allocated_bytes.all.current", 0))
     reserved = int(stats.get("reserved_bytes.all.current", 0))
-    out = {
-        "dev": device,
-        "alloc": allocated,
-        "resv": reserved,
-        "peak": int(stats.get("allocated_bytes.all.peak", 0)),
-        "retries": int(stats.get("num_alloc_retries", 0)),
-        "ooms": int(stats.get("num_ooms", 0)),
-    }
     try:
-        out["cap"] = int(torch.cuda.get_device_properties(device).total_memory)
+        cap: int | None = int(torch.cuda.get_device_properties(device).total_memory)
     except Exception:
-        pass
-    return out
+        cap = None
+    return CudaMemory(
+        dev=device,
+        alloc=allocated,
+        resv=reserved,
+        peak=int(stats.get("allocated_bytes.all.peak", 0)),
+        retries=int(stats.get("num_alloc_retries", 0)),
+        ooms=int(stats.get("num_ooms", 0)),
+        cap=cap,
+    )
 
 
 class MemorySampler:
-    """``sample()`` -> ``{"rss": bytes, "cuda": {...}}``; cached for :data:`MIN_INTERVAL_S`."""
+    """``sample()`` -> ``Memory(rss=bytes, cuda=CudaMemory(...))``; cached for :data:`MIN_INTERVAL_S`."""
 
-    def __init__(self, local_rank: int = 0, clock=time.monotonic, on_device=None):
+    def __init__(self, local_rank: int = 0, clock: Callable[[], float] = time.monotonic, on_device: Callable[[int], None] | None = None):
         self.local_rank = local_rank
         self._clock = clock
         self._on_device = on_device  # called once with the device index, when it is certain
-        self._last: dict[str, Any] | None = None
+        self._last: Memory | None = None
         self._at = float("-inf")
         self._device: int | None = None
         self._device_sure = False
         self._cuda_errors = 0
 
-    def sample(self) -> dict[str, Any]:
+    def sample(self) -> Memory:
         now = self._clock()
         if self._last is not None and now - self._at < MIN_INTERVAL_S:
             return self._last
-        out: dict[str, Any] = {"rss": read_rss()}
+        rss, cuda = read_rss(), None
         torch = sys.modules.get("torch")  # only if the script imported it; never imported here
         if torch is not None and self._cuda_errors < MAX_CUDA_ERRORS and _imported(torch):
             try:
                 if not self._device_sure:  # until the training has put memory on a device
                     self._device, self._device_sure = rank_device(torch, self.local_rank)
-                    if self._device_sure and self._on_device is not None:
+                    if self._device_sure and self._device is not None and self._on_device is not None:
                         self._on_device(self._device)
                 if self._device is not None:
-                    out["cuda"] = cuda_sample(torch, self._device)
+                    cuda = cuda_sample(torch, self._device)
                 self._cuda_errors = 0
             except Exception:
                 self._cuda_errors += 1  # an odd torch build: after a few in a row, RSS alone, never a fault
+        out = Memory(rss=rss, cuda=cuda)
         self._last, self._at = out, now
         return out
 
     def retries(self) -> int | None:
         """The CUDA allocator's retries so far, as the last sample read them (None: no CUDA sampled)."""
-        cuda = (self._last or {}).get("cuda")
-        return cuda.get("retries") if cuda else None
+        cuda = self._last.cuda if self._last is not None else None
+        return int(cuda.retries) if cuda is not None and cuda.retries is not None else None
 
     @property
     def device(self) -> int | None:

@@ -93,9 +93,7 @@ class Recorder:
             while self._stack:  # phases left open inside the step end with it
                 self.end_phase()
             now = _perf()
-            self.buffer.append(
-                {"n": self.current_step, "t": self._step_wall, "w": now - self.step_started, "p": self._phases}
-            )
+            self.buffer.append({"n": self.current_step, "t": self._step_wall, "w": now - self.step_started, "p": self._phases})
             self.produced += 1
             self.last_step = self.current_step
             self.step_started = 0.0

@@ -12,6 +12,8 @@ from __future__ import annotations
 import sys
 from typing import Any
 
+from ranktop.wire.dtypes import normalise_dtype
+
 from . import flops
 from .gpu_sampler import GpuSampler, locate_rank_gpu
 from ranktop.transport.identity import Identity
@@ -47,7 +49,7 @@ class RankResources:
             if value is None:
                 continue
             if key == "dtype":
-                base["dtype"], base["dtype_from"] = flops.normalise_dtype(value), flops.STATED
+                base["dtype"], base["dtype_from"] = normalise_dtype(value), flops.STATED
             else:
                 base[key] = flops.positive(names.get(key, key), value, float if key == "flops" else int)
         self._base = base

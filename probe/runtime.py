@@ -15,9 +15,9 @@ import threading
 
 from ranktop.wire import settings
 
-from . import auto, collectives, device_waits, flops, gpu_timing, stream_waits
+from . import auto, collectives, device_waits, flops, gpu_timing, process_groups, stream_waits
 from .evidence import Evidence
-from .collectives import CollectiveTracker
+from .collective_tracker import CollectiveTracker
 from ranktop.transport.identity import Identity, detect
 from .recorder import NOOP, PhaseScope, Recorder, StepScope
 from .resources import RankResources
@@ -28,9 +28,7 @@ DEFAULT_CAPACITY = 4096
 
 
 class Probe:
-    def __init__(
-        self, identity: Identity, *, rate_hz: float, capacity: int, directory: str | None, work: dict | None = None
-    ):
+    def __init__(self, identity: Identity, *, rate_hz: float, capacity: int, directory: str | None, work: dict | None = None):
         self.identity = identity
         self.recorder = Recorder(capacity, on_fault=self._fault)
         self.collectives = CollectiveTracker(self.recorder)
@@ -135,9 +133,9 @@ def init(
             raise ValueError(f"rate_hz {problem}")
         work = flops.work_from(batch_size, tokens_per_step, flops_per_step, flops_dtype)
         identity = detect(job)
-        collectives._stated[:] = _stated_layout(layout, identity)
+        process_groups._stated[:] = _stated_layout(layout, identity)
         probe = Probe(identity, rate_hz=rate_hz, capacity=capacity, directory=rendezvous_dir, work=work)
-        probe.sender.add_hello("groups", collectives.groups_hello)
+        probe.sender.add_hello("groups", process_groups.groups_hello)
         active = probe
         collectives.install(probe.collectives)  # only if the script has imported torch.distributed
         gpu_timing.arm(probe)  # device timing, from the first step once the script has CUDA up
@@ -151,12 +149,12 @@ def _stated_layout(layout: str | None, identity: Identity) -> list:
     """The groups a stated layout puts this rank in: ``layout`` (a bad one raises), else ``RANKTOP_LAYOUT``
     (a bad one is said once and ignored: a typo in the environment must not cost the job its probe)."""
     if layout:
-        return collectives.state_layout(layout, identity.rank, identity.world)
+        return process_groups.state_layout(layout, identity.rank, identity.world)
     text = settings.LAYOUT.get()
     if not text:
         return []
     try:
-        return collectives.state_layout(text, identity.rank, identity.world)
+        return process_groups.state_layout(text, identity.rank, identity.world)
     except ValueError as exc:
         if identity.rank == 0:
             print(f"ranktop: RANKTOP_LAYOUT ignored: {exc}", file=sys.stderr)

@@ -16,21 +16,27 @@ import statistics
 import sys
 import threading
 import time
+from pathlib import Path
 from typing import Any, Callable
 
 import msgspec
 import zmq
 
 from ranktop.wire import __version__ as PROBE_VERSION
-from ranktop.wire import auth, collective_summary, schema
+from ranktop.wire import auth, schema
+from ranktop.wire.names import COMMAND
 from ranktop.wire.messages import (
     RANK_INFO_FIELDS,
     Call,
     CallSummary,
+    Capture,
     DeviceTimes,
+    Exit,
     Heartbeat,
     Hello,
     Message,
+    RankInfo,
+    Refused,
     Reply,
     State,
     Step,
@@ -39,8 +45,8 @@ from ranktop.wire.messages import (
 from ranktop.transport import background, rendezvous
 from ranktop.transport.captures import capture_folder
 
-from . import commands
-from .collectives import CollectiveTracker
+from . import collective_summary, commands
+from .collective_tracker import CollectiveTracker
 from ranktop.transport.identity import Identity
 from .recorder import Recorder
 from ranktop.transport.ipc import ipc_endpoints
@@ -64,7 +70,7 @@ MAX_COMMANDS_PER_S = 200.0
 _CORE_STATE = frozenset({"step", "last", "in_step", "phase", "step_age", "dropped", "rejected", "rate_hz", "median_step_s", "cap"})
 
 
-def exit_kind() -> str:
+def exit_kind() -> Exit:
     """How this process is ending, as the probe can tell while it shuts down: an uncaught exception in the
     script leaves ``sys.last_value`` (``sys.last_exc`` since 3.12) set before ``atexit`` runs."""
     died = getattr(sys, "last_exc", None) or getattr(sys, "last_value", None)
@@ -97,12 +103,12 @@ class Sender(threading.Thread):
         self._rejected: dict[str, int] = {}
         self._command_budget = MAX_COMMANDS_PER_S  # a token bucket (see MAX_COMMANDS_PER_S)
         self._budget_at = time.monotonic()
-        self._meta: dict[str, Any] | None = None  # the hello's fields that never change
+        self._meta: RankInfo | None = None  # the hello's fields that never change
         # Recent step wall times: the state carries their median, so a TUI that attaches to a
         # job already hung still knows how long a step usually takes on this rank.
         self._recent_walls: collections.deque[float] = collections.deque(maxlen=32)
         self._held_calls: list[dict[str, Any]] = []  # collective calls of the step in progress (see _flush)
-        self._next_sample = 0.0  # when the next sample of raw calls may go (wire/collective_summary.py)
+        self._next_sample = 0.0  # when the next sample of raw calls may go (probe/collective_summary.py)
         # Registered sources (see add_state / add_hello): what other parts of the probe put in
         # every state (memory, GPU gauges, the last collective) or every hello (the work per step).
         self._state_sources: dict[str, Callable[[], Any]] = {}
@@ -136,7 +142,7 @@ class Sender(threading.Thread):
             raise ValueError(f"hello key {key!r} is no field of wire/messages.py's RankInfo")
         self._hello_sources[key] = source
 
-    def capture_folder(self, capture_id: str):
+    def capture_folder(self, capture_id: str) -> Path:
         """Where this rank writes a capture's file: fixed by the job's side, never by the network."""
         return capture_folder(self.identity.job, capture_id, self._directory)
 
@@ -175,13 +181,13 @@ class Sender(threading.Thread):
             sub = ctx.socket(zmq.SUB)
             sub.setsockopt(zmq.RCVHWM, 100)
             sub.setsockopt(zmq.LINGER, 0)
-            sub.setsockopt(zmq.SUBSCRIBE, schema.COMMAND.encode())
+            sub.setsockopt(zmq.SUBSCRIBE, COMMAND.encode())
             sub.connect(ctl_ipc)
             self.ready.set()
             self._loop(pub, sub, verifier)
             self._flush(pub, final=True)
             # The last word (wire/schema.py EXITS): a viewer that hears every rank say it knows the job ended.
-            self._send(pub, Heartbeat(**self.origin(), state=self.wire_state(), exit=exit_kind()))
+            self._send(pub, self.heartbeat(exit_kind()))
             # ... given a moment to leave the node: the last rank to go lets the relay end at once, and a relay
             # ending drops what it has not sent on yet. On this thread, at exit only.
             time.sleep(LAST_WORD_S)
@@ -192,7 +198,7 @@ class Sender(threading.Thread):
             ctx.term()
             self._relay.stop()
 
-    def _loop(self, pub: zmq.Socket, sub: zmq.Socket, verifier: auth.CommandVerifier | None) -> None:
+    def _loop(self, pub: zmq.Socket[bytes], sub: zmq.Socket[bytes], verifier: auth.CommandVerifier | None) -> None:
         poller = zmq.Poller()
         poller.register(sub, zmq.POLLIN)
         next_flush = time.monotonic()
@@ -209,7 +215,7 @@ class Sender(threading.Thread):
                 if self._flush(pub):
                     last_sent = now
                 elif now - last_sent >= HEARTBEAT_EVERY_S:
-                    self._send(pub, Heartbeat(**self.origin(), state=self.wire_state()))
+                    self._send(pub, self.heartbeat())
                     last_sent = now
                 next_flush = max(next_flush + 1.0 / self.rate_hz, now)  # never a burst to catch up
             timeout_ms = max(0, int((min(next_flush, next_hello) - time.monotonic()) * 1000))
@@ -218,21 +224,22 @@ class Sender(threading.Thread):
 
     # -- telemetry ------------------------------------------------------------
 
-    def origin(self) -> dict[str, Any]:
-        """The envelope of this rank's next message: job, rank, time (unix s)."""
-        return {"job": self.identity.job, "rank": self.identity.rank, "ts": time.time()}
+    def heartbeat(self, exit: Exit | None = None) -> Heartbeat:
+        """This rank is alive, and where it is; ``exit``: its last word, how its process is ending."""
+        ident = self.identity
+        return Heartbeat(job=ident.job, rank=ident.rank, ts=time.time(), state=self.wire_state(), exit=exit)
 
     def message(self, msg: Message) -> list[bytes]:
         """The frames of one message of this rank."""
         return schema.encode(msg)
 
-    def _send(self, pub: zmq.Socket, msg: Message) -> None:
+    def _send(self, pub: zmq.Socket[bytes], msg: Message) -> None:
         try:
             pub.send_multipart(self.message(msg), flags=zmq.NOBLOCK)
         except zmq.Again:
             pass  # PUB drops at its high-water mark; nothing to do but move on
 
-    def _flush(self, pub: zmq.Socket, final: bool = False) -> bool:
+    def _flush(self, pub: zmq.Socket[bytes], final: bool = False) -> bool:
         """Send every completed step record; True if anything was sent."""
         records = self.recorder.drain()
         self._recent_walls.extend(rec["w"] for rec in records[-32:])
@@ -261,10 +268,11 @@ class Sender(threading.Thread):
             Step(n=rec["n"], t=rec["t"], w=rec["w"], p=rec["p"], g=DeviceTimes(w=rec["g"]["w"], p=rec["g"]["p"]) if rec.get("g") else None)
             for rec in records
         ]  # fmt: skip
-        return Steps(**self.origin(), steps=steps, state=self.wire_state(), cs=cs or None, cx=cx or None)
+        ident = self.identity
+        return Steps(job=ident.job, rank=ident.rank, ts=time.time(), steps=steps, state=self.wire_state(), cs=cs or None, cx=cx or None)
 
     def _collective_summaries(self, final: bool) -> tuple[list[CallSummary], list[Any]]:
-        """The drained calls as one summary per step and phase (wire/collective_summary.py), and a sample.
+        """The drained calls as one summary per step and phase (probe/collective_summary.py), and a sample.
 
         The calls of the step in progress wait for the next flush, so that a step's waits are
         unioned once, whole (its buckets overlap); never more than the tracker holds.
@@ -277,79 +285,92 @@ class Sender(threading.Thread):
         if not final and rec.step_started and calls and calls[-1]["n"] == rec.current_step:
             current = rec.current_step
             held = [c for c in calls if c["n"] == current]
-            if len(held) < self.collectives.buffer.maxlen:
+            if len(held) < (self.collectives.buffer.maxlen or 0):
                 self._held_calls = held
                 calls = [c for c in calls if c["n"] != current]
         return collective_summary.summarise(calls) if calls else ([], [])
 
-    def state(self) -> dict[str, Any]:
-        """Where the training thread is, and what the registered sources say, as plain values (what a command's
-        answer carries; :meth:`wire_state` is the same as the wire's ``State``)."""
+    def wire_state(self) -> State:
+        """Where the training thread is, and what the registered sources say: the wire's ``State``, each source's
+        value checked by its field's type (:func:`_checked`)."""
         rec = self.recorder
         started = rec.step_started
-        state = {
-            "step": rec.current_step,
-            "last": rec.last_step,
-            "in_step": bool(started),
-            "phase": rec.current_phase,
-            "step_age": time.perf_counter() - started if started else 0.0,
-            "dropped": self._dropped,
-            "rejected": dict(self._rejected),
-            "rate_hz": self.rate_hz,
-            "median_step_s": statistics.median(self._recent_walls) if self._recent_walls else None,
-            "cap": self._capture_progress(),
-        }
-        for key, source in self._state_sources.items():
-            state[key] = source()
-        return state
+        return State(
+            step=rec.current_step,
+            last=rec.last_step,
+            in_step=bool(started),
+            phase=rec.current_phase,
+            step_age=time.perf_counter() - started if started else 0.0,
+            dropped=self._dropped,
+            rejected=dict(self._rejected),
+            rate_hz=self.rate_hz,
+            median_step_s=statistics.median(self._recent_walls) if self._recent_walls else None,
+            cap=self._capture_progress(),
+            **_checked(self._state_sources, _STATE_TYPES),
+        )
 
-    def wire_state(self) -> State:
-        """:meth:`state` as the wire's ``State``, each registered source's value checked by its type."""
-        return _typed(State, self.state(), self._state_sources)
+    def state(self) -> dict[str, Any]:
+        """:meth:`wire_state` as plain values, every field named (None where unknown): what a command's answer
+        carries (a reply's result is a plain map: wire/schema.py)."""
+        state = self.wire_state()
+        return {name: msgspec.to_builtins(getattr(state, name)) for name in State.__struct_fields__}
 
-    def _capture_progress(self) -> dict[str, Any] | None:
+    def _capture_progress(self) -> Capture | None:
         capture = self.capture
         if capture is None:
             return None
         capture.give_up_if_late()  # a stalled job must not keep its one capture slot for ever
-        return capture.progress()
+        return _checked({"cap": capture.progress}, _STATE_TYPES).get("cap")
 
-    def hello(self) -> dict[str, Any]:
-        """Who this rank is: its identity, its relay, what the registered sources say, as plain values
-        (:meth:`wire_hello` is the same as the wire's ``Hello``)."""
+    def wire_hello(self) -> Hello:
+        """Who this rank is: its identity, its relay, what the registered sources say (each source's value checked
+        by its field's type, and sent when not empty: the work per step may be learnt after init)."""
         if self._meta is None:
             ident = self.identity
             torch = sys.modules.get("torch")  # reported if the script imported it; never imported here
-            self._meta = {
-                "host": ident.host,
-                "pid": ident.pid,
-                "world": ident.world,
-                "local_rank": ident.local_rank,
-                "local_world": ident.local_world,
-                "launcher": ident.launcher,
-                "torch": str(torch.__version__) if hasattr(torch, "__version__") else None,  # a str subclass
-                "probe": PROBE_VERSION,
-                "python": platform.python_version(),
-                "argv": sys.argv[:8],
-                "cwd": os.getcwd(),
-            }
-        hello = dict(self._meta, rate_hz=self.rate_hz, device=self.device)
-        relay = self._relay.endpoints()
-        if relay is not None:
-            hello["relay"] = relay
-        for key, source in self._hello_sources.items():
-            value = source()
-            if value:
-                hello[key] = value
-        return hello
+            self._meta = RankInfo(
+                host=ident.host,
+                pid=ident.pid,
+                world=ident.world,
+                local_rank=ident.local_rank,
+                local_world=ident.local_world,
+                launcher=ident.launcher,
+                torch=str(getattr(torch, "__version__", "")) or None,  # a str subclass: a str
+                probe=PROBE_VERSION,
+                python=platform.python_version(),
+                argv=sys.argv[:8],
+                cwd=os.getcwd(),
+            )
+        sourced = {key: value for key, value in _checked(self._hello_sources, _HELLO_TYPES).items() if value}
+        meta = self._meta
+        return Hello(
+            job=self.identity.job,
+            rank=self.identity.rank,
+            ts=time.time(),
+            host=meta.host,
+            pid=meta.pid,
+            world=meta.world,
+            local_rank=meta.local_rank,
+            local_world=meta.local_world,
+            launcher=meta.launcher,
+            torch=meta.torch,
+            probe=meta.probe,
+            python=meta.python,
+            argv=meta.argv,
+            cwd=meta.cwd,
+            rate_hz=self.rate_hz,
+            device=self.device,
+            relay=self._relay.endpoints(),
+            **sourced,
+        )
 
-    def wire_hello(self) -> Hello:
-        """:meth:`hello` as the wire's ``Hello``, each registered source's value checked by its type."""
-        return _typed(Hello, {**self.hello(), **self.origin()}, self._hello_sources)
+    def hello(self) -> dict[str, Any]:
+        """:meth:`wire_hello`'s own fields (less the envelope) as plain values, those set."""
+        return msgspec.to_builtins(self.wire_hello().info())
 
     # -- control --------------------------------------------------------------
 
-    def _handle_commands(self, pub: zmq.Socket, sub: zmq.Socket, verifier: auth.CommandVerifier | None) -> None:
+    def _handle_commands(self, pub: zmq.Socket[bytes], sub: zmq.Socket[bytes], verifier: auth.CommandVerifier | None) -> None:
         now = time.monotonic()
         self._command_budget = min(MAX_COMMANDS_PER_S, self._command_budget + (now - self._budget_at) * MAX_COMMANDS_PER_S)
         self._budget_at = now
@@ -378,26 +399,34 @@ class Sender(threading.Thread):
             try:
                 ok, result = commands.run(self, msg.cmd, msg.args)
             except Exception as exc:  # a broken handler answers with its error, the probe lives on
-                ok, result = False, {"error": f"{exc.__class__.__name__}: {exc}"}
-            self._send(pub, Reply(**self.origin(), id=msg.id, cmd=msg.cmd, ok=ok, result=result))
+                ok, result = False, Refused(error=f"{exc.__class__.__name__}: {exc}")
+            ident = self.identity
+            self._send(
+                pub,
+                Reply(job=ident.job, rank=ident.rank, ts=time.time(), id=msg.id, cmd=msg.cmd, ok=ok, result=msgspec.to_builtins(result)),
+            )
 
     def _reject(self, reason: str) -> None:
         self._rejected[reason] = self._rejected.get(reason, 0) + 1
 
 
-def _typed(kind: Any, fields: dict[str, Any], sourced: Any) -> Any:
-    """``kind`` (``State``, ``Hello``) of ``fields``, checked and converted by msgspec against the type; a value of
-    a registered source (a key of ``sourced``) the type refuses is left out: a gauge gone wrong costs its field,
-    never the message, never the probe."""
-    try:
-        return msgspec.convert(fields, kind)
-    except msgspec.ValidationError:
-        own = {key: value for key, value in fields.items() if key not in sourced}
-        for key in sourced:
-            if key in fields:
-                try:
-                    msgspec.convert({**own, key: fields[key]}, kind)
-                except msgspec.ValidationError:
-                    continue
-                own[key] = fields[key]
-        return msgspec.convert(own, kind)
+#: Each field's type, by name: a registered source's value is checked by its field's type.
+_STATE_TYPES = {f.name: f.type for f in msgspec.structs.fields(State)}
+_HELLO_TYPES = {f.name: f.type for f in msgspec.structs.fields(RankInfo)}
+
+
+def _checked(sources: dict[str, Callable[[], Any]], types: dict[str, Any]) -> dict[str, Any]:
+    """Each source's value as its field's type (a record a source built, or the plain values it returned), checked
+    by that type's bounds (a Struct is built unchecked: a NaN gauge would cost the whole message at the viewer's
+    decode); a value the type refuses is left out: a gauge gone wrong costs its field, never the message, never
+    the probe."""
+    out: dict[str, Any] = {}
+    for key, source in sources.items():
+        value = source()
+        if value is None:
+            continue
+        try:
+            out[key] = msgspec.convert(msgspec.to_builtins(value), types[key])
+        except (msgspec.ValidationError, TypeError):
+            continue
+    return out

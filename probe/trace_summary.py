@@ -41,8 +41,11 @@ TOP = 10
 NAME_CHARS = 96
 
 _STEP = re.compile(r"^ProfilerStep#(\d+)$")
-_COMM = re.compile(r"nccl|gloo|c10d::|record_param_comms|allreduce|all_reduce|allgather|all_gather|reduce_scatter|"
-                   r"alltoall|all_to_all|broadcast|barrier", re.IGNORECASE)
+_COMM = re.compile(
+    r"nccl|gloo|c10d::|record_param_comms|allreduce|all_reduce|allgather|all_gather|reduce_scatter|"
+    r"alltoall|all_to_all|broadcast|barrier",
+    re.IGNORECASE,
+)
 
 
 def is_communication(name: str) -> bool:
@@ -73,9 +76,10 @@ def summarize(trace: dict[str, Any], top: int = TOP) -> dict[str, Any]:
         # them on threads of its own, so the training thread's wait for them shows as no op).
         main = {(e.get("pid"), e.get("tid")) for e in steps}
         annotated = [e for e in events if e.get("cat") in ("cpu_op", "user_annotation") and not _STEP.match(str(e.get("name", "")))]
-        basis, busy_events = "cpu", [
-            e for e in annotated if (e.get("pid"), e.get("tid")) in main or is_communication(str(e.get("name", "")))
-        ]
+        basis, busy_events = (
+            "cpu",
+            [e for e in annotated if (e.get("pid"), e.get("tid")) in main or is_communication(str(e.get("name", "")))],
+        )
     out.update(basis=basis, wall_us=round(wall, 1), **shares(busy_events, window, wall))
     return out
 

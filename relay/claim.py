@@ -102,7 +102,7 @@ def _try_lock(fd: int) -> bool:
 class Claim:
     """The claim folder of ``job`` on the node named ``host`` (``RANKTOP_HOST`` or the host name)."""
 
-    def __init__(self, job: str, host: str, directory: str | os.PathLike | None = None):
+    def __init__(self, job: str, host: str, directory: str | os.PathLike[str] | None = None):
         tele, _ = ipc_endpoints(job, host, directory)  # creates the per-user 0700 folder
         self.folder = socket_file(tele).with_suffix(".relay")
         self.folder.mkdir(mode=0o700, exist_ok=True)

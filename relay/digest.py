@@ -4,7 +4,7 @@ It listens to the relay's own outgoing telemetry (an inproc SUB on the relay's
 XPUB, so the ranks' messages reach it as they reach any viewer) and publishes
 each digest back into the relay's XSUB (an inproc PUB, as if it were one more
 rank of the node): viewers of big jobs subscribe to ``node`` and take one
-message per node instead of one per rank (wire/node_digest.py says what is in
+message per node instead of one per rank (relay/digest_fold.py says what is in
 it and why). It paces its digests by the job's size, which its ranks' hellos
 tell it (world size over the node's ranks: ``digest_hz``), so that the relays
 of a job of thousands of nodes do not together send a viewer more digests than
@@ -14,20 +14,23 @@ well under 1% of a core, off every training thread.
 
 from __future__ import annotations
 
+from typing import Any
+
 import threading
 import time
 
 import zmq
 
 from ranktop.wire import schema
-from ranktop.wire.node_digest import NodeDigest
+from ranktop.wire.names import HEARTBEAT, HELLO, STEPS
+from ranktop.relay.digest_fold import NodeDigest
 
 #: The rank messages a digest is made of.
-DIGESTED = (schema.HELLO, schema.STEPS, schema.HEARTBEAT)
+DIGESTED = (HELLO, STEPS, HEARTBEAT)
 
 
 class DigestThread(threading.Thread):
-    def __init__(self, context: zmq.Context, digest: NodeDigest, listen: str, publish: str):
+    def __init__(self, context: zmq.Context[Any], digest: NodeDigest, listen: str, publish: str):
         super().__init__(name="ranktop-relay-digest", daemon=True)
         self._digest = digest
         self._stop_event = threading.Event()
@@ -60,7 +63,7 @@ class DigestThread(threading.Thread):
                     self._drain()
                 now = time.monotonic()
                 if now >= next_flush:
-                    # its pace as the job's size says it (wire/node_digest.py: digest_hz), learnt from the hellos
+                    # its pace as the job's size says it (wire/pacing.py: digest_hz), learnt from the hellos
                     next_flush = max(next_flush + 1.0 / self._digest.hz, now)
                     body = self._digest.body(now, time.time())
                     if body is not None:

@@ -68,7 +68,7 @@ class RelayKeeper:
         self.identity = identity
         self._directory = directory
         self._claim: Claim | None = None
-        self._child: subprocess.Popen | None = None  # the relay this rank started (reaped as it ends)
+        self._child: subprocess.Popen[bytes] | None = None  # the relay this rank started (reaped as it ends)
         self._failures = 0
         self._next_check = 0.0
         self._started_at = 0.0  # when this rank started its relay (time.monotonic)
@@ -167,6 +167,8 @@ class RelayKeeper:
     def _spawn(self) -> bool:
         """Start the node's relay unless another rank is starting one; False if it could not be started."""
         claim = self._claim
+        if claim is None:  # stopped meanwhile
+            return False
         lock = claim.try_spawn_lock()
         if lock is None:
             return True  # another rank of the node is starting it
@@ -183,8 +185,14 @@ class RelayKeeper:
                 offset = err.tell()
                 try:
                     child = subprocess.Popen(
-                        self._command(), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err,
-                        env=self._environment(), cwd="/", start_new_session=True, close_fds=True,
+                        self._command(),
+                        stdin=subprocess.DEVNULL,
+                        stdout=subprocess.DEVNULL,
+                        stderr=err,
+                        env=self._environment(),
+                        cwd="/",
+                        start_new_session=True,
+                        close_fds=True,
                     )
                 except OSError as exc:
                     if self._failures == 0:
@@ -203,16 +211,19 @@ class RelayKeeper:
         finally:
             os.close(lock)
 
-    def _wait_until_up(self, child: subprocess.Popen) -> bool:
+    def _wait_until_up(self, child: subprocess.Popen[bytes]) -> bool:
+        claim = self._claim
+        if claim is None:
+            return False
         deadline = time.monotonic() + READY_TIMEOUT_S
         while time.monotonic() < deadline:
-            info = self._claim.read_info()
+            info = claim.read_info()
             if info is not None and info.pid == child.pid:
                 return True
             if child.poll() is not None:  # lost a race to another relay (exit 0), or failed (said in the log)
-                return child.returncode == 0 and self._claim.relay_running()
+                return child.returncode == 0 and claim.relay_running()
             time.sleep(0.01)
-        return self._claim.relay_running()
+        return claim.relay_running()
 
     def _pass_on_unsaid(self) -> None:
         """What a relay this rank started too slowly to wait for said, copied to this rank's stderr, once."""
@@ -221,8 +232,11 @@ class RelayKeeper:
             self._unsaid = None
 
     def _relay_said(self, offset: int) -> str:
+        claim = self._claim
+        if claim is None:
+            return ""
         try:
-            with open(self._claim.log_path, "rb") as f:
+            with open(claim.log_path, "rb") as f:
                 f.seek(offset)
                 return f.read(8192).decode(errors="replace")
         except OSError:

@@ -52,6 +52,8 @@ admits only the job's key (relay/zap.py), and a relay answers at most
 
 from __future__ import annotations
 
+from typing import Any, Callable
+
 import collections
 import random
 import threading
@@ -64,7 +66,7 @@ from ranktop.transport import curve, rendezvous
 from ranktop.wire import link_probes, schema
 from ranktop.wire.link_probes import ACK, PROBE, PROBE_BYTES, Probe, ProbeError
 from ranktop.wire.messages import Links, LinkRate
-from ranktop.wire.node_digest import links_every_s
+from ranktop.wire.pacing import links_every_s
 
 #: At most one probe pair this often.
 PROBE_EVERY_S = 0.4
@@ -87,7 +89,7 @@ MAX_PEERS = 4
 #: Probes answered a second at most, whoever sends them.
 ANSWERS_PER_S = 64
 #: How often the relay looks for its job's other relays. It says what it measured every
-#: ``links_every_s(nodes)`` (wire/node_digest.py: each second, less often in a job of over 512 nodes).
+#: ``links_every_s(nodes)`` (wire/pacing.py: each second, less often in a job of over 512 nodes).
 DISCOVER_EVERY_S = 2.0
 #: The least crossing time believed: below it a link is faster than this prober can tell.
 MIN_CROSSING_S = 20e-6
@@ -116,9 +118,9 @@ class _Link:
     """One peer: its socket and what its probes measured."""
 
     url: str
-    sock: zmq.Socket
-    bigs: collections.deque = field(default_factory=lambda: collections.deque(maxlen=KEPT))  # the big probes' round trips
-    smalls: collections.deque = field(default_factory=lambda: collections.deque(maxlen=KEPT_SMALL))  # the small ones'; longer
+    sock: zmq.Socket[bytes]
+    bigs: collections.deque[float] = field(default_factory=lambda: collections.deque(maxlen=KEPT))  # the big probes' round trips
+    smalls: collections.deque[float] = field(default_factory=lambda: collections.deque(maxlen=KEPT_SMALL))  # the small ones'; longer
     measured_at: float = 0.0
 
     def rate(self) -> float:
@@ -137,8 +139,9 @@ class _Pending:
 
 
 class LinkProber(threading.Thread):
-    def __init__(self, context: zmq.Context, job: str, host: str, secret: bytes, keys: curve.Keys | None,
-                 bind: str, advertised: str, publish: str, directory: str | None = None, secure=None):  # fmt: skip
+    def __init__(self, context: zmq.Context[Any], job: str, host: str, secret: bytes, keys: curve.Keys | None,
+                 bind: str, advertised: str, publish: str, directory: str | None = None,
+                 secure: Callable[[zmq.Socket[bytes]], None] | None = None):  # fmt: skip
         """``keys``: the job's CURVE keys (None: RANKTOP_CURVE=0); ``secure``: makes the answering socket a
         CURVE server before it binds (the relay's Gate.secure); ``publish``: where its ``links`` messages go
         (the relay's telemetry XSUB); ``bind``/``advertised``: the relay's own address."""
@@ -295,7 +298,7 @@ class LinkProber(threading.Thread):
         else:
             self._pending = _Pending(peer, self._seq, time.monotonic())
 
-    def _answered(self, sock: zmq.Socket) -> None:
+    def _answered(self, sock: zmq.Socket[bytes]) -> None:
         for _ in range(16):
             try:
                 got = sock.recv_multipart(flags=zmq.NOBLOCK)

@@ -30,6 +30,7 @@ import socket
 import sys
 import threading
 import time
+from types import FrameType
 
 import zmq
 
@@ -69,11 +70,11 @@ class Signals:
         signal.signal(signal.SIGUSR1, self._poke)
         signal.signal(signal.SIGHUP, signal.SIG_IGN)
 
-    def _poke(self, signum, frame) -> None:
+    def _poke(self, signum: int, frame: FrameType | None) -> None:
         self.poked = True
         self.wake.set()
 
-    def _stop(self, signum, frame) -> None:
+    def _stop(self, signum: int, frame: FrameType | None) -> None:
         self.stopping = True
         self.wake.set()
 
@@ -94,8 +95,16 @@ def serve(args: argparse.Namespace, signals: Signals) -> int:
         return 0  # another relay serves this job on this node
     pid = os.getpid()
     identity = Identity(
-        job=args.job, rank=-1, local_rank=-1, world=0, local_world=None, host=args.host, pid=pid,
-        launcher="relay", machine=socket.gethostname(), slurm_job=args.slurm_job or None,
+        job=args.job,
+        rank=-1,
+        local_rank=-1,
+        world=0,
+        local_world=None,
+        host=args.host,
+        pid=pid,
+        launcher="relay",
+        machine=socket.gethostname(),
+        slurm_job=args.slurm_job or None,
     )
     seen = bool(claim.live_ranks())  # a rank that registered and left before the relay was up still counts
     context = zmq.Context()

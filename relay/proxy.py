@@ -23,6 +23,8 @@ the probe never fails the job over a port.
 
 from __future__ import annotations
 
+from typing import Any
+
 import sys
 import threading
 import time
@@ -33,7 +35,7 @@ import zmq
 from ranktop.wire import settings
 from ranktop.transport import ports, rendezvous
 from ranktop.transport.ipc import ipc_endpoints, socket_file
-from ranktop.wire.node_digest import NodeDigest
+from ranktop.relay.digest_fold import NodeDigest
 
 from .digest import DigestThread
 from .links import LinkProber
@@ -46,10 +48,10 @@ MAX_CONTROL_BYTES = 64 * 1024
 
 def bind_address() -> str:
     """The interface the relay listens on: ``RANKTOP_BIND``, default every interface."""
-    return settings.BIND.get()
+    return settings.BIND.get() or "0.0.0.0"
 
 
-def _bind(sock: zmq.Socket, addr: str, port: int | None) -> int:
+def _bind(sock: zmq.Socket[bytes], addr: str, port: int | None) -> int:
     """Bind the wanted port, or a random one (and say why) when it is taken."""
     if port is not None:
         try:
@@ -65,7 +67,7 @@ def _bind(sock: zmq.Socket, addr: str, port: int | None) -> int:
 
 
 class Relay:
-    def __init__(self, identity: Identity, context: zmq.Context, directory: str | None = None, digest: bool = True):
+    def __init__(self, identity: Identity, context: zmq.Context[Any], directory: str | None = None, digest: bool = True):
         """``digest``: also publish the node's digest for the viewers of big jobs (relay/digest.py); the
         simulator, which makes its digests where it makes its ranks' messages, turns it off."""
         self._identity = identity
@@ -75,7 +77,7 @@ class Relay:
         self._links: LinkProber | None = None
         self._wants_digest = digest
         self._threads: list[threading.Thread] = []
-        self._controls: list[zmq.Socket] = []
+        self._controls: list[zmq.Socket[bytes]] = []
         self._gate: Gate | None = None
         self._ipc_files: list[Path] = []  # the node-local sockets it bound (removed when it stops)
         self.record_path: Path | None = None
@@ -147,7 +149,7 @@ class Relay:
             self._directory,
         )
 
-    def _spawn(self, name: str, frontend: zmq.Socket, backend: zmq.Socket) -> None:
+    def _spawn(self, name: str, frontend: zmq.Socket[bytes], backend: zmq.Socket[bytes]) -> None:
         # proxy_steerable lets stop() end the proxy cleanly with a TERMINATE message.
         inproc = f"inproc://ranktop-relay-{name}-{id(self)}"
         steer_server = self._context.socket(zmq.PAIR)
@@ -202,4 +204,3 @@ class Relay:
             path.unlink(missing_ok=True)
         self._ipc_files = []
         return closed
-

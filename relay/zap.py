@@ -15,6 +15,8 @@ when its context is terminated.
 
 from __future__ import annotations
 
+from typing import Any
+
 import sys
 import threading
 
@@ -29,7 +31,7 @@ ZAP_ENDPOINT = "inproc://zeromq.zap.01"
 class _Handler:
     """The ZAP replies of one context: domain -> the client key it admits."""
 
-    def __init__(self, context: zmq.Context):
+    def __init__(self, context: zmq.Context[Any]):
         self._context = context
         self.admits: dict[bytes, bytes] = {}
         self.refused = 0  # handshakes refused (a wrong key, or a plain client's credentials)
@@ -63,20 +65,22 @@ class _Handler:
         return [version, request_id, b"400", b"not this job's key", b"", b""]
 
 
-_handlers: dict[zmq.Context, _Handler] = {}  # an entry leaves when its context is terminated
+_handlers: dict[zmq.Context[Any], _Handler] = {}  # an entry leaves when its context is terminated
 _lock = threading.Lock()
 
 
 class Gate:
     """CURVE and ZAP for one relay's TCP sockets; :meth:`close` when the relay stops."""
 
-    def __init__(self, context: zmq.Context, job: str, directory: str | None = None):
+    def __init__(self, context: zmq.Context[Any], job: str, directory: str | None = None):
         self._context = context
         self._domain = f"ranktop-relay-{id(self)}".encode()
         self.encrypted = curve.enabled()
         if self.encrypted and not zmq.has("curve"):  # a libzmq built without libsodium: never fall back to plain text
-            raise RuntimeError(f"libzmq {zmq.zmq_version()} has no CURVE: the relay will not serve telemetry in the clear "
-                               "unless RANKTOP_CURVE=0 says so (docs/security.md)")
+            raise RuntimeError(
+                f"libzmq {zmq.zmq_version()} has no CURVE: the relay will not serve telemetry in the clear "
+                "unless RANKTOP_CURVE=0 says so (docs/security.md)"
+            )
         self.secret = _job_secret(job, directory)  # (the relay's link probes are signed with it too: relay/links.py)
         self._keys = curve.keys_of(self.secret) if self.encrypted else None
         if self._keys is not None:
@@ -91,7 +95,7 @@ class Gate:
         """The job's CURVE keys, None when encryption is off."""
         return self._keys
 
-    def secure(self, sock: zmq.Socket) -> None:
+    def secure(self, sock: zmq.Socket[bytes]) -> None:
         """Make one of the relay's TCP sockets a CURVE server (before it binds); nothing when encryption is off."""
         if self._keys is not None:
             curve.make_server(sock, self._keys, self._domain.decode())
@@ -103,7 +107,7 @@ class Gate:
                 handler.admits.pop(self._domain, None)
 
 
-def refused(context: zmq.Context) -> int:
+def refused(context: zmq.Context[Any]) -> int:
     """How many handshakes the relays of ``context`` refused so far."""
     handler = _handlers.get(context)
     return handler.refused if handler is not None else 0

@@ -45,9 +45,7 @@ class Ranks:
                 LOCAL_WORLD_SIZE=str(world),
                 RANKTOP_JOB=job,
             )
-            self.procs.append(
-                subprocess.Popen([sys.executable, str(script), *args], env=env, cwd=cwd, stderr=subprocess.PIPE)
-            )
+            self.procs.append(subprocess.Popen([sys.executable, str(script), *args], env=env, cwd=cwd, stderr=subprocess.PIPE))
 
     def stop(self) -> None:
         for p in self.procs:

@@ -110,9 +110,7 @@ class FakeEvent:
         cuda = FakeCuda.active
         stream = stream or cuda.current_stream()
         if self.device is not None and stream.device != self.device:
-            raise RuntimeError(
-                f"Event device index {self.device} does not match recording stream's device index {stream.device}."
-            )
+            raise RuntimeError(f"Event device index {self.device} does not match recording stream's device index {stream.device}.")
         cuda.touch(stream.device)
         if cuda.capturing and self.enable_timing:
             raise CaptureError("operation not permitted when stream is capturing (timing event)")
@@ -475,7 +473,10 @@ def fake_nvml(*, count=1, missing=(), failing=(), init_error=None):
         "nvmlInit": f("nvmlInit", lambda: init()),
         "nvmlShutdown": f("nvmlShutdown", None),
         "nvmlDeviceGetCount": f("nvmlDeviceGetCount", count),
-        "nvmlDeviceGetHandleByPciBusId": f("nvmlDeviceGetHandleByPciBusId", lambda bus: handle if bus == "00000000:3B:00.0" else (_ for _ in ()).throw(NVMLError("Not Found"))),
+        "nvmlDeviceGetHandleByPciBusId": f(
+            "nvmlDeviceGetHandleByPciBusId",
+            lambda bus: handle if bus == "00000000:3B:00.0" else (_ for _ in ()).throw(NVMLError("Not Found")),
+        ),
         "nvmlDeviceGetHandleByIndex": f("nvmlDeviceGetHandleByIndex", lambda i: handle),
         "nvmlDeviceGetHandleByUUID": f("nvmlDeviceGetHandleByUUID", by_uuid),
         "nvmlDeviceGetName": f("nvmlDeviceGetName", b"NVIDIA H100 80GB HBM3"),

@@ -36,6 +36,7 @@ import messages  # tests/messages.py: raw bodies
 from ranktop.watch.engine import keys
 from ranktop.watch.session import WatchSession, resolve
 from ranktop.wire import auth, schema
+from ranktop.wire.names import COMMAND
 from ranktop.wire.messages import Steps
 from ranktop.transport import rendezvous
 
@@ -152,13 +153,13 @@ def malformed_commands() -> list[list[bytes]]:
     """Frames on the command topic that are no signed command: unsigned, garbage, a frame too many,
     a signature cut short. A rank cannot tell them from forgeries before checking the MAC, and
     counts them as ``forged``."""
-    body = messages.raw(schema.COMMAND, {"job": "x", "id": "y", "cmd": "ping", "args": {}, "ranks": None, "ts": time.time()})[1]
+    body = messages.raw(COMMAND, {"job": "x", "id": "y", "cmd": "ping", "args": {}, "ranks": None, "ts": time.time()})[1]
     return [
-        [schema.COMMAND.encode(), body],
-        [schema.COMMAND.encode(), secrets.token_bytes(64), secrets.token_bytes(32)],
-        [schema.COMMAND.encode(), body, secrets.token_bytes(32), b"extra"],
-        [schema.COMMAND.encode(), b"\xc1\xc1\xc1", b"short"],
-        [schema.COMMAND.encode(), b"", b""],
+        [COMMAND.encode(), body],
+        [COMMAND.encode(), secrets.token_bytes(64), secrets.token_bytes(32)],
+        [COMMAND.encode(), body, secrets.token_bytes(32), b"extra"],
+        [COMMAND.encode(), b"\xc1\xc1\xc1", b"short"],
+        [COMMAND.encode(), b"", b""],
     ]
 
 
@@ -181,8 +182,7 @@ class FloodResult:
         return self.total / self.seconds if self.seconds else 0.0
 
 
-def flood(control_url: str, kinds: dict[str, list[list[bytes]]], rate: float, seconds: float,
-          secret: bytes | None = None) -> FloodResult:
+def flood(control_url: str, kinds: dict[str, list[list[bytes]]], rate: float, seconds: float, secret: bytes | None = None) -> FloodResult:
     """Send the frames of ``kinds`` in turn to a relay's control port, ``rate`` a second for ``seconds``.
 
     ``secret``: the job's, to pass the relay's encryption (CURVE) as a viewer holding the key does; the

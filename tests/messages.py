@@ -15,21 +15,31 @@ from __future__ import annotations
 import functools
 from typing import Any
 
+import time
+
 import msgspec
 
 from ranktop.transport.identity import Identity
 from ranktop.probe.recorder import Recorder
 from ranktop.probe.sender import Sender
-from ranktop.wire import collective_summary, schema
+from ranktop.probe import collective_summary
+from ranktop.wire import schema
+from ranktop.wire.names import HEARTBEAT, REPLY, STEPS
+from ranktop.wire.messages import PROTOCOL_VERSION
 
 
 @functools.lru_cache(maxsize=None)
-def sender(rank: int, world: int = 4, host: str = "node0", job: str = "j", local_rank: int | None = None,
-           pid: int | None = None) -> Sender:
+def sender(rank: int, world: int = 4, host: str = "node0", job: str = "j", local_rank: int | None = None, pid: int | None = None) -> Sender:
     """An unstarted Sender of one rank (cached: a 4,096-rank test makes each once)."""
     identity = Identity(
-        job=job, rank=rank, local_rank=rank if local_rank is None else local_rank, world=world, local_world=None,
-        host=host, pid=100 + rank if pid is None else pid, launcher="torchrun",
+        job=job,
+        rank=rank,
+        local_rank=rank if local_rank is None else local_rank,
+        world=world,
+        local_world=None,
+        host=host,
+        pid=100 + rank if pid is None else pid,
+        launcher="torchrun",
     )
     return Sender(identity, Recorder(), rate_hz=4.0, directory=None, on_fault=_raise)
 
@@ -41,12 +51,13 @@ def _raise(exc: BaseException) -> None:
 def raw(kind: str, body: dict[str, Any]) -> list[bytes]:
     """The frames of a body written as a plain map, with the version and kind every body carries: what any peer,
     a damaged or a foreign one too, might send (the Structs of wire/messages.py encode as such maps)."""
-    return [kind.encode(), msgspec.msgpack.encode({**body, "v": list(schema.PROTOCOL_VERSION), "k": kind})]
+    return [kind.encode(), msgspec.msgpack.encode({**body, "v": list(PROTOCOL_VERSION), "k": kind})]
 
 
 def frames(kind: str, rank: int, body: dict[str, Any], **who: Any) -> list[bytes]:
     """One message of ``rank``: its envelope as the probe makes it, the test's body."""
-    return raw(kind, {**sender(rank, **who).origin(), **body})
+    ident = sender(rank, **who).identity
+    return raw(kind, {"job": ident.job, "rank": ident.rank, "ts": time.time(), **body})
 
 
 def decoded(kind: str, rank: int, body: dict[str, Any], **who: Any) -> Any:
@@ -61,20 +72,19 @@ def hello(rank: int, world: int = 4, host: str = "node0", **who: Any) -> Any:
 
 def collectives(calls: list[dict[str, Any]]) -> dict[str, Any]:
     """The fields a steps message carries for raw ``calls``: ``cs``, one summary per step and phase, and ``cx``,
-    the sample, folded by the probe's own code (wire/collective_summary.py), as plain maps and lists. A few
+    the sample, folded by the probe's own code (probe/collective_summary.py), as plain maps and lists. A few
     calls are all sampled."""
     summaries, sample = collective_summary.summarise(calls)
     return {"cs": plain(summaries), "cx": plain(sample)}
 
 
-def steps(rank: int, records: list[dict], *, state: dict | None = None, calls: list[dict] | None = None,
-          world: int = 4, **who: Any) -> Any:
+def steps(rank: int, records: list[dict], *, state: dict | None = None, calls: list[dict] | None = None, world: int = 4, **who: Any) -> Any:
     body: dict[str, Any] = {"steps": records}
     if state is not None:
         body["state"] = state
     if calls:
         body.update(collectives(calls))
-    return decoded(schema.STEPS, rank, body, world=world, **who)
+    return decoded(STEPS, rank, body, world=world, **who)
 
 
 def synchronous_step(agg: Any, n: int, t: float, own: list[dict[str, float]], world: int) -> float:
@@ -86,20 +96,20 @@ def synchronous_step(agg: Any, n: int, t: float, own: list[dict[str, float]], wo
     for r, p in enumerate(own):
         wait = max(0.0, wall - 0.001 - totals[r])
         p = dict(p, backward=p["backward"] + wait)
-        calls = [{"op": "all_reduce", "seq": n, "b": 4096, "dt": "float32", "g": world, "d": wait, "n": n,
-                  "ph": "backward", "t0": t + totals[r]}]
+        calls = [
+            {"op": "all_reduce", "seq": n, "b": 4096, "dt": "float32", "g": world, "d": wait, "n": n, "ph": "backward", "t0": t + totals[r]}
+        ]
         agg.ingest(steps(r, [{"n": n, "t": t, "w": wall, "p": p}], calls=calls, world=world))
     return wall
 
 
 def heartbeat(rank: int, state: dict[str, Any], world: int = 4, **who: Any) -> Any:
-    return decoded(schema.HEARTBEAT, rank, {"state": state}, world=world, **who)
+    return decoded(HEARTBEAT, rank, {"state": state}, world=world, **who)
 
 
-def reply(rank: int, command_id: str, cmd: str, ok: bool = True, result: dict | None = None, world: int = 4,
-          **who: Any) -> Any:
+def reply(rank: int, command_id: str, cmd: str, ok: bool = True, result: dict | None = None, world: int = 4, **who: Any) -> Any:
     body = {"id": command_id, "cmd": cmd, "ok": ok, "result": result if result is not None else {}}
-    return decoded(schema.REPLY, rank, body, world=world, **who)
+    return decoded(REPLY, rank, body, world=world, **who)
 
 
 def plain(msg: Any) -> Any:

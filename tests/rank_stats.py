@@ -56,7 +56,8 @@ def score(live: dict[int, RankStats], names: list[str], classes: dict[int, tuple
     excess, culprit, floor, median_step = score_columns(phases, steps, names, class_ids)
     return Scores(
         {r: (float(excess[i]), names[culprit[i]] if culprit[i] >= 0 else None) for i, r in enumerate(ranks)},
-        {r: float(floor[i]) for i, r in enumerate(ranks)}, median_step,
+        {r: float(floor[i]) for i, r in enumerate(ranks)},
+        median_step,
     )
 
 

@@ -30,6 +30,7 @@ def demo_job() -> Snapshot:
     relay = Endpoint("tcp://vm:45815", "vm", "connected", 0.1, (0, 1, 2, 3))
     return dataclasses.replace(test_main_screen.demo_job(), endpoints=[relay])
 
+
 SIMULATED_S = 5.0
 
 

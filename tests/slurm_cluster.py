@@ -87,7 +87,11 @@ class SlurmCluster:
             if out[-1:] in (["idle"], ["mix"], ["alloc"]):
                 return self
             time.sleep(0.2)
-        logs = "\n".join((self.folder / "log" / f"{d}.log").read_text()[-1500:] for d in ("slurmctld", "slurmd") if (self.folder / "log" / f"{d}.log").exists())
+        logs = "\n".join(
+            (self.folder / "log" / f"{d}.log").read_text()[-1500:]
+            for d in ("slurmctld", "slurmd")
+            if (self.folder / "log" / f"{d}.log").exists()
+        )
         self.stop()
         raise RuntimeError(f"the test SLURM node never became idle:\n{logs}")
 
@@ -104,12 +108,12 @@ SlurmdPort={_free_port()}
 AuthType=auth/munge
 CredType=cred/munge
 AuthInfo=socket={self.munge_socket}
-StateSaveLocation={f / 'state'}
-SlurmdSpoolDir={f / 'spool'}
-SlurmctldPidFile={f / 'slurmctld.pid'}
-SlurmdPidFile={f / 'slurmd.pid'}
-SlurmctldLogFile={f / 'log' / 'slurmctld.log'}
-SlurmdLogFile={f / 'log' / 'slurmd.log'}
+StateSaveLocation={f / "state"}
+SlurmdSpoolDir={f / "spool"}
+SlurmctldPidFile={f / "slurmctld.pid"}
+SlurmdPidFile={f / "slurmd.pid"}
+SlurmctldLogFile={f / "log" / "slurmctld.log"}
+SlurmdLogFile={f / "log" / "slurmd.log"}
 ProctrackType=proctrack/linuxproc
 TaskPlugin=task/none
 SelectType=select/cons_tres

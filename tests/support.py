@@ -119,6 +119,7 @@ def job_ops(doc: dict) -> set[str]:
 def brief(row: dict) -> str:
     """What a failed assertion on a ``watch --json`` rank row needs to say why it was judged so (a whole row is
     cut short in pytest's message)."""
+
     def ms(s: float | None) -> str:  # (a row says None where it has no figure)
         return "-" if s is None else f"{1e3 * s:.1f}"
 

@@ -155,7 +155,7 @@ def test_the_held_out_part_is_the_one_declared_and_tuning_never_sees_it():
 
 
 def test_a_fault_s_size_is_the_share_of_the_job_s_healthy_step_the_job_loses():
-    """"5% of a step" is 5% of the step the job's user sees, fixed at the onset: a pipeline whose last stage does 1.6
+    """ "5% of a step" is 5% of the step the job's user sees, fixed at the onset: a pipeline whose last stage does 1.6
     times the work steps slower than the model's compute per step; a rank slow 1 step in 10 is slowed ten times its
     share on those steps; a throttled rank's factor is what costs the job its share."""
     bench = _load_bench()

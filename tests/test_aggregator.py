@@ -7,6 +7,7 @@ import pytest
 
 from ranktop.watch.aggregator import Aggregator
 from ranktop.wire import schema
+from ranktop.wire.names import HEARTBEAT
 from ranktop.watch.model.json_doc import document
 import messages
 
@@ -307,8 +308,13 @@ def test_a_viewer_behind_on_a_nodes_messages_says_so_and_calls_no_rank_silent_fo
 
     def heard(sent_at: float, now: float) -> None:
         clock[0], wall[0] = now, 1000.0 + now
-        body = {"job": "j", "rank": 0, "ts": sent_at, "state": {"last": 1, "step": 2, "in_step": True, "step_age": 0.1, "median_step_s": 0.1}}
-        agg.ingest(schema.decode(messages.raw(schema.HEARTBEAT, body)), "tcp://n0:1")
+        body = {
+            "job": "j",
+            "rank": 0,
+            "ts": sent_at,
+            "state": {"last": 1, "step": 2, "in_step": True, "step_age": 0.1, "median_step_s": 0.1},
+        }
+        agg.ingest(schema.decode(messages.raw(HEARTBEAT, body)), "tcp://n0:1")
 
     heard(1000.0, 0.0)  # on time: the least age seen, whatever the hosts' clocks
     assert agg.snapshot().behind_s is None

@@ -39,8 +39,11 @@ def rank_row(
     last_seen_s: float = 0.1,
 ) -> RankRow:
     step_s = None if step_ms is None else step_ms / 1000
-    phases = {} if step_s is None else {"data": 0.1 * step_s, "forward": 0.3 * step_s, "backward": 0.5 * step_s,
-                                        "optimizer": 0.05 * step_s, "other": 0.05 * step_s}
+    phases = (
+        {}
+        if step_s is None
+        else {"data": 0.1 * step_s, "forward": 0.3 * step_s, "backward": 0.5 * step_s, "optimizer": 0.05 * step_s, "other": 0.05 * step_s}
+    )
     return RankRow(
         rank=rank,
         host=host or f"node-{rank // 8:02d}",
@@ -146,7 +149,7 @@ def test_every_rank_gets_a_bar_row_with_its_host_step_time_and_score():
     async def scenario(app, pilot):
         bars = text_of(app.query_one(RankBars)).splitlines()
         for n in range(8):
-            assert any(line.split()[:2] == [str(n), f"node-00"] for line in bars), n
+            assert any(line.split()[:2] == [str(n), "node-00"] for line in bars), n
         slow = next(line for line in bars if line.split()[0] == "5")
         assert "130" in slow and "+30%" in slow and BLOCK in slow
 
@@ -224,7 +227,18 @@ def test_straggler_table_shows_score_culprit_and_status_of_each_rank():
     async def scenario(app, pilot):
         table = app.query_one(StragglerTable)
         row = [cell.plain for cell in table.get_row("5")]
-        assert row == ["5", "node-00", "41", "130", "+30%", "forward", "slow", "–", "–", ""]  # no collectives: no own/comm split; no layout: no coordinates
+        assert row == [
+            "5",
+            "node-00",
+            "41",
+            "130",
+            "+30%",
+            "forward",
+            "slow",
+            "–",
+            "–",
+            "",
+        ]  # no collectives: no own/comm split; no layout: no coordinates
         assert table.get_cell("2", "status").plain == "silent 12s"
 
     drive(eight_ranks(), scenario)
@@ -499,7 +513,10 @@ def test_q_quits():
 def test_a_long_status_line_ends_in_an_ellipsis_instead_of_wrapping():
     snap = job_snapshot(
         [rank_row(0)],
-        endpoints=[Endpoint("tcp://127.0.0.1:36689", "node-1", "lost", 4.0, (2, 3)), Endpoint("tcp://127.0.0.1:40045", "node-0", "connected", 0.1)],
+        endpoints=[
+            Endpoint("tcp://127.0.0.1:36689", "node-1", "lost", 4.0, (2, 3)),
+            Endpoint("tcp://127.0.0.1:40045", "node-0", "connected", 0.1),
+        ],
     )
 
     async def scenario(app, pilot):

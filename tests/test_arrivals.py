@@ -311,5 +311,6 @@ def test_a_book_starts_afresh_when_a_rank_restarts_or_the_ranks_change_and_says_
     expected = shares_on_grid(intervals_on_steps(nums, w, stride=stride, top=top - top % stride), np.zeros(8, np.int64))
     assert np.array_equal(counted, expected[1]) and book.slots < 32
     fewer = book.shares(nums[:6], w[:6], None, ranks[:6], roster=2)[1]  # two ranks went silent: laid afresh
-    assert np.array_equal(fewer, shares_on_grid(intervals_on_steps(nums[:6], w[:6], stride=stride, top=top - top % stride),
-                                                np.zeros(6, np.int64))[1])
+    assert np.array_equal(
+        fewer, shares_on_grid(intervals_on_steps(nums[:6], w[:6], stride=stride, top=top - top % stride), np.zeros(6, np.int64))[1]
+    )

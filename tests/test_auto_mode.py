@@ -68,10 +68,7 @@ class Script:
         self.optimizer()
 
     def steps(self):
-        return [
-            {"n": r["n"], "w": round(r["w"] * 1000, 3), **{k: round(v * 1000, 3) for k, v in r["p"].items()}}
-            for r in self.rec.drain()
-        ]
+        return [{"n": r["n"], "w": round(r["w"] * 1000, 3), **{k: round(v * 1000, 3) for k, v in r["p"].items()}} for r in self.rec.drain()]
 
 
 def test_a_plain_loop_is_one_step_per_optimizer_step_with_contiguous_steps(clock):

@@ -11,18 +11,36 @@ BENCH = Path(__file__).parent.parent / "benchmarks" / "probe_overhead.py"
 
 @pytest.mark.slow
 def test_the_overhead_benchmark_runs_and_reports_every_figure(rdv, tmp_path):
-    out = subprocess.run([sys.executable, str(BENCH), "--quick", "--backend", "aot_eager"], capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    out = subprocess.run(
+        [sys.executable, str(BENCH), "--quick", "--backend", "aot_eager"], capture_output=True, text=True, timeout=600, cwd=tmp_path
+    )
     assert out.returncode == 0, out.stderr[-2000:]
-    for expected in ("tiny step", "tiny torch step", "demo model step", "explicit", "auto", "sender thread:", "targets",
-                     "compiled (torch.compile, default", "fullgraph=True", "whole job", "ratio of medians"):
+    for expected in (
+        "tiny step",
+        "tiny torch step",
+        "demo model step",
+        "explicit",
+        "auto",
+        "sender thread:",
+        "targets",
+        "compiled (torch.compile, default",
+        "fullgraph=True",
+        "whole job",
+        "ratio of medians",
+    ):
         assert expected in out.stdout
 
 
 @pytest.mark.slow
 def test_the_whole_job_row_with_ranktop_on_cores_apart_finds_and_moves_ranktops_threads(rdv, tmp_path):
     # It exits non-zero if the launched job showed none of ranktop's threads to move.
-    out = subprocess.run([sys.executable, str(BENCH), "--job-only", "--cores-apart", "--quick", "--backend", "aot_eager"],
-                         capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    out = subprocess.run(
+        [sys.executable, str(BENCH), "--job-only", "--cores-apart", "--quick", "--backend", "aot_eager"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=tmp_path,
+    )
     assert out.returncode == 0, out.stderr[-2000:]
     assert "ranktop's threads and relay moved to the others" in out.stdout and "cores of their own" in out.stdout
 

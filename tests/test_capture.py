@@ -27,6 +27,8 @@ from ranktop.tui.screens.capture import capture_text
 from ranktop.transport import captures
 from ranktop.wire import capture as wire_capture
 from ranktop.wire import schema
+from ranktop.wire.names import HEARTBEAT
+from ranktop.wire.messages import PROTOCOL_VERSION
 
 
 # -- the start step and the limits (wire/capture.py) ----------------------------------
@@ -267,7 +269,12 @@ def test_a_memory_capture_records_the_allocator_history_over_the_steps_and_dumps
     with open(cap.path, "rb") as f:
         assert pickle.load(f)["segments"][0]["total_size"] == 4 << 20
     timings = ("train_ms", "cost_s", "snapshot_s")
-    assert {k: v for k, v in cap.summary.items() if k not in timings} == {"segments": 1, "reserved": 4 << 20, "allocated": 1 << 20, "events": 7}
+    assert {k: v for k, v in cap.summary.items() if k not in timings} == {
+        "segments": 1,
+        "reserved": 4 << 20,
+        "allocated": 1 << 20,
+        "events": 7,
+    }
     assert all(k in cap.summary for k in timings)
 
 
@@ -290,7 +297,9 @@ def test_a_memory_capture_reports_what_writing_it_cost_the_training_thread(tmp_p
     assert cap.summary["cost_s"] >= 0.5 * cap.summary["snapshot_s"]  # the meter saw the snapshot's hold
     with open(cap.path, "rb") as f:
         assert pickle.load(f) == snapshot  # what memory_viz reads: the same object
-    status = CaptureStatus("m2", wire_capture.MEMORY, "done", 1, 1, str(tmp_path), summary=dict(cap.summary, cost_s=0.0174, snapshot_s=0.0121))
+    status = CaptureStatus(
+        "m2", wire_capture.MEMORY, "done", 1, 1, str(tmp_path), summary=dict(cap.summary, cost_s=0.0174, snapshot_s=0.0121)
+    )
     assert summary_lines(status)[1] == "cost to the training thread: stalled 17 ms at most while written (torch's snapshot call 12 ms)"
 
 
@@ -338,7 +347,16 @@ def test_on_a_torch_without_global_annotations_the_memory_capture_still_runs(tmp
 
     memory = types.SimpleNamespace(_record_memory_history=_record_memory_history, _snapshot=FakeCudaMemory()._snapshot)
     recorder = Recorder()
-    cap = Capture("old", wire_capture.MEMORY, 2, 2, tmp_path, rank=0, host="vm", torch=types.SimpleNamespace(cuda=types.SimpleNamespace(memory=memory)))
+    cap = Capture(
+        "old",
+        wire_capture.MEMORY,
+        2,
+        2,
+        tmp_path,
+        rank=0,
+        host="vm",
+        torch=types.SimpleNamespace(cuda=types.SimpleNamespace(memory=memory)),
+    )
     cap.attach(recorder)
     train(recorder, range(6))
     assert wait_final(cap).state == wire_capture.DONE, cap.error
@@ -353,13 +371,16 @@ def x(name, ts, dur, tid=1, cat="cpu_op"):
 
 
 def test_the_summary_ranks_ops_by_self_time_and_splits_the_steps_into_compute_comm_and_idle():
-    trace = {"traceEvents": [
-        x("ProfilerStep#7", 0, 100, cat="user_annotation"),
-        x("aten::linear", 0, 40), x("aten::mm", 5, 30),  # linear's self time: 10
-        x("c10d::allreduce_", 50, 10),
-        x("gloo:all_reduce", 55, 25, tid=2, cat="user_annotation"),  # on gloo's own thread
-        x("aten::add", 200, 50),  # after the last step: outside the window
-    ]}
+    trace = {
+        "traceEvents": [
+            x("ProfilerStep#7", 0, 100, cat="user_annotation"),
+            x("aten::linear", 0, 40),
+            x("aten::mm", 5, 30),  # linear's self time: 10
+            x("c10d::allreduce_", 50, 10),
+            x("gloo:all_reduce", 55, 25, tid=2, cat="user_annotation"),  # on gloo's own thread
+            x("aten::add", 200, 50),  # after the last step: outside the window
+        ]
+    }
     s = trace_summary.summarize(trace)
     assert s["steps"] == [7, 7] and s["basis"] == "cpu" and s["wall_us"] == 100
     assert s["ops"][:3] == [["aten::add", 50.0, 1], ["aten::mm", 30.0, 1], ["aten::linear", 10.0, 1]]
@@ -367,11 +388,13 @@ def test_the_summary_ranks_ops_by_self_time_and_splits_the_steps_into_compute_co
 
 
 def test_with_kernels_the_shares_are_of_the_device_timeline():
-    trace = {"traceEvents": [
-        x("ProfilerStep#1", 0, 100, cat="user_annotation"),
-        x("sm90_gemm", 0, 50, tid=7, cat="kernel"),
-        x("ncclDevKernel_AllReduce_Sum_f32", 40, 30, tid=8, cat="kernel"),
-    ]}
+    trace = {
+        "traceEvents": [
+            x("ProfilerStep#1", 0, 100, cat="user_annotation"),
+            x("sm90_gemm", 0, 50, tid=7, cat="kernel"),
+            x("ncclDevKernel_AllReduce_Sum_f32", 40, 30, tid=8, cat="kernel"),
+        ]
+    }
     s = trace_summary.summarize(trace)
     assert s["basis"] == "device" and (s["compute"], s["comm"], s["idle"]) == (0.4, 0.3, 0.3)
     assert [k[0] for k in s["kernels"]] == ["sm90_gemm", "ncclDevKernel_AllReduce_Sum_f32"]
@@ -385,12 +408,12 @@ def progress_state(**cap):
 
 
 def test_capture_progress_rides_in_the_state_and_a_malformed_one_is_dropped():
-    frames = messages.raw(schema.HEARTBEAT, {"job": "j", "rank": 0, "ts": 1.0, "state": {"cap": progress_state()}})
+    frames = messages.raw(HEARTBEAT, {"job": "j", "rank": 0, "ts": 1.0, "state": {"cap": progress_state()}})
     assert schema.decode(frames).state.cap.st == "waiting"
     for bad in ({"id": "c1", "st": "exploded"}, progress_state(start="20"), progress_state(path=7), "c1"):
         with pytest.raises(schema.WireError):
-            schema.decode(messages.raw(schema.HEARTBEAT, {"job": "j", "rank": 0, "ts": 1.0, "state": {"cap": bad}}))
-    assert schema.PROTOCOL_VERSION >= (1, 3)  # the capture state came with 1.3
+            schema.decode(messages.raw(HEARTBEAT, {"job": "j", "rank": 0, "ts": 1.0, "state": {"cap": bad}}))
+    assert PROTOCOL_VERSION >= (1, 3)  # the capture state came with 1.3
 
 
 def feed(agg, rank, **cap):
@@ -399,8 +422,17 @@ def feed(agg, rank, **cap):
     agg.ingest(messages.hello(rank, 2, "vm", pid=1))
 
 
-SUMMARY = {"steps": [20, 22], "ops": [["aten::mm", 1500.0, 9]], "kernels": [], "basis": "cpu", "wall_us": 3000.0,
-           "compute": 0.5, "comm": 0.25, "idle": 0.25, "train_ms": [2.0, 40.0]}
+SUMMARY = {
+    "steps": [20, 22],
+    "ops": [["aten::mm", 1500.0, 9]],
+    "kernels": [],
+    "basis": "cpu",
+    "wall_us": 3000.0,
+    "compute": 0.5,
+    "comm": 0.25,
+    "idle": 0.25,
+    "train_ms": [2.0, 40.0],
+}
 
 
 def test_the_tui_follows_each_rank_and_keeps_its_summary_after_the_rank_stops_sending_it():
@@ -465,7 +497,10 @@ def test_a_capture_leaves_the_scripts_own_profiler_alone(tmp_path):
     cap.attach(recorder)
     with torch.profiler.profile() as own:
         train(recorder, range(0, 6))
-    assert cap.state == wire_capture.FAILED and cap.error == "RuntimeError: torch.profiler is already running in this process (the script's own?)"
+    assert (
+        cap.state == wire_capture.FAILED
+        and cap.error == "RuntimeError: torch.profiler is already running in this process (the script's own?)"
+    )
     assert any(e.name == "aten::mm" for e in own.events())  # the script's trace is whole
 
 

@@ -48,6 +48,7 @@ def test_a_healthy_job_names_no_cause(jobs):
 
 def _cpus_busy(over_s: float = 2.0) -> float:
     """How many CPUs' worth of work the machine did over the last ``over_s`` seconds (/proc/stat), now."""
+
     def ticks() -> tuple[int, int]:
         with open("/proc/stat") as f:
             fields = [int(v) for v in f.readline().split()[1:]]

@@ -75,7 +75,6 @@ def test_the_history_keeps_each_rank_s_class_reference_held_while_slow():
     assert np.isnan(history.reference_before(ranks, 7)).all()  # other phases: not the same columns
 
 
-
 def test_a_class_is_named_by_its_lowest_rank_and_size_whatever_its_id_in_a_snapshot():
     from ranktop.watch.analysis.class_growth import class_keys
 

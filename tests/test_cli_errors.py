@@ -32,9 +32,7 @@ def test_watch_with_nothing_running_says_how_to_start(rdv):
 
 
 def test_an_ended_job_is_recognised_by_its_stale_record(rdv):
-    rendezvous.write_node(
-        rendezvous.NodeRecord("dead-job", os.uname().nodename, "tcp://x:1", "tcp://x:2", pid=2**22 + 7, started=0.0)
-    )
+    rendezvous.write_node(rendezvous.NodeRecord("dead-job", os.uname().nodename, "tcp://x:1", "tcp://x:2", pid=2**22 + 7, started=0.0))
     assert_one_line_error(run_cli("watch", "dead-job", "--json", "--wait", "0"), 3, "job 'dead-job' has ended")
     assert run_cli("jobs").stdout.startswith("no running jobs")
     assert "dead-job\tended" in run_cli("jobs", "--all").stdout
@@ -113,8 +111,10 @@ def test_jobs_counts_the_ended_job_folders_and_prunes_those_idle_past_the_grace(
     assert out.returncode == 0
     lines = out.stdout.splitlines()
     assert lines[0].startswith("no running jobs")
-    assert lines[1].startswith(f"1 ended job folder(s) with their secrets under {rdv / 'jobs'}: `ranktop jobs --all` lists them, "
-                               "`ranktop jobs --prune` removes them")  # recent-job; starting-job may still be starting
+    assert lines[1].startswith(
+        f"1 ended job folder(s) with their secrets under {rdv / 'jobs'}: `ranktop jobs --all` lists them, "
+        "`ranktop jobs --prune` removes them"
+    )  # recent-job; starting-job may still be starting
     assert out.stderr == "ranktop: removed the secrets and records of 1 job(s) ended over 24 h ago\n"
     old = rendezvous.job_dir("old-job")
     assert not (old / "secret").exists() and (old / "captures").is_dir()  # a job's captures stay

@@ -63,7 +63,12 @@ def test_a_big_job_s_pane_lists_the_slow_rank_and_the_extremes_and_its_title_say
 
     async def scenario(app, pilot):
         table = app.query_one(CollectiveTable)
-        assert [row.key.value for row in table.ordered_rows] == ["-1:ddp_allreduce", "9:ddp_allreduce", "60:ddp_allreduce", "2:ddp_allreduce"]
+        assert [row.key.value for row in table.ordered_rows] == [
+            "-1:ddp_allreduce",
+            "9:ddp_allreduce",
+            "60:ddp_allreduce",
+            "2:ddp_allreduce",
+        ]
         assert table.get_row("9:ddp_allreduce")[-1].plain == "slow"
 
     drive(snap, scenario, size=(200, 50))

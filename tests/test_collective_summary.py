@@ -3,7 +3,9 @@
 import pytest
 import messages
 
-from ranktop.wire import collective_summary, schema
+from ranktop.probe import collective_summary
+from ranktop.wire import schema
+from ranktop.wire.names import STEPS
 from ranktop.watch.aggregator import Aggregator
 
 
@@ -13,7 +15,8 @@ def call(seq, op="ddp_allreduce", b=100, d=0.010, n=0, ph="backward", t0=5.0):
 
 def test_overlapping_waits_count_once_per_phase_and_per_op():
     calls = [
-        call(1, t0=5.000), call(2, t0=5.005),  # two buckets overlapping by 5 ms: 15 ms waited
+        call(1, t0=5.000),
+        call(2, t0=5.005),  # two buckets overlapping by 5 ms: 15 ms waited
         call(3, op="all_gather_into_tensor", b=800, d=0.004, t0=5.012),  # inside the buckets' span
         call(4, ph="forward", d=0.002, t0=4.0),
     ]
@@ -39,7 +42,7 @@ def test_the_sample_is_bounded_and_spans_several_sizes_per_op():
 def test_summaries_ride_in_a_steps_message_and_malformed_ones_are_refused():
     summaries, sample = messages.plain(collective_summary.summarise([call(1), call(2, t0=5.005)]))  # as the wire carries them
     body = {"job": "j", "rank": 0, "ts": 1.0, "steps": [], "cs": summaries, "cx": sample}
-    msg = schema.decode(messages.raw(schema.STEPS, body))
+    msg = schema.decode(messages.raw(STEPS, body))
     assert messages.plain(msg)["cs"] == summaries and messages.plain(msg)["cx"] == sample and messages.plain(msg)["v"] >= [1, 4]
     good = summaries[0]
     for bad in (
@@ -51,7 +54,7 @@ def test_summaries_ride_in_a_steps_message_and_malformed_ones_are_refused():
         "not a map",
     ):
         with pytest.raises(schema.WireError):
-            schema.decode(messages.raw(schema.STEPS, dict(body, cs=[bad])))
+            schema.decode(messages.raw(STEPS, dict(body, cs=[bad])))
 
 
 def test_raw_calls_sent_beside_the_summaries_are_dropped_and_the_viewer_reads_the_summaries_alone():
@@ -61,9 +64,12 @@ def test_raw_calls_sent_beside_the_summaries_are_dropped_and_the_viewer_reads_th
     agg.ingest(messages.hello(0, 1, "h"))
     for n in range(4):
         calls = [call(2 * n + i, b=100 * (i + 1), n=n, t0=5.0 + i * 0.005) for i in range(2)]
-        body = {"steps": [{"n": n, "t": 1.0 + n, "w": 0.05, "p": {"backward": 0.03}}], **messages.collectives(calls),
-                "coll": calls + [call(100 + n, op="all_gather_into_tensor", n=n)]}
-        msg = messages.decoded(schema.STEPS, 0, body, world=1)
+        body = {
+            "steps": [{"n": n, "t": 1.0 + n, "w": 0.05, "p": {"backward": 0.03}}],
+            **messages.collectives(calls),
+            "coll": calls + [call(100 + n, op="all_gather_into_tensor", n=n)],
+        }
+        msg = messages.decoded(STEPS, 0, body, world=1)
         assert "coll" not in messages.plain(msg)
         agg.ingest(msg)
     snap = agg.snapshot()

@@ -26,7 +26,7 @@ def gathered_rows(calls):
     """The job's rows of ``calls`` (the probe's raw records) after the wire, the viewer's store and its analysis."""
     from ranktop.watch.analysis.collectives import collective_rows
     from ranktop.watch.engine.collective_sums import JobCollectives, gather
-    from ranktop.wire.collective_summary import summarise
+    from ranktop.probe.collective_summary import summarise
 
     summaries, _ = summarise(calls)
     store = JobCollectives()
@@ -83,8 +83,17 @@ def ddp_stream(agg, world, slow_rank, slow_s, steps=20):
             done = t + 0.010 + 0.015 + slow_s + 0.001  # everyone leaves the all-reduce together
             start = t + 0.010 + compute  # and enters it when its own backward is done
             seq += 1
-            call = {"op": "ddp_allreduce", "seq": seq, "b": 4 << 20, "dt": "float32", "g": world,
-                    "d": done - start, "n": n, "ph": "backward", "t0": start}
+            call = {
+                "op": "ddp_allreduce",
+                "seq": seq,
+                "b": 4 << 20,
+                "dt": "float32",
+                "g": world,
+                "d": done - start,
+                "n": n,
+                "ph": "backward",
+                "t0": start,
+            }
             p = {"forward": 0.010, "backward": done - (t + 0.010), "optimizer": 0.003}
             agg.ingest(messages.steps(r, [{"n": n, "t": 100.0 + n, "w": sum(p.values()), "p": p}], calls=[call]))
 
@@ -118,8 +127,20 @@ def test_overlapping_buckets_count_once():
     agg = Aggregator("j")
     agg.ingest(messages.hello(0, 1, "h", pid=1))
     for n in range(3):
-        calls = [{"op": "ddp_allreduce", "seq": 2 * n + i, "b": 100, "dt": "float32", "g": 1, "d": 0.010,
-                  "n": n, "ph": "backward", "t0": 5.0 + i * 0.005} for i in range(2)]
+        calls = [
+            {
+                "op": "ddp_allreduce",
+                "seq": 2 * n + i,
+                "b": 100,
+                "dt": "float32",
+                "g": 1,
+                "d": 0.010,
+                "n": n,
+                "ph": "backward",
+                "t0": 5.0 + i * 0.005,
+            }
+            for i in range(2)
+        ]
         agg.ingest(messages.steps(0, [{"n": n, "t": 1.0 + n, "w": 0.05, "p": {"backward": 0.03}}], calls=calls, world=1))
     row = agg.snapshot().ranks[0]
     assert row.collective_s == pytest.approx(0.015)  # [5.000, 5.010] and [5.005, 5.015]: 15 ms, not 20
@@ -179,8 +200,9 @@ os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=os.environ["PORT"], RANK=
 import torch, torch.distributed as dist
 dist.init_process_group("gloo")
 from ranktop.probe import collectives
+from ranktop.probe.collective_tracker import CollectiveTracker
 from ranktop.probe.recorder import Recorder
-tracker = collectives.CollectiveTracker(Recorder())
+tracker = CollectiveTracker(Recorder())
 collectives.install(tracker)
 import torch.distributed._functional_collectives as funcol
 from torch.distributed.device_mesh import init_device_mesh

@@ -10,9 +10,21 @@ from ranktop.tui.panes import CollectiveTable
 
 def stat(rank, op="ddp_allreduce", calls=120, mean=0.004):
     return CollectiveStat(
-        rank=rank, op=op, group_size=8, dtype="float32", calls=calls, bytes=calls * (4 << 20),
-        calls_per_s=30.0, bytes_per_s=30.0 * (4 << 20), mean_s=mean, p95_s=mean * 1.5,
-        algbw_bps=(4 << 20) / mean, busbw_bps=(4 << 20) / mean * 1.75, alpha_s=25e-6, beta_bps=1.2e9, fit_dev=0.8,
+        rank=rank,
+        op=op,
+        group_size=8,
+        dtype="float32",
+        calls=calls,
+        bytes=calls * (4 << 20),
+        calls_per_s=30.0,
+        bytes_per_s=30.0 * (4 << 20),
+        mean_s=mean,
+        p95_s=mean * 1.5,
+        algbw_bps=(4 << 20) / mean,
+        busbw_bps=(4 << 20) / mean * 1.75,
+        alpha_s=25e-6,
+        beta_bps=1.2e9,
+        fit_dev=0.8,
     )
 
 

@@ -29,6 +29,7 @@ from ranktop.tui.panes.waiting import waiting_text
 from ranktop.watch.engine.requests import RequestError
 from ranktop.watch.session import WatchSession, resolve
 from ranktop.wire import auth, schema
+from ranktop.wire.names import COMMAND, HEARTBEAT
 from ranktop.transport import curve, rendezvous
 
 
@@ -72,7 +73,7 @@ def relay(rdv, monkeypatch):
             rank = sender(0, world=1, host="node0", job="sealed")
             while not stop.is_set():
                 pub.send_multipart(rank.message(rank.wire_hello()))
-                pub.send_multipart(frames(schema.HEARTBEAT, 0, {"state": {"step": 3}}, world=1, host="node0", job="sealed"))
+                pub.send_multipart(frames(HEARTBEAT, 0, {"state": {"step": 3}}, world=1, host="node0", job="sealed"))
                 time.sleep(0.05)
 
         thread = threading.Thread(target=publish, daemon=True)
@@ -119,7 +120,7 @@ def test_only_the_job_key_pushes_commands_and_they_arrive_still_signed(relay):
     relay, ctx = relay
     secret = rendezvous.read_secret("sealed")
     ranks = ctx.socket(zmq.SUB)  # where the node's ranks hear commands
-    ranks.subscribe(schema.COMMAND.encode())
+    ranks.subscribe(COMMAND.encode())
     ranks.connect(ipc_endpoints("sealed", "node0")[1])
     verifier = auth.CommandVerifier(secret, "sealed")
 

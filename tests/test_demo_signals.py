@@ -42,9 +42,7 @@ def signals_restored():
 
 
 @pytest.mark.parametrize("signum", demo.EXIT_SIGNALS, ids=["SIGHUP", "SIGTERM"])
-def test_a_signal_another_thread_takes_stops_the_job_and_the_viewer_while_the_main_thread_is_blocked(
-    monkeypatch, signals_restored, signum
-):
+def test_a_signal_another_thread_takes_stops_the_job_and_the_viewer_while_the_main_thread_is_blocked(monkeypatch, signals_restored, signum):
     exits: list[int] = []
     monkeypatch.setattr(demo, "EXIT_GRACE_S", 0.2)
     monkeypatch.setattr(demo.os, "_exit", exits.append)  # the viewer's last resort, recorded instead

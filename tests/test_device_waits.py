@@ -12,9 +12,9 @@ import types
 
 import pytest
 
-from fake_cuda import FakeCuda, FakeEvent, FakeNcclGroup, FakeWork
-from ranktop.probe import collectives, device_waits, gpu_timing, stream_waits
-from ranktop.probe.collectives import CollectiveTracker
+from fake_cuda import FakeCuda, FakeNcclGroup, FakeWork
+from ranktop.probe import collective_tracker, collectives, ddp_waits, device_waits, dist_wrappers, gpu_timing, stream_waits
+from ranktop.probe.collective_tracker import CollectiveTracker
 from ranktop.probe.recorder import Recorder
 
 
@@ -66,7 +66,7 @@ def wrapped(name, group, arg="tensor"):
         return group_.collective(tensor, async_op=async_op)
 
     group_ = group
-    return collectives._wrap(name, arg, all_reduce, FakeDist(group))
+    return dist_wrappers._wrap(name, arg, all_reduce, FakeDist(group))
 
 
 @pytest.fixture
@@ -74,7 +74,7 @@ def attached(cuda, monkeypatch):
     probe = probe_on(cuda)
     cuda.set_device(2)
     assert gpu_timing.attach_cuda(probe, cuda, work_class=FakeWork)
-    monkeypatch.setattr(collectives, "_tracker", probe.collectives)
+    monkeypatch.setattr(dist_wrappers, "_tracker", probe.collectives)
     return probe
 
 
@@ -139,7 +139,7 @@ def test_an_async_work_without_a_future_dropped_unwaited_keeps_its_host_time_and
             return True
 
     before = attached.collectives.device.available
-    collectives._wrap("all_reduce", "tensor", lambda tensor, async_op=False: BareWork(), FakeDist(FakeNcclGroup(cuda)))(
+    dist_wrappers._wrap("all_reduce", "tensor", lambda tensor, async_op=False: BareWork(), FakeDist(FakeNcclGroup(cuda)))(
         Tensor(), async_op=True
     )  # the work is dropped at once
     cuda.run(1.0)
@@ -149,7 +149,7 @@ def test_an_async_work_without_a_future_dropped_unwaited_keeps_its_host_time_and
 
 
 class FakeDDP:
-    """What :func:`collectives.watch_ddp_backward` reads of a DDP module: its parameters and its group."""
+    """What :func:`ddp_waits.watch_ddp_backward` reads of a DDP module: its parameters and its group."""
 
     def __init__(self, group, params=2):
         self.module = types.SimpleNamespace(parameters=lambda: [Tensor(4096) for _ in range(params)])
@@ -179,7 +179,7 @@ def test_ddp_waits_where_finalize_stalls_the_compute_stream_not_for_its_buckets_
     rec, tracker = attached.recorder, attached.collectives
     queue = []
     output = types.SimpleNamespace(grad_fn=OutputNode())
-    assert collectives.watch_ddp_backward(FakeDDP(group), output, queue=queue.append)
+    assert ddp_waits.watch_ddp_backward(FakeDDP(group), output, queue=queue.append)
     rec.begin_step()
     rec.begin_phase("backward")
     output.grad_fn.prehook(None)  # backward starts at the output's node
@@ -193,7 +193,7 @@ def test_ddp_waits_where_finalize_stalls_the_compute_stream_not_for_its_buckets_
     rec.end_step()
     cuda.run(1.0)
     (call,) = tracker.drain()
-    assert call["op"] == collectives.DDP_OP and call["b"] == 2 * 4096 * 2 and call["ph"] == "backward"
+    assert call["op"] == collective_tracker.DDP_OP and call["b"] == 2 * 4096 * 2 and call["ph"] == "backward"
     assert call["d"] == pytest.approx(0.005)
     (step,) = rec.timeline.resolve(rec.drain())
     assert step["g"]["p"]["backward"] == pytest.approx(0.035)
@@ -219,10 +219,10 @@ def test_a_compiled_ddp_waits_by_eager_ddp_s_device_rules_watched_from_its_compi
     watched from the compiled wrapper's eager call; what is timed is eager DDP's: the compute stream's 5 ms stall
     at the reducer's finalize, not the bucket's 25 ms in flight; a no_sync() micro-batch waits for nothing."""
     pytest.importorskip("torch")
-    monkeypatch.setattr(collectives, "_installed", {"ddp.class": FakeDDP})
+    monkeypatch.setattr(dist_wrappers, "_installed", {"ddp.class": FakeDDP})
     queue = []
-    monkeypatch.setattr(collectives, "_queue_callback", queue.append)
-    collectives._wrap_compiled_call(FakeOptimizedModule)
+    monkeypatch.setattr(ddp_waits, "_queue_callback", queue.append)
+    ddp_waits._wrap_compiled_call(FakeOptimizedModule)
     group = FakeNcclGroup(cuda, kernel_s=0.025)
     rec, tracker = attached.recorder, attached.collectives
     ddp = SyncingDDP(group)
@@ -244,7 +244,7 @@ def test_a_compiled_ddp_waits_by_eager_ddp_s_device_rules_watched_from_its_compi
     rec.end_step()
     cuda.run(1.0)
     (call,) = tracker.drain()
-    assert call["op"] == collectives.DDP_OP and call["ph"] == "backward"
+    assert call["op"] == collective_tracker.DDP_OP and call["ph"] == "backward"
     assert call["d"] == pytest.approx(0.005)
 
 
@@ -260,8 +260,8 @@ def test_a_ddp_comm_hook_s_all_reduce_is_no_wait_only_the_stall_at_finalize_is(c
     waits for it: it returns ``work.get_future().then(...)``, which the reducer's finalize waits for. The bucket is
     ready 10 ms into backward and 25 ms on the wire, overlapped with 20 ms more of backward: the compute stream
     stalls 5 ms at finalize. Before, the hook's all-reduce was also recorded, launch to completion: 25 ms."""
-    monkeypatch.setattr(collectives, "_installed", {})
-    collectives.watch_comm_hooks(HookedDDP)
+    monkeypatch.setattr(dist_wrappers, "_installed", {})
+    ddp_waits.watch_comm_hooks(HookedDDP)
     group = FakeNcclGroup(cuda, kernel_s=0.025)
     all_reduce = wrapped("all_reduce", group)
 
@@ -273,7 +273,7 @@ def test_a_ddp_comm_hook_s_all_reduce_is_no_wait_only_the_stall_at_finalize_is(c
     ddp.register_comm_hook(None, allreduce_hook)
     queue = []
     output = types.SimpleNamespace(grad_fn=OutputNode())
-    assert collectives.watch_ddp_backward(ddp, output, queue=queue.append)
+    assert ddp_waits.watch_ddp_backward(ddp, output, queue=queue.append)
     rec.begin_step()
     rec.begin_phase("backward")
     output.grad_fn.prehook(None)
@@ -287,7 +287,7 @@ def test_a_ddp_comm_hook_s_all_reduce_is_no_wait_only_the_stall_at_finalize_is(c
     rec.end_step()
     cuda.run(1.0)
     calls = tracker.drain(final=True)
-    assert [c["op"] for c in calls] == [collectives.DDP_OP], calls
+    assert [c["op"] for c in calls] == [collective_tracker.DDP_OP], calls
     assert calls[0]["d"] == pytest.approx(0.005)
     (step,) = rec.timeline.resolve(rec.drain())
     assert step["g"]["p"]["backward"] == pytest.approx(0.035)
@@ -300,8 +300,8 @@ def test_a_comm_hook_s_wait_at_finalize_leaves_out_ddp_s_copy_of_the_buckets_int
     hook's: its completion, recorded in its done-callback (on a stream that waits for the kernel), ends the wait.
     Here the stall is 5 ms and the copy 0.6 ms after it: 5 ms recorded (5.6 before); a rank whose buckets were all
     done before finalize waited for nothing (0.6 before)."""
-    monkeypatch.setattr(collectives, "_installed", {})
-    collectives.watch_comm_hooks(HookedDDP)
+    monkeypatch.setattr(dist_wrappers, "_installed", {})
+    ddp_waits.watch_comm_hooks(HookedDDP)
     group = FakeNcclGroup(cuda, kernel_s=0.025)
     all_reduce = wrapped("all_reduce", group)
 
@@ -316,7 +316,7 @@ def test_a_comm_hook_s_wait_at_finalize_leaves_out_ddp_s_copy_of_the_buckets_int
     for backward_s in (0.020, 0.040):  # the stall: 5 ms, then none (the bucket done 5 ms before finalize)
         queue = []
         output = types.SimpleNamespace(grad_fn=OutputNode())
-        assert collectives.watch_ddp_backward(ddp, output, queue=queue.append)
+        assert ddp_waits.watch_ddp_backward(ddp, output, queue=queue.append)
         rec.begin_step()
         rec.begin_phase("backward")
         output.grad_fn.prehook(None)
@@ -329,7 +329,7 @@ def test_a_comm_hook_s_wait_at_finalize_leaves_out_ddp_s_copy_of_the_buckets_int
         rec.end_step()
     cuda.run(1.0)
     calls = tracker.drain(final=True)
-    assert [c["op"] for c in calls] == [collectives.DDP_OP] * 2, calls
+    assert [c["op"] for c in calls] == [collective_tracker.DDP_OP] * 2, calls
     assert calls[0]["d"] == pytest.approx(0.005)
     assert calls[1]["d"] == pytest.approx(0.0)
     assert tracker.device.available == pool  # every event back in the pool: none lost per backward
@@ -342,11 +342,12 @@ def test_on_the_host_a_comm_hook_s_wait_ends_when_its_last_future_completed_unle
     wait at finalize's end, as before; a late one of an earlier backward counts for nothing."""
     torch = pytest.importorskip("torch")
     clock = [100.0]
-    monkeypatch.setattr(collectives, "_perf", lambda: clock[0])
+    monkeypatch.setattr(collective_tracker, "_perf", lambda: clock[0])
+    monkeypatch.setattr(ddp_waits, "_perf", lambda: clock[0])
     tracker = CollectiveTracker(Recorder())
-    monkeypatch.setattr(collectives, "_tracker", tracker)
-    monkeypatch.setattr(collectives, "_installed", {})
-    collectives.watch_comm_hooks(HookedDDP)
+    monkeypatch.setattr(dist_wrappers, "_tracker", tracker)
+    monkeypatch.setattr(dist_wrappers, "_installed", {})
+    ddp_waits.watch_comm_hooks(HookedDDP)
     futures = []
 
     def hook(state, bucket):  # a gloo all-reduce's future, completed later
@@ -361,7 +362,7 @@ def test_on_the_host_a_comm_hook_s_wait_ends_when_its_last_future_completed_unle
         futures.clear()
         queue = []
         output = types.SimpleNamespace(grad_fn=OutputNode())
-        assert collectives.watch_ddp_backward(ddp, output, queue=queue.append)
+        assert ddp_waits.watch_ddp_backward(ddp, output, queue=queue.append)
         output.grad_fn.prehook(None)
         ddp.hook(Tensor(4096))
         ddp.hook(Tensor(4096))
@@ -413,7 +414,7 @@ def test_ddp_keeps_its_own_all_reduce_and_a_comm_hook_registered_after_the_first
         model(torch.randn(2, 8)).sum().backward()
         assert calls == [8 * 4 + 4]
         records = tracker.drain()
-        assert [r["op"] for r in records] == [collectives.DDP_OP] * 2
+        assert [r["op"] for r in records] == [collective_tracker.DDP_OP] * 2
         assert all(r["b"] == (8 * 4 + 4) * 4 and r["dt"] == "float32" and r["g"] == 1 and r["d"] >= 0 for r in records)
         assert tracker.blocked_since == 0.0
     finally:
@@ -439,7 +440,7 @@ def test_ddp_with_pytorch_s_stock_allreduce_hook_records_only_its_wait_at_finali
             model(torch.randn(2, 8)).sum().backward()
         with model.no_sync():
             model(torch.randn(2, 8)).sum().backward()
-        assert [r["op"] for r in tracker.drain(final=True)] == [collectives.DDP_OP] * 3
+        assert [r["op"] for r in tracker.drain(final=True)] == [collective_tracker.DDP_OP] * 3
         assert model._get_ddp_logging_data().get("comm_hook") == "allreduce_hook"  # DDP logs the hook by its name
     finally:
         collectives.uninstall()
@@ -471,7 +472,7 @@ def test_a_whole_compiled_ddp_model_has_its_wait_per_synchronised_backward_in_pr
         with model.no_sync():
             model(torch.randn(2, 8)).sum().backward()
         records = tracker.drain(final=True)
-        assert [r["op"] for r in records] == [collectives.DDP_OP] * 3
+        assert [r["op"] for r in records] == [collective_tracker.DDP_OP] * 3
         assert all(r["b"] == (8 * 8 + 8 + 8 + 1) * 4 for r in records)
     finally:
         collectives.uninstall()
@@ -504,7 +505,7 @@ def test_a_collective_on_cpu_tensors_keeps_its_host_time(cuda, attached):
 
     group = FakeNcclGroup(cuda)
     cuda.current_stream().launch(5.0)  # the stream is busy: events around the call would both end later
-    collectives._wrap("all_reduce", "tensor", gloo_all_reduce, FakeDist(group))(Tensor(is_cuda=False))
+    dist_wrappers._wrap("all_reduce", "tensor", gloo_all_reduce, FakeDist(group))(Tensor(is_cuda=False))
     (call,) = attached.collectives.drain()
     assert call["d"] >= 0.02
 
@@ -759,7 +760,7 @@ def test_a_model_on_another_device_than_the_thread_s_is_timed_there_and_no_conte
     probe = probe_on(cuda)
     assert cuda.current_device() == 0
     assert gpu_timing.attach_cuda(probe, cuda, device=2, work_class=FakeWork)
-    monkeypatch.setattr(collectives, "_tracker", probe.collectives)
+    monkeypatch.setattr(dist_wrappers, "_tracker", probe.collectives)
     with cuda.device(2):
         group = FakeNcclGroup(cuda, kernel_s=0.001)
     rec = probe.recorder
@@ -989,7 +990,7 @@ def test_a_wait_on_a_collective_of_cpu_tensors_keeps_its_host_time(cuda, attache
     nothing; device timing read ~0 for it before."""
     import time
 
-    wait = collectives._timed_wait(lambda handle: time.sleep(0.02), "wait_tensor", collectives.FUNCTIONAL)
+    wait = dist_wrappers._timed_wait(lambda handle: time.sleep(0.02), "wait_tensor", collective_tracker.FUNCTIONAL)
     cuda.current_stream().launch(5.0)  # a busy stream: events around the wait would read nothing useful
     wait(Tensor(is_cuda=False))
     (call,) = attached.collectives.drain()
@@ -1012,7 +1013,7 @@ def test_a_future_completing_after_its_wait_takes_no_event_from_the_pool(cuda, a
 
     tracker = attached.collectives
     before = tracker.device.available
-    work = collectives._wrap("all_reduce", "tensor", lambda tensor, async_op=False: LateWork(cuda, 0.0),
+    work = dist_wrappers._wrap("all_reduce", "tensor", lambda tensor, async_op=False: LateWork(cuda, 0.0),
                              FakeDist(FakeNcclGroup(cuda)))(Tensor(), async_op=True)  # fmt: skip
     work.wait()
     LateWork.future.callback(LateWork.future)  # completes now, after the wait
@@ -1028,7 +1029,7 @@ def test_call_starts_are_not_shifted_by_the_queue_at_attach(cuda, monkeypatch):
     cuda.set_device(2)
     cuda.current_stream().launch(5.0)  # the device is 5 s behind the host when timing attaches
     assert gpu_timing.attach_cuda(probe, cuda, work_class=FakeWork)
-    monkeypatch.setattr(collectives, "_tracker", probe.collectives)
+    monkeypatch.setattr(dist_wrappers, "_tracker", probe.collectives)
     epoch_perf = probe.collectives.device._epoch_perf
     cuda.host(6.0)
     cuda.run(6.0)  # 6 s later the device has caught up
@@ -1101,7 +1102,7 @@ def test_a_capture_through_torch_accelerator_graph_is_one_too(cuda, monkeypatch)
     probe = probe_on(cuda)
     cuda.set_device(2)
     assert gpu_timing.attach_cuda(probe, cuda, work_class=FakeWork, accelerator=accelerator)
-    monkeypatch.setattr(collectives, "_tracker", probe.collectives)
+    monkeypatch.setattr(dist_wrappers, "_tracker", probe.collectives)
     rec = probe.recorder
     timed_steps(rec, cuda, 2)
     graph = accelerator.Graph()

@@ -1,4 +1,4 @@
-"""The job-wide digest budget (wire/node_digest.py: ``digest_hz``): the relays of a big job pace their digests so that
+"""The job-wide digest budget (wire/pacing.py: ``digest_hz``): the relays of a big job pace their digests so that
 together they send a viewer at most ``DIGEST_BUDGET`` a second.
 
 A viewer pays for each digest before its content counts; at 16,384 ranks (2,048 nodes) four digests a node a second
@@ -23,9 +23,11 @@ from ranktop.demo.simulate import Scenario, Simulator
 from ranktop.transport import rendezvous
 from ranktop.watch.engine import keys
 from ranktop.watch.session import WatchSession, resolve
-from ranktop.wire import node_digest, schema, step_block
+from ranktop.wire import pacing, schema, step_block
+from ranktop.wire.names import NODE
 from ranktop.wire.messages import Links, Node, RankInfo
-from ranktop.wire.node_digest import DIGEST_BUDGET, DIGEST_HZ, MIN_DIGEST_HZ, NodeDigest, digest_hz, job_nodes
+from ranktop.relay.digest_fold import NodeDigest
+from ranktop.wire.pacing import DIGEST_BUDGET, DIGEST_HZ, MIN_DIGEST_HZ, digest_hz, job_nodes
 
 
 def info(world: int, local_world: int | None, local_rank: int = 0) -> RankInfo:
@@ -73,9 +75,9 @@ def test_the_biggest_jobs_send_a_running_rank_s_state_hello_and_collectives_less
     state, hello and collectives ride twice as far apart at 16,384; its steps still ride every digest."""
     from ranktop.wire.messages import Heartbeat, OpSummary, State
 
-    assert node_digest.slow_factor(64) == node_digest.slow_factor(8192) == 1.0
-    assert node_digest.slow_factor(16384) == 2.0
-    for world, every in ((8192, node_digest.SLOW_EVERY_S), (16384, 2 * node_digest.SLOW_EVERY_S)):
+    assert pacing.slow_factor(64) == pacing.slow_factor(8192) == 1.0
+    assert pacing.slow_factor(16384) == 2.0
+    for world, every in ((8192, pacing.SLOW_EVERY_S), (16384, 2 * pacing.SLOW_EVERY_S)):
         digest = NodeDigest("j", "node0")
         digest.add_hello(0, info(world, 8), None)
         running = State(step=3, last=2, in_step=True, phase="forward")
@@ -100,10 +102,10 @@ def test_the_job_s_relays_send_at_most_the_sample_budget_of_raw_calls_a_second()
     beyond: 256 samples a second from the whole job are plenty for the fit, and the viewer decodes every one."""
     from ranktop.wire.messages import Call
 
-    assert node_digest.sample_every_s(1) == node_digest.sample_every_s(512) == node_digest.SAMPLE_EVERY_S == 2.0
-    assert node_digest.sample_every_s(2048) == 8.0
+    assert pacing.sample_every_s(1) == pacing.sample_every_s(512) == pacing.SAMPLE_EVERY_S == 2.0
+    assert pacing.sample_every_s(2048) == 8.0
     for nodes in (64, 512, 1024, 2048, 4096):
-        assert nodes / node_digest.sample_every_s(nodes) <= node_digest.SAMPLE_BUDGET
+        assert nodes / pacing.sample_every_s(nodes) <= pacing.SAMPLE_BUDGET
     digest = NodeDigest("j", "node0")
     digest.add_hello(0, info(16384, 8), None)
     sample = [Call(op="all_reduce", seq=1, b=8, dt="float32", g=8, d=0.001, n=1, ph="backward", t0=0.0)]
@@ -132,7 +134,7 @@ def digests_a_second(job: str, seconds: float = 4.0) -> float:
     sub = ctx.socket(zmq.SUB)
     try:
         assert keys.secure(sub, rendezvous.read_secret(job))
-        sub.setsockopt(zmq.SUBSCRIBE, schema.NODE.encode())
+        sub.setsockopt(zmq.SUBSCRIBE, NODE.encode())
         sub.connect(node.telemetry)
         stamps: list[float] = []
         end = time.monotonic() + 60
@@ -199,7 +201,7 @@ def test_a_live_simulated_job_paced_by_the_budget_is_watched_whole_with_no_malfo
     a 2,048-node job: 1 digest a second): a viewer of digests hears every rank, and no digest is refused (a node's
     ranks' steps summed once per digest, never twice into one, also after the viewer took the ranks' own messages
     at their cadence for a while)."""
-    monkeypatch.setattr(node_digest, "DIGEST_BUDGET", 16.0)
+    monkeypatch.setattr(pacing, "DIGEST_BUDGET", 16.0)
     monkeypatch.setenv("RANKTOP_DIGESTS", "auto")  # the ranks' own messages first, digests from 16 relays: both cadences
     sim = Simulator(Scenario(job="paced", ranks=64, nodes=32, calls_per_step=4, slow_rank=40, slow_ms=20.0, slow_phase="forward"))
     stop = threading.Event()

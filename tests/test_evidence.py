@@ -59,8 +59,9 @@ os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=os.environ["PORT"], RANK=
 import torch, torch.distributed as dist
 dist.init_process_group("gloo")
 from ranktop.probe import collectives
+from ranktop.probe.collective_tracker import CollectiveTracker
 from ranktop.probe.recorder import Recorder
-tracker = collectives.CollectiveTracker(Recorder())
+tracker = CollectiveTracker(Recorder())
 collectives.install(tracker)
 dist.all_to_all_single(torch.empty(6, 3), torch.ones(6, 3), output_split_sizes=[6], input_split_sizes=[6])
 dist.all_to_all_single(output=torch.empty(2, 3), input=torch.ones(2, 3), async_op=True).wait()

@@ -73,7 +73,9 @@ def viewer(job, duration: float) -> subprocess.Popen:
     """A real viewer: ``ranktop watch JOB --json`` printing one snapshot after ``duration`` seconds."""
     return subprocess.Popen(
         [RANKTOP, "watch", job.job, "--json", "--duration", str(duration)],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
     )
 
 
@@ -81,8 +83,9 @@ def test_a_viewer_killed_frozen_or_far_too_slow_costs_the_job_nothing_and_catche
     killed, stopped, slow = viewer(job, 60), viewer(job, 10), viewer(job, 10)
     try:
         port = int(rendezvous.read_nodes(job.job)[0].telemetry.rsplit(":", 1)[1])
-        wait_for(lambda: all(connected_to(v.pid, port) for v in (killed, stopped, slow)), 60,
-                 "the viewers never dialled the relay")  # they start and attach (their first steps are checked below)
+        wait_for(
+            lambda: all(connected_to(v.pid, port) for v in (killed, stopped, slow)), 60, "the viewers never dialled the relay"
+        )  # they start and attach (their first steps are checked below)
         before = quiet_stretch(job)
         start = time.time()
         killed.send_signal(signal.SIGKILL)
@@ -107,7 +110,13 @@ def test_a_viewer_killed_frozen_or_far_too_slow_costs_the_job_nothing_and_catche
         assert all(r["status"] in ("ok", "slow") for r in doc["ranks"]), (name, doc["ranks"])
         for row in doc["ranks"]:
             first = row["step"] - row["steps_seen"] - row["missed"] + 1
-            assert first <= job.log.step_at(row["rank"], start), (name, "attached after the fault began", row, job.log.step_at(row["rank"], before), job.log.step_at(row["rank"], end))
+            assert first <= job.log.step_at(row["rank"], start), (
+                name,
+                "attached after the fault began",
+                row,
+                job.log.step_at(row["rank"], before),
+                job.log.step_at(row["rank"], end),
+            )
             # caught up: it ends with the steps the job ran just before it printed (every 250 ms a message) ...
             assert row["step"] >= job.log.step_at(row["rank"], after - 1.5), (name, row["step"])
             # ... and the relay kept what it could not take meanwhile: a record it missed would be counted here
@@ -123,13 +132,19 @@ def test_a_flood_of_forged_replayed_expired_and_malformed_commands_is_refused_an
     rejected_before = {r["rank"]: r["rejected"] for r in json.loads(out.stdout)["ranks"]}
     before = quiet_stretch(job)
     start = time.time()
-    result = flood(control, {
-        "genuine": [genuine],  # sent once: every copy after the first is a replay
-        "replayed": [genuine] * 50,
-        "forged": forged_commands(job.job, 50),
-        "expired": expired_commands(secret, job.job, 50),
-        "malformed": malformed_commands() * 10,
-    }, rate=10_000, seconds=2.5, secret=secret)  # past the encryption, as a viewer with the key
+    result = flood(
+        control,
+        {
+            "genuine": [genuine],  # sent once: every copy after the first is a replay
+            "replayed": [genuine] * 50,
+            "forged": forged_commands(job.job, 50),
+            "expired": expired_commands(secret, job.job, 50),
+            "malformed": malformed_commands() * 10,
+        },
+        rate=10_000,
+        seconds=2.5,
+        secret=secret,
+    )  # past the encryption, as a viewer with the key
     end = time.time()
     time.sleep(1.5)  # the ranks work through what is queued
     window = Window(before, start, end, time.time())
@@ -192,8 +207,16 @@ def test_the_relay_killed_is_restarted_the_ranks_reconnect_and_the_viewer_shows_
     start = time.time()
     kill_relay(job.job)
     wait_for(lambda: (look() or True) and relay_pid(job.job) != killed, 20, "no new relay")
-    wait_for(lambda: (snap := look()).endpoints and {e.state for e in snap.endpoints} == {CONNECTED}
-             and {r.status for r in snap.ranks} <= {"ok", "slow"} and time.sleep(0.1) is None, 20, "the ranks never came back")
+    wait_for(
+        lambda: (
+            (snap := look()).endpoints
+            and {e.state for e in snap.endpoints} == {CONNECTED}
+            and {r.status for r in snap.ranks} <= {"ok", "slow"}
+            and time.sleep(0.1) is None
+        ),
+        20,
+        "the ranks never came back",
+    )
     end = time.time()
     job.wait_steps(10)
     window = Window(before, start, end, time.time())

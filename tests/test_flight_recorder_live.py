@@ -42,7 +42,11 @@ def test_a_recording_of_a_live_2_rank_job_replays_to_the_same_snapshot(torchrun,
     replayed = snapshot_at(read(tmp_path / "live.rec"), float("inf"))
     assert recorder.stats.dropped == 0 and recorder.stats.frames > 20
     assert (replayed.job, replayed.world_size, replayed.global_step, replayed.stragglers) == (
-        live.job, live.world_size, live.global_step, live.stragglers)
+        live.job,
+        live.world_size,
+        live.global_step,
+        live.stragglers,
+    )
     assert [r.rank for r in live.ranks] == [0, 1] and live.ranks[1].status == "slow"
     for a, b in zip(live.ranks, replayed.ranks):
         assert {f: getattr(a, f) for f in FIGURES} == {f: getattr(b, f) for f in FIGURES}
@@ -103,8 +107,15 @@ def test_prometheus_scrape_of_a_live_job_lists_every_rank(launch_ranks, tmp_path
         assert status == {"0": "ok", "1": "ok", "2": "slow"}
         for name in ("ranktop_rank_straggler_score_ratio", "ranktop_rank_last_step", "ranktop_rank_memory_rss_bytes"):
             assert sorted(s.labels["rank"] for s in families[name].samples) == ["0", "1", "2"], name
-        job = {name: families[name].samples[0].value for name in
-               ("ranktop_job_ranks_connected", "ranktop_job_slow_ranks", "ranktop_job_stalled_ranks", "ranktop_job_steps_per_second")}
+        job = {
+            name: families[name].samples[0].value
+            for name in (
+                "ranktop_job_ranks_connected",
+                "ranktop_job_slow_ranks",
+                "ranktop_job_stalled_ranks",
+                "ranktop_job_steps_per_second",
+            )
+        }
         assert job["ranktop_job_ranks_connected"] == 3 and job["ranktop_job_slow_ranks"] == 1 and job["ranktop_job_stalled_ranks"] == 0
         assert job["ranktop_job_steps_per_second"] > 5
     finally:

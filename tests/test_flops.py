@@ -71,7 +71,10 @@ def test_work_comes_from_arguments_then_the_environment_and_the_peak_can_be_over
     assert flops.with_device(work, "NVIDIA H100 80GB HBM3")["peak_tflops"] == 400.0  # the override wins
     assert flops.with_device(flops.work_from(flops_dtype=torch.float16, env={}), "NVIDIA A100")["peak_tflops"] == 312.0
     assert flops.work_from(flops_per_step="auto", env={}) == {"dtype": "bf16", "dtype_from": "default"}
-    assert flops.work_from(env={"RANKTOP_BATCH_SIZE": "many"}) == {"dtype": "bf16", "dtype_from": "default"}  # a bad variable is ignored ...
+    assert flops.work_from(env={"RANKTOP_BATCH_SIZE": "many"}) == {
+        "dtype": "bf16",
+        "dtype_from": "default",
+    }  # a bad variable is ignored ...
     assert "ignoring RANKTOP_BATCH_SIZE" in capsys.readouterr().err  # ... and said
     with pytest.raises(ValueError):
         flops.work_from(batch_size=0, env={})  # a bad argument is the caller's error
@@ -121,8 +124,7 @@ def test_the_peak_is_that_of_the_dtype_the_job_computes_in():
     assert flops.compute_dtype(fake_torch(), types.SimpleNamespace(parameters=lambda: iter([]))) is None
     policy = types.SimpleNamespace(param_dtype=torch.bfloat16)  # FSDP2: fp32 shards, unsharded in bf16
     group = types.SimpleNamespace(mp_policy=policy)
-    sharded = types.SimpleNamespace(parameters=model.parameters,
-                                    _get_fsdp_state=lambda: types.SimpleNamespace(_fsdp_param_group=group))
+    sharded = types.SimpleNamespace(parameters=model.parameters, _get_fsdp_state=lambda: types.SimpleNamespace(_fsdp_param_group=group))
     sharded.modules = lambda: iter([sharded])
     assert flops.compute_dtype(fake_torch(), sharded) == ("bf16", "parameters")
     assert flops.peak_tflops("NVIDIA H100 80GB HBM3", "fp32") == 66.9  # against 989.4 for bf16
@@ -181,7 +183,6 @@ def test_flops_dtype_is_honoured_under_ranktop_launch(rdv, tmp_path):
     out = run_cli("launch", "--job", "jd", "--", sys.executable, str(script), cwd=tmp_path, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.split() == ["parameters", "fp32", "stated", "8"]
-
 
 
 def test_autocast_s_dtype_is_learnt_under_ranktop_launch_with_nothing_stated(rdv, tmp_path, monkeypatch):

@@ -7,8 +7,7 @@ from ranktop.watch import format as fmt
 
 @pytest.mark.parametrize(
     "value, text",
-    [(0, "0"), (0.0186, "0.0186"), (0.5, "0.500"), (0.9996, "1.00"), (1.049, "1.05"), (17.06, "17.1"), (99.96, "100"),
-     (968.4, "968")],
+    [(0, "0"), (0.0186, "0.0186"), (0.5, "0.500"), (0.9996, "1.00"), (1.049, "1.05"), (17.06, "17.1"), (99.96, "100"), (968.4, "968")],
 )
 def test_significant_writes_three_significant_digits_and_never_an_exponent(value, text):
     assert fmt.significant(value) == text

@@ -26,8 +26,9 @@ from ranktop.watch.model import verdict
 from ranktop.watch.aggregator import Aggregator
 from ranktop.watch.engine.receiver import Receiver
 from ranktop.wire import auth, schema
+from ranktop.wire.names import HEARTBEAT, HELLO, REPLY, STEPS, TELEMETRY_KINDS
 from ranktop.transport import rendezvous
-from ranktop.wire.node_digest import NodeDigest
+from ranktop.relay.digest_fold import NodeDigest
 from ranktop.watch.model.json_doc import document
 
 FUZZ = settings(max_examples=100, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow])
@@ -48,28 +49,39 @@ SUMMARY = {"n": 10, "ph": "backward", "w": 0.02, "ops": {"all_reduce": [2, 2048,
 
 #: Real messages, as the probe's Sender encodes them.
 REAL = [
-    frames(schema.HELLO, 1, dict(plain(hello(1)), work={"dtype": "bf16", "batch": 32, "flops": 1.2e12, "peak_tflops": 989.0},
-                                 relay={"telemetry": "tcp://node0:5555", "control": "tcp://node0:5556"},
-                                 groups=[{"id": "1", "size": 4, "ranks": [0, 4, 1], "role": "dp", "compact": True},
-                                         {"id": "2", "desc": "mesh_tp", "size": 2, "ranks": [0, 1]},
-                                         {"id": "3", "size": 2, "ranks": [1, 3], "role": "pp", "p2p": True}])),  # fmt: skip
-    frames(schema.STEPS, 1, {"steps": RECORDS, "state": STATE, **collectives([dict(CALL, seq=i, b=1024 << i) for i in range(4)])}),
-    frames(schema.STEPS, 2, {"steps": RECORDS, "state": STATE, "cs": [SUMMARY], "cx": [CALL]}),
-    frames(schema.HEARTBEAT, 1, {"state": dict(STATE, gpu={"na": "rank uses no GPU"})}),
-    frames(schema.REPLY, 1, {"id": "abc", "cmd": "stacks", "ok": False, "result": {"error": "no\nmore", "threads": []}}),
+    frames(
+        HELLO,
+        1,
+        dict(
+            plain(hello(1)),
+            work={"dtype": "bf16", "batch": 32, "flops": 1.2e12, "peak_tflops": 989.0},
+            relay={"telemetry": "tcp://node0:5555", "control": "tcp://node0:5556"},
+            groups=[
+                {"id": "1", "size": 4, "ranks": [0, 4, 1], "role": "dp", "compact": True},
+                {"id": "2", "desc": "mesh_tp", "size": 2, "ranks": [0, 1]},
+                {"id": "3", "size": 2, "ranks": [1, 3], "role": "pp", "p2p": True},
+            ],
+        ),
+    ),  # fmt: skip
+    frames(STEPS, 1, {"steps": RECORDS, "state": STATE, **collectives([dict(CALL, seq=i, b=1024 << i) for i in range(4)])}),
+    frames(STEPS, 2, {"steps": RECORDS, "state": STATE, "cs": [SUMMARY], "cx": [CALL]}),
+    frames(HEARTBEAT, 1, {"state": dict(STATE, gpu={"na": "rank uses no GPU"})}),
+    frames(REPLY, 1, {"id": "abc", "cmd": "stacks", "ok": False, "result": {"error": "no\nmore", "threads": []}}),
 ]
 
 
 def _digest() -> list[bytes]:
-    """A node's digest of ranks 1 and 2 (wire/node_digest.py), from the messages above."""
+    """A node's digest of ranks 1 and 2 (relay/digest_fold.py), from the messages above."""
     fold = NodeDigest(JOB, "node0")
     for message in REAL[:4]:
         fold.add(schema.decode(message))
-    fold.add(schema.decode(frames(schema.STEPS, 2, {"steps": RECORDS[:2], "state": STATE, "cs": [SUMMARY]})))
+    fold.add(schema.decode(frames(STEPS, 2, {"steps": RECORDS[:2], "state": STATE, "cs": [SUMMARY]})))
     return schema.encode(fold.body(0.0, 1.0e9))
 
 
 REAL.append(_digest())
+
+
 def _keys(obj, out=None):
     out = set() if out is None else out
     if isinstance(obj, dict):
@@ -89,7 +101,8 @@ scalars = (
     | st.sampled_from([0, -1, 2**63 - 1, math.inf, -math.inf, math.nan, 1e300, "backward", "all_reduce", "done"])
 )  # fmt: skip
 values = st.recursive(
-    scalars, lambda children: st.lists(children, max_size=3) | st.dictionaries(st.sampled_from(KEYS) | st.text(max_size=3), children, max_size=3),
+    scalars,
+    lambda children: st.lists(children, max_size=3) | st.dictionaries(st.sampled_from(KEYS) | st.text(max_size=3), children, max_size=3),
     max_leaves=8,
 )  # fmt: skip
 
@@ -127,7 +140,7 @@ def damaged(draw) -> tuple[bytes, dict]:
 @st.composite
 def generated(draw) -> tuple[str, dict]:
     """A message of a telemetry kind with the envelope right and the rest drawn from the real keys."""
-    kind = draw(st.sampled_from(schema.TELEMETRY_KINDS))
+    kind = draw(st.sampled_from(TELEMETRY_KINDS))
     msg = {"v": [1, 4], "k": kind, "job": JOB, "rank": draw(st.integers(0, 7)), "ts": 1.0e9}
     msg.update(draw(st.dictionaries(st.sampled_from(KEYS), values, max_size=6)))
     return kind, msg
@@ -151,7 +164,7 @@ def _must_survive(kind: str, msg: dict) -> None:
         decoded = schema.decode([kind.encode(), body])
     except schema.WireError:
         decoded = None
-    if decoded is not None and decoded.KIND in schema.TELEMETRY_KINDS:
+    if decoded is not None and decoded.KIND in TELEMETRY_KINDS:
         agg.ingest(decoded)  # not ingest_frames: its safety net would hide a check decode lacks
     snap = agg.snapshot()
     json.dumps(document(snap))
@@ -176,7 +189,7 @@ def test_a_generated_message_is_refused_or_read_and_the_snapshot_still_works(cas
 @given(st.lists(st.binary(max_size=64), max_size=4), st.integers(0, len(REAL) - 1), st.binary(max_size=8), st.integers(0, 200))
 def test_damaged_bytes_are_refused_with_a_wire_error(parts, which, noise, at):
     topic, body = REAL[which]
-    for frames_ in (parts, [topic, body[:at] + noise + body[at + len(noise):]]):
+    for frames_ in (parts, [topic, body[:at] + noise + body[at + len(noise) :]]):
         try:
             schema.decode(frames_)
         except schema.WireError:
@@ -188,7 +201,10 @@ COMMAND = {"v": [1, 4], "k": "command", "job": JOB, "id": "c1", "cmd": "stacks",
 
 
 @FUZZ
-@given(st.dictionaries(st.sampled_from(sorted(COMMAND)) | st.sampled_from(KEYS), values, max_size=4), st.sampled_from([b"command", b"steps", b""]))
+@given(
+    st.dictionaries(st.sampled_from(sorted(COMMAND)) | st.sampled_from(KEYS), values, max_size=4),
+    st.sampled_from([b"command", b"steps", b""]),
+)
 def test_the_command_verifier_raises_only_its_documented_errors(changes, topic):
     body = msgpack.packb(dict(COMMAND, **changes), use_bin_type=True)
     verifier = auth.CommandVerifier(SECRET, JOB)
@@ -244,7 +260,7 @@ def test_the_receiver_thread_survives_a_message_that_breaks_ingest():
 
     class BrokenTap:
         def tap(self, frames_, endpoint):
-            if frames_[0] == schema.HEARTBEAT.encode():
+            if frames_[0] == HEARTBEAT.encode():
                 raise RuntimeError("the recorder broke")
 
         def endpoint(self, url, host=None):
@@ -258,7 +274,7 @@ def test_the_receiver_thread_survives_a_message_that_breaks_ingest():
     receiver = Receiver(agg, [url], recorder=BrokenTap())
     receiver.start()
     try:
-        poison = [frames(schema.STEPS, 13, {"steps": RECORDS}), frames(schema.HEARTBEAT, 3, {"state": STATE})]
+        poison = [frames(STEPS, 13, {"steps": RECORDS}), frames(HEARTBEAT, 3, {"state": STATE})]
 
         def delivered():
             for f in poison * 2 + [REAL[0]]:

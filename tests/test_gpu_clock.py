@@ -10,7 +10,7 @@ from ranktop.tui.panes.header import header_text
 from ranktop.watch.aggregator import Aggregator
 from ranktop.watch.model.verdict import verdict
 from ranktop.watch.model.json_doc import document
-from ranktop.wire import schema
+from ranktop.wire.names import STEPS
 
 import messages
 
@@ -49,7 +49,7 @@ def feed(agg, world=8, slow_rank=5, steps=30, gpu_ranks=None):
     for n in range(steps):
         for r in range(world):
             body = {"steps": [gpu_step(n, r, slow_rank, gpu_ranks is None or r in gpu_ranks)], "cs": [waits(n, r, slow_rank)]}
-            agg.ingest(messages.decoded(schema.STEPS, r, body, world=world))
+            agg.ingest(messages.decoded(STEPS, r, body, world=world))
 
 
 def test_ranks_that_send_gpu_times_are_scored_on_them_and_the_header_names_the_clock():

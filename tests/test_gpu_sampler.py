@@ -3,6 +3,8 @@
 import sys
 import types
 
+import msgspec
+
 from fake_cuda import fake_nvml
 from ranktop.probe.gpu_sampler import GpuSampler, throttle_names
 
@@ -15,7 +17,7 @@ def test_every_gauge_is_read_and_the_gpu_is_found_by_its_bus_id():
     s = sampler(fake_nvml())
     assert s.open()
     out = s.sample()
-    assert out == {
+    assert msgspec.to_builtins(out) == {
         "seq": 1, "t": 123.0, "name": "NVIDIA H100 80GB HBM3", "bus": "00000000:3B:00.0", "util": 97, "mem_util": 41,
         "mem_used": 70 << 30, "mem_total": 80 << 30, "power_w": 650.0, "power_limit_w": 700.0, "temp_c": 84,
         "sm_mhz": 1500, "sm_max_mhz": 1980, "throttle": ["thermal"], "pcie_tx": 1000 * 1024, "pcie_rx": 2000 * 1024,
@@ -48,9 +50,9 @@ def test_every_gauge_failing_still_samples():
 
 def test_no_driver_no_gpu_no_binding_and_a_cpu_rank_say_why_in_one_line():
     s = sampler(fake_nvml(init_error="NVML Shared Library Not Found"))
-    assert not s.open() and s.latest == {"na": "no NVIDIA driver (NVML Shared Library Not Found)"}
+    assert not s.open() and msgspec.to_builtins(s.latest) == {"na": "no NVIDIA driver (NVML Shared Library Not Found)"}
     s = sampler(fake_nvml(count=0))
-    assert not s.open() and s.latest == {"na": "no NVIDIA GPU"}
+    assert not s.open() and msgspec.to_builtins(s.latest) == {"na": "no NVIDIA GPU"}
     asked = []
 
     def cpu_rank():  # asked again each interval (CUDA may come up later), until the sampler stops
@@ -60,7 +62,7 @@ def test_no_driver_no_gpu_no_binding_and_a_cpu_rank_say_why_in_one_line():
         return {"na": "rank uses no GPU"}
 
     s = GpuSampler(cpu_rank, nvml=fake_nvml(), interval_s=0.01)
-    assert not s.open() and s.latest == {"na": "rank uses no GPU"} and len(asked) == 3
+    assert not s.open() and msgspec.to_builtins(s.latest) == {"na": "rank uses no GPU"} and len(asked) == 3
     s = sampler(fake_nvml(), where={"bus": "00000000:AA:00.0"})
     assert not s.open() and "not found by NVML" in s.latest["na"]
 

@@ -7,7 +7,6 @@ that far, and ``elapsed_time`` reads the device's own (fake) clock.
 
 import pytest
 
-from ranktop.probe import gpu_timing, recorder
 from ranktop.probe.gpu_timing import CpuEvent, EventPool, Timeline, device_times
 from ranktop.probe.recorder import Recorder
 

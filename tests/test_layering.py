@@ -24,10 +24,30 @@ _JOINERS = ("ranktop.watch.aggregator", "ranktop.watch.session", "ranktop.watch.
 
 #: layer -> the packages (and outside libraries) it must never import.
 CONTRACTS = {
-    "ranktop.wire": ("ranktop.transport", "ranktop.relay", "ranktop.probe", "ranktop.watch", "ranktop.cli", "ranktop.tui",
-                     "ranktop.demo", "textual", "torch", "zmq", "numpy"),
-    "ranktop.transport": ("ranktop.relay", "ranktop.probe", "ranktop.watch", "ranktop.cli", "ranktop.tui", "ranktop.demo",
-                          "textual", "torch", "numpy"),
+    "ranktop.wire": (
+        "ranktop.transport",
+        "ranktop.relay",
+        "ranktop.probe",
+        "ranktop.watch",
+        "ranktop.cli",
+        "ranktop.tui",
+        "ranktop.demo",
+        "textual",
+        "torch",
+        "zmq",
+        "numpy",
+    ),
+    "ranktop.transport": (
+        "ranktop.relay",
+        "ranktop.probe",
+        "ranktop.watch",
+        "ranktop.cli",
+        "ranktop.tui",
+        "ranktop.demo",
+        "textual",
+        "torch",
+        "numpy",
+    ),
     "ranktop.relay": ("ranktop.probe", "ranktop.watch", "ranktop.cli", "ranktop.tui", "ranktop.demo", "textual", "torch", "numpy"),
     "ranktop.probe": ("ranktop.watch", "ranktop.cli", "ranktop.tui", "ranktop.demo", "textual", "numpy"),
     "ranktop.watch": ("ranktop.probe", "ranktop.relay", "ranktop.cli", "ranktop.tui", "ranktop.demo", "textual", "torch", "rich"),
@@ -134,8 +154,14 @@ def test_every_module_of_the_installed_package_imports():
     )
     out = subprocess.run([sys.executable, "-c", code, *wanted], capture_output=True, text=True, check=True)
     assert out.stdout == ""
-    assert {"ranktop.watch.engine.requests", "ranktop.cli.ping", "ranktop.tui.panes.status", "ranktop.tui.screens.help",
-            "ranktop.tui.render.palette", "ranktop.wire.settings"} <= set(names)
+    assert {
+        "ranktop.watch.engine.requests",
+        "ranktop.cli.ping",
+        "ranktop.tui.panes.status",
+        "ranktop.tui.screens.help",
+        "ranktop.tui.render.palette",
+        "ranktop.wire.settings",
+    } <= set(names)
 
 
 def test_the_installed_package_is_what_the_tests_import():
@@ -170,7 +196,7 @@ def _a_circle(graph: dict[str, set[str]]) -> list[str] | None:
             if dep.startswith(node + "."):  # a package importing its own submodules in __init__ is no circle
                 continue
             if state.get(dep) == 1:
-                return path[path.index(dep):] + [dep]
+                return path[path.index(dep) :] + [dep]
             if dep not in state:
                 found = visit(dep)
                 if found:

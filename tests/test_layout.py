@@ -5,10 +5,11 @@ from __future__ import annotations
 import msgspec
 import pytest
 
-from ranktop.probe.collectives import state_layout
+from ranktop.probe.process_groups import state_layout
 from ranktop.watch.analysis import stragglers
 from ranktop.watch.analysis.layout import learn
 from ranktop.wire import parallel_groups, schema
+from ranktop.wire.names import HELLO
 from ranktop.wire.messages import Group
 
 import messages
@@ -106,10 +107,10 @@ def _hello(groups) -> dict:
 
 def test_the_wire_checks_the_groups_of_a_hello():
     good = state_layout("pp=2,dp=2", 0, 4)
-    schema.decode(messages.raw(schema.HELLO, _hello(good)))
+    schema.decode(messages.raw(HELLO, _hello(good)))
     for bad in ([{"id": 1, "size": 1, "ranks": [0]}], "x", [{"id": "1", "size": 4, "ranks": [0, -4, 1], "compact": True}]):
         with pytest.raises(schema.WireError, match="groups"):  # not a group list at all: the hello is malformed
-            schema.decode(messages.raw(schema.HELLO, _hello(bad)))
+            schema.decode(messages.raw(HELLO, _hello(bad)))
 
 
 def test_one_group_that_does_not_fit_is_dropped_and_counted_never_the_hello_or_the_rest():
@@ -125,10 +126,10 @@ def test_one_group_that_does_not_fit_is_dropped_and_counted_never_the_hello_or_t
         {"id": "8", "size": 4, "ranks": [0, 4], "compact": True},  # not three numbers
         {"id": "10", "size": 4, "ranks": [0, 4, 1, 9], "compact": True},  # nor four (benchmarks/fuzz.py found it)
     ]
-    hello = schema.decode(messages.raw(schema.HELLO, _hello([every, *unfit, pair])))
+    hello = schema.decode(messages.raw(HELLO, _hello([every, *unfit, pair])))
     assert [g.id for g in hello.groups] == ["9", "2"] and hello.bad_groups == len(unfit)
     assert parallel_groups.members(hello.groups[0]) == [0, 1, 2, 3]
-    assert schema.decode(messages.raw(schema.HELLO, _hello([every, pair]))).bad_groups is None
+    assert schema.decode(messages.raw(HELLO, _hello([every, pair]))).bad_groups is None
 
 
 def test_a_bad_layout_in_the_environment_is_said_and_ignored_a_bad_argument_raises(monkeypatch, capsys):
@@ -164,10 +165,11 @@ def test_a_viewer_learns_the_layout_from_hellos_with_a_group_over_every_rank_and
     for rank in range(4):  # Megatron-style: tp pairs, pp across them, and a group of every rank (compact)
         groups = [{"id": "all", "desc": "DATA_PARALLEL_GROUP_WITH_CP", "size": 4, "ranks": [0, 4, 1], "compact": True},
                   {"id": f"tp{rank // 2}", "desc": "TENSOR_MODEL_PARALLEL_GROUP", "size": 2, "ranks": [rank // 2 * 2, rank // 2 * 2 + 1]},
-                  {"id": f"pp{rank % 2}", "desc": "PIPELINE_MODEL_PARALLEL_GROUP", "size": 2, "ranks": [rank % 2, rank % 2 + 2]}]  # fmt: skip
+                  {"id": f"pp{rank % 2}", "desc": "PIPELINE_MODEL_PARALLEL_GROUP", "size": 2,
+                   "ranks": [rank % 2, rank % 2 + 2]}]  # fmt: skip
         if rank == 3:
             groups.append({"id": "x", "size": 2, "ranks": [3, 7]})  # beyond the world: this group goes, no other
-        agg.ingest_frames(messages.frames(schema.HELLO, rank, dict(messages.plain(messages.hello(rank)), groups=groups)))
+        agg.ingest_frames(messages.frames(HELLO, rank, dict(messages.plain(messages.hello(rank)), groups=groups)))
     snap = agg.snapshot()
     assert snap.layout_roles == ["pp", "tp"]
     assert [r.coords for r in snap.ranks] == [{"pp": r // 2, "tp": r % 2} for r in range(4)]

@@ -8,6 +8,7 @@ import messages
 from ranktop.watch.aggregator import Aggregator
 from ranktop.watch.engine.lifecycle import ENDED, RUNNING, WAITING, life_line, ordinal
 from ranktop.wire import schema
+from ranktop.wire.names import HEARTBEAT
 from ranktop.watch.model.json_doc import document
 
 
@@ -37,7 +38,7 @@ def run(agg, clock, world, first, count, pid=None, wall=0.02):
 
 
 def bye(rank, how="clean", world=2, **who):
-    return messages.decoded(schema.HEARTBEAT, rank, {"exit": how}, world=world, **who)
+    return messages.decoded(HEARTBEAT, rank, {"exit": how}, world=world, **who)
 
 
 def started_three_times(clock):
@@ -159,13 +160,24 @@ def test_a_simulated_node_coming_back_restarts_only_its_ranks_and_names_those_th
 
 def test_ordinals():
     assert [ordinal(n) for n in (1, 2, 3, 4, 11, 12, 13, 21, 22, 101, 111)] == [
-        "1st", "2nd", "3rd", "4th", "11th", "12th", "13th", "21st", "22nd", "101st", "111th"]
+        "1st",
+        "2nd",
+        "3rd",
+        "4th",
+        "11th",
+        "12th",
+        "13th",
+        "21st",
+        "22nd",
+        "101st",
+        "111th",
+    ]
 
 
 def test_an_unknown_exit_is_refused_by_the_wire():
     import pytest
 
-    frames = messages.frames(schema.HEARTBEAT, 0, {"exit": "maybe"})
+    frames = messages.frames(HEARTBEAT, 0, {"exit": "maybe"})
     with pytest.raises(schema.WireError, match="heartbeat: .*exit"):
         schema.decode(frames)
 
@@ -196,7 +208,7 @@ def test_the_header_says_the_restart_and_the_end_and_the_waiting_pane_the_jobs_t
 def test_a_viewer_of_node_digests_learns_the_end_from_the_ranks_last_heartbeats():
     """A job of 16 nodes or more is watched through its relays' digests: each rank's last word rides in its
     node's digest, so such a viewer says the job ended as one of a small job does."""
-    from ranktop.wire.node_digest import NodeDigest
+    from ranktop.relay.digest_fold import NodeDigest
 
     clock = Clock()
     agg = Aggregator("j", clock=clock)

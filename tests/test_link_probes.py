@@ -140,7 +140,9 @@ def test_the_probe_cost_benchmark_runs_and_reports_the_cost_per_node(tmp_path):
     from pathlib import Path
 
     bench = Path(__file__).parent.parent / "benchmarks" / "link_probe_cost.py"
-    out = subprocess.run([sys.executable, str(bench), "--seconds", "4", "--json"], capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    out = subprocess.run(
+        [sys.executable, str(bench), "--seconds", "4", "--json"], capture_output=True, text=True, timeout=120, cwd=tmp_path
+    )
     assert out.returncode in (0, 1), out.stderr[-2000:]
     import json
 
@@ -153,7 +155,7 @@ def test_relays_of_a_big_job_say_their_links_less_often_but_before_the_viewer_fo
     """Each relay's links message is decoded by the viewer: up to 512 nodes every second, beyond that the job's relays
     together send about 512 a second, and never so seldom that the link book forgets a relay between two."""
     from ranktop.watch.engine.link_book import FORGET_S
-    from ranktop.wire.node_digest import links_every_s
+    from ranktop.wire.pacing import links_every_s
 
     assert [links_every_s(n) for n in (1, 3, 512)] == [1.0, 1.0, 1.0]
     assert links_every_s(1024) == 2.0

@@ -55,7 +55,7 @@ def test_watch_json_shows_every_rank_and_the_slow_one_first(launch_ranks):
 
 def test_the_relay_digest_shows_the_same_job_as_the_ranks_own_messages(launch_ranks, monkeypatch):
     """What a viewer of thousands of ranks takes (RANKTOP_DIGESTS=auto from 16 nodes): each node's relay folds its
-    ranks' messages into one digest per interval (relay/digest.py, wire/node_digest.py)."""
+    ranks' messages into one digest per interval (relay/digest.py, relay/digest_fold.py)."""
     launch_ranks("job-digest", 4, "--slow-rank", "1", "--slow-ms", "15", "--slow-phase", "backward")
     monkeypatch.setenv("RANKTOP_DIGESTS", "on")
 
@@ -175,7 +175,11 @@ def test_a_forked_child_of_a_rank_stays_quiet(rdv, tmp_path):
 
 def test_a_fault_inside_the_probe_disables_the_probe_not_the_training(rdv, tmp_path):
     out = subprocess.run(
-        [sys.executable, str(JOBS / "faulty_rank.py")], capture_output=True, text=True, timeout=60, cwd=tmp_path,
+        [sys.executable, str(JOBS / "faulty_rank.py")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=tmp_path,
         env=dict(os.environ, RANKTOP_JOB="job-faulty"),
     )
     assert out.returncode == 0
@@ -193,8 +197,12 @@ def test_a_job_that_ends_removes_its_rendezvous_record(launch_ranks, rdv):
 def test_two_watchers_see_the_same_job_at_once(launch_ranks):
     launch_ranks("job-two", 2)
     procs = [
-        subprocess.Popen([sys.executable, "-m", "ranktop.cli.main", "watch", "job-two", "--json", "--duration", "3"],
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        subprocess.Popen(
+            [sys.executable, "-m", "ranktop.cli.main", "watch", "job-two", "--json", "--duration", "3"],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         for _ in range(2)
     ]
     docs = [json.loads(p.communicate(timeout=60)[0]) for p in procs]

@@ -22,7 +22,7 @@ from ranktop.tui.panes.overview import Overview
 from ranktop.tui.panes.rankmap import RankMap
 from ranktop.tui.panes.stragglers import TOP_ROWS
 from ranktop.tui.render.histogram import histogram_lines
-from ranktop.tui.render.rankmap import NODES, RANKS, layout, nodes_of
+from ranktop.tui.render.rankmap_layout import NODES, RANKS, layout, nodes_of
 from ranktop.tui.screens.drill import NodeScreen, RankScreen
 from ranktop.watch.model.snapshot import SLOW, STALLED
 
@@ -264,7 +264,7 @@ def test_big_jobs_keep_the_job_collective_rows_and_the_top_stragglers_only():
 
 def test_a_memory_bar_without_a_known_capacity_is_not_drawn_as_an_alarm():
     text = panel_text(cpu_job(), 120)
-    bar_styles = {str(span.style) for span in text.spans if BLOCK in text.plain[span.start:span.end]}
+    bar_styles = {str(span.style) for span in text.spans if BLOCK in text.plain[span.start : span.end]}
     assert bar_styles == {RELATIVE_STYLE}
     assert "vs largest" in text.plain and "vs capacity" not in text.plain
 
@@ -299,7 +299,6 @@ def test_the_help_screen_lists_the_map_and_drill_keys():
             assert binding.description in listed
 
     drive(eight_ranks(), scenario, size=(120, 60))
-
 
 
 # -- the real engine under the screen: wire-shaped messages into an Aggregator, 4,096 ranks -------

@@ -10,12 +10,14 @@ import msgspec
 import pytest
 
 import messages
-from ranktop.probe.collectives import CollectiveTracker
+from ranktop.probe.collective_tracker import CollectiveTracker
 from ranktop.probe.recorder import PhaseScope, Recorder, StepScope
 from ranktop.probe.resources import RankResources
 from ranktop.probe.sender import Sender
 from ranktop.transport.identity import Identity
-from ranktop.wire import capture, collective_summary, messages as types, schema
+from ranktop.probe import collective_summary
+from ranktop.wire import capture, messages as types, schema
+from ranktop.wire.names import HEARTBEAT, KINDS
 
 
 def _same_keys(sent, got, where="$"):
@@ -58,7 +60,7 @@ def test_the_hello_the_probe_sends_comes_back_whole(probe_sender):
 
 
 def test_the_groups_of_a_hello_come_back_whole(probe_sender):
-    from ranktop.probe.collectives import state_layout
+    from ranktop.probe.process_groups import state_layout
 
     sender, _, _ = probe_sender
     groups = state_layout("pp=2,dp=2", 1, 4)
@@ -80,16 +82,34 @@ def test_a_steps_message_with_its_state_and_collectives_comes_back_whole(probe_s
 
 
 def test_a_capture_in_the_state_comes_back_whole():
-    cap = {"id": "c1", "kind": capture.TRACE, "st": capture.DONE, "start": 10, "steps": 3, "dir": "/x", "at": 12,
-           "path": "/x/r0.json", "err": None,
-           "sum": {"steps": [10, 12], "ops": [["aten::mm", 1500.0, 9]], "kernels": [["gemm", 900, 9]], "compute": 0.5,
-                   "comm": 0.3, "idle": 0.2, "wall_us": 1e5, "basis": "device", "train_ms": [1.0, 2.0]}}
-    got = schema.decode(messages.frames(schema.HEARTBEAT, 0, {"state": {"step": 1, "cap": cap}}))
+    cap = {
+        "id": "c1",
+        "kind": capture.TRACE,
+        "st": capture.DONE,
+        "start": 10,
+        "steps": 3,
+        "dir": "/x",
+        "at": 12,
+        "path": "/x/r0.json",
+        "err": None,
+        "sum": {
+            "steps": [10, 12],
+            "ops": [["aten::mm", 1500.0, 9]],
+            "kernels": [["gemm", 900, 9]],
+            "compute": 0.5,
+            "comm": 0.3,
+            "idle": 0.2,
+            "wall_us": 1e5,
+            "basis": "device",
+            "train_ms": [1.0, 2.0],
+        },
+    }
+    got = schema.decode(messages.frames(HEARTBEAT, 0, {"state": {"step": 1, "cap": cap}}))
     _same_keys(cap, messages.fields(got)["state"]["cap"])
     assert messages.plain(got)["state"]["cap"]["sum"]["ops"] == [["aten::mm", 1500.0, 9]]
 
 
 @pytest.mark.parametrize("kind", sorted(types.BY_KIND))
 def test_every_kind_has_a_type_and_a_decoder(kind):
-    assert kind in schema.KINDS
+    assert kind in KINDS
     msgspec.msgpack.Decoder(types.BY_KIND[kind])  # a type msgspec cannot use fails here, not on the first message

@@ -45,7 +45,9 @@ class Node:
                 RANKTOP_BIND="127.0.0.1",
                 **extra_env,
             )
-            proc = subprocess.Popen([sys.executable, str(JOBS / "sleepy_rank.py")], env=env, cwd=tmp_path, stderr=subprocess.PIPE, text=True)
+            proc = subprocess.Popen(
+                [sys.executable, str(JOBS / "sleepy_rank.py")], env=env, cwd=tmp_path, stderr=subprocess.PIPE, text=True
+            )
             threading.Thread(target=lambda p=proc: self.said.extend(p.stderr), daemon=True).start()
             self.procs.append(proc)
 
@@ -93,13 +95,15 @@ def test_a_node_that_dies_is_lost_with_its_ranks_and_comes_back_when_it_returns(
     nodes("node-a", 0)
     b = nodes("node-b", 2)
     with WatchSession(resolve([JOB]), silent_after_s=1.5) as session:
-        wait_for(lambda: len(session.snapshot().ranks) == 4 and all(e.state == "connected" for e in session.snapshot().endpoints), 20, "never saw both nodes")
+        wait_for(
+            lambda: len(session.snapshot().ranks) == 4 and all(e.state == "connected" for e in session.snapshot().endpoints),
+            20,
+            "never saw both nodes",
+        )
         first_url = endpoint_of(session.snapshot(), "node-b").url
 
         b.kill()
-        snap = wait_for(
-            lambda: (s := session.snapshot()) and endpoint_of(s, "node-b").state == "lost" and s, 10, "node-b never shown lost"
-        )
+        snap = wait_for(lambda: (s := session.snapshot()) and endpoint_of(s, "node-b").state == "lost" and s, 10, "node-b never shown lost")
         assert endpoint_of(snap, "node-b").ranks == (2, 3) and endpoint_of(snap, "node-a").state == "connected"
         assert {r.rank: r.status for r in snap.ranks} == {0: "ok", 1: "ok", 2: "silent", 3: "silent"}
         assert f"lost node-b (ranks 2-3) {first_url}" in status_text(snap).plain

@@ -1,4 +1,4 @@
-"""A node's digest (wire/node_digest.py): what its ranks said in one interval, folded into one message.
+"""A node's digest (relay/digest_fold.py): what its ranks said in one interval, folded into one message.
 
 The relay of every node builds one (relay/digest.py) and viewers of big jobs take
 them instead of every rank's own messages (watch/engine/receiver.py). These tests feed
@@ -12,9 +12,12 @@ import msgspec
 import pytest
 
 from ranktop.watch.aggregator import Aggregator
-from ranktop.wire import collective_summary, schema, step_block
+from ranktop.wire import schema, step_block
+from ranktop.wire.names import HEARTBEAT, NODE
+from ranktop.wire.messages import MAX_RANKS
 from ranktop.wire.messages import NodeSteps, OpSummary, State
-from ranktop.wire.node_digest import HELLO_EVERY_S, OPS_EVERY_S, SAMPLE_EVERY_S, SLOW_EVERY_S, NodeDigest
+from ranktop.relay.digest_fold import NodeDigest
+from ranktop.wire.pacing import HELLO_EVERY_S, OPS_EVERY_S, SAMPLE_EVERY_S, SLOW_EVERY_S
 
 from .messages import heartbeat, hello, plain, raw, steps
 
@@ -30,7 +33,7 @@ def call(n, ph, t0, d, op="all_reduce", b=1024):
 def wired(body):
     """The digest as a viewer receives it, as plain maps and lists (messages.plain); ``body``: a digest as the
     relay builds it, or a body written as a plain map (as any peer might send it)."""
-    frames = schema.encode(body) if isinstance(body, msgspec.Struct) else raw(schema.NODE, body)
+    frames = schema.encode(body) if isinstance(body, msgspec.Struct) else raw(NODE, body)
     return plain(schema.decode(frames))
 
 
@@ -229,7 +232,7 @@ def test_a_ranks_steps_are_columns_and_only_a_rank_with_more_to_say_gets_an_entr
     assert columns(msg)["p"]["data"] == [0.0, pytest.approx(0.02)]
     lists = [column for name, column in columns(msg).items() if name != "p"] + list(columns(msg)["p"].values())
     assert {len(column) for column in lists} == {2}
-    digest.add(schema.decode(raw(schema.HEARTBEAT, {"job": "j", "rank": 1, "ts": 2.0})))  # alive, with nothing to say
+    digest.add(schema.decode(raw(HEARTBEAT, {"job": "j", "rank": 1, "ts": 2.0})))  # alive, with nothing to say
     alive = wired(digest.body(1.25, 1.25))
     assert alive["ranks"] == [{"r": 1}] and "steps" not in alive
 
@@ -250,7 +253,7 @@ def test_a_ranks_steps_are_columns_and_only_a_rank_with_more_to_say_gets_an_entr
         {"steps": packed([0], [1], [1], [1.0], [0.1], {"forward": [float("inf")]})},
         {"steps": packed([0], [1], [1], [1.0], [2e18], {})},
         {"steps": packed([0], [2**62], [1], [1.0], [0.1], {})},
-        {"steps": packed([schema.MAX_RANKS], [1], [1], [1.0], [0.1], {})},
+        {"steps": packed([MAX_RANKS], [1], [1], [1.0], [0.1], {})},
         {"steps": packed([0], [1], [1], [1.0], [0.1], {"forward": [0.1]}) | {"p": ["forward", "forward"]}},
         {"steps": packed([0], [1], [1], [1.0], [0.1], {}) | {"g": b"\x02"}},
         {"steps": packed([0], [1], [1], [1.0], [0.1], {}) | {"r": [0]}},  # a list where bytes are packed

@@ -94,7 +94,9 @@ def test_a_rank_that_saves_every_checkpoint_is_no_straggler_and_the_cost_is_told
     assert answer.text.startswith("rank 0 saving a checkpoint: 0.40 s every 8 steps, the job spends "), answer.text
     assert 0.45 < answer.loss < 0.58 and answer.text.endswith("of its time in checkpoints"), answer
     short = brief(answer, 80)  # an 80-column screen
-    assert len(short) <= 80 and short.startswith("rank 0 saving a checkpoint: 0.40 s every 8 steps, ") and short.endswith("% in checkpoints"), short
+    assert (
+        len(short) <= 80 and short.startswith("rank 0 saving a checkpoint: 0.40 s every 8 steps, ") and short.endswith("% in checkpoints")
+    ), short
 
 
 def test_checkpoints_that_cost_under_5_percent_leave_the_job_healthy():

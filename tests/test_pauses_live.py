@@ -42,8 +42,11 @@ def watched(job: str, seconds: float) -> list:
 
 def stalls(seen: list) -> list[str]:
     """What a failed assertion says of the stalled snapshots: the verdict and where each rank was."""
-    return [f"{answer.text} | " + "; ".join(f"{r.rank} {r.status} in {r.stalled_phase} {r.stalled_s}" for r in snap.ranks)
-            for answer, snap in seen if answer.kind == "stalled" or "stalled" in statuses(snap)][:3]
+    return [
+        f"{answer.text} | " + "; ".join(f"{r.rank} {r.status} in {r.stalled_phase} {r.stalled_s}" for r in snap.ranks)
+        for answer, snap in seen
+        if answer.kind == "stalled" or "stalled" in statuses(snap)
+    ][:3]
 
 
 def statuses(snap) -> set[str]:
@@ -62,7 +65,7 @@ def test_a_checkpoint_to_slow_storage_while_the_others_wait_in_a_barrier_is_a_ch
     assert holding and all(a.ranks == [0] for a in holding), kinds
     assert holding[0].text.startswith("rank 0 saving a checkpoint for "), holding[0].text
     # and between saves, what they cost: most of the job's time
-    told = [answer for answer, _ in seen[len(seen) // 2:] if answer.kind == "checkpoint" and "the others wait" not in answer.text]
+    told = [answer for answer, _ in seen[len(seen) // 2 :] if answer.kind == "checkpoint" and "the others wait" not in answer.text]
     assert told, kinds
     last = told[-1]
     assert last.ranks == [0] and last.phase == "checkpoint" and last.loss > 0.5, last
@@ -78,5 +81,5 @@ def test_an_evaluation_loop_is_evaluation_not_a_stall(launch):
     assert "stalled" not in kinds and not any("stalled" in statuses(snap) for _, snap in seen), kinds
     during = [answer for answer, _ in seen if answer.kind == "eval" and answer.text.startswith("evaluating for ")]
     assert during, kinds
-    after = [answer for answer, _ in seen[len(seen) // 2:] if answer.kind == "eval"]
+    after = [answer for answer, _ in seen[len(seen) // 2 :] if answer.kind == "eval"]
     assert after and after[-1].loss > 0.3 and "of its time in evaluation" in after[-1].text, after[-1:]

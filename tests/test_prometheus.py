@@ -14,21 +14,54 @@ from ranktop.watch.offline.prometheus import SnapshotCollector
 from ranktop.watch.model.snapshot import OK, SLOW, GpuStat, MemoryStat, RankRow, Snapshot, Throughput
 
 UNITS = ("_seconds", "_bytes", "_ratio", "_watts", "_celsius", "_per_second", "_bytes_per_second")
-COUNTS = ("ranktop_rank_coordinates", "ranktop_rank_status", "ranktop_rank_slow_phase", "ranktop_rank_cause",
-          "ranktop_rank_gpu_throttle", "ranktop_rank_last_step",
-          "ranktop_job_step", "ranktop_job_world_size", "ranktop_job_ranks_connected", "ranktop_job_slow_ranks",
-          "ranktop_job_stalled_ranks", "ranktop_job_silent_ranks", "ranktop_job_dropped_messages", "ranktop_job_up",
-          "ranktop_job_restarts", "ranktop_job_ranks_not_back", "ranktop_job_verdict", "ranktop_job_device_time_ranks")
+COUNTS = (
+    "ranktop_rank_coordinates",
+    "ranktop_rank_status",
+    "ranktop_rank_slow_phase",
+    "ranktop_rank_cause",
+    "ranktop_rank_gpu_throttle",
+    "ranktop_rank_last_step",
+    "ranktop_job_step",
+    "ranktop_job_world_size",
+    "ranktop_job_ranks_connected",
+    "ranktop_job_slow_ranks",
+    "ranktop_job_stalled_ranks",
+    "ranktop_job_silent_ranks",
+    "ranktop_job_dropped_messages",
+    "ranktop_job_up",
+    "ranktop_job_restarts",
+    "ranktop_job_ranks_not_back",
+    "ranktop_job_verdict",
+    "ranktop_job_device_time_ranks",
+)
 
 
 def gpu_rank(rank: int, slow: bool = False) -> RankRow:
     return RankRow(
-        rank=rank, host=f"gpu-{rank // 2}", local_rank=rank % 2, pid=100 + rank, step=41, steps_seen=42,
-        step_s=0.5, phases={"forward": 0.3 if slow else 0.2, "backward": 0.25, "comm": 0.05},
-        score=0.2 if slow else 0.0, excess_s=0.1 if slow else 0.0, culprit_phase="forward" if slow else None,
-        status=SLOW if slow else OK, last_seen_s=0.2, dropped=0, collective_s=0.05,
-        memory=MemoryStat(rss_bytes=3 << 30, cuda_device=rank % 2, allocated=40 << 30, reserved=50 << 30, peak=45 << 30,
-                          capacity=80 << 30, creep_mb_per_min=12.0),
+        rank=rank,
+        host=f"gpu-{rank // 2}",
+        local_rank=rank % 2,
+        pid=100 + rank,
+        step=41,
+        steps_seen=42,
+        step_s=0.5,
+        phases={"forward": 0.3 if slow else 0.2, "backward": 0.25, "comm": 0.05},
+        score=0.2 if slow else 0.0,
+        excess_s=0.1 if slow else 0.0,
+        culprit_phase="forward" if slow else None,
+        status=SLOW if slow else OK,
+        last_seen_s=0.2,
+        dropped=0,
+        collective_s=0.05,
+        memory=MemoryStat(
+            rss_bytes=3 << 30,
+            cuda_device=rank % 2,
+            allocated=40 << 30,
+            reserved=50 << 30,
+            peak=45 << 30,
+            capacity=80 << 30,
+            creep_mb_per_min=12.0,
+        ),
         throughput=Throughput(samples_per_s=16.0, tokens_per_s=65536.0, tflops=400.0, mfu=0.4, peak_tflops=989.0),
         gpu=GpuStat(name="H100", util=97.0, mem_used=60 << 30, power_w=690.0, temp_c=81.0, throttle=["power"] if slow else []),
     )
@@ -45,8 +78,17 @@ def scrape(snap: Snapshot) -> dict:
 
 
 def test_every_per_rank_series_has_the_four_labels_and_its_unit():
-    snap = Snapshot(job="llm", world_size=2, elapsed_s=60, global_step=41, steps_per_s=2.0, phase_names=["forward", "backward", "comm"],
-                    ranks=[gpu_rank(0), gpu_rank(1, slow=True)], stragglers=[1, 0], throughput=Throughput(tflops=800.0, mfu=0.4))
+    snap = Snapshot(
+        job="llm",
+        world_size=2,
+        elapsed_s=60,
+        global_step=41,
+        steps_per_s=2.0,
+        phase_names=["forward", "backward", "comm"],
+        ranks=[gpu_rank(0), gpu_rank(1, slow=True)],
+        stragglers=[1, 0],
+        throughput=Throughput(tflops=800.0, mfu=0.4),
+    )
     families = scrape(snap)
     for name, family in families.items():
         assert name.endswith(UNITS) or name in COUNTS, name
@@ -71,11 +113,24 @@ def test_each_rank_s_place_in_the_parallel_layout_is_one_series_labelled_with_it
     import dataclasses
 
     ranks = [dataclasses.replace(gpu_rank(r), coords={"pp": r // 2, "tp": r % 2}) for r in range(4)]
-    snap = Snapshot(job="llm", world_size=4, elapsed_s=60, global_step=41, steps_per_s=2.0, phase_names=["forward"],
-                    ranks=ranks, stragglers=[], layout_roles=["pp", "tp"])
+    snap = Snapshot(
+        job="llm",
+        world_size=4,
+        elapsed_s=60,
+        global_step=41,
+        steps_per_s=2.0,
+        phase_names=["forward"],
+        ranks=ranks,
+        stragglers=[],
+        layout_roles=["pp", "tp"],
+    )
     samples = scrape(snap)["ranktop_rank_coordinates"].samples
     assert sorted((s.labels["rank"], s.labels["pp"], s.labels["tp"], s.value) for s in samples) == [
-        ("0", "0", "0", 1.0), ("1", "0", "1", 1.0), ("2", "1", "0", 1.0), ("3", "1", "1", 1.0)]
+        ("0", "0", "0", 1.0),
+        ("1", "0", "1", 1.0),
+        ("2", "1", "0", 1.0),
+        ("3", "1", "1", 1.0),
+    ]
     assert scrape(dataclasses.replace(snap, layout_roles=[]))["ranktop_rank_coordinates"].samples == []  # no layout: no series
 
 
@@ -113,16 +168,31 @@ class Source:
 def test_an_ended_job_serves_up_0_and_the_last_values_of_its_run():
     import dataclasses
 
-    running = Snapshot(job="llm", world_size=2, elapsed_s=60, global_step=41, steps_per_s=2.0, phase_names=["forward"],
-                       ranks=[gpu_rank(0), gpu_rank(1, slow=True)], stragglers=[1, 0], state="running", restarts=1,
-                       restarted_at=1.7e9)
+    running = Snapshot(
+        job="llm",
+        world_size=2,
+        elapsed_s=60,
+        global_step=41,
+        steps_per_s=2.0,
+        phase_names=["forward"],
+        ranks=[gpu_rank(0), gpu_rank(1, slow=True)],
+        stragglers=[1, 0],
+        state="running",
+        restarts=1,
+        restarted_at=1.7e9,
+    )
     source = Source(running)
     registry = CollectorRegistry(auto_describe=False)
     registry.register(SnapshotCollector(source))
 
     def read():
         text = generate_latest(registry).decode()
-        return {s.name: s for f in text_string_to_metric_families(text) for s in f.samples if not s.labels.get("rank") or s.labels["rank"] == "1"}
+        return {
+            s.name: s
+            for f in text_string_to_metric_families(text)
+            for s in f.samples
+            if not s.labels.get("rank") or s.labels["rank"] == "1"
+        }
 
     up = read()
     assert up["ranktop_job_up"].value == 1 and up["ranktop_job_restarts_total"].value == 1

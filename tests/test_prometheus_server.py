@@ -14,7 +14,6 @@ import json
 import shutil
 import socket
 import subprocess
-import time
 import urllib.parse
 import urllib.request
 from pathlib import Path
@@ -60,8 +59,7 @@ def query(base: str, promql: str) -> list[dict]:
 def test_prometheus_scrapes_the_exporter_of_a_live_2_rank_job(launch_ranks, tmp_path, rdv):
     prometheus = tool("prometheus")
     export_port, prom_port = free_port(), free_port()
-    export = subprocess.Popen([RANKTOP, "export", "scraped", "--prometheus", f"127.0.0.1:{export_port}"],
-                              stderr=subprocess.PIPE, text=True)
+    export = subprocess.Popen([RANKTOP, "export", "scraped", "--prometheus", f"127.0.0.1:{export_port}"], stderr=subprocess.PIPE, text=True)
     config = tmp_path / "prometheus.yml"
     shutil.copy(ALERTS, tmp_path / "alerts.yml")
     config.write_text(
@@ -71,9 +69,9 @@ def test_prometheus_scrapes_the_exporter_of_a_live_2_rank_job(launch_ranks, tmp_
         f"    static_configs:\n      - targets: ['127.0.0.1:{export_port}']\n"
     )
     server = subprocess.Popen(
-        [prometheus, f"--config.file={config}", f"--storage.tsdb.path={tmp_path / 'tsdb'}",
-         f"--web.listen-address=127.0.0.1:{prom_port}"],
-        stdout=subprocess.DEVNULL, stderr=open(tmp_path / "prometheus.log", "wb"),
+        [prometheus, f"--config.file={config}", f"--storage.tsdb.path={tmp_path / 'tsdb'}", f"--web.listen-address=127.0.0.1:{prom_port}"],
+        stdout=subprocess.DEVNULL,
+        stderr=open(tmp_path / "prometheus.log", "wb"),
     )
     base = f"http://127.0.0.1:{prom_port}"
     try:
@@ -91,6 +89,7 @@ def test_prometheus_scrapes_the_exporter_of_a_live_2_rank_job(launch_ranks, tmp_
         wait_for(lambda: query(base, 'ranktop_job_up{job="scraped"} == 0'), 30, "prometheus never scraped ranktop_job_up 0")
 
         launch_ranks("scraped", 2, "--slow-rank", "1", "--slow-ms", "20")
+
         def both():
             r = query(base, 'ranktop_rank_step_seconds{job="scraped"}')
             return len(r) == 2 and all(s["metric"]["local_rank"] != "-1" for s in r) and r  # their hellos heard too
@@ -100,8 +99,11 @@ def test_prometheus_scrapes_the_exporter_of_a_live_2_rank_job(launch_ranks, tmp_
         assert 0.010 < by_rank["0"] < by_rank["1"] < 0.200, by_rank  # rank 1 sleeps 20 ms more per step
         assert all(s["metric"]["host"] and s["metric"]["local_rank"] == s["metric"]["rank"] for s in steps)
 
-        scores = wait_for(lambda: (r := query(base, 'ranktop_rank_straggler_score_ratio{job="scraped"} > 0.2')) and r, 60,
-                          "prometheus never held rank 1's straggler score")
+        scores = wait_for(
+            lambda: (r := query(base, 'ranktop_rank_straggler_score_ratio{job="scraped"} > 0.2')) and r,
+            60,
+            "prometheus never held rank 1's straggler score",
+        )
         assert [s["metric"]["rank"] for s in scores] == ["1"]
         verdict = wait_for(lambda: query(base, 'ranktop_job_verdict{job="scraped"} == 1'), 30, "no verdict in prometheus")
         assert [v["metric"]["kind"] for v in verdict] == ["slow_rank"]

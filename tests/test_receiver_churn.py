@@ -26,8 +26,9 @@ def test_thousands_of_relay_moves_never_stop_the_receiver(monkeypatch):
         records = []
         for host in range(64):
             port = next(ports)
-            records.append(NodeRecord("churn", f"node{host}", f"tcp://127.0.0.1:{port}",
-                                      f"tcp://127.0.0.1:{port + 1}", 1, 0.0, encrypted=False))
+            records.append(
+                NodeRecord("churn", f"node{host}", f"tcp://127.0.0.1:{port}", f"tcp://127.0.0.1:{port + 1}", 1, 0.0, encrypted=False)
+            )
         return records
 
     aggregator = Aggregator()

@@ -16,6 +16,7 @@ from ranktop.watch.offline.recording import FlightRecorder, RecordingError, read
 from ranktop.watch.offline.replay import Replay, parse_offset, snapshot_at
 from ranktop.watch.offline.report import build, text_lines
 from ranktop.wire import schema
+from ranktop.wire.names import HELLO, STEPS
 
 import messages
 from support import wait_for
@@ -27,7 +28,7 @@ def hello(rank: int, world: int = 3, groups: list | None = None) -> list[bytes]:
     body = {"job": "j", "rank": rank, "ts": time.time(), "host": "h", "pid": 1, "world": world, "local_rank": rank}
     if groups:
         body["groups"] = groups
-    return messages.raw(schema.HELLO, body)
+    return messages.raw(HELLO, body)
 
 
 def steps(rank: int, first: int, count: int, slow_ms: float = 0.0, ev: dict | None = None) -> list[bytes]:
@@ -38,7 +39,7 @@ def steps(rank: int, first: int, count: int, slow_ms: float = 0.0, ev: dict | No
     body = {"job": "j", "rank": rank, "ts": time.time(), "steps": recs}
     if ev is not None:  # the evidence its state carries (probe/evidence.py)
         body["state"] = {"ev": ev}
-    return messages.raw(schema.STEPS, body)
+    return messages.raw(STEPS, body)
 
 
 def write(path, messages, **kwargs) -> FlightRecorder:
@@ -223,7 +224,7 @@ def test_the_report_says_why_the_straggler_was_slow_as_its_evidence_said(tmp_pat
 
 
 def test_the_report_carries_each_rank_s_coordinates(tmp_path):
-    from ranktop.probe.collectives import state_layout
+    from ranktop.probe.process_groups import state_layout
 
     rep = build(recorded_job(tmp_path, groups=lambda rank: state_layout("tp=3", rank, 3)))
     assert rep["layout_roles"] == ["tp"] and rep["imbalance"] is None
@@ -275,11 +276,21 @@ def test_missing_optional_extras_are_one_line_errors(tmp_path):
     from support import RANKTOP
 
     recorded_job(tmp_path)
-    out = subprocess.run([RANKTOP, "report", str(tmp_path / "job.rec"), "--html", str(tmp_path / "r.html")],
-                         capture_output=True, text=True, env=without("plotly", tmp_path), timeout=60)
+    out = subprocess.run(
+        [RANKTOP, "report", str(tmp_path / "job.rec"), "--html", str(tmp_path / "r.html")],
+        capture_output=True,
+        text=True,
+        env=without("plotly", tmp_path),
+        timeout=60,
+    )
     assert out.returncode == 1 and out.stderr.strip() == "ranktop: error: the HTML report needs plotly: pip install 'ranktop[report]'"
-    out = subprocess.run([RANKTOP, "export", "tcp://127.0.0.1:1", "--prometheus", "0"],
-                         capture_output=True, text=True, env=without("prometheus_client", tmp_path), timeout=60)
+    out = subprocess.run(
+        [RANKTOP, "export", "tcp://127.0.0.1:1", "--prometheus", "0"],
+        capture_output=True,
+        text=True,
+        env=without("prometheus_client", tmp_path),
+        timeout=60,
+    )
     assert out.returncode == 1 and out.stderr.strip().endswith("pip install 'ranktop[export]'")
     assert "Traceback" not in out.stderr
 

@@ -1,7 +1,7 @@
 """Snapshots no faster than the data changes (watch/refresher.py: ``period_s``).
 
 A job watched in node digests changes once per digest interval, which its relays pace by its size
-(wire/node_digest.py ``digest_hz``: once a second at 2,048 nodes); a snapshot between two digests costs as much as
+(wire/pacing.py ``digest_hz``: once a second at 2,048 nodes); a snapshot between two digests costs as much as
 any (a tenth of a second of CPU at 16,384 ranks) and shows the same steps. So a view refreshes at the screen's rate
 or the job's digest pace, whichever is slower: small jobs, and jobs watched from their ranks' own messages, at
 today's rate. The rule is pure and tested as such; so is what an aggregator says of its job's pace, the
@@ -22,7 +22,8 @@ from ranktop.tui.app import RanktopApp
 from ranktop.watch.aggregator import Aggregator
 from ranktop.watch.model.snapshot import EMPTY, PacedSource
 from ranktop.watch.refresher import Refresher, period_s
-from ranktop.wire.node_digest import NodeDigest, digest_hz
+from ranktop.relay.digest_fold import NodeDigest
+from ranktop.wire.pacing import digest_hz
 
 # -- the rule --------------------------------------------------------------------------------
 

@@ -205,7 +205,10 @@ LAUNCHER = (
 def test_a_ctrl_c_to_the_jobs_process_group_ends_the_ranks_and_then_the_relay(rdv, tmp_path):
     env = dict(os.environ, RANKTOP_JOB="relay-ctrl-c", WORLD_SIZE="2")
     job = subprocess.Popen(
-        [sys.executable, "-c", LAUNCHER, str(JOBS / "sleepy_rank.py")], env=env, cwd=tmp_path, start_new_session=True,
+        [sys.executable, "-c", LAUNCHER, str(JOBS / "sleepy_rank.py")],
+        env=env,
+        cwd=tmp_path,
+        start_new_session=True,
         stderr=subprocess.DEVNULL,
     )
     try:

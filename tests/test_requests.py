@@ -14,7 +14,7 @@ from ranktop.tui.panes.status import SentCommand, command_text
 from ranktop.watch.aggregator import MAX_REPLIES, Aggregator
 from ranktop.watch.engine.requests import RequestBook
 from ranktop.watch.session import Answers
-from ranktop.wire import schema
+from ranktop.wire.names import HEARTBEAT, REPLY
 from ranktop.watch.model.json_doc import document
 
 WORLD = 1024
@@ -31,9 +31,13 @@ def job_of(world: int) -> Aggregator:
 def answer_from_another_thread(agg: Aggregator, command_id: str, ranks, cmd: str = "ping", failing=()):
     def run():
         for rank in ranks:
-            body = {"id": command_id, "cmd": cmd, "ok": rank not in failing,
-                    "result": {"error": "no CUDA on this rank"} if rank in failing else {"pong": time.time()}}
-            agg.ingest_frames(messages.frames(schema.REPLY, rank, body, world=WORLD))
+            body = {
+                "id": command_id,
+                "cmd": cmd,
+                "ok": rank not in failing,
+                "result": {"error": "no CUDA on this rank"} if rank in failing else {"pong": time.time()},
+            }
+            agg.ingest_frames(messages.frames(REPLY, rank, body, world=WORLD))
 
     thread = threading.Thread(target=run)
     thread.start()
@@ -71,7 +75,9 @@ def test_ranks_that_do_not_answer_are_named_after_the_timeout():
     answers = Answers("c2", tuple(range(8)), replies, 0.3)
     assert answers.missing == [3, 5]
     assert [line for line in answer_lines(answers, 0.3) if "no answer" in line] == [
-        "rank 3: no answer within 0.3s", "rank 5: no answer within 0.3s"]
+        "rank 3: no answer within 0.3s",
+        "rank 5: no answer within 0.3s",
+    ]
 
 
 def test_a_waiter_wakes_when_the_last_answer_arrives_not_at_its_timeout():
@@ -106,7 +112,7 @@ def test_commands_the_ranks_refused_and_their_rate_are_in_the_snapshot_the_statu
     agg = job_of(4)
     for rank in range(4):
         state = {"step": 1, "last": 0, "rate_hz": 1.0, "rejected": {"forged": 2, "replayed": 1} if rank in (1, 2) else {}}
-        agg.ingest_frames(messages.frames(schema.HEARTBEAT, rank, {"state": state}, world=4))
+        agg.ingest_frames(messages.frames(HEARTBEAT, rank, {"state": state}, world=4))
     snap = agg.snapshot()
     assert [r.rejected for r in snap.ranks] == [{}, {"forged": 2, "replayed": 1}, {"forged": 2, "replayed": 1}, {}]
     assert {r.rate_hz for r in snap.ranks} == {1.0}

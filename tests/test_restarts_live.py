@@ -63,18 +63,26 @@ def test_a_killed_rank_under_torchrun_max_restarts_is_a_restart_with_nothing_sta
     export.stderr.readline()  # waiting for the job
     url = export.stderr.readline().split(" at ", 1)[1].split()[0]
     env = dict(os.environ, RANKTOP_JOB=job, OMP_NUM_THREADS="1")
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", "--max-restarts=1",
-           "--monitor-interval=0.5", RANK]
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc_per_node=2",
+        "--max-restarts=1",
+        "--monitor-interval=0.5",
+        RANK,
+    ]
     log = open(tmp_path / "torchrun.log", "wb")
     torchrun = subprocess.Popen(cmd, env=env, cwd=tmp_path, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     try:
+
         def training(pids_not=()):
             snap = session.snapshot()
             rows = snap.ranks
             # hellos heard (pid and local rank known: -1 before), steps coming, and not the processes of before
             ok = len(rows) == 2 and all(
-                r.local_rank >= 0 and r.pid > 1 and r.steps_seen >= 5 and r.status != "silent" and r.pid not in pids_not
-                for r in rows
+                r.local_rank >= 0 and r.pid > 1 and r.steps_seen >= 5 and r.status != "silent" and r.pid not in pids_not for r in rows
             )
             return snap if ok else None
 
@@ -89,8 +97,10 @@ def test_a_killed_rank_under_torchrun_max_restarts_is_a_restart_with_nothing_sta
         except AssertionError:
             snap = session.snapshot()
             rows = [(r.rank, r.pid, r.steps_seen, r.status) for r in snap.ranks]
-            raise AssertionError(f"the ranks never came back as new processes: {rows}, {snap.endpoints}, {snap.errors}\n"
-                                 + (tmp_path / "torchrun.log").read_text()[-2000:]) from None
+            raise AssertionError(
+                f"the ranks never came back as new processes: {rows}, {snap.endpoints}, {snap.errors}\n"
+                + (tmp_path / "torchrun.log").read_text()[-2000:]
+            ) from None
         failures = (tmp_path / "torchrun.log").read_text().count("failed (exitcode")  # torchrun's word: attempts that failed
         assert after.restarts == failures >= 1 and after.not_back == [] and after.state == "running"
         assert {r.rank for r in after.ranks} == {0, 1} and all(r.status != "silent" for r in after.ranks)
@@ -137,6 +147,7 @@ def test_a_simulated_job_requeued_comes_back_as_one_restart_of_all_its_nodes(rdv
     sim = [sys.executable, "-m", "ranktop.demo.simulate", "--ranks", "32", "--nodes", "4", "--job", job]
     first = subprocess.Popen(sim, stderr=subprocess.DEVNULL)
     try:
+
         def all_heard(pid):
             snap = session.snapshot()
             ok = len(snap.ranks) == 32 and all(r.pid == pid and r.steps_seen and r.status != "silent" for r in snap.ranks)

@@ -2,7 +2,7 @@
 
 The simulator's job is replayed on a clock of its own into an aggregator that
 shares that clock, so a 4,096-rank job takes seconds of CPU, not minutes of
-waiting. A viewer of 4,096 ranks takes one digest per node (wire/node_digest.py),
+waiting. A viewer of 4,096 ranks takes one digest per node (relay/digest_fold.py),
 so that is what these feed; one test feeds every rank's own messages too. The
 same job runs live, over relays, in test_simulate.py.
 """
@@ -84,7 +84,7 @@ def test_a_digest_summed_from_the_draws_is_the_one_the_ranks_messages_make(tmp_p
     that digest must be the one its ranks' records would make, or the simulator would test a different job. Steps
     given as rows alone (a model of its own draws, as benchmarks/accuracy.py's) sum alike."""
     from ranktop.wire import schema, step_block
-    from ranktop.wire.node_digest import NodeDigest
+    from ranktop.relay.digest_fold import NodeDigest
 
     sim = Simulator(Scenario(job="big", ranks=16, nodes=2, calls_per_step=calls_per_step, slow_rank=3, slow_phase="forward"), str(tmp_path))
     steps = [sim.model.step(n, 100.0 + n * 0.07) for n in range(5)]
@@ -151,7 +151,8 @@ def test_a_node_s_collectives_summed_over_many_sends_reach_its_digest_every_two_
     between (Simulator.fold): over the same steps, the digests carry the calls, bytes and waits the ranks'
     own messages would, and no op summary is built at the sends in between."""
     from ranktop.wire import schema
-    from ranktop.wire.node_digest import OPS_EVERY_S, NodeDigest
+    from ranktop.relay.digest_fold import NodeDigest
+    from ranktop.wire.pacing import OPS_EVERY_S
 
     sim = Simulator(Scenario(job="big", ranks=16, nodes=2, calls_per_step=8, slow_rank=3, slow_phase="forward"), str(tmp_path))
     steps = [sim.model.step(n, 100.0 + n * 0.07) for n in range(12)]

@@ -16,7 +16,6 @@ from __future__ import annotations
 import json
 import os
 import sys
-import time
 
 import pytest
 
@@ -65,7 +64,7 @@ def run_job(tmp_path, job: str, cap: dict[int, str], *train_args: str) -> dict:
         viewer.wait(WATCH_S + 120)
         text = (tmp_path / f"{job}-viewer.json").read_text()
         assert viewer.returncode == 0, text[-3000:] + _logs(tmp_path, job)
-        doc = json.loads(text[text.index("{"):])
+        doc = json.loads(text[text.index("{") :])
     assert not net.pids_inside(), "a process of the job outlived its namespaces"
     return doc
 

@@ -150,9 +150,9 @@ def test_the_book_keeps_each_relays_latest_word_and_forgets_a_relay_gone_quiet()
     book.take(Links(job="j", host="a", ts=0.0, links=[LinkRate(peer="b", rate=1e6, rtt=1e-3, probes=8)]), now=0.0)
     book.take(Links(job="j", host="a", ts=1.0, links=[LinkRate(peer="b", rate=2e6, rtt=1e-3, probes=8)]), now=1.0)
     book.take(Links(job="j", host="b", ts=1.0, links=[LinkRate(peer="a", rate=3e6, rtt=1e-3, probes=8)]), now=1.0)
-    assert [(l.src, l.dst, l.rate_bps) for l in book.columns(2.0).rows()] == [("a", "b", 2e6), ("b", "a", 3e6)]
+    assert [(link.src, link.dst, link.rate_bps) for link in book.columns(2.0).rows()] == [("a", "b", 2e6), ("b", "a", 3e6)]
     book.take(Links(job="j", host="b", ts=9.0, links=[LinkRate(peer="a", rate=3e6, rtt=1e-3, probes=8)]), now=9.0)
-    assert [(l.src, l.dst) for l in book.columns(12.0).rows()] == [("b", "a")]
+    assert [(link.src, link.dst) for link in book.columns(12.0).rows()] == [("b", "a")]
 
 
 def said(host: str, peers: dict[str, float], probes: int = 8) -> Links:
@@ -175,8 +175,9 @@ def test_the_books_columns_are_the_latest_word_of_every_relay_heard_lately_howev
         if tick % 7 == 0:
             heard = {h: peers for h, (at, peers) in latest.items() if now - at <= FORGET_S}
             columns = book.columns(now)
-            assert sorted((l.src, l.dst, l.rate_bps) for l in columns.rows()) == sorted(
-                (h, p, r) for h, peers in heard.items() for p, r in peers.items() if p != h)
+            assert sorted((link.src, link.dst, link.rate_bps) for link in columns.rows()) == sorted(
+                (h, p, r) for h, peers in heard.items() for p, r in peers.items() if p != h
+            )
             own = {h: peers[h] for h, peers in heard.items() if h in peers}
             assert {h: columns.own[i] for i, h in enumerate(columns.hosts) if not np.isnan(columns.own[i])} == own
             assert set(columns.hosts) == set(heard) | {p for peers in heard.values() for p in peers}
@@ -202,8 +203,12 @@ def test_past_its_bounds_the_book_refuses_a_relays_word_and_keeps_what_it_had(mo
     book.take(said("c", {"a": 1e6, "b": 1e6, "c": 1e6, "d": 1e6, "e": 1e6}), now=0.0)  # 7 links in the book
     assert book.refused == 2
     book.take(said("b", {"a": 3e6, "c": 1e6}), now=1.0)
-    assert [(l.src, l.dst, l.rate_bps) for l in book.columns(1.0).rows()] == [
-        ("a", "b", 1e6), ("a", "c", 2e6), ("b", "a", 3e6), ("b", "c", 1e6)]
+    assert [(link.src, link.dst, link.rate_bps) for link in book.columns(1.0).rows()] == [
+        ("a", "b", 1e6),
+        ("a", "c", 2e6),
+        ("b", "a", 3e6),
+        ("b", "c", 1e6),
+    ]
 
 
 def test_the_medians_worked_out_are_those_of_every_node_that_could_be_slow():

@@ -124,9 +124,7 @@ def node(host: str, tele: int, ctl: int) -> rendezvous.NodeRecord:
 
 def test_the_ssh_command_forwards_every_nodes_telemetry_and_control_port_side_by_side():
     command, urls = ssh_command([node("n1", 24018, 24019), node("n2", 24018, 24019)], "login.example.org", "bastion", 7000)
-    assert command == (
-        "ssh -N -J bastion -L 7000:n1:24018 -L 7001:n1:24019 -L 7002:n2:24018 -L 7003:n2:24019 login.example.org"
-    )
+    assert command == ("ssh -N -J bastion -L 7000:n1:24018 -L 7001:n1:24019 -L 7002:n2:24018 -L 7003:n2:24019 login.example.org")
     assert urls == ["tcp://localhost:7000", "tcp://localhost:7002"]
 
 
@@ -152,7 +150,7 @@ def test_a_job_with_a_numeric_name_outside_slurm_is_still_watched_by_name(rdv, t
 def test_a_hello_with_a_malformed_relay_address_is_dropped_not_fatal():
     from ranktop.watch.aggregator import Aggregator
     from ranktop.watch.engine.receiver import Receiver
-    from ranktop.wire import schema
+    from ranktop.wire.names import HELLO
 
     agg, controls = Aggregator(), []
     receiver = Receiver(agg, ["tcp://localhost:7000"], on_control=controls.append)
@@ -171,9 +169,17 @@ def test_a_hello_with_a_malformed_relay_address_is_dropped_not_fatal():
             if self.sent:
                 raise zmq.Again()
             self.sent = True
-            hello = {"job": "j", "rank": 0, "ts": 0.0, "host": "n1", "world": 1, "local_rank": 0, "pid": 1,
-                     "relay": {"telemetry": "tcp://n1:24018", "control": "tcp://n1:notaport"}}
-            return messages.raw(schema.HELLO, hello)
+            hello = {
+                "job": "j",
+                "rank": 0,
+                "ts": 0.0,
+                "host": "n1",
+                "world": 1,
+                "local_rank": 0,
+                "pid": 1,
+                "relay": {"telemetry": "tcp://n1:24018", "control": "tcp://n1:notaport"},
+            }
+            return messages.raw(HELLO, hello)
 
     sock = OneHello()
     receiver._urls = {sock: "tcp://localhost:7000"}

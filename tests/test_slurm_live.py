@@ -122,8 +122,9 @@ def test_a_pending_an_unknown_and_a_malformed_job_id_each_get_one_line(cluster, 
         assert out.returncode == 3 and out.stderr.startswith(f"ranktop: error: SLURM job {pending} is pending")
         assert out.stderr.endswith("nothing to watch until it starts\n") and len(out.stderr.splitlines()) == 1
         # Started first, attach waits for the pending job (one line), and attaches once SLURM starts it.
-        proc = subprocess.Popen([RANKTOP, "attach", "--slurm", pending, "--json", "--duration", "2"],
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        proc = subprocess.Popen(
+            [RANKTOP, "attach", "--slurm", pending, "--json", "--duration", "2"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        )
         line = proc.stderr.readline()
         assert line.startswith(f"ranktop: SLURM job {pending} is pending") and line.endswith("; waiting for it to start\n"), line
         time.sleep(2)
@@ -136,7 +137,9 @@ def test_a_pending_an_unknown_and_a_malformed_job_id_each_get_one_line(cluster, 
         cluster.run("scancel", pending)
 
     # A record another node left behind for this (now ended) job is recognised by SLURM's word, and pruned.
-    rendezvous.write_node(rendezvous.NodeRecord(pending, "node-elsewhere", "tcp://node-elsewhere:1", "tcp://node-elsewhere:2", 1, 0.0, slurm_job=pending))
+    rendezvous.write_node(
+        rendezvous.NodeRecord(pending, "node-elsewhere", "tcp://node-elsewhere:1", "tcp://node-elsewhere:2", 1, 0.0, slurm_job=pending)
+    )
     assert run_cli("jobs").stdout.startswith("no running jobs")
     assert f"{pending}\tended" in run_cli("jobs", "--all").stdout
     assert run_cli("jobs", "--prune").stdout.startswith(f"removed {rendezvous.job_dir(pending)}/node-node-elsewhere.json")

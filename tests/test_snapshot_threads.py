@@ -18,9 +18,10 @@ import threading
 
 import messages
 
-from ranktop.probe.collectives import state_layout
+from ranktop.probe.process_groups import state_layout
 from ranktop.watch.aggregator import Aggregator
 from ranktop.wire import schema
+from ranktop.wire import names
 
 WORLD = 8
 STEPS = 400
@@ -116,7 +117,7 @@ def test_snapshots_taken_while_the_job_changes_each_hold_together():
     agg = Aggregator("j")
     for r in range(WORLD):
         agg.ingest(messages.hello(r, WORLD, "h", pid=r))
-    decoded = [messages.decoded(schema.STEPS, r, body, world=WORLD, pid=r) for r, body in _bodies(WORLD, STEPS)]
+    decoded = [messages.decoded(names.STEPS, r, body, world=WORLD, pid=r) for r, body in _bodies(WORLD, STEPS)]
     done = threading.Event()
     pacer = _Pacer()
     failures: list[BaseException] = []
@@ -156,7 +157,7 @@ def _layout_hello(rank: int, dims: str, pid: int):
     groups = [dict(entry, desc="mesh_" + entry["role"], role="") for entry in state_layout(dims, rank, WORLD)]
     body = {"job": "j", "rank": rank, "ts": 1.0, "host": f"h{rank // 4}", "world": WORLD, "local_rank": rank % 4,
             "pid": pid, "groups": groups}  # fmt: skip
-    return schema.decode(messages.raw(schema.HELLO, body))
+    return schema.decode(messages.raw(names.HELLO, body))
 
 
 def _check_judged(snap, restarts_before: int) -> int:
@@ -190,7 +191,7 @@ def test_judging_a_job_whose_layout_and_processes_change_under_it_holds_together
             feed_msgs.append(_layout_hello(r, dims, pid))
             for n in range(k * 8, k * 8 + 8):
                 p = {"forward": 0.010 * (1 + r // 4), "backward": 0.015}
-                feed_msgs.append(messages.decoded(schema.STEPS, r, {"steps": [{"n": n, "t": 100.0 + n, "w": 0.03, "p": p}],
+                feed_msgs.append(messages.decoded(names.STEPS, r, {"steps": [{"n": n, "t": 100.0 + n, "w": 0.03, "p": p}],
                                                                       "state": {"step": n + 1, "last": n, "in_step": False, "phase": None}},
                                                   world=WORLD, pid=pid))  # fmt: skip
     done = threading.Event()

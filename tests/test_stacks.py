@@ -118,7 +118,9 @@ def test_ranks_group_by_identical_main_stack_biggest_group_first():
 
 
 def test_a_failed_answer_and_garbage_are_reported_not_raised():
-    report = build_report([0, 1, 2], [(0, False, {"error": "boom\nmore"}), (1, True, {"threads": [1, {"frames": [3]}], "roots": 5}), (2, True, "x")])
+    report = build_report(
+        [0, 1, 2], [(0, False, {"error": "boom\nmore"}), (1, True, {"threads": [1, {"frames": [3]}], "roots": 5}), (2, True, "x")]
+    )
     assert report.failed == {0: "boom", 2: "failed"} and report.unresponsive == ()
     assert report.ranks[1].main is None and report.groups[0].label == "no main thread reported"
 

@@ -25,7 +25,7 @@ from ranktop.watch.analysis.stacks import common_place
 from ranktop.watch.analysis.stalls import Position, StallPolicy, StallReport, assess
 from ranktop.watch.format import ranks_text
 from ranktop.watch.model.rank_table import median_of
-from ranktop.wire import schema
+from ranktop.wire.names import STANDARD_PHASES
 import messages
 
 PHASES = [None, "forward", "backward", "optimizer", "data", "comm", "custom"]
@@ -90,7 +90,7 @@ def _culprits(positions, stalled):
         odd = [p for p in at_front if p.phase != top]
         if count > len(odd):
             return odd, "phase"
-        order = {name: i for i, name in enumerate(schema.STANDARD_PHASES)}
+        order = {name: i for i, name in enumerate(STANDARD_PHASES)}
         if all(p.phase in order for p in at_front):
             first = min(order[p.phase] for p in at_front)
             earliest = [p for p in at_front if order[p.phase] == first]
@@ -126,7 +126,10 @@ def _diagnosis(stalled, culprits, how, everyone):
     if not waiting:
         return f"{ranks_text(culprit_ranks)} stalled {what}"
     longest = max(p.stuck_s for p in waiting)
-    return f"{ranks_text(p.rank for p in waiting)} stalled {where_text(waiting)} for {fmt.ago(longest)}, waiting for {ranks_text(culprit_ranks)}: {what}"
+    return (
+        f"{ranks_text(p.rank for p in waiting)} stalled {where_text(waiting)} for {fmt.ago(longest)}, "
+        f"waiting for {ranks_text(culprit_ranks)}: {what}"
+    )
 
 
 def same(new: StallReport, old: StallReport) -> None:

@@ -46,8 +46,11 @@ def test_export_started_before_the_job_serves_both_ranks_then_up_0_with_the_last
 
         started = time.monotonic()
         launch_ranks("late", 2, "--steps", "700")  # about 10 s of steps, then a clean end
-        families = wait_for(lambda: len((f := scrape(url))["ranktop_rank_step_seconds"].samples) == 2 and f, 30,
-                            "the exporter started first never served both ranks' step times within 30 s of the job's start")
+        families = wait_for(
+            lambda: len((f := scrape(url))["ranktop_rank_step_seconds"].samples) == 2 and f,
+            30,
+            "the exporter started first never served both ranks' step times within 30 s of the job's start",
+        )
         print(f"both ranks' step times served {time.monotonic() - started:.1f} s after the job started")
         assert value(families, "ranktop_job_up") == 1
         running = {s.labels["rank"]: s.value for s in families["ranktop_rank_step_seconds"].samples}
@@ -84,8 +87,9 @@ def test_record_started_first_records_the_job_and_exits_0_when_it_ends(launch_ra
 
 def test_watch_json_started_first_waits_once_lists_the_jobs_there_are_and_says_ended(launch_ranks, tmp_path, rdv):
     launch_ranks("other", 1)  # a job that does run: the waiting line names it, so a typo shows
-    proc = subprocess.Popen([RANKTOP, "watch", "wj", "--json", "--duration", "60", "--wait", "60"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [RANKTOP, "watch", "wj", "--json", "--duration", "60", "--wait", "60"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
     first = proc.stderr.readline()  # waiting before the job exists
     launch_ranks("wj", 2, "--steps", "300")
     out, err = proc.communicate(timeout=90)
@@ -125,10 +129,12 @@ def test_the_tui_started_first_shows_its_waiting_screen_then_the_job(launch_rank
 
 
 def test_ping_and_stacks_started_first_answer_once_the_job_comes(launch_ranks, rdv):
-    ping = subprocess.Popen([RANKTOP, "ping", "pinged", "--wait", "60", "--timeout", "20"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    stacks = subprocess.Popen([RANKTOP, "stacks", "pinged", "--wait", "60", "--timeout", "20"],
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    ping = subprocess.Popen(
+        [RANKTOP, "ping", "pinged", "--wait", "60", "--timeout", "20"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    stacks = subprocess.Popen(
+        [RANKTOP, "stacks", "pinged", "--wait", "60", "--timeout", "20"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
     waited = {proc: proc.stderr.readline() for proc in (ping, stacks)}  # both waiting before the job exists
     assert ping.poll() is None and stacks.poll() is None
     launch_ranks("pinged", 2)

@@ -73,7 +73,7 @@ def test_too_few_steps_give_no_statistics():
 
 
 def test_a_node_digests_block_of_steps_lands_as_the_same_steps_added_one_by_one():
-    """StepColumns.add_block writes a node's columns (wire/node_digest.py) as add would write each rank's step:
+    """StepColumns.add_block writes a node's columns (relay/digest_fold.py) as add would write each rank's step:
     past the end of the ring, with a phase new to the job, and a phase the block lacks (its figure is 0.0)."""
     rng = random.Random(5)
     by_block, by_step = StepColumns(4, rows=2, phases=1), StepColumns(4, rows=2, phases=1)

@@ -1,9 +1,10 @@
 """The contract and the viewer's engine pass a type checker: mypy over the installed package.
 
 The wire's Structs (wire/messages.py) are the one definition of every field; the type checker holds the code
-that builds and reads them to it: a misspelt field, a field read that may be None, a message of one kind taken
-for another fail here rather than at a user's. Strict over wire/ and the engine's modules that take messages in
-and hand views out (numpy's many untyped returns aside: ``--no-warn-return-any``).
+that builds them (the probe's sender and samplers, the relay's digest, the simulator) and reads them to it: a
+misspelt field, a field read that may be None, a message of one kind taken for another fail here rather than at
+a user's. Strict over wire/, relay/, the probe's producers, the simulator and the engine's modules that take
+messages in and hand views out (numpy's many untyped returns aside: ``--no-warn-return-any``).
 """
 
 from __future__ import annotations
@@ -11,9 +12,22 @@ from __future__ import annotations
 import subprocess
 import sys
 
-#: Checked with ``--strict``: the contract, and the engine's modules that receive and hold the job.
+#: Checked with ``--strict``: the contract, the relay, the probe's producers (the sender and what it sends: the
+#: calls' summaries, the samplers, the collective tracker, the command handlers), the simulator, and the engine's
+#: modules that receive and hold the job. A package name checks every module of it.
 STRICT = [
     "ranktop.wire",
+    "ranktop.relay",
+    "ranktop.probe.sender",
+    "ranktop.probe.collective_summary",
+    "ranktop.probe.collective_tracker",
+    "ranktop.probe.commands",
+    "ranktop.probe.memory",
+    "ranktop.probe.gpu_sampler",
+    "ranktop.probe.resources",
+    "ranktop.probe.collectives",
+    "ranktop.probe.process_groups",
+    "ranktop.demo.simulate",
     "ranktop.watch.aggregator",
     "ranktop.watch.engine.job_state",
     "ranktop.watch.engine.step_window",
@@ -32,10 +46,12 @@ STRICT = [
     "ranktop.watch.analysis.slow_links",
     "ranktop.watch.engine.link_book",
 ]
+#: The names of STRICT that are packages.
+PACKAGES = ("ranktop.wire", "ranktop.relay")
 
 
 def test_the_contract_and_the_engine_pass_the_type_checker_strictly(tmp_path):
-    targets = [arg for name in STRICT for arg in (("-p", name) if name == "ranktop.wire" else ("-m", name))]
+    targets = [arg for name in STRICT for arg in (("-p", name) if name in PACKAGES else ("-m", name))]
     out = subprocess.run(
         [sys.executable, "-m", "mypy", "--strict", "--no-warn-return-any", "--follow-imports=silent",
          "--cache-dir", str(tmp_path / "cache"), *targets],

@@ -198,8 +198,16 @@ def parse_node(text: bytes | str, path: Path | None = None) -> NodeRecord:
     if not isinstance(links, str):
         raise ValueError("node record has a bad links address")
     return NodeRecord(
-        job=job, host=host, telemetry=telemetry, control=control, pid=pid, started=float(started), path=path,
-        machine=machine, slurm_job=str(slurm_job) if slurm_job not in (None, "") else None, encrypted=encrypted,
+        job=job,
+        host=host,
+        telemetry=telemetry,
+        control=control,
+        pid=pid,
+        started=float(started),
+        path=path,
+        machine=machine,
+        slurm_job=str(slurm_job) if slurm_job not in (None, "") else None,
+        encrypted=encrypted,
         links=links,
     )
 

@@ -134,21 +134,39 @@ MAP_KEYS: tuple[Binding, ...] = (
     Binding("right,l", "move(1, 0)", "Right", key_display="→ l", id="map.right", show=False, tooltip="The next cell."),
     Binding("up,k", "move(0, -1)", "Up", key_display="↑ k", id="map.up", show=False, tooltip="The cell a line up."),
     Binding("down,j", "move(0, 1)", "Down", key_display="↓ j", id="map.down", show=False, tooltip="The cell a line down."),
-    Binding("enter", "open", "Open", id="map.open",
-            tooltip="Drill down: a node cell shows its ranks, a rank cell that rank's detail (phases, history, collectives, "
-            "memory, GPU). On the straggler table, enter opens the rank's detail too."),
-    Binding("w", "worst", "Worst", id="map.worst",
-            tooltip="Put the cursor back on the worst cell; it follows the worst rank until you move it."),
+    Binding(
+        "enter",
+        "open",
+        "Open",
+        id="map.open",
+        tooltip="Drill down: a node cell shows its ranks, a rank cell that rank's detail (phases, history, collectives, "
+        "memory, GPU). On the straggler table, enter opens the rank's detail too.",
+    ),
+    Binding(
+        "w", "worst", "Worst", id="map.worst", tooltip="Put the cursor back on the worst cell; it follows the worst rank until you move it."
+    ),
 )
 
 #: Keys of a node's ranks and of a rank's detail.
 DRILL_KEYS: tuple[Binding, ...] = (
     Binding("escape,backspace", "close", "Back", key_display="esc", id="drill.close", tooltip="Back to where you came from."),
     Binding("enter", "open", "Rank detail", id="drill.open", show=False, tooltip="On a node's ranks: the highlighted rank's detail."),
-    Binding("left_square_bracket", "other(-1)", "Previous", key_display="[", id="drill.previous",
-            tooltip="The previous rank (in a rank's detail) or node (in a node's ranks)."),
-    Binding("right_square_bracket", "other(1)", "Next", key_display="]", id="drill.next",
-            tooltip="The next rank (in a rank's detail) or node (in a node's ranks)."),
+    Binding(
+        "left_square_bracket",
+        "other(-1)",
+        "Previous",
+        key_display="[",
+        id="drill.previous",
+        tooltip="The previous rank (in a rank's detail) or node (in a node's ranks).",
+    ),
+    Binding(
+        "right_square_bracket",
+        "other(1)",
+        "Next",
+        key_display="]",
+        id="drill.next",
+        tooltip="The next rank (in a rank's detail) or node (in a node's ranks).",
+    ),
 )
 
 #: Keys of ``ranktop replay`` (on top of the main keys; space pauses the playback itself).
@@ -158,7 +176,9 @@ REPLAY_KEYS: tuple[Binding, ...] = (
     Binding("full_stop", "seek(10)", "+10s", key_display=".", id="replay.forward", tooltip="Replay: forward 10 seconds."),
     Binding("less_than_sign", "seek(-60)", "-1min", key_display="<", id="replay.back_minute", tooltip="Replay: back one minute."),
     Binding("greater_than_sign", "seek(60)", "+1min", key_display=">", id="replay.forward_minute", tooltip="Replay: forward one minute."),
-    Binding("G", "goto", "Go to", id="replay.goto", tooltip="Replay: jump to a time (seconds, M:SS or H:MM:SS from the start; -S from the end)."),
+    Binding(
+        "G", "goto", "Go to", id="replay.goto", tooltip="Replay: jump to a time (seconds, M:SS or H:MM:SS from the start; -S from the end)."
+    ),
     Binding("plus,equals_sign", "speed(1)", "Faster", key_display="+", id="replay.faster", tooltip="Replay: play faster (up to 64x)."),
     Binding("minus", "speed(-1)", "Slower", key_display="-", id="replay.slower", tooltip="Replay: play slower (down to 0.25x)."),
 )
@@ -177,15 +197,42 @@ NETWORK_KEYS: tuple[Binding, ...] = (
 
 #: Keys of the stack dump screens (listed on the help screen too).
 STACKS_KEYS: tuple[Binding, ...] = (
-    Binding("escape,t", "close", "Close", key_display="esc", id="stacks.close", tooltip="Close the stack dump (a rank's stacks: back to the groups)."),
-    Binding("left,left_square_bracket", "other_rank(-1)", "Previous rank", key_display="← [", id="stacks.previous", tooltip="In a rank's stacks: the previous rank of the group."),
-    Binding("right,right_square_bracket", "other_rank(1)", "Next rank", key_display="→ ]", id="stacks.next", tooltip="In a rank's stacks: the next rank of the group."),
+    Binding(
+        "escape,t",
+        "close",
+        "Close",
+        key_display="esc",
+        id="stacks.close",
+        tooltip="Close the stack dump (a rank's stacks: back to the groups).",
+    ),
+    Binding(
+        "left,left_square_bracket",
+        "other_rank(-1)",
+        "Previous rank",
+        key_display="← [",
+        id="stacks.previous",
+        tooltip="In a rank's stacks: the previous rank of the group.",
+    ),
+    Binding(
+        "right,right_square_bracket",
+        "other_rank(1)",
+        "Next rank",
+        key_display="→ ]",
+        id="stacks.next",
+        tooltip="In a rank's stacks: the next rank of the group.",
+    ),
 )
 
 #: Keys of the capture screen (listed on the help screen too).
 CAPTURE_KEYS: tuple[Binding, ...] = (
-    Binding("escape,P,M", "close", "Close", key_display="esc", id="capture.close",
-            tooltip="Close the capture screen; a capture in progress goes on (P shows it again)."),
+    Binding(
+        "escape,P,M",
+        "close",
+        "Close",
+        key_display="esc",
+        id="capture.close",
+        tooltip="Close the capture screen; a capture in progress goes on (P shows it again).",
+    ),
 )
 
 #: Keys of the help screen itself (listed there too).

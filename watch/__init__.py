@@ -33,6 +33,20 @@ from ranktop.watch.model.snapshot import (
 Session = WatchSession
 
 __all__ = [
-    "OK", "SILENT", "SLOW", "STALLED", "STATUSES",
-    "Answers", "RankRow", "RanktopError", "Reply", "RequestError", "Session", "Snapshot", "Target", "TargetError", "WatchSession", "resolve",
+    "OK",
+    "SILENT",
+    "SLOW",
+    "STALLED",
+    "STATUSES",
+    "Answers",
+    "RankRow",
+    "RanktopError",
+    "Reply",
+    "RequestError",
+    "Session",
+    "Snapshot",
+    "Target",
+    "TargetError",
+    "WatchSession",
+    "resolve",
 ]

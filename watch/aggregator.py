@@ -38,7 +38,7 @@ from ranktop.wire import schema
 from ranktop.wire.messages import Command, Hello, Links, Node, RankMessage
 from ranktop.wire.messages import Reply as WireReply
 from ranktop.wire.names import KINDS
-from ranktop.wire.node_digest import OPS_EVERY_S, digest_hz, slow_factor
+from ranktop.wire.pacing import OPS_EVERY_S, digest_hz, slow_factor
 
 #: What the viewer takes: what ranks send, and their nodes' digests.
 Telemetry = Union[RankMessage, Node, Links]
@@ -57,7 +57,7 @@ PER_RANK_ROWS_UP_TO = 64
 #: 4,096 ranks takes 10 to 40 ms of CPU).
 SNAPSHOT_FIRST_S = 0.25
 #: From this many ranks on, the collective rows are worked out again this often only (or as seldom as the
-#: job's relays send a rank's collectives, where that is less often: wire/node_digest.py slow_factor).
+#: job's relays send a rank's collectives, where that is less often: wire/pacing.py slow_factor).
 COLLECTIVES_CACHED_FROM = 512
 COLLECTIVES_EVERY_S = 2.0
 
@@ -123,7 +123,7 @@ class Aggregator:
 
     def changes_every_s(self) -> float:
         """Seconds between two changes of what a snapshot shows, at the shortest: a job heard in node digests
-        changes once per digest interval, which its relays pace by its size (wire/node_digest.py ``digest_hz``:
+        changes once per digest interval, which its relays pace by its size (wire/pacing.py ``digest_hz``:
         once a second at 2,048 nodes), here the relays this viewer hears it through; 0 for a job heard from its
         ranks' own messages, which change with each. A view takes snapshots no more often (watch/refresher.py)."""
         if not self._digests:

@@ -108,8 +108,11 @@ def finished(rows: list[RankProgress]) -> bool:
 
 def table_lines(rows: list[RankProgress]) -> list[str]:
     """One line per finished trace: the shares side by side, so the odd rank out shows at a glance."""
-    traced = [row for row in rows if row.status is not None and row.status.kind == wire_capture.TRACE
-              and (row.status.summary or {}).get("compute") is not None]
+    traced = [
+        row
+        for row in rows
+        if row.status is not None and row.status.kind == wire_capture.TRACE and (row.status.summary or {}).get("compute") is not None
+    ]
     if not traced:
         return []
     lines = ["rank  compute   comm   idle    wall ms  top operator (self)"]
@@ -117,7 +120,9 @@ def table_lines(rows: list[RankProgress]) -> list[str]:
         s = row.status.summary
         ops = s.get("ops") or []
         top = f"{ops[0][0]} {fmt.ms_unit(ops[0][1] / 1e6)}" if ops else ""
-        lines.append(f"{row.rank:>4}  {s['compute']:>7.0%} {s['comm']:>6.0%} {s['idle']:>6.0%} {fmt.ms_fixed(s.get('wall_us', 0) / 1e6):>10}  {top}")
+        lines.append(
+            f"{row.rank:>4}  {s['compute']:>7.0%} {s['comm']:>6.0%} {s['idle']:>6.0%} {fmt.ms_fixed(s.get('wall_us', 0) / 1e6):>10}  {top}"
+        )
     return lines
 
 
@@ -127,8 +132,10 @@ def summary_lines(status: CaptureStatus, top: int = 5) -> list[str]:
     if status.kind == wire_capture.MEMORY:
         if not s:
             return []
-        lines = [f"{fmt.size(s.get('allocated') or 0)} allocated of {fmt.size(s.get('reserved') or 0)} reserved in {s.get('segments', 0)} "
-                 f"segment(s), {s.get('events', 0)} allocator events recorded"]
+        lines = [
+            f"{fmt.size(s.get('allocated') or 0)} allocated of {fmt.size(s.get('reserved') or 0)} reserved in {s.get('segments', 0)} "
+            f"segment(s), {s.get('events', 0)} allocator events recorded"
+        ]
         if s.get("cost_s") is not None:
             snapshot = f" (torch's snapshot call {fmt.ms_fixed(s['snapshot_s'], 0)} ms)" if s.get("snapshot_s") is not None else ""
             lines.append(f"cost to the training thread: stalled {fmt.ms_fixed(s['cost_s'], 0)} ms at most while written{snapshot}")

@@ -10,7 +10,7 @@ delays the next instead of piling up behind it.
 
 A snapshot is taken no more often than what it shows can change
 (:func:`period_s`): a job watched in node digests changes once per digest
-interval, once a second at 2,048 nodes (wire/node_digest.py ``digest_hz``),
+interval, once a second at 2,048 nodes (wire/pacing.py ``digest_hz``),
 and a snapshot between two digests would cost as much (a tenth of a second
 of CPU at 16,384 ranks) to show the same steps.
 """

@@ -178,13 +178,19 @@ def resolve(targets: list[str], directory=None, *, allow_pending: bool = False) 
 
 
 def running_hint(directory=None) -> str:
-    """"running jobs: a, b" or "no job is running": what a line about a job not found adds, so a typo shows."""
+    """ "running jobs: a, b" or "no job is running": what a line about a job not found adds, so a typo shows."""
     running = sorted(live_jobs(directory))
     return f"running jobs: {', '.join(running)}" if running else "no job is running"
 
 
 def resolve_waiting(
-    targets: list[str], directory=None, *, wait_s: float | None = None, say=None, poll_s: float = 0.5, follow: bool = False,
+    targets: list[str],
+    directory=None,
+    *,
+    wait_s: float | None = None,
+    say=None,
+    poll_s: float = 0.5,
+    follow: bool = False,
     resolver=None,
 ) -> Target:
     """:func:`resolve`, waiting for a named job that is not running yet (a monitor started before its job).
@@ -293,13 +299,21 @@ class WatchSession:
             local = local_job_of(target.endpoints)  # a relay of this machine's rendezvous folder: its job's secret
             secret = auth.read_secret_env() or (rendezvous.read_secret(local) if local else None)
         self.requests = Requests(
-            target.job, secret, self.aggregator.requests, load_secret,
-            job_of=lambda: self.aggregator.job, on_error=self.aggregator.note_error,
+            target.job,
+            secret,
+            self.aggregator.requests,
+            load_secret,
+            job_of=lambda: self.aggregator.job,
+            on_error=self.aggregator.note_error,
         )
         self.controller = self.requests  # what the App sends through (tui/app.py), by its older name
         discover = (lambda: live_nodes(target)) if target.job is not None or target.slurm is not None else None
         self.receiver = Receiver(
-            self.aggregator, target.endpoints, discover, on_control=self.requests.add_endpoint, recorder=recorder,
+            self.aggregator,
+            target.endpoints,
+            discover,
+            on_control=self.requests.add_endpoint,
+            recorder=recorder,
             keys=ClientKeys(lambda: self.requests.secret, self._secret_place(), self._job_name),
         )
         self.history = History()  # step time and episodes over the last minutes, sampled as snapshots are taken
@@ -351,8 +365,10 @@ class WatchSession:
         now = time.monotonic()
         cached = self._waiting_cache
         if cached is None or now - cached[0] >= WAITING_LINE_EVERY_S:
-            cached = self._waiting_cache = (now, f"job {target.job!r} has not started under {rendezvous.root(target.directory)} "
-                                                 f"({running_hint(target.directory)})")
+            cached = self._waiting_cache = (
+                now,
+                f"job {target.job!r} has not started under {rendezvous.root(target.directory)} ({running_hint(target.directory)})",
+            )
         return cached[1]
 
     def receiver_endpoints(self) -> list:
@@ -390,9 +406,7 @@ class WatchSession:
                 return False
             time.sleep(0.1)
 
-    def request(
-        self, cmd: str, args: dict | None = None, *, ranks: list[int] | None = None, timeout: float = 5.0
-    ) -> Answers:
+    def request(self, cmd: str, args: dict | None = None, *, ranks: list[int] | None = None, timeout: float = 5.0) -> Answers:
         """Send a signed command to ``ranks`` (default: every rank) and wait up to ``timeout`` for each to answer.
 
         Counts every answer at any job size. Raises :class:`RequestError` (one

@@ -157,7 +157,9 @@ def check_watchable(job: SlurmJob, requested: str, uid: int | None = None) -> No
         )
     if job.state in WAITING_STATES:
         why = f" ({job.reason})" if job.reason and job.reason != "None" else ""
-        raise SlurmError(f"SLURM job {requested} is {job.state.lower()}{why}: nothing to watch until it starts", answered=True, pending=True)
+        raise SlurmError(
+            f"SLURM job {requested} is {job.state.lower()}{why}: nothing to watch until it starts", answered=True, pending=True
+        )
     if job.state not in ACTIVE_STATES:
         raise SlurmError(f"SLURM job {requested} has ended ({job.state.lower()})", answered=True)
     if not job.nodes:
@@ -172,7 +174,12 @@ def _user_name(uid: int) -> str:
 
 
 #: Where SLURM's commands find their configuration when SLURM_CONF does not say (the last: a configless node's cache).
-CONF_PATHS = ("/etc/slurm/slurm.conf", "/etc/slurm-llnl/slurm.conf", "/run/slurm/conf/slurm.conf", "/var/spool/slurmd/conf-cache/slurm.conf")
+CONF_PATHS = (
+    "/etc/slurm/slurm.conf",
+    "/etc/slurm-llnl/slurm.conf",
+    "/run/slurm/conf/slurm.conf",
+    "/var/spool/slurmd/conf-cache/slurm.conf",
+)
 
 
 def configured() -> bool:

@@ -38,6 +38,7 @@ MAX_LEAD_STEPS = 100_000
 MIN_MARGIN_STEPS = 5
 MARGIN_S = 1.5
 
+
 def new_capture_id(kind: str) -> str:
     """A fresh id, sortable by time: ``20261123-104512-trace-3f9a``."""
     return f"{time.strftime('%Y%m%d-%H%M%S')}-{kind}-{secrets.token_hex(2)}"

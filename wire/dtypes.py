@@ -14,7 +14,7 @@ _ALIASES = {
 
 
 def normalise_dtype(dtype: Any) -> str:
-    """"bf16", torch.bfloat16 or "bfloat16" -> "bf16"; ValueError for a dtype with no peak."""
+    """ "bf16", torch.bfloat16 or "bfloat16" -> "bf16"; ValueError for a dtype with no peak."""
     name = str(dtype).replace("torch.", "").lower()
     name = _ALIASES.get(name, name)
     if name not in DTYPES:

@@ -1,6 +1,6 @@
 """The length covered by overlapping intervals: one definition for a rank's collective waits and a trace's busy time.
 
-Both the collectives summary (wire/collective_summary.py: DDP's buckets and
+Both the collectives summary (probe/collective_summary.py: DDP's buckets and
 FSDP's prefetches overlap) and a trace's compute/comm/idle shares
 (probe/trace_summary.py: nested and concurrent events) must count each instant
 once. Standard library only, and no import of this package's other modules:

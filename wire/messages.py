@@ -22,7 +22,7 @@ what it did not know): peers of 1.6 and of this version read each other.
 
 from __future__ import annotations
 
-from typing import Annotated, Any, ClassVar, Dict, List, Literal, Optional, Tuple, Union
+from typing import Annotated, Any, ClassVar, Dict, Iterator, List, Literal, Optional, Tuple, Union
 
 from msgspec import Meta, Struct, field
 
@@ -78,16 +78,92 @@ class Record(Struct, kw_only=True, omit_defaults=True, frozen=True, gc=False):
 # -- a rank's state: where its training thread is --------------------------------------------------------
 
 
-class Memory(Record, kw_only=True, frozen=True):
+class ByName(Record, kw_only=True, frozen=True):
+    """A record whose fields are also read by name, as the map it is on the wire: ``gpu.get("util")``,
+    ``"na" in gpu``, ``collective["seq"]``. The viewer's readers written against the map read it so (the
+    analysis' reads are moved to attributes with the viewer's restructure, issue 50's items 1-4). A name
+    that is no field raises, so that a misspelt gauge fails where it is read, as where it is written."""
+
+    def get(self, name: str, default: Any = None) -> Any:
+        """The field ``name``, or ``default`` where it is unset (None); a name that is no field is an error."""
+        if name not in self.__struct_fields__:
+            raise KeyError(f"{type(self).__name__} has no field {name!r}")
+        value = getattr(self, name)
+        return default if value is None else value
+
+    def __getitem__(self, name: str) -> Any:
+        """The field ``name`` (None where unset); a name that is no field is an error."""
+        return self.get(name)
+
+    def __contains__(self, name: object) -> bool:
+        """Whether ``name`` is set, as a key of the map on the wire is there or not."""
+        return isinstance(name, str) and name in self.__struct_fields__ and getattr(self, name) is not None
+
+    def __iter__(self) -> Iterator[str]:
+        """The names of the fields set: the keys of the map on the wire."""
+        return (name for name in self.__struct_fields__ if getattr(self, name) is not None)
+
+
+class CudaMemory(ByName, kw_only=True, frozen=True):
+    """probe/memory.py: the CUDA caching allocator's figures (``torch.cuda.memory_stats()``), bytes and counts."""
+
+    dev: Optional[Amount] = None  # the CUDA device index the rank uses
+    alloc: Optional[Amount] = None  # bytes allocated now
+    resv: Optional[Amount] = None  # bytes the caching allocator reserved now
+    peak: Optional[Amount] = None  # the most bytes allocated so far
+    retries: Optional[Amount] = None  # num_alloc_retries: a failed cudaMalloc each, the cache flushed and tried again
+    ooms: Optional[Amount] = None  # num_ooms
+    cap: Optional[Amount] = None  # the device's memory, bytes
+
+
+class Memory(ByName, kw_only=True, frozen=True):
     """probe/memory.py: the process's RSS and, on CUDA, the caching allocator's figures (bytes and counts)."""
 
     rss: Optional[Amount] = None
-    cuda: Optional[Dict[str, Amount]] = None  # dev, alloc, resv, peak, retries, ooms, cap
+    cuda: Optional[CudaMemory] = None
 
 
-#: probe/gpu_sampler.py: NVML gauges ({"seq", "t", "name", "bus", "util", ..., "throttle": [reasons]}), or
-#: {"na": why} for a rank without one. A map of gauges, so a new gauge needs no new type.
-Gpu = Dict[str, Union[str, int, Figure, List[str], None]]
+#: A gauge as NVML reads it: a whole number (bytes, MHz, a percentage) stays one on the wire.
+Gauge = Union[int, Figure]
+
+
+class Gpu(ByName, kw_only=True, frozen=True):
+    """probe/gpu_sampler.py: one round of NVML gauges of the rank's GPU (a gauge NVML cannot read is left out), or
+    only ``na``, why there are none (no binding, no driver, no GPU, a rank on CPU)."""
+
+    na: Optional[str] = None  # why there are no gauges
+    seq: Optional[Whole] = None  # the sample's number (a repeat of the last sample has the same)
+    t: Optional[Figure] = None  # when it was read, unix s by the rank's clock
+    name: Optional[str] = None  # the device's name
+    bus: Optional[str] = None  # its PCI bus id
+    util: Optional[Gauge] = None  # SM utilisation, %
+    mem_util: Optional[Gauge] = None  # memory-controller utilisation, %
+    mem_used: Optional[Gauge] = None  # bytes
+    mem_total: Optional[Gauge] = None  # bytes
+    power_w: Optional[Gauge] = None
+    power_limit_w: Optional[Gauge] = None
+    temp_c: Optional[Gauge] = None
+    sm_mhz: Optional[Gauge] = None  # the SM clock now
+    sm_max_mhz: Optional[Gauge] = None  # ... and its maximum
+    throttle: Optional[List[str]] = None  # active clock slowdown reasons (probe/gpu_sampler.py THROTTLE_REASONS)
+    pcie_tx: Optional[Gauge] = None  # PCIe throughput, bytes/s (read every few samples)
+    pcie_rx: Optional[Gauge] = None
+
+
+class LastCollective(ByName, kw_only=True, frozen=True):
+    """probe/collective_tracker.py: the last collective a rank entered, and whether it is blocked in it now. Each figure
+    is shown as it came (the viewer checks what it reads: watch/engine/rank_scalars.py), so each is a scalar; the
+    names are fixed."""
+
+    op: Scalar = None  # the op ("all_reduce", "ddp_allreduce", ...)
+    seq: Scalar = None  # the rank's call counter
+    b: Scalar = None  # bytes
+    dt: Scalar = None  # dtype
+    g: Scalar = None  # group size
+    gi: Scalar = None  # the group's id (torch's group name)
+    k: Scalar = None  # "c" a collective, "p" point-to-point, "f" a functional collective
+    inside: Scalar = None  # blocked in it now
+    age: Scalar = None  # seconds blocked in it (0 when not)
 
 
 class TopEntry(Record, array_like=True, frozen=True):
@@ -174,7 +250,7 @@ class State(Record, kw_only=True, frozen=True):
     rate_hz: Optional[Amount] = None  # telemetry messages a second
     dropped: Optional[Count] = None  # records lost (buffer full, nobody listening)
     rejected: Optional[Dict[str, Count]] = None  # refused commands, by reason
-    collective: Optional[Dict[str, Scalar]] = None  # the last collective entered: op, seq, b, dt, g, inside, age (shown as sent)
+    collective: Optional[LastCollective] = None  # the last collective entered
     mem: Optional[Memory] = None
     gpu: Optional[Gpu] = None
     cap: Optional[Capture] = None
@@ -281,7 +357,7 @@ class Call(Record, kw_only=True, frozen=True):
 
 
 class OpSummary(Record, array_like=True, frozen=True):
-    """One op's collectives over a step and phase (wire/collective_summary.py), a list on the wire:
+    """One op's collectives over a step and phase (probe/collective_summary.py), a list on the wire:
     ``[calls, bytes, waited (the union of their waits), total (the sum), longest, group size, dtype, kernel, kbytes]``;
     ``kernel``: the seconds of their kernels, for the calls whose kernel time is known, and ``kbytes`` those calls'
     bytes (the link's rate is kbytes / kernel; both absent where no call's is known, and from older probes)."""
@@ -375,6 +451,44 @@ class Reply(Origin, tag="reply", kw_only=True, frozen=True):
     result: Optional[Dict[str, Any]] = None  # a plain map, at most MAX_DEPTH deep (checked by schema.py)
 
 
+# -- a rank's answers to commands (probe/commands.py): typed where they are made, plain maps on the wire ------
+
+
+class Refused(ByName, kw_only=True, frozen=True):
+    """A command the rank would not or could not carry out, and why."""
+
+    error: str
+
+
+class Pong(ByName, kw_only=True, frozen=True):
+    """``ping``: the rank's clock (unix s) and where it is (its state, as plain values)."""
+
+    pong: Figure
+    state: Dict[str, Any]
+
+
+class RateSet(ByName, kw_only=True, frozen=True):
+    """``set_rate``: the telemetry rate the rank sends at now (messages a second)."""
+
+    rate_hz: Amount
+
+
+class CaptureArmed(ByName, kw_only=True, frozen=True):
+    """``capture``: the capture the rank armed (its id made safe as a path component), and its folder."""
+
+    capture: str
+    kind: str
+    start: Whole
+    steps: Whole
+    dir: str
+
+
+#: What a command's handler answers. The stacks answer is a plain map (probe/stacks.py: a thread's frames, as the
+#: viewer's stack analysis reads them). A reply carries it as a plain map (``Reply.result``): a reply does not say
+#: its result's type, so the viewer reads it by name (watch/analysis/stacks.py, watch/engine/requests.py).
+CommandResult = Union[Refused, Pong, RateSet, CaptureArmed, Dict[str, Any]]
+
+
 class Command(Kind, tag="command", kw_only=True, frozen=True):
     """A viewer's command to the ranks, always signed (wire/auth.py)."""
 
@@ -401,7 +515,7 @@ class NodeSteps(Record, kw_only=True, frozen=True):
 
 
 class NodeRank(Record, kw_only=True, frozen=True):
-    """A rank's entry in its node's digest (wire/node_digest.py), for a rank with more to say than its steps,
+    """A rank's entry in its node's digest (relay/digest_fold.py), for a rank with more to say than its steps,
     or that said something but made no step (it is alive)."""
 
     r: Rank

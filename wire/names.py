@@ -24,7 +24,7 @@ HELLO = "hello"  # a rank's metadata; re-sent periodically so late TUIs learn it
 STEPS = "steps"  # a batch of completed step records
 HEARTBEAT = "heartbeat"  # sent when a rank has nothing else to say: it is alive
 REPLY = "reply"  # a rank's answer to a control command
-NODE = "node"  # a relay's digest of its node's ranks (wire/node_digest.py), for the biggest jobs
+NODE = "node"  # a relay's digest of its node's ranks (relay/digest_fold.py), for the biggest jobs
 LINKS = "links"  # a relay's measured links to the job's other relays (relay/links.py)
 # Control flows TUI -> relay -> ranks, always signed (see ranktop.wire.auth).
 COMMAND = "command"

@@ -2,7 +2,7 @@
 
 One definition for both sides: the viewer works it out per step from a rank's
 own messages (watch/engine/step_window.py), a node's relay per interval for its
-digest (wire/node_digest.py).
+digest (relay/digest_fold.py).
 """
 
 from __future__ import annotations

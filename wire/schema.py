@@ -23,33 +23,25 @@ import msgspec
 
 from . import parallel_groups as _groups
 from . import step_block
-from .messages import (  # noqa: F401  (read as schema.MAX_RANKS, schema.PROTOCOL_VERSION, ...)
+from .messages import (
     MAX_FIGURE,
-    MAX_PHASES,
-    MAX_RANKS,
     PROTOCOL_VERSION,
     Command,
     Hello,
     Message,
     Node,
-    RankInfo,
     Reply,
     State,
 )
-from .names import (  # noqa: F401  (re-exported: schema.HELLO, schema.OTHER_PHASE, ... read as they always have)
-    COMM_PHASE,
+from .names import (
     COMMAND,
     HEARTBEAT,
     HELLO,
     KINDS,
     LINKS,
     NODE,
-    OTHER_PHASE,
-    RANK_KINDS,
     REPLY,
-    STANDARD_PHASES,
     STEPS,
-    TELEMETRY_KINDS,
 )
 
 #: The first version whose node digests a viewer reads.

@@ -46,7 +46,9 @@ def rate_problem(hz: object) -> str | None:
 DIR = Setting("RANKTOP_DIR", "rendezvous directory (default `~/.ranktop`)")
 JOB = Setting("RANKTOP_JOB", "job name (default: `SLURM_JOB_ID`, torchrun's run id, or `torchrun-MASTER_ADDR-MASTER_PORT`)")
 SECRET = Setting("RANKTOP_SECRET", "the job's secret (command key and CURVE keys), instead of the job folder's `secret` file")
-CURVE = Setting("RANKTOP_CURVE", "`0` on the job and the viewer: TCP traffic unencrypted and unauthenticated (debugging; docs/security.md)", "1")
+CURVE = Setting(
+    "RANKTOP_CURVE", "`0` on the job and the viewer: TCP traffic unencrypted and unauthenticated (debugging; docs/security.md)", "1"
+)
 BIND = Setting("RANKTOP_BIND", "interface address the relay listens on (default `0.0.0.0`)", "0.0.0.0")
 HOST = Setting("RANKTOP_HOST", "this node's name, and its relay's address when bound to every interface (default: the host name)")
 PORT = Setting("RANKTOP_PORT", "the relay's telemetry port (control: the next one; `0`: random)")
@@ -76,13 +78,31 @@ LINK_PROBES = Setting(
 )
 DIGESTS = Setting(
     "RANKTOP_DIGESTS",
-    "viewer: `on` takes one digest per node (wire/node_digest.py) instead of every rank's messages, `off` never; "
-    "`auto`: from 16 nodes up",
+    "viewer: `on` takes one digest per node (relay/digest_fold.py) instead of every rank's messages, `off` never; `auto`: from 16 nodes up",
     "auto",
 )
 
 #: Every setting, in the order the README lists them.
 ALL = (
-    DIR, JOB, SECRET, CURVE, BIND, HOST, PORT, PORT_BASE, DISABLE, CAPTURE_DIR, AUTO, RATE,
-    BATCH_SIZE, TOKENS_PER_STEP, FLOPS_PER_STEP, PEAK_TFLOPS, FLOPS_DTYPE, DEVICE_TIMING, LAYOUT, DIGESTS, LINK_PROBES,
+    DIR,
+    JOB,
+    SECRET,
+    CURVE,
+    BIND,
+    HOST,
+    PORT,
+    PORT_BASE,
+    DISABLE,
+    CAPTURE_DIR,
+    AUTO,
+    RATE,
+    BATCH_SIZE,
+    TOKENS_PER_STEP,
+    FLOPS_PER_STEP,
+    PEAK_TFLOPS,
+    FLOPS_DTYPE,
+    DEVICE_TIMING,
+    LAYOUT,
+    DIGESTS,
+    LINK_PROBES,
 )

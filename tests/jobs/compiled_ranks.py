@@ -60,8 +60,7 @@ class Net(torch.nn.Module):
     def __init__(self, width: int, blocks: int, layer_s: float, extra_s: float, extra_backward_s: float = 0.0):
         super().__init__()
         self.blocks = torch.nn.ModuleList(
-            Block(width, layer_s + (extra_s if i == 0 else 0.0), 2 * layer_s + (extra_backward_s if i == 0 else 0.0))
-            for i in range(blocks)
+            Block(width, layer_s + (extra_s if i == 0 else 0.0), 2 * layer_s + (extra_backward_s if i == 0 else 0.0)) for i in range(blocks)
         )
         self.head = torch.nn.Linear(width, 1)
 

@@ -36,7 +36,14 @@ if __name__ == "__main__":
     torch.set_num_threads(1)
     data = TensorDataset(torch.randn(1 << 16, 32), torch.randn(1 << 16, 1))
     trainer = L.Trainer(
-        devices=2, accelerator="cpu", strategy="ddp", max_time={"seconds": args.seconds}, max_epochs=1000,
-        logger=False, enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
+        devices=2,
+        accelerator="cpu",
+        strategy="ddp",
+        max_time={"seconds": args.seconds},
+        max_epochs=1000,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
     )
     trainer.fit(Regression(), DataLoader(data, batch_size=16))

@@ -25,7 +25,6 @@ schedule = ScheduleGPipe(stage, n_microbatches=args.micro_batches, loss_fn=lambd
 opt = torch.optim.SGD(model.parameters(), lr=0.01)
 
 
-
 def reduce_gradients():
     for p in model.parameters():
         dist.all_reduce(p.grad, group=dp)

@@ -8,7 +8,6 @@ mesh's data dimension: FSDP2 + TP on a 2-D mesh). Each layer costs a fixed sleep
 imports ranktop: run it under ``ranktop launch``.
 """
 
-
 import torch
 import torch.distributed as dist
 from parallel_common import Block, options

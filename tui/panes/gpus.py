@@ -1,6 +1,7 @@
 """The GPU panel: one gauge line per rank's GPU, grouped by host, throttling flagged.
 
-Each line: ``rank  GPU name  GPU [bar] % (time a kernel ran, not SMs busy)  mem [bar] used/total  power/limit  temp  clock/max  PCIe  history  flags``.
+Each line: ``rank  GPU name  GPU [bar] %  mem [bar] used/total  power/limit  temp  clock/max  PCIe  history  flags``
+(GPU %: the time a kernel ran, not the SMs busy).
 A gauge NVML could not read shows "N/A". Hosts whose ranks report no GPU
 gauges get one line each: ``no NVIDIA GPU on host X (why)``. The rank selected
 in the straggler table is highlighted. Thresholds: bars turn orange past 75%

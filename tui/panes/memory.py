@@ -183,8 +183,7 @@ def job_text(snapshot: Snapshot) -> Text:
     text.append("job ", style="bold")
     t = snapshot.throughput
     if t is None:
-        text.append("throughput: tell the probe the work per step (probe.init(batch_size=..., tokens_per_step=...))",
-                    style=palette.MUTED)
+        text.append("throughput: tell the probe the work per step (probe.init(batch_size=..., tokens_per_step=...))", style=palette.MUTED)
     else:
         parts = [(t.samples_per_s, "samples/s"), (t.tokens_per_s, "tokens/s")]
         for value, unit in parts:

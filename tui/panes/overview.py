@@ -18,7 +18,7 @@ from textual.widgets import Static
 from ranktop.tui.panes.rankmap import RankMap
 from ranktop.tui.render import palette
 from ranktop.tui.render.histogram import histogram_lines
-from ranktop.tui.render.rankmap import LEGEND, NODES, Cell, nodes_of, ranks_of, stages_of
+from ranktop.tui.render.rankmap_layout import LEGEND, NODES, Cell, nodes_of, ranks_of, stages_of
 from ranktop.watch import format as fmt
 from ranktop.watch.format import ranks_text
 from ranktop.watch.model.snapshot import SILENT, SLOW, STALLED, STATUSES, Snapshot
@@ -35,7 +35,10 @@ def slowdown_samples(snapshot: Snapshot) -> tuple[list[float], list[tuple[float,
     live = ~np.isnan(table.step_s) & ~table.statuses(SILENT)
     values = (table.excess_s[live] * 1000.0).tolist()
     flagged = live & table.statuses(SLOW, STALLED)
-    marks = [(ms, palette.STATUS_STYLES[STATUSES[code]]) for ms, code in zip((table.excess_s[flagged] * 1000.0).tolist(), table.status[flagged].tolist())]
+    marks = [
+        (ms, palette.STATUS_STYLES[STATUSES[code]])
+        for ms, code in zip((table.excess_s[flagged] * 1000.0).tolist(), table.status[flagged].tolist())
+    ]
     return values, marks
 
 

@@ -1,7 +1,7 @@
 """The rank map widget: a cell per rank (or per node), a cursor, and enter to drill down.
 
 Drawn with Textual's line API, so a refresh costs the lines on screen, not the
-ranks: the layout (tui/render/rankmap.py) is a list of cells per line, and a
+ranks: the layout (tui/render/rankmap_layout.py) is a list of cells per line, and a
 line becomes a strip only when it is scrolled into view. The cursor follows
 the worst cell until the user moves it (``w`` makes it follow again), so the
 map opens on the straggler the verdict names.
@@ -20,7 +20,7 @@ from ranktop.watch.model.snapshot import RankRow
 
 from ranktop.tui import bindings
 from ranktop.tui.render import palette
-from ranktop.tui.render.rankmap import RANKS, Cell, Layout, layout, ranks_of, severity
+from ranktop.tui.render.rankmap_layout import RANKS, Cell, Layout, layout, ranks_of, severity
 
 
 class RankMap(ScrollView, can_focus=True):
@@ -198,4 +198,3 @@ class RankMap(ScrollView, can_focus=True):
     def on_blur(self) -> None:
         self._strips.clear()
         self.refresh()
-

@@ -16,8 +16,19 @@ from textual.widgets import Static
 
 from ranktop.watch.model.snapshot import SILENT, SLOW, STALLED, Snapshot
 from ranktop.watch.model.verdict import (
-    CHECKPOINT, EVAL, HEALTHY, IMBALANCED, JOB_SLOWER, SILENT_RANKS, SLOW_LINK, SLOW_NODE, SLOW_RANK, STALLED_JOB, Verdict,
-    brief, verdict,
+    CHECKPOINT,
+    EVAL,
+    HEALTHY,
+    IMBALANCED,
+    JOB_SLOWER,
+    SILENT_RANKS,
+    SLOW_LINK,
+    SLOW_NODE,
+    SLOW_RANK,
+    STALLED_JOB,
+    Verdict,
+    brief,
+    verdict,
 )
 
 from ranktop.tui.render import palette
@@ -35,8 +46,16 @@ STYLES = {
     JOB_SLOWER: palette.STATUS_STYLES[SLOW],  # every rank slower alike: no culprit among them, but the job pays
 }
 MARKS = {
-    STALLED_JOB: "■", SILENT_RANKS: "■", SLOW_LINK: "⇄", SLOW_NODE: "▲", SLOW_RANK: "▲", IMBALANCED: "◆", CHECKPOINT: "◆",
-    EVAL: "◆", JOB_SLOWER: "▲", HEALTHY: "✔",
+    STALLED_JOB: "■",
+    SILENT_RANKS: "■",
+    SLOW_LINK: "⇄",
+    SLOW_NODE: "▲",
+    SLOW_RANK: "▲",
+    IMBALANCED: "◆",
+    CHECKPOINT: "◆",
+    EVAL: "◆",
+    JOB_SLOWER: "▲",
+    HEALTHY: "✔",
 }
 
 

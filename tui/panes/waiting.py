@@ -25,7 +25,7 @@ def waiting_text(snapshot: Snapshot) -> Text:
 
 
 class Waiting(Static):
-    """"waiting for ranks of job X…", centred."""
+    """ "waiting for ranks of job X…", centred."""
 
     def show(self, snapshot: Snapshot) -> None:
         self.update(waiting_text(snapshot), layout=False)

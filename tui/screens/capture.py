@@ -62,8 +62,11 @@ def capture_text(request: CapturePlan, rows: list[RankProgress]) -> Text:
         text.append("\n" + ", ".join(outcome) + "\n", style="bold")
     if done:
         text.append(f"files: {done[0].status.folder}\n", style="bold")
-        hint = ("open in ui.perfetto.dev, TensorBoard, or HTA: TraceAnalysis(trace_dir=...)" if request.kind == wire_capture.TRACE
-                else "open at pytorch.org/memory_viz")
+        hint = (
+            "open in ui.perfetto.dev, TensorBoard, or HTA: TraceAnalysis(trace_dir=...)"
+            if request.kind == wire_capture.TRACE
+            else "open at pytorch.org/memory_viz"
+        )
         text.append(hint + "\n\n", style=palette.MUTED)
         table = table_lines(rows)
         if table:

@@ -24,7 +24,7 @@ from ranktop.tui.panes import gpus, memory
 from ranktop.tui.panes.breakdown import Columns, bar, bar_scale, rank_text
 from ranktop.tui.panes.collectives import cells as collective_cells
 from ranktop.tui.render import palette
-from ranktop.tui.render.rankmap import nodes_of, severity, stages_of
+from ranktop.tui.render.rankmap_layout import nodes_of, severity, stages_of
 from ranktop.watch import format as fmt
 from ranktop.watch.format import ranks_text
 from ranktop.watch.model.snapshot import SILENT, SLOW, STALLED, RankRow, Snapshot, coords_text
@@ -258,7 +258,7 @@ def causes_text(row: RankRow) -> Text:
 
 
 def _explains(cause) -> str:
-    """"explains 80% (measured) · ": the share of the excess a cause explains, and how its cost is known."""
+    """ "explains 80% (measured) · ": the share of the excess a cause explains, and how its cost is known."""
     if cause.basis == "untold":
         return "cost not measured · "
     return f"explains {cause.explains * 100:.0f}% ({cause.basis}) · "

@@ -61,8 +61,17 @@ class HelpScreen(ModalScreen[None]):
         with VerticalScroll(id="help-body") as body:
             body.border_title = "ranktop keys"
             body.border_subtitle = "esc or ? closes"
-            groups = (bindings.KEYS, bindings.MAP_KEYS, bindings.DRILL_KEYS, bindings.HISTORY_KEYS, bindings.NETWORK_KEYS, bindings.STACKS_KEYS,
-                      bindings.CAPTURE_KEYS, bindings.HELP_KEYS, *self.extra_keys)
+            groups = (
+                bindings.KEYS,
+                bindings.MAP_KEYS,
+                bindings.DRILL_KEYS,
+                bindings.HISTORY_KEYS,
+                bindings.NETWORK_KEYS,
+                bindings.STACKS_KEYS,
+                bindings.CAPTURE_KEYS,
+                bindings.HELP_KEYS,
+                *self.extra_keys,
+            )
             yield Static(keys_table(*groups), id="help-keys")
             yield Static(Text(READING, style=palette.MUTED), id="help-reading")
 

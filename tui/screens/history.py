@@ -206,8 +206,15 @@ def history_text(history: History, rank: int | None, span_s: float, width: int) 
             if name not in phase_names:
                 phase_names.append(name)
     colours = palette.phase_colours(phase_names)
-    series = {name: [statistics.median([s.rank_phases[rank].get(name, 0.0) for s in c if rank in s.rank_phases])
-                     if any(rank in s.rank_phases for s in c) else None for c in cols] for name in phase_names}
+    series = {
+        name: [
+            statistics.median([s.rank_phases[rank].get(name, 0.0) for s in c if rank in s.rank_phases])
+            if any(rank in s.rank_phases for s in c)
+            else None
+            for c in cols
+        ]
+        for name in phase_names
+    }
     pscale = max([v for vs in series.values() for v in vs if v is not None], default=0.0)
     if not phase_names:
         text.append(f"{'':>{label_w}} no step times of rank {rank} in this span\n", style=palette.MUTED)

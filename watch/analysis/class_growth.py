@@ -21,7 +21,7 @@ from __future__ import annotations
 import numpy as np
 
 from ranktop.watch.analysis.stragglers import MEDIAN_ERROR, NOISE_Z, SLOW_FLOOR_FRACTION, SLOW_FLOOR_S, healthy_peer, peer_groups
-from ranktop.wire import schema
+from ranktop.wire.names import COMM_PHASE
 
 #: A class's reference is kept as its level only from a window of this many steps (half the engine's 64): the
 #: job's first steps (warm-up, lazy initialization) say little of what the class does (watch/analysis/judge.py).
@@ -32,7 +32,7 @@ def references(phases: np.ndarray, names: list[str], class_ids: np.ndarray | Non
     """Per rank (a row of ``phases``, own seconds per phase of the live ranks), its class's reference per phase
     (the class's healthy peer: each phase's median from three members, the faster of two whole, a member alone
     itself); the waits (``comm``) are 0: they are no one's work."""
-    own = np.array([name != schema.COMM_PHASE for name in names], bool)
+    own = np.array([name != COMM_PHASE for name in names], bool)
     out = np.zeros_like(phases)
     if not len(phases):
         return out

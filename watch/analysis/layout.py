@@ -35,7 +35,7 @@ from ranktop.wire.messages import Group
 
 #: The role of a group used for point-to-point and named by nothing else.
 PIPELINE = "pp"
-#: The most point-to-point peers a probe lists (probe/collectives.py keeps 64, and the rank itself).
+#: The most point-to-point peers a probe lists (probe/process_groups.py keeps 64, and the rank itself).
 MAX_PEERS = 65
 
 

@@ -41,7 +41,7 @@ from ranktop.watch.format import ranks_text
 from ranktop.watch.analysis.stacks import collective_text
 from ranktop.watch.engine.job_state import JobView
 from ranktop.watch.engine.rank_scalars import HAS_SEQ, INSIDE, NO_STEP
-from ranktop.wire import schema
+from ranktop.wire.names import STANDARD_PHASES
 from ranktop.wire.names import PAUSE_PHASES
 from ranktop.wire.messages import State
 
@@ -272,7 +272,7 @@ def _culprits(at: Places, stalled: np.ndarray) -> tuple[np.ndarray | None, str]:
         odd = at_front & (at.phase != top)
         if best > int(odd.sum()):
             return odd, "phase"
-        order = {name: i for i, name in enumerate(schema.STANDARD_PHASES)}
+        order = {name: i for i, name in enumerate(STANDARD_PHASES)}
         present = np.unique(at.phase[at_front]).tolist()
         if all(at.names[p] in order for p in present):
             rank_of = np.full(len(at.names), len(order), np.int64)

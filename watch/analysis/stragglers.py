@@ -46,7 +46,7 @@ import numpy as np
 from ranktop.watch.engine.step_columns import MIN_STEPS_TO_SCORE  # noqa: F401  (read as stragglers.MIN_STEPS_TO_SCORE)
 from ranktop.watch.model.rank_table import STATUS_CODE, RankTable
 from ranktop.watch.statuses import SILENT, SLOW, STALLED
-from ranktop.wire import schema
+from ranktop.wire.names import COMM_PHASE
 
 #: A rank is slow when its excess passes all of: this share of a healthy peer's own work per step (a rank 3%
 #: slower does 3% more work than its peers; the job's step, longer by its waits and a pipeline's bubbles, would
@@ -100,7 +100,7 @@ def score_columns(
     culprit = np.full(n, -1, np.int64)
     if n == 0:
         return excess, culprit, np.full(0, np.inf), None
-    own = np.array([name != schema.COMM_PHASE for name in names], bool)  # waiting is not this rank's own work
+    own = np.array([name != COMM_PHASE for name in names], bool)  # waiting is not this rank's own work
     peers = np.ones(n)  # how many peers the reference is drawn from
     noise = np.full(n, np.nan) if own_sd is None else np.nan_to_num(own_sd)
     work = np.zeros(n)  # the reference's own time per step: what a healthy peer does

@@ -289,7 +289,7 @@ def _sum_by(keys: np.ndarray, values: np.ndarray) -> np.ndarray:
 
 
 def add_collectives(w: RankWindow, msg: Steps, now: float, job: JobCollectives) -> None:
-    """A steps message's collectives: the probe's summaries (wire/collective_summary.py) and its sample of raw
+    """A steps message's collectives: the probe's summaries (probe/collective_summary.py) and its sample of raw
     calls. Call before adding the message's steps."""
     for entry in msg.cs or ():
         add_summary(w, entry, now, job)
@@ -297,9 +297,8 @@ def add_collectives(w: RankWindow, msg: Steps, now: float, job: JobCollectives) 
         job.add_calls(w.row, msg.cx, now)
 
 
-def add_digest_collectives(w: RankWindow, ops: dict[str, OpSummary], sample: Iterable[Call], now: float,
-                           job: JobCollectives) -> None:
-    """A rank's collectives of one interval of its node's digest (wire/node_digest.py): its ops, summed over the
+def add_digest_collectives(w: RankWindow, ops: dict[str, OpSummary], sample: Iterable[Call], now: float, job: JobCollectives) -> None:
+    """A rank's collectives of one interval of its node's digest (relay/digest_fold.py): its ops, summed over the
     interval, and its latest sample of raw calls. The waits came in the digest's step record."""
     if ops:
         job.add_ops(w.row, ops, now)

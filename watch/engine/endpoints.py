@@ -111,7 +111,9 @@ class Endpoints:
         self._urls: list[str] = []
         self._hosts: list[str | None] = []
         self._frozen: tuple[tuple[str, ...], tuple[str | None, ...]] | None = None  # the two above, until a relay comes or goes
-        self._dropped: dict[str, float] = {}  # url -> when it last dropped (or replaced a relay that did): ranks not heard since are cut off
+        self._dropped: dict[
+            str, float
+        ] = {}  # url -> when it last dropped (or replaced a relay that did): ranks not heard since are cut off
         # A slot per relay (_BLANK past the last one): when it was found; its first message (NaN: none yet), as a
         # node heard for less than SETTLING_S is still being connected; its last; whether the receiver saw its
         # connection drop (a relay killed: lost now, not after silent_after_s); and how late its messages reach us:
@@ -149,7 +151,7 @@ class Endpoints:
             del self._urls[slot], self._hosts[slot]
             for name in _COLUMNS:
                 column = getattr(self, name)
-                column[slot:-1] = column[slot + 1:].copy()
+                column[slot:-1] = column[slot + 1 :].copy()
                 column[len(self._urls)] = _BLANK[name]  # (the slot it vacated at the end)
             self._slot = {url: i for i, url in enumerate(self._urls)}
             self._frozen = None

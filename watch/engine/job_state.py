@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from operator import itemgetter
-from typing import Any, Callable
+from typing import Callable
 
 import numpy as np
 
@@ -32,9 +32,8 @@ from ranktop.watch.engine.resource_samples import Resources, ResourceTracker
 from ranktop.watch.engine.rank_scalars import WHERE, RankScalars
 from ranktop.watch.engine.rank_window import RankWindow
 from ranktop.wire import capture as wire_capture
-from ranktop.wire import schema, step_block
+from ranktop.wire import step_block
 from ranktop.wire.messages import (
-    CaptureSummary,
     Heartbeat,
     Hello,
     Node,
@@ -43,7 +42,6 @@ from ranktop.wire.messages import (
     RankInfo,
     RankMessage,
     Reply,
-    State,
     Steps,
 )
 from ranktop.wire.names import COMM_PHASE, PAUSE_PHASES
@@ -199,7 +197,7 @@ class JobState:
         return rank
 
     def _take_digest(self, entry: NodeRank, endpoint: str | None, now: float, wall: float) -> None:
-        """One rank's entry in its node's digest (wire/node_digest.py). A rank whose own messages this viewer
+        """One rank's entry in its node's digest (relay/digest_fold.py). A rank whose own messages this viewer
         also hears (it switched to digests a moment ago) is taken from those, not counted twice."""
         rank = self._window_of(entry.r, endpoint, now)
         state = entry.state
@@ -486,4 +484,3 @@ def _captures(ws: list[RankWindow]) -> dict[str, list[int]]:
         if cap is not None and cap.st in wire_capture.RUNNING:
             running.setdefault(cap.id, []).append(w.rank)
     return running
-

@@ -9,13 +9,12 @@ from __future__ import annotations
 
 import collections
 from dataclasses import dataclass, field
-from typing import Any
 
 from ranktop.watch.engine.step_columns import StepColumns
 from ranktop.watch.engine.rank_scalars import RankScalars
 from ranktop.watch.engine.step_window import StepWindow
 from ranktop.wire.capture import RUNNING
-from ranktop.wire.messages import NO_STATE, CaptureSummary, RankInfo, State, Step
+from ranktop.wire.messages import NO_STATE, RankInfo, State, Step
 
 NAN = float("nan")
 #: Raw collective calls per rank kept (the probes' samples) for the latency percentiles and the alpha-beta fit.

@@ -34,7 +34,7 @@ from ranktop.watch.engine.socket_set import EVENTS, POLLIN, SocketSet
 from ranktop.wire import auth, schema, settings
 from ranktop.wire.messages import Hello, Node, RankMessage
 from ranktop.wire.names import LINKS, NODE, RANK_KINDS, REPLY
-from ranktop.wire.node_digest import digest_hz
+from ranktop.wire.pacing import digest_hz
 from ranktop.transport import fd_limit, rendezvous
 
 
@@ -57,9 +57,10 @@ class Aggregator(Protocol):
 
     def note_error(self, error: str) -> None: ...
 
+
 DISCOVERY_EVERY_S = 1.0
 #: From this many nodes on (``RANKTOP_DIGESTS=auto``) the viewer takes one digest per node and interval instead
-#: of every rank's own messages (wire/node_digest.py): a few ranks are seen step by step, thousands in digests.
+#: of every rank's own messages (relay/digest_fold.py): a few ranks are seen step by step, thousands in digests.
 DIGESTS_FROM_NODES = 16
 #: What a viewer subscribes to, step by step or in digests (replies to its commands always come from the ranks).
 RANK_TOPICS = tuple(kind.encode() for kind in RANK_KINDS) + (LINKS.encode(),)
@@ -80,7 +81,7 @@ DRAIN_MAX = 256
 #: past that ZeroMQ drops the newest: a viewer that cannot keep up with 512 nodes loses messages
 #: (counted as gaps in the ranks' steps) instead of its memory.
 RECEIVE_QUEUE = 1000
-#: ... and while it takes digests, this many seconds of a node's digests (wire/node_digest.py: digest_hz, at the
+#: ... and while it takes digests, this many seconds of a node's digests (wire/pacing.py: digest_hz, at the
 #: job's size as the relays found so far say it): a viewer that fell behind a 16,384-rank job held some 200 of each
 #: node's digests (1.7 GB) where it would never catch up; 30 s of them is the most it can use.
 DIGEST_QUEUE_S = 30.0

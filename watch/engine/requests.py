@@ -59,8 +59,14 @@ class RequestStatus:
         failures = [r for r in replies.values() if not r.ok]
         first = min(failures, key=lambda r: r.rank) if failures else None
         return cls(
-            command_id, cmd, sent_s, len(replies), len(failures), frozenset(replies),
-            max(rtts) if rtts else None, (first.rank, failure_reason(first.result)) if first is not None else None,
+            command_id,
+            cmd,
+            sent_s,
+            len(replies),
+            len(failures),
+            frozenset(replies),
+            max(rtts) if rtts else None,
+            (first.rank, failure_reason(first.result)) if first is not None else None,
         )
 
     @classmethod
@@ -265,8 +271,16 @@ class Requests:
         self.send_frames(frames, urls)
         return command_id
 
-    def ask(self, cmd: str, ranks: Iterable[int], args: dict[str, Any] | None = None, *, only: list[int] | None = None,
-            timeout: float, wait_s: float = 0.0) -> tuple[str, list[Reply]]:
+    def ask(
+        self,
+        cmd: str,
+        ranks: Iterable[int],
+        args: dict[str, Any] | None = None,
+        *,
+        only: list[int] | None = None,
+        timeout: float,
+        wait_s: float = 0.0,
+    ) -> tuple[str, list[Reply]]:
         """Send ``cmd`` (to ``only`` those ranks, or all) and wait up to ``timeout`` for each of ``ranks`` to answer."""
         command_id = self.send(cmd, args, only, wait_s=wait_s)
         return command_id, self.book.wait_replies(command_id, ranks, timeout)

@@ -36,7 +36,7 @@ MIN_STEPS_TO_SCORE = 3
 #: a caller that never works ahead) works out the medians of half the rows with new steps, in turn (the first half of
 #: the rows, then the second: runs of rows, which a sort reads as slices): each rank's are at most two refreshes old
 #: (a second at the screen's 2 Hz), for half the sorting; from twice as many, a quarter in turn (at most four
-#: refreshes old: 4 s where the digests come once a second, wire/node_digest.py digest_hz, and with them the
+#: refreshes old: 4 s where the digests come once a second, wire/pacing.py digest_hz, and with them the
 #: refreshes, watch/refresher.py period_s; a window then spans 64 s). A row never worked out yet is always worked
 #: out (a new rank is scored at once).
 SHARED_FROM = 8192
@@ -207,7 +207,7 @@ class StepColumns:
 
     def add_block(self, rows: Sequence[int], n: Sequence[int], t: Sequence[float], wall: Sequence[float],
                   own: Mapping[str, Sequence[float]], waited: Sequence[bool] | None = None) -> None:  # fmt: skip
-        """One step each for distinct ``rows``, given as columns (node digests' intervals, wire/node_digest.py,
+        """One step each for distinct ``rows``, given as columns (node digests' intervals, relay/digest_fold.py,
         several nodes' at once: watch/engine/job_state.py) with own times worked out and a phase a row lacks at 0.0:
         :meth:`add` for every row, in a dozen numpy stores whatever the rows. ``waited``: which rows' steps
         had collective waits (default: all of them when ``own`` has "comm")."""
@@ -285,9 +285,9 @@ class StepColumns:
 
     def refresh(self, rows: np.ndarray | None = None, min_steps: int = 1, fresh_only: bool = False) -> np.ndarray:
         """Work out again the medians and rate of every row (of ``rows``) with new steps since and at least
-        ``min_steps`` steps (of a big job, a half or a quarter of them in turn: :data:`SHARED_FROM`); the rows refreshed. A full window's rows go in one sort per column; a filling
-        window's (the job's first seconds) by how many steps they have. ``fresh_only``: only the rows never worked
-        out (the receiver works out the rest: :meth:`work_ahead`)."""
+        ``min_steps`` steps (of a big job, a half or a quarter of them in turn: :data:`SHARED_FROM`); the rows refreshed.
+        A full window's rows go in one sort per column; a filling window's (the job's first seconds) by how many steps
+        they have. ``fresh_only``: only the rows never worked out (the receiver works out the rest: :meth:`work_ahead`)."""
         n = self.rows
         candidates = np.arange(n) if rows is None else np.asarray(rows, np.int64)
         stale = candidates[(self.changed[candidates] != self.stats_at[candidates]) & (self.count[candidates] >= min_steps)]
@@ -368,7 +368,7 @@ class StepColumns:
         arrived last at each step's collectives is worked out from (watch/analysis/arrivals.py). The gather of 32
         slots of every rank's ring is the dearest part of a snapshot's gathering (14 ms at 16,384 ranks), so the
         last answer is kept: asked for the same rows again, only the rows written since are gathered again, into a
-        copy of it (a refresh faster than a big job's digests finds half the rows unchanged, wire/node_digest.py:
+        copy of it (a refresh faster than a big job's digests finds half the rows unchanged, relay/digest_fold.py:
         digest_hz); when most rows were written (a refresh paced by the digests, watch/refresher.py: each node sent
         one since), all are gathered afresh, with no pass to copy the rest. An answer handed out is never written
         again (a snapshot on another thread may be reading it), and the next is a new one."""

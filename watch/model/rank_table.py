@@ -46,7 +46,9 @@ def phase_medians(names: list[str], phases: np.ndarray, live: np.ndarray) -> dic
     The one place it is worked out: the judge for a snapshot, a snapshot made of rows for itself."""
     if not live.any():
         return {}
-    return dict(zip(names, np.median(np.ascontiguousarray(phases[live].T), axis=1).tolist()))  # (a phase's column laid out contiguous: a faster partition)
+    return dict(
+        zip(names, np.median(np.ascontiguousarray(phases[live].T), axis=1).tolist())
+    )  # (a phase's column laid out contiguous: a faster partition)
 
 
 @dataclass(frozen=True, eq=False)
@@ -223,7 +225,7 @@ def message_fields(state: State, meta: RankInfo | None, capture_summary: tuple[s
         "local_rank": meta.local_rank if meta is not None else -1,
         "pid": meta.pid if meta is not None else -1,
         "dropped": state.dropped or 0,
-        "collective": state.collective,
+        "collective": msgspec.to_builtins(state.collective) if state.collective is not None else None,  # as --json prints it
         "capture": capture_status(state, capture_summary),
         "rejected": dict(state.rejected or {}),  # commands it refused, by reason (forged, replayed, ...)
         "rate_hz": _float(rate),
@@ -240,8 +242,16 @@ def capture_status(state: State, kept: tuple[str, CaptureSummary] | None) -> Cap
     if summary is None and kept is not None and kept[0] == cap.id:
         summary = kept[1]
     return CaptureStatus(
-        id=cap.id, kind=cap.kind, state=cap.st, start=cap.start, steps=cap.steps, folder=cap.dir, at=cap.at, path=cap.path,
-        error=cap.err, summary=msgspec.to_builtins(summary) if summary is not None else None,
+        id=cap.id,
+        kind=cap.kind,
+        state=cap.st,
+        start=cap.start,
+        steps=cap.steps,
+        folder=cap.dir,
+        at=cap.at,
+        path=cap.path,
+        error=cap.err,
+        summary=msgspec.to_builtins(summary) if summary is not None else None,
     )
 
 
@@ -263,4 +273,3 @@ def _none(value: float) -> float | None:
 
 def _nan(value: float | None) -> float:
     return np.nan if value is None else value
-

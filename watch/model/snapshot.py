@@ -9,7 +9,7 @@ the TUI can never disagree.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Protocol, runtime_checkable
+from typing import Protocol, runtime_checkable
 
 import numpy as np
 
@@ -120,7 +120,9 @@ class Snapshot:
     diagnosis: str | None = None  # one line on a hang: who is stalled where, waiting for whom
     slow_hosts: list[str] = field(default_factory=list)  # hosts all of whose ranks are slow: the node, not a rank
     throughput: Throughput | None = None  # the job's: sums over live ranks (MFU: their TFLOP/s over their peaks)
-    device_time_ranks: list[int] = field(default_factory=list)  # ranks whose step records carry device (GPU) times ("g"): their figures are GPU time
+    device_time_ranks: list[int] = field(
+        default_factory=list
+    )  # ranks whose step records carry device (GPU) times ("g"): their figures are GPU time
     behind_s: float | None = None  # this viewer is this many seconds behind the job's messages (None: keeping up)
     # The job's life (watch/engine/lifecycle.py): waiting (no rank yet), running, or ended (every rank ended cleanly)
     state: str = "waiting"
@@ -135,7 +137,9 @@ class Snapshot:
     imbalance: str | None = None  # one line when the pipeline's stages are unbalanced (never a rank's fault)
     median_step_s: float | None = None  # the median step of the ranks scored: what each rank's excess is measured against
     median_phases: dict[str, float] = field(default_factory=dict)  # each phase's median over the live, scored ranks
-    pauses: list = field(default_factory=list)  # checkpoints and evaluations with a share of the job's time or under way (watch/analysis/pauses.py Pause)
+    pauses: list = field(
+        default_factory=list
+    )  # checkpoints and evaluations with a share of the job's time or under way (watch/analysis/pauses.py Pause)
     links: list = field(default_factory=list)  # the links between nodes the relays measured (watch/engine/link_book.py Link)
     slow_links: list = field(default_factory=list)  # the slow nodes and pairs, costliest first (watch/analysis/slow_links.py)
     job_slower: JobSlower | None = None  # the job slower than itself, no rank standing out (watch/analysis/job_pace.py)

@@ -76,8 +76,19 @@ HEALTHY = "healthy"
 WAITING = "waiting"
 ENDED_JOB = "ended"  # every rank exited cleanly (watch/engine/lifecycle.py): its ranks are silent because they are done
 KINDS = (
-    STALLED_JOB, SILENT_RANKS, SLOW_LINK, SLOW_NODE, SLOW_RANK, CHECKPOINT, EVAL, JOB_SLOWER, IMBALANCED, WARMING_UP,
-    HEALTHY, WAITING, ENDED_JOB,
+    STALLED_JOB,
+    SILENT_RANKS,
+    SLOW_LINK,
+    SLOW_NODE,
+    SLOW_RANK,
+    CHECKPOINT,
+    EVAL,
+    JOB_SLOWER,
+    IMBALANCED,
+    WARMING_UP,
+    HEALTHY,
+    WAITING,
+    ENDED_JOB,
 )
 
 # How bad it is, for the colour of the line.
@@ -152,7 +163,7 @@ def verdict(snapshot: Snapshot) -> Verdict:
 
 
 def _paused(pause: Pause) -> Verdict:
-    """"rank 0 saving a checkpoint: 3.0 s every 20 steps, the job spends 90% of its time in checkpoints";
+    """ "rank 0 saving a checkpoint: 3.0 s every 20 steps, the job spends 90% of its time in checkpoints";
     "evaluating for 12s"; "rank 0 saving a checkpoint for 14s, the others wait"."""
     checkpoint = pause.kind == CHECKPOINT
     doing = "saving a checkpoint" if checkpoint else "evaluating"
@@ -168,13 +179,16 @@ def _paused(pause: Pause) -> Verdict:
             text += f": {_seconds(pause.each_s)} s"
             text += f" every {pause.every:.0f} steps" if pause.every is not None else " each"
     if pause.share >= 0.005:
-        text += f"{';' if pause.holding else ','} the job spends {fmt.percent(pause.share)} of its time in {'checkpoints' if checkpoint else 'evaluation'}"
+        text += (
+            f"{';' if pause.holding else ','} the job spends {fmt.percent(pause.share)} of its time in "
+            f"{'checkpoints' if checkpoint else 'evaluation'}"
+        )
     return Verdict(pause.kind, WARN, text, pause.ranks, host=pause.host, phase=pause.kind, excess_s=pause.each_s,
                    loss=pause.share, others=max(0, pause.count - len(pause.ranks)), every=pause.every)  # fmt: skip
 
 
 def _job_slower(slower: JobSlower) -> Verdict:
-    """"the job is 55% slower since 14:02:10: forward +20 ms on every rank"."""
+    """ "the job is 55% slower since 14:02:10: forward +20 ms on every rank"."""
     at = time.strftime("%H:%M:%S", time.localtime(slower.since))
     text = f"the job is {fmt.percent(slower.share)} slower since {at}"
     if slower.phase is not None and slower.phase_excess_s is not None and slower.phase_excess_s > 0:
@@ -279,7 +293,7 @@ def brief(answer: Verdict, room: int = 0) -> str:
 
 
 def _compact_place(text: str) -> str:
-    """"rank 3071 (pp 5, tp 7, dp 63) slow ..." as "rank 3071 (pp5 tp7 dp63) slow ..."."""
+    """ "rank 3071 (pp 5, tp 7, dp 63) slow ..." as "rank 3071 (pp5 tp7 dp63) slow ..."."""
     match = re.match(r"rank \d+ \(([^)]*)\)", text)
     if match is None:
         return text
@@ -297,8 +311,9 @@ _SHORTER = (
     lambda text: re.sub(r"^(rank \d+) \([^)]*\)", r"\1", text, count=1),
     # a slow link: "node-c's network slow: out 3.03 MB/s vs 1.64 GB/s, job loses 89%"
     lambda text: re.sub(r" against ([^,]+) elsewhere,", r" vs \1,", text, count=1),
-    lambda text: re.sub(r"'s network is slow: its links (?:(out|in) )?at ", lambda m: f"'s network slow: {m.group(1) or 'links'} ",
-                        text, count=1),  # fmt: skip
+    lambda text: re.sub(
+        r"'s network is slow: its links (?:(out|in) )?at ", lambda m: f"'s network slow: {m.group(1) or 'links'} ", text, count=1
+    ),  # fmt: skip
 )
 
 
@@ -316,7 +331,9 @@ def _arrivals(share: float | None, loss: float) -> str:
 
 
 #: What :func:`_arrivals` adds, as :func:`brief` takes it out again.
-_SAID_OF_ARRIVALS = re.compile(r", and arrives last at [^,]+ of its steps' collectives|, though it is never the last to arrive at its collectives")
+_SAID_OF_ARRIVALS = re.compile(
+    r", and arrives last at [^,]+ of its steps' collectives|, though it is never the last to arrive at its collectives"
+)
 
 
 def _slow_node(snapshot: Snapshot, slow: list[RankRow]) -> Verdict:
@@ -332,7 +349,9 @@ def _slow_node(snapshot: Snapshot, slow: list[RankRow]) -> Verdict:
     text = f"node {host} slow{where} ({ranks_text(members)}): {_cost(worst)}"
     if len(hosts) > 1:
         others = sorted(hosts - {host})
-        text += f" (+{len(others)} more slow node{'s' if len(others) > 1 else ''}: {', '.join(others[:3])}{' …' if len(others) > 3 else ''})"
+        text += (
+            f" (+{len(others)} more slow node{'s' if len(others) > 1 else ''}: {', '.join(others[:3])}{' …' if len(others) > 3 else ''})"
+        )
     cause, said = _node_why([r for r in on_nodes if r.host == host], worst)
     text += said
     return Verdict(SLOW_NODE, BAD, text, members, host=host, phase=phase, excess_s=worst.excess_s, loss=worst.score,

@@ -72,8 +72,12 @@ def families(snap: Snapshot, core) -> list:
     excess = rank_gauge("straggler_excess_seconds", "Time per step beyond the median rank, summed over phases.")
     status = rank_gauge("status", "1 for the rank's status (ok, slow, stalled, silent), 0 for the others.", ("status",))
     culprit = rank_gauge("slow_phase", "1 for the phase a slow rank is slow in.", ("phase",))
-    cause = rank_gauge("cause", "1 for each cause its evidence names for a slow rank (gc_pause, cpu_contention, expert_load, "
-                       "input_imbalance, data_loader, gpu_throttle, memory_pressure; docs/detection.md).", ("kind",))
+    cause = rank_gauge(
+        "cause",
+        "1 for each cause its evidence names for a slow rank (gc_pause, cpu_contention, expert_load, "
+        "input_imbalance, data_loader, gpu_throttle, memory_pressure; docs/detection.md).",
+        ("kind",),
+    )
     comm = rank_gauge("collective_wait_seconds", "Median time per step the rank waited in collectives.")
     last_step = rank_gauge("last_step", "The last step the rank completed.")
     last_seen = rank_gauge("last_seen_seconds", "Seconds since the rank's last message.")
@@ -96,8 +100,11 @@ def families(snap: Snapshot, core) -> list:
     # Where each rank sits in the parallel layout, as labels of one info-style series (value 1): a query joins
     # it on the rank to group any series by stage or tensor-parallel group (on(job, rank) group_left(pp) ...).
     roles = [role for role in snap.layout_roles if _LABEL.match(role)]
-    coords = G(f"{PREFIX}_rank_coordinates", "1 per rank, labelled with its place in the parallel layout (pp, tp, dp, ...).",
-               labels=[*RANK_LABELS, *roles])
+    coords = G(
+        f"{PREFIX}_rank_coordinates",
+        "1 per rank, labelled with its place in the parallel layout (pp, tp, dp, ...).",
+        labels=[*RANK_LABELS, *roles],
+    )
     for r in snap.ranks:
         lv = [job, str(r.rank), str(r.local_rank), r.host]
         if roles and r.coords:
@@ -151,12 +158,18 @@ def families(snap: Snapshot, core) -> list:
     statuses = [r.status for r in snap.ranks]
     tp = snap.throughput
     answer = verdict.verdict(snap)
-    kind = G(f"{PREFIX}_job_verdict", "1 for the verdict's kind (stalled, silent, slow_link, slow_node, slow_rank, warming_up, healthy, waiting).",
-             labels=["job", "kind"])
+    kind = G(
+        f"{PREFIX}_job_verdict",
+        "1 for the verdict's kind (stalled, silent, slow_link, slow_node, slow_rank, warming_up, healthy, waiting).",
+        labels=["job", "kind"],
+    )
     for k in verdict.KINDS:
         kind.add_metric([job, k], 1.0 if answer.kind == k else 0.0)
-    top = G(f"{PREFIX}_job_top_straggler_excess_seconds", "The verdict's culprit: its time per step beyond the median rank.",
-            labels=["job", "rank", "host", "phase"])
+    top = G(
+        f"{PREFIX}_job_top_straggler_excess_seconds",
+        "The verdict's culprit: its time per step beyond the median rank.",
+        labels=["job", "rank", "host", "phase"],
+    )
     if answer.ranks and answer.excess_s is not None:
         row = snap.row(answer.ranks[0])
         top.add_metric([job, str(answer.ranks[0]), row.host if row else "", answer.phase or ""], answer.excess_s)
@@ -179,15 +192,45 @@ def families(snap: Snapshot, core) -> list:
         job_gauge("silent_ranks", "Ranks not heard from for a while.", statuses.count("silent")),
         job_gauge("samples_per_second", "Samples per second, all ranks.", tp.samples_per_s if tp else None),
         job_gauge("tokens_per_second", "Tokens per second, all ranks.", tp.tokens_per_s if tp else None),
-        job_gauge("model_flops_per_second", "Achieved model FLOP/s, all ranks.", tp.tflops * 1e12 if tp and tp.tflops is not None else None),
+        job_gauge(
+            "model_flops_per_second", "Achieved model FLOP/s, all ranks.", tp.tflops * 1e12 if tp and tp.tflops is not None else None
+        ),
         job_gauge("mfu_ratio", "The job's model FLOPs utilisation.", tp.mfu if tp else None),
         job_gauge("dropped_messages", "Malformed or foreign frames the viewer threw away.", snap.dropped_messages),
-        job_gauge("device_time_ranks", "Ranks whose step and phase times are GPU time (CUDA events); the others' are "
-                  "CPU wall time.", len(snap.device_time_ranks)),
+        job_gauge(
+            "device_time_ranks",
+            "Ranks whose step and phase times are GPU time (CUDA events); the others' are CPU wall time.",
+            len(snap.device_time_ranks),
+        ),
     ]
-    rank_families = [coords, step, phase, score, excess, status, culprit, cause, comm, last_step, last_seen, stalled, rss, alloc, resv,
-                     peak,
-                     creep, gutil, gmem, gpow, gtemp, gthr, samples, tokens, flops, mfu]
+    rank_families = [
+        coords,
+        step,
+        phase,
+        score,
+        excess,
+        status,
+        culprit,
+        cause,
+        comm,
+        last_step,
+        last_seen,
+        stalled,
+        rss,
+        alloc,
+        resv,
+        peak,
+        creep,
+        gutil,
+        gmem,
+        gpow,
+        gtemp,
+        gthr,
+        samples,
+        tokens,
+        flops,
+        mfu,
+    ]
     return job_families + rank_families
 
 

@@ -327,8 +327,10 @@ def _parse(file: Path, data: bytes, torn: list[str]) -> tuple[dict, Iterator[lis
     except Exception:
         raise RecordingError(f"{file}: damaged header") from None
     if not isinstance(header, dict) or header.get("format") != FORMAT_VERSION:
-        raise RecordingError(f"{file}: recording format {header.get('format') if isinstance(header, dict) else '?'} "
-                             f"is not {FORMAT_VERSION} (made by another ranktop version)")
+        raise RecordingError(
+            f"{file}: recording format {header.get('format') if isinstance(header, dict) else '?'} "
+            f"is not {FORMAT_VERSION} (made by another ranktop version)"
+        )
     pos += n
 
     def chunks() -> Iterator[list[Entry]]:

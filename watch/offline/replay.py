@@ -54,7 +54,11 @@ class Player:
         return Aggregator(None, clock=clock, wall_clock=clock, **self._options)
 
     def advance(
-        self, to: float, history: History | None = None, sample_from: float | None = None, most: int | None = None,
+        self,
+        to: float,
+        history: History | None = None,
+        sample_from: float | None = None,
+        most: int | None = None,
         every: float = SAMPLE_EVERY_S,
     ) -> None:
         """Ingest every entry that arrived by ``to``; with ``history``, sample it every ``every`` seconds after

@@ -78,10 +78,18 @@ class _Observer:
                 th["reasons"].update(r.gpu.throttle)
                 th["seconds"] += dt_s
             if r.capture is not None:
-                cap = self.captures.setdefault(r.capture.id, {
-                    "id": r.capture.id, "kind": r.capture.kind, "start_step": r.capture.start, "steps": r.capture.steps,
-                    "folder": r.capture.folder, "first_t": t, "ranks": {},
-                })
+                cap = self.captures.setdefault(
+                    r.capture.id,
+                    {
+                        "id": r.capture.id,
+                        "kind": r.capture.kind,
+                        "start_step": r.capture.start,
+                        "steps": r.capture.steps,
+                        "folder": r.capture.folder,
+                        "first_t": t,
+                        "ranks": {},
+                    },
+                )
                 cap["ranks"][r.rank] = r.capture.state
 
 
@@ -144,14 +152,19 @@ def _assemble(recording: Recording, history: History, obs: _Observer, final: Sna
             slow = sorted({r for s in inside for r in s.slow})
             stalled = sorted({r for s in inside for r in s.stalled})
             progress = max(s.global_step for s in inside) - min(s.global_step for s in inside)
-            periods.append({
-                "steps": progress, "stalled_ranks": stalled,
-                "from_s": lo - start, "to_s": hi - start,
-                "median_step_s": statistics.median(med), "p90_step_s": percentile(med, 90),
-                "slowest_rank_step_s": max(top) if top else None,
-                "steps_per_s": statistics.median(rates) if rates else None,
-                "slow_ranks": slow,
-            })
+            periods.append(
+                {
+                    "steps": progress,
+                    "stalled_ranks": stalled,
+                    "from_s": lo - start,
+                    "to_s": hi - start,
+                    "median_step_s": statistics.median(med),
+                    "p90_step_s": percentile(med, 90),
+                    "slowest_rank_step_s": max(top) if top else None,
+                    "steps_per_s": statistics.median(rates) if rates else None,
+                    "slow_ranks": slow,
+                }
+            )
     out["step_time"] = periods
     all_steps = [s.step_s for s in samples]
     out["step_s"] = {
@@ -181,19 +194,26 @@ def _assemble(recording: Recording, history: History, obs: _Observer, final: Sna
         mine = [s.rank_step_s[rank] for s in samples if rank in s.rank_step_s]
         slow = sum(1 for s in samples if rank in s.slow)
         phase_names = {name for s in samples for name in s.rank_phases.get(rank, {})}
-        per_rank.append({
-            "rank": rank, "host": obs.hosts.get(rank, "?"),
-            "median_step_s": statistics.median(mine),
-            "slow_share": slow / count if count else 0.0,
-            "phases": {name: statistics.median(s.rank_phases[rank].get(name, 0.0) for s in samples if rank in s.rank_phases)
-                       for name in order if name in phase_names},
-        })
+        per_rank.append(
+            {
+                "rank": rank,
+                "host": obs.hosts.get(rank, "?"),
+                "median_step_s": statistics.median(mine),
+                "slow_share": slow / count if count else 0.0,
+                "phases": {
+                    name: statistics.median(s.rank_phases[rank].get(name, 0.0) for s in samples if rank in s.rank_phases)
+                    for name in order
+                    if name in phase_names
+                },
+            }
+        )
     coords = {r.rank: r.coords for r in final.ranks if r.coords}
     for entry in per_rank:
         entry["coords"] = coords.get(entry["rank"])  # its place in the parallel layout (docs/parallelism.md)
     out["per_rank"] = per_rank
     out["layout_roles"] = list(final.layout_roles)
     out["imbalance"] = final.imbalance
+
     # -- episodes
     def episode(e) -> dict:
         d = e.to_json()
@@ -228,16 +248,27 @@ def _assemble(recording: Recording, history: History, obs: _Observer, final: Sna
     out["mfu"] = statistics.median(mfus) if mfus else None
     out["tflops"] = statistics.median(tflops) if tflops else None
     out["captures"] = [
-        {**{k: v for k, v in c.items() if k != "ranks"}, "at_s": c["first_t"] - start,
-         "ranks": len(c["ranks"]), "done": sum(1 for st in c["ranks"].values() if st == "done"),
-         "failed": sum(1 for st in c["ranks"].values() if st == "failed")}
+        {
+            **{k: v for k, v in c.items() if k != "ranks"},
+            "at_s": c["first_t"] - start,
+            "ranks": len(c["ranks"]),
+            "done": sum(1 for st in c["ranks"].values() if st == "done"),
+            "failed": sum(1 for st in c["ranks"].values() if st == "failed"),
+        }
         for c in obs.captures.values()
     ]
     out["slow_at_end"] = [r.rank for r in final.ranks if r.status == SLOW]
     out["samples"] = [
-        {"t_s": s.t - start, "step_s": s.step_s, "max_step_s": s.max_step_s, "steps_per_s": s.steps_per_s,
-         "rank_step_s": {str(k): v for k, v in s.rank_step_s.items()},
-         "rank_excess_s": {str(k): v for k, v in s.rank_excess_s.items()}, "slow": list(s.slow), "stalled": list(s.stalled)}
+        {
+            "t_s": s.t - start,
+            "step_s": s.step_s,
+            "max_step_s": s.max_step_s,
+            "steps_per_s": s.steps_per_s,
+            "rank_step_s": {str(k): v for k, v in s.rank_step_s.items()},
+            "rank_excess_s": {str(k): v for k, v in s.rank_excess_s.items()},
+            "slow": list(s.slow),
+            "stalled": list(s.stalled),
+        }
         for s in history.samples
     ]
     return out
@@ -254,8 +285,17 @@ def hangs(stalls: list[dict]) -> list[dict]:
                 g["waiting_for"] = sorted(set(g["waiting_for"]) | set(e["waiting_for"]))
                 break
         else:
-            groups.append({"from_s": e["from_s"], "to_s": e["to_s"], "ranks": [e["rank"]], "phase": e["phase"], "step": e["step"],
-                           "waiting_for": list(e["waiting_for"]), "diagnosis": e["diagnosis"]})
+            groups.append(
+                {
+                    "from_s": e["from_s"],
+                    "to_s": e["to_s"],
+                    "ranks": [e["rank"]],
+                    "phase": e["phase"],
+                    "step": e["step"],
+                    "waiting_for": list(e["waiting_for"]),
+                    "diagnosis": e["diagnosis"],
+                }
+            )
     for g in groups:
         g["duration_s"] = g["to_s"] - g["from_s"]
     return groups
@@ -272,10 +312,14 @@ def _when(rep: dict, offset: float) -> str:
 def text_lines(rep: dict) -> list[str]:
     lines = []
     rate = f", {rep['steps_per_s']:.2f} steps/s" if rep["steps_per_s"] else ""
-    lines.append(f"job {rep['job']}: {rep['ranks']} rank(s) on {len(rep['hosts'])} host(s), "
-                 f"{clock_text(rep['duration_s'])} recorded from {rep['start']}")
-    lines.append(f"steps {rep['first_step']} .. {rep['last_step']}{rate}; step time median {fmt.ms_unit(rep['step_s']['median'])}, "
-                 f"p90 {fmt.ms_unit(rep['step_s']['p90'])}, worst {fmt.ms_unit(rep['step_s']['max'])}")
+    lines.append(
+        f"job {rep['job']}: {rep['ranks']} rank(s) on {len(rep['hosts'])} host(s), "
+        f"{clock_text(rep['duration_s'])} recorded from {rep['start']}"
+    )
+    lines.append(
+        f"steps {rep['first_step']} .. {rep['last_step']}{rate}; step time median {fmt.ms_unit(rep['step_s']['median'])}, "
+        f"p90 {fmt.ms_unit(rep['step_s']['p90'])}, worst {fmt.ms_unit(rep['step_s']['max'])}"
+    )
     if rep["mfu"] is not None or rep["tflops"] is not None:
         mfu = f"MFU {rep['mfu'] * 100:.1f}%" if rep["mfu"] is not None else "MFU unknown (no peak for the device)"
         tf = f", {rep['tflops']:.2f} TFLOP/s" if rep["tflops"] is not None else ""
@@ -295,16 +339,20 @@ def text_lines(rep: dict) -> list[str]:
     stragglers = rep["stragglers"]
     slow = [c for c in rep.get("culprits", []) if c["kind"] != STALL]
     if len(stragglers) > 1 and slow:  # several episodes: who cost the most in all, before each episode
-        lines.append("cost to the job, per rank or node: " + "; ".join(
-            f"{c['who']} {c['cost_s']:.1f} s ({c['episodes']} episode{'s' if c['episodes'] > 1 else ''})" for c in slow[:5])
-            + (f"; {len(slow) - 5} more" if len(slow) > 5 else ""))
+        lines.append(
+            "cost to the job, per rank or node: "
+            + "; ".join(f"{c['who']} {c['cost_s']:.1f} s ({c['episodes']} episode{'s' if c['episodes'] > 1 else ''})" for c in slow[:5])
+            + (f"; {len(slow) - 5} more" if len(slow) > 5 else "")
+        )
     if stragglers:
         lines.append("stragglers (who held the job back):")
         for e in stragglers:
             phase = f" in {e['phase']}" if e["phase"] else ""
-            lines.append(f"  {e['who']} slow{phase} from {_when(rep, e['from_s'])} to {_when(rep, e['to_s'])} "
-                         f"({e['share_of_run'] * 100:.0f}% of the run): +{fmt.ms_unit(e['peak_excess_s'])}/step at worst, "
-                         f"cost the job {e['cost_s']:.1f} s over {e['steps']} steps")
+            lines.append(
+                f"  {e['who']} slow{phase} from {_when(rep, e['from_s'])} to {_when(rep, e['to_s'])} "
+                f"({e['share_of_run'] * 100:.0f}% of the run): +{fmt.ms_unit(e['peak_excess_s'])}/step at worst, "
+                f"cost the job {e['cost_s']:.1f} s over {e['steps']} steps"
+            )
     else:
         lines.append("stragglers: none (no rank slower than the others for more than a moment)")
     for c in rep.get("causes", [])[:8]:  # why, as their evidence said against their peers'
@@ -333,12 +381,17 @@ def text_lines(rep: dict) -> list[str]:
             lines.append(f"  {clock_text(p['from_s']):>8} – {clock_text(p['to_s']):<8} no step finished{slow}")
             continue
         rate = f"{p['steps_per_s']:.2f}/s" if p["steps_per_s"] else "–"
-        lines.append(f"  {clock_text(p['from_s']):>8} – {clock_text(p['to_s']):<8} {fmt.ms_unit(p['median_step_s']):>10} / "
-                     f"{fmt.ms_unit(p['slowest_rank_step_s']):>10}  {rate:>8}{slow}")
+        lines.append(
+            f"  {clock_text(p['from_s']):>8} – {clock_text(p['to_s']):<8} {fmt.ms_unit(p['median_step_s']):>10} / "
+            f"{fmt.ms_unit(p['slowest_rank_step_s']):>10}  {rate:>8}{slow}"
+        )
     if rep["median_rank_phases"]:
         lines.append("")
         lines.append("phases of the median rank (own time per step):")
-        lines.append("  " + "  ".join(f"{p['phase']} {fmt.ms_unit(p['seconds'])} ({(p['share'] or 0) * 100:.0f}%)" for p in rep["median_rank_phases"]))
+        lines.append(
+            "  "
+            + "  ".join(f"{p['phase']} {fmt.ms_unit(p['seconds'])} ({(p['share'] or 0) * 100:.0f}%)" for p in rep["median_rank_phases"])
+        )
     if rep["per_rank"]:
         lines.append("")
         lines.append("per rank: median step, share of the run slow")
@@ -348,14 +401,33 @@ def text_lines(rep: dict) -> list[str]:
         if len(worst) > 8:
             lines.append(f"  ... {len(worst) - 8} more (--json for all)")
     lines.append("")
-    _section(lines, "memory creep", "none", rep["memory_creep"], lambda c: (
-        f"rank {c['rank']} ({c['tracked']}) climbing from {_when(rep, c['first_s'])}, up to "
-        f"{c['max_mb_per_min']:.1f} MB/min; {c['from_bytes'] / 2**20:.0f} MB -> {c['to_bytes'] / 2**20:.0f} MB"))
-    _section(lines, "GPU throttling", "none seen", rep["gpu_throttling"], lambda th: (
-        f"rank {th['rank']} on {th['host']}: {', '.join(th['reasons'])} for {th['seconds']:.0f} s"))
-    _section(lines, "captures", "none", rep["captures"], lambda c: (
-        f"{c['kind']} {c['id']} at {_when(rep, c['at_s'])}: steps {c['start_step']}..{c['start_step'] + c['steps'] - 1}, "
-        f"{c['done']}/{c['ranks']} rank(s) done{', %d failed' % c['failed'] if c['failed'] else ''}; {c['folder'] or ''}"))
+    _section(
+        lines,
+        "memory creep",
+        "none",
+        rep["memory_creep"],
+        lambda c: (
+            f"rank {c['rank']} ({c['tracked']}) climbing from {_when(rep, c['first_s'])}, up to "
+            f"{c['max_mb_per_min']:.1f} MB/min; {c['from_bytes'] / 2**20:.0f} MB -> {c['to_bytes'] / 2**20:.0f} MB"
+        ),
+    )
+    _section(
+        lines,
+        "GPU throttling",
+        "none seen",
+        rep["gpu_throttling"],
+        lambda th: f"rank {th['rank']} on {th['host']}: {', '.join(th['reasons'])} for {th['seconds']:.0f} s",
+    )
+    _section(
+        lines,
+        "captures",
+        "none",
+        rep["captures"],
+        lambda c: (
+            f"{c['kind']} {c['id']} at {_when(rep, c['at_s'])}: steps {c['start_step']}..{c['start_step'] + c['steps'] - 1}, "
+            f"{c['done']}/{c['ranks']} rank(s) done{', %d failed' % c['failed'] if c['failed'] else ''}; {c['folder'] or ''}"
+        ),
+    )
     return lines
 
 
@@ -378,12 +450,14 @@ def compare_lines(a: dict, b: dict) -> list[str]:
     def pct(x: float | None, y: float | None) -> str:
         return f"{(y / x - 1) * 100:+.0f}%" if x and y is not None else ""
 
-    lines = [row("", a["file"][-w + 1:], b["file"][-w + 1:], "B vs A")]
+    lines = [row("", a["file"][-w + 1 :], b["file"][-w + 1 :], "B vs A")]
     lines.append(row("job", str(a["job"]), str(b["job"])))
     lines.append(row("ranks", str(a["ranks"]), str(b["ranks"])))
     lines.append(row("duration", clock_text(a["duration_s"]), clock_text(b["duration_s"])))
     for key in ("median", "p90", "max"):
-        lines.append(row(f"step time {key}", fmt.ms_unit(a["step_s"][key]), fmt.ms_unit(b["step_s"][key]), pct(a["step_s"][key], b["step_s"][key])))
+        lines.append(
+            row(f"step time {key}", fmt.ms_unit(a["step_s"][key]), fmt.ms_unit(b["step_s"][key]), pct(a["step_s"][key], b["step_s"][key]))
+        )
     ra, rb = a["steps_per_s"], b["steps_per_s"]
     lines.append(row("steps/s", f"{ra:.2f}" if ra else "–", f"{rb:.2f}" if rb else "–", pct(ra, rb)))
     pa = {p["phase"]: p["seconds"] for p in a["median_rank_phases"]}
@@ -398,7 +472,7 @@ def compare_lines(a: dict, b: dict) -> list[str]:
     def cost(rep: dict) -> float:
         return sum(e["cost_s"] for e in rep["stragglers"])
 
-    lines.append(row("stragglers", who(a)[:w - 1], who(b)[:w - 1]))
+    lines.append(row("stragglers", who(a)[: w - 1], who(b)[: w - 1]))
     lines.append(row("straggler cost", f"{cost(a):.1f} s", f"{cost(b):.1f} s"))
     lines.append(row("stalls and hangs", str(len(a["hangs"])), str(len(b["hangs"]))))
     mfa, mfb = a["mfu"], b["mfu"]

@@ -226,4 +226,3 @@ def _last_rank(rows) -> int:
 def ranks_of(rows) -> list[int]:
     """The rank numbers of a cell's rows (read from the columns where it can)."""
     return list(rows.ranks) if isinstance(rows, Members) else [r.rank for r in rows]
-

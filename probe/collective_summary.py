@@ -23,12 +23,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from .intervals import union
-from .messages import Call, CallSummary, OpSummary
+from ranktop.wire.intervals import union
+from ranktop.wire.messages import Call, CallSummary, OpSummary
+from ranktop.wire.pacing import SAMPLE_MAX
 
-#: Raw call records kept per op in one message's sample, and in all.
+#: Raw call records kept per op in one message's sample (in all: wire/pacing.py's SAMPLE_MAX).
 SAMPLE_PER_OP = 3
-SAMPLE_MAX = 12
 #: A rank sends a sample this often at most (each costs the viewer a decode per call, times thousands of ranks).
 SAMPLE_EVERY_S = 1.0
 
