@@ -44,7 +44,9 @@ def test_an_endpoint_nobody_answers_is_reported_while_waiting_with_why(rdv):
         port = s.getsockname()[1]
         out = run_cli("watch", f"tcp://127.0.0.1:{port}", "--json", "--duration", "4")
     assert_one_line_error(
-        out, 1, f"no answer from tcp://127.0.0.1:{port} after 3s (nothing listens at 127.0.0.1:{port}); still waiting",
+        out,
+        1,
+        f"no answer from tcp://127.0.0.1:{port} after 3s (nothing listens at 127.0.0.1:{port}); still waiting",
         f"no rank reported within 4s (tcp://127.0.0.1:{port}: nothing listens at 127.0.0.1:{port})",
     )
     doc = json.loads(out.stdout)

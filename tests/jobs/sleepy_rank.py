@@ -49,7 +49,9 @@ for n in range(args.steps):
     with probe.step():
         for name, seconds in PHASES.items():
             with probe.phase(name):
-                slowed = (rank == args.slow_rank or rank in args.slow_ranks or args.slow_all) and time.monotonic() - began >= args.slow_from_s
+                slowed = (
+                    rank == args.slow_rank or rank in args.slow_ranks or args.slow_all
+                ) and time.monotonic() - began >= args.slow_from_s
                 slowed = slowed and name == args.slow_phase and n % args.slow_every == args.slow_every - 1
                 extra = args.slow_ms / 1000 if slowed else 0.0
                 extra += args.also_ms / 1000 if rank == args.also_rank and name == args.also_phase else 0.0
