@@ -43,7 +43,8 @@ its pipeline stage), like its steps.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, Mapping, Sequence
+import math
+from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
@@ -124,11 +125,16 @@ DATA_PHASE = "data"
 #: What the verdict's "cause unknown" says was ruled out, by the figures the rank sent, in this order.
 RULED_OUT = (
     ("GC", ("gc",)), ("CPU contention", ("runq",)), ("Python on its CPU", ("cpu",)), ("the data loader", ("ld",)),
-    ("recompiles", ("jit_n",)), ("input size", ("padded", "tokens", "samples", "a2a_rows")), ("memory", ("swap", "retries")),
+    ("recompiles", ("jit_n",)), ("input size", ("padded", "tokens", "samples", "a2a_rows")),
+    ("page faults", ("majflt",)), ("memory", ("swap", "retries")),
 )  # fmt: skip
 #: Every kind a cause may have (docs/json-schema.md lists each with its evidence).
-ALL_KINDS = ("gc_pause", "cpu_contention", "oversubscribed", "data_loader", "recompile", "host_bound", "expert_load",
-             "input_imbalance", "gpu_throttle", "memory_pressure", "unknown")  # fmt: skip
+ALL_KINDS = ("gc_pause", "cpu_contention", "oversubscribed", "data_loader", "recompile", "host_bound", "page_faults",
+             "expert_load", "input_imbalance", "gpu_throttle", "memory_pressure", "node_busy", "checkpoint_write",
+             "unknown")  # fmt: skip
+
+#: Page faults: major faults a second this many times a healthy peer's (:data:`RATIO`) and this many beyond it.
+MAJFLT_FLOOR = 20.0
 
 
 #: Figures a rank's evidence leaves out until it has any (dynamo never imported, no DataLoader iterated): a rank
@@ -395,6 +401,9 @@ def of_ranks(
     if got is not None:
         loader = judge(got[0], got[1], step, excess, LOADER_KIND, gc_s + runq_s)
         add(_with_workers(loader, states, which, pair))
+    got = pair("majflt", MAJFLT_FLOOR)
+    if got is not None:
+        add(_page_faults(got[0], got[1], _blocked(states, step_s, comm_s, peers_of, class_ids, which), step, excess))
     if cpu_got is not None:
         held = gc_s + jit_s + beyond("ld_cpu") + loads_est
         add(_host_bound(judge(cpu_got[0], cpu_got[1], step, excess, HOST_KIND, held), wait_per_cpu, excess))
@@ -574,3 +583,253 @@ def _beyond(ratio: float | None, peers_per_step: float) -> str:
 
 def _per_step(seconds: float) -> str:
     return f"{fmt.ms_brief(seconds)} ms"
+
+
+def _blocked(states: Sequence[State], step_s: np.ndarray, comm_s: np.ndarray | None, peers_of: np.ndarray,
+             class_ids: np.ndarray | None, which: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:  # fmt: skip
+    """(the slow ranks', a healthy peer's) seconds per step the training thread was off its CPU, not waiting for
+    one and not waiting at a collective: ``(1 - cpu - runq) * step - collective wait``, blocked on something
+    else (a page read from disk, I/O, a lock); None where no rank says its CPU time."""
+    cpu = column(states, "cpu", which, peers_of, 0.0)
+    if cpu is None:
+        return None
+    runq = np.nan_to_num(figures(states, "runq"), nan=0.0)
+    comm = np.zeros(len(states)) if comm_s is None else np.nan_to_num(comm_s, nan=0.0)
+    blocked = np.maximum(0.0, (1.0 - cpu - runq) * step_s - comm)
+    blocked[~peers_of] = np.nan
+    return blocked[which], peer_reference(blocked, class_ids, which)
+
+
+def _page_faults(mine: np.ndarray, reference: np.ndarray, blocked: tuple[np.ndarray, np.ndarray] | None,
+                 step_s: np.ndarray, excess_s: np.ndarray) -> list[Cause | None]:  # fmt: skip
+    """``page_faults`` for each slow rank: its process's major faults a second :data:`RATIO` times a healthy peer's
+    and :data:`MAJFLT_FLOOR` beyond. Its cost is measured: the time its training thread was blocked per step (off
+    its CPU, outside its collectives) beyond a healthy peer's; faults that cost no such time are no cause. Where
+    its CPU time is not said, it is named with no cost (``untold``)."""
+    out: list[Cause | None] = []
+    for k, (value, ref) in enumerate(zip(mine.tolist(), reference.tolist())):
+        ref = _zero(ref)
+        if value != value or value < RATIO * ref or value - ref < MAJFLT_FLOOR:
+            out.append(None)
+            continue
+        step, excess = float(step_s[k]), float(excess_s[k])
+        text = f"its process takes {value:.0f} major page faults a second against its peers' {ref:.0f}"
+        extra = float("nan")
+        if blocked is not None:
+            extra = float(blocked[0][k] - blocked[1][k])
+        if extra != extra:
+            out.append(Cause(kind="page_faults", text=text + " (page faults)", value=value, peers=ref,
+                             ratio=value / ref if ref else None, extra_s=0.0, explains=0.0, basis=UNTOLD))  # fmt: skip
+            continue
+        if extra < FLOOR * step:
+            out.append(None)
+            continue
+        text += (f"; its training thread is blocked {_per_step(extra)} per step beyond its peers, off its CPU and "
+                 "outside its collectives (page faults)")  # fmt: skip
+        out.append(Cause(kind="page_faults", text=text, value=value, peers=ref, ratio=value / ref if ref else None,
+                         extra_s=extra, explains=share(extra, excess), basis=MEASURED))  # fmt: skip
+    return out
+
+
+# -- beyond one rank: a slow node, a stall, the job slower than itself --------------------------------------------
+
+#: Other processes on a slow node use this many times a healthy node's CPU ...
+NODE_RATIO = 2.0
+#: ... and this many CPUs beyond it (a shell, a monitor, the relay use a little on every node).
+NODE_CPUS = 0.5
+#: A stalled rank's stack, as its probe says it (wire/messages.py ``Doing``): the kind and the text of its cause.
+DOING = {
+    "compile": ("recompile", "its training thread is compiling (torch.compile: its stack is in dynamo or inductor)"),
+    "checkpoint": ("checkpoint_write", "its training thread is writing or reading a checkpoint (its stack is in torch.save/load or a distributed checkpoint)"),
+    "loader": ("data_loader", "its training thread waits inside its DataLoader (its stack is in torch.utils.data)"),
+    "gc": ("gc_pause", "its training thread is in Python's garbage collector"),
+}  # fmt: skip
+#: Basis of a cause read from where a stuck rank is now (its stack), not from a time it lost.
+SEEN = "seen"
+
+
+def of_stalls(states: Sequence[State], stalled: np.ndarray) -> dict[int, list[Cause]]:
+    """Row index -> the cause of each stalled rank whose probe says what its training thread is in (its stack,
+    read while it has finished no step for seconds: probe/evidence.py ``doing``). It explains the stall whole:
+    the rank is there now (basis ``seen``)."""
+    out: dict[int, list[Cause]] = {}
+    for i in np.flatnonzero(stalled).tolist():
+        ev = states[i].ev
+        what = getattr(ev, "doing", None) if ev is not None else None
+        if what in DOING:
+            kind, text = DOING[what]
+            out[i] = [Cause(kind=kind, text=text, value=1.0, peers=0.0, ratio=None, extra_s=0.0, explains=1.0, basis=SEEN)]
+    return out
+
+
+def of_nodes(states: Sequence[State], hosts: Sequence[str], slow_hosts: Sequence[str], slow: np.ndarray,
+             live: np.ndarray, step_s: np.ndarray, excess_s: np.ndarray) -> dict[str, list[Cause]]:  # fmt: skip
+    """Host -> the node-level cause of each slow node whose ranks say their node's CPU (probe/evidence.py
+    ``node_cpu``): other processes (the node's busy CPU less what its ranks and their workers use) using
+    :data:`NODE_RATIO` times a healthy node's and :data:`NODE_CPUS` beyond it: ``node_busy``. Its cost is
+    measured where the ranks say their run-queue wait: the node's ranks' median wait per step beyond the healthy
+    nodes' ranks' median, against the node's median excess; else named with no cost."""
+    if not slow_hosts:
+        return {}
+    figures_of: dict[str, list[tuple[float, float, float, float]]] = {}
+    for i, state in enumerate(states):
+        ev = state.ev
+        if ev is None or not (live[i] or slow[i]):
+            continue
+        node = getattr(ev, "node_cpu", None)
+        ranks_cpu = _zero(getattr(ev, "pcpu", None) or float("nan")) + _zero(getattr(ev, "kids", None) or float("nan"))
+        runq = getattr(ev, "runq", None)
+        figures_of.setdefault(hosts[i], []).append((float("nan") if node is None else node, ranks_cpu,
+                                                    float("nan") if runq is None else runq * float(step_s[i]),
+                                                    float(getattr(ev, "ncpu", None) or 0)))  # fmt: skip
+    others: dict[str, float] = {}
+    waits: dict[str, float] = {}
+    for host, rows in figures_of.items():
+        nodes = np.array([r[0] for r in rows])
+        if np.isnan(nodes).all():
+            continue
+        others[host] = max(0.0, float(np.nanmedian(nodes)) - sum(r[1] for r in rows))
+        wait = np.array([r[2] for r in rows])
+        if not np.isnan(wait).all():
+            waits[host] = float(np.nanmedian(wait))
+    healthy = sorted(v for h, v in others.items() if h not in slow_hosts)
+    healthy_waits = sorted(v for h, v in waits.items() if h not in slow_hosts)
+    if not healthy:
+        return {}
+    ref = healthy[(len(healthy) - 1) // 2]
+    ref_wait = healthy_waits[(len(healthy_waits) - 1) // 2] if healthy_waits else float("nan")
+    out: dict[str, list[Cause]] = {}
+    for host in slow_hosts:
+        mine = others.get(host)
+        if mine is None or mine < NODE_RATIO * ref or mine - ref < NODE_CPUS:
+            continue
+        rows = figures_of[host]
+        cpus = int(max(r[3] for r in rows))
+        of = f" of its {cpus} CPUs" if cpus else " CPUs"
+        text = f"other processes on it use {mine:.1f}{of} against {ref:.1f} on a healthy node"
+        at = np.array([hosts[i] == host and bool(slow[i]) for i in range(len(hosts))])
+        excess = float(np.median(excess_s[at])) if at.any() else 0.0
+        wait = waits.get(host, float("nan"))
+        extra = wait - ref_wait if wait == wait and ref_wait == ref_wait else float("nan")
+        if extra == extra and extra >= FLOOR * float(np.median(step_s[at]) if at.any() else 0.0):
+            text += f"; its ranks wait {_per_step(wait)} per step for a CPU against {_per_step(ref_wait)} there (node busy)"
+            cause = Cause(kind="node_busy", text=text, value=mine, peers=ref, ratio=mine / ref if ref else None,
+                          extra_s=extra, explains=share(extra, excess), basis=MEASURED)  # fmt: skip
+        else:
+            cause = Cause(kind="node_busy", text=text + " (node busy)", value=mine, peers=ref,
+                          ratio=mine / ref if ref else None, extra_s=0.0, explains=0.0, basis=UNTOLD)  # fmt: skip
+        out[host] = [cause]
+    return out
+
+
+#: The job's evidence against its own past: each family's figure (the live ranks' median, per second), the kind it
+#: stands for, the ratio to its baseline it needs (:data:`RATIOS`), and its text (its time per step now, before).
+JOB_FAMILIES = (
+    ("gc", "gc_pause", "every rank spends {now} per step in Python's garbage collector, {before} before (gc pause)"),
+    ("runq", "cpu_contention", "every rank's training thread waits {now} per step for a CPU, {before} before (cpu contention)"),
+    ("ld_wait", "data_loader", "every rank waits {now} per step for its DataLoader's batches, {before} before (data loader)"),
+    ("jit", "recompile", "torch.compile spends {now} per step compiling on every rank, {before} before (recompile)"),
+    ("fault_wait", "page_faults", "every rank's training thread is blocked {now} per step off its CPU, {before} before, taking {faults} major page faults a second (page faults)"),
+    ("cpu", "host_bound", "every rank's training thread runs {now} per step on a CPU, {before} before (host bound)"),
+)  # fmt: skip
+#: What a job slower than itself with no cause rules out, by the families its ranks' evidence covers.
+JOB_RULED_OUT = (("gc", "GC"), ("runq", "CPU contention"), ("cpu", "Python on its CPU"), ("ld_wait", "the data loader"),
+                 ("jit", "recompiles"), ("majflt", "page faults"))  # fmt: skip
+#: The most live ranks read for the job's medians (evenly spaced): a median of 256 is the job's to a few percent,
+#: and a snapshot of 16,384 ranks pays for 256.
+JOB_SAMPLE = 256
+#: The baseline takes in what the job's ranks said this many seconds ago (their rates are over 10 s windows and the
+#: job is told slower after seconds more: what it takes in is from before the change).
+JOB_LAG_S = 20.0
+
+
+class JobEvidence:
+    """The job's evidence against its own past, for a job slower than itself (watch/analysis/job_pace.py): the
+    live ranks' median of each measured family, kept as a baseline that follows the job over ``follow_s`` seconds
+    (what it said :data:`JOB_LAG_S` ago) and stands still while the job is told slower. The aggregator keeps one."""
+
+    def __init__(self, follow_s: float = 120.0) -> None:
+        self.follow_s = follow_s
+        self.base: dict[str, float] = {}
+        self._waiting: list[tuple[float, dict[str, float]]] = []
+        self._at: float | None = None
+
+    def note(self, states: Sequence[State], live: np.ndarray, step_s: np.ndarray, comm_s: np.ndarray | None,
+             now: float, slower: Any) -> list[Cause]:  # fmt: skip
+        """The job's medians now into the baseline (while ``slower`` is None), or its causes against the baseline
+        (``slower``: the JobSlower told, its ``excess_s`` what a step grew): families beyond their baseline by their
+        ratio and :data:`FLOOR`, each saying the share of the growth it explains, costliest first."""
+        idx = np.flatnonzero(live)
+        if not len(idx):
+            return []
+        if len(idx) > JOB_SAMPLE:
+            idx = idx[np.linspace(0, len(idx) - 1, JOB_SAMPLE).astype(np.int64)]
+        medians = _job_medians([states[i] for i in idx.tolist()], step_s[idx], None if comm_s is None else comm_s[idx])
+        step = float(np.nanmedian(step_s[idx])) if not np.isnan(step_s[idx]).all() else float("nan")
+        if step == step:
+            medians["step"] = step
+        if slower is None:
+            self._waiting.append((now, medians))
+            while self._waiting and now - self._waiting[0][0] >= JOB_LAG_S:
+                at, old = self._waiting.pop(0)
+                move = 1.0 if self._at is None else 1.0 - math.exp(-max(0.0, at - self._at) / self.follow_s)
+                self._at = at
+                for name, value in old.items():
+                    before = self.base.get(name)
+                    self.base[name] = value if before is None else before + (value - before) * move
+            return []
+        self._waiting = [w for w in self._waiting if now - w[0] < JOB_LAG_S]  # (told: what came meanwhile is not the past)
+        return self._causes(medians, step, float(slower.excess_s))
+
+    def _causes(self, medians: dict[str, float], step: float, excess: float) -> list[Cause]:
+        out = []
+        if step != step:
+            return out
+        base_step = self.base.get("step", step)
+        for family, kind, says in JOB_FAMILIES:
+            now, before = medians.get(family), self.base.get(family)
+            if now is None or before is None:
+                continue
+            mine, was = now * step, before * base_step  # seconds per step, now and in the past
+            extra = mine - was
+            if mine < RATIOS.get(kind, RATIO) * was or now - before < FLOOR or extra < FLOOR * step:
+                continue
+            faults = medians.get("majflt", 0.0)
+            if kind == "page_faults" and faults < max(MAJFLT_FLOOR, RATIO * self.base.get("majflt", 0.0)):
+                continue
+            text = says.format(now=_per_step(mine), before=_per_step(was), faults=f"{faults:.0f}")
+            out.append(Cause(kind=kind, text=text, value=now, peers=before, ratio=now / before if before > 0 else None,
+                             extra_s=extra, explains=share(extra, excess), basis=MEASURED))  # fmt: skip
+        out.sort(key=lambda c: -c.extra_s)
+        if named_cause(out) is None:
+            ruled = [name for family, name in JOB_RULED_OUT if family in medians and family in self.base]
+            if ruled:
+                out.append(unknown(ruled))
+        return out
+
+
+def _job_medians(states: Sequence[State], step_s: np.ndarray, comm_s: np.ndarray | None) -> dict[str, float]:
+    """The median over ``states`` of each family of :data:`JOB_FAMILIES` (seconds per second; ``majflt``: faults
+    a second), where a rank says it: the loader's wait is ``ld - ld_cpu``; a fault's wait, the training thread's
+    time off its CPU, not waiting for one nor at a collective (per second)."""
+    out: dict[str, float] = {}
+    cols: dict[str, list[float]] = {name: [] for name in ("gc", "runq", "ld_wait", "jit", "cpu", "majflt", "fault_wait")}
+    for k, state in enumerate(states):
+        ev = state.ev
+        if ev is None:
+            continue
+        for name in ("gc", "runq", "jit", "cpu", "majflt"):
+            value = getattr(ev, name, None)
+            if value is None and name in NIL_WHEN_ABSENT:
+                value = 0.0
+            if value is not None:
+                cols[name].append(value)
+        cols["ld_wait"].append(max(0.0, (ev.ld or 0.0) - (ev.ld_cpu or 0.0)))
+        step = float(step_s[k])
+        if ev.cpu is not None and step == step and step > 0:
+            comm = 0.0 if comm_s is None or comm_s[k] != comm_s[k] else float(comm_s[k])
+            cols["fault_wait"].append(max(0.0, 1.0 - ev.cpu - (ev.runq or 0.0) - comm / step))
+    for name, values in cols.items():
+        if values:
+            out[name] = float(np.median(values))
+    return out

@@ -1,0 +1,215 @@
+"""Causes beyond one rank (watch/analysis/causes.py): a slow node's own evidence (other processes on it), a stalled
+rank's stack (what it is in now), a job slower than itself (its ranks' evidence against the job's own past); and
+page faults as a rank's cause. Plain columns and states, and synthetic steps and states through a real Aggregator."""
+
+from __future__ import annotations
+
+import math
+import random
+import re
+
+import numpy as np
+import pytest
+
+import messages
+from ranktop.watch.aggregator import Aggregator
+from ranktop.watch.analysis import causes
+from ranktop.watch.model.json_doc import document
+from ranktop.watch.model.verdict import verdict
+from ranktop.wire.messages import Evidence, State
+
+
+def slow_first(n: int) -> np.ndarray:
+    return np.array([True] + [False] * (n - 1))
+
+
+# -- page faults -------------------------------------------------------------------------------------------------
+
+
+def test_major_page_faults_beyond_its_peers_are_a_cause_costed_by_the_time_its_thread_was_blocked():
+    # steps of 100 ms, 20 ms of which each rank waits at its collective; the slow rank runs 60 ms a step on its
+    # CPU as its peers do, but is blocked 30 ms more (its peers' waits are the collective's)
+    st = [State(ev=Evidence(win=10.0, majflt=f, cpu=0.6, runq=0.01)) for f in (2500.0, 3.0, 5.0, 4.0)]
+    comm = np.array([0.0, 0.03, 0.03, 0.03])
+    found = causes.of_ranks(st, np.full(4, 0.1), np.array([0.03, 0, 0, 0]), slow_first(4), np.ones(4, bool), None,
+                            comm_s=comm)  # fmt: skip
+    (cause,) = found[0]
+    assert cause.kind == "page_faults" and cause.basis == "measured"
+    assert cause.extra_s == pytest.approx(0.03) and cause.explains == pytest.approx(1.0)
+    assert cause.text.startswith("its process takes 2500 major page faults a second against its peers' 4; ")
+    assert cause.text.endswith("blocked 30 ms per step beyond its peers, off its CPU and outside its collectives (page faults)")
+
+
+def test_page_faults_that_block_nothing_are_no_cause_and_without_cpu_time_they_are_named_with_no_cost():
+    quiet = [State(ev=Evidence(win=10.0, majflt=f, cpu=0.9, runq=0.01)) for f in (2500.0, 3.0, 5.0, 4.0)]
+    found = causes.of_ranks(quiet, np.full(4, 0.1), np.array([0.03, 0, 0, 0]), slow_first(4), np.ones(4, bool), None)
+    assert [c.kind for c in found[0]] == ["unknown"] and "page faults" in found[0][0].ruled_out
+    untimed = [State(ev=Evidence(win=10.0, majflt=f)) for f in (2500.0, 3.0, 5.0, 4.0)]
+    (cause, last) = causes.of_ranks(untimed, np.full(4, 0.1), np.array([0.03, 0, 0, 0]), slow_first(4),
+                                    np.ones(4, bool), None)[0]  # fmt: skip
+    assert cause.kind == "page_faults" and cause.basis == "untold" and cause.explains == 0.0
+    assert last.kind == "unknown"  # (named with no cost: it explains nothing told)
+    few = [State(ev=Evidence(win=10.0, majflt=f, cpu=0.6)) for f in (15.0, 0.0, 0.0, 0.0)]  # under the floor
+    assert all(c.kind != "page_faults" for c in causes.of_ranks(
+        few, np.full(4, 0.1), np.array([0.03, 0, 0, 0]), slow_first(4), np.ones(4, bool), None).get(0, []))  # fmt: skip
+
+
+# -- a slow node -------------------------------------------------------------------------------------------------
+
+WORLD = 64
+PER_NODE = 8
+
+
+def host_of(rank: int) -> str:
+    return f"node-{rank // PER_NODE:03d}"
+
+
+def slow_node_job(ev_of) -> Aggregator:
+    """node-005's every rank 20 ms slower in forward; each rank's state carries ``ev_of(rank)``."""
+    from test_aggregator import Clock, ddp_step, hello, steps
+
+    agg = Aggregator("j", clock=Clock(), window=16)
+    for r in range(WORLD):
+        agg.ingest(hello(r, WORLD, host=host_of(r)))
+    for n in range(16):
+        for r in range(WORLD):
+            slow_s = 0.020 if host_of(r) == "node-005" else 0.0
+            agg.ingest(steps(r, [ddp_step(n, r if slow_s else -1, r, slow_s, "forward", 0.0005)]))
+    for r in range(WORLD):
+        agg.ingest(messages.heartbeat(r, {"step": 16, "last": 15, "ev": ev_of(r)}, world=WORLD, host=host_of(r)))
+    return agg
+
+
+def test_a_slow_node_where_other_processes_use_its_cpus_is_named_with_them_and_what_its_ranks_wait():
+    def ev(r):  # each rank's process uses half a CPU; node-005's other processes 4 more, and its ranks wait
+        busy = node_005 = host_of(r) == "node-005"
+        return {"win": 10.0, "pcpu": 0.5, "cpu": 0.45, "runq": 0.35 if busy else 0.01, "node_cpu": 8.0 if node_005 else 4.3,
+                "ncpu": 16}  # fmt: skip
+
+    snap = slow_node_job(ev).snapshot()
+    (cause,) = snap.node_causes["node-005"]
+    assert cause.kind == "node_busy" and cause.basis == "measured" and cause.explains >= 0.5
+    answer = verdict(snap)
+    assert answer.kind == "slow_node" and answer.cause == cause
+    assert ", because other processes on it use 4.0 of its 16 CPUs against 0.3 on a healthy node; its ranks wait " in answer.text
+    assert answer.text.endswith("(node busy)")
+    assert document(snap)["node_causes"]["node-005"][0]["kind"] == "node_busy"
+
+
+def test_a_slow_node_whose_cpus_nobody_else_uses_has_no_node_cause():
+    snap = slow_node_job(lambda r: {"win": 10.0, "pcpu": 0.5, "node_cpu": 4.3, "ncpu": 16}).snapshot()
+    assert snap.slow_hosts == ["node-005"] and snap.node_causes == {}
+
+
+# -- a stall ------------------------------------------------------------------------------------------------------
+
+
+def test_a_stalled_rank_s_stack_says_its_cause_whole_and_an_unknown_place_says_nothing():
+    st = [State(ev=Evidence(win=10.0, doing="compile")), State(ev=Evidence(win=10.0)), State(),
+          State(ev=Evidence(win=10.0, doing="checkpoint"))]  # fmt: skip
+    found = causes.of_stalls(st, np.array([True, True, True, True]))
+    assert sorted(found) == [0, 3]
+    assert found[0][0].kind == "recompile" and found[0][0].explains == 1.0 and found[0][0].basis == "seen"
+    assert found[3][0].kind == "checkpoint_write"
+    with pytest.raises(Exception):  # what a rank says it is in is one of four words, checked at decode
+        messages.decoded("hb", 0, {"state": {"ev": {"win": 10.0, "doing": "rm -rf"}}})
+
+
+def test_a_job_stalled_on_one_rank_compiling_says_so_through_the_engine():
+    clock = messages.Clock()
+    agg = Aggregator("j", clock=clock, wall_clock=clock, window=16)
+    world = 4
+    for r in range(world):
+        agg.ingest(messages.hello(r, world, "n0", pid=r))
+    t = 100.0
+    for n in range(20):
+        own = [{"data": 0.005, "forward": 0.02, "backward": 0.03, "optimizer": 0.005} for _ in range(world)]
+        t += messages.synchronous_step(agg, n, t, own, world)
+    clock.now += 30.0  # rank 2 compiles for 30 s in step 20's forward; the others wait in backward's all-reduce
+    for r in range(world):
+        phase = "forward" if r == 2 else "backward"
+        ev = {"win": 10.0, "doing": "compile"} if r == 2 else {"win": 10.0}
+        coll = None if r == 2 else {"op": "all_reduce", "seq": 20, "inside": True, "age": 29.0}
+        agg.ingest(messages.heartbeat(r, messages.state(20, 19, phase, step_age=30.0, collective=coll, ev=ev), world=world))
+    answer = verdict(agg.snapshot())
+    assert answer.kind == "stalled", answer.text
+    assert answer.cause is not None and answer.cause.kind == "recompile", answer.text
+    assert answer.text.endswith(", because its training thread is compiling (torch.compile: its stack is in dynamo or inductor)")
+
+
+# -- the job slower than itself ---------------------------------------------------------------------------------
+
+BASE = {"data": 0.005, "forward": 0.020, "backward": 0.030, "optimizer": 0.005}
+
+
+def job_slower(extra: dict[str, float], ev_before: dict, ev_after: dict, seed: int = 0):
+    """A 4-rank job: 40 s healthy, then every rank's phases grow by ``extra``; each rank's evidence moves from
+    ``ev_before`` to ``ev_after`` over the probe's 10 s window. Returns the verdicts taken every half second after
+    the change."""
+    rng = random.Random(seed)
+    clock = messages.Clock()
+    agg = Aggregator("j", clock=clock, wall_clock=clock, window=64)
+    world, n, t = 4, 0, 100.0
+    for r in range(world):
+        agg.ingest(messages.hello(r, world, "n0", pid=r))
+    start, changed_at = clock.now, clock.now + 40.0
+    next_look, out = clock.now + 0.5, []
+    while clock.now < changed_at + 30.0:
+        after = clock.now >= changed_at
+        own = [{k: v * (1 + rng.gauss(0, 0.02)) + (extra.get(k, 0.0) if after else 0.0) for k, v in BASE.items()}
+               for _ in range(world)]  # fmt: skip
+        wall = messages.synchronous_step(agg, n, t, own, world)
+        n, t, clock.now = n + 1, t + wall, clock.now + wall
+        if clock.now >= next_look:
+            next_look += 0.5
+            moved = min(1.0, max(0.0, (clock.now - changed_at) / 10.0))
+            ev = {k: ev_before[k] + (ev_after[k] - ev_before[k]) * moved for k in ev_before}
+            for r in range(world):
+                agg.ingest(messages.heartbeat(r, {"step": n, "last": n - 1, "ev": {"win": 10.0, **ev}}, world=world))
+            if after:
+                out.append(verdict(agg.snapshot()))
+            else:
+                agg.snapshot()
+    del start
+    return out
+
+
+def test_every_rank_waiting_longer_for_its_data_loader_is_the_job_s_cause():
+    # before: 60 ms steps, each rank waits 1 ms a step for its loader; after: 80 ms, 20 ms
+    before = {"gc": 0.01, "ld": 0.083, "ld_cpu": 0.066, "cpu": 0.9, "runq": 0.01}
+    after = {"gc": 0.0075, "ld": 0.3125, "ld_cpu": 0.0625, "cpu": 0.68, "runq": 0.0075}
+    verdicts = job_slower({"data": 0.020}, before, after)
+    told = [v for v in verdicts if v.kind == "job_slower"]
+    assert told, [v.text for v in verdicts[-3:]]
+    last = told[-1]
+    assert last.cause is not None and last.cause.kind == "data_loader" and last.cause.explains >= 0.5, last.text
+    # (1 ms of a 61 ms step before: 17 ms a second)
+    assert re.search(r", because every rank waits 2\d ms per step for its DataLoader's batches, 1\.\d ms before \(data loader\)$",
+                     last.text), last.text
+
+
+def test_a_job_slower_that_no_evidence_explains_says_what_was_ruled_out():
+    same = {"gc": 0.01, "ld": 0.083, "ld_cpu": 0.066, "cpu": 0.9, "runq": 0.01}
+    verdicts = job_slower({"forward": 0.020}, same, dict(same, cpu=0.68))  # (a sleep: the CPU share falls)
+    told = [v for v in verdicts if v.kind == "job_slower"]
+    assert told
+    assert told[-1].cause is not None and told[-1].cause.kind == "unknown", told[-1].text
+    assert told[-1].text.endswith(", cause unknown: not GC, CPU contention, Python on its CPU, the data loader or recompiles")
+
+
+def test_the_job_s_baseline_follows_its_past_and_holds_while_it_is_told_slower():
+    job = causes.JobEvidence(follow_s=120.0)
+    states = [State(ev=Evidence(win=10.0, gc=0.01)) for _ in range(4)]
+    live, step = np.ones(4, bool), np.full(4, 0.1)
+    for k in range(100):
+        assert job.note(states, live, step, None, float(k), None) == []
+    assert job.base["gc"] == pytest.approx(0.01)
+    hot = [State(ev=Evidence(win=10.0, gc=0.2)) for _ in range(4)]
+
+    class Told:
+        excess_s = 0.02
+
+    (cause,) = job.note(hot, live, step, None, 100.0, Told())
+    assert cause.kind == "gc_pause" and cause.extra_s == pytest.approx(0.019) and cause.explains == pytest.approx(0.95)
+    assert job.base["gc"] == pytest.approx(0.01)  # held while told
+    assert math.isclose(job.note(hot, live, step, None, 101.0, Told())[0].value, 0.2)
