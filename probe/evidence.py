@@ -39,6 +39,14 @@ rank's latest state only, compares like with like:
   CPU seconds per second, its threads, and the CPUs it may run on
   (``/proc/self/stat``, ``sched_getaffinity``): a thread that waits for a CPU
   while its own process uses every core it has is its own contention.
+- ``sys``: seconds per second the training thread ran in the kernel (its ``stime``, in clock ticks): page faults
+  and system calls, CPU time that is not its Python's.
+- ``majflt``: major page faults per second of the process (``/proc/self/stat``, read with ``pcpu``): each a page
+  read from disk that the faulting thread waited for (memory swapped out, a mapped file's page not in memory).
+- ``node_cpu`` and ``ncpu``: CPU seconds per second busy on the whole node, every process's (``/proc/stat``'s
+  first line), and its online CPUs: less what the node's ranks use, what other processes there take.
+- ``doing``: when the rank has finished no step for :data:`STUCK_S`, what its training thread's stack is in now
+  (:func:`doing`: compiling, a checkpoint's save or load, a DataLoader, the garbage collector): a stall's cause.
 - ``ld`` and ``ld_cpu``: seconds per second the training thread spent inside a
   DataLoader iterator's ``__next__``, and the CPU it used there
   (:class:`LoaderTimer`: two clock reads a batch, on a method dynamo never traces);
@@ -139,6 +147,18 @@ def read_thread_cpu(native_id: int) -> tuple[float, int, int | None, float] | No
     except (OSError, ValueError, IndexError):
         return None
     return None
+
+
+def read_thread_system(native_id: int, clock_ticks: int = 0) -> float | None:
+    """Seconds thread ``native_id`` of this process has run in the kernel (``stime``: page faults, system calls),
+    or None where /proc does not say (not Linux). Its CPU time less this is its own code's: Python, not the
+    kernel reading a page from disk for it."""
+    try:
+        with open(f"/proc/self/task/{native_id}/stat", "rb") as f:
+            fields = f.read().rsplit(b")", 1)[1].split()
+        return int(fields[12]) / (clock_ticks or _CLOCK_TICKS)
+    except (OSError, ValueError, IndexError):
+        return None
 
 
 def read_process(pid: int | None = None, clock_ticks: int = 0, thread: int = 0) -> tuple[float, int, int] | None:
@@ -416,6 +436,9 @@ class Evidence:
             reading["runq"], reading["nvcsw"], swap, reading["cpu"] = thread
             if swap is not None:
                 reading["swap"] = swap
+        system = read_thread_system(self.native_id)
+        if system is not None:
+            reading["sys"] = system
         process = read_process_faults(thread=self.native_id)
         if process is not None:
             reading["pcpu"], reading["thr"], reading["cores"], reading["majflt"] = process
@@ -463,7 +486,7 @@ def _call(source: Callable[..., Any] | None, *args: Any) -> Any:
 #: Running totals sent as a rate per second: the reading's name -> the wire's.
 PER_SECOND = {"gc": "gc", "gc_n": "gc_n", "runq": "runq", "nvcsw": "nvcsw", "rows": "a2a_rows", "kids": "kids",
               "retries": "retries", "cpu": "cpu", "pcpu": "pcpu", "ld": "ld", "ld_cpu": "ld_cpu", "jit": "jit",
-              "jit_n": "jit_n", "breaks": "breaks", "majflt": "majflt", "node_cpu": "node_cpu"}  # fmt: skip
+              "jit_n": "jit_n", "breaks": "breaks", "majflt": "majflt", "node_cpu": "node_cpu", "sys": "sys"}  # fmt: skip
 #: Running totals that start at nothing when first read (the loader's, once wrapped; dynamo's, once imported): a
 #: window whose first reading lacks them counts them from nothing, not from its first reading that has them.
 FROM_NOTHING = frozenset({"ld", "ld_cpu", "jit", "jit_n", "breaks"})

@@ -40,6 +40,19 @@ def test_major_page_faults_beyond_its_peers_are_a_cause_costed_by_the_time_its_t
     assert cause.text.endswith("blocked 30 ms per step beyond its peers, off its CPU and outside its collectives (page faults)")
 
 
+def test_the_kernel_time_of_its_faults_is_theirs_not_python_the_step_waits_on():
+    # the slow rank's thread runs 25 ms a step more, all of it in the kernel (handling its faults), and is blocked
+    # 15 ms (its peers 40 ms, all of it at their collective): page faults, 40 ms; not host bound
+    cpu, sys_ = [0.85, 0.6, 0.6, 0.6], [0.25, 0.0, 0.0, 0.0]
+    st = [State(ev=Evidence(win=10.0, majflt=f, cpu=c, sys=k, runq=0.0)) for f, c, k in zip((2500.0, 3, 5, 4), cpu, sys_)]
+    step = np.array([0.1, 0.1, 0.1, 0.1])
+    comm = np.array([0.0, 0.04, 0.04, 0.04])  # (its peers wait for it at their collective)
+    found = causes.of_ranks(st, step, np.array([0.04, 0, 0, 0]), slow_first(4), np.ones(4, bool), None, comm_s=comm)
+    assert [c.kind for c in found[0]] == ["page_faults"], found[0]
+    assert found[0][0].extra_s == pytest.approx(0.04) and found[0][0].text.endswith(
+        "outside its collectives, and runs 25 ms more in the kernel (page faults)")
+
+
 def test_page_faults_that_block_nothing_are_no_cause_and_without_cpu_time_they_are_named_with_no_cost():
     quiet = [State(ev=Evidence(win=10.0, majflt=f, cpu=0.9, runq=0.01)) for f in (2500.0, 3.0, 5.0, 4.0)]
     found = causes.of_ranks(quiet, np.full(4, 0.1), np.array([0.03, 0, 0, 0]), slow_first(4), np.ones(4, bool), None)

@@ -163,6 +163,7 @@ class Evidence(Record, kw_only=True, frozen=True):
     jit: Optional[Amount] = None  # seconds per second torch.compile spent compiling on it (dynamo's compile time)
     jit_n: Optional[Amount] = None  # ... frames compiled (first compiles and recompiles) per second
     breaks: Optional[Amount] = None  # ... graph breaks per second
+    sys: Optional[Amount] = None  # seconds per second its training thread ran in the kernel (stime: page faults, system calls)
     majflt: Optional[Amount] = None  # major page faults per second of its process (a page read from disk: swap, a cold mapped file)
     node_cpu: Optional[Amount] = None  # CPU seconds per second busy on its node, every process's (/proc/stat)
     ncpu: Optional[Annotated[int, Meta(ge=1, le=1_000_000)]] = None  # ... the node's online CPUs

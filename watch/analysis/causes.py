@@ -403,9 +403,10 @@ def of_ranks(
         add(_with_workers(loader, states, which, pair))
     got = pair("majflt", MAJFLT_FLOOR)
     if got is not None:
-        add(_page_faults(got[0], got[1], _blocked(states, step_s, comm_s, peers_of, class_ids, which), step, excess))
-    if cpu_got is not None:
-        held = gc_s + jit_s + beyond("ld_cpu") + loads_est
+        blocked = _blocked(states, step_s, comm_s, peers_of, class_ids, which)
+        add(_page_faults(got[0], got[1], blocked, beyond("sys") if blocked is not None else None, step, excess))
+    if cpu_got is not None:  # (its kernel time, page faults' and system calls', is not Python the step waits on)
+        held = gc_s + jit_s + beyond("ld_cpu") + loads_est + beyond("sys")
         add(_host_bound(judge(cpu_got[0], cpu_got[1], step, excess, HOST_KIND, held), wait_per_cpu, excess))
     out: dict[int, list[Cause]] = {}
     for k, i in enumerate(which.tolist()):
@@ -601,10 +602,11 @@ def _blocked(states: Sequence[State], step_s: np.ndarray, comm_s: np.ndarray | N
 
 
 def _page_faults(mine: np.ndarray, reference: np.ndarray, blocked: tuple[np.ndarray, np.ndarray] | None,
-                 step_s: np.ndarray, excess_s: np.ndarray) -> list[Cause | None]:  # fmt: skip
+                 kernel: np.ndarray | None, step_s: np.ndarray, excess_s: np.ndarray) -> list[Cause | None]:  # fmt: skip
     """``page_faults`` for each slow rank: its process's major faults a second :data:`RATIO` times a healthy peer's
     and :data:`MAJFLT_FLOOR` beyond. Its cost is measured: the time its training thread was blocked per step (off
-    its CPU, outside its collectives) beyond a healthy peer's; faults that cost no such time are no cause. Where
+    its CPU, outside its collectives) beyond a healthy peer's, and its time in the kernel beyond theirs
+    (``kernel``, seconds per step: a fault's own handling); faults that block it no such time are no cause. Where
     its CPU time is not said, it is named with no cost (``untold``)."""
     out: list[Cause | None] = []
     for k, (value, ref) in enumerate(zip(mine.tolist(), reference.tolist())):
@@ -625,7 +627,12 @@ def _page_faults(mine: np.ndarray, reference: np.ndarray, blocked: tuple[np.ndar
             out.append(None)
             continue
         text += (f"; its training thread is blocked {_per_step(extra)} per step beyond its peers, off its CPU and "
-                 "outside its collectives (page faults)")  # fmt: skip
+                 "outside its collectives")  # fmt: skip
+        in_kernel = float(kernel[k]) if kernel is not None else 0.0
+        if in_kernel >= FLOOR * step:
+            text += f", and runs {_per_step(in_kernel)} more in the kernel"
+            extra += in_kernel
+        text += " (page faults)"
         out.append(Cause(kind="page_faults", text=text, value=value, peers=ref, ratio=value / ref if ref else None,
                          extra_s=extra, explains=share(extra, excess), basis=MEASURED))  # fmt: skip
     return out
