@@ -88,8 +88,12 @@ RATIOS = {"data_loader": 1.3, "host_bound": 1.2}
 
 #: A load this many times a healthy peer's is a cause (a healthy MoE's experts differ by less: routing noise).
 LOAD_RATIO = 1.5
-#: A GPU whose SM clock is this much below a healthy peer's (its peers' clock over its own) is throttled.
+#: A GPU whose SM clock is this much below a healthy peer's (its peers' clock over its own) is throttled ...
 CLOCK_RATIO = 1.1
+#: ... when power or heat held its clocks down this share of the sampler's window (probe/gpu_sampler.py).
+HELD_SHARE = 0.2
+#: The GPU gauge of the clock, and the one over the sampler's window read instead where the rank sends it.
+CLOCK_FIELD, WINDOWED_CLOCK = "sm_mhz", "sm_avg"
 #: Memory pressure: allocator retries a second beyond its peers', and bytes swapped out beyond theirs.
 RETRIES_FLOOR = 0.1
 SWAP_FLOOR = 256 * 2**20
@@ -154,6 +158,8 @@ def figures(states: Sequence[State], field: str, part: str = "ev") -> np.ndarray
         else:
             gpu = state.gpu
             value = gpu.get(field) if gpu is not None else None
+            if field == CLOCK_FIELD and gpu is not None and _number(gpu.get(WINDOWED_CLOCK)):
+                value = gpu.get(WINDOWED_CLOCK)  # the clock over the sampler's window, where sent
         if isinstance(value, (int, float)) and not isinstance(value, bool):
             out[i] = value
     return out
@@ -254,22 +260,50 @@ def judge_load(values: np.ndarray, reference: np.ndarray, step_s: np.ndarray, ex
 
 
 def judge_clock(mine: np.ndarray, reference: np.ndarray, step_s: np.ndarray, excess_s: np.ndarray,
-                reasons: Sequence[list | None], compute_s: np.ndarray | None = None) -> list[Cause | None]:  # fmt: skip
-    """``gpu_throttle`` for each rank of these columns (its SM clock, a healthy peer's, ..., its throttle reasons);
-    its cost estimated as a load's, from the clocks' ratio and its compute."""
+                reasons: Sequence[list | None], compute_s: np.ndarray | None = None,
+                held: Sequence[dict[str, float] | None] | None = None) -> list[Cause | None]:  # fmt: skip
+    """``gpu_throttle`` for each rank of these columns (its SM clock over the sampler's window, a healthy peer's,
+    ..., its throttle reasons now, and ``held``: the shares of the window its clocks were held down by power and by
+    heat, probe/gpu_sampler.py), or None. A clock :data:`CLOCK_RATIO` below its peers' is a cause only with a
+    reason: held down :data:`HELD_SHARE` of the window by power or heat where the shares are said, else a power or
+    thermal reason now (a probe before the shares); a lower clock alone is a symptom (a GPU less busy clocks
+    otherwise). Its cost estimated as a load's, from the clocks' ratio and its compute."""
     compute = step_s if compute_s is None else compute_s
+    shares = list(held) if held is not None else [None] * len(mine)
 
-    def rule(value: float, ref: float, step: float, excess: float, why: list | None, own: float) -> Cause | None:
+    def rule(value: float, ref: float, step: float, excess: float, why: list | None, own: float,
+             kept: dict[str, float] | None) -> Cause | None:  # fmt: skip
         if value <= 0 or ref < CLOCK_RATIO * value:
             return None
-        slowing = [r for r in why or () if r in ("power", "thermal", "hw")]
-        because = f" ({', '.join(slowing)} throttling)" if slowing else ""
+        if kept:
+            said = [(name, share_) for name, share_ in kept.items() if share_ >= HELD_SHARE]
+            if not said:
+                return None
+            because = " (held down by " + " and ".join(f"{name} {share_:.0%} of the time" for name, share_ in said) + ")"
+        else:
+            slowing = [r for r in why or () if r in ("power", "thermal", "hw")]
+            if not slowing:
+                return None
+            because = f" ({', '.join(slowing)} throttling)"
         text = f"its GPU runs at {value:.0f} MHz against its peers' {ref:.0f}{because} (gpu throttle)"
         extra = _scaled(own, ref / value)
         return Cause(kind="gpu_throttle", text=text, value=value, peers=ref, ratio=value / ref, extra_s=extra,
                      explains=share(extra, excess), basis=ESTIMATED)  # fmt: skip
 
-    return _each(rule, mine, reference, step_s, excess_s, reasons, compute.tolist())
+    return _each(rule, mine, reference, step_s, excess_s, reasons, compute.tolist(), shares)
+
+
+def held_shares(gpu: dict | None) -> dict[str, float] | None:
+    """The shares of its sampler's window a GPU's clocks were held down, by what (``power``, ``heat``), where its
+    gauges say them (probe/gpu_sampler.py ``held_power``, ``held_thermal``); None where they do not."""
+    if not gpu:
+        return None
+    out = {}
+    for key, name in (("held_power", "power"), ("held_thermal", "heat")):
+        value = gpu.get(key)
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and 0 <= value <= 1:
+            out[name] = float(value)
+    return out or None
 
 
 def judge_memory(retries: float, peers_retries: float, swap: float, peers_swap: float) -> Cause | None:
@@ -367,10 +401,11 @@ def of_ranks(
             if c is not None:
                 loads_est[k] = max(loads_est[k], c.extra_s)
         add(here)
-    reasons = [(states[i].gpu or {}).get("throttle") for i in which.tolist()]
     got = pair("sm_mhz", _TINY, "gpu")
     if got is not None:
-        add(judge_clock(got[0], got[1], step, excess, reasons, compute))
+        reasons = [(states[i].gpu or {}).get("throttle") for i in which.tolist()]
+        held = [held_shares(states[i].gpu) for i in which.tolist()]
+        add(judge_clock(got[0], got[1], step, excess, reasons, compute, held))
     _memory(states, which, peers_of, class_ids, found)
     # measured: time it lost
     gc_s, jit_s = beyond("gc"), beyond("jit")
@@ -556,6 +591,10 @@ def _scaled(compute: float, ratio: float) -> float:
     """What ``ratio`` times its peers' work costs a rank whose own compute per step is ``compute``: what it
     would have saved doing its peers' share, ``compute * (1 - 1/ratio)``."""
     return max(0.0, compute * (1 - 1 / ratio)) if ratio > 0 and compute == compute else 0.0
+
+
+def _number(value: object) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
 def _zero(value: float) -> float:
