@@ -226,3 +226,49 @@ def test_the_job_s_baseline_follows_its_past_and_holds_while_it_is_told_slower()
     assert cause.kind == "gc_pause" and cause.extra_s == pytest.approx(0.019) and cause.explains == pytest.approx(0.95)
     assert job.base["gc"] == pytest.approx(0.01)  # held while told
     assert math.isclose(job.note(hot, live, step, None, 101.0, Told())[0].value, 0.2)
+
+
+# -- a mixture of experts' healthy routing spread, learned ------------------------------------------------------
+
+
+def test_an_expert_s_load_is_judged_against_its_class_s_healthy_routing_spread_learned_from_the_job_s_past():
+    job = causes.JobEvidence()
+    keys = np.zeros(8, np.int64)
+    rng = random.Random(0)
+    healthy, slow = np.ones(8, bool), np.zeros(8, bool)
+
+    def rows(hot: float = 1.0) -> list[State]:  # routing noise: each rank receives 0.6x to 1.7x the mean
+        return [State(ev=Evidence(win=10.0, a2a_rows=10_000 * (hot if r == 0 else rng.uniform(0.6, 1.7)))) for r in range(8)]
+
+    assert job.load_ratios([State() for _ in range(8)], healthy, slow, keys, 0.0) is None  # no all-to-alls: nothing
+    before = job.load_ratios(rows(), healthy, slow, keys, 0.0)
+    assert before.tolist() == [causes.LOAD_RATIO] * 8  # not learned yet: the fixed bar
+    for t in range(1, 80):
+        needed = job.load_ratios(rows(), healthy, slow, keys, float(t))
+    spread = job.spread[0][0]
+    assert 1.6 < spread < 3.0 and needed[0] == pytest.approx(spread * causes.SPREAD_MARGIN)
+    # a rank receiving 2x its peers is within this job's noise: no expert_load; 4x is
+    st = rows(hot=2.0)
+    excess, step = np.array([0.03] + [0.0] * 7), np.full(8, 0.1)
+    found = causes.of_ranks(st, step, excess, slow_first(8), np.ones(8, bool), None, load_ratio=needed)
+    assert all(c.kind != "expert_load" for c in found.get(0, []))
+    found = causes.of_ranks(rows(hot=4.0), step, excess, slow_first(8), np.ones(8, bool), None, load_ratio=needed)
+    assert found[0][0].kind == "expert_load"
+    # without the learned spread, 2x is past the fixed 1.5x
+    assert causes.of_ranks(st, step, excess, slow_first(8), np.ones(8, bool), None)[0][0].kind == "expert_load"
+
+
+def test_a_hot_expert_s_rank_flagged_slow_does_not_teach_its_class_a_wider_spread():
+    job = causes.JobEvidence()
+    keys = np.zeros(8, np.int64)
+    even = [State(ev=Evidence(win=10.0, a2a_rows=10_000.0 * (1 + 0.05 * r))) for r in range(8)]
+    for t in range(40):
+        job.load_ratios(even, np.ones(8, bool), np.zeros(8, bool), keys, float(t))
+    learned = job.spread[0][0]
+    hot = [State(ev=Evidence(win=10.0, a2a_rows=40_000.0))] + even[1:]
+    healthy_but_growing = np.ones(8, bool)  # its load grows before it is flagged ...
+    job.load_ratios(hot, healthy_but_growing, np.zeros(8, bool), keys, 40.0)
+    flagged = slow_first(8)  # ... and it is flagged within the lag: what its class saw meanwhile is dropped
+    for t in range(41, 80):
+        job.load_ratios(hot, ~flagged, flagged, keys, float(t))
+    assert job.spread[0][0] == pytest.approx(learned, rel=0.01)

@@ -239,14 +239,16 @@ def judge(values: np.ndarray, reference: np.ndarray, step_s: np.ndarray, excess_
 
 
 def judge_load(values: np.ndarray, reference: np.ndarray, step_s: np.ndarray, excess_s: np.ndarray, load: Load,
-               compute_s: np.ndarray | None = None) -> list[Cause | None]:  # fmt: skip
-    """The cause ``load`` for each rank of these columns, or None: its figure :data:`LOAD_RATIO` times its peers'.
+               compute_s: np.ndarray | None = None, needed: np.ndarray | None = None) -> list[Cause | None]:  # fmt: skip
+    """The cause ``load`` for each rank of these columns, or None: its figure :data:`LOAD_RATIO` times its peers'
+    (``needed``: each rank's own ratio, where its class's healthy spread is learned: :class:`JobEvidence`).
     Its cost is estimated: the rank's own compute per step (``compute_s``; else its step) had it done its peers'
     work, ``compute * (1 - 1/ratio)``."""
     compute = step_s if compute_s is None else compute_s
+    ratios = np.full(len(values), LOAD_RATIO) if needed is None else needed
 
-    def rule(value: float, ref: float, step: float, excess: float, own: float) -> Cause | None:
-        if ref <= 0 or value < LOAD_RATIO * ref:
+    def rule(value: float, ref: float, step: float, excess: float, own: float, at_least: float) -> Cause | None:
+        if ref <= 0 or value < at_least * ref:
             return None
         per_step = step if load.per_second else 1.0
         ratio = value / ref
@@ -256,7 +258,7 @@ def judge_load(values: np.ndarray, reference: np.ndarray, step_s: np.ndarray, ex
         return Cause(kind=load.name, text=text, value=value, peers=ref, ratio=ratio, extra_s=extra,
                      explains=share(extra, excess), basis=ESTIMATED)  # fmt: skip
 
-    return _each(rule, values, reference, step_s, excess_s, compute.tolist())
+    return _each(rule, values, reference, step_s, excess_s, compute.tolist(), ratios.tolist())
 
 
 def judge_clock(mine: np.ndarray, reference: np.ndarray, step_s: np.ndarray, excess_s: np.ndarray,
@@ -339,14 +341,16 @@ def of_ranks(
     states: Sequence[State], step_s: np.ndarray, excess_s: np.ndarray, slow: np.ndarray, live: np.ndarray,
     class_ids: np.ndarray | None, evidence: Mapping[str, np.ndarray] | None = None, *, culprit: np.ndarray | None = None,
     names: Sequence[str] = (), phases: np.ndarray | None = None, comm_s: np.ndarray | None = None,
+    load_ratio: np.ndarray | None = None,
 ) -> dict[int, list[Cause]]:  # fmt: skip
     """Row index -> the causes of each slow rank that has any: measured first, then estimated, then untold, each
     costliest first, and ``unknown`` last when none explains :data:`PARTLY` of its excess. ``live``: the ranks
     whose figures count as peers' (not silent, scored). ``evidence``: the fields a gathered view keeps as columns
     (watch/engine/rank_scalars.py), read instead of a pass over the states. ``names``/``phases`` (ranks x names,
     seconds per step) and ``comm_s`` (its collective wait per step): where given, they take the data phase and
-    the wait out of the compute a ratio is applied to. (``culprit`` is accepted and not read: a phase's name is
-    no evidence.)"""
+    the wait out of the compute a ratio is applied to. ``load_ratio``: per row, the ratio of all-to-all rows to its
+    peers' an ``expert_load`` needs (its class's healthy routing spread, learned: :meth:`JobEvidence.load_ratios`;
+    None: :data:`LOAD_RATIO`). (``culprit`` is accepted and not read: a phase's name is no evidence.)"""
     del culprit
     which = np.flatnonzero(slow)
     if not len(which):
@@ -393,7 +397,8 @@ def of_ranks(
         if got is None:
             continue
         mine, ref = got
-        here = judge_load(mine, ref, step, excess, load, compute)
+        needed = load_ratio[which] if load_ratio is not None and load.name == "expert_load" else None
+        here = judge_load(mine, ref, step, excess, load, compute, needed)
         if load.name == "input_imbalance":  # the first input figure it and its peers send stands for its work
             here = [None if judged_inputs[k] else c for k, c in enumerate(here)]
             judged_inputs |= (np.nan_to_num(mine) > 0) & (np.nan_to_num(ref) > 0)
@@ -778,6 +783,14 @@ JOB_FAMILIES = (
     ("fault_wait", "page_faults", "every rank's training thread is blocked {now} per step off its CPU, {before} before, taking {faults} major page faults a second (page faults)"),
     ("cpu", "host_bound", "every rank's training thread runs {now} per step on a CPU, {before} before (host bound)"),
 )  # fmt: skip
+#: The healthy routing spread of a class: at most this many members read a snapshot, ...
+SPREAD_SAMPLE = 64
+#: ... its peak forgotten over this many seconds, learned after this many, ...
+SPREAD_FORGET_S = 600.0
+SPREAD_LEARN_S = 30.0
+#: ... a rank's rows beyond it by this factor are an expert's load, and never under this ratio to its peers'.
+SPREAD_MARGIN = 1.15
+SPREAD_LEAST = 1.2
 #: What a job slower than itself with no cause rules out, by the families its ranks' evidence covers.
 JOB_RULED_OUT = (("gc", "GC"), ("runq", "CPU contention"), ("cpu", "Python on its CPU"), ("ld_wait", "the data loader"),
                  ("jit", "recompiles"), ("majflt", "page faults"))  # fmt: skip
@@ -799,6 +812,60 @@ class JobEvidence:
         self.base: dict[str, float] = {}
         self._waiting: list[tuple[float, dict[str, float]]] = []
         self._at: float | None = None
+        # the healthy routing spread of each class (key -> its decaying peak, when last moved, when first learned)
+        self.spread: dict[int, list[float]] = {}
+        self._spreads_waiting: list[tuple[float, int, float]] = []
+
+    def load_ratios(self, states: Sequence[State], healthy: np.ndarray, slow: np.ndarray, class_keys: np.ndarray,
+                    now: float) -> np.ndarray | None:  # fmt: skip
+        """Per row, the ratio of all-to-all rows to its peers' an ``expert_load`` needs: its class's healthy routing
+        spread learned from the job's own past (the most rows a healthy member receives over the class's median,
+        at most :data:`SPREAD_SAMPLE` members read a class), times :data:`SPREAD_MARGIN`, and
+        :data:`SPREAD_LEAST` at least; :data:`LOAD_RATIO` where not learned yet (:data:`SPREAD_LEARN_S` of it). A
+        spread is taken in :data:`JOB_LAG_S` after it was seen, and dropped if a rank of its class was flagged
+        slow meanwhile (a hot expert's rank before it was flagged is no healthy spread). None: no rank sends
+        all-to-all rows."""
+        idx = np.flatnonzero(healthy)
+        if not self.spread and not self._spreads_waiting:  # (a job without all-to-alls pays a look at 16 ranks)
+            look = idx[np.linspace(0, len(idx) - 1, min(16, len(idx))).astype(np.int64)] if len(idx) else idx
+            if not (figures([states[i] for i in look.tolist()], "a2a_rows") >= 0).any():
+                return None
+        keys_now = class_keys[idx]
+        seen_any = False
+        for key in np.unique(keys_now).tolist():
+            members = idx[keys_now == key]
+            if len(members) > SPREAD_SAMPLE:
+                members = members[np.linspace(0, len(members) - 1, SPREAD_SAMPLE).astype(np.int64)]
+            rows = figures([states[i] for i in members.tolist()], "a2a_rows")
+            rows = rows[~np.isnan(rows)]
+            if len(rows) < 3:
+                continue
+            seen_any = True
+            middle = float(np.median(rows))
+            if middle > 0:
+                self._spreads_waiting.append((now, int(key), float(rows.max()) / middle))
+        flagged = set(np.unique(class_keys[slow]).tolist()) if slow.any() else set()
+        kept = []
+        for at, key, spread in self._spreads_waiting:
+            if key in flagged:
+                continue  # (its class has a slow rank now: what it saw may be that rank's load growing)
+            if now - at < JOB_LAG_S:
+                kept.append((at, key, spread))
+                continue
+            peak = self.spread.get(key)
+            if peak is None:
+                self.spread[key] = [spread, at, at]
+            else:
+                peak[0] = max(spread, peak[0] * math.exp(-max(0.0, at - peak[1]) / SPREAD_FORGET_S))
+                peak[1] = at
+        self._spreads_waiting = kept
+        if not seen_any and not self.spread:
+            return None
+        out = np.full(len(class_keys), LOAD_RATIO)
+        for key, (peak, _, first) in self.spread.items():
+            if now - first >= SPREAD_LEARN_S:
+                out[class_keys == key] = max(SPREAD_LEAST, peak * SPREAD_MARGIN)
+        return out
 
     def note(self, states: Sequence[State], live: np.ndarray, step_s: np.ndarray, comm_s: np.ndarray | None,
              now: float, slower: Any) -> list[Cause]:  # fmt: skip

@@ -137,9 +137,12 @@ def build(view: JobView, extras: Extras, policy: StallPolicy = StallPolicy(), pe
         status[np.isin(view.rank, stalls.stalled_ranks())] = STATUS_CODE[STALLED]
     status[silent] = STATUS_CODE[SILENT]
     slow = status == STATUS_CODE[SLOW]
+    # each class's healthy routing spread, learned from the job's past (an expert's load is judged against it)
+    load_ratio = (job_evidence.load_ratios(view.states, live & ~slow, slow, peers.class_keys, view.now)
+                  if job_evidence is not None and len(idx) else None)  # fmt: skip
     why = (
         causes.of_ranks(view.states, view.step_s, excess, slow, live, peers.class_ids, view.evidence,
-                        culprit=culprit, names=names, phases=view.phases, comm_s=view.comm_s)  # fmt: skip
+                        culprit=culprit, names=names, phases=view.phases, comm_s=view.comm_s, load_ratio=load_ratio)  # fmt: skip
         if slow.any()
         else {}
     )
