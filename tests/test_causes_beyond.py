@@ -272,3 +272,16 @@ def test_a_hot_expert_s_rank_flagged_slow_does_not_teach_its_class_a_wider_sprea
     for t in range(41, 80):
         job.load_ratios(hot, ~flagged, flagged, keys, float(t))
     assert job.spread[0][0] == pytest.approx(learned, rel=0.01)
+
+
+def test_the_brief_verdict_of_a_node_or_a_stall_says_its_cause_by_name_once():
+    from ranktop.watch.model.verdict import brief
+
+    def ev(r):
+        busy = host_of(r) == "node-005"
+        return {"win": 10.0, "pcpu": 0.5, "cpu": 0.45, "runq": 0.35 if busy else 0.01, "node_cpu": 8.0 if busy else 4.3, "ncpu": 16}
+
+    answer = verdict(slow_node_job(ev).snapshot())
+    short = brief(answer)
+    assert short.endswith(", because: node busy") and short.count("because") == 1, short
+    assert "other processes" not in short

@@ -271,6 +271,10 @@ def brief(answer: Verdict, room: int = 0) -> str:
     said = _said(cause) + cause.text if cause is not None else ""
     if said and text.endswith(said):
         text = text[: -len(said)]
+    elif cause is not None and text.endswith(cause.text):  # ", because on 4 of them: ..." (a node's, a stall's)
+        head = text[: -len(cause.text)]
+        cut = max(head.rfind(", because "), head.rfind(", partly because "), head.rfind(", cause unknown"))
+        text = text[:cut] if cut >= 0 else text
     text = _SAID_OF_ARRIVALS.sub("", text)
     why = _said_brief(cause) if cause is not None else ""
     for shorten in _SHORTER:
