@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -136,3 +137,17 @@ def test_a_rank_given_twice_the_tokens_of_its_peers_is_named_with_input_imbalanc
     assert 0.9 * 4096 <= cause["peers"] <= 1.1 * 4096 and 0.9 * 8192 <= cause["value"] <= 1.1 * 8192, cause
     assert ", because it takes in 2.0x the tokens of its peers, " in verdict["text"] and verdict["text"].endswith("(input imbalance)")
     assert [r["causes"] for r in doc["ranks"] if r["rank"] != 1] == [[]] * 3
+
+
+def test_a_rank_that_reads_a_mapped_file_cold_every_step_is_named_with_page_faults(tmp_path):
+    """benchmarks/causes_rank.py's ``faults``: rank 1 reads 256 pages of a file through a fresh mapping each step,
+    the file's pages dropped from the page cache first (a major fault each, its training thread blocked on the
+    disk): named with page faults, its cost the time blocked and in the kernel beyond its peers'."""
+    sys.path.insert(0, str(Path(__file__).parent.parent / "benchmarks"))
+    try:
+        import causes as bench
+    finally:
+        sys.path.pop(0)
+    outcome = bench.run(bench.Job("faults", "page_faults"), tmp_path)
+    assert outcome["named"] == "page_faults", outcome
+    assert outcome["explains"] >= 0.2 and "major page faults a second" in outcome["verdict"], outcome

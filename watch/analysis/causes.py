@@ -688,6 +688,8 @@ def _page_faults(mine: np.ndarray, reference: np.ndarray, blocked: tuple[np.ndar
 NODE_RATIO = 2.0
 #: ... and this many CPUs beyond it (a shell, a monitor, the relay use a little on every node).
 NODE_CPUS = 0.5
+#: The healthy nodes read for a slow node's reference, at most (evenly spaced among them).
+NODE_SAMPLE = 64
 #: A stalled rank's stack, as its probe says it (wire/messages.py ``Doing``): the kind and the text of its cause.
 DOING = {
     "compile": ("recompile", "its training thread is compiling (torch.compile: its stack is in dynamo or inductor)"),
@@ -714,16 +716,28 @@ def of_stalls(states: Sequence[State], stalled: np.ndarray) -> dict[int, list[Ca
 
 
 def of_nodes(states: Sequence[State], hosts: Sequence[str], slow_hosts: Sequence[str], slow: np.ndarray,
-             live: np.ndarray, step_s: np.ndarray, excess_s: np.ndarray) -> dict[str, list[Cause]]:  # fmt: skip
+             live: np.ndarray, step_s: np.ndarray, excess_s: np.ndarray,
+             host_id: np.ndarray | None = None) -> dict[str, list[Cause]]:  # fmt: skip
     """Host -> the node-level cause of each slow node whose ranks say their node's CPU (probe/evidence.py
     ``node_cpu``): other processes (the node's busy CPU less what its ranks and their workers use) using
     :data:`NODE_RATIO` times a healthy node's and :data:`NODE_CPUS` beyond it: ``node_busy``. Its cost is
     measured where the ranks say their run-queue wait: the node's ranks' median wait per step beyond the healthy
-    nodes' ranks' median, against the node's median excess; else named with no cost."""
+    nodes' ranks' median, against the node's median excess; else named with no cost. ``host_id``: each row's node
+    as a number (the job state's column): the slow nodes' ranks and those of :data:`NODE_SAMPLE` healthy nodes at
+    most are read, not every rank of a job of thousands of nodes."""
     if not slow_hosts:
         return {}
-    figures_of: dict[str, list[tuple[float, float, float, float]]] = {}
-    for i, state in enumerate(states):
+    rows: Sequence[int] = range(len(states))
+    if host_id is not None and len(host_id):
+        named = np.array([h in set(slow_hosts) for h in (hosts[i] for i in np.unique(host_id, return_index=True)[1].tolist())])
+        ids = np.unique(host_id)
+        healthy_ids = ids[~named]
+        if len(healthy_ids) > NODE_SAMPLE:
+            healthy_ids = healthy_ids[np.linspace(0, len(healthy_ids) - 1, NODE_SAMPLE).astype(np.int64)]
+        rows = np.flatnonzero(np.isin(host_id, np.concatenate([ids[named], healthy_ids]))).tolist()
+    figures_of: dict[str, list[tuple[float, float, float, float, int]]] = {}
+    for i in rows:
+        state = states[i]
         ev = state.ev
         if ev is None or not (live[i] or slow[i]):
             continue
@@ -732,7 +746,7 @@ def of_nodes(states: Sequence[State], hosts: Sequence[str], slow_hosts: Sequence
         runq = getattr(ev, "runq", None)
         figures_of.setdefault(hosts[i], []).append((float("nan") if node is None else node, ranks_cpu,
                                                     float("nan") if runq is None else runq * float(step_s[i]),
-                                                    float(getattr(ev, "ncpu", None) or 0)))  # fmt: skip
+                                                    float(getattr(ev, "ncpu", None) or 0), i))  # fmt: skip
     others: dict[str, float] = {}
     waits: dict[str, float] = {}
     for host, rows in figures_of.items():
@@ -758,11 +772,11 @@ def of_nodes(states: Sequence[State], hosts: Sequence[str], slow_hosts: Sequence
         cpus = int(max(r[3] for r in rows))
         of = f" of its {cpus} CPUs" if cpus else " CPUs"
         text = f"other processes on it use {mine:.1f}{of} against {ref:.1f} on a healthy node"
-        at = np.array([hosts[i] == host and bool(slow[i]) for i in range(len(hosts))])
-        excess = float(np.median(excess_s[at])) if at.any() else 0.0
+        at = np.array([r[4] for r in rows if slow[r[4]]], np.int64)
+        excess = float(np.median(excess_s[at])) if len(at) else 0.0
         wait = waits.get(host, float("nan"))
         extra = wait - ref_wait if wait == wait and ref_wait == ref_wait else float("nan")
-        if extra == extra and extra >= FLOOR * float(np.median(step_s[at]) if at.any() else 0.0):
+        if extra == extra and extra >= FLOOR * float(np.median(step_s[at]) if len(at) else 0.0):
             text += f"; its ranks wait {_per_step(wait)} per step for a CPU against {_per_step(ref_wait)} there (node busy)"
             cause = Cause(kind="node_busy", text=text, value=mine, peers=ref, ratio=mine / ref if ref else None,
                           extra_s=extra, explains=share(extra, excess), basis=MEASURED)  # fmt: skip
