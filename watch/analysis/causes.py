@@ -17,7 +17,9 @@ name. Costs measured before estimated:
   threads' when they use its cores), ``data_loader`` (time inside the
   DataLoader's ``__next__`` less the GC and run-queue time it may hold),
   ``recompile`` (time torch.compile spent compiling), ``host_bound`` (CPU time
-  of the training thread the others leave unexplained: Python the step waits on).
+  of the training thread the others leave unexplained: Python the step waits on),
+  ``page_faults`` (major faults, costed by the time the thread was blocked off its
+  CPU outside its collectives, and its kernel time, beyond its peers').
   Such a figure is a cause at :data:`RATIO` times a healthy peer's (a kind's
   own in :data:`RATIOS`) and :data:`FLOOR` seconds a second beyond it.
 - **estimated** (``basis="estimated"``): work it is given, as a ratio:
@@ -38,6 +40,11 @@ ruled out ("not GC, CPU contention, input size or memory").
 Only ranks flagged slow get causes, so a healthy job has none, however its
 ranks' figures differ. A rank is compared within its peer class (the ranks at
 its pipeline stage), like its steps.
+
+Beyond one rank, by the same shares: a slow node's other processes (:func:`of_nodes`, ``node_busy``), a stalled
+rank's stack (:func:`of_stalls`: what it is in now, ``basis="seen"``), and a job slower than itself
+(:class:`JobEvidence`: its ranks' medians against the job's own past), which also learns each class's healthy
+routing spread for ``expert_load``.
 """
 
 from __future__ import annotations
