@@ -151,3 +151,25 @@ def test_a_rank_that_reads_a_mapped_file_cold_every_step_is_named_with_page_faul
     outcome = bench.run(bench.Job("faults", "page_faults"), tmp_path)
     assert outcome["named"] == "page_faults", outcome
     assert outcome["explains"] >= 0.2 and "major page faults a second" in outcome["verdict"], outcome
+
+
+def test_a_job_stalled_on_a_rank_stuck_writing_a_checkpoint_says_so_and_a_plain_hang_says_no_cause(launch_ranks, tmp_path):
+    """tests/jobs/hanging_ranks.py: rank 2 hangs at step 20, inside ``torch.save`` (its file never takes the bytes),
+    or in a sleep of its own; the others wait at the barrier. The stall's cause is what rank 2's stack is in."""
+    from support import wait_for
+
+    for job, hang_in in (("stuck-ckpt", "checkpoint"), ("stuck-sleep", "sleep")):
+        folder = tmp_path / f"{job}-barrier"
+        launch_ranks(job, 4, "--barrier-dir", str(folder), "--hang-rank", "2", "--hang-at-step", "20", "--hang-in", hang_in,
+                     script=JOBS / "hanging_ranks.py")  # fmt: skip
+        wait_for(lambda: all((folder / f"20.{r}").exists() for r in (0, 1, 3)), 60, "the ranks never reached the hang step")  # noqa: B023
+        out = run_cli("watch", job, "--json", "--duration", "5")
+        assert out.returncode == 0, out.stderr
+        verdict = json.loads(out.stdout)["verdict"]
+        assert verdict["kind"] == "stalled" and verdict["ranks"] == [2], verdict
+        if hang_in == "checkpoint":
+            assert verdict["cause"] is not None and verdict["cause"]["kind"] == "checkpoint_write", verdict
+            assert verdict["text"].endswith(", because its training thread is writing or reading a checkpoint "
+                                            "(its stack is in torch.save/load or a distributed checkpoint)"), verdict["text"]
+        else:
+            assert verdict["cause"] is None, verdict
