@@ -173,3 +173,28 @@ def test_a_job_stalled_on_a_rank_stuck_writing_a_checkpoint_says_so_and_a_plain_
                                             "(its stack is in torch.save/load or a distributed checkpoint)"), verdict["text"]
         else:
             assert verdict["cause"] is None, verdict
+
+
+def test_every_rank_collecting_its_garbage_from_some_moment_is_the_job_slower_because_of_gc(launched):
+    """tests/jobs/sleepy_rank.py --slow-all --slow-by gc: from 40 s in, every rank runs a full garbage collection over
+    a heap of 400,000 lists in forward: nobody stands out, the job is slower than itself, and its ranks' evidence
+    against the job's own past (watch/analysis/causes.py JobEvidence) says why."""
+    from ranktop.watch.model.verdict import verdict
+    from ranktop.watch.session import WatchSession, resolve
+
+    torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2"]
+    launched("pace-gc", *torchrun, str(JOBS / "sleepy_rank.py"), "--gloo", "--slow-all", "--slow-phase", "forward",
+             "--slow-by", "gc", "--slow-from-s", "40")  # fmt: skip
+    seen = []
+    with WatchSession(resolve(["pace-gc"])) as session:  # a screen's snapshots, twice a second, from before it
+        deadline = time.monotonic() + 90
+        while time.monotonic() < deadline:
+            answer = verdict(session.snapshot())
+            seen.append(answer)
+            if answer.kind == "job_slower" and answer.cause is not None and answer.cause.kind != "unknown":
+                break
+            time.sleep(0.5)
+    told = [a for a in seen if a.kind == "job_slower"]
+    assert told, [a.text for a in seen[-4:]]
+    assert told[-1].cause is not None and told[-1].cause.kind == "gc_pause", [a.text for a in told[-4:]]
+    assert ", because every rank spends " in told[-1].text and told[-1].text.endswith("(gc pause)"), told[-1].text
