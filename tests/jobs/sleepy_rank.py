@@ -4,7 +4,7 @@ Run several with RANK/LOCAL_RANK/WORLD_SIZE/LOCAL_WORLD_SIZE/RANKTOP_JOB set, as
 launcher would. ``--slow-rank R --slow-ms MS --slow-phase P`` makes one rank slow.
 ``--slow-every N`` makes it slow on one step in N only (an intermittent straggler).
 ``--also-rank R --also-ms MS --also-phase P`` makes a second straggler. ``--slow-all`` makes every rank slow alike, ``--slow-from-s S`` only from S seconds after it started (the job
-slower than itself).
+slower than itself); ``--slow-by gc``: the slowdown is a full garbage collection over a heap, not a sleep.
 ``--gloo`` (under torchrun): backward ends in a gloo all_reduce where the ranks wait for the slowest, as
 in data-parallel training, while their own work stays sleeps (no compute competing for the machine's cores,
 so a test reads how ranktop measures a slowdown, not the machine's noise).
