@@ -109,7 +109,7 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
-from ranktop.demo.sim_model import PHASES, PROBED_BPS, JobModel, Scenario, Step
+from ranktop.demo.sim_model import CAUSE_FIELDS, PHASES, PROBED_BPS, JobModel, Scenario, Step
 from ranktop.demo.simulate import Simulator
 from ranktop.watch.aggregator import Aggregator
 from ranktop.watch.model.verdict import HEALTHY, IMBALANCED, SILENT_RANKS, SLOW_NODE, SLOW_RANK, STALLED_JOB, verdict
@@ -239,6 +239,11 @@ FAMILIES: dict[str, Family] = {
     "eval": Family("eval", "eval", layouts=SMALL, sizes=(0.0,), lasts_s=(5.0, 20.0), sized=False),
     "recompile": Family("recompile", None, layouts=SMALL, sizes=(0.0,), lasts_s=(1.0, 10.0), sized=False),
 }
+#: Families whose culprit's probe sends cause evidence (demo/sim_model.py: its cause's field carries its extra time,
+#: or nothing for ``unknown``), the cause drawn from the seed apart from every other draw: the verdict's cause at
+#: its last right look is scored (``causes`` in the summary). The detection figures read none of it.
+CAUSE_FAMILIES = ("slow_rank", "mid_run", "long_recovers", "rate_2", "rate_16")
+CAUSES = tuple(CAUSE_FIELDS)
 #: Families whose scenarios are healthy jobs: every verdict naming someone is a false alarm, their rank-hours count.
 HEALTHY_FAMILIES = ("healthy", "checkpoint", "eval", "recompile")
 
@@ -298,6 +303,8 @@ class NoisyJob(JobModel):
     def __init__(self, s: Scenario, case: Case, t0: float):
         self.case = case
         self.t0 = t0
+        # the culprit's cause, where scored: its own draw, so that every other draw is as without it
+        self.cause = CAUSES[random.Random(case.seed * 31 + 101).randrange(len(CAUSES))] if s.evidence else "unknown"
         super().__init__(s)
         self.draw = np.random.default_rng(s.seed + 7919)
         ranks = s.ranks
@@ -411,6 +418,23 @@ class NoisyJob(JobModel):
         if host == self.slow_host and self.size_at(t) > 0:
             return max(1.0, PROBED_BPS / self.link_bps)
         return 1.0
+
+    # -- the culprit's cause (demo/sim_model.py JobModel.evidence) ---------------------
+
+    def extra_of(self, rank: int, t: float) -> float:
+        load = self._loads.get(rank)
+        if load is None or self.size_at(t) <= 0:
+            return 0.0
+        return load[1] / max(1, self.case.every)
+
+    def cause_ranks(self) -> list[int]:
+        return list(self.culprits) if self.s.evidence and CAUSE_FIELDS.get(self.cause) else []
+
+    def cause_of(self, rank: int) -> str:
+        return self.cause
+
+    def _has_extra(self, rank: int) -> bool:
+        return rank in self._loads
 
     # -- the fault's size ----------------------------------------------------------
 
@@ -599,6 +623,8 @@ class Outcome:
     step_s: float | None = None  # the job's step the fault's size is a share of (NoisyJob.job_step_s)
     kinds: dict = field(default_factory=dict)  # verdict kinds seen (after warm-up), how many looks each
     wall_s: float = 0.0
+    cause_truth: str | None = None  # CAUSE_FAMILIES: the culprit's cause (its evidence), "unknown" where none
+    cause_named: str | None = None  # ... what the verdict named at its last right look ("unknown": no cause named)
 
 
 class Tally:
@@ -629,6 +655,9 @@ class Tally:
         lingering = not active and ended is not None and ended <= t < ended + LINGER_S
         hit = _answers(v, case.expect, self.culprits, self.hosts)
         if hit and (active or lingering):
+            if active and v.kind == SLOW_RANK and v.ranks and v.ranks[0] in self.culprits:
+                named = v.cause.kind if v.cause is not None else "unknown"
+                out.cause_named = named
             if alarm:
                 out.right += active
             if active:
@@ -672,7 +701,8 @@ def run_case(case: Case, directory: str) -> Outcome:
         if case.fault == "stall"
         else (dict(silent_rank=pick.randrange(spec["ranks"]), silent_at_s=case.onset_s) if case.fault == "silent" else {})
     )
-    s = Scenario(job="accuracy", steps_per_s=case.rate, seed=case.seed, rate_hz=settings.DEFAULT_RATE_HZ * turns, **spec, **hang)
+    s = Scenario(job="accuracy", steps_per_s=case.rate, seed=case.seed, rate_hz=settings.DEFAULT_RATE_HZ * turns,
+                 evidence=case.family in CAUSE_FAMILIES, **spec, **hang)  # fmt: skip
     t0 = 1.0e9
     sim = Simulator(s, directory)
     model = sim.model = NoisyJob(s, case, t0)
@@ -701,6 +731,8 @@ def run_case(case: Case, directory: str) -> Outcome:
         tally.look(v, t, active, model.ended_at(), lambda: _told_sizes(v, snap, model.costs))  # noqa: B023 (called at once)
     out = tally.done(s.ranks, case.length_s, model.job_step_s if case.fault != "none" else None)
     out.wall_s = time.perf_counter() - began
+    if s.evidence:
+        out.cause_truth = model.cause
     return out
 
 
@@ -853,10 +885,34 @@ def summarize(outcomes: list[Outcome], held_out: bool = True) -> dict:
         doc[f"by_{key}"] = {str(name): figures([o for o in outcomes if getattr(o.case, key) == name])
                             for name in dict.fromkeys(getattr(o.case, key) for o in outcomes)}  # fmt: skip
     doc["targets"] = targets(outcomes)
+    doc["causes"] = cause_figures(outcomes)
     faults = [o for o in outcomes if o.case.expect is not None and o.case.size >= 0.05]
     doc["missed"] = [_brief(o) for o in faults if not o.detected][:30]
     doc["wrong"] = [_brief(o) for o in outcomes if o.wrong][:30]
     return doc
+
+
+def cause_figures(outcomes: list[Outcome]) -> dict:
+    """How right the verdict's cause is on the scenarios whose culprit sends cause evidence (CAUSE_FAMILIES), at
+    its last right look, as benchmarks/causes.py counts its real jobs: ``precision`` (of the causes named, the
+    share that is the truth), ``recall`` (of the culprits with a measurable cause, the share named with it),
+    ``unknown_when_unmeasurable``, and the matrix ``by_truth`` (truth -> named -> scenarios). Scenarios whose
+    culprit was never named are left out (the detection figures count them)."""
+    scored = [o for o in outcomes if o.cause_truth is not None and o.cause_named is not None]
+    named = [o for o in scored if o.cause_named != "unknown"]
+    measurable = [o for o in scored if o.cause_truth != "unknown"]
+    unmeasurable = [o for o in scored if o.cause_truth == "unknown"]
+    by_truth: dict[str, dict[str, int]] = {}
+    for o in scored:
+        row = by_truth.setdefault(str(o.cause_truth), {})
+        row[str(o.cause_named)] = row.get(str(o.cause_named), 0) + 1
+    return {
+        "scored": len(scored),
+        "precision": _share(sum(o.cause_named == o.cause_truth for o in named), len(named)),
+        "recall": _share(sum(o.cause_named == o.cause_truth for o in measurable), len(measurable)),
+        "unknown_when_unmeasurable": _share(sum(o.cause_named == "unknown" for o in unmeasurable), len(unmeasurable)),
+        "by_truth": dict(sorted(by_truth.items())),
+    }
 
 
 #: Issue 45's targets (held-out; every family, the slow link counted since issue 47): (figure, bound, the bound is a floor).
@@ -973,6 +1029,10 @@ def table(doc: dict) -> str:
         f"{k} {'-' if t['value'] is None else t['value']:} "
         f"({({True: 'met', False: 'NOT met'}).get(t['met'], 'none to judge')}, target {t['target']:g})"
         for k, t in doc["targets"].items()))  # fmt: skip
+    causes = doc.get("causes")
+    if causes and causes["scored"]:
+        lines.append(f"causes ({causes['scored']} culprits with evidence): precision {causes['precision']}, recall "
+                     f"{causes['recall']}, unknown when unmeasurable {causes['unknown_when_unmeasurable']}")  # fmt: skip
     return "\n".join(lines)
 
 

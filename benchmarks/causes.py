@@ -13,8 +13,8 @@ and the figures:
 - ``unknown_when_unmeasurable``: of the jobs with no measurable cause, the share called unknown (or none named);
 - ``by_kind``: each truth's jobs, named right, and what was named instead.
 
-    python benchmarks/causes.py --quick           # one job a kind (9 jobs), 3 to 4 minutes on 2 cores
-    python benchmarks/causes.py --jobs 63         # 7 rounds of the 9 kinds, worlds 2 and 3 in turn (about 16 minutes)
+    python benchmarks/causes.py --quick           # one job a kind (10 jobs), about 4 minutes on 2 cores
+    python benchmarks/causes.py --jobs 70         # 7 rounds of the 10 kinds, worlds 2 and 3 in turn (about 18 minutes)
     python benchmarks/causes.py --quick --json    # {jobs, precision, recall, unknown_when_unmeasurable, by_kind, ...}
 
 Not a test: the machine's own load moves the figures (every rank waits alike for a CPU on a busy machine, docs/
@@ -63,7 +63,7 @@ class Job:
 KINDS = (
     Job("gc", "gc_pause"), Job("busy", "cpu_contention", pin=True, args=("--compute-ms", "12")), Job("threads", "oversubscribed", pin=True),
     Job("imbalance", "input_imbalance"), Job("padded", UNKNOWN), Job("loader", "data_loader"),
-    Job("recompile", "recompile"), Job("python", "host_bound"), Job("sleep", UNKNOWN),
+    Job("recompile", "recompile"), Job("python", "host_bound"), Job("sleep", UNKNOWN), Job("faults", "page_faults"),
 )  # fmt: skip
 MEASURABLE = tuple(sorted({j.truth for j in KINDS} - {UNKNOWN}))
 

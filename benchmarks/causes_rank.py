@@ -15,6 +15,10 @@ sleep). The causes:
 - ``loader``: its Dataset waits (storage) per item, in one DataLoader worker: its batches come late;
 - ``recompile``: a ``torch.compile``d function called with a new shape every step;
 - ``python``: extra pure-Python work in forward, for the same inputs;
+- ``faults``: in forward, ``--pages`` pages of a 64 MiB file read through a fresh mapping after the file's pages are
+  dropped from the page cache (``POSIX_FADV_DONTNEED``; readahead off, ``MADV_RANDOM``): a major page fault each,
+  the training thread blocked while the page is read from disk (as a model's weights or a dataset mapped from
+  storage, or memory swapped out, are read back);
 - ``sleep``: a plain sleep in forward: no evidence can say why.
 """
 
@@ -39,6 +43,7 @@ parser.add_argument("--compute-ms", type=float, default=6.0)
 parser.add_argument("--slow-ms", type=float, default=25.0)
 parser.add_argument("--size", type=float, default=2.0)
 parser.add_argument("--pin", action="store_true")
+parser.add_argument("--pages", type=int, default=256, help="faults: pages read cold a step")
 parser.add_argument("--tag", default="", help="the benchmark's name for this job (it ends what is left by it)")
 args = parser.parse_args()
 
@@ -108,6 +113,32 @@ if cause == "recompile":
     torch._dynamo.config.recompile_limit = 1_000_000
     torch._dynamo.config.cache_size_limit = 1_000_000
     compiled = torch.compile(lambda x: (x * 2 + 1).sum(), backend="eager", dynamic=False)
+cold = None
+if cause == "faults":
+    import mmap
+    import tempfile
+
+    cold_size = 64 * 2**20
+    with tempfile.NamedTemporaryFile(prefix="ranktop-cold-", delete=False) as f:
+        for _ in range(cold_size // 2**20):
+            f.write(os.urandom(2**20))
+        f.flush()
+        os.fsync(f.fileno())  # (dirty pages are not dropped from the cache)
+        cold_path = f.name
+    cold = os.open(cold_path, os.O_RDONLY)
+    os.unlink(cold_path)  # (removed with the process: nothing left behind)
+
+
+def read_cold(n: int) -> int:
+    """``--pages`` pages of the cold file, each from disk: a major fault each."""
+    span = args.pages * mmap.PAGESIZE
+    at = (n * span) % (cold_size - span) // mmap.PAGESIZE * mmap.PAGESIZE
+    os.posix_fadvise(cold, at, span, os.POSIX_FADV_DONTNEED)
+    with mmap.mmap(cold, span, prot=mmap.PROT_READ, offset=at) as m:
+        m.madvise(mmap.MADV_RANDOM)
+        return sum(m[i] for i in range(0, span, mmap.PAGESIZE))
+
+
 compute_s = args.compute_ms / 1000
 real = int(TOKENS * args.size) if cause in ("imbalance", "padded") else TOKENS
 padded = real if cause == "imbalance" else TOKENS
@@ -126,6 +157,8 @@ for n in range(args.steps):
                 spin(args.slow_ms / 1000)
             elif cause in ("sleep", "padded"):
                 time.sleep(args.slow_ms / 1000)
+            elif cold is not None:
+                read_cold(n)
             elif compiled is not None:  # a new shape every step: a recompile each (every 4th would leave the
                 compiled(torch.ones(8 + n))  # median step, and so the verdict, unmoved)
         with probe.phase("backward"):

@@ -65,6 +65,20 @@ PROBE_RTT_S = 150e-6
 SLOW_LINK_X = 64.0
 
 
+#: The causes a simulated straggler's evidence may say (``Scenario.slow_cause``), and the evidence field (probe/
+#: evidence.py, seconds a second) its extra time goes to; ``unknown``: none (a plain sleep: nothing measured says it).
+CAUSE_FIELDS = {"gc_pause": "gc", "cpu_contention": "runq", "data_loader": "ld", "host_bound": "cpu", "unknown": None}
+#: A healthy rank's evidence (seconds a second, or a count a second), as a CPU training job's probe reads it, and
+#: how much a node's differs from another's (a relative SD: the small figures, a few ms a second, wander most; the
+#: CPU a step takes, least).
+HEALTHY_EVIDENCE = {"gc": 0.002, "gc_n": 1.0, "runq": 0.004, "nvcsw": 20.0, "cpu": 0.55, "pcpu": 0.8, "ld": 0.03,
+                    "ld_cpu": 0.02, "majflt": 0.2}  # fmt: skip
+EVIDENCE_SD = {"gc": 0.3, "gc_n": 0.3, "runq": 0.3, "nvcsw": 0.2, "cpu": 0.02, "pcpu": 0.02, "ld": 0.05, "ld_cpu": 0.05,
+               "majflt": 0.5}  # fmt: skip
+#: The probe's evidence is a rate over its last seconds (probe/evidence.py WINDOW_S): a cause shows over as long.
+EVIDENCE_WINDOW_S = 10.0
+
+
 def node_name(index: int) -> str:
     return f"sim{index:04d}"
 
@@ -95,6 +109,8 @@ class Scenario:
     gpu: bool = False  # every rank's state carries memory and GPU samples, as the probe's on a GPU node
     slow_link: str | None = None  # a node whose network is slow: every collective crossing it, and its probed links
     slow_link_x: float = SLOW_LINK_X  # ... this many times slower
+    evidence: bool = False  # every rank's state carries cause evidence (probe/evidence.py), the slow ranks' their cause's
+    slow_cause: str = "unknown"  # the slow ranks' cause (CAUSE_FIELDS): its evidence carries their extra time
 
     @property
     def per_node(self) -> int:
@@ -234,6 +250,36 @@ class JobModel:
             slow += [r for r in range(s.ranks) if s.host_of(r) == s.slow_node]
         for r in slow:
             self.extra.setdefault(r, [0.0] * (len(PHASES) + 1))[PHASES.index(s.slow_phase)] += s.slow_ms / 1000
+
+    def extra_of(self, rank: int, t: float) -> float:
+        """Seconds per step ``rank`` adds to its own work ``t`` seconds into the job (its cause's time: the slow
+        ranks' ``slow_ms``)."""
+        return sum(self.extra.get(rank, ()))
+
+    def cause_ranks(self) -> list[int]:
+        """The ranks whose evidence is their cause's, not a healthy rank's."""
+        return sorted(self.extra) if self.s.evidence and CAUSE_FIELDS.get(self.s.slow_cause) else []
+
+    def cause_of(self, rank: int) -> str:
+        return self.s.slow_cause
+
+    def evidence(self, rank: int, t: float, step_s: float, node: int) -> dict[str, float] | None:
+        """What ``rank``'s probe says of its causes ``t`` seconds into the job (its state's ``ev``), whose step is
+        ``step_s``: its node's healthy figures (:data:`HEALTHY_EVIDENCE`, drawn around by :data:`EVIDENCE_SD` per
+        node and 10 s), and for a slow rank its cause's field carrying its extra time as a rate over the probe's
+        window (:data:`EVIDENCE_WINDOW_S`, read at ten moments of it); None without ``Scenario.evidence``."""
+        if not self.s.evidence:
+            return None
+        draw = random.Random(hash((self.s.seed, node, int(t // EVIDENCE_WINDOW_S))))
+        out = {"win": EVIDENCE_WINDOW_S, **{k: v * max(0.5, 1.0 + draw.gauss(0.0, EVIDENCE_SD[k])) for k, v in HEALTHY_EVIDENCE.items()}}
+        field = CAUSE_FIELDS.get(self.cause_of(rank)) if rank in self.extra or self._has_extra(rank) else None
+        if field is not None and step_s > 0:
+            window = [self.extra_of(rank, t - EVIDENCE_WINDOW_S * k / 10.0) for k in range(10)]
+            out[field] += sum(window) / len(window) / step_s
+        return out
+
+    def _has_extra(self, rank: int) -> bool:
+        return False
 
     def link_factor(self, host: str, t: float) -> float:
         """How many times slower than healthy ``host``'s network is ``t`` seconds into the job (1: healthy). A

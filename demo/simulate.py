@@ -65,13 +65,16 @@ from ranktop.wire import schema, settings
 from ranktop.wire.names import HELLO, STEPS
 from ranktop.transport import fd_limit, rendezvous
 from ranktop.probe.collective_summary import SAMPLE_EVERY_S
-from ranktop.wire.messages import Call, CudaMemory, Gpu, Group, Heartbeat, Hello, LastCollective, Links, Memory, RankInfo, State, Steps
+from ranktop.wire.messages import (
+    Call, CudaMemory, Evidence, Gpu, Group, Heartbeat, Hello, LastCollective, Links, Memory, RankInfo, State, Steps,
+)
 from ranktop.wire.names import COMM_PHASE, OTHER_PHASE
 from ranktop.relay.digest_fold import NodeDigest
 from ranktop.wire.pacing import OPS_EVERY_S, digest_hz, links_every_s
 
 from .sim_model import (
     BUCKET_BYTES,
+    CAUSE_FIELDS,
     DTYPE,
     LAST_STAGE_COST,
     MAX_HELD_STEPS,
@@ -288,10 +291,16 @@ class Simulator:
             into = (now - self._step_start) / max(self._step_end - self._step_start, 1e-9)
             phase = PHASES[min(3, int(into * 4))]
         walls = self._walls
+        median = sorted(walls)[len(walls) // 2] if walls else None
+        ev = (
+            self.model.evidence(rank, now - self._started, median or self.model.step_s, rank // self.s.per_node)
+            if self.s.evidence
+            else None
+        )
         return State(
             step=n, last=n - 1, in_step=True, phase=phase, step_age=max(0.0, now - self._step_start), dropped=0, rejected={},
-            rate_hz=self.s.rate_hz, median_step_s=sorted(walls)[len(walls) // 2] if walls else None, collective=collective,
-            **(self._device_samples(now) if self.s.gpu else {}),
+            rate_hz=self.s.rate_hz, median_step_s=median, collective=collective,
+            **(self._device_samples(now) if self.s.gpu else {}), **({"ev": Evidence(**ev)} if ev is not None else {}),
         )  # fmt: skip
 
     def _pausing(self) -> dict[Any, Any]:
@@ -368,8 +377,10 @@ class Simulator:
 
     def messages(self, ranks: range, steps: list[Step], now: float) -> Iterator[Steps | Heartbeat]:
         """What ``ranks`` send now: their records of ``steps``, or heartbeats without any."""
-        state = self.state(ranks[0], now)  # the same for every rank of a node but a stuck or pausing one
-        special = {self.s.stall_rank, self.s.silent_rank, *self._pausing()}
+        causes = self.model.cause_ranks()
+        special = {self.s.stall_rank, self.s.silent_rank, *self._pausing(), *causes}
+        # the same for every rank of a node but a stuck, pausing or slowed one (not a slowed one's evidence)
+        state = self.state(next((r for r in ranks if r not in causes), ranks[0]) if causes else ranks[0], now)
         sample = self._sample(ranks, steps, now)
         records = self.model.records
         job = self.s.job
@@ -429,8 +440,10 @@ class Simulator:
             waits[every] += sums["waits"]
             longest[every] = np.maximum(longest[every], sums["longest"])
         starts, walls = (sums["end"] - wall).tolist(), wall.tolist()
-        state = self.state(nodes[0][0][0], now)  # the same for every rank but a stuck or pausing one
-        special = {self.s.stall_rank, self.s.silent_rank, *self._pausing()}
+        causes = self.model.cause_ranks()
+        special = {self.s.stall_rank, self.s.silent_rank, *self._pausing(), *causes}
+        first = nodes[0][0]  # the same for every rank but a stuck, pausing or slowed one (not a slowed one's evidence)
+        state = self.state(next((r for r in first if r not in causes), first[0]) if causes else first[0], now)
         at = 0
         for ranks, digest in nodes:
             rows: range | list[int] = range(at, at + len(ranks))
@@ -615,6 +628,12 @@ def add_options(p: argparse.ArgumentParser) -> None:
                    help=f"each stage's forward and backward cost, relative (default: the last stage {LAST_STAGE_COST:g}, "
                         "the others 1)")  # fmt: skip
     p.add_argument("--gpu", action="store_true", help="every rank sends memory and GPU samples, as on a GPU node")
+    p.add_argument(
+        "--cause",
+        choices=tuple(CAUSE_FIELDS),
+        default=None,
+        help="every rank sends cause evidence (as the probe's), the slow ranks' saying this cause",
+    )
 
 
 def scenario_of(args: argparse.Namespace, ranks: int, job: str, parser: argparse.ArgumentParser) -> Scenario:
@@ -630,7 +649,8 @@ def scenario_of(args: argparse.Namespace, ranks: int, job: str, parser: argparse
         slow_rank=args.slow_rank, slow_node=args.slow_node, slow_ms=args.slow_ms, slow_phase=args.slow_phase,
         stall_rank=args.stall_rank, stall_at_s=args.stall_at_s, silent_rank=args.silent_rank, silent_at_s=args.silent_at_s,
         seed=args.seed, pp=args.pp, tp=args.tp, ep=args.ep, stage_costs=args.stage_costs, gpu=args.gpu,
-        slow_link=args.slow_link, slow_link_x=args.slow_link_x,
+        slow_link=args.slow_link, slow_link_x=args.slow_link_x, evidence=args.cause is not None,
+        slow_cause=args.cause or "unknown",
     )  # fmt: skip
     if ranks % (s.pp * s.tp * s.ep):
         parser.error(f"--pp {s.pp} x --tp {s.tp} x --ep {s.ep} does not divide the {ranks} ranks")

@@ -39,6 +39,14 @@ rank's latest state only, compares like with like:
   CPU seconds per second, its threads, and the CPUs it may run on
   (``/proc/self/stat``, ``sched_getaffinity``): a thread that waits for a CPU
   while its own process uses every core it has is its own contention.
+- ``sys``: seconds per second the training thread ran in the kernel (its ``stime``, in clock ticks): page faults
+  and system calls, CPU time that is not its Python's.
+- ``majflt``: major page faults per second of the process (``/proc/self/stat``, read with ``pcpu``): each a page
+  read from disk that the faulting thread waited for (memory swapped out, a mapped file's page not in memory).
+- ``node_cpu`` and ``ncpu``: CPU seconds per second busy on the whole node, every process's (``/proc/stat``'s
+  first line), and its online CPUs: less what the node's ranks use, what other processes there take.
+- ``doing``: when the rank has finished no step for :data:`STUCK_S`, what its training thread's stack is in now
+  (:func:`doing`: compiling, a checkpoint's save or load, a DataLoader, the garbage collector): a stall's cause.
 - ``ld`` and ``ld_cpu``: seconds per second the training thread spent inside a
   DataLoader iterator's ``__next__``, and the CPU it used there
   (:class:`LoaderTimer`: two clock reads a batch, on a method dynamo never traces);
@@ -141,22 +149,91 @@ def read_thread_cpu(native_id: int) -> tuple[float, int, int | None, float] | No
     return None
 
 
+def read_thread_system(native_id: int, clock_ticks: int = 0) -> float | None:
+    """Seconds thread ``native_id`` of this process has run in the kernel (``stime``: page faults, system calls),
+    or None where /proc does not say (not Linux). Its CPU time less this is its own code's: Python, not the
+    kernel reading a page from disk for it."""
+    try:
+        with open(f"/proc/self/task/{native_id}/stat", "rb") as f:
+            fields = f.read().rsplit(b")", 1)[1].split()
+        return int(fields[12]) / (clock_ticks or _CLOCK_TICKS)
+    except (OSError, ValueError, IndexError):
+        return None
+
+
 def read_process(pid: int | None = None, clock_ticks: int = 0, thread: int = 0) -> tuple[float, int, int] | None:
     """The process's CPU seconds so far (all its threads), its threads, and the CPUs thread ``thread`` (a native
     id; 0: the caller) may run on; None where /proc does not say (not Linux)."""
+    read = read_process_faults(pid, clock_ticks, thread)
+    return None if read is None else read[:3]
+
+
+def read_process_faults(pid: int | None = None, clock_ticks: int = 0, thread: int = 0) -> tuple[float, int, int, int] | None:
+    """:func:`read_process`'s three figures and the process's major page faults so far (``majflt``, the same
+    line: each a read from disk the faulting thread waited for, a page swapped out or a mapped file's page not
+    in memory)."""
     ticks = clock_ticks or _CLOCK_TICKS
     try:
         with open(f"/proc/{os.getpid() if pid is None else pid}/stat", "rb") as f:
             fields = f.read().rsplit(b")", 1)[1].split()
         seconds = (int(fields[11]) + int(fields[12])) / ticks  # utime, stime
         threads = int(fields[17])
+        majflt = int(fields[9])
     except (OSError, ValueError, IndexError):
         return None
     try:
         cores = len(os.sched_getaffinity(thread)) or 1
     except (AttributeError, OSError):
         cores = os.cpu_count() or 1
-    return seconds, threads, cores
+    return seconds, threads, cores, majflt
+
+
+def read_node(path: str = "/proc/stat", clock_ticks: int = 0) -> tuple[float, int] | None:
+    """The node's CPU seconds so far busy (every CPU's time but idle and iowait: what every process on it ran)
+    and its online CPUs; None where /proc does not say (not Linux). ``/proc/stat``'s first line, the sum."""
+    ticks = clock_ticks or _CLOCK_TICKS
+    try:
+        with open(path, "rb") as f:
+            first = f.readline().split()
+            cpus = sum(1 for line in f if line.startswith(b"cpu"))
+        if first[0] != b"cpu":
+            return None
+        times = [int(v) for v in first[1:]]
+        busy = sum(times[:8]) - times[3] - times[4]  # user nice system idle iowait irq softirq steal; guests are in user
+    except (OSError, ValueError, IndexError):
+        return None
+    return busy / ticks, max(1, cpus)
+
+
+#: Files of a thread's stack that say what a rank stuck in a step is doing (the innermost match wins): the
+#: answer ``doing`` carries while it has finished no step for :data:`STUCK_S`.
+DOING_MARKERS = (
+    ("compile", ("/torch/_dynamo/", "/torch/_inductor/", "/torch/_functorch/", "/torch/fx/")),
+    ("checkpoint", ("/torch/serialization.py", "/torch/distributed/checkpoint/", "/safetensors/")),
+    ("loader", ("/torch/utils/data/",)),
+)
+#: A rank that has finished no step for this long is looked at: what its training thread is in.
+STUCK_S = 2.0
+#: The most frames walked (a deep recursion is not ours to follow to its end).
+MAX_FRAMES = 256
+
+
+def doing(thread_ident: int, in_gc: bool = False) -> str | None:
+    """What the thread ``thread_ident`` is in now, by its stack: ``compile``, ``checkpoint``, ``loader``, or
+    ``gc`` (a collection under way: ``in_gc``); None when none of these. One walk of its frames, from the sender
+    thread (``sys._current_frames``: the frames as they are, no signal sent to the thread)."""
+    if in_gc:
+        return "gc"
+    frame = sys._current_frames().get(thread_ident)
+    depth = 0
+    while frame is not None and depth < MAX_FRAMES:
+        name = frame.f_code.co_filename.replace("\\", "/")
+        for what, markers in DOING_MARKERS:
+            if any(m in name for m in markers):
+                return what
+        frame = frame.f_back
+        depth += 1
+    return None
 
 
 def read_children(native_id: int | None = None, pid: int | None = None, clock_ticks: int = 0) -> tuple[float, int] | None:
@@ -322,6 +399,8 @@ class Evidence:
         self._totals: collections.deque[dict[str, Any]] = collections.deque()
         self._next = 0.0
         self._latest: dict[str, Any] | None = None
+        self._node = read_node
+        self._last_steps: tuple[int, float] | None = None  # the steps finished so far, and since when
 
     def start(self) -> None:
         self.gc.install()
@@ -357,9 +436,15 @@ class Evidence:
             reading["runq"], reading["nvcsw"], swap, reading["cpu"] = thread
             if swap is not None:
                 reading["swap"] = swap
-        process = read_process(thread=self.native_id)
+        system = read_thread_system(self.native_id)
+        if system is not None:
+            reading["sys"] = system
+        process = read_process_faults(thread=self.native_id)
         if process is not None:
-            reading["pcpu"], reading["thr"], reading["cores"] = process
+            reading["pcpu"], reading["thr"], reading["cores"], reading["majflt"] = process
+        node = _call(self._node)
+        if node is not None:
+            reading["node_cpu"], reading["ncpu"] = node
         loader = self.loader
         if loader.install():  # (the sender thread, once torch's dataloader is imported)
             reading["ld"], reading["ld_cpu"] = loader.seconds, loader.cpu
@@ -377,6 +462,15 @@ class Evidence:
         children = _call(self._children, self.native_id)
         if children is not None:
             reading["kids"], reading["kids_n"] = children
+        steps = reading.get("steps")
+        if steps is not None:  # stuck in a step: what is it in (a stall's cause)
+            if self._last_steps is None or self._last_steps[0] != steps:
+                self._last_steps = (steps, now)
+            elif now - self._last_steps[1] >= STUCK_S:
+                gc_timer = self.gc
+                what = _call(doing, gc_timer.thread, bool(gc_timer._started))
+                if what is not None:
+                    reading["doing"] = what
         return reading
 
 
@@ -392,7 +486,7 @@ def _call(source: Callable[..., Any] | None, *args: Any) -> Any:
 #: Running totals sent as a rate per second: the reading's name -> the wire's.
 PER_SECOND = {"gc": "gc", "gc_n": "gc_n", "runq": "runq", "nvcsw": "nvcsw", "rows": "a2a_rows", "kids": "kids",
               "retries": "retries", "cpu": "cpu", "pcpu": "pcpu", "ld": "ld", "ld_cpu": "ld_cpu", "jit": "jit",
-              "jit_n": "jit_n", "breaks": "breaks"}  # fmt: skip
+              "jit_n": "jit_n", "breaks": "breaks", "majflt": "majflt", "node_cpu": "node_cpu", "sys": "sys"}  # fmt: skip
 #: Running totals that start at nothing when first read (the loader's, once wrapped; dynamo's, once imported): a
 #: window whose first reading lacks them counts them from nothing, not from its first reading that has them.
 FROM_NOTHING = frozenset({"ld", "ld_cpu", "jit", "jit_n", "breaks"})
@@ -425,9 +519,11 @@ def levels(reading: dict[str, Any], work: Callable[[], dict] | None) -> dict[str
         out["kids_n"] = reading["kids_n"]
     if "swap" in reading:
         out["swap"] = float(reading["swap"])
-    for name in ("thr", "cores"):
+    for name in ("thr", "cores", "ncpu"):
         if name in reading:
             out[name] = int(reading[name])
+    if "doing" in reading:
+        out["doing"] = reading["doing"]
     declared = _call(work) if not reading.get("counted") else None
     if declared:
         for name, key in (("samples", "batch"), ("tokens", "tokens")):

@@ -32,10 +32,19 @@ leaves out the memory the driver reserves), ``power_w`` / ``power_limit_w``, ``t
 ``sync_boost``, ``app_clocks``; [] when none, None when unknown), ``pcie_tx`` /
 ``pcie_rx`` (bytes/s; each read takes NVML about 20 ms, so they are taken every
 :data:`PCIE_EVERY` samples and the last values repeated between).
+
+For the cause of a slow rank (watch/analysis/causes.py ``gpu_throttle``) one clock sample says little: a GPU's
+clock moves with its load from one second to the next. So the sampler also sends, over its last
+:data:`WINDOW_S` seconds: ``sm_avg`` (the mean of its SM clock samples), and ``held_power`` / ``held_thermal``
+(the share of that time the GPU's clocks were held down by its power cap or brake, by a thermal slowdown or the
+board's): from NVML's violation counters (``nvmlDeviceGetViolationStatus``: nanoseconds of each policy's
+violation, running totals) where the driver keeps them, else the share of the window's samples whose throttle
+reasons said so.
 """
 
 from __future__ import annotations
 
+import collections
 import os
 import sys
 import threading
@@ -59,6 +68,14 @@ THROTTLE_BITS = (
     (0x10, "sync_boost"),
     (0x2, "app_clocks"),
 )
+
+
+#: The window the clock's mean and the throttled shares are over (as the rank's evidence: probe/evidence.py).
+WINDOW_S = 10.0
+#: NVML's performance policies whose violation time is read (``nvmlPerfPolicyType_t``), by the share's key.
+VIOLATIONS = (("held_power", "NVML_PERF_POLICY_POWER", 0), ("held_thermal", "NVML_PERF_POLICY_THERMAL", 1))
+#: The throttle reasons that count for each share where the counters are not read.
+HELD_BY = {"held_power": ("power",), "held_thermal": ("thermal", "hw")}
 
 
 def throttle_names(mask: int) -> list[str]:
@@ -101,6 +118,8 @@ class GpuSampler(threading.Thread):
         self._seq = 0
         self._initialised = False  # nvmlInit succeeded: nvmlShutdown is owed, whatever happens next
         self._pcie: tuple[Any, Any] = (None, None)  # the last PCIe reads, tx and rx (bytes/s)
+        self._recent: collections.deque[tuple[float, Any, list[str] | None]] = collections.deque()  # (t, sm MHz, reasons)
+        self._violations: dict[str, collections.deque[tuple[float, float]]] = {}  # key -> (reference µs, violation ns)
 
     def stop(self) -> None:
         self._stop_event.set()
@@ -202,9 +221,12 @@ class GpuSampler(threading.Thread):
                 for counter, default in (("NVML_PCIE_UTIL_TX_BYTES", 0), ("NVML_PCIE_UTIL_RX_BYTES", 1))
             )
             self._pcie = (tx * 1024 if tx is not None else None, rx * 1024 if rx is not None else None)
+        t = self._clock()
+        sm_mhz = call("nvmlDeviceGetClockInfo", h, sm)
+        throttle = throttle_names(int(reasons)) if reasons is not None else None
         out = Gpu(
             seq=self._seq,
-            t=self._clock(),
+            t=t,
             name=_text(call("nvmlDeviceGetName", h)),
             bus=_text(getattr(pci, "busId", None)) if pci is not None else None,
             util=getattr(util, "gpu", None),
@@ -214,14 +236,53 @@ class GpuSampler(threading.Thread):
             power_w=power / 1000.0 if power is not None else None,
             power_limit_w=limit / 1000.0 if limit is not None else None,
             temp_c=call("nvmlDeviceGetTemperature", h, getattr(self._nvml, "NVML_TEMPERATURE_GPU", 0)),
-            sm_mhz=call("nvmlDeviceGetClockInfo", h, sm),
+            sm_mhz=sm_mhz,
             sm_max_mhz=call("nvmlDeviceGetMaxClockInfo", h, sm),
-            throttle=throttle_names(int(reasons)) if reasons is not None else None,
+            throttle=throttle,
             pcie_tx=self._pcie[0],
             pcie_rx=self._pcie[1],
+            **self._windowed(t, sm_mhz, throttle),
         )
         self.latest = out
         return out
+
+    def _windowed(self, now: float, sm_mhz: Any, reasons: list[str] | None) -> dict[str, Any]:
+        """``sm_avg``, ``held_power`` and ``held_thermal`` over the last :data:`WINDOW_S` (None: not known)."""
+        recent = self._recent
+        recent.append((now, sm_mhz, reasons))
+        while recent and now - recent[0][0] > WINDOW_S:
+            recent.popleft()
+        clocks = [c for _, c, _ in recent if isinstance(c, (int, float))]
+        out: dict[str, Any] = {"sm_avg": sum(clocks) / len(clocks) if clocks else None}
+        said = [r for _, _, r in recent if r is not None]
+        for key, policy, number in VIOLATIONS:
+            kept, counted = self._violation(key, getattr(self._nvml, policy, number))
+            if kept:  # (the driver's counters, once it keeps them: none until two readings)
+                out[key] = counted
+            elif said:
+                out[key] = sum(any(name in r for name in HELD_BY[key]) for r in said) / len(said)
+            else:
+                out[key] = None
+        return out
+
+    def _violation(self, key: str, policy: int) -> tuple[bool, float | None]:
+        """(whether the driver keeps the counters, the share of the window policy ``policy`` held the clocks
+        down), from NVML's running totals (its reference time in µs, its violation time in ns); the share is None
+        while the window holds one reading."""
+        status = self._call("nvmlDeviceGetViolationStatus", self._handle, policy)
+        reference, violation = getattr(status, "referenceTime", None), getattr(status, "violationTime", None)
+        if not isinstance(reference, int) or not isinstance(violation, int):
+            return False, None
+        readings = self._violations.setdefault(key, collections.deque())
+        if readings and reference < readings[-1][0]:  # (the counters restarted: a driver reload)
+            readings.clear()
+        readings.append((reference, violation))
+        while len(readings) > 2 and reference - readings[1][0] >= WINDOW_S * 1e6:
+            readings.popleft()
+        span_us = reference - readings[0][0]
+        if span_us <= 0:
+            return True, None
+        return True, min(1.0, max(0.0, (violation - readings[0][1]) / (span_us * 1000.0)))
 
     def _call(self, name: str, *args: Any) -> Any:
         """One guarded NVML call: None if the binding lacks the function or NVML says no."""

@@ -430,8 +430,14 @@ GPU_UUID = "GPU-00000001-aaaa-bbbb-cccc-dddddddddddd"
 MIG_UUID = "MIG-00000001-aaaa-bbbb-cccc-dddddddddddd"
 
 
-def fake_nvml(*, count=1, missing=(), failing=(), init_error=None):
+def fake_nvml(*, count=1, missing=(), failing=(), init_error=None, clocks=None, held=None, now=None):
     """A stand-in for pynvml: one H100 at bus 0000:3B:00.0, functions removable or raising NVMLError.
+
+    ``clocks``: the SM clocks its clock reads return in turn (else 1500 MHz always). ``held``: policy number ->
+    the share of the time its clocks are held down by it (``nvmlDeviceGetViolationStatus``, as the real call:
+    a struct of running totals, ``referenceTime`` a CPU timestamp in µs and ``violationTime`` the nanoseconds
+    of violation so far, by the clock ``now`` gives in seconds); without ``held`` the driver does not keep
+    them (NVML_ERROR_NOT_SUPPORTED).
 
     As the real library: ``nvmlDeviceGetMemoryInfo(h, nvmlMemory_v2)`` reports memory in use without the
     driver's reserve (512 MiB here), as nvidia-smi does, the v1 call counts that reserve as used; a handle is
@@ -469,6 +475,18 @@ def fake_nvml(*, count=1, missing=(), failing=(), init_error=None):
             raise NVMLError("Not Found")
         return uuids[uuid]
 
+    clock_reads = iter(clocks) if clocks is not None else None
+    started = now() if now is not None else 0.0
+
+    def sm_clock(h, kind):
+        return next(clock_reads) if clock_reads is not None else 1500
+
+    def violation(h, policy):
+        if held is None or now is None:
+            raise NVMLError("Not Supported")
+        elapsed = now() - started
+        return types.SimpleNamespace(referenceTime=int(now() * 1e6), violationTime=int(elapsed * held.get(policy, 0.0) * 1e9))
+
     funcs = {
         "nvmlInit": f("nvmlInit", lambda: init()),
         "nvmlShutdown": f("nvmlShutdown", None),
@@ -487,7 +505,8 @@ def fake_nvml(*, count=1, missing=(), failing=(), init_error=None):
         "nvmlDeviceGetEnforcedPowerLimit": f("nvmlDeviceGetEnforcedPowerLimit", 700_000),
         "nvmlDeviceGetPowerManagementLimit": f("nvmlDeviceGetPowerManagementLimit", 690_000),
         "nvmlDeviceGetTemperature": f("nvmlDeviceGetTemperature", 84),
-        "nvmlDeviceGetClockInfo": f("nvmlDeviceGetClockInfo", 1500),
+        "nvmlDeviceGetClockInfo": f("nvmlDeviceGetClockInfo", sm_clock),
+        "nvmlDeviceGetViolationStatus": f("nvmlDeviceGetViolationStatus", violation),
         "nvmlDeviceGetMaxClockInfo": f("nvmlDeviceGetMaxClockInfo", 1980),
         "nvmlDeviceGetCurrentClocksEventReasons": f("nvmlDeviceGetCurrentClocksEventReasons", 0x20 | 0x1),
         "nvmlDeviceGetCurrentClocksThrottleReasons": f("nvmlDeviceGetCurrentClocksThrottleReasons", 0x4),
@@ -497,7 +516,7 @@ def fake_nvml(*, count=1, missing=(), failing=(), init_error=None):
         funcs.pop(name)
     module = types.SimpleNamespace(
         NVMLError=NVMLError, NVML_TEMPERATURE_GPU=0, NVML_CLOCK_SM=1, nvmlMemory_v2=v2,
-        NVML_PCIE_UTIL_TX_BYTES=0, NVML_PCIE_UTIL_RX_BYTES=1, **funcs,
+        NVML_PCIE_UTIL_TX_BYTES=0, NVML_PCIE_UTIL_RX_BYTES=1, NVML_PERF_POLICY_POWER=0, NVML_PERF_POLICY_THERMAL=1, **funcs,
     )  # fmt: skip
     module.calls = calls
     return module

@@ -146,11 +146,25 @@ def test_a_gpu_clocked_below_its_peers_is_named_with_gpu_throttle_and_its_reason
     st = [State(gpu=_gpu_sample(1200, 0x20)), State(gpu=_gpu_sample(1980, 0)), State(gpu=_gpu_sample(1965, 0))]
     (cause,) = causes.of_ranks(st, np.full(3, 0.1), np.array([0.05, 0, 0]), slow_first(3), np.ones(3, bool), None)[0]
     assert cause.kind == "gpu_throttle" and cause.value == 1200 and cause.peers == 1965
-    assert cause.text == "its GPU runs at 1200 MHz against its peers' 1965 (thermal throttling) (gpu throttle)"
+    # (one sample: its window's share held down by heat is that sample's reasons)
+    assert cause.text == "its GPU runs at 1200 MHz against its peers' 1965 (held down by heat 100% of the time) (gpu throttle)"
     assert cause.extra_s == pytest.approx(0.1 * (1 - 1200 / 1965))
     # clocks within 10% of each other: no throttling worth the name, whatever the reasons say
     st = [State(gpu=_gpu_sample(1900, 0x4)), State(gpu=_gpu_sample(1980, 0)), State(gpu=_gpu_sample(1965, 0))]
     assert causes.of_ranks(st, np.full(3, 0.1), np.array([0.05, 0, 0]), slow_first(3), np.ones(3, bool), None) == {}
+
+
+def test_a_gpu_clocked_lower_with_no_power_or_heat_holding_it_down_is_no_throttle():
+    # a lower clock alone is a symptom (a GPU less busy, or waiting, clocks otherwise): evidence or nothing
+    st = [State(gpu=_gpu_sample(1200, 0)), State(gpu=_gpu_sample(1980, 0)), State(gpu=_gpu_sample(1965, 0))]
+    assert causes.of_ranks(st, np.full(3, 0.1), np.array([0.05, 0, 0]), slow_first(3), np.ones(3, bool), None) == {}
+    # its window's clock and shares, where sent, decide: held down by power a tenth of the time is not enough
+    gauges = lambda avg, power: {"sm_mhz": 1980, "sm_avg": avg, "held_power": power, "held_thermal": 0.0, "throttle": ["power"]}  # noqa: E731
+    st = [State(gpu=gauges(1200.0, 0.1)), State(gpu=gauges(1980.0, 0.0)), State(gpu=gauges(1965.0, 0.0))]
+    assert causes.of_ranks(st, np.full(3, 0.1), np.array([0.05, 0, 0]), slow_first(3), np.ones(3, bool), None) == {}
+    st[0] = State(gpu=gauges(1200.0, 0.8))  # (its clock now, 1980, is no matter: the window's is read)
+    (cause,) = causes.of_ranks(st, np.full(3, 0.1), np.array([0.05, 0, 0]), slow_first(3), np.ones(3, bool), None)[0]
+    assert cause.value == 1200 and cause.text == "its GPU runs at 1200 MHz against its peers' 1965 (held down by power 80% of the time) (gpu throttle)"
 
 
 def test_allocator_retries_or_swapped_memory_beyond_its_peers_is_memory_pressure_with_no_cost_told():

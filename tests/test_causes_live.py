@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -137,3 +138,66 @@ def test_a_rank_given_twice_the_tokens_of_its_peers_is_named_with_input_imbalanc
     assert 0.9 * 4096 <= cause["peers"] <= 1.1 * 4096 and 0.9 * 8192 <= cause["value"] <= 1.1 * 8192, cause
     assert ", because it takes in 2.0x the tokens of its peers, " in verdict["text"] and verdict["text"].endswith("(input imbalance)")
     assert [r["causes"] for r in doc["ranks"] if r["rank"] != 1] == [[]] * 3
+
+
+def test_a_rank_that_reads_a_mapped_file_cold_every_step_is_named_with_page_faults(tmp_path):
+    """benchmarks/causes_rank.py's ``faults``: rank 1 reads 256 pages of a file through a fresh mapping each step,
+    the file's pages dropped from the page cache first (a major fault each, its training thread blocked on the
+    disk): named with page faults, its cost the time blocked and in the kernel beyond its peers'."""
+    sys.path.insert(0, str(Path(__file__).parent.parent / "benchmarks"))
+    try:
+        import causes as bench
+    finally:
+        sys.path.pop(0)
+    outcome = bench.run(bench.Job("faults", "page_faults"), tmp_path)
+    assert outcome["named"] == "page_faults", outcome
+    assert outcome["explains"] >= 0.2 and "major page faults a second" in outcome["verdict"], outcome
+
+
+def test_a_job_stalled_on_a_rank_stuck_writing_a_checkpoint_says_so_and_a_plain_hang_says_no_cause(launch_ranks, tmp_path):
+    """tests/jobs/hanging_ranks.py: rank 2 hangs at step 20, inside ``torch.save`` (its file never takes the bytes),
+    or in a sleep of its own; the others wait at the barrier. The stall's cause is what rank 2's stack is in."""
+    from support import wait_for
+
+    for job, hang_in in (("stuck-ckpt", "checkpoint"), ("stuck-sleep", "sleep")):
+        folder = tmp_path / f"{job}-barrier"
+        launch_ranks(job, 4, "--barrier-dir", str(folder), "--hang-rank", "2", "--hang-at-step", "20", "--hang-in", hang_in,
+                     script=JOBS / "hanging_ranks.py")  # fmt: skip
+        wait_for(lambda: all((folder / f"20.{r}").exists() for r in (0, 1, 3)), 60, "the ranks never reached the hang step")  # noqa: B023
+        out = run_cli("watch", job, "--json", "--duration", "5")
+        assert out.returncode == 0, out.stderr
+        verdict = json.loads(out.stdout)["verdict"]
+        assert verdict["kind"] == "stalled" and verdict["ranks"] == [2], verdict
+        if hang_in == "checkpoint":
+            assert verdict["cause"] is not None and verdict["cause"]["kind"] == "checkpoint_write", verdict
+            assert verdict["text"].endswith(
+                ", because its training thread is writing or reading a checkpoint "
+                "(its stack is in torch.save/load or a distributed checkpoint)"
+            ), verdict["text"]
+        else:
+            assert verdict["cause"] is None, verdict
+
+
+def test_every_rank_collecting_its_garbage_from_some_moment_is_the_job_slower_because_of_gc(launched):
+    """tests/jobs/sleepy_rank.py --slow-all --slow-by gc: from 40 s in, every rank runs a full garbage collection over
+    a heap of 400,000 lists in forward: nobody stands out, the job is slower than itself, and its ranks' evidence
+    against the job's own past (watch/analysis/causes.py JobEvidence) says why."""
+    from ranktop.watch.model.verdict import verdict
+    from ranktop.watch.session import WatchSession, resolve
+
+    torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2"]
+    launched("pace-gc", *torchrun, str(JOBS / "sleepy_rank.py"), "--gloo", "--slow-all", "--slow-phase", "forward",
+             "--slow-by", "gc", "--slow-from-s", "40")  # fmt: skip
+    seen = []
+    with WatchSession(resolve(["pace-gc"])) as session:  # a screen's snapshots, twice a second, from before it
+        deadline = time.monotonic() + 90
+        while time.monotonic() < deadline:
+            answer = verdict(session.snapshot())
+            seen.append(answer)
+            if answer.kind == "job_slower" and answer.cause is not None and answer.cause.kind != "unknown":
+                break
+            time.sleep(0.5)
+    told = [a for a in seen if a.kind == "job_slower"]
+    assert told, [a.text for a in seen[-4:]]
+    assert told[-1].cause is not None and told[-1].cause.kind == "gc_pause", [a.text for a in told[-4:]]
+    assert ", because every rank spends " in told[-1].text and told[-1].text.endswith("(gc pause)"), told[-1].text

@@ -287,3 +287,107 @@ def test_totals_that_appear_within_the_window_are_counted_from_nothing():
     out = evidence.rates(first, last)
     assert (out["jit"], out["jit_n"], out["ld"]) == (0.5, 3.0, 0.25)
     assert "runq" not in out  # a total since the thread began: no rate without two readings
+
+
+def _cold_pages(path, size: int) -> int:
+    """Read ``size`` bytes of the file at ``path`` through a mapping, one byte a page, after dropping its pages from
+    the page cache (``POSIX_FADV_DONTNEED``) and with readahead off (``MADV_RANDOM``): each page is read from disk
+    on a major fault. Returns the pages touched."""
+    import mmap
+    import os
+
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        with mmap.mmap(fd, size, prot=mmap.PROT_READ) as m:
+            m.madvise(mmap.MADV_RANDOM)
+            return sum(1 for i in range(0, size, mmap.PAGESIZE) if m[i] >= 0)
+    finally:
+        os.close(fd)
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc/self/stat is Linux's")
+def test_major_page_faults_of_a_cold_mapped_file_are_counted_and_go_out_per_second(tmp_path):
+    import os
+
+    path = tmp_path / "cold.bin"
+    size = 4 * 2**20
+    with open(path, "wb") as f:
+        f.write(os.urandom(size))
+        f.flush()
+        os.fsync(f.fileno())  # (dirty pages are not dropped from the cache)
+    clock = [100.0]
+    ev = evidence.Evidence(clock=lambda: clock[0])
+    before = evidence.read_process_faults()
+    assert ev.sample() is None
+    pages = _cold_pages(path, size)
+    after = evidence.read_process_faults()
+    assert before is not None and after is not None
+    assert after[3] - before[3] >= pages // 2  # (a page of it may still be in a mapping elsewhere: most fault)
+    clock[0] += 2.0
+    rates = ev.sample()
+    assert rates["majflt"] >= pages // 2 / 2.0 and rates["sys"] >= 0.0  # (its kernel time: ticks of 10 ms)
+    State(ev=Evidence(**rates))
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc/stat is Linux's")
+def test_the_node_s_busy_cpu_and_its_cpus_are_read_and_go_out_per_second(tmp_path):
+    busy, cpus = evidence.read_node()
+    assert busy > 0 and cpus >= 1
+    fake = tmp_path / "stat"
+    fake.write_text("cpu  100 0 50 1000 30 0 0 0 0 0\ncpu0 100 0 50 1000 30 0 0 0 0 0\ncpu1 0 0 0 0 0 0 0 0 0 0\nintr 1\n")
+    assert evidence.read_node(str(fake), clock_ticks=100) == (1.5, 2)  # user + system, not idle nor iowait
+    clock = [100.0]
+    ev = evidence.Evidence(clock=lambda: clock[0])
+    ev.sample()
+    clock[0] += 2.0
+    rates = ev.sample()
+    assert rates["node_cpu"] >= 0 and rates["ncpu"] == cpus
+    State(ev=Evidence(**rates))
+
+
+def test_a_rank_stuck_in_a_step_says_what_its_training_thread_s_stack_is_in(tmp_path):
+    torch = pytest.importorskip("torch")
+    release = threading.Event()
+
+    class SlowFile:
+        """A checkpoint's file whose writes wait: the saving thread stays inside torch.save."""
+
+        def write(self, data):
+            release.wait(30)
+            return len(data)
+
+        def flush(self):
+            pass
+
+    entered = threading.Event()
+    idents = {}
+
+    def save():
+        idents["me"] = threading.get_ident()
+        entered.set()
+        torch.save({"w": torch.zeros(4)}, SlowFile())
+
+    saver = threading.Thread(target=save)
+    saver.start()
+    try:
+        entered.wait(10)
+        wait_for(lambda: evidence.doing(idents["me"]) == "checkpoint", 10, "the saving thread inside torch.save")
+        clock = [100.0]
+        steps = [7]
+        ev = evidence.Evidence(idents["me"], clock=lambda: clock[0], steps=lambda: steps[0])
+        ev.sample()
+        clock[0] += 1.0
+        assert "doing" not in ev.sample()  # not stuck yet: nothing looked at
+        clock[0] += evidence.STUCK_S
+        rates = ev.sample()
+        assert rates["doing"] == "checkpoint"
+        State(ev=Evidence(**rates))
+        steps[0] += 1  # a step finished: no longer stuck
+        clock[0] += 1.0
+        assert "doing" not in ev.sample()
+    finally:
+        release.set()
+        saver.join()
+    assert evidence.doing(threading.get_ident()) is None  # this test's own stack is in none of them
+    assert evidence.doing(threading.get_ident(), in_gc=True) == "gc"

@@ -4,6 +4,7 @@ import sys
 import types
 
 import msgspec
+import pytest
 
 from fake_cuda import fake_nvml
 from ranktop.probe.gpu_sampler import GpuSampler, throttle_names
@@ -21,6 +22,7 @@ def test_every_gauge_is_read_and_the_gpu_is_found_by_its_bus_id():
         "seq": 1, "t": 123.0, "name": "NVIDIA H100 80GB HBM3", "bus": "00000000:3B:00.0", "util": 97, "mem_util": 41,
         "mem_used": 70 << 30, "mem_total": 80 << 30, "power_w": 650.0, "power_limit_w": 700.0, "temp_c": 84,
         "sm_mhz": 1500, "sm_max_mhz": 1980, "throttle": ["thermal"], "pcie_tx": 1000 * 1024, "pcie_rx": 2000 * 1024,
+        "sm_avg": 1500.0, "held_power": 0.0, "held_thermal": 1.0,  # (a driver without violation counters: its samples' reasons)
     }  # fmt: skip
     assert s.latest is out and s.sample()["seq"] == 2
 
@@ -160,3 +162,38 @@ def test_the_index_fallback_is_given_only_when_cuda_numbers_gpus_as_nvml_does(mo
     assert "index" not in where and where["uuid"].startswith("GPU-")  # CUDA's default order: fastest first
     where = _locate(monkeypatch, "NVIDIA H100 80GB HBM3", {"CUDA_VISIBLE_DEVICES": "2,3", "CUDA_DEVICE_ORDER": "PCI_BUS_ID"})
     assert where["index"] == 3
+
+
+def test_the_clock_is_averaged_over_the_window_and_the_time_held_down_comes_from_nvml_s_violation_counters():
+    from ranktop.probe import gpu_sampler
+
+    now = [1000.0]
+    clocks = [1980, 1200, 1980, 1200] + [1200] * 30
+    s = GpuSampler(lambda: {"index": 0}, nvml=fake_nvml(clocks=clocks, held={0: 0.6}, now=lambda: now[0]),
+                   clock=lambda: now[0])  # fmt: skip
+    assert s.open()
+    first = s.sample()
+    assert first["sm_avg"] == 1980.0 and first["held_power"] is None  # one reading of the counters: no share yet
+    assert first["held_thermal"] is None  # (nor from its reasons, thermal: the counters, once kept, say it)
+    for _ in range(3):
+        now[0] += 1.0
+        out = s.sample()
+    assert out["sm_mhz"] == 1200 and out["sm_avg"] == pytest.approx(1590.0)  # the window's four samples
+    assert out["held_power"] == pytest.approx(0.6) and out["held_thermal"] == pytest.approx(0.0)
+    for _ in range(int(gpu_sampler.WINDOW_S) + 2):  # the early samples leave the window
+        now[0] += 1.0
+        out = s.sample()
+    assert out["sm_avg"] == pytest.approx(1200.0)
+
+
+def test_without_violation_counters_the_share_held_down_is_the_share_of_samples_whose_reasons_say_so():
+    reasons = iter([0x4, 0x0, 0x4, 0x0])
+    nvml = fake_nvml(missing=("nvmlDeviceGetViolationStatus",))
+    nvml.nvmlDeviceGetCurrentClocksEventReasons = lambda handle: next(reasons)
+    now = [0.0]
+    s = GpuSampler(lambda: {"index": 0}, nvml=nvml, clock=lambda: now[0])
+    assert s.open()
+    for _ in range(4):
+        out = s.sample()
+        now[0] += 1.0
+    assert out["held_power"] == pytest.approx(0.5) and out["held_thermal"] == 0.0

@@ -239,3 +239,31 @@ def test_a_simulated_checkpoint_is_sent_as_the_probe_times_it_and_read_as_one(rd
     assert not any(r.status in ("stalled", "slow") for snap in snaps for r in snap.ranks)
     pause = next(p for snap in snaps for p in snap.pauses if p.kind == "checkpoint")
     assert pause.ranks[:1] == [0]
+
+
+@pytest.mark.parametrize("cause, digests", [("gc_pause", False), ("data_loader", True), ("unknown", False)])
+def test_a_simulated_straggler_s_evidence_says_its_cause_through_the_engine(cause, digests, rdv):
+    """``Scenario.evidence``: every rank's state carries a probe's cause evidence, the slow rank's its cause's field
+    carrying its extra time (demo/sim_model.py JobModel.evidence), sent as ranks' states or folded into their
+    nodes' digests; the verdict names the cause, or none for ``unknown`` (nothing measured says a sleep)."""
+    from ranktop.demo.simulate import Scenario, Simulator
+    from ranktop.watch.aggregator import Aggregator
+    from ranktop.watch.model.verdict import verdict
+
+    ranks = 128 if digests else 16
+    s = Scenario(job="sim-cause", ranks=ranks, nodes=ranks // 8, slow_rank=5, slow_ms=15.0, slow_phase="forward",
+                 evidence=True, slow_cause=cause)  # fmt: skip
+    sim = Simulator(s, directory=os.environ["RANKTOP_DIR"])
+    clock = [0.0]
+    agg = Aggregator(s.job, clock=lambda: clock[0], wall_clock=lambda: clock[0])
+    if not digests:
+        agg.ingest_batch([(frames, None) for frames in sim.hellos(0.0)])
+    for now, frames in sim.replay(15, start=0.0, digests=digests):
+        clock[0] = now
+        agg.ingest_batch([(f, None) for f in frames])
+    answer = verdict(agg.snapshot())
+    assert answer.kind == "slow_rank" and answer.ranks[0] == 5, answer.text
+    assert answer.cause is not None, answer.text
+    assert answer.cause.kind == cause, answer.text
+    if cause != "unknown":
+        assert answer.cause.explains >= 0.5 and ", because " in answer.text

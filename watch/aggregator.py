@@ -21,6 +21,7 @@ from typing import Callable, Union
 
 from ranktop.watch.analysis import stalls
 from ranktop.watch.analysis.arrivals import ArrivalBook
+from ranktop.watch.analysis.causes import JobEvidence
 from ranktop.watch.analysis.job_pace import JobPace
 from ranktop.watch.analysis.pauses import PauseBook
 from ranktop.watch.analysis.collectives import collective_rows
@@ -90,6 +91,7 @@ class Aggregator:
         self._arrivals = ArrivalBook()  # who arrives last, its grid of steps kept (watch/analysis/arrivals.py)
         self._pauses = PauseBook()  # checkpoints' and evaluations' shares of the job's time (watch/analysis/pauses.py)
         self._pace = JobPace()  # the job's own baseline step (watch/analysis/job_pace.py)
+        self._job_evidence = JobEvidence()  # ... and its evidence, for why it is slower (watch/analysis/causes.py)
         self._endpoints = Endpoints()  # the relays it hears the job through (watch/engine/endpoints.py)
         self._links = LinkBook()  # the links between nodes the relays measured (watch/engine/link_book.py)
         self._replies: collections.deque[Reply] = collections.deque(maxlen=MAX_REPLIES)
@@ -312,7 +314,7 @@ class Aggregator:
             collectives=lambda ranks: self._collective_rows(now, ranks),
             links=links,
         )
-        return build(view, extras, self._stall, self._peers, self._history, self._arrivals, self._pauses, self._pace)
+        return build(view, extras, self._stall, self._peers, self._history, self._arrivals, self._pauses, self._pace, self._job_evidence)
 
     def _collective_rows(self, now: float, ranks: list[int]) -> list[CollectiveStat]:
         """The collectives pane's rows; past :data:`COLLECTIVES_CACHED_FROM` ranks worked out again every

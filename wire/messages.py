@@ -65,6 +65,9 @@ Name = Annotated[str, Meta(max_length=64)]
 Version = Tuple[int, int]
 #: How a rank's process is ending, as its last heartbeat says ("error": the script died of an uncaught exception).
 Exit = Literal["clean", "error"]
+#: What a rank stuck in a step is in, by its training thread's stack (probe/evidence.py ``doing``): compiling
+#: (torch.compile), writing or reading a checkpoint, inside a DataLoader, or in Python's garbage collector.
+Doing = Literal["compile", "checkpoint", "loader", "gc"]
 
 
 class Record(Struct, kw_only=True, omit_defaults=True, frozen=True, gc=False):
@@ -148,6 +151,9 @@ class Gpu(ByName, kw_only=True, frozen=True):
     throttle: Optional[List[str]] = None  # active clock slowdown reasons (probe/gpu_sampler.py THROTTLE_REASONS)
     pcie_tx: Optional[Gauge] = None  # PCIe throughput, bytes/s (read every few samples)
     pcie_rx: Optional[Gauge] = None
+    sm_avg: Optional[Gauge] = None  # the SM clock averaged over the sampler's window (probe/gpu_sampler.py WINDOW_S)
+    held_power: Optional[Gauge] = None  # the share of that window power held the clocks down (0-1)
+    held_thermal: Optional[Gauge] = None  # ... and heat
 
 
 class LastCollective(ByName, kw_only=True, frozen=True):
@@ -236,6 +242,11 @@ class Evidence(Record, kw_only=True, frozen=True):
     jit: Optional[Amount] = None  # seconds per second torch.compile spent compiling on it (dynamo's compile time)
     jit_n: Optional[Amount] = None  # ... frames compiled (first compiles and recompiles) per second
     breaks: Optional[Amount] = None  # ... graph breaks per second
+    sys: Optional[Amount] = None  # seconds per second its training thread ran in the kernel (stime: page faults, system calls)
+    majflt: Optional[Amount] = None  # major page faults per second of its process (a page read from disk: swap, a cold mapped file)
+    node_cpu: Optional[Amount] = None  # CPU seconds per second busy on its node, every process's (/proc/stat)
+    ncpu: Optional[Annotated[int, Meta(ge=1, le=1_000_000)]] = None  # ... the node's online CPUs
+    doing: Optional[Doing] = None  # stuck in a step for seconds: what its training thread's stack is in now
 
 
 class State(Record, kw_only=True, frozen=True):

@@ -4,7 +4,8 @@ Each step's ``backward`` ends in a barrier made of files (every rank writes
 ``<step>.<rank>`` in a shared folder, then waits until all ranks have), so when
 ``--hang-rank R`` stops inside ``forward`` at ``--hang-at-step S``, every other
 rank waits in ``backward`` of that step, as DDP ranks wait in the gradient
-all-reduce. Run several with RANK/WORLD_SIZE/... and RANKTOP_JOB set.
+all-reduce. Run several with RANK/WORLD_SIZE/... and RANKTOP_JOB set. ``--hang-in checkpoint``: the hung rank hangs inside
+``torch.save``, a checkpoint's write that never ends.
 """
 
 import argparse
@@ -19,6 +20,8 @@ parser.add_argument("--barrier-dir", required=True)
 parser.add_argument("--steps", type=int, default=100_000)
 parser.add_argument("--hang-rank", type=int, default=-1)
 parser.add_argument("--hang-at-step", type=int, default=20)
+parser.add_argument("--hang-in", choices=("sleep", "checkpoint"), default="sleep",
+                    help="checkpoint: it hangs inside torch.save, writing to a file that never takes the bytes")
 args = parser.parse_args()
 
 rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
@@ -35,6 +38,20 @@ def all_reduce(step):
 
 
 def hang_forever():
+    if args.hang_in == "checkpoint":
+        import torch  # (only here: the job is torch-free otherwise)
+
+        class Stuck:
+            """A checkpoint's file on storage that never answers: every write waits."""
+
+            def write(self, data):
+                while True:
+                    time.sleep(0.1)
+
+            def flush(self):
+                pass
+
+        torch.save({"w": torch.zeros(4)}, Stuck())
     while True:
         time.sleep(0.1)
 

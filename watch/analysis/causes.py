@@ -17,7 +17,9 @@ name. Costs measured before estimated:
   threads' when they use its cores), ``data_loader`` (time inside the
   DataLoader's ``__next__`` less the GC and run-queue time it may hold),
   ``recompile`` (time torch.compile spent compiling), ``host_bound`` (CPU time
-  of the training thread the others leave unexplained: Python the step waits on).
+  of the training thread the others leave unexplained: Python the step waits on),
+  ``page_faults`` (major faults, costed by the time the thread was blocked off its
+  CPU outside its collectives, and its kernel time, beyond its peers').
   Such a figure is a cause at :data:`RATIO` times a healthy peer's (a kind's
   own in :data:`RATIOS`) and :data:`FLOOR` seconds a second beyond it.
 - **estimated** (``basis="estimated"``): work it is given, as a ratio:
@@ -38,12 +40,18 @@ ruled out ("not GC, CPU contention, input size or memory").
 Only ranks flagged slow get causes, so a healthy job has none, however its
 ranks' figures differ. A rank is compared within its peer class (the ranks at
 its pipeline stage), like its steps.
+
+Beyond one rank, by the same shares: a slow node's other processes (:func:`of_nodes`, ``node_busy``), a stalled
+rank's stack (:func:`of_stalls`: what it is in now, ``basis="seen"``), and a job slower than itself
+(:class:`JobEvidence`: its ranks' medians against the job's own past), which also learns each class's healthy
+routing spread for ``expert_load``.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, Mapping, Sequence
+import math
+from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
@@ -87,8 +95,12 @@ RATIOS = {"data_loader": 1.3, "host_bound": 1.2}
 
 #: A load this many times a healthy peer's is a cause (a healthy MoE's experts differ by less: routing noise).
 LOAD_RATIO = 1.5
-#: A GPU whose SM clock is this much below a healthy peer's (its peers' clock over its own) is throttled.
+#: A GPU whose SM clock is this much below a healthy peer's (its peers' clock over its own) is throttled ...
 CLOCK_RATIO = 1.1
+#: ... when power or heat held its clocks down this share of the sampler's window (probe/gpu_sampler.py).
+HELD_SHARE = 0.2
+#: The GPU gauge of the clock, and the one over the sampler's window read instead where the rank sends it.
+CLOCK_FIELD, WINDOWED_CLOCK = "sm_mhz", "sm_avg"
 #: Memory pressure: allocator retries a second beyond its peers', and bytes swapped out beyond theirs.
 RETRIES_FLOOR = 0.1
 SWAP_FLOOR = 256 * 2**20
@@ -124,11 +136,16 @@ DATA_PHASE = "data"
 #: What the verdict's "cause unknown" says was ruled out, by the figures the rank sent, in this order.
 RULED_OUT = (
     ("GC", ("gc",)), ("CPU contention", ("runq",)), ("Python on its CPU", ("cpu",)), ("the data loader", ("ld",)),
-    ("recompiles", ("jit_n",)), ("input size", ("padded", "tokens", "samples", "a2a_rows")), ("memory", ("swap", "retries")),
+    ("recompiles", ("jit_n",)), ("input size", ("padded", "tokens", "samples", "a2a_rows")),
+    ("page faults", ("majflt",)), ("memory", ("swap", "retries")),
 )  # fmt: skip
 #: Every kind a cause may have (docs/json-schema.md lists each with its evidence).
-ALL_KINDS = ("gc_pause", "cpu_contention", "oversubscribed", "data_loader", "recompile", "host_bound", "expert_load",
-             "input_imbalance", "gpu_throttle", "memory_pressure", "unknown")  # fmt: skip
+ALL_KINDS = ("gc_pause", "cpu_contention", "oversubscribed", "data_loader", "recompile", "host_bound", "page_faults",
+             "expert_load", "input_imbalance", "gpu_throttle", "memory_pressure", "node_busy", "checkpoint_write",
+             "unknown")  # fmt: skip
+
+#: Page faults: major faults a second this many times a healthy peer's (:data:`RATIO`) and this many beyond it.
+MAJFLT_FLOOR = 20.0
 
 
 #: Figures a rank's evidence leaves out until it has any (dynamo never imported, no DataLoader iterated): a rank
@@ -148,6 +165,8 @@ def figures(states: Sequence[State], field: str, part: str = "ev") -> np.ndarray
         else:
             gpu = state.gpu
             value = gpu.get(field) if gpu is not None else None
+            if field == CLOCK_FIELD and gpu is not None and _number(gpu.get(WINDOWED_CLOCK)):
+                value = gpu.get(WINDOWED_CLOCK)  # the clock over the sampler's window, where sent
         if isinstance(value, (int, float)) and not isinstance(value, bool):
             out[i] = value
     return out
@@ -227,14 +246,16 @@ def judge(values: np.ndarray, reference: np.ndarray, step_s: np.ndarray, excess_
 
 
 def judge_load(values: np.ndarray, reference: np.ndarray, step_s: np.ndarray, excess_s: np.ndarray, load: Load,
-               compute_s: np.ndarray | None = None) -> list[Cause | None]:  # fmt: skip
-    """The cause ``load`` for each rank of these columns, or None: its figure :data:`LOAD_RATIO` times its peers'.
+               compute_s: np.ndarray | None = None, needed: np.ndarray | None = None) -> list[Cause | None]:  # fmt: skip
+    """The cause ``load`` for each rank of these columns, or None: its figure :data:`LOAD_RATIO` times its peers'
+    (``needed``: each rank's own ratio, where its class's healthy spread is learned: :class:`JobEvidence`).
     Its cost is estimated: the rank's own compute per step (``compute_s``; else its step) had it done its peers'
     work, ``compute * (1 - 1/ratio)``."""
     compute = step_s if compute_s is None else compute_s
+    ratios = np.full(len(values), LOAD_RATIO) if needed is None else needed
 
-    def rule(value: float, ref: float, step: float, excess: float, own: float) -> Cause | None:
-        if ref <= 0 or value < LOAD_RATIO * ref:
+    def rule(value: float, ref: float, step: float, excess: float, own: float, at_least: float) -> Cause | None:
+        if ref <= 0 or value < at_least * ref:
             return None
         per_step = step if load.per_second else 1.0
         ratio = value / ref
@@ -244,26 +265,54 @@ def judge_load(values: np.ndarray, reference: np.ndarray, step_s: np.ndarray, ex
         return Cause(kind=load.name, text=text, value=value, peers=ref, ratio=ratio, extra_s=extra,
                      explains=share(extra, excess), basis=ESTIMATED)  # fmt: skip
 
-    return _each(rule, values, reference, step_s, excess_s, compute.tolist())
+    return _each(rule, values, reference, step_s, excess_s, compute.tolist(), ratios.tolist())
 
 
 def judge_clock(mine: np.ndarray, reference: np.ndarray, step_s: np.ndarray, excess_s: np.ndarray,
-                reasons: Sequence[list | None], compute_s: np.ndarray | None = None) -> list[Cause | None]:  # fmt: skip
-    """``gpu_throttle`` for each rank of these columns (its SM clock, a healthy peer's, ..., its throttle reasons);
-    its cost estimated as a load's, from the clocks' ratio and its compute."""
+                reasons: Sequence[list | None], compute_s: np.ndarray | None = None,
+                held: Sequence[dict[str, float] | None] | None = None) -> list[Cause | None]:  # fmt: skip
+    """``gpu_throttle`` for each rank of these columns (its SM clock over the sampler's window, a healthy peer's,
+    ..., its throttle reasons now, and ``held``: the shares of the window its clocks were held down by power and by
+    heat, probe/gpu_sampler.py), or None. A clock :data:`CLOCK_RATIO` below its peers' is a cause only with a
+    reason: held down :data:`HELD_SHARE` of the window by power or heat where the shares are said, else a power or
+    thermal reason now (a probe before the shares); a lower clock alone is a symptom (a GPU less busy clocks
+    otherwise). Its cost estimated as a load's, from the clocks' ratio and its compute."""
     compute = step_s if compute_s is None else compute_s
+    shares = list(held) if held is not None else [None] * len(mine)
 
-    def rule(value: float, ref: float, step: float, excess: float, why: list | None, own: float) -> Cause | None:
+    def rule(value: float, ref: float, step: float, excess: float, why: list | None, own: float,
+             kept: dict[str, float] | None) -> Cause | None:  # fmt: skip
         if value <= 0 or ref < CLOCK_RATIO * value:
             return None
-        slowing = [r for r in why or () if r in ("power", "thermal", "hw")]
-        because = f" ({', '.join(slowing)} throttling)" if slowing else ""
+        if kept:
+            said = [(name, share_) for name, share_ in kept.items() if share_ >= HELD_SHARE]
+            if not said:
+                return None
+            because = " (held down by " + " and ".join(f"{name} {share_:.0%} of the time" for name, share_ in said) + ")"
+        else:
+            slowing = [r for r in why or () if r in ("power", "thermal", "hw")]
+            if not slowing:
+                return None
+            because = f" ({', '.join(slowing)} throttling)"
         text = f"its GPU runs at {value:.0f} MHz against its peers' {ref:.0f}{because} (gpu throttle)"
         extra = _scaled(own, ref / value)
         return Cause(kind="gpu_throttle", text=text, value=value, peers=ref, ratio=value / ref, extra_s=extra,
                      explains=share(extra, excess), basis=ESTIMATED)  # fmt: skip
 
-    return _each(rule, mine, reference, step_s, excess_s, reasons, compute.tolist())
+    return _each(rule, mine, reference, step_s, excess_s, reasons, compute.tolist(), shares)
+
+
+def held_shares(gpu: dict | None) -> dict[str, float] | None:
+    """The shares of its sampler's window a GPU's clocks were held down, by what (``power``, ``heat``), where its
+    gauges say them (probe/gpu_sampler.py ``held_power``, ``held_thermal``); None where they do not."""
+    if not gpu:
+        return None
+    out = {}
+    for key, name in (("held_power", "power"), ("held_thermal", "heat")):
+        value = gpu.get(key)
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and 0 <= value <= 1:
+            out[name] = float(value)
+    return out or None
 
 
 def judge_memory(retries: float, peers_retries: float, swap: float, peers_swap: float) -> Cause | None:
@@ -299,14 +348,16 @@ def of_ranks(
     states: Sequence[State], step_s: np.ndarray, excess_s: np.ndarray, slow: np.ndarray, live: np.ndarray,
     class_ids: np.ndarray | None, evidence: Mapping[str, np.ndarray] | None = None, *, culprit: np.ndarray | None = None,
     names: Sequence[str] = (), phases: np.ndarray | None = None, comm_s: np.ndarray | None = None,
+    load_ratio: np.ndarray | None = None,
 ) -> dict[int, list[Cause]]:  # fmt: skip
     """Row index -> the causes of each slow rank that has any: measured first, then estimated, then untold, each
     costliest first, and ``unknown`` last when none explains :data:`PARTLY` of its excess. ``live``: the ranks
     whose figures count as peers' (not silent, scored). ``evidence``: the fields a gathered view keeps as columns
     (watch/engine/rank_scalars.py), read instead of a pass over the states. ``names``/``phases`` (ranks x names,
     seconds per step) and ``comm_s`` (its collective wait per step): where given, they take the data phase and
-    the wait out of the compute a ratio is applied to. (``culprit`` is accepted and not read: a phase's name is
-    no evidence.)"""
+    the wait out of the compute a ratio is applied to. ``load_ratio``: per row, the ratio of all-to-all rows to its
+    peers' an ``expert_load`` needs (its class's healthy routing spread, learned: :meth:`JobEvidence.load_ratios`;
+    None: :data:`LOAD_RATIO`). (``culprit`` is accepted and not read: a phase's name is no evidence.)"""
     del culprit
     which = np.flatnonzero(slow)
     if not len(which):
@@ -353,7 +404,8 @@ def of_ranks(
         if got is None:
             continue
         mine, ref = got
-        here = judge_load(mine, ref, step, excess, load, compute)
+        needed = load_ratio[which] if load_ratio is not None and load.name == "expert_load" else None
+        here = judge_load(mine, ref, step, excess, load, compute, needed)
         if load.name == "input_imbalance":  # the first input figure it and its peers send stands for its work
             here = [None if judged_inputs[k] else c for k, c in enumerate(here)]
             judged_inputs |= (np.nan_to_num(mine) > 0) & (np.nan_to_num(ref) > 0)
@@ -361,10 +413,11 @@ def of_ranks(
             if c is not None:
                 loads_est[k] = max(loads_est[k], c.extra_s)
         add(here)
-    reasons = [(states[i].gpu or {}).get("throttle") for i in which.tolist()]
     got = pair("sm_mhz", _TINY, "gpu")
     if got is not None:
-        add(judge_clock(got[0], got[1], step, excess, reasons, compute))
+        reasons = [(states[i].gpu or {}).get("throttle") for i in which.tolist()]
+        held = [held_shares(states[i].gpu) for i in which.tolist()]
+        add(judge_clock(got[0], got[1], step, excess, reasons, compute, held))
     _memory(states, which, peers_of, class_ids, found)
     # measured: time it lost
     gc_s, jit_s = beyond("gc"), beyond("jit")
@@ -395,8 +448,12 @@ def of_ranks(
     if got is not None:
         loader = judge(got[0], got[1], step, excess, LOADER_KIND, gc_s + runq_s)
         add(_with_workers(loader, states, which, pair))
-    if cpu_got is not None:
-        held = gc_s + jit_s + beyond("ld_cpu") + loads_est
+    got = pair("majflt", MAJFLT_FLOOR)
+    if got is not None:
+        blocked = _blocked(states, step_s, comm_s, peers_of, class_ids, which)
+        add(_page_faults(got[0], got[1], blocked, beyond("sys") if blocked is not None else None, step, excess))
+    if cpu_got is not None:  # (its kernel time, page faults' and system calls', is not Python the step waits on)
+        held = gc_s + jit_s + beyond("ld_cpu") + loads_est + beyond("sys")
         add(_host_bound(judge(cpu_got[0], cpu_got[1], step, excess, HOST_KIND, held), wait_per_cpu, excess))
     out: dict[int, list[Cause]] = {}
     for k, i in enumerate(which.tolist()):
@@ -548,6 +605,10 @@ def _scaled(compute: float, ratio: float) -> float:
     return max(0.0, compute * (1 - 1 / ratio)) if ratio > 0 and compute == compute else 0.0
 
 
+def _number(value: object) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
 def _zero(value: float) -> float:
     return 0.0 if value != value else value
 
@@ -574,3 +635,335 @@ def _beyond(ratio: float | None, peers_per_step: float) -> str:
 
 def _per_step(seconds: float) -> str:
     return f"{fmt.ms_brief(seconds)} ms"
+
+
+def _blocked(states: Sequence[State], step_s: np.ndarray, comm_s: np.ndarray | None, peers_of: np.ndarray,
+             class_ids: np.ndarray | None, which: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:  # fmt: skip
+    """(the slow ranks', a healthy peer's) seconds per step the training thread was off its CPU, not waiting for
+    one and not waiting at a collective: ``(1 - cpu - runq) * step - collective wait``, blocked on something
+    else (a page read from disk, I/O, a lock); None where no rank says its CPU time."""
+    cpu = column(states, "cpu", which, peers_of, 0.0)
+    if cpu is None:
+        return None
+    runq = np.nan_to_num(figures(states, "runq"), nan=0.0)
+    comm = np.zeros(len(states)) if comm_s is None else np.nan_to_num(comm_s, nan=0.0)
+    blocked = np.maximum(0.0, (1.0 - cpu - runq) * step_s - comm)
+    blocked[~peers_of] = np.nan
+    return blocked[which], peer_reference(blocked, class_ids, which)
+
+
+def _page_faults(mine: np.ndarray, reference: np.ndarray, blocked: tuple[np.ndarray, np.ndarray] | None,
+                 kernel: np.ndarray | None, step_s: np.ndarray, excess_s: np.ndarray) -> list[Cause | None]:  # fmt: skip
+    """``page_faults`` for each slow rank: its process's major faults a second :data:`RATIO` times a healthy peer's
+    and :data:`MAJFLT_FLOOR` beyond. Its cost is measured: the time its training thread was blocked per step (off
+    its CPU, outside its collectives) beyond a healthy peer's, and its time in the kernel beyond theirs
+    (``kernel``, seconds per step: a fault's own handling); faults that block it no such time are no cause. Where
+    its CPU time is not said, it is named with no cost (``untold``)."""
+    out: list[Cause | None] = []
+    for k, (value, ref) in enumerate(zip(mine.tolist(), reference.tolist())):
+        ref = _zero(ref)
+        if value != value or value < RATIO * ref or value - ref < MAJFLT_FLOOR:
+            out.append(None)
+            continue
+        step, excess = float(step_s[k]), float(excess_s[k])
+        text = f"its process takes {value:.0f} major page faults a second against its peers' {ref:.0f}"
+        extra = float("nan")
+        if blocked is not None:
+            extra = float(blocked[0][k] - blocked[1][k])
+        if extra != extra:
+            out.append(Cause(kind="page_faults", text=text + " (page faults)", value=value, peers=ref,
+                             ratio=value / ref if ref else None, extra_s=0.0, explains=0.0, basis=UNTOLD))  # fmt: skip
+            continue
+        if extra < FLOOR * step:
+            out.append(None)
+            continue
+        text += (f"; its training thread is blocked {_per_step(extra)} per step beyond its peers, off its CPU and "
+                 "outside its collectives")  # fmt: skip
+        in_kernel = float(kernel[k]) if kernel is not None else 0.0
+        if in_kernel >= FLOOR * step:
+            text += f", and runs {_per_step(in_kernel)} more in the kernel"
+            extra += in_kernel
+        text += " (page faults)"
+        out.append(Cause(kind="page_faults", text=text, value=value, peers=ref, ratio=value / ref if ref else None,
+                         extra_s=extra, explains=share(extra, excess), basis=MEASURED))  # fmt: skip
+    return out
+
+
+# -- beyond one rank: a slow node, a stall, the job slower than itself --------------------------------------------
+
+#: Other processes on a slow node use this many times a healthy node's CPU ...
+NODE_RATIO = 2.0
+#: ... and this many CPUs beyond it (a shell, a monitor, the relay use a little on every node).
+NODE_CPUS = 0.5
+#: The healthy nodes read for a slow node's reference, at most (evenly spaced among them).
+NODE_SAMPLE = 64
+#: A stalled rank's stack, as its probe says it (wire/messages.py ``Doing``): the kind and the text of its cause.
+DOING = {
+    "compile": ("recompile", "its training thread is compiling (torch.compile: its stack is in dynamo or inductor)"),
+    "checkpoint": ("checkpoint_write", "its training thread is writing or reading a checkpoint (its stack is in torch.save/load or a distributed checkpoint)"),
+    "loader": ("data_loader", "its training thread waits inside its DataLoader (its stack is in torch.utils.data)"),
+    "gc": ("gc_pause", "its training thread is in Python's garbage collector"),
+}  # fmt: skip
+#: Basis of a cause read from where a stuck rank is now (its stack), not from a time it lost.
+SEEN = "seen"
+
+
+def of_stalls(states: Sequence[State], stalled: np.ndarray) -> dict[int, list[Cause]]:
+    """Row index -> the cause of each stalled rank whose probe says what its training thread is in (its stack,
+    read while it has finished no step for seconds: probe/evidence.py ``doing``). It explains the stall whole:
+    the rank is there now (basis ``seen``)."""
+    out: dict[int, list[Cause]] = {}
+    for i in np.flatnonzero(stalled).tolist():
+        ev = states[i].ev
+        what = getattr(ev, "doing", None) if ev is not None else None
+        if what in DOING:
+            kind, text = DOING[what]
+            out[i] = [Cause(kind=kind, text=text, value=1.0, peers=0.0, ratio=None, extra_s=0.0, explains=1.0, basis=SEEN)]
+    return out
+
+
+def of_nodes(states: Sequence[State], hosts: Sequence[str], slow_hosts: Sequence[str], slow: np.ndarray,
+             live: np.ndarray, step_s: np.ndarray, excess_s: np.ndarray,
+             host_id: np.ndarray | None = None) -> dict[str, list[Cause]]:  # fmt: skip
+    """Host -> the node-level cause of each slow node whose ranks say their node's CPU (probe/evidence.py
+    ``node_cpu``): other processes (the node's busy CPU less what its ranks and their workers use) using
+    :data:`NODE_RATIO` times a healthy node's and :data:`NODE_CPUS` beyond it: ``node_busy``. Its cost is
+    measured where the ranks say their run-queue wait: the node's ranks' median wait per step beyond the healthy
+    nodes' ranks' median, against the node's median excess; else named with no cost. ``host_id``: each row's node
+    as a number (the job state's column): the slow nodes' ranks and those of :data:`NODE_SAMPLE` healthy nodes at
+    most are read, not every rank of a job of thousands of nodes."""
+    if not slow_hosts:
+        return {}
+    rows: Sequence[int] = range(len(states))
+    if host_id is not None and len(host_id):
+        named = np.array([h in set(slow_hosts) for h in (hosts[i] for i in np.unique(host_id, return_index=True)[1].tolist())])
+        ids = np.unique(host_id)
+        healthy_ids = ids[~named]
+        if len(healthy_ids) > NODE_SAMPLE:
+            healthy_ids = healthy_ids[np.linspace(0, len(healthy_ids) - 1, NODE_SAMPLE).astype(np.int64)]
+        rows = np.flatnonzero(np.isin(host_id, np.concatenate([ids[named], healthy_ids]))).tolist()
+    figures_of: dict[str, list[tuple[float, float, float, float, int]]] = {}
+    for i in rows:
+        state = states[i]
+        ev = state.ev
+        if ev is None or not (live[i] or slow[i]):
+            continue
+        node = getattr(ev, "node_cpu", None)
+        ranks_cpu = _zero(getattr(ev, "pcpu", None) or float("nan")) + _zero(getattr(ev, "kids", None) or float("nan"))
+        runq = getattr(ev, "runq", None)
+        figures_of.setdefault(hosts[i], []).append((float("nan") if node is None else node, ranks_cpu,
+                                                    float("nan") if runq is None else runq * float(step_s[i]),
+                                                    float(getattr(ev, "ncpu", None) or 0), i))  # fmt: skip
+    others: dict[str, float] = {}
+    waits: dict[str, float] = {}
+    for host, rows in figures_of.items():
+        nodes = np.array([r[0] for r in rows])
+        if np.isnan(nodes).all():
+            continue
+        others[host] = max(0.0, float(np.nanmedian(nodes)) - sum(r[1] for r in rows))
+        wait = np.array([r[2] for r in rows])
+        if not np.isnan(wait).all():
+            waits[host] = float(np.nanmedian(wait))
+    healthy = sorted(v for h, v in others.items() if h not in slow_hosts)
+    healthy_waits = sorted(v for h, v in waits.items() if h not in slow_hosts)
+    if not healthy:
+        return {}
+    ref = healthy[(len(healthy) - 1) // 2]
+    ref_wait = healthy_waits[(len(healthy_waits) - 1) // 2] if healthy_waits else float("nan")
+    out: dict[str, list[Cause]] = {}
+    for host in slow_hosts:
+        mine = others.get(host)
+        if mine is None or mine < NODE_RATIO * ref or mine - ref < NODE_CPUS:
+            continue
+        rows = figures_of[host]
+        cpus = int(max(r[3] for r in rows))
+        of = f" of its {cpus} CPUs" if cpus else " CPUs"
+        text = f"other processes on it use {mine:.1f}{of} against {ref:.1f} on a healthy node"
+        at = np.array([r[4] for r in rows if slow[r[4]]], np.int64)
+        excess = float(np.median(excess_s[at])) if len(at) else 0.0
+        wait = waits.get(host, float("nan"))
+        extra = wait - ref_wait if wait == wait and ref_wait == ref_wait else float("nan")
+        if extra == extra and extra >= FLOOR * float(np.median(step_s[at]) if len(at) else 0.0):
+            text += f"; its ranks wait {_per_step(wait)} per step for a CPU against {_per_step(ref_wait)} there (node busy)"
+            cause = Cause(kind="node_busy", text=text, value=mine, peers=ref, ratio=mine / ref if ref else None,
+                          extra_s=extra, explains=share(extra, excess), basis=MEASURED)  # fmt: skip
+        else:
+            cause = Cause(kind="node_busy", text=text + " (node busy)", value=mine, peers=ref,
+                          ratio=mine / ref if ref else None, extra_s=0.0, explains=0.0, basis=UNTOLD)  # fmt: skip
+        out[host] = [cause]
+    return out
+
+
+#: The job's evidence against its own past: each family's figure (the live ranks' median, per second), the kind it
+#: stands for, the ratio to its baseline it needs (:data:`RATIOS`), and its text (its time per step now, before).
+JOB_FAMILIES = (
+    ("gc", "gc_pause", "every rank spends {now} per step in Python's garbage collector, {before} before (gc pause)"),
+    ("runq", "cpu_contention", "every rank's training thread waits {now} per step for a CPU, {before} before (cpu contention)"),
+    ("ld_wait", "data_loader", "every rank waits {now} per step for its DataLoader's batches, {before} before (data loader)"),
+    ("jit", "recompile", "torch.compile spends {now} per step compiling on every rank, {before} before (recompile)"),
+    ("fault_wait", "page_faults", "every rank's training thread is blocked {now} per step off its CPU, {before} before, taking {faults} major page faults a second (page faults)"),
+    ("cpu", "host_bound", "every rank's training thread runs {now} per step on a CPU, {before} before (host bound)"),
+)  # fmt: skip
+#: The healthy routing spread of a class: at most this many members read a snapshot, ...
+SPREAD_SAMPLE = 64
+#: ... its peak forgotten over this many seconds, learned after this many, ...
+SPREAD_FORGET_S = 600.0
+SPREAD_LEARN_S = 30.0
+#: ... a rank's rows beyond it by this factor are an expert's load, and never under this ratio to its peers'.
+SPREAD_MARGIN = 1.15
+SPREAD_LEAST = 1.2
+#: What a job slower than itself with no cause rules out, by the families its ranks' evidence covers.
+JOB_RULED_OUT = (("gc", "GC"), ("runq", "CPU contention"), ("cpu", "Python on its CPU"), ("ld_wait", "the data loader"),
+                 ("jit", "recompiles"), ("majflt", "page faults"))  # fmt: skip
+#: The most live ranks read for the job's medians (evenly spaced): a median of 256 is the job's to a few percent,
+#: and a snapshot of 16,384 ranks pays for 256.
+JOB_SAMPLE = 256
+#: The baseline takes in what the job's ranks said this many seconds ago (their rates are over 10 s windows and the
+#: job is told slower after seconds more: what it takes in is from before the change).
+JOB_LAG_S = 20.0
+
+
+class JobEvidence:
+    """The job's evidence against its own past, for a job slower than itself (watch/analysis/job_pace.py): the
+    live ranks' median of each measured family, kept as a baseline that follows the job over ``follow_s`` seconds
+    (what it said :data:`JOB_LAG_S` ago) and stands still while the job is told slower. The aggregator keeps one."""
+
+    def __init__(self, follow_s: float = 120.0) -> None:
+        self.follow_s = follow_s
+        self.base: dict[str, float] = {}
+        self._waiting: list[tuple[float, dict[str, float]]] = []
+        self._at: float | None = None
+        # the healthy routing spread of each class (key -> its decaying peak, when last moved, when first learned)
+        self.spread: dict[int, list[float]] = {}
+        self._spreads_waiting: list[tuple[float, int, float]] = []
+
+    def load_ratios(self, states: Sequence[State], healthy: np.ndarray, slow: np.ndarray, class_keys: np.ndarray,
+                    now: float) -> np.ndarray | None:  # fmt: skip
+        """Per row, the ratio of all-to-all rows to its peers' an ``expert_load`` needs: its class's healthy routing
+        spread learned from the job's own past (the most rows a healthy member receives over the class's median,
+        at most :data:`SPREAD_SAMPLE` members read a class), times :data:`SPREAD_MARGIN`, and
+        :data:`SPREAD_LEAST` at least; :data:`LOAD_RATIO` where not learned yet (:data:`SPREAD_LEARN_S` of it). A
+        spread is taken in :data:`JOB_LAG_S` after it was seen, and dropped if a rank of its class was flagged
+        slow meanwhile (a hot expert's rank before it was flagged is no healthy spread). None: no rank sends
+        all-to-all rows."""
+        idx = np.flatnonzero(healthy)
+        if not self.spread and not self._spreads_waiting:  # (a job without all-to-alls pays a look at 16 ranks)
+            look = idx[np.linspace(0, len(idx) - 1, min(16, len(idx))).astype(np.int64)] if len(idx) else idx
+            if not (figures([states[i] for i in look.tolist()], "a2a_rows") >= 0).any():
+                return None
+        keys_now = class_keys[idx]
+        seen_any = False
+        for key in np.unique(keys_now).tolist():
+            members = idx[keys_now == key]
+            if len(members) > SPREAD_SAMPLE:
+                members = members[np.linspace(0, len(members) - 1, SPREAD_SAMPLE).astype(np.int64)]
+            rows = figures([states[i] for i in members.tolist()], "a2a_rows")
+            rows = rows[~np.isnan(rows)]
+            if len(rows) < 3:
+                continue
+            seen_any = True
+            middle = float(np.median(rows))
+            if middle > 0:
+                self._spreads_waiting.append((now, int(key), float(rows.max()) / middle))
+        flagged = set(np.unique(class_keys[slow]).tolist()) if slow.any() else set()
+        kept = []
+        for at, key, spread in self._spreads_waiting:
+            if key in flagged:
+                continue  # (its class has a slow rank now: what it saw may be that rank's load growing)
+            if now - at < JOB_LAG_S:
+                kept.append((at, key, spread))
+                continue
+            peak = self.spread.get(key)
+            if peak is None:
+                self.spread[key] = [spread, at, at]
+            else:
+                peak[0] = max(spread, peak[0] * math.exp(-max(0.0, at - peak[1]) / SPREAD_FORGET_S))
+                peak[1] = at
+        self._spreads_waiting = kept
+        if not seen_any and not self.spread:
+            return None
+        out = np.full(len(class_keys), LOAD_RATIO)
+        for key, (peak, _, first) in self.spread.items():
+            if now - first >= SPREAD_LEARN_S:
+                out[class_keys == key] = max(SPREAD_LEAST, peak * SPREAD_MARGIN)
+        return out
+
+    def note(self, states: Sequence[State], live: np.ndarray, step_s: np.ndarray, comm_s: np.ndarray | None,
+             now: float, slower: Any) -> list[Cause]:  # fmt: skip
+        """The job's medians now into the baseline (while ``slower`` is None), or its causes against the baseline
+        (``slower``: the JobSlower told, its ``excess_s`` what a step grew): families beyond their baseline by their
+        ratio and :data:`FLOOR`, each saying the share of the growth it explains, costliest first."""
+        idx = np.flatnonzero(live)
+        if not len(idx):
+            return []
+        if len(idx) > JOB_SAMPLE:
+            idx = idx[np.linspace(0, len(idx) - 1, JOB_SAMPLE).astype(np.int64)]
+        medians = _job_medians([states[i] for i in idx.tolist()], step_s[idx], None if comm_s is None else comm_s[idx])
+        step = float(np.nanmedian(step_s[idx])) if not np.isnan(step_s[idx]).all() else float("nan")
+        if step == step:
+            medians["step"] = step
+        if slower is None:
+            self._waiting.append((now, medians))
+            while self._waiting and now - self._waiting[0][0] >= JOB_LAG_S:
+                at, old = self._waiting.pop(0)
+                move = 1.0 if self._at is None else 1.0 - math.exp(-max(0.0, at - self._at) / self.follow_s)
+                self._at = at
+                for name, value in old.items():
+                    before = self.base.get(name)
+                    self.base[name] = value if before is None else before + (value - before) * move
+            return []
+        self._waiting = [w for w in self._waiting if now - w[0] < JOB_LAG_S]  # (told: what came meanwhile is not the past)
+        return self._causes(medians, step, float(slower.excess_s))
+
+    def _causes(self, medians: dict[str, float], step: float, excess: float) -> list[Cause]:
+        out = []
+        if step != step:
+            return out
+        base_step = self.base.get("step", step)
+        for family, kind, says in JOB_FAMILIES:
+            now, before = medians.get(family), self.base.get(family)
+            if now is None or before is None:
+                continue
+            mine, was = now * step, before * base_step  # seconds per step, now and in the past
+            extra = mine - was
+            if mine < RATIOS.get(kind, RATIO) * was or now - before < FLOOR or extra < FLOOR * step:
+                continue
+            faults = medians.get("majflt", 0.0)
+            if kind == "page_faults" and faults < max(MAJFLT_FLOOR, RATIO * self.base.get("majflt", 0.0)):
+                continue
+            text = says.format(now=_per_step(mine), before=_per_step(was), faults=f"{faults:.0f}")
+            out.append(Cause(kind=kind, text=text, value=now, peers=before, ratio=now / before if before > 0 else None,
+                             extra_s=extra, explains=share(extra, excess), basis=MEASURED))  # fmt: skip
+        out.sort(key=lambda c: -c.extra_s)
+        if named_cause(out) is None:
+            ruled = [name for family, name in JOB_RULED_OUT if family in medians and family in self.base]
+            if ruled:
+                out.append(unknown(ruled))
+        return out
+
+
+def _job_medians(states: Sequence[State], step_s: np.ndarray, comm_s: np.ndarray | None) -> dict[str, float]:
+    """The median over ``states`` of each family of :data:`JOB_FAMILIES` (seconds per second; ``majflt``: faults
+    a second), where a rank says it: the loader's wait is ``ld - ld_cpu``; a fault's wait, the training thread's
+    time off its CPU, not waiting for one nor at a collective (per second)."""
+    out: dict[str, float] = {}
+    cols: dict[str, list[float]] = {name: [] for name in ("gc", "runq", "ld_wait", "jit", "cpu", "majflt", "fault_wait")}
+    for k, state in enumerate(states):
+        ev = state.ev
+        if ev is None:
+            continue
+        for name in ("gc", "runq", "jit", "cpu", "majflt"):
+            value = getattr(ev, name, None)
+            if value is None and name in NIL_WHEN_ABSENT:
+                value = 0.0
+            if value is not None:
+                cols[name].append(value)
+        cols["ld_wait"].append(max(0.0, (ev.ld or 0.0) - (ev.ld_cpu or 0.0)))
+        step = float(step_s[k])
+        if ev.cpu is not None and step == step and step > 0:
+            comm = 0.0 if comm_s is None or comm_s[k] != comm_s[k] else float(comm_s[k])
+            cols["fault_wait"].append(max(0.0, 1.0 - ev.cpu - (ev.runq or 0.0) - comm / step))
+    for name, values in cols.items():
+        if values:
+            out[name] = float(np.median(values))
+    return out

@@ -49,13 +49,15 @@ class Extras:
 
 def build(view: JobView, extras: Extras, policy: StallPolicy = StallPolicy(), peer_classes: PeerClasses | None = None,
           history: stragglers.ExcessHistory | None = None, arrival_book: arrivals.ArrivalBook | None = None,
-          pause_book: pauses.PauseBook | None = None, pace: job_pace.JobPace | None = None) -> Snapshot:  # fmt: skip
+          pause_book: pauses.PauseBook | None = None, pace: job_pace.JobPace | None = None,
+          job_evidence: causes.JobEvidence | None = None) -> Snapshot:  # fmt: skip
     """The snapshot of ``view``; ``peer_classes``: the cache of the peers of the views before (None: worked out);
     ``history``: each rank's excess when last seen healthy, kept from the views before (None: not known, a rank
     is judged on this view alone); ``arrival_book``: who arrived last, its grid kept from the views before (None:
     worked out from this view's steps alone); ``pause_book``: the checkpoints' and evaluations' shares of the job's
     time kept from the views before (None: this view's alone); ``pace``: the job's own baseline step, kept from the
-    views before (None: the job is not judged against its past)."""
+    views before (None: the job is not judged against its past); ``job_evidence``: the job's evidence against its
+    own past, for the causes of a job slower than itself (None: none said)."""
     n = len(view.rank)
     names = view.names
     silent = silent_ranks(view)
@@ -135,12 +137,17 @@ def build(view: JobView, extras: Extras, policy: StallPolicy = StallPolicy(), pe
         status[np.isin(view.rank, stalls.stalled_ranks())] = STATUS_CODE[STALLED]
     status[silent] = STATUS_CODE[SILENT]
     slow = status == STATUS_CODE[SLOW]
+    # each class's healthy routing spread, learned from the job's past (an expert's load is judged against it)
+    load_ratio = (job_evidence.load_ratios(view.states, live & ~slow, slow, peers.class_keys, view.now)
+                  if job_evidence is not None and len(idx) else None)  # fmt: skip
     why = (
         causes.of_ranks(view.states, view.step_s, excess, slow, live, peers.class_ids, view.evidence,
-                        culprit=culprit, names=names, phases=view.phases, comm_s=view.comm_s)  # fmt: skip
+                        culprit=culprit, names=names, phases=view.phases, comm_s=view.comm_s, load_ratio=load_ratio)  # fmt: skip
         if slow.any()
         else {}
     )
+    if stalled:  # a stalled rank's cause: what its stack is in now (causes.of_stalls)
+        why.update(causes.of_stalls(view.states, status == STATUS_CODE[STALLED]))
 
     table = RankTable(
         names=names,
@@ -177,6 +184,10 @@ def build(view: JobView, extras: Extras, policy: StallPolicy = StallPolicy(), pe
         slower = pace.judge(median_step, medians, job_pace.phase_errors(names, view.phase_sd, view.window_steps, live),
                             steps_held >= job_pace.SETTLED_STEPS, view.now, view.wall,
                             float(np.median(rates)) if len(rates) else None)  # fmt: skip
+    if job_evidence is not None and len(idx):  # the job's evidence against its own past: why it is slower
+        said = job_evidence.note(view.states, live, view.step_s, view.comm_s, view.now, slower)
+        slower = replace(slower, causes=said) if slower is not None else None
+    hosts_slow = stragglers.slow_hosts(table)
     stage_rows = _stages(view, live, peers.stage_ids) if peers.stage_ids is not None else []
     life = _life(view, silent)
     slow_nodes = slow_links.of_job(extras.links, view.comm_s, live, median_step, view.host, slow)
@@ -205,7 +216,8 @@ def build(view: JobView, extras: Extras, policy: StallPolicy = StallPolicy(), pe
         if extras.collectives else [],
         waiting_for=stalls.waiting_for,
         diagnosis=stalls.diagnosis,
-        slow_hosts=stragglers.slow_hosts(table),
+        slow_hosts=hosts_slow,
+        node_causes=causes.of_nodes(view.states, view.host, hosts_slow, slow, live, view.step_s, excess, view.host_id) if hosts_slow else {},
         device_time_ranks=view.rank[view.device].tolist(),
         throughput=_throughput(view, silent),
         layout_roles=list(peers.layout.roles),

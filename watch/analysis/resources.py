@@ -16,7 +16,7 @@ from ranktop.wire.messages import RankInfo
 
 _GPU_FIELDS = (
     "name", "bus", "util", "mem_util", "mem_used", "mem_total", "power_w", "power_limit_w", "temp_c",
-    "sm_mhz", "sm_max_mhz", "pcie_tx", "pcie_rx",
+    "sm_mhz", "sm_max_mhz", "pcie_tx", "pcie_rx", "sm_avg", "held_power", "held_thermal",
 )  # fmt: skip
 
 

@@ -65,7 +65,7 @@ FIELDS: dict[str, tuple[type, Any]] = {
     "ev_gc": (np.float64, float("nan")),
     "ev_runq": (np.float64, float("nan")),
     "ev_nvcsw": (np.float64, float("nan")),
-    "gpu_sm_mhz": (np.float64, float("nan")),  # its GPU's SM clock by its last state (gpu_throttle): NaN where not said
+    "gpu_sm_mhz": (np.float64, float("nan")),  # its GPU's SM clock by its last state, over its sampler's window where sent (gpu_throttle): NaN where not said
 }
 
 #: The columns of FIELDS that say where a rank's state says it is (watch/analysis/stalls.py reads them, as a view's ``where``).
@@ -207,7 +207,8 @@ class RankScalars:
             views["ev_gc"][row] = NAN if gc is None else gc
             views["ev_runq"][row] = NAN if runq is None else runq
             views["ev_nvcsw"][row] = NAN if nvcsw is None else nvcsw
-        sm = state.gpu.get("sm_mhz") if state.gpu is not None else None
+        gpu = state.gpu
+        sm = (gpu["sm_avg"] if isinstance(gpu.get("sm_avg"), (int, float)) else gpu.get("sm_mhz")) if gpu is not None else None
         views["gpu_sm_mhz"][row] = sm if isinstance(sm, (int, float)) and not isinstance(sm, bool) else NAN
 
     def name_id(self, name: str | None) -> int:

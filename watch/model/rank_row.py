@@ -186,6 +186,9 @@ class GpuStat:
     sm_mhz: float | None = None
     sm_max_mhz: float | None = None
     throttle: list[str] | None = None  # active slowdown reasons (power, thermal, hw, ...); None: unknown
+    sm_avg: float | None = None  # the SM clock's mean over its sampler's last 10 s (gpu_throttle reads it)
+    held_power: float | None = None  # ... the share of those 10 s power held its clocks down
+    held_thermal: float | None = None  # ... and heat (a thermal or board slowdown)
     pcie_tx: float | None = None  # bytes/s
     pcie_rx: float | None = None
     util_history: list[float] = field(default_factory=list)  # recent SM utilisation, oldest first

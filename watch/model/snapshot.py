@@ -76,6 +76,9 @@ class JobSlower:
     baseline_s: float  # the baseline step
     phase: str | None = None  # the phase that grew most
     phase_excess_s: float | None = None  # ... by this much (its median over the ranks)
+    causes: list[Cause] = field(
+        default_factory=list
+    )  # why: the ranks' evidence against its own past (watch/analysis/causes.py JobEvidence)
 
 
 @dataclass(frozen=True)
@@ -143,6 +146,7 @@ class Snapshot:
     links: list = field(default_factory=list)  # the links between nodes the relays measured (watch/engine/link_book.py Link)
     slow_links: list = field(default_factory=list)  # the slow nodes and pairs, costliest first (watch/analysis/slow_links.py)
     job_slower: JobSlower | None = None  # the job slower than itself, no rank standing out (watch/analysis/job_pace.py)
+    node_causes: dict[str, list[Cause]] = field(default_factory=dict)  # slow host -> its node-level causes (causes.of_nodes)
 
     def __post_init__(self) -> None:
         if not isinstance(self.ranks, RankRows):

@@ -195,8 +195,10 @@ def _job_slower(slower: JobSlower) -> Verdict:
         text += f": {slower.phase} +{fmt.ms_brief(slower.phase_excess_s)} ms on every rank"
     else:
         text += f": +{fmt.ms_brief(slower.excess_s)} ms per step on every rank"
+    cause, said = _why(slower.causes)
+    text += said
     return Verdict(JOB_SLOWER, WARN, text, [], phase=slower.phase, excess_s=slower.excess_s, loss=slower.share,
-                   since=slower.since)  # fmt: skip
+                   since=slower.since, cause=cause)  # fmt: skip
 
 
 def _seconds(value: float) -> str:
@@ -283,6 +285,10 @@ def brief(answer: Verdict, room: int = 0) -> str:
     said = _said(cause) + cause.text if cause is not None else ""
     if said and text.endswith(said):
         text = text[: -len(said)]
+    elif cause is not None and text.endswith(cause.text):  # ", because on 4 of them: ..." (a node's, a stall's)
+        head = text[: -len(cause.text)]
+        cut = max(head.rfind(", because "), head.rfind(", partly because "), head.rfind(", cause unknown"))
+        text = text[:cut] if cut >= 0 else text
     text = _SAID_OF_ARRIVALS.sub("", text)
     why = _said_brief(cause) if cause is not None else ""
     for shorten in _SHORTER:
@@ -352,7 +358,9 @@ def _slow_node(snapshot: Snapshot, slow: list[RankRow]) -> Verdict:
         text += (
             f" (+{len(others)} more slow node{'s' if len(others) > 1 else ''}: {', '.join(others[:3])}{' …' if len(others) > 3 else ''})"
         )
-    cause, said = _node_why([r for r in on_nodes if r.host == host], worst)
+    cause, said = _why(snapshot.node_causes.get(host, []))
+    if cause is None:
+        cause, said = _node_why([r for r in on_nodes if r.host == host], worst)
     text += said
     return Verdict(SLOW_NODE, BAD, text, members, host=host, phase=phase, excess_s=worst.excess_s, loss=worst.score,
                    others=len(hosts) - 1, cause=cause)  # fmt: skip
@@ -400,8 +408,10 @@ def _stalled(snapshot: Snapshot, stalled: list[RankRow]) -> Verdict:
     if not culprits:
         phases = {r.stalled_phase for r in stalled}
         where = f" in {phases.pop()}" if len(phases) == 1 and None not in phases else ""
-        text = f"{head}: {_count(len(stalled), 'rank')} stuck{where}, no rank stands out (press t for stacks)"
-        return Verdict(STALLED_JOB, BAD, text, [r.rank for r in stalled[:8]], others=max(0, len(stalled) - 8))
+        text = f"{head}: {_count(len(stalled), 'rank')} stuck{where}, no rank stands out"
+        cause, said = _stall_why(stalled)
+        text += said + " (press t for stacks)"
+        return Verdict(STALLED_JOB, BAD, text, [r.rank for r in stalled[:8]], others=max(0, len(stalled) - 8), cause=cause)
     first = culprits[0]
     if first.status == SILENT:
         what = f"silent {_ago(first.last_seen_s)}"
@@ -413,8 +423,24 @@ def _stalled(snapshot: Snapshot, stalled: list[RankRow]) -> Verdict:
             what += f" at step {first.stalled_step}"
     names = ranks_text(r.rank for r in culprits[:8])
     text = f"{head}: waiting for {names} on {first.host} ({what})"
+    cause, said = _why(first.causes)
+    text += said
     return Verdict(STALLED_JOB, BAD, text, [r.rank for r in culprits[:8]], host=first.host, phase=phase,
-                   others=max(0, len(culprits) - 8))  # fmt: skip
+                   others=max(0, len(culprits) - 8), cause=cause)  # fmt: skip
+
+
+def _stall_why(stalled: list[RankRow]) -> tuple[Cause | None, str]:
+    """A stall no rank stands out in: the cause its stuck ranks' stacks share, when half of them or more say the
+    same (", because on 4 of them: its training thread is compiling ..."); else nothing said."""
+    kinds = collections.Counter((c.kind, c.text) for r in stalled if (c := named_cause(r.causes)) is not None)
+    if not kinds:
+        return None, ""
+    (kind, _), count = kinds.most_common(1)[0]
+    if 2 * count < len(stalled):
+        return None, ""
+    cause = next(c for r in stalled if (c := named_cause(r.causes)) is not None and c.kind == kind)
+    who = "every one of them" if count == len(stalled) else f"{count} of them"
+    return cause, f"{_said(cause).rstrip()} on {who}: {cause.text}"
 
 
 def _silent(snapshot: Snapshot, silent: list[RankRow]) -> Verdict:
