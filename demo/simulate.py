@@ -66,7 +66,19 @@ from ranktop.wire.names import HELLO, STEPS
 from ranktop.transport import fd_limit, rendezvous
 from ranktop.probe.collective_summary import SAMPLE_EVERY_S
 from ranktop.wire.messages import (
-    Call, CudaMemory, Evidence, Gpu, Group, Heartbeat, Hello, LastCollective, Links, Memory, RankInfo, State, Steps,
+    Call,
+    CudaMemory,
+    Evidence,
+    Gpu,
+    Group,
+    Heartbeat,
+    Hello,
+    LastCollective,
+    Links,
+    Memory,
+    RankInfo,
+    State,
+    Steps,
 )
 from ranktop.wire.names import COMM_PHASE, OTHER_PHASE
 from ranktop.relay.digest_fold import NodeDigest

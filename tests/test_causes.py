@@ -164,7 +164,10 @@ def test_a_gpu_clocked_lower_with_no_power_or_heat_holding_it_down_is_no_throttl
     assert causes.of_ranks(st, np.full(3, 0.1), np.array([0.05, 0, 0]), slow_first(3), np.ones(3, bool), None) == {}
     st[0] = State(gpu=gauges(1200.0, 0.8))  # (its clock now, 1980, is no matter: the window's is read)
     (cause,) = causes.of_ranks(st, np.full(3, 0.1), np.array([0.05, 0, 0]), slow_first(3), np.ones(3, bool), None)[0]
-    assert cause.value == 1200 and cause.text == "its GPU runs at 1200 MHz against its peers' 1965 (held down by power 80% of the time) (gpu throttle)"
+    assert (
+        cause.value == 1200
+        and cause.text == "its GPU runs at 1200 MHz against its peers' 1965 (held down by power 80% of the time) (gpu throttle)"
+    )
 
 
 def test_allocator_retries_or_swapped_memory_beyond_its_peers_is_memory_pressure_with_no_cost_told():

@@ -50,7 +50,8 @@ def test_the_kernel_time_of_its_faults_is_theirs_not_python_the_step_waits_on():
     found = causes.of_ranks(st, step, np.array([0.04, 0, 0, 0]), slow_first(4), np.ones(4, bool), None, comm_s=comm)
     assert [c.kind for c in found[0]] == ["page_faults"], found[0]
     assert found[0][0].extra_s == pytest.approx(0.04) and found[0][0].text.endswith(
-        "outside its collectives, and runs 25 ms more in the kernel (page faults)")
+        "outside its collectives, and runs 25 ms more in the kernel (page faults)"
+    )
 
 
 def test_page_faults_that_block_nothing_are_no_cause_and_without_cpu_time_they_are_named_with_no_cost():
@@ -197,8 +198,9 @@ def test_every_rank_waiting_longer_for_its_data_loader_is_the_job_s_cause():
     last = told[-1]
     assert last.cause is not None and last.cause.kind == "data_loader" and last.cause.explains >= 0.5, last.text
     # (1 ms of a 61 ms step before: 17 ms a second)
-    assert re.search(r", because every rank waits 2\d ms per step for its DataLoader's batches, 1\.\d ms before \(data loader\)$",
-                     last.text), last.text
+    assert re.search(
+        r", because every rank waits 2\d ms per step for its DataLoader's batches, 1\.\d ms before \(data loader\)$", last.text
+    ), last.text
 
 
 def test_a_job_slower_that_no_evidence_explains_says_what_was_ruled_out():

@@ -20,8 +20,12 @@ parser.add_argument("--barrier-dir", required=True)
 parser.add_argument("--steps", type=int, default=100_000)
 parser.add_argument("--hang-rank", type=int, default=-1)
 parser.add_argument("--hang-at-step", type=int, default=20)
-parser.add_argument("--hang-in", choices=("sleep", "checkpoint"), default="sleep",
-                    help="checkpoint: it hangs inside torch.save, writing to a file that never takes the bytes")
+parser.add_argument(
+    "--hang-in",
+    choices=("sleep", "checkpoint"),
+    default="sleep",
+    help="checkpoint: it hangs inside torch.save, writing to a file that never takes the bytes",
+)
 args = parser.parse_args()
 
 rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])

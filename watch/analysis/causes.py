@@ -56,7 +56,13 @@ from typing import Any, Callable, Mapping, Sequence
 import numpy as np
 
 from ranktop.watch import format as fmt
-from ranktop.watch.model.rank_row import BECAUSE as BECAUSE, PARTLY as PARTLY, UNKNOWN_CAUSE, Cause, named_cause  # (the shares, said here too)
+from ranktop.watch.model.rank_row import (
+    BECAUSE as BECAUSE,
+    PARTLY as PARTLY,
+    UNKNOWN_CAUSE,
+    Cause,
+    named_cause,
+)  # (the shares, said here too)
 
 from ranktop.wire.messages import State
 
@@ -80,12 +86,17 @@ class Kind:
 
 KINDS = (
     Kind("gc_pause", "gc", lambda per_step, beyond: f"it spends {per_step} per step in Python's garbage collector, {beyond} (gc pause)"),
-    Kind("cpu_contention", "runq", lambda per_step, beyond: f"its training thread waits {per_step} per step for a CPU, {beyond} (cpu contention)"),
+    Kind("cpu_contention", "runq",
+         lambda per_step, beyond: f"its training thread waits {per_step} per step for a CPU, {beyond} (cpu contention)"),
 )  # fmt: skip
 GC_KIND, RUNQ_KIND = KINDS
 #: ``cpu_contention`` where the training threads' CPU time is known: its wait against what its peers wait for as
 #: much CPU (on a busy machine a thread waits in proportion to the CPU it asks for: more work waits more).
-RUNQ_SCALED_KIND = Kind("cpu_contention", "runq", lambda per_step, beyond: f"its training thread waits {per_step} per step for a CPU, {beyond} for as much CPU time (cpu contention)")
+RUNQ_SCALED_KIND = Kind(
+    "cpu_contention",
+    "runq",
+    lambda per_step, beyond: f"its training thread waits {per_step} per step for a CPU, {beyond} for as much CPU time (cpu contention)",
+)
 LOADER_KIND = Kind("data_loader", "ld", lambda per_step, beyond: f"it waits {per_step} per step inside its DataLoader's __next__, {beyond}")
 COMPILE_KIND = Kind("recompile", "jit", lambda per_step, beyond: f"torch.compile spends {per_step} per step compiling on it, {beyond}")
 HOST_KIND = Kind("host_bound", "cpu", lambda per_step, beyond: f"its training thread runs {per_step} per step on a CPU, {beyond}")
@@ -366,7 +377,6 @@ def of_ranks(
     peers_of = live | slow
     k_all = len(which)
     step, excess = step_s[which], excess_s[which]
-    nothing = np.full(k_all, np.nan)
 
     def kept(field: str) -> np.ndarray | None:
         return evidence[field].copy() if evidence is not None and field in evidence else None
@@ -550,8 +560,12 @@ def _with_workers(found: list[Cause | None], states: Sequence[State], which: np.
         elif count is not None and mine == mine:
             text += f"; its {count:.0f} DataLoader workers use {mine:.1f} CPUs"
             text += f" against its peers' {peers:.1f}" if peers == peers else ""
-        out.append(Cause(**{**cause.__dict__, "text": text + " (data loader)", "workers": None if count is None else float(count),
-                            "workers_cpus": mine if mine == mine else None, "peers_workers_cpus": peers if peers == peers else None}))  # fmt: skip
+        workers = {
+            "workers": None if count is None else float(count),
+            "workers_cpus": mine if mine == mine else None,
+            "peers_workers_cpus": peers if peers == peers else None,
+        }
+        out.append(Cause(**{**cause.__dict__, "text": text + " (data loader)", **workers}))
     return out
 
 
@@ -700,7 +714,10 @@ NODE_SAMPLE = 64
 #: A stalled rank's stack, as its probe says it (wire/messages.py ``Doing``): the kind and the text of its cause.
 DOING = {
     "compile": ("recompile", "its training thread is compiling (torch.compile: its stack is in dynamo or inductor)"),
-    "checkpoint": ("checkpoint_write", "its training thread is writing or reading a checkpoint (its stack is in torch.save/load or a distributed checkpoint)"),
+    "checkpoint": (
+        "checkpoint_write",
+        "its training thread is writing or reading a checkpoint (its stack is in torch.save/load or a distributed checkpoint)",
+    ),
     "loader": ("data_loader", "its training thread waits inside its DataLoader (its stack is in torch.utils.data)"),
     "gc": ("gc_pause", "its training thread is in Python's garbage collector"),
 }  # fmt: skip
@@ -801,7 +818,12 @@ JOB_FAMILIES = (
     ("runq", "cpu_contention", "every rank's training thread waits {now} per step for a CPU, {before} before (cpu contention)"),
     ("ld_wait", "data_loader", "every rank waits {now} per step for its DataLoader's batches, {before} before (data loader)"),
     ("jit", "recompile", "torch.compile spends {now} per step compiling on every rank, {before} before (recompile)"),
-    ("fault_wait", "page_faults", "every rank's training thread is blocked {now} per step off its CPU, {before} before, taking {faults} major page faults a second (page faults)"),
+    (
+        "fault_wait",
+        "page_faults",
+        "every rank's training thread is blocked {now} per step off its CPU, {before} before, taking {faults} major page faults "
+        "a second (page faults)",
+    ),
     ("cpu", "host_bound", "every rank's training thread runs {now} per step on a CPU, {before} before (host bound)"),
 )  # fmt: skip
 #: The healthy routing spread of a class: at most this many members read a snapshot, ...

@@ -4,7 +4,8 @@
 (watch/engine/job_state.py :class:`JobView`) and what the aggregator adds (relays,
 replies, errors, collective rows): it reads no window and takes no lock, so
 the receiver goes on while it runs. The only state it keeps between snapshots is
-the caches it is handed (the peer classes, watch/analysis/peers.py; the excess history; the arrivals' grid). Everything per rank is a numpy operation;
+the caches it is handed (the peer classes, watch/analysis/peers.py; the excess history; the arrivals' grid).
+Everything per rank is a numpy operation;
 a rank's :class:`~ranktop.watch.model.rank_row.RankRow` is built later, if read
 (watch/model/rank_table.py). The job medians it works out ride in the snapshot
 (``median_step_s``), so the verdict and the screens do not work them out again.
@@ -96,7 +97,8 @@ def build(view: JobView, extras: Extras, policy: StallPolicy = StallPolicy(), pe
     # Half or more of a class slow (a node of two): the class's median is then no healthy peer, a healthy node is
     # (its fastest coherent group: watch/analysis/node_groups.py); its every rank is slow with the node's excess.
     node_found, node_in, node_above = node_groups.node_excess(
-        work, names, class_ids, view.host_id[at], view.own_sd[at], view.window_steps[at], ~np.isnan(view.comm_s[at]))
+        work, names, class_ids, view.host_id[at], view.own_sd[at], view.window_steps[at], ~np.isnan(view.comm_s[at])
+    )
     by_node = node_found > node_above
     worst = np.where(by_node & (node_found > found), node_in, worst)
     found = np.where(by_node, np.maximum(found, node_found), found)
@@ -141,8 +143,20 @@ def build(view: JobView, extras: Extras, policy: StallPolicy = StallPolicy(), pe
     load_ratio = (job_evidence.load_ratios(view.states, live & ~slow, slow, peers.class_keys, view.now)
                   if job_evidence is not None and len(idx) else None)  # fmt: skip
     why = (
-        causes.of_ranks(view.states, view.step_s, excess, slow, live, peers.class_ids, view.evidence,
-                        culprit=culprit, names=names, phases=view.phases, comm_s=view.comm_s, load_ratio=load_ratio)  # fmt: skip
+        causes.of_ranks(
+            view.states,
+            view.step_s,
+            excess,
+            slow,
+            live,
+            peers.class_ids,
+            view.evidence,
+            culprit=culprit,
+            names=names,
+            phases=view.phases,
+            comm_s=view.comm_s,
+            load_ratio=load_ratio,
+        )  # fmt: skip
         if slow.any()
         else {}
     )
@@ -213,11 +227,14 @@ def build(view: JobView, extras: Extras, policy: StallPolicy = StallPolicy(), pe
         dropped_messages=extras.dropped,
         errors=extras.errors,
         collectives=extras.collectives([n for n, _ in ranks_that_matter(table, stalls.waiting_for, RANKS_THAT_MATTER)])
-        if extras.collectives else [],
+        if extras.collectives
+        else [],
         waiting_for=stalls.waiting_for,
         diagnosis=stalls.diagnosis,
         slow_hosts=hosts_slow,
-        node_causes=causes.of_nodes(view.states, view.host, hosts_slow, slow, live, view.step_s, excess, view.host_id) if hosts_slow else {},
+        node_causes=causes.of_nodes(view.states, view.host, hosts_slow, slow, live, view.step_s, excess, view.host_id)
+        if hosts_slow
+        else {},
         device_time_ranks=view.rank[view.device].tolist(),
         throughput=_throughput(view, silent),
         layout_roles=list(peers.layout.roles),

@@ -94,7 +94,14 @@ class StallReport:
 
 
 def position(
-    rank: int, state: State, *, now: float, state_at: float, progress_at: float, silent: bool, window_median_s: float | None,
+    rank: int,
+    state: State,
+    *,
+    now: float,
+    state_at: float,
+    progress_at: float,
+    silent: bool,
+    window_median_s: float | None,
     stepped_at: float = float("-inf"),
 ) -> Position | None:
     """A rank's position from its last state; None if it never sent one."""
@@ -329,7 +336,8 @@ def _diagnosis(at: Places, stalled: np.ndarray, culprits: np.ndarray | None, how
     if not waiting.any():
         return f"{ranks_text(culprit_ranks)} stalled {what}"
     longest = float(at.stuck[waiting].max())
-    return f"{ranks_text(at.rank[waiting].tolist())} stalled {_where(at, waiting)} for {fmt.ago(longest)}, waiting for {ranks_text(culprit_ranks)}: {what}"
+    stalled = f"{ranks_text(at.rank[waiting].tolist())} stalled {_where(at, waiting)} for {fmt.ago(longest)}"
+    return f"{stalled}, waiting for {ranks_text(culprit_ranks)}: {what}"
 
 
 def none_stuck(stuck: np.ndarray, policy: StallPolicy) -> bool:

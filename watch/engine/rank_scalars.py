@@ -65,7 +65,10 @@ FIELDS: dict[str, tuple[type, Any]] = {
     "ev_gc": (np.float64, float("nan")),
     "ev_runq": (np.float64, float("nan")),
     "ev_nvcsw": (np.float64, float("nan")),
-    "gpu_sm_mhz": (np.float64, float("nan")),  # its GPU's SM clock by its last state, over its sampler's window where sent (gpu_throttle): NaN where not said
+    "gpu_sm_mhz": (
+        np.float64,
+        float("nan"),
+    ),  # its GPU's SM clock by its last state, over its sampler's window where sent (gpu_throttle): NaN where not said
 }
 
 #: The columns of FIELDS that say where a rank's state says it is (watch/analysis/stalls.py reads them, as a view's ``where``).
