@@ -53,7 +53,7 @@ import signal
 import sys
 import threading
 import time
-from typing import Any, Callable, Iterator, TypeVar
+from typing import Any, Callable, Iterator, TypeVar, cast
 
 import msgspec
 import numpy as np
@@ -312,7 +312,8 @@ class Simulator:
         return State(
             step=n, last=n - 1, in_step=True, phase=phase, step_age=max(0.0, now - self._step_start), dropped=0, rejected={},
             rate_hz=self.s.rate_hz, median_step_s=median, collective=collective,
-            **(self._device_samples(now) if self.s.gpu else {}), **({"ev": Evidence(**ev)} if ev is not None else {}),
+            ev=Evidence(**cast(dict[str, Any], ev)) if ev is not None else None,  # (the model's figures, as a probe's)
+            **(self._device_samples(now) if self.s.gpu else {}),
         )  # fmt: skip
 
     def _pausing(self) -> dict[Any, Any]:
