@@ -101,7 +101,7 @@ def run_tui(session: WatchSession, refresh_hz: float, title: str = "ranktop", on
 
 def watch_json(session: WatchSession, duration: float) -> int:
     """Listen for ``duration`` seconds, telling which endpoints stay silent, then print one snapshot."""
-    told: set[str] = set()
+    told: dict[str, str | None] = {}  # endpoint -> why it is silent, as told while waiting (asked of the network once)
     with session:
         deadline = time.monotonic() + duration
         while time.monotonic() < deadline:  # a fixed listening time, with a notice for each endpoint that stays silent
@@ -110,8 +110,7 @@ def watch_json(session: WatchSession, duration: float) -> int:
                 break  # every rank ended: nothing more will come
             for e in session.snapshot().endpoints:
                 if e.state == WAITING and e.quiet_s >= WAITING_NOTICE_S and e.url not in told and not session.receiver.handshakes.problem:
-                    told.add(e.url)
-                    why = why_silent(e.url) if e.url in session.target.endpoints else None
+                    why = told[e.url] = why_silent(e.url) if e.url in session.target.endpoints else None
                     because = f" ({why})" if why else ""
                     print(f"ranktop: no answer from {e.url} after {e.quiet_s:.0f}s{because}; still waiting", file=sys.stderr)
         snap = session.snapshot()
@@ -131,7 +130,7 @@ def watch_json(session: WatchSession, duration: float) -> int:
                 "(probe.init() or ranktop launch), with the same RANKTOP_PORT_BASE?"
             )
         else:  # endpoints the user named: what the network says of those that could not be reached
-            reasons = [f"{url}: {why}" for url in session.target.endpoints if (why := why_silent(url))]
+            reasons = [f"{url}: {why}" for url in session.target.endpoints if (why := told[url] if url in told else why_silent(url))]
             hint = f" ({'; '.join(reasons)})" if reasons else ""
         raise UserError(f"no rank reported within {duration:g}s{hint}")
     return 0
