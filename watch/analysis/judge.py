@@ -17,7 +17,8 @@ from typing import Any
 
 import numpy as np
 
-from ranktop.watch.analysis import arrivals, causes, class_growth, job_pace, node_groups, pauses, slow_links, stragglers
+from ranktop.watch.analysis import (arrivals, causes, class_growth, intermittent, job_pace, node_groups, pauses, slow_links,
+                                    stragglers)  # fmt: skip
 from ranktop.watch.analysis.peers import PeerClasses, Peers
 from ranktop.watch.analysis.silence import silent_ranks
 from ranktop.watch.analysis.stalls import StallPolicy, stall_report
@@ -27,8 +28,9 @@ from ranktop.watch.engine.lifecycle import JobLife
 from ranktop.watch.engine.link_book import NO_LINKS, LinkColumns
 from ranktop.watch.model.rank_table import STATUS_CODE, RankRows, RankTable, message_fields, phase_medians
 from ranktop.watch.analysis.resources import job_throughput, rank_throughput, row_fields
-from ranktop.watch.model.snapshot import EndpointRows, Snapshot
+from ranktop.watch.model.snapshot import EndpointRows, Rotating, Snapshot
 from ranktop.watch.statuses import OK, SILENT, SLOW, STALLED
+from ranktop.wire.names import COMM_PHASE, PAUSE_PHASES
 
 
 @dataclass(frozen=True)
@@ -49,13 +51,15 @@ class Extras:
 
 def build(view: JobView, extras: Extras, policy: StallPolicy = StallPolicy(), peer_classes: PeerClasses | None = None,
           history: stragglers.ExcessHistory | None = None, arrival_book: arrivals.ArrivalBook | None = None,
-          pause_book: pauses.PauseBook | None = None, pace: job_pace.JobPace | None = None) -> Snapshot:  # fmt: skip
+          pause_book: pauses.PauseBook | None = None, pace: job_pace.JobPace | None = None,
+          margin_book: intermittent.MarginBook | None = None) -> Snapshot:  # fmt: skip
     """The snapshot of ``view``; ``peer_classes``: the cache of the peers of the views before (None: worked out);
     ``history``: each rank's excess when last seen healthy, kept from the views before (None: not known, a rank
     is judged on this view alone); ``arrival_book``: who arrived last, its grid kept from the views before (None:
     worked out from this view's steps alone); ``pause_book``: the checkpoints' and evaluations' shares of the job's
     time kept from the views before (None: this view's alone); ``pace``: the job's own baseline step, kept from the
-    views before (None: the job is not judged against its past)."""
+    views before (None: the job is not judged against its past); ``margin_book``: what the job paid each rank at its
+    collectives, kept from the views before (None: no intermittent straggler or rotating imbalance is told)."""
     n = len(view.rank)
     names = view.names
     silent = silent_ranks(view)
@@ -115,6 +119,20 @@ def build(view: JobView, extras: Extras, policy: StallPolicy = StallPolicy(), pe
         vetoed &= ~(by_node & np.isin(nodes, lasting))
     vetoed &= ~_masked(found, (found > slow_above) | by_class, vetoed, last[idx], class_ids)
     judged_slow = ((found > slow_above) | by_class) & ~vetoed
+    # Slow on some steps only, which no median shows: what the job paid it at the collectives, on average, more than
+    # its peers' noise allows (watch/analysis/intermittent.py); and a rotating imbalance, no rank standing out.
+    every = np.full(n, np.nan)
+    rotating = None
+    if margin_book is not None and len(idx):
+        paid = margin_book.judge(view.recent_steps[at], view.recent_waits[at], class_ids, ranks, view.roster, median_step)
+        spiky = paid.found & ~judged_slow
+        if spiky.any():
+            found = np.where(spiky, paid.cost_s, found)
+            worst = np.where(spiky, _spiky_phase(view, idx, names, worst, spiky), worst)
+            judged_slow = judged_slow | spiky
+            every[idx[spiky]] = paid.every[spiky]
+        if paid.rotating is not None and not judged_slow.any() and median_step:
+            rotating = Rotating(share=paid.rotating[1], excess_s=paid.rotating[2], phase=_rotating_phase(view, names))
     if history is not None:  # what was judged, the veto included: a vetoed rank's level follows its excess
         # (what a class or a phase does is kept once its window holds half a window of steps: the job's first
         # steps, warm-up and lazy initialization, say little of it)
@@ -164,6 +182,7 @@ def build(view: JobView, extras: Extras, policy: StallPolicy = StallPolicy(), pe
         rest=_messages(view),
         causes=why,
         last_arrivals=last,
+        every=every,
         **_message_columns(view, peers),
     )
     ranking = stragglers.ranking(table, stalls.waiting_for)
@@ -217,7 +236,35 @@ def build(view: JobView, extras: Extras, policy: StallPolicy = StallPolicy(), pe
         links=slow_links.shown(extras.links, slow_nodes),
         slow_links=slow_nodes,
         job_slower=slower,
+        rotating=rotating,
     )
+
+
+def _own_columns(names: list[str]) -> np.ndarray:
+    """Which of ``names`` are a rank's own work (its waits, checkpoints and evaluations left out)."""
+    return np.array([name != COMM_PHASE and name not in PAUSE_PHASES for name in names], bool)
+
+
+def _spiky_phase(view: JobView, idx: np.ndarray, names: list[str], worst: np.ndarray, spiky: np.ndarray) -> np.ndarray:
+    """Per live rank: for those ``spiky`` (intermittent stragglers) whose window's means the view carries, the phase
+    where its mean passes its median most (its few slow steps' phase); ``worst`` otherwise."""
+    out = worst.copy()
+    own = _own_columns(names)
+    for i in np.flatnonzero(spiky).tolist():
+        at = np.flatnonzero(view.watched == idx[i])
+        if len(at):
+            j = intermittent.phase_of(view.watched_means[at[0]], view.phases[idx[i]], own)
+            if j >= 0:
+                out[i] = j
+    return out
+
+
+def _rotating_phase(view: JobView, names: list[str]) -> str | None:
+    """The phase a rotating imbalance spends its time in: where the watched ranks' means pass their medians most."""
+    if not len(view.watched):
+        return None
+    j = intermittent.phase_of(view.watched_means, view.phases[view.watched], _own_columns(names))
+    return names[j] if j >= 0 else None
 
 
 #: A rank flagged but never last is not vetoed while a slower flagged rank of its class is last at this share of

@@ -24,6 +24,9 @@ from the worst news to the best, and the first that applies is the verdict:
 6. ``checkpoint`` / ``eval``: nobody is flagged, and the job spends 5% of its time or more saving checkpoints
    or evaluating ("rank 0 saving a checkpoint: 3.0 s every 20 steps, the job spends 90% of its time in
    checkpoints").
+   ``rotating``: nobody is flagged, but a different rank is last by far at most steps' collectives, none standing
+   out (watch/analysis/intermittent.py): "a different rank is last each step, slow in forward: the job loses 22%
+   to imbalance".
    ``job_slower``: nobody is flagged, but the job's step grew 10% or more against its own baseline of the last
    minutes, past its noise, for seconds (watch/analysis/job_pace.py): "the job is 55% slower since 14:02:10:
    forward +20 ms on every rank".
@@ -54,7 +57,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ranktop.watch.model.rank_row import BECAUSE, UNKNOWN_CAUSE, named_cause
-from ranktop.watch.model.snapshot import Cause, JobSlower, Pause, RankRow, Snapshot
+from ranktop.watch.model.snapshot import Cause, JobSlower, Pause, RankRow, Rotating, Snapshot
 from ranktop.watch.statuses import SILENT, SLOW, STALLED
 from ranktop.watch import format as fmt
 from ranktop.watch.format import ago as _ago
@@ -70,13 +73,14 @@ SLOW_RANK = "slow_rank"
 CHECKPOINT = "checkpoint"  # the job spends its time saving checkpoints, or waits for one now (wire/names.py)
 EVAL = "eval"  # ... evaluating
 JOB_SLOWER = "job_slower"  # every rank slower alike: the job against its own past
+ROTATING = "rotating"  # a different rank last each step, none standing out (watch/analysis/intermittent.py)
 IMBALANCED = "imbalanced"
 WARMING_UP = "warming_up"
 HEALTHY = "healthy"
 WAITING = "waiting"
 ENDED_JOB = "ended"  # every rank exited cleanly (watch/engine/lifecycle.py): its ranks are silent because they are done
 KINDS = (
-    STALLED_JOB, SILENT_RANKS, SLOW_LINK, SLOW_NODE, SLOW_RANK, CHECKPOINT, EVAL, JOB_SLOWER, IMBALANCED, WARMING_UP,
+    STALLED_JOB, SILENT_RANKS, SLOW_LINK, SLOW_NODE, SLOW_RANK, CHECKPOINT, EVAL, ROTATING, JOB_SLOWER, IMBALANCED, WARMING_UP,
     HEALTHY, WAITING, ENDED_JOB,
 )
 
@@ -100,7 +104,7 @@ class Verdict:
     cause: Cause | None = None  # why the culprit is slow, when its evidence says (watch/analysis/causes.py); kind
     # "unknown" when its evidence rules causes out and none explains a fifth of its excess
     last_arrivals: float | None = None  # the culprit's share of its last steps it arrived last at the collectives
-    every: float | None = None  # checkpoint, eval: one in this many steps
+    every: float | None = None  # an intermittent straggler (slow_rank): slow on one step in this many; checkpoint, eval: one in this many steps
     hosts: list[str] | None = None  # slow_link: the pair's two ends, when one pair's link is slow (else the node alone)
     since: float | None = None  # job_slower: when it began (unix seconds)
 
@@ -132,6 +136,8 @@ def verdict(snapshot: Snapshot) -> Verdict:
         return _slow_node(snapshot, slow) if snapshot.slow_hosts else _slow_rank(slow, snapshot)
     if paused:
         return _paused(paused[0])
+    if snapshot.rotating is not None:
+        return _rotating(snapshot.rotating)
     if snapshot.job_slower is not None:
         return _job_slower(snapshot.job_slower)
     if snapshot.imbalance:
@@ -173,6 +179,13 @@ def _paused(pause: Pause) -> Verdict:
                    loss=pause.share, others=max(0, pause.count - len(pause.ranks)), every=pause.every)  # fmt: skip
 
 
+def _rotating(rotating: Rotating) -> Verdict:
+    """"a different rank is last each step, slow in forward: the job loses 22% to imbalance"."""
+    phase = f", slow in {rotating.phase}" if rotating.phase else ""
+    text = f"a different rank is last each step{phase}: the job loses {fmt.percent(rotating.share)} to imbalance"
+    return Verdict(ROTATING, WARN, text, [], phase=rotating.phase, excess_s=rotating.excess_s, loss=rotating.share)
+
+
 def _job_slower(slower: JobSlower) -> Verdict:
     """"the job is 55% slower since 14:02:10: forward +20 ms on every rank"."""
     at = time.strftime("%H:%M:%S", time.localtime(slower.since))
@@ -205,14 +218,16 @@ def _slow_in_order(snapshot: Snapshot) -> list[RankRow]:
 
 
 def _cost(row: RankRow) -> str:
-    return f"+{fmt.ms_brief(row.excess_s)} ms per step, the job loses {fmt.percent(row.score)}"
+    average = " on average" if row.every is not None else ""  # an intermittent straggler: what it costs on average
+    return f"+{fmt.ms_brief(row.excess_s)} ms per step{average}, the job loses {fmt.percent(row.score)}"
 
 
 def _slow_rank(slow: list[RankRow], snapshot: Snapshot) -> Verdict:
     top = slow[0]
     phase = f" in {top.culprit_phase}" if top.culprit_phase else ""
     where = snapshot.where(top)
-    text = f"rank {top.rank}{f' ({where})' if where else ''} slow{phase}: {_cost(top)}"
+    often = f" on 1 step in {top.every:.0f}" if top.every is not None else ""  # slow on some steps only
+    text = f"rank {top.rank}{f' ({where})' if where else ''} slow{phase}{often}: {_cost(top)}"
     if len(slow) > 1:
         text += f" (+{len(slow) - 1} more slow: {_names(r.rank for r in slow[1:4])}{' …' if len(slow) > 4 else ''})"
     text += _arrivals(top.last_arrivals, top.score)
@@ -220,7 +235,7 @@ def _slow_rank(slow: list[RankRow], snapshot: Snapshot) -> Verdict:
     text += said
     return Verdict(SLOW_RANK, BAD, text, [r.rank for r in slow[:8]], host=top.host, phase=top.culprit_phase,
                    excess_s=top.excess_s, loss=top.score, others=len(slow) - 1, cause=cause,
-                   last_arrivals=top.last_arrivals)  # fmt: skip
+                   last_arrivals=top.last_arrivals, every=top.every)  # fmt: skip
 
 
 def _why(causes: list[Cause]) -> tuple[Cause | None, str]:
@@ -289,7 +304,7 @@ def _compact_place(text: str) -> str:
 
 #: Each step of :func:`brief` past the first, in order.
 _SHORTER = (
-    lambda text: text.replace(" ms per step, ", " ms/step, ", 1),
+    lambda text: text.replace(" ms per step, ", " ms/step, ", 1).replace(" ms per step on average, ", " ms/step avg, ", 1),
     lambda text: text.replace(", the job loses ", ", job loses ", 1),
     lambda text: text.replace(", the job spends ", ", ", 1).replace("; the job spends ", "; ", 1).replace(" of its time in ", " in ", 1),
     lambda text: re.sub(r" \(\+(\d+) more slow: [^)]*\)", r" (+\1 more slow)", text, count=1),

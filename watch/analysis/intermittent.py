@@ -1,0 +1,254 @@
+"""What the job pays each rank at its collectives, step by step: intermittent stragglers and rotating imbalance
+(issue 46, items 1 and 5).
+
+A rank 134 ms slower on one step in ten holds every rank back 134 ms on that step: the job pays 13 ms a step on
+average, yet the rank's median (what stragglers.py compares) is its usual time. A median is deaf to it on purpose
+(a GC pause, a long document now and then move nothing), so this reads another figure: **what the job actually
+paid**. At each step's collectives every rank of a peer class waits for the last to arrive; the last arrived
+after the second-last by a *margin* (the second-least wait less the least: watch/analysis/arrivals.py reads the
+same waits), and the margin is what the step would have been shorter without it. Summed per rank over the steps
+it was last and averaged over every step counted, it is the rank's cost to the job, what a user would get back by
+fixing it; over a class the costs add up to what the job loses to imbalance of every kind.
+
+:class:`MarginBook` counts each step once, as it settles, over about :data:`MEMORY_STEPS` steps (each weighing
+``1 - 1/MEMORY_STEPS`` less than the next): per rank, the margins it cost (their sum, its largest one), and how
+many of its steps were *far* (last by :data:`FAR_SHARE` of the job's step or more). Every rank of a healthy job is
+last now and then, a few times by far (an input twice as long, a pause, the OS); what tells an intermittent
+straggler from that noise, each required:
+
+- **It costs the job** :data:`COST_SHARE` of its step or more beyond its class's typical rank (the median of
+  their costs; of two, the cheaper), counted without its single costliest step (one 2 s pause is no straggler);
+- **its far steps are more than its peers' rate allows**: of its counted steps, as many far ones come from the
+  rest of the class's pooled rate (with a prior, :data:`PRIOR_FAR` in :data:`PRIOR_STEPS`) with a chance under
+  :data:`ALPHA` over the class's size (any of its ranks, at any look: the straggler bar's odds); a heavy-tailed
+  job makes every rank's far steps many, at the same rate, and none stands out;
+- :data:`MIN_FAR` far steps at least, and one slow step in :data:`EVERY_FROM` or fewer (a rank last by far at
+  every step is a straggler its median tells: stragglers.py).
+
+How often, ``every``: its counted steps over its far ones beyond what its peers' rate gives. The size told is its
+cost beyond the typical rank's, per step, on average.
+
+**Rotating imbalance**: no rank stands out, yet a different rank is last by far at most steps (a random one slow
+each step). At :data:`ROTATING_STEPS` of the class's counted steps or more the last arrival was :data:`ROTATING_SHARE`
+of the job's step behind the next (a heavy-tailed job pays its margins on a few steps), and no rank holds more than
+:data:`ROTATING_TOP` of the class's cost: the job loses its mean margin per step to imbalance.
+
+The phase an intermittent straggler or a rotating imbalance spends its excess in is where its window's mean passes
+its median most (what a few long steps move, their median does not): the book names the ranks whose window sums
+the next view gathers (:attr:`MarginBook.watch`; watch/engine/step_columns.py ``window_sums``), a few, not every
+rank. All of it is numpy over the ranks' last steps (the grid arrivals.py lays): O(1) per rank per refresh. A job
+read in node digests (steps in intervals, from 16 nodes: watch/engine/receiver.py) has no step's margin, so none of
+this is told there.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+from dataclasses import dataclass
+
+import numpy as np
+
+from ranktop.watch.analysis.arrivals import SETTLING, _classes, _grouped, grid_of
+
+#: How many steps the book remembers (each step weighs 1 - 1/this less than the next): a rank slow on one step in 30
+#: has 4 of them in 128.
+MEMORY_STEPS = 96
+#: A step the rank was last at by this share of the job's median step or more is *far*.
+FAR_SHARE = 0.10
+#: An intermittent straggler costs the job this share of its median step beyond its class's typical rank ...
+COST_SHARE = 0.04
+#: ... and this many seconds.
+COST_FLOOR_S = 0.001
+#: Its far steps are more than its peers' rate allows with a chance of at most this over its class's size.
+ALPHA = 1e-3
+#: The peers' rate is counted with this prior: as many far steps in as many steps.
+PRIOR_FAR = 1.0
+PRIOR_STEPS = 32.0
+#: Far steps an intermittent straggler has at least (decayed counts).
+MIN_FAR = 3.0
+#: Steps counted before any rank is judged (its class's).
+MIN_STEPS = 48.0
+#: Slow on one step in fewer than this: a straggler its median tells, not an intermittent one.
+EVERY_FROM = 1.5
+#: Rotating: the last arrival is this share of the job's step behind the next, ...
+ROTATING_SHARE = 0.05
+#: ... at this share of its steps at least (a heavy-tailed job pays its margins on a few steps), ...
+ROTATING_STEPS = 0.6
+#: ... no rank holds more than this share of its class's cost (nor 3 / its size), ...
+ROTATING_TOP = 0.34
+#: ... and the class has this many ranks at least.
+ROTATING_RANKS = 4
+#: Ranks whose window sums the next view gathers, at most: candidates first, then a sample for a rotating phase.
+WATCH = 48
+
+
+@dataclass(frozen=True)
+class Margins:
+    """What :meth:`MarginBook.judge` finds, per rank of the view (in its order)."""
+
+    found: np.ndarray  # bool: an intermittent straggler
+    cost_s: np.ndarray  # what it costs the job per step on average beyond its class's typical rank, s (0: none)
+    every: np.ndarray  # slow on one step in this many (NaN: not an intermittent straggler)
+    rotating: tuple[int, float, float] | None  # (class id or -1, loss as a share of the step, mean margin s) or None
+
+
+
+class MarginBook:
+    """Each rank's margins at the collectives, counted once per step over :data:`MEMORY_STEPS`, kept from one
+    snapshot to the next (the module docstring). Starts afresh when the ranks, their classes or their processes
+    change. One book per aggregator; snapshots taken at once take it in turn."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._key: tuple[int, np.ndarray, np.ndarray | None] | None = None
+        self._upto = np.zeros(0, np.int64)  # per class: the newest step counted
+        self._cost = np.zeros(0)  # per rank: its margins' sum, decayed
+        self._top = np.zeros(0)  # its largest margin, decayed alike
+        self._far = np.zeros(0)  # its far steps, decayed
+        self._steps = np.zeros(0)  # its class's steps counted, decayed
+        self._wide = np.zeros(0)  # per class: its steps whose last arrival was ROTATING_SHARE behind, decayed
+        self._class_steps = np.zeros(0)  # its steps counted, decayed
+        self.watch: np.ndarray = np.zeros(0, np.int64)  # ranks whose window sums the next view gathers
+
+    def judge(self, nums: np.ndarray, waits: np.ndarray, class_ids: np.ndarray | None, ranks: np.ndarray,
+              roster: int, median_step: float | None) -> Margins:  # fmt: skip
+        """Count the steps of ``nums``/``waits`` (each rank's last steps' numbers and waits, newest first, -1: none;
+        arrivals.py's input) not counted yet, then judge every rank (``ranks``, of ``class_ids``; ``roster``: the
+        view's, which changes when a rank comes or restarts) against the job's ``median_step``."""
+        n = len(ranks)
+        none = Margins(np.zeros(n, bool), np.zeros(n), np.full(n, np.nan), None)
+        with self._lock:
+            if not median_step or n < 2 or grid_of(nums) is not None:  # (node digests: intervals, no step's margin)
+                self.watch = np.zeros(0, np.int64)
+                return none
+            self._count(nums, waits, class_ids, ranks, roster, median_step)
+            return self._judge(class_ids, ranks, median_step)
+
+    def _start(self, roster: int, ranks: np.ndarray, class_ids: np.ndarray | None, classes: int) -> None:
+        n = len(ranks)
+        self._key = (roster, ranks.copy(), None if class_ids is None else class_ids.copy())
+        self._upto = np.full(classes, -1, np.int64)
+        self._cost, self._top, self._far, self._steps = np.zeros(n), np.zeros(n), np.zeros(n), np.zeros(n)
+        self._wide, self._class_steps = np.zeros(classes), np.zeros(classes)
+
+    def _count(self, nums: np.ndarray, waits: np.ndarray, class_ids: np.ndarray | None, ranks: np.ndarray,
+               roster: int, median_step: float) -> None:  # fmt: skip
+        n, width = nums.shape
+        of, members = _classes(class_ids, n)
+        key = self._key
+        if (key is None or key[0] != roster or not np.array_equal(key[1], ranks)
+                or not (key[2] is class_ids or (key[2] is not None and class_ids is not None and np.array_equal(key[2], class_ids)))):  # fmt: skip
+            self._start(roster, ranks, class_ids, len(members))
+        newest = int(nums.max()) - SETTLING
+        if newest < 0 or not width:
+            return
+        first = newest - width + 1
+        at = nums - first
+        at[(nums < 0) | (at < 0) | (at >= width)] = width
+        grid = np.full((n, width + 1), np.nan)
+        np.put_along_axis(grid, at, waits, axis=1)
+        grid = grid[:, :width]  # (ranks, steps first..newest)
+        order, starts = _grouped(of, members)
+        ordered = grid if order is None else grid[order]
+        held = np.add.reduceat((~np.isnan(ordered)).astype(np.int32), starts, axis=0) == members[:, None]
+        held &= (members >= 2)[:, None]
+        least = np.fmin.reduceat(np.where(np.isnan(ordered), np.inf, ordered), starts, axis=0)
+        last = grid <= np.where(held, least, -np.inf)[of]  # (ranks, steps): arrived last there
+        lasts = np.add.reduceat((last if order is None else last[order]).astype(np.int32), starts, axis=0)
+        rest = np.where(last | np.isnan(grid), np.inf, grid)
+        second = np.fmin.reduceat(rest if order is None else rest[order], starts, axis=0)
+        full = held & (lasts == 1) & np.isfinite(second)  # (a tie, or a class of one: no margin)
+        with np.errstate(invalid="ignore"):
+            margin = np.where(full, second - least, 0.0)  # (classes, steps)
+        steps = first + np.arange(width)
+        new = full & (steps[None, :] > self._upto[:, None])  # (classes, steps): counted now
+        if not new.any():
+            return
+        self._upto = np.maximum(self._upto, np.where(new, steps[None, :], -1).max(axis=1))
+        fresh = new.sum(axis=1)[of]  # per rank: its class's steps counted now
+        keep = (1.0 - 1.0 / MEMORY_STEPS) ** fresh
+        paid = np.where(last & new[of], margin[of], 0.0)  # (ranks, steps): what the job paid it, counted now
+        far = paid >= FAR_SHARE * median_step
+        self._cost = self._cost * keep + paid.sum(axis=1)
+        self._top = np.maximum(self._top * keep, paid.max(axis=1))
+        self._far = self._far * keep + far.sum(axis=1)
+        self._steps = self._steps * keep + fresh
+        wide = (new & (margin >= ROTATING_SHARE * median_step)).sum(axis=1)  # per class: steps with a wide margin
+        kept = (1.0 - 1.0 / MEMORY_STEPS) ** new.sum(axis=1)
+        self._wide = self._wide * kept + wide
+        self._class_steps = self._class_steps * kept + new.sum(axis=1)
+
+    def _judge(self, class_ids: np.ndarray | None, ranks: np.ndarray, median_step: float) -> Margins:
+        n = len(ranks)
+        found, cost_s, every = np.zeros(n, bool), np.zeros(n), np.full(n, np.nan)
+        steps = np.maximum(self._steps, 1.0)
+        cost = self._cost / steps
+        robust = (self._cost - self._top) / steps
+        floor = max(COST_SHARE * median_step, COST_FLOOR_S)
+        of, members = _classes(class_ids, n)
+        rotating: tuple[int, float, float] | None = None
+        watch: list[int] = []
+        for c, size in enumerate(members.tolist()):
+            if size < 2:
+                continue
+            ids = np.flatnonzero(of == c) if len(members) > 1 else np.arange(n)
+            mine = cost[ids]
+            typical = float(mine.min()) if size == 2 else float(np.median(mine))
+            cost_s[ids] = np.maximum(robust[ids] - typical, 0.0)  # (told without its costliest step)
+            t = float(np.median(steps[ids]))
+            if t < MIN_STEPS:
+                continue
+            beyond = robust[ids] - typical
+            watch.extend(ids[beyond >= floor / 2][:WATCH // 2].tolist())
+            candidates = ids[(beyond >= floor) & (self._far[ids] >= MIN_FAR)]
+            far_all = float(self._far[ids].sum())
+            steps_all = float(self._steps[ids].sum())
+            for i in candidates[:WATCH].tolist():
+                k, m = self._far[i], self._steps[i]
+                rate = (far_all - k + PRIOR_FAR) / (steps_all - m + PRIOR_STEPS)
+                expected = rate * m
+                if k - expected <= 0 or m / (k - expected) < EVERY_FROM:
+                    continue
+                if _binomial_tail(int(round(k)), int(round(m)), rate) < ALPHA / size:
+                    found[i] = True
+                    every[i] = m / (k - expected)
+            # rotating: most steps' last arrival far behind the next, no rank holding much of the cost
+            wide = self._wide[c] / max(self._class_steps[c], 1.0)
+            total = float(mine.sum())
+            if (size >= ROTATING_RANKS and not found[ids].any() and wide >= ROTATING_STEPS and total > 0
+                    and float(mine.max()) <= max(ROTATING_TOP, 3.0 / size) * total):  # fmt: skip
+                loss = total / median_step
+                if rotating is None or loss > rotating[1]:
+                    rotating = (int(class_ids[ids[0]]) if class_ids is not None else -1, loss, total)
+                    watch.extend(ids[:WATCH // 2].tolist())
+        self.watch = ranks[np.unique(np.array(watch[:WATCH], np.int64))] if watch else np.zeros(0, np.int64)
+        return Margins(found, np.where(found, cost_s, 0.0), every, rotating)
+
+
+def _binomial_tail(k: int, m: int, p: float) -> float:
+    """P(X >= k) for X ~ Binomial(m, p): the chance of as many far steps at the peers' rate."""
+    if k <= 0:
+        return 1.0
+    if k > m:
+        return 0.0
+    p = min(max(p, 1e-12), 1 - 1e-12)
+    lp, lq = math.log(p), math.log1p(-p)
+    total = 0.0
+    for j in range(k, m + 1):
+        term = math.exp(math.lgamma(m + 1) - math.lgamma(j + 1) - math.lgamma(m - j + 1) + j * lp + (m - j) * lq)
+        total += term
+        if term < 1e-16 * total:
+            break
+    return min(1.0, total)
+
+
+def phase_of(means: np.ndarray, medians: np.ndarray, own: np.ndarray) -> int:
+    """The phase (an index of ``own``'s True columns' order among all) where ``means`` pass ``medians`` most
+    (1-D, a rank's; 2-D, several ranks': their median): where a few long steps spent their time. -1: none."""
+    beyond = means - medians
+    if beyond.ndim == 2:
+        beyond = np.median(beyond, axis=0) if len(beyond) else np.zeros(beyond.shape[1])
+    beyond = np.where(own, beyond, -np.inf)
+    j = int(np.argmax(beyond))
+    return j if np.isfinite(beyond[j]) and beyond[j] > 0 else -1
