@@ -7,6 +7,7 @@ import random
 
 import pytest
 
+from ranktop.tui.panes.stragglers import cells
 from ranktop.watch.aggregator import Aggregator
 from ranktop.watch.model.verdict import verdict
 import messages
@@ -74,6 +75,10 @@ def test_a_rank_slow_on_one_step_in_n_is_named_with_how_often_and_what_it_costs_
     assert rows[2].every == answer.every and rows[2].status == "slow"
     assert [rows[r].status for r in range(8) if r != 2] == ["ok"] * 7
     assert snap.ranks[2].phases["data"] == pytest.approx(BASE["data"], rel=0.2)  # its median says nothing
+    # the stragglers table says how often where it is not every step
+    status = [c.plain for c in cells(rows[2])][6]
+    assert status == f"slow 1/{rows[2].every:.0f}", status
+    assert [c.plain for c in cells(rows[3])][6] == "ok"
 
 
 def test_heavy_tailed_inputs_on_every_rank_name_nobody_and_no_rotating_imbalance():

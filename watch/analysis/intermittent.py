@@ -11,15 +11,17 @@ it was last and averaged over every step counted, it is the rank's cost to the j
 fixing it; over a class the costs add up to what the job loses to imbalance of every kind.
 
 :class:`MarginBook` counts each step once, as it settles, over about :data:`MEMORY_STEPS` steps (each weighing
-``1 - 1/MEMORY_STEPS`` less than the next): per rank, the margins it cost (their sum, its largest one), and how
-many of its steps were *far* (last by :data:`FAR_SHARE` of the job's step or more). Every rank of a healthy job is
+``1 - 1/MEMORY_STEPS`` less than the next): per rank, the margins it cost (their sum, its largest one), and, over
+:data:`COUNT_MEMORY_STEPS`, how many of its steps were *far* (last by :data:`FAR_SHARE` of the job's step or more)
+and *long* (by :data:`LONG_SHARE`). Every rank of a healthy job is
 last now and then, a few times by far (an input twice as long, a pause, the OS); what tells an intermittent
 straggler from that noise, each required:
 
 - **It costs the job** :data:`COST_SHARE` of its step or more beyond its class's typical rank (the median of
   their costs; of two, the cheaper), counted without its single costliest step (one 2 s pause is no straggler);
-- **its far steps are more than its peers' rate allows**: of its counted steps, as many far ones come from the
-  rest of the class's pooled rate (with a prior, :data:`PRIOR_FAR` in :data:`PRIOR_STEPS`) with a chance under
+- **its far or its long steps are more than its peers' rate allows**: of its counted steps, as many come from
+  the rest of the class's pooled rate (with a prior, :data:`PRIOR_FAR` in :data:`PRIOR_STEPS`; long ones
+  :data:`PRIOR_LONG` in :data:`PRIOR_LONG_STEPS`) with a chance, twice the lesser of the two, under
   :data:`ALPHA` over the class's size (any of its ranks, at any look: the straggler bar's odds); a heavy-tailed
   job makes every rank's far steps many, at the same rate, and none stands out;
 - :data:`MIN_FAR` far steps at least, and one slow step in :data:`EVERY_FROM` or fewer (a rank last by far at
@@ -51,26 +53,41 @@ import numpy as np
 
 from ranktop.watch.analysis.arrivals import SETTLING, _classes, _grouped, grid_of
 
-#: How many steps the book remembers (each step weighs 1 - 1/this less than the next): a rank slow on one step in 30
-#: has 4 of them in 128.
+#: How many steps the book remembers what a rank cost (each step weighs 1 - 1/this less than the next): the cost
+#: told follows a change within a few seconds at 16 steps a second, ...
 MEMORY_STEPS = 96
-#: A step the rank was last at by this share of the job's median step or more is *far*.
+#: ... and how many it remembers its far steps: a rank slow on one step in 30 has 8 of them in 256, which chance
+#: seldom gives; 3 in 96 it often does.
+COUNT_MEMORY_STEPS = 256
+#: A step the rank was last at by this share of the job's median step or more is *far*; by :data:`LONG_SHARE`,
+#: *long* too (a busy machine's or a noisy input's margins are many far, few long): each bar tested, its chance
+#: counted twice.
 FAR_SHARE = 0.10
+LONG_SHARE = 0.5
 #: An intermittent straggler costs the job this share of its median step beyond its class's typical rank ...
 COST_SHARE = 0.04
 #: ... and this many seconds.
 COST_FLOOR_S = 0.001
 #: Its far steps are more than its peers' rate allows with a chance of at most this over its class's size.
 ALPHA = 1e-3
-#: The peers' rate is counted with this prior: as many far steps in as many steps.
+#: The peers' rate is counted with this prior: as many far steps in as many steps (long ones: half as many in
+#: twice as many).
 PRIOR_FAR = 1.0
 PRIOR_STEPS = 32.0
+PRIOR_LONG = 0.5
+PRIOR_LONG_STEPS = 64.0
 #: Far steps an intermittent straggler has at least (decayed counts).
 MIN_FAR = 3.0
-#: Steps counted before any rank is judged (its class's).
+#: Steps counted before any rank is judged (its class's): this many, or :data:`MIN_SECONDS` of them where that is
+#: fewer (a slow job: 1 step a second), and :data:`MIN_STEPS_AT_LEAST` at least.
 MIN_STEPS = 48.0
-#: Slow on one step in fewer than this: a straggler its median tells, not an intermittent one.
+MIN_SECONDS = 6.0
+MIN_STEPS_AT_LEAST = 8.0
+#: Slow on one step in fewer than this: a straggler, slow at every step, which its median tells once its window
+#: holds enough steps (at 1 step a second a minute: stragglers.py); the book names it sooner where it costs
+#: :data:`STEADY_COST_SHARE` of the step (a rank a few percent slower for good, its hardware, costs a few percent).
 EVERY_FROM = 1.5
+STEADY_COST_SHARE = 0.08
 #: Rotating: the last arrival is this share of the job's step behind the next, ...
 ROTATING_SHARE = 0.05
 #: ... at this share of its steps at least (a heavy-tailed job pays its margins on a few steps), ...
@@ -105,8 +122,10 @@ class MarginBook:
         self._upto = np.zeros(0, np.int64)  # per class: the newest step counted
         self._cost = np.zeros(0)  # per rank: its margins' sum, decayed
         self._top = np.zeros(0)  # its largest margin, decayed alike
-        self._far = np.zeros(0)  # its far steps, decayed
-        self._steps = np.zeros(0)  # its class's steps counted, decayed
+        self._far = np.zeros(0)  # its far steps, decayed over COUNT_MEMORY_STEPS
+        self._long = np.zeros(0)  # its long steps, the same
+        self._counted = np.zeros(0)  # its class's steps counted, the same
+        self._steps = np.zeros(0)  # its class's steps counted, decayed over MEMORY_STEPS
         self._wide = np.zeros(0)  # per class: its steps whose last arrival was ROTATING_SHARE behind, decayed
         self._class_steps = np.zeros(0)  # its steps counted, decayed
         self.watch: np.ndarray = np.zeros(0, np.int64)  # ranks whose window sums the next view gathers
@@ -130,6 +149,7 @@ class MarginBook:
         self._key = (roster, ranks.copy(), None if class_ids is None else class_ids.copy())
         self._upto = np.full(classes, -1, np.int64)
         self._cost, self._top, self._far, self._steps = np.zeros(n), np.zeros(n), np.zeros(n), np.zeros(n)
+        self._long, self._counted = np.zeros(n), np.zeros(n)
         self._wide, self._class_steps = np.zeros(classes), np.zeros(classes)
 
     def _count(self, nums: np.ndarray, waits: np.ndarray, class_ids: np.ndarray | None, ranks: np.ndarray,
@@ -169,11 +189,13 @@ class MarginBook:
         fresh = new.sum(axis=1)[of]  # per rank: its class's steps counted now
         keep = (1.0 - 1.0 / MEMORY_STEPS) ** fresh
         paid = np.where(last & new[of], margin[of], 0.0)  # (ranks, steps): what the job paid it, counted now
-        far = paid >= FAR_SHARE * median_step
         self._cost = self._cost * keep + paid.sum(axis=1)
         self._top = np.maximum(self._top * keep, paid.max(axis=1))
-        self._far = self._far * keep + far.sum(axis=1)
         self._steps = self._steps * keep + fresh
+        hold = (1.0 - 1.0 / COUNT_MEMORY_STEPS) ** fresh
+        self._far = self._far * hold + (paid >= FAR_SHARE * median_step).sum(axis=1)
+        self._long = self._long * hold + (paid >= LONG_SHARE * median_step).sum(axis=1)
+        self._counted = self._counted * hold + fresh
         wide = (new & (margin >= ROTATING_SHARE * median_step)).sum(axis=1)  # per class: steps with a wide margin
         kept = (1.0 - 1.0 / MEMORY_STEPS) ** new.sum(axis=1)
         self._wide = self._wide * kept + wide
@@ -196,23 +218,32 @@ class MarginBook:
             mine = cost[ids]
             typical = float(mine.min()) if size == 2 else float(np.median(mine))
             cost_s[ids] = np.maximum(robust[ids] - typical, 0.0)  # (told without its costliest step)
-            t = float(np.median(steps[ids]))
-            if t < MIN_STEPS:
+            t = float(np.median(self._counted[ids]))
+            if t < max(MIN_STEPS_AT_LEAST, min(MIN_STEPS, MIN_SECONDS / median_step)):
                 continue
             beyond = robust[ids] - typical
             watch.extend(ids[beyond >= floor / 2][:WATCH // 2].tolist())
             candidates = ids[(beyond >= floor) & (self._far[ids] >= MIN_FAR)]
-            far_all = float(self._far[ids].sum())
-            steps_all = float(self._steps[ids].sum())
+            tallies = [(self._far, float(self._far[ids].sum()), PRIOR_FAR, PRIOR_STEPS),
+                       (self._long, float(self._long[ids].sum()), PRIOR_LONG, PRIOR_LONG_STEPS)]
+            counted_all = float(self._counted[ids].sum())
             for i in candidates[:WATCH].tolist():
-                k, m = self._far[i], self._steps[i]
-                rate = (far_all - k + PRIOR_FAR) / (steps_all - m + PRIOR_STEPS)
-                expected = rate * m
-                if k - expected <= 0 or m / (k - expected) < EVERY_FROM:
+                m = self._counted[i]
+                # at each bar: as many of its steps from the rest of the class's rate, with what chance
+                chance = 1.0
+                for tally, all_of, prior, prior_steps in tallies:
+                    k = tally[i]
+                    rate = (all_of - k + prior) / (counted_all - m + prior_steps)
+                    chance = min(chance, 2 * _binomial_tail(int(round(k)), int(round(m)), rate))
+                k = self._far[i]
+                rate = (tallies[0][1] - k + PRIOR_FAR) / (counted_all - m + PRIOR_STEPS)
+                beyond_rate = k - rate * m
+                if beyond_rate <= 0:
                     continue
-                if _binomial_tail(int(round(k)), int(round(m)), rate) < ALPHA / size:
+                steady = m / beyond_rate < EVERY_FROM
+                if chance < ALPHA / size and (not steady or beyond[i == ids][0] >= STEADY_COST_SHARE * median_step):
                     found[i] = True
-                    every[i] = m / (k - expected)
+                    every[i] = np.nan if steady else m / beyond_rate
             # rotating: most steps' last arrival far behind the next, no rank holding much of the cost
             wide = self._wide[c] / max(self._class_steps[c], 1.0)
             total = float(mine.sum())

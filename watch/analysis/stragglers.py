@@ -163,6 +163,11 @@ class ExcessHistory:
     #: window's length at 16 steps a second): a window's median of a job whose inputs vary 15% step to step is
     #: 1% of the step off, a fifth of a 5% slowdown; the average of the windows of 4 s is 0.6 times that.
     SIZE_FOLLOW_S = 4.0
+    #: A rank whose excess is under :data:`SMALL_SHARE` of the job's step is slow once it has been over its bar this
+    #: long without a break (issue 46, item 7: ranks wandering within 4% over tens of seconds are no fault; a lasting
+    #: 5% slowdown is named this much later); meanwhile its level stands still, as a slow rank's.
+    LASTS_S = 15.0
+    SMALL_SHARE = 0.07
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -173,6 +178,7 @@ class ExcessHistory:
         self._classes = np.zeros(0, np.int64)  # per rank: the class those two were noted in (class_growth.class_keys)
         self._at = -np.inf
         self._sizes = (np.zeros(0, np.int64), np.zeros(0), -np.inf)  # (slow ranks ascending, their size told, when)
+        self._over = (np.zeros(0, np.int64), np.zeros(0))  # (ranks over their bar ascending, since when)
 
     def size(self, ranks: np.ndarray, excess: np.ndarray, slow: np.ndarray, now: float) -> np.ndarray:
         """The size to tell of each of ``ranks`` (its ``excess`` now; those ``slow``, their excess averaged over
@@ -192,6 +198,22 @@ class ExcessHistory:
                 order = np.argsort(slow_ranks, kind="stable")
                 self._sizes = (slow_ranks[order], out[slow][order], now)
             return out
+
+    def over_for(self, ranks: np.ndarray, over: np.ndarray, now: float) -> np.ndarray:
+        """How long each of ``ranks`` has been ``over`` its bar without a break (seconds; 0 where it is not now), as
+        the snapshots saw it, kept for the next: a small excess is a drift until it lasts (:data:`LASTS_S`)."""
+        with self._lock:
+            ranks = np.asarray(ranks, np.int64)
+            kept, since = self._over
+            began = np.full(len(ranks), now)
+            if len(kept) and len(ranks):
+                at = np.minimum(np.searchsorted(kept, ranks), len(kept) - 1)
+                known = kept[at] == ranks
+                began[known] = np.minimum(since[at[known]], now)
+            began = np.where(over, began, np.nan)
+            order = np.argsort(ranks[over], kind="stable")
+            self._over = (ranks[over][order], began[over][order])
+            return np.where(over, now - np.nan_to_num(began, nan=now), 0.0)
 
     def before(self, ranks: np.ndarray) -> np.ndarray:
         """The level of each of ``ranks`` (NaN: not seen yet)."""
