@@ -126,6 +126,7 @@ class MarginBook:
         self._long = np.zeros(0)  # its long steps, the same
         self._counted = np.zeros(0)  # its class's steps counted, the same
         self._steps = np.zeros(0)  # its class's steps counted, decayed over MEMORY_STEPS
+        self._far_now = np.zeros(0)  # its far steps decayed over MEMORY_STEPS: how often it is slow now
         self._wide = np.zeros(0)  # per class: its steps whose last arrival was ROTATING_SHARE behind, decayed
         self._class_steps = np.zeros(0)  # its steps counted, decayed
         self.watch: np.ndarray = np.zeros(0, np.int64)  # ranks whose window sums the next view gathers
@@ -149,7 +150,7 @@ class MarginBook:
         self._key = (roster, ranks.copy(), None if class_ids is None else class_ids.copy())
         self._upto = np.full(classes, -1, np.int64)
         self._cost, self._top, self._far, self._steps = np.zeros(n), np.zeros(n), np.zeros(n), np.zeros(n)
-        self._long, self._counted = np.zeros(n), np.zeros(n)
+        self._long, self._counted, self._far_now = np.zeros(n), np.zeros(n), np.zeros(n)
         self._wide, self._class_steps = np.zeros(classes), np.zeros(classes)
 
     def _count(self, nums: np.ndarray, waits: np.ndarray, class_ids: np.ndarray | None, ranks: np.ndarray,
@@ -192,6 +193,7 @@ class MarginBook:
         self._cost = self._cost * keep + paid.sum(axis=1)
         self._top = np.maximum(self._top * keep, paid.max(axis=1))
         self._steps = self._steps * keep + fresh
+        self._far_now = self._far_now * keep + (paid >= FAR_SHARE * median_step).sum(axis=1)
         hold = (1.0 - 1.0 / COUNT_MEMORY_STEPS) ** fresh
         self._far = self._far * hold + (paid >= FAR_SHARE * median_step).sum(axis=1)
         self._long = self._long * hold + (paid >= LONG_SHARE * median_step).sum(axis=1)
@@ -243,7 +245,10 @@ class MarginBook:
                 steady = m / beyond_rate < EVERY_FROM
                 if chance < ALPHA / size and (not steady or beyond[i == ids][0] >= STEADY_COST_SHARE * median_step):
                     found[i] = True
-                    every[i] = np.nan if steady else m / beyond_rate
+                    # how often: over the steps its cost is counted on (a tally of 256 steps remembers the steps
+                    # before it was slow)
+                    now_beyond = self._far_now[i] - rate * self._steps[i]
+                    every[i] = np.nan if steady else self._steps[i] / max(now_beyond, 1.0)
             # rotating: most steps' last arrival far behind the next, no rank holding much of the cost
             wide = self._wide[c] / max(self._class_steps[c], 1.0)
             total = float(mine.sum())
