@@ -48,5 +48,5 @@ def test_ranks_wandering_within_four_percent_name_nobody():
 
 
 def test_a_lasting_five_percent_slowdown_among_wandering_ranks_is_still_named():
-    late = [v for at, v in run(100, amp=0.02, slow_from=30, slow_share=0.07) if at > 75]
+    late = [v for at, v in run(100, amp=0.01, slow_from=30, slow_share=0.05) if at > 75]
     assert all(v.kind == "slow_rank" and v.ranks[:1] == [1] for v in late), [v.text for v in late][:5]

@@ -167,6 +167,7 @@ class ExcessHistory:
     #: long without a break (issue 46, item 7: ranks wandering within 4% over tens of seconds are no fault; a lasting
     #: 5% slowdown is named this much later); meanwhile its level stands still, as a slow rank's.
     LASTS_S = 15.0
+    OVER_GAP_S = 5.0
     SMALL_SHARE = 0.07
 
     def __init__(self) -> None:
@@ -178,7 +179,8 @@ class ExcessHistory:
         self._classes = np.zeros(0, np.int64)  # per rank: the class those two were noted in (class_growth.class_keys)
         self._at = -np.inf
         self._sizes = (np.zeros(0, np.int64), np.zeros(0), -np.inf)  # (slow ranks ascending, their size told, when)
-        self._over = (np.zeros(0, np.int64), np.zeros(0))  # (ranks over their bar ascending, since when)
+        # (ranks over their bar lately ascending, since when, when last)
+        self._over: tuple[np.ndarray, np.ndarray, np.ndarray] = (np.zeros(0, np.int64), np.zeros(0), np.zeros(0))
 
     def size(self, ranks: np.ndarray, excess: np.ndarray, slow: np.ndarray, now: float) -> np.ndarray:
         """The size to tell of each of ``ranks`` (its ``excess`` now; those ``slow``, their excess averaged over
@@ -200,20 +202,24 @@ class ExcessHistory:
             return out
 
     def over_for(self, ranks: np.ndarray, over: np.ndarray, now: float) -> np.ndarray:
-        """How long each of ``ranks`` has been ``over`` its bar without a break (seconds; 0 where it is not now), as
-        the snapshots saw it, kept for the next: a small excess is a drift until it lasts (:data:`LASTS_S`)."""
+        """How long each of ``ranks`` has been ``over`` its bar (seconds; 0 where it is not now), as the snapshots
+        saw it, kept for the next: a small excess is a drift until it lasts (:data:`LASTS_S`). A break of up to
+        :data:`OVER_GAP_S` does not start it afresh (a slowdown near its bar dips under it now and then)."""
         with self._lock:
             ranks = np.asarray(ranks, np.int64)
-            kept, since = self._over
+            kept, since, seen = self._over
             began = np.full(len(ranks), now)
+            last = np.full(len(ranks), -np.inf)
             if len(kept) and len(ranks):
                 at = np.minimum(np.searchsorted(kept, ranks), len(kept) - 1)
-                known = kept[at] == ranks
+                known = (kept[at] == ranks) & (now - seen[at] <= self.OVER_GAP_S)
                 began[known] = np.minimum(since[at[known]], now)
-            began = np.where(over, began, np.nan)
-            order = np.argsort(ranks[over], kind="stable")
-            self._over = (ranks[over][order], began[over][order])
-            return np.where(over, now - np.nan_to_num(began, nan=now), 0.0)
+                last[known] = seen[at[known]]
+            last = np.where(over, now, last)
+            keep = np.isfinite(last)
+            order = np.argsort(ranks[keep], kind="stable")
+            self._over = (ranks[keep][order], began[keep][order], last[keep][order])
+            return np.where(over, now - began, 0.0)
 
     def before(self, ranks: np.ndarray) -> np.ndarray:
         """The level of each of ``ranks`` (NaN: not seen yet)."""
