@@ -83,11 +83,12 @@ MIN_FAR = 3.0
 MIN_STEPS = 48.0
 MIN_SECONDS = 6.0
 MIN_STEPS_AT_LEAST = 8.0
-#: Slow on one step in fewer than this: a straggler, slow at every step, which its median tells once its window
+#: Slow on one step in fewer than this, or last at more than 0.4 + 0.6 / (the class's size) of its steps (dp2: 70%,
+#: 8 ranks: 48%; one slow on 1 step in 3 is last at 67% and 42%): a straggler, slow at every step, which its median tells once its window
 #: holds enough steps (at 1 step a second a minute: stragglers.py); the book names it sooner where it costs
 #: :data:`STEADY_COST_SHARE` of the step (a rank a few percent slower for good, its hardware, costs a few percent).
 EVERY_FROM = 1.5
-STEADY_COST_SHARE = 0.08
+STEADY_COST_SHARE = 0.07
 #: Rotating: the last arrival is this share of the job's step behind the next, ...
 ROTATING_SHARE = 0.05
 #: ... at this share of its steps at least (a heavy-tailed job pays its margins on a few steps), ...
@@ -127,6 +128,7 @@ class MarginBook:
         self._counted = np.zeros(0)  # its class's steps counted, the same
         self._steps = np.zeros(0)  # its class's steps counted, decayed over MEMORY_STEPS
         self._far_now = np.zeros(0)  # its far steps decayed over MEMORY_STEPS: how often it is slow now
+        self._lasts = np.zeros(0)  # the steps it was last at, the same
         self._wide = np.zeros(0)  # per class: its steps whose last arrival was ROTATING_SHARE behind, decayed
         self._class_steps = np.zeros(0)  # its steps counted, decayed
         self.watch: np.ndarray = np.zeros(0, np.int64)  # ranks whose window sums the next view gathers
@@ -150,7 +152,7 @@ class MarginBook:
         self._key = (roster, ranks.copy(), None if class_ids is None else class_ids.copy())
         self._upto = np.full(classes, -1, np.int64)
         self._cost, self._top, self._far, self._steps = np.zeros(n), np.zeros(n), np.zeros(n), np.zeros(n)
-        self._long, self._counted, self._far_now = np.zeros(n), np.zeros(n), np.zeros(n)
+        self._long, self._counted, self._far_now, self._lasts = np.zeros(n), np.zeros(n), np.zeros(n), np.zeros(n)
         self._wide, self._class_steps = np.zeros(classes), np.zeros(classes)
 
     def _count(self, nums: np.ndarray, waits: np.ndarray, class_ids: np.ndarray | None, ranks: np.ndarray,
@@ -194,6 +196,7 @@ class MarginBook:
         self._top = np.maximum(self._top * keep, paid.max(axis=1))
         self._steps = self._steps * keep + fresh
         self._far_now = self._far_now * keep + (paid >= FAR_SHARE * median_step).sum(axis=1)
+        self._lasts = self._lasts * keep + (last & new[of]).sum(axis=1)
         hold = (1.0 - 1.0 / COUNT_MEMORY_STEPS) ** fresh
         self._far = self._far * hold + (paid >= FAR_SHARE * median_step).sum(axis=1)
         self._long = self._long * hold + (paid >= LONG_SHARE * median_step).sum(axis=1)
@@ -242,7 +245,8 @@ class MarginBook:
                 beyond_rate = k - rate * m
                 if beyond_rate <= 0:
                     continue
-                steady = m / beyond_rate < EVERY_FROM
+                # (last at most of its steps, by far or not: slow at every step, some of them within the noise)
+                steady = m / beyond_rate < EVERY_FROM or self._lasts[i] >= (0.4 + 0.6 / size) * self._steps[i]
                 if chance < ALPHA / size and (not steady or beyond[i == ids][0] >= STEADY_COST_SHARE * median_step):
                     found[i] = True
                     # how often: over the steps its cost is counted on (a tally of 256 steps remembers the steps
