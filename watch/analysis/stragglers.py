@@ -164,10 +164,11 @@ class ExcessHistory:
     #: 1% of the step off, a fifth of a 5% slowdown; the average of the windows of 4 s is 0.6 times that.
     SIZE_FOLLOW_S = 4.0
     #: A rank whose excess is under :data:`SMALL_SHARE` of the job's step is slow once it has been over its bar this
-    #: long without a break (issue 46, item 7: ranks wandering within 4% over tens of seconds are no fault; a lasting
-    #: 5% slowdown is named this much later); meanwhile its level stands still, as a slow rank's.
-    LASTS_S = 15.0
-    OVER_GAP_S = 5.0
+    #: long (issue 46, item 7: ranks wandering within 4% over tens of seconds are no fault; a lasting 5% slowdown is
+    #: named this much later); meanwhile its level stands still, as a slow rank's. A dip under its bar of
+    #: :data:`OVER_GAP_S` (a look) does not start it afresh; a longer one does (a drift's excess comes and goes).
+    LASTS_S = 20.0
+    OVER_GAP_S = 1.0
     SMALL_SHARE = 0.07
 
     def __init__(self) -> None:
