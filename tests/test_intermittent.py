@@ -1,4 +1,4 @@
-"""Intermittent stragglers and a rotating imbalance (watch/analysis/intermittent.py): what the job pays each rank at
+"""Intermittent stragglers (watch/analysis/intermittent.py): what the job pays each rank at
 its collectives, averaged over steps, where its medians show nothing. Synthetic data-parallel steps through a real
 Aggregator (every rank waits for the slowest in one all-reduce: tests/messages.py synchronous_step), snapshots as a
 screen takes them; the live job is tests/test_intermittent_live.py."""
@@ -81,7 +81,7 @@ def test_a_rank_slow_on_one_step_in_n_is_named_with_how_often_and_what_it_costs_
     assert [c.plain for c in cells(rows[3])][6] == "ok"
 
 
-def test_heavy_tailed_inputs_on_every_rank_name_nobody_and_no_rotating_imbalance():
+def test_heavy_tailed_inputs_on_every_rank_name_nobody():
     job = Job(long_inputs=0.05, seed=3)
     job.run(60)
     kinds = {v.kind for v in job.verdicts[20:]}
@@ -98,16 +98,3 @@ def test_a_real_straggler_beside_heavy_tailed_inputs_is_the_only_rank_named():
     assert all(v.kind == "slow_rank" and v.ranks == [5] for v in late[-10:]), [v.text for v in late[-10:]]
     assert all(v.every is None for v in late), [v.text for v in late if v.every is not None]
     assert not [v for v in late if v.kind == "slow_rank" and v.ranks[:1] != [5]], [v.text for v in late]
-
-
-def test_a_different_rank_slow_each_step_is_a_rotating_imbalance_with_its_phase_and_loss():
-    job = Job(seed=1)
-    job.run(10)
-    pick = random.Random(7)
-    job.verdicts.clear()
-    answer = job.run(30, slow=lambda n, r, who={}: ("forward", 0.012) if who.setdefault(n, pick.randrange(8)) == r else None)
-    assert answer.kind == "rotating" and answer.ranks == [] and answer.phase == "forward", answer.text
-    assert answer.loss == pytest.approx(0.012 / 0.062, rel=0.5), answer
-    assert answer.text.startswith("a different rank is last each step, slow in forward: the job loses "), answer.text
-    assert answer.text.endswith(" to imbalance"), answer.text
-    assert not [v for v in job.verdicts if v.kind == "slow_rank"], [v.text for v in job.verdicts if v.kind == "slow_rank"]

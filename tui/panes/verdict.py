@@ -16,8 +16,7 @@ from textual.widgets import Static
 
 from ranktop.watch.model.snapshot import SILENT, SLOW, STALLED, Snapshot
 from ranktop.watch.model.verdict import (
-    CHECKPOINT, EVAL, HEALTHY, IMBALANCED, JOB_SLOWER, ROTATING, SILENT_RANKS, SLOW_LINK, SLOW_NODE, SLOW_RANK, STALLED_JOB,
-    Verdict,
+    CHECKPOINT, EVAL, HEALTHY, IMBALANCED, JOB_SLOWER, SILENT_RANKS, SLOW_LINK, SLOW_NODE, SLOW_RANK, STALLED_JOB, Verdict,
     brief, verdict,
 )
 
@@ -34,11 +33,10 @@ STYLES = {
     CHECKPOINT: "bold yellow",  # what the job chose to spend its time on, no fault: checkpoints, evaluation
     EVAL: "bold yellow",
     JOB_SLOWER: palette.STATUS_STYLES[SLOW],  # every rank slower alike: no culprit among them, but the job pays
-    ROTATING: palette.STATUS_STYLES[SLOW],  # a different rank last each step: no culprit, but the job pays
 }
 MARKS = {
     STALLED_JOB: "■", SILENT_RANKS: "■", SLOW_LINK: "⇄", SLOW_NODE: "▲", SLOW_RANK: "▲", IMBALANCED: "◆", CHECKPOINT: "◆",
-    EVAL: "◆", JOB_SLOWER: "▲", ROTATING: "▲", HEALTHY: "✔",
+    EVAL: "◆", JOB_SLOWER: "▲", HEALTHY: "✔",
 }
 
 

@@ -28,7 +28,7 @@ from ranktop.watch.engine.lifecycle import JobLife
 from ranktop.watch.engine.link_book import NO_LINKS, LinkColumns
 from ranktop.watch.model.rank_table import STATUS_CODE, RankRows, RankTable, message_fields, phase_medians
 from ranktop.watch.analysis.resources import job_throughput, rank_throughput, row_fields
-from ranktop.watch.model.snapshot import EndpointRows, Rotating, Snapshot
+from ranktop.watch.model.snapshot import EndpointRows, Snapshot
 from ranktop.watch.statuses import OK, SILENT, SLOW, STALLED
 from ranktop.wire.names import COMM_PHASE, PAUSE_PHASES
 
@@ -59,7 +59,7 @@ def build(view: JobView, extras: Extras, policy: StallPolicy = StallPolicy(), pe
     worked out from this view's steps alone); ``pause_book``: the checkpoints' and evaluations' shares of the job's
     time kept from the views before (None: this view's alone); ``pace``: the job's own baseline step, kept from the
     views before (None: the job is not judged against its past); ``margin_book``: what the job paid each rank at its
-    collectives, kept from the views before (None: no intermittent straggler or rotating imbalance is told)."""
+    collectives, kept from the views before (None: no intermittent straggler is told)."""
     n = len(view.rank)
     names = view.names
     silent = silent_ranks(view)
@@ -127,9 +127,8 @@ def build(view: JobView, extras: Extras, policy: StallPolicy = StallPolicy(), pe
         pending = small & (history.over_for(ranks, judged_slow, view.now) < history.LASTS_S)
         judged_slow &= ~pending
     # Slow on some steps only, which no median shows: what the job paid it at the collectives, on average, more than
-    # its peers' noise allows (watch/analysis/intermittent.py); and a rotating imbalance, no rank standing out.
+    # its peers' noise allows (watch/analysis/intermittent.py).
     every = np.full(n, np.nan)
-    rotating = None
     if margin_book is not None and len(idx):
         paid = margin_book.judge(view.recent_steps[at], view.recent_waits[at], class_ids, ranks, view.roster, median_step)
         spiky = paid.found & ~judged_slow
@@ -139,8 +138,6 @@ def build(view: JobView, extras: Extras, policy: StallPolicy = StallPolicy(), pe
             worst = _spiky_phase(view, idx, names, worst, spiky & ~np.isnan(paid.every))
             judged_slow = judged_slow | spiky
             every[idx[spiky]] = paid.every[spiky]
-        if paid.rotating is not None and not judged_slow.any() and median_step:
-            rotating = Rotating(share=paid.rotating[1], excess_s=paid.rotating[2], phase=_rotating_phase(view, names))
     if history is not None:  # what was judged, the veto included: a vetoed rank's level follows its excess
         # (what a class or a phase does is kept once its window holds half a window of steps: the job's first
         # steps, warm-up and lazy initialization, say little of it)
@@ -244,7 +241,6 @@ def build(view: JobView, extras: Extras, policy: StallPolicy = StallPolicy(), pe
         links=slow_links.shown(extras.links, slow_nodes),
         slow_links=slow_nodes,
         job_slower=slower,
-        rotating=rotating,
     )
 
 
@@ -265,14 +261,6 @@ def _spiky_phase(view: JobView, idx: np.ndarray, names: list[str], worst: np.nda
             if j >= 0:
                 out[i] = j
     return out
-
-
-def _rotating_phase(view: JobView, names: list[str]) -> str | None:
-    """The phase a rotating imbalance spends its time in: where the watched ranks' means pass their medians most."""
-    if not len(view.watched):
-        return None
-    j = intermittent.phase_of(view.watched_means, view.phases[view.watched], _own_columns(names))
-    return names[j] if j >= 0 else None
 
 
 #: A rank flagged but never last is not vetoed while a slower flagged rank of its class is last at this share of

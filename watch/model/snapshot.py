@@ -67,16 +67,6 @@ class Pause:
 
 
 @dataclass(frozen=True)
-class Rotating:
-    """A different rank last each step, none standing out: what the job loses to an imbalance that moves
-    (watch/analysis/intermittent.py)."""
-
-    share: float  # the job's mean margin at its collectives per step, as a share of its median step (0.22 = 22%)
-    excess_s: float  # ... in seconds
-    phase: str | None = None  # the phase the last ranks spend it in, when their windows say
-
-
-@dataclass(frozen=True)
 class JobSlower:
     """The job's step grew against its own baseline with no rank standing out (watch/analysis/job_pace.py)."""
 
@@ -149,7 +139,6 @@ class Snapshot:
     links: list = field(default_factory=list)  # the links between nodes the relays measured (watch/engine/link_book.py Link)
     slow_links: list = field(default_factory=list)  # the slow nodes and pairs, costliest first (watch/analysis/slow_links.py)
     job_slower: JobSlower | None = None  # the job slower than itself, no rank standing out (watch/analysis/job_pace.py)
-    rotating: Rotating | None = None  # a different rank last each step, none standing out (watch/analysis/intermittent.py)
 
     def __post_init__(self) -> None:
         if not isinstance(self.ranks, RankRows):

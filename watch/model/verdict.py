@@ -24,9 +24,6 @@ from the worst news to the best, and the first that applies is the verdict:
 6. ``checkpoint`` / ``eval``: nobody is flagged, and the job spends 5% of its time or more saving checkpoints
    or evaluating ("rank 0 saving a checkpoint: 3.0 s every 20 steps, the job spends 90% of its time in
    checkpoints").
-   ``rotating``: nobody is flagged, but a different rank is last by far at most steps' collectives, none standing
-   out (watch/analysis/intermittent.py): "a different rank is last each step, slow in forward: the job loses 22%
-   to imbalance".
    ``job_slower``: nobody is flagged, but the job's step grew 10% or more against its own baseline of the last
    minutes, past its noise, for seconds (watch/analysis/job_pace.py): "the job is 55% slower since 14:02:10:
    forward +20 ms on every rank".
@@ -57,7 +54,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ranktop.watch.model.rank_row import BECAUSE, UNKNOWN_CAUSE, named_cause
-from ranktop.watch.model.snapshot import Cause, JobSlower, Pause, RankRow, Rotating, Snapshot
+from ranktop.watch.model.snapshot import Cause, JobSlower, Pause, RankRow, Snapshot
 from ranktop.watch.statuses import SILENT, SLOW, STALLED
 from ranktop.watch import format as fmt
 from ranktop.watch.format import ago as _ago
@@ -73,14 +70,13 @@ SLOW_RANK = "slow_rank"
 CHECKPOINT = "checkpoint"  # the job spends its time saving checkpoints, or waits for one now (wire/names.py)
 EVAL = "eval"  # ... evaluating
 JOB_SLOWER = "job_slower"  # every rank slower alike: the job against its own past
-ROTATING = "rotating"  # a different rank last each step, none standing out (watch/analysis/intermittent.py)
 IMBALANCED = "imbalanced"
 WARMING_UP = "warming_up"
 HEALTHY = "healthy"
 WAITING = "waiting"
 ENDED_JOB = "ended"  # every rank exited cleanly (watch/engine/lifecycle.py): its ranks are silent because they are done
 KINDS = (
-    STALLED_JOB, SILENT_RANKS, SLOW_LINK, SLOW_NODE, SLOW_RANK, CHECKPOINT, EVAL, ROTATING, JOB_SLOWER, IMBALANCED, WARMING_UP,
+    STALLED_JOB, SILENT_RANKS, SLOW_LINK, SLOW_NODE, SLOW_RANK, CHECKPOINT, EVAL, JOB_SLOWER, IMBALANCED, WARMING_UP,
     HEALTHY, WAITING, ENDED_JOB,
 )
 
@@ -136,8 +132,6 @@ def verdict(snapshot: Snapshot) -> Verdict:
         return _slow_node(snapshot, slow) if snapshot.slow_hosts else _slow_rank(slow, snapshot)
     if paused:
         return _paused(paused[0])
-    if snapshot.rotating is not None:
-        return _rotating(snapshot.rotating)
     if snapshot.job_slower is not None:
         return _job_slower(snapshot.job_slower)
     if snapshot.imbalance:
@@ -177,13 +171,6 @@ def _paused(pause: Pause) -> Verdict:
         text += f"{';' if pause.holding else ','} the job spends {fmt.percent(pause.share)} of its time in {'checkpoints' if checkpoint else 'evaluation'}"
     return Verdict(pause.kind, WARN, text, pause.ranks, host=pause.host, phase=pause.kind, excess_s=pause.each_s,
                    loss=pause.share, others=max(0, pause.count - len(pause.ranks)), every=pause.every)  # fmt: skip
-
-
-def _rotating(rotating: Rotating) -> Verdict:
-    """"a different rank is last each step, slow in forward: the job loses 22% to imbalance"."""
-    phase = f", slow in {rotating.phase}" if rotating.phase else ""
-    text = f"a different rank is last each step{phase}: the job loses {fmt.percent(rotating.share)} to imbalance"
-    return Verdict(ROTATING, WARN, text, [], phase=rotating.phase, excess_s=rotating.excess_s, loss=rotating.share)
 
 
 def _job_slower(slower: JobSlower) -> Verdict:
