@@ -89,6 +89,11 @@ MIN_STEPS_AT_LEAST = 8.0
 #: :data:`STEADY_COST_SHARE` of the step (a rank a few percent slower for good, its hardware, costs a few percent).
 EVERY_FROM = 1.5
 STEADY_COST_SHARE = 0.07
+#: A rank is slow still while its newest two far steps are within this many of its usual gaps between them, or
+#: :data:`RECENT_STEPS` steps (what it cost is remembered over :data:`MEMORY_STEPS`: a slowdown that ended would be
+#: told for seconds after).
+RECENT_EVERIES = 3.0
+RECENT_STEPS = 8
 #: Ranks whose window sums the next view gathers, at most (the candidates: their phase).
 WATCH = 48
 
@@ -120,6 +125,7 @@ class MarginBook:
         self._steps = np.zeros(0)  # its class's steps counted, decayed over MEMORY_STEPS
         self._far_now = np.zeros(0)  # its far steps decayed over MEMORY_STEPS: how often it is slow now
         self._lasts = np.zeros(0)  # the steps it was last at, the same
+        self._far_at = np.zeros((0, 2), np.int64)  # the steps of its newest two far steps, older first (-1: none)
         self.watch: np.ndarray = np.zeros(0, np.int64)  # ranks whose window sums the next view gathers
 
     def judge(self, nums: np.ndarray, waits: np.ndarray, class_ids: np.ndarray | None, ranks: np.ndarray,
@@ -142,6 +148,7 @@ class MarginBook:
         self._upto = np.full(classes, -1, np.int64)
         self._cost, self._top, self._far, self._steps = np.zeros(n), np.zeros(n), np.zeros(n), np.zeros(n)
         self._long, self._counted, self._far_now, self._lasts = np.zeros(n), np.zeros(n), np.zeros(n), np.zeros(n)
+        self._far_at = np.full((n, 2), -1, np.int64)
 
     def _count(self, nums: np.ndarray, waits: np.ndarray, class_ids: np.ndarray | None, ranks: np.ndarray,
                roster: int, median_step: float) -> None:  # fmt: skip
@@ -183,7 +190,11 @@ class MarginBook:
         self._cost = self._cost * keep + paid.sum(axis=1)
         self._top = np.maximum(self._top * keep, paid.max(axis=1))
         self._steps = self._steps * keep + fresh
-        self._far_now = self._far_now * keep + (paid >= FAR_SHARE * median_step).sum(axis=1)
+        far = paid >= FAR_SHARE * median_step
+        self._far_now = self._far_now * keep + far.sum(axis=1)
+        both = np.concatenate([self._far_at, np.where(far, steps[None, :], -1)], axis=1)
+        both.sort(axis=1)
+        self._far_at = both[:, -2:].copy()
         self._lasts = self._lasts * keep + (last & new[of]).sum(axis=1)
         hold = (1.0 - 1.0 / COUNT_MEMORY_STEPS) ** fresh
         self._far = self._far * hold + (paid >= FAR_SHARE * median_step).sum(axis=1)
@@ -230,12 +241,15 @@ class MarginBook:
                     continue
                 # (last at most of its steps, by far or not: slow at every step, some of them within the noise)
                 steady = m / beyond_rate < EVERY_FROM or self._lasts[i] >= (0.4 + 0.6 / size) * self._steps[i]
-                if chance < ALPHA / size and (not steady or beyond[i == ids][0] >= STEADY_COST_SHARE * median_step):
+                # how often: over the steps its cost is counted on (a tally of 256 steps remembers the steps before
+                # it was slow)
+                often = self._steps[i] / max(self._far_now[i] - rate * self._steps[i], 1.0)
+                # and slow still: two far steps among its last few (its tallies remember a slowdown that ended; a
+                # rank's own pause now and then, after it, would revive it)
+                lately = self._upto[of[i]] - self._far_at[i, 0] <= max(RECENT_EVERIES * (1.0 if steady else often), RECENT_STEPS)
+                if chance < ALPHA / size and lately and (not steady or beyond[i == ids][0] >= STEADY_COST_SHARE * median_step):
                     found[i] = True
-                    # how often: over the steps its cost is counted on (a tally of 256 steps remembers the steps
-                    # before it was slow)
-                    now_beyond = self._far_now[i] - rate * self._steps[i]
-                    every[i] = np.nan if steady else self._steps[i] / max(now_beyond, 1.0)
+                    every[i] = np.nan if steady else often
         self.watch = ranks[np.unique(np.array(watch[:WATCH], np.int64))] if watch else np.zeros(0, np.int64)
         return Margins(found, np.where(found, cost_s, 0.0), every)
 
