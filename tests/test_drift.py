@@ -13,9 +13,10 @@ import messages
 BASE = {"data": 0.005, "forward": 0.020, "backward": 0.030, "optimizer": 0.005}
 
 
-def run(seconds, world=6, amp=0.04, seed=2, slow_from=None, slow_share=0.0):
+def run(seconds, world=6, amp=0.04, seed=2, slow_from=None, slow_share=0.0, more=None):
     """Verdicts twice a second of ``world`` ranks each wandering as a sine of ±``amp`` (periods 20-60 s) with 3%
-    noise; from ``slow_from`` seconds rank 1 does ``slow_share`` more work in forward for good."""
+    noise; from ``slow_from`` seconds rank 1 does ``slow_share`` more work in forward for good, and each rank of
+    ``more`` (rank: (phase, share)) that much more in that phase."""
     rng = random.Random(seed)
     clock = messages.Clock()
     agg = Aggregator("j", clock=clock, wall_clock=clock, window=64)
@@ -32,6 +33,8 @@ def run(seconds, world=6, amp=0.04, seed=2, slow_from=None, slow_share=0.0):
             p = {k: v * f * (1 + rng.gauss(0, 0.03)) for k, v in BASE.items()}
             if slow_from is not None and r == 1 and clock.now - start >= slow_from:
                 p["forward"] += slow_share * sum(BASE.values())
+            if slow_from is not None and r in (more or {}) and clock.now - start >= slow_from:
+                p[more[r][0]] += more[r][1] * sum(BASE.values())
             own.append(p)
         wall = messages.synchronous_step(agg, n, t, own, world)
         n, t = n + 1, t + wall
@@ -50,3 +53,13 @@ def test_ranks_wandering_within_four_percent_name_nobody():
 def test_a_lasting_five_percent_slowdown_among_wandering_ranks_is_still_named():
     late = [v for at, v in run(100, amp=0.01, slow_from=30, slow_share=0.05) if at > 75]
     assert all(v.kind == "slow_rank" and v.ranks[:1] == [1] for v in late), [v.text for v in late][:5]
+
+
+def test_a_second_smaller_straggler_that_began_at_once_is_named_without_waiting_as_a_drift():
+    """Two stragglers at once (issue 46, item 3): the smaller one, 5% in the optimizer beside a 15% one in forward,
+    is under the share a drift is held back at (stragglers.ExcessHistory.SMALL_SHARE), but its excess jumped past
+    its bar at its onset as no drift's does (ExcessHistory.jumped): it is named long before it has lasted
+    ExcessHistory.LASTS_S, as on the branch before the drift rule."""
+    looks = run(45, amp=0.01, slow_from=30, slow_share=0.15, more={4: ("optimizer", 0.05)})
+    named = [at for at, v in looks if v.kind == "slow_rank" and 4 in v.ranks]
+    assert named and named[0] < 30 + 10, [(round(at, 1), v.text, v.ranks) for at, v in looks if at > 29][:12]

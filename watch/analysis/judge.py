@@ -124,7 +124,8 @@ def build(view: JobView, extras: Extras, policy: StallPolicy = StallPolicy(), pe
     pending = np.zeros(len(found), bool)
     if history is not None and median_step:
         small = judged_slow & ~by_class & (found < history.SMALL_SHARE * median_step)
-        pending = small & (history.over_for(ranks, judged_slow, view.now) < history.LASTS_S)
+        crept = ~history.jumped(ranks, found, judged_slow, slow_above, view.now)  # (a fault's onset is a jump)
+        pending = small & crept & (history.over_for(ranks, judged_slow, view.now) < history.LASTS_S)
         judged_slow &= ~pending
     # Slow on some steps only, which no median shows: what the job paid it at the collectives, on average, more than
     # its peers' noise allows (watch/analysis/intermittent.py).
