@@ -22,6 +22,7 @@ from typing import Callable, Union
 from ranktop.watch.analysis import stalls
 from ranktop.watch.analysis.arrivals import ArrivalBook
 from ranktop.watch.analysis.causes import JobEvidence
+from ranktop.watch.analysis.intermittent import MarginBook
 from ranktop.watch.analysis.job_pace import JobPace
 from ranktop.watch.analysis.pauses import PauseBook
 from ranktop.watch.analysis.collectives import collective_rows
@@ -92,6 +93,7 @@ class Aggregator:
         self._pauses = PauseBook()  # checkpoints' and evaluations' shares of the job's time (watch/analysis/pauses.py)
         self._pace = JobPace()  # the job's own baseline step (watch/analysis/job_pace.py)
         self._job_evidence = JobEvidence()  # ... and its evidence, for why it is slower (watch/analysis/causes.py)
+        self._margins = MarginBook()  # what the job paid each rank at its collectives (watch/analysis/intermittent.py)
         self._endpoints = Endpoints()  # the relays it hears the job through (watch/engine/endpoints.py)
         self._links = LinkBook()  # the links between nodes the relays measured (watch/engine/link_book.py)
         self._replies: collections.deque[Reply] = collections.deque(maxlen=MAX_REPLIES)
@@ -298,7 +300,7 @@ class Aggregator:
         with self._lock:
             relays = self._endpoints.view(now)
             sure_after = now - self._started > self._silent_after + relays.behind_s
-            view = self.state.view(now, wall, relays, self._endpoints, sure_after, self._arrivals.slots)
+            view = self.state.view(now, wall, relays, self._endpoints, sure_after, self._arrivals.slots, self._margins.watch)
             endpoints = self._endpoints.rows(now, self.state.ranks_by_endpoint(view), self._silent_after + relays.behind_s)
             replies, dropped, errors = list(self._replies), self._dropped, list(self._errors)
             links = self._links.columns(now)
@@ -314,7 +316,8 @@ class Aggregator:
             collectives=lambda ranks: self._collective_rows(now, ranks),
             links=links,
         )
-        return build(view, extras, self._stall, self._peers, self._history, self._arrivals, self._pauses, self._pace, self._job_evidence)
+        return build(view, extras, self._stall, self._peers, self._history, self._arrivals, self._pauses, self._pace,
+                     self._job_evidence, self._margins)  # fmt: skip
 
     def _collective_rows(self, now: float, ranks: list[int]) -> list[CollectiveStat]:
         """The collectives pane's rows; past :data:`COLLECTIVES_CACHED_FROM` ranks worked out again every

@@ -18,7 +18,8 @@ from typing import Any
 
 import numpy as np
 
-from ranktop.watch.analysis import arrivals, causes, class_growth, job_pace, node_groups, pauses, slow_links, stragglers
+from ranktop.watch.analysis import (arrivals, causes, class_growth, intermittent, job_pace, node_groups, pauses, slow_links,
+                                    stragglers)  # fmt: skip
 from ranktop.watch.analysis.peers import PeerClasses, Peers
 from ranktop.watch.analysis.silence import silent_ranks
 from ranktop.watch.analysis.stalls import StallPolicy, stall_report
@@ -30,6 +31,7 @@ from ranktop.watch.model.rank_table import STATUS_CODE, RankRows, RankTable, mes
 from ranktop.watch.analysis.resources import job_throughput, rank_throughput, row_fields
 from ranktop.watch.model.snapshot import EndpointRows, Snapshot
 from ranktop.watch.statuses import OK, SILENT, SLOW, STALLED
+from ranktop.wire.names import COMM_PHASE, PAUSE_PHASES
 
 
 @dataclass(frozen=True)
@@ -51,14 +53,16 @@ class Extras:
 def build(view: JobView, extras: Extras, policy: StallPolicy = StallPolicy(), peer_classes: PeerClasses | None = None,
           history: stragglers.ExcessHistory | None = None, arrival_book: arrivals.ArrivalBook | None = None,
           pause_book: pauses.PauseBook | None = None, pace: job_pace.JobPace | None = None,
-          job_evidence: causes.JobEvidence | None = None) -> Snapshot:  # fmt: skip
+          job_evidence: causes.JobEvidence | None = None,
+          margin_book: intermittent.MarginBook | None = None) -> Snapshot:  # fmt: skip
     """The snapshot of ``view``; ``peer_classes``: the cache of the peers of the views before (None: worked out);
     ``history``: each rank's excess when last seen healthy, kept from the views before (None: not known, a rank
     is judged on this view alone); ``arrival_book``: who arrived last, its grid kept from the views before (None:
     worked out from this view's steps alone); ``pause_book``: the checkpoints' and evaluations' shares of the job's
     time kept from the views before (None: this view's alone); ``pace``: the job's own baseline step, kept from the
     views before (None: the job is not judged against its past); ``job_evidence``: the job's evidence against its
-    own past, for the causes of a job slower than itself (None: none said)."""
+    own past, for the causes of a job slower than itself (None: none said); ``margin_book``: what the job paid each
+    rank at its collectives, kept from the views before (None: no intermittent straggler is told)."""
     n = len(view.rank)
     names = view.names
     silent = silent_ranks(view)
@@ -119,12 +123,32 @@ def build(view: JobView, extras: Extras, policy: StallPolicy = StallPolicy(), pe
         vetoed &= ~(by_node & np.isin(nodes, lasting))
     vetoed &= ~_masked(found, (found > slow_above) | by_class, vetoed, last[idx], class_ids)
     judged_slow = ((found > slow_above) | by_class) & ~vetoed
+    # A small excess is a drift until it lasts (stragglers.ExcessHistory.LASTS_S): ranks wander a few percent over
+    # tens of seconds, and the level each is judged against follows them only slowly. Meanwhile its level stands.
+    pending = np.zeros(len(found), bool)
+    if history is not None and median_step:
+        small = judged_slow & ~by_class & (found < history.SMALL_SHARE * median_step)
+        crept = ~history.jumped(ranks, found, judged_slow, slow_above, view.now)  # (a fault's onset is a jump)
+        pending = small & crept & (history.over_for(ranks, judged_slow, view.now) < history.LASTS_S)
+        judged_slow &= ~pending
+    # Slow on some steps only, which no median shows: what the job paid it at the collectives, on average, more than
+    # its peers' noise allows (watch/analysis/intermittent.py).
+    every = np.full(n, np.nan)
+    if margin_book is not None and len(idx):
+        paid = margin_book.judge(view.recent_steps[at], view.recent_waits[at], class_ids, ranks, view.roster, median_step)
+        spiky = paid.found & ~judged_slow
+        if spiky.any():
+            found = np.where(spiky, paid.cost_s, found)
+            # (slow on some steps: where its window's mean passes its median; at every step its medians say it)
+            worst = _spiky_phase(view, idx, names, worst, spiky & ~np.isnan(paid.every))
+            judged_slow = judged_slow | spiky
+            every[idx[spiky]] = paid.every[spiky]
     if history is not None:  # what was judged, the veto included: a vetoed rank's level follows its excess
         # (what a class or a phase does is kept once its window holds half a window of steps: the job's first
         # steps, warm-up and lazy initialization, say little of it)
         steps = view.window_steps[at]
         settled = (steps >= min(class_growth.SETTLED_STEPS, int(steps.max())))[:, None] if len(steps) else np.zeros((0, 1), bool)
-        history.note(ranks, found, judged_slow, view.now, np.where(settled, reference, np.nan),
+        history.note(ranks, found, judged_slow | pending, view.now, np.where(settled, reference, np.nan),
                      np.where(settled, differences, np.nan), keys)  # fmt: skip
     # The size told: a slow rank's excess averaged while it stays slow (a window's median moves with the noise).
     told = history.size(ranks, found, judged_slow, view.now) if history is not None else found
@@ -185,6 +209,7 @@ def build(view: JobView, extras: Extras, policy: StallPolicy = StallPolicy(), pe
         rest=_messages(view),
         causes=why,
         last_arrivals=last,
+        every=every,
         **_message_columns(view, peers),
     )
     ranking = stragglers.ranking(table, stalls.waiting_for)
@@ -247,6 +272,25 @@ def build(view: JobView, extras: Extras, policy: StallPolicy = StallPolicy(), pe
         slow_links=slow_nodes,
         job_slower=slower,
     )
+
+
+def _own_columns(names: list[str]) -> np.ndarray:
+    """Which of ``names`` are a rank's own work (its waits, checkpoints and evaluations left out)."""
+    return np.array([name != COMM_PHASE and name not in PAUSE_PHASES for name in names], bool)
+
+
+def _spiky_phase(view: JobView, idx: np.ndarray, names: list[str], worst: np.ndarray, spiky: np.ndarray) -> np.ndarray:
+    """Per live rank: for those ``spiky`` (intermittent stragglers) whose window's means the view carries, the phase
+    where its mean passes its median most (its few slow steps' phase); ``worst`` otherwise."""
+    out = worst.copy()
+    own = _own_columns(names)
+    for i in np.flatnonzero(spiky).tolist():
+        at = np.flatnonzero(view.watched == idx[i])
+        if len(at):
+            j = intermittent.phase_of(view.watched_means[at[0]], view.phases[idx[i]], own)
+            if j >= 0:
+                out[i] = j
+    return out
 
 
 #: A rank flagged but never last is not vetoed while a slower flagged rank of its class is last at this share of

@@ -73,6 +73,10 @@ class JobView:
     pause_s: np.ndarray  # (ranks, len(PAUSE_PHASES))
     pause_steps: np.ndarray  # (ranks, len(PAUSE_PHASES)) int64
     window_s: np.ndarray
+    # the window's mean seconds per phase (``names``) of a few ranks asked for (watch/analysis/intermittent.py
+    # MarginBook.watch: what a few long steps spend, which the medians hide): their indices in this view, their means
+    watched: np.ndarray  # int64
+    watched_means: np.ndarray  # (len(watched), names)
     rate: np.ndarray
     comm_s: np.ndarray  # NaN: no collective wait seen
     recent_steps: np.ndarray  # int64 (ranks, RECENT_STEPS or as asked): its last steps' numbers, newest first (-1: none, or no wait seen)
@@ -305,10 +309,11 @@ class JobState:
         return self._sorted
 
     def view(self, now: float, wall: float, relays: EndpointsView, endpoints: Endpoints, sure_after: bool,
-             recent: int = RECENT_STEPS) -> JobView:  # fmt: skip
+             recent: int = RECENT_STEPS, watch: np.ndarray | None = None) -> JobView:  # fmt: skip
         """The job now, gathered for a snapshot. ``sure_after``: long enough since the viewer started that ranks
         never heard from may be named (once every relay is settled too); ``recent``: how many of each rank's last
-        steps' waits it carries (who arrived last needs fewer where it kept its grid: watch/analysis/arrivals.py)."""
+        steps' waits it carries (who arrived last needs fewer where it kept its grid: watch/analysis/arrivals.py);
+        ``watch``: ranks whose window's mean per phase it carries too (watch/analysis/intermittent.py)."""
         self.settle(now)
         ws = self.windows()
         n = len(ws)
@@ -332,6 +337,13 @@ class JobState:
         step_s = np.where(scored, cols.median_wall[rows], np.nan)
         recent_steps, recent_waits = cols.recent_waits(rows, recent)
         pause_s, pause_steps, window_s = cols.window_sums(rows, PAUSE_PHASES)
+        watched = np.zeros(0, np.int64)
+        watched_means = np.zeros((0, len(names)))
+        if watch is not None and len(watch) and n:
+            at = np.clip(np.searchsorted(rank, watch), 0, n - 1)
+            watched = np.unique(at[rank[at] == watch])
+            sums, _, _ = cols.window_sums(rows[watched], names)
+            watched_means = sums / np.maximum(cols.count[rows[watched]], 1)[:, None]
         last = sc.last_step[rows]
         seen = sc.steps_seen[rows]
         first = sc.first_step[rows]
@@ -359,6 +371,8 @@ class JobState:
             pause_s=pause_s,
             pause_steps=pause_steps,
             window_s=window_s,
+            watched=watched,
+            watched_means=watched_means,
             rate=np.where(scored, cols.rate[rows], np.nan),
             comm_s=comm_s,
             recent_steps=recent_steps,
