@@ -89,11 +89,16 @@ MIN_STEPS_AT_LEAST = 8.0
 #: :data:`STEADY_COST_SHARE` of the step (a rank a few percent slower for good, its hardware, costs a few percent).
 EVERY_FROM = 1.5
 STEADY_COST_SHARE = 0.07
-#: A rank is slow still while its newest two far steps are within this many of its usual gaps between them, or
-#: :data:`RECENT_STEPS` steps (what it cost is remembered over :data:`MEMORY_STEPS`: a slowdown that ended would be
-#: told for seconds after).
-RECENT_EVERIES = 3.0
-RECENT_STEPS = 8
+#: A rank is slow *still* while its far steps over its last :data:`RECENT_MEMORY_STEPS` alone are more than its
+#: share of its class's far steps over those steps (its own counted) allows, with a chance under
+#: :data:`RECENT_ALPHA`. What it cost is remembered over :data:`MEMORY_STEPS` and its far steps over
+#: :data:`COUNT_MEMORY_STEPS`: a slowdown that ended, or a slow start-up, would be told for seconds after it, kept
+#: alive by the far steps every rank has now and then; and its peers' long tallies' rate is low for a while after it
+#: (while it lasted it took their last places). The test is looser than :data:`ALPHA`, since it only confirms what
+#: the long tallies found. What it cost the job over those steps is half its bar (:data:`COST_SHARE`) at least beyond
+#: its class's typical rank's, without its costliest step there too (one pause is no slowdown come back).
+RECENT_MEMORY_STEPS = 32
+RECENT_ALPHA = 0.05
 #: Ranks whose window sums the next view gathers, at most (the candidates: their phase).
 WATCH = 48
 
@@ -124,7 +129,10 @@ class MarginBook:
         self._steps = np.zeros(0)  # its class's steps counted, decayed over MEMORY_STEPS
         self._far_now = np.zeros(0)  # its far steps decayed over MEMORY_STEPS: how often it is slow now
         self._lasts = np.zeros(0)  # the steps it was last at, the same
-        self._far_at = np.zeros((0, 2), np.int64)  # the steps of its newest two far steps, older first (-1: none)
+        self._far_recent = np.zeros(0)  # its far steps decayed over RECENT_MEMORY_STEPS: slow still
+        self._counted_recent = np.zeros(0)  # its class's steps counted, the same
+        self._cost_recent = np.zeros(0)  # its margins' sum, the same
+        self._top_recent = np.zeros(0)  # its largest margin, the same
         self.watch: np.ndarray = np.zeros(0, np.int64)  # ranks whose window sums the next view gathers
 
     def judge(self, nums: np.ndarray, waits: np.ndarray, class_ids: np.ndarray | None, ranks: np.ndarray,
@@ -147,7 +155,8 @@ class MarginBook:
         self._upto = np.full(classes, -1, np.int64)
         self._cost, self._top, self._far, self._steps = np.zeros(n), np.zeros(n), np.zeros(n), np.zeros(n)
         self._long, self._counted, self._far_now, self._lasts = np.zeros(n), np.zeros(n), np.zeros(n), np.zeros(n)
-        self._far_at = np.full((n, 2), -1, np.int64)
+        self._far_recent, self._counted_recent, self._cost_recent = np.zeros(n), np.zeros(n), np.zeros(n)
+        self._top_recent = np.zeros(n)
 
     def _count(self, nums: np.ndarray, waits: np.ndarray, class_ids: np.ndarray | None, ranks: np.ndarray,
                roster: int, median_step: float) -> None:  # fmt: skip
@@ -193,9 +202,11 @@ class MarginBook:
         self._steps = self._steps * keep + fresh
         far = paid >= FAR_SHARE * median_step
         self._far_now = self._far_now * keep + far.sum(axis=1)
-        both = np.concatenate([self._far_at, np.where(far, steps[None, :], -1)], axis=1)
-        both.sort(axis=1)
-        self._far_at = both[:, -2:].copy()
+        fade = (1.0 - 1.0 / RECENT_MEMORY_STEPS) ** fresh
+        self._far_recent = self._far_recent * fade + far.sum(axis=1)
+        self._counted_recent = self._counted_recent * fade + fresh
+        self._cost_recent = self._cost_recent * fade + paid.sum(axis=1)
+        self._top_recent = np.maximum(self._top_recent * fade, paid.max(axis=1))
         self._lasts = self._lasts * keep + (last & new[of]).sum(axis=1)
         hold = (1.0 - 1.0 / COUNT_MEMORY_STEPS) ** fresh
         self._far = self._far * hold + (paid >= FAR_SHARE * median_step).sum(axis=1)
@@ -216,6 +227,8 @@ class MarginBook:
                 continue
             ids = np.flatnonzero(of == c) if len(members) > 1 else np.arange(n)
             mine = cost[ids]
+            now = (self._cost_recent[ids] - self._top_recent[ids]) / np.maximum(self._counted_recent[ids], 1.0)
+            beyond_now = now - (float(now.min()) if size == 2 else float(np.median(now)))
             typical = float(mine.min()) if size == 2 else float(np.median(mine))
             cost_s[ids] = np.maximum(robust[ids] - typical, 0.0)  # (told without its costliest step)
             t = float(np.median(self._counted[ids]))
@@ -229,6 +242,7 @@ class MarginBook:
                 (self._long, float(self._long[ids].sum()), PRIOR_LONG, PRIOR_LONG_STEPS),
             ]
             counted_all = float(self._counted[ids].sum())
+            far_recent_all, counted_recent_all = float(self._far_recent[ids].sum()), float(self._counted_recent[ids].sum())
             for i in candidates[:WATCH].tolist():
                 m = self._counted[i]
                 # at each bar: as many of its steps from the rest of the class's rate, with what chance
@@ -247,9 +261,15 @@ class MarginBook:
                 # how often: over the steps its cost is counted on (a tally of 256 steps remembers the steps before
                 # it was slow)
                 often = self._steps[i] / max(self._far_now[i] - rate * self._steps[i], 1.0)
-                # and slow still: two far steps among its last few (its tallies remember a slowdown that ended; a
-                # rank's own pause now and then, after it, would revive it)
-                lately = self._upto[of[i]] - self._far_at[i, 0] <= max(RECENT_EVERIES * (1.0 if steady else often), RECENT_STEPS)
+                # and slow still: its recent far steps alone beyond the peers' rate (its tallies remember a
+                # slowdown that ended)
+                # (against its share of its class's far steps of late, its own counted: a straggler takes the last
+                # places from its peers while it lasts, so their long tallies' rate is low for a while after it; and
+                # in a small class one rank's far steps are its peers' near ones, so theirs alone is no null)
+                k_now, m_now = self._far_recent[i], self._counted_recent[i]
+                rate_now = (far_recent_all + PRIOR_FAR) / (counted_recent_all + PRIOR_STEPS)
+                recent = _binomial_tail(int(round(k_now)), int(round(m_now)), rate_now)
+                lately = recent < RECENT_ALPHA and beyond_now[i == ids][0] >= floor / 2
                 if chance < ALPHA / size and lately and (not steady or beyond[i == ids][0] >= STEADY_COST_SHARE * median_step):
                     found[i] = True
                     every[i] = np.nan if steady else often

@@ -123,14 +123,6 @@ def build(view: JobView, extras: Extras, policy: StallPolicy = StallPolicy(), pe
         vetoed &= ~(by_node & np.isin(nodes, lasting))
     vetoed &= ~_masked(found, (found > slow_above) | by_class, vetoed, last[idx], class_ids)
     judged_slow = ((found > slow_above) | by_class) & ~vetoed
-    # A small excess is a drift until it lasts (stragglers.ExcessHistory.LASTS_S): ranks wander a few percent over
-    # tens of seconds, and the level each is judged against follows them only slowly. Meanwhile its level stands.
-    pending = np.zeros(len(found), bool)
-    if history is not None and median_step:
-        small = judged_slow & ~by_class & (found < history.SMALL_SHARE * median_step)
-        crept = ~history.jumped(ranks, found, judged_slow, slow_above, view.now)  # (a fault's onset is a jump)
-        pending = small & crept & (history.over_for(ranks, judged_slow, view.now) < history.LASTS_S)
-        judged_slow &= ~pending
     # Slow on some steps only, which no median shows: what the job paid it at the collectives, on average, more than
     # its peers' noise allows (watch/analysis/intermittent.py).
     every = np.full(n, np.nan)
@@ -148,7 +140,7 @@ def build(view: JobView, extras: Extras, policy: StallPolicy = StallPolicy(), pe
         # steps, warm-up and lazy initialization, say little of it)
         steps = view.window_steps[at]
         settled = (steps >= min(class_growth.SETTLED_STEPS, int(steps.max())))[:, None] if len(steps) else np.zeros((0, 1), bool)
-        history.note(ranks, found, judged_slow | pending, view.now, np.where(settled, reference, np.nan),
+        history.note(ranks, found, judged_slow, view.now, np.where(settled, reference, np.nan),
                      np.where(settled, differences, np.nan), keys)  # fmt: skip
     # The size told: a slow rank's excess averaged while it stays slow (a window's median moves with the noise).
     told = history.size(ranks, found, judged_slow, view.now) if history is not None else found

@@ -163,19 +163,6 @@ class ExcessHistory:
     #: window's length at 16 steps a second): a window's median of a job whose inputs vary 15% step to step is
     #: 1% of the step off, a fifth of a 5% slowdown; the average of the windows of 4 s is 0.6 times that.
     SIZE_FOLLOW_S = 4.0
-    #: A rank whose excess is under :data:`SMALL_SHARE` of the job's step is slow once it has been over its bar this
-    #: long (issue 46, item 7: ranks wandering within 4% over tens of seconds are no fault; a lasting 5% slowdown is
-    #: named this much later); meanwhile its level stands still, as a slow rank's. A dip under its bar of
-    #: :data:`OVER_GAP_S` (a look) does not start it afresh; a longer one does (a drift's excess comes and goes).
-    LASTS_S = 20.0
-    OVER_GAP_S = 1.0
-    SMALL_SHARE = 0.07
-    #: A drift creeps, a fault starts: a rank whose excess rose past its bar by more than the bar within about
-    #: this long (its excess against an average of it that follows it up this fast, down over :data:`LASTS_S`:
-    #: :meth:`jumped`) is no drift, and is not
-    #: held back for :data:`LASTS_S`. Ranks drifting 4% over 20 s move a share of 0.013 a second at most; a fault's
-    #: onset moves a window's median by its whole size within a look or two.
-    RISE_S = 1.0
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -186,47 +173,6 @@ class ExcessHistory:
         self._classes = np.zeros(0, np.int64)  # per rank: the class those two were noted in (class_growth.class_keys)
         self._at = -np.inf
         self._sizes = (np.zeros(0, np.int64), np.zeros(0), -np.inf)  # (slow ranks ascending, their size told, when)
-        # (ranks over their bar lately ascending, since when, when last)
-        self._over: tuple[np.ndarray, np.ndarray, np.ndarray] = (np.zeros(0, np.int64), np.zeros(0), np.zeros(0))
-        # (ranks ascending, their excess followed over RISE_S, when); (ranks whose excess jumped, when last over)
-        self._quick: tuple[np.ndarray, np.ndarray, float] = (np.zeros(0, np.int64), np.zeros(0), -np.inf)
-        self._jumped: tuple[np.ndarray, np.ndarray] = (np.zeros(0, np.int64), np.zeros(0))
-
-    def jumped(self, ranks: np.ndarray, excess: np.ndarray, over: np.ndarray, bar: np.ndarray, now: float) -> np.ndarray:
-        """Which of ``ranks`` went ``over`` their ``bar`` by a jump: their ``excess`` past what it was a moment
-        before (followed over :data:`RISE_S`) by more than the bar, then or since, while they stayed over it with
-        breaks shorter than :data:`LASTS_S`. A drift creeps over its bar and is held back until it lasts
-        (:meth:`over_for`); a fault that began at once is not (issue 46: a second straggler of 5% in a job with a
-        larger one was told only after 20 s, or never in an episode shorter than that)."""
-        with self._lock:
-            ranks = np.asarray(ranks, np.int64)
-            excess = np.asarray(excess, np.float64)
-            kept, lagged, at = self._quick
-            before = np.full(len(ranks), np.nan)
-            if len(kept) and len(ranks):
-                where = np.minimum(np.searchsorted(kept, ranks), len(kept) - 1)
-                known = kept[where] == ranks
-                before[known] = lagged[where[known]]
-            rise = excess - before
-            jumped = over & (rise > bar)  # (NaN: first seen, no jump known)
-            # (up at once, down slowly: an excess hidden a while, a rank of two whose peer was slower for seconds
-            # and so its reference, comes back to where it was, no jump)
-            since = max(0.0, now - at) if np.isfinite(at) else np.inf
-            up, down = (1.0 - np.exp(-since / s) for s in (self.RISE_S, self.LASTS_S))
-            follow = np.where(np.isnan(before), excess, before + np.where(excess > before, up, down) * (excess - before))
-            order = np.argsort(ranks, kind="stable")
-            if now >= at:
-                self._quick = (ranks[order], follow[order], now)
-            marked, last = self._jumped
-            if len(marked) and len(ranks):
-                where = np.minimum(np.searchsorted(marked, ranks), len(marked) - 1)
-                jumped |= over & (marked[where] == ranks) & (now - last[where] <= self.LASTS_S)
-            keep = np.concatenate([marked[(now - last <= self.LASTS_S) & ~np.isin(marked, ranks[jumped])], ranks[jumped]])
-            when = np.concatenate([last[(now - last <= self.LASTS_S) & ~np.isin(marked, ranks[jumped])],
-                                   np.full(int(jumped.sum()), now)])  # fmt: skip
-            order = np.argsort(keep, kind="stable")
-            self._jumped = (keep[order], when[order])
-            return jumped
 
     def size(self, ranks: np.ndarray, excess: np.ndarray, slow: np.ndarray, now: float) -> np.ndarray:
         """The size to tell of each of ``ranks`` (its ``excess`` now; those ``slow``, their excess averaged over
@@ -246,26 +192,6 @@ class ExcessHistory:
                 order = np.argsort(slow_ranks, kind="stable")
                 self._sizes = (slow_ranks[order], out[slow][order], now)
             return out
-
-    def over_for(self, ranks: np.ndarray, over: np.ndarray, now: float) -> np.ndarray:
-        """How long each of ``ranks`` has been ``over`` its bar (seconds; 0 where it is not now), as the snapshots
-        saw it, kept for the next: a small excess is a drift until it lasts (:data:`LASTS_S`). A break of up to
-        :data:`OVER_GAP_S` does not start it afresh (a slowdown near its bar dips under it now and then)."""
-        with self._lock:
-            ranks = np.asarray(ranks, np.int64)
-            kept, since, seen = self._over
-            began = np.full(len(ranks), now)
-            last = np.full(len(ranks), -np.inf)
-            if len(kept) and len(ranks):
-                at = np.minimum(np.searchsorted(kept, ranks), len(kept) - 1)
-                known = (kept[at] == ranks) & (now - seen[at] <= self.OVER_GAP_S)
-                began[known] = np.minimum(since[at[known]], now)
-                last[known] = seen[at[known]]
-            last = np.where(over, now, last)
-            keep = np.isfinite(last)
-            order = np.argsort(ranks[keep], kind="stable")
-            self._over = (ranks[keep][order], began[keep][order], last[keep][order])
-            return np.where(over, now - began, 0.0)
 
     def before(self, ranks: np.ndarray) -> np.ndarray:
         """The level of each of ``ranks`` (NaN: not seen yet)."""
