@@ -272,14 +272,16 @@ def _masked(found: np.ndarray, flagged: np.ndarray, vetoed: np.ndarray, last: np
 
 
 def _messages(view: JobView):
-    """Row i's fields read from its messages and resources: called only for the rows built."""
+    """Row i's fields read from its messages and resources: called only for the rows built. It holds what they read,
+    not the view (a snapshot kept for its rows keeps no more of the view: its collective sums are megabytes)."""
+    metas, states, captures, resources, rates, wall = view.metas, view.states, view.capture_summaries, view.resources, view.rate, view.wall
 
     def rest(i: int) -> dict[str, Any]:
-        meta = view.metas[i]
-        rate = view.rate[i]
+        meta = metas[i]
+        rate = rates[i]
         return {
-            **message_fields(view.states[i], meta, view.capture_summaries[i]),
-            **row_fields(view.resources[i], meta, None if np.isnan(rate) else float(rate), view.wall),
+            **message_fields(states[i], meta, captures[i]),
+            **row_fields(resources[i], meta, None if np.isnan(rate) else float(rate), wall),
         }
 
     return rest
