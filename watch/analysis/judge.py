@@ -1,8 +1,8 @@
 """A snapshot from a gathered view of the job: silence, stalls, peers, scores, statuses, ranking, the job's figures.
 
 :func:`build` judges what the job state gathered under the lock
-(watch/engine/job_state.py :class:`JobView`) and what the aggregator adds (relays,
-replies, errors, collective rows): it reads no window and takes no lock, so
+(watch/engine/rank_store.py :class:`JobView`, the collective sums included) and what
+the aggregator adds (relays, replies, errors): it reads no window and takes no lock, so
 the receiver goes on while it runs. The only state it keeps between snapshots is
 the caches it is handed (the peer classes, watch/analysis/peers.py; the excess history; the arrivals' grid).
 Everything per rank is a numpy operation;
@@ -23,13 +23,13 @@ from ranktop.watch.analysis import (arrivals, causes, class_growth, intermittent
 from ranktop.watch.analysis.peers import PeerClasses, Peers
 from ranktop.watch.analysis.silence import silent_ranks
 from ranktop.watch.analysis.stalls import StallPolicy, stall_report
-from ranktop.watch.analysis.collectives import RANKS_THAT_MATTER, ranks_that_matter
-from ranktop.watch.engine.job_state import JobView
+from ranktop.watch.analysis.collectives import RANKS_THAT_MATTER, collective_rows, ranks_that_matter
+from ranktop.watch.engine.rank_store import JobView
 from ranktop.watch.engine.lifecycle import JobLife
 from ranktop.watch.engine.link_book import NO_LINKS, LinkColumns
 from ranktop.watch.model.rank_table import STATUS_CODE, RankRows, RankTable, message_fields, phase_medians
 from ranktop.watch.analysis.resources import job_throughput, rank_throughput, row_fields
-from ranktop.watch.model.snapshot import EndpointRows, Snapshot
+from ranktop.watch.model.snapshot import CollectiveStat, EndpointRows, Snapshot
 from ranktop.watch.statuses import OK, SILENT, SLOW, STALLED
 from ranktop.wire.names import COMM_PHASE, PAUSE_PHASES
 
@@ -46,7 +46,7 @@ class Extras:
     requests: list = field(default_factory=list)
     dropped: int = 0
     errors: list = field(default_factory=list)
-    collectives: Any = None  # a callable: the ranks that matter (collectives.ranks_that_matter) -> collective rows
+    collectives: list[CollectiveStat] = field(default_factory=list)  # rows worked out before, shown while a view gathers no sums
     links: LinkColumns = NO_LINKS  # the links the relays measured (watch/engine/link_book.py)
 
 
@@ -243,9 +243,9 @@ def build(view: JobView, extras: Extras, policy: StallPolicy = StallPolicy(), pe
         requests=extras.requests,
         dropped_messages=extras.dropped,
         errors=extras.errors,
-        collectives=extras.collectives([n for n, _ in ranks_that_matter(table, stalls.waiting_for, RANKS_THAT_MATTER)])
-        if extras.collectives
-        else [],
+        collectives=collective_rows(view.collectives.of([n for n, _ in ranks_that_matter(table, stalls.waiting_for, RANKS_THAT_MATTER)]))
+        if view.collectives is not None
+        else extras.collectives,
         waiting_for=stalls.waiting_for,
         diagnosis=stalls.diagnosis,
         slow_hosts=hosts_slow,
@@ -308,14 +308,16 @@ def _masked(found: np.ndarray, flagged: np.ndarray, vetoed: np.ndarray, last: np
 
 
 def _messages(view: JobView):
-    """Row i's fields read from its messages and resources: called only for the rows built."""
+    """Row i's fields read from its messages and resources: called only for the rows built. It holds what they read,
+    not the view (a snapshot kept for its rows keeps no more of the view: its collective sums are megabytes)."""
+    metas, states, captures, resources, rates, wall = view.metas, view.states, view.capture_summaries, view.resources, view.rate, view.wall
 
     def rest(i: int) -> dict[str, Any]:
-        meta = view.metas[i]
-        rate = view.rate[i]
+        meta = metas[i]
+        rate = rates[i]
         return {
-            **message_fields(view.states[i], meta, view.capture_summaries[i]),
-            **row_fields(view.resources[i], meta, None if np.isnan(rate) else float(rate), view.wall),
+            **message_fields(states[i], meta, captures[i]),
+            **row_fields(resources[i], meta, None if np.isnan(rate) else float(rate), wall),
         }
 
     return rest
