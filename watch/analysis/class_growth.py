@@ -18,6 +18,8 @@ per rank.
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 
 from ranktop.watch.analysis.stragglers import MEDIAN_ERROR, NOISE_Z, SLOW_FLOOR_FRACTION, SLOW_FLOOR_S, healthy_peer, peer_groups
@@ -53,16 +55,27 @@ def class_excess(reference: np.ndarray | None, level: np.ndarray | None, class_i
     excess, culprit, bar = np.zeros(n), np.full(n, -1, np.int64), np.full(n, np.inf)
     if reference is None or class_ids is None or level is None or not n or level.shape != reference.shape:
         return excess, culprit, bar
-    groups = [m for m, _ in peer_groups(class_ids, n) if not np.isnan(level[m[0]]).any()]  # (arrays: class_ids is not None)
+    # A class's level then: its members' median (each member's is the class's reference when that member was last
+    # healthy; a member judged slow keeps an older one, which must not stand for the class's: a pipeline stage with
+    # an intermittent straggler in it read its level from before its warm-up ended, and the other stage grew)
+    groups, levels = [], []
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # (a class none of whose members was noted: all NaN)
+        for m, _ in peer_groups(class_ids, n):  # (arrays: class_ids is not None)
+            then_m = level[m[0]] if len(m) == 1 else np.nanmedian(level[m], axis=0)
+            if not np.isnan(then_m).any():
+                groups.append(m)
+                levels.append(then_m)
     if len(groups) < 2:  # one class: its growth is the job's
         return excess, culprit, bar
     firsts = np.array([m[0] for m in groups])
-    work_then = level[firsts].sum(axis=1)
-    grew = (reference[firsts] - level[firsts]).sum(axis=1) / np.where(work_then > 0, work_then, np.inf)
+    then_all = np.array(levels)
+    work_then = then_all.sum(axis=1)
+    grew = (reference[firsts] - then_all).sum(axis=1) / np.where(work_then > 0, work_then, np.inf)
     job = float(np.sort(grew)[(len(grew) - 1) // 2])  # the lower median: the job's other classes
     z = max(NOISE_Z, float(np.sqrt(2.0 * np.log(len(groups) * 1e3))))
-    for members, then in zip(groups, work_then.tolist()):
-        beyond = reference[members[0]] - level[members[0]] * (1.0 + job)
+    for members, then, then_level in zip(groups, work_then.tolist(), then_all):
+        beyond = reference[members[0]] - then_level * (1.0 + job)
         size = float(np.clip(beyond, 0.0, None).sum())
         spread = float(np.median(np.nan_to_num(noise[members])))
         steps = max(1.0, float(np.median(window_steps[members])))
