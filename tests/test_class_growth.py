@@ -46,6 +46,16 @@ def test_every_class_doing_more_work_alike_is_the_job_s_work_not_a_slowdown():
     assert not (excess > bar).any()
 
 
+def test_every_class_given_the_same_seconds_alike_is_the_job_s_slowdown_not_a_stage_s():
+    """Forward +12 ms on every rank (a slower filesystem, a throttled fabric: time added, not scaled) grows the
+    smaller stage more as a share of its work; the job is slower (watch/analysis/job_pace.py tells it), no stage
+    is (tuning part: job_slower_phase on dp_tp_pp named a stage's node as slow on 17 looks)."""
+    now = phases()
+    now[:, 1] += 0.012
+    excess, _, bar = judged(now, phases())
+    assert not (excess > bar).any(), excess
+
+
 def test_a_stage_2_percent_slower_or_one_within_its_noise_is_not_slow():
     excess, _, bar = judged(phases({1: 0.02}), phases())
     assert not (excess > bar).any()

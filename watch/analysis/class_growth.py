@@ -7,7 +7,8 @@ classes' does not: each class's reference (what its healthy peer does per phase:
 faster, with one itself) is compared with its level when the class was last healthy (kept per rank by
 :class:`~ranktop.watch.analysis.stragglers.ExcessHistory`), and its growth beyond what the job's other classes
 grew by (the lower median of every class's growth, as a share of its work: a job whose every class does more
-work per step, a longer sequence, is no class's slowdown) is each member's class excess. A job of one class has
+work per step, a longer sequence, is no class's slowdown; nor one whose every class grew by as many seconds, a
+slower filesystem under every loader: the lesser of the two) is each member's class excess. A job of one class has
 none: its growth is the job's.
 
 The same bars as a rank's (stragglers.py): past 3% of the class's work and past the noise, which here is the
@@ -71,12 +72,18 @@ def class_excess(reference: np.ndarray | None, level: np.ndarray | None, class_i
     firsts = np.array([m[0] for m in groups])
     then_all = np.array(levels)
     work_then = then_all.sum(axis=1)
-    grew = (reference[firsts] - then_all).sum(axis=1) / np.where(work_then > 0, work_then, np.inf)
+    added = reference[firsts] - then_all  # (classes, phases): seconds a step each class's work grew by
+    grew = added.sum(axis=1) / np.where(work_then > 0, work_then, np.inf)
     job = float(np.sort(grew)[(len(grew) - 1) // 2])  # the lower median: the job's other classes
+    # ... and in seconds: a job whose every rank got slower alike grows each class by the same share where it
+    # scales (a slower clock) and by the same seconds where time is added (a slower filesystem under every
+    # loader): the first makes a smaller stage grow less in seconds, the second more as a share. A class grew
+    # beyond the job only where it did by both.
+    job_s = float(np.sort(added.sum(axis=1))[(len(groups) - 1) // 2])
     z = max(NOISE_Z, float(np.sqrt(2.0 * np.log(len(groups) * 1e3))))
-    for members, then, then_level in zip(groups, work_then.tolist(), then_all):
+    for members, then, then_level, grown_s in zip(groups, work_then.tolist(), then_all, added.sum(axis=1).tolist()):
         beyond = reference[members[0]] - then_level * (1.0 + job)
-        size = float(np.clip(beyond, 0.0, None).sum())
+        size = min(float(np.clip(beyond, 0.0, None).sum()), max(0.0, grown_s - job_s))
         spread = float(np.median(np.nan_to_num(noise[members])))
         steps = max(1.0, float(np.median(window_steps[members])))
         error = MEDIAN_ERROR * spread / np.sqrt(steps) / np.sqrt(max(1.0, len(members) / 2.0))
