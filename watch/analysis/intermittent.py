@@ -52,6 +52,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ranktop.watch.analysis.arrivals import SETTLING, _classes, _grouped, grid_of
+from ranktop.watch.analysis.stragglers import HARDWARE_SPREAD
 
 #: How many steps the book remembers what a rank cost (each step weighs 1 - 1/this less than the next): the cost
 #: told follows a change within a few seconds at 16 steps a second, ...
@@ -64,8 +65,15 @@ COUNT_MEMORY_STEPS = 256
 #: counted twice.
 FAR_SHARE = 0.10
 LONG_SHARE = 0.5
-#: An intermittent straggler costs the job this share of its median step beyond its class's typical rank ...
+#: An intermittent straggler costs the job this share of its median step beyond its class's typical rank; of two,
+#: plus twice what healthy hardware may differ by (stragglers.HARDWARE_SPREAD, as the medians allow against a
+#: single peer: the faster of two may be that much faster, and a pair whose inputs vary has one of them last by far
+#: at many steps, the slower one more often: it costs the job what it is slower by, with no pattern of slow steps) ...
 COST_SHARE = 0.04
+#: ... its margins counted up to this many median steps each for that test (a pause of 0.4 s every 100 steps, a
+#: rank's own checkpoint, costs the job 6% and is told as a pause, not as a rank slow on 1 step in 6; one slow by
+#: 1.3 steps on 1 step in 10 is counted whole); the size told counts them whole.
+PATTERN_CAP_STEPS = 2.0
 #: ... and this many seconds.
 COST_FLOOR_S = 0.001
 #: Its far steps are more than its peers' rate allows with a chance of at most this over its class's size.
@@ -123,6 +131,7 @@ class MarginBook:
         self._upto = np.zeros(0, np.int64)  # per class: the newest step counted
         self._cost = np.zeros(0)  # per rank: its margins' sum, decayed
         self._top = np.zeros(0)  # its largest margin, decayed alike
+        self._capped = np.zeros(0)  # its margins' sum, each up to PATTERN_CAP_STEPS median steps, decayed alike
         self._far = np.zeros(0)  # its far steps, decayed over COUNT_MEMORY_STEPS
         self._long = np.zeros(0)  # its long steps, the same
         self._counted = np.zeros(0)  # its class's steps counted, the same
@@ -154,6 +163,7 @@ class MarginBook:
         self._key = (roster, ranks.copy(), None if class_ids is None else class_ids.copy())
         self._upto = np.full(classes, -1, np.int64)
         self._cost, self._top, self._far, self._steps = np.zeros(n), np.zeros(n), np.zeros(n), np.zeros(n)
+        self._capped = np.zeros(n)
         self._long, self._counted, self._far_now, self._lasts = np.zeros(n), np.zeros(n), np.zeros(n), np.zeros(n)
         self._far_recent, self._counted_recent, self._cost_recent = np.zeros(n), np.zeros(n), np.zeros(n)
         self._top_recent = np.zeros(n)
@@ -199,6 +209,7 @@ class MarginBook:
         paid = np.where(last & new[of], margin[of], 0.0)  # (ranks, steps): what the job paid it, counted now
         self._cost = self._cost * keep + paid.sum(axis=1)
         self._top = np.maximum(self._top * keep, paid.max(axis=1))
+        self._capped = self._capped * keep + np.minimum(paid, PATTERN_CAP_STEPS * median_step).sum(axis=1)
         self._steps = self._steps * keep + fresh
         far = paid >= FAR_SHARE * median_step
         self._far_now = self._far_now * keep + far.sum(axis=1)
@@ -219,6 +230,7 @@ class MarginBook:
         steps = np.maximum(self._steps, 1.0)
         cost = self._cost / steps
         robust = (self._cost - self._top) / steps
+        pattern = (self._capped - np.minimum(self._top, PATTERN_CAP_STEPS * median_step)) / steps
         floor = max(COST_SHARE * median_step, COST_FLOOR_S)
         of, members = _classes(class_ids, n)
         watch: list[int] = []
@@ -236,7 +248,10 @@ class MarginBook:
                 continue
             beyond = robust[ids] - typical
             watch.extend(ids[beyond >= floor / 2][: WATCH // 2].tolist())
-            candidates = ids[(beyond >= floor) & (self._far[ids] >= MIN_FAR)]
+            mine_pattern = pattern[ids]
+            over = mine_pattern - (float(mine_pattern.min()) if size == 2 else float(np.median(mine_pattern)))
+            allowance = 2.0 * HARDWARE_SPREAD * median_step if size == 2 else 0.0
+            candidates = ids[(over >= floor + allowance) & (self._far[ids] >= MIN_FAR)]
             tallies = [
                 (self._far, float(self._far[ids].sum()), PRIOR_FAR, PRIOR_STEPS),
                 (self._long, float(self._long[ids].sum()), PRIOR_LONG, PRIOR_LONG_STEPS),
