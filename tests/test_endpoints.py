@@ -1,6 +1,7 @@
 """The relays a viewer knows, as a snapshot reads them (watch/engine/endpoints.py): columns, rows made when read."""
 
-from ranktop.watch.engine.endpoints import SETTLING_S, Endpoint, EndpointRows, Endpoints
+from ranktop.watch.engine.endpoints import SETTLING_S, Endpoints
+from ranktop.watch.model.endpoint import Endpoint, EndpointRows
 from ranktop.watch.statuses import CONNECTED, LOST, WAITING
 
 

@@ -6,7 +6,7 @@ import time
 
 import messages
 from ranktop.watch.aggregator import Aggregator
-from ranktop.watch.engine.lifecycle import ENDED, RUNNING, WAITING, life_line, ordinal
+from ranktop.watch.model.life import ENDED, RUNNING, WAITING, life_line, ordinal
 from ranktop.wire import schema
 from ranktop.wire.names import HEARTBEAT
 from ranktop.watch.model.json_doc import document

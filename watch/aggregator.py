@@ -33,11 +33,11 @@ from ranktop.watch.engine.endpoints import Endpoints
 from ranktop.watch.engine.job_state import JobState
 from ranktop.watch.engine.lifecycle import Lifecycle
 from ranktop.watch.engine.link_book import LinkBook
-from ranktop.watch.engine.requests import Reply, RequestBook
+from ranktop.watch.engine.requests import RequestBook
+from ranktop.watch.model.answers import Answer
 from ranktop.watch.model.snapshot import CollectiveStat, Snapshot
 from ranktop.wire import schema
-from ranktop.wire.messages import Command, Hello, Links, Node, RankMessage
-from ranktop.wire.messages import Reply as WireReply
+from ranktop.wire.messages import Command, Hello, Links, Node, RankMessage, Reply
 from ranktop.wire.names import KINDS
 from ranktop.wire.pacing import OPS_EVERY_S, digest_hz, slow_factor
 
@@ -94,7 +94,7 @@ class Aggregator:
         self._job_evidence = JobEvidence()  # ... and its evidence, for why it is slower (watch/analysis/causes.py)
         self._endpoints = Endpoints()  # the relays it hears the job through (watch/engine/endpoints.py)
         self._links = LinkBook()  # the links between nodes the relays measured (watch/engine/link_book.py)
-        self._replies: collections.deque[Reply] = collections.deque(maxlen=MAX_REPLIES)
+        self._replies: collections.deque[Answer] = collections.deque(maxlen=MAX_REPLIES)
         self._errors: list[str] = []
         self._dropped = 0
         self._collectives: tuple[float, list[CollectiveStat]] | None = None  # (when, rows) of the last collective rows
@@ -117,6 +117,12 @@ class Aggregator:
     def lifecycle(self) -> Lifecycle:
         """Restarts and the job's end (watch/engine/lifecycle.py)."""
         return self.state.lifecycle
+
+    def ended(self) -> bool:
+        """Every rank of the job ended cleanly (cheap: what ``ranktop watch --json`` and ``record`` poll), read under
+        the lock the receiver thread writes the job's life under."""
+        with self._lock:
+            return self.state.lifecycle.ended(self.state.world)
 
     @property
     def job(self) -> str | None:
@@ -234,11 +240,11 @@ class Aggregator:
         if isinstance(msg, Node):
             self._digests = True
         self.state.take(msg, endpoint, now, wall)
-        if isinstance(msg, WireReply):  # an answer to a command: the request book's (watch/engine/requests.py)
+        if isinstance(msg, Reply):  # an answer to a command: the request book's (watch/engine/requests.py)
             result = msg.result or {}  # a plain map or None, checked at decode
             self._replies.append(self.requests.note_reply(msg.id, msg.cmd, msg.rank, msg.ok, result))
 
-    def replies_to(self, command_id: str) -> list[Reply]:
+    def replies_to(self, command_id: str) -> list[Answer]:
         """Every rank's answer to one of our last commands, by rank (``snapshot.replies`` keeps only the latest)."""
         return self.requests.replies_to(command_id)
 

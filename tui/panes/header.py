@@ -7,8 +7,9 @@ from textual.widgets import Static
 
 from ranktop.tui.render import palette
 from ranktop.watch import format as fmt
-from ranktop.watch.engine.lifecycle import ENDED, life_line
-from ranktop.watch.model.snapshot import STALLED, Snapshot
+from ranktop.watch.model.life import ENDED, life_line
+from ranktop.watch import STALLED
+from ranktop.watch.model.snapshot import Snapshot
 
 
 def header_text(snapshot: Snapshot, *, title: str, paused: bool) -> Text:

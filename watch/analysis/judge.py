@@ -22,13 +22,14 @@ from ranktop.watch.analysis import arrivals, causes, class_growth, job_pace, nod
 from ranktop.watch.analysis.peers import PeerClasses, Peers
 from ranktop.watch.analysis.silence import silent_ranks
 from ranktop.watch.analysis.stalls import StallPolicy, stall_report
-from ranktop.watch.analysis.collectives import RANKS_THAT_MATTER, ranks_that_matter
+from ranktop.watch.analysis.collectives import RANKS_THAT_MATTER, ranks_that_matter, rows_shown
 from ranktop.watch.engine.job_state import JobView
-from ranktop.watch.engine.lifecycle import JobLife
+from ranktop.watch.model.life import JobLife
 from ranktop.watch.engine.link_book import NO_LINKS, LinkColumns
 from ranktop.watch.model.rank_table import STATUS_CODE, RankRows, RankTable, message_fields, phase_medians
 from ranktop.watch.analysis.resources import job_throughput, rank_throughput, row_fields
-from ranktop.watch.model.snapshot import EndpointRows, Snapshot
+from ranktop.watch.model.endpoint import EndpointRows
+from ranktop.watch.model.snapshot import Snapshot
 from ranktop.watch.statuses import OK, SILENT, SLOW, STALLED
 
 
@@ -226,7 +227,11 @@ def build(view: JobView, extras: Extras, policy: StallPolicy = StallPolicy(), pe
         requests=extras.requests,
         dropped_messages=extras.dropped,
         errors=extras.errors,
-        collectives=extras.collectives([n for n, _ in ranks_that_matter(table, stalls.waiting_for, RANKS_THAT_MATTER)])
+        collectives=rows_shown(
+            extras.collectives([n for n, _ in ranks_that_matter(table, stalls.waiting_for, RANKS_THAT_MATTER)]),
+            table,
+            stalls.waiting_for,
+        )
         if extras.collectives
         else [],
         waiting_for=stalls.waiting_for,

@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from ranktop.watch.engine.resource_samples import ResourceView
-from ranktop.watch.model.snapshot import GpuStat, MemoryStat, Throughput
+from ranktop.watch.model.rank_row import GpuStat, MemoryStat, Throughput
 from ranktop.wire.messages import RankInfo
 
 _GPU_FIELDS = (

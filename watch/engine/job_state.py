@@ -27,7 +27,8 @@ import numpy as np
 from ranktop.watch.engine.collective_sums import JobCollectives, add_collectives, add_digest_collectives
 from ranktop.watch.engine.step_columns import MIN_STEPS_TO_SCORE, RECENT_STEPS, StepColumns
 from ranktop.watch.engine.endpoints import Endpoints, EndpointsView
-from ranktop.watch.engine.lifecycle import JobLife, Lifecycle, fresh_window
+from ranktop.watch.engine.lifecycle import Lifecycle, fresh_window
+from ranktop.watch.model.life import JobLife
 from ranktop.watch.engine.resource_samples import Resources, ResourceTracker
 from ranktop.watch.engine.rank_scalars import WHERE, RankScalars
 from ranktop.watch.engine.rank_window import RankWindow
