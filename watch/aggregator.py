@@ -27,6 +27,7 @@ from ranktop.watch.analysis.pauses import PauseBook
 from ranktop.watch.analysis.collectives import collective_rows
 from ranktop.watch.analysis.judge import Extras, build
 from ranktop.watch.analysis.peers import PeerClasses
+from ranktop.watch.analysis.relays import endpoint_rows
 from ranktop.watch.analysis.stragglers import ExcessHistory
 from ranktop.watch.engine.collective_sums import gather as gather_collectives
 from ranktop.watch.engine.endpoints import Endpoints
@@ -305,7 +306,7 @@ class Aggregator:
             relays = self._endpoints.view(now)
             sure_after = now - self._started > self._silent_after + relays.behind_s
             view = self.state.view(now, wall, relays, self._endpoints, sure_after, self._arrivals.slots)
-            endpoints = self._endpoints.rows(now, self.state.ranks_by_endpoint(view), self._silent_after + relays.behind_s)
+            endpoints = endpoint_rows(self._endpoints.facts(now, self.state.ranks_by_endpoint(view)), self._silent_after + relays.behind_s)
             replies, dropped, errors = list(self._replies), self._dropped, list(self._errors)
             links = self._links.columns(now)
         extras = Extras(

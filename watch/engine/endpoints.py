@@ -14,8 +14,6 @@ from typing import Any
 
 import numpy as np
 
-from ranktop.watch.model.endpoint import EndpointRows
-from ranktop.watch.statuses import CONNECTED, ENDPOINT_STATES, LOST, WAITING
 
 #: Messages reaching this viewer this much later than they used to: it is behind (too much to decode), and says so.
 BEHIND_AFTER_S = 1.0
@@ -23,6 +21,19 @@ BEHIND_AFTER_S = 1.0
 #: connecting (CURVE handshakes with hundreds of relays take seconds) its ranks are not silent, and the ranks of the
 #: nodes it has not reached yet are not "never heard from".
 SETTLING_S = 5.0
+
+
+@dataclass(frozen=True)
+class RelayFacts:
+    """Every relay this viewer knows at one instant, in the order they came: facts only, copies (whether one is lost
+    is the analysis' to say: watch/analysis/relays.py)."""
+
+    urls: tuple[str, ...]
+    hosts: tuple[str | None, ...]
+    heard: np.ndarray  # bool: a message came through it
+    quiet: np.ndarray  # seconds since its last message (never heard: since it was found)
+    down: np.ndarray  # bool: the receiver saw its connection drop (a relay killed)
+    ranks: dict[str, tuple[int, ...]]  # url -> the ranks last heard through it
 
 
 @dataclass(frozen=True)
@@ -135,18 +146,15 @@ class Endpoints:
             settled=bool(np.all((first == first) | (now - self._added[:n] >= SETTLING_S))),
         )
 
-    def rows(self, now: float, ranks_by_url: dict[str, tuple[int, ...]], lost_after_s: float) -> EndpointRows:
-        """The snapshot's rows: each relay waiting (never heard), connected, or lost (quiet past ``lost_after_s``,
-        or its connection dropped)."""
+    def facts(self, now: float, ranks_by_url: dict[str, tuple[int, ...]]) -> RelayFacts:
+        """What is known of each relay now, for the snapshot's rows (watch/analysis/relays.py says which are lost)."""
         n = len(self._urls)
         last = self._last[:n]
         heard = last == last
-        quiet = now - np.where(heard, last, self._added[:n])
-        lost = (quiet > lost_after_s) | self._down[:n]
-        states = np.where(heard, np.where(lost, _LOST, _CONNECTED), _WAITING).astype(np.int8)
         if self._frozen is None:
             self._frozen = (tuple(self._urls), tuple(self._hosts))
-        return EndpointRows(*self._frozen, states, quiet, ranks_by_url)
+        quiet = now - np.where(heard, last, self._added[:n])
+        return RelayFacts(*self._frozen, heard, quiet, self._down[:n].copy(), ranks_by_url)
 
     def _resize(self, size: int) -> None:
         for name in _COLUMNS:
@@ -165,4 +173,3 @@ NAN = float("nan")
 _COLUMNS = ("_added", "_first", "_last", "_down", "_floor", "_late")
 _BLANK = {"_added": 0.0, "_first": NAN, "_last": NAN, "_down": False, "_floor": np.inf, "_late": 0.0}
 _DTYPE = {name: bool if name == "_down" else float for name in _COLUMNS}
-_LOST, _WAITING, _CONNECTED = (ENDPOINT_STATES.index(s) for s in (LOST, WAITING, CONNECTED))
