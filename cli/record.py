@@ -15,7 +15,7 @@ import time
 from ranktop.cli.errors import UserError, say, stop_on_sigterm
 from ranktop.cli.options import Command, positive_float, rate
 from ranktop.watch.offline.recording import DEFAULT_KEEP, DEFAULT_MAX_BYTES, FlightRecorder, RecordingError
-from ranktop.watch.session import WatchSession, resolve_waiting
+from ranktop.watch import WatchSession, resolve_waiting
 
 HELP = "record a running job's telemetry to a file, headless (replay, report)"
 DESCRIPTION = (

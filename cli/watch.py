@@ -12,8 +12,7 @@ from urllib.parse import urlsplit
 from ranktop.cli import record
 from ranktop.cli.errors import UserError, say
 from ranktop.cli.options import Command, add_view_options, add_wait_option
-from ranktop.watch.session import Target, WatchSession, resolve_waiting
-from ranktop.watch import WAITING
+from ranktop.watch import WAITING, Target, WatchSession, resolve_waiting
 from ranktop.watch.model.json_doc import document
 
 #: How long an endpoint may stay silent before the user is told (then we keep waiting).

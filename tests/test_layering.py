@@ -4,7 +4,8 @@ Layers import downward only: wire <- transport <- relay <- probe, transport <- w
 inside watch, its rooms too: model (what a snapshot says: the floor) <- engine (gathers) <- analysis (judges)
 <- offline, and the top-level modules that join them (aggregator, session, refresher, capture) above all four;
 the model imports no other room, the engine never imports analysis. The screens and the commands (tui, cli)
-read watch through its face (``ranktop.watch``) and its model, never the engine or the analysis. And no module
+read watch through its face (``ranktop.watch``) and its model, never the engine, the analysis, the aggregator or
+the session's module. And no module
 imports itself through others (no import circle, anywhere).
 Two kinds of check: every import statement in the source, wherever it stands
 (a lazy import inside a function counts as much as one at the top), and what
@@ -24,8 +25,9 @@ import ranktop
 #: watch's top-level modules that join its rooms (the aggregator builds snapshots of what the engine gathered).
 _JOINERS = ("ranktop.watch.aggregator", "ranktop.watch.session", "ranktop.watch.refresher", "ranktop.watch.capture")
 
-#: watch's rooms that the screens and the commands never import: what they need of them, the face names.
-_BEHIND_THE_FACE = ("ranktop.watch.engine", "ranktop.watch.analysis")
+#: What of watch the screens and the commands never import: its engine and analysis rooms, and the two modules that
+#: join them (the aggregator, the session's module). What they need of those, the face (watch/__init__.py) names.
+_BEHIND_THE_FACE = ("ranktop.watch.engine", "ranktop.watch.analysis", "ranktop.watch.aggregator", "ranktop.watch.session")
 
 #: layer -> the packages (and outside libraries) it must never import.
 CONTRACTS = {

@@ -15,8 +15,8 @@ script of yours build on the same pieces::
 The package is four rooms under the modules that join them: ``model/`` is what a snapshot says (the floor:
 frozen records every room speaks), ``engine/`` receives and gathers, ``analysis/`` judges, ``offline/``
 records, replays and exports (docs/architecture.md). The screens (``ranktop.tui``) and the commands
-(``ranktop.cli``) read this face and ``ranktop.watch.model``, never the engine or the analysis
-(tests/test_layering.py): what they need of those is named here.
+(``ranktop.cli``) read this face and ``ranktop.watch.model``, never the engine, the analysis, the aggregator or
+the session's module (tests/test_layering.py): what they need of those is named here.
 """
 
 from ranktop.watch.errors import RanktopError
@@ -29,7 +29,19 @@ from ranktop.watch.analysis.history import NODE, STALL, Culprit, Episode, Histor
 from ranktop.watch.analysis.slow_links import SLOW_FACTOR
 from ranktop.watch.analysis.stacks import RankStacks, StackReport, build_report, report_json, report_lines, representatives, thread_lines
 from ranktop.watch.analysis.stalls import DEFAULT_STALL_FACTOR, DEFAULT_STALL_FLOOR_S
-from ranktop.watch.session import Answers, Target, TargetError, WatchSession, resolve
+from ranktop.watch.session import (
+    Answers,
+    Target,
+    TargetError,
+    WaitedTooLong,
+    WatchSession,
+    live_jobs,
+    live_nodes,
+    resolve,
+    resolve_slurm,
+    resolve_waiting,
+)
+from ranktop.watch.aggregator import DEFAULT_SILENT_AFTER_S, DEFAULT_WINDOW
 
 Session = WatchSession
 
@@ -53,8 +65,16 @@ __all__ = [
     "Snapshot",
     "Target",
     "TargetError",
+    "WaitedTooLong",
     "WatchSession",
+    "live_jobs",
+    "live_nodes",
     "resolve",
+    "resolve_slurm",
+    "resolve_waiting",
+    # how long a rank's quiet makes it silent, and how many steps a rank's window keeps (--silent-after, --window)
+    "DEFAULT_SILENT_AFTER_S",
+    "DEFAULT_WINDOW",
     # the session's history (``session.history``): samples a second, episodes, culprits
     "NODE",
     "STALL",

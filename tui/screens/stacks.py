@@ -24,9 +24,8 @@ from ranktop.tui import bindings
 from ranktop.tui.render import palette
 from ranktop.tui.screens.live_modal import LiveModal
 from ranktop.watch.format import ranks_text
-from ranktop.watch import STALLED
+from ranktop.watch import STALLED, RankStacks, StackReport, build_report, representatives, thread_lines
 from ranktop.watch.model.answers import Answer
-from ranktop.watch import RankStacks, StackReport, build_report, representatives, thread_lines
 
 #: How long the screen waits for every rank before naming the missing ones unresponsive.
 ANSWER_TIMEOUT_S = 10.0
