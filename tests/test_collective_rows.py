@@ -8,7 +8,8 @@ from test_collectives_panel import stat
 
 from ranktop.tui.panes import CollectiveTable
 from ranktop.tui.panes.collectives import shown_stats, title
-from ranktop.watch.analysis.collectives import LEAST_WAIT, MOST_WAIT, WAITED_FOR, ranks_that_matter, rows_shown
+from ranktop.watch.analysis.collectives import ranks_that_matter, rows_shown
+from ranktop.watch.model.snapshot import LEAST_WAIT, MOST_WAIT, WAITED_FOR
 from ranktop.watch.model.rank_table import RankTable
 from ranktop.watch.statuses import SILENT, SLOW, STALLED
 

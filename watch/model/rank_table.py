@@ -70,7 +70,7 @@ class RankTable:
     last_seen_s: np.ndarray
     collective_s: np.ndarray  # NaN: no collective seen
     last_step_end: np.ndarray  # NaN: no step yet
-    stalled: dict  # rank -> stalls.Position of the stalled ranks
+    stalled: dict  # rank -> Position (watch/model/stall.py) of the stalled ranks
     captures: dict[str, list[int]]  # captures not yet done or failed: id -> the ranks still at them
     dropped: np.ndarray  # int64: records its probe could not send
     rate_hz: np.ndarray  # telemetry messages a second it sends at (NaN: not said)
