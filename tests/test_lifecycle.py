@@ -6,7 +6,8 @@ import time
 
 import messages
 from ranktop.watch.aggregator import Aggregator
-from ranktop.watch.model.life import ENDED, RUNNING, WAITING, life_line, ordinal
+from ranktop.tui.panes.header import life_line, ordinal
+from ranktop.watch.model.life import ENDED, RUNNING, WAITING
 from ranktop.wire import schema
 from ranktop.wire.names import HEARTBEAT
 from ranktop.watch.model.json_doc import document
