@@ -71,12 +71,12 @@ def test_every_rank_saying_it_ended_cleanly_ends_the_job_and_keeps_its_rows():
     run(agg, clock, 2, 0, 10)
     agg.ingest(bye(0))
     assert agg.snapshot().state == RUNNING  # one rank left: the job still runs
-    assert not agg.lifecycle.ended(agg.world_size)
+    assert not agg.ended()
     before = time.time()
     agg.ingest(bye(1))
     snap = agg.snapshot()
     assert snap.state == ENDED and before <= snap.ended_at <= time.time()
-    assert agg.lifecycle.ended(agg.world_size)
+    assert agg.ended()
     assert [r.rank for r in snap.ranks] == [0, 1] and all(r.step == 9 for r in snap.ranks)
     assert document(snap)["state"] == "ended"
     assert life_line(snap.state, snap.ended_at, snap.restarts, snap.restarted_at, snap.not_back).startswith("ended at ")
@@ -109,7 +109,7 @@ def test_whether_the_job_ended_is_read_under_the_aggregator_s_lock():
     agg.ingest(bye(1))
     taken = held.taken
     assert agg.ended() is True and held.taken == taken + 1
-    assert agg.ended() == agg.lifecycle.ended(agg.world_size)
+    assert agg.snapshot().state == ENDED
 
 
 def test_a_rank_that_died_of_an_exception_does_not_end_the_job():

@@ -29,7 +29,7 @@ STRICT = [
     "ranktop.probe.process_groups",
     "ranktop.demo.simulate",
     "ranktop.watch.aggregator",
-    "ranktop.watch.engine.job_state",
+    "ranktop.watch.engine.rank_store",
     "ranktop.watch.engine.step_window",
     "ranktop.watch.engine.step_columns",
     "ranktop.watch.engine.rank_scalars",
