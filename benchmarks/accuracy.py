@@ -109,7 +109,7 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
-from ranktop.demo.sim_model import CAUSE_FIELDS, PHASES, PROBED_BPS, JobModel, Scenario, Step
+from ranktop.demo.sim_model import CAUSE_FIELDS, PHASES, PROBED_BPS, JobModel, JobStep, Scenario
 from ranktop.demo.simulate import Simulator
 from ranktop.watch.aggregator import Aggregator
 from ranktop.watch.model.verdict import HEALTHY, IMBALANCED, SILENT_RANKS, SLOW_NODE, SLOW_RANK, STALLED_JOB, verdict
@@ -500,7 +500,7 @@ class NoisyJob(JobModel):
 
     # -- a step ----------------------------------------------------------------
 
-    def step(self, n: int, start: float) -> Step:
+    def step(self, n: int, start: float) -> JobStep:
         t = self._clock = start - self.t0
         if self._faulted() and not self.costs and not self._factors and self.culprits:
             self._arm()
@@ -521,7 +521,7 @@ class NoisyJob(JobModel):
     def _pauses(self, t: float) -> dict[int, tuple[str, float]]:
         """The ranks saving a checkpoint or evaluating in the step starting ``t`` seconds into the job, and for how
         long: their probes time it as the phase ``checkpoint`` or ``eval`` (probe/auto.py), as the simulator sends
-        it (demo/sim_model.py Step.pauses). A recompilation is no pause: it stays in forward."""
+        it (demo/sim_model.py JobStep.pauses). A recompilation is no pause: it stays in forward."""
         case = self.case
         if not (self._planned and t >= self._planned[0]) or case.fault not in ("checkpoint", "eval"):
             return {}

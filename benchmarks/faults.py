@@ -63,7 +63,7 @@ from faults import (  # noqa: E402
 from support import RANKTOP, run_cli  # noqa: E402
 
 from ranktop.watch.engine.receiver import connect_url  # noqa: E402
-from ranktop.watch.model.snapshot import CONNECTED, LOST, SILENT  # noqa: E402
+from ranktop.watch.statuses import CONNECTED, LOST, SILENT
 from ranktop.transport import rendezvous
 
 #: After a fault, how long the job runs before the steps are counted (records still on the way).

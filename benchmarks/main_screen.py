@@ -24,7 +24,9 @@ import statistics
 import time
 
 from ranktop.tui.app import RanktopApp
-from ranktop.watch.model.snapshot import OK, SLOW, RankRow, Snapshot
+from ranktop.watch.model.rank_row import RankRow
+from ranktop.watch.model.snapshot import Snapshot
+from ranktop.watch.statuses import OK, SLOW
 
 PHASES = ["data", "forward", "backward", "optimizer", "other"]
 SHARES = {"data": 0.1, "forward": 0.3, "backward": 0.5, "optimizer": 0.05, "other": 0.05}

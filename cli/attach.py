@@ -19,13 +19,7 @@ from urllib.parse import urlsplit
 from ranktop.cli.errors import say
 from ranktop.cli.options import Command, add_view_options, add_wait_option
 from ranktop.cli.watch import cmd_watch
-from ranktop.watch.session import (
-    Target,
-    TargetError,
-    live_nodes,
-    resolve_slurm,
-    resolve_waiting,
-)
+from ranktop.watch import Target, TargetError, live_nodes, resolve_slurm, resolve_waiting
 from ranktop.transport import rendezvous
 
 HELP = "watch a SLURM job by id (--slurm), or any job; --print-ssh for the tunnel from a laptop"

@@ -30,7 +30,7 @@ from ranktop.watch.capture import (
     table_lines,
 )
 from ranktop.watch.format import ranks_text
-from ranktop.watch.session import WatchSession, resolve
+from ranktop.watch import WatchSession, resolve
 from ranktop.wire import capture as wire_capture
 
 #: How long to wait for the ranks to show up and for their answers to the command.

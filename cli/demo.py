@@ -25,7 +25,7 @@ from pathlib import Path
 from ranktop.cli.errors import UserError
 from ranktop.cli.options import Command, add_view_options, positive_int
 from ranktop.cli.watch import run_tui
-from ranktop.watch.session import WatchSession, resolve
+from ranktop.watch import WatchSession, resolve
 from ranktop.wire import settings
 
 HELP = "run the demo training job (torchrun, gloo on CPU) and watch it"

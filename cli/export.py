@@ -13,7 +13,7 @@ import time
 
 from ranktop.cli.errors import UserError, say, stop_on_sigterm
 from ranktop.cli.options import Command
-from ranktop.watch.session import WatchSession, resolve_waiting
+from ranktop.watch import WatchSession, resolve_waiting
 
 DEFAULT_HOST = "127.0.0.1"
 HELP = "serve a running job's metrics to Prometheus (/metrics)"

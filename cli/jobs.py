@@ -7,8 +7,7 @@ import argparse
 import sys
 
 from ranktop.cli.options import Command
-from ranktop.watch import job_folders, slurm
-from ranktop.watch.session import live_jobs
+from ranktop.watch import job_folders, live_jobs, slurm
 from ranktop.transport import rendezvous
 
 HELP = "list the jobs in the rendezvous directory"

@@ -16,7 +16,7 @@ from ranktop.cli import export, record, replay, report
 from ranktop.cli.errors import Exit
 from ranktop.watch.errors import RanktopError
 from ranktop.watch.heap import settle_for_viewing
-from ranktop.watch.session import WaitedTooLong
+from ranktop.watch import WaitedTooLong
 from ranktop.wire import __version__
 
 #: The subcommands, in the order `ranktop --help` lists them; each one's parser sets its `run`.

@@ -6,8 +6,7 @@ import argparse
 from dataclasses import dataclass
 from typing import Callable
 
-from ranktop.watch.aggregator import DEFAULT_SILENT_AFTER_S, DEFAULT_WINDOW
-from ranktop.watch.analysis.stalls import DEFAULT_STALL_FACTOR, DEFAULT_STALL_FLOOR_S
+from ranktop.watch import DEFAULT_SILENT_AFTER_S, DEFAULT_STALL_FACTOR, DEFAULT_STALL_FLOOR_S, DEFAULT_WINDOW
 from ranktop.wire import settings
 
 

@@ -7,8 +7,7 @@ import argparse
 from ranktop.cli.errors import Sayer, UserError
 from ranktop.cli.options import Command, add_job_target, add_wait_option, positive_float, rank_list
 from ranktop.watch import format as fmt
-from ranktop.watch.aggregator import DEFAULT_WINDOW
-from ranktop.watch.session import Answers, WatchSession, resolve_waiting
+from ranktop.watch import DEFAULT_WINDOW, Answers, WatchSession, resolve_waiting
 
 HELP = "send a signed ping to every rank and report who answers"
 

@@ -15,7 +15,7 @@ import time
 from ranktop.cli.errors import UserError, say, stop_on_sigterm
 from ranktop.cli.options import Command, positive_float, rate
 from ranktop.watch.offline.recording import DEFAULT_KEEP, DEFAULT_MAX_BYTES, FlightRecorder, RecordingError
-from ranktop.watch.session import WatchSession, resolve_waiting
+from ranktop.watch import WatchSession, resolve_waiting
 
 HELP = "record a running job's telemetry to a file, headless (replay, report)"
 DESCRIPTION = (
@@ -107,7 +107,7 @@ def cmd_record(args) -> int:
                 time.sleep(min(0.25, max(0.0, deadline - time.monotonic())))
                 if recorder.stats.error:
                     raise RecordError(recorder.stats.error)
-                if session.aggregator.ended():
+                if session.ended():
                     say(f"job {target.job or args.job} ended: every rank exited cleanly")
                     break
                 if time.monotonic() >= next_line:

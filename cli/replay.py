@@ -13,10 +13,9 @@ from pathlib import Path
 
 from ranktop.cli.errors import UserError
 from ranktop.cli.options import Command, positive_float, positive_int
-from ranktop.watch.aggregator import DEFAULT_SILENT_AFTER_S, DEFAULT_WINDOW
+from ranktop.watch import DEFAULT_SILENT_AFTER_S, DEFAULT_STALL_FACTOR, DEFAULT_STALL_FLOOR_S, DEFAULT_WINDOW
 from ranktop.watch.offline.recording import Recording, RecordingError, read
 from ranktop.watch.offline.replay import SPEEDS, Replay, parse_offset, snapshot_at
-from ranktop.watch.analysis.stalls import DEFAULT_STALL_FACTOR, DEFAULT_STALL_FLOOR_S
 from ranktop.watch.model.json_doc import document
 
 

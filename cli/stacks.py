@@ -14,8 +14,7 @@ import json
 
 from ranktop.cli.errors import Sayer, UserError
 from ranktop.cli.options import Command, add_job_target, add_wait_option, positive_float
-from ranktop.watch.session import WatchSession, resolve_waiting
-from ranktop.watch.analysis.stacks import build_report, report_json, report_lines, representatives
+from ranktop.watch import WatchSession, build_report, report_json, report_lines, representatives, resolve_waiting
 
 
 class StacksError(UserError):

@@ -12,8 +12,7 @@ from urllib.parse import urlsplit
 from ranktop.cli import record
 from ranktop.cli.errors import UserError, say
 from ranktop.cli.options import Command, add_view_options, add_wait_option
-from ranktop.watch.session import Target, WatchSession, resolve_waiting
-from ranktop.watch.model.snapshot import WAITING
+from ranktop.watch import WAITING, Target, WatchSession, resolve_waiting
 from ranktop.watch.model.json_doc import document
 
 #: How long an endpoint may stay silent before the user is told (then we keep waiting).
@@ -106,16 +105,16 @@ def watch_json(session: WatchSession, duration: float) -> int:
         deadline = time.monotonic() + duration
         while time.monotonic() < deadline:  # a fixed listening time, with a notice for each endpoint that stays silent
             time.sleep(min(0.25, max(0.0, deadline - time.monotonic())))
-            if session.aggregator.ended():
+            if session.ended():
                 break  # every rank ended: nothing more will come
             for e in session.snapshot().endpoints:
-                if e.state == WAITING and e.quiet_s >= WAITING_NOTICE_S and e.url not in told and not session.receiver.handshakes.problem:
+                if e.state == WAITING and e.quiet_s >= WAITING_NOTICE_S and e.url not in told and not session.refused():
                     why = told[e.url] = why_silent(e.url) if e.url in session.target.endpoints else None
                     because = f" ({why})" if why else ""
                     print(f"ranktop: no answer from {e.url} after {e.quiet_s:.0f}s{because}; still waiting", file=sys.stderr)
         snap = session.snapshot()
     print(json.dumps(document(snap), indent=2))
-    refused = session.receiver.handshakes.problem  # no key, or not the job's: said last, as the reason
+    refused = session.refused()  # no key, or not the job's: said last, as the reason
     for error in snap.errors:
         if snap.ranks or error != refused:
             print(f"ranktop: {error}", file=sys.stderr)

@@ -33,7 +33,7 @@ from ranktop.probe.process_groups import state_layout
 from ranktop.relay.links import KEPT, MAX_PEERS, MIN_CROSSING_S, PROBE_BYTES, probe_interval_s
 from ranktop.wire import parallel_groups, settings
 from ranktop.wire.messages import Call, CallSummary, Group, LinkRate, OpSummary
-from ranktop.wire.messages import Step as StepRecord
+from ranktop.wire.messages import Step
 
 RANKS_PER_NODE = 8
 #: Each phase's share of a step; "other" gets the rest.
@@ -157,7 +157,7 @@ class Scenario:
 
 
 @dataclass(frozen=True)
-class Step:
+class JobStep:
     """One step of the whole job: every rank's draw, and when the last rank reached each collective."""
 
     n: int
@@ -323,7 +323,7 @@ class JobModel:
         summed = (*own[: len(PHASES)], tail, *(m - a for m, a in zip(moved, arrivals)))
         return (own, tuple(arrivals), tuple(moved), tail, summed)
 
-    def step(self, n: int, start: float) -> Step:
+    def step(self, n: int, start: float) -> JobStep:
         """Step ``n`` of every rank: a row each, drawn (the same draws a pick of rows from the table makes)."""
         picks = self._rng.choices(range(self.TABLE_ROWS), k=self.s.ranks)
         if self._tables is None:
@@ -352,13 +352,13 @@ class JobModel:
         picks: np.ndarray | None = None,
         special: dict | None = None,
         pauses: dict | None = None,
-    ) -> Step:
+    ) -> JobStep:
         """The step of every rank's ``rows`` (``arrivals`` and ``tails``: theirs as arrays, where at hand): when the
         last rank reached each collective, and how long it lasts. A rank that ended the step before sooner than the
         last (its tail, optimizer and other, was shorter) begins this one that much earlier and waits that much
         longer at its first collective: a rank slow after its step's last collective holds the others back at the
         next step's first one, as in a real job (and arrives last there: watch/analysis/arrivals.py). ``pauses``:
-        rank -> (phase, seconds) of its tail spent saving a checkpoint or evaluating (:attr:`Step.pauses`). Called
+        rank -> (phase, seconds) of its tail spent saving a checkpoint or evaluating (:attr:`JobStep.pauses`). Called
         once per step, in order."""
         count = len(self.ops)
         if arrivals is None or tails is None:
@@ -370,9 +370,9 @@ class JobModel:
         if early is not None:
             latest[0] = float((arrivals[:, 0] - early).max())
         self._early = (longest - tails) if count else None
-        return Step(n, start, rows, tuple(latest.tolist()), float(latest.sum()) + longest, picks, special or {}, early, pauses or {})
+        return JobStep(n, start, rows, tuple(latest.tolist()), float(latest.sum()) + longest, picks, special or {}, early, pauses or {})
 
-    def records(self, step: Step, rank: int) -> tuple[StepRecord, list[CallSummary]]:
+    def records(self, step: JobStep, rank: int) -> tuple[Step, list[CallSummary]]:
         """Rank ``rank``'s step record and collective summaries of ``step``, as its probe sends them."""
         own, arrivals, moved, tail, _ = step.rows[rank]
         phases = {"data": own[0], "forward": own[1], "backward": own[2], "optimizer": own[3]}
@@ -390,16 +390,16 @@ class JobModel:
         if rank in step.pauses:  # a checkpoint or an evaluation: its own phase, as the probe times it (probe/auto.py)
             name, seconds = step.pauses[rank]
             phases[name] = phases.get(name, 0.0) + seconds
-        return StepRecord(n=step.n, t=step.start - early, w=sum(step.latest) + tail + early, p=phases), summaries
+        return Step(n=step.n, t=step.start - early, w=sum(step.latest) + tail + early, p=phases), summaries
 
     @staticmethod
-    def job_sums(steps: list[Step]) -> tuple[float, tuple[float, ...], float]:
+    def job_sums(steps: list[JobStep]) -> tuple[float, tuple[float, ...], float]:
         """What ``steps`` add to every rank's sums: the time until the last rank reached the collectives
         (in all, and per phase that ends in them), and that time in the last of them."""
         per = tuple(map(sum, zip(*(st.latest for st in steps))))
         return sum(per), per, sum(steps[-1].latest)
 
-    def node_sums(self, steps: list[Step], ranks: np.ndarray) -> dict[str, Any]:
+    def node_sums(self, steps: list[JobStep], ranks: np.ndarray) -> dict[str, Any]:
         """The sums :meth:`records` of ``steps`` add up to for each of ``ranks`` (an array of ranks) for ``steps``, as
         arrays, a row per rank, in a few numpy operations for all of them: ``last``, ``count`` (ints), ``end``, ``wall`` (total wall time),
         ``phases`` (ranks x PHASES, own plus waits), ``waits`` (ranks x ops: each op's wait, in its phase) and
@@ -417,7 +417,7 @@ class JobModel:
                         tails[at] = row[3]
         return self._sums_of(steps, ranks, summed, arrivals, tails)
 
-    def _row_arrays(self, steps: list[Step], ranks: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    def _row_arrays(self, steps: list[JobStep], ranks: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """:meth:`node_sums`' arrays (steps x ranks x what a row adds, its arrivals; the last step's tails), from the
         steps' rows themselves."""
         chosen = ranks.tolist()
@@ -426,7 +426,9 @@ class JobModel:
         tails = np.array([steps[-1].rows[r][3] for r in chosen], np.float64)
         return summed, arrivals, tails
 
-    def _sums_of(self, steps: list[Step], ranks: np.ndarray, summed: np.ndarray, arrivals: np.ndarray, tails: np.ndarray) -> dict[str, Any]:
+    def _sums_of(
+        self, steps: list[JobStep], ranks: np.ndarray, summed: np.ndarray, arrivals: np.ndarray, tails: np.ndarray
+    ) -> dict[str, Any]:
         total = summed.sum(axis=0)
         n = len(PHASES)
         job_total, job_per, job_last = self.job_sums(steps)
@@ -452,7 +454,7 @@ class JobModel:
                               waits[j], size * count)  # a blocking call's kernel time is its wait (docs/gpu.md)
                 for j, _, op, calls, size, _ in self._op_sums}  # fmt: skip
 
-    def sample(self, step: Step, rank: int, seq: int, t0: float) -> list[Call]:
+    def sample(self, step: JobStep, rank: int, seq: int, t0: float) -> list[Call]:
         """A few raw calls of ``step`` (two sizes per op, in turn), as ``rank``'s probe samples them for the alpha-beta
         fit: launch to completion, so a call also takes its share of the rank's wait for the last to arrive."""
         calls = []

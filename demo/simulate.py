@@ -96,8 +96,8 @@ from .sim_model import (
     SLOW_LINK_X,
     TICK_S,
     JobModel,
+    JobStep,
     Scenario,
-    Step,
     node_name,
 )
 from .sim_node import JOB_FILE, STACK_ROOTS, STACK_TAIL, SimulatedNode, stack_frame
@@ -131,14 +131,14 @@ class Simulator:
         self.latest_s = 0.0  # the latest of them
         self.steps_done = 0
         self.current_step = 0  # the step in progress (what the capture command reads)
-        self._done: collections.deque[Step] = collections.deque(maxlen=MAX_HELD_STEPS)  # finished, for the nodes to send
+        self._done: collections.deque[JobStep] = collections.deque(maxlen=MAX_HELD_STEPS)  # finished, for the nodes to send
         self._nodes: list[SimulatedNode] = []
         self._context: zmq.Context[Any] | None = None
         self.relays: RelayProcesses | None = None
         self._started = 0.0
         self._step_start = 0.0
         self._step_end = 0.0
-        self._step: Step | None = None
+        self._step: JobStep | None = None
         self._halted_at: float | None = None  # the job stopped (a stalled or silent rank): when
         self._walls: list[float] = []
         self._clock = time.time  # replay() runs the job on a clock of its own
@@ -298,7 +298,7 @@ class Simulator:
         elif halted:
             phase = PHASES[ops[0][0]] if ops else "forward"
         elif pause is not None and now >= self._step_end - pause[1]:
-            phase = pause[0]  # saving a checkpoint or evaluating, at the end of its step (Step.pauses)
+            phase = pause[0]  # saving a checkpoint or evaluating, at the end of its step (JobStep.pauses)
         else:
             into = (now - self._step_start) / max(self._step_end - self._step_start, 1e-9)
             phase = PHASES[min(3, int(into * 4))]
@@ -317,7 +317,7 @@ class Simulator:
         )  # fmt: skip
 
     def _pausing(self) -> dict[Any, Any]:
-        """The ranks saving a checkpoint or evaluating in the step under way (Step.pauses): their state is their own."""
+        """The ranks saving a checkpoint or evaluating in the step under way (JobStep.pauses): their state is their own."""
         return self._step.pauses if self._step is not None else {}
 
     def _device_samples(self, now: float) -> dict[str, Any]:
@@ -388,7 +388,7 @@ class Simulator:
         for node in nodes:
             node.send_digest(now)
 
-    def messages(self, ranks: range, steps: list[Step], now: float) -> Iterator[Steps | Heartbeat]:
+    def messages(self, ranks: range, steps: list[JobStep], now: float) -> Iterator[Steps | Heartbeat]:
         """What ``ranks`` send now: their records of ``steps``, or heartbeats without any."""
         causes = self.model.cause_ranks()
         special = {self.s.stall_rank, self.s.silent_rank, *self._pausing(), *causes}
@@ -412,12 +412,12 @@ class Simulator:
             yield Steps(job=job, rank=rank, ts=now, state=rank_state, steps=made, cs=summaries or None,
                         cx=sample if summaries and sample else None)  # fmt: skip
 
-    def fold(self, ranks: range, steps: list[Step], now: float, digest: NodeDigest) -> None:
+    def fold(self, ranks: range, steps: list[JobStep], now: float, digest: NodeDigest) -> None:
         """What ``ranks`` would send with their records of ``steps`` (:meth:`messages`), summed straight into
         their node's digest (:meth:`fold_nodes`, for one node)."""
         self.fold_nodes([(ranks, digest)], steps, now)
 
-    def fold_nodes(self, nodes: list[tuple[range, NodeDigest]], steps: list[Step], now: float) -> None:
+    def fold_nodes(self, nodes: list[tuple[range, NodeDigest]], steps: list[JobStep], now: float) -> None:
         """What the ranks of ``nodes`` (each node's ranks and digest) would send with their records of ``steps``,
         summed straight into each node's digest as the columns its body packs (NodeDigest.add_columns) and, every
         :data:`~ranktop.wire.pacing.OPS_EVERY_S`, each rank's collectives since: the sums for every rank of
@@ -431,7 +431,7 @@ class Simulator:
         phases = sums["phases"] / k
         own = {name: phases[:, i] for i, name in enumerate(PHASES)}  # wire/own_times.py, for every rank at once
         own[OTHER_PHASE] = np.maximum(0.0, wall - phases.sum(axis=1))
-        paused: dict[str, np.ndarray] = {}  # checkpoints and evaluations in these steps (Step.pauses): a column each
+        paused: dict[str, np.ndarray] = {}  # checkpoints and evaluations in these steps (JobStep.pauses): a column each
         for st in steps:
             for r, (name, seconds) in st.pauses.items():
                 for at in np.flatnonzero(every == r).tolist():
@@ -494,7 +494,7 @@ class Simulator:
                 digest.add_ops(number, self.model.op_summaries(counts[i], waits_of[i], longest_of[i]))
         count[numbers], waits[numbers], longest[numbers] = 0, 0.0, 0.0
 
-    def _sample(self, ranks: range, steps: list[Step], now: float) -> list[Call] | None:
+    def _sample(self, ranks: range, steps: list[JobStep], now: float) -> list[Call] | None:
         """A node's raw calls to send with its steps, as the probe samples them: once a second at most."""
         if not steps or now < self._next_sample.get(ranks[0], 0.0) or not self.model.ops:
             return None

@@ -20,7 +20,8 @@ import test_main_screen
 
 from ranktop.demo.simulate import Scenario, Simulator
 from ranktop.watch.aggregator import Aggregator
-from ranktop.watch.model.snapshot import Endpoint, Snapshot
+from ranktop.watch.model.endpoint import Endpoint
+from ranktop.watch.model.snapshot import Snapshot
 
 START = 1.0e9
 

@@ -330,7 +330,7 @@ def test_a_viewer_behind_on_a_nodes_messages_says_so_and_calls_no_rank_silent_fo
 def test_rows_built_the_fast_way_are_the_same_frozen_rows():
     import dataclasses
 
-    from ranktop.watch.model.snapshot import RankRow, build_rank_row
+    from ranktop.watch.model.rank_row import RankRow, build_rank_row
 
     values = dict(rank=1, host="h", local_rank=0, pid=9, step=3, steps_seen=4, step_s=0.1, phases={"data": 0.01},
                   score=0.0, excess_s=0.0, culprit_phase=None, status="ok", last_seen_s=0.2, dropped=0)  # fmt: skip

@@ -7,6 +7,7 @@ screen; the App is driven headless with ``run_test`` and ``pilot.press``.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import time
 
 from rich.text import Text
@@ -15,7 +16,12 @@ from textual.widget import Widget
 
 from ranktop.tui import bindings
 from ranktop.tui.app import READ_ONLY, RanktopApp
-from ranktop.watch.model.snapshot import OK, SILENT, SLOW, Endpoint, RankRow, Reply, Snapshot
+from ranktop.watch.analysis.collectives import rows_shown
+from ranktop.watch.model.answers import Answer
+from ranktop.watch.model.endpoint import Endpoint
+from ranktop.watch.model.rank_row import RankRow
+from ranktop.watch.model.snapshot import Snapshot
+from ranktop.watch.statuses import OK, SILENT, SLOW
 from ranktop.tui.render import palette
 from ranktop.tui.panes.breakdown import BLOCK, RankBars, bar, sort_rows
 from ranktop.tui.screens.help import HelpScreen, key_names
@@ -74,7 +80,7 @@ def job_snapshot(rows: list[RankRow], *, stragglers: list[int] | None = None, **
         stragglers=[r.rank for r in rows] if stragglers is None else stragglers,
     )
     fields.update(extra)
-    return Snapshot(**fields)
+    return as_judged(Snapshot(**fields))
 
 
 def eight_ranks() -> Snapshot:
@@ -85,12 +91,18 @@ def eight_ranks() -> Snapshot:
     return job_snapshot(rows, stragglers=[2, 5, 0, 1, 3, 4, 6, 7])
 
 
+def as_judged(snapshot: Snapshot) -> Snapshot:
+    """A snapshot made by hand, its collective rows chosen, ordered and given their why as the judge hands a
+    snapshot over (watch/analysis/collectives.py rows_shown): the screen renders what it is given."""
+    return dataclasses.replace(snapshot, collectives=rows_shown(snapshot.collectives, snapshot.ranks.table, snapshot.waiting_for))
+
+
 class FakeSource:
     def __init__(self, snapshot: Snapshot):
         self.current = snapshot
 
     def snapshot(self) -> Snapshot:
-        return self.current
+        return as_judged(self.current)
 
 
 class FakeController:
@@ -320,7 +332,7 @@ def test_p_pings_every_rank_through_the_controller_and_reports_the_answers():
         assert [cmd for cmd, _, _ in controller.sent] == ["ping"]
         status = app.query_one("#status")
         assert "ping: sent to 8 ranks" in text_of(status)
-        replies = [Reply("cmd-1", "ping", n, True, {"pong": 1.0}, 0.001 + n / 10000) for n in range(8) if n != 2]
+        replies = [Answer("cmd-1", "ping", n, True, {"pong": 1.0}, 0.001 + n / 10000) for n in range(8) if n != 2]
         app.source.current = job_snapshot(eight_ranks().ranks, stragglers=eight_ranks().stragglers, replies=replies)
         app.poll()
         assert await shown(pilot, lambda: "ping: 7/8 ranks answered, max rtt 1.7 ms" in text_of(status)), text_of(status)
@@ -406,7 +418,7 @@ def test_status_line_shows_lost_endpoints_errors_and_dropped_messages():
 def test_a_command_nobody_answers_names_the_silent_ranks_after_a_grace_period():
     snap = eight_ranks()
     sent = SentCommand("c1", "ping", tuple(range(8)), sent_at_s=snap.elapsed_s - 10)
-    answered = job_snapshot(snap.ranks, replies=[Reply("c1", "ping", n, True, {}, None) for n in range(8) if n != 2])
+    answered = job_snapshot(snap.ranks, replies=[Answer("c1", "ping", n, True, {}, None) for n in range(8) if n != 2])
     assert command_text(sent, answered).plain == "ping: 7/8 ranks answered, no answer from rank 2"
     assert "no answer from any of 8 ranks" in command_text(sent, snap).plain
 
@@ -496,7 +508,7 @@ def test_tiny_terminals_do_not_crash():
 
 
 def test_status_styles_cover_every_status():
-    from ranktop.watch.model.snapshot import STATUSES
+    from ranktop.watch.statuses import STATUSES
 
     assert set(palette.STATUS_STYLES) == set(STATUSES)
     assert isinstance(status_text(eight_ranks()), Text)

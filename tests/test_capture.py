@@ -22,7 +22,8 @@ from ranktop.probe.capture import Capture
 from ranktop.probe.recorder import Recorder
 from ranktop.watch.aggregator import Aggregator
 from ranktop.watch.capture import CaptureRefused, plan, progress, summary_lines, table_lines
-from ranktop.watch.model.snapshot import CaptureStatus, Reply
+from ranktop.watch.model.answers import Answer
+from ranktop.watch.model.rank_row import CaptureStatus
 from ranktop.tui.screens.capture import capture_text
 from ranktop.transport import captures
 from ranktop.wire import capture as wire_capture
@@ -486,7 +487,7 @@ def test_a_refusal_shows_as_the_ranks_answer():
     feed(agg, 0)
     feed(agg, 1)
     request = plan(agg.snapshot(), "memory", 3)
-    refusal = Reply("cmd", "capture", 1, False, {"error": "memory snapshots need a GPU (no CUDA on this rank)"}, 0.01)
+    refusal = Answer("cmd", "capture", 1, False, {"error": "memory snapshots need a GPU (no CUDA on this rank)"}, 0.01)
     rows = progress(agg.snapshot(), request, [refusal])
     assert [r.text for r in rows] == ["asked, no answer yet", "refused: memory snapshots need a GPU (no CUDA on this rank)"]
 

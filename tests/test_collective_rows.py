@@ -8,9 +8,10 @@ from test_collectives_panel import stat
 
 from ranktop.tui.panes import CollectiveTable
 from ranktop.tui.panes.collectives import shown_stats, title
-from ranktop.watch.analysis.collectives import LEAST_WAIT, MOST_WAIT, WAITED_FOR, ranks_that_matter
+from ranktop.watch.analysis.collectives import ranks_that_matter, rows_shown
+from ranktop.watch.model.snapshot import LEAST_WAIT, MOST_WAIT, WAITED_FOR
 from ranktop.watch.model.rank_table import RankTable
-from ranktop.watch.model.snapshot import SILENT, SLOW, STALLED
+from ranktop.watch.statuses import SILENT, SLOW, STALLED
 
 
 def job(n: int = 64, waits=None, **changed):
@@ -106,3 +107,26 @@ def test_a_small_job_s_title_names_the_ranks_that_stand_out_most_telling_first()
     shown = shown_stats(snap)
     assert [s.rank for s, _ in shown] == [-1, 0, 1, 2, 3]  # every rank of a small job has its rows
     assert title(snap, shown).endswith(" · rank 2 slow · rank 1 most wait · rank 0 least wait")
+
+
+def test_the_judge_hands_the_pane_its_rows_chosen_ordered_and_said_why():
+    """The pane renders what the snapshot carries (watch/analysis/collectives.py rows_shown, run by the judge):
+    choosing again on the judge's own rows changes nothing, and every row shown has its why."""
+    from screen_jobs import simulated_job
+
+    snap = simulated_job()
+    assert rows_shown(snap.collectives, snap.ranks.table, snap.waiting_for) == snap.collectives
+    mine = [(s.rank, s.why) for s in snap.collectives if s.rank >= 0]
+    assert mine and all(why for _, why in mine) and mine[0] == (3071, SLOW)
+    assert [(s.rank, why) for s, why in shown_stats(snap)] == [(s.rank, s.why) for s in snap.collectives]
+
+
+def test_a_job_of_64_ranks_keeps_every_rank_s_rows_those_not_shown_said_so():
+    """Up to 64 ranks every rank's rows are gathered (watch/aggregator.py) and the --json document keeps them; the
+    pane shows those of the ranks that matter, the others' why is None."""
+    rows = job(r9=dict(status=SLOW, score=0.3), r2=dict(collective_s=0.001), r60=dict(collective_s=0.2))
+    stats = [stat(-1)] + [stat(n) for n in range(64)]
+    out = rows_shown(stats, table_of(rows), [])
+    assert len(out) == 65 and {s.rank for s in out} == {s.rank for s in stats}
+    assert [(s.rank, s.why) for s in out[:4]] == [(-1, ""), (9, SLOW), (60, MOST_WAIT), (2, LEAST_WAIT)]
+    assert all(s.why is None for s in out[4:])

@@ -24,7 +24,7 @@ from faults import kill_relay, malformed_commands, relay_pid, valid_command
 from support import RANKTOP, run_cli, wait_for
 
 from ranktop.watch.engine.receiver import connect_url
-from ranktop.watch.model.snapshot import CONNECTED, LOST, SILENT
+from ranktop.watch.statuses import CONNECTED, LOST, SILENT
 from ranktop.transport import rendezvous
 
 pytestmark = pytest.mark.slow

@@ -1,9 +1,12 @@
 """The architecture's import rules (docs/architecture.md), checked on the installed package.
 
 Layers import downward only: wire <- transport <- relay <- probe, transport <- watch <- cli, watch <- tui;
-inside watch, its rooms too: engine (gathers) <- model (what a snapshot says) <- analysis (judges) <- offline,
-and the top-level modules that join them (aggregator, session, refresher, capture) above all four; the engine
-never imports analysis or model. And no module imports itself through others (no import circle, anywhere).
+inside watch, its rooms too: model (what a snapshot says: the floor) <- engine (gathers) <- analysis (judges)
+<- offline, and the top-level modules that join them (aggregator, session, refresher, capture) above all four;
+the model imports no other room, the engine never imports analysis. The screens and the commands (tui, cli)
+read watch through its face (``ranktop.watch``) and its model, never the engine, the analysis, the aggregator or
+the session's module. And no module
+imports itself through others (no import circle, anywhere).
 Two kinds of check: every import statement in the source, wherever it stands
 (a lazy import inside a function counts as much as one at the top), and what
 a fresh interpreter really loads.
@@ -21,6 +24,10 @@ import ranktop
 
 #: watch's top-level modules that join its rooms (the aggregator builds snapshots of what the engine gathered).
 _JOINERS = ("ranktop.watch.aggregator", "ranktop.watch.session", "ranktop.watch.refresher", "ranktop.watch.capture")
+
+#: What of watch the screens and the commands never import: its engine and analysis rooms, and the two modules that
+#: join them (the aggregator, the session's module). What they need of those, the face (watch/__init__.py) names.
+_BEHIND_THE_FACE = ("ranktop.watch.engine", "ranktop.watch.analysis", "ranktop.watch.aggregator", "ranktop.watch.session")
 
 #: layer -> the packages (and outside libraries) it must never import.
 CONTRACTS = {
@@ -51,12 +58,14 @@ CONTRACTS = {
     "ranktop.relay": ("ranktop.probe", "ranktop.watch", "ranktop.cli", "ranktop.tui", "ranktop.demo", "textual", "torch", "numpy"),
     "ranktop.probe": ("ranktop.watch", "ranktop.cli", "ranktop.tui", "ranktop.demo", "textual", "numpy"),
     "ranktop.watch": ("ranktop.probe", "ranktop.relay", "ranktop.cli", "ranktop.tui", "ranktop.demo", "textual", "torch", "rich"),
-    "ranktop.cli": ("ranktop.demo", "textual", "torch"),
-    "ranktop.tui": ("ranktop.probe", "ranktop.cli", "ranktop.demo", "torch"),
-    # watch's rooms (docs/architecture.md): the engine gathers and judges nothing; the model is what a snapshot
-    # says (it reads the engine's records); analysis judges both; nothing of them imports what joins them.
-    "ranktop.watch.engine": ("ranktop.watch.analysis", "ranktop.watch.model", "ranktop.watch.offline", *_JOINERS),
-    "ranktop.watch.model": ("ranktop.watch.analysis", "ranktop.watch.offline", *_JOINERS),
+    # the screens and the commands read watch through its face (watch/__init__.py) and its model only
+    "ranktop.cli": ("ranktop.demo", "textual", "torch", *_BEHIND_THE_FACE),
+    "ranktop.tui": ("ranktop.probe", "ranktop.cli", "ranktop.demo", "torch", *_BEHIND_THE_FACE),
+    # watch's rooms (docs/architecture.md): the model is the floor, the frozen records every room speaks (it
+    # imports no other room); the engine gathers into them and judges nothing; analysis judges; nothing of them
+    # imports what joins them.
+    "ranktop.watch.model": ("ranktop.watch.engine", "ranktop.watch.analysis", "ranktop.watch.offline", *_JOINERS),
+    "ranktop.watch.engine": ("ranktop.watch.analysis", "ranktop.watch.offline", *_JOINERS),
     "ranktop.watch.analysis": ("ranktop.watch.offline", *_JOINERS),
 }
 

@@ -6,7 +6,8 @@ import time
 
 import messages
 from ranktop.watch.aggregator import Aggregator
-from ranktop.watch.engine.lifecycle import ENDED, RUNNING, WAITING, life_line, ordinal
+from ranktop.tui.panes.header import life_line, ordinal
+from ranktop.watch.model.life import ENDED, RUNNING, WAITING
 from ranktop.wire import schema
 from ranktop.wire.names import HEARTBEAT
 from ranktop.watch.model.json_doc import document
@@ -79,6 +80,36 @@ def test_every_rank_saying_it_ended_cleanly_ends_the_job_and_keeps_its_rows():
     assert [r.rank for r in snap.ranks] == [0, 1] and all(r.step == 9 for r in snap.ranks)
     assert document(snap)["state"] == "ended"
     assert life_line(snap.state, snap.ended_at, snap.restarts, snap.restarted_at, snap.not_back).startswith("ended at ")
+
+
+def test_whether_the_job_ended_is_read_under_the_aggregator_s_lock():
+    """What `ranktop watch --json` and `ranktop record` poll (WatchSession.ended): the lifecycle's answer, read under
+    the lock the receiver thread writes it under (they read the lifecycle bare before)."""
+    import threading
+
+    class Held:
+        """The aggregator's lock, counting who takes it."""
+
+        def __init__(self):
+            self.lock, self.taken = threading.Lock(), 0
+
+        def __enter__(self):
+            self.lock.acquire()
+            self.taken += 1
+
+        def __exit__(self, *exc):
+            self.lock.release()
+
+    clock = Clock()
+    agg = Aggregator("j", clock=clock)
+    run(agg, clock, 2, 0, 3)
+    agg.ingest(bye(0))
+    agg._lock = held = Held()
+    assert agg.ended() is False and held.taken == 1
+    agg.ingest(bye(1))
+    taken = held.taken
+    assert agg.ended() is True and held.taken == taken + 1
+    assert agg.snapshot().state == ENDED
 
 
 def test_a_rank_that_died_of_an_exception_does_not_end_the_job():

@@ -24,7 +24,7 @@ from ranktop.tui.panes.stragglers import TOP_ROWS
 from ranktop.tui.render.histogram import histogram_lines
 from ranktop.tui.render.rankmap_layout import NODES, RANKS, layout, nodes_of
 from ranktop.tui.screens.drill import NodeScreen, RankScreen
-from ranktop.watch.model.snapshot import SLOW, STALLED
+from ranktop.watch.statuses import SLOW, STALLED
 
 SMALL, BIG = (80, 24), (200, 60)
 
@@ -332,7 +332,7 @@ def test_4096_ranks_through_the_real_aggregator_name_the_slow_rank_and_drill_to_
 
 
 def test_the_verdict_names_the_cause_at_80_columns_and_gives_its_figures_where_they_fit():
-    from ranktop.watch.model.snapshot import Cause
+    from ranktop.watch.model.rank_row import Cause
 
     gc = Cause(kind="gc_pause", text="it spends 175 ms per step in Python's garbage collector, 58x its peers' 3.0 ms (gc pause)",
                value=1.75, peers=0.03, ratio=58.0, extra_s=0.17)  # fmt: skip
@@ -359,7 +359,7 @@ def test_the_verdict_names_the_cause_at_80_columns_and_gives_its_figures_where_t
 def test_at_80_columns_the_longest_cause_name_shows_whole_and_the_line_is_never_cut():
     """The demo's own verdict (rank 2 slow in data, data loader workers the cause) on an 80x24 screen: the line
     is shortened word by word (the cause's figures, then "per step"), never cut with an ellipsis."""
-    from ranktop.watch.model.snapshot import Cause
+    from ranktop.watch.model.rank_row import Cause
 
     loader = Cause(kind="data_loader", text="its data phase takes 42 ms per step against its peers' 2.2 ms (data loader)",
                    value=0.042, peers=0.0022, ratio=19.0, extra_s=0.04)  # fmt: skip
@@ -397,7 +397,7 @@ def test_at_80x24_a_hung_demo_keeps_both_header_lines_one_line_each():
 
 
 def test_a_slow_rank_s_detail_says_first_why_it_is_slow():
-    from ranktop.watch.model.snapshot import Cause
+    from ranktop.watch.model.rank_row import Cause
 
     snap = eight_ranks()
     rows = list(snap.ranks)

@@ -9,7 +9,7 @@ import pytest
 from ranktop.probe import memory
 from ranktop.watch.engine import memory_history as memory_stats
 from ranktop.watch.aggregator import Aggregator
-from ranktop.watch.engine.memory_history import MB, creep
+from ranktop.watch.analysis.memory_creep import MB, creep
 from ranktop.wire import schema
 
 from test_aggregator import Clock, hello, steps

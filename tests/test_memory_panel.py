@@ -5,7 +5,7 @@ import dataclasses
 from test_app_render import drive, eight_ranks, job_snapshot, rank_row, text_of
 
 from ranktop.tui import bindings
-from ranktop.watch.model.snapshot import GpuStat, MemoryStat, Throughput
+from ranktop.watch.model.rank_row import GpuStat, MemoryStat, Throughput
 from ranktop.tui.panes import StragglerTable
 from ranktop.tui.panes.gpus import GpuPanel
 from ranktop.tui.panes.memory import MemoryPanel, sparkline

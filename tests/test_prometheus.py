@@ -11,7 +11,9 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from ranktop.watch.offline.prometheus import SnapshotCollector
-from ranktop.watch.model.snapshot import OK, SLOW, GpuStat, MemoryStat, RankRow, Snapshot, Throughput
+from ranktop.watch.model.rank_row import GpuStat, MemoryStat, RankRow, Throughput
+from ranktop.watch.model.snapshot import Snapshot
+from ranktop.watch.statuses import OK, SLOW
 
 UNITS = ("_seconds", "_bytes", "_ratio", "_watts", "_celsius", "_per_second", "_bytes_per_second")
 COUNTS = (
@@ -137,7 +139,7 @@ def test_each_rank_s_place_in_the_parallel_layout_is_one_series_labelled_with_it
 def test_a_slow_rank_s_causes_are_one_series_each_labelled_with_its_kind():
     import dataclasses
 
-    from ranktop.watch.model.snapshot import Cause
+    from ranktop.watch.model.rank_row import Cause
 
     hot = Cause(kind="expert_load", text="it receives 3.1x the all-to-all rows of its peers, ... (expert load)",
                 value=31_000.0, peers=10_000.0, ratio=3.1, extra_s=0.09)  # fmt: skip

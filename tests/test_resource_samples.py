@@ -10,7 +10,8 @@ import numpy as np
 
 from ranktop.demo.simulate import Scenario, Simulator
 from ranktop.watch.aggregator import Aggregator
-from ranktop.watch.engine.memory_history import MB, MemoryHistory, assess
+from ranktop.watch.analysis.memory_creep import MB, assess, assessed
+from ranktop.watch.engine.memory_history import MemoryHistory
 from ranktop.watch.engine.resource_samples import ResourceTracker
 from ranktop.wire.messages import Memory, State
 
@@ -51,7 +52,7 @@ def test_a_view_s_creep_verdict_is_the_history_s_as_it_was_when_the_view_was_tak
         tracker.note(0, State(step=i, last=i - 1, in_step=True, mem=mem), i * 0.5)
     view = tracker.views(np.array([0]))[0]
     tracker.note(0, State(step=100, last=99, in_step=True, mem=Memory(rss=5e9)), 50.0)  # after the view was taken
-    tracked, verdict, spark = view.assessed
+    tracked, verdict, spark = assessed(view.samples)
     assert (tracked, verdict, spark) == assess(history.samples) and verdict.flagged and spark[-1] == (1e9 + 99 * 0.5 * MB) / MB
 
 

@@ -28,7 +28,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from support import JOBS, RANKTOP, stop_group, wait_for
 
-from ranktop.watch.engine.lifecycle import life_line, ordinal
+from ranktop.tui.panes.header import life_line, ordinal
 from ranktop.watch.offline.recording import read
 from ranktop.watch.session import WatchSession, resolve_waiting
 

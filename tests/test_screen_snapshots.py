@@ -31,7 +31,7 @@ from ranktop.tui.screens.drill import NodeScreen, RankScreen
 from ranktop.watch.capture import CapturePlan
 from ranktop.watch.model.rank_row import CaptureStatus
 from ranktop.watch.offline.replay import Replay
-from ranktop.watch.model.snapshot import Reply
+from ranktop.watch.model.answers import Answer
 from ranktop.wire import capture as wire_capture
 
 SIZES = [(80, 24), (120, 36), (200, 50)]
@@ -148,7 +148,7 @@ def capturing_job():
 def test_a_trace_capture_in_progress(snap_compare, size):
     snap = capturing_job()
     request = CapturePlan("t-demo", wire_capture.TRACE, 43, 3, (0, 1, 2, 3), True)
-    refusal = [Reply("cmd-1", "capture", 3, False, {"error": "torch.profiler is already running"}, 0.01)]
+    refusal = [Answer("cmd-1", "capture", 3, False, {"error": "torch.profiler is already running"}, 0.01)]
     screen = pushing(lambda app: CaptureScreen(request, "cmd-1", lambda: snap, lambda _: refusal))
     assert snap_compare(app_of(snap, FakeController()), terminal_size=size, run_before=screen)
 

@@ -6,7 +6,8 @@ from test_app_render import FakeController, job_snapshot, rank_row, text_of
 from test_stacks import ddp_rank, hung_rank, reply
 
 from ranktop.tui.app import READ_ONLY, RanktopApp
-from ranktop.watch.model.snapshot import STALLED, Reply
+from ranktop.watch.model.answers import Answer
+from ranktop.watch.statuses import STALLED
 from ranktop.probe import stacks as probe_stacks
 from ranktop.tui.screens.stacks import RankStackScreen, StacksScreen
 from ranktop.tui.panes.status import StatusLine
@@ -45,7 +46,7 @@ class RepliesSource:
                 continue
             full = reply(hung_rank() if r == 2 else ddp_rank(), "forward" if r == 2 else "backward")
             state = full.pop("state")
-            out.append(Reply(command_id, "stacks", r, True, probe_stacks.answer(full, state, bool((args or {}).get("fingerprint"))), 0.01))
+            out.append(Answer(command_id, "stacks", r, True, probe_stacks.answer(full, state, bool((args or {}).get("fingerprint"))), 0.01))
         return out
 
 

@@ -22,7 +22,8 @@ from ranktop.watch.aggregator import Aggregator
 from ranktop.watch.analysis import causes, stalls
 from ranktop.watch.analysis.silence import silent_ranks
 from ranktop.watch.analysis.stacks import common_place
-from ranktop.watch.analysis.stalls import Position, StallPolicy, StallReport, assess
+from ranktop.watch.analysis.stalls import StallPolicy, assess
+from ranktop.watch.model.stall import Position, StallReport
 from ranktop.watch.format import ranks_text
 from ranktop.watch.model.rank_table import median_of
 from ranktop.wire.names import STANDARD_PHASES

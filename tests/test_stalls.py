@@ -5,7 +5,8 @@ import pytest
 
 from ranktop.watch.analysis import stalls
 from ranktop.watch.aggregator import Aggregator
-from ranktop.watch.analysis.stalls import Position, StallPolicy, assess
+from ranktop.watch.analysis.stalls import StallPolicy, assess
+from ranktop.watch.model.stall import Position
 from ranktop.wire.messages import State
 from ranktop.watch.model.verdict import verdict
 from ranktop.watch.model.json_doc import document

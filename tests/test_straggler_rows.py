@@ -14,7 +14,7 @@ import pytest
 from ranktop.tui.app import RanktopApp
 from ranktop.tui.panes import StragglerTable
 from ranktop.tui.panes.stragglers import ALL_RANKS_UP_TO, TOP_ROWS, costliest, table_order
-from ranktop.watch.model.snapshot import SLOW
+from ranktop.watch.statuses import SLOW
 
 
 @pytest.fixture(scope="module")

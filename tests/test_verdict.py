@@ -12,7 +12,9 @@ import random
 
 from test_app_render import job_snapshot, rank_row
 
-from ranktop.watch.model.snapshot import SILENT, SLOW, STALLED, RankRow, Snapshot
+from ranktop.watch.model.rank_row import RankRow
+from ranktop.watch.model.snapshot import Snapshot
+from ranktop.watch.statuses import SILENT, SLOW, STALLED
 from ranktop.watch.model.json_doc import document
 from ranktop.watch.model.verdict import (
     HEALTHY,
@@ -254,7 +256,7 @@ def test_the_culprit_s_last_arrivals_back_its_phase_times_or_cast_doubt_on_them(
 
 
 def test_a_cause_is_because_from_half_the_excess_partly_from_a_fifth_and_below_that_left_to_the_rank_s_detail():
-    from ranktop.watch.model.snapshot import Cause
+    from ranktop.watch.model.rank_row import Cause
     from ranktop.watch.model.verdict import brief
 
     gc_text = "it spends 12 ms per step in Python's garbage collector, 9.5x its peers' 1.3 ms (gc pause)"

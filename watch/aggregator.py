@@ -27,15 +27,16 @@ from ranktop.watch.analysis.job_pace import JobPace
 from ranktop.watch.analysis.pauses import PauseBook
 from ranktop.watch.analysis.judge import Extras, build
 from ranktop.watch.analysis.peers import PeerClasses
+from ranktop.watch.analysis.relays import endpoint_rows
 from ranktop.watch.analysis.stragglers import ExcessHistory
 from ranktop.watch.engine.endpoints import Endpoints
 from ranktop.watch.engine.rank_store import RankStore
 from ranktop.watch.engine.link_book import LinkBook
-from ranktop.watch.engine.requests import Reply, RequestBook
+from ranktop.watch.engine.requests import RequestBook
+from ranktop.watch.model.answers import Answer
 from ranktop.watch.model.snapshot import CollectiveStat, Snapshot
 from ranktop.wire import schema
-from ranktop.wire.messages import Command, Hello, Links, Node, RankMessage
-from ranktop.wire.messages import Reply as WireReply
+from ranktop.wire.messages import Command, Hello, Links, Node, RankMessage, Reply
 from ranktop.wire.names import KINDS
 from ranktop.wire.pacing import OPS_EVERY_S, digest_hz, slow_factor
 
@@ -93,7 +94,7 @@ class Aggregator:
         self._margins = MarginBook()  # what the job paid each rank at its collectives (watch/analysis/intermittent.py)
         self._endpoints = Endpoints()  # the relays it hears the job through (watch/engine/endpoints.py)
         self._links = LinkBook()  # the links between nodes the relays measured (watch/engine/link_book.py)
-        self._replies: collections.deque[Reply] = collections.deque(maxlen=MAX_REPLIES)
+        self._replies: collections.deque[Answer] = collections.deque(maxlen=MAX_REPLIES)
         self._errors: list[str] = []
         self._dropped = 0
         self._collectives: tuple[float, list[CollectiveStat]] | None = None  # (when, rows) of the last collective rows
@@ -231,11 +232,11 @@ class Aggregator:
         if isinstance(msg, Node):
             self._digests = True
         self.store.take(msg, endpoint, now, wall)
-        if isinstance(msg, WireReply):  # an answer to a command: the request book's (watch/engine/requests.py)
+        if isinstance(msg, Reply):  # an answer to a command: the request book's (watch/engine/requests.py)
             result = msg.result or {}  # a plain map or None, checked at decode
             self._replies.append(self.requests.note_reply(msg.id, msg.cmd, msg.rank, msg.ok, result))
 
-    def replies_to(self, command_id: str) -> list[Reply]:
+    def replies_to(self, command_id: str) -> list[Answer]:
         """Every rank's answer to one of our last commands, by rank (``snapshot.replies`` keeps only the latest)."""
         return self.requests.replies_to(command_id)
 
@@ -300,7 +301,7 @@ class Aggregator:
             due = cached is None or len(self.store) < COLLECTIVES_CACHED_FROM or now - cached[0] >= self._collectives_every()
             view = self.store.gather(now, wall, relays, self._endpoints, sure_after, self._arrivals.slots, collectives=due,
                                      every_rank_up_to=PER_RANK_ROWS_UP_TO, watch=self._margins.watch)  # fmt: skip
-            endpoints = self._endpoints.rows(now, view.by_endpoint, self._silent_after + relays.behind_s)
+            endpoints = endpoint_rows(self._endpoints.facts(now, view.by_endpoint), self._silent_after + relays.behind_s)
             replies, dropped, errors = list(self._replies), self._dropped, list(self._errors)
             links = self._links.columns(now)
         extras = Extras(

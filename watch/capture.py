@@ -14,7 +14,9 @@ from pathlib import PurePath as Path
 from ranktop.watch import format as fmt
 from ranktop.watch.errors import RanktopError
 from ranktop.watch.format import ranks_text
-from ranktop.watch.model.snapshot import CaptureStatus, Reply, Snapshot
+from ranktop.watch.model.answers import Answer
+from ranktop.watch.model.rank_row import CaptureStatus
+from ranktop.watch.model.snapshot import Snapshot
 from ranktop.wire import capture as wire_capture
 
 # A rank's progress before it reports a capture state of its own.
@@ -72,7 +74,7 @@ class RankProgress:
         return self.state in (wire_capture.DONE, wire_capture.FAILED, REFUSED)
 
 
-def progress(snapshot: Snapshot, request: CapturePlan, replies: list[Reply]) -> list[RankProgress]:
+def progress(snapshot: Snapshot, request: CapturePlan, replies: list[Answer]) -> list[RankProgress]:
     """Where each asked rank stands: its refusal, else its state's capture entry for this id."""
     refused = {r.rank: r.result.get("error", "refused") for r in replies if not r.ok}
     by_rank = {row.rank: row.capture for row in snapshot.ranks}

@@ -26,7 +26,8 @@ from ranktop.watch.engine.keys import ClientKeys
 from ranktop.watch.engine.receiver import Receiver, parse_endpoint
 from ranktop.watch.offline.recording import FlightRecorder
 from ranktop.watch.engine.requests import RequestError, Requests
-from ranktop.watch.model.snapshot import Reply, Snapshot
+from ranktop.watch.model.answers import Answer
+from ranktop.watch.model.snapshot import Snapshot
 from ranktop.watch.analysis.stalls import DEFAULT_STALL_FACTOR, DEFAULT_STALL_FLOOR_S
 from ranktop.wire import auth
 from ranktop.transport import ports, rendezvous
@@ -263,7 +264,7 @@ class Answers:
 
     id: str
     expected: tuple[int, ...]
-    replies: list[Reply]
+    replies: list[Answer]
     waited_s: float  # from sending to the last answer awaited (or the timeout)
 
     @property
@@ -352,6 +353,14 @@ class WatchSession:
                 snap = dataclasses.replace(snap, waiting=waiting)
         return snap
 
+    def ended(self) -> bool:
+        """Every rank of the job ended cleanly: nothing more will come (cheap: no snapshot)."""
+        return self.aggregator.ended()
+
+    def refused(self) -> str | None:
+        """Why the relays refused this viewer's handshake (no key, or not the job's), if they did."""
+        return self.receiver.handshakes.problem
+
     def changes_every_s(self) -> float:
         """How often the job's data changes at most (watch/aggregator.py): the TUI refreshes no faster."""
         return self.aggregator.changes_every_s()
@@ -375,7 +384,7 @@ class WatchSession:
         """The relays this session dials or heard of (none before the job's first record)."""
         return self.aggregator.endpoint_urls()
 
-    def replies_to(self, command_id: str) -> list[Reply]:
+    def replies_to(self, command_id: str) -> list[Answer]:
         """Every rank's answer to a command this session sent (the stacks screen reads them all)."""
         return self.aggregator.replies_to(command_id)
 

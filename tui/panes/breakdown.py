@@ -23,7 +23,9 @@ from textual.widgets import Static
 
 from ranktop.tui.render import palette
 from ranktop.watch import format as fmt
-from ranktop.watch.model.snapshot import SILENT, SLOW, STALLED, RankRow, Snapshot
+from ranktop.watch import SILENT, SLOW, STALLED
+from ranktop.watch.model.rank_row import RankRow
+from ranktop.watch.model.snapshot import Snapshot
 
 #: Sort modes, in the order the sort key cycles through them.
 SORTS = ("rank", "score", "step")

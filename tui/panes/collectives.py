@@ -20,8 +20,7 @@ from textual.widgets import DataTable
 
 from ranktop.tui.render import palette
 from ranktop.watch import format as fmt
-from ranktop.watch.analysis.collectives import LEAST_WAIT, MOST_WAIT, RANKS_THAT_MATTER, WAITED_FOR, ranks_that_matter, why_shown
-from ranktop.watch.model.snapshot import STATUSES, CollectiveStat, Snapshot
+from ranktop.watch.model.snapshot import ALL_RANKS_UP_TO, LEAST_WAIT, MOST_WAIT, WHY_ORDER, CollectiveStat, Snapshot
 
 COLUMNS = (
     ("rank", "rank", 4),
@@ -70,38 +69,18 @@ def cells(stat: CollectiveStat, why: str = "") -> tuple[Text, ...]:
     return tuple(Text(text, style=s, justify="left" if i < 2 or i == len(values) - 1 else "right") for i, (text, s) in enumerate(values))
 
 
-#: Above this many ranks, per-rank rows are kept for the ranks that matter only: 64 near-identical rows hide the answer.
-ALL_RANKS_UP_TO = 16
-TOP_RANKS = RANKS_THAT_MATTER
-
-
-#: Reasons, most telling first (as ranks_that_matter orders them).
-_REASON_ORDER = {reason: i for i, reason in enumerate((WAITED_FOR, *STATUSES, MOST_WAIT, LEAST_WAIT, ""))}
-
-
 def shown_stats(snapshot: Snapshot) -> list[tuple[CollectiveStat, str]]:
-    """The job's rows (rank -1) first, then per-rank rows with why each is shown: every rank's in a small job
-    (those that stand out say so), in a big one those of the ranks that matter (watch/analysis/collectives.py): the
-    engine's choice when it made one (past 64 ranks; worked out every few seconds), else this snapshot's."""
-    stats = snapshot.collectives
-    table = snapshot.ranks.table
-    matter = dict(ranks_that_matter(table, snapshot.waiting_for, TOP_RANKS))
-    job = [(s, "") for s in stats if s.rank < 0]
-    if len(snapshot.ranks) <= ALL_RANKS_UP_TO:
-        return job + [(s, matter.get(s.rank, "")) for s in stats if s.rank >= 0]
-    present = {s.rank for s in stats if s.rank >= 0}
-    keep = present if len(present) <= TOP_RANKS else set(matter)
-    why = {n: matter.get(n) or why_shown(table, snapshot.waiting_for, n) for n in keep}
-    order = {n: i for i, n in enumerate(matter)}
-    mine = [(s, why[s.rank]) for s in stats if s.rank in keep]
-    return job + sorted(mine, key=lambda pair: (order.get(pair[0].rank, len(order)), _REASON_ORDER.get(pair[1], 0), pair[0].rank))
+    """The snapshot's rows with why each is shown, as the analysis chose and ordered them (the job's first, then
+    every rank's in a small job, those of the ranks that matter in a big one: watch/analysis/collectives.py
+    rows_shown); the rows it did not choose (why None) are left out."""
+    return [(s, s.why) for s in snapshot.collectives if s.why is not None]
 
 
 def title(snapshot: Snapshot, shown: list[tuple[CollectiveStat, str]]) -> str:
     """The pane's title: which ranks stand out and why (the why column is off a narrow screen); in a big job,
     which ranks have rows, and when no rank is flagged, that none is."""
     text = "Collectives · wait per call, launch to completion"
-    reasons = dict(sorted(((s.rank, why) for s, why in shown if s.rank >= 0 and why), key=lambda pair: _REASON_ORDER.get(pair[1], 0)))
+    reasons = dict(sorted(((s.rank, why) for s, why in shown if s.rank >= 0 and why), key=lambda pair: WHY_ORDER.get(pair[1], 0)))
     if len(snapshot.ranks) <= ALL_RANKS_UP_TO:  # every rank has rows: the title names those that stand out
         return text + "".join(f" · rank {rank} {why}" for rank, why in reasons.items())
     if not reasons:

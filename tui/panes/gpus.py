@@ -18,7 +18,8 @@ from ranktop.tui.panes.memory import gauge, sparkline
 from ranktop.tui.render import palette
 from ranktop.tui.render.lines import LazyLines
 from ranktop.watch import format as fmt
-from ranktop.watch.model.snapshot import GpuStat, RankRow, Snapshot
+from ranktop.watch.model.rank_row import GpuStat, RankRow
+from ranktop.watch.model.snapshot import Snapshot
 
 THROTTLE_STYLE = "bold red"
 BAR = 8

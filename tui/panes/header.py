@@ -2,13 +2,40 @@
 
 from __future__ import annotations
 
+import time
+from collections.abc import Sequence
+
 from rich.text import Text
 from textual.widgets import Static
 
 from ranktop.tui.render import palette
 from ranktop.watch import format as fmt
-from ranktop.watch.engine.lifecycle import ENDED, life_line
-from ranktop.watch.model.snapshot import STALLED, Snapshot
+from ranktop.watch import STALLED
+from ranktop.watch.model.life import ENDED
+from ranktop.watch.model.snapshot import Snapshot
+
+
+def ordinal(n: int) -> str:
+    """1st, 2nd, 3rd, 4th, 11th, 12th, 13th, 21st."""
+    suffix = "th" if 10 <= n % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(n % 10, "th")
+    return f"{n}{suffix}"
+
+
+def life_line(state: str, ended_at: float | None, restarts: int, restarted_at: float | None, not_back: Sequence[int]) -> str | None:
+    """The viewer's one line on the job's life: "ended at 12:09:55", "restarted at 12:04:31 (2nd restart);
+    rank 3 not back"; None while it simply runs."""
+    parts = []
+    if state == ENDED and ended_at is not None:
+        parts.append(f"ended at {_clock(ended_at)}")
+    if restarts and restarted_at is not None:
+        parts.append(f"restarted at {_clock(restarted_at)} ({ordinal(restarts)} restart)")
+    if not_back:
+        parts.append(f"{fmt.ranks_text(not_back)} not back")
+    return "; ".join(parts) or None
+
+
+def _clock(unix: float) -> str:
+    return time.strftime("%H:%M:%S", time.localtime(unix))
 
 
 def header_text(snapshot: Snapshot, *, title: str, paused: bool) -> Text:

@@ -18,7 +18,9 @@ from rich.text import Text
 from ranktop.tui.render import palette
 from ranktop.tui.render.lines import LazyLines
 from ranktop.watch import format as fmt
-from ranktop.watch.model.snapshot import SILENT, RankRow, Snapshot, Throughput
+from ranktop.watch import SILENT
+from ranktop.watch.model.rank_row import RankRow, Throughput
+from ranktop.watch.model.snapshot import Snapshot
 
 SPARKS = "▁▂▃▄▅▆▇█"
 BLOCK, SHADE, EMPTY = "█", "▓", "░"

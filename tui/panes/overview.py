@@ -21,7 +21,8 @@ from ranktop.tui.render.histogram import histogram_lines
 from ranktop.tui.render.rankmap_layout import LEGEND, NODES, Cell, nodes_of, ranks_of, stages_of
 from ranktop.watch import format as fmt
 from ranktop.watch.format import ranks_text
-from ranktop.watch.model.snapshot import SILENT, SLOW, STALLED, STATUSES, Snapshot
+from ranktop.watch import SILENT, SLOW, STALLED, STATUSES
+from ranktop.watch.model.snapshot import Snapshot
 
 #: Terminal heights below which the distribution gets one line of columns instead of three.
 SHORT = 30

@@ -16,7 +16,7 @@ from textual.message import Message
 from textual.scroll_view import ScrollView
 from textual.strip import Strip
 
-from ranktop.watch.model.snapshot import RankRow
+from ranktop.watch.model.rank_row import RankRow
 
 from ranktop.tui import bindings
 from ranktop.tui.render import palette

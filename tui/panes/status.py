@@ -11,7 +11,9 @@ from textual.widgets import Static
 from ranktop.tui.render import palette
 from ranktop.watch import format as fmt
 from ranktop.watch.format import ranks_text
-from ranktop.watch.model.snapshot import CONNECTED, LOST, SILENT, STALLED, WAITING, Endpoint, EndpointRows, Snapshot
+from ranktop.watch import CONNECTED, LOST, SILENT, STALLED, WAITING
+from ranktop.watch.model.endpoint import Endpoint, EndpointRows
+from ranktop.watch.model.snapshot import Snapshot
 from ranktop.wire import settings
 
 MAX_ERRORS_SHOWN = 3

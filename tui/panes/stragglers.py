@@ -30,7 +30,9 @@ from textual.widgets import DataTable
 
 from ranktop.tui.render import palette
 from ranktop.watch import format as fmt
-from ranktop.watch.model.snapshot import OK, SILENT, SLOW, STALLED, STATUSES, RankRow, Snapshot
+from ranktop.watch import OK, SILENT, SLOW, STALLED, STATUSES
+from ranktop.watch.model.rank_row import RankRow
+from ranktop.watch.model.snapshot import Snapshot
 
 #: (key, heading, width) of each column; widths are fixed so values never make the table jump.
 COLUMNS = (

@@ -14,7 +14,8 @@ from __future__ import annotations
 from rich.text import Text
 from textual.widgets import Static
 
-from ranktop.watch.model.snapshot import SILENT, SLOW, STALLED, Snapshot
+from ranktop.watch import SILENT, SLOW, STALLED
+from ranktop.watch.model.snapshot import Snapshot
 from ranktop.watch.model.verdict import (
     CHECKPOINT,
     EVAL,

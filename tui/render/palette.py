@@ -8,7 +8,7 @@ compute in green and magenta, the optimizer in yellow, unaccounted time in grey.
 
 from __future__ import annotations
 
-from ranktop.watch.model.snapshot import OK, SILENT, SLOW, STALLED
+from ranktop.watch import OK, SILENT, SLOW, STALLED
 
 #: Colours of the standard phases and of "other".
 PHASE_COLOURS = {

@@ -15,7 +15,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from ranktop.watch.model.rank_table import STATUS_CODE, RankRows
-from ranktop.watch.model.snapshot import OK, SILENT, SLOW, STALLED, RankRow
+from ranktop.watch import OK, SILENT, SLOW, STALLED
+from ranktop.watch.model.rank_row import RankRow
 
 CELL = "■"
 #: Cell glyphs of the flagged statuses and of ranks without data: the colour is never the only signal (NO_COLOR,

@@ -29,7 +29,8 @@ from ranktop.watch.capture import (
     table_lines,
 )
 from ranktop.watch.format import ranks_text
-from ranktop.watch.model.snapshot import Reply, Snapshot
+from ranktop.watch.model.answers import Answer
+from ranktop.watch.model.snapshot import Snapshot
 from ranktop.wire import capture as wire_capture
 
 REFRESH_S = 0.25
@@ -96,7 +97,7 @@ class CaptureScreen(LiveModal):
         request: CapturePlan,
         command_id: str,
         snapshot: Callable[[], Snapshot],
-        replies_to: Callable[[str], list[Reply]],
+        replies_to: Callable[[str], list[Answer]],
     ):
         super().__init__(REFRESH_S)
         self.request = request

@@ -27,7 +27,9 @@ from ranktop.tui.render import palette
 from ranktop.tui.render.rankmap_layout import nodes_of, severity, stages_of
 from ranktop.watch import format as fmt
 from ranktop.watch.format import ranks_text
-from ranktop.watch.model.snapshot import SILENT, SLOW, STALLED, RankRow, Snapshot, coords_text
+from ranktop.watch import SILENT, SLOW, STALLED
+from ranktop.watch.model.rank_row import RankRow, coords_text
+from ranktop.watch.model.snapshot import Snapshot
 from ranktop.watch.model.rank_row import PARTLY
 
 HISTORY = 120  # refreshes of a rank's step time kept while its detail is open

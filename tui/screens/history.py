@@ -20,7 +20,7 @@ from ranktop.tui import bindings
 from ranktop.tui.render import palette
 from ranktop.tui.screens.live_modal import LiveModal
 from ranktop.watch import format as units
-from ranktop.watch.analysis.history import NODE, STALL, Culprit, Episode, History, Sample
+from ranktop.watch import NODE, STALL, Culprit, Episode, History, Sample
 
 SPANS_S = (60, 120, 300, 600, 900)
 DEFAULT_SPAN_S = 300

@@ -21,7 +21,7 @@ from ranktop.tui import bindings
 from ranktop.tui.render import palette
 from ranktop.tui.screens.live_modal import LiveModal
 from ranktop.watch import format as units
-from ranktop.watch.analysis.slow_links import SLOW_FACTOR
+from ranktop.watch import SLOW_FACTOR
 from ranktop.watch.model.snapshot import Snapshot
 from ranktop.watch.model.verdict import BAD, SLOW_LINK, Verdict, brief
 

@@ -24,8 +24,8 @@ from ranktop.tui import bindings
 from ranktop.tui.render import palette
 from ranktop.tui.screens.live_modal import LiveModal
 from ranktop.watch.format import ranks_text
-from ranktop.watch.model.snapshot import STALLED, Reply
-from ranktop.watch.analysis.stacks import RankStacks, StackReport, build_report, representatives, thread_lines
+from ranktop.watch import STALLED, RankStacks, StackReport, build_report, representatives, thread_lines
+from ranktop.watch.model.answers import Answer
 
 #: How long the screen waits for every rank before naming the missing ones unresponsive.
 ANSWER_TIMEOUT_S = 10.0
@@ -130,7 +130,7 @@ class StacksScreen(LiveModal):
         self,
         command_id: str,
         expected: tuple[int, ...],
-        replies_to: Callable[[str], list[Reply]],
+        replies_to: Callable[[str], list[Answer]],
         *,
         timeout_s: float = ANSWER_TIMEOUT_S,
         ask_full: Callable[[list[int]], str] | None = None,

@@ -23,13 +23,13 @@ cannot separate latency from bandwidth.
 from __future__ import annotations
 
 import statistics
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
 from ranktop.watch.engine.collective_sums import GatheredCollectives
 from ranktop.watch.model.rank_table import STATUS_CODE, RankTable
-from ranktop.watch.model.snapshot import CollectiveStat
+from ranktop.watch.model.snapshot import ALL_RANKS_UP_TO, LEAST_WAIT, MOST_WAIT, WAITED_FOR, WHY_ORDER, CollectiveStat
 from ranktop.watch.statuses import OK, STATUSES
 
 MIN_DISTINCT_SIZES = 3
@@ -146,8 +146,6 @@ def collective_rows(gathered: GatheredCollectives) -> list[CollectiveStat]:
 # -- which ranks get rows of their own under the job's --------------------------------
 
 
-#: Why a rank has per-rank rows (the pane says it beside them): besides its status word when it is flagged.
-WAITED_FOR, MOST_WAIT, LEAST_WAIT = "waited for", "most wait", "least wait"
 #: Ranks of a big job whose own rows a snapshot carries, at most: the pane shows them all.
 RANKS_THAT_MATTER = 8
 
@@ -196,3 +194,31 @@ def why_shown(table: RankTable, waited_for: list[int], rank: int) -> str:
     if np.isnan(wait):
         return ""
     return MOST_WAIT if wait >= np.nanmedian(table.collective_s) else LEAST_WAIT
+
+
+def rows_shown(stats: list[CollectiveStat], table: RankTable, waited_for: list[int]) -> list[CollectiveStat]:
+    """The job's rows (rank -1) first, then the per-rank rows a screen shows, each with why it is shown: every
+    rank's in a small job (up to :data:`~ranktop.watch.model.snapshot.ALL_RANKS_UP_TO` ranks; those that stand out
+    say so), in a big one those of the ranks that matter, most telling first; then the other rows gathered (a job
+    of up to 64 ranks gathers every rank's: watch/aggregator.py), their why None: not shown. The rows of a bigger
+    job are gathered for the ranks that mattered when last worked out (every few seconds), so a rank no longer
+    among them keeps its rows and says why it is still worth them (:func:`why_shown`).
+
+    What the judge hands the screen in ``Snapshot.collectives``: the screen renders it as it is. Running it again
+    on its own output changes nothing. O(ranks) in numpy for the choice, O(rows) for the rest.
+    """
+    matter = dict(ranks_that_matter(table, waited_for, RANKS_THAT_MATTER))
+    job = [_why(s, "") for s in stats if s.rank < 0]
+    if len(table) <= ALL_RANKS_UP_TO:
+        return job + [_why(s, matter.get(s.rank, "")) for s in stats if s.rank >= 0]
+    present = {s.rank for s in stats if s.rank >= 0}
+    keep = present if len(present) <= RANKS_THAT_MATTER else set(matter)
+    why = {n: matter.get(n) or why_shown(table, waited_for, n) for n in keep}
+    order = {n: i for i, n in enumerate(matter)}
+    mine = [_why(s, why[s.rank]) for s in stats if s.rank in keep]
+    mine.sort(key=lambda s: (order.get(s.rank, len(order)), WHY_ORDER.get(s.why or "", 0), s.rank))
+    return job + mine + [_why(s, None) for s in stats if s.rank >= 0 and s.rank not in keep]
+
+
+def _why(stat: CollectiveStat, why: str | None) -> CollectiveStat:
+    return stat if stat.why == why else replace(stat, why=why)

@@ -26,7 +26,8 @@ from typing import Iterator
 import numpy as np
 
 from ranktop.watch.model.rank_table import STATUS_CODE
-from ranktop.watch.model.snapshot import SLOW, STALLED, Snapshot
+from ranktop.watch.model.snapshot import Snapshot
+from ranktop.watch.statuses import SLOW, STALLED
 
 #: Seconds between samples (of the aggregator's clock).
 SAMPLE_EVERY_S = 1.0

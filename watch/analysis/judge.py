@@ -23,13 +23,14 @@ from ranktop.watch.analysis import (arrivals, causes, class_growth, intermittent
 from ranktop.watch.analysis.peers import PeerClasses, Peers
 from ranktop.watch.analysis.silence import silent_ranks
 from ranktop.watch.analysis.stalls import StallPolicy, stall_report
-from ranktop.watch.analysis.collectives import RANKS_THAT_MATTER, collective_rows, ranks_that_matter
+from ranktop.watch.analysis.collectives import RANKS_THAT_MATTER, collective_rows, ranks_that_matter, rows_shown
 from ranktop.watch.engine.rank_store import JobView
-from ranktop.watch.engine.lifecycle import JobLife
+from ranktop.watch.model.life import JobLife
 from ranktop.watch.engine.link_book import NO_LINKS, LinkColumns
 from ranktop.watch.model.rank_table import STATUS_CODE, RankRows, RankTable, message_fields, phase_medians
 from ranktop.watch.analysis.resources import job_throughput, rank_throughput, row_fields
-from ranktop.watch.model.snapshot import CollectiveStat, EndpointRows, Snapshot
+from ranktop.watch.model.endpoint import EndpointRows
+from ranktop.watch.model.snapshot import CollectiveStat, Snapshot
 from ranktop.watch.statuses import OK, SILENT, SLOW, STALLED
 from ranktop.wire.names import COMM_PHASE, PAUSE_PHASES
 
@@ -243,9 +244,13 @@ def build(view: JobView, extras: Extras, policy: StallPolicy = StallPolicy(), pe
         requests=extras.requests,
         dropped_messages=extras.dropped,
         errors=extras.errors,
-        collectives=collective_rows(view.collectives.of([n for n, _ in ranks_that_matter(table, stalls.waiting_for, RANKS_THAT_MATTER)]))
-        if view.collectives is not None
-        else extras.collectives,
+        collectives=rows_shown(
+            collective_rows(view.collectives.of([n for n, _ in ranks_that_matter(table, stalls.waiting_for, RANKS_THAT_MATTER)]))
+            if view.collectives is not None
+            else extras.collectives,
+            table,
+            stalls.waiting_for,
+        ),
         waiting_for=stalls.waiting_for,
         diagnosis=stalls.diagnosis,
         slow_hosts=hosts_slow,

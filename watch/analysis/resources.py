@@ -1,17 +1,18 @@
 """Memory, GPU gauges and throughput of every rank, as the aggregator's snapshot carries them.
 
 A snapshot holds each rank's :class:`~ranktop.watch.engine.resource_samples.ResourceView` (immutable: the
-latest samples and the memory verdict, gathered by the job state), and a rank's row reads its ``memory``,
-``gpu`` and ``throughput`` from it only when the row is built (:func:`row_fields`). Pure Python: no sockets,
-no terminal.
+latest samples, gathered by the job state), and a rank's row reads its ``memory``, ``gpu`` and ``throughput``
+from it only when the row is built (:func:`row_fields`), its memory creep verdict worked out of its samples then
+(watch/analysis/memory_creep.py). Pure Python: no sockets, no terminal.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from ranktop.watch.analysis.memory_creep import assessed
 from ranktop.watch.engine.resource_samples import ResourceView
-from ranktop.watch.model.snapshot import GpuStat, MemoryStat, Throughput
+from ranktop.watch.model.rank_row import GpuStat, MemoryStat, Throughput
 from ranktop.wire.messages import RankInfo
 
 _GPU_FIELDS = (
@@ -30,11 +31,11 @@ def row_fields(view: ResourceView | None, meta: RankInfo | None, steps_per_s: fl
 
 
 def memory_stat(view: ResourceView | None) -> MemoryStat | None:
-    if view is None or view.memory is None or view.assessed is None:
+    if view is None or view.memory is None or view.samples is None:
         return None
     mem = view.memory
     cuda = mem.cuda or {}
-    tracked, verdict, spark = view.assessed
+    tracked, verdict, spark = assessed(view.samples)
     allocated, reserved = cuda.get("alloc"), cuda.get("resv")
     return MemoryStat(
         rss_bytes=_int(mem.rss),

@@ -41,6 +41,7 @@ from ranktop.watch.format import ranks_text
 from ranktop.watch.analysis.stacks import collective_text
 from ranktop.watch.engine.rank_store import JobView
 from ranktop.watch.engine.rank_scalars import HAS_SEQ, INSIDE, NO_STEP
+from ranktop.watch.model.stall import Position, StallReport
 from ranktop.wire.names import STANDARD_PHASES
 from ranktop.wire.names import PAUSE_PHASES
 from ranktop.wire.messages import State
@@ -59,38 +60,6 @@ class StallPolicy:
         if median_step_s is None:
             return self.factor * self.floor_s
         return max(self.factor * median_step_s, self.floor_s)
-
-
-@dataclass(frozen=True)
-class Position:
-    """Where one rank's training thread is, as its last state said, brought up to now."""
-
-    rank: int
-    silent: bool
-    step: int  # the step in progress, or the next one when between steps
-    last: int  # the last step finished (-1: none yet)
-    in_step: bool
-    phase: str | None
-    stuck_s: float  # seconds since it last finished a step (or since its step began)
-    median_step_s: float | None
-    collective: dict | None = None
-
-    @property
-    def inside_collective(self) -> bool:
-        return bool(self.collective and self.collective.get("inside"))
-
-
-@dataclass(frozen=True)
-class StallReport:
-    stalled: Mapping[int, Position]  # rank -> where it is stuck (StalledPositions: built when read)
-    waiting_for: list[int]  # the ranks the stalled ones wait for (empty if none stands out)
-    diagnosis: str | None  # one line for the user; None when nothing is stalled
-
-    def stalled_ranks(self) -> np.ndarray:
-        """The stalled ranks, ascending, as an array (without building their positions)."""
-        if isinstance(self.stalled, StalledPositions):
-            return self.stalled.ranks
-        return np.array(sorted(self.stalled), np.int64)
 
 
 def position(

@@ -268,10 +268,3 @@ NAN = float("nan")
 def _clamped(value: int) -> int:
     """A whole number from the wire as an int64 column holds it (beyond its range: its end)."""
     return min(max(int(value), _LOW), _HIGH)
-
-
-def host_ids(host: list[str]) -> np.ndarray:
-    """Each rank's host as a small whole number (0 for the first host named, 1 for the next, ...): what slow-host
-    counting bins by, for a snapshot made of rows (the engine keeps every rank's as a column: :meth:`RankScalars.note_host`)."""
-    ids: dict[str, int] = {}
-    return np.fromiter((ids.setdefault(h, len(ids)) for h in host), np.int64, len(host))

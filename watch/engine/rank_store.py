@@ -36,7 +36,8 @@ import numpy as np
 from ranktop.watch.engine.collective_sums import CollectiveSums, JobCollectives
 from ranktop.watch.engine.collective_sums import gather as gather_collectives
 from ranktop.watch.engine.endpoints import Endpoints, EndpointsView
-from ranktop.watch.engine.lifecycle import JobLife, LifeColumns
+from ranktop.watch.engine.lifecycle import LifeColumns
+from ranktop.watch.model.life import JobLife
 from ranktop.watch.engine.rank_scalars import WHERE, RankScalars
 from ranktop.watch.engine.resource_samples import Resources, ResourceTracker
 from ranktop.watch.engine.step_columns import MIN_STEPS_TO_SCORE, RECENT_STEPS, StepColumns

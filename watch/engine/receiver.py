@@ -38,9 +38,10 @@ from ranktop.wire.pacing import digest_hz
 from ranktop.transport import fd_limit, rendezvous
 
 
-class Aggregator(Protocol):
-    """What the receiver hands what it hears to (watch/aggregator.py's ``Aggregator``): the engine's receiver
-    never imports the aggregator, which builds snapshots with the analysis side."""
+class Inbox(Protocol):
+    """What the receiver hands what it hears to: relays found, connections made or lost, each poll's frames.
+    watch/aggregator.py's ``Aggregator`` is one; the engine's receiver never imports it (it builds snapshots with
+    the analysis side)."""
 
     @property
     def job(self) -> str | None: ...
@@ -153,7 +154,7 @@ def tunnelled_control(dialled: str, telemetry: str, control: str) -> str:
 class Receiver(threading.Thread):
     def __init__(
         self,
-        aggregator: Aggregator,
+        aggregator: Inbox,
         endpoints: Iterable[str] = (),
         discover: Callable[[], Iterable[rendezvous.NodeRecord]] | None = None,
         on_control: Callable[[str], None] | None = None,

@@ -14,12 +14,12 @@ from __future__ import annotations
 import collections
 import threading
 import time
-from dataclasses import dataclass
 from typing import Any, Callable, Iterable
 
 import zmq
 
 from ranktop.watch.engine import keys
+from ranktop.watch.model.answers import Answer, RequestStatus
 from ranktop.watch.errors import RanktopError
 from ranktop.wire import auth
 
@@ -27,62 +27,6 @@ from ranktop.wire import auth
 MAX_COMMANDS_KEPT = 8
 #: How many times a second a waiter may re-check a condition that needs a snapshot.
 CHECKS_PER_S = 10
-
-
-@dataclass(frozen=True)
-class Reply:
-    id: str
-    cmd: str
-    rank: int
-    ok: bool
-    result: dict[str, Any]
-    rtt_s: float | None  # seconds from sending the command, when this TUI sent it
-
-
-@dataclass(frozen=True)
-class RequestStatus:
-    """The tally of one command this viewer sent, over every rank's answer (exact at any job size; watch/engine/requests.py)."""
-
-    id: str
-    cmd: str
-    sent_s: float  # when it was sent, on the viewer's clock
-    answered: int
-    failed: int
-    answered_ranks: frozenset[int]
-    max_rtt_s: float | None
-    first_failure: tuple[int, str] | None = None  # (rank, reason) of the lowest failing rank
-
-    @classmethod
-    def count(cls, command_id: str, cmd: str, sent_s: float, replies: dict[int, Reply]) -> RequestStatus:
-        """The tally of one command's answers, by rank."""
-        rtts = [r.rtt_s for r in replies.values() if r.rtt_s is not None]
-        failures = [r for r in replies.values() if not r.ok]
-        first = min(failures, key=lambda r: r.rank) if failures else None
-        return cls(
-            command_id,
-            cmd,
-            sent_s,
-            len(replies),
-            len(failures),
-            frozenset(replies),
-            max(rtts) if rtts else None,
-            (first.rank, failure_reason(first.result)) if first is not None else None,
-        )
-
-    @classmethod
-    def of_replies(cls, command_id: str, replies: list[Reply]) -> RequestStatus | None:
-        """The tally counted from a list of replies (a snapshot built without a request book), None if none."""
-        mine = {r.rank: r for r in replies if r.id == command_id}
-        if not mine:
-            return None
-        return cls.count(command_id, next(iter(mine.values())).cmd, 0.0, mine)
-
-
-def failure_reason(result: Any) -> str:
-    """The first line of a failed answer's error, or "failed" when it gives none."""
-    error = result.get("error") if isinstance(result, dict) else None
-    lines = str(error).splitlines() if error is not None else []
-    return lines[0] if lines else "failed"
 
 
 class RequestError(RanktopError):
@@ -95,7 +39,7 @@ class _Sent:
     def __init__(self, cmd: str, at: float):
         self.cmd = cmd
         self.at = at
-        self.replies: dict[int, Reply] = {}
+        self.replies: dict[int, Answer] = {}
 
 
 class RequestBook:
@@ -115,11 +59,11 @@ class RequestBook:
             while len(self._sent) > self._keep:
                 self._sent.popitem(last=False)
 
-    def note_reply(self, command_id: str, cmd: str, rank: int, ok: bool, result: dict[str, Any]) -> Reply:
-        """Record one rank's answer; the :class:`Reply` (with its round trip when the command was ours)."""
+    def note_reply(self, command_id: str, cmd: str, rank: int, ok: bool, result: dict[str, Any]) -> Answer:
+        """Record one rank's answer; the :class:`~ranktop.watch.model.answers.Answer` (with its round trip when the command was ours)."""
         with self._changed:
             sent = self._sent.get(command_id)
-            reply = Reply(command_id, cmd, rank, ok, result, None if sent is None else self._clock() - sent.at)
+            reply = Answer(command_id, cmd, rank, ok, result, None if sent is None else self._clock() - sent.at)
             if sent is not None:
                 sent.replies[rank] = reply
                 self._generation += 1
@@ -132,7 +76,7 @@ class RequestBook:
             self._generation += 1
             self._changed.notify_all()
 
-    def replies_to(self, command_id: str) -> list[Reply]:
+    def replies_to(self, command_id: str) -> list[Answer]:
         """Every rank's answer to one of our last commands, by rank."""
         with self._changed:
             sent = self._sent.get(command_id)
@@ -143,7 +87,7 @@ class RequestBook:
         with self._changed:
             return [RequestStatus.count(cid, sent.cmd, sent.at - self._origin, sent.replies) for cid, sent in self._sent.items()]
 
-    def wait_replies(self, command_id: str, ranks: Iterable[int], timeout: float) -> list[Reply]:
+    def wait_replies(self, command_id: str, ranks: Iterable[int], timeout: float) -> list[Answer]:
         """Block until each of ``ranks`` answered ``command_id`` (or ``timeout`` passed); every answer so far."""
         expected = set(ranks)
         deadline = time.monotonic() + timeout
@@ -280,12 +224,12 @@ class Requests:
         only: list[int] | None = None,
         timeout: float,
         wait_s: float = 0.0,
-    ) -> tuple[str, list[Reply]]:
+    ) -> tuple[str, list[Answer]]:
         """Send ``cmd`` (to ``only`` those ranks, or all) and wait up to ``timeout`` for each of ``ranks`` to answer."""
         command_id = self.send(cmd, args, only, wait_s=wait_s)
         return command_id, self.book.wait_replies(command_id, ranks, timeout)
 
-    def replies_to(self, command_id: str) -> list[Reply]:
+    def replies_to(self, command_id: str) -> list[Answer]:
         return self.book.replies_to(command_id)
 
     def send_frames(self, frames: list[bytes], urls: list[str] | None = None) -> None:

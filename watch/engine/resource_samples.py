@@ -7,7 +7,7 @@ an immutable value). A snapshot gathers the columns of its ranks by one index ea
 (:class:`Resources`: nothing per rank in Python, however many ranks sent samples since
 the last), and a rank's :class:`ResourceView` (watch/analysis/resources.py makes a
 row's figures of it) is made when its row is read. So is its memory creep verdict, a
-regression over its samples (watch/engine/memory_history.py): at 16,384 GPU ranks each
+regression over its samples (watch/analysis/memory_creep.py): at 16,384 GPU ranks each
 stating every 2 s, a view and a verdict for every rank that stated since the last
 refresh took 14 ms of each snapshot and more than the rest of it at every assessment.
 """
@@ -15,12 +15,11 @@ refresh took 14 ms of each snapshot and more than the rest of it at every assess
 from __future__ import annotations
 
 import collections
-import functools
 from typing import Any
 
 import numpy as np
 
-from ranktop.watch.engine.memory_history import MemoryHistory, Sample, assess
+from ranktop.watch.engine.memory_history import MemoryHistory, Sample
 from ranktop.wire.messages import Memory, State
 
 #: GPU busy (kernel-active) samples kept per rank for the GPU sparkline.
@@ -28,32 +27,17 @@ GPU_HISTORY = 60
 
 
 class ResourceView:
-    """One rank's resources as a snapshot holds them: nothing in it changes after (its creep verdict is worked out
-    from its own copy of the samples, the first time it is read)."""
+    """One rank's resources as a snapshot holds them: nothing in it changes after (its memory samples are its own
+    copy, which the analysis reads its creep verdict from: watch/analysis/memory_creep.py)."""
 
-    __slots__ = ("memory", "gpu", "gpu_history", "_samples", "_assessed")
+    __slots__ = ("memory", "gpu", "gpu_history", "samples")
 
     def __init__(self, memory: Memory | None, samples: tuple[Sample, ...] | None, gpu: dict[str, Any] | None,
                  gpu_history: tuple[float, ...]) -> None:  # fmt: skip
         self.memory = memory  # the latest ``mem`` of its state
         self.gpu = gpu  # the latest ``gpu`` of its state
         self.gpu_history = gpu_history  # recent SM utilisation, oldest first
-        self._samples = samples
-        self._assessed: tuple[Any, ...] | None = None
-
-    @property
-    def assessed(self) -> tuple[Any, ...] | None:
-        """(tracked series, creep verdict, sparkline MB) of memory_history.assess; None: no memory sample."""
-        if self._assessed is None and self._samples is not None:
-            self._assessed = _assessed(self._samples)
-        return self._assessed
-
-
-@functools.lru_cache(maxsize=1024)
-def _assessed(samples: tuple[Sample, ...]) -> tuple[str, Any, list[float]]:
-    """memory_history.assess, once per rank and samples however many snapshots read its row (the screen's rows at
-    2 Hz, a rank's samples new every 2 s at the most)."""
-    return assess(samples)
+        self.samples = samples  # its memory history's samples (None: none yet)
 
 
 class Resources:

@@ -32,7 +32,7 @@ class RankRow:
     stalled_phase: str | None = None  # when stalled: the phase it is in (None: between phases or steps)
     stalled_step: int | None = None  # when stalled: the step it is in (or the next one, between steps)
     collective: dict | None = None  # the last collective it entered, as its probe reports it (op, seq, b, inside, ...)
-    memory: MemoryStat | None = None  # RSS, CUDA allocator, history and creep (watch/engine/memory_history.py); None before any
+    memory: MemoryStat | None = None  # RSS, CUDA allocator, history and creep (watch/analysis/memory_creep.py); None before any
     throughput: Throughput | None = None  # samples/s, tokens/s, TFLOP/s, MFU, when the probe knows its work per step
     gpu: GpuStat | None = None  # NVML gauges of its GPU, or why there are none (probe/gpu_sampler.py)
     capture: CaptureStatus | None = None  # its latest trace or memory capture (wire/capture.py), running or finished
@@ -141,7 +141,8 @@ class CaptureStatus:
 
 @dataclass(frozen=True)
 class MemoryStat:
-    """One rank's memory as its probe last reported it, with its recent history (watch/engine/memory_history.py)."""
+    """One rank's memory as its probe last reported it, with its recent history (kept by
+    watch/engine/memory_history.py, its creep judged by watch/analysis/memory_creep.py)."""
 
     rss_bytes: int | None  # process resident set size
     cuda_device: int | None = None  # the CUDA device index (None: the rank uses no CUDA)

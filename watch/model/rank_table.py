@@ -26,7 +26,6 @@ import numpy as np
 from ranktop.wire import capture as wire_capture
 from ranktop.wire.messages import CaptureSummary, RankInfo, State
 
-from ranktop.watch.engine.rank_scalars import host_ids
 from ranktop.watch.model.rank_row import CaptureStatus, RankRow, build_rank_row
 from ranktop.watch.statuses import STATUSES
 
@@ -71,7 +70,7 @@ class RankTable:
     last_seen_s: np.ndarray
     collective_s: np.ndarray  # NaN: no collective seen
     last_step_end: np.ndarray  # NaN: no step yet
-    stalled: dict  # rank -> stalls.Position of the stalled ranks
+    stalled: dict  # rank -> Position (watch/model/stall.py) of the stalled ranks
     captures: dict[str, list[int]]  # captures not yet done or failed: id -> the ranks still at them
     dropped: np.ndarray  # int64: records its probe could not send
     rate_hz: np.ndarray  # telemetry messages a second it sends at (NaN: not said)
@@ -276,3 +275,11 @@ def _none(value: float) -> float | None:
 
 def _nan(value: float | None) -> float:
     return np.nan if value is None else value
+
+
+def host_ids(host: list[str]) -> np.ndarray:
+    """Each rank's host as a small whole number (0 for the first host named, 1 for the next, ...): what slow-host
+    counting bins by, for a snapshot made of rows (the engine keeps every rank's as a column:
+    watch/engine/rank_scalars.py ``RankScalars.note_host``)."""
+    ids: dict[str, int] = {}
+    return np.fromiter((ids.setdefault(h, len(ids)) for h in host), np.int64, len(host))

@@ -13,31 +13,11 @@ from typing import Protocol, runtime_checkable
 
 import numpy as np
 
-from ranktop.watch.model.rank_row import (  # noqa: F401  (read as snapshot.RankRow, ... everywhere)
-    CaptureStatus,
-    Cause,
-    GpuStat,
-    MemoryStat,
-    RankRow,
-    Throughput,
-    build_rank_row,
-    coords_text,
-)
-from ranktop.watch.engine.endpoints import Endpoint, EndpointRows  # noqa: F401  (read as snapshot.Endpoint, ...)
-from ranktop.watch.engine.requests import Reply, RequestStatus, failure_reason  # noqa: F401  (read as snapshot.Reply, ...)
+from ranktop.watch.model.answers import Answer, RequestStatus
+from ranktop.watch.model.endpoint import EndpointRows
+from ranktop.watch.model.rank_row import Cause, RankRow, Throughput, coords_text
 from ranktop.watch.model.rank_table import RankRows, median_of, phase_medians
-
-from ranktop.watch.statuses import (  # noqa: F401  (read as snapshot.SILENT, ... everywhere)
-    CONNECTED,
-    ENDPOINT_STATES,
-    LOST,
-    OK,
-    SILENT,
-    SLOW,
-    STALLED,
-    STATUSES,
-    WAITING,
-)
+from ranktop.watch.statuses import SILENT, STATUSES
 
 
 #: Checkpoints or evaluations the job spends this share of its time in are the verdict's (watch/analysis/pauses.py).
@@ -81,6 +61,15 @@ class JobSlower:
     )  # why: the ranks' evidence against its own past (watch/analysis/causes.py JobEvidence)
 
 
+#: Why a rank has collective rows of its own (:attr:`CollectiveStat.why`), besides its status word when it is flagged.
+WAITED_FOR, MOST_WAIT, LEAST_WAIT = "waited for", "most wait", "least wait"
+#: The reasons, most telling first (as watch/analysis/collectives.py chooses the ranks that matter).
+WHY_ORDER = {reason: i for i, reason in enumerate((WAITED_FOR, *STATUSES, MOST_WAIT, LEAST_WAIT, ""))}
+#: A job of this many ranks or fewer has every rank's collective rows; a bigger one, those of the ranks that matter
+#: only (64 near-identical rows hide the answer).
+ALL_RANKS_UP_TO = 16
+
+
 @dataclass(frozen=True)
 class CollectiveStat:
     """One op on one rank (rank -1: the whole job), over the calls in the window."""
@@ -101,6 +90,10 @@ class CollectiveStat:
     beta_bps: float | None = None
     fit_dev: float | None = None  # how far the latest calls sit from the fit: (observed - fit) / fit
     wait_is: str | None = None  # what the wait holds, where it is not the collective's alone (DDP's finalize)
+    # why this rank's rows are shown (WHY_ORDER: waited for, its status when flagged, most or least wait; "" for the
+    # job's rows and a small job's unremarkable ranks; None: not shown, a rank of a big job that does not matter):
+    # the analysis' choice, which the screen shows as it is
+    why: str | None = ""
 
 
 @dataclass(frozen=True)
@@ -113,12 +106,14 @@ class Snapshot:
     phase_names: list[str]  # column order: standard phases, user phases, then "other"
     ranks: RankRows  # sorted by rank; a list of rows given is made RankRows (watch/model/rank_table.py)
     stragglers: list[int]  # rank numbers, most suspicious first; only ranks with data
-    endpoints: EndpointRows = field(default_factory=EndpointRows)  # a list of Endpoint given is made EndpointRows
-    replies: list[Reply] = field(default_factory=list)  # the latest answers heard, to anyone's command, most recent last
+    endpoints: EndpointRows = field(default_factory=EndpointRows)  # a list of Endpoint (watch/model/endpoint.py) given is made EndpointRows
+    replies: list[Answer] = field(default_factory=list)  # the latest answers heard, to anyone's command, most recent last
     requests: list[RequestStatus] = field(default_factory=list)  # our own recent commands, every answer counted
     dropped_messages: int = 0  # malformed or foreign frames this TUI threw away
     errors: list[str] = field(default_factory=list)  # one-line problems to show the user
-    collectives: list[CollectiveStat] = field(default_factory=list)  # job-wide rows (rank -1) first
+    # job-wide rows (rank -1) first, then the ranks' shown (a small job's all, a big one's those that matter, most
+    # telling first), then any others gathered, each with its why (watch/analysis/collectives.py rows_shown)
+    collectives: list[CollectiveStat] = field(default_factory=list)
     waiting_for: list[int] = field(default_factory=list)  # ranks the stalled ones wait for (see watch/analysis/stalls.py)
     diagnosis: str | None = None  # one line on a hang: who is stalled where, waiting for whom
     slow_hosts: list[str] = field(default_factory=list)  # hosts all of whose ranks are slow: the node, not a rank

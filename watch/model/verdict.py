@@ -54,7 +54,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from ranktop.watch.model.rank_row import BECAUSE, UNKNOWN_CAUSE, named_cause
-from ranktop.watch.model.snapshot import Cause, JobSlower, Pause, RankRow, Snapshot
+from ranktop.watch.model.rank_row import Cause, RankRow
+from ranktop.watch.model.snapshot import JobSlower, Pause, Snapshot
 from ranktop.watch.statuses import SILENT, SLOW, STALLED
 from ranktop.watch import format as fmt
 from ranktop.watch.format import ago as _ago

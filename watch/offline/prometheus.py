@@ -19,9 +19,10 @@ import re
 from typing import Iterator
 
 from ranktop.watch.model import verdict
-from ranktop.watch.engine.lifecycle import ENDED, RUNNING
+from ranktop.watch.model.life import ENDED, RUNNING
 from ranktop.watch.optional import require
-from ranktop.watch.model.snapshot import STATUSES, Snapshot, SnapshotSource
+from ranktop.watch.model.snapshot import Snapshot, SnapshotSource
+from ranktop.watch.statuses import STATUSES
 
 RANK_LABELS = ("job", "rank", "local_rank", "host")
 #: A layout role usable as a label name (they all are: pp, tp, dp_shard, ...; anything else is left out).

@@ -22,7 +22,8 @@ from typing import Callable
 from ranktop.watch.aggregator import DEFAULT_SILENT_AFTER_S, DEFAULT_WINDOW, Aggregator
 from ranktop.watch.analysis.history import DEFAULT_SAMPLES, SAMPLE_EVERY_S, History
 from ranktop.watch.offline.recording import Recording
-from ranktop.watch.model.snapshot import Reply, Snapshot
+from ranktop.watch.model.answers import Answer
+from ranktop.watch.model.snapshot import Snapshot
 from ranktop.watch.analysis.stalls import DEFAULT_STALL_FACTOR, DEFAULT_STALL_FLOOR_S
 
 #: A seek back replays this much of the recording before the target, so the windows are full again.
@@ -121,7 +122,7 @@ class Replay:
         self.history.note(snap, self._player.t)
         return snap
 
-    def replies_to(self, command_id: str) -> list[Reply]:
+    def replies_to(self, command_id: str) -> list[Answer]:
         return self._player.aggregator.replies_to(command_id)
 
     # -- controls -----------------------------------------------------------------------------

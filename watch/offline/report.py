@@ -23,7 +23,8 @@ from ranktop.watch.format import ranks_text
 from ranktop.watch.analysis.history import NODE, STALL, STRAGGLER, History
 from ranktop.watch.offline.recording import Recording
 from ranktop.watch.offline.replay import Player, clock_text
-from ranktop.watch.model.snapshot import SLOW, Snapshot
+from ranktop.watch.model.snapshot import Snapshot
+from ranktop.watch.statuses import SLOW
 
 #: The report samples the run this often (seconds), more sparsely for long runs (at most MAX_SAMPLES: a
 #: snapshot of 64 ranks costs about 80 ms here, so 900 samples are about a minute and a quarter).
