@@ -96,7 +96,7 @@ class FlightRecorder:
 
     def __init__(
         self,
-        path: str | os.PathLike,
+        path: str | os.PathLike[str],
         *,
         job: str | None = None,
         max_bytes: int = DEFAULT_MAX_BYTES,
@@ -249,7 +249,7 @@ def segment_path(path: Path, index: int) -> Path:
     return path if index == 0 else path.with_name(f"{path.name}.{index}")
 
 
-def segments_of(path: str | os.PathLike) -> list[Path]:
+def segments_of(path: str | os.PathLike[str]) -> list[Path]:
     """A recording's files, oldest first: ``FILE.N`` ... ``FILE.1``, ``FILE``."""
     path = Path(path)
     older = []
@@ -287,7 +287,7 @@ class Recording:
         return self.end - self.start
 
 
-def read(path: str | os.PathLike) -> Recording:
+def read(path: str | os.PathLike[str]) -> Recording:
     """Every readable entry of a recording and its older segments; RecordingError if there is none."""
     path = Path(path)
     files = segments_of(path)
