@@ -20,7 +20,10 @@ from pathlib import Path
 STRICT = [
     "ranktop.wire",
     "ranktop.relay",
+    "ranktop.probe",
     "ranktop.probe.sender",
+    "ranktop.probe.recorder",
+    "ranktop.probe.runtime",
     "ranktop.probe.collective_summary",
     "ranktop.probe.collective_tracker",
     "ranktop.probe.commands",
@@ -29,7 +32,6 @@ STRICT = [
     "ranktop.probe.resources",
     "ranktop.probe.collectives",
     "ranktop.probe.process_groups",
-    "ranktop.demo.simulate",
     "ranktop.watch.aggregator",
     "ranktop.watch.engine.job_state",
     "ranktop.watch.engine.step_window",
@@ -49,7 +51,6 @@ STRICT = [
     "ranktop.watch.engine.link_book",
     "ranktop.transport",
     "ranktop.demo",
-    "ranktop.demo.model",
     "ranktop.watch.errors",
     "ranktop.watch.format",
     "ranktop.watch.offline",
@@ -60,9 +61,9 @@ STRICT = [
     "ranktop.cli.__main__",
 ]
 #: The names of STRICT that are packages.
-PACKAGES = ("ranktop.wire", "ranktop.relay", "ranktop.transport")
+PACKAGES = ("ranktop.wire", "ranktop.relay", "ranktop.transport", "ranktop.demo")
 #: The share of the package's lines STRICT covers, rounded down (a percentage): it may grow, never shrink.
-COVERED_AT_LEAST = 34
+COVERED_AT_LEAST = 41
 
 ROOT = Path(__file__).resolve().parents[1]
 
