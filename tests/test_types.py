@@ -21,30 +21,6 @@ STRICT = [
     "ranktop.wire",
     "ranktop.relay",
     "ranktop.probe",
-    "ranktop.probe.sender",
-    "ranktop.probe.recorder",
-    "ranktop.probe.runtime",
-    "ranktop.probe.evidence",
-    "ranktop.probe.memory_dump",
-    "ranktop.probe.flops",
-    "ranktop.probe.capture",
-    "ranktop.probe.dynamo_guard",
-    "ranktop.probe.stream_waits",
-    "ranktop.probe.trace_summary",
-    "ranktop.probe.stacks",
-    "ranktop.probe.autostart",
-    "ranktop.probe.gpu_timing",
-    "ranktop.probe.device_waits",
-    "ranktop.probe.ddp_waits",
-    "ranktop.probe.dist_wrappers",
-    "ranktop.probe.collective_summary",
-    "ranktop.probe.collective_tracker",
-    "ranktop.probe.commands",
-    "ranktop.probe.memory",
-    "ranktop.probe.gpu_sampler",
-    "ranktop.probe.resources",
-    "ranktop.probe.collectives",
-    "ranktop.probe.process_groups",
     "ranktop.watch.aggregator",
     "ranktop.watch.engine.job_state",
     "ranktop.watch.engine.step_window",
@@ -74,9 +50,9 @@ STRICT = [
     "ranktop.cli.__main__",
 ]
 #: The names of STRICT that are packages.
-PACKAGES = ("ranktop.wire", "ranktop.relay", "ranktop.transport", "ranktop.demo")
+PACKAGES = ("ranktop.wire", "ranktop.relay", "ranktop.probe", "ranktop.transport", "ranktop.demo")
 #: The share of the package's lines STRICT covers, rounded down (a percentage): it may grow, never shrink.
-COVERED_AT_LEAST = 41
+COVERED_AT_LEAST = 55
 
 ROOT = Path(__file__).resolve().parents[1]
 
