@@ -40,11 +40,20 @@ STRICT = [
     "ranktop.watch.engine.link_book",
     "ranktop.transport",
     "ranktop.demo",
+    "ranktop.watch.capture",
     "ranktop.watch.errors",
     "ranktop.watch.format",
+    "ranktop.watch.heap",
+    "ranktop.watch.job_folders",
     "ranktop.watch.offline",
+    "ranktop.watch.offline.recording",
+    "ranktop.watch.offline.replay",
+    "ranktop.watch.offline.report",
+    "ranktop.watch.offline.report_html",
+    "ranktop.watch.offline.prometheus",
     "ranktop.watch.optional",
     "ranktop.watch.refresher",
+    "ranktop.watch.slurm",
     "ranktop.watch.statuses",
     "ranktop.cli",
     "ranktop.cli.__main__",
@@ -52,7 +61,7 @@ STRICT = [
 #: The names of STRICT that are packages.
 PACKAGES = ("ranktop.wire", "ranktop.relay", "ranktop.probe", "ranktop.transport", "ranktop.demo")
 #: The share of the package's lines STRICT covers, rounded down (a percentage): it may grow, never shrink.
-COVERED_AT_LEAST = 55
+COVERED_AT_LEAST = 61
 
 ROOT = Path(__file__).resolve().parents[1]
 
