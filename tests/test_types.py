@@ -57,11 +57,25 @@ STRICT = [
     "ranktop.watch.statuses",
     "ranktop.cli",
     "ranktop.cli.__main__",
+    "ranktop.cli.attach",
+    "ranktop.cli.capture",
+    "ranktop.cli.demo",
+    "ranktop.cli.errors",
+    "ranktop.cli.export",
+    "ranktop.cli.jobs",
+    "ranktop.cli.launch",
+    "ranktop.cli.main",
+    "ranktop.cli.options",
+    "ranktop.cli.ping",
+    "ranktop.cli.record",
+    "ranktop.cli.replay",
+    "ranktop.cli.report",
+    "ranktop.cli.stacks",
 ]
 #: The names of STRICT that are packages.
 PACKAGES = ("ranktop.wire", "ranktop.relay", "ranktop.probe", "ranktop.transport", "ranktop.demo")
 #: The share of the package's lines STRICT covers, rounded down (a percentage): it may grow, never shrink.
-COVERED_AT_LEAST = 61
+COVERED_AT_LEAST = 67
 
 ROOT = Path(__file__).resolve().parents[1]
 
