@@ -107,7 +107,7 @@ def cmd_record(args: argparse.Namespace) -> int:
                 time.sleep(min(0.25, max(0.0, deadline - time.monotonic())))
                 if recorder.stats.error:
                     raise RecordError(recorder.stats.error)
-                if session.aggregator.lifecycle.ended(session.aggregator.world_size):
+                if session.aggregator.ended():
                     say(f"job {target.job or args.job} ended: every rank exited cleanly")
                     break
                 if time.monotonic() >= next_line:

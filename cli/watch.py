@@ -106,7 +106,7 @@ def watch_json(session: WatchSession, duration: float) -> int:
         deadline = time.monotonic() + duration
         while time.monotonic() < deadline:  # a fixed listening time, with a notice for each endpoint that stays silent
             time.sleep(min(0.25, max(0.0, deadline - time.monotonic())))
-            if session.aggregator.lifecycle.ended(session.aggregator.world_size):
+            if session.aggregator.ended():
                 break  # every rank ended: nothing more will come
             for e in session.snapshot().endpoints:
                 if e.state == WAITING and e.quiet_s >= WAITING_NOTICE_S and e.url not in told and not session.receiver.handshakes.problem:

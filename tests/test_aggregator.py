@@ -217,7 +217,7 @@ def test_a_quiet_endpoint_is_lost_with_the_ranks_heard_through_it_and_a_replacem
 
 
 def test_a_rank_heard_through_another_relay_moves_to_its_row_at_the_next_snapshot():
-    """The ranks by relay are kept from one snapshot to the next while no rank moves (JobState.ranks_by_endpoint)."""
+    """The ranks by relay are kept from one snapshot to the next while no rank moves (RankStore._ranks_by_endpoint)."""
     agg = Aggregator("j")
     agg.add_endpoint("tcp://a:1", "a")
     agg.add_endpoint("tcp://b:1", "b")
@@ -269,7 +269,7 @@ def test_a_table_of_hosts_full_of_made_up_names_starts_again_from_the_ranks_hell
             agg.ingest(steps(r, [{"n": n, "t": 100.0 + n, "w": 0.05, "p": {"forward": 0.01 + slow, "backward": 0.03 - slow}}]))
     snap = agg.snapshot()
     assert [r.host for r in snap.ranks] == ["a", "a", "b", "made-up-9"]
-    assert len(agg.state.scalars.hosts) <= 4
+    assert len(agg.store.scalars.hosts) <= 4
     assert snap.slow_hosts == ["b"]  # the ids still tell the hosts apart
 
 

@@ -76,7 +76,7 @@ def test_ranktop_capture_gives_every_rank_of_a_4_rank_job_a_trace_from_the_same_
 
         # Training went on through it: every step of every rank arrived, none dropped.
         wait_for(lambda: min(r.step for r in session.snapshot().ranks) > start + 20, 60, "training stopped after the capture")
-        for rank in session.aggregator.state.ranks.values():  # the raw step records this session received
+        for rank in map(session.aggregator.store.record, session.aggregator.store.ranks()):  # the raw step records received
             numbers = [n for n, *_ in rank.steps]
             assert numbers == list(range(numbers[0], numbers[-1] + 1)) and numbers[0] < start
         assert all(r.dropped == 0 for r in session.snapshot().ranks)

@@ -70,12 +70,12 @@ def test_every_rank_saying_it_ended_cleanly_ends_the_job_and_keeps_its_rows():
     run(agg, clock, 2, 0, 10)
     agg.ingest(bye(0))
     assert agg.snapshot().state == RUNNING  # one rank left: the job still runs
-    assert not agg.lifecycle.ended(agg.world_size)
+    assert not agg.ended()
     before = time.time()
     agg.ingest(bye(1))
     snap = agg.snapshot()
     assert snap.state == ENDED and before <= snap.ended_at <= time.time()
-    assert agg.lifecycle.ended(agg.world_size)
+    assert agg.ended()
     assert [r.rank for r in snap.ranks] == [0, 1] and all(r.step == 9 for r in snap.ranks)
     assert document(snap)["state"] == "ended"
     assert life_line(snap.state, snap.ended_at, snap.restarts, snap.restarted_at, snap.not_back).startswith("ended at ")

@@ -194,14 +194,14 @@ def test_a_rank_heard_step_by_step_is_left_out_of_its_nodes_columns_and_the_othe
                 agg.ingest(msg)  # rank 1 is heard step by step too
             digest.add(msg)
     agg.ingest(decoded(digest.body(0.0, 1.0)))
-    by_rank = {w.rank: w for w in agg.state.windows()}
+    by_rank = {r: agg.store.record(r) for r in agg.store.ranks()}
     assert [by_rank[r].steps_seen for r in range(3)] == [4, 4, 4] and [by_rank[r].last_step for r in range(3)] == [4, 4, 4]
     assert [len(by_rank[r].steps) for r in range(3)] == [1, 4, 1]  # one interval each, rank 1's own four steps
     assert by_rank[2].steps[0][2] == pytest.approx(0.12) and by_rank[2].last_step_end == pytest.approx(100.0 + 4 * 0.12 + 0.12)
 
 
 def test_a_go_of_digests_where_a_rank_moved_nodes_counts_its_steps_as_one_by_one():
-    """The receiver hands over a poll's digests in one go, written together (watch/engine/job_state.py: settle). A rank
+    """The receiver hands over a poll's digests in one go, written together (watch/engine/rank_store.py: settle). A rank
     in two nodes' digests of one go (it moved between them) must not be written twice in one numpy go: its
     steps count as they would one digest at a time."""
     first, second = NodeDigest("j", "node0"), NodeDigest("j", "node1")

@@ -123,7 +123,7 @@ def _close(got, want) -> bool:
 
 def test_digests_taken_in_goes_make_the_same_snapshot_as_one_by_one(tmp_path):
     """The receiver hands the aggregator what one poll took in one go (Aggregator.ingest_batch): the node
-    digests' steps of the go are written together (JobState.settle). That is the same job as ingesting them one
+    digests' steps of the go are written together (RankStore.settle). That is the same job as ingesting them one
     message at a time, to the last step count and median; a go may hold two digests of one node."""
     sim = Simulator(Scenario(job="big", ranks=256, nodes=32, slow_rank=191, slow_phase="forward"), str(tmp_path))
     clock = [1.0e9]

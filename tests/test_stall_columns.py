@@ -238,7 +238,7 @@ def view_of(agg: Aggregator):
     now = agg.now()
     with agg._lock:
         relays = agg._endpoints.view(now)
-        return agg.state.view(now, now, relays, agg._endpoints, True)
+        return agg.store.gather(now, now, relays, agg._endpoints, True)
 
 
 def positions_of(view, now, silent):

@@ -23,7 +23,7 @@ STRICT = [
     "ranktop.relay",
     "ranktop.probe",
     "ranktop.watch.aggregator",
-    "ranktop.watch.engine.job_state",
+    "ranktop.watch.engine.rank_store",
     "ranktop.watch.engine.step_window",
     "ranktop.watch.engine.step_columns",
     "ranktop.watch.engine.rank_scalars",

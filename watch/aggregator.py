@@ -2,14 +2,14 @@
 
 The receiver thread hands each message's frames to :meth:`Aggregator.ingest_frames`,
 which decodes them in one call (wire/schema.py) and routes them: telemetry to
-the job state (watch/engine/job_state.py, the ranks' windows), answers to our
+the rank store (watch/engine/rank_store.py, every rank's row), answers to our
 commands to the request book (watch/engine/requests.py), relays' news to the
 endpoints (watch/engine/endpoints.py). The UI (or ``--json``) takes a
-:class:`~ranktop.watch.model.snapshot.Snapshot` at its own pace: the job state
-gathers a view under the lock (arrays and immutable messages, the medians of
-the ranks with new steps worked out in a few vectorised sorts), and a pure
-function builds the snapshot from it with the lock released
-(watch/analysis/judge.py), so the receiver never waits for a frame.
+:class:`~ranktop.watch.model.snapshot.Snapshot` at its own pace, one way through:
+take (the messages, under the lock) -> gather (``store.gather()``: everything the
+snapshot reads, the collective sums included, copied in one hold of the lock) ->
+judge (watch/analysis/judge.py, a pure function of the copies, with the lock
+released) -> the Snapshot. The receiver never waits for a frame.
 """
 
 from __future__ import annotations
@@ -22,16 +22,14 @@ from typing import Callable, Union
 from ranktop.watch.analysis import stalls
 from ranktop.watch.analysis.arrivals import ArrivalBook
 from ranktop.watch.analysis.causes import JobEvidence
+from ranktop.watch.analysis.intermittent import MarginBook
 from ranktop.watch.analysis.job_pace import JobPace
 from ranktop.watch.analysis.pauses import PauseBook
-from ranktop.watch.analysis.collectives import collective_rows
 from ranktop.watch.analysis.judge import Extras, build
 from ranktop.watch.analysis.peers import PeerClasses
 from ranktop.watch.analysis.stragglers import ExcessHistory
-from ranktop.watch.engine.collective_sums import gather as gather_collectives
 from ranktop.watch.engine.endpoints import Endpoints
-from ranktop.watch.engine.job_state import JobState
-from ranktop.watch.engine.lifecycle import Lifecycle
+from ranktop.watch.engine.rank_store import RankStore
 from ranktop.watch.engine.link_book import LinkBook
 from ranktop.watch.engine.requests import Reply, RequestBook
 from ranktop.watch.model.snapshot import CollectiveStat, Snapshot
@@ -85,13 +83,14 @@ class Aggregator:
         self.requests = requests if requests is not None else RequestBook(clock)  # our commands and every answer
         self._started = clock()
         self._lock = threading.Lock()
-        self.state = JobState(window, silent_after_s, self.requests.poke)  # the ranks' windows
+        self.store = RankStore(window, silent_after_s, self.requests.poke)  # every rank's row (watch/engine/rank_store.py)
         self._peers = PeerClasses()  # who is compared with whom, kept while the layout and the ranks stay (watch/analysis/peers.py)
         self._history = ExcessHistory()  # each rank's excess when last seen healthy (watch/analysis/stragglers.py)
         self._arrivals = ArrivalBook()  # who arrives last, its grid of steps kept (watch/analysis/arrivals.py)
         self._pauses = PauseBook()  # checkpoints' and evaluations' shares of the job's time (watch/analysis/pauses.py)
         self._pace = JobPace()  # the job's own baseline step (watch/analysis/job_pace.py)
         self._job_evidence = JobEvidence()  # ... and its evidence, for why it is slower (watch/analysis/causes.py)
+        self._margins = MarginBook()  # what the job paid each rank at its collectives (watch/analysis/intermittent.py)
         self._endpoints = Endpoints()  # the relays it hears the job through (watch/engine/endpoints.py)
         self._links = LinkBook()  # the links between nodes the relays measured (watch/engine/link_book.py)
         self._replies: collections.deque[Reply] = collections.deque(maxlen=MAX_REPLIES)
@@ -106,17 +105,17 @@ class Aggregator:
     @property
     def world_size(self) -> int | None:
         """The job's size as its hellos said it (cheap: no snapshot)."""
-        return self.state.world
+        return self.store.world
 
     @property
     def ranks_heard(self) -> int:
         """How many ranks have been heard from (cheap: no snapshot)."""
-        return len(self.state.ranks)
+        return len(self.store)
 
-    @property
-    def lifecycle(self) -> Lifecycle:
-        """Restarts and the job's end (watch/engine/lifecycle.py)."""
-        return self.state.lifecycle
+    def ended(self) -> bool:
+        """Every rank of the job said it ended cleanly (watch/engine/lifecycle.py; cheap: no snapshot)."""
+        with self._lock:
+            return self.store.ended()
 
     @property
     def job(self) -> str | None:
@@ -153,9 +152,7 @@ class Aggregator:
         """A node's relay came back elsewhere (a new port): its old endpoint goes, its ranks follow the new one."""
         with self._lock:
             self._endpoints.replace(old, new, host, self._clock())
-            for w in self.state.ranks.values():  # cut off until they are heard through it: silent, not stalled
-                if w.endpoint == old:
-                    w.endpoint = new
+            self.store.move_endpoint(old, new)  # cut off until they are heard through it: silent, not stalled
 
     def note_link(self, url: str, up: bool) -> None:
         """The receiver's word on a relay's connection: dropped (its ranks go silent at once: they
@@ -169,7 +166,7 @@ class Aggregator:
 
     def ingest_batch(self, batch: list[tuple[list[bytes], str | None]]) -> list[Telemetry | None]:
         """Decode and ingest the messages the receiver took in one go (frames, the relay they came through):
-        node digests' steps are written together at the end (watch/engine/job_state.py: settle). Each message
+        node digests' steps are written together at the end (watch/engine/rank_store.py: settle). Each message
         decoded, or None where it was dropped (malformed, foreign, another version: counted)."""
         decoded: list[Telemetry | None] = []
         now, wall = self._clock(), self._wall_clock()  # (a go's messages were all taken off the wire in one poll)
@@ -189,7 +186,7 @@ class Aggregator:
             decoded.append(msg)
         with self._lock:
             try:
-                self.state.settle(self._clock())
+                self.store.settle(self._clock())
             except Exception as exc:
                 self._drop_locked(fault=f"dropped node messages the viewer could not read: {exc.__class__.__name__}")
         return decoded
@@ -217,7 +214,7 @@ class Aggregator:
         now = self._clock()
         with self._lock:
             self._ingest_locked(msg, endpoint, now, self._wall_clock())
-            self.state.settle(now)
+            self.store.settle(now)
 
     def _ingest_locked(self, msg: Telemetry, endpoint: str | None, now: float, wall: float) -> None:
         if self._job is None:
@@ -233,7 +230,7 @@ class Aggregator:
             return
         if isinstance(msg, Node):
             self._digests = True
-        self.state.take(msg, endpoint, now, wall)
+        self.store.take(msg, endpoint, now, wall)
         if isinstance(msg, WireReply):  # an answer to a command: the request book's (watch/engine/requests.py)
             result = msg.result or {}  # a plain map or None, checked at decode
             self._replies.append(self.requests.note_reply(msg.id, msg.cmd, msg.rank, msg.ok, result))
@@ -272,8 +269,9 @@ class Aggregator:
     # -- output (UI thread) ---------------------------------------------------
 
     def snapshot(self) -> Snapshot:
-        """The job now: a view gathered under the lock (watch/engine/job_state.py), the snapshot built from it
-        outside (watch/analysis/judge.py). While one is built the receiver holds back (yield_to_snapshots)."""
+        """The job now: everything it reads gathered under the lock in one hold (watch/engine/rank_store.py
+        ``gather``), judged outside (watch/analysis/judge.py). While one is built the receiver holds back
+        (yield_to_snapshots)."""
         with self._building:
             self._snapshots += 1
         try:
@@ -295,11 +293,14 @@ class Aggregator:
 
     def _snapshot(self) -> Snapshot:
         now, wall = self._clock(), self._wall_clock()
-        with self._lock:
+        with self._lock:  # the one hold: take -> gather -> (lock released) judge -> Snapshot
             relays = self._endpoints.view(now)
             sure_after = now - self._started > self._silent_after + relays.behind_s
-            view = self.state.view(now, wall, relays, self._endpoints, sure_after, self._arrivals.slots)
-            endpoints = self._endpoints.rows(now, self.state.ranks_by_endpoint(view), self._silent_after + relays.behind_s)
+            cached = self._collectives
+            due = cached is None or len(self.store) < COLLECTIVES_CACHED_FROM or now - cached[0] >= self._collectives_every()
+            view = self.store.gather(now, wall, relays, self._endpoints, sure_after, self._arrivals.slots, collectives=due,
+                                     every_rank_up_to=PER_RANK_ROWS_UP_TO, watch=self._margins.watch)  # fmt: skip
+            endpoints = self._endpoints.rows(now, view.by_endpoint, self._silent_after + relays.behind_s)
             replies, dropped, errors = list(self._replies), self._dropped, list(self._errors)
             links = self._links.columns(now)
         extras = Extras(
@@ -311,32 +312,20 @@ class Aggregator:
             requests=self.requests.statuses(),
             dropped=dropped,
             errors=errors,
-            collectives=lambda ranks: self._collective_rows(now, ranks),
+            collectives=cached[1] if cached is not None and not due else [],
             links=links,
         )
-        return build(view, extras, self._stall, self._peers, self._history, self._arrivals, self._pauses, self._pace, self._job_evidence)
+        snap = build(view, extras, self._stall, self._peers, self._history, self._arrivals, self._pauses, self._pace,
+                     self._job_evidence, self._margins)  # fmt: skip
+        if due:  # (one assignment: a snapshot built beside it reads the old rows or these, whole)
+            self._collectives = (now, snap.collectives)
+        return snap
 
-    def _collective_rows(self, now: float, ranks: list[int]) -> list[CollectiveStat]:
-        """The collectives pane's rows; past :data:`COLLECTIVES_CACHED_FROM` ranks worked out again every
-        :data:`COLLECTIVES_EVERY_S` only (what they say moves slowly; the rows cost O(ranks x ops)).
-
-        Which ranks get rows of their own (``ranks``: the ranks that matter, watch/analysis/collectives.py) depends on
-        the snapshot's ranking, known only once the view is scored, with the lock released: so the rows are
-        gathered in a second, short hold of the lock (the windows' collective sums are written under it; no
-        window is read without it), as copies the rows are made of with it released. They may be a few
-        messages newer than the rest of the snapshot, never half-written."""
-        with self._lock:
-            windows = self.state.windows()
-            cached = self._collectives
-            every = max(COLLECTIVES_EVERY_S, OPS_EVERY_S * slow_factor(self.state.world or len(windows)))
-            if len(windows) >= COLLECTIVES_CACHED_FROM and cached is not None and now - cached[0] < every:
-                return cached[1]
-            some = ranks if len(windows) > PER_RANK_ROWS_UP_TO else None
-            gathered = gather_collectives(self.state.collectives, windows, now, some, self.state.ranks)
-        rows = collective_rows(gathered)
-        with self._lock:
-            self._collectives = (now, rows)
-        return rows
+    def _collectives_every(self) -> float:
+        """Seconds between two workings out of a big job's collective rows (:data:`COLLECTIVES_CACHED_FROM` ranks
+        up): what they say moves slowly, and they cost O(ranks x ops); no more often than the job's relays send a
+        rank's collectives (wire/pacing.py)."""
+        return max(COLLECTIVES_EVERY_S, OPS_EVERY_S * slow_factor(self.store.world or len(self.store)))
 
 
 #: The status line's word on hellos whose groups the decoder thinned (said once: hellos repeat).

@@ -6,7 +6,7 @@ hundred Python floats at decode and went back into numpy arrays after it: a
 fifth of what the viewer spent receiving. Packed, each column is one
 MessagePack ``bin``: decode copies a few byte strings, and the viewer joins a
 go of digests' columns and reads them with ``numpy.frombuffer`` in a few
-operations (watch/engine/job_state.py).
+operations (watch/engine/rank_store.py).
 
 The block (wire/messages.py's ``NodeSteps``), every number little-endian,
 position ``i`` of every column being rank ``r[i]``'s interval:

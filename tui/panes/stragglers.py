@@ -122,6 +122,7 @@ def shown_values(row: RankRow) -> tuple:
         row.host, row.step, fmt.ms(row.step_s), fmt.ms(row.compute_s), fmt.ms(row.collective_s),
         fmt.score(row.score), row.culprit_phase, row.status, silent_for,
         fmt.ago(row.stalled_s) if row.stalled_s is not None else None, row.stalled_phase, row.coords,
+        round(row.every) if row.every is not None else None,
     )  # fmt: skip
 
 
@@ -143,6 +144,8 @@ def cells(row: RankRow, roles: list[str] | None = None) -> tuple[Text, ...]:
     score_style = palette.STATUS_STYLES[SLOW] if row.status == SLOW else muted
     status = row.status if row.status != SILENT else f"silent {fmt.ago(row.last_seen_s)}"
     culprit = row.culprit_phase
+    if row.status == SLOW and row.every is not None and round(row.every) != 1:  # slow on some steps only: 1 in how many
+        status = f"slow 1/{row.every:.0f}"
     if row.status == STALLED:  # how long, and the phase it is stuck in (– outside every phase)
         status = f"stalled {fmt.ago(row.stalled_s or 0.0)}"
         culprit = row.stalled_phase or "–"

@@ -231,7 +231,7 @@ class ArrivalBook:
     def shares(self, nums: np.ndarray, waits: np.ndarray, class_ids: np.ndarray | None, ranks: np.ndarray,
                roster: int) -> tuple[np.ndarray, np.ndarray]:  # fmt: skip
         """:func:`shares` of the ranks ``ranks`` (``nums`` and ``waits``: their last :attr:`slots` steps, or more)
-        of a view whose ``roster`` (watch/engine/job_state.py JobView) says when a rank came or restarted."""
+        of a view whose ``roster`` (watch/engine/rank_store.py JobView) says when a rank came or restarted."""
         with self._lock:
             return self._shares(nums, waits, class_ids, ranks, roster)
 

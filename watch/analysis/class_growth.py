@@ -7,7 +7,8 @@ classes' does not: each class's reference (what its healthy peer does per phase:
 faster, with one itself) is compared with its level when the class was last healthy (kept per rank by
 :class:`~ranktop.watch.analysis.stragglers.ExcessHistory`), and its growth beyond what the job's other classes
 grew by (the lower median of every class's growth, as a share of its work: a job whose every class does more
-work per step, a longer sequence, is no class's slowdown) is each member's class excess. A job of one class has
+work per step, a longer sequence, is no class's slowdown; nor one whose every class grew by as many seconds, a
+slower filesystem under every loader: the lesser of the two) is each member's class excess. A job of one class has
 none: its growth is the job's.
 
 The same bars as a rank's (stragglers.py): past 3% of the class's work and past the noise, which here is the
@@ -17,6 +18,8 @@ per rank.
 """
 
 from __future__ import annotations
+
+import warnings
 
 import numpy as np
 
@@ -53,17 +56,34 @@ def class_excess(reference: np.ndarray | None, level: np.ndarray | None, class_i
     excess, culprit, bar = np.zeros(n), np.full(n, -1, np.int64), np.full(n, np.inf)
     if reference is None or class_ids is None or level is None or not n or level.shape != reference.shape:
         return excess, culprit, bar
-    groups = [m for m, _ in peer_groups(class_ids, n) if not np.isnan(level[m[0]]).any()]  # (arrays: class_ids is not None)
+    # A class's level then: its members' median (each member's is the class's reference when that member was last
+    # healthy; a member judged slow keeps an older one, which must not stand for the class's: a pipeline stage with
+    # an intermittent straggler in it read its level from before its warm-up ended, and the other stage grew)
+    groups, levels = [], []
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # (a class none of whose members was noted: all NaN)
+        for m, _ in peer_groups(class_ids, n):  # (arrays: class_ids is not None)
+            then_m = level[m[0]] if len(m) == 1 else np.nanmedian(level[m], axis=0)
+            if not np.isnan(then_m).any():
+                groups.append(m)
+                levels.append(then_m)
     if len(groups) < 2:  # one class: its growth is the job's
         return excess, culprit, bar
     firsts = np.array([m[0] for m in groups])
-    work_then = level[firsts].sum(axis=1)
-    grew = (reference[firsts] - level[firsts]).sum(axis=1) / np.where(work_then > 0, work_then, np.inf)
+    then_all = np.array(levels)
+    work_then = then_all.sum(axis=1)
+    added = reference[firsts] - then_all  # (classes, phases): seconds a step each class's work grew by
+    grew = added.sum(axis=1) / np.where(work_then > 0, work_then, np.inf)
     job = float(np.sort(grew)[(len(grew) - 1) // 2])  # the lower median: the job's other classes
+    # ... and in seconds: a job whose every rank got slower alike grows each class by the same share where it
+    # scales (a slower clock) and by the same seconds where time is added (a slower filesystem under every
+    # loader): the first makes a smaller stage grow less in seconds, the second more as a share. A class grew
+    # beyond the job only where it did by both.
+    job_s = float(np.sort(added.sum(axis=1))[(len(groups) - 1) // 2])
     z = max(NOISE_Z, float(np.sqrt(2.0 * np.log(len(groups) * 1e3))))
-    for members, then in zip(groups, work_then.tolist()):
-        beyond = reference[members[0]] - level[members[0]] * (1.0 + job)
-        size = float(np.clip(beyond, 0.0, None).sum())
+    for members, then, then_level, grown_s in zip(groups, work_then.tolist(), then_all, added.sum(axis=1).tolist()):
+        beyond = reference[members[0]] - then_level * (1.0 + job)
+        size = min(float(np.clip(beyond, 0.0, None).sum()), max(0.0, grown_s - job_s))
         spread = float(np.median(np.nan_to_num(noise[members])))
         steps = max(1.0, float(np.median(window_steps[members])))
         error = MEDIAN_ERROR * spread / np.sqrt(steps) / np.sqrt(max(1.0, len(members) / 2.0))

@@ -1,8 +1,8 @@
 """A snapshot from a gathered view of the job: silence, stalls, peers, scores, statuses, ranking, the job's figures.
 
 :func:`build` judges what the job state gathered under the lock
-(watch/engine/job_state.py :class:`JobView`) and what the aggregator adds (relays,
-replies, errors, collective rows): it reads no window and takes no lock, so
+(watch/engine/rank_store.py :class:`JobView`, the collective sums included) and what
+the aggregator adds (relays, replies, errors): it reads no window and takes no lock, so
 the receiver goes on while it runs. The only state it keeps between snapshots is
 the caches it is handed (the peer classes, watch/analysis/peers.py; the excess history; the arrivals' grid).
 Everything per rank is a numpy operation;
@@ -18,18 +18,20 @@ from typing import Any
 
 import numpy as np
 
-from ranktop.watch.analysis import arrivals, causes, class_growth, job_pace, node_groups, pauses, slow_links, stragglers
+from ranktop.watch.analysis import (arrivals, causes, class_growth, intermittent, job_pace, node_groups, pauses, slow_links,
+                                    stragglers)  # fmt: skip
 from ranktop.watch.analysis.peers import PeerClasses, Peers
 from ranktop.watch.analysis.silence import silent_ranks
 from ranktop.watch.analysis.stalls import StallPolicy, stall_report
-from ranktop.watch.analysis.collectives import RANKS_THAT_MATTER, ranks_that_matter
-from ranktop.watch.engine.job_state import JobView
+from ranktop.watch.analysis.collectives import RANKS_THAT_MATTER, collective_rows, ranks_that_matter
+from ranktop.watch.engine.rank_store import JobView
 from ranktop.watch.engine.lifecycle import JobLife
 from ranktop.watch.engine.link_book import NO_LINKS, LinkColumns
 from ranktop.watch.model.rank_table import STATUS_CODE, RankRows, RankTable, message_fields, phase_medians
 from ranktop.watch.analysis.resources import job_throughput, rank_throughput, row_fields
-from ranktop.watch.model.snapshot import EndpointRows, Snapshot
+from ranktop.watch.model.snapshot import CollectiveStat, EndpointRows, Snapshot
 from ranktop.watch.statuses import OK, SILENT, SLOW, STALLED
+from ranktop.wire.names import COMM_PHASE, PAUSE_PHASES
 
 
 @dataclass(frozen=True)
@@ -44,21 +46,23 @@ class Extras:
     requests: list = field(default_factory=list)
     dropped: int = 0
     errors: list = field(default_factory=list)
-    collectives: Any = None  # a callable: the ranks that matter (collectives.ranks_that_matter) -> collective rows
+    collectives: list[CollectiveStat] = field(default_factory=list)  # rows worked out before, shown while a view gathers no sums
     links: LinkColumns = NO_LINKS  # the links the relays measured (watch/engine/link_book.py)
 
 
 def build(view: JobView, extras: Extras, policy: StallPolicy = StallPolicy(), peer_classes: PeerClasses | None = None,
           history: stragglers.ExcessHistory | None = None, arrival_book: arrivals.ArrivalBook | None = None,
           pause_book: pauses.PauseBook | None = None, pace: job_pace.JobPace | None = None,
-          job_evidence: causes.JobEvidence | None = None) -> Snapshot:  # fmt: skip
+          job_evidence: causes.JobEvidence | None = None,
+          margin_book: intermittent.MarginBook | None = None) -> Snapshot:  # fmt: skip
     """The snapshot of ``view``; ``peer_classes``: the cache of the peers of the views before (None: worked out);
     ``history``: each rank's excess when last seen healthy, kept from the views before (None: not known, a rank
     is judged on this view alone); ``arrival_book``: who arrived last, its grid kept from the views before (None:
     worked out from this view's steps alone); ``pause_book``: the checkpoints' and evaluations' shares of the job's
     time kept from the views before (None: this view's alone); ``pace``: the job's own baseline step, kept from the
     views before (None: the job is not judged against its past); ``job_evidence``: the job's evidence against its
-    own past, for the causes of a job slower than itself (None: none said)."""
+    own past, for the causes of a job slower than itself (None: none said); ``margin_book``: what the job paid each
+    rank at its collectives, kept from the views before (None: no intermittent straggler is told)."""
     n = len(view.rank)
     names = view.names
     silent = silent_ranks(view)
@@ -119,6 +123,18 @@ def build(view: JobView, extras: Extras, policy: StallPolicy = StallPolicy(), pe
         vetoed &= ~(by_node & np.isin(nodes, lasting))
     vetoed &= ~_masked(found, (found > slow_above) | by_class, vetoed, last[idx], class_ids)
     judged_slow = ((found > slow_above) | by_class) & ~vetoed
+    # Slow on some steps only, which no median shows: what the job paid it at the collectives, on average, more than
+    # its peers' noise allows (watch/analysis/intermittent.py).
+    every = np.full(n, np.nan)
+    if margin_book is not None and len(idx):
+        paid = margin_book.judge(view.recent_steps[at], view.recent_waits[at], class_ids, ranks, view.roster, median_step)
+        spiky = paid.found & ~judged_slow
+        if spiky.any():
+            found = np.where(spiky, paid.cost_s, found)
+            # (slow on some steps: where its window's mean passes its median; at every step its medians say it)
+            worst = _spiky_phase(view, idx, names, worst, spiky & ~np.isnan(paid.every))
+            judged_slow = judged_slow | spiky
+            every[idx[spiky]] = paid.every[spiky]
     if history is not None:  # what was judged, the veto included: a vetoed rank's level follows its excess
         # (what a class or a phase does is kept once its window holds half a window of steps: the job's first
         # steps, warm-up and lazy initialization, say little of it)
@@ -185,6 +201,7 @@ def build(view: JobView, extras: Extras, policy: StallPolicy = StallPolicy(), pe
         rest=_messages(view),
         causes=why,
         last_arrivals=last,
+        every=every,
         **_message_columns(view, peers),
     )
     ranking = stragglers.ranking(table, stalls.waiting_for)
@@ -226,9 +243,9 @@ def build(view: JobView, extras: Extras, policy: StallPolicy = StallPolicy(), pe
         requests=extras.requests,
         dropped_messages=extras.dropped,
         errors=extras.errors,
-        collectives=extras.collectives([n for n, _ in ranks_that_matter(table, stalls.waiting_for, RANKS_THAT_MATTER)])
-        if extras.collectives
-        else [],
+        collectives=collective_rows(view.collectives.of([n for n, _ in ranks_that_matter(table, stalls.waiting_for, RANKS_THAT_MATTER)]))
+        if view.collectives is not None
+        else extras.collectives,
         waiting_for=stalls.waiting_for,
         diagnosis=stalls.diagnosis,
         slow_hosts=hosts_slow,
@@ -247,6 +264,25 @@ def build(view: JobView, extras: Extras, policy: StallPolicy = StallPolicy(), pe
         slow_links=slow_nodes,
         job_slower=slower,
     )
+
+
+def _own_columns(names: list[str]) -> np.ndarray:
+    """Which of ``names`` are a rank's own work (its waits, checkpoints and evaluations left out)."""
+    return np.array([name != COMM_PHASE and name not in PAUSE_PHASES for name in names], bool)
+
+
+def _spiky_phase(view: JobView, idx: np.ndarray, names: list[str], worst: np.ndarray, spiky: np.ndarray) -> np.ndarray:
+    """Per live rank: for those ``spiky`` (intermittent stragglers) whose window's means the view carries, the phase
+    where its mean passes its median most (its few slow steps' phase); ``worst`` otherwise."""
+    out = worst.copy()
+    own = _own_columns(names)
+    for i in np.flatnonzero(spiky).tolist():
+        at = np.flatnonzero(view.watched == idx[i])
+        if len(at):
+            j = intermittent.phase_of(view.watched_means[at[0]], view.phases[idx[i]], own)
+            if j >= 0:
+                out[i] = j
+    return out
 
 
 #: A rank flagged but never last is not vetoed while a slower flagged rank of its class is last at this share of
@@ -272,14 +308,16 @@ def _masked(found: np.ndarray, flagged: np.ndarray, vetoed: np.ndarray, last: np
 
 
 def _messages(view: JobView):
-    """Row i's fields read from its messages and resources: called only for the rows built."""
+    """Row i's fields read from its messages and resources: called only for the rows built. It holds what they read,
+    not the view (a snapshot kept for its rows keeps no more of the view: its collective sums are megabytes)."""
+    metas, states, captures, resources, rates, wall = view.metas, view.states, view.capture_summaries, view.resources, view.rate, view.wall
 
     def rest(i: int) -> dict[str, Any]:
-        meta = view.metas[i]
-        rate = view.rate[i]
+        meta = metas[i]
+        rate = rates[i]
         return {
-            **message_fields(view.states[i], meta, view.capture_summaries[i]),
-            **row_fields(view.resources[i], meta, None if np.isnan(rate) else float(rate), view.wall),
+            **message_fields(states[i], meta, captures[i]),
+            **row_fields(resources[i], meta, None if np.isnan(rate) else float(rate), wall),
         }
 
     return rest

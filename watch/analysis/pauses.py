@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ranktop.watch.analysis.stalls import stuck_columns
-from ranktop.watch.engine.job_state import JobView
+from ranktop.watch.engine.rank_store import JobView
 from ranktop.watch.model.snapshot import PAUSE_SHARE_FROM as SHARE_FROM, Pause
 from ranktop.wire.names import CHECKPOINT_PHASE, EVAL_PHASE, PAUSE_PHASES
 

@@ -15,7 +15,7 @@ import numpy as np
 
 from ranktop.watch.analysis import layout as layouts
 from ranktop.watch.analysis.class_growth import class_keys
-from ranktop.watch.engine.job_state import JobView
+from ranktop.watch.engine.rank_store import JobView
 
 
 @dataclass(frozen=True)

@@ -2,14 +2,14 @@
 
 Not when this viewer is behind on the job's messages: a viewer behind on one relay is behind on them all (it
 serves them in turn), so the time it is behind is added to the silence allowed; nor while a relay is still
-being connected. Worked out from a gathered view (watch/engine/job_state.py), with no lock held.
+being connected. Worked out from a gathered view (watch/engine/rank_store.py), with no lock held.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from ranktop.watch.engine.job_state import JobView
+from ranktop.watch.engine.rank_store import JobView
 
 
 def silent_ranks(view: JobView) -> np.ndarray:

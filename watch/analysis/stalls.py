@@ -39,7 +39,7 @@ import numpy as np
 from ranktop.watch import format as fmt
 from ranktop.watch.format import ranks_text
 from ranktop.watch.analysis.stacks import collective_text
-from ranktop.watch.engine.job_state import JobView
+from ranktop.watch.engine.rank_store import JobView
 from ranktop.watch.engine.rank_scalars import HAS_SEQ, INSIDE, NO_STEP
 from ranktop.wire.names import STANDARD_PHASES
 from ranktop.wire.names import PAUSE_PHASES

@@ -1,11 +1,12 @@
 """The job's collectives as they arrive: every rank's per-op summaries and its sample of raw calls, in job-wide arrays.
 
-The job state (watch/engine/job_state.py) hands every steps message's collective summaries, and every node
-digest's per-rank ops and call samples, to :class:`JobCollectives` under the aggregator's lock; the rows a
-snapshot shows (bandwidths, the alpha-beta fit) are worked out from what it keeps by watch/analysis/collectives.py.
+The rank store (watch/engine/rank_store.py) hands every steps message's collective summaries, and every node
+digest's per-rank ops and call samples, to :class:`JobCollectives` under the aggregator's lock, and gathers what
+it keeps with the rest of a view (:func:`gather`: :class:`CollectiveSums`); the rows a snapshot shows (bandwidths,
+the alpha-beta fit) are worked out from those copies by watch/analysis/collectives.py, with the lock released.
 
 One store, one write path: a rank's collectives live in its row (the row of the job's step columns,
-watch/engine/step_columns.py) of a few numpy arrays, not in its window. Kept per rank as deques of tuples and
+watch/engine/step_columns.py) of a few numpy arrays. Kept per rank as deques of tuples and
 of decoded ``Call`` Structs, 16,384 ranks' last 32 summaries per op and 16 calls were 300 MB of small Python
 objects (each number a boxed int or float) and a Python pass over every op of every summary as it came. Here a
 summary or a call is noted as it comes (a few list appends), and every note of a batch is written in one go
@@ -15,14 +16,15 @@ summary or a call is noted as it comes (a few list appends), and every note of a
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Iterable, Mapping, NamedTuple
+from typing import Iterable, NamedTuple
 
 import numpy as np
 
-from ranktop.watch.engine.rank_window import CALL_WINDOW, WAITS_KEPT, RankWindow
-from ranktop.wire.messages import Call, CallSummary, OpSummary, Steps
+from ranktop.wire.messages import Call, OpSummary
 
 
+#: Raw collective calls per rank kept (the probes' samples) for the latency percentiles and the alpha-beta fit.
+CALL_WINDOW = 16
 #: Per-step summaries kept per rank and op for the rates (the window's sums are read off the ring).
 OP_WINDOW = 32
 #: What a ring's sums hold: calls, bytes, summed wait, kernel seconds and the bytes of the calls they time.
@@ -58,6 +60,7 @@ class JobCollectives:
     count: np.ndarray
     totals: np.ndarray
     seen: np.ndarray
+    first_at: np.ndarray
     group: np.ndarray
     dtype: np.ndarray
     call_op: np.ndarray
@@ -95,6 +98,7 @@ class JobCollectives:
             "sums": np.zeros((rows, ops, SUMS)),  # [calls, bytes, summed wait, kernel s, kernel bytes] over each ring
             "totals": np.zeros((rows, ops, 2), np.int64),  # [calls, bytes] since the rank's process started
             "seen": np.zeros((rows, ops), np.bool_),  # some summary of the op came from the rank's process
+            "first_at": np.zeros((rows, ops)),  # the arrival of the ring's oldest summary (kept as the ring turns)
             "group": np.zeros((rows, ops), np.int64),  # last seen
             "dtype": np.zeros((rows, ops), np.int64),  # ... as an index of ``dtypes``
             "call_op": np.zeros((rows, CALL_WINDOW), np.int64),  # raw calls, a ring per row
@@ -199,6 +203,7 @@ class JobCollectives:
         lr, lo = row[last], op[last]
         self.head[lr, lo] = (head[last] + times[last]) % w
         self.count[lr, lo] = np.minimum(self.count[lr, lo] + times[last], w)
+        self.first_at[lr, lo] = self.at[lr, lo, (self.head[lr, lo] - self.count[lr, lo]) % w]
         self.seen[lr, lo] = True
         self.group[lr, lo] = group[last]
         self.dtype[lr, lo] = dtype[last]
@@ -244,10 +249,7 @@ class JobCollectives:
 
     def oldest_at(self, rows: np.ndarray) -> np.ndarray:
         """(rows, ops): the arrival of each ring's oldest summary (inf: none)."""
-        count = self.count[rows]
-        first = (self.head[rows] - count) % OP_WINDOW
-        at = np.take_along_axis(self.at[rows], first[..., None], axis=2)[..., 0]
-        return np.where(count > 0, at, np.inf)
+        return np.where(self.count[rows] > 0, self.first_at[rows], np.inf)
 
     def samples(self, row: int) -> list[tuple[int, CallSample]]:
         """A row's raw calls, oldest first, as (op index, sample)."""
@@ -288,42 +290,6 @@ def _sum_by(keys: np.ndarray, values: np.ndarray) -> np.ndarray:
     return out
 
 
-def add_collectives(w: RankWindow, msg: Steps, now: float, job: JobCollectives) -> None:
-    """A steps message's collectives: the probe's summaries (probe/collective_summary.py) and its sample of raw
-    calls. Call before adding the message's steps."""
-    for entry in msg.cs or ():
-        add_summary(w, entry, now, job)
-    if msg.cx:
-        job.add_calls(w.row, msg.cx, now)
-
-
-def add_digest_collectives(w: RankWindow, ops: dict[str, OpSummary], sample: Iterable[Call], now: float, job: JobCollectives) -> None:
-    """A rank's collectives of one interval of its node's digest (relay/digest_fold.py): its ops, summed over the
-    interval, and its latest sample of raw calls. The waits came in the digest's step record."""
-    if ops:
-        job.add_ops(w.row, ops, now)
-    if sample:
-        job.add_calls(w.row, sample, now)
-
-
-def add_summary(w: RankWindow, entry: CallSummary, now: float, job: JobCollectives) -> None:
-    """One step-and-phase summary of a rank's collectives: counted exactly, its wait noted by step and phase."""
-    job.add_ops(w.row, entry.ops, now)
-    step = entry.n
-    step_waits = w.waits.get(step)
-    if step_waits is None:
-        step_waits = w.waits[step] = {}
-        while len(w.waits) > WAITS_KEPT:
-            w.waits.popitem(last=False)
-    # A step whose calls came in two messages (a late completion) adds up: they no longer overlap.
-    step_waits[entry.ph] = step_waits.get(entry.ph, 0.0) + entry.w
-    own = w.own
-    assert own is not None  # (set in every window's __post_init__)
-    first = own.first_number
-    if first is not None and first <= step <= w.last_step:  # its step came first: its own times change
-        own.rewait(step, step_waits)
-
-
 #: Raw calls the job-wide rows' p95 and fit read at most: every rank's up to 128 ranks, then those of ranks
 #: spread evenly over the job (a rank keeps its last CALL_WINDOW calls).
 JOB_SAMPLE = 2048
@@ -342,22 +308,17 @@ class GatheredCollectives:
     last: dict[tuple[int, str], tuple[int, str]]  # (group size, dtype) last seen
 
 
-def gather(job: JobCollectives, windows: list[RankWindow], now: float, ranks: Iterable[int] | None = None,
-           by_rank: Mapping[int, RankWindow] | None = None) -> GatheredCollectives:  # fmt: skip
-    """The job's sums, and those of ``ranks`` (every rank's when None), as copies a snapshot may read with the
-    lock released (watch/analysis/collectives.py makes the rows of them). ``windows``: every rank's, in rank order;
-    ``by_rank``: the same by rank number, where the caller keeps them so (the few ranks asked for are looked up,
-    not searched for among thousands)."""
+def gather(job: JobCollectives, rank: np.ndarray, rows: np.ndarray, now: float, every_rank: bool) -> CollectiveSums:
+    """What the collective rows read, copied (under the lock, with the rest of a view: watch/engine/rank_store.py):
+    the job's sums, and every rank's as columns (``rank``: the ranks in rank order, ``rows`` theirs). Which ranks get
+    rows of their own is known only once the view is judged: :meth:`CollectiveSums.of` picks them, lock free.
+    ``every_rank``: each rank gets rows of its own, whichever are asked for (a small job)."""
     job.flush()
-    wanted = None if ranks is None else set(ranks)
-    if wanted is None:
-        shown = windows
-    elif by_rank is not None:
-        shown = [by_rank[r] for r in sorted(wanted) if r in by_rank]
-    else:
-        shown = [w for w in windows if w.rank in wanted]
-    ops = job.ops
-    sums: dict[tuple[int, str], list[float]] = {}  # key -> [calls, bytes, busy, kernel s, kernel bytes, first arrival]
+    if len(rows):
+        job._fit(int(rows.max()) + 1)  # (a rank with no collectives yet may be past the arrays)
+    ops = tuple(job.ops)
+    k = len(ops)
+    sums: dict[tuple[int, str], list[float]] = {}
     samples: dict[tuple[int, str], list[CallSample]] = {}
     totals: dict[tuple[int, str], list[int]] = {}
     last: dict[tuple[int, str], tuple[int, str]] = {}
@@ -366,31 +327,110 @@ def gather(job: JobCollectives, windows: list[RankWindow], now: float, ranks: It
             sums[(-1, op)] = [*job.job_sums[op], now]
             totals[(-1, op)] = list(job.job_totals[op])
             last[(-1, op)] = job.job_last[op]
-    stride = max(1, -(-len(windows) * CALL_WINDOW // JOB_SAMPLE))
-    spanned = windows[:: max(1, len(windows) // SPAN_SAMPLE)] + shown  # the job's rates: over the span of its windows
-    read = windows[::stride] + spanned  # every window read below
-    if read:
-        job._fit(max(w.row for w in read) + 1)  # (a rank with no collectives yet may be past the arrays)
-    for w in windows[::stride]:
-        for j, sample in job.samples(w.row):
+    n = len(rows)
+    stride = max(1, -(-n * CALL_WINDOW // JOB_SAMPLE))
+    for row in rows[::stride].tolist():
+        for j, sample in job.samples(row):
             samples.setdefault((-1, ops[j]), []).append(sample)
-    if spanned:
-        oldest = job.oldest_at(np.fromiter((w.row for w in spanned), np.int64, len(spanned))).min(axis=0)
-        for j, op in enumerate(ops):
-            if (-1, op) in sums and oldest[j] < sums[(-1, op)][SUMS]:
-                sums[(-1, op)][SUMS] = float(oldest[j])
-    if shown:
-        rows = np.fromiter((w.row for w in shown), np.int64, len(shown))
-        seen, count = job.seen[rows], job.count[rows]
-        window, first = job.sums[rows].tolist(), job.oldest_at(rows).tolist()
-        rank_totals, group, dtype = job.totals[rows].tolist(), job.group[rows].tolist(), job.dtype[rows].tolist()
+    spanned = rows[:: max(1, n // SPAN_SAMPLE)]  # the job's rates: over the span of its windows (and the ranks shown)
+    oldest = job.oldest_at(spanned)[:, :k].min(axis=0) if len(spanned) else np.full(k, np.inf)
+    # Every rank's columns, copied: by a slice where the rows are in rank order already (the usual case: a copy of
+    # the block, a third of what a fancy index of 16,384 rows costs), else by the rows.
+    if n and rows[-1] == n - 1 and np.array_equal(rows, np.arange(n)):
+
+        def take(a: np.ndarray) -> np.ndarray:
+            return a[:n].copy()
+    else:
+
+        def take(a: np.ndarray) -> np.ndarray:
+            return a[rows]
+
+    return CollectiveSums(
+        now=now,
+        ops=ops,
+        dtypes=tuple(job.dtypes),
+        job=GatheredCollectives(now, sums, samples, totals, last),
+        oldest=oldest,
+        every_rank=every_rank,
+        rank=rank,
+        seen=take(job.seen)[:, :k],
+        count=take(job.count)[:, :k],
+        sums=take(job.sums)[:, :k],
+        first=take(job.first_at)[:, :k],
+        totals=take(job.totals)[:, :k],
+        group=take(job.group)[:, :k],
+        dtype=take(job.dtype)[:, :k],
+        call_op=take(job.call_op),
+        call_b=take(job.call_b),
+        call_d=take(job.call_d),
+        call_head=take(job.call_head),
+        call_count=take(job.call_count),
+    )
+
+
+@dataclass(frozen=True, eq=False)
+class CollectiveSums:
+    """The job's collectives as a view holds them: the job's own sums, and every rank's as columns in rank order
+    (copies: nothing here changes after), from which :meth:`of` makes the rows' input for the ranks asked for."""
+
+    now: float
+    ops: tuple[str, ...]  # the columns' second axis
+    dtypes: tuple[str, ...]  # what ``dtype`` indexes
+    job: GatheredCollectives  # the job's keys (rank -1) only
+    oldest: np.ndarray  # (ops,): the oldest summary's arrival over a sample of the ranks (inf: none)
+    every_rank: bool  # every rank gets rows of its own
+    rank: np.ndarray  # int64, sorted
+    seen: np.ndarray  # (ranks, ops) bool: some summary of the op came from the rank's process
+    count: np.ndarray  # (ranks, ops): summaries in its ring
+    sums: np.ndarray  # (ranks, ops, SUMS): over its ring
+    first: np.ndarray  # (ranks, ops): its ring's oldest arrival (where ``count`` says it has one)
+    totals: np.ndarray  # (ranks, ops, 2): [calls, bytes] since its process started
+    group: np.ndarray  # (ranks, ops): last seen
+    dtype: np.ndarray  # (ranks, ops): ... an index of ``dtypes``
+    call_op: np.ndarray  # (ranks, CALL_WINDOW): its raw calls, a ring
+    call_b: np.ndarray
+    call_d: np.ndarray
+    call_head: np.ndarray  # (ranks,)
+    call_count: np.ndarray
+
+    def of(self, ranks: Iterable[int] | None = None) -> GatheredCollectives:
+        """The job's sums, and those of ``ranks`` (every rank's when None, or when :attr:`every_rank`): what
+        watch/analysis/collectives.py makes the rows of. O(ops) for the job, O(ops) per rank asked for."""
+        n = len(self.rank)
+        if ranks is None or self.every_rank:
+            at = np.arange(n)
+        else:
+            wanted = np.array(sorted(set(ranks)), np.int64)
+            pos = np.searchsorted(self.rank, wanted)
+            inside = pos < n
+            pos = pos[inside]
+            at = pos[self.rank[pos] == wanted[inside]]
+        job, now, ops = self.job, self.now, self.ops
+        sums = {key: list(value) for key, value in job.sums.items()}
+        samples = {key: list(value) for key, value in job.samples.items()}
+        totals, last = dict(job.totals), dict(job.last)
+        if len(ops):
+            first = np.where(self.count[at] > 0, self.first[at], np.inf)
+            oldest = np.minimum(self.oldest, first.min(axis=0)) if len(at) else self.oldest
+            for j, op in enumerate(ops):
+                if (-1, op) in sums and oldest[j] < sums[(-1, op)][SUMS]:
+                    sums[(-1, op)][SUMS] = float(oldest[j])
+        if not len(at):
+            return GatheredCollectives(now, sums, samples, totals, last)
+        seen, count = self.seen[at], self.count[at]
+        window, first_at = self.sums[at].tolist(), self.first[at].tolist()
+        rank_totals, group, dtype = self.totals[at].tolist(), self.group[at].tolist(), self.dtype[at].tolist()
+        shown = self.rank[at].tolist()
         for i, jj in zip(*np.nonzero(seen)):
             i, j = int(i), int(jj)
-            key = (shown[i].rank, ops[j])
-            sums[key] = [*window[i][j], first[i][j] if count[i, j] else now]
+            key = (shown[i], ops[j])
+            sums[key] = [*window[i][j], first_at[i][j] if count[i, j] else now]
             totals[key] = rank_totals[i][j]
-            last[key] = (group[i][j], job.dtypes[dtype[i][j]])
-        for w in shown:
-            for j, sample in job.samples(w.row):
-                samples.setdefault((w.rank, ops[j]), []).append(sample)
-    return GatheredCollectives(now, sums, samples, totals, last)
+            last[key] = (group[i][j], self.dtypes[dtype[i][j]])
+        w = CALL_WINDOW
+        for i, a in enumerate(at.tolist()):
+            c = int(self.call_count[a])
+            slots = [(int(self.call_head[a]) - c + s) % w for s in range(c)]
+            for o, b, d in zip(self.call_op[a, slots].tolist(), self.call_b[a, slots].tolist(), self.call_d[a, slots].tolist()):
+                samples.setdefault((shown[i], ops[o]), []).append(CallSample(b, d))
+        return GatheredCollectives(now, sums, samples, totals, last)

@@ -1,14 +1,15 @@
 """A job's life as its ranks tell it: restarts (the same ranks back as new processes) and its end.
 
-The aggregator calls :meth:`Lifecycle.note_hello` for every hello and
-:meth:`Lifecycle.note_exit` for a rank's last heartbeat (wire/schema.py
-``EXITS``), and reads :meth:`Lifecycle.view` into each snapshot. Nothing else:
-the bookkeeping lives here, so the aggregator's part is two calls.
+The rank store (watch/engine/rank_store.py) calls :meth:`LifeColumns.note_hello` for
+every hello and :meth:`LifeColumns.note_exit` for a rank's last heartbeat
+(wire/schema.py ``EXITS``), each by the rank's row, and reads :meth:`LifeColumns.view`
+into each gathered view. The bookkeeping lives here, as columns by row beside the
+rank's other figures.
 
 Why by process id: torchrun's ``--max-restarts``, an elastic membership change
 and a SLURM requeue all bring the same job name and the same rank numbers back
 as new processes. A rank whose hello names another pid than before is a new
-process: its window starts afresh (its old steps are another process's), and
+process: its row starts afresh (``RankStore.forget``) (its old steps are another process's), and
 the first rank of a new generation counts one restart of the job. Ranks of an
 older generation that went silent (or said they ended) and have not come back
 are named.
@@ -24,8 +25,9 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+import numpy as np
+
 from ranktop.watch import format as fmt
-from ranktop.watch.engine.rank_window import RankWindow
 
 #: Job states a snapshot says (``Snapshot.state``).
 WAITING = "waiting"  # no rank heard yet
@@ -50,79 +52,95 @@ class JobLife:
     older: tuple[int, ...] = ()
 
 
-class Lifecycle:
-    def __init__(self) -> None:
-        self._pid: dict[int, int] = {}  # rank -> the pid of its process as last heard
-        self._generation: dict[int, int] = {}  # rank -> how many times it came back
-        self._latest = 0  # the newest generation any rank is in
-        self._restarts = 0
-        self._restarted_at: float | None = None
-        self._exits: dict[int, tuple[str, float]] = {}  # rank -> (how its current process ended, when)
+#: A row's last word, as its ``exit`` column holds it.
+NO_EXIT, CLEAN_EXIT, ERROR_EXIT = 0, 1, 2
 
-    def note_hello(self, rank: int, pid: object, wall: float) -> bool:
-        """A hello of ``rank`` from process ``pid``: True when that is a new process of a rank already
-        heard (its window must start afresh)."""
+
+class LifeColumns:
+    """Each row's process (its pid, how many times its rank came back, how its process said it ended) as columns
+    by row, and the job's restarts. Written by the rank store (watch/engine/rank_store.py) only."""
+
+    pid: np.ndarray  # int64: the pid of its process as last heard (0: none yet)
+    generation: np.ndarray  # int64: how many times it came back (-1: no pid heard yet)
+    exit: np.ndarray  # int8: NO_EXIT, CLEAN_EXIT or ERROR_EXIT, of its current process
+    exit_at: np.ndarray  # when it said so (unix seconds)
+
+    def __init__(self, rows: int = 8) -> None:
+        self._latest = 0  # the newest generation any rank is in
+        self.restarts = 0
+        self._restarted_at: float | None = None
+        self._size = 0
+        self.ensure(max(1, rows) - 1)
+
+    def ensure(self, row: int) -> None:
+        """Room for ``row`` (the columns double as the job grows)."""
+        if row < self._size:
+            return
+        size = max(row + 1, 2 * self._size)
+        for name, dtype, blank in (("pid", np.int64, 0), ("generation", np.int64, -1), ("exit", np.int8, NO_EXIT),
+                                   ("exit_at", np.float64, 0.0)):  # fmt: skip
+            column = np.full(size, blank, dtype)
+            if self._size:
+                column[: self._size] = getattr(self, name)
+            setattr(self, name, column)
+        self._size = size
+
+    def note_hello(self, row: int, pid: object, wall: float) -> bool:
+        """A hello from process ``pid`` of the rank in ``row``: True when that is a new process of a rank already
+        heard (its row must start afresh)."""
         if type(pid) is not int or pid <= 0:
             return False
-        known = self._pid.get(rank)
-        self._pid[rank] = pid
-        if known is None:
-            self._generation[rank] = self._latest  # first heard now: of the job as it is
+        self.ensure(row)
+        known = int(self.pid[row])
+        self.pid[row] = pid
+        if not known:
+            self.generation[row] = self._latest  # first heard now: of the job as it is
             return False
         if known == pid:
             return False
-        self._exits.pop(rank, None)
-        generation = self._generation[rank] = self._generation.get(rank, 0) + 1
+        self.exit[row] = NO_EXIT
+        generation = int(self.generation[row]) + 1
+        self.generation[row] = generation
         if generation > self._latest:
             self._latest = generation
-            self._restarts += 1
+            self.restarts += 1
             self._restarted_at = wall
         return True
 
-    def note_exit(self, rank: int, how: str, wall: float) -> None:
-        """The rank's process said it is ending (``"clean"`` or ``"error"``)."""
-        self._exits[rank] = (how, wall)
+    def note_exit(self, row: int, how: str, wall: float) -> None:
+        """The row's process said it is ending (``"clean"`` or ``"error"``)."""
+        self.ensure(row)
+        self.exit[row] = CLEAN_EXIT if how == "clean" else ERROR_EXIT
+        self.exit_at[row] = wall
 
-    @property
-    def restarts(self) -> int:
-        return self._restarts
-
-    def ended(self, world: int | None) -> bool:
-        """Every rank of a job of ``world`` ranks ended cleanly (cheap: what ``ranktop record`` polls)."""
-        if not world or len(self._exits) < world:
+    def ended(self, rank: np.ndarray, world: int | None) -> bool:
+        """Every rank of a job of ``world`` ranks ended cleanly; ``rank``: the rank of each row, from row 0 on
+        (what ``ranktop record`` polls)."""
+        if not world:
             return False
-        return all(self._exits.get(r, ("", 0.0))[0] == "clean" for r in range(world))
+        n = len(rank)
+        self.ensure(max(n, 1) - 1)
+        return int(np.count_nonzero((self.exit[:n] == CLEAN_EXIT) & (rank < world))) >= world
 
-    def view(self, world: int | None, heard: bool) -> JobLife:
-        """The job's life now, as far as its hellos and last words tell (who is silent is the analysis side's)."""
-        if not heard:
+    def view(self, rank: np.ndarray, rows: np.ndarray, world: int | None) -> JobLife:
+        """The job's life now, as far as its hellos and last words tell (who is silent is the analysis side's);
+        ``rank``, ``rows``: every rank heard, and its row."""
+        if not len(rank):
             return JobLife(WAITING)
-        failed = tuple(sorted(r for r, (how, _) in self._exits.items() if how != "clean"))
+        self.ensure(int(rows.max()))
+        exit, generation = self.exit[rows], self.generation[rows]
+        within = rank < world if world is not None else np.ones(len(rank), bool)
+        failed = tuple(rank[exit == ERROR_EXIT].tolist())
         not_back: tuple[int, ...] = ()
         older: tuple[int, ...] = ()
-        if self._restarts:
-            behind = [r for r, g in self._generation.items() if g < self._latest and (world is None or r < world)]
-            not_back = tuple(sorted(r for r in behind if r in self._exits))
-            older = tuple(sorted(r for r in behind if r not in self._exits))
-        if self.ended(world):
-            ended_at = max(self._exits[r][1] for r in range(world or 0))
-            return JobLife(ENDED, ended_at, self._restarts, self._restarted_at, not_back, failed, older)
-        return JobLife(RUNNING, None, self._restarts, self._restarted_at, not_back, failed, older)
-
-
-def fresh_window(old: RankWindow, now: float) -> RankWindow:
-    """The window of a rank's new process: none of the old process's steps, calls or caches; where it is
-    heard through and its state as just received (that came from the new process) carry over."""
-    kept = old.endpoint, old.last_seen, old.raw_at, old.state_at  # (read first: the new window empties the row)
-    meta, state = old.meta, old.state
-    assert old.own is not None  # (set in every window's __post_init__)
-    new = RankWindow(old.rank, old.window, columns=old.own.columns, own=old.own, scalars=old.scalars)  # its rows, emptied
-    new.endpoint, new.last_seen, new.raw_at, new.state_at = kept
-    if meta is not None:
-        new.take_hello(meta)
-    new.take_state(state)
-    new.progress_at = now
-    return new
+        if self.restarts:
+            behind = (generation >= 0) & (generation < self._latest) & within
+            not_back = tuple(rank[behind & (exit != NO_EXIT)].tolist())
+            older = tuple(rank[behind & (exit == NO_EXIT)].tolist())
+        if world and int(np.count_nonzero((exit == CLEAN_EXIT) & within)) >= world:
+            ended_at = float(self.exit_at[rows][within].max())
+            return JobLife(ENDED, ended_at, self.restarts, self._restarted_at, not_back, failed, older)
+        return JobLife(RUNNING, None, self.restarts, self._restarted_at, not_back, failed, older)
 
 
 def ordinal(n: int) -> str:

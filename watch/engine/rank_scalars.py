@@ -5,9 +5,9 @@ window objects, that is a dozen Python passes over the windows per snapshot;
 kept here, one array per figure with a row per rank (the rank's row of the
 step columns, watch/engine/step_columns.py), a view gathers each in one fancy index, and
 a node digest's steps update the counts of all its ranks at once
-(watch/engine/job_state.py). A rank's window (watch/engine/rank_window.py) reads and writes its
-own row through properties, one item at a time, through memoryviews (an item
-store through one costs about half a numpy scalar store).
+(watch/engine/rank_store.py, the only writer). One rank's message writes its row one
+item at a time, through :attr:`RankScalars.views` (memoryviews: an item store through one
+costs about half a numpy scalar store).
 
 Absent values have a sentinel of their type: -1 for a step number never
 seen, NaN for a time never said.
@@ -125,11 +125,11 @@ class RankScalars:
     def __init__(self, rows: int = 8):
         self.urls: list[str | None] = [None]
         self._url_ids: dict[str | None, int] = {None: 0}
-        self.hosts: list[str] = []  # the hosts that ``host_id`` indexes (and the relays' hosts: JobState.view)
+        self.hosts: list[str] = []  # the hosts that ``host_id`` indexes (and the relays' hosts: RankStore.gather)
         self._host_ids: dict[str, int] = {}
         self.names: list[str | None] = [None]  # phases' and ops' names that ``phase`` and ``coll_op`` index
         self._name_ids: dict[str | None, int] = {None: 0}
-        self.views: dict[str, memoryview[Any]] = {}  # the same arrays, for a window's item stores
+        self.views: dict[str, memoryview[Any]] = {}  # the same arrays, for one rank's item stores
         self._allocate(max(1, rows))
 
     def _allocate(self, rows: int) -> None:

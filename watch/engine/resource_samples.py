@@ -1,7 +1,7 @@
 """Each rank's memory and GPU samples as they arrive, and what a snapshot holds of them.
 
-The job state hands each rank's state here as it arrives (:meth:`ResourceTracker.note`,
-under the aggregator's lock): a few stores into columns by rank number (its latest
+The rank store (watch/engine/rank_store.py) hands each rank's state here as it arrives
+(:meth:`ResourceTracker.note`, under the aggregator's lock): a few stores into columns by the rank's row (its latest
 memory and gauges, its memory history's samples and its recent GPU use, each kept as
 an immutable value). A snapshot gathers the columns of its ranks by one index each
 (:class:`Resources`: nothing per rank in Python, however many ranks sent samples since
@@ -84,13 +84,13 @@ class Resources:
         return ResourceView(self._memory[i], self._samples[i], self._gpu[i], self._gpu_history[i] or ())
 
 
-#: The tracker's columns, by rank number: what it keeps of each rank's samples, and the blank of each.
+#: The tracker's columns, by row: what it keeps of each rank's samples, and the blank of each.
 _COLUMNS = {"_memory": None, "_samples": None, "_gpu": None, "_gpu_history": None}
 _FLAGS = ("_with_memory", "_with_gpu", "_gpu_sampled")
 
 
 class ResourceTracker:
-    """Every rank's samples as columns by rank number, written as each state arrives (a few stores): a refresh
+    """Every rank's samples as columns by its row, written as each state arrives (a few stores): a refresh
     gathers them by one index per column, whatever the number of ranks and of ranks that sent samples since."""
 
     _memory: np.ndarray  # object: its latest Memory
@@ -109,50 +109,50 @@ class ResourceTracker:
         self._sampled = False  # some rank sent a sample (until then a refresh hands out blanks)
         self._grow(64)
 
-    def note(self, rank: int, state: State, now: float) -> None:
+    def note(self, row: int, state: State, now: float) -> None:
         mem, gpu = state.mem, state.gpu
         if mem is None and gpu is None:
             return
-        if rank >= self._size:
-            self._grow(rank + 1)
+        if row >= self._size:
+            self._grow(row + 1)
         self._sampled = True
         if mem is not None:
-            history = self._histories.get(rank)
+            history = self._histories.get(row)
             if history is None:
-                history = self._histories[rank] = MemoryHistory()
+                history = self._histories[row] = MemoryHistory()
             history.note(mem, now)
-            self._memory[rank], self._samples[rank], self._with_memory[rank] = mem, history.samples, True
+            self._memory[row], self._samples[row], self._with_memory[row] = mem, history.samples, True
         if gpu is not None:
-            self._gpu[rank], self._with_gpu[rank], self._gpu_sampled[rank] = gpu, True, "na" not in gpu
+            self._gpu[row], self._with_gpu[row], self._gpu_sampled[row] = gpu, True, "na" not in gpu
             seq = gpu.get("seq")
-            if isinstance(seq, int) and seq != self._gpu_seq.get(rank):  # a new NVML sample, not a repeat
-                self._gpu_seq[rank] = seq
+            if isinstance(seq, int) and seq != self._gpu_seq.get(row):  # a new NVML sample, not a repeat
+                self._gpu_seq[row] = seq
                 util = gpu.get("util")
                 if isinstance(util, (int, float)):
-                    utils = self._utils.get(rank)
+                    utils = self._utils.get(row)
                     if utils is None:
-                        utils = self._utils[rank] = collections.deque(maxlen=GPU_HISTORY)
+                        utils = self._utils[row] = collections.deque(maxlen=GPU_HISTORY)
                     utils.append(float(util))
-                    self._gpu_history[rank] = tuple(utils)
+                    self._gpu_history[row] = tuple(utils)
 
-    def forget(self, rank: int) -> None:
-        """A rank restarted as a new process (watch/engine/lifecycle.py): its memory history and GPU samples were the
+    def forget(self, row: int) -> None:
+        """A row's rank restarted as a new process (watch/engine/rank_store.py ``forget``): its memory history and GPU samples were the
         old process's (a slope across the restart is no creep; the new process counts its samples from 0)."""
         for table in (self._histories, self._gpu_seq, self._utils):
-            table.pop(rank, None)
-        if rank < self._size:
+            table.pop(row, None)
+        if row < self._size:
             for name in _COLUMNS:
-                getattr(self, name)[rank] = None
+                getattr(self, name)[row] = None
             for name in _FLAGS:
-                getattr(self, name)[rank] = False
+                getattr(self, name)[row] = False
 
-    def views(self, ranks: np.ndarray) -> Resources:
-        """The resources of ``ranks`` (rank numbers, int64), gathered: copies, one index per column."""
+    def views(self, rows: np.ndarray) -> Resources:
+        """The resources of ``rows`` (int64), gathered, gathered: copies, one index per column."""
         if not self._sampled:
-            return Resources.none(len(ranks))
-        if len(ranks) and int(ranks.max()) >= self._size:
-            self._grow(int(ranks.max()) + 1)
-        return Resources(*(getattr(self, name)[ranks] for name in (*_COLUMNS, *_FLAGS)))
+            return Resources.none(len(rows))
+        if len(rows) and int(rows.max()) >= self._size:
+            self._grow(int(rows.max()) + 1)
+        return Resources(*(getattr(self, name)[rows] for name in (*_COLUMNS, *_FLAGS)))
 
     def _grow(self, size: int) -> None:
         size = max(size, 2 * self._size)

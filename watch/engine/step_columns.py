@@ -11,7 +11,7 @@ phases is 17 MB of machine floats rather than a heap of float objects.
 Ingest writes a step's figures into its rank's row through memoryviews (tens of
 nanoseconds a figure, as cheap as an ``array('d')`` ring's store); node
 digests' steps come as columns and go in with one call for all the ranks of
-every digest the receiver took in one go (watch/engine/job_state.py); the
+every digest the receiver took in one go (watch/engine/rank_store.py); the
 receiver thread calls the writers and a snapshot :meth:`StepColumns.refresh`,
 both under the aggregator's lock. Each row is a ring: slot ``i`` of every
 column is the same step; a median needs no order, so it sorts a ring as it lies.
@@ -208,7 +208,7 @@ class StepColumns:
     def add_block(self, rows: Sequence[int], n: Sequence[int], t: Sequence[float], wall: Sequence[float],
                   own: Mapping[str, Sequence[float]], waited: Sequence[bool] | None = None) -> None:  # fmt: skip
         """One step each for distinct ``rows``, given as columns (node digests' intervals, relay/digest_fold.py,
-        several nodes' at once: watch/engine/job_state.py) with own times worked out and a phase a row lacks at 0.0:
+        several nodes' at once: watch/engine/rank_store.py) with own times worked out and a phase a row lacks at 0.0:
         :meth:`add` for every row, in a dozen numpy stores whatever the rows. ``waited``: which rows' steps
         had collective waits (default: all of them when ``own`` has "comm")."""
         at = np.asarray(rows, np.int64)

@@ -43,6 +43,7 @@ class RankRow:
     coords: dict[str, int] | None = None  # its place in the parallel layout ({"pp": 1, "dp": 1}; watch/analysis/layout.py)
     causes: list[Cause] = field(default_factory=list)  # when slow: what explains it, against its peers, likeliest first
     last_arrivals: float | None = None  # share of its last steps it arrived last at the collectives (watch/analysis/arrivals.py)
+    every: float | None = None  # an intermittent straggler: slow on one step in this many (watch/analysis/intermittent.py)
 
 
 def coords_text(coords: dict[str, int] | None, roles: list[str]) -> str:

@@ -84,6 +84,7 @@ class RankTable:
     rest: Callable[[int], dict[str, Any]] | None = None  # the fields of row i read from its messages (None: from rows)
     causes: dict[int, list] = field(default_factory=dict)  # row index -> its causes (watch/analysis/causes.py), slow rows only
     last_arrivals: np.ndarray | None = None  # share of its recent steps it arrived last at the collectives (NaN: none counted)
+    every: np.ndarray | None = None  # an intermittent straggler: slow on one step in this many (NaN: not one)
 
     def __len__(self) -> int:
         return len(self.rank)
@@ -133,6 +134,7 @@ class RankTable:
             coords=[r.coords for r in rows],
             causes={i: list(r.causes) for i, r in enumerate(rows) if r.causes},
             last_arrivals=column(lambda r: r.last_arrivals),
+            every=column(lambda r: r.every),
         )
 
 
@@ -214,6 +216,7 @@ class RankRows(Sequence):
             coords=t.coords[i],
             causes=t.causes.get(i, []),
             last_arrivals=_none(t.last_arrivals[i]) if t.last_arrivals is not None else None,
+            every=_none(t.every[i]) if t.every is not None else None,
             **t.rest(i),
         )
 

@@ -111,7 +111,9 @@ class Verdict:
     cause: Cause | None = None  # why the culprit is slow, when its evidence says (watch/analysis/causes.py); kind
     # "unknown" when its evidence rules causes out and none explains a fifth of its excess
     last_arrivals: float | None = None  # the culprit's share of its last steps it arrived last at the collectives
-    every: float | None = None  # checkpoint, eval: one in this many steps
+    every: float | None = (
+        None  # an intermittent straggler (slow_rank): slow on one step in this many; checkpoint, eval: one in this many steps
+    )
     hosts: list[str] | None = None  # slow_link: the pair's two ends, when one pair's link is slow (else the node alone)
     since: float | None = None  # job_slower: when it began (unix seconds)
 
@@ -221,14 +223,16 @@ def _slow_in_order(snapshot: Snapshot) -> list[RankRow]:
 
 
 def _cost(row: RankRow) -> str:
-    return f"+{fmt.ms_brief(row.excess_s)} ms per step, the job loses {fmt.percent(row.score)}"
+    average = " on average" if row.every is not None else ""  # an intermittent straggler: what it costs on average
+    return f"+{fmt.ms_brief(row.excess_s)} ms per step{average}, the job loses {fmt.percent(row.score)}"
 
 
 def _slow_rank(slow: list[RankRow], snapshot: Snapshot) -> Verdict:
     top = slow[0]
     phase = f" in {top.culprit_phase}" if top.culprit_phase else ""
     where = snapshot.where(top)
-    text = f"rank {top.rank}{f' ({where})' if where else ''} slow{phase}: {_cost(top)}"
+    often = f" on 1 step in {top.every:.0f}" if top.every is not None else ""  # slow on some steps only
+    text = f"rank {top.rank}{f' ({where})' if where else ''} slow{phase}{often}: {_cost(top)}"
     if len(slow) > 1:
         text += f" (+{len(slow) - 1} more slow: {_names(r.rank for r in slow[1:4])}{' …' if len(slow) > 4 else ''})"
     text += _arrivals(top.last_arrivals, top.score)
@@ -236,7 +240,7 @@ def _slow_rank(slow: list[RankRow], snapshot: Snapshot) -> Verdict:
     text += said
     return Verdict(SLOW_RANK, BAD, text, [r.rank for r in slow[:8]], host=top.host, phase=top.culprit_phase,
                    excess_s=top.excess_s, loss=top.score, others=len(slow) - 1, cause=cause,
-                   last_arrivals=top.last_arrivals)  # fmt: skip
+                   last_arrivals=top.last_arrivals, every=top.every)  # fmt: skip
 
 
 def _why(causes: list[Cause]) -> tuple[Cause | None, str]:
@@ -309,7 +313,7 @@ def _compact_place(text: str) -> str:
 
 #: Each step of :func:`brief` past the first, in order.
 _SHORTER = (
-    lambda text: text.replace(" ms per step, ", " ms/step, ", 1),
+    lambda text: text.replace(" ms per step, ", " ms/step, ", 1).replace(" ms per step on average, ", " ms/step avg, ", 1),
     lambda text: text.replace(", the job loses ", ", job loses ", 1),
     lambda text: text.replace(", the job spends ", ", ", 1).replace("; the job spends ", "; ", 1).replace(" of its time in ", " in ", 1),
     lambda text: re.sub(r" \(\+(\d+) more slow: [^)]*\)", r" (+\1 more slow)", text, count=1),

@@ -1,0 +1,117 @@
+"""One owner per rank (issue 50): the rank store keeps a rank in one row, a restart is one ``forget(row)``, a snapshot
+gathers everything it reads (the collective sums included) in one hold of the lock, and the judge gets data, no
+callback (watch/engine/rank_store.py, watch/aggregator.py, watch/analysis/judge.py)."""
+
+from __future__ import annotations
+
+import threading
+import typing
+
+import messages
+import pytest
+from messages import Clock
+
+from ranktop.watch.aggregator import COLLECTIVES_CACHED_FROM, Aggregator
+from ranktop.watch.analysis import judge
+from ranktop.watch.engine.rank_store import RankStore
+
+
+class CountingLock:
+    """A lock that counts how often it is taken (the aggregator's ``_lock`` swapped for one)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.taken = 0
+
+    def __enter__(self) -> bool:
+        self._lock.acquire()
+        self.taken += 1
+        return True
+
+    def __exit__(self, *exc: object) -> None:
+        self._lock.release()
+
+    def acquire(self, *args: typing.Any, **kwargs: typing.Any) -> bool:
+        got = self._lock.acquire(*args, **kwargs)
+        self.taken += bool(got)
+        return got
+
+    def release(self) -> None:
+        self._lock.release()
+
+
+def run(agg: Aggregator, world: int, steps: int, slow_rank: int = 1, first: int = 0, pid: int = 100, mem: bool = False) -> None:
+    """A DDP-like job: every step ends in an all-reduce whose wait is the others' wait for the slow rank."""
+    for r in range(world):
+        agg.ingest(messages.hello(r, world, f"node{r // 8}", pid=pid + r))
+    for n in range(first, first + steps):
+        for r in range(world):
+            slow = 0.02 if r == slow_rank else 0.0
+            wait = 0.021 - slow
+            call = {"op": "all_reduce", "seq": n + 1, "b": 1 << 20, "dt": "float32", "g": world, "d": wait, "n": n,
+                    "ph": "backward", "t0": 100.0 + n}  # fmt: skip
+            p = {"forward": 0.01 + slow, "backward": 0.03 + wait}
+            state = {"step": n + 1, "last": n, "mem": {"rss": (1000 + n) << 20}} if mem else None
+            agg.ingest(messages.steps(r, [{"n": n, "t": 100.0 + n, "w": sum(p.values()), "p": p}], calls=[call], state=state,
+                                      world=world, pid=pid + r))  # fmt: skip
+
+
+@pytest.mark.parametrize("world", [4, COLLECTIVES_CACHED_FROM])
+def test_a_snapshot_takes_the_lock_once_and_its_collective_rows_come_from_that_hold(world):
+    agg = Aggregator("j", clock=Clock())
+    run(agg, world, 12)
+    lock = agg._lock = CountingLock()
+    snap = agg.snapshot()
+    assert lock.taken == 1
+    by_rank = {row.rank for row in snap.collectives}
+    assert -1 in by_rank and 1 in by_rank  # the job's rows, and the slow rank's own (a rank that matters)
+    assert snap.ranks[snap.stragglers[0]].rank == 1
+    lock.taken = 0
+    again = agg.snapshot()  # a big job's rows are reused for a while: still one hold
+    assert lock.taken == 1 and {row.rank for row in again.collectives} == by_rank
+
+
+def test_the_judge_takes_data_and_no_callback():
+    hints = {**typing.get_type_hints(judge.build), **typing.get_type_hints(judge.Extras)}
+    for name, hint in hints.items():
+        assert hint is not typing.Any and "Callable" not in str(hint), name
+    assert not any(callable(getattr(judge.Extras(job="j", elapsed_s=0.0, behind_s=0.0), f)) for f in judge.Extras.__dataclass_fields__)
+
+
+def test_a_restart_is_one_forget_of_the_rank_s_row(monkeypatch):
+    forgotten = []
+    forget = RankStore.forget
+    monkeypatch.setattr(RankStore, "forget", lambda self, row: (forgotten.append(row), forget(self, row))[1])
+    clock = Clock()
+    agg = Aggregator("j", clock=clock)
+    run(agg, 4, 12, mem=True)
+    before = agg.snapshot()
+    assert before.ranks[2].steps_seen == 12 and before.ranks[2].memory is not None
+    assert any(row.rank == 2 for row in before.collectives)  # (a small job: every rank has rows of its own)
+    row = agg.store.record(2).row
+    clock.now += 1
+    agg.ingest(messages.hello(2, 4, "node0", pid=902), "tcp://node0:1")  # rank 2 is back as a new process
+    assert forgotten == [row]
+    record = agg.store.record(2)
+    assert (record.steps_seen, record.last_step, record.steps, record.first_step) == (0, -1, [], None)
+    assert record.meta.pid == 902 and record.endpoint == "tcp://node0:1"  # what the new process said, and where from
+    snap = agg.snapshot()
+    assert snap.restarts == 1 and snap.ranks[2].steps_seen == 0 and snap.ranks[2].memory is None
+    assert not [r for r in snap.collectives if r.rank == 2]  # its collective sums went with it
+    assert [r.steps_seen for r in snap.ranks if r.rank != 2] == [12, 12, 12]  # the others' rows untouched
+    agg.ingest(messages.hello(2, 4, "node0", pid=902))  # the same process's hello again: nothing forgotten
+    assert forgotten == [row]
+
+
+def test_forget_alone_empties_a_row_and_keeps_where_its_rank_is_heard():
+    agg = Aggregator("j", clock=Clock())
+    run(agg, 2, 8, mem=True)
+    store = agg.store
+    row = store.record(0).row
+    with agg._lock:
+        store.forget(row)
+    record = store.record(0)
+    assert (record.steps_seen, record.steps, record.last_step_end) == (0, [], None)
+    snap = agg.snapshot()
+    assert snap.ranks[0].memory is None and snap.ranks[0].steps_seen == 0 and snap.ranks[1].steps_seen == 8
+    assert not [r for r in snap.collectives if r.rank == 0]
