@@ -44,13 +44,13 @@ def configure(attach: argparse.ArgumentParser) -> None:
     attach.set_defaults(run=cmd_attach)
 
 
-def cmd_attach(args) -> int:
+def cmd_attach(args: argparse.Namespace) -> int:
     if args.print_ssh:
         return cmd_print_ssh(args)
     return cmd_watch(args, target_of(args))
 
 
-def target_of(args) -> Target:
+def target_of(args: argparse.Namespace) -> Target:
     """The job to attach to; one that is not running yet (a SLURM job still pending) is waited for, up to --wait."""
     wait_s = 0.0 if args.print_ssh else args.wait
     if args.slurm is not None:
@@ -91,7 +91,7 @@ def _remote(address: str | None, node: rendezvous.NodeRecord) -> str:
     return address
 
 
-def cmd_print_ssh(args) -> int:
+def cmd_print_ssh(args: argparse.Namespace) -> int:
     target = target_of(args)
     if target.job is None and target.slurm is None:
         raise TargetError("--print-ssh needs a job (a SLURM id or a rendezvous job), not bare endpoints")

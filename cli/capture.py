@@ -15,6 +15,7 @@ import json
 import os
 import shutil
 import time
+from typing import Any, Callable
 from pathlib import Path
 
 from ranktop.cli.errors import UserError
@@ -52,7 +53,7 @@ def _steps(text: str) -> int:
     return steps
 
 
-def _configure(kind: str):
+def _configure(kind: str) -> Callable[[argparse.ArgumentParser], None]:
     def configure(p: argparse.ArgumentParser) -> None:
         p.set_defaults(capture_kind=kind, run=cmd_capture)
         add_job_target(p)
@@ -84,7 +85,7 @@ def _command(kind: str, name: str, what: str) -> Command:
     return Command(name, f"{what}, all ranks from the same step", _configure(kind), description)
 
 
-def cmd_capture(args) -> int:
+def cmd_capture(args: argparse.Namespace) -> int:
     kind = args.capture_kind
     options = {k: getattr(args, k, False) for k in ("shapes", "memory", "stacks")} if kind == wire_capture.TRACE else {}
     session = WatchSession(resolve(args.targets, args.dir))
@@ -139,7 +140,7 @@ def cmd_capture(args) -> int:
     return 0
 
 
-def _request(session: WatchSession, kind: str, steps: int, ranks: list[int] | None, options: dict) -> tuple[CapturePlan, str]:
+def _request(session: WatchSession, kind: str, steps: int, ranks: list[int] | None, options: dict[str, bool]) -> tuple[CapturePlan, str]:
     """Learn the job, plan the capture, send it and wait for the answers; refusals by every rank end it here."""
     requests = session.requests
     if not requests.available:
@@ -175,7 +176,7 @@ def _request(session: WatchSession, kind: str, steps: int, ranks: list[int] | No
     return request, command_id
 
 
-def _follow(session: WatchSession, request: CapturePlan, command_id: str, timeout: float, quiet: bool) -> list:
+def _follow(session: WatchSession, request: CapturePlan, command_id: str, timeout: float, quiet: bool) -> list[Any]:  # (RankProgress)
     if not quiet:
         print(
             f"job {session.snapshot().job}: {request.kind} capture {request.id}, {request.steps} step(s) from step "
@@ -198,7 +199,7 @@ def _follow(session: WatchSession, request: CapturePlan, command_id: str, timeou
         time.sleep(0.1)
 
 
-def _copy(done: list, out: str) -> list[str]:
+def _copy(done: list[Any], out: str) -> list[str]:  # (RankProgress)
     """Copy each rank's file that exists here into ``out``; the paths copied."""
     target = Path(out).expanduser()
     copied = []

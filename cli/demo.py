@@ -21,6 +21,7 @@ import termios
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 from ranktop.cli.errors import UserError
 from ranktop.cli.options import Command, add_view_options, positive_int
@@ -65,7 +66,7 @@ def demo_command(nproc: int, extra: list[str]) -> list[str]:
     ]  # fmt: skip
 
 
-def start_process(command: list[str], job: str, directory: str | None, log_path: Path | None) -> subprocess.Popen:
+def start_process(command: list[str], job: str, directory: str | None, log_path: Path | None) -> subprocess.Popen[bytes]:
     env = dict(os.environ, **{settings.JOB.name: job})
     if directory:
         env[settings.DIR.name] = directory
@@ -74,7 +75,7 @@ def start_process(command: list[str], job: str, directory: str | None, log_path:
     return subprocess.Popen(command, env=env, stdout=out, stderr=subprocess.STDOUT if out else None, start_new_session=True)
 
 
-def stop(proc: subprocess.Popen, grace_s: float = 15.0) -> None:
+def stop(proc: subprocess.Popen[bytes], grace_s: float = 15.0) -> None:
     """Ask torchrun to stop (it forwards SIGTERM to its ranks), then force the whole group.
 
     Only torchrun gets the first SIGTERM: signalling the whole group would also
@@ -104,7 +105,7 @@ def _log_tail(path: Path, lines: int = 15) -> str:
     return "\n".join(errors[:4] if errors else text[-lines:])
 
 
-def run_demo(args, extra: list[str]) -> int:
+def run_demo(args: argparse.Namespace, extra: list[str]) -> int:
     if args.simulate is not None:
         # A simulated job of N ranks (ranktop.demo.simulate) instead of torchrun's, watched the same way;
         # in a process of its own, so that it and the viewer each have an interpreter (and a core).
@@ -122,7 +123,7 @@ def simulate_command(ranks: int, job: str, extra: list[str]) -> list[str]:
     return [sys.executable, "-m", "ranktop.demo.simulate", "--ranks", str(ranks), "--job", job, *extra]
 
 
-def run_job(args, job: str, command: list[str], size: str, *, what: str) -> int:
+def run_job(args: argparse.Namespace, job: str, command: list[str], size: str, *, what: str) -> int:
     """Start ``command`` as job ``job`` and watch it until the user quits (or, with --no-tui, until it ends)."""
     # A closed terminal (SIGHUP) or a kill (SIGTERM) must still stop the job, not orphan it:
     # the job runs in a session of its own, so nothing else would reach it.
@@ -158,7 +159,7 @@ def run_job(args, job: str, command: list[str], size: str, *, what: str) -> int:
     return 0
 
 
-def _raise_interrupt(signum, frame) -> None:
+def _raise_interrupt(signum: int, frame: object) -> None:
     raise KeyboardInterrupt
 
 
@@ -189,7 +190,7 @@ def _hung_up(fd: int) -> bool:
     return False
 
 
-def _close_with(app, proc: subprocess.Popen, terminal: int | None = None) -> None:
+def _close_with(app: Any, proc: subprocess.Popen[bytes], terminal: int | None = None) -> None:
     """Close the TUI when the job ends by itself, so its exit is reported; on SIGHUP/SIGTERM; and when
     ``terminal`` (a file descriptor) hangs up.
 
@@ -231,12 +232,13 @@ def _close_with(app, proc: subprocess.Popen, terminal: int | None = None) -> Non
     threading.Thread(target=wait, name="ranktop-demo-wait", daemon=True).start()
 
 
-def _stop_on_signal(reader: socket.socket, writer: socket.socket, proc: subprocess.Popen, terminal: int | None = None) -> None:
+def _stop_on_signal(reader: socket.socket, writer: socket.socket, proc: subprocess.Popen[bytes], terminal: int | None = None) -> None:
     """Wait for SIGHUP or SIGTERM on the wake-up socket, or for ``terminal`` to hang up (as a SIGHUP), then stop the
     job and, ``EXIT_GRACE_S`` later, the viewer.
 
     ``writer`` is held here for as long as the wake-up fd is in use: closed, the signal would have nowhere to go."""
     reader.settimeout(HANGUP_CHECK_S if terminal is not None else None)
+    signum: int
     while True:
         try:
             data = reader.recv(64)
@@ -249,8 +251,9 @@ def _stop_on_signal(reader: socket.socket, writer: socket.socket, proc: subproce
             return
         if not data:
             return
-        signum = next((byte for byte in data if byte in EXIT_SIGNALS), None)  # other bytes: SIGWINCH (Textual's)
-        if signum is not None:
+        got = next((byte for byte in data if byte in EXIT_SIGNALS), None)  # other bytes: SIGWINCH (Textual's)
+        if got is not None:
+            signum = got
             break
     stop(proc)
     time.sleep(EXIT_GRACE_S)

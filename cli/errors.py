@@ -31,7 +31,7 @@ def stop_on_sigterm() -> None:
     """SIGTERM ends the command as Ctrl-C does (files closed, exit 130): how a batch script stops its sidecars."""
     import signal
 
-    def interrupt(signum, frame):
+    def interrupt(signum: int, frame: object) -> None:
         raise KeyboardInterrupt
 
     signal.signal(signal.SIGTERM, interrupt)

@@ -50,7 +50,7 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.set_defaults(run=cmd_export)
 
 
-def cmd_export(args) -> int:
+def cmd_export(args: argparse.Namespace) -> int:
     from ranktop.watch.offline import prometheus
     from ranktop.watch.optional import MissingDependency
 

@@ -24,10 +24,10 @@ def configure(jobs: argparse.ArgumentParser) -> None:
     jobs.set_defaults(run=cmd_jobs)
 
 
-def cmd_jobs(args) -> int:
+def cmd_jobs(args: argparse.Namespace) -> int:
     if args.prune:
-        ended = slurm.EndedJobs()
-        removed = rendezvous.prune(args.dir, is_dead=lambda record: not record.on_this_machine and ended(record.slurm_job))
+        slurm_ended = slurm.EndedJobs()
+        removed = rendezvous.prune(args.dir, is_dead=lambda record: not record.on_this_machine and slurm_ended(record.slurm_job))
         for path in removed:
             print(f"removed {path}")
     live = live_jobs(args.dir)

@@ -29,6 +29,7 @@ import site
 import subprocess
 import sys
 import tempfile
+from collections.abc import Mapping
 from pathlib import Path
 
 from ranktop.cli.errors import UserError
@@ -99,7 +100,7 @@ def hook_installed() -> bool:
     return any((Path(d) / PTH).is_file() for d in dirs)
 
 
-def launch_env(job: str, rate: float | None, directory: str | None, base: dict | None = None) -> dict:
+def launch_env(job: str, rate: float | None, directory: str | None, base: Mapping[str, str] | None = None) -> dict[str, str]:
     env = dict(os.environ if base is None else base)
     env[settings.AUTO.name] = "1"
     env[settings.JOB.name] = job
@@ -133,15 +134,16 @@ def flops_dtype(text: str) -> str:
 
 
 def _default_job(command: list[str]) -> str:
-    if settings.JOB.get():
-        return settings.JOB.get()
+    job = settings.JOB.get()
+    if job:
+        return job
     if os.environ.get("SLURM_JOB_ID"):
         return os.environ["SLURM_JOB_ID"]  # what every node of an allocation agrees on
     name = Path(command[0]).name or "job"
     return f"{name}-{os.getpid()}"
 
 
-def cmd_launch(args) -> int:
+def cmd_launch(args: argparse.Namespace) -> int:
     command = list(args.argv)
     if command and command[0] == "--":
         command = command[1:]
@@ -183,7 +185,7 @@ def cmd_launch(args) -> int:
     return 128 - code if code < 0 else code
 
 
-def _forward(proc: subprocess.Popen, signum: int) -> None:
+def _forward(proc: subprocess.Popen[bytes], signum: int) -> None:
     if proc.poll() is None:
         proc.send_signal(signum)
 

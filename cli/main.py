@@ -48,8 +48,8 @@ def build_parser() -> argparse.ArgumentParser:
     for command in COMMANDS:
         command.add_to(sub)
     # `ranktop watch JOB --dir X` must work as well as `ranktop --dir X watch JOB`.
-    for command in sub.choices.values():
-        command.add_argument("--dir", metavar="DIR", default=argparse.SUPPRESS, help="rendezvous directory")
+    for subparser in sub.choices.values():
+        subparser.add_argument("--dir", metavar="DIR", default=argparse.SUPPRESS, help="rendezvous directory")
     return parser
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, TypeVar
 
 from ranktop.watch import DEFAULT_SILENT_AFTER_S, DEFAULT_STALL_FACTOR, DEFAULT_STALL_FLOOR_S, DEFAULT_WINDOW
 from ranktop.wire import settings
@@ -20,17 +20,21 @@ class Command:
     description: str | None = None  # default: the help line
     usage: str | None = None  # default: argparse's
 
-    def add_to(self, sub) -> argparse.ArgumentParser:
+    def add_to(self, sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> argparse.ArgumentParser:
         description = self.description or self.help[0].upper() + self.help[1:] + "."
         parser = sub.add_parser(self.name, help=self.help, description=description, usage=self.usage)
         self.configure(parser)
         return parser
 
 
-def positive(kind):
+#: What :func:`positive` parses to.
+N = TypeVar("N", int, float)
+
+
+def positive(kind: Callable[[str], N]) -> Callable[[str], N]:
     """An argparse type: a number of ``kind`` above zero."""
 
-    def parse(text: str):
+    def parse(text: str) -> N:
         try:
             value = kind(text)
         except ValueError:

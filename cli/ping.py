@@ -20,7 +20,7 @@ def configure(ping: argparse.ArgumentParser) -> None:
     ping.set_defaults(run=cmd_ping)
 
 
-def cmd_ping(args) -> int:
+def cmd_ping(args: argparse.Namespace) -> int:
     waited = Sayer()
     target = resolve_waiting(args.targets, args.dir, wait_s=args.wait, say=waited)
     with WatchSession(target, window=DEFAULT_WINDOW) as session:

@@ -66,7 +66,7 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.set_defaults(run=cmd_record)
 
 
-def make_recorder(path: str, args, job: str | None) -> FlightRecorder:
+def make_recorder(path: str, args: argparse.Namespace, job: str | None) -> FlightRecorder:
     if args.keep < 0:
         raise RecordError(f"--keep must be 0 or more, not {args.keep}")
     try:
@@ -85,7 +85,7 @@ def status_line(recorder: FlightRecorder, ranks: int, elapsed: float) -> str:
     )
 
 
-def cmd_record(args) -> int:
+def cmd_record(args: argparse.Namespace) -> int:
     stop_on_sigterm()
     target = resolve_waiting([args.job], args.dir, say=say, follow=True)
     recorder = make_recorder(args.file, args, target.job)

@@ -10,6 +10,7 @@ import argparse
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
 from ranktop.cli.errors import UserError
 from ranktop.cli.options import Command, positive_float, positive_int
@@ -66,7 +67,7 @@ def load(path: str) -> Recording:
     return recording
 
 
-def _options(args) -> dict:
+def _options(args: argparse.Namespace) -> dict[str, Any]:
     return dict(window=int(args.window), silent_after_s=args.silent_after, stall_factor=args.stall_factor, stall_floor_s=args.stall_floor)
 
 
@@ -80,7 +81,7 @@ def _offset(text: str, recording: Recording, flag: str) -> float:
     return offset
 
 
-def cmd_replay(args) -> int:
+def cmd_replay(args: argparse.Namespace) -> int:
     recording = load(args.file)
     if args.json:
         snap = snapshot_at(recording, _offset(args.at, recording, "--at"), **_options(args))
@@ -88,7 +89,7 @@ def cmd_replay(args) -> int:
         return 0
     start = _offset(args.start, recording, "--start")
     try:
-        from ranktop.tui.replay import ReplayApp
+        from ranktop.tui.replay import ReplayApp  # type: ignore[import-untyped]  # the TUI is not checked yet (no py.typed)
     except ImportError as exc:
         raise ReplayError(f"the TUI needs textual ({exc}): pip install 'ranktop[tui]', or use --json --at T") from None
     replay = Replay(recording, speed=args.speed, start_s=start, **_options(args))

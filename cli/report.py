@@ -11,6 +11,7 @@ import argparse
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
 from ranktop.cli.errors import UserError
 from ranktop.cli.options import Command
@@ -36,11 +37,11 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.set_defaults(run=cmd_report)
 
 
-def _build(path: str) -> dict:
+def _build(path: str) -> dict[str, Any]:
     return build(load(path))
 
 
-def cmd_report(args) -> int:
+def cmd_report(args: argparse.Namespace) -> int:
     if len(args.files) > 2:
         raise ReportError("one recording, or two to compare")
     reports = [_build(f) for f in args.files]

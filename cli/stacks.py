@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from typing import Any
 
 from ranktop.cli.errors import Sayer, UserError
 from ranktop.cli.options import Command, add_job_target, add_wait_option, positive_float
@@ -39,7 +40,7 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.set_defaults(run=cmd_stacks)
 
 
-def collect(session: WatchSession, timeout: float):
+def collect(session: WatchSession, timeout: float) -> tuple[Any, float]:  # (a StackReport, seconds)
     """Ask every rank for the fingerprint of its stacks, then one rank per distinct fingerprint for
     the stacks themselves; returns (report, seconds waited for answers).
 
@@ -57,11 +58,11 @@ def collect(session: WatchSession, timeout: float):
     return build_report(answers.expected, replies, full), waited
 
 
-def cmd_stacks(args) -> int:
-    waited = Sayer()
-    session = WatchSession(resolve_waiting(args.targets, args.dir, wait_s=args.wait, say=waited))
+def cmd_stacks(args: argparse.Namespace) -> int:
+    sayer = Sayer()
+    session = WatchSession(resolve_waiting(args.targets, args.dir, wait_s=args.wait, say=sayer))
     with session:
-        if waited.said:  # the job has just started: its ranks are still coming up
+        if sayer.said:  # the job has just started: its ranks are still coming up
             session.wait_for_every_rank(args.timeout)
         report, waited = collect(session, args.timeout)
         job = session.snapshot().job

@@ -22,7 +22,7 @@ import torch
 from torch.utils.data import IterableDataset, get_worker_info
 
 
-class MarkovTokens(IterableDataset):
+class MarkovTokens(IterableDataset[tuple[torch.Tensor, torch.Tensor]]):
     def __init__(
         self,
         vocab: int,

@@ -25,7 +25,7 @@ loop calls these unconditionally.
 from __future__ import annotations
 
 import time
-from typing import Callable
+from typing import Any, Callable
 
 import torch
 from torch.utils.data import default_collate
@@ -75,7 +75,7 @@ class Faults:
         if self._delay_s and self._slow_phase == "optimizer":
             optimizer.register_step_pre_hook(lambda opt, args, kwargs: self.delay("optimizer"))
 
-    def collate(self, batch):
+    def collate(self, batch: list[Any]) -> Any:
         """The DataLoader's collate with the data sleep in it (used with ``--workers 0``)."""
         self.delay("data")
         return default_collate(batch)
@@ -83,7 +83,7 @@ class Faults:
     def in_backward(self, loss: torch.Tensor) -> None:
         """Put the backward sleep inside autograd: a hook on the loss's gradient, the first thing backward runs."""
         if self._delay_s and self._slow_phase == "backward" and loss.requires_grad:
-            loss.register_hook(lambda grad: self.delay("backward"))
+            loss.register_hook(lambda grad: self.delay("backward"))  # type: ignore[no-untyped-call]  # torch's Tensor.register_hook is unannotated
 
     def hang(self, step: int) -> None:
         """Called in ``forward``: never returns on the hanging rank once ``step`` is reached.

@@ -30,7 +30,8 @@ import numpy as np
 
 
 from ranktop.probe.process_groups import state_layout
-from ranktop.relay.links import KEPT, MAX_PEERS, MIN_CROSSING_S, PROBE_BYTES, probe_interval_s
+from ranktop.relay.links import KEPT, MAX_PEERS, MIN_CROSSING_S, probe_interval_s
+from ranktop.wire.link_probes import PROBE_BYTES
 from ranktop.wire import parallel_groups, settings
 from ranktop.wire.messages import Call, CallSummary, Group, LinkRate, OpSummary
 from ranktop.wire.messages import Step
@@ -156,21 +157,26 @@ class Scenario:
 # -- the job: step times of every rank -------------------------------------------------
 
 
+#: A rank's draw for one step (:meth:`JobModel._row`): its own time per phase and "other", its arrival at each phase
+#: that ends in collectives, the network's time for those, what follows the last of them, and what it adds to a sum.
+Row = tuple[list[float], tuple[float, ...], tuple[float, ...], float, tuple[float, ...]]
+
+
 @dataclass(frozen=True)
 class JobStep:
     """One step of the whole job: every rank's draw, and when the last rank reached each collective."""
 
     n: int
     start: float
-    rows: list  # per rank: JobModel row (own times, arrivals, transfers, tail)
-    latest: tuple  # per phase that ends in collectives: the last rank's arrival (seconds into its segment)
+    rows: list[Row]  # per rank: JobModel row (own times, arrivals, transfers, tail)
+    latest: tuple[float, ...]  # per phase that ends in collectives: the last rank's arrival (seconds into its segment)
     duration: float
     picks: np.ndarray | None = None  # per rank: its row's index in JobModel's arrays (where rows drawn from a table)
-    special: dict = field(default_factory=dict)  # rank -> its row, for the ranks whose row is no table's (a slowed rank)
+    special: dict[int, Row] = field(default_factory=dict)  # rank -> its row, for the ranks whose row is no table's (a slowed rank)
     early: np.ndarray | None = None  # per rank: how long before ``start`` it began the step (it ended the one before sooner)
     # rank -> (phase, seconds): the ranks that saved a checkpoint or evaluated in this step, at the end of their tail
     # ("other" in their row), as the probe times them: the phase ``checkpoint`` or ``eval`` (wire/names.py PAUSE_PHASES)
-    pauses: dict = field(default_factory=dict)
+    pauses: dict[int, tuple[str, float]] = field(default_factory=dict)
 
     def early_of(self, rank: int) -> float:
         return float(self.early[rank]) if self.early is not None else 0.0
@@ -220,7 +226,7 @@ class JobModel:
         self._op_sums = [(j, PHASES[i], op, count, sum(self.sizes[j]), self.longest[j]) for j, (i, op, count) in enumerate(ops)]
         self._table = [self._row([b * self._multiplier() for b in self.base], self._multiplier()) for _ in range(self.TABLE_ROWS)]
         # Pipeline stages of unequal cost: a table per cost, forward and backward scaled.
-        self._tables: list[list] | None = None
+        self._tables: list[list[Row]] | None = None
         if s.pp > 1:
             scaled = {PHASES.index("forward"), PHASES.index("backward")}
             by_cost = {}
@@ -311,7 +317,7 @@ class JobModel:
         value = max(0.5, 1.0 + self._rng.gauss(0.0, NOISE_SD))
         return value * (1.0 + SPIKE) if self._rng.random() < SPIKE_P else value
 
-    def _row(self, own: list[float], network: float) -> tuple:
+    def _row(self, own: list[float], network: float) -> Row:
         arrivals, first = [], 0
         for i, _, _ in self.ops:
             arrivals.append(sum(own[first : i + 1]))
@@ -346,12 +352,12 @@ class JobModel:
         self,
         n: int,
         start: float,
-        rows: list,
+        rows: list[Row],
         arrivals: np.ndarray | None = None,
         tails: np.ndarray | None = None,
         picks: np.ndarray | None = None,
-        special: dict | None = None,
-        pauses: dict | None = None,
+        special: dict[int, Row] | None = None,
+        pauses: dict[int, tuple[str, float]] | None = None,
     ) -> JobStep:
         """The step of every rank's ``rows`` (``arrivals`` and ``tails``: theirs as arrays, where at hand): when the
         last rank reached each collective, and how long it lasts. A rank that ended the step before sooner than the
@@ -407,7 +413,7 @@ class JobModel:
         a tick this way (demo/simulate.py: fold): one rank at a time, 16,384 ranks took it more than a core."""
         if any(st.picks is None for st in steps):  # steps of rows given whole (a subclass's own draws: accuracy.py)
             return self._sums_of(steps, ranks, *self._row_arrays(steps, ranks))
-        picks = np.stack([st.picks[ranks] for st in steps])  # (steps, ranks)
+        picks = np.stack([st.picks[ranks] for st in steps if st.picks is not None])  # (steps, ranks): every step's, as checked
         summed, arrivals, tails = self._summed[picks], self._arrivals[picks], self._tails[picks[-1]]
         for i, st in enumerate(steps):  # a slowed rank's rows are its own
             for r, row in st.special.items():

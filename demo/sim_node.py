@@ -15,18 +15,20 @@ from __future__ import annotations
 import os
 import socket
 import time
+from pathlib import Path
 from typing import Any, Callable, Iterator
 
 import msgspec
 import zmq
 
 from ranktop.probe import commands
+from ranktop.probe.capture import Capture
 from ranktop.transport.identity import Identity
 from ranktop.transport.ipc import ipc_endpoints
 from ranktop.probe.stacks import answer as stacks_answer
 from ranktop.wire import auth, schema
 from ranktop.wire.names import COMMAND, NODE, STEPS
-from ranktop.wire.messages import Command, RankMessage, Reply
+from ranktop.wire.messages import Command, CommandResult, RankMessage, Reply
 from ranktop.transport.captures import capture_folder
 from ranktop.relay.digest_fold import NodeDigest
 
@@ -52,14 +54,14 @@ class SimulatedRank:
         self.rate_hz = node.rate_hz
         self.recorder = sim  # current_step, for the capture command
         self.identity = node.identity_of(rank)
-        self.capture = None
+        self.capture: Capture | None = None  # the simulation makes no captures: the command answers that
         self._rank = rank
 
     def state(self) -> dict[str, Any]:
         """Its state as plain values, as the probe's commands read it (probe/sender.py: Sender.state)."""
         return msgspec.to_builtins(self._sim.state(self._rank, self._sim._clock()))
 
-    def capture_folder(self, capture_id: str):
+    def capture_folder(self, capture_id: str) -> Path:
         return capture_folder(self._sim.s.job, capture_id, self._sim.directory)
 
 
@@ -67,7 +69,7 @@ class SimulatedNode:
     #: File descriptors a node's ranks hold: their two sockets' mailboxes and IPC connections to the relay.
     FDS = 4
 
-    def __init__(self, sim: Any, index: int, ranks: range, context: zmq.Context, relay: tuple[str, str]):
+    def __init__(self, sim: Any, index: int, ranks: range, context: zmq.Context[Any], relay: tuple[str, str]):
         """``sim``: the Simulator that runs it; ``relay``: its relay's (telemetry, control) URLs, which its ranks' hellos
         and its digest name."""
         self.index = index
@@ -165,6 +167,7 @@ class SimulatedNode:
     def _answer(self, rank: int, msg: Command) -> None:
         now = time.time()
         view = SimulatedRank(self._sim, self, rank)
+        result: CommandResult
         try:
             if msg.cmd == "stacks" and isinstance(msg.args.get("fingerprint", False), bool):
                 ok, result = True, stacks_answer(self._sim.stacks(rank), view.state(), msg.args.get("fingerprint", False))
@@ -173,7 +176,7 @@ class SimulatedNode:
         except Exception as exc:  # as the probe does: a broken handler answers with its error
             ok, result = False, {"error": f"{exc.__class__.__name__}: {exc}"}
         self.rate_hz = view.rate_hz  # set_rate: the node's ranks share one cadence
-        self.send(Reply(job=self._sim.s.job, rank=rank, ts=now, id=msg.id, cmd=msg.cmd, ok=ok, result=result))
+        self.send(Reply(job=self._sim.s.job, rank=rank, ts=now, id=msg.id, cmd=msg.cmd, ok=ok, result=msgspec.to_builtins(result)))
 
     def close(self) -> None:
         for sock in (self.pub, self.sub):

@@ -75,22 +75,23 @@ class RelayProcesses:
         self._job = job
         self._directory = directory
         self._shares = [range(nodes * i // processes, nodes * (i + 1) // processes) for i in range(processes)]
-        self._procs: list[subprocess.Popen] = []
+        self._procs: list[subprocess.Popen[str]] = []
 
     def start(self) -> list[tuple[str, str]]:
         """Start every process at once, then wait for each relay's URLs, in node order."""
         try:
             for share in self._shares:
                 self._procs.append(self._spawn(share))
-            urls = []
+            urls: list[tuple[str, str]] = []
             for share, proc in zip(self._shares, self._procs):
+                assert proc.stdout is not None  # piped by _spawn
                 urls += _read_urls(proc.stdout, share, proc)
             return urls
         except BaseException:
             self.close()
             raise
 
-    def _spawn(self, share: range) -> subprocess.Popen:
+    def _spawn(self, share: range) -> subprocess.Popen[str]:
         command = [sys.executable, "-m", "ranktop.demo.sim_relays", "--job", self._job]
         command += ["--first", str(share.start), "--count", str(len(share))]
         if self._directory is not None:
@@ -109,7 +110,8 @@ class RelayProcesses:
         end in ``timeout`` is killed, its records left for the viewers to find dead (their pid is gone)."""
         for proc in self._procs:
             try:
-                proc.stdin.close()
+                if proc.stdin is not None:  # piped by _spawn
+                    proc.stdin.close()
             except OSError:
                 pass
         for proc in self._procs:
@@ -118,12 +120,13 @@ class RelayProcesses:
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait()
-            proc.stdout.close()
+            if proc.stdout is not None:
+                proc.stdout.close()
         self._procs.clear()
 
 
-def _read_urls(out: IO[str], share: range, proc: subprocess.Popen) -> list[tuple[str, str]]:
-    urls = []
+def _read_urls(out: IO[str], share: range, proc: subprocess.Popen[str]) -> list[tuple[str, str]]:
+    urls: list[tuple[str, str]] = []
     for index in share:
         line = out.readline()
         if not line:

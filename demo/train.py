@@ -35,6 +35,9 @@ import sys
 import threading
 import time
 import warnings
+from collections.abc import Callable, MutableMapping
+from contextlib import AbstractContextManager
+from types import FrameType
 
 # A torch wheel without NumPy beside it warns once per process at import; with
 # four ranks that is four copies of a warning the demo never cares about.
@@ -63,7 +66,7 @@ STOP_GRACE_S = 3.0
 # -- command line -------------------------------------------------------------
 
 
-def _count(minimum: int):
+def _count(minimum: int) -> Callable[[str], int]:
     def parse(text: str) -> int:
         try:
             value = int(text)
@@ -165,7 +168,7 @@ class GracefulStop:
 
     SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
-    def __init__(self, grace_s: float, last_words):
+    def __init__(self, grace_s: float, last_words: Callable[[], None]):
         self.grace_s = grace_s
         self.signum: int | None = None
         self.done = threading.Event()
@@ -186,7 +189,7 @@ class GracefulStop:
         # DataLoader workers are forked from here: they must not wake our watchdog.
         os.register_at_fork(after_in_child=self._forget)
 
-    def _on_signal(self, signum, frame) -> None:
+    def _on_signal(self, signum: int, frame: FrameType | None) -> None:
         if self.signum is None:
             self.signum = signum
 
@@ -232,7 +235,7 @@ def _env_int(name: str, default: int) -> int:
         sys.exit(f"train.py: {name}={text!r} is not a whole number")
 
 
-def torch_env_from_slurm(env=os.environ) -> None:
+def torch_env_from_slurm(env: MutableMapping[str, str] = os.environ) -> None:
     """Under ``srun`` without torchrun (one task per rank), give torch.distributed its env:// variables.
 
     RANK, WORLD_SIZE and LOCAL_RANK come from SLURM_PROCID, SLURM_NTASKS and
@@ -274,7 +277,7 @@ def gpu_index(gpus: int, local_world: int, local_rank: int, visible: str = "") -
     return None
 
 
-def _noop_scope(*_args):
+def _noop_scope(*_args: object) -> contextlib.nullcontext[None]:
     return _NOOP
 
 
@@ -289,6 +292,8 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(1)  # several ranks share a few cores: oversubscription would swamp the timings
     torch.manual_seed(0)  # the same initial weights everywhere (DDP would broadcast rank 0's anyway)
 
+    step_scope: Callable[[], AbstractContextManager[object]]
+    phase: Callable[[str], AbstractContextManager[object]]
     if args.no_probe:
         step_scope, phase = _noop_scope, _noop_scope
     else:
@@ -329,7 +334,7 @@ def main(argv: list[str] | None = None) -> int:
     cfg = ModelConfig(seq_len=args.seq_len)
     if not args.no_probe:  # FLOPs of one step by PyTorch's counter, for TFLOP/s and MFU (demo/flops.py)
         probe.set_work(flops_per_step=step_flops(cfg, args.batch_size))
-    model = TinyLM(cfg).to(device)
+    model: torch.nn.Module = TinyLM(cfg).to(device)
     if distributed:
         model = DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
     try:  # the fused kernel halves the optimizer phase on CPU; torch < 2.4 has it for CUDA only
@@ -387,7 +392,7 @@ def main(argv: list[str] | None = None) -> int:
                     faults.leak()
                 with phase("backward"):
                     faults.in_backward(loss)
-                    loss.backward()  # DDP all-reduces the gradients here
+                    loss.backward()  # type: ignore[no-untyped-call]  # DDP all-reduces the gradients here (torch's backward is unannotated)
                     sync()
                 with phase("optimizer"):
                     optimizer.step()
@@ -406,7 +411,7 @@ def main(argv: list[str] | None = None) -> int:
             raise
         # A peer left first and tore its end of the collective down: expected while stopping.
     finally:
-        if stop.requested and rank == 0:
+        if stop.signum is not None and rank == 0:  # stop.requested
             print(f"[rank 0] stopped by {signal.Signals(stop.signum).name} at step {step}", flush=True)
         del batches  # joins the DataLoader workers
         probe.shutdown()  # a no-op when the probe is off

@@ -23,21 +23,26 @@ from __future__ import annotations
 
 from ranktop.wire import STANDARD_PHASES, __version__
 
+from typing import TYPE_CHECKING, Any, Callable
+
 from . import runtime
+
+if TYPE_CHECKING:  # the package's names stay those of __all__
+    from .recorder import NoopScope, PhaseScope, StepScope
 from .runtime import init, shutdown
 
 
-def step(number: int | None = None):
+def step(number: int | None = None) -> StepScope | NoopScope:
     """A context manager (or decorator) around one training step; ``number`` defaults to the next."""
     return runtime.active.step(number)
 
 
-def phase(name: str):
+def phase(name: str) -> PhaseScope | NoopScope:
     """A context manager (or decorator) timing one phase: data, forward, backward, optimizer or your own."""
     return runtime.active.phase(name)
 
 
-def set_work(*, batch_size: int | None = None, tokens_per_step: int | None = None, flops_per_step: float | None = None):
+def set_work(*, batch_size: int | None = None, tokens_per_step: int | None = None, flops_per_step: float | None = None) -> None:
     """Say (or correct) what one step of this rank processes, for samples/s, tokens/s and MFU."""
     active = runtime.active
     if isinstance(active, runtime.Probe):
@@ -55,7 +60,7 @@ def add_inputs(samples: int = 0, tokens: int = 0, padded: int | None = None) -> 
     runtime.active.add_inputs(samples, tokens, padded)
 
 
-def count_flops(fn, *args, **kwargs) -> int:
+def count_flops(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> int:
     """Run ``fn(*args, **kwargs)`` once (a forward and backward) under PyTorch's FLOP counter,
     report the count as this rank's FLOPs per step, and return it. See probe/flops.py."""
     from . import flops
@@ -67,7 +72,7 @@ def count_flops(fn, *args, **kwargs) -> int:
     return total
 
 
-def automatic(model=None, optimizer=None):
+def automatic(model: Any = None, optimizer: Any = None) -> runtime.Probe | None:
     """Automatic mode, opted into: steps and phases found from torch's own hooks (see docs/auto-mode.md).
 
     Starts the probe if needed (``init()``); the step ends at the optimizer step,
@@ -83,7 +88,7 @@ def automatic(model=None, optimizer=None):
     return get()
 
 
-def get():
+def get() -> runtime.Probe | None:
     """The running :class:`~ranktop.probe.runtime.Probe`, or None when the probe is off."""
     active = runtime.active
     return active if isinstance(active, runtime.Probe) else None

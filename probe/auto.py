@@ -77,7 +77,7 @@ class AutoTimer:
     """The state machine: outermost events in, ``Recorder`` steps and phases out (no torch here)."""
 
     def __init__(self, recorder: Recorder, eval_after: int = EVAL_AFTER):
-        self.rec = recorder
+        self.rec: Recorder | _Off = recorder  # _OFF once disabled
         self.eval_after = eval_after
         self.open = False  # one of our steps is open in the recorder
         self.complete = False  # ... and an optimizer step has ended in it
@@ -261,12 +261,17 @@ class AutoTimer:
         for name in ("data_begin", "data_end", "forward_end", "backward_begin", "backward_end", "optimizer_begin", "optimizer_end",
                      "checkpoint_begin"):  # fmt: skip
             setattr(self, name, _noop)
-        self.forward_begin = _false
+        setattr(self, "forward_begin", _false)  # (an instance's own, over the method)
         self.rec = _OFF  # what the hooks close phases through
 
 
 class _Off:
     """A recorder whose boundaries do nothing: a disabled timer's, so that hooks still in place record nothing."""
+
+    # What the timer reads (only while enabled, so never of this one; said for the type checker, and so that a read
+    # would see no step rather than a function).
+    step_started = False
+    current_step = -1
 
     def __getattr__(self, name: str) -> Callable[..., None]:
         return _noop
@@ -275,11 +280,11 @@ class _Off:
 _OFF = _Off()
 
 
-def _noop(*args, **kwargs) -> None:
+def _noop(*args: object, **kwargs: object) -> None:
     return None
 
 
-def _false(*args, **kwargs) -> bool:
+def _false(*args: object, **kwargs: object) -> bool:
     return False
 
 
@@ -310,7 +315,7 @@ class TorchHooks:
         timer: AutoTimer,
         model: Any = None,
         optimizer: Any = None,
-        on_first_step: Callable[[Any], None] | None = None,
+        on_first_step: Callable[[Any], str | None] | None = None,
         on_fault: Callable[[BaseException], None] | None = None,
     ):
         import torch
@@ -328,7 +333,7 @@ class TorchHooks:
         self._on_fault = on_fault
         self._handles: list[Any] = []
         self._discovery: list[Any] = []  # the global module hooks, until the roots are known
-        self._roots: dict[int, weakref.ref] = {}
+        self._roots: dict[int, weakref.ref[Any]] = {}
         self._fwd_depth = 0
         self._fwd_open = False
         self._bwd_depth = 0
@@ -340,8 +345,10 @@ class TorchHooks:
         self._remove_pending = False
         self._faulted = False
         self._patched: list[tuple[Any, str, Any]] = []
-        self._timed: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # module -> (our TimedCall, what it replaced)
-        self._open_root: weakref.ref | None = None  # during discovery: the root module whose call began last
+        self._timed: weakref.WeakKeyDictionary[Any, tuple[TimedCall, Any]] = (
+            weakref.WeakKeyDictionary()
+        )  # module -> (our TimedCall, what it replaced)
+        self._open_root: weakref.ref[Any] | None = None  # during discovery: the root module whose call began last
         self.installed = False
 
     # -- installing -------------------------------------------------------------
@@ -472,7 +479,7 @@ class TorchHooks:
             return
         handles: list[Any] = []
 
-        def close(module, args, output):
+        def close(module: Any, args: Any, output: Any) -> None:
             for handle in handles:
                 handle.remove()
             self._fwd_post(module, args, output)
@@ -506,7 +513,7 @@ class TorchHooks:
     # -- the hooks (hot path) ---------------------------------------------------
     # Each one: nothing while dynamo traces, nothing off the training thread, and never an exception out.
 
-    def _fwd_pre_discover(self, module, args):
+    def _fwd_pre_discover(self, module: Any, args: Any) -> None:
         if dynamo_guard.is_tracing() or self._thread != _get_ident():
             return
         try:
@@ -523,12 +530,12 @@ class TorchHooks:
             self._fault(exc)
         self._fwd_pre(module, args)
 
-    def _fwd_post_discover(self, module, args, output):
+    def _fwd_post_discover(self, module: Any, args: Any, output: Any) -> None:
         if dynamo_guard.is_tracing() or self._thread != _get_ident():
             return
         self._fwd_post(module, args, output)
 
-    def _fwd_pre(self, module, args):
+    def _fwd_pre(self, module: Any, args: Any) -> None:
         if dynamo_guard.is_tracing() or self._thread != _get_ident():
             return
         if self._remove_pending:
@@ -543,12 +550,12 @@ class TorchHooks:
         except Exception as exc:
             self._fault(exc)
 
-    def _first_forward(self, module) -> None:
+    def _first_forward(self, module: Any) -> None:
         callback, self._on_forward = self._on_forward, None
         if callback is not None:
             callback(module)
 
-    def _fwd_post(self, module, args, output):
+    def _fwd_post(self, module: Any, args: Any, output: Any) -> None:
         if dynamo_guard.is_tracing() or self._thread != _get_ident():
             return
         if self._remove_pending:
@@ -562,7 +569,7 @@ class TorchHooks:
         except Exception as exc:
             self._fault(exc)
 
-    def _opt_pre(self, optimizer, args, kwargs):
+    def _opt_pre(self, optimizer: Any, args: Any, kwargs: Any) -> None:
         if dynamo_guard.is_tracing() or self._thread != _get_ident():
             return
         self._in_opt_hook = True
@@ -575,7 +582,7 @@ class TorchHooks:
         finally:
             self._in_opt_hook = False
 
-    def _opt_post(self, optimizer, args, kwargs):
+    def _opt_post(self, optimizer: Any, args: Any, kwargs: Any) -> None:
         if dynamo_guard.is_tracing() or self._thread != _get_ident() or not self._opt_depth:
             return
         self._in_opt_hook = True
@@ -600,11 +607,11 @@ class TorchHooks:
         finally:
             self._in_opt_hook = False
 
-    def _wrap_compile(self, original):
+    def _wrap_compile(self, original: Callable[..., Any]) -> Any:
         """``module.compile()`` compiles the module's whole call, its hooks included: time that call from outside."""
         hooks = self
 
-        def compile(module, *args, **kwargs):
+        def compile(module: Any, *args: Any, **kwargs: Any) -> Any:
             result = original(module, *args, **kwargs)
             try:
                 dynamo_guard.settle()
@@ -616,14 +623,14 @@ class TorchHooks:
 
         return _standing_in(original, compile)
 
-    def _wrap_entry(self, original, depth: str, begin: str):
+    def _wrap_entry(self, original: Callable[..., Any], depth: str, begin: str) -> Any:
         """``original`` (``torch.autograd.backward``, a DataLoader iterator's ``__next__``) timed as the phase that
         the timer's ``begin`` opens, when the training thread calls it outside dynamo's tracing and outside itself
         (``depth``: the hooks' flag that it is running). The guards are inline, not shared methods: each Python call
         here is one more on the training thread's every step (benchmarks/probe_overhead.py counts them)."""
         hooks = self
 
-        def timed(*args, **kwargs):
+        def timed(*args: Any, **kwargs: Any) -> Any:
             if dynamo_guard.is_tracing() or hooks._thread != _get_ident() or getattr(hooks, depth):
                 return original(*args, **kwargs)
             if hooks._remove_pending:
@@ -672,9 +679,9 @@ class TimedCall:
         self.module = weakref.ref(module)
         self.inner = inner  # the compiled call this replaced, or None: the module's own _call_impl
 
-    def __call__(self, *args, **kwargs):
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
         hooks = self.hooks
-        module = self.module()
+        module: Any = self.module()  # alive: it is being called
         inner = self.inner or module._call_impl
         if dynamo_guard.is_tracing() or hooks._thread != _get_ident() or hooks._bwd_depth:
             return inner(*args, **kwargs)
@@ -708,10 +715,10 @@ class TimedCall:
                 except Exception as exc:
                     hooks._fault(exc)
 
-    def __deepcopy__(self, memo: dict) -> Any:
+    def __deepcopy__(self, memo: dict[int, Any]) -> Any:
         return copy.deepcopy(self.inner, memo)  # what the copy would have had without ranktop
 
-    def __reduce__(self):
+    def __reduce__(self) -> tuple[Any, ...]:
         return (copy.copy, (None,))  # loads as the slot's default, where ranktop is not installed too
 
 
@@ -741,11 +748,11 @@ dynamo_guard.keep_out(
 )
 
 
-def _settling(compile_fn):
+def _settling(compile_fn: Callable[..., Any]) -> Callable[..., Any]:
     """``torch.compile``, unchanged, that then tells dynamo (loaded by now) which frames are ours."""
 
     @functools.wraps(compile_fn)
-    def compile(*args, **kwargs):
+    def compile(*args: Any, **kwargs: Any) -> Any:
         result = compile_fn(*args, **kwargs)
         dynamo_guard.settle()
         return result
@@ -753,7 +760,7 @@ def _settling(compile_fn):
     return compile
 
 
-class OwnHook(functools.partial):
+class OwnHook(functools.partial[Any]):
     """A hook of ours on the script's own model or optimizer: called as the method it holds (a C-level call,
     no extra frame), but copied as an inert one.
 
@@ -766,10 +773,10 @@ class OwnHook(functools.partial):
     is not timed as the model.
     """
 
-    def __reduce__(self):
+    def __reduce__(self) -> tuple[Any, ...]:
         return (functools.partial, (sys.audit, INERT_HOOK))
 
-    def __deepcopy__(self, memo):
+    def __deepcopy__(self, memo: dict[int, Any]) -> functools.partial[None]:
         return functools.partial(sys.audit, INERT_HOOK)
 
 
@@ -823,7 +830,7 @@ def stop(remove: bool = True) -> None:
             pass
 
 
-def _gpu_start_callback(probe: Any):
+def _gpu_start_callback(probe: Any) -> Callable[[Any], str | None] | None:
     """On CUDA, device-side timing starts at the first optimizer step, on the device of its parameters."""
     try:
         from . import gpu_timing

@@ -32,6 +32,18 @@ from __future__ import annotations
 
 import os
 import sys
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
+
+if TYPE_CHECKING:
+    from importlib.abc import Loader
+    from importlib.machinery import ModuleSpec
+    from types import ModuleType
+    from typing import TypedDict
+
+    class _State(TypedDict):
+        lazy_handle: Any  # torch's RemovableHandle of the one-shot hook, while it waits
+        started: bool
+
 
 from ranktop.wire import settings
 
@@ -40,7 +52,7 @@ ENV = settings.AUTO.name
 RATE_ENV = settings.RATE.name
 
 _forked = False
-_state = {"lazy_handle": None, "started": False}
+_state: _State = {"lazy_handle": None, "started": False}
 
 
 def _is_launcher_agent() -> bool:
@@ -61,11 +73,11 @@ def _is_multiprocessing_child() -> bool:
         return False
 
 
-def _launched_rank(env=os.environ) -> bool:
+def _launched_rank(env: Mapping[str, str] = os.environ) -> bool:
     return bool(env.get("RANK")) and bool(env.get("WORLD_SIZE"))
 
 
-def _start(model=None) -> None:
+def _start(model: Any = None) -> None:
     """Start the probe and automatic mode in this process, and keep the hook out of its children."""
     if _state["started"] or _forked:
         return
@@ -81,7 +93,7 @@ def _start(model=None) -> None:
     auto.start(probe)
 
 
-def _torch_imported(torch) -> None:
+def _torch_imported(torch: ModuleType) -> None:
     try:
         if _forked or _is_launcher_agent():
             return
@@ -96,7 +108,7 @@ def _torch_imported(torch) -> None:
         print(f"ranktop: automatic mode off: {exc.__class__.__name__}: {exc}", file=sys.stderr)
 
 
-def _first_module_call(module, args) -> None:
+def _first_module_call(module: Any, args: Any) -> None:
     handle, _state["lazy_handle"] = _state["lazy_handle"], None
     if handle is None:
         return
@@ -114,17 +126,23 @@ def _first_module_call(module, args) -> None:
 # -- the post-import hook --------------------------------------------------------------
 
 
-class _ChainedLoader:
+if TYPE_CHECKING:  # a Loader to the type checker; at run time a plain class (nothing imported at start-up for it)
+    _Loader = Loader
+else:
+    _Loader = object
+
+
+class _ChainedLoader(_Loader):
     """The real loader of torch, then our hook once its ``__init__`` has run."""
 
-    def __init__(self, loader, callback):
+    def __init__(self, loader: Loader, callback: Callable[[ModuleType], None]):
         self._loader = loader
         self._callback = callback
 
-    def create_module(self, spec):
+    def create_module(self, spec: ModuleSpec) -> ModuleType | None:
         return self._loader.create_module(spec)
 
-    def exec_module(self, module):
+    def exec_module(self, module: ModuleType) -> None:
         spec = getattr(module, "__spec__", None)
         if spec is not None:
             spec.loader = self._loader  # torch sees its own loader, as if we were never here
@@ -132,18 +150,18 @@ class _ChainedLoader:
         self._loader.exec_module(module)
         self._callback(module)
 
-    def __getattr__(self, name):
+    def __getattr__(self, name: str) -> Any:
         return getattr(self._loader, name)
 
 
 class TorchImportFinder:
     """A ``sys.meta_path`` finder that only watches for ``import torch``, once."""
 
-    def __init__(self, callback):
+    def __init__(self, callback: Callable[[ModuleType], None]):
         self._callback = callback
         self._busy = False
 
-    def find_spec(self, fullname, path=None, target=None):
+    def find_spec(self, fullname: str, path: Sequence[str] | None = None, target: ModuleType | None = None) -> ModuleSpec | None:
         if fullname != "torch" or self._busy:
             return None
         self._busy = True

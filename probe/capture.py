@@ -88,6 +88,7 @@ class Capture:
         self._recorder: Any = None
         self._profiler: Any = None
         self._snapshot: Any = None
+        self._tmp: Path | None = None  # the file being written, while it is
         self._cost_ms = [0.0, 0.0]  # what starting and stopping (then exporting) cost the training thread
         self._armed_at = time.monotonic()
         self._transition = threading.Lock()  # waiting -> recording (training thread) vs waiting -> failed (sender)
@@ -194,7 +195,7 @@ class Capture:
             self.finished_at = time.monotonic()
             self.state = DONE
         except Exception as exc:
-            tmp = getattr(exc, "_ranktop_tmp", None)
+            tmp = self._tmp
             if tmp is not None:  # a half-written file never lies in the capture folder: ours, nor kineto's own
                 for leftover in (tmp, tmp.with_name(tmp.name + ".tmp")):  # kineto writes PATH.tmp, then renames it
                     with contextlib.suppress(OSError):
@@ -215,14 +216,11 @@ class Capture:
             memory._record_memory_history(enabled=None)
         snapshot_s = time.perf_counter() - began
         path = self.folder / f"{stem}.memory.pickle"
-        tmp = self.folder / f".{path.name}.tmp"
-        try:
-            with open(tmp, "wb") as f:
-                memory_dump.dump(self._snapshot, f)
-            os.replace(tmp, path)
-        except Exception as exc:
-            exc._ranktop_tmp = tmp
-            raise
+        tmp = self._tmp = self.folder / f".{path.name}.tmp"  # removed by _write if writing fails
+        with open(tmp, "wb") as f:
+            memory_dump.dump(self._snapshot, f)
+        os.replace(tmp, path)
+        self._tmp = None
         summary = memory_summary(self._snapshot)
         summary["snapshot_s"] = round(snapshot_s, 4)
         self._snapshot = None
@@ -231,17 +229,15 @@ class Capture:
     def _write_trace(self, stem: str) -> tuple[Path, dict[str, Any]]:
         """The profiler's trace, exported under a temporary name and renamed, then summarised in a child."""
         path = self.folder / f"{stem}.pt.trace.json"  # TensorBoard's trace handler's naming
-        tmp = self.folder / f".{path.name}.tmp"  # not *.json: HTA reads every *.json of the folder
-        try:
-            began = time.perf_counter()
-            self._profiler.export_chrome_trace(str(tmp))  # C++, holding the GIL: training waits this long too
-            self._cost_ms.append((time.perf_counter() - began) * 1000)
-            if not tmp.exists():  # kineto logs a failed write and returns as if it had succeeded
-                raise OSError(f"torch.profiler could not write the trace in {self.folder}: {why_unwritable(self.folder)}")
-            os.replace(tmp, path)
-        except Exception as exc:
-            exc._ranktop_tmp = tmp
-            raise
+        # not *.json: HTA reads every *.json of the folder; removed by _write if writing fails
+        tmp = self._tmp = self.folder / f".{path.name}.tmp"
+        began = time.perf_counter()
+        self._profiler.export_chrome_trace(str(tmp))  # C++, holding the GIL: training waits this long too
+        self._cost_ms.append((time.perf_counter() - began) * 1000)
+        if not tmp.exists():  # kineto logs a failed write and returns as if it had succeeded
+            raise OSError(f"torch.profiler could not write the trace in {self.folder}: {why_unwritable(self.folder)}")
+        os.replace(tmp, path)
+        self._tmp = None
         self._profiler = None
         return path, summarize_file(path)
 

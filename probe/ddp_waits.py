@@ -12,11 +12,19 @@ from __future__ import annotations
 import functools
 import sys
 import threading
-from typing import Any
+from typing import TYPE_CHECKING, Any, Callable
 
 from . import dist_wrappers, dynamo_guard
 from .collective_tracker import DDP_OP, _dtype, _nbytes, _perf, on_cuda
 from .process_groups import _group_size
+
+if TYPE_CHECKING:
+    from .collective_tracker import CollectiveTracker
+
+#: What one backward's gradient all-reduce moves: (bytes, dtype, group size, on CUDA).
+DdpWhat = tuple[int, str, int, bool]
+#: How a final callback of the backward in progress is queued (the autograd engine's, or a test's).
+Queue = Callable[[Callable[[], None]], None]
 
 
 def _ddp_output_node(output: Any) -> Any:
@@ -36,12 +44,12 @@ def _compiled_autograd() -> bool:
     return bool(dynamo is not None and getattr(getattr(dynamo, "config", None), "compiled_autograd", False))
 
 
-def _queue_callback(callback) -> None:
+def _queue_callback(callback: Callable[[], None]) -> None:
     """A final callback of the backward in progress (it runs after every gradient, in the order queued)."""
     sys.modules["torch"].autograd.Variable._execution_engine.queue_callback(callback)
 
 
-def _ddp_what(ddp: Any) -> tuple:
+def _ddp_what(ddp: Any) -> DdpWhat:
     """What one backward's gradient all-reduce moves (every gradient, once), worked out once per DDP module."""
     what = ddp.__dict__.get("_ranktop_what")
     if what is None:
@@ -76,7 +84,7 @@ def watch_ddp_backward(ddp: Any, output: Any, queue: Any = None) -> bool:
     return True
 
 
-def _ddp_prehook(tracker: Any, what: tuple, queue, hooked: "HookCompletions | None", grad_outputs) -> None:
+def _ddp_prehook(tracker: Any, what: DdpWhat, queue: Queue, hooked: HookCompletions | None, grad_outputs: Any) -> None:
     """Backward reached the DDP output's node, before any gradient: queue the final callback that begins the wait
     (and, with a comm hook, count this backward's buckets from here)."""
     try:
@@ -88,7 +96,7 @@ def _ddp_prehook(tracker: Any, what: tuple, queue, hooked: "HookCompletions | No
     return None
 
 
-def _ddp_wait_begins(tracker: Any, what: tuple, queue, hooked: "HookCompletions | None" = None) -> None:
+def _ddp_wait_begins(tracker: CollectiveTracker | None, what: DdpWhat, queue: Queue, hooked: HookCompletions | None = None) -> None:
     """Every gradient is done; DDP's finalize (queued after this) is next: the wait begins, and its end is queued."""
     if tracker is None or dist_wrappers._tracker is not tracker:
         return
@@ -100,7 +108,7 @@ def _ddp_wait_begins(tracker: Any, what: tuple, queue, hooked: "HookCompletions 
         tracker.blocked_since = 0.0
 
 
-def _ddp_wait_ends(tracker: Any, token: list, hooked: "HookCompletions | None" = None) -> None:
+def _ddp_wait_ends(tracker: Any, token: list[Any], hooked: HookCompletions | None = None) -> None:
     """DDP's finalize returned (on the device: the compute stream now waits for every bucket). Finalize also
     copied each bucket into its gradients after that bucket's wait: with a comm hook, the wait ends where the last
     bucket's future completed (:class:`HookCompletions`), and the copy after it is left out."""
@@ -116,12 +124,12 @@ def _install_ddp() -> None:
         from torch.nn.parallel import DistributedDataParallel as DDP
     except Exception:
         return
-    original_forward = DDP.forward
+    original_forward: Callable[..., Any] = DDP.forward
     dist_wrappers._installed["ddp.class"] = DDP
     dist_wrappers._installed["ddp.forward"] = original_forward
 
     @functools.wraps(original_forward)
-    def forward(self, *args, **kwargs):
+    def forward(self: Any, *args: Any, **kwargs: Any) -> Any:
         if dist_wrappers._tracker is None or dynamo_guard.is_compiling() or _compiled_call.depth:
             return original_forward(self, *args, **kwargs)  # traced: a tail call, the graph as without us
         output = original_forward(self, *args, **kwargs)
@@ -130,7 +138,7 @@ def _install_ddp() -> None:
 
     # Not kept out of dynamo: with torch.compile(DDP(model)) this wrapper is the frame dynamo compiles in place of
     # DDP.forward (it then inlines DDP.forward, as without ranktop); is_compiling() keeps the traced path clean.
-    DDP.forward = forward
+    DDP.forward = forward  # type: ignore[method-assign]  # torch's class, patched: the point of it
     watch_comm_hooks(DDP)
 
 
@@ -150,7 +158,7 @@ def watch_comm_hooks(ddp_class: Any) -> None:
         return
 
     @functools.wraps(original)
-    def register_comm_hook(self, state, hook):
+    def register_comm_hook(self: Any, state: Any, hook: Any) -> Any:
         if not callable(hook):
             return original(self, state, hook)
         done = HookCompletions()
@@ -161,7 +169,7 @@ def watch_comm_hooks(ddp_class: Any) -> None:
             pass
         return result
 
-    register_comm_hook._ranktop = True
+    setattr(register_comm_hook, "_ranktop", True)  # the mark that makes this idempotent
     dist_wrappers._installed["ddp.comm_hook_class"] = ddp_class
     dist_wrappers._installed["ddp.register_comm_hook"] = original
     ddp_class.register_comm_hook = register_comm_hook
@@ -245,7 +253,7 @@ def _inside_comm_hook(hook: Any, done: HookCompletions | None = None) -> Any:
     completions noted in ``done``; the same name, signature and annotations, which DDP checks."""
 
     @functools.wraps(hook)
-    def comm_hook(state, bucket):
+    def comm_hook(state: Any, bucket: Any) -> Any:
         if dynamo_guard.is_compiling():  # compiled autograd's Python reducer traces the hook
             return hook(state, bucket)
         before = getattr(dist_wrappers._inside_hook, "active", False)
@@ -300,7 +308,7 @@ def _install_compiled_ddp(torch: Any) -> None:
     call_impl = getattr(getattr(getattr(torch, "nn", None), "Module", None), "_call_impl", None)
 
     @functools.wraps(compile_fn)
-    def compile(*args, **kwargs):
+    def compile(*args: Any, **kwargs: Any) -> Any:
         result = compile_fn(*args, **kwargs)
         if not dist_wrappers._installed:
             return result
@@ -315,7 +323,7 @@ def _install_compiled_ddp(torch: Any) -> None:
             pass
         return result
 
-    compile._ranktop_ddp = True
+    setattr(compile, "_ranktop_ddp", True)  # the mark that makes this idempotent
     dynamo_guard.keep_out(compile)
     torch.compile = compile
     dist_wrappers._installed["ddp.torch"] = torch
@@ -326,7 +334,7 @@ def _compiled_ddp_call(ddp: Any, compiled: Any) -> Any:
     """``ddp.compile()``'s compiled call, watched as :func:`_wrap_compiled_call` watches torch.compile's wrapper."""
 
     @functools.wraps(compiled)
-    def call(*args, **kwargs):
+    def call(*args: Any, **kwargs: Any) -> Any:
         if dist_wrappers._tracker is None or dynamo_guard.is_compiling():
             return compiled(*args, **kwargs)
         _compiled_call.depth += 1
@@ -351,7 +359,7 @@ def _wrap_compiled_call(optimized: Any) -> None:
     ddp_class = dist_wrappers._installed.get("ddp.class")
 
     @functools.wraps(original)
-    def __call__(self, *args, **kwargs):
+    def __call__(self: Any, *args: Any, **kwargs: Any) -> Any:
         if dist_wrappers._tracker is None or dynamo_guard.is_compiling():
             return original(self, *args, **kwargs)
         modules = self.__dict__.get("_modules")
@@ -366,7 +374,7 @@ def _wrap_compiled_call(optimized: Any) -> None:
         _watch_if_synchronised(inner, output)
         return output
 
-    __call__._ranktop = True
+    setattr(__call__, "_ranktop", True)  # the mark that makes this idempotent
     dynamo_guard.keep_out(__call__)  # it calls the compiled region: what that starts is dynamo's
     dist_wrappers._installed["ddp.compiled_class"] = optimized
     dist_wrappers._installed["ddp.compiled_call"] = original

@@ -46,7 +46,7 @@ import functools
 import threading
 import time
 import weakref
-from typing import Any
+from typing import Any, Callable
 
 from . import dynamo_guard
 
@@ -86,7 +86,7 @@ class CaptureGuard:
         with self.lock:
             self.depth = max(0, self.depth - 1)
 
-    def quiet(self):
+    def quiet(self) -> _Quiet:
         """A context whose value says whether events may be queried now (no capture in progress)."""
         return _Quiet(self)
 
@@ -118,7 +118,7 @@ class _Quiet:
         self.guard.lock.acquire()
         return self.guard.depth == 0 and not self.guard.external
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.guard.lock.release()
 
 
@@ -152,7 +152,7 @@ def _guard(graph: Any) -> None:
     begin, end = graph.capture_begin, graph.capture_end
 
     @functools.wraps(begin)
-    def capture_begin(self, *args, **kwargs):
+    def capture_begin(self: Any, *args: Any, **kwargs: Any) -> Any:
         CAPTURES.begin()
         try:
             return begin(self, *args, **kwargs)
@@ -161,7 +161,7 @@ def _guard(graph: Any) -> None:
             raise
 
     @functools.wraps(end)
-    def capture_end(self, *args, **kwargs):
+    def capture_end(self: Any, *args: Any, **kwargs: Any) -> Any:
         try:
             return end(self, *args, **kwargs)
         finally:
@@ -171,11 +171,11 @@ def _guard(graph: Any) -> None:
     graph._ranktop_guarded = True
 
 
-def make_events(cuda: Any, count: int) -> list:
+def make_events(cuda: Any, count: int) -> list[Any]:
     """``count`` timing events, created on the device now (a ``torch.cuda.Event`` is created at its first
     record): the hot path then never allocates. Call on the training thread, with its device current."""
     stream = cuda.current_stream()
-    events = []
+    events: list[Any] = []
     for _ in range(count):
         event = cuda.Event(enable_timing=True)
         event.record(stream)
@@ -185,6 +185,11 @@ def make_events(cuda: Any, count: int) -> list:
             pass
         events.append(event)
     return events
+
+
+#: A timed call on its way to the sender: ``[record, start event, end event]``, and for a work or future not yet
+#: waited for a fourth item, whether it is closed (a list: its events and that flag are filled in place).
+Entry = list[Any]
 
 
 class DeviceWaits:
@@ -209,7 +214,7 @@ class DeviceWaits:
         self.sides: Any = None
         self.off = False  # a CUDA error on the hot path switched device timing off (see on_error)
         self.on_error: Any = None
-        self._free = collections.deque(make_events(cuda, pool_size))
+        self._free: collections.deque[Any] = collections.deque(make_events(cuda, pool_size))
         # The reference for t0 goes on a stream of its own, idle, so it completes when it is recorded: on the
         # training stream it would complete only once the device had caught up with the queue at attach, and
         # every start would read that much early.
@@ -217,9 +222,9 @@ class DeviceWaits:
         epoch_stream = cuda.Stream(device=device) if device is not None else cuda.current_stream()
         self._epoch.record(epoch_stream)
         self._epoch_perf = _perf()  # a call's t0 is on the probe's perf_counter clock
-        self._pending: collections.deque = collections.deque()  # [record, start, end]: training -> sender
-        self._unresolved: list[list] = []  # sender side: pending entries whose end has not completed
-        self._works: dict[int, tuple] = {}  # id(async work) -> (weak ref, [record, start, end]) until Work.wait()
+        self._pending: collections.deque[Entry] = collections.deque()  # [record, start, end]: training -> sender
+        self._unresolved: list[Entry] = []  # sender side: pending entries whose end has not completed
+        self._works: dict[int, tuple[weakref.ref[Any], Entry]] = {}  # id(async work) -> (weak ref, [record, start, end]) until Work.wait()
         self.blocked_since: float | None = None  # sender side: a wait started on the device but not ended
         self.blocked_entry: dict[str, Any] | None = None
         self._blocked_record: dict[str, Any] | None = None
@@ -294,14 +299,14 @@ class DeviceWaits:
         self._pending.append([record, start, end])
         return True
 
-    def queue(self, record: dict[str, Any], start: Any, end: Any, kernel: tuple | None = None) -> None:
+    def queue(self, record: dict[str, Any], start: Any, end: Any, kernel: tuple[Any, Any] | None = None) -> None:
         """Hand ``record`` to the sender: its wait between ``start`` and ``end`` (None: its host time), its
         kernel's time between the two events of ``kernel`` where known."""
         if kernel is not None:
             record["_k"] = kernel
         self._pending.append([record, start, end])
 
-    def finish(self, record: dict[str, Any], start: Any, kernel: tuple | None = None) -> None:
+    def finish(self, record: dict[str, Any], start: Any, kernel: tuple[Any, Any] | None = None) -> None:
         """The compute stream's wait that began at ``start`` ends now (an end event on the compute stream)."""
         try:
             end = self._free.popleft()
@@ -332,7 +337,7 @@ class DeviceWaits:
             return
         self._works[key] = (ref, entry)
 
-    def _provisional(self, entry: list) -> None:
+    def _provisional(self, entry: Entry) -> None:
         """A future's done-callback: a provisional end, for a work dropped unwaited. Nothing for an entry already
         closed (waited or settled: a future that completes late, gloo's) or that has its end, nor with timing off."""
         if entry[3] or entry[2] is not None:
@@ -350,7 +355,7 @@ class DeviceWaits:
             return
         entry[2] = end
 
-    def _settle(self, entry: list) -> None:
+    def _settle(self, entry: Entry) -> None:
         """Send ``entry`` off to the sender: with its events if it has both, else with its host time."""
         record, start, end = entry[:3]
         if len(entry) > 3:
@@ -377,7 +382,7 @@ class DeviceWaits:
             return
         self._pending.append(entry)  # resolved once entry[2] is there and complete
 
-    def waited(self, work: Any, wait, args, kwargs):
+    def waited(self, work: Any, wait: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         """``Work.wait`` of a work we time: the stall of the current stream until the kernel ends. On a side
         stream (``with stream(side): work.wait()``) no stall of the compute stream: the record waits on that
         stream for the compute stream's own wait (probe/stream_waits.py), with the host's time in ``wait()``."""
@@ -462,9 +467,9 @@ class DeviceWaits:
         with self._on_device():
             return self._resolve(pending, final)
 
-    def _resolve(self, pending: list[list], final: bool) -> list[dict[str, Any]]:
+    def _resolve(self, pending: list[Entry], final: bool) -> list[dict[str, Any]]:
         out: list[dict[str, Any]] = []
-        keep: list[list] = []
+        keep: list[Entry] = []
         with self.guard.quiet() as may_query:
             if not may_query:
                 return []
@@ -534,7 +539,7 @@ class DeviceWaits:
                 pass
             self._free.extend(kernel)
 
-    def _note_blocked(self, keep: list[list]) -> None:
+    def _note_blocked(self, keep: list[Entry]) -> None:
         """The oldest wait whose start the device has reached but whose end it has not: a hang on the device
         shows as a rank inside a collective, which a host clock never sees with NCCL."""
         for record, start, *_ in keep:
@@ -576,14 +581,14 @@ def watch_work(work_class: Any, waits: DeviceWaits | None) -> None:
     original = work_class.wait  # perhaps probe/dist_wrappers.py's own wrapper (point-to-point waits): chained
 
     @functools.wraps(original)
-    def wait(self, *args, **kwargs):
+    def wait(self: Any, *args: Any, **kwargs: Any) -> Any:
         waits = _waits
         if waits is None or dynamo_guard.is_compiling():
             return original(self, *args, **kwargs)
         return waits.waited(self, original, args, kwargs)
 
     dynamo_guard.keep_out(wait)
-    wait._ranktop_device = True  # not _ranktop: probe/dist_wrappers.py may still wrap it (point-to-point)
+    setattr(wait, "_ranktop_device", True)  # not _ranktop: probe/dist_wrappers.py may still wrap it (point-to-point)
     work_class.wait = wait
 
 

@@ -23,13 +23,24 @@ from __future__ import annotations
 import functools
 import sys
 import threading
-from typing import Any
+from typing import Any, Callable
 
 from ranktop.wire import parallel_groups
 
 from . import dynamo_guard
 from .collective_tracker import COLLECTIVE, FUNCTIONAL, P2P, CollectiveTracker, _dtype, _nbytes, on_cuda, rows
-from .process_groups import PIPELINE, _group_info, _groups, _groups_by_mesh, _groups_by_name, _group_refs, _key, _label, _note_p2p
+from .process_groups import (
+    PIPELINE,
+    GroupInfo,
+    _group_info,
+    _groups,
+    _groups_by_mesh,
+    _groups_by_name,
+    _group_refs,
+    _key,
+    _label,
+    _note_p2p,
+)
 
 #: Functions of torch.distributed that move data, and which argument holds the tensor(s) whose
 #: size counts. As in nccl-tests, gathers and scatters count the whole (gathered) buffer.
@@ -75,7 +86,7 @@ _inside_hook = threading.local()  # set while a counted call runs on this thread
 _tracker: CollectiveTracker | None = None
 
 
-def _wrap(name: str, arg: str, original, dist):
+def _wrap(name: str, arg: str, original: Callable[..., Any], dist: Any) -> Callable[..., Any]:
     import inspect
 
     try:
@@ -92,7 +103,7 @@ def _wrap(name: str, arg: str, original, dist):
     kind = P2P if p2p else COLLECTIVE
 
     @functools.wraps(original)
-    def wrapper(*args, **kwargs):
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
         tracker = _tracker
         if tracker is None or dynamo_guard.is_compiling() or getattr(_inside_hook, "active", False):
             return original(*args, **kwargs)
@@ -138,17 +149,20 @@ def _wrap(name: str, arg: str, original, dist):
             _inside_hook.active = False
 
     dynamo_guard.keep_out(wrapper)
-    wrapper._ranktop = True
+    setattr(wrapper, "_ranktop", True)  # the mark that makes installing idempotent
     return wrapper
 
 
 #: The functional collective being launched on this thread, for a wait inside its launch.
 _launching = threading.local()
+#: What :meth:`CollectiveTracker.begin` takes, for a wait still to come: (op, bytes, dtype, group size, group, kind,
+#: on the device).
+Launched = tuple[str, int, str, int, str, str, bool]
 #: id(work or tensor) -> what :meth:`CollectiveTracker.begin` takes, for a wait still to come.
-_pending: dict[int, tuple] = {}
+_pending: dict[Any, Launched] = {}
 
 
-def _wait_later(handle: Any, what: tuple, ident=id) -> None:
+def _wait_later(handle: Any, what: Launched, ident: Callable[[Any], Any] = id) -> None:
     if len(_pending) >= MAX_PENDING:
         _pending.clear()  # launched and never waited on: forget them rather than grow
     _pending[ident(handle)] = what
@@ -163,13 +177,13 @@ def _storage(tensor: Any) -> Any:
         return id(tensor)
 
 
-def _timed_wait(original, key: str = "", kind: str = P2P, ident=id):
+def _timed_wait(original: Callable[..., Any], key: str = "", kind: str = P2P, ident: Callable[[Any], Any] = id) -> Callable[..., Any]:
     """Wrap a blocking wait (``Work.wait``, ``wait_tensor``): a wait on something this module launched is
     recorded, with that launch's op and group; ``wait_tensor`` on a collective launched elsewhere (compiled
     code) as ``key``. Anything else passes straight through at the cost of a dict lookup."""
 
     @functools.wraps(original)
-    def wait(handle, *args, **kwargs):
+    def wait(handle: Any, *args: Any, **kwargs: Any) -> Any:
         if dynamo_guard.is_compiling():
             return original(handle, *args, **kwargs)
         tracker = _tracker
@@ -191,15 +205,15 @@ def _timed_wait(original, key: str = "", kind: str = P2P, ident=id):
             tracker.end(token)
 
     dynamo_guard.keep_out(wait)
-    wait._ranktop = True
+    setattr(wait, "_ranktop", True)  # the mark that makes installing idempotent
     return wait
 
 
-def _install_work_wait(c10d) -> None:
+def _install_work_wait(c10d: Any) -> None:
     """``Work.wait`` of the works ``isend``/``irecv``/``batch_isend_irecv`` return: where a pipeline blocks."""
     work = getattr(c10d, "Work", None)
     original = getattr(work, "wait", None)
-    if original is None or getattr(original, "_ranktop", False):
+    if work is None or original is None or getattr(original, "_ranktop", False):  # (no Work has no wait)
         return
     try:
         work.wait = _timed_wait(original)
@@ -209,7 +223,7 @@ def _install_work_wait(c10d) -> None:
     _installed["work.wait"] = original
 
 
-def _install_batch_p2p(dist, c10d) -> None:
+def _install_batch_p2p(dist: Any, c10d: Any) -> None:
     """``batch_isend_irecv``: one launch of several point-to-point ops; each work it returns is timed in
     its wait, under the batch's name and group (the ops inside are not counted again)."""
     original = getattr(dist, "batch_isend_irecv", None)
@@ -217,7 +231,7 @@ def _install_batch_p2p(dist, c10d) -> None:
         return
 
     @functools.wraps(original)
-    def batch_isend_irecv(p2p_op_list, *args, **kwargs):
+    def batch_isend_irecv(p2p_op_list: Any, *args: Any, **kwargs: Any) -> Any:
         tracker = _tracker
         if tracker is None or dynamo_guard.is_compiling() or getattr(_inside_hook, "active", False):
             return original(p2p_op_list, *args, **kwargs)
@@ -244,7 +258,7 @@ def _install_batch_p2p(dist, c10d) -> None:
         return works
 
     dynamo_guard.keep_out(batch_isend_irecv)
-    batch_isend_irecv._ranktop = True
+    setattr(batch_isend_irecv, "_ranktop", True)  # the mark that makes installing idempotent
     _installed["batch_isend_irecv"] = original
     dist.batch_isend_irecv = batch_isend_irecv
     if c10d is not None and getattr(c10d, "batch_isend_irecv", None) is original:
@@ -271,11 +285,11 @@ def _install_functional() -> None:
     funcol.wait_tensor = _timed_wait(funcol.wait_tensor, "wait_tensor", FUNCTIONAL, _storage)
 
 
-def _functional_launch(name: str, group_position: int, original, funcol):
+def _functional_launch(name: str, group_position: int, original: Callable[..., Any], funcol: Any) -> Callable[..., Any]:
     op = name.replace("_autograd", "")
 
     @functools.wraps(original)
-    def launch(*args, **kwargs):
+    def launch(*args: Any, **kwargs: Any) -> Any:
         if _tracker is None or dynamo_guard.is_compiling():
             return original(*args, **kwargs)
         try:
@@ -301,15 +315,15 @@ def _functional_launch(name: str, group_position: int, original, funcol):
         return result
 
     dynamo_guard.keep_out(launch)
-    launch._ranktop = True
+    setattr(launch, "_ranktop", True)  # the mark that makes installing idempotent
     return launch
 
 
-def _functional_group(funcol, group, tag: str) -> list:
+def _functional_group(funcol: Any, group: Any, tag: str) -> GroupInfo:
     """A functional collective's group (a ProcessGroup, a (mesh, dim) pair, a name, a list of ranks), by name."""
     # DTensor names its group (mesh, dim), a new tuple every call: keyed by the mesh's identity and the dim
-    key = (id(group[0]), group[1]) if type(group) is tuple and len(group) == 2 else id(group)
-    info = _groups_by_mesh.get(key) if type(key) is tuple else _groups.get(key)
+    mesh_key = (id(group[0]), group[1]) if type(group) is tuple and len(group) == 2 else None
+    info = _groups_by_mesh.get(mesh_key) if mesh_key is not None else _groups.get(id(group))
     if info is not None:
         return info
     name = str(funcol._resolve_group_name(group, tag))
@@ -318,7 +332,7 @@ def _functional_group(funcol, group, tag: str) -> list:
         dist = sys.modules["torch.distributed"]
         pg = dist.distributed_c10d._resolve_process_group(name)
         info = _group_info(dist, pg)
-    if type(key) is tuple and len(_groups_by_mesh) < 4 * parallel_groups.MAX_GROUPS:
-        _groups_by_mesh[key] = info
+    if mesh_key is not None and len(_groups_by_mesh) < 4 * parallel_groups.MAX_GROUPS:
+        _groups_by_mesh[mesh_key] = info
         _group_refs.append(group[0])  # the mesh stays alive, so its id stays its own
     return info

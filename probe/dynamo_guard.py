@@ -64,7 +64,7 @@ def bind(torch: Any) -> None:
 # When dynamo traces *into* our code from a compiled frame, that mark does not
 # apply and :func:`is_compiling` does the work.
 
-_codes: dict = {}  # code -> whether the frames it starts are skipped too
+_codes: dict[Any, bool] = {}  # code -> whether the frames it starts are skipped too
 _skip: Callable[[Any, bool], None] | None = None
 
 

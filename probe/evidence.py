@@ -91,7 +91,7 @@ class GcTimer:
         self._started = 0.0
         self._installed = False
 
-    def __call__(self, phase: str, info: dict) -> None:
+    def __call__(self, phase: str, info: dict[str, int]) -> None:
         # The training thread, inside every collection: two comparisons and an add; never an exception out.
         if threading.get_ident() != self.thread:
             return
@@ -317,7 +317,7 @@ class LoaderTimer:
         module = sys.modules.get("torch.utils.data.dataloader")
         owner = getattr(module, "_BaseDataLoaderIter", None) if module is not None else None
         original = getattr(owner, "__next__", None)
-        if original is None:
+        if owner is None or original is None:  # (no owner has no __next__)
             return False
         timer, get_ident, clock, cpu_clock = self, threading.get_ident, time.perf_counter, time.thread_time
 
@@ -382,9 +382,9 @@ class Evidence:
     allocator's retries so far (None: no CUDA). Each is read on the sender thread; any may be left out."""
 
     def __init__(
-        self, thread_ident: int | None = None, native_id: int | None = None, *, clock=time.monotonic,
+        self, thread_ident: int | None = None, native_id: int | None = None, *, clock: Callable[[], float] = time.monotonic,
         rows_in: Callable[[], int] | None = None, steps: Callable[[], int] | None = None,
-        work: Callable[[], dict] | None = None, retries: Callable[[], int | None] | None = None,
+        work: Callable[[], dict[str, Any]] | None = None, retries: Callable[[], int | None] | None = None,
         children: Callable[[int], tuple[float, int] | None] = read_children,
     ):  # fmt: skip
         self.gc = GcTimer(threading.get_ident() if thread_ident is None else thread_ident)
@@ -512,7 +512,7 @@ def rates(first: dict[str, Any], last: dict[str, Any]) -> dict[str, Any] | None:
     return out
 
 
-def levels(reading: dict[str, Any], work: Callable[[], dict] | None) -> dict[str, Any]:
+def levels(reading: dict[str, Any], work: Callable[[], dict[str, Any]] | None) -> dict[str, Any]:
     """The figures sent as they are now: workers, swap, and the declared work per step where nothing was counted."""
     out: dict[str, Any] = {}
     if "kids_n" in reading:

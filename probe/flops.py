@@ -24,7 +24,7 @@ from __future__ import annotations
 import os
 import re
 import sys
-from typing import Any, Callable
+from typing import Any, Callable, Mapping
 
 from ranktop.wire import settings
 from ranktop.wire.dtypes import normalise_dtype
@@ -87,7 +87,7 @@ def peak_tflops(device_name: str, dtype: str = "bf16") -> float | None:
     return None
 
 
-def positive(name: str, value: Any, kind=float) -> Any:
+def positive(name: str, value: Any, kind: type[float] | type[int] = float) -> Any:
     if value is None:
         return None
     try:
@@ -104,7 +104,7 @@ def work_from(
     tokens_per_step: Any = None,
     flops_per_step: Any = None,
     flops_dtype: Any = None,
-    env=os.environ,
+    env: Mapping[str, str] = os.environ,
 ) -> dict[str, Any]:
     """The ``work`` map of a rank's hello: arguments first, then the environment variables.
 
@@ -126,7 +126,7 @@ def work_from(
     return work
 
 
-def _dtype_from_env(env) -> str | None:
+def _dtype_from_env(env: Mapping[str, str]) -> str | None:
     text = env.get(ENV_DTYPE, "")
     if not text:
         return None
@@ -193,7 +193,7 @@ def _tf32(torch: Any) -> bool:
         return False
 
 
-def _from_env(env, name: str, kind) -> Any:
+def _from_env(env: Mapping[str, str], name: str, kind: type[float] | type[int]) -> Any:
     """A positive number from the environment; a bad value is reported and ignored (``ranktop launch``
     starts the probe from a start-up hook, where raising would break the user's script)."""
     text = env.get(name, "")

@@ -36,7 +36,7 @@ import contextlib
 import functools
 import sys
 import time
-from typing import Any, Callable
+from typing import Any, Callable, Iterable
 
 from ranktop.wire import settings
 
@@ -52,6 +52,9 @@ POOL_SIZE = 4096
 HOLD_S = 60.0
 #: Step records held at most while they wait for their events (past it the oldest go without device times).
 MAX_HELD = 2048
+
+#: A boundary's mark: (kind, name, event): ``s``/``S`` a step's start and end, ``b``/``e`` a phase's begin and end.
+Mark = tuple[str, Any, Any]
 
 
 class CpuEvent:
@@ -75,9 +78,13 @@ class CpuEvent:
 class EventPool:
     """Events made once; the training thread takes, the sender thread gives back (deque ops are atomic)."""
 
-    def __init__(self, factory: Callable[[], Any], size: int = POOL_SIZE, events: list | None = None):
+    def __init__(self, factory: Callable[[], Any] | None, size: int = POOL_SIZE, events: list[Any] | None = None):
         self.size = size
-        self._free = collections.deque(events if events is not None else (factory() for _ in range(size)))
+        if events is None:
+            if factory is None:
+                raise TypeError("EventPool needs a factory or its events")
+            events = [factory() for _ in range(size)]
+        self._free: collections.deque[Any] = collections.deque(events)
 
     def take(self) -> Any:
         try:
@@ -85,7 +92,7 @@ class EventPool:
         except IndexError:
             return None
 
-    def give(self, events) -> None:
+    def give(self, events: Iterable[Any]) -> None:
         self._free.extend(e for e in events if e is not None)
 
     @property
@@ -131,12 +138,12 @@ class Timeline:
         self.capturing = capturing  # on CUDA: whether a CUDA graph is being captured (no event in a capture)
         self.guard = guard  # device_waits.CAPTURES: the sender queries events only while no capture runs
         self.label = label  # what the device times are measured with; shown by the TUI
-        self._marks: list[tuple[str, Any, Any]] = []
+        self._marks: list[Mark] = []
         self._skip_step = True  # the step in progress when we attached has no start mark
-        self._ready: collections.deque = collections.deque(maxlen=4096)  # (step number, marks), training -> sender
-        self._by_step: dict[int, list] = {}
-        self._held: list[tuple[dict, float]] = []  # sender side: records waiting for their events
-        self._limbo: list[list] = []  # marks given up on, their events back to the pool once complete
+        self._ready: collections.deque[tuple[int, list[Mark]]] = collections.deque(maxlen=4096)  # (step number, marks), training -> sender
+        self._by_step: dict[int, list[Mark]] = {}
+        self._held: list[tuple[dict[str, Any], float]] = []  # sender side: records waiting for their events
+        self._limbo: list[list[Mark]] = []  # marks given up on, their events back to the pool once complete
 
     # -- the training thread ------------------------------------------------------
 
@@ -220,7 +227,7 @@ class Timeline:
 
     # -- the sender thread ----------------------------------------------------------
 
-    def resolve(self, records: list[dict], final: bool = False) -> list[dict]:
+    def resolve(self, records: list[dict[str, Any]], final: bool = False) -> list[dict[str, Any]]:
         """The records ready to send, in order, with ``g`` where their device times are known."""
         guard = self.guard
         with self.on_device() if self.on_device is not None else contextlib.nullcontext():
@@ -229,7 +236,8 @@ class Timeline:
             with guard.quiet() as may_query:  # no event.query() while a CUDA graph is captured
                 return self._resolve(records, final, may_query)
 
-    def _resolve(self, records: list[dict], final: bool, may_query: bool) -> list[dict]:
+    def _resolve(self, records: list[dict[str, Any]], final: bool, may_query: bool) -> list[dict[str, Any]]:
+        marks: list[Mark] | None  # each ready step's, then each held record's
         while True:
             try:
                 number, marks = self._ready.popleft()
@@ -270,7 +278,7 @@ class Timeline:
         return out
 
 
-def _complete(marks: list) -> bool:
+def _complete(marks: list[Mark]) -> bool:
     """Whether the device has passed every event of ``marks`` (an error reading one counts as not yet)."""
     try:
         return all(e is None or e.query() for _, _, e in marks)
@@ -278,7 +286,7 @@ def _complete(marks: list) -> bool:
         return False
 
 
-def device_times(marks: list[tuple[str, Any, Any]]) -> dict[str, Any] | None:
+def device_times(marks: list[Mark]) -> dict[str, Any] | None:
     """``{"w": step seconds, "p": {phase: self seconds}}`` from one step's completed marks, or None
     (also when the device will not say: ``elapsed_time`` raises for an event it cannot time)."""
     try:
@@ -287,12 +295,12 @@ def device_times(marks: list[tuple[str, Any, Any]]) -> dict[str, Any] | None:
         return None
 
 
-def _device_times(marks: list[tuple[str, Any, Any]]) -> dict[str, Any] | None:
+def _device_times(marks: list[Mark]) -> dict[str, Any] | None:
     if len(marks) < 2 or marks[0][2] is None or marks[-1][2] is None:
         return None
     first = marks[0][2]
     phases: dict[str, float] = {}
-    stack: list[list] = []  # [name, begin event, seconds in children]
+    stack: list[list[Any]] = []  # [name, begin event, seconds in children]
     for kind, name, event in marks[:-1]:
         if event is None:
             return None  # the pool ran dry inside this step
@@ -357,7 +365,7 @@ def attach_cuda(probe: Any, cuda: Any, device: Any = None, work_class: Any = Non
 def _switch_off(probe: Any, timeline: Timeline, waits: Any, index: int) -> Callable[[BaseException], None]:
     """What a CUDA error on the training thread does: one line, and this rank's device timing off for good
     (phases and collective waits go on with host times); never an exception into training."""
-    said = []
+    said: list[BaseException] = []
 
     def off(exc: BaseException) -> None:
         timeline.off = True
@@ -396,7 +404,7 @@ def _script_cuda() -> Any:
 
 
 def _mode() -> str:
-    return settings.DEVICE_TIMING.get().lower()
+    return (settings.DEVICE_TIMING.get() or "").lower()  # (it has a default)
 
 
 def arm(probe: Any, find_cuda: Callable[[], Any] = _script_cuda) -> None:
@@ -427,7 +435,7 @@ def arm(probe: Any, find_cuda: Callable[[], Any] = _script_cuda) -> None:
         _attach_or_say(probe, cuda, device)
         rec.begin_step(number)
 
-    begin_step_armed._ranktop_armed = True
+    setattr(begin_step_armed, "_ranktop_armed", True)  # what disarm looks for on the recorder's begin_step
     rec.replace_boundaries(begin_step=begin_step_armed)
     probe._gpu_disarm = lambda: getattr(rec.begin_step, "_ranktop_armed", False) and rec.replace_boundaries(begin_step=original)
 
@@ -460,7 +468,7 @@ def _attach_or_say(probe: Any, cuda: Any, device: Any = None) -> None:
         print(f"ranktop: device timing off: {exc.__class__.__name__}: {exc}", file=sys.stderr)
 
 
-def starter(probe: Any) -> Callable[[Any], None] | None:
+def starter(probe: Any) -> Callable[[Any], str | None] | None:
     """The callback automatic mode runs at the first optimizer step: device timing on the parameters' device.
 
     ``RANKTOP_DEVICE_TIMING``: ``off`` never, ``cpu`` host-clock events (tests), default CUDA when present.
@@ -470,17 +478,18 @@ def starter(probe: Any) -> Callable[[Any], None] | None:
         return None
     disarm(probe)
 
-    def start(optimizer: Any) -> None:
+    def start(optimizer: Any) -> str | None:
         if mode == "cpu":
             attach_cpu(probe)
-            return
+            return None
         torch = sys.modules.get("torch")
         device = _param_device(optimizer)
         if torch is None or device is None or device.type != "cuda":
-            return
+            return None
         if _capturing(torch.cuda, device):  # a step captured whole (torch.cuda.graph around it): the next one
             return AGAIN
         _attach_or_say(probe, torch.cuda, device)
+        return None
 
     return start
 
@@ -504,7 +513,7 @@ def _capturing(cuda: Any, device: Any) -> bool:
         return True
 
 
-def _param_device(optimizer: Any):
+def _param_device(optimizer: Any) -> Any:
     for group in getattr(optimizer, "param_groups", ()):
         for param in group.get("params", ()):
             return getattr(param, "device", None)

@@ -26,7 +26,7 @@ import io
 import pickle
 import threading
 import time
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, Callable
 
 #: Items of a list pickled in one go (a few milliseconds for the entries of an allocator trace).
 PIECE = 128
@@ -34,7 +34,7 @@ _PROTOCOL = 2
 _HEADER = pickle.PROTO + bytes([_PROTOCOL])
 
 
-def dump(obj: Any, file: BinaryIO, piece: int = PIECE, pause=time.sleep) -> None:
+def dump(obj: Any, file: BinaryIO, piece: int = PIECE, pause: Callable[[float], None] = time.sleep) -> None:
     """Write ``obj`` to ``file`` as ``pickle.dump(obj, file, protocol=2)`` would (``pickle.load`` reads the same
     object back), a piece at a time, the GIL let go between pieces (``pause(0)``)."""
     file.write(_HEADER)
@@ -42,7 +42,7 @@ def dump(obj: Any, file: BinaryIO, piece: int = PIECE, pause=time.sleep) -> None
     file.write(pickle.STOP)
 
 
-def _value(obj: Any, file: BinaryIO, piece: int, pause) -> None:
+def _value(obj: Any, file: BinaryIO, piece: int, pause: Callable[[float], None]) -> None:
     kind = type(obj)
     if kind is dict:
         file.write(pickle.EMPTY_DICT)
@@ -64,7 +64,7 @@ def _value(obj: Any, file: BinaryIO, piece: int, pause) -> None:
         _pieces([obj], file, piece, pause)
 
 
-def _pieces(items: list, file: BinaryIO, piece: int, pause, append: bool = False) -> None:
+def _pieces(items: list[Any], file: BinaryIO, piece: int, pause: Callable[[float], None], append: bool = False) -> None:
     """``items`` through one Pickler (its memo shared among them), each written without PROTO and STOP."""
     buffer = io.BytesIO()
     pickler = pickle.Pickler(buffer, _PROTOCOL)
@@ -99,7 +99,7 @@ class StallMeter:
         self._ticking.wait(1.0)  # its first tick has begun: a GIL held from now on is seen
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=1.0)

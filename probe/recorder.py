@@ -19,7 +19,15 @@ from __future__ import annotations
 import collections
 import functools
 import time
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Literal, TypeVar
+
+if TYPE_CHECKING:  # for annotations only: typing has ParamSpec and Self from Python 3.10 and 3.11, the probe runs on 3.9
+    from typing_extensions import ParamSpec, Self
+
+    P = ParamSpec("P")
+R = TypeVar("R")
+T = TypeVar("T")
+F = TypeVar("F", bound=Callable[..., Any])
 
 _perf = time.perf_counter
 _wall = time.time
@@ -42,7 +50,7 @@ class Recorder:
         # one C call (the stack's append) instead of a Python frame, for automatic mode's hot path; None once the
         # boundaries are replaced (a timeline marks each phase, a disabled recorder records none): then callers
         # call begin_phase.
-        self.push: Callable[[list], None] | None = self._stack.append
+        self.push: Callable[[list[Any]], None] | None = self._stack.append
         # Hooks, declared here so that nothing is attached from outside unannounced:
         # ``capture``: a pending or running capture (probe/capture.py), set by the sender thread;
         #   the step boundaries hand it the step number; with none, they pay one attribute read.
@@ -179,9 +187,9 @@ class Recorder:
         return drain(self.buffer, limit)
 
 
-def drain(buffer: collections.deque, limit: int = 100_000) -> list:
+def drain(buffer: collections.deque[T], limit: int = 100_000) -> list[T]:
     """Take up to ``limit`` items off the left of a deque another thread appends to (no lock needed)."""
-    out = []
+    out: list[T] = []
     popleft = buffer.popleft
     for _ in range(limit):
         try:
@@ -191,7 +199,7 @@ def drain(buffer: collections.deque, limit: int = 100_000) -> list:
     return out
 
 
-def _noop(*args, **kwargs) -> None:
+def _noop(*args: object, **kwargs: object) -> None:
     return None
 
 
@@ -200,9 +208,16 @@ class _Scope:
 
     __slots__ = ()
 
-    def __call__(self, func):
+    # Each kind of scope has its own (the type checker reads these; they are never called).
+    def __enter__(self) -> Self:
+        raise NotImplementedError
+
+    def __exit__(self, *exc: object) -> Literal[False]:
+        raise NotImplementedError
+
+    def __call__(self, func: Callable[P, R]) -> Callable[P, R]:
         @functools.wraps(func)
-        def wrapper(*args, **kwargs):
+        def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
             with self:
                 return func(*args, **kwargs)
 
@@ -218,11 +233,11 @@ class StepScope(_Scope):
         self._recorder = recorder
         self._number = number
 
-    def __enter__(self):
+    def __enter__(self) -> Self:
         self._recorder.begin_step(self._number)
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: object) -> Literal[False]:
         self._recorder.end_step()
         return False
 
@@ -236,11 +251,11 @@ class PhaseScope(_Scope):
         self._recorder = recorder
         self.name = name
 
-    def __enter__(self):
+    def __enter__(self) -> Self:
         self._recorder.begin_phase(self.name)
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: object) -> Literal[False]:
         self._recorder.end_phase()
         return False
 
@@ -250,13 +265,13 @@ class NoopScope:
 
     __slots__ = ()
 
-    def __enter__(self):
+    def __enter__(self) -> Self:
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: object) -> Literal[False]:
         return False
 
-    def __call__(self, func):
+    def __call__(self, func: F) -> F:
         return func
 
 

@@ -12,6 +12,7 @@ import atexit
 import os
 import sys
 import threading
+from typing import Any
 
 from ranktop.wire import settings
 
@@ -19,7 +20,7 @@ from . import auto, collectives, device_waits, flops, gpu_timing, process_groups
 from .evidence import Evidence
 from .collective_tracker import CollectiveTracker
 from ranktop.transport.identity import Identity, detect
-from .recorder import NOOP, PhaseScope, Recorder, StepScope
+from .recorder import NOOP, NoopScope, PhaseScope, Recorder, StepScope
 from .resources import RankResources
 from .sender import Sender
 
@@ -28,7 +29,7 @@ DEFAULT_CAPACITY = 4096
 
 
 class Probe:
-    def __init__(self, identity: Identity, *, rate_hz: float, capacity: int, directory: str | None, work: dict | None = None):
+    def __init__(self, identity: Identity, *, rate_hz: float, capacity: int, directory: str | None, work: dict[str, Any] | None = None):
         self.identity = identity
         self.recorder = Recorder(capacity, on_fault=self._fault)
         self.collectives = CollectiveTracker(self.recorder)
@@ -46,10 +47,10 @@ class Probe:
         self._phases: dict[str, PhaseScope] = {}
         self._disabled = False
 
-    def step(self, number: int | None = None):
+    def step(self, number: int | None = None) -> StepScope:
         return self._step if number is None else StepScope(self.recorder, number)
 
-    def phase(self, name: str):
+    def phase(self, name: str) -> PhaseScope:
         scope = self._phases.get(name)
         if scope is None:
             scope = self._phases[name] = PhaseScope(self.recorder, str(name))
@@ -78,10 +79,10 @@ class _Disabled:
 
     identity = None
 
-    def step(self, number: int | None = None):
+    def step(self, number: int | None = None) -> NoopScope:
         return NOOP
 
-    def phase(self, name: str):
+    def phase(self, name: str) -> NoopScope:
         return NOOP
 
     def add_inputs(self, samples: int = 0, tokens: int = 0, padded: int | None = None) -> None:
@@ -145,7 +146,7 @@ def init(
         return probe
 
 
-def _stated_layout(layout: str | None, identity: Identity) -> list:
+def _stated_layout(layout: str | None, identity: Identity) -> list[dict[str, Any]]:
     """The groups a stated layout puts this rank in: ``layout`` (a bad one raises), else ``RANKTOP_LAYOUT``
     (a bad one is said once and ignored: a typo in the environment must not cost the job its probe)."""
     if layout:

@@ -21,6 +21,7 @@ import os
 import sys
 import sysconfig
 import threading
+from types import FrameType
 from typing import Any
 
 #: Innermost frames kept per thread; the outer ones are counted, not sent.
@@ -39,9 +40,9 @@ def _clip(text: str, limit: int, keep_end: bool = False) -> str:
     return "…" + text[-(limit - 1) :] if keep_end else text[: limit - 1] + "…"
 
 
-def _frames(frame, limit: int) -> tuple[list[dict[str, Any]], int]:
+def _frames(frame: FrameType | None, limit: int) -> tuple[list[dict[str, Any]], int]:
     """Frames of one thread, outermost first (as a traceback prints them), the innermost ``limit`` kept."""
-    chain = []
+    chain: list[FrameType] = []
     while frame is not None:
         chain.append(frame)
         frame = frame.f_back
@@ -67,15 +68,17 @@ def library_roots() -> dict[str, list[str]]:
     here = os.path.dirname(os.path.abspath(__file__))
     ranktop = [here]
     wire = sys.modules.get("ranktop.wire")
-    if wire is not None and getattr(wire, "__file__", None):
-        ranktop.append(os.path.dirname(os.path.abspath(wire.__file__)))
+    wire_file = getattr(wire, "__file__", None) if wire is not None else None
+    if wire_file:
+        ranktop.append(os.path.dirname(os.path.abspath(wire_file)))
     paths = sysconfig.get_paths()
     stdlib = sorted({paths[k] for k in ("stdlib", "platstdlib") if paths.get(k)})
     site = sorted({paths[k] for k in ("purelib", "platlib") if paths.get(k)})
     roots = {"ranktop": ranktop, "stdlib": stdlib, "site": site}
     torch = sys.modules.get("torch")  # never imported here: only reported if the job uses it
-    if torch is not None and getattr(torch, "__file__", None):
-        roots["torch"] = [os.path.dirname(os.path.abspath(torch.__file__))]
+    torch_file = getattr(torch, "__file__", None) if torch is not None else None
+    if torch_file:
+        roots["torch"] = [os.path.dirname(os.path.abspath(torch_file))]
     return roots
 
 
@@ -90,12 +93,12 @@ def collect(max_frames: int = MAX_FRAMES, max_threads: int = MAX_THREADS) -> dic
     main_ident = threading.main_thread().ident
     me = threading.get_ident()
 
-    def order(ident: int):
+    def order(ident: int) -> tuple[bool, bool, str, int]:
         thread = known.get(ident)
         return (ident != main_ident, ident == me, thread.name if thread else "~", ident)
 
     idents = sorted(frames, key=order)
-    threads = []
+    threads: list[dict[str, Any]] = []
     for ident in idents[:max_threads]:
         thread = known.get(ident)
         stack, omitted = _frames(frames[ident], max_frames)

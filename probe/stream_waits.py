@@ -53,6 +53,10 @@ MAX_OPEN = 1024
 OPEN_S = 10.0
 
 
+#: An entry: ``[record, kernel events or None, opened at, done]`` (a list: ``done`` is set in place).
+Entry = list[Any]
+
+
 class SideStreams:
     """Collectives waited for on side streams, until the compute stream waits for them (see the module).
 
@@ -61,17 +65,17 @@ class SideStreams:
     FSDP2's reduce-scatter is covered by its ``reduce_scatter_event`` and by the ``post_reduce_event`` recorded
     after it, whichever the compute stream waits for first."""
 
-    def __init__(self, waits: Any, where: Callable[[], tuple] | None = None):
+    def __init__(self, waits: Any, where: Callable[[], tuple[Any, ...]] | None = None):
         self.waits = waits  # the DeviceWaits: its pool, its compute stream, its queue to the sender
         self.where = where  # () -> (step, phase) now, on the training thread
-        self.open: dict[Any, list[list]] = {}  # side stream -> its entries not yet waited for, oldest first
-        self.tagged: dict[int, tuple] = {}  # id(event) -> (weak ref to it, [entries] it covers)
+        self.open: dict[Any, list[Entry]] = {}  # side stream -> its entries not yet waited for, oldest first
+        self.tagged: dict[int, tuple[weakref.ref[Any], list[Entry]]] = {}  # id(event) -> (weak ref to it, [entries] it covers)
         self.count = 0  # entries open
         self.matched = 0  # collectives whose wait was the compute stream's stall on an event
 
     # -- the training thread ---------------------------------------------------------
 
-    def opened(self, stream: Any, record: dict[str, Any], kernel: tuple | None) -> None:
+    def opened(self, stream: Any, record: dict[str, Any], kernel: tuple[Any, ...] | None) -> None:
         """A collective's wait is on ``stream``, a side stream: its record waits for the compute stream's."""
         now = _perf()
         self._expire(now)
@@ -92,7 +96,7 @@ class SideStreams:
             return
         tagged[key] = (ref, list(entries))
 
-    def waiting(self, event: Any, stream: Any) -> list | None:
+    def waiting(self, event: Any, stream: Any) -> list[Entry] | None:
         """The open entries ``event`` covers, if ``stream`` (where it is waited for) is the compute stream;
         they are closed (a later wait covering them is no wait of theirs)."""
         item = self.tagged.get(id(event))
@@ -111,7 +115,7 @@ class SideStreams:
         self.count -= len(entries)
         return entries
 
-    def waited(self, entries: list, wait: Callable[[], Any]) -> Any:
+    def waited(self, entries: list[Entry], wait: Callable[[], Any]) -> Any:
         """The compute stream waits for ``entries``' event (``wait()``): the stall, timed by two of the pool's
         events around it, is the wait of the last of them; the others end inside it (0)."""
         waits = self.waits
@@ -145,7 +149,7 @@ class SideStreams:
             if not self.open[side]:
                 del self.open[side]
 
-    def _release(self, entries: list) -> None:
+    def _release(self, entries: list[Entry]) -> None:
         """Entries no compute-stream wait covered: each with its host time (and its kernel's, where known)."""
         for entry in entries:
             entry[3] = True
@@ -176,7 +180,7 @@ def watch_events(event_class: Any, current_stream: Callable[[], Any], sides: Sid
     record, wait = event_class.record, event_class.wait
 
     @functools.wraps(record)
-    def record_event(self, stream=None):
+    def record_event(self: Any, stream: Any = None) -> Any:
         if dynamo_guard.is_compiling():  # first: traced, nothing of ours is read (no guard, no recompile)
             return record(self, stream)
         sides = _sides
@@ -190,7 +194,7 @@ def watch_events(event_class: Any, current_stream: Callable[[], Any], sides: Sid
         return result
 
     @functools.wraps(wait)
-    def wait_event(self, stream=None):
+    def wait_event(self: Any, stream: Any = None) -> Any:
         if dynamo_guard.is_compiling():
             return wait(self, stream)
         sides = _sides
@@ -206,7 +210,7 @@ def watch_events(event_class: Any, current_stream: Callable[[], Any], sides: Sid
 
     for fn in (record_event, wait_event):
         dynamo_guard.keep_out(fn)
-        fn._ranktop_sides = True
+        setattr(fn, "_ranktop_sides", True)  # the mark that makes this idempotent (a function's own attribute)
     event_class.record, event_class.wait = record_event, wait_event
 
 

@@ -27,9 +27,9 @@ import os
 import re
 import sys
 from pathlib import Path
-from typing import Any, Iterable
+from typing import TYPE_CHECKING, Any, Iterable
 
-if __package__:
+if TYPE_CHECKING or __package__:  # (the type checker reads the package's)
     from ranktop.wire.intervals import union
 else:  # run as a script by probe/capture.py, under ``python -I -S``: no site-packages, so the wire's file by its path
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "wire"))
@@ -56,7 +56,7 @@ def summarize(trace: dict[str, Any], top: int = TOP) -> dict[str, Any]:
     """The summary of one rank's trace (see the module docstring); small enough to send every few seconds."""
     events = [e for e in trace.get("traceEvents", ()) if isinstance(e, dict) and e.get("ph") == "X"]
     steps = [e for e in events if _STEP.match(str(e.get("name", "")))]
-    numbers = sorted(int(_STEP.match(e["name"]).group(1)) for e in steps)
+    numbers = sorted(int(m.group(1)) for e in steps if (m := _STEP.match(str(e.get("name", "")))))
     window = _span(steps)
     ops = [e for e in events if e.get("cat") == "cpu_op"]
     kernels = [e for e in events if e.get("cat") == "kernel"]
@@ -84,7 +84,7 @@ def summarize(trace: dict[str, Any], top: int = TOP) -> dict[str, Any]:
     return out
 
 
-def shares(events: Iterable[dict], window: tuple[float, float], wall: float) -> dict[str, float]:
+def shares(events: Iterable[dict[str, Any]], window: tuple[float, float], wall: float) -> dict[str, float]:
     """Fractions of ``wall`` (µs) spent in communication, in other work (compute) and in neither (idle),
     counting each instant once however many events overlap it."""
     lo, hi = window
@@ -107,7 +107,7 @@ def shares(events: Iterable[dict], window: tuple[float, float], wall: float) -> 
     }
 
 
-def _span(events: list[dict]) -> tuple[float, float] | None:
+def _span(events: list[dict[str, Any]]) -> tuple[float, float] | None:
     if not events:
         return None
     starts = [float(e.get("ts", 0.0)) for e in events]
@@ -115,15 +115,15 @@ def _span(events: list[dict]) -> tuple[float, float] | None:
     return min(starts), max(ends)
 
 
-def _self_times(ops: list[dict]) -> dict[str, list[float]]:
+def _self_times(ops: list[dict[str, Any]]) -> dict[str, list[float]]:
     """Per op name: [self µs, calls]. Nesting is per thread: an op's children lie inside it on its thread."""
     totals: dict[str, list[float]] = {}
-    by_thread: dict[tuple, list[dict]] = {}
+    by_thread: dict[tuple[Any, Any], list[dict[str, Any]]] = {}
     for e in ops:
         by_thread.setdefault((e.get("pid"), e.get("tid")), []).append(e)
     for thread_ops in by_thread.values():
         thread_ops.sort(key=lambda e: (float(e.get("ts", 0.0)), -float(e.get("dur", 0.0))))
-        stack: list[list] = []  # [end, name, duration, children's time]
+        stack: list[list[Any]] = []  # [end, name, duration, children's time]
         for e in thread_ops:
             start, dur = float(e.get("ts", 0.0)), float(e.get("dur", 0.0))
             while stack and start >= stack[-1][0]:
@@ -136,14 +136,14 @@ def _self_times(ops: list[dict]) -> dict[str, list[float]]:
     return totals
 
 
-def _close(frame: list, totals: dict[str, list[float]]) -> None:
+def _close(frame: list[Any], totals: dict[str, list[float]]) -> None:
     _end, name, dur, children = frame
     entry = totals.setdefault(name, [0.0, 0])
     entry[0] += max(0.0, dur - children)
     entry[1] += 1
 
 
-def _totals(events: list[dict]) -> dict[str, list[float]]:
+def _totals(events: list[dict[str, Any]]) -> dict[str, list[float]]:
     totals: dict[str, list[float]] = {}
     for e in events:
         entry = totals.setdefault(str(e.get("name", "?")), [0.0, 0])
@@ -152,7 +152,7 @@ def _totals(events: list[dict]) -> dict[str, list[float]]:
     return totals
 
 
-def _top(totals: dict[str, list[float]], top: int) -> list[list]:
+def _top(totals: dict[str, list[float]], top: int) -> list[list[Any]]:
     """``[[name, self µs, calls], ...]``, biggest first."""
     ranked = sorted(totals.items(), key=lambda kv: -kv[1][0])[:top]
     return [[name[:NAME_CHARS], round(us, 1), int(calls)] for name, (us, calls) in ranked]

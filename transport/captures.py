@@ -13,7 +13,7 @@ from . import rendezvous
 CAPTURE_DIR_ENV = settings.CAPTURE_DIR.name
 
 
-def capture_root(job: str, directory: str | os.PathLike | None = None) -> Path:
+def capture_root(job: str, directory: str | os.PathLike[str] | None = None) -> Path:
     """Where a job's captures go: ``$RANKTOP_CAPTURE_DIR``, else ``<rendezvous>/jobs/<job>/captures``."""
     configured = os.environ.get(CAPTURE_DIR_ENV)
     if configured:
@@ -21,6 +21,6 @@ def capture_root(job: str, directory: str | os.PathLike | None = None) -> Path:
     return rendezvous.job_dir(job, directory) / "captures"
 
 
-def capture_folder(job: str, capture_id: str, directory: str | os.PathLike | None = None) -> Path:
+def capture_folder(job: str, capture_id: str, directory: str | os.PathLike[str] | None = None) -> Path:
     """The one folder of a capture, shared by every rank of the job (one file per rank inside)."""
     return capture_root(job, directory) / rendezvous.safe_name(capture_id)

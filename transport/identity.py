@@ -27,6 +27,7 @@ from __future__ import annotations
 import os
 import socket
 import sys
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from ranktop.wire import settings
@@ -46,7 +47,7 @@ class Identity:
     slurm_job: str | None = None  # SLURM_JOB_ID when run in a SLURM job, whatever the job's name
 
 
-def _int_env(env, name: str) -> int | None:
+def _int_env(env: Mapping[str, str], name: str) -> int | None:
     value = env.get(name)
     if value is None or value == "":
         return None
@@ -56,7 +57,7 @@ def _int_env(env, name: str) -> int | None:
         return None
 
 
-def _ranks_from_env(env) -> tuple[int, int, int, int | None, str]:
+def _ranks_from_env(env: Mapping[str, str]) -> tuple[int, int, int, int | None, str]:
     rank, world = _int_env(env, "RANK"), _int_env(env, "WORLD_SIZE")
     if rank is not None and world is not None:
         local = _int_env(env, "LOCAL_RANK")
@@ -88,7 +89,7 @@ def _guess_local_rank(rank: int) -> int:
     return rank % count if count else rank
 
 
-def _job_from_env(env, host: str, pid: int) -> str:
+def _job_from_env(env: Mapping[str, str], host: str, pid: int) -> str:
     for name in (settings.JOB.name, "SLURM_JOB_ID"):
         if env.get(name):
             return env[name]
@@ -101,7 +102,7 @@ def _job_from_env(env, host: str, pid: int) -> str:
     return f"{host}-{pid}"
 
 
-def detect(job: str | None = None, env=None) -> Identity:
+def detect(job: str | None = None, env: Mapping[str, str] | None = None) -> Identity:
     env = os.environ if env is None else env
     machine = socket.gethostname()
     host = settings.HOST.get(env) or machine

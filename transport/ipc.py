@@ -26,7 +26,7 @@ def socket_file(url: str) -> Path:
     return Path(url[len("ipc://") :])
 
 
-def ipc_endpoints(job: str, host: str = "", directory: str | os.PathLike | None = None) -> tuple[str, str]:
+def ipc_endpoints(job: str, host: str = "", directory: str | os.PathLike[str] | None = None) -> tuple[str, str]:
     """The node-local (telemetry, control) IPC addresses of a job on one node; every local rank derives the same.
 
     The node's name is part of it, so "nodes" with distinct ``RANKTOP_HOST`` on one machine stay apart; so is

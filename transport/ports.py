@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import os
 import re
-from typing import Mapping
+from typing import Mapping, overload
 
 from ranktop.wire import settings
 
@@ -34,6 +34,10 @@ class PortConfigError(ValueError):
     """RANKTOP_PORT or RANKTOP_PORT_BASE is not a usable port number."""
 
 
+@overload
+def _port(env: Mapping[str, str], name: str, default: int, span: int = 1) -> int: ...
+@overload
+def _port(env: Mapping[str, str], name: str, default: None, span: int = 1) -> int | None: ...
 def _port(env: Mapping[str, str], name: str, default: int | None, span: int = 1) -> int | None:
     text = env.get(name, "")
     if text == "":

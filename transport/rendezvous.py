@@ -18,6 +18,7 @@ import os
 import re
 import socket
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -27,7 +28,7 @@ from ranktop.wire.auth import new_secret, read_secret_env
 _SAFE = re.compile(r"[^A-Za-z0-9_.-]")
 
 
-def root(directory: str | os.PathLike | None = None) -> Path:
+def root(directory: str | os.PathLike[str] | None = None) -> Path:
     if directory is not None:
         return Path(directory).expanduser()
     return Path(settings.DIR.get() or Path.home() / ".ranktop").expanduser()
@@ -39,7 +40,7 @@ def safe_name(name: str) -> str:
     return cleaned[:120]
 
 
-def job_dir(job: str, directory: str | os.PathLike | None = None) -> Path:
+def job_dir(job: str, directory: str | os.PathLike[str] | None = None) -> Path:
     return root(directory) / "jobs" / safe_name(job)
 
 
@@ -47,7 +48,7 @@ def _ensure_private_dir(path: Path) -> None:
     path.mkdir(parents=True, exist_ok=True, mode=0o700)
 
 
-def load_or_create_secret(job: str, directory: str | os.PathLike | None = None) -> bytes:
+def load_or_create_secret(job: str, directory: str | os.PathLike[str] | None = None) -> bytes:
     """The job's command key: from ``RANKTOP_SECRET``, else the job folder (created once, race-free)."""
     env = read_secret_env()
     if env:
@@ -79,7 +80,7 @@ def _read_secret(path: Path) -> bytes:
     return data
 
 
-def read_secret(job: str, directory: str | os.PathLike | None = None) -> bytes | None:
+def read_secret(job: str, directory: str | os.PathLike[str] | None = None) -> bytes | None:
     """The job's key for a TUI that wants to send commands; None if it cannot be read."""
     env = read_secret_env()
     if env:
@@ -127,7 +128,7 @@ class NodeRecord:
         return False
 
 
-def write_node(record: NodeRecord, directory: str | os.PathLike | None = None) -> Path:
+def write_node(record: NodeRecord, directory: str | os.PathLike[str] | None = None) -> Path:
     folder = job_dir(record.job, directory)
     _ensure_private_dir(folder)
     path = folder / f"node-{safe_name(record.host)}.json"
@@ -181,12 +182,14 @@ def parse_node(text: bytes | str, path: Path | None = None) -> NodeRecord:
     if not isinstance(data, dict):
         raise ValueError("node record is not an object")
     job, host, telemetry, control = (data.get(k) for k in ("job", "host", "telemetry", "control"))
-    if not all(isinstance(v, str) and v for v in (job, host, telemetry, control)):
+    if not (isinstance(job, str) and isinstance(host, str) and isinstance(telemetry, str) and isinstance(control, str)):
+        raise ValueError("node record lacks job, host or endpoints")
+    if not (job and host and telemetry and control):
         raise ValueError("node record lacks job, host or endpoints")
     pid, started = data.get("pid"), data.get("started")
     if type(pid) is not int or not 0 < pid <= MAX_PID:
         raise ValueError("node record has a bad pid")
-    if type(started) not in (int, float) or not math.isfinite(started):
+    if not isinstance(started, (int, float)) or isinstance(started, bool) or not math.isfinite(started):
         raise ValueError("node record has a bad start time")
     machine, slurm_job = data.get("machine") or "", data.get("slurm_job")
     if not isinstance(machine, str) or not (slurm_job is None or isinstance(slurm_job, (str, int)) and type(slurm_job) is not bool):
@@ -212,7 +215,7 @@ def parse_node(text: bytes | str, path: Path | None = None) -> NodeRecord:
     )
 
 
-def read_nodes(job: str, directory: str | os.PathLike | None = None) -> list[NodeRecord]:
+def read_nodes(job: str, directory: str | os.PathLike[str] | None = None) -> list[NodeRecord]:
     """Every node record of a job, stale ones included (callers decide); a file that is no record is skipped.
 
     A viewer reads this every second, and a job of 2,048 nodes has 2,048 records: a file whose inode, size and
@@ -272,7 +275,7 @@ _listed: dict[str, tuple[tuple[int, int], list[NodeRecord]]] = {}
 SETTLED_S = 2.0
 
 
-def list_jobs(directory: str | os.PathLike | None = None) -> dict[str, list[NodeRecord]]:
+def list_jobs(directory: str | os.PathLike[str] | None = None) -> dict[str, list[NodeRecord]]:
     """Jobs with at least one node record, live or stale, by job name."""
     jobs_root = root(directory) / "jobs"
     if not jobs_root.is_dir():
@@ -290,13 +293,13 @@ def list_jobs(directory: str | os.PathLike | None = None) -> dict[str, list[Node
 EMPTY_FOLDER_GRACE_S = 60.0
 
 
-def prune(directory: str | os.PathLike | None = None, is_dead=None) -> list[Path]:
+def prune(directory: str | os.PathLike[str] | None = None, is_dead: Callable[[NodeRecord], bool] | None = None) -> list[Path]:
     """Remove the records of dead relays, and job folders left with nothing but a secret.
 
     A record is dead when :meth:`NodeRecord.is_stale` says so, or ``is_dead(record)``
     (the TUI passes SLURM's word for records of other machines). Returns what was removed.
     """
-    removed = []
+    removed: list[Path] = []
     jobs_root = root(directory) / "jobs"
     if not jobs_root.is_dir():
         return removed
@@ -304,6 +307,8 @@ def prune(directory: str | os.PathLike | None = None, is_dead=None) -> list[Path
         if not folder.is_dir():
             continue
         for record in read_nodes(folder.name, directory):
+            if record.path is None:  # never: read_nodes gives each record the file it came from
+                continue
             if record.is_stale() or (is_dead is not None and is_dead(record)):
                 remove_node(record.path)
                 removed.append(record.path)

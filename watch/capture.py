@@ -9,6 +9,7 @@ tested without sockets or a terminal.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 from pathlib import PurePath as Path
 
 from ranktop.watch import format as fmt
@@ -37,7 +38,7 @@ class CapturePlan:
     ranks: tuple[int, ...]  # the ranks asked
     all_ranks: bool  # every rank of the job (the command then names none)
 
-    def args(self, **options: bool) -> dict:
+    def args(self, **options: bool) -> dict[str, Any]:
         return dict({"id": self.id, "kind": self.kind, "start": self.start, "steps": self.steps}, **options)
 
 
@@ -111,19 +112,19 @@ def finished(rows: list[RankProgress]) -> bool:
 def table_lines(rows: list[RankProgress]) -> list[str]:
     """One line per finished trace: the shares side by side, so the odd rank out shows at a glance."""
     traced = [
-        row
+        (row.rank, summary)
         for row in rows
-        if row.status is not None and row.status.kind == wire_capture.TRACE and (row.status.summary or {}).get("compute") is not None
-    ]
+        if row.status is not None and row.status.kind == wire_capture.TRACE
+        and (summary := row.status.summary) is not None and summary.get("compute") is not None
+    ]  # fmt: skip
     if not traced:
         return []
     lines = ["rank  compute   comm   idle    wall ms  top operator (self)"]
-    for row in traced:
-        s = row.status.summary
+    for rank, s in traced:
         ops = s.get("ops") or []
         top = f"{ops[0][0]} {fmt.ms_unit(ops[0][1] / 1e6)}" if ops else ""
         lines.append(
-            f"{row.rank:>4}  {s['compute']:>7.0%} {s['comm']:>6.0%} {s['idle']:>6.0%} {fmt.ms_fixed(s.get('wall_us', 0) / 1e6):>10}  {top}"
+            f"{rank:>4}  {s['compute']:>7.0%} {s['comm']:>6.0%} {s['idle']:>6.0%} {fmt.ms_fixed(s.get('wall_us', 0) / 1e6):>10}  {top}"
         )
     return lines
 

@@ -34,6 +34,7 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import gc
+from typing import Any, Literal
 
 #: Young collections after this many allocations (CPython's default is 700), the older ones as rarely.
 THRESHOLDS = (20_000, 20, 50)
@@ -85,7 +86,7 @@ class _MallInfo2(ctypes.Structure):
                 ("arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks", "uordblks", "fordblks", "keepcost")]  # fmt: skip
 
 
-def _libc():
+def _libc() -> ctypes.CDLL | None:
     """glibc's functions, or None (elsewhere, or without it, the allocator is left as it is)."""
     global _LIBC, _MALLINFO2
     if _LIBC is False:
@@ -100,5 +101,5 @@ def _libc():
     return _LIBC
 
 
-_LIBC = False  # not looked for yet
-_MALLINFO2 = None  # glibc's mallinfo2 (2.33 on), once _libc has looked
+_LIBC: ctypes.CDLL | None | Literal[False] = False  # not looked for yet
+_MALLINFO2: Any = None  # glibc's mallinfo2 (2.33 on), once _libc has looked

@@ -13,7 +13,9 @@ requeued after that gets a new secret from its ranks, as any new job does.
 
 from __future__ import annotations
 
+import os
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -36,7 +38,7 @@ def _job_files(folder: Path) -> list[Path]:
     return [p for p in folder.iterdir() if p.is_file() and (p.name == "secret" or p.name.startswith(("node-", ".secret.")))]
 
 
-def ended_folders(live_jobs, directory=None, now: float | None = None) -> list[EndedFolder]:
+def ended_folders(live_jobs: Iterable[str], directory: str | os.PathLike[str] | None = None, now: float | None = None) -> list[EndedFolder]:
     """The folders of jobs not in ``live_jobs`` (names) that still hold a secret or a node record, oldest first."""
     jobs_root = rendezvous.root(directory) / "jobs"
     if not jobs_root.is_dir():

@@ -21,6 +21,7 @@ import re
 import shutil
 import subprocess
 from dataclasses import dataclass, field
+from typing import Callable
 
 from ranktop.watch.errors import RanktopError
 
@@ -99,7 +100,7 @@ def _uid(user_field: str) -> tuple[str, int | None]:
     return (match.group(1), int(match.group(2))) if match else (user_field, None)
 
 
-def job_from_records(requested: str, records: list[dict[str, str]], expand=None) -> SlurmJob:
+def job_from_records(requested: str, records: list[dict[str, str]], expand: Callable[[str], list[str]] | None = None) -> SlurmJob:
     """The one job to watch among what ``scontrol show job -o REQUESTED`` printed; raises SlurmError.
 
     ``expand`` turns a compressed node list into host names (``scontrol show hostnames``).
@@ -205,7 +206,7 @@ def _scontrol() -> str:
     return path
 
 
-def _run(*argv: str) -> subprocess.CompletedProcess:
+def _run(*argv: str) -> subprocess.CompletedProcess[str]:
     try:
         return subprocess.run([_scontrol(), *argv], capture_output=True, text=True, timeout=COMMAND_TIMEOUT_S)
     except subprocess.TimeoutExpired:

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from typing import Iterator
+from typing import Any, Iterator
 
 from ranktop.watch.model import verdict
 from ranktop.watch.model.life import ENDED, RUNNING
@@ -30,7 +30,7 @@ _LABEL = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]*$")
 PREFIX = "ranktop"
 
 
-def _client():
+def _client() -> Any:
     return require("prometheus_client.core", "the Prometheus exporter", "export")
 
 
@@ -47,10 +47,10 @@ class SnapshotCollector:
         self.source = source
         self._last_running: Snapshot | None = None
 
-    def describe(self):
+    def describe(self) -> list[Any]:
         return []  # no scrape at registration time: the job may not have spoken yet
 
-    def collect(self) -> Iterator:
+    def collect(self) -> Iterator[Any]:
         snap = self.source.snapshot()
         if snap.state == RUNNING and snap.connected:
             self._last_running = snap
@@ -60,11 +60,11 @@ class SnapshotCollector:
         return iter(families(snap, self._core))
 
 
-def families(snap: Snapshot, core) -> list:
+def families(snap: Snapshot, core: Any) -> list[Any]:
     G = core.GaugeMetricFamily
     job = snap.job or ""
 
-    def rank_gauge(name: str, doc: str, unit_labels: tuple[str, ...] = ()):
+    def rank_gauge(name: str, doc: str, unit_labels: tuple[str, ...] = ()) -> Any:
         return G(f"{PREFIX}_rank_{name}", doc, labels=[*RANK_LABELS, *unit_labels])
 
     step = rank_gauge("step_seconds", "Median wall time of a step over the rank's window.")
@@ -106,6 +106,7 @@ def families(snap: Snapshot, core) -> list:
         "1 per rank, labelled with its place in the parallel layout (pp, tp, dp, ...).",
         labels=[*RANK_LABELS, *roles],
     )
+    value: float | None  # each gauge's, in the loops below
     for r in snap.ranks:
         lv = [job, str(r.rank), str(r.local_rank), r.host]
         if roles and r.coords:
@@ -150,7 +151,7 @@ def families(snap: Snapshot, core) -> list:
 
     jl = [job]
 
-    def job_gauge(name: str, doc: str, value: float | None):
+    def job_gauge(name: str, doc: str, value: float | None) -> Any:
         family = G(f"{PREFIX}_job_{name}", doc, labels=["job"])
         if value is not None:
             family.add_metric(jl, value)
@@ -164,8 +165,8 @@ def families(snap: Snapshot, core) -> list:
         "1 for the verdict's kind (stalled, silent, slow_link, slow_node, slow_rank, warming_up, healthy, waiting).",
         labels=["job", "kind"],
     )
-    for k in verdict.KINDS:
-        kind.add_metric([job, k], 1.0 if answer.kind == k else 0.0)
+    for verdict_kind in verdict.KINDS:
+        kind.add_metric([job, verdict_kind], 1.0 if answer.kind == verdict_kind else 0.0)
     top = G(
         f"{PREFIX}_job_top_straggler_excess_seconds",
         "The verdict's culprit: its time per step beyond the median rank.",
@@ -235,7 +236,7 @@ def families(snap: Snapshot, core) -> list:
     return job_families + rank_families
 
 
-def serve(source: SnapshotSource, host: str, port: int):
+def serve(source: SnapshotSource, host: str, port: int) -> Any:
     """Serve /metrics for ``source`` on host:port (a thread of prometheus_client's); returns the server."""
     core = _client()
     from prometheus_client import start_http_server

@@ -37,9 +37,9 @@ import time
 import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterator
+from typing import IO, Any, Callable, Iterator
 
-import msgpack
+import msgpack  # type: ignore[import-untyped]  # msgpack ships no type hints
 
 from ranktop.watch.errors import RanktopError
 from ranktop.wire import __version__
@@ -85,7 +85,7 @@ class FlightRecorderStats:
     error: str | None = None  # the writer stopped: why
 
 
-def _now_fn() -> "callable":
+def _now_fn() -> Callable[[], float]:
     """Wall-clock time that never goes backwards during one recording."""
     wall0, mono0 = time.time(), time.monotonic()
     return lambda: wall0 + (time.monotonic() - mono0)
@@ -96,7 +96,7 @@ class FlightRecorder:
 
     def __init__(
         self,
-        path: str | os.PathLike,
+        path: str | os.PathLike[str],
         *,
         job: str | None = None,
         max_bytes: int = DEFAULT_MAX_BYTES,
@@ -113,14 +113,14 @@ class FlightRecorder:
         self.clock = _now_fn()
         # A deque, not a queue.Queue: append and popleft are single C calls, so neither the receiver nor the
         # writer holds the GIL for long (the viewer's refresh shares it). Bounded by the length check in tap().
-        self._pending: collections.deque = collections.deque()
+        self._pending: collections.deque[tuple[float, str | None, list[bytes] | None, str | None]] = collections.deque()
         self._max_pending = queue_frames
         self._wake_s = max(0.005, min(0.2, chunk_seconds))
         self._thread = threading.Thread(target=self._run, name="ranktop-recorder", daemon=True)
-        self._file = None
+        self._file: IO[bytes] | None = None  # the segment being written
         self._segment_bytes = 0
         self._stopping = threading.Event()
-        self._endpoints: dict[str, str | None] = {}  # re-announced at the top of each segment
+        self._endpoints: dict[str | None, str | None] = {}  # (url -> host) re-announced at the top of each segment
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             self._open_segment()
@@ -161,7 +161,7 @@ class FlightRecorder:
     # -- the writer thread ------------------------------------------------------------
 
     def _run(self) -> None:
-        entries: list = []
+        entries: list[list[Any]] = []
         raw = 0
         opened = time.monotonic()
         pending = self._pending
@@ -212,7 +212,8 @@ class FlightRecorder:
         self._segment_bytes = len(MAGIC) + 4 + len(body)
         self.stats.bytes += self._segment_bytes
 
-    def _write_chunk(self, entries: list) -> None:
+    def _write_chunk(self, entries: list[list[Any]]) -> None:
+        assert self._file is not None  # open from __init__ on, but for the moment _rotate reopens it
         packer = msgpack.Packer(use_bin_type=True)
         payload = lzma.compress(b"".join(packer.pack(e) for e in entries), preset=6)
         head = _CHUNK_HEAD.pack(CHUNK_MAGIC, len(payload), zlib.crc32(payload), entries[0][0], entries[-1][0], len(entries))
@@ -225,6 +226,7 @@ class FlightRecorder:
             self._rotate()
 
     def _rotate(self) -> None:
+        assert self._file is not None  # (see _write_chunk)
         self._file.close()
         self._file = None
         oldest = segment_path(self.path, self.keep)
@@ -249,7 +251,7 @@ def segment_path(path: Path, index: int) -> Path:
     return path if index == 0 else path.with_name(f"{path.name}.{index}")
 
 
-def segments_of(path: str | os.PathLike) -> list[Path]:
+def segments_of(path: str | os.PathLike[str]) -> list[Path]:
     """A recording's files, oldest first: ``FILE.N`` ... ``FILE.1``, ``FILE``."""
     path = Path(path)
     older = []
@@ -268,7 +270,7 @@ class Recording:
     """A recording read whole into memory: its header, every entry in arrival order, and what could not be read."""
 
     path: Path
-    header: dict
+    header: dict[str, Any]
     entries: list[Entry]
     files: list[Path] = field(default_factory=list)
     torn: list[str] = field(default_factory=list)  # one line per damaged chunk (a crash mid-write)
@@ -287,13 +289,13 @@ class Recording:
         return self.end - self.start
 
 
-def read(path: str | os.PathLike) -> Recording:
+def read(path: str | os.PathLike[str]) -> Recording:
     """Every readable entry of a recording and its older segments; RecordingError if there is none."""
     path = Path(path)
     files = segments_of(path)
     if not files:
         raise RecordingError(f"no recording at {path}")
-    header: dict | None = None
+    header: dict[str, Any] | None = None
     entries: list[Entry] = []
     torn: list[str] = []
     size = 0
@@ -312,7 +314,7 @@ def read(path: str | os.PathLike) -> Recording:
     return Recording(path, header or {}, entries, files, torn, size)
 
 
-def _parse(file: Path, data: bytes, torn: list[str]) -> tuple[dict, Iterator[list[Entry]]]:
+def _parse(file: Path, data: bytes, torn: list[str]) -> tuple[dict[str, Any], list[list[Entry]]]:
     if not data.startswith(MAGIC):
         raise RecordingError(f"{file} is not a ranktop recording")
     pos = len(MAGIC)
@@ -362,7 +364,7 @@ def _parse(file: Path, data: bytes, torn: list[str]) -> tuple[dict, Iterator[lis
 def _entries(raw: bytes) -> list[Entry]:
     unpacker = msgpack.Unpacker(raw=False, max_buffer_size=len(raw) + 1)
     unpacker.feed(raw)
-    out = []
+    out: list[Entry] = []
     for item in unpacker:
         entry = _entry(item)
         if entry is not None:
@@ -370,7 +372,7 @@ def _entries(raw: bytes) -> list[Entry]:
     return out
 
 
-def _entry(item) -> Entry | None:
+def _entry(item: Any) -> Entry | None:
     """One entry, checked: a file is read no more trustingly than the wire."""
     if not isinstance(item, list) or len(item) < 3 or not isinstance(item[0], (int, float)):
         return None

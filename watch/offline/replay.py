@@ -17,7 +17,7 @@ from __future__ import annotations
 import bisect
 import re
 import time
-from typing import Callable
+from typing import Any, Callable, Protocol
 
 from ranktop.watch.aggregator import DEFAULT_SILENT_AFTER_S, DEFAULT_WINDOW, Aggregator
 from ranktop.watch.analysis.history import DEFAULT_SAMPLES, SAMPLE_EVERY_S, History
@@ -38,10 +38,16 @@ SPEEDS = (0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0)
 _CLOCK = re.compile(r"^(?:(\d+):)?(\d+):(\d+(?:\.\d*)?)$")
 
 
+class Sampler(Protocol):
+    """What takes a replay's sampled snapshots: a :class:`History`, or whatever feeds one (the report's observer)."""
+
+    def note(self, snap: Snapshot, now: float, /) -> None: ...
+
+
 class Player:
     """Feeds a recording's entries into an aggregator up to a time; the aggregator reads that time."""
 
-    def __init__(self, recording: Recording, options: dict):
+    def __init__(self, recording: Recording, options: dict[str, Any]):
         self.recording = recording
         self._options = options
         self._times = [e.t for e in recording.entries]
@@ -57,7 +63,7 @@ class Player:
     def advance(
         self,
         to: float,
-        history: History | None = None,
+        history: Sampler | None = None,
         sample_from: float | None = None,
         most: int | None = None,
         every: float = SAMPLE_EVERY_S,
@@ -81,7 +87,8 @@ class Player:
                 next_sample += every
             self.t = entry.t
             if entry.frames is None:
-                self.aggregator.add_endpoint(entry.endpoint, entry.host)
+                if entry.endpoint:  # always: a recording keeps no endpoint's entry without its address (recording._entry)
+                    self.aggregator.add_endpoint(entry.endpoint, entry.host)
             else:
                 self.aggregator.ingest_frames(entry.frames, entry.endpoint)
             self.i += 1
@@ -169,7 +176,7 @@ class Replay:
         self._player.advance(t, self.history, sample_from=t - SAMPLED_S, most=SAMPLES_PER_STEP)
 
 
-def snapshot_at(recording: Recording, offset_s: float, **options) -> Snapshot:
+def snapshot_at(recording: Recording, offset_s: float, **options: Any) -> Snapshot:
     """The snapshot a live session would have shown ``offset_s`` into the recording (``replay --json --at``)."""
     player = Player(recording, options)
     player.advance(recording.start + offset_s)

@@ -15,12 +15,12 @@ from __future__ import annotations
 
 import datetime as dt
 import statistics
-from typing import Any
+from typing import Any, Callable
 
 from ranktop.watch.analysis.collectives import percentile
 from ranktop.watch import format as fmt
 from ranktop.watch.format import ranks_text
-from ranktop.watch.analysis.history import NODE, STALL, STRAGGLER, History
+from ranktop.watch.analysis.history import NODE, STALL, STRAGGLER, Episode, History
 from ranktop.watch.offline.recording import Recording
 from ranktop.watch.offline.replay import Player, clock_text
 from ranktop.watch.model.snapshot import Snapshot
@@ -39,12 +39,12 @@ class _Observer:
 
     def __init__(self, history: History):
         self.history = history
-        self.creep: dict[int, dict] = {}
+        self.creep: dict[int, dict[str, Any]] = {}
         self.memory_first: dict[int, tuple[str, float]] = {}
         self.memory_last: dict[int, tuple[str, float]] = {}
-        self.throttle: dict[int, dict] = {}
-        self.causes: dict[tuple[int, str], dict] = {}
-        self.captures: dict[str, dict] = {}
+        self.throttle: dict[int, dict[str, Any]] = {}
+        self.causes: dict[tuple[int, str], dict[str, Any]] = {}
+        self.captures: dict[str, dict[str, Any]] = {}
         self.hosts: dict[int, str] = {}
         self.last: Snapshot | None = None
         self._last_t: float | None = None
@@ -94,7 +94,7 @@ class _Observer:
                 cap["ranks"][r.rank] = r.capture.state
 
 
-def build(recording: Recording, **options) -> dict[str, Any]:
+def build(recording: Recording, **options: Any) -> dict[str, Any]:
     """The report of one recording, as plain data."""
     every = max(MIN_SAMPLE_S, recording.duration_s / MAX_SAMPLES)
     history = History(samples=None, every_s=every)
@@ -147,7 +147,7 @@ def _assemble(recording: Recording, history: History, obs: _Observer, final: Sna
             inside = [s for s in samples if lo <= s.t < hi or (i == n - 1 and s.t == hi)]
             if not inside:
                 continue
-            med = [s.step_s for s in inside]
+            med = [s.step_s for s in inside if s.step_s is not None]  # (every sample's: samples have one)
             top = [s.max_step_s for s in inside if s.max_step_s is not None]
             rates = [s.steps_per_s for s in inside if s.steps_per_s]
             slow = sorted({r for s in inside for r in s.slow})
@@ -167,7 +167,7 @@ def _assemble(recording: Recording, history: History, obs: _Observer, final: Sna
                 }
             )
     out["step_time"] = periods
-    all_steps = [s.step_s for s in samples]
+    all_steps = [s.step_s for s in samples if s.step_s is not None]  # (the same)
     out["step_s"] = {
         "median": statistics.median(all_steps) if all_steps else None,
         "p90": percentile(all_steps, 90) if all_steps else None,
@@ -189,18 +189,18 @@ def _assemble(recording: Recording, history: History, obs: _Observer, final: Sna
         {"phase": name, "seconds": sec, "share": sec / total if total else None} for name, sec in med_phases.items()
     ]
     # -- per rank: how much of the run each was slow, its typical step
-    per_rank = []
+    per_rank: list[dict[str, Any]] = []
     count = len(samples)
     for rank in sorted({r for s in samples for r in s.rank_step_s}):
         mine = [s.rank_step_s[rank] for s in samples if rank in s.rank_step_s]
-        slow = sum(1 for s in samples if rank in s.slow)
+        slow_samples = sum(1 for s in samples if rank in s.slow)
         phase_names = {name for s in samples for name in s.rank_phases.get(rank, {})}
         per_rank.append(
             {
                 "rank": rank,
                 "host": obs.hosts.get(rank, "?"),
                 "median_step_s": statistics.median(mine),
-                "slow_share": slow / count if count else 0.0,
+                "slow_share": slow_samples / count if count else 0.0,
                 "phases": {
                     name: statistics.median(s.rank_phases[rank].get(name, 0.0) for s in samples if rank in s.rank_phases)
                     for name in order
@@ -216,7 +216,7 @@ def _assemble(recording: Recording, history: History, obs: _Observer, final: Sna
     out["imbalance"] = final.imbalance
 
     # -- episodes
-    def episode(e) -> dict:
+    def episode(e: Episode) -> dict[str, Any]:
         d = e.to_json()
         d.update(from_s=e.start - start, to_s=e.end - start, share_of_run=(e.end - e.start) / duration if duration else 0.0)
         return d
@@ -275,9 +275,9 @@ def _assemble(recording: Recording, history: History, obs: _Observer, final: Sna
     return out
 
 
-def hangs(stalls: list[dict]) -> list[dict]:
+def hangs(stalls: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Stall episodes that are one event (a hang stalls every rank at once): grouped by start and diagnosis."""
-    groups: list[dict] = []
+    groups: list[dict[str, Any]] = []
     for e in sorted(stalls, key=lambda e: e["from_s"]):
         for g in groups:
             if abs(g["from_s"] - e["from_s"]) <= 5.0 and g["diagnosis"] == e["diagnosis"]:
@@ -305,12 +305,12 @@ def hangs(stalls: list[dict]) -> list[dict]:
 # -- text ------------------------------------------------------------------------------------
 
 
-def _when(rep: dict, offset: float) -> str:
+def _when(rep: dict[str, Any], offset: float) -> str:
     start = dt.datetime.fromisoformat(rep["start"])
     return f"{clock_text(offset)} ({(start + dt.timedelta(seconds=offset)).strftime('%H:%M:%S')})"
 
 
-def text_lines(rep: dict) -> list[str]:
+def text_lines(rep: dict[str, Any]) -> list[str]:
     lines = []
     rate = f", {rep['steps_per_s']:.2f} steps/s" if rep["steps_per_s"] else ""
     lines.append(
@@ -338,12 +338,12 @@ def text_lines(rep: dict) -> list[str]:
     # the verdict first: who held the job back
     lines.append("")
     stragglers = rep["stragglers"]
-    slow = [c for c in rep.get("culprits", []) if c["kind"] != STALL]
-    if len(stragglers) > 1 and slow:  # several episodes: who cost the most in all, before each episode
+    culprits = [c for c in rep.get("culprits", []) if c["kind"] != STALL]
+    if len(stragglers) > 1 and culprits:  # several episodes: who cost the most in all, before each episode
         lines.append(
             "cost to the job, per rank or node: "
-            + "; ".join(f"{c['who']} {c['cost_s']:.1f} s ({c['episodes']} episode{'s' if c['episodes'] > 1 else ''})" for c in slow[:5])
-            + (f"; {len(slow) - 5} more" if len(slow) > 5 else "")
+            + "; ".join(f"{c['who']} {c['cost_s']:.1f} s ({c['episodes']} episode{'s' if c['episodes'] > 1 else ''})" for c in culprits[:5])
+            + (f"; {len(culprits) - 5} more" if len(culprits) > 5 else "")
         )
     if stragglers:
         lines.append("stragglers (who held the job back):")
@@ -432,7 +432,7 @@ def text_lines(rep: dict) -> list[str]:
     return lines
 
 
-def _section(lines: list[str], title: str, empty: str, items: list, line) -> None:
+def _section(lines: list[str], title: str, empty: str, items: list[Any], line: Callable[[Any], str]) -> None:
     """``title:`` and a line per item, or ``title: empty`` when there is none."""
     if not items:
         lines.append(f"{title}: {empty}")
@@ -441,7 +441,7 @@ def _section(lines: list[str], title: str, empty: str, items: list, line) -> Non
     lines.extend(f"  {line(item)}" for item in items)
 
 
-def compare_lines(a: dict, b: dict) -> list[str]:
+def compare_lines(a: dict[str, Any], b: dict[str, Any]) -> list[str]:
     """Two runs side by side: step time, phases, stragglers."""
     w = 22
 
@@ -466,11 +466,11 @@ def compare_lines(a: dict, b: dict) -> list[str]:
     for name in list(pa) + [n for n in pb if n not in pa]:
         lines.append(row(f"phase {name}", fmt.ms_unit(pa.get(name)), fmt.ms_unit(pb.get(name)), pct(pa.get(name), pb.get(name))))
 
-    def who(rep: dict) -> str:
+    def who(rep: dict[str, Any]) -> str:
         names = sorted({e["who"] for e in rep["stragglers"]})
         return ", ".join(names) if names else "none"
 
-    def cost(rep: dict) -> float:
+    def cost(rep: dict[str, Any]) -> float:
         return sum(e["cost_s"] for e in rep["stragglers"])
 
     lines.append(row("stragglers", who(a)[: w - 1], who(b)[: w - 1]))

@@ -11,6 +11,7 @@ be mailed or attached to a ticket.
 from __future__ import annotations
 
 import html
+from typing import Any
 
 from ranktop.watch.analysis.history import STALL
 from ranktop.watch.optional import require
@@ -29,11 +30,11 @@ PHASE_COLOURS = {
 MAX_RANK_LINES = 32
 
 
-def _plotly():
+def _plotly() -> Any:
     return require("plotly.graph_objects", "the HTML report", "report")
 
 
-def figures(rep: dict) -> list:
+def figures(rep: dict[str, Any]) -> list[Any]:
     go = _plotly()
     samples = rep["samples"]
     xs = [s["t_s"] for s in samples]
@@ -148,7 +149,7 @@ def figures(rep: dict) -> list:
     return [step, excess, timeline, phases]
 
 
-def page(rep: dict) -> str:
+def page(rep: dict[str, Any]) -> str:
     figs = figures(rep)
     body = [f.to_html(full_html=False, include_plotlyjs=(i == 0)) for i, f in enumerate(figs)]
     summary = html.escape("\n".join(text_lines(rep)))
