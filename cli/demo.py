@@ -32,7 +32,7 @@ from ranktop.wire import settings
 HELP = "run the demo training job (torchrun, gloo on CPU) and watch it"
 DESCRIPTION = (
     "Launch the demo job with torchrun and open the TUI on it. Demo switches "
-    "(--slow-rank R --slow-ms MS --slow-phase P, --hang-rank R --hang-at-step S, "
+    "(--slow-rank R --slow-ms MS --slow-phase P --slow-every N, --hang-rank R --hang-at-step S, "
     "--leak-mb-per-step X, --steps N, ...) are passed to the job; see `python -m ranktop.demo.train --help`."
 )
 

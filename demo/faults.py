@@ -48,6 +48,7 @@ class Faults:
         slow_rank: int | None = None,
         slow_ms: float = 0.0,
         slow_phase: str = "data",
+        slow_every: int = 1,
         hang_rank: int | None = None,
         hang_at_step: int = 0,
         leak_rank: int = 0,
@@ -57,6 +58,10 @@ class Faults:
             raise ValueError(f"slow_phase must be one of {PHASES}, got {slow_phase!r}")
         self._delay_s = slow_ms / 1000.0 if rank == slow_rank else 0.0
         self._slow_phase = slow_phase
+        if slow_every < 1:
+            raise ValueError(f"slow_every must be 1 or more, got {slow_every}")
+        self._slow_every = slow_every
+        self._slow_calls = 0
         self._hang_at = hang_at_step if rank == hang_rank else None
         self._leak_elements = int(leak_mb_per_step * 2**20) // 4 if rank == leak_rank else 0  # float32
         self._device = device
@@ -64,9 +69,12 @@ class Faults:
         self.leaked: list[torch.Tensor] = []
 
     def delay(self, phase: str) -> None:
-        """Sleeps only in the slow rank's slow phase."""
+        """Sleeps only in the slow rank's slow phase, on one step in ``slow_every`` (an intermittent straggler: its
+        median step is its usual one; what the job pays for it is the sleep over ``slow_every``)."""
         if self._delay_s and phase == self._slow_phase:
-            time.sleep(self._delay_s)
+            self._slow_calls += 1
+            if self._slow_calls % self._slow_every == 0:
+                time.sleep(self._delay_s)
 
     def attach(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> None:
         """Put the forward and optimizer sleeps inside the model's and the optimizer's own calls."""

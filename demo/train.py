@@ -107,12 +107,18 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--log-every", type=_count(1), default=50, help="print loss and step time on rank 0 every K steps (default 50)")
     run.add_argument("--no-probe", action="store_true", help="run without ranktop's probe (every probe call becomes a no-op)")
 
-    slow = p.add_argument_group("straggler: one rank slow in one phase, every step")
+    slow = p.add_argument_group("straggler: one rank slow in one phase, every step or one step in N")
     slow.add_argument("--slow-rank", type=int, metavar="R", help="the rank to slow down")
     slow.add_argument(
         "--slow-ms", type=_non_negative, metavar="MS", help=f"milliseconds to sleep per step on the slow rank (default {DEFAULT_SLOW_MS:g})"
     )
     slow.add_argument("--slow-phase", choices=PHASES, default="data", help="the phase the sleep happens in (default data)")
+    slow.add_argument(
+        "--slow-every",
+        type=_count(1),
+        metavar="N",
+        help="sleep on one step in N only: an intermittent straggler, which ranktop tells as 'slow on 1 step in N' (default 1)",
+    )
 
     hang = p.add_argument_group("hang: one rank stops making progress")
     hang.add_argument(
@@ -141,6 +147,10 @@ def parse_args(argv: list[str] | None, world: int) -> argparse.Namespace:
             parser.error(f"{flag} {rank} is out of range: this job has {world} rank(s), 0 to {world - 1}")
     if args.slow_ms is not None and args.slow_rank is None:
         parser.error("--slow-ms needs --slow-rank")
+    if args.slow_every is not None and args.slow_rank is None:
+        parser.error("--slow-every needs --slow-rank")
+    if args.slow_every is None:
+        args.slow_every = 1
     if args.hang_at_step is not None and args.hang_rank is None:
         parser.error("--hang-at-step needs --hang-rank")
     if args.slow_ms is None:
@@ -349,6 +359,7 @@ def main(argv: list[str] | None = None) -> int:
         slow_rank=args.slow_rank,
         slow_ms=args.slow_ms,
         slow_phase=args.slow_phase,
+        slow_every=args.slow_every,
         hang_rank=args.hang_rank,
         hang_at_step=args.hang_at_step,
         leak_rank=args.leak_rank,
