@@ -30,7 +30,7 @@ from ranktop.watch.engine.link_book import NO_LINKS, LinkColumns
 from ranktop.watch.model.rank_table import STATUS_CODE, RankRows, RankTable, message_fields, phase_medians
 from ranktop.watch.analysis.resources import job_throughput, rank_throughput, row_fields
 from ranktop.watch.model.endpoint import EndpointRows
-from ranktop.watch.model.snapshot import CollectiveStat, Snapshot
+from ranktop.watch.model.snapshot import CollectiveStat, Snapshot, Stage
 from ranktop.watch.statuses import OK, SILENT, SLOW, STALLED
 from ranktop.wire.names import COMM_PHASE, PAUSE_PHASES
 
@@ -351,7 +351,7 @@ def _message_columns(view: JobView, peers: Peers) -> dict[str, Any]:
     }
 
 
-def _stages(view: JobView, live: np.ndarray, stage_ids: np.ndarray) -> list[stragglers.Stage]:
+def _stages(view: JobView, live: np.ndarray, stage_ids: np.ndarray) -> list[Stage]:
     at = live & (stage_ids >= 0)
     waits = np.nan_to_num(view.comm_s[at])
     return stragglers.stage_columns(stage_ids[at], view.step_s[at] - waits, waits)

@@ -38,13 +38,13 @@ step, whatever the world size (benchmarks/accuracy.py measures how close).
 from __future__ import annotations
 
 import threading
-from dataclasses import dataclass
 from statistics import NormalDist
 
 import numpy as np
 
 from ranktop.watch.engine.step_columns import MIN_STEPS_TO_SCORE  # noqa: F401  (read as stragglers.MIN_STEPS_TO_SCORE)
 from ranktop.watch.model.rank_table import STATUS_CODE, RankTable
+from ranktop.watch.model.snapshot import Stage
 from ranktop.watch.statuses import SILENT, SLOW, STALLED
 from ranktop.wire.names import COMM_PHASE
 
@@ -382,16 +382,6 @@ def slow_hosts(table: RankTable) -> list[str]:
     slow = np.bincount(host_id, weights=(table.status[which] == STATUS_CODE[SLOW]), minlength=len(members))
     suspects = np.flatnonzero((slow == members) & (members > 0))
     return sorted(table.host[which[np.argmax(host_id == h)]] for h in suspects.tolist())  # (a rank of each host names it)
-
-
-@dataclass(frozen=True)
-class Stage:
-    """One pipeline stage: the medians over its ranks, per step."""
-
-    stage: int
-    ranks: int  # how many ranks are at this stage
-    work_s: float  # own time per step (the step less its waits)
-    wait_s: float  # time waiting per step (bubble, and the stage's other collectives)
 
 
 #: Stages are unbalanced when the busiest does this much more own work than the lightest.
