@@ -560,12 +560,13 @@ def _with_workers(found: list[Cause | None], states: Sequence[State], which: np.
         elif count is not None and mine == mine:
             text += f"; its {count:.0f} DataLoader workers use {mine:.1f} CPUs"
             text += f" against its peers' {peers:.1f}" if peers == peers else ""
-        workers = {
+        # (a name of its own: the column pair above is read again for the next rank)
+        figures_said = {
             "workers": None if count is None else float(count),
             "workers_cpus": mine if mine == mine else None,
             "peers_workers_cpus": peers if peers == peers else None,
         }
-        out.append(Cause(**{**cause.__dict__, "text": text + " (data loader)", **workers}))
+        out.append(Cause(**{**cause.__dict__, "text": text + " (data loader)", **figures_said}))
     return out
 
 
