@@ -7,6 +7,7 @@ import json
 import socket
 import sys
 import time
+from typing import Any, Callable
 from urllib.parse import urlsplit
 
 from ranktop.cli import record
@@ -57,7 +58,7 @@ def configure(watch: argparse.ArgumentParser) -> None:
     watch.set_defaults(run=cmd_watch)
 
 
-def session_of(args, target: Target | None = None) -> WatchSession:
+def session_of(args: argparse.Namespace, target: Target | None = None) -> WatchSession:
     """The session of ``watch``/``attach``: ``target`` if already resolved (``attach --slurm``), else what the user named."""
     if target is None:
         # The TUI follows a job not started yet (its waiting screen says so); --json and --wait wait here first.
@@ -75,7 +76,7 @@ def session_of(args, target: Target | None = None) -> WatchSession:
     )
 
 
-def cmd_watch(args, target: Target | None = None) -> int:
+def cmd_watch(args: argparse.Namespace, target: Target | None = None) -> int:
     session = session_of(args, target)
     if session.rate_hz is not None:
         session.set_rate_when_ready(session.rate_hz)  # its own thread: waits for the first rank, then asks
@@ -84,10 +85,10 @@ def cmd_watch(args, target: Target | None = None) -> int:
     return run_tui(session, args.refresh)
 
 
-def run_tui(session: WatchSession, refresh_hz: float, title: str = "ranktop", on_app=None) -> int:
+def run_tui(session: WatchSession, refresh_hz: float, title: str = "ranktop", on_app: Callable[[Any], None] | None = None) -> int:
     """Run the TUI until the user quits; ``on_app(app)`` runs first (the demo watches its job with it)."""
     try:
-        from ranktop.tui.app import RanktopApp
+        from ranktop.tui.app import RanktopApp  # type: ignore[import-untyped]  # the TUI is not checked yet (no py.typed)
     except ImportError as exc:
         raise UserError(f"the TUI needs textual ({exc}): pip install 'ranktop[tui]', or use --json") from None
     with session:

@@ -11,7 +11,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ranktop.watch.analysis.stragglers import Stage, score_columns, stage_columns
+from ranktop.watch.analysis.stragglers import score_columns, stage_columns
+from ranktop.watch.model.snapshot import Stage
 
 
 @dataclass(frozen=True)

@@ -215,6 +215,17 @@ def test_a_rank_blocked_inside_its_data_loader_s_next_beyond_its_peers_is_named_
     assert cause.text.endswith("loaded on its training thread (no DataLoader workers) (data loader)")
 
 
+def test_two_ranks_blocked_in_their_data_loaders_are_each_named_with_their_own_workers_cpu():
+    """The workers' column pair is read again for each slow rank: the figures told of the first must not take its
+    place (they did, and the second rank's lookup failed: a KeyError out of the judge)."""
+    st = loader_states([0.6, 0.6, 0.1, 0.12, 0.11], kids=[3.8, 3.6, 1.1, 1.2, 1.0], kids_n=[4] * 5)
+    slow = np.array([True, True, False, False, False])
+    found = causes.of_ranks(st, np.full(5, 0.1), np.array([0.05, 0.05, 0, 0, 0]), slow, np.ones(5, bool), None)
+    (first,), (second,) = found[0], found[1]
+    assert (first.kind, second.kind) == ("data_loader", "data_loader")
+    assert (first.workers_cpus, second.workers_cpus) == (3.8, 3.6) and first.peers_workers_cpus == 1.1
+
+
 def test_a_rank_whose_loader_is_slow_because_it_waits_for_a_cpu_is_named_with_cpu_contention_not_data_loader():
     """CPU contention inside the data phase: the loader's extra time is the run-queue wait measured meanwhile, so
     the loader is left what remains (nothing) and the contention is named."""

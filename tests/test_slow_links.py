@@ -17,8 +17,9 @@ from ranktop.demo.simulate import Scenario, Simulator
 from ranktop.watch.aggregator import Aggregator
 from ranktop.watch.analysis import slow_links
 from ranktop.watch.engine import link_book
-from ranktop.watch.engine.link_book import FORGET_S, Link, LinkBook, LinkColumns
+from ranktop.watch.engine.link_book import FORGET_S, LinkBook, LinkColumns
 from ranktop.watch.model.json_doc import document
+from ranktop.watch.model.snapshot import Link
 from ranktop.watch.model.verdict import HEALTHY, SLOW_LINK, SLOW_RANK, verdict
 from ranktop.wire import schema
 from ranktop.wire.messages import LinkRate, Links

@@ -3,8 +3,8 @@
 The wire's Structs (wire/messages.py) are the one definition of every field; the type checker holds the code
 that builds them (the probe, the relay's digest, the simulator) and reads them to it: a misspelt field, a field
 read that may be None, a message of one kind taken for another fail here rather than at a user's. Strict over
-wire/, relay/, probe/, transport/, demo/, cli/ (but watch.py) and the modules of watch/ listed below (numpy's
-many untyped returns aside: ``--no-warn-return-any``). ``python tests/test_types.py`` prints the share of the
+wire/, relay/, probe/, transport/, demo/, watch/ and cli/: everything but the TUI (numpy's many untyped returns
+aside: ``--no-warn-return-any``). ``python tests/test_types.py`` prints the share of the
 package's lines checked and, by folder, the lines left unchecked.
 """
 
@@ -16,74 +16,13 @@ import sys
 from pathlib import Path
 
 #: Checked with ``--strict``: the contract, the relay, the probe, the transport, the demo and simulator, the
-#: commands, and the modules of watch/ that are typed (the engine's that receive and hold the job, some of the
-#: analysis, the offline tools). A package name (PACKAGES) checks every module of it.
-STRICT = [
-    "ranktop.wire",
-    "ranktop.relay",
-    "ranktop.probe",
-    "ranktop.watch.aggregator",
-    "ranktop.watch.engine.rank_store",
-    "ranktop.watch.engine.step_window",
-    "ranktop.watch.engine.step_columns",
-    "ranktop.watch.engine.rank_scalars",
-    "ranktop.watch.engine.endpoints",
-    "ranktop.watch.engine.lifecycle",
-    "ranktop.watch.engine.requests",
-    "ranktop.watch.engine.collective_sums",
-    "ranktop.watch.engine.resource_samples",
-    "ranktop.watch.engine.receiver",
-    "ranktop.watch.model.answers",
-    "ranktop.watch.model.endpoint",
-    "ranktop.watch.model.life",
-    "ranktop.watch.model.stall",
-    "ranktop.watch.engine.memory_history",
-    "ranktop.watch.analysis.relays",
-    "ranktop.watch.analysis.memory_creep",
-    "ranktop.watch.analysis.silence",
-    "ranktop.watch.analysis.peers",
-    "ranktop.watch.analysis.node_groups",
-    "ranktop.watch.analysis.job_pace",
-    "ranktop.watch.analysis.slow_links",
-    "ranktop.watch.engine.link_book",
-    "ranktop.transport",
-    "ranktop.demo",
-    "ranktop.watch.capture",
-    "ranktop.watch.errors",
-    "ranktop.watch.format",
-    "ranktop.watch.heap",
-    "ranktop.watch.job_folders",
-    "ranktop.watch.offline",
-    "ranktop.watch.offline.recording",
-    "ranktop.watch.offline.replay",
-    "ranktop.watch.offline.report",
-    "ranktop.watch.offline.report_html",
-    "ranktop.watch.offline.prometheus",
-    "ranktop.watch.optional",
-    "ranktop.watch.refresher",
-    "ranktop.watch.slurm",
-    "ranktop.watch.statuses",
-    "ranktop.cli",
-    "ranktop.cli.__main__",
-    "ranktop.cli.attach",
-    "ranktop.cli.capture",
-    "ranktop.cli.demo",
-    "ranktop.cli.errors",
-    "ranktop.cli.export",
-    "ranktop.cli.jobs",
-    "ranktop.cli.launch",
-    "ranktop.cli.main",
-    "ranktop.cli.options",
-    "ranktop.cli.ping",
-    "ranktop.cli.record",
-    "ranktop.cli.replay",
-    "ranktop.cli.report",
-    "ranktop.cli.stacks",
-]
+#: viewer's engine, analysis, model and offline tools (all of watch/), and the commands. A package name (PACKAGES)
+#: checks every module of it.
+STRICT = ["ranktop.wire", "ranktop.relay", "ranktop.probe", "ranktop.transport", "ranktop.demo", "ranktop.watch", "ranktop.cli"]
 #: The names of STRICT that are packages.
-PACKAGES = ("ranktop.wire", "ranktop.relay", "ranktop.probe", "ranktop.transport", "ranktop.demo")
+PACKAGES = ("ranktop.wire", "ranktop.relay", "ranktop.probe", "ranktop.transport", "ranktop.demo", "ranktop.watch", "ranktop.cli")
 #: The share of the package's lines STRICT covers, rounded down (a percentage): it may grow, never shrink.
-COVERED_AT_LEAST = 67
+COVERED_AT_LEAST = 87
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 import collections
 import threading
 import time
-from typing import Callable, Union
+from typing import Callable, Sequence, Union
 
 from ranktop.watch.analysis import stalls
 from ranktop.watch.analysis.arrivals import ArrivalBook
@@ -165,7 +165,7 @@ class Aggregator:
         """Decode and ingest one message; malformed or foreign frames are dropped and counted."""
         return self.ingest_batch([(frames, endpoint)])[0]
 
-    def ingest_batch(self, batch: list[tuple[list[bytes], str | None]]) -> list[Telemetry | None]:
+    def ingest_batch(self, batch: Sequence[tuple[list[bytes], str | None]]) -> list[Telemetry | None]:
         """Decode and ingest the messages the receiver took in one go (frames, the relay they came through):
         node digests' steps are written together at the end (watch/engine/rank_store.py: settle). Each message
         decoded, or None where it was dropped (malformed, foreign, another version: counted)."""

@@ -10,12 +10,14 @@ command asks the ranks through (:meth:`WatchSession.request`).
 from __future__ import annotations
 
 import dataclasses
+import os
 import re
 import socket
 import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, Callable, Union
 from urllib.parse import urlsplit
 
 from ranktop.watch import heap, slurm
@@ -38,6 +40,10 @@ RATE_REQUEST_WAIT_S = 30.0
 WAITING_LINE_EVERY_S = 2.0
 
 _ENDPOINT = re.compile(r"^(tcp://)?[A-Za-z0-9_.\-\[\]:]+:\d+$")
+
+
+#: A rendezvous root as given (None: the default, transport/rendezvous.py root).
+Folder = Union[str, os.PathLike[str], None]
 
 
 class TargetError(RanktopError):
@@ -81,7 +87,7 @@ def _short(host: str) -> str:
     return host.split(".", 1)[0]
 
 
-def slurm_records(job: slurm.SlurmJob, directory=None, name: str | None = None) -> tuple[str | None, list[rendezvous.NodeRecord]]:
+def slurm_records(job: slurm.SlurmJob, directory: Folder = None, name: str | None = None) -> tuple[str | None, list[rendezvous.NodeRecord]]:
     """The rendezvous name of a SLURM job and its live records on the job's nodes.
 
     Its relays' records sit under the job's name, which is the SLURM id unless
@@ -109,7 +115,7 @@ def convention_record(job: slurm.SlurmJob, node: str) -> rendezvous.NodeRecord:
     return rendezvous.NodeRecord(job.job_id, node, f"tcp://{node}:{telemetry}", f"tcp://{node}:{control}", pid=0, started=0.0)
 
 
-def resolve_slurm(job_id: str, directory=None) -> Target:
+def resolve_slurm(job_id: str, directory: Folder = None) -> Target:
     """A running SLURM job of ours: its nodes from SLURM, its relays from records or the port convention."""
     try:
         job = slurm.find_job(job_id)
@@ -125,7 +131,7 @@ def resolve_slurm(job_id: str, directory=None) -> Target:
     return Target(job=name, directory=rendezvous.root(directory), slurm=job)
 
 
-def live_jobs(directory=None) -> dict[str, list[rendezvous.NodeRecord]]:
+def live_jobs(directory: Folder = None) -> dict[str, list[rendezvous.NodeRecord]]:
     """Jobs with a live relay: on this machine its process exists; on another, SLURM does not say the job ended."""
     ended = slurm.EndedJobs()
     jobs = {}
@@ -136,7 +142,7 @@ def live_jobs(directory=None) -> dict[str, list[rendezvous.NodeRecord]]:
     return jobs
 
 
-def resolve(targets: list[str], directory=None, *, allow_pending: bool = False) -> Target:
+def resolve(targets: list[str], directory: Folder = None, *, allow_pending: bool = False) -> Target:
     root = rendezvous.root(directory)
     if not targets:
         jobs = live_jobs(directory)
@@ -178,7 +184,7 @@ def resolve(targets: list[str], directory=None, *, allow_pending: bool = False) 
     return Target(job=job, directory=root)
 
 
-def running_hint(directory=None) -> str:
+def running_hint(directory: Folder = None) -> str:
     """ "running jobs: a, b" or "no job is running": what a line about a job not found adds, so a typo shows."""
     running = sorted(live_jobs(directory))
     return f"running jobs: {', '.join(running)}" if running else "no job is running"
@@ -186,13 +192,13 @@ def running_hint(directory=None) -> str:
 
 def resolve_waiting(
     targets: list[str],
-    directory=None,
+    directory: Folder = None,
     *,
     wait_s: float | None = None,
-    say=None,
+    say: Callable[[str], None] | None = None,
     poll_s: float = 0.5,
     follow: bool = False,
-    resolver=None,
+    resolver: Callable[[], Target] | None = None,
 ) -> Target:
     """:func:`resolve`, waiting for a named job that is not running yet (a monitor started before its job).
 
@@ -231,13 +237,14 @@ def live_nodes(target: Target) -> list[rendezvous.NodeRecord]:
     """
     job = target.slurm
     if job is None:
+        assert target.job is not None, "a target of endpoints alone has no rendezvous records"
         return [n for n in rendezvous.read_nodes(target.job, target.directory) if not n.is_stale()]
     _, records = slurm_records(job, target.directory, target.job)
     named = {_short(r.host) for r in records}
     return records + [convention_record(job, node) for node in job.nodes if _short(node) not in named]
 
 
-def local_job_of(endpoints: list[str], directory=None) -> str | None:
+def local_job_of(endpoints: list[str], directory: Folder = None) -> str | None:
     """The job whose relay on this machine listens at one of ``endpoints`` (by its record), or None.
 
     A viewer given a bare endpoint of a relay here reads the job's secret as if
@@ -380,7 +387,7 @@ class WatchSession:
             )
         return cached[1]
 
-    def receiver_endpoints(self) -> list:
+    def receiver_endpoints(self) -> list[str]:
         """The relays this session dials or heard of (none before the job's first record)."""
         return self.aggregator.endpoint_urls()
 
@@ -388,7 +395,7 @@ class WatchSession:
         """Every rank's answer to a command this session sent (the stacks screen reads them all)."""
         return self.aggregator.replies_to(command_id)
 
-    def wait_until(self, test, timeout: float) -> bool:
+    def wait_until(self, test: Callable[[], bool], timeout: float) -> bool:
         """Block until ``test()`` holds or ``timeout`` passes; woken by arrivals, not a sleep loop."""
         return self.aggregator.requests.wait_until(test, timeout)
 
@@ -415,7 +422,7 @@ class WatchSession:
                 return False
             time.sleep(0.1)
 
-    def request(self, cmd: str, args: dict | None = None, *, ranks: list[int] | None = None, timeout: float = 5.0) -> Answers:
+    def request(self, cmd: str, args: dict[str, Any] | None = None, *, ranks: list[int] | None = None, timeout: float = 5.0) -> Answers:
         """Send a signed command to ``ranks`` (default: every rank) and wait up to ``timeout`` for each to answer.
 
         Counts every answer at any job size. Raises :class:`RequestError` (one
@@ -477,5 +484,5 @@ class WatchSession:
     def __enter__(self) -> "WatchSession":
         return self.start()
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()

@@ -167,7 +167,7 @@ def _grouped(of: np.ndarray, members: np.ndarray) -> tuple[np.ndarray | None, np
 def _held_by_all(held: np.ndarray, order: np.ndarray | None, starts: np.ndarray, members: np.ndarray) -> np.ndarray:
     """Per class and column (classes x columns): whether every member holds it (``held``: ranks x columns)."""
     if order is None:
-        return held.all(axis=0)[None, :]
+        return np.asarray(held.all(axis=0))[None, :]  # (an array, as numpy types an axis reduction: 1 x columns)
     return np.add.reduceat(held[order].astype(np.int32), starts, axis=0) == members[:, None]
 
 

@@ -51,7 +51,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 import math
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Iterator, Mapping, Protocol, Sequence
 
 import numpy as np
 
@@ -64,7 +64,20 @@ from ranktop.watch.model.rank_row import (
     named_cause,
 )  # (the shares, said here too)
 
-from ranktop.wire.messages import State
+from ranktop.wire.messages import Gpu, State
+
+
+class States(Protocol):
+    """Each row's last state, by row: the store's column of them (an object array, watch/engine/rank_store.py) or a
+    list. The rows read are those judged, which have one."""
+
+    def __len__(self) -> int: ...
+    def __iter__(self) -> Iterator[State]: ...
+    def __getitem__(self, row: int, /) -> State: ...
+
+
+#: :func:`of_ranks`' ``pair``: a figure's column for the slow ranks and a healthy peer's, or None (none could be a cause).
+Pair = Callable[..., "tuple[np.ndarray, np.ndarray] | None"]
 
 #: A measured figure is a cause at this many times a healthy peer's (a kind's own in :data:`RATIOS`) ...
 RATIO = 2.0
@@ -164,7 +177,7 @@ MAJFLT_FLOOR = 20.0
 NIL_WHEN_ABSENT = frozenset({"jit", "jit_n", "breaks", "ld", "ld_cpu"})
 
 
-def figures(states: Sequence[State], field: str, part: str = "ev") -> np.ndarray:
+def figures(states: States, field: str, part: str = "ev") -> np.ndarray:
     """Each rank's evidence figure ``field`` (NaN where its state says none; 0 for :data:`NIL_WHEN_ABSENT`'s
     when it sends evidence without it); ``part="gpu"``: a GPU gauge."""
     out = np.full(len(states), np.nan)
@@ -183,9 +196,7 @@ def figures(states: Sequence[State], field: str, part: str = "ev") -> np.ndarray
     return out
 
 
-def column(
-    states: Sequence[State], field: str, which: np.ndarray, peers_of: np.ndarray, at_least: float, part: str = "ev"
-) -> np.ndarray | None:
+def column(states: States, field: str, which: np.ndarray, peers_of: np.ndarray, at_least: float, part: str = "ev") -> np.ndarray | None:
     """:func:`figures` of ``field``, NaN for the ranks that are nobody's peers (``peers_of`` False), or None when no
     rank of ``which`` (the slow ones) has a figure of ``at_least``, the least that could make it a cause: a job of
     thousands of ranks pays a pass over every state only for a figure that may name one."""
@@ -219,7 +230,7 @@ def peer_reference(values: np.ndarray, class_ids: np.ndarray | None, which: np.n
 
 
 def _each(rule: Callable[..., Cause | None], mine: np.ndarray, reference: np.ndarray, step_s: np.ndarray,
-          excess_s: np.ndarray, *more: Sequence) -> list[Cause | None]:  # fmt: skip
+          excess_s: np.ndarray, *more: Sequence[Any]) -> list[Cause | None]:  # fmt: skip
     """``rule(value, ref, step, excess, *more)`` for each rank of these columns (its figure, a healthy peer's, its
     step, its excess, and any further columns), or None where one of the first three is NaN (no figure, no peer's,
     not scored)."""
@@ -280,7 +291,7 @@ def judge_load(values: np.ndarray, reference: np.ndarray, step_s: np.ndarray, ex
 
 
 def judge_clock(mine: np.ndarray, reference: np.ndarray, step_s: np.ndarray, excess_s: np.ndarray,
-                reasons: Sequence[list | None], compute_s: np.ndarray | None = None,
+                reasons: Sequence[list[str] | None], compute_s: np.ndarray | None = None,
                 held: Sequence[dict[str, float] | None] | None = None) -> list[Cause | None]:  # fmt: skip
     """``gpu_throttle`` for each rank of these columns (its SM clock over the sampler's window, a healthy peer's,
     ..., its throttle reasons now, and ``held``: the shares of the window its clocks were held down by power and by
@@ -291,7 +302,7 @@ def judge_clock(mine: np.ndarray, reference: np.ndarray, step_s: np.ndarray, exc
     compute = step_s if compute_s is None else compute_s
     shares = list(held) if held is not None else [None] * len(mine)
 
-    def rule(value: float, ref: float, step: float, excess: float, why: list | None, own: float,
+    def rule(value: float, ref: float, step: float, excess: float, why: list[str] | None, own: float,
              kept: dict[str, float] | None) -> Cause | None:  # fmt: skip
         if value <= 0 or ref < CLOCK_RATIO * value:
             return None
@@ -313,7 +324,7 @@ def judge_clock(mine: np.ndarray, reference: np.ndarray, step_s: np.ndarray, exc
     return _each(rule, mine, reference, step_s, excess_s, reasons, compute.tolist(), shares)
 
 
-def held_shares(gpu: dict | None) -> dict[str, float] | None:
+def held_shares(gpu: Gpu | None) -> dict[str, float] | None:
     """The shares of its sampler's window a GPU's clocks were held down, by what (``power``, ``heat``), where its
     gauges say them (probe/gpu_sampler.py ``held_power``, ``held_thermal``); None where they do not."""
     if not gpu:
@@ -356,7 +367,7 @@ explaining = named_cause
 
 
 def of_ranks(
-    states: Sequence[State], step_s: np.ndarray, excess_s: np.ndarray, slow: np.ndarray, live: np.ndarray,
+    states: States, step_s: np.ndarray, excess_s: np.ndarray, slow: np.ndarray, live: np.ndarray,
     class_ids: np.ndarray | None, evidence: Mapping[str, np.ndarray] | None = None, *, culprit: np.ndarray | None = None,
     names: Sequence[str] = (), phases: np.ndarray | None = None, comm_s: np.ndarray | None = None,
     load_ratio: np.ndarray | None = None,
@@ -425,7 +436,7 @@ def of_ranks(
         add(here)
     got = pair("sm_mhz", _TINY, "gpu")
     if got is not None:
-        reasons = [(states[i].gpu or {}).get("throttle") for i in which.tolist()]
+        reasons = [_throttle(states[i].gpu) for i in which.tolist()]
         held = [held_shares(states[i].gpu) for i in which.tolist()]
         add(judge_clock(got[0], got[1], step, excess, reasons, compute, held))
     _memory(states, which, peers_of, class_ids, found)
@@ -467,14 +478,19 @@ def of_ranks(
         add(_host_bound(judge(cpu_got[0], cpu_got[1], step, excess, HOST_KIND, held), wait_per_cpu, excess))
     out: dict[int, list[Cause]] = {}
     for k, i in enumerate(which.tolist()):
-        mine = sorted(found.get(i, ()), key=lambda c: (_ORDER.get(c.basis, 3), -c.extra_s))
-        if named_cause(mine) is None:
-            ruled = _ruled_out(states[i], evidence, i, mine)
+        told = sorted(found.get(i, ()), key=lambda c: (_ORDER.get(c.basis, 3), -c.extra_s))
+        if named_cause(told) is None:
+            ruled = _ruled_out(states[i], evidence, i, told)
             if ruled:
-                mine.append(unknown(ruled))
-        if mine:
-            out[i] = mine
+                told.append(unknown(ruled))
+        if told:
+            out[i] = told
     return out
+
+
+def _throttle(gpu: Gpu | None) -> list[str] | None:
+    """A GPU's clock slowdown reasons now, where its gauges say them (read by name, as a map of gauges reads too)."""
+    return gpu.get("throttle") if gpu is not None else None
 
 
 def _compute(step: np.ndarray, which: np.ndarray, names: Sequence[str], phases: np.ndarray | None,
@@ -509,7 +525,7 @@ def _ruled_out(state: State, evidence: Mapping[str, np.ndarray] | None, row: int
     return out
 
 
-def _contention(found: list[Cause | None], states: Sequence[State], which: np.ndarray, pair, step: np.ndarray) -> list[Cause | None]:
+def _contention(found: list[Cause | None], states: States, which: np.ndarray, pair: Pair, step: np.ndarray) -> list[Cause | None]:
     """A run-queue wait is ``oversubscribed`` when the rank's own other threads use most of its cores and more CPU
     beyond its peers' than half its wait; else ``cpu_contention`` (another process), with its switches."""
     if not any(c is not None for c in found):
@@ -540,7 +556,7 @@ def _contention(found: list[Cause | None], states: Sequence[State], which: np.nd
     return out
 
 
-def _with_workers(found: list[Cause | None], states: Sequence[State], which: np.ndarray, pair) -> list[Cause | None]:
+def _with_workers(found: list[Cause | None], states: States, which: np.ndarray, pair: Pair) -> list[Cause | None]:
     """``data_loader``'s text with the CPU its training thread used there and its DataLoader workers' CPU."""
     if not any(c is not None for c in found):
         return found
@@ -560,16 +576,17 @@ def _with_workers(found: list[Cause | None], states: Sequence[State], which: np.
         elif count is not None and mine == mine:
             text += f"; its {count:.0f} DataLoader workers use {mine:.1f} CPUs"
             text += f" against its peers' {peers:.1f}" if peers == peers else ""
-        workers = {
+        # (a name of its own: the column pair above is read again for the next rank)
+        figures_said = {
             "workers": None if count is None else float(count),
             "workers_cpus": mine if mine == mine else None,
             "peers_workers_cpus": peers if peers == peers else None,
         }
-        out.append(Cause(**{**cause.__dict__, "text": text + " (data loader)", **workers}))
+        out.append(Cause(**{**cause.__dict__, "text": text + " (data loader)", **figures_said}))
     return out
 
 
-def _with_compiles(found: list[Cause | None], which: np.ndarray, states: Sequence[State]) -> list[Cause | None]:
+def _with_compiles(found: list[Cause | None], which: np.ndarray, states: States) -> list[Cause | None]:
     out: list[Cause | None] = []
     for k, cause in enumerate(found):
         if cause is None:
@@ -599,7 +616,7 @@ def _host_bound(found: list[Cause | None], wait_per_cpu: np.ndarray, excess: np.
     return out
 
 
-def _memory(states: Sequence[State], which: np.ndarray, peers_of: np.ndarray, class_ids: np.ndarray | None,
+def _memory(states: States, which: np.ndarray, peers_of: np.ndarray, class_ids: np.ndarray | None,
             found: dict[int, list[Cause]]) -> None:  # fmt: skip
     retries, swap = column(states, "retries", which, peers_of, RETRIES_FLOOR), column(states, "swap", which, peers_of, SWAP_FLOOR)
     if retries is None and swap is None:
@@ -651,7 +668,7 @@ def _per_step(seconds: float) -> str:
     return f"{fmt.ms_brief(seconds)} ms"
 
 
-def _blocked(states: Sequence[State], step_s: np.ndarray, comm_s: np.ndarray | None, peers_of: np.ndarray,
+def _blocked(states: States, step_s: np.ndarray, comm_s: np.ndarray | None, peers_of: np.ndarray,
              class_ids: np.ndarray | None, which: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:  # fmt: skip
     """(the slow ranks', a healthy peer's) seconds per step the training thread was off its CPU, not waiting for
     one and not waiting at a collective: ``(1 - cpu - runq) * step - collective wait``, blocked on something
@@ -725,7 +742,7 @@ DOING = {
 SEEN = "seen"
 
 
-def of_stalls(states: Sequence[State], stalled: np.ndarray) -> dict[int, list[Cause]]:
+def of_stalls(states: States, stalled: np.ndarray) -> dict[int, list[Cause]]:
     """Row index -> the cause of each stalled rank whose probe says what its training thread is in (its stack,
     read while it has finished no step for seconds: probe/evidence.py ``doing``). It explains the stall whole:
     the rank is there now (basis ``seen``)."""
@@ -739,7 +756,7 @@ def of_stalls(states: Sequence[State], stalled: np.ndarray) -> dict[int, list[Ca
     return out
 
 
-def of_nodes(states: Sequence[State], hosts: Sequence[str], slow_hosts: Sequence[str], slow: np.ndarray,
+def of_nodes(states: States, hosts: Sequence[str], slow_hosts: Sequence[str], slow: np.ndarray,
              live: np.ndarray, step_s: np.ndarray, excess_s: np.ndarray,
              host_id: np.ndarray | None = None) -> dict[str, list[Cause]]:  # fmt: skip
     """Host -> the node-level cause of each slow node whose ranks say their node's CPU (probe/evidence.py
@@ -773,14 +790,14 @@ def of_nodes(states: Sequence[State], hosts: Sequence[str], slow_hosts: Sequence
                                                     float(getattr(ev, "ncpu", None) or 0), i))  # fmt: skip
     others: dict[str, float] = {}
     waits: dict[str, float] = {}
-    for host, rows in figures_of.items():
-        nodes = np.array([r[0] for r in rows])
+    for host, said in figures_of.items():
+        nodes = np.array([r[0] for r in said])
         if np.isnan(nodes).all():
             continue
-        others[host] = max(0.0, float(np.nanmedian(nodes)) - sum(r[1] for r in rows))
-        wait = np.array([r[2] for r in rows])
-        if not np.isnan(wait).all():
-            waits[host] = float(np.nanmedian(wait))
+        others[host] = max(0.0, float(np.nanmedian(nodes)) - sum(r[1] for r in said))
+        host_waits = np.array([r[2] for r in said])
+        if not np.isnan(host_waits).all():
+            waits[host] = float(np.nanmedian(host_waits))
     healthy = sorted(v for h, v in others.items() if h not in slow_hosts)
     healthy_waits = sorted(v for h, v in waits.items() if h not in slow_hosts)
     if not healthy:
@@ -792,11 +809,11 @@ def of_nodes(states: Sequence[State], hosts: Sequence[str], slow_hosts: Sequence
         mine = others.get(host)
         if mine is None or mine < NODE_RATIO * ref or mine - ref < NODE_CPUS:
             continue
-        rows = figures_of[host]
-        cpus = int(max(r[3] for r in rows))
+        said = figures_of[host]
+        cpus = int(max(r[3] for r in said))
         of = f" of its {cpus} CPUs" if cpus else " CPUs"
         text = f"other processes on it use {mine:.1f}{of} against {ref:.1f} on a healthy node"
-        at = np.array([r[4] for r in rows if slow[r[4]]], np.int64)
+        at = np.array([r[4] for r in said if slow[r[4]]], np.int64)
         excess = float(np.median(excess_s[at])) if len(at) else 0.0
         wait = waits.get(host, float("nan"))
         extra = wait - ref_wait if wait == wait and ref_wait == ref_wait else float("nan")
@@ -859,7 +876,7 @@ class JobEvidence:
         self.spread: dict[int, list[float]] = {}
         self._spreads_waiting: list[tuple[float, int, float]] = []
 
-    def load_ratios(self, states: Sequence[State], healthy: np.ndarray, slow: np.ndarray, class_keys: np.ndarray,
+    def load_ratios(self, states: States, healthy: np.ndarray, slow: np.ndarray, class_keys: np.ndarray,
                     now: float) -> np.ndarray | None:  # fmt: skip
         """Per row, the ratio of all-to-all rows to its peers' an ``expert_load`` needs: its class's healthy routing
         spread learned from the job's own past (the most rows a healthy member receives over the class's median,
@@ -905,12 +922,12 @@ class JobEvidence:
         if not seen_any and not self.spread:
             return None
         out = np.full(len(class_keys), LOAD_RATIO)
-        for key, (peak, _, first) in self.spread.items():
+        for key, (top, _, first) in self.spread.items():
             if now - first >= SPREAD_LEARN_S:
-                out[class_keys == key] = max(SPREAD_LEAST, peak * SPREAD_MARGIN)
+                out[class_keys == key] = max(SPREAD_LEAST, top * SPREAD_MARGIN)
         return out
 
-    def note(self, states: Sequence[State], live: np.ndarray, step_s: np.ndarray, comm_s: np.ndarray | None,
+    def note(self, states: States, live: np.ndarray, step_s: np.ndarray, comm_s: np.ndarray | None,
              now: float, slower: Any) -> list[Cause]:  # fmt: skip
         """The job's medians now into the baseline (while ``slower`` is None), or its causes against the baseline
         (``slower``: the JobSlower told, its ``excess_s`` what a step grew): families beyond their baseline by their
@@ -938,7 +955,7 @@ class JobEvidence:
         return self._causes(medians, step, float(slower.excess_s))
 
     def _causes(self, medians: dict[str, float], step: float, excess: float) -> list[Cause]:
-        out = []
+        out: list[Cause] = []
         if step != step:
             return out
         base_step = self.base.get("step", step)
@@ -964,7 +981,7 @@ class JobEvidence:
         return out
 
 
-def _job_medians(states: Sequence[State], step_s: np.ndarray, comm_s: np.ndarray | None) -> dict[str, float]:
+def _job_medians(states: States, step_s: np.ndarray, comm_s: np.ndarray | None) -> dict[str, float]:
     """The median over ``states`` of each family of :data:`JOB_FAMILIES` (seconds per second; ``majflt``: faults
     a second), where a rank says it: the loader's wait is ``ld - ld_cpu``; a fault's wait, the training thread's
     time off its CPU, not waiting for one nor at a collective (per second)."""

@@ -21,11 +21,11 @@ import collections
 import math
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
-from typing import Iterator
+from typing import Any, Callable, Iterable, Iterator
 
 import numpy as np
 
-from ranktop.watch.model.rank_table import STATUS_CODE
+from ranktop.watch.model.rank_table import STATUS_CODE, RankTable
 from ranktop.watch.model.snapshot import Snapshot
 from ranktop.watch.statuses import SLOW, STALLED
 
@@ -77,7 +77,7 @@ class Sample:
     tflops: float | None = None
 
 
-class RankValues(Mapping):
+class RankValues(Mapping[int, float]):
     """rank -> a figure, kept as two arrays (float32: a sample of 4,096 ranks is 16 KB, not a dict of floats)."""
 
     __slots__ = ("_ranks", "_values", "_index")
@@ -105,11 +105,12 @@ class RankValues(Mapping):
     def __len__(self) -> int:
         return len(self._ranks)
 
-    def items(self):
+    # (overridden: a zip of the two columns, not an ItemsView, for callers that iterate them without a lookup per rank)
+    def items(self) -> Iterable[tuple[int, float]]:  # type: ignore[override]
         return zip(self._ranks.tolist(), self._values.tolist())
 
 
-class RankPhases(Mapping):
+class RankPhases(Mapping[int, dict[str, float]]):
     """rank -> {phase: own seconds}, kept as a float32 matrix."""
 
     __slots__ = ("_ranks", "_names", "_values")
@@ -162,7 +163,7 @@ class Episode:
     def duration_s(self) -> float:
         return self.end - self.start
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         out = asdict(self)
         out["duration_s"] = self.duration_s
         return out
@@ -280,7 +281,7 @@ class History:
                 self._union_of.pop(key, None)
                 self._unkept.pop(key, None)  # a blip: forgotten
 
-    def _stalled(self, table, i: int, snap: Snapshot, now: float, seen: set[tuple[str, str]]) -> None:
+    def _stalled(self, table: RankTable, i: int, snap: Snapshot, now: float, seen: set[tuple[str, str]]) -> None:
         """Row ``i`` of the snapshot's columns is stalled: its episode opened or extended, with the ranks it
         waited for (every snapshot's ``waiting_for`` while it was stalled, less itself)."""
         rank = int(table.rank[i])
@@ -322,7 +323,7 @@ class History:
             found = self._unions[(id(before), id(waits))] = (before, waits, union, sorted(union))
         return found[2], found[3]
 
-    def _extend(self, key: tuple[str, str], now: float, new) -> Episode:
+    def _extend(self, key: tuple[str, str], now: float, new: Callable[[], Episode]) -> Episode:
         """The open episode of ``key``, ``new()`` at its first sighting, extended to ``now``. A new one is not kept
         until it lasts (:data:`MIN_EPISODE_S`, :data:`MIN_EPISODE_STEPS`: _track), whenever nobody looks: the
         history is fed by every snapshot the viewer takes, whichever screen is open (watch/session.py), so an

@@ -14,7 +14,7 @@ a rank's :class:`~ranktop.watch.model.rank_row.RankRow` is built later, if read
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
@@ -29,8 +29,10 @@ from ranktop.watch.model.life import JobLife
 from ranktop.watch.engine.link_book import NO_LINKS, LinkColumns
 from ranktop.watch.model.rank_table import STATUS_CODE, RankRows, RankTable, message_fields, phase_medians
 from ranktop.watch.analysis.resources import job_throughput, rank_throughput, row_fields
+from ranktop.watch.model.answers import Answer, RequestStatus
 from ranktop.watch.model.endpoint import EndpointRows
-from ranktop.watch.model.snapshot import CollectiveStat, Snapshot
+from ranktop.watch.model.rank_row import Throughput
+from ranktop.watch.model.snapshot import CollectiveStat, Snapshot, Stage
 from ranktop.watch.statuses import OK, SILENT, SLOW, STALLED
 from ranktop.wire.names import COMM_PHASE, PAUSE_PHASES
 
@@ -43,10 +45,10 @@ class Extras:
     elapsed_s: float
     behind_s: float
     endpoints: EndpointRows = field(default_factory=EndpointRows)
-    replies: list = field(default_factory=list)
-    requests: list = field(default_factory=list)
+    replies: list[Answer] = field(default_factory=list)
+    requests: list[RequestStatus] = field(default_factory=list)
     dropped: int = 0
-    errors: list = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
     collectives: list[CollectiveStat] = field(default_factory=list)  # rows worked out before, shown while a view gathers no sums
     links: LinkColumns = NO_LINKS  # the links the relays measured (watch/engine/link_book.py)
 
@@ -312,7 +314,7 @@ def _masked(found: np.ndarray, flagged: np.ndarray, vetoed: np.ndarray, last: np
     return out
 
 
-def _messages(view: JobView):
+def _messages(view: JobView) -> Callable[[int], dict[str, Any]]:
     """Row i's fields read from its messages and resources: called only for the rows built. It holds what they read,
     not the view (a snapshot kept for its rows keeps no more of the view: its collective sums are megabytes)."""
     metas, states, captures, resources, rates, wall = view.metas, view.states, view.capture_summaries, view.resources, view.rate, view.wall
@@ -351,15 +353,15 @@ def _message_columns(view: JobView, peers: Peers) -> dict[str, Any]:
     }
 
 
-def _stages(view: JobView, live: np.ndarray, stage_ids: np.ndarray) -> list[stragglers.Stage]:
+def _stages(view: JobView, live: np.ndarray, stage_ids: np.ndarray) -> list[Stage]:
     at = live & (stage_ids >= 0)
     waits = np.nan_to_num(view.comm_s[at])
     return stragglers.stage_columns(stage_ids[at], view.step_s[at] - waits, waits)
 
 
-def _throughput(view: JobView, silent: np.ndarray):
+def _throughput(view: JobView, silent: np.ndarray) -> Throughput | None:
     """The job's work per second: sums over the ranks not silent that say their work per step."""
-    per_rank = []
+    per_rank: list[Throughput | None] = []
     for i in np.flatnonzero(view.works & ~silent).tolist():
         rate = view.rate[i]
         meta = view.metas[i]

@@ -54,14 +54,14 @@ class Layout:
     def of(self, rank: int) -> dict[str, int] | None:
         return self.coords.get(rank)
 
-    def peer_class(self, rank: int) -> tuple:
+    def peer_class(self, rank: int) -> tuple[tuple[str, int], ...]:
         """The key shared by the ranks doing the same work: the rank's position along the uneven roles."""
         c = self.coords.get(rank)
         if not c:
             return ()
         return tuple((role, c[role]) for role in parallel_groups.UNEVEN if role in c)
 
-    def classes(self, ranks: Iterable[int] = ()) -> dict[int, tuple] | None:
+    def classes(self, ranks: Iterable[int] = ()) -> dict[int, tuple[tuple[str, int], ...]] | None:
         """rank -> peer class (every rank the layout knows, and ``ranks``); None when every rank is in one class
         (no pipeline known). Worked out once per layout: a refresh of 4,096 ranks pays a lookup."""
         if not any(role in self.roles for role in parallel_groups.UNEVEN):

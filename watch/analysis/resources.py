@@ -13,7 +13,10 @@ from typing import Any
 from ranktop.watch.analysis.memory_creep import assessed
 from ranktop.watch.engine.resource_samples import ResourceView
 from ranktop.watch.model.rank_row import GpuStat, MemoryStat, Throughput
-from ranktop.wire.messages import RankInfo
+from ranktop.wire.messages import CudaMemory, RankInfo
+
+#: A rank's CUDA figures where it sends none (every one unset: read as None).
+_NO_CUDA = CudaMemory()
 
 _GPU_FIELDS = (
     "name", "bus", "util", "mem_util", "mem_used", "mem_total", "power_w", "power_limit_w", "temp_c",
@@ -34,7 +37,7 @@ def memory_stat(view: ResourceView | None) -> MemoryStat | None:
     if view is None or view.memory is None or view.samples is None:
         return None
     mem = view.memory
-    cuda = mem.cuda or {}
+    cuda = mem.cuda if mem.cuda is not None else _NO_CUDA
     tracked, verdict, spark = assessed(view.samples)
     allocated, reserved = cuda.get("alloc"), cuda.get("resv")
     return MemoryStat(
@@ -55,9 +58,9 @@ def memory_stat(view: ResourceView | None) -> MemoryStat | None:
 
 
 def gpu_stat(view: ResourceView | None, wall_now: float) -> GpuStat | None:
-    gpu = view.gpu if view is not None else None
-    if gpu is None:
+    if view is None or view.gpu is None:
         return None
+    gpu = view.gpu
     if "na" in gpu:
         return GpuStat(na=str(gpu["na"]))
     values = {key: gpu.get(key) for key in _GPU_FIELDS}

@@ -49,13 +49,13 @@ a few tens of percent slow.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import Iterable
 
 import numpy as np
 
 from ranktop.watch import format as fmt
-from ranktop.watch.engine.link_book import Link, LinkColumns
+from ranktop.watch.engine.link_book import LinkColumns
+from ranktop.watch.model.snapshot import Link, SlowLink
 from ranktop.wire.link_probes import PROBE_BYTES
 
 #: A node's (or pair's) links this many times slower than the job's other links are slow.
@@ -75,20 +75,6 @@ NOISE_S = 1e-3
 RESOLVED_BPS = PROBE_BYTES / NOISE_S
 #: Probes a link's rate must rest on before it counts.
 MIN_PROBES = 3
-
-
-@dataclass(frozen=True)
-class SlowLink:
-    """A node (``host``) or a pair of nodes (``hosts``) whose network is slow, and what it costs the job."""
-
-    host: str | None  # the node, when one node's links are slow (None: a pair)
-    hosts: list[str]  # the node, or the pair's two ends
-    rate_bps: float  # what its links measured (bytes a second: the median of its slow direction)
-    expected_bps: float  # what the job's other links measured
-    excess_s: float  # what it adds to every step
-    loss: float  # the share of the job's step lost to it
-    direction: str = "both"  # "out", "in", or "both": which of its links are slow (a pair: "both")
-    text: str = field(default="", compare=False)  # "node-c's network is slow: its links at ... elsewhere, the job loses 38%"
 
 
 def find(links: LinkColumns, comm_s: float | None, median_step_s: float | None,

@@ -20,10 +20,12 @@ import keyword
 import os
 import re
 from dataclasses import dataclass, field, replace
+from collections.abc import Mapping
 from typing import Any, Iterable, Sequence
 
 from ranktop.watch import format as fmt
 from ranktop.watch.format import ranks_text
+from ranktop.wire.messages import LastCollective
 
 #: How far out of the user's code a frame is: the label is taken from the lowest tier present.
 USER, THIRD_PARTY, LIBRARY = 0, 1, 2
@@ -62,7 +64,7 @@ class RankStacks:
     roots: dict[str, list[str]] = field(default_factory=dict)
     phase: str | None = None
     step: int | None = None
-    collective: dict | None = None
+    collective: dict[str, Any] | None = None  # as the rank's answer said it (a JSON map, checked where read)
     fingerprint: str | None = None  # the main thread's fingerprint, as the rank computed it (probe/stacks.py)
 
     @property
@@ -173,7 +175,7 @@ def _int(value: Any, default: int = 0) -> int:
     return value if isinstance(value, int) and not isinstance(value, bool) else default
 
 
-def parse_reply(rank: int, result: dict) -> RankStacks:
+def parse_reply(rank: int, result: dict[str, Any]) -> RankStacks:
     """A rank's ``stacks`` result, checked field by field (it is data from the network)."""
     threads = []
     for t in result.get("threads") or ():
@@ -188,7 +190,7 @@ def parse_reply(rank: int, result: dict) -> RankStacks:
             ThreadStack(_str(t.get("name"), "?"), t.get("main") is True, t.get("daemon") is True, frames, _int(t.get("omitted")))
         )
     roots_in = result.get("roots")
-    roots = {}
+    roots: dict[str, list[str]] = {}
     if isinstance(roots_in, dict):
         for kind, paths in roots_in.items():
             if isinstance(kind, str) and isinstance(paths, list):
@@ -198,9 +200,10 @@ def parse_reply(rank: int, result: dict) -> RankStacks:
     return RankStacks(rank, tuple(threads), _int(result.get("omitted_threads")), roots, phase, step, collective, fingerprint)
 
 
-def _position(result: dict) -> tuple[str | None, int | None, dict | None]:
+def _position(result: dict[str, Any]) -> tuple[str | None, int | None, dict[str, Any] | None]:
     """Where a rank's answer says it is: (phase, step, last collective)."""
-    state = result.get("state") if isinstance(result.get("state"), dict) else {}
+    said = result.get("state")
+    state: dict[str, Any] = said if isinstance(said, dict) else {}
     step = None
     if "step" in state:
         step = _int(state.get("step"), -1) if state.get("in_step") else _int(state.get("last"), -1) + 1
@@ -214,7 +217,7 @@ def is_fingerprint_only(result: Any) -> bool:
     return isinstance(result, dict) and isinstance(result.get("fingerprint"), str) and "threads" not in result
 
 
-def representatives(replies: Iterable[tuple[int, bool, dict]], limit: int = 64) -> list[int]:
+def representatives(replies: Iterable[tuple[int, bool, Any]], limit: int = 64) -> list[int]:
     """One rank per distinct fingerprint among fingerprint-only answers (the lowest), at most ``limit``: whom to ask
     for the full stacks. The biggest groups first, so a job of many distinct stacks shows the main ones."""
     members: dict[str, list[int]] = {}
@@ -225,7 +228,7 @@ def representatives(replies: Iterable[tuple[int, bool, dict]], limit: int = 64) 
     return sorted(min(ranks) for ranks in ordered[:limit])
 
 
-def collective_text(collective: dict | None) -> str:
+def collective_text(collective: LastCollective | Mapping[str, object] | None) -> str:
     """``"in all_reduce #42, 4.0 MB"`` while blocked in it, ``"last: ..."`` otherwise (or launched
     asynchronously, like DDP's buckets); "" when unknown."""
     if not collective or not isinstance(collective.get("op"), str):
@@ -270,9 +273,10 @@ def _where(members: list[RankStacks]) -> str:
 
 def group(stacks: Iterable[RankStacks]) -> list[StackGroup]:
     """Ranks with identical main-thread stacks together; the biggest group first, then by lowest rank."""
-    by_key: dict[tuple, list[RankStacks]] = {}
+    by_key: dict[tuple[object, ...], list[RankStacks]] = {}
     for s in stacks:
         main = s.main
+        key: tuple[object, ...]
         if main:
             key = tuple((f.file, f.line, f.function) for f in main.frames)
         elif not s.threads and s.fingerprint:  # its group's stacks never came
@@ -297,7 +301,7 @@ def group(stacks: Iterable[RankStacks]) -> list[StackGroup]:
 
 
 def build_report(
-    expected: Iterable[int], replies: Iterable[tuple[int, bool, dict]], full: Iterable[tuple[int, bool, dict]] = ()
+    expected: Iterable[int], replies: Iterable[tuple[int, bool, Any]], full: Iterable[tuple[int, bool, Any]] = ()
 ) -> StackReport:
     """From ``(rank, ok, result)`` answers to one ``stacks`` command; a rank's first answer counts.
 
@@ -385,7 +389,7 @@ def report_lines(report: StackReport, *, waited_s: float, all_threads: bool = Fa
 def report_json(report: StackReport, *, waited_s: float) -> dict[str, Any]:
     """The ``ranktop stacks --json`` document (schema in docs/json-schema.md)."""
 
-    def frames(fs):
+    def frames(fs: Iterable[Frame]) -> list[dict[str, Any]]:
         return [{"file": f.file, "line": f.line, "function": f.function, "code": f.code} for f in fs]
 
     return {

@@ -305,8 +305,8 @@ def _diagnosis(at: Places, stalled: np.ndarray, culprits: np.ndarray | None, how
     if not waiting.any():
         return f"{ranks_text(culprit_ranks)} stalled {what}"
     longest = float(at.stuck[waiting].max())
-    stalled = f"{ranks_text(at.rank[waiting].tolist())} stalled {_where(at, waiting)} for {fmt.ago(longest)}"
-    return f"{stalled}, waiting for {ranks_text(culprit_ranks)}: {what}"
+    stalled_text = f"{ranks_text(at.rank[waiting].tolist())} stalled {_where(at, waiting)} for {fmt.ago(longest)}"
+    return f"{stalled_text}, waiting for {ranks_text(culprit_ranks)}: {what}"
 
 
 def none_stuck(stuck: np.ndarray, policy: StallPolicy) -> bool:

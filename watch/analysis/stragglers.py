@@ -38,13 +38,14 @@ step, whatever the world size (benchmarks/accuracy.py measures how close).
 from __future__ import annotations
 
 import threading
-from dataclasses import dataclass
 from statistics import NormalDist
+from typing import overload
 
 import numpy as np
 
 from ranktop.watch.engine.step_columns import MIN_STEPS_TO_SCORE  # noqa: F401  (read as stragglers.MIN_STEPS_TO_SCORE)
 from ranktop.watch.model.rank_table import STATUS_CODE, RankTable
+from ranktop.watch.model.snapshot import Stage
 from ranktop.watch.statuses import SILENT, SLOW, STALLED
 from ranktop.wire.names import COMM_PHASE
 
@@ -105,14 +106,13 @@ def score_columns(
     noise = np.full(n, np.nan) if own_sd is None else np.nan_to_num(own_sd)
     work = np.zeros(n)  # the reference's own time per step: what a healthy peer does
     beyond = np.zeros(n, bool)  # some phase beyond its own noise by the floor (_phase_beyond)
-    known = phase_sd is not None and phase_before is not None and window_steps is not None
     for members, count in peer_groups(class_ids, n):
         if count < 2:  # a class of one is compared with nobody
             continue
         mine = phases[members][:, own]
         middle = healthy_peer(mine) if reference is None else reference[_first(members), own]
         _excess(mine, middle, members, count, own, excess, culprit, peers, noise, work)
-        if known:
+        if phase_sd is not None and phase_before is not None and window_steps is not None:
             beyond[members] = _phase_beyond(mine, middle, phase_sd, phase_before, window_steps, own, members, count)
     median_step = float(np.median(steps))
     if not median_step:
@@ -274,7 +274,13 @@ class ExcessHistory:
         return out
 
 
-def peer_groups(class_ids: np.ndarray | None, n: int) -> list[tuple[np.ndarray | slice, int]]:
+@overload
+def peer_groups(class_ids: np.ndarray, n: int) -> list[tuple[np.ndarray, int]]: ...
+@overload
+def peer_groups(class_ids: None, n: int) -> list[tuple[slice, int]]: ...
+@overload
+def peer_groups(class_ids: np.ndarray | None, n: int) -> list[tuple[np.ndarray, int]] | list[tuple[slice, int]]: ...
+def peer_groups(class_ids: np.ndarray | None, n: int) -> list[tuple[np.ndarray, int]] | list[tuple[slice, int]]:
     """Each peer class of ``n`` ranks (``class_ids``: a small whole number per rank; None: one class of all) as
     an index of its members into the ranks' columns, and how many they are. One class of every rank is a slice:
     its columns are read as they lie, where an index would gather a copy of thousands of rows for each."""
@@ -382,16 +388,6 @@ def slow_hosts(table: RankTable) -> list[str]:
     slow = np.bincount(host_id, weights=(table.status[which] == STATUS_CODE[SLOW]), minlength=len(members))
     suspects = np.flatnonzero((slow == members) & (members > 0))
     return sorted(table.host[which[np.argmax(host_id == h)]] for h in suspects.tolist())  # (a rank of each host names it)
-
-
-@dataclass(frozen=True)
-class Stage:
-    """One pipeline stage: the medians over its ranks, per step."""
-
-    stage: int
-    ranks: int  # how many ranks are at this stage
-    work_s: float  # own time per step (the step less its waits)
-    wait_s: float  # time waiting per step (bubble, and the stage's other collectives)
 
 
 #: Stages are unbalanced when the busiest does this much more own work than the lightest.

@@ -34,7 +34,7 @@ HANDSHAKE_EVENTS = (
 )
 
 
-def secure(sock: zmq.Socket, secret: bytes | None) -> bool:
+def secure(sock: zmq.Socket[bytes], secret: bytes | None) -> bool:
     """Make ``sock`` a CURVE client with the keys of ``secret`` (nothing when encryption is off); False without a secret."""
     if not curve.enabled():
         return True
@@ -58,7 +58,7 @@ class ClientKeys:
         self._job_of = job_of
         self.encrypted = curve.enabled()
 
-    def secure(self, sock: zmq.Socket) -> bool:
+    def secure(self, sock: zmq.Socket[bytes]) -> bool:
         """Make ``sock`` a CURVE client of the job's relays before it connects; False: no key to do it with
         (the socket stays plain: it reads a relay run with ``RANKTOP_CURVE=0``, and hears a mismatch from others)."""
         return not self.encrypted or secure(sock, self._secret_of())
@@ -127,7 +127,7 @@ class Handshakes:
         (its handshakes would say it too, but often only as a hang-up, what a wrong key looks like)."""
         self._say(url, self._keys.plain(url))
 
-    def event(self, sock: zmq.Socket, url: str, event: int, value: int) -> None:
+    def event(self, sock: zmq.Socket[bytes], url: str, event: int, value: int) -> None:
         """One handshake event of ``sock``, the socket dialling ``url``."""
         line = self._keys.refused(url, event, value)
         if line is None:

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ranktop.watch.model.snapshot import Link
 from ranktop.wire.messages import Links
 
 #: A relay not heard for this long no longer speaks for its links.
@@ -27,17 +28,6 @@ MAX_RELAYS = 65536
 MAX_HOSTS = 2 * MAX_RELAYS
 #: Links kept at most, every relay's together (a relay of a real job says MAX_PEERS + 1 = 5: relay/links.py).
 MAX_BOOK_LINKS = 1 << 20
-
-
-@dataclass(frozen=True)
-class Link:
-    """One measured link: from ``src``'s node to ``dst``'s, its rate (bytes a second) and least round trip."""
-
-    src: str
-    dst: str
-    rate_bps: float
-    rtt_s: float
-    probes: int
 
 
 @dataclass(frozen=True)

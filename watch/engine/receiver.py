@@ -32,7 +32,7 @@ from ranktop.watch.errors import RanktopError
 from ranktop.watch.engine.keys import HANDSHAKE_EVENTS, ClientKeys, Handshakes
 from ranktop.watch.engine.socket_set import EVENTS, POLLIN, SocketSet
 from ranktop.wire import auth, schema, settings
-from ranktop.wire.messages import Hello, Node, RankMessage
+from ranktop.wire.messages import Hello, Links, Node, RankMessage
 from ranktop.wire.names import LINKS, NODE, RANK_KINDS, REPLY
 from ranktop.wire.pacing import digest_hz
 from ranktop.transport import fd_limit, rendezvous
@@ -52,7 +52,7 @@ class Inbox(Protocol):
 
     def note_link(self, url: str, up: bool) -> None: ...
 
-    def ingest_batch(self, batch: Sequence[tuple[list[bytes], str | None]]) -> list[RankMessage | Node | None]: ...
+    def ingest_batch(self, batch: Sequence[tuple[list[bytes], str | None]]) -> list[RankMessage | Node | Links | None]: ...
 
     def note_dropped(self, error: str | None = None, *, fault: str | None = None) -> None: ...
 

@@ -6,8 +6,16 @@ that shows forty pays for forty.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import MISSING, dataclass, field, fields
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from ranktop.wire.messages import Scalar
+
+if TYPE_CHECKING:  # typeshed's name for "a dataclass", known to the type checker only
+    from _typeshed import DataclassInstance
+
+_Row = TypeVar("_Row", bound="DataclassInstance")
 
 
 @dataclass(frozen=True)
@@ -31,7 +39,7 @@ class RankRow:
     stalled_s: float | None = None  # when stalled: seconds since it last finished a step
     stalled_phase: str | None = None  # when stalled: the phase it is in (None: between phases or steps)
     stalled_step: int | None = None  # when stalled: the step it is in (or the next one, between steps)
-    collective: dict | None = None  # the last collective it entered, as its probe reports it (op, seq, b, inside, ...)
+    collective: dict[str, Scalar] | None = None  # the last collective it entered, as its probe reports it (op, seq, b, inside, ...)
     memory: MemoryStat | None = None  # RSS, CUDA allocator, history and creep (watch/analysis/memory_creep.py); None before any
     throughput: Throughput | None = None  # samples/s, tokens/s, TFLOP/s, MFU, when the probe knows its work per step
     gpu: GpuStat | None = None  # NVML gauges of its GPU, or why there are none (probe/gpu_sampler.py)
@@ -53,11 +61,13 @@ def coords_text(coords: dict[str, int] | None, roles: list[str]) -> str:
     return ", ".join(f"{role} {coords[role]}" for role in roles if role in coords)
 
 
-def _fast_constructor(cls):
+def _fast_constructor(cls: type[_Row]) -> Callable[..., _Row]:
     """``cls(**values)`` for a frozen dataclass without its generated ``__init__``, which sets each field
     through ``object.__setattr__`` (a snapshot of 4,096 ranks builds 4,096 rows of 27 fields twice a second:
     12 µs a row that way, 2 here). Every field must be given but those with defaults; the result is as frozen."""
-    names, defaults, factories = set(), {}, {}
+    names: set[str] = set()
+    defaults: dict[str, Any] = {}
+    factories: dict[str, Callable[[], Any]] = {}
     for f in fields(cls):
         names.add(f.name)
         if f.default is not MISSING:
@@ -66,7 +76,7 @@ def _fast_constructor(cls):
             factories[f.name] = f.default_factory
     required = names - set(defaults) - set(factories)
 
-    def build(**values: Any):
+    def build(**values: Any) -> _Row:
         if not required <= values.keys() or not values.keys() <= names:
             return cls(**values)  # let the generated __init__ say what is missing or unknown
         obj = object.__new__(cls)
@@ -136,7 +146,7 @@ class CaptureStatus:
     at: int | None = None  # the step being recorded
     path: str | None = None  # the rank's file, once written
     error: str | None = None  # why it failed
-    summary: dict | None = None  # top ops and kernels, compute/comm/idle shares (probe/trace_summary.py)
+    summary: dict[str, Any] | None = None  # (as its JSON) top ops and kernels, compute/comm/idle shares (probe/trace_summary.py)
 
 
 @dataclass(frozen=True)

@@ -16,9 +16,9 @@ gets its table from them, so column readers work on either.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Iterator
+from typing import Any, Callable, Iterable, Iterator, overload
 
 import msgspec
 import numpy as np
@@ -26,7 +26,8 @@ import numpy as np
 from ranktop.wire import capture as wire_capture
 from ranktop.wire.messages import CaptureSummary, RankInfo, State
 
-from ranktop.watch.model.rank_row import CaptureStatus, RankRow, build_rank_row
+from ranktop.watch.model.rank_row import CaptureStatus, Cause, RankRow, build_rank_row
+from ranktop.watch.model.stall import Position
 from ranktop.watch.statuses import STATUSES
 
 STATUS_CODE = {name: code for code, name in enumerate(STATUSES)}
@@ -70,7 +71,7 @@ class RankTable:
     last_seen_s: np.ndarray
     collective_s: np.ndarray  # NaN: no collective seen
     last_step_end: np.ndarray  # NaN: no step yet
-    stalled: dict  # rank -> Position (watch/model/stall.py) of the stalled ranks
+    stalled: Mapping[int, Position]  # rank -> Position (watch/model/stall.py) of the stalled ranks
     captures: dict[str, list[int]]  # captures not yet done or failed: id -> the ranks still at them
     dropped: np.ndarray  # int64: records its probe could not send
     rate_hz: np.ndarray  # telemetry messages a second it sends at (NaN: not said)
@@ -79,9 +80,9 @@ class RankTable:
     with_throughput: np.ndarray  # bool: its work per step is known (its row has ``throughput``)
     with_gpu: np.ndarray  # bool: its row has ``gpu`` (gauges, or why there are none)
     gpu_sampled: np.ndarray  # bool: ... gauges NVML read
-    coords: list  # its place in the parallel layout ({"pp": 1, "dp": 1}; None: not known)
+    coords: list[dict[str, int] | None]  # its place in the parallel layout ({"pp": 1, "dp": 1}; None: not known)
     rest: Callable[[int], dict[str, Any]] | None = None  # the fields of row i read from its messages (None: from rows)
-    causes: dict[int, list] = field(default_factory=dict)  # row index -> its causes (watch/analysis/causes.py), slow rows only
+    causes: dict[int, list[Cause]] = field(default_factory=dict)  # row index -> its causes (watch/analysis/causes.py), slow rows only
     last_arrivals: np.ndarray | None = None  # share of its recent steps it arrived last at the collectives (NaN: none counted)
     every: np.ndarray | None = None  # an intermittent straggler: slow on one step in this many (NaN: not one)
 
@@ -101,7 +102,7 @@ class RankTable:
         rows = sorted(rows, key=lambda r: r.rank)
         names = list(names) or sorted({name for r in rows for name in r.phases})
 
-        def column(get, dtype=np.float64) -> np.ndarray:
+        def column(get: Callable[[RankRow], float | None], dtype: type = np.float64) -> np.ndarray:
             return np.array([_nan(get(r)) for r in rows], dtype).reshape(len(rows))
 
         return cls(
@@ -137,17 +138,17 @@ class RankTable:
         )
 
 
-class RankRows(Sequence):
+class RankRows(Sequence[RankRow]):
     """The rows of a snapshot's ranks, in rank order, each built from the table on first access."""
 
     __slots__ = ("table", "_rows")
 
-    def __init__(self, table: RankTable, rows: list[RankRow] | None = None):
+    def __init__(self, table: RankTable, rows: list[RankRow] | None = None) -> None:
         self.table = table
         self._rows: list[RankRow | None] = list(rows) if rows is not None else [None] * len(table)
 
     @classmethod
-    def of(cls, rows: Sequence[RankRow], names: list[str] = ()) -> RankRows:
+    def of(cls, rows: Sequence[RankRow], names: Sequence[str] = ()) -> RankRows:
         if isinstance(rows, RankRows):
             return rows
         ordered = sorted(rows, key=lambda r: r.rank)
@@ -156,7 +157,11 @@ class RankRows(Sequence):
     def __len__(self) -> int:
         return len(self._rows)
 
-    def __getitem__(self, i):
+    @overload
+    def __getitem__(self, i: int) -> RankRow: ...
+    @overload
+    def __getitem__(self, i: slice) -> list[RankRow]: ...
+    def __getitem__(self, i: int | slice) -> RankRow | list[RankRow]:
         if isinstance(i, slice):
             return [self[k] for k in range(*i.indices(len(self._rows)))]
         row = self._rows[i]
@@ -180,7 +185,7 @@ class RankRows(Sequence):
         i = self.table.index(rank)
         return None if i is None else self[i]
 
-    def count(self, status: str) -> int:  # type: ignore[override]  (Sequence.count counts equal rows)
+    def count(self, status: str) -> int:  # (Sequence.count counts equal rows)
         """How many ranks have this status."""
         return int(np.count_nonzero(self.table.status == STATUS_CODE[status]))
 
@@ -193,6 +198,7 @@ class RankRows(Sequence):
         excess, culprit, status = float(t.excess_s[i]), int(t.culprit[i]), STATUSES[t.status[i]]
         stuck = t.stalled.get(int(t.rank[i]))
         step_s, comm = _none(t.step_s[i]), _none(t.collective_s[i])
+        assert t.rest is not None, "a table made of rows was given every row"
         return build_rank_row(
             rank=int(t.rank[i]),
             host=t.host[i],

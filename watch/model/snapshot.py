@@ -97,6 +97,43 @@ class CollectiveStat:
 
 
 @dataclass(frozen=True)
+class Stage:
+    """One pipeline stage: the medians over its ranks, per step (watch/analysis/stragglers.py stage_columns)."""
+
+    stage: int
+    ranks: int  # how many ranks are at this stage
+    work_s: float  # own time per step (the step less its waits)
+    wait_s: float  # time waiting per step (bubble, and the stage's other collectives)
+
+
+@dataclass(frozen=True)
+class Link:
+    """One measured link: from ``src``'s node to ``dst``'s, its rate (bytes a second) and least round trip
+    (kept by watch/engine/link_book.py)."""
+
+    src: str
+    dst: str
+    rate_bps: float
+    rtt_s: float
+    probes: int
+
+
+@dataclass(frozen=True)
+class SlowLink:
+    """A node (``host``) or a pair of nodes (``hosts``) whose network is slow, and what it costs the job
+    (watch/analysis/slow_links.py)."""
+
+    host: str | None  # the node, when one node's links are slow (None: a pair)
+    hosts: list[str]  # the node, or the pair's two ends
+    rate_bps: float  # what its links measured (bytes a second: the median of its slow direction)
+    expected_bps: float  # what the job's other links measured
+    excess_s: float  # what it adds to every step
+    loss: float  # the share of the job's step lost to it
+    direction: str = "both"  # "out", "in", or "both": which of its links are slow (a pair: "both")
+    text: str = field(default="", compare=False)  # "node-c's network is slow: its links at ... elsewhere, the job loses 38%"
+
+
+@dataclass(frozen=True)
 class Snapshot:
     job: str | None
     world_size: int | None  # as the ranks report it; None before any hello
@@ -131,15 +168,15 @@ class Snapshot:
     failed_ranks: list[int] = field(default_factory=list)  # ranks whose process said it died of an exception
     waiting: str | None = None  # before the job is up: what the viewer waits for, and the jobs there are (a typo shows)
     layout_roles: list[str] = field(default_factory=list)  # the parallel dimensions learned ("pp", "dp"), in coordinate order
-    stages: list = field(default_factory=list)  # per pipeline stage: own work and wait per step (stragglers.Stage)
+    stages: list[Stage] = field(default_factory=list)  # per pipeline stage: own work and wait per step
     imbalance: str | None = None  # one line when the pipeline's stages are unbalanced (never a rank's fault)
     median_step_s: float | None = None  # the median step of the ranks scored: what each rank's excess is measured against
     median_phases: dict[str, float] = field(default_factory=dict)  # each phase's median over the live, scored ranks
-    pauses: list = field(
+    pauses: list[Pause] = field(
         default_factory=list
     )  # checkpoints and evaluations with a share of the job's time or under way (watch/analysis/pauses.py Pause)
-    links: list = field(default_factory=list)  # the links between nodes the relays measured (watch/engine/link_book.py Link)
-    slow_links: list = field(default_factory=list)  # the slow nodes and pairs, costliest first (watch/analysis/slow_links.py)
+    links: list[Link] = field(default_factory=list)  # the links between nodes the relays measured (watch/engine/link_book.py)
+    slow_links: list[SlowLink] = field(default_factory=list)  # the slow nodes and pairs, costliest first (watch/analysis/slow_links.py)
     job_slower: JobSlower | None = None  # the job slower than itself, no rank standing out (watch/analysis/job_pace.py)
     node_causes: dict[str, list[Cause]] = field(default_factory=dict)  # slow host -> its node-level causes (causes.of_nodes)
 
@@ -215,7 +252,7 @@ EMPTY = Snapshot(
     global_step=-1,
     steps_per_s=None,
     phase_names=[],
-    ranks=[],
+    ranks=RankRows.of([]),
     stragglers=[],
 )
 

@@ -49,13 +49,14 @@ from __future__ import annotations
 import collections
 import re
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 import numpy as np
 
 from ranktop.watch.model.rank_row import BECAUSE, UNKNOWN_CAUSE, named_cause
 from ranktop.watch.model.rank_row import Cause, RankRow
-from ranktop.watch.model.snapshot import JobSlower, Pause, Snapshot
+from ranktop.watch.model.snapshot import JobSlower, Pause, SlowLink, Snapshot
 from ranktop.watch.statuses import SILENT, SLOW, STALLED
 from ranktop.watch import format as fmt
 from ranktop.watch.format import ago as _ago
@@ -155,6 +156,7 @@ def verdict(snapshot: Snapshot) -> Verdict:
         seen = int(table.steps_seen.max()) if len(table) else 0
         return Verdict(WARMING_UP, IDLE, f"warming up: {_count(len(rows), 'rank')} reporting, {seen} steps seen so far", [])
     median = snapshot.median_step()
+    assert median is not None  # a rank is scored: there is a median step
     worst = rows[int(scored[np.argmax(table.excess_s[scored])])]
     text = f"healthy: no straggler among {_count(len(rows), 'rank')}, median step {fmt.ms_brief(median)} ms"
     if worst.excess_s * 1000 >= 0.05:
@@ -396,7 +398,7 @@ def _slow_link(snapshot: Snapshot) -> Verdict:
                    others=len(more), hosts=list(worst.hosts) if worst.host is None else None)  # fmt: skip
 
 
-def _link_name(link) -> str:
+def _link_name(link: SlowLink) -> str:
     return link.host if link.host is not None else "–".join(link.hosts)
 
 
@@ -480,5 +482,5 @@ def _count(n: int, what: str) -> str:
     return f"{n:,} {what}{'s' if n != 1 else ''}"
 
 
-def _names(ranks) -> str:
+def _names(ranks: Iterable[int]) -> str:
     return ", ".join(str(n) for n in ranks)
