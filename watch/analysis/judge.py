@@ -29,10 +29,11 @@ from ranktop.watch.analysis import (arrivals, causes, class_growth, intermittent
 from ranktop.watch.analysis.peers import PeerClasses, Peers
 from ranktop.watch.analysis.relays import endpoint_rows
 from ranktop.watch.analysis.silence import silent_ranks
-from ranktop.watch.analysis.stalls import StallPolicy, StallReport, stall_report
+from ranktop.watch.analysis.stalls import StallPolicy, stall_report
 from ranktop.watch.analysis.collectives import RANKS_THAT_MATTER, collective_rows, ranks_that_matter, rows_shown
 from ranktop.watch.engine.endpoints import RelayFacts
-from ranktop.watch.engine.rank_store import RECENT_STEPS, JobView
+from ranktop.watch.engine.rank_store import JobView
+from ranktop.watch.engine.step_columns import RECENT_STEPS
 from ranktop.watch.model.life import JobLife
 from ranktop.watch.engine.link_book import NO_LINKS, LinkColumns
 from ranktop.watch.model.rank_table import STATUS_CODE, RankRows, RankTable, message_fields, phase_medians
@@ -41,6 +42,7 @@ from ranktop.watch.model.answers import Answer, RequestStatus
 from ranktop.watch.model.endpoint import EndpointRows
 from ranktop.watch.model.rank_row import Throughput
 from ranktop.watch.model.snapshot import CollectiveStat, JobSlower, Snapshot, Stage
+from ranktop.watch.model.stall import StallReport
 from ranktop.watch.statuses import OK, SILENT, SLOW, STALLED
 from ranktop.wire.names import COMM_PHASE, PAUSE_PHASES
 from ranktop.wire.pacing import OPS_EVERY_S, slow_factor
