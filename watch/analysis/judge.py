@@ -158,14 +158,22 @@ class Judge:
             return self._judge(view, extras)
 
     def _judge(self, view: JobView, extras: Extras) -> Snapshot:
+        """The steps in their order: each rank judged (the later steps weigh what the earlier found), then the
+        job's figures and the snapshot; the collective rows worked out afresh kept for the views that gather none."""
         r = self._peers_of(view)
         self._score(view, r)
         self._weigh_arrivals(view, r)
         self._weigh_margins(view, r)
         self._remember(view, r)
         self._statuses(view, r)
-        why = self._causes(view, r)
-        table = _table(view, r, why)
+        snap = self._snapshot(view, extras, r, _table(view, r, self._causes(view, r)))
+        if view.collectives is not None:
+            self._collectives = (view.now, snap.collectives)
+        return snap
+
+    def _snapshot(self, view: JobView, extras: Extras, r: _Ranks, table: RankTable) -> Snapshot:
+        """The job's figures from the ranks as judged (the ranking, pauses, its pace against its past, slow hosts,
+        stages, slow links, its life, its relays) and the snapshot that carries them with the rows' table."""
         ranking = stragglers.ranking(table, r.stalls.waiting_for)
         median_step = r.median_step
         paused = pauses.of_view(view, r.silent, self._policy.limit(median_step), self._pauses)
@@ -177,7 +185,7 @@ class Judge:
         stage_rows = _stages(view, r.live, r.peers.stage_ids) if r.peers.stage_ids is not None else []
         life = _life(view, r.silent)
         slow_nodes = slow_links.of_job(extras.links, view.comm_s, r.live, median_step, view.host, r.slow)
-        snap = Snapshot(
+        return Snapshot(
             job=extras.job,
             world_size=view.world,
             elapsed_s=extras.elapsed_s,
@@ -217,9 +225,6 @@ class Judge:
             slow_links=slow_nodes,
             job_slower=slower,
         )
-        if view.collectives is not None:  # rows worked out afresh: kept for the snapshots that gather no sums
-            self._collectives = (view.now, snap.collectives)
-        return snap
 
     def _peers_of(self, view: JobView) -> _Ranks:
         """Who is silent, who is stalled, who is compared with whom, and which ranks are judged (the live ones):
