@@ -1,9 +1,11 @@
 """One owner per rank (issue 50): the rank store keeps a rank in one row, a restart is one ``forget(row)``, a snapshot
 gathers everything it reads (the collective sums included) in one hold of the lock, and the judge gets data, no
-callback (watch/engine/rank_store.py, watch/aggregator.py, watch/analysis/judge.py)."""
+callback, and holds all the memory its verdicts keep: ``snapshot = judge(gather())`` (watch/engine/rank_store.py,
+watch/aggregator.py, watch/analysis/judge.py)."""
 
 from __future__ import annotations
 
+import json
 import threading
 import typing
 
@@ -11,9 +13,11 @@ import messages
 import pytest
 from messages import Clock
 
-from ranktop.watch.aggregator import COLLECTIVES_CACHED_FROM, Aggregator
+from ranktop.watch.aggregator import Aggregator
 from ranktop.watch.analysis import judge
+from ranktop.watch.analysis.judge import COLLECTIVES_CACHED_FROM
 from ranktop.watch.engine.rank_store import RankStore
+from ranktop.watch.model.json_doc import document
 
 
 class CountingLock:
@@ -72,10 +76,52 @@ def test_a_snapshot_takes_the_lock_once_and_its_collective_rows_come_from_that_h
 
 
 def test_the_judge_takes_data_and_no_callback():
-    hints = {**typing.get_type_hints(judge.build), **typing.get_type_hints(judge.Extras)}
+    hints = {**typing.get_type_hints(judge.Judge.__call__), **typing.get_type_hints(judge.Extras), **typing.get_type_hints(judge.Asks)}
     for name, hint in hints.items():
         assert hint is not typing.Any and "Callable" not in str(hint), name
     assert not any(callable(getattr(judge.Extras(job="j", elapsed_s=0.0, behind_s=0.0), f)) for f in judge.Extras.__dataclass_fields__)
+    assert not any(callable(getattr(judge.Asks(), f)) for f in judge.Asks.__dataclass_fields__)
+
+
+def same(a, b) -> bool:
+    """Two snapshots say the same: their ``--json`` documents match (NaN as NaN)."""
+    return json.dumps(document(a), sort_keys=True, default=str) == json.dumps(document(b), sort_keys=True, default=str)
+
+
+def asked(j: judge.Judge, agg: Aggregator) -> tuple:
+    a = j.asks(agg.now(), len(agg.store), agg.store.world)
+    return a.recent, a.collectives, a.every_rank_up_to, None if a.watch is None else a.watch.tolist()
+
+
+@pytest.mark.parametrize("world", [8, COLLECTIVES_CACHED_FROM])
+def test_the_aggregator_s_snapshot_is_its_judge_of_its_gather(world):
+    """The pipe, as a spec: ``snapshot = judge(gather())``. A second judge, fed only the aggregator's gathered views,
+    says what the aggregator's snapshots say, snapshot after snapshot (a slow rank found, its excess kept and
+    averaged, a big job's collective rows reused between workings out, then worked out again): all the memory the
+    verdicts keep is the judge's, none of it the aggregator's. It asks the next gather the same too."""
+    clock = Clock()
+    agg = Aggregator("j", clock=clock)
+    twin = judge.Judge(agg.judge.policy)
+    slow_seen = 0
+    for k in range(4):
+        run(agg, world, 12, first=12 * k)
+        clock.now += 0.5
+        assert asked(twin, agg) == asked(agg.judge, agg)
+        view, extras = agg.gather()  # (at the same instant as the snapshot's own gather: the same view)
+        snap = agg.snapshot()
+        mine = twin(view, extras)
+        assert same(mine, snap), k
+        slow_seen += snap.ranks[snap.stragglers[0]].rank == 1 if snap.stragglers else 0
+    assert slow_seen and snap.collectives  # (what was compared says something: a straggler, collective rows)
+
+
+def test_snapshots_taken_at_once_judge_in_turn():
+    """The judge's one lock is taken once a snapshot, around the whole judging (its books' memory moves together)."""
+    agg = Aggregator("j", clock=Clock())
+    run(agg, 4, 12)
+    lock = agg.judge._lock = CountingLock()  # type: ignore[assignment]
+    agg.snapshot()
+    assert lock.taken == 1
 
 
 def test_a_restart_is_one_forget_of_the_rank_s_row(monkeypatch):

@@ -8,8 +8,10 @@ endpoints (watch/engine/endpoints.py). The UI (or ``--json``) takes a
 :class:`~ranktop.watch.model.snapshot.Snapshot` at its own pace, one way through:
 take (the messages, under the lock) -> gather (``store.gather()``: everything the
 snapshot reads, the collective sums included, copied in one hold of the lock) ->
-judge (watch/analysis/judge.py, a pure function of the copies, with the lock
-released) -> the Snapshot. The receiver never waits for a frame.
+judge (watch/analysis/judge.py: one :class:`~ranktop.watch.analysis.judge.Judge`, which owns the memory its
+verdicts keep, judges the copies with the lock released) -> the Snapshot. The aggregator keeps the store, the
+relays, their links and the replies; the judging and all it remembers are the judge's. The receiver never waits
+for a frame.
 """
 
 from __future__ import annotations
@@ -20,25 +22,17 @@ import time
 from typing import Callable, Sequence, Union
 
 from ranktop.watch.analysis import stalls
-from ranktop.watch.analysis.arrivals import ArrivalBook
-from ranktop.watch.analysis.causes import JobEvidence
-from ranktop.watch.analysis.intermittent import MarginBook
-from ranktop.watch.analysis.job_pace import JobPace
-from ranktop.watch.analysis.pauses import PauseBook
-from ranktop.watch.analysis.judge import Extras, build
-from ranktop.watch.analysis.peers import PeerClasses
-from ranktop.watch.analysis.relays import endpoint_rows
-from ranktop.watch.analysis.stragglers import ExcessHistory
+from ranktop.watch.analysis.judge import Extras, Judge
 from ranktop.watch.engine.endpoints import Endpoints
-from ranktop.watch.engine.rank_store import RankStore
+from ranktop.watch.engine.rank_store import JobView, RankStore
 from ranktop.watch.engine.link_book import LinkBook
 from ranktop.watch.engine.requests import RequestBook
 from ranktop.watch.model.answers import Answer
-from ranktop.watch.model.snapshot import CollectiveStat, Snapshot
+from ranktop.watch.model.snapshot import Snapshot
 from ranktop.wire import schema
 from ranktop.wire.messages import Command, Hello, Links, Node, RankMessage, Reply
 from ranktop.wire.names import KINDS
-from ranktop.wire.pacing import OPS_EVERY_S, digest_hz, slow_factor
+from ranktop.wire.pacing import digest_hz
 
 #: What the viewer takes: what ranks send, and their nodes' digests.
 Telemetry = Union[RankMessage, Node, Links]
@@ -50,16 +44,9 @@ MAX_REPLIES = 256
 MAX_ERRORS = 8
 #: Kinds of malformed message named in the status line, at most (the decoder's fault texts are a small fixed set).
 MAX_FAULTS = 64
-#: Past this many ranks the snapshot's per-rank collective rows are those of the ranks that matter only
-#: (watch/analysis/collectives.py ranks_that_matter: flagged, waited for, the extremes of wait).
-PER_RANK_ROWS_UP_TO = 64
 #: Seconds the receiver waits at most for a snapshot being built before it takes its messages (a snapshot of
 #: 4,096 ranks takes 10 to 40 ms of CPU).
 SNAPSHOT_FIRST_S = 0.25
-#: From this many ranks on, the collective rows are worked out again this often only (or as seldom as the
-#: job's relays send a rank's collectives, where that is less often: wire/pacing.py slow_factor).
-COLLECTIVES_CACHED_FROM = 512
-COLLECTIVES_EVERY_S = 2.0
 
 
 class Aggregator:
@@ -78,26 +65,18 @@ class Aggregator:
         self._job = job
         self._window = window
         self._silent_after = silent_after_s
-        self._stall = stalls.StallPolicy(stall_factor, stall_floor_s)
         self._clock = clock
         self._wall_clock = wall_clock  # a replay's virtual time (watch/offline/replay.py); the ranks' own timestamps are wall time
         self.requests = requests if requests is not None else RequestBook(clock)  # our commands and every answer
         self._started = clock()
         self._lock = threading.Lock()
         self.store = RankStore(window, silent_after_s, self.requests.poke)  # every rank's row (watch/engine/rank_store.py)
-        self._peers = PeerClasses()  # who is compared with whom, kept while the layout and the ranks stay (watch/analysis/peers.py)
-        self._history = ExcessHistory()  # each rank's excess when last seen healthy (watch/analysis/stragglers.py)
-        self._arrivals = ArrivalBook()  # who arrives last, its grid of steps kept (watch/analysis/arrivals.py)
-        self._pauses = PauseBook()  # checkpoints' and evaluations' shares of the job's time (watch/analysis/pauses.py)
-        self._pace = JobPace()  # the job's own baseline step (watch/analysis/job_pace.py)
-        self._job_evidence = JobEvidence()  # ... and its evidence, for why it is slower (watch/analysis/causes.py)
-        self._margins = MarginBook()  # what the job paid each rank at its collectives (watch/analysis/intermittent.py)
+        self.judge = Judge(stalls.StallPolicy(stall_factor, stall_floor_s))  # the judging and its memory (watch/analysis/judge.py)
         self._endpoints = Endpoints()  # the relays it hears the job through (watch/engine/endpoints.py)
         self._links = LinkBook()  # the links between nodes the relays measured (watch/engine/link_book.py)
         self._replies: collections.deque[Answer] = collections.deque(maxlen=MAX_REPLIES)
         self._errors: list[str] = []
         self._dropped = 0
-        self._collectives: tuple[float, list[CollectiveStat]] | None = None  # (when, rows) of the last collective rows
         self._faults: set[str] = set()  # kinds of malformed message already named (note_dropped)
         self._building = threading.Condition()  # snapshots being built, and their end (yield_to_snapshots)
         self._snapshots = 0
@@ -271,8 +250,8 @@ class Aggregator:
 
     def snapshot(self) -> Snapshot:
         """The job now: everything it reads gathered under the lock in one hold (watch/engine/rank_store.py
-        ``gather``), judged outside (watch/analysis/judge.py). While one is built the receiver holds back
-        (yield_to_snapshots)."""
+        ``gather``), judged outside by the one judge: ``self.judge(*self.gather())``. While one is built the
+        receiver holds back (yield_to_snapshots)."""
         with self._building:
             self._snapshots += 1
         try:
@@ -293,40 +272,35 @@ class Aggregator:
                 self._building.wait_for(lambda: not self._snapshots, timeout)
 
     def _snapshot(self) -> Snapshot:
+        view, extras = self.gather()
+        return self.judge(view, extras)  # (the lock released)
+
+    def gather(self) -> tuple[JobView, Extras]:
+        """What a snapshot judges, taken in the one hold of the lock: the ranks' view as the judge asks it
+        (watch/engine/rank_store.py ``gather``, watch/analysis/judge.py ``Judge.asks``) and this aggregator's own
+        facts (the relays, replies, errors, links)."""
         now, wall = self._clock(), self._wall_clock()
         with self._lock:  # the one hold: take -> gather -> (lock released) judge -> Snapshot
             relays = self._endpoints.view(now)
             sure_after = now - self._started > self._silent_after + relays.behind_s
-            cached = self._collectives
-            due = cached is None or len(self.store) < COLLECTIVES_CACHED_FROM or now - cached[0] >= self._collectives_every()
-            view = self.store.gather(now, wall, relays, self._endpoints, sure_after, self._arrivals.slots, collectives=due,
-                                     every_rank_up_to=PER_RANK_ROWS_UP_TO, watch=self._margins.watch)  # fmt: skip
-            endpoints = endpoint_rows(self._endpoints.facts(now, view.by_endpoint), self._silent_after + relays.behind_s)
+            asks = self.judge.asks(now, len(self.store), self.store.world)
+            view = self.store.gather(now, wall, relays, self._endpoints, sure_after, asks.recent, collectives=asks.collectives,
+                                     every_rank_up_to=asks.every_rank_up_to, watch=asks.watch)  # fmt: skip
+            facts = self._endpoints.facts(now, view.by_endpoint)
             replies, dropped, errors = list(self._replies), self._dropped, list(self._errors)
             links = self._links.columns(now)
-        extras = Extras(
+        return view, Extras(
             job=self._job,
             elapsed_s=now - self._started,
             behind_s=relays.behind_s,
-            endpoints=endpoints,
+            relays=facts,
+            lost_after_s=self._silent_after + relays.behind_s,
             replies=replies,
             requests=self.requests.statuses(),
             dropped=dropped,
             errors=errors,
-            collectives=cached[1] if cached is not None and not due else [],
             links=links,
         )
-        snap = build(view, extras, self._stall, self._peers, self._history, self._arrivals, self._pauses, self._pace,
-                     self._job_evidence, self._margins)  # fmt: skip
-        if due:  # (one assignment: a snapshot built beside it reads the old rows or these, whole)
-            self._collectives = (now, snap.collectives)
-        return snap
-
-    def _collectives_every(self) -> float:
-        """Seconds between two workings out of a big job's collective rows (:data:`COLLECTIVES_CACHED_FROM` ranks
-        up): what they say moves slowly, and they cost O(ranks x ops); no more often than the job's relays send a
-        rank's collectives (wire/pacing.py)."""
-        return max(COLLECTIVES_EVERY_S, OPS_EVERY_S * slow_factor(self.store.world or len(self.store)))
 
 
 #: The status line's word on hellos whose groups the decoder thinned (said once: hellos repeat).
