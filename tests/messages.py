@@ -103,6 +103,16 @@ def synchronous_step(agg: Any, n: int, t: float, own: list[dict[str, float]], wo
     return wall
 
 
+def lockstep(job, own: list[dict[str, float]]) -> None:
+    """One step of ``job`` (its ``agg``, ``clock``, ``world``, step number ``n`` and time ``t``) with every rank's
+    own seconds per phase ``own``, all waiting for the slowest (:func:`synchronous_step`); the job's step number,
+    time and clock move past it."""
+    wall = synchronous_step(job.agg, job.n, job.t, own, job.world)
+    job.n += 1
+    job.t += wall
+    job.clock.now += wall
+
+
 def heartbeat(rank: int, state: dict[str, Any], world: int = 4, **who: Any) -> Any:
     return decoded(HEARTBEAT, rank, {"state": state}, world=world, **who)
 

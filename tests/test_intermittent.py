@@ -47,10 +47,7 @@ class Job:
                 if extra is not None:
                     p[extra[0]] += extra[1]
                 own.append(p)
-            wall = messages.synchronous_step(self.agg, self.n, self.t, own, self.world)
-            self.n += 1
-            self.t += wall
-            self.clock.now += wall
+            messages.lockstep(self, own)
             if self.clock.now >= next_look:
                 next_look += 0.5
                 snap = self.agg.snapshot()

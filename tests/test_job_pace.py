@@ -44,10 +44,7 @@ class Job:
                     p["forward"] *= longer
                     p["backward"] *= longer
                 own.append(p)
-            wall = messages.synchronous_step(self.agg, self.n, self.t, own, self.world)
-            self.n += 1
-            self.t += wall
-            self.clock.now += wall
+            messages.lockstep(self, own)
             if self.clock.now >= next_look:
                 next_look += 0.5
                 self.verdicts.append(verdict(self.agg.snapshot()))
