@@ -74,8 +74,12 @@ COST_SHARE = 0.04
 #: rank's own checkpoint, costs the job 6% and is told as a pause, not as a rank slow on 1 step in 6; one slow by
 #: 1.3 steps on 1 step in 10 is counted whole); the size told counts them whole.
 PATTERN_CAP_STEPS = 2.0
-#: ... and this many seconds.
-COST_FLOOR_S = 0.001
+#: ... and this many seconds: a rank whose CPUs the host shares waits a scheduler's slice for them now and then
+#: (Linux's CFS: about 3 ms with 8 runnable tasks), which on a job of steps of a few milliseconds is a far step
+#: at the collectives by chance of the host's load, not a straggler (a healthy 4-rank gloo job of 5 ms steps, under
+#: the test suite's load, had a rank named 'slow on 1 step in 4: +1.0 ms'); a job of 75 ms steps or more is judged
+#: by its share alone.
+COST_FLOOR_S = 0.003
 #: Its far steps are more than its peers' rate allows with a chance of at most this over its class's size.
 ALPHA = 1e-3
 #: The peers' rate is counted with this prior: as many far steps in as many steps (long ones: half as many in
