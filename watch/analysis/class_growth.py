@@ -72,16 +72,16 @@ def class_excess(reference: np.ndarray | None, level: np.ndarray | None, class_i
     firsts = np.array([m[0] for m in groups])
     then_all = np.array(levels)
     work_then = then_all.sum(axis=1)
-    added = reference[firsts] - then_all  # (classes, phases): seconds a step each class's work grew by
-    grew = added.sum(axis=1) / np.where(work_then > 0, work_then, np.inf)
+    added = (reference[firsts] - then_all).sum(axis=1)  # per class: seconds a step its work grew by
+    grew = added / np.where(work_then > 0, work_then, np.inf)
     job = float(np.sort(grew)[(len(grew) - 1) // 2])  # the lower median: the job's other classes
     # ... and in seconds: a job whose every rank got slower alike grows each class by the same share where it
     # scales (a slower clock) and by the same seconds where time is added (a slower filesystem under every
     # loader): the first makes a smaller stage grow less in seconds, the second more as a share. A class grew
     # beyond the job only where it did by both.
-    job_s = float(np.sort(added.sum(axis=1))[(len(groups) - 1) // 2])
+    job_s = float(np.sort(added)[(len(groups) - 1) // 2])
     z = max(NOISE_Z, float(np.sqrt(2.0 * np.log(len(groups) * 1e3))))
-    for members, then, then_level, grown_s in zip(groups, work_then.tolist(), then_all, added.sum(axis=1).tolist()):
+    for members, then, then_level, grown_s in zip(groups, work_then.tolist(), then_all, added.tolist()):
         beyond = reference[members[0]] - then_level * (1.0 + job)
         size = min(float(np.clip(beyond, 0.0, None).sum()), max(0.0, grown_s - job_s))
         spread = float(np.median(np.nan_to_num(noise[members])))

@@ -242,18 +242,16 @@ class MarginBook:
             if size < 2:
                 continue
             ids = np.flatnonzero(of == c) if len(members) > 1 else np.arange(n)
-            mine = cost[ids]
-            now = (self._cost_recent[ids] - self._top_recent[ids]) / np.maximum(self._counted_recent[ids], 1.0)
-            beyond_now = now - (float(now.min()) if size == 2 else float(np.median(now)))
-            typical = float(mine.min()) if size == 2 else float(np.median(mine))
+            typical = _typical(cost[ids])
             cost_s[ids] = np.maximum(robust[ids] - typical, 0.0)  # (told without its costliest step)
+            now = (self._cost_recent[ids] - self._top_recent[ids]) / np.maximum(self._counted_recent[ids], 1.0)
+            beyond_now = now - _typical(now)
             t = float(np.median(self._counted[ids]))
             if t < max(MIN_STEPS_AT_LEAST, min(MIN_STEPS, MIN_SECONDS / median_step)):
                 continue
             beyond = robust[ids] - typical
             watch.extend(ids[beyond >= floor / 2][: WATCH // 2].tolist())
-            mine_pattern = pattern[ids]
-            over = mine_pattern - (float(mine_pattern.min()) if size == 2 else float(np.median(mine_pattern)))
+            over = pattern[ids] - _typical(pattern[ids])
             allowance = 2.0 * HARDWARE_SPREAD * median_step if size == 2 else 0.0
             candidates = ids[(over >= floor + allowance) & (self._far[ids] >= MIN_FAR)]
             tallies = [
@@ -261,7 +259,10 @@ class MarginBook:
                 (self._long, float(self._long[ids].sum()), PRIOR_LONG, PRIOR_LONG_STEPS),
             ]
             counted_all = float(self._counted[ids].sum())
-            far_recent_all, counted_recent_all = float(self._far_recent[ids].sum()), float(self._counted_recent[ids].sum())
+            # slow *still* is tested against its share of its class's far steps of late, its own counted: a straggler
+            # takes the last places from its peers while it lasts, so their long tallies' rate is low for a while
+            # after it; and in a small class one rank's far steps are its peers' near ones, so theirs alone is no null
+            rate_now = (float(self._far_recent[ids].sum()) + PRIOR_FAR) / (float(self._counted_recent[ids].sum()) + PRIOR_STEPS)
             for i in candidates[:WATCH].tolist():
                 m = self._counted[i]
                 # at each bar: as many of its steps from the rest of the class's rate, with what chance
@@ -280,20 +281,21 @@ class MarginBook:
                 # how often: over the steps its cost is counted on (a tally of 256 steps remembers the steps before
                 # it was slow)
                 often = self._steps[i] / max(self._far_now[i] - rate * self._steps[i], 1.0)
-                # and slow still: its recent far steps alone beyond the peers' rate (its tallies remember a
-                # slowdown that ended)
-                # (against its share of its class's far steps of late, its own counted: a straggler takes the last
-                # places from its peers while it lasts, so their long tallies' rate is low for a while after it; and
-                # in a small class one rank's far steps are its peers' near ones, so theirs alone is no null)
-                k_now, m_now = self._far_recent[i], self._counted_recent[i]
-                rate_now = (far_recent_all + PRIOR_FAR) / (counted_recent_all + PRIOR_STEPS)
-                recent = _binomial_tail(int(round(k_now)), int(round(m_now)), rate_now)
+                # and slow still: its recent far steps alone beyond that share (its tallies remember a slowdown
+                # that ended)
+                recent = _binomial_tail(int(round(self._far_recent[i])), int(round(self._counted_recent[i])), rate_now)
                 lately = recent < RECENT_ALPHA and beyond_now[i == ids][0] >= floor / 2
                 if chance < ALPHA / size and lately and (not steady or beyond[i == ids][0] >= STEADY_COST_SHARE * median_step):
                     found[i] = True
                     every[i] = np.nan if steady else often
         self.watch = ranks[np.unique(np.array(watch[:WATCH], np.int64))] if watch else np.zeros(0, np.int64)
         return Margins(found, np.where(found, cost_s, 0.0), every)
+
+
+def _typical(values: np.ndarray) -> float:
+    """A class's typical rank's figure of ``values`` (its members'): the median; of two, the lesser (the median of
+    two is their midpoint, half a straggler's)."""
+    return float(values.min()) if len(values) == 2 else float(np.median(values))
 
 
 def _binomial_tail(k: int, m: int, p: float) -> float:
