@@ -151,11 +151,13 @@ def big_job_title(snapshot: Snapshot, order: Sequence[int]) -> str:
     # Past TOP_ROWS: flagged, or as costly as a listed rank, and not listed.
     more = int((left & (flagged | (np.nan_to_num(table.score.astype(np.float64)) >= NOTICEABLE) & ~untimed)).sum())
     healthy = int(left.sum()) - more - int(untimed.sum())
+    if healthy == total:
+        return f"Stragglers · none: all {total:,} ranks healthy (under +1%)"
     parts = [f"{len(order):,} of {total:,} ranks"]
     if more:
         parts.append(f"{more:,} more flagged or past +1%")
     if healthy:
-        parts.append(f"{healthy:,} {'other ' if len(order) else ''}ranks healthy (under +1%)")
+        parts.append(f"{healthy:,} {'other ' if order else ''}ranks healthy (under +1%)")
     if untimed.any():
         parts.append(f"{int(untimed.sum()):,} not timed yet")
     return "Stragglers · " + " · ".join(parts)
