@@ -109,6 +109,17 @@ def test_ranks_showing_the_same_score_keep_their_order_through_noise():
     assert table_order(snap, kept=[41, 40, 42]) == [42, 41, 40]
 
 
+def test_flagged_ranks_that_look_alike_keep_their_order_the_first_of_them_its_place():
+    """A slow node: eight ranks at +21%, which the aggregator orders by noise; rank 3 (+30%) is its first."""
+    scores = {3: 0.3} | {n: 0.21 for n in range(80, 88)}
+    snap = big_job(scores, slow=(3, 85, 80, 81, 82, 83, 84, 86, 87))
+    assert table_order(snap) == [3, 85, 80, 81, 82, 83, 84, 86, 87]  # the aggregator's order, first shown
+    shown = [3, 83, 80, 86, 85, 81, 82, 84, 87]
+    assert table_order(snap, kept=shown) == shown  # the same ranks, looking the same: nothing moves
+    snap = big_job(scores | {86: 0.4}, slow=(86, 3, 85, 80, 81, 82, 83, 84, 87))
+    assert table_order(snap, kept=shown) == [86, 3, 83, 80, 85, 81, 82, 84, 87]  # one that changed moves
+
+
 def test_a_rank_listed_stays_while_it_is_among_twice_as_many_costliest():
     snap = big_job({n: 0.01 + 0.001 * n for n in range(100, 140)})  # 40 ranks of 1% to 4.9%: the costliest is 139
     wider = costliest(snap, 20)

@@ -59,20 +59,37 @@ COLUMNS = (
 HOST_WIDTH = dict((k, w) for k, _, w in COLUMNS)["host"]
 
 
-def flagged_order(snapshot: Snapshot) -> list[int]:
-    """Flagged ranks (slow, stalled, silent) in ``snapshot.stragglers`` order; those it does not list after them."""
+def flagged_order(snapshot: Snapshot, kept: Sequence[int] = ()) -> list[int]:
+    """Flagged ranks (slow, stalled, silent) in ``snapshot.stragglers`` order; those it does not list after them.
+    Ranks that look alike on screen (the same status and shown score: the eight ranks of a slow node, +21% each)
+    keep their order in ``kept`` (the rows as shown before), at the place of the first of them: the aggregator
+    orders them by noise, and following it swapped their rows now and then."""
     flagged = set(snapshot.ranks.having(*(s for s in STATUSES if s != OK)))
     first = [n for n in dict.fromkeys(snapshot.stragglers) if n in flagged]
     # A flagged rank the aggregator did not list still belongs at the top.
-    return first + sorted(flagged - set(first))
+    order = first + sorted(flagged - set(first))
+    if len(order) < 2 or not kept:
+        return order
+    table = snapshot.ranks.table
+    at = np.searchsorted(table.rank, np.asarray(order, np.int64))
+    looks = list(zip(table.status[at].tolist(), shown_percent(table.score[at]).tolist()))
+    group = {look: i for i, look in reversed(list(enumerate(looks)))}  # each look's first place
+    before = {r: i for i, r in enumerate(kept)}
+    place = sorted(range(len(order)), key=lambda i: (group[looks[i]], before.get(order[i], len(before)), i))
+    return [order[i] for i in place]
 
 
-def straggler_order(snapshot: Snapshot) -> list[int]:
-    """Flagged ranks in ``snapshot.stragglers`` order, then the rest by rank number."""
+def straggler_order(snapshot: Snapshot, kept: Sequence[int] = ()) -> list[int]:
+    """Flagged ranks in ``snapshot.stragglers`` order (:func:`flagged_order`), then the rest by rank number."""
     table = snapshot.ranks.table  # the columns: no rank's row is built here (watch/model/rank_table.py)
-    first = flagged_order(snapshot)
+    first = flagged_order(snapshot, kept)
     listed = set(first)
     return first + [n for n in table.rank.tolist() if n not in listed]
+
+
+def shown_percent(score: np.ndarray) -> np.ndarray:
+    """The whole percent ``fmt.score`` shows for each score (NaN: 0), as an array."""
+    return np.round(np.nan_to_num(score.astype(np.float64), nan=0.0) * 100.0)
 
 
 #: Every rank has a row up to this many ranks; above, the flagged ranks and those past NOTICEABLE, TOP_ROWS at
@@ -83,11 +100,6 @@ TOP_ROWS = 128
 #: (tui/render/rankmap_layout.py), so the table lists the ranks the map tints. Below it a rank's excess is noise
 #: to the eye (0.1-0.3% on the simulator's healthy ranks); a listed rank stays while its score shows as +1%.
 NOTICEABLE = SCORE_COLOURS[0][0]
-
-
-def shown_percent(score: np.ndarray) -> np.ndarray:
-    """The whole percent ``fmt.score`` shows for each score (NaN: 0), as an array."""
-    return np.round(np.nan_to_num(score.astype(np.float64), nan=0.0) * 100.0)
 
 
 def costliest(snapshot: Snapshot, count: int, skip: Collection[int] = (), kept: Sequence[int] = ()) -> list[int]:
@@ -112,7 +124,8 @@ def costliest(snapshot: Snapshot, count: int, skip: Collection[int] = (), kept: 
     top = top[np.argsort(-score[top], kind="stable")]
     ranks = table.rank[top].tolist()
     entering = set(table.rank[top[score[top] >= NOTICEABLE][:count]].tolist())
-    stay = [r for r in ranks if r in kept]
+    listed = set(kept)
+    stay = [r for r in ranks if r in listed]
     chosen = set(stay[:count])
     for r in ranks:
         if len(chosen) >= count:
@@ -131,12 +144,13 @@ def table_rows(ranks: int) -> int:
 
 
 def table_order(snapshot: Snapshot, kept: Sequence[int] = ()) -> list[int]:
-    """The rows of the table, top first: :func:`straggler_order`; in a big job the flagged ranks, then those
+    """The rows of the table, top first (``kept``: the rows as shown before): :func:`straggler_order`; in a big job
+    the flagged ranks, then those
     that cost the job something (:func:`costliest`; ``kept``: the ranks listed before, in order), :data:`TOP_ROWS`
     at most."""
     if len(snapshot.ranks) <= ALL_RANKS_UP_TO:
-        return straggler_order(snapshot)
-    first = flagged_order(snapshot)[:TOP_ROWS]
+        return straggler_order(snapshot, kept)
+    first = flagged_order(snapshot, kept)[:TOP_ROWS]
     return first + costliest(snapshot, TOP_ROWS - len(first), skip=first, kept=kept)
 
 
