@@ -17,7 +17,8 @@ counts the ranks left out ("1,023 other ranks healthy (under +1%)").
 
 Nothing reshuffles on its own: a rank listed stays while its score shows at
 least +1% and it is among the twice as many costliest (a DataTable pays for
-each row it removes), and listed ranks of equal shown score keep their order.
+each row it removes), and listed ranks of equal shown score keep their order;
+so do flagged ranks that look alike (a slow node's eight, at any job size).
 
 Rows are keyed by rank and updated cell by cell, and reordered only when the
 order changed, so a refresh neither flickers nor loses the scroll position.
