@@ -240,11 +240,11 @@ class RanktopApp(App[None]):
             self._waiting.show(snapshot)
         else:
             self._set_view(overview)
-            if overview:
-                self._overview.show(snapshot)
+            self._stragglers.show(snapshot)
+            if overview:  # the map takes what the table's rows leave (a big job's table lists only the ranks that matter)
+                self._overview.show(snapshot, table_lines=self._stragglers.lines_wanted())
             else:
                 self._breakdown.show(snapshot, self.sort)
-            self._stragglers.show(snapshot)
             if self._collectives.display:
                 self._collectives.show(snapshot)
         self._resources.show(snapshot, show_memory=shown["memory"], show_gpus=shown["gpus"], selected=selected, gpu_lines=gpu_lines)

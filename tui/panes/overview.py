@@ -110,7 +110,9 @@ class Overview(Vertical):
         yield RankMap(id="rankmap")
         yield Static(id="map-cell")
 
-    def show(self, snapshot: Snapshot) -> None:
+    def show(self, snapshot: Snapshot, table_lines: int | None = None) -> None:
+        """``table_lines``: the lines the straggler table stacked over the overview needs for its rows (None: not
+        known); the map may take the rest, past :data:`MAP_SHARE`."""
         self._snapshot = snapshot
         width = max(10, self.content_region.width or self.size.width or 80)
         height = 1 if self.screen.size.height < SHORT else 3
@@ -122,10 +124,10 @@ class Overview(Vertical):
         by_stage = self.group_by == "stage" and "pp" in snapshot.layout_roles
         nodes = stages_of(snapshot.ranks) if by_stage else nodes_of(snapshot.ranks)
         rankmap = self.query_one(RankMap)
-        # Stacked under the table, the overview takes up to a share of the panes and the map as many
-        # lines as it needs within that; the table takes the rest.
+        # Stacked under the table, the overview takes up to a share of the panes, or what the table's rows leave
+        # if more, and the map as many lines as it needs within that; the table takes the rest.
         panes = self.parent.size.height if self.parent is not None else self.screen.size.height
-        budget = max(4, int(panes * MAP_SHARE))
+        budget = max(4, int(panes * MAP_SHARE), panes - table_lines if table_lines is not None else 0)
         room = max(1, budget - (1 + lines + 2))  # border, distribution, legend, cursor line
         rankmap.show(nodes, room)
         height = min(room, rankmap.line_count)

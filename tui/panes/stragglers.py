@@ -6,12 +6,19 @@ aggregator ranks healthy ranks too, by scores that differ only by noise, and
 following that order would reshuffle the table on every refresh.
 
 A big job's table (more than :data:`ALL_RANKS_UP_TO` ranks: the rank map shows
-every rank) has :data:`TOP_ROWS` rows: the flagged ranks, then the ranks that
-cost the job most, each rank's time per step beyond the median rank's (what the
-job waits for it), the costliest first; not the first healthy ranks by number,
-which say nothing. A rank listed stays while it is among the twice as many
-costliest, so that noise between near-equal ranks does not swap rows in and out
-at every refresh (a DataTable pays for each row it removes).
+every rank) lists the flagged ranks, then the ranks that cost the job
+something: a score (the rank's time per step beyond its healthy peers', a share
+of the median step) of :data:`NOTICEABLE` or more, the costliest first,
+:data:`TOP_ROWS` rows at most. Not the first healthy ranks by number, nor the
+costliest of a healthy crowd: at 1,024 ranks half of them are a hair slower
+than the median, 0.1 to 0.3% by noise alone, and 127 rows of "±0%", a
+different 127 at each refresh, said nothing but took the screen. The title
+counts the ranks left out ("1,023 other ranks healthy (under +1%)").
+
+Nothing reshuffles on its own: a rank listed stays while its score shows at
+least +1% and it is among the twice as many costliest (a DataTable pays for
+each row it removes), and listed ranks of equal shown score keep their order;
+so do flagged ranks that look alike (a slow node's eight, at any job size).
 
 Rows are keyed by rank and updated cell by cell, and reordered only when the
 order changed, so a refresh neither flickers nor loses the scroll position.
@@ -22,13 +29,14 @@ the worst straggler).
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Collection, Sequence
 
 import numpy as np
 from rich.text import Text
 from textual.widgets import DataTable
 
 from ranktop.tui.render import palette
+from ranktop.tui.render.rankmap_layout import SCORE_COLOURS
 from ranktop.watch import format as fmt
 from ranktop.watch import OK, SILENT, SLOW, STALLED, STATUSES
 from ranktop.watch.model.rank_row import RankRow
@@ -52,69 +60,122 @@ COLUMNS = (
 HOST_WIDTH = dict((k, w) for k, _, w in COLUMNS)["host"]
 
 
-def flagged_order(snapshot: Snapshot) -> list[int]:
-    """Flagged ranks (slow, stalled, silent) in ``snapshot.stragglers`` order; those it does not list after them."""
+def flagged_order(snapshot: Snapshot, kept: Sequence[int] = ()) -> list[int]:
+    """Flagged ranks (slow, stalled, silent) in ``snapshot.stragglers`` order; those it does not list after them.
+    Ranks that look alike on screen (the same status and shown score: the eight ranks of a slow node, +21% each)
+    keep their order in ``kept`` (the rows as shown before), at the place of the first of them: the aggregator
+    orders them by noise, and following it swapped their rows now and then."""
     flagged = set(snapshot.ranks.having(*(s for s in STATUSES if s != OK)))
     first = [n for n in dict.fromkeys(snapshot.stragglers) if n in flagged]
     # A flagged rank the aggregator did not list still belongs at the top.
-    return first + sorted(flagged - set(first))
+    order = first + sorted(flagged - set(first))
+    if len(order) < 2 or not kept:
+        return order
+    table = snapshot.ranks.table
+    at = np.searchsorted(table.rank, np.asarray(order, np.int64))
+    looks = list(zip(table.status[at].tolist(), shown_percent(table.score[at]).tolist()))
+    group = {look: i for i, look in reversed(list(enumerate(looks)))}  # each look's first place
+    before = {r: i for i, r in enumerate(kept)}
+    place = sorted(range(len(order)), key=lambda i: (group[looks[i]], before.get(order[i], len(before)), i))
+    return [order[i] for i in place]
 
 
-def straggler_order(snapshot: Snapshot) -> list[int]:
-    """Flagged ranks in ``snapshot.stragglers`` order, then the rest by rank number."""
+def straggler_order(snapshot: Snapshot, kept: Sequence[int] = ()) -> list[int]:
+    """Flagged ranks in ``snapshot.stragglers`` order (:func:`flagged_order`), then the rest by rank number."""
     table = snapshot.ranks.table  # the columns: no rank's row is built here (watch/model/rank_table.py)
-    first = flagged_order(snapshot)
+    first = flagged_order(snapshot, kept)
     listed = set(first)
     return first + [n for n in table.rank.tolist() if n not in listed]
 
 
-def costliest(snapshot: Snapshot, count: int, skip: Collection[int] = (), kept: Collection[int] = ()) -> list[int]:
-    """Up to ``count`` ranks not in ``skip``, the costliest first: each rank's time per step beyond the median
-    rank's (``excess_s``; a rank faster than it or without a step time costs nothing and is not listed). A rank of
-    ``kept`` (listed before) stays while it is among the ``2 * count`` costliest; the others enter from the top
-    ``count``. O(ranks) in numpy, then ``count``'s worth in Python."""
+def shown_percent(score: np.ndarray) -> np.ndarray:
+    """The whole percent ``fmt.score`` shows for each score (NaN: 0), as an array."""
+    return np.round(np.nan_to_num(score.astype(np.float64), nan=0.0) * 100.0)
+
+
+#: Every rank has a row up to this many ranks; above, the flagged ranks and those past NOTICEABLE, TOP_ROWS at
+#: most, so a refresh costs the rows kept, not the job's size.
+ALL_RANKS_UP_TO = 512
+TOP_ROWS = 128
+#: A score from which a healthy rank of a big job is listed: the rank map's first shade past plain "ok"
+#: (tui/render/rankmap_layout.py), so the table lists the ranks the map tints. Below it a rank's excess is noise
+#: to the eye (0.1-0.3% on the simulator's healthy ranks); a listed rank stays while its score shows as +1%.
+NOTICEABLE = SCORE_COLOURS[0][0]
+
+
+def costliest(snapshot: Snapshot, count: int, skip: Collection[int] = (), kept: Sequence[int] = ()) -> list[int]:
+    """Up to ``count`` ranks not in ``skip`` that cost the job something, the costliest first: a score of
+    :data:`NOTICEABLE` or more (the rank's time per step beyond its peers', a share of the median step; a rank
+    within noise of them, faster, or without a step time is not listed). A rank of ``kept`` (listed before, in
+    the order shown) stays while its score still shows as +1% and it is among the ``2 * count`` costliest; the
+    others enter from the top ``count``. Ranks of equal shown score keep ``kept``'s order, so that noise does not
+    swap them at each refresh. O(ranks) in numpy, then ``count``'s worth in Python."""
     if count <= 0:
         return []
     table = snapshot.ranks.table
-    excess = np.nan_to_num(table.excess_s.astype(np.float64), nan=0.0)
+    score = np.nan_to_num(table.score.astype(np.float64), nan=0.0)
+    score[np.isnan(table.step_s)] = 0.0
     if skip:
-        excess[[i for i in map(table.index, skip) if i is not None]] = 0.0
-    wide = min(len(excess), 2 * count)
+        score[[i for i in map(table.index, skip) if i is not None]] = 0.0
+    wide = min(len(score), 2 * count)
     if wide == 0:
         return []
-    top = np.argpartition(-excess, wide - 1)[:wide] if wide < len(excess) else np.arange(len(excess))
-    top = top[excess[top] > 0.0]
-    top = top[np.argsort(-excess[top], kind="stable")]
+    top = np.argpartition(-score, wide - 1)[:wide] if wide < len(score) else np.arange(len(score))
+    top = top[shown_percent(score[top]) >= 1.0]  # what stays must still show as +1%
+    top = top[np.argsort(-score[top], kind="stable")]
     ranks = table.rank[top].tolist()
-    stay = [r for r in ranks if r in kept]
+    entering = set(table.rank[top[score[top] >= NOTICEABLE][:count]].tolist())
+    listed = set(kept)
+    stay = [r for r in ranks if r in listed]
     chosen = set(stay[:count])
-    for r in ranks[:count]:
+    for r in ranks:
         if len(chosen) >= count:
             break
-        chosen.add(r)
-    return [r for r in ranks if r in chosen]
-
-
-#: Every rank has a row up to this many ranks; above, the first TOP_ROWS of the same order (flagged
-#: ranks, then by rank number: the rank map shows every rank), so a refresh costs the rows kept, not
-#: the job's size. Following the scores of healthy ranks instead would swap rows in and out at every
-#: refresh, and a DataTable pays for each row it removes.
-ALL_RANKS_UP_TO = 512
-TOP_ROWS = 128
+        if r in entering:
+            chosen.add(r)
+    shown = dict(zip(ranks, shown_percent(table.score[top]).tolist()))
+    place = {r: i for i, r in enumerate(ranks)}
+    before = {r: i for i, r in enumerate(kept)}
+    return sorted(chosen, key=lambda r: (-shown[r], before.get(r, len(before)), place[r]))
 
 
 def table_rows(ranks: int) -> int:
-    """How many rows the table has for a job of ``ranks`` ranks (what :func:`table_order` returns, counted in O(1))."""
+    """The most rows the table has for a job of ``ranks`` ranks (what :func:`table_order` returns at most, in O(1))."""
     return ranks if ranks <= ALL_RANKS_UP_TO else TOP_ROWS
 
 
-def table_order(snapshot: Snapshot, kept: Collection[int] = ()) -> list[int]:
-    """The rows of the table, top first: :func:`straggler_order`; in a big job the flagged ranks, then the
-    costliest (:func:`costliest`; ``kept``: the ranks listed before), :data:`TOP_ROWS` at most."""
+def table_order(snapshot: Snapshot, kept: Sequence[int] = ()) -> list[int]:
+    """The rows of the table, top first (``kept``: the rows as shown before): :func:`straggler_order`; in a big job
+    the flagged ranks, then those
+    that cost the job something (:func:`costliest`; ``kept``: the ranks listed before, in order), :data:`TOP_ROWS`
+    at most."""
     if len(snapshot.ranks) <= ALL_RANKS_UP_TO:
-        return straggler_order(snapshot)
-    first = flagged_order(snapshot)[:TOP_ROWS]
+        return straggler_order(snapshot, kept)
+    first = flagged_order(snapshot, kept)[:TOP_ROWS]
     return first + costliest(snapshot, TOP_ROWS - len(first), skip=first, kept=kept)
+
+
+def big_job_title(snapshot: Snapshot, order: Sequence[int]) -> str:
+    """A big job's table title: how many ranks are listed (``order``), and what the others are ("1 of 1,024
+    ranks · 1,023 other ranks healthy (under +1%)"). O(ranks) in numpy."""
+    table = snapshot.ranks.table
+    total = len(table)
+    left = ~np.isin(table.rank, np.asarray(order, np.int64))
+    flagged = ~table.statuses(OK)
+    untimed = left & ~flagged & np.isnan(table.step_s)
+    # Past TOP_ROWS: flagged, or as costly as a listed rank, and not listed.
+    more = int((left & (flagged | (np.nan_to_num(table.score.astype(np.float64)) >= NOTICEABLE) & ~untimed)).sum())
+    healthy = int(left.sum()) - more - int(untimed.sum())
+    if healthy == total:
+        return f"Stragglers · none: all {total:,} ranks healthy (under +1%)"
+    parts = [f"{len(order):,} of {total:,} ranks"]
+    if more:
+        parts.append(f"{more:,} more flagged or past +1%")
+    if healthy:
+        parts.append(f"{healthy:,} {'other ' if order else ''}ranks healthy (under +1%)")
+    if untimed.any():
+        parts.append(f"{int(untimed.sum()):,} not timed yet")
+    return "Stragglers · " + " · ".join(parts)
 
 
 def shown_values(row: RankRow) -> tuple:
@@ -174,6 +235,7 @@ class StragglerTable(DataTable):
         self._shown: dict[int, tuple[Text, ...]] = {}
         self._values: dict[int, tuple] = {}
         self._roles: list[str] = []
+        self._order: list[int] = []  # the rows' ranks as last shown, top first
 
     def show(self, snapshot: Snapshot) -> None:
         if not self.columns:  # here rather than on_mount, which may run after the first snapshot
@@ -184,10 +246,10 @@ class StragglerTable(DataTable):
             self.columns["where"].label = Text(where_heading(self._roles))
             self._values.clear()
             self.refresh()
-        order = table_order(snapshot, self._shown)
+        order = table_order(snapshot, self._order)
         if len(snapshot.ranks) > ALL_RANKS_UP_TO:
             present = {n: snapshot.row(n) for n in order}
-            self.border_title = f"Stragglers · flagged, then the costliest · {len(order)} of {len(snapshot.ranks):,} ranks"
+            self.border_title = big_job_title(snapshot, order)
         else:
             present = {r.rank: r for r in snapshot.ranks}
             self.border_title = "Stragglers · flagged first"
@@ -211,6 +273,7 @@ class StragglerTable(DataTable):
         self._reorder(order)
 
     def _reorder(self, order: list[int]) -> None:
+        self._order = order
         if [int(row.key.value) for row in self.ordered_rows] == order:
             return
         selected = self.selected_rank() if self.has_focus else None
@@ -218,6 +281,11 @@ class StragglerTable(DataTable):
         self.sort("rank", key=lambda cell: position[int(cell.plain)])
         if selected is not None:
             self.move_cursor(row=self.get_row_index(str(selected)))
+
+    def lines_wanted(self) -> int:
+        """The lines its rows need (one at least, empty or not), with its title, heading and scrollbar."""
+        scrollbar = self.styles.scrollbar_size_horizontal if self.show_horizontal_scrollbar else 0
+        return 1 + 1 + max(1, self.row_count) + scrollbar
 
     def selected_rank(self) -> int | None:
         """The rank under the cursor, if any."""
