@@ -19,6 +19,7 @@ import random
 
 import msgspec
 
+
 from ranktop.probe.recorder import Recorder
 from ranktop.probe.sender import Sender
 from ranktop.transport.identity import Identity
@@ -26,8 +27,6 @@ from ranktop.watch.aggregator import Aggregator
 from ranktop.watch.model.verdict import verdict
 from ranktop.probe import collective_summary
 from ranktop.wire import schema
-from ranktop.wire.names import STEPS
-from ranktop.wire.messages import PROTOCOL_VERSION
 
 BASE = {"data": 0.005, "forward": 0.020, "backward": 0.030, "optimizer": 0.005}
 
@@ -43,9 +42,11 @@ def _raise(exc: BaseException) -> None:
     raise exc
 
 
-def _message(kind: str, rank: int, world: int, body: dict):
-    frames = [kind.encode(), msgspec.msgpack.encode({**_sender(rank, world).origin(), **body, "v": list(PROTOCOL_VERSION), "k": kind})]
-    return schema.decode(frames)
+def _steps(rank: int, world: int, step: dict, cs: list, cx: list):
+    """One rank's steps message as the viewer decodes it off the wire (no state: the sender's own recorder never
+    stepped, and would say the rank is stuck at step 0)."""
+    s = _sender(rank, world)
+    return schema.decode(s.message(msgspec.structs.replace(s.steps_message([step], cs, cx), state=None)))
 
 
 def run(amp: float, minutes: float, world: int = 8, seed: int = 0) -> tuple[int, int, int]:
@@ -74,9 +75,7 @@ def run(amp: float, minutes: float, world: int = 8, seed: int = 0) -> tuple[int,
             call = {"op": "all_reduce", "seq": n, "b": 4096, "dt": "float32", "g": world, "d": waited, "n": n,
                     "ph": "backward", "t0": t + totals[r]}  # fmt: skip
             summaries, sample = collective_summary.summarise([call])
-            body = {"steps": [{"n": n, "t": t, "w": wall, "p": p}], "cs": msgspec.to_builtins(summaries),
-                    "cx": msgspec.to_builtins(sample)}  # fmt: skip
-            agg.ingest(_message(STEPS, r, world, body))
+            agg.ingest(_steps(r, world, {"n": n, "t": t, "w": wall, "p": p}, summaries, sample))
         n += 1
         t += wall
         now[0] += wall

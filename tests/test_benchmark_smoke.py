@@ -69,3 +69,14 @@ def test_the_memory_snapshot_cost_benchmark_runs_and_says_whether_its_target_is_
     assert out.returncode == 0, out.stderr[-2000:]
     assert "pickle.dump (before)" in out.stdout and "memory_dump.dump" in out.stdout
     assert out.stdout.splitlines()[-1].startswith("target: training stall under 50 ms")
+
+
+def test_the_drift_benchmark_runs_and_counts_episodes(tmp_path):
+    """benchmarks/drift.py feeds the viewer steps messages as the probe's sender builds them: it broke once when the
+    sender's API moved and nothing ran it."""
+    bench = Path(__file__).parent.parent / "benchmarks" / "drift.py"
+    out = subprocess.run([sys.executable, str(bench), "--amp", "0.04", "--minutes", "1"], capture_output=True, text=True,
+                         timeout=300, cwd=tmp_path)  # fmt: skip
+    assert out.returncode == 0, out.stderr[-2000:]
+    row = out.stdout.splitlines()[-1].split()
+    assert row[0] == "±4%" and row[-2:] == ["of", "120"], out.stdout
