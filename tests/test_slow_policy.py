@@ -32,12 +32,13 @@ def slow(phases, steps, sd, counts, before=None) -> list[int]:
 
 
 @pytest.mark.parametrize("ranks", [2, 8, 64])
-def test_a_rank_2_percent_slower_for_good_is_no_straggler_and_one_6_percent_slower_is(ranks):
-    """Seen slower from the start (no history): past 3% + the 2% healthy hardware may differ by (4% against one
-    peer, which may itself be 2% fast)."""
-    assert slow(*job(ranks, {1: 0.02})) == []
-    assert slow(*job(ranks, {1: 0.06})) == ([1] if ranks > 2 else [])
-    assert slow(*job(ranks, {1: 0.08})) == [1]
+def test_a_rank_3_percent_slower_for_good_is_no_straggler_and_one_7_percent_slower_is(ranks):
+    """Seen slower from the start (no history): past 3% + the 3% healthy hardware may differ by (6% against one
+    peer, which may itself be 3% fast)."""
+    assert slow(*job(ranks, {1: 0.03})) == []
+    assert slow(*job(ranks, {1: 0.05})) == []  # (the accuracy benchmark's wide_bias noise: healthy)
+    assert slow(*job(ranks, {1: 0.07})) == ([1] if ranks > 2 else [])
+    assert slow(*job(ranks, {1: 0.10})) == [1]
 
 
 @pytest.mark.parametrize("ranks", [2, 8, 64])
@@ -51,7 +52,7 @@ def test_a_rank_that_became_3_5_percent_slower_than_it_was_is_slow(ranks):
 
 
 def test_the_same_excess_in_a_noisy_job_is_noise_and_in_a_quiet_one_a_straggler():
-    phases, steps, sd, counts = job(8, {3: 0.06})
+    phases, steps, sd, counts = job(8, {3: 0.07})
     assert slow(phases, steps, sd, counts) == [3]
     noisy = np.full(8, 0.012)  # input sizes that vary step to step: the median of 64 steps is 1.9 ms off
     assert slow(phases, steps, noisy, counts) == []
@@ -59,8 +60,8 @@ def test_the_same_excess_in_a_noisy_job_is_noise_and_in_a_quiet_one_a_straggler(
 
 
 def test_the_floor_is_a_share_of_a_healthy_peer_s_work_not_of_a_step_long_with_waits():
-    """A pipeline's bubbles make the step long; a rank 6% slower at its work is slow all the same."""
-    phases, steps, sd, counts = job(8, {5: 0.06}, comm=0.060)
+    """A pipeline's bubbles make the step long; a rank 7% slower at its work is slow all the same."""
+    phases, steps, sd, counts = job(8, {5: 0.07}, comm=0.060)
     assert steps[0] > 2 * WORK.sum()
     assert slow(phases, steps, sd, counts) == [5]
 

@@ -111,6 +111,9 @@ STEADY_COST_SHARE = 0.07
 #: its class's typical rank's, without its costliest step there too (one pause is no slowdown come back).
 RECENT_MEMORY_STEPS = 32
 RECENT_ALPHA = 0.05
+#: A rank last by far at this many of its newest steps in a row at least, more than its peers' rate of far steps
+#: gives by chance, is slow at every step since (:meth:`MarginBook._judge_streaks`).
+MIN_STREAK = 6
 #: Ranks whose window sums the next view gathers, at most (the candidates: their phase).
 WATCH = 48
 
@@ -122,6 +125,7 @@ class Margins:
     found: np.ndarray  # bool: an intermittent straggler
     cost_s: np.ndarray  # what it costs the job per step on average beyond its class's typical rank, s (0: none)
     every: np.ndarray  # slow on one step in this many (NaN: not an intermittent straggler; a steady one)
+    streak: np.ndarray  # bool: slow at every step of its newest run, which its medians may not hold yet
 
 
 class MarginBook:
@@ -146,6 +150,8 @@ class MarginBook:
         self._counted_recent = np.zeros(0)  # its class's steps counted, the same
         self._cost_recent = np.zeros(0)  # its margins' sum, the same
         self._top_recent = np.zeros(0)  # its largest margin, the same
+        self._streak = np.zeros(0)  # how many of its newest steps counted in a row it was last at by far
+        self._streak_cost = np.zeros(0)  # what the job paid it over those steps, s
         self.watch: np.ndarray = np.zeros(0, np.int64)  # ranks whose window sums the next view gathers
 
     def judge(self, nums: np.ndarray, waits: np.ndarray, class_ids: np.ndarray | None, ranks: np.ndarray,
@@ -154,7 +160,7 @@ class MarginBook:
         arrivals.py's input) not counted yet, then judge every rank (``ranks``, of ``class_ids``; ``roster``: the
         view's, which changes when a rank comes or restarts) against the job's ``median_step``."""
         n = len(ranks)
-        none = Margins(np.zeros(n, bool), np.zeros(n), np.full(n, np.nan))
+        none = Margins(np.zeros(n, bool), np.zeros(n), np.full(n, np.nan), np.zeros(n, bool))
         with self._lock:
             if not median_step or n < 2 or grid_of(nums) is not None:  # (node digests: intervals, no step's margin)
                 self.watch = np.zeros(0, np.int64)
@@ -171,6 +177,7 @@ class MarginBook:
         self._long, self._counted, self._far_now, self._lasts = np.zeros(n), np.zeros(n), np.zeros(n), np.zeros(n)
         self._far_recent, self._counted_recent, self._cost_recent = np.zeros(n), np.zeros(n), np.zeros(n)
         self._top_recent = np.zeros(n)
+        self._streak, self._streak_cost = np.zeros(n), np.zeros(n)
 
     def _count(self, nums: np.ndarray, waits: np.ndarray, class_ids: np.ndarray | None, ranks: np.ndarray,
                roster: int, median_step: float) -> None:  # fmt: skip
@@ -223,6 +230,14 @@ class MarginBook:
         self._cost_recent = self._cost_recent * fade + paid.sum(axis=1)
         self._top_recent = np.maximum(self._top_recent * fade, paid.max(axis=1))
         self._lasts = self._lasts * keep + (last & new[of]).sum(axis=1)
+        # its newest run of far steps: the steps counted now after its last one not far, added to the run before
+        # where every one is far (a step not counted, a tie or a rank missing, neither ends nor adds to it)
+        counted_now = new[of]
+        place = np.arange(width)
+        broke = np.where(counted_now & ~far, place, -1).max(axis=1)
+        run = counted_now & (place[None, :] > broke[:, None])
+        self._streak = np.where(broke < 0, self._streak, 0.0) + run.sum(axis=1)
+        self._streak_cost = np.where(broke < 0, self._streak_cost, 0.0) + np.where(run, paid, 0.0).sum(axis=1)
         hold = (1.0 - 1.0 / COUNT_MEMORY_STEPS) ** fresh
         self._far = self._far * hold + (paid >= FAR_SHARE * median_step).sum(axis=1)
         self._long = self._long * hold + (paid >= LONG_SHARE * median_step).sum(axis=1)
@@ -231,6 +246,7 @@ class MarginBook:
     def _judge(self, class_ids: np.ndarray | None, ranks: np.ndarray, median_step: float) -> Margins:
         n = len(ranks)
         found, cost_s, every = np.zeros(n, bool), np.zeros(n), np.full(n, np.nan)
+        streaks = np.zeros(n, bool)
         steps = np.maximum(self._steps, 1.0)
         cost = self._cost / steps
         robust = (self._cost - self._top) / steps
@@ -288,8 +304,31 @@ class MarginBook:
                 if chance < ALPHA / size and lately and (not steady or beyond[i == ids][0] >= STEADY_COST_SHARE * median_step):
                     found[i] = True
                     every[i] = np.nan if steady else often
+            self._judge_streaks(ids, size, typical, median_step, counted_all, found, cost_s, every, streaks)
+            watch.extend(ids[streaks[ids]].tolist())
         self.watch = ranks[np.unique(np.array(watch[:WATCH], np.int64))] if watch else np.zeros(0, np.int64)
-        return Margins(found, np.where(found, cost_s, 0.0), every)
+        return Margins(found, np.where(found, cost_s, 0.0), every, streaks)
+
+    def _judge_streaks(self, ids: np.ndarray, size: int, typical: float, median_step: float, counted_all: float,
+                       found: np.ndarray, cost_s: np.ndarray, every: np.ndarray, streaks: np.ndarray) -> None:  # fmt: skip
+        """A rank of the class ``ids`` last by far at each of its newest steps, more in a row than its peers' rate
+        of far steps gives by chance (``ALPHA`` over the class's size, at any of its steps), costing the job
+        :data:`STEADY_COST_SHARE` of its step (of two, plus twice what hardware may differ by) beyond its class's
+        typical rank: slow at every step since that run began, told with what it cost over it (``found``,
+        ``cost_s``, ``every`` NaN and ``streaks``, in place). Its long tallies and its windows' medians hold the
+        steps before the run; at one step a second they take tens of seconds to tell a rank 30% slower from one slow
+        on one step in six."""
+        streak = self._streak[ids]
+        far_all = float(self._far[ids].sum())
+        for j in np.flatnonzero(streak >= MIN_STREAK).tolist():
+            i = int(ids[j])
+            rate = (far_all - self._far[i] + PRIOR_FAR) / (counted_all - self._counted[i] + PRIOR_STEPS)
+            if math.log(max(rate, 1e-12)) * streak[j] + math.log(max(self._counted[i], 1.0)) >= math.log(ALPHA / size):
+                continue
+            paid = self._streak_cost[i] / streak[j] - typical
+            allowance = 2.0 * HARDWARE_SPREAD * median_step if size == 2 else 0.0
+            if paid >= STEADY_COST_SHARE * median_step + allowance:
+                found[i], cost_s[i], every[i], streaks[i] = True, paid, np.nan, True
 
 
 def _typical(values: np.ndarray) -> float:

@@ -255,7 +255,8 @@ class Judge:
         r.differences = work - r.reference
         found, worst, r.slow_above, r.median_step = stragglers.score_columns(
             work, view.step_s[at], names, r.class_ids, view.own_sd[at], view.window_steps[at], history.before(r.ranks),
-            pauses.without(view.phase_sd[at], names), history.differences_before(r.ranks, len(names), r.keys), r.reference)  # fmt: skip
+            pauses.without(view.phase_sd[at], names), history.differences_before(r.ranks, len(names), r.keys), r.reference,
+            history.wander())  # fmt: skip
         # A whole class slower than it was against the other classes (a node that is a pipeline stage): its members
         # are each other's healthy peers, so only their class's own past tells (watch/analysis/class_growth.py).
         grown, grown_in, grown_above = class_growth.class_excess(
@@ -300,10 +301,14 @@ class Judge:
             return
         paid = self._margins.judge(view.recent_steps[at], view.recent_waits[at], r.class_ids, r.ranks, view.roster, r.median_step)
         spiky = paid.found & ~r.judged_slow
+        # A rank slow at every step of its newest run of steps, which its windows' medians hold only in part yet
+        # (at 1 step a second, for tens of seconds): what the job paid it over that run is its size.
+        r.found = np.where(paid.streak & r.judged_slow, np.maximum(r.found, paid.cost_s), r.found)
         if spiky.any():
             r.found = np.where(spiky, paid.cost_s, r.found)
-            # (slow on some steps: where its window's mean passes its median; at every step its medians say it)
-            r.worst = _spiky_phase(view, idx, view.names, r.worst, spiky & ~np.isnan(paid.every))
+            # (slow on some steps, or at every step of a run its medians do not hold yet: where its window's mean
+            # passes its median; at every step its medians say it)
+            r.worst = _spiky_phase(view, idx, view.names, r.worst, spiky & (~np.isnan(paid.every) | paid.streak))
             r.judged_slow = r.judged_slow | spiky
             r.every[idx[spiky]] = paid.every[spiky]
 
@@ -315,8 +320,16 @@ class Judge:
         # steps, warm-up and lazy initialization, say little of it)
         steps = view.window_steps[r.at]
         settled = (steps >= min(class_growth.SETTLED_STEPS, int(steps.max())))[:, None] if len(steps) else np.zeros((0, 1), bool)
+        own = np.array([name != COMM_PHASE for name in view.names], bool)  # (a wait is no rank's own time)
+        work = r.reference[:, own].sum(axis=1)
+        rise = stragglers.level_rise(work, steps, view.step_s[r.at])
+        # (how far ranks are apart says how they wander in classes of a few at least: of two, the faster is the
+        # reference, and their difference is what is judged)
+        sizes = np.bincount(r.class_ids)[r.class_ids] if r.class_ids is not None else np.full(len(work), len(work))
+        with np.errstate(invalid="ignore", divide="ignore"):
+            strays = np.where(settled[:, 0] & (work > 0) & (sizes >= WANDER_CLASS), r.differences[:, own].sum(axis=1) / work, np.nan)
         self._history.note(r.ranks, r.found, r.judged_slow, view.now, np.where(settled, r.reference, np.nan),
-                           np.where(settled, r.differences, np.nan), r.keys)  # fmt: skip
+                           np.where(settled, r.differences, np.nan), r.keys, rise, strays)  # fmt: skip
         told = self._history.size(r.ranks, r.found, r.judged_slow, view.now)
         r.excess = np.zeros(r.n)
         r.culprit = np.full(r.n, -1, np.int64)
@@ -423,6 +436,11 @@ def _table(view: JobView, r: _Ranks, why: dict[int, Any]) -> RankTable:
         every=r.every,
         **_message_columns(view, r.peers),
     )
+
+
+#: Ranks' spread about their class's reference tells how they wander (stragglers.ExcessHistory.wander) in classes
+#: of this many ranks at least.
+WANDER_CLASS = 4
 
 
 def _own_columns(names: list[str]) -> np.ndarray:

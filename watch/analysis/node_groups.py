@@ -24,12 +24,15 @@ from __future__ import annotations
 
 import numpy as np
 
-from ranktop.watch.analysis.stragglers import (HARDWARE_SPREAD, MEDIAN_ERROR, NOISE_Z, SLOW_FLOOR_FRACTION, SLOW_FLOOR_S,
-                                               peer_groups)  # fmt: skip
+from ranktop.watch.analysis.stragglers import MEDIAN_ERROR, NOISE_Z, SLOW_FLOOR_FRACTION, SLOW_FLOOR_S, peer_groups
 from ranktop.wire.names import COMM_PHASE
 
 #: A node counts when it holds this many of its class's ranks at least.
 MIN_RANKS = 2
+#: A node is slow past the floor plus this share of a healthy node's work: what two nodes' healthy hardware may
+#: differ by as a whole. A node is judged by its healthy rank, which a rank's own lasting bias does not move, so
+#: this is less than twice a rank's allowance against one peer (stragglers.HARDWARE_SPREAD).
+NODE_SPREAD = 0.04
 
 
 def node_excess(work: np.ndarray, names: list[str], class_ids: np.ndarray | None, host_id: np.ndarray,
@@ -77,7 +80,7 @@ def node_excess(work: np.ndarray, names: list[str], class_ids: np.ndarray | None
         spread = _lower_middle_of_groups(noise[ids], at, starts, sizes)
         steps = np.maximum(1.0, _lower_middle_of_groups(window_steps[ids].astype(np.float64), at, starts, sizes))
         error = MEDIAN_ERROR * spread / np.sqrt(steps) / np.sqrt(sizes)
-        floor = max(SLOW_FLOOR_S, (SLOW_FLOOR_FRACTION + 2 * HARDWARE_SPREAD) * healthy)
+        floor = max(SLOW_FLOOR_S, (SLOW_FLOOR_FRACTION + NODE_SPREAD) * healthy)
         excess[ids] = sizes_s[at]
         culprit[ids] = np.where(sizes_s[at] > 0, columns[np.argmax(beyond, axis=1)][at], -1)
         bar[ids] = np.maximum(floor, z * error * np.sqrt(2.0))[at]

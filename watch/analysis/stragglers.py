@@ -65,7 +65,17 @@ NOISE_ANY = 1e-3
 #: plus what healthy hardware may differ by: a rank may be this much slower than the median rank for good (a
 #: typical reference, from three peers on), twice that against a single peer (the faster of two may itself be
 #: that much faster). A rank 2% slower for good is no straggler; one that became 3% slower, or is 5%, is.
-HARDWARE_SPREAD = 0.02
+HARDWARE_SPREAD = 0.03
+#: Where healthy ranks' speeds wander (their own time's spread about their class's reference of late, a standard
+#: deviation: :meth:`ExcessHistory.wander`), a rank that did not grow is slow past the floor plus this many times
+#: that spread, if it is more than the hardware spread: ranks wandering ±4% over tens of seconds are at times 6-8%
+#: apart (issue 46, item 7).
+WANDER_TIMES = 2.0
+#: A rank's level follows its excess up by the floor over this many of its windows' lengths, this many seconds at
+#: least (:func:`level_rise`): a rank that grew by the floor within fewer is one that became slower, one whose speed
+#: crept up as far more slowly drifted (issue 46, item 7), and is held to the floor plus the hardware spread.
+RISE_WINDOWS = 3.0
+RISE_MIN_S = 6.0
 #: Without the ranks' noise (rows made by hand, old recordings): this many MADs of every rank's excess instead.
 SPREAD_MADS = 3.0
 #: The noise test above weighs an excess (positive parts beyond the reference, summed over phases) with the
@@ -83,6 +93,7 @@ def score_columns(
     phases: np.ndarray, steps: np.ndarray, names: list[str], class_ids: np.ndarray | None = None,
     own_sd: np.ndarray | None = None, window_steps: np.ndarray | None = None, before: np.ndarray | None = None,
     phase_sd: np.ndarray | None = None, phase_before: np.ndarray | None = None, reference: np.ndarray | None = None,
+    wander: float = 0.0,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, float | None]:  # fmt: skip
     """The comparison over columns: ``phases`` (ranks x names, own seconds) and ``steps`` (seconds) of the
     live ranks with statistics; ``class_ids`` (a small whole number per rank) their peer classes; ``own_sd``
@@ -92,7 +103,9 @@ def score_columns(
     each phase varies from step to step and ``phase_before`` each phase's time beyond the reference when last
     healthy (None: not known; see :func:`_phase_beyond`); ``reference`` (ranks x names) each one's class's healthy
     peer, where the caller worked it out already (watch/analysis/class_growth.py ``references`` of these phases
-    and classes; None: worked out here).
+    and classes; None: worked out here); ``wander`` how far healthy ranks' own time spreads about their class's
+    reference of late, a share of it (:meth:`ExcessHistory.wander`): a rank that did not grow is slow past the
+    floor plus the hardware spread or that many times it, the more.
     Per rank its excess (seconds beyond a healthy peer's, summed over phases, less what every peer shows of
     noise) and its culprit (an index into ``names``, -1: none); per rank the excess past which it is slow;
     the median step (None: no rank)."""
@@ -132,11 +145,21 @@ def score_columns(
     if n >= EMPIRICAL_FROM:  # and past what the ranks' excess itself spreads, at the same odds
         empirical = middle_excess + _noise_z(peers) * MAD_SIGMA * mad
         floor, whole = np.maximum(floor, empirical), np.maximum(whole, empirical)
-    spread = np.where(peers > 1, 1.0, 2.0) * HARDWARE_SPREAD * healthy
+    spread = np.where(peers > 1, 1.0, 2.0) * np.maximum(HARDWARE_SPREAD, WANDER_TIMES * wander) * healthy
     # Grown since it was last healthy by more than the floor and the whole step's noise (a phase's noise alone
     # would let a rank a little slower for good, its hardware, be seen to grow whenever its noise rises).
     grew = (excess - before > whole if before is not None else np.zeros(n, bool)) | beyond
     return excess, culprit, np.where(grew, floor, floor + spread), median_step
+
+
+def level_rise(work: np.ndarray, window_steps: np.ndarray, step_s: np.ndarray) -> np.ndarray:
+    """How fast a healthy rank's level (:class:`ExcessHistory`) follows its excess up, seconds a second: by the
+    floor (a share of ``work``, a healthy peer's own seconds a step) over :data:`RISE_WINDOWS` of its windows'
+    lengths (``window_steps`` steps of ``step_s`` seconds), :data:`RISE_MIN_S` at least. A fault's onset moves its
+    windows' medians by its size within one window's length, past the level by the floor from 4.5% on; a drift
+    creeps, and the level keeps up with it."""
+    span = np.maximum(RISE_MIN_S, RISE_WINDOWS * np.nan_to_num(window_steps * step_s))
+    return SLOW_FLOOR_FRACTION * np.nan_to_num(work) / span
 
 
 def _noise_z(peers: np.ndarray) -> np.ndarray:
@@ -149,10 +172,15 @@ def _noise_z(peers: np.ndarray) -> np.ndarray:
 class ExcessHistory:
     """Each rank's excess when it was last seen healthy, from one snapshot to the next: the judge asks what it was
     (:meth:`before`) and tells what it is (:meth:`note`). It follows a healthy rank's excess down fast (a job's
-    warm-up is over in seconds) and up slowly (:data:`FOLLOW_S`), and stands still while the rank is slow: not at
-    once down, or its level would be the lowest its noise ever took it to. A rank that is a little slower for good
-    (its hardware) has that as its own level, a rank that became slower stands out from its own level. Kept by
-    the aggregator as it keeps the peer classes (snapshots taken on two threads at once share it: a lock)."""
+    warm-up is over in seconds) and up slowly, and stands still while the rank is slow: not at once down, or its
+    level would be the lowest its noise ever took it to. A rank that is a little slower for good (its hardware)
+    has that as its own level, a rank that became slower stands out from its own level.
+
+    Up, at most by the floor over a few of its windows' lengths (``rise``, :meth:`note`), where the judge knows
+    them: a fault starts at once, and its windows' medians take it in over one window's length; a healthy rank's
+    speed drifts a few percent over tens of seconds (clocks, heat, the OS: issue 46's "drift is not a fault"),
+    and its level keeps up with that. Without ``rise``, over :data:`FOLLOW_S`. Kept by the aggregator as it
+    keeps the peer classes (snapshots taken on two threads at once share it: a lock)."""
 
     #: How long the excess a healthy rank shows takes to become its level (1 - 1/e of it), seconds: up, down.
     FOLLOW_S = 30.0
@@ -163,16 +191,41 @@ class ExcessHistory:
     #: window's length at 16 steps a second): a window's median of a job whose inputs vary 15% step to step is
     #: 1% of the step off, a fifth of a 5% slowdown; the average of the windows of 4 s is 0.6 times that.
     SIZE_FOLLOW_S = 4.0
+    #: A rank's levels stand still for this long after it was last judged slow, seconds.
+    HOLD_S = 15.0
+    #: The ranks' spread about their reference is averaged over about this long (:meth:`wander`).
+    WANDER_S = 60.0
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._ranks = np.zeros(0, np.int64)  # ascending
         self._level = np.zeros(0)
+        self._slow_at = np.zeros(0)  # per rank: when it was last judged slow (-inf: never)
         self._reference = np.zeros((0, 0))  # per rank and phase: its class's reference (watch/analysis/class_growth.py)
         self._differences = np.zeros((0, 0))  # per rank and phase: its time beyond that reference
         self._classes = np.zeros(0, np.int64)  # per rank: the class those two were noted in (class_growth.class_keys)
         self._at = -np.inf
         self._sizes = (np.zeros(0, np.int64), np.zeros(0), -np.inf)  # (slow ranks ascending, their size told, when)
+        self._wander, self._first = 0.0, np.inf  # (:meth:`wander`; when the first look it counts was)
+
+    def wander(self) -> float:
+        """How far healthy ranks' own time spreads about their class's reference of late, a share of that
+        reference's: at each look the spread of the ranks not judged slow (a standard deviation, from their MAD),
+        averaged over :data:`WANDER_S` (over the looks so far, before that). Ranks that drift a few percent over
+        tens of seconds are that far apart at any moment without a fault; ranks whose speeds hold, by their
+        windows' noise."""
+        with self._lock:
+            return self._wander
+
+    def _note_wander(self, shares: np.ndarray, since: float, now: float) -> None:
+        """Fold one look's ``shares`` (healthy ranks' own time beyond their reference, a share of it) into the
+        wander."""
+        if len(shares) < 2 or not np.isfinite(self._at) or now <= self._at:
+            return
+        self._first = min(self._first, self._at)
+        spread = MAD_SIGMA * float(np.median(np.abs(shares - np.median(shares))))
+        weight = max(1.0 - np.exp(-since / self.WANDER_S), since / max(now - self._first, since))
+        self._wander += weight * (spread - self._wander)
 
     def size(self, ranks: np.ndarray, excess: np.ndarray, slow: np.ndarray, now: float) -> np.ndarray:
         """The size to tell of each of ``ranks`` (its ``excess`` now; those ``slow``, their excess averaged over
@@ -223,10 +276,14 @@ class ExcessHistory:
 
     def note(self, ranks: np.ndarray, excess: np.ndarray, slow: np.ndarray, now: float,
              reference: np.ndarray | None = None, differences: np.ndarray | None = None,
-             classes: np.ndarray | None = None) -> None:  # fmt: skip
+             classes: np.ndarray | None = None, rise: np.ndarray | None = None,
+             strays: np.ndarray | None = None) -> None:  # fmt: skip
         """What ``ranks`` showed at ``now`` (the viewer's clock): their excess, which were judged slow, their
         classes' reference per phase and their phases less it (None: not kept), and the class each is in
-        (:func:`~ranktop.watch.analysis.class_growth.class_keys`; None: all one)."""
+        (:func:`~ranktop.watch.analysis.class_growth.class_keys`; None: all one); ``rise``: how fast each one's
+        level may follow its excess up, seconds per second (:func:`level_rise`; None: over :data:`FOLLOW_S`);
+        ``strays``: each one's own time beyond its class's reference, a share of it (NaN: not known; None: none
+        known), for :meth:`wander`."""
         if classes is None:
             classes = np.zeros(len(ranks), np.int64)
         with self._lock:
@@ -237,7 +294,17 @@ class ExcessHistory:
                 moved = level + np.where(value > level, up, down) * (value - level)
                 return np.where(np.isnan(level), value, np.where(held, level, moved))
 
-            level = follow(self._lookup(ranks, self._level), excess, slow)
+            if strays is not None:
+                self._note_wander(np.asarray(strays)[~slow & ~np.isnan(strays)], since, now)
+            # (held while slow, and for HOLD_S after: a slowdown that the noise, or a drift, takes under its bar for
+            # a look is not taken into its level meanwhile)
+            slow_at = np.where(slow, now, self._lookup(ranks, self._slow_at, missing=-np.inf))
+            held = slow_at > now - self.HOLD_S
+            was = self._lookup(ranks, self._level)
+            level = follow(was, excess, held)
+            if rise is not None and np.isfinite(since):  # up by a drift's pace at most, down as before
+                climbed = np.minimum(excess, was + np.asarray(rise) * since)
+                level = np.where(np.isnan(was) | held | (excess <= was), level, climbed)
             ranks = np.asarray(ranks, np.int64)
             # (a view's ranks come ascending: no sort then)
             order = slice(None) if len(ranks) < 2 or bool((ranks[1:] > ranks[:-1]).all()) else np.argsort(ranks, kind="stable")
@@ -250,10 +317,11 @@ class ExcessHistory:
                 # make the noise look like growth), held while slow
                 before = self._in_class(ranks, self._differences, differences.shape[1], classes)
                 moved = before + (1.0 - np.exp(-since / self.PHASE_FOLLOW_S)) * (differences - before)
-                self._differences = np.where(np.isnan(before), differences, np.where(slow[:, None], before, moved))[order]
+                self._differences = np.where(np.isnan(before), differences, np.where(held[:, None], before, moved))[order]
             else:
                 self._differences = np.zeros((0, 0))
             self._ranks, self._level, self._at = np.array(ranks, np.int64)[order], level[order], max(self._at, now)
+            self._slow_at = slow_at[order]
             self._classes = np.array(classes, np.int64)[order]  # (copies: never a view of the caller's arrays)
 
     def _lookup(self, ranks: np.ndarray, levels: np.ndarray, missing: float = np.nan) -> np.ndarray:
