@@ -304,6 +304,11 @@ class MarginBook:
                 if chance < ALPHA / size and lately and (not steady or beyond[i == ids][0] >= STEADY_COST_SHARE * median_step):
                     found[i] = True
                     every[i] = np.nan if steady else often
+                    if self._streak[i] >= MIN_FAR and self._streak[i] >= self._far_now[i] - 1.0:
+                        # (its far steps of late are one run, its newest: slow at every step since, not now and
+                        # then; what it cost over the run, not over steps from before it)
+                        every[i], streaks[i] = np.nan, True
+                        cost_s[i] = max(self._streak_cost[i] / self._streak[i] - typical, cost_s[i])
             self._judge_streaks(ids, size, typical, median_step, counted_all, found, cost_s, every, streaks)
             watch.extend(ids[streaks[ids]].tolist())
         self.watch = ranks[np.unique(np.array(watch[:WATCH], np.int64))] if watch else np.zeros(0, np.int64)
