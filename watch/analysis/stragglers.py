@@ -79,7 +79,7 @@ WANDER_TIMES = 2.0
 #: inputs vary, or that pauses, strays by its noise), and pays nothing.
 DRIFT_TIMES = 2.0
 DRIFT_QUIET = 0.01
-DRIFT_NOISES = 6.0
+DRIFT_NOISES = 4.0
 #: A rank's level follows its excess up by the floor over this many of its windows' lengths, this many seconds at
 #: least (:func:`level_rise`): a rank that grew by the floor within fewer is one that became slower, one whose speed
 #: crept up as far more slowly drifted (issue 46, item 7), and is held to the floor plus the hardware spread.
@@ -229,7 +229,8 @@ class ExcessHistory:
         self._sizes = (np.zeros(0, np.int64), np.zeros(0), -np.inf)  # (slow ranks ascending, their size told, when)
         self._wander, self._first = 0.0, np.inf  # (:meth:`wander`; when the first look it counts was)
         self._mean = np.zeros(0)  # per rank: its own time beyond its reference averaged over DRIFT_MEAN_S (NaN: not known)
-        self._drift, self._noise = 0.0, 0.0  # (:meth:`drift`: how far ranks stray, beyond their windows' noise; that noise)
+        # (:meth:`drift`: how far ranks stray, beyond their windows' noise; that noise; when the first look it counts was)
+        self._drift, self._noise, self._drift_from = 0.0, 0.0, np.inf
 
     def wander(self) -> float:
         """How far healthy ranks' own time spreads about their class's reference of late, a share of that
@@ -244,7 +245,8 @@ class ExcessHistory:
         """How far healthy ranks drift, a share of their reference's own time: at each look the spread (a
         standard deviation, from the median distance) of each one's own time beyond its class's reference less its
         own average of it over :data:`DRIFT_MEAN_S`, beyond what its window's median's error explains, averaged
-        over :data:`DRIFT_S`; 0 where that is under :data:`DRIFT_NOISES` times the error (noise, no drift).
+        over :data:`DRIFT_S` (over the looks so far, before that); 0 where that is under :data:`DRIFT_NOISES`
+        times the error (noise, no drift).
         Unlike :meth:`wander`, a rank a little slower for good (its hardware) does not count: it strays from its
         reference, not from its own past."""
         with self._lock:
@@ -261,7 +263,8 @@ class ExcessHistory:
             spread = MAD_SIGMA * float(np.median(np.abs(dev[ok])))
             floor = float(np.median(noise[ok])) if noise is not None else 0.0
             beyond = float(np.sqrt(max(0.0, spread**2 - floor**2)))
-            weight = 1.0 - np.exp(-since / self.DRIFT_S)
+            self._drift_from = min(self._drift_from, self._at)
+            weight = max(1.0 - np.exp(-since / self.DRIFT_S), since / max(now - self._drift_from, since))
             self._drift += weight * (beyond - self._drift)
             self._noise += weight * (floor - self._noise)
         w = 1.0 - np.exp(-since / self.DRIFT_MEAN_S) if np.isfinite(since) else 1.0
