@@ -9,9 +9,11 @@ clock; benchmarks/drift.py counts the episodes over longer runs."""
 import math
 import random
 
+import numpy as np
 import pytest
 
 from ranktop.watch.aggregator import Aggregator
+from ranktop.watch.analysis import stragglers
 from ranktop.watch.model.verdict import verdict
 import messages
 
@@ -91,3 +93,27 @@ def test_a_second_smaller_straggler_that_began_with_a_larger_one_is_named_too():
     assert named_after(looks, 1, 30) is not None and named_after(looks, 1, 30) <= 10
     after = named_after(looks, 4, 30)
     assert after is not None and after <= 10, [(round(at, 1), v.text, v.ranks) for at, v in looks if at > 29][:20]
+
+
+def _drift_of(amp, bias, seed=0, world=8, seconds=120):
+    """stragglers.ExcessHistory.drift after ``seconds`` of looks twice a second at ``world`` ranks, each one's own
+    time beyond its reference a sine of ±``amp`` over 20-60 s plus a lasting ``bias`` (uniform ±) and its window
+    median's noise (0.3%)."""
+    rng = random.Random(seed)
+    history = stragglers.ExcessHistory()
+    ranks = np.arange(world)
+    phase = [rng.uniform(0, 2 * math.pi) for _ in ranks]
+    period = [rng.uniform(20, 60) for _ in ranks]
+    lasting = [rng.uniform(-bias, bias) for _ in ranks]
+    for look in range(2 * seconds):
+        t = look / 2
+        strays = np.array([lasting[r] + amp * math.sin(2 * math.pi * t / period[r] + phase[r]) + rng.gauss(0, 0.003) for r in ranks])
+        history.note(ranks, np.zeros(world), np.zeros(world, bool), 1000.0 + t, strays=strays, noise=np.full(world, 0.003))
+    return history.drift()
+
+
+def test_ranks_that_drift_are_told_from_ranks_that_differ_for_good():
+    """The drift measure counts how far ranks stray from their own recent past beyond their windows' noise: ±4% over
+    20-60 s is a drift of 2-3%; ranks ±3% apart for good (their hardware) with the same noise do not drift."""
+    assert all(0.015 < _drift_of(0.04, 0.0, seed) < 0.04 for seed in range(3))
+    assert all(_drift_of(0.0, 0.03, seed) == 0.0 for seed in range(3))

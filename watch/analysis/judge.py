@@ -256,7 +256,7 @@ class Judge:
         found, worst, r.slow_above, r.median_step = stragglers.score_columns(
             work, view.step_s[at], names, r.class_ids, view.own_sd[at], view.window_steps[at], history.before(r.ranks),
             pauses.without(view.phase_sd[at], names), history.differences_before(r.ranks, len(names), r.keys), r.reference,
-            history.wander())  # fmt: skip
+            history.wander(), history.drift())  # fmt: skip
         # A whole class slower than it was against the other classes (a node that is a pipeline stage): its members
         # are each other's healthy peers, so only their class's own past tells (watch/analysis/class_growth.py).
         grown, grown_in, grown_above = class_growth.class_excess(
@@ -328,8 +328,10 @@ class Judge:
         sizes = np.bincount(r.class_ids)[r.class_ids] if r.class_ids is not None else np.full(len(work), len(work))
         with np.errstate(invalid="ignore", divide="ignore"):
             strays = np.where(settled[:, 0] & (work > 0) & (sizes >= WANDER_CLASS), r.differences[:, own].sum(axis=1) / work, np.nan)
+            # (and how far its window's median of it is off by noise alone: stragglers.ExcessHistory.drift)
+            noise = stragglers.MEDIAN_ERROR * np.nan_to_num(view.own_sd[r.at]) / np.sqrt(np.maximum(steps, 1)) / work
         self._history.note(r.ranks, r.found, r.judged_slow, view.now, np.where(settled, r.reference, np.nan),
-                           np.where(settled, r.differences, np.nan), r.keys, rise, strays)  # fmt: skip
+                           np.where(settled, r.differences, np.nan), r.keys, rise, strays, noise)  # fmt: skip
         told = self._history.size(r.ranks, r.found, r.judged_slow, view.now)
         r.excess = np.zeros(r.n)
         r.culprit = np.full(r.n, -1, np.int64)

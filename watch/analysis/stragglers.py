@@ -71,6 +71,15 @@ HARDWARE_SPREAD = 0.03
 #: that spread, if it is more than the hardware spread: ranks wandering ±4% over tens of seconds are at times 6-8%
 #: apart (issue 46, item 7).
 WANDER_TIMES = 2.0
+#: Where healthy ranks drift (:meth:`ExcessHistory.drift`: how far their own time strays from its own average of
+#: the last seconds, beyond what their windows' noise explains, by more than :data:`DRIFT_QUIET` of their work), a
+#: rank whose excess outran its level has grown only past the noise and this many times that much more: a crest
+#: of a rank wandering ±4% over 20 s outruns its level as fast as a 5% fault's onset does (issue 46, item 7). A
+#: job whose ranks stray less than :data:`DRIFT_NOISES` times their windows' noise is not drifting (a job whose
+#: inputs vary, or that pauses, strays by its noise), and pays nothing.
+DRIFT_TIMES = 2.0
+DRIFT_QUIET = 0.01
+DRIFT_NOISES = 4.0
 #: A rank's level follows its excess up by the floor over this many of its windows' lengths, this many seconds at
 #: least (:func:`level_rise`): a rank that grew by the floor within fewer is one that became slower, one whose speed
 #: crept up as far more slowly drifted (issue 46, item 7), and is held to the floor plus the hardware spread.
@@ -93,7 +102,7 @@ def score_columns(
     phases: np.ndarray, steps: np.ndarray, names: list[str], class_ids: np.ndarray | None = None,
     own_sd: np.ndarray | None = None, window_steps: np.ndarray | None = None, before: np.ndarray | None = None,
     phase_sd: np.ndarray | None = None, phase_before: np.ndarray | None = None, reference: np.ndarray | None = None,
-    wander: float = 0.0,
+    wander: float = 0.0, drift: float = 0.0,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, float | None]:  # fmt: skip
     """The comparison over columns: ``phases`` (ranks x names, own seconds) and ``steps`` (seconds) of the
     live ranks with statistics; ``class_ids`` (a small whole number per rank) their peer classes; ``own_sd``
@@ -105,7 +114,9 @@ def score_columns(
     peer, where the caller worked it out already (watch/analysis/class_growth.py ``references`` of these phases
     and classes; None: worked out here); ``wander`` how far healthy ranks' own time spreads about their class's
     reference of late, a share of it (:meth:`ExcessHistory.wander`): a rank that did not grow is slow past the
-    floor plus the hardware spread or that many times it, the more.
+    floor plus the hardware spread or that many times it, the more; ``drift`` how far healthy ranks drift beyond
+    their windows' noise (:meth:`ExcessHistory.drift`): a rank grew only past :data:`DRIFT_TIMES` that, less
+    :data:`DRIFT_QUIET`, more.
     Per rank its excess (seconds beyond a healthy peer's, summed over phases, less what every peer shows of
     noise) and its culprit (an index into ``names``, -1: none); per rank the excess past which it is slow;
     the median step (None: no rank)."""
@@ -149,6 +160,11 @@ def score_columns(
     # Grown since it was last healthy by more than the floor and the whole step's noise (a phase's noise alone
     # would let a rank a little slower for good, its hardware, be seen to grow whenever its noise rises).
     grew = (excess - before > whole if before is not None else np.zeros(n, bool)) | beyond
+    # Where healthy ranks drift (DRIFT_TIMES), a rank's crest outruns its level as a fault's onset does: it grew
+    # only past that much more.
+    lift = DRIFT_TIMES * max(0.0, drift - DRIFT_QUIET) * healthy
+    if before is not None and lift.any():
+        grew &= excess - before > whole + lift
     return excess, culprit, np.where(grew, floor, floor + spread), median_step
 
 
@@ -179,7 +195,8 @@ class ExcessHistory:
     Up, at most by the floor over a few of its windows' lengths (``rise``, :meth:`note`), where the judge knows
     them: a fault starts at once, and its windows' medians take it in over one window's length; a healthy rank's
     speed drifts a few percent over tens of seconds (clocks, heat, the OS: issue 46's "drift is not a fault"),
-    and its level keeps up with that. Without ``rise``, over :data:`FOLLOW_S`. Kept by the aggregator as it
+    and its level keeps up with that. Without ``rise``, over :data:`FOLLOW_S`. Where the ranks' speeds wander
+    faster than that (:meth:`drift`), a rank grew only past what they stray. Kept by the aggregator as it
     keeps the peer classes (snapshots taken on two threads at once share it: a lock)."""
 
     #: How long the excess a healthy rank shows takes to become its level (1 - 1/e of it), seconds: up, down.
@@ -195,6 +212,10 @@ class ExcessHistory:
     HOLD_S = 15.0
     #: The ranks' spread about their reference is averaged over about this long (:meth:`wander`).
     WANDER_S = 60.0
+    #: How far each rank strays from its own average over about this long (a drift of tens of seconds, not its
+    #: hardware), averaged over the ranks' looks over about :data:`DRIFT_S` (:meth:`drift`).
+    DRIFT_MEAN_S = 10.0
+    DRIFT_S = 30.0
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -207,6 +228,9 @@ class ExcessHistory:
         self._at = -np.inf
         self._sizes = (np.zeros(0, np.int64), np.zeros(0), -np.inf)  # (slow ranks ascending, their size told, when)
         self._wander, self._first = 0.0, np.inf  # (:meth:`wander`; when the first look it counts was)
+        self._mean = np.zeros(0)  # per rank: its own time beyond its reference averaged over DRIFT_MEAN_S (NaN: not known)
+        # (:meth:`drift`: how far ranks stray, beyond their windows' noise; that noise; when the first look it counts was)
+        self._drift, self._noise, self._drift_from = 0.0, 0.0, np.inf
 
     def wander(self) -> float:
         """How far healthy ranks' own time spreads about their class's reference of late, a share of that
@@ -216,6 +240,35 @@ class ExcessHistory:
         windows' noise."""
         with self._lock:
             return self._wander
+
+    def drift(self) -> float:
+        """How far healthy ranks drift, a share of their reference's own time: at each look the spread (a
+        standard deviation, from the median distance) of each one's own time beyond its class's reference less its
+        own average of it over :data:`DRIFT_MEAN_S`, beyond what its window's median's error explains, averaged
+        over :data:`DRIFT_S` (over the looks so far, before that); 0 where that is under :data:`DRIFT_NOISES`
+        times the error (noise, no drift).
+        Unlike :meth:`wander`, a rank a little slower for good (its hardware) does not count: it strays from its
+        reference, not from its own past."""
+        with self._lock:
+            return self._drift if self._drift > DRIFT_NOISES * self._noise else 0.0
+
+    def _note_drift(self, ranks: np.ndarray, strays: np.ndarray, noise: np.ndarray | None, slow: np.ndarray, since: float,
+                    now: float) -> np.ndarray:  # fmt: skip
+        """Fold one look's ``strays`` (:meth:`note`) of the ranks not ``slow`` and their windows' ``noise`` into
+        the drift; each rank's average of its strays, for the next look."""
+        mean = self._lookup(ranks, self._mean)
+        dev = strays - mean
+        ok = ~slow & ~np.isnan(dev)
+        if ok.sum() >= 2 and np.isfinite(since) and now > self._at:
+            spread = MAD_SIGMA * float(np.median(np.abs(dev[ok])))
+            floor = float(np.median(noise[ok])) if noise is not None else 0.0
+            beyond = float(np.sqrt(max(0.0, spread**2 - floor**2)))
+            self._drift_from = min(self._drift_from, self._at)
+            weight = max(1.0 - np.exp(-since / self.DRIFT_S), since / max(now - self._drift_from, since))
+            self._drift += weight * (beyond - self._drift)
+            self._noise += weight * (floor - self._noise)
+        w = 1.0 - np.exp(-since / self.DRIFT_MEAN_S) if np.isfinite(since) else 1.0
+        return np.where(np.isnan(mean), strays, np.where(slow | np.isnan(strays), mean, mean + w * (strays - mean)))
 
     def _note_wander(self, shares: np.ndarray, since: float, now: float) -> None:
         """Fold one look's ``shares`` (healthy ranks' own time beyond their reference, a share of it) into the
@@ -277,13 +330,14 @@ class ExcessHistory:
     def note(self, ranks: np.ndarray, excess: np.ndarray, slow: np.ndarray, now: float,
              reference: np.ndarray | None = None, differences: np.ndarray | None = None,
              classes: np.ndarray | None = None, rise: np.ndarray | None = None,
-             strays: np.ndarray | None = None) -> None:  # fmt: skip
+             strays: np.ndarray | None = None, noise: np.ndarray | None = None) -> None:  # fmt: skip
         """What ``ranks`` showed at ``now`` (the viewer's clock): their excess, which were judged slow, their
         classes' reference per phase and their phases less it (None: not kept), and the class each is in
         (:func:`~ranktop.watch.analysis.class_growth.class_keys`; None: all one); ``rise``: how fast each one's
         level may follow its excess up, seconds per second (:func:`level_rise`; None: over :data:`FOLLOW_S`);
         ``strays``: each one's own time beyond its class's reference, a share of it (NaN: not known; None: none
-        known), for :meth:`wander`."""
+        known), for :meth:`wander` and :meth:`drift`, and ``noise`` the error of its window's median of its own
+        time, a share of the reference's (None: not known)."""
         if classes is None:
             classes = np.zeros(len(ranks), np.int64)
         with self._lock:
@@ -296,6 +350,9 @@ class ExcessHistory:
 
             if strays is not None:
                 self._note_wander(np.asarray(strays)[~slow & ~np.isnan(strays)], since, now)
+                mean = self._note_drift(np.asarray(ranks, np.int64), np.asarray(strays, np.float64), noise, slow, since, now)
+            else:
+                mean = np.full(len(ranks), np.nan)
             # (held while slow, and for HOLD_S after: a slowdown that the noise, or a drift, takes under its bar for
             # a look is not taken into its level meanwhile)
             slow_at = np.where(slow, now, self._lookup(ranks, self._slow_at, missing=-np.inf))
@@ -322,6 +379,7 @@ class ExcessHistory:
                 self._differences = np.zeros((0, 0))
             self._ranks, self._level, self._at = np.array(ranks, np.int64)[order], level[order], max(self._at, now)
             self._slow_at = slow_at[order]
+            self._mean = mean[order]
             self._classes = np.array(classes, np.int64)[order]  # (copies: never a view of the caller's arrays)
 
     def _lookup(self, ranks: np.ndarray, levels: np.ndarray, missing: float = np.nan) -> np.ndarray:
