@@ -15,16 +15,9 @@ warnings.filterwarnings("ignore", message="Failed to initialize NumPy")
 import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
 from torch.nn.parallel import DistributedDataParallel  # noqa: E402
-from torch.utils.data import DataLoader, Dataset  # noqa: E402
+from torch.utils.data import DataLoader  # noqa: E402
 
-
-class Squares(Dataset):
-    def __len__(self):
-        return 1 << 20
-
-    def __getitem__(self, i):
-        x = torch.full((64,), float(i % 97) / 97)
-        return x, x.pow(2).sum(0, keepdim=True)
+from unmodified_ddp import Squares  # noqa: E402  (the same data as the plain DDP job's; tests/jobs is the script's folder)
 
 
 class Compute(torch.nn.Module):
