@@ -102,6 +102,8 @@ class RankScalars:
     progress_at: np.ndarray
     stepped_at: np.ndarray
     step_age: np.ndarray
+    paused_step: np.ndarray
+    paused_at: np.ndarray
     stated: np.ndarray
     capturing: np.ndarray
     refused: np.ndarray
