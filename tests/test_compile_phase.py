@@ -101,3 +101,39 @@ def test_the_compilation_is_no_graph_break_and_no_recompile_of_the_probe_s_makin
     step(rec, model, 3)
     assert watch.compiles == 2  # the first step's warm-up and the new shape's
     assert not counters["graph_break"] and counters["stats"]["unique_graphs"] == 2, dict(counters)
+
+
+EXPLICIT = """
+import sys, time, torch
+from ranktop import probe
+from ranktop.probe import compile_phase
+
+seen = []
+p = probe.init(job="explicit-compile", rendezvous_dir=sys.argv[1])
+model = torch.compile(torch.nn.Linear(4, 4), backend=lambda gm, inputs: seen.append(p.recorder.current_phase) or gm.forward, dynamic=False)
+watch = compile_phase._watch
+deadline = time.monotonic() + 60
+while not watch.registered() and time.monotonic() < deadline:  # dynamo is loaded: the sender's next flush registers
+    time.sleep(0.05)
+for rows in (2, 2, 3, 3):
+    with p.step():
+        with p.phase("forward"):
+            model(torch.randn(rows, 4))
+print(watch.registered(), watch.compiles, seen)
+probe.shutdown()
+"""
+
+
+def test_the_explicit_probe_times_a_recompilation_too_once_its_sender_has_seen_dynamo(tmp_path):
+    """No automatic mode: ``probe.init`` and the script's own steps and phases. The script's ``torch.compile`` loads
+    dynamo after init; the sender thread registers the callbacks at its next flush."""
+    import os
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k != "RANKTOP_AUTO"}
+    out = subprocess.run([sys.executable, "-c", EXPLICIT, str(tmp_path / "rdv")], capture_output=True, text=True, timeout=180,
+                         cwd=tmp_path, env=env)  # fmt: skip
+    assert out.returncode == 0, out.stderr[-3000:]
+    # the first step's compilation (warm-up) and the new shape's, each seen by the compiler inside ``compile``
+    assert out.stdout.strip().splitlines()[-1] == "True 2 ['compile', 'compile']", out.stdout + out.stderr[-2000:]
