@@ -14,7 +14,9 @@ Rules, as for every hook of the probe:
 - nothing is traced, nothing guarded: the callbacks run around dynamo's work, never inside a graph, so there is
   no graph break and no recompile of the probe's making (tests/test_pt2_compat*.py);
 - a fault of ours switches the callbacks off (they return at once from then on) and the probe with them (its
-  ``on_fault``), never the compilation: dynamo would raise whatever a callback raises, so nothing leaves them.
+  ``on_fault``), never the compilation: dynamo would raise whatever a callback raises, so nothing leaves them;
+- a compilation on another thread is not this rank's training: not marked (on a GPU, the autograd engine's
+  device threads run a lazily compiled backward: its compilation stays backward's time).
 
 This module never imports torch: dynamo is looked for in ``sys.modules`` (:func:`settle`), where the script has
 loaded it (``torch.compile`` loads it; automatic mode settles right after, the sender thread at each flush, which also
@@ -43,6 +45,7 @@ class CompileWatch:
         self.open = False  # the phase is open: ours to close at the compilation's end
         self.off = False
         self.compiles = 0  # compilations marked (for tests and the curious)
+        self.busy = False  # one of ours is running: dynamo is iterating its lists, which must not change now
         self._handler: Any = None
 
     def registered(self) -> bool:
@@ -79,6 +82,7 @@ class CompileWatch:
     def started(self, args: Any = None) -> None:
         if self.off or self.thread != _get_ident():
             return
+        self.busy = True  # (a fault now switches the probe off from inside dynamo's loop over the callbacks)
         try:
             rec = self.rec
             if rec.step_started and not self.open:
@@ -87,16 +91,21 @@ class CompileWatch:
                 self.compiles += 1
         except Exception as exc:
             self._fault(exc)
+        finally:
+            self.busy = False
 
     def ended(self, args: Any = None) -> None:
         if not self.open or self.thread != _get_ident():
             return
         self.open = False
+        self.busy = True
         try:
             if self.rec.current_phase == COMPILE_PHASE:  # (a step ended under it already closed it)
                 self.rec.end_phase()
         except Exception as exc:
             self._fault(exc)
+        finally:
+            self.busy = False
 
     def _fault(self, exc: BaseException) -> None:
         self.off = True  # the callbacks stay in dynamo's lists (it may be iterating them) and return at once
@@ -141,7 +150,7 @@ def stop(remove: bool = True) -> None:
     if watch is None:
         return
     watch.off = True
-    if remove and not watch.open:
+    if remove and not watch.open and not watch.busy:
         try:
             watch.remove()
         except Exception:

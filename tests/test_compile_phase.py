@@ -137,3 +137,21 @@ def test_the_explicit_probe_times_a_recompilation_too_once_its_sender_has_seen_d
     assert out.returncode == 0, out.stderr[-3000:]
     # the first step's compilation (warm-up) and the new shape's, each seen by the compiler inside ``compile``
     assert out.stdout.strip().splitlines()[-1] == "True 2 ['compile', 'compile']", out.stdout + out.stderr[-2000:]
+
+
+def test_a_fault_that_switches_the_probe_off_inside_a_callback_leaves_dynamo_s_lists_as_they_are(watched):
+    """The probe's fault handler stops the watch from inside dynamo's loop over the callbacks: removing ours then
+    would skip the next one in the list (another library's). It stays, inert."""
+    rec, watch, model, seen = watched
+    handler = torch._dynamo.callback.callback_handler
+    others: list[str] = []
+    handler.register_start_callback(lambda args: others.append("start"))
+    watch.on_fault = lambda exc: compile_phase.stop()  # what the probe's _deactivate does on the training thread
+    rec.begin_step()
+
+    def broken(name):
+        raise RuntimeError("ours")
+
+    rec.begin_phase = broken
+    model(torch.randn(6, 4))
+    assert watch.off and others == ["start"] and watch.started in handler.start_callbacks
