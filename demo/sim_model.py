@@ -367,8 +367,7 @@ class JobModel:
         longer at its first collective: a rank slow after its step's last collective holds the others back at the
         next step's first one, as in a real job (and arrives last there: watch/analysis/arrivals.py). ``pauses``:
         rank -> (phase, seconds) of its tail spent saving a checkpoint or evaluating, or of its forward compiling
-        (:attr:`JobStep.pauses`). Called
-        once per step, in order."""
+        (:attr:`JobStep.pauses`). Called once per step, in order."""
         count = len(self.ops)
         if arrivals is None or tails is None:
             arrivals = np.array([row[1] for row in rows], np.float64).reshape(len(rows), count)
