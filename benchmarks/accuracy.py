@@ -46,8 +46,8 @@ costs the job alone:
   (every other family runs at 16);
 - ``stall`` (a rank stops: the job hangs), ``silent`` (a rank dies);
 - healthy: ``healthy``, ``checkpoint`` (rank 0 saves 1-10 s, twice, the others
-  wait), ``eval`` (every rank evaluates 5-20 s), ``recompile`` (one rank pauses
-  1-10 s once).
+  wait), ``eval`` (every rank evaluates 5-20 s), ``recompile`` (one rank compiles
+  1-10 s once in forward, timed as the phase ``compile``, the others wait).
 
 Noises (on top of the model's 3% gaussian and its 1% chance of a 25% spike):
 ``gauss``; ``bias`` (each rank +-2% for good); ``pauses`` (Pareto, on random
@@ -173,7 +173,7 @@ SPARSE = 3
 LINGER_S = 10.0
 RAMP_S = 40.0
 #: Verdict kinds that name nobody as wrong (the detector may gain "checkpoint" and "eval": they are no alarm).
-QUIET = {HEALTHY, WARMING_UP, WAITING, ENDED_JOB, IMBALANCED, "checkpoint", "eval"}
+QUIET = {HEALTHY, WARMING_UP, WAITING, ENDED_JOB, IMBALANCED, "checkpoint", "eval", "compile"}
 RANK_KINDS = (SLOW_RANK, SLOW_NODE)
 
 
@@ -519,15 +519,19 @@ class NoisyJob(JobModel):
         return step
 
     def _pauses(self, t: float) -> dict[int, tuple[str, float]]:
-        """The ranks saving a checkpoint or evaluating in the step starting ``t`` seconds into the job, and for how
-        long: their probes time it as the phase ``checkpoint`` or ``eval`` (probe/auto.py), as the simulator sends
-        it (demo/sim_model.py JobStep.pauses). A recompilation is no pause: it stays in forward."""
+        """The ranks saving a checkpoint, evaluating or recompiling in the step starting ``t`` seconds into the job,
+        and for how long: their probes time it as the phase ``checkpoint``, ``eval`` (probe/auto.py) or ``compile``
+        (probe/compile_phase.py: dynamo's compile callbacks), as the simulator sends it (demo/sim_model.py
+        JobStep.pauses). A recompilation happens in the forward it compiles: its seconds are in forward's row
+        (:meth:`_perturbed`) and the record takes them out of forward (JobModel.records)."""
         case = self.case
-        if not (self._planned and t >= self._planned[0]) or case.fault not in ("checkpoint", "eval"):
+        if not (self._planned and t >= self._planned[0]) or case.fault not in ("checkpoint", "eval", "recompile"):
             return {}
         extra = case.lasts_s or 0.0
         if case.fault == "checkpoint":
             return {0: ("checkpoint", extra)}
+        if case.fault == "recompile":
+            return {self.culprits[0]: ("compile", extra)}
         return {r: ("eval", extra) for r in range(self.s.ranks)}
 
     def _perturbed(self, n: int, t: float) -> dict[int, tuple[float, list[float], float]]:

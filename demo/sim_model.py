@@ -35,6 +35,7 @@ from ranktop.wire.link_probes import PROBE_BYTES
 from ranktop.wire import parallel_groups, settings
 from ranktop.wire.messages import Call, CallSummary, Group, LinkRate, OpSummary
 from ranktop.wire.messages import Step
+from ranktop.wire.names import COMPILE_PHASE
 
 RANKS_PER_NODE = 8
 #: Each phase's share of a step; "other" gets the rest.
@@ -175,7 +176,8 @@ class JobStep:
     special: dict[int, Row] = field(default_factory=dict)  # rank -> its row, for the ranks whose row is no table's (a slowed rank)
     early: np.ndarray | None = None  # per rank: how long before ``start`` it began the step (it ended the one before sooner)
     # rank -> (phase, seconds): the ranks that saved a checkpoint or evaluated in this step, at the end of their tail
-    # ("other" in their row), as the probe times them: the phase ``checkpoint`` or ``eval`` (wire/names.py PAUSE_PHASES)
+    # ("other" in their row), or recompiled, at the start of their forward (in "forward" in their row), as the probe
+    # times them: the phase ``checkpoint``, ``eval`` or ``compile`` (wire/names.py PAUSE_PHASES)
     pauses: dict[int, tuple[str, float]] = field(default_factory=dict)
 
     def early_of(self, rank: int) -> float:
@@ -364,8 +366,8 @@ class JobModel:
         last (its tail, optimizer and other, was shorter) begins this one that much earlier and waits that much
         longer at its first collective: a rank slow after its step's last collective holds the others back at the
         next step's first one, as in a real job (and arrives last there: watch/analysis/arrivals.py). ``pauses``:
-        rank -> (phase, seconds) of its tail spent saving a checkpoint or evaluating (:attr:`JobStep.pauses`). Called
-        once per step, in order."""
+        rank -> (phase, seconds) of its tail spent saving a checkpoint or evaluating, or of its forward compiling
+        (:attr:`JobStep.pauses`). Called once per step, in order."""
         count = len(self.ops)
         if arrivals is None or tails is None:
             arrivals = np.array([row[1] for row in rows], np.float64).reshape(len(rows), count)
@@ -393,9 +395,11 @@ class JobModel:
                             ops={op: OpSummary(count, sum(self.sizes[j]), waited, waited, wait + self.longest[j],
                                                self.group_sizes[j], DTYPE, waited, sum(self.sizes[j]))})
             )  # fmt: skip
-        if rank in step.pauses:  # a checkpoint or an evaluation: its own phase, as the probe times it (probe/auto.py)
+        if rank in step.pauses:  # a checkpoint, an evaluation, a compilation: its own phase, as the probe times it
             name, seconds = step.pauses[rank]
             phases[name] = phases.get(name, 0.0) + seconds
+            if name == COMPILE_PHASE:  # compiled in forward: a nested phase's time leaves its parent's (probe/recorder.py)
+                phases["forward"] = max(0.0, phases["forward"] - seconds)
         return Step(n=step.n, t=step.start - early, w=sum(step.latest) + tail + early, p=phases), summaries
 
     @staticmethod

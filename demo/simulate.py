@@ -62,6 +62,7 @@ import zmq
 from ranktop.probe.sender import HEARTBEAT_EVERY_S, HELLO_EVERY_S
 from ranktop.wire import __version__ as PROBE_VERSION
 from ranktop.wire import schema, settings
+from ranktop.wire.names import COMPILE_PHASE
 from ranktop.wire.names import HELLO, STEPS
 from ranktop.transport import fd_limit, rendezvous
 from ranktop.probe.collective_summary import SAMPLE_EVERY_S
@@ -297,7 +298,9 @@ class Simulator:
             phase = "data"  # waiting for a batch that never comes
         elif halted:
             phase = PHASES[ops[0][0]] if ops else "forward"
-        elif pause is not None and now >= self._step_end - pause[1]:
+        elif pause is not None and pause[0] == COMPILE_PHASE and now < self._step_start + pause[1]:
+            phase = pause[0]  # recompiling, at the start of its step's forward (JobStep.pauses)
+        elif pause is not None and pause[0] != COMPILE_PHASE and now >= self._step_end - pause[1]:
             phase = pause[0]  # saving a checkpoint or evaluating, at the end of its step (JobStep.pauses)
         else:
             into = (now - self._step_start) / max(self._step_end - self._step_start, 1e-9)
@@ -317,7 +320,7 @@ class Simulator:
         )  # fmt: skip
 
     def _pausing(self) -> dict[Any, Any]:
-        """The ranks saving a checkpoint or evaluating in the step under way (JobStep.pauses): their state is their own."""
+        """The ranks saving a checkpoint, evaluating or compiling in the step under way (JobStep.pauses): their state is their own."""
         return self._step.pauses if self._step is not None else {}
 
     def _device_samples(self, now: float) -> dict[str, Any]:
@@ -392,8 +395,9 @@ class Simulator:
         """What ``ranks`` send now: their records of ``steps``, or heartbeats without any."""
         causes = self.model.cause_ranks()
         special = {self.s.stall_rank, self.s.silent_rank, *self._pausing(), *causes}
-        # the same for every rank of a node but a stuck, pausing or slowed one (not a slowed one's evidence)
-        state = self.state(next((r for r in ranks if r not in causes), ranks[0]) if causes else ranks[0], now)
+        # the same for every rank of a node but a stuck, pausing or slowed one (not a slowed one's evidence, nor a
+        # pausing one's phase: a node whose first rank recompiles is not a node of ranks compiling)
+        state = self.state(next((r for r in ranks if r not in special), ranks[0]), now)
         sample = self._sample(ranks, steps, now)
         records = self.model.records
         job = self.s.job
@@ -431,14 +435,15 @@ class Simulator:
         phases = sums["phases"] / k
         own = {name: phases[:, i] for i, name in enumerate(PHASES)}  # wire/own_times.py, for every rank at once
         own[OTHER_PHASE] = np.maximum(0.0, wall - phases.sum(axis=1))
-        paused: dict[str, np.ndarray] = {}  # checkpoints and evaluations in these steps (JobStep.pauses): a column each
+        paused: dict[str, np.ndarray] = {}  # checkpoints, evaluations, compilations in these steps (JobStep.pauses): a column each
         for st in steps:
             for r, (name, seconds) in st.pauses.items():
                 for at in np.flatnonzero(every == r).tolist():
                     paused.setdefault(name, np.zeros(len(every)))[at] += seconds / k
         for name, column in paused.items():
             own[name] = column
-            own[OTHER_PHASE] = np.maximum(0.0, own[OTHER_PHASE] - column)
+            spent_in = "forward" if name == COMPILE_PHASE else OTHER_PHASE  # a recompilation is in its forward
+            own[spent_in] = np.maximum(0.0, own[spent_in] - column)
         by_phase: dict[str, np.ndarray] = {}
         for j, (i, _, _) in enumerate(model.ops):
             by_phase[PHASES[i]] = by_phase.get(PHASES[i], 0.0) + sums["waits"][:, j] / k
@@ -456,7 +461,7 @@ class Simulator:
         causes = self.model.cause_ranks()
         special = {self.s.stall_rank, self.s.silent_rank, *self._pausing(), *causes}
         first = nodes[0][0]  # the same for every rank but a stuck, pausing or slowed one (not a slowed one's evidence)
-        state = self.state(next((r for r in first if r not in causes), first[0]) if causes else first[0], now)
+        state = self.state(next((r for r in first if r not in special), first[0]), now)
         at = 0
         for ranks, digest in nodes:
             rows: range | list[int] = range(at, at + len(ranks))

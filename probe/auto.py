@@ -23,6 +23,9 @@ which is the one whose events count; events on other threads are ignored):
   call only. Usually inside the step that has just had its optimizer step.
 - **eval**: an evaluation loop (below), from when it is seen to be one until
   training goes on; carried into the next step.
+- **compile**: torch.compile compiling inside a step (a recompilation), from
+  dynamo's compile callbacks: probe/compile_phase.py, which the explicit probe
+  has too (registered at ``torch.compile`` here, at once).
 
 Steps are contiguous: a complete step ends, and the next begins, at the next
 DataLoader fetch; in a loop with no DataLoader fetch in the step, at the next
@@ -64,7 +67,7 @@ from typing import Any, Callable
 
 from ranktop.wire.names import CHECKPOINT_PHASE, EVAL_PHASE
 
-from . import dynamo_guard
+from . import compile_phase, dynamo_guard
 from .recorder import Recorder
 
 _perf = time.perf_counter  # the recorder's clock (Recorder.push is given its reading)
@@ -382,6 +385,7 @@ class TorchHooks:
             self._patch(torch, "compile", _settling(torch.compile))
         if "torch._dynamo" in sys.modules:
             dynamo_guard.settle()
+            compile_phase.settle()
         iter_class = dataloader._BaseDataLoaderIter
         self._patch(iter_class, "__next__", self._wrap_entry(iter_class.__next__, "_data_depth", "data_begin"))
         self._patch(torch, "save", self._wrap_entry(torch.save, "_save_depth", "checkpoint_begin"))
@@ -615,6 +619,7 @@ class TorchHooks:
             result = original(module, *args, **kwargs)
             try:
                 dynamo_guard.settle()
+                compile_phase.settle()  # its compilations timed as ``compile`` from the first (probe/compile_phase.py)
                 if hooks.installed and not hooks._faulted:
                     hooks._hook_module(module)
             except Exception as exc:
@@ -755,6 +760,7 @@ def _settling(compile_fn: Callable[..., Any]) -> Callable[..., Any]:
     def compile(*args: Any, **kwargs: Any) -> Any:
         result = compile_fn(*args, **kwargs)
         dynamo_guard.settle()
+        compile_phase.settle()  # its compilations timed as ``compile`` from the first (probe/compile_phase.py)
         return result
 
     return compile

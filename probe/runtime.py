@@ -16,7 +16,7 @@ from typing import Any
 
 from ranktop.wire import settings
 
-from . import auto, collectives, device_waits, flops, gpu_timing, process_groups, stream_waits
+from . import auto, collectives, compile_phase, device_waits, flops, gpu_timing, process_groups, stream_waits
 from .evidence import Evidence
 from .collective_tracker import CollectiveTracker
 from ranktop.transport.identity import Identity, detect
@@ -140,6 +140,10 @@ def init(
         active = probe
         collectives.install(probe.collectives)  # only if the script has imported torch.distributed
         gpu_timing.arm(probe)  # device timing, from the first step once the script has CUDA up
+        # torch.compile's compilations inside a step, timed as the phase ``compile`` on this (the training) thread:
+        # registered with dynamo once the script has loaded it (now, at its torch.compile in automatic mode, or by
+        # the sender thread's next flush).
+        compile_phase.start(probe.recorder, threading.get_ident(), probe._fault)
         probe.sender.start()
         probe.resources.start()
         probe.evidence.start()
@@ -170,6 +174,7 @@ def _deactivate(probe: Probe) -> None:
     device_waits.unwatch()
     stream_waits.unwatch()
     auto.stop(remove=threading.current_thread() is not probe.sender)  # never mutate torch's hooks under training
+    compile_phase.stop(remove=threading.current_thread() is not probe.sender)
     if active is probe:
         active = DISABLED
     probe.resources.stop()
@@ -199,6 +204,7 @@ def _after_fork_in_child() -> None:
     device_waits.unwatch()  # a forked child has no CUDA of its own: its Work.wait passes straight through
     stream_waits.unwatch()
     auto.stop(remove=True)
+    compile_phase.stop(remove=False)  # (the parent's registration, copied: inert here)
     active = DISABLED
 
 

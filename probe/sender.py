@@ -45,7 +45,7 @@ from ranktop.wire.messages import (
 from ranktop.transport import background, rendezvous
 from ranktop.transport.captures import capture_folder
 
-from . import collective_summary, commands
+from . import collective_summary, commands, compile_phase
 from .collective_tracker import CollectiveTracker
 from ranktop.transport.identity import Identity
 from .recorder import Recorder
@@ -218,6 +218,7 @@ class Sender(threading.Thread):
                     self._send(pub, self.heartbeat())
                     last_sent = now
                 next_flush = max(next_flush + 1.0 / self.rate_hz, now)  # never a burst to catch up
+                compile_phase.settle()  # dynamo loaded since (the explicit probe's torch.compile): its compilations timed
             timeout_ms = max(0, int((min(next_flush, next_hello) - time.monotonic()) * 1000))
             if poller.poll(min(timeout_ms, 250)):
                 self._handle_commands(pub, sub, verifier)

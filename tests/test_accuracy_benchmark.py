@@ -27,15 +27,15 @@ FAMILY_FIGURES = ("recall", "precision", "size_error_p90", "detect_s_p90", "dete
 #: it has no verdict for (rotating; job_slower is told only when the median rank's own phases grew, not seen enough
 #: yet), a rank slow 1 step in 30 (1 in 3 and 1 in 10 are seen since issue 46 from what the job pays it at its
 #: collectives, watch/analysis/intermittent.py; 1 in 30 has too few slow steps in a scenario's 12 s), an episode
-#: shorter than half a window,
-#: a recompilation's pause of one rank read as a stall (checkpoints and evaluations are seen: the simulator
-#: times them as the probe does, demo/sim_model.py Step.pauses, and the viewer tells them as what they are; the slow
-#: link is seen since issue 47: its relays' probes are simulated). Seen, but under the floor (recall for 10% or more
+#: shorter than half a window
+#: (checkpoints, evaluations and recompilations are seen: the simulator times them as the probe does,
+#: demo/sim_model.py Step.pauses, and the viewer tells them as what they are; the slow link is seen since issue 47:
+#: its relays' probes are simulated). Seen, but under the floor (recall for 10% or more
 #: below 0.95): two stragglers in one phase (the smaller one), slow step rates with heavy-tailed inputs. (Half the job
 #: slow on two nodes of 16 is seen since issue 46: watch/analysis/node_groups.py.)
 KNOWN_BLIND = {
     "intermittent_30", "rotating", "job_slower_phase", "job_slower_all",
-    "short_3s", "recompile",
+    "short_3s",
     "two_same", "rate_0.5", "rate_2",
 }  # fmt: skip
 RECALL_AT_10PCT_FLOOR = 0.95

@@ -21,9 +21,9 @@ def launch(launched):
     """launch(job, *args): tests/jobs/pausing_ranks.py on 2 ranks under ``ranktop launch -- torchrun`` (conftest's
     ``launched``: a rendezvous folder of the test's own), once every rank trains."""
 
-    def start(name: str, *args: str, ranks: int = 2):
+    def start(name: str, *args: str, ranks: int = 2, script: str = "pausing_ranks.py"):
         torchrun = [*TORCHRUN4[:-1], f"--nproc_per_node={ranks}"]
-        launched(name, *torchrun, str(JOBS / "pausing_ranks.py"), *args, ranks=ranks)
+        launched(name, *torchrun, str(JOBS / script), *args, ranks=ranks)
 
     return start
 

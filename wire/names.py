@@ -11,13 +11,15 @@ STANDARD_PHASES = ("data", "forward", "backward", "optimizer")
 OTHER_PHASE = "other"
 #: The name of the time a step spent waiting in collectives (taken out of the phases it happened in).
 COMM_PHASE = "comm"
-#: The phases that are no step's training work: saving a checkpoint, evaluating the model. Automatic mode times
-#: ``torch.save`` and ``torch.distributed.checkpoint``'s saves, and evaluation loops, as these; ``probe.phase()``
-#: of either name is the same. The viewer judges them apart (watch/analysis/pauses.py): never a straggler's work,
-#: and ranks waiting for them are waiting, not stalled.
+#: The phases that are no step's training work: saving a checkpoint, evaluating the model, torch.compile compiling
+#: (a recompilation). Automatic mode times ``torch.save`` and ``torch.distributed.checkpoint``'s saves, and
+#: evaluation loops, as these; the probe, automatic or not, times dynamo's compilations inside a step as
+#: ``compile`` (probe/compile_phase.py); ``probe.phase()`` of any of these names is the same. The viewer judges them
+#: apart (watch/analysis/pauses.py): never a straggler's work, and ranks waiting for them are waiting, not stalled.
 CHECKPOINT_PHASE = "checkpoint"
 EVAL_PHASE = "eval"
-PAUSE_PHASES = (CHECKPOINT_PHASE, EVAL_PHASE)
+COMPILE_PHASE = "compile"
+PAUSE_PHASES = (CHECKPOINT_PHASE, EVAL_PHASE, COMPILE_PHASE)
 
 # Message kinds (the topic frame). Telemetry flows rank -> relay -> TUIs.
 HELLO = "hello"  # a rank's metadata; re-sent periodically so late TUIs learn it

@@ -18,6 +18,7 @@ from ranktop.watch import SILENT, SLOW, STALLED
 from ranktop.watch.model.snapshot import Snapshot
 from ranktop.watch.model.verdict import (
     CHECKPOINT,
+    COMPILE,
     EVAL,
     HEALTHY,
     IMBALANCED,
@@ -44,6 +45,7 @@ STYLES = {
     IMBALANCED: "bold yellow",  # a finding about the pipeline's split, no rank's fault
     CHECKPOINT: "bold yellow",  # what the job chose to spend its time on, no fault: checkpoints, evaluation
     EVAL: "bold yellow",
+    COMPILE: "bold yellow",  # a recompilation the others wait for: no fault, what the job's shapes cost
     JOB_SLOWER: palette.STATUS_STYLES[SLOW],  # every rank slower alike: no culprit among them, but the job pays
 }
 MARKS = {
@@ -55,6 +57,7 @@ MARKS = {
     IMBALANCED: "◆",
     CHECKPOINT: "◆",
     EVAL: "◆",
+    COMPILE: "◆",
     JOB_SLOWER: "▲",
     HEALTHY: "✔",
 }

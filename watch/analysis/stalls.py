@@ -21,12 +21,15 @@ of the stalled ones (an earlier phase breaks a tie: forward comes before the
 backward all-reduce); and when none of those stands out, a rank of the job's
 world this viewer never heard from (a viewer that attached after a rank froze).
 
-A rank saving a checkpoint or evaluating (its open phase ``checkpoint`` or ``eval``, wire/names.py
-PAUSE_PHASES) finishes no step for as long as that takes, and the others wait for it in a barrier or their
-next collective: while any live rank is in one, nobody is stalled (watch/analysis/pauses.py says what the
-pause costs). A job stuck with none under way still is, though later by as long as its pauses take: when one
+A rank saving a checkpoint, evaluating or recompiling (its open phase ``checkpoint``, ``eval`` or ``compile``,
+wire/names.py PAUSE_PHASES) finishes no step for as long as that takes, and the others wait for it in a barrier
+or their next collective: while any live rank is in one, nobody is stalled (watch/analysis/pauses.py says what
+the pause costs). A job stuck with none under way still is, though later by as long as its pauses take: when one
 ends, the rank that paused reports its next step before the ranks that waited for it report theirs (their
-messages are on their way), and for that moment they would read as stalled.
+messages are on their way), and for that moment they would read as stalled. A recompilation comes first in its
+step, not last: after it, the step's rest and its record are still to come while every rank has been stuck as
+long as it took; so a rank still in the step its state last named a pause in holds the stall off for one stall
+limit more (:func:`paying`).
 """
 
 from __future__ import annotations
@@ -148,6 +151,8 @@ class Places:
     coll: np.ndarray  # (ranks, k) int64
     coll_text: Callable[[int], str]  # row i's last collective in words (stacks.collective_text)
     position: Callable[[int], Position]
+    # seconds since its state last named a pause phase in the step it is still in (inf: none; None: not known)
+    paused_ago: np.ndarray | None = None
 
 
 def places_of(positions: Sequence[Position]) -> Places:
@@ -192,7 +197,7 @@ def assess_places(at: Places, policy: StallPolicy = StallPolicy(), world: int | 
     limit = np.where(np.isnan(median), policy.factor * policy.floor_s, np.maximum(policy.factor * median, policy.floor_s)) + grace_s
     starting = (at.last < 0) & np.isnan(median)  # never finished a step and nobody has: still starting up, not stalled
     stalled = ~at.silent & ~starting & (at.stuck > limit)
-    if not stalled.any() or pausing(at).any():
+    if not stalled.any() or pausing(at).any() or paying(at, limit).any():
         return StallReport({}, [], None)
     culprits, how = _culprits(at, stalled)
     live = ~at.silent
@@ -216,6 +221,17 @@ def pausing(at: Places) -> np.ndarray:
     """Per rank: live and saving a checkpoint or evaluating now (its open phase is one of PAUSE_PHASES)."""
     paused = [i for i, name in enumerate(at.names) if name in PAUSE_PHASES]
     return ~at.silent & np.isin(at.phase, paused) if paused else np.zeros(len(at.rank), bool)
+
+
+def paying(at: Places, limit: np.ndarray) -> np.ndarray:
+    """Per rank: live, out of a pause phase (a recompilation, most often: it comes first in its step) but still in
+    the step it paused in, for less than its stall limit since. The others waited for it in their next collective,
+    and nobody's step is over until that collective is: till their records come, every rank reads as stuck for as
+    long as the pause took, and the pause's own record (:func:`pause_grace`) is not in yet. Past the limit, a job
+    stuck after a pause is told as any other."""
+    if at.paused_ago is None:
+        return np.zeros(len(at.rank), bool)
+    return ~at.silent & (at.paused_ago <= limit)
 
 
 def _culprits(at: Places, stalled: np.ndarray) -> tuple[np.ndarray | None, str]:
@@ -376,7 +392,9 @@ def places(view: JobView, now: float, silent: np.ndarray) -> Places:
         coll=np.stack([where["coll_op"][rows], where["coll_seq"][rows], where["coll_b"][rows], flags.astype(np.int64)], axis=1),
         coll_text=lambda i: collective_text(states[int(rows[i])].collective),
         position=position_of,
-    )
+        paused_ago=None if view.paused_step is None or view.paused_at is None else np.where(
+            view.paused_step[rows] == where["state_step"][rows], np.maximum(0.0, now - view.paused_at[rows]), np.inf),
+    )  # fmt: skip
 
 
 def pause_grace(view: JobView, silent: np.ndarray) -> float:

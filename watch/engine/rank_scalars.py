@@ -43,6 +43,11 @@ FIELDS: dict[str, tuple[type, Any]] = {
     "progress_at": (np.float64, 0.0),  # ... and when that state's last finished step last changed (watch/analysis/stalls.py)
     "stepped_at": (np.float64, float("-inf")),  # viewer clock when a step of it last arrived (its own or a digest's)
     "step_age": (np.float64, float("nan")),  # inside a step by its last state: the step's age then (NaN: not in one)
+    # the step in which its state last named a pause phase (wire/names.py PAUSE_PHASES; -1: none), and when: a rank
+    # whose recompilation has ended is still in the step it held up until that step's record comes
+    # (watch/analysis/stalls.py ``paying``)
+    "paused_step": (np.int64, -1),
+    "paused_at": (np.float64, float("-inf")),
     "stated": (np.bool_, False),  # it sent a state
     "capturing": (np.bool_, False),  # its state says a capture is under way at it
     "refused": (np.bool_, False),  # its state says it refused commands
@@ -97,6 +102,8 @@ class RankScalars:
     progress_at: np.ndarray
     stepped_at: np.ndarray
     step_age: np.ndarray
+    paused_step: np.ndarray
+    paused_at: np.ndarray
     stated: np.ndarray
     capturing: np.ndarray
     refused: np.ndarray

@@ -142,6 +142,10 @@ class JobView:
     # the job's collectives and every rank's, as columns (watch/engine/collective_sums.py); None: not gathered this
     # time (a big job's rows are worked out again every few seconds only: watch/aggregator.py)
     collectives: CollectiveSums | None
+    # the step in which its state last named a pause phase (-1: none) and when that state came, viewer clock
+    # (watch/analysis/stalls.py ``paying``); None: not gathered (a view made by hand)
+    paused_step: np.ndarray | None = None
+    paused_at: np.ndarray | None = None
 
 
 @dataclass(frozen=True)
@@ -343,6 +347,9 @@ class RankStore:
         views["stated"][row] = state != NO_STATE
         age = state.step_age  # inside a step: how long it has been in it when the state was sent
         views["step_age"][row] = age if age is not None and state.in_step else NAN
+        if state.in_step and state.phase in PAUSE_PHASES and state.step is not None:
+            views["paused_step"][row] = state.step
+            views["paused_at"][row] = views["state_at"][row]
         views["dropped"][row] = state.dropped or 0
         meta = sc.meta[row]
         rate = state.rate_hz if state.rate_hz is not None else meta.rate_hz if meta is not None else None
@@ -581,6 +588,8 @@ class RankStore:
             captures=_captures(rank, states, np.flatnonzero(sc.capturing[rows]).tolist()),
             by_endpoint=self._ranks_by_endpoint(rank, rows),
             collectives=gather_collectives(self._collectives, rank, rows, now, n <= every_rank_up_to) if collectives else None,
+            paused_step=sc.paused_step[rows],
+            paused_at=sc.paused_at[rows],
         )
 
     def ended(self) -> bool:

@@ -28,7 +28,7 @@ PAUSE_SHARE_FROM = 0.05
 class Pause:
     """Checkpoints or evaluations, as the job pays for them."""
 
-    kind: str  # "checkpoint" or "eval" (wire/names.py PAUSE_PHASES)
+    kind: str  # "checkpoint", "eval" or "compile" (wire/names.py PAUSE_PHASES)
     ranks: list[int]  # the ranks in one now (the longest in it first) or, with none under way, those that had one
     # in their window (the costliest first); at most 8
     count: int  # how many ranks that is
@@ -174,7 +174,7 @@ class Snapshot:
     median_phases: dict[str, float] = field(default_factory=dict)  # each phase's median over the live, scored ranks
     pauses: list[Pause] = field(
         default_factory=list
-    )  # checkpoints and evaluations with a share of the job's time or under way (watch/analysis/pauses.py Pause)
+    )  # checkpoints, evaluations and compilations with a share of the job's time or under way (watch/analysis/pauses.py Pause)
     links: list[Link] = field(default_factory=list)  # the links between nodes the relays measured (watch/engine/link_book.py)
     slow_links: list[SlowLink] = field(default_factory=list)  # the slow nodes and pairs, costliest first (watch/analysis/slow_links.py)
     job_slower: JobSlower | None = None  # the job slower than itself, no rank standing out (watch/analysis/job_pace.py)

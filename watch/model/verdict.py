@@ -8,8 +8,9 @@ from the worst news to the best, and the first that applies is the verdict:
    when one stands out (``snapshot.waiting_for``).
 2. ``silent``: ranks stopped talking while the others go on; a whole node
    silent is named as the node.
-   ``checkpoint`` / ``eval``: a checkpoint's save or an evaluation under way for longer than a stall would
-   take, which the job waits for (never ``stalled``: watch/analysis/pauses.py).
+   ``checkpoint`` / ``eval`` / ``compile``: a checkpoint's save, an evaluation or a torch.compile compilation
+   under way for longer than a stall would take, which the job waits for (never ``stalled``:
+   watch/analysis/pauses.py).
 3. ``slow_link``: a node's network (or one pair's link) is slow and costs the job 5% or more
    (``snapshot.slow_links``, watch/analysis/slow_links.py): named before the slow ranks unless the top one costs
    the job more (a slow node's ranks, whose own work would explain the waits, are never named as a link).
@@ -19,10 +20,10 @@ from the worst news to the best, and the first that applies is the verdict:
    (", because it spends 12 ms per step in Python's garbage collector, ...": watch/analysis/causes.py): "because"
    for a cause that explains half its excess or more, "partly because" from a fifth, and "cause unknown: not
    GC, CPU contention, ..." when none does, listing what its evidence ruled out.
-   ``checkpoint`` / ``eval`` instead, when the job spends a greater share of its time saving checkpoints or
-   evaluating than the top straggler costs it.
-6. ``checkpoint`` / ``eval``: nobody is flagged, and the job spends 5% of its time or more saving checkpoints
-   or evaluating ("rank 0 saving a checkpoint: 3.0 s every 20 steps, the job spends 90% of its time in
+   ``checkpoint`` / ``eval`` / ``compile`` instead, when the job spends a greater share of its time saving
+   checkpoints, evaluating or compiling than the top straggler costs it.
+6. ``checkpoint`` / ``eval`` / ``compile``: nobody is flagged, and the job spends 5% of its time or more saving
+   checkpoints, evaluating or compiling ("rank 0 saving a checkpoint: 3.0 s every 20 steps, the job spends 90% of its time in
    checkpoints").
    ``job_slower``: nobody is flagged, but the job's step grew 10% or more against its own baseline of the last
    minutes, past its noise, for seconds (watch/analysis/job_pace.py): "the job is 55% slower since 14:02:10:
@@ -71,6 +72,7 @@ SLOW_NODE = "slow_node"
 SLOW_RANK = "slow_rank"
 CHECKPOINT = "checkpoint"  # the job spends its time saving checkpoints, or waits for one now (wire/names.py)
 EVAL = "eval"  # ... evaluating
+COMPILE = "compile"  # ... torch.compile compiling (a recompilation, which the others wait for)
 JOB_SLOWER = "job_slower"  # every rank slower alike: the job against its own past
 IMBALANCED = "imbalanced"
 WARMING_UP = "warming_up"
@@ -85,6 +87,7 @@ KINDS = (
     SLOW_RANK,
     CHECKPOINT,
     EVAL,
+    COMPILE,
     JOB_SLOWER,
     IMBALANCED,
     WARMING_UP,
@@ -167,13 +170,22 @@ def verdict(snapshot: Snapshot) -> Verdict:
     return Verdict(HEALTHY, WARN if missing else GOOD, text, [])
 
 
+#: What a pause's rank is doing, and what the job spends its time in, by kind.
+_PAUSE_WORDS = {
+    CHECKPOINT: ("saving a checkpoint", "checkpoints"),
+    EVAL: ("evaluating", "evaluation"),
+    COMPILE: ("compiling (torch.compile)", "compilation"),
+}
+
+
 def _paused(pause: Pause) -> Verdict:
     """ "rank 0 saving a checkpoint: 3.0 s every 20 steps, the job spends 90% of its time in checkpoints";
-    "evaluating for 12s"; "rank 0 saving a checkpoint for 14s, the others wait"."""
+    "evaluating for 12s"; "rank 0 saving a checkpoint for 14s, the others wait"; "rank 3 compiling (torch.compile)
+    for 4s, the others wait"."""
     checkpoint = pause.kind == CHECKPOINT
-    doing = "saving a checkpoint" if checkpoint else "evaluating"
+    doing, spent = _PAUSE_WORDS.get(pause.kind, _PAUSE_WORDS[EVAL])
     if pause.everyone:
-        who = "every rank saving a checkpoint" if checkpoint else "evaluating"
+        who = "every rank saving a checkpoint" if checkpoint else "every rank compiling" if pause.kind == COMPILE else "evaluating"
     else:
         who = f"{ranks_text(pause.ranks)}{' …' if pause.count > len(pause.ranks) else ''} {doing}"
     if pause.under_way_s is not None and pause.holding:
@@ -184,10 +196,7 @@ def _paused(pause: Pause) -> Verdict:
             text += f": {_seconds(pause.each_s)} s"
             text += f" every {pause.every:.0f} steps" if pause.every is not None else " each"
     if pause.share >= 0.005:
-        text += (
-            f"{';' if pause.holding else ','} the job spends {fmt.percent(pause.share)} of its time in "
-            f"{'checkpoints' if checkpoint else 'evaluation'}"
-        )
+        text += f"{';' if pause.holding else ','} the job spends {fmt.percent(pause.share)} of its time in {spent}"
     return Verdict(pause.kind, WARN, text, pause.ranks, host=pause.host, phase=pause.kind, excess_s=pause.each_s,
                    loss=pause.share, others=max(0, pause.count - len(pause.ranks)), every=pause.every)  # fmt: skip
 
