@@ -320,7 +320,7 @@ class Judge:
         # steps, warm-up and lazy initialization, say little of it)
         steps = view.window_steps[r.at]
         settled = (steps >= min(class_growth.SETTLED_STEPS, int(steps.max())))[:, None] if len(steps) else np.zeros((0, 1), bool)
-        own = np.array([name != COMM_PHASE for name in view.names], bool)  # (a wait is no rank's own time)
+        own = _own_columns(view.names)
         work = r.reference[:, own].sum(axis=1)
         rise = stragglers.level_rise(work, steps, view.step_s[r.at])
         # (how far ranks are apart says how they wander in classes of a few at least: of two, the faster is the

@@ -178,6 +178,13 @@ def level_rise(work: np.ndarray, window_steps: np.ndarray, step_s: np.ndarray) -
     return SLOW_FLOOR_FRACTION * np.nan_to_num(work) / span
 
 
+def _averaging(since: float, elapsed: float, horizon: float) -> float:
+    """The weight of a look ``since`` seconds after the one before in an average over about ``horizon`` seconds,
+    ``elapsed`` seconds after its first look: over the looks so far while that is shorter (an exponential average
+    would start from zero and take a horizon to forget it)."""
+    return max(1.0 - float(np.exp(-since / horizon)), since / max(elapsed, since))
+
+
 def _noise_z(peers: np.ndarray) -> np.ndarray:
     """The standard errors past which a rank of a class of ``2 x peers`` ranks is not noise (NOISE_Z, NOISE_ANY)."""
     sizes, at = np.unique(np.maximum(2.0, 2.0 * peers), return_inverse=True)
@@ -264,7 +271,7 @@ class ExcessHistory:
             floor = float(np.median(noise[ok])) if noise is not None else 0.0
             beyond = float(np.sqrt(max(0.0, spread**2 - floor**2)))
             self._drift_from = min(self._drift_from, self._at)
-            weight = max(1.0 - np.exp(-since / self.DRIFT_S), since / max(now - self._drift_from, since))
+            weight = _averaging(since, now - self._drift_from, self.DRIFT_S)
             self._drift += weight * (beyond - self._drift)
             self._noise += weight * (floor - self._noise)
         w = 1.0 - np.exp(-since / self.DRIFT_MEAN_S) if np.isfinite(since) else 1.0
@@ -277,7 +284,7 @@ class ExcessHistory:
             return
         self._first = min(self._first, self._at)
         spread = MAD_SIGMA * float(np.median(np.abs(shares - np.median(shares))))
-        weight = max(1.0 - np.exp(-since / self.WANDER_S), since / max(now - self._first, since))
+        weight = _averaging(since, now - self._first, self.WANDER_S)
         self._wander += weight * (spread - self._wander)
 
     def size(self, ranks: np.ndarray, excess: np.ndarray, slow: np.ndarray, now: float) -> np.ndarray:
